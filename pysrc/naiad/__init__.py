@@ -1,0 +1,3 @@
+"""Naiad: a Triton-compatible inference server."""
+
+__version__ = "0.1.0"
