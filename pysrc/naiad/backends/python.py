@@ -1,0 +1,387 @@
+"""The Python backend: runs Triton Python models (`model.py` with `TritonPythonModel`).
+
+A worker process builds one `PythonModelBackend` per model instance with exactly the args
+dict Triton's `initialize()` receives, then calls `execute()` once per batch of requests and
+`finalize()` on unload.
+
+    backend = PythonModelBackend({
+        "model_config": json.dumps(config),      # the model's config, as a JSON string
+        "model_instance_kind": "CPU",            # or "GPU"
+        "model_instance_name": "add_sub_0_0",
+        "model_instance_device_id": "0",
+        "model_repository": "/models/add_sub",   # the model's own folder
+        "model_version": "1",
+        "model_name": "add_sub",
+    })
+    results = backend.execute([pb_utils.InferenceRequest(...), ...])
+    # one entry per request: a list of pb_utils.Tensor, or an error string (RequestError)
+
+Loading follows Triton: the file is `<model_repository>/<model_version>/<default_model_filename
+or "model.py">`; the version folder and the model folder are appended to `sys.path`;
+`import triton_python_backend_utils` gives `naiad.triton_python_backend_utils`; the module is
+imported as a package member so relative imports (`from .helpers import x`) work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.machinery
+import importlib.util
+import itertools
+import json
+import os
+import re
+import sys
+import traceback
+from typing import Any
+
+from naiad import triton_python_backend_utils as pb_utils
+from naiad.datatypes import wire_of_numpy
+from naiad.errors import NaiadError
+
+__all__ = [
+    "ModelLoadError",
+    "PythonModelBackend",
+    "RequestError",
+    "auto_complete_config",
+    "output_datatype",
+]
+
+DEFAULT_MODEL_FILENAME = "model.py"
+
+_module_ids = itertools.count()
+
+
+class ModelLoadError(NaiadError):
+    """A Python model could not be loaded; the message names the model and the cause."""
+
+    http_status = 400
+
+
+class RequestError(str):
+    """The error string execute() gives a request, carrying the TritonError code.
+
+    It is a plain `str` (the message clients see); `.code` is the TritonError code
+    (pb_utils.TritonError.INTERNAL unless the model chose another) and `.code_name` its name.
+    """
+
+    code: int
+    code_name: str
+
+    def __new__(cls, message: str, code: int = pb_utils.TritonError.INTERNAL):
+        self = super().__new__(cls, message)
+        self.code = int(code)
+        self.code_name = pb_utils.TritonError._CODE_NAMES.get(self.code, "INTERNAL")
+        return self
+
+
+Result = list | RequestError
+
+
+def output_datatype(tensor: pb_utils.Tensor) -> str:
+    """Wire datatype ("FP32", "BYTES", ...) of an output Tensor."""
+    wire = pb_utils.WIRE_OF_TRITON_TYPE.get(tensor.triton_dtype())
+    if wire is None:
+        return wire_of_numpy(tensor.as_numpy().dtype)
+    return wire
+
+
+def _install_pb_utils() -> None:
+    # Models do `import triton_python_backend_utils as pb_utils`.
+    sys.modules["triton_python_backend_utils"] = pb_utils
+
+
+def _describe(exc: BaseException, model_path: str | None = None) -> str:
+    """'TypeName: message', with where it happened in the model's files when known."""
+    if isinstance(exc, SyntaxError):
+        where = os.path.basename(exc.filename or model_path or "?")
+        return f"SyntaxError: {exc.msg} ({where}, line {exc.lineno})"
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if model_path is not None:
+        model_dir = os.path.dirname(os.path.abspath(model_path))
+        frames = [
+            frame
+            for frame in traceback.extract_tb(exc.__traceback__)
+            if os.path.abspath(frame.filename).startswith(model_dir + os.sep)
+        ]
+        if frames:
+            last = frames[-1]
+            text += f" (at {os.path.basename(last.filename)}:{last.lineno} in {last.name})"
+    return text
+
+
+def _parse_config(model_config: Any) -> dict:
+    if isinstance(model_config, dict):
+        return model_config
+    if isinstance(model_config, (str, bytes)):
+        config = json.loads(model_config) if model_config else {}
+        if not isinstance(config, dict):
+            raise ValueError("model_config is not a JSON object")
+        return config
+    raise ValueError(f"model_config must be a JSON string, not {type(model_config).__name__}")
+
+
+def _model_file(model_name: str, model_dir: str, version: str, config: dict) -> str:
+    filename = config.get("default_model_filename") or DEFAULT_MODEL_FILENAME
+    path = os.path.join(model_dir, version, filename)
+    if not filename.endswith(".py"):
+        raise ModelLoadError(
+            f"failed to load Python model '{model_name}': model file name must end with "
+            f"'.py', got '{filename}'"
+        )
+    if not os.path.isfile(path):
+        raise ModelLoadError(
+            f"failed to load Python model '{model_name}': Python model file not found in '{path}'"
+        )
+    return path
+
+
+def _import_model(model_name: str, version: str, path: str):
+    """Import the model file as a member of a private package over its folder."""
+    _install_pb_utils()
+    version_dir = os.path.dirname(os.path.abspath(path))
+    model_dir = os.path.dirname(version_dir)
+    for folder in (version_dir, model_dir):
+        if folder not in sys.path:
+            sys.path.append(folder)
+
+    safe = re.sub(r"\W", "_", f"{model_name}_{version}")
+    package_name = f"_naiad_python_model_{safe}_{next(_module_ids)}"
+    package_spec = importlib.machinery.ModuleSpec(package_name, None, is_package=True)
+    package = importlib.util.module_from_spec(package_spec)
+    package.__path__ = [version_dir]
+    sys.modules[package_name] = package
+
+    stem = os.path.splitext(os.path.basename(path))[0]
+    module_name = f"{package_name}.{stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:
+        sys.modules.pop(module_name, None)
+        sys.modules.pop(package_name, None)
+        raise ModelLoadError(
+            f"failed to load Python model '{model_name}' version {version}: error importing "
+            f"{path}: {_describe(exc, path)}"
+        ) from exc
+
+    model_class = getattr(module, "TritonPythonModel", None)
+    if model_class is None:
+        raise ModelLoadError(
+            f"failed to load Python model '{model_name}' version {version}: {path} does not "
+            "define class TritonPythonModel"
+        )
+    if not isinstance(model_class, type):
+        raise ModelLoadError(
+            f"failed to load Python model '{model_name}' version {version}: TritonPythonModel "
+            f"in {path} is not a class"
+        )
+    return module, model_class
+
+
+def auto_complete_config(model_repository: str, model_version: str, model_config: Any) -> dict:
+    """Run the model's `TritonPythonModel.auto_complete_config` (if any) on its config.
+
+    `model_config` is the config as a JSON string or dict; the completed config comes back
+    as a dict. ModelLoadError if the model cannot be imported or the function fails.
+    """
+    try:
+        config = _parse_config(model_config)
+    except ValueError as exc:
+        raise ModelLoadError(f"failed to auto-complete Python model config: {exc}") from exc
+    model_name = config.get("name") or os.path.basename(os.path.normpath(model_repository))
+    version = str(model_version)
+    path = _model_file(model_name, model_repository, version, config)
+    _, model_class = _import_model(model_name, version, path)
+    completer = getattr(model_class, "auto_complete_config", None)
+    model_config_obj = pb_utils.ModelConfig(config)
+    if completer is None:
+        return model_config_obj.as_dict()
+    try:
+        result = completer(model_config_obj)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"failed to auto-complete config of Python model '{model_name}': {_describe(exc, path)}"
+        ) from exc
+    if not isinstance(result, pb_utils.ModelConfig):
+        raise ModelLoadError(
+            f"auto_complete_config function in model '{model_name}' must return a valid "
+            "pb.ModelConfig object."
+        )
+    return result.as_dict()
+
+
+class PythonModelBackend:
+    """One instance of a Triton Python model, loaded and initialized."""
+
+    def __init__(self, args: dict):
+        try:
+            config = _parse_config(args.get("model_config", "{}"))
+        except ValueError as exc:
+            name = args.get("model_name", "?")
+            raise ModelLoadError(
+                f"failed to load Python model '{name}': bad model_config: {exc}"
+            ) from exc
+        model_dir = args.get("model_repository")
+        if not model_dir:
+            raise ModelLoadError("failed to load Python model: args has no 'model_repository'")
+        self.name: str = str(
+            args.get("model_name") or config.get("name") or os.path.basename(model_dir)
+        )
+        self.version: str = str(args.get("model_version", "1"))
+        self.model_config: dict = config
+        self.model_path: str = _model_file(self.name, model_dir, self.version, config)
+
+        # Triton hands initialize() a dict of strings, model_config as JSON text.
+        self.args: dict = {key: value for key, value in args.items()}
+        if not isinstance(self.args.get("model_config"), str):
+            self.args["model_config"] = json.dumps(config)
+        for key in ("model_version", "model_instance_device_id"):
+            if key in self.args and not isinstance(self.args[key], str):
+                self.args[key] = str(self.args[key])
+
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._finalized = False
+
+        self.module, model_class = _import_model(self.name, self.version, self.model_path)
+        pb_utils._set_model_dir(os.path.dirname(os.path.abspath(self.model_path)))
+
+        try:
+            self.model = model_class()
+        except Exception as exc:
+            raise ModelLoadError(
+                f"failed to load Python model '{self.name}' version {self.version}: "
+                f"TritonPythonModel() raised {_describe(exc, self.model_path)}"
+            ) from exc
+        if not callable(getattr(self.model, "execute", None)):
+            raise ModelLoadError(
+                f"failed to load Python model '{self.name}' version {self.version}: Python "
+                f"model {self.model_path} does not implement `execute` method."
+            )
+        initialize = getattr(self.model, "initialize", None)
+        if initialize is not None:
+            try:
+                self._await(initialize(self.args))
+            except Exception as exc:
+                pb_utils.Logger.log_error(
+                    f"initialize() of model '{self.name}' failed:\n{traceback.format_exc()}"
+                )
+                raise ModelLoadError(
+                    f"failed to load Python model '{self.name}' version {self.version}: "
+                    f"initialize() raised {_describe(exc, self.model_path)}"
+                ) from exc
+
+    # -- execution ----------------------------------------------------------------------------
+
+    def _await(self, value):
+        """Run a coroutine returned by an async model method to completion."""
+        if not asyncio.iscoroutine(value):
+            return value
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(value)
+
+    def _batch_error(
+        self, message: str, count: int, detail: str | None = None
+    ) -> list[RequestError]:
+        text = f"Failed to process the request(s) for model '{self.name}', message: {message}"
+        pb_utils.Logger.log_error(text if detail is None else f"{text}\n{detail}")
+        error = RequestError(text)
+        return [error] * count
+
+    def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[Result]:
+        """Run the model on a batch; per request, its output Tensors or an error string."""
+        count = len(requests)
+        if count == 0:
+            return []
+        try:
+            returned = self._await(self.model.execute(requests))
+        except Exception as exc:
+            return self._batch_error(
+                _describe(exc, self.model_path), count, detail=traceback.format_exc()
+            )
+
+        if returned is None:
+            return self._batch_error(
+                "execute() returned None; a model that is not decoupled must return a list "
+                "with one InferenceResponse per request (decoupled models are not supported "
+                "yet).",
+                count,
+            )
+        if not isinstance(returned, list):
+            return self._batch_error(
+                f"Expected a list in the execute return, found type '{type(returned)}'.",
+                count,
+            )
+        if len(returned) != count:
+            return self._batch_error(
+                "Number of InferenceResponse objects do not match the number of "
+                f"InferenceRequest objects. InferenceRequest(s) size is:{count}, and "
+                f"InferenceResponse(s) size is:{len(returned)}",
+                count,
+            )
+        for response in returned:
+            if response is not None and not isinstance(response, pb_utils.InferenceResponse):
+                return self._batch_error(
+                    "Expected an 'InferenceResponse' object in the execute function return "
+                    f"list, found type '{type(response)}'.",
+                    count,
+                )
+        return [self._result(req, resp) for req, resp in zip(requests, returned)]
+
+    def _result(self, request, response) -> Result:
+        prefix = f"Failed to process the request(s) for model '{self.name}', message: "
+        if response is None:
+            return RequestError(
+                prefix + "execute() returned None for this request; sending responses through "
+                "a response sender is not supported yet"
+            )
+        if response.has_error():
+            error = response.error()
+            return RequestError(error.message(), error.code())
+        release_flags = getattr(request, "release_flags", None)
+        if callable(release_flags) and (
+            release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+        ):
+            return RequestError(
+                prefix + "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
+                "supported yet",
+                pb_utils.TritonError.UNSUPPORTED,
+            )
+
+        outputs = response.output_tensors()
+        seen: set = set()
+        for tensor in outputs:
+            if tensor.name() in seen:
+                return RequestError(
+                    prefix + f"output '{tensor.name()}' appears more than once in the response"
+                )
+            seen.add(tensor.name())
+
+        requested = getattr(request, "_requested_output_names", None)
+        if requested is None:
+            requested = sorted(request.requested_output_names())
+        if not requested:
+            return list(outputs)
+        missing = [name for name in requested if name not in seen]
+        if missing:
+            names = ", ".join(f"'{name}'" for name in missing)
+            noun = "output" if len(missing) == 1 else "outputs"
+            return RequestError(prefix + f"requested {noun} {names} not produced by the model")
+        wanted = set(requested)
+        return [tensor for tensor in outputs if tensor.name() in wanted]
+
+    def finalize(self) -> None:
+        """Call the model's finalize() once, if it has one."""
+        if self._finalized:
+            return
+        self._finalized = True
+        try:
+            finalize = getattr(self.model, "finalize", None)
+            if finalize is not None:
+                self._await(finalize())
+        finally:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.close()

@@ -1,0 +1,952 @@
+"""Triton's Python model API (`import triton_python_backend_utils as pb_utils`).
+
+Existing Triton Python models run unmodified against this module: it offers the same classes,
+functions and constants as Triton's python_backend, with the same names, signatures and
+behaviour. The Python backend (`naiad.backends.python`) registers this module in `sys.modules`
+under the name `triton_python_backend_utils` before it imports a model.
+
+What differs from Triton, on purpose:
+
+- BLS (`InferenceRequest.exec` / `async_exec`, `load_model`, ...) and decoupled models
+  (`InferenceRequest.get_response_sender`) are not supported yet; they raise a
+  `TritonModelException` that says so.
+- `MetricFamily` / `Metric` keep their values in the model's process; they are not exported
+  on the metrics endpoint yet.
+- `Logger` writes Triton-formatted lines to stderr; verbose lines appear when the
+  `NAIAD_LOG_VERBOSE` environment variable (or `set_log_verbose`) is above 0.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from naiad import datatypes as _datatypes
+
+# --------------------------------------------------------------------------------------------
+# Datatypes
+# --------------------------------------------------------------------------------------------
+
+# TRITONSERVER_DataType enum values, as Tensor.triton_dtype() returns them.
+TRITONSERVER_TYPE_INVALID = 0
+TRITONSERVER_TYPE_BOOL = 1
+TRITONSERVER_TYPE_UINT8 = 2
+TRITONSERVER_TYPE_UINT16 = 3
+TRITONSERVER_TYPE_UINT32 = 4
+TRITONSERVER_TYPE_UINT64 = 5
+TRITONSERVER_TYPE_INT8 = 6
+TRITONSERVER_TYPE_INT16 = 7
+TRITONSERVER_TYPE_INT32 = 8
+TRITONSERVER_TYPE_INT64 = 9
+TRITONSERVER_TYPE_FP16 = 10
+TRITONSERVER_TYPE_FP32 = 11
+TRITONSERVER_TYPE_FP64 = 12
+TRITONSERVER_TYPE_BYTES = 13
+TRITONSERVER_TYPE_BF16 = 14
+
+# Config type name -> numpy type, exactly Triton's table (TYPE_BOOL maps to Python's bool).
+TRITON_STRING_TO_NUMPY = {
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+
+_NUMPY_OF_TRITON_TYPE = {
+    TRITONSERVER_TYPE_BOOL: np.bool_,
+    TRITONSERVER_TYPE_UINT8: np.uint8,
+    TRITONSERVER_TYPE_UINT16: np.uint16,
+    TRITONSERVER_TYPE_UINT32: np.uint32,
+    TRITONSERVER_TYPE_UINT64: np.uint64,
+    TRITONSERVER_TYPE_INT8: np.int8,
+    TRITONSERVER_TYPE_INT16: np.int16,
+    TRITONSERVER_TYPE_INT32: np.int32,
+    TRITONSERVER_TYPE_INT64: np.int64,
+    TRITONSERVER_TYPE_FP16: np.float16,
+    TRITONSERVER_TYPE_FP32: np.float32,
+    TRITONSERVER_TYPE_FP64: np.float64,
+    TRITONSERVER_TYPE_BYTES: np.object_,
+}
+
+_TRITON_TYPE_OF_NUMPY = {
+    np.dtype(np_type): triton_type
+    for triton_type, np_type in _NUMPY_OF_TRITON_TYPE.items()
+    if triton_type != TRITONSERVER_TYPE_BYTES
+}
+
+# Triton datatype enum value <-> wire datatype name ("FP32", "BYTES", ...).
+WIRE_OF_TRITON_TYPE = {
+    TRITONSERVER_TYPE_BOOL: "BOOL",
+    TRITONSERVER_TYPE_UINT8: "UINT8",
+    TRITONSERVER_TYPE_UINT16: "UINT16",
+    TRITONSERVER_TYPE_UINT32: "UINT32",
+    TRITONSERVER_TYPE_UINT64: "UINT64",
+    TRITONSERVER_TYPE_INT8: "INT8",
+    TRITONSERVER_TYPE_INT16: "INT16",
+    TRITONSERVER_TYPE_INT32: "INT32",
+    TRITONSERVER_TYPE_INT64: "INT64",
+    TRITONSERVER_TYPE_FP16: "FP16",
+    TRITONSERVER_TYPE_FP32: "FP32",
+    TRITONSERVER_TYPE_FP64: "FP64",
+    TRITONSERVER_TYPE_BYTES: "BYTES",
+    TRITONSERVER_TYPE_BF16: "BF16",
+}
+TRITON_TYPE_OF_WIRE = {wire: value for value, wire in WIRE_OF_TRITON_TYPE.items()}
+
+
+def triton_to_numpy_type(data_type):
+    """TRITONSERVER_DataType value (11) -> numpy type (np.float32); None if there is none."""
+    return _NUMPY_OF_TRITON_TYPE.get(data_type)
+
+
+def numpy_to_triton_type(data_type):
+    """numpy dtype or type (np.float32) -> TRITONSERVER_DataType value (11); None if none."""
+    if data_type is None:
+        return None
+    try:
+        dtype = np.dtype(data_type)
+    except TypeError:
+        return None
+    if dtype.kind in ("O", "S"):
+        return TRITONSERVER_TYPE_BYTES
+    return _TRITON_TYPE_OF_NUMPY.get(dtype)
+
+
+def triton_string_to_numpy(triton_type_string):
+    """'TYPE_FP32' -> np.float32 (KeyError for an unknown name)."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def serialize_byte_tensor(input_tensor):
+    """Object/bytes array -> Triton's BYTES layout (4-byte LE length before each element).
+
+    Elements are taken in C order; bytes stay as they are, anything else is `str()`-ed and
+    UTF-8 encoded. Returns None when the array does not hold bytes/objects, as Triton does.
+    """
+    input_tensor = np.asarray(input_tensor)
+    if input_tensor.dtype.kind not in ("O", "S", "U"):
+        return None
+    if input_tensor.size == 0:
+        return b""
+    return _datatypes.serialize_bytes(input_tensor)
+
+
+def deserialize_bytes_tensor(encoded_tensor):
+    """Triton's BYTES layout -> 1-D numpy object array of bytes, in C order."""
+    return _datatypes.deserialize_bytes(encoded_tensor)
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+
+class TritonError(Exception):
+    """An error to put in an InferenceResponse: `TritonError(message, code=INTERNAL)`.
+
+    The code constants are Triton's TRITONSERVER_Error_Code values.
+    """
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    _CODE_NAMES = {
+        0: "UNKNOWN",
+        1: "INTERNAL",
+        2: "NOT_FOUND",
+        3: "INVALID_ARG",
+        4: "UNAVAILABLE",
+        5: "UNSUPPORTED",
+        6: "ALREADY_EXISTS",
+        7: "CANCELLED",
+    }
+
+    def __init__(self, message, code=1):
+        if message is None:
+            raise TypeError("TritonError message must not be None")
+        if code is None or int(code) not in self._CODE_NAMES:
+            raise TypeError(f"TritonError code must be one of the TritonError constants: {code!r}")
+        super().__init__(message)
+        self._message = str(message)
+        self._code = int(code)
+
+    def message(self):
+        return self._message
+
+    def code(self):
+        return self._code
+
+    def code_name(self):
+        """The code's name ('INVALID_ARG'); a Naiad addition."""
+        return self._CODE_NAMES[self._code]
+
+    def __str__(self):
+        return self._message
+
+    def __repr__(self):
+        return f"TritonError({self._message!r}, code=TritonError.{self.code_name()})"
+
+
+class TritonModelException(Exception):
+    """The exception the API raises, and that models raise to fail a whole batch."""
+
+    def __init__(self, msg=None):
+        super().__init__(msg)
+        self._msg = msg
+
+    def message(self):
+        return self._msg
+
+    def __str__(self):
+        return "" if self._msg is None else str(self._msg)
+
+
+# --------------------------------------------------------------------------------------------
+# Tensor
+# --------------------------------------------------------------------------------------------
+
+_DLPACK_CPU = 1
+_DLPACK_CUDA = 2
+_DLPACK_CUDA_HOST = 3
+
+
+class _Capsule:
+    """Gives a bare DLPack capsule the `__dlpack__` protocol numpy.from_dlpack expects."""
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return (_DLPACK_CPU, 0)
+
+
+def _triton_type_of_foreign(dtype) -> int:
+    """Triton datatype of a non-numpy (torch, cupy, ...) tensor's dtype."""
+    try:
+        value = numpy_to_triton_type(dtype)
+    except Exception:  # noqa: BLE001 - any foreign dtype that numpy cannot read
+        value = None
+    if value is not None:
+        return value
+    name = str(dtype).rsplit(".", 1)[-1].lower()
+    if name == "bfloat16":
+        return TRITONSERVER_TYPE_BF16
+    if name == "bool":
+        return TRITONSERVER_TYPE_BOOL
+    value = numpy_to_triton_type(name) if name.isidentifier() else None
+    if value is None:
+        raise TritonModelException(f"DLPack tensor dtype {dtype} is not supported.")
+    return value
+
+
+class Tensor:
+    """A named tensor: `Tensor(name, numpy_array)`.
+
+    The array is kept as given (no copy) when it is C-contiguous; a non-contiguous array is
+    made contiguous, as Triton does. BYTES tensors are numpy object arrays of bytes.
+    """
+
+    __slots__ = ("_name", "_array", "_triton_dtype", "_device_tensor", "_device_id")
+
+    def __init__(self, name, numpy_array):
+        if not isinstance(name, str):
+            raise TypeError(f"Tensor name must be a str, got {type(name).__name__}")
+        if name == "":
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if not isinstance(numpy_array, np.ndarray):
+            numpy_array = np.asarray(numpy_array)
+        triton_dtype = numpy_to_triton_type(numpy_array.dtype)
+        if triton_dtype is None:
+            raise TritonModelException(
+                f"NumPy dtype {numpy_array.dtype} is not supported. "
+                "Use np.object_ (holding bytes) for string tensors."
+            )
+        if not numpy_array.flags.c_contiguous:
+            numpy_array = np.ascontiguousarray(numpy_array)
+        self._name = name
+        self._array = numpy_array
+        self._triton_dtype = triton_dtype
+        self._device_tensor = None
+        self._device_id = 0
+
+    @classmethod
+    def _from_device(cls, name, device_tensor, device_id, triton_dtype):
+        tensor = cls.__new__(cls)
+        tensor._name = name
+        tensor._array = None
+        tensor._triton_dtype = triton_dtype
+        tensor._device_tensor = device_tensor
+        tensor._device_id = device_id
+        return tensor
+
+    def name(self):
+        return self._name
+
+    def as_numpy(self):
+        """The numpy array itself (not a copy)."""
+        if self._device_tensor is not None:
+            raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
+        return self._array
+
+    def triton_dtype(self):
+        """The TRITONSERVER_DataType value (TRITONSERVER_TYPE_FP32 == 11, ...)."""
+        return self._triton_dtype
+
+    def shape(self):
+        if self._device_tensor is not None:
+            return [int(dim) for dim in self._device_tensor.shape]
+        return [int(dim) for dim in self._array.shape]
+
+    def is_cpu(self):
+        return self._device_tensor is None
+
+    def to_dlpack(self):
+        """A DLPack capsule over the tensor's memory (no copy)."""
+        return self.__dlpack__()
+
+    def __dlpack__(self, stream=None, **kwargs):
+        if self._triton_dtype == TRITONSERVER_TYPE_BYTES:
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        if self._device_tensor is not None:
+            return self._device_tensor.__dlpack__(stream=stream)
+        return self._array.__dlpack__()
+
+    def __dlpack_device__(self):
+        if self._device_tensor is not None:
+            return (_DLPACK_CUDA, self._device_id)
+        return (_DLPACK_CPU, 0)
+
+    @staticmethod
+    def from_dlpack(name, tensor):
+        """A Tensor over a DLPack capsule or an object with `__dlpack__` (no copy).
+
+        CPU tensors become numpy views; GPU tensors are kept as they are (`is_cpu()` False).
+        """
+        if not isinstance(name, str) or name == "":
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if type(tensor).__name__ == "PyCapsule":
+            tensor = _Capsule(tensor)
+        elif not (hasattr(tensor, "__dlpack__") and hasattr(tensor, "__dlpack_device__")):
+            raise TritonModelException(
+                "Provided tensor is not supported. Tensor must be a DLPack capsule or have "
+                "`__dlpack__` and `__dlpack_device__` attributes"
+            )
+        device_type, device_id = tensor.__dlpack_device__()
+        device_type = int(device_type)
+        if device_type in (_DLPACK_CPU, _DLPACK_CUDA_HOST):
+            try:
+                array = np.from_dlpack(tensor)
+            except (BufferError, TypeError, RuntimeError) as exc:
+                raise TritonModelException(f"Failed to read the DLPack tensor: {exc}") from exc
+            return Tensor(name, array)
+        if device_type == _DLPACK_CUDA:
+            triton_dtype = _triton_type_of_foreign(getattr(tensor, "dtype", None))
+            return Tensor._from_device(name, tensor, int(device_id), triton_dtype)
+        raise TritonModelException(f"DLDevice type {device_type} is not support by Python backend.")
+
+    def __repr__(self):
+        wire = WIRE_OF_TRITON_TYPE.get(self._triton_dtype, "?")
+        where = "CPU" if self.is_cpu() else f"GPU:{self._device_id}"
+        return f"Tensor({self._name!r}, {wire}, shape={self.shape()}, {where})"
+
+
+# --------------------------------------------------------------------------------------------
+# Requests and responses
+# --------------------------------------------------------------------------------------------
+
+
+class MemoryType(enum.IntEnum):
+    TRITONSERVER_MEMORY_GPU = 0
+    TRITONSERVER_MEMORY_CPU = 1
+
+
+TRITONSERVER_MEMORY_GPU = MemoryType.TRITONSERVER_MEMORY_GPU
+TRITONSERVER_MEMORY_CPU = MemoryType.TRITONSERVER_MEMORY_CPU
+
+
+class PreferredMemory:
+    """Where a BLS caller prefers output tensors: PreferredMemory(type, device_id=0)."""
+
+    def __init__(self, preferred_memory_type, preferred_device_id=0):
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+class InferenceTrace:
+    def __init__(self, context=None):
+        self._context = context or None
+
+    def get_context(self):
+        return self._context
+
+
+def _parameters_json(parameters) -> str:
+    """dict (or JSON object string) of str -> bool/int/str, as Triton's JSON string."""
+    if parameters is None:
+        return "{}"
+    if isinstance(parameters, str):
+        try:
+            parameters = json.loads(parameters) if parameters else {}
+        except ValueError as exc:
+            raise TritonModelException(f"parameters is not valid JSON: {exc}") from exc
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect parameters to be a dict, found type {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}"
+            )
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
+    return json.dumps(parameters)
+
+
+_BLS_UNSUPPORTED = (
+    "BLS is not supported yet: InferenceRequest.exec() and async_exec() cannot call "
+    "another model from a Python model in Naiad"
+)
+_DECOUPLED_UNSUPPORTED = (
+    "decoupled models are not supported yet: InferenceRequest.get_response_sender() "
+    "is unavailable in Naiad"
+)
+
+
+class InferenceRequest:
+    """A request: the ones a model's execute() receives, or a BLS request it builds.
+
+    InferenceRequest(request_id="", correlation_id=0, inputs, requested_output_names,
+    model_name, model_version=-1, flags=0, timeout=0, preferred_memory=None, trace=None,
+    parameters=None) -- the same parameters, order and defaults as Triton's; pass them by
+    keyword as Triton's documentation does.
+    """
+
+    def __init__(
+        self,
+        request_id="",
+        correlation_id=0,
+        inputs=None,
+        requested_output_names=None,
+        model_name="",
+        model_version=-1,
+        flags=0,
+        timeout=0,
+        preferred_memory=None,
+        trace=None,
+        parameters=None,
+    ):
+        if inputs is None:
+            raise TypeError("InferenceRequest() missing required argument 'inputs'")
+        if requested_output_names is None:
+            raise TypeError("InferenceRequest() missing required argument 'requested_output_names'")
+        if request_id is None:
+            request_id = ""
+        if not isinstance(correlation_id, (int, str)) or isinstance(correlation_id, bool):
+            raise TritonModelException("Correlation ID must be integer or string")
+        inputs = list(inputs)
+        for tensor in inputs:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException(
+                    f"Input tensor for request with id '{request_id}' and model name "
+                    f"'{model_name}' should not be empty."
+                    if tensor is None
+                    else f"inputs must be pb_utils.Tensor objects, found type {type(tensor)}"
+                )
+        names = []
+        for output_name in requested_output_names:
+            if output_name == "" or not isinstance(output_name, str):
+                raise TritonModelException(
+                    f"Requested output name for request with id '{request_id}' and model "
+                    f"name '{model_name}' should not be empty."
+                )
+            if output_name not in names:
+                names.append(output_name)
+        self._request_id = str(request_id)
+        self._correlation_id = correlation_id
+        self._inputs = inputs
+        self._requested_output_names = names
+        self._model_name = model_name
+        self._model_version = int(model_version)
+        self._flags = int(flags)
+        self._timeout = int(timeout)
+        self._preferred_memory = preferred_memory
+        self._trace = trace if trace is not None else InferenceTrace()
+        self._parameters = _parameters_json(parameters)
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+
+    def inputs(self):
+        return self._inputs
+
+    def request_id(self):
+        return self._request_id
+
+    def correlation_id(self):
+        return self._correlation_id
+
+    def requested_output_names(self):
+        """The set of output names the client asked for (a set, as in Triton)."""
+        return set(self._requested_output_names)
+
+    def model_name(self):
+        return self._model_name
+
+    def model_version(self):
+        return self._model_version
+
+    def flags(self):
+        return self._flags
+
+    def set_flags(self, flags):
+        self._flags = int(flags)
+
+    def timeout(self):
+        return self._timeout
+
+    def parameters(self):
+        """The request parameters as a JSON object string, as Triton gives them."""
+        return self._parameters
+
+    def trace(self):
+        return self._trace
+
+    def is_cancelled(self):
+        return False
+
+    def set_release_flags(self, flags):
+        self._release_flags = int(flags)
+
+    def release_flags(self):
+        return self._release_flags
+
+    def get_response_sender(self):
+        raise TritonModelException(_DECOUPLED_UNSUPPORTED)
+
+    def exec(self, decoupled=False):
+        raise TritonModelException(_BLS_UNSUPPORTED)
+
+    def async_exec(self, decoupled=False):
+        raise TritonModelException(_BLS_UNSUPPORTED)
+
+    def __repr__(self):
+        return (
+            f"InferenceRequest(request_id={self._request_id!r}, model_name={self._model_name!r}, "
+            f"inputs={[t.name() for t in self._inputs]}, "
+            f"requested_output_names={self._requested_output_names})"
+        )
+
+
+class InferenceResponse:
+    """InferenceResponse(output_tensors=[], error=None, parameters=None)."""
+
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        if output_tensors is None:
+            output_tensors = []
+        if not isinstance(output_tensors, (list, tuple)):
+            raise TritonModelException('"output_tensors" must be a list.')
+        for tensor in output_tensors:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException(
+                    f"output_tensors must hold pb_utils.Tensor objects, found type {type(tensor)}"
+                )
+        if error is not None and not isinstance(error, TritonError):
+            if isinstance(error, str):
+                error = TritonError(error)
+            else:
+                raise TritonModelException(
+                    f"error must be a pb_utils.TritonError, found type {type(error)}"
+                )
+        self._output_tensors = list(output_tensors)
+        self._error = error
+        self._parameters = _parameters_json(parameters)
+
+    def output_tensors(self):
+        return self._output_tensors
+
+    def has_error(self):
+        return self._error is not None
+
+    def error(self):
+        return self._error
+
+    def parameters(self):
+        return self._parameters
+
+
+class InferenceResponseSender:
+    """Decoupled models' response sender; not available yet (see get_response_sender)."""
+
+    def __init__(self, *args, **kwargs):
+        raise TritonModelException(_DECOUPLED_UNSUPPORTED)
+
+
+class ResponseIterator:
+    def __init__(self, *args, **kwargs):
+        raise TritonModelException(_BLS_UNSUPPORTED)
+
+
+# --------------------------------------------------------------------------------------------
+# Lookups
+# --------------------------------------------------------------------------------------------
+
+
+def get_input_tensor_by_name(inference_request, name):
+    """The request's input Tensor called `name`, or None."""
+    for tensor in inference_request.inputs():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_output_tensor_by_name(inference_response, name):
+    """The response's output Tensor called `name`, or None."""
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_input_config_by_name(model_config, name):
+    """The model config dict's input entry called `name`, or None."""
+    for entry in model_config.get("input", ()) or ():
+        if entry.get("name") == name:
+            return entry
+    return None
+
+
+def get_output_config_by_name(model_config, name):
+    """The model config dict's output entry called `name`, or None."""
+    for entry in model_config.get("output", ()) or ():
+        if entry.get("name") == name:
+            return entry
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config):
+    """True if the model config dict sets model_transaction_policy { decoupled: true }."""
+    policy = model_config.get("model_transaction_policy") or {}
+    return bool(policy.get("decoupled", False))
+
+
+_model_dir = None
+
+
+def get_model_dir():
+    """The folder of the running model's file (its version folder), as in Triton."""
+    return _model_dir
+
+
+def _set_model_dir(path):
+    global _model_dir
+    _model_dir = path
+
+
+def load_model(model_name, config="", files=None):
+    raise TritonModelException("load_model() from a Python model is not supported yet")
+
+
+def unload_model(model_name, unload_dependents=False):
+    raise TritonModelException("unload_model() from a Python model is not supported yet")
+
+
+def is_model_ready(model_name, model_version=""):
+    raise TritonModelException("is_model_ready() from a Python model is not supported yet")
+
+
+# --------------------------------------------------------------------------------------------
+# Auto-complete configuration
+# --------------------------------------------------------------------------------------------
+
+
+class ModelConfig:
+    """The model configuration a model's `auto_complete_config(auto_complete_model_config)`
+    receives and returns. Only max_batch_size, inputs, outputs, dynamic batching and the
+    transaction policy may be set.
+
+    `ModelConfig(model_config)` takes the config as a JSON string (as Triton) or a dict.
+    """
+
+    def __init__(self, model_config):
+        if isinstance(model_config, (str, bytes)):
+            config = json.loads(model_config)
+        elif isinstance(model_config, dict):
+            config = json.loads(json.dumps(model_config))
+        else:
+            raise TypeError("ModelConfig takes the model configuration as a JSON string or dict")
+        config.setdefault("max_batch_size", 0)
+        config.setdefault("input", [])
+        config.setdefault("output", [])
+        self._model_config = config
+
+    def _name(self):
+        return str(self._model_config.get("name", ""))
+
+    def as_dict(self):
+        return self._model_config
+
+    def set_max_batch_size(self, max_batch_size):
+        current = int(self._model_config.get("max_batch_size", 0) or 0)
+        if current > max_batch_size:
+            raise ValueError(
+                f"configuration specified max_batch_size {current}, but in auto-complete-config "
+                f"function for model '{self._name()}' specified max_batch_size {max_batch_size}"
+            )
+        self._model_config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self):
+        for other in ("sequence_batching", "ensemble_scheduling"):
+            if other in self._model_config:
+                raise ValueError(
+                    f"Configuration specified scheduling_choice as '{other}', but "
+                    f"auto-complete-config function for model '{self._name()}' tries to set "
+                    "scheduling_choice as 'dynamic_batching'"
+                )
+        self._model_config.setdefault("dynamic_batching", {})
+
+    def _add_tensor(self, kind, tensor, valid):
+        model = self._name()
+        if not isinstance(tensor, dict):
+            raise ValueError(
+                f"{kind} in auto-complete-config function for model '{model}' must be a dict"
+            )
+        label = f"{kind} '{tensor.get('name', '')}'"
+        for prop in tensor:
+            if prop not in valid:
+                allowed = ", ".join(f"'{p}'" for p in valid[:-1]) + f" and '{valid[-1]}'"
+                raise ValueError(
+                    f"{label} in auto-complete-config function for model '{model}' contains "
+                    f"property other than {allowed}."
+                )
+        for prop in ("name", "data_type", "dims"):
+            if prop not in tensor:
+                who = kind if prop == "name" else label
+                raise ValueError(
+                    f"{who} in auto-complete-config function for model '{model}' is missing "
+                    f"'{prop}' property."
+                )
+        name = tensor["name"]
+        for existing in self._model_config.setdefault(kind, []):
+            if existing.get("name") != name:
+                continue
+            current_type = existing.get("data_type", "TYPE_INVALID")
+            if current_type != "TYPE_INVALID" and current_type != tensor["data_type"]:
+                raise ValueError(
+                    f"unable to load model '{model}', configuration expects datatype "
+                    f"{current_type} for {kind} '{name}', model provides {tensor['data_type']}"
+                )
+            current_dims = existing.get("dims")
+            if current_dims and list(current_dims) != list(tensor["dims"]):
+                raise ValueError(
+                    f"model '{model}', tensor '{name}': the model expects dims "
+                    f"{list(tensor['dims'])} but the model configuration specifies dims "
+                    f"{list(current_dims)}"
+                )
+            if (
+                "optional" in existing
+                and "optional" in tensor
+                and existing["optional"] != tensor["optional"]
+            ):
+                raise ValueError(
+                    f"model '{model}', tensor '{name}': the model expects optional "
+                    f"{tensor['optional']} but the model configuration specifies optional "
+                    f"{existing['optional']}"
+                )
+            existing["data_type"] = tensor["data_type"]
+            existing["dims"] = list(tensor["dims"])
+            if "optional" in tensor:
+                existing["optional"] = tensor["optional"]
+            return
+        entry = dict(tensor)
+        entry["dims"] = list(tensor["dims"])
+        self._model_config[kind].append(entry)
+
+    def add_input(self, input):  # noqa: A002 - Triton's parameter name
+        self._add_tensor("input", input, ["name", "data_type", "dims", "optional"])
+
+    def add_output(self, output):
+        self._add_tensor("output", output, ["name", "data_type", "dims"])
+
+    def set_model_transaction_policy(self, transaction_policy_dict):
+        model = self._name()
+        for prop in transaction_policy_dict:
+            if prop != "decoupled":
+                raise ValueError(
+                    "model transaction property in auto-complete-config function for model "
+                    f"'{model}' contains property other than 'decoupled'."
+                )
+        policy = self._model_config.setdefault("model_transaction_policy", {})
+        if "decoupled" in transaction_policy_dict:
+            wanted = transaction_policy_dict["decoupled"]
+            if "decoupled" in policy and policy["decoupled"] != wanted:
+                raise ValueError(
+                    f"trying to change decoupled property in auto-complete-config for model "
+                    f"'{model}', which is already set to '{policy['decoupled']}'."
+                )
+            policy["decoupled"] = wanted
+
+
+# --------------------------------------------------------------------------------------------
+# Logging
+# --------------------------------------------------------------------------------------------
+
+_log_verbose = 0
+try:
+    _log_verbose = int(os.environ.get("NAIAD_LOG_VERBOSE", "0") or 0)
+except ValueError:
+    _log_verbose = 0
+_log_lock = threading.Lock()
+
+
+def set_log_verbose(level):
+    """Show Logger.log_verbose lines when level > 0 (the server's --log-verbose)."""
+    global _log_verbose
+    _log_verbose = int(level)
+
+
+class Logger:
+    """Triton's model logger: Logger.log_info(msg), log_warn, log_error, log_verbose, log."""
+
+    class LogLevel(enum.IntEnum):
+        INFO = 0
+        WARNING = 1
+        ERROR = 2
+        VERBOSE = 3
+
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
+
+    _LETTERS = {0: "I", 1: "W", 2: "E", 3: "I"}
+
+    @staticmethod
+    def log(message, level=LogLevel.INFO):
+        level = int(level)
+        if level == Logger.LogLevel.VERBOSE and _log_verbose <= 0:
+            return
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        while caller is not None and caller.f_globals.get("__name__") == __name__:
+            caller = caller.f_back
+        where = (
+            f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
+            if caller is not None
+            else "model.py:0"
+        )
+        now = time.time()
+        stamp = time.strftime("%m%d %H:%M:%S", time.localtime(now))
+        micros = int((now % 1) * 1_000_000)
+        line = (
+            f"{Logger._LETTERS.get(level, 'I')}{stamp}.{micros:06d} {os.getpid()} {where}] "
+            f"{message}\n"
+        )
+        with _log_lock:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+
+    @staticmethod
+    def log_info(message):
+        Logger.log(message, Logger.LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message):
+        Logger.log(message, Logger.LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message):
+        Logger.log(message, Logger.LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message):
+        Logger.log(message, Logger.LogLevel.VERBOSE)
+
+
+# --------------------------------------------------------------------------------------------
+# Custom metrics (kept in-process; not exported yet)
+# --------------------------------------------------------------------------------------------
+
+
+class MetricKind(enum.IntEnum):
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+
+class Metric:
+    def __init__(self, family, labels, buckets):
+        self._family = family
+        self._labels = dict(labels or {})
+        self._buckets = list(buckets) if buckets is not None else None
+        self._value = 0.0
+        self._observations = []
+
+    def increment(self, value):
+        if self._family.kind == MetricKind.COUNTER and value < 0:
+            raise TritonModelException("A counter can only be incremented by a positive value")
+        self._value += value
+
+    def set(self, value):
+        if self._family.kind == MetricKind.COUNTER:
+            raise TritonModelException("A counter cannot be set")
+        self._value = value
+
+    def observe(self, value):
+        if self._family.kind != MetricKind.HISTOGRAM:
+            raise TritonModelException("Only a histogram can observe values")
+        self._observations.append(value)
+        self._value += value
+
+    def value(self):
+        return self._value
+
+
+class MetricFamily:
+    COUNTER = MetricKind.COUNTER
+    GAUGE = MetricKind.GAUGE
+    HISTOGRAM = MetricKind.HISTOGRAM
+
+    def __init__(self, name, description, kind):
+        self.name = name
+        self.description = description
+        self.kind = MetricKind(kind)
+
+    def Metric(self, labels=None, buckets=None):  # noqa: N802 - Triton's method name
+        if self.kind == MetricKind.HISTOGRAM and buckets is None:
+            raise TritonModelException("A histogram metric needs buckets")
+        return Metric(self, labels, buckets)
+
+
+# --------------------------------------------------------------------------------------------
+# Constants
+# --------------------------------------------------------------------------------------------
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2

@@ -1,0 +1,312 @@
+"""Triton's Python model API: naiad.triton_python_backend_utils."""
+
+import json
+import struct
+
+import numpy as np
+import pytest
+from naiad import triton_python_backend_utils as pb_utils
+
+# -- Tensor -----------------------------------------------------------------------------------
+
+
+def test_tensor_name_and_dtype():
+    tensor = pb_utils.Tensor("OUTPUT0", np.zeros((2, 3), dtype=np.float32))
+    assert tensor.name() == "OUTPUT0"
+    assert tensor.triton_dtype() == pb_utils.TRITONSERVER_TYPE_FP32 == 11
+    assert tensor.shape() == [2, 3]
+    assert tensor.is_cpu()
+
+
+def test_tensor_keeps_the_array_without_copy():
+    backing = bytearray(64)
+    view = np.frombuffer(backing, dtype=np.float32).reshape(4, 4)  # like a view over shm
+    tensor = pb_utils.Tensor("INPUT0", view)
+    assert tensor.as_numpy() is view
+    assert np.shares_memory(tensor.as_numpy(), view)
+    view[0, 0] = 7.0
+    assert tensor.as_numpy()[0, 0] == 7.0
+
+
+def test_tensor_makes_non_contiguous_arrays_contiguous():
+    base = np.arange(16, dtype=np.int32).reshape(4, 4)
+    tensor = pb_utils.Tensor("T", base[:, ::2])
+    assert tensor.as_numpy().flags.c_contiguous
+    np.testing.assert_array_equal(tensor.as_numpy(), base[:, ::2])
+
+
+def test_tensor_rejects_empty_name_and_unicode_arrays():
+    with pytest.raises(pb_utils.TritonModelException, match="empty string"):
+        pb_utils.Tensor("", np.zeros(1))
+    with pytest.raises(pb_utils.TritonModelException, match="np.object_"):
+        pb_utils.Tensor("T", np.array(["a", "b"]))
+
+
+def test_bytes_tensor_is_an_object_array_of_bytes():
+    array = np.array([b"hello", b"", b"\x00world"], dtype=np.object_)
+    tensor = pb_utils.Tensor("TEXT", array)
+    assert tensor.triton_dtype() == pb_utils.TRITONSERVER_TYPE_BYTES
+    assert tensor.as_numpy() is array
+    assert tensor.as_numpy().dtype == np.object_
+    with pytest.raises(pb_utils.TritonModelException, match="string tensors"):
+        tensor.to_dlpack()
+
+
+def test_tensor_dlpack_roundtrip_shares_memory():
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    tensor = pb_utils.Tensor("T", array)
+    assert tensor.__dlpack_device__() == (1, 0)
+    back = np.from_dlpack(tensor)
+    assert np.shares_memory(back, array)
+
+    from_capsule = pb_utils.Tensor.from_dlpack("C", tensor.to_dlpack())
+    assert from_capsule.name() == "C"
+    assert np.shares_memory(from_capsule.as_numpy(), array)
+    np.testing.assert_array_equal(from_capsule.as_numpy(), array)
+
+    from_object = pb_utils.Tensor.from_dlpack("O", array)
+    assert np.shares_memory(from_object.as_numpy(), array)
+    assert from_object.triton_dtype() == pb_utils.TRITONSERVER_TYPE_FP32
+
+    with pytest.raises(pb_utils.TritonModelException, match="not supported"):
+        pb_utils.Tensor.from_dlpack("X", [1, 2, 3])
+
+
+# -- datatypes and BYTES ----------------------------------------------------------------------
+
+
+def test_dtype_helpers():
+    assert pb_utils.triton_string_to_numpy("TYPE_FP32") is np.float32
+    assert pb_utils.triton_string_to_numpy("TYPE_STRING") is np.object_
+    assert pb_utils.triton_string_to_numpy("TYPE_BOOL") is bool
+    assert pb_utils.numpy_to_triton_type(np.float32) == 11
+    assert pb_utils.numpy_to_triton_type(np.dtype("int64")) == 9
+    assert pb_utils.numpy_to_triton_type(np.bool_) == 1
+    assert pb_utils.numpy_to_triton_type(np.object_) == 13
+    assert pb_utils.numpy_to_triton_type(np.bytes_) == 13
+    assert pb_utils.numpy_to_triton_type(np.complex64) is None
+    for value in range(1, 14):
+        assert pb_utils.numpy_to_triton_type(pb_utils.triton_to_numpy_type(value)) == value
+    assert pb_utils.triton_to_numpy_type(10) is np.float16
+    assert pb_utils.triton_to_numpy_type(99) is None
+    with pytest.raises(KeyError):
+        pb_utils.triton_string_to_numpy("TYPE_NOPE")
+
+
+def test_serialize_and_deserialize_bytes():
+    array = np.array([[b"ab", "c\u00e9"], [b"", 42]], dtype=np.object_)
+    encoded = pb_utils.serialize_byte_tensor(array)
+    expected = b"".join(
+        struct.pack("<I", len(item)) + item for item in [b"ab", "c\u00e9".encode(), b"", b"42"]
+    )
+    assert encoded == expected
+    decoded = pb_utils.deserialize_bytes_tensor(encoded)
+    assert decoded.dtype == np.object_
+    assert list(decoded) == [b"ab", "c\u00e9".encode(), b"", b"42"]
+    assert pb_utils.serialize_byte_tensor(np.zeros(3, dtype=np.float32)) is None
+    assert pb_utils.serialize_byte_tensor(np.array([], dtype=np.object_)) == b""
+    assert len(pb_utils.deserialize_bytes_tensor(b"")) == 0
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def test_triton_error_codes_and_accessors():
+    codes = [
+        pb_utils.TritonError.UNKNOWN,
+        pb_utils.TritonError.INTERNAL,
+        pb_utils.TritonError.NOT_FOUND,
+        pb_utils.TritonError.INVALID_ARG,
+        pb_utils.TritonError.UNAVAILABLE,
+        pb_utils.TritonError.UNSUPPORTED,
+        pb_utils.TritonError.ALREADY_EXISTS,
+        pb_utils.TritonError.CANCELLED,
+    ]
+    assert codes == list(range(8))
+    error = pb_utils.TritonError("bad input")
+    assert error.message() == "bad input"
+    assert error.code() == pb_utils.TritonError.INTERNAL
+    error = pb_utils.TritonError("nope", pb_utils.TritonError.INVALID_ARG)
+    assert error.code() == pb_utils.TritonError.INVALID_ARG
+    assert str(error) == "nope"
+
+
+def test_triton_model_exception():
+    with pytest.raises(pb_utils.TritonModelException) as info:
+        raise pb_utils.TritonModelException("it broke")
+    assert str(info.value) == "it broke"
+    assert info.value.message() == "it broke"
+    assert isinstance(info.value, Exception)
+
+
+# -- requests and responses -------------------------------------------------------------------
+
+
+def _request(**kwargs):
+    inputs = [pb_utils.Tensor("INPUT0", np.ones(4, dtype=np.float32))]
+    return pb_utils.InferenceRequest(
+        model_name="m", requested_output_names=["OUTPUT0"], inputs=inputs, **kwargs
+    )
+
+
+def test_inference_request_accessors():
+    request = _request(request_id="r1", correlation_id=7, flags=1, timeout=5)
+    assert request.request_id() == "r1"
+    assert request.correlation_id() == 7
+    assert request.flags() == pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+    assert request.timeout() == 5
+    assert request.model_name() == "m"
+    assert request.requested_output_names() == {"OUTPUT0"}
+    assert [t.name() for t in request.inputs()] == ["INPUT0"]
+    assert pb_utils.get_input_tensor_by_name(request, "INPUT0") is request.inputs()[0]
+    assert pb_utils.get_input_tensor_by_name(request, "MISSING") is None
+    assert request.parameters() == "{}"
+    assert request.is_cancelled() is False
+    assert request.trace().get_context() is None
+
+
+def test_inference_request_parameters_as_json_string():
+    assert json.loads(_request(parameters={"a": 1, "b": "x", "c": True}).parameters()) == {
+        "a": 1,
+        "b": "x",
+        "c": True,
+    }
+    assert json.loads(_request(parameters='{"k": "v"}').parameters()) == {"k": "v"}
+    with pytest.raises(pb_utils.TritonModelException, match="bool/int/str"):
+        _request(parameters={"a": 1.5})
+
+
+def test_inference_request_validation():
+    with pytest.raises(pb_utils.TritonModelException, match="should not be empty"):
+        pb_utils.InferenceRequest(model_name="m", requested_output_names=[""], inputs=[])
+    with pytest.raises(pb_utils.TritonModelException, match="Correlation ID"):
+        _request(correlation_id=1.5)
+    assert _request(correlation_id="seq-1").correlation_id() == "seq-1"
+
+
+def test_bls_and_decoupled_are_reported_unsupported():
+    request = _request()
+    with pytest.raises(pb_utils.TritonModelException, match="BLS is not supported yet"):
+        request.exec()
+    with pytest.raises(pb_utils.TritonModelException, match="BLS is not supported yet"):
+        request.async_exec()
+    with pytest.raises(pb_utils.TritonModelException, match="decoupled models are not supported"):
+        request.get_response_sender()
+
+
+def test_inference_response_accessors():
+    out = pb_utils.Tensor("OUTPUT0", np.arange(3, dtype=np.int32))
+    response = pb_utils.InferenceResponse(output_tensors=[out])
+    assert response.output_tensors() == [out]
+    assert not response.has_error()
+    assert response.error() is None
+    assert pb_utils.get_output_tensor_by_name(response, "OUTPUT0") is out
+    assert pb_utils.get_output_tensor_by_name(response, "OUTPUT1") is None
+
+    failed = pb_utils.InferenceResponse(
+        output_tensors=[], error=pb_utils.TritonError("bad", pb_utils.TritonError.INVALID_ARG)
+    )
+    assert failed.has_error()
+    assert failed.error().message() == "bad"
+    assert failed.error().code() == pb_utils.TritonError.INVALID_ARG
+    assert pb_utils.InferenceResponse().output_tensors() == []
+    assert json.loads(pb_utils.InferenceResponse(parameters={"p": 1}).parameters()) == {"p": 1}
+    with pytest.raises(pb_utils.TritonModelException, match="must be a list"):
+        pb_utils.InferenceResponse(output_tensors=out)
+
+
+def test_config_lookups():
+    config = {
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": ["16"]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": ["16"]}],
+    }
+    assert pb_utils.get_input_config_by_name(config, "INPUT0")["data_type"] == "TYPE_FP32"
+    assert pb_utils.get_input_config_by_name(config, "OUTPUT0") is None
+    assert pb_utils.get_output_config_by_name(config, "OUTPUT0")["data_type"] == "TYPE_INT32"
+    assert pb_utils.get_output_config_by_name({}, "OUTPUT0") is None
+    assert not pb_utils.using_decoupled_model_transaction_policy(config)
+    assert pb_utils.using_decoupled_model_transaction_policy(
+        {"model_transaction_policy": {"decoupled": True}}
+    )
+
+
+def test_constants():
+    assert pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL == 1
+    assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START == 1
+    assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END == 2
+
+
+# -- auto-complete config ---------------------------------------------------------------------
+
+
+def test_model_config_auto_complete():
+    config = pb_utils.ModelConfig(json.dumps({"name": "m", "max_batch_size": 0}))
+    config.set_max_batch_size(8)
+    config.add_input({"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]})
+    config.add_output({"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]})
+    config.set_dynamic_batching()
+    config.set_model_transaction_policy({"decoupled": False})
+    result = config.as_dict()
+    assert result["max_batch_size"] == 8
+    assert result["input"] == [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}]
+    assert result["output"] == [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}]
+    assert result["dynamic_batching"] == {}
+    assert result["model_transaction_policy"] == {"decoupled": False}
+
+
+def test_model_config_auto_complete_conflicts():
+    config = pb_utils.ModelConfig(
+        {
+            "name": "m",
+            "max_batch_size": 16,
+            "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+            "sequence_batching": {},
+        }
+    )
+    with pytest.raises(ValueError, match="configuration specified max_batch_size 16"):
+        config.set_max_batch_size(8)
+    config.set_max_batch_size(32)
+    with pytest.raises(ValueError, match="sequence_batching"):
+        config.set_dynamic_batching()
+    with pytest.raises(ValueError, match="configuration expects datatype TYPE_FP32"):
+        config.add_input({"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [4]})
+    with pytest.raises(ValueError, match="the model expects dims"):
+        config.add_input({"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [8]})
+    with pytest.raises(ValueError, match="missing 'dims' property"):
+        config.add_output({"name": "OUTPUT0", "data_type": "TYPE_FP32"})
+    with pytest.raises(ValueError, match="property other than"):
+        config.add_output({"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [1], "x": 1})
+    # Same input again, now with dims known: merged, not duplicated.
+    config.add_input({"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4], "optional": True})
+    assert len(config.as_dict()["input"]) == 1
+    assert config.as_dict()["input"][0]["optional"] is True
+
+
+# -- logger -----------------------------------------------------------------------------------
+
+
+def test_logger_writes_to_stderr(capsys):
+    logger = pb_utils.Logger
+    logger.log_info("info line")
+    logger.log_warn("warn line")
+    logger.log_error("error line")
+    logger.log("plain", pb_utils.Logger.LogLevel.INFO)
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines[0].startswith("I") and lines[0].endswith("] info line")
+    assert "test_pb_utils.py:" in lines[0]
+    assert lines[1].startswith("W") and lines[1].endswith("] warn line")
+    assert lines[2].startswith("E") and lines[2].endswith("] error line")
+    assert lines[3].endswith("] plain")
+
+
+def test_logger_verbose_follows_the_verbose_level(capsys):
+    pb_utils.set_log_verbose(0)
+    pb_utils.Logger.log_verbose("hidden")
+    assert capsys.readouterr().err == ""
+    pb_utils.set_log_verbose(1)
+    try:
+        pb_utils.Logger.log_verbose("shown")
+        assert capsys.readouterr().err.endswith("] shown\n")
+    finally:
+        pb_utils.set_log_verbose(0)

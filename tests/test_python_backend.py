@@ -1,0 +1,435 @@
+"""The Python backend: loading Triton Python models and running their execute()."""
+
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from naiad import triton_python_backend_utils as pb_utils
+from naiad.backends import backend_module
+from naiad.backends.python import (
+    ModelLoadError,
+    PythonModelBackend,
+    RequestError,
+    auto_complete_config,
+    output_datatype,
+)
+
+REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
+
+
+def _tensor_config(name, data_type, dims):
+    # Triton's JSON form of the model config writes int64 values such as dims as strings.
+    return {"name": name, "data_type": data_type, "dims": [str(d) for d in dims]}
+
+
+ADD_SUB_CONFIG = {
+    "name": "add_sub",
+    "platform": "",
+    "backend": "python",
+    "version_policy": {"latest": {"num_versions": 1}},
+    "max_batch_size": 64,
+    "input": [
+        _tensor_config("INPUT0", "TYPE_FP32", [16]),
+        _tensor_config("INPUT1", "TYPE_FP32", [16]),
+    ],
+    "output": [
+        _tensor_config("OUTPUT0", "TYPE_FP32", [16]),
+        _tensor_config("OUTPUT1", "TYPE_FP32", [16]),
+    ],
+    "dynamic_batching": {},
+    "instance_group": [{"name": "add_sub_0", "kind": "KIND_CPU", "count": 1, "gpus": []}],
+    "default_model_filename": "",
+    "parameters": {},
+}
+
+
+def _args(model_dir, config, version="1"):
+    """The dict Triton's initialize() receives."""
+    return {
+        "model_config": json.dumps(config),
+        "model_instance_kind": "CPU",
+        "model_instance_name": f"{config['name']}_0_0",
+        "model_instance_device_id": "0",
+        "model_repository": str(model_dir),
+        "model_version": version,
+        "model_name": config["name"],
+    }
+
+
+def _add_sub_request(in0, in1, outputs=("OUTPUT0", "OUTPUT1"), request_id=""):
+    return pb_utils.InferenceRequest(
+        request_id=request_id,
+        model_name="add_sub",
+        requested_output_names=list(outputs),
+        inputs=[pb_utils.Tensor("INPUT0", in0), pb_utils.Tensor("INPUT1", in1)],
+    )
+
+
+def _write_model(tmp_path, source, name="broken", filename="model.py", config_extra=None):
+    model_dir = tmp_path / name
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / filename).write_text(textwrap.dedent(source))
+    config = {
+        "name": name,
+        "backend": "python",
+        "max_batch_size": 8,
+        "input": [_tensor_config("INPUT0", "TYPE_FP32", [4])],
+        "output": [_tensor_config("OUTPUT0", "TYPE_FP32", [4])],
+    }
+    config.update(config_extra or {})
+    return model_dir, config
+
+
+def _fp32_request(values, outputs=("OUTPUT0",)):
+    return pb_utils.InferenceRequest(
+        model_name="broken",
+        requested_output_names=list(outputs),
+        inputs=[pb_utils.Tensor("INPUT0", np.asarray(values, dtype=np.float32))],
+    )
+
+
+@pytest.fixture
+def add_sub():
+    backend = PythonModelBackend(_args(REPOSITORY / "add_sub", ADD_SUB_CONFIG))
+    yield backend
+    backend.finalize()
+
+
+# -- add_sub ----------------------------------------------------------------------------------
+
+
+def test_add_sub_batch_of_two(add_sub):
+    rng = np.random.default_rng(0)
+    a0, b0 = rng.random((2, 1, 16), dtype=np.float32)
+    a1, b1 = rng.random((2, 3, 16), dtype=np.float32)
+    results = add_sub.execute([_add_sub_request(a0, b0), _add_sub_request(a1, b1)])
+    assert len(results) == 2
+    for (a, b), outputs in zip([(a0, b0), (a1, b1)], results):
+        assert isinstance(outputs, list)
+        assert [t.name() for t in outputs] == ["OUTPUT0", "OUTPUT1"]
+        np.testing.assert_allclose(outputs[0].as_numpy(), a + b)
+        np.testing.assert_allclose(outputs[1].as_numpy(), a - b)
+        assert outputs[0].as_numpy().dtype == np.float32
+        assert output_datatype(outputs[0]) == "FP32"
+
+
+def test_add_sub_inputs_are_not_copied(add_sub):
+    # The worker hands the model numpy views over shared memory; the model must see them.
+    arena = bytearray(2 * 16 * 4)
+    in0 = np.frombuffer(arena, dtype=np.float32, count=16).reshape(1, 16)
+    in1 = np.frombuffer(arena, dtype=np.float32, count=16, offset=64).reshape(1, 16)
+    request = _add_sub_request(in0, in1)
+    assert pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy() is in0
+    in0[:] = 2.0
+    in1[:] = 0.5
+    [outputs] = add_sub.execute([request])
+    np.testing.assert_allclose(outputs[0].as_numpy(), np.full((1, 16), 2.5))
+
+
+def test_requested_output_names_filter(add_sub):
+    ones = np.ones((1, 16), dtype=np.float32)
+    only_one = _add_sub_request(ones, ones, outputs=["OUTPUT1"])
+    all_of_them = _add_sub_request(ones, ones, outputs=[])
+    [first, second] = add_sub.execute([only_one, all_of_them])
+    assert [t.name() for t in first] == ["OUTPUT1"]
+    np.testing.assert_allclose(first[0].as_numpy(), np.zeros((1, 16)))
+    assert [t.name() for t in second] == ["OUTPUT0", "OUTPUT1"]
+
+
+def test_requested_output_not_produced_is_an_error(add_sub):
+    ones = np.ones((1, 16), dtype=np.float32)
+    [result] = add_sub.execute([_add_sub_request(ones, ones, outputs=["OUTPUT0", "OUTPUT9"])])
+    assert isinstance(result, str)
+    assert "'OUTPUT9'" in result
+    assert "add_sub" in result
+
+
+def test_initialize_receives_the_args_and_pb_utils_is_importable(add_sub):
+    assert sys.modules["triton_python_backend_utils"] is pb_utils
+    assert add_sub.model.model_config["name"] == "add_sub"
+    assert str(REPOSITORY / "add_sub" / "1") in sys.path
+    assert pb_utils.get_model_dir() == str(REPOSITORY / "add_sub" / "1")
+
+
+def test_identity_bytes():
+    config = {
+        "name": "identity_bytes",
+        "backend": "python",
+        "max_batch_size": 8,
+        "input": [_tensor_config("INPUT0", "TYPE_STRING", [-1])],
+        "output": [_tensor_config("OUTPUT0", "TYPE_STRING", [-1])],
+    }
+    backend = PythonModelBackend(_args(REPOSITORY / "identity_bytes", config))
+    data = np.array([[b"hello", b"", b"\x00\xff"]], dtype=np.object_)
+    request = pb_utils.InferenceRequest(
+        model_name="identity_bytes",
+        requested_output_names=["OUTPUT0"],
+        inputs=[pb_utils.Tensor("INPUT0", data)],
+    )
+    [outputs] = backend.execute([request])
+    assert outputs[0].name() == "OUTPUT0"
+    assert outputs[0].as_numpy().tolist() == data.tolist()
+    assert output_datatype(outputs[0]) == "BYTES"
+    backend.finalize()
+
+
+def test_backend_module_lookup():
+    assert backend_module("python").PythonModelBackend is PythonModelBackend
+    with pytest.raises(ImportError, match="no Naiad backend"):
+        backend_module("no_such_backend")
+
+
+# -- execute failures -------------------------------------------------------------------------
+
+
+def test_execute_raising_fails_every_request(tmp_path):
+    model_dir, config = _write_model(
+        tmp_path,
+        """
+        class TritonPythonModel:
+            def execute(self, requests):
+                raise ValueError("boom")
+        """,
+    )
+    backend = PythonModelBackend(_args(model_dir, config))
+    results = backend.execute([_fp32_request([1, 2, 3, 4]), _fp32_request([5, 6, 7, 8])])
+    assert len(results) == 2
+    for result in results:
+        assert isinstance(result, RequestError)
+        assert result.startswith(
+            "Failed to process the request(s) for model 'broken', message: ValueError: boom"
+        )
+        assert result.code == pb_utils.TritonError.INTERNAL
+
+
+def test_execute_returning_the_wrong_count(tmp_path):
+    model_dir, config = _write_model(
+        tmp_path,
+        """
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                return [pb_utils.InferenceResponse([])]
+        """,
+    )
+    backend = PythonModelBackend(_args(model_dir, config))
+    results = backend.execute([_fp32_request([1, 2, 3, 4])] * 3)
+    assert len(results) == 3
+    assert all(isinstance(r, str) for r in results)
+    assert "Number of InferenceResponse objects do not match" in results[0]
+    assert "InferenceRequest(s) size is:3, and InferenceResponse(s) size is:1" in results[0]
+
+
+@pytest.mark.parametrize(
+    "returned, expected",
+    [
+        ("None", "returned None"),
+        ("{}", "Expected a list in the execute return, found type '<class 'dict'>'"),
+        ("['x' for _ in requests]", "Expected an 'InferenceResponse' object"),
+    ],
+)
+def test_execute_returning_the_wrong_kind(tmp_path, returned, expected):
+    model_dir, config = _write_model(
+        tmp_path,
+        f"""
+        class TritonPythonModel:
+            def execute(self, requests):
+                return {returned}
+        """,
+    )
+    backend = PythonModelBackend(_args(model_dir, config))
+    results = backend.execute([_fp32_request([1, 2, 3, 4]), _fp32_request([1, 2, 3, 4])])
+    assert len(results) == 2
+    for result in results:
+        assert result.startswith("Failed to process the request(s) for model 'broken'")
+        assert expected in result
+
+
+def test_response_error_reaches_only_its_request(tmp_path):
+    model_dir, config = _write_model(
+        tmp_path,
+        """
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                responses = []
+                for request in requests:
+                    data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+                    if data.sum() < 0:
+                        error = pb_utils.TritonError(
+                            "negative input", pb_utils.TritonError.INVALID_ARG
+                        )
+                        responses.append(pb_utils.InferenceResponse(error=error))
+                    else:
+                        out = pb_utils.Tensor("OUTPUT0", data * 2)
+                        responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+                return responses
+        """,
+    )
+    backend = PythonModelBackend(_args(model_dir, config))
+    good, bad = backend.execute([_fp32_request([1, 2, 3, 4]), _fp32_request([-1, -2, -3, -4])])
+    np.testing.assert_allclose(good[0].as_numpy(), [2, 4, 6, 8])
+    assert bad == "negative input"
+    assert bad.code == pb_utils.TritonError.INVALID_ARG
+    assert bad.code_name == "INVALID_ARG"
+
+
+def test_async_execute_and_finalize(tmp_path):
+    marker = tmp_path / "finalized"
+    model_dir, config = _write_model(
+        tmp_path,
+        f"""
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            async def execute(self, requests):
+                return [
+                    pb_utils.InferenceResponse(
+                        [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(
+                            r, "INPUT0").as_numpy() + 1)]
+                    )
+                    for r in requests
+                ]
+
+            def finalize(self):
+                open({str(marker)!r}, "w").close()
+        """,
+    )
+    backend = PythonModelBackend(_args(model_dir, config))
+    [outputs] = backend.execute([_fp32_request([0, 0, 0, 0])])
+    np.testing.assert_allclose(outputs[0].as_numpy(), [1, 1, 1, 1])
+    backend.finalize()
+    assert marker.exists()
+    backend.finalize()  # a second call is a no-op
+
+
+def test_default_model_filename_and_relative_imports(tmp_path):
+    model_dir, config = _write_model(
+        tmp_path,
+        """
+        import triton_python_backend_utils as pb_utils
+        from .helpers import scale
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                return [
+                    pb_utils.InferenceResponse([pb_utils.Tensor(
+                        "OUTPUT0",
+                        scale(pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()),
+                    )])
+                    for r in requests
+                ]
+        """,
+        name="custom_file",
+        filename="my_model.py",
+        config_extra={"default_model_filename": "my_model.py"},
+    )
+    (model_dir / "1" / "helpers.py").write_text("def scale(x):\n    return x * 3\n")
+    backend = PythonModelBackend(_args(model_dir, config))
+    [outputs] = backend.execute([_fp32_request([1, 1, 1, 1])])
+    np.testing.assert_allclose(outputs[0].as_numpy(), [3, 3, 3, 3])
+
+
+# -- load failures ----------------------------------------------------------------------------
+
+
+def test_missing_model_file(tmp_path):
+    model_dir = tmp_path / "ghost"
+    (model_dir / "1").mkdir(parents=True)
+    with pytest.raises(ModelLoadError) as info:
+        PythonModelBackend(_args(model_dir, {"name": "ghost", "backend": "python"}))
+    message = str(info.value)
+    assert "'ghost'" in message
+    assert "Python model file not found in" in message
+    assert os.path.join(str(model_dir), "1", "model.py") in message
+
+
+def test_syntax_error(tmp_path):
+    model_dir, config = _write_model(
+        tmp_path,
+        """
+        class TritonPythonModel:
+            def execute(self, requests)
+                return []
+        """,
+    )
+    with pytest.raises(ModelLoadError) as info:
+        PythonModelBackend(_args(model_dir, config))
+    message = str(info.value)
+    assert "'broken'" in message
+    assert "SyntaxError" in message
+    assert "model.py, line 3" in message
+
+
+def test_missing_class(tmp_path):
+    model_dir, config = _write_model(tmp_path, "class SomethingElse:\n    pass\n")
+    with pytest.raises(ModelLoadError, match="'broken'.*does not define class TritonPythonModel"):
+        PythonModelBackend(_args(model_dir, config))
+
+
+def test_import_error_in_model(tmp_path):
+    model_dir, config = _write_model(tmp_path, "import no_such_module_for_naiad_tests\n")
+    with pytest.raises(ModelLoadError, match="ModuleNotFoundError.*no_such_module_for_naiad"):
+        PythonModelBackend(_args(model_dir, config))
+
+
+def test_initialize_raising(tmp_path):
+    model_dir, config = _write_model(
+        tmp_path,
+        """
+        class TritonPythonModel:
+            def initialize(self, args):
+                raise RuntimeError("no weights at " + args["model_repository"])
+
+            def execute(self, requests):
+                return []
+        """,
+    )
+    with pytest.raises(ModelLoadError) as info:
+        PythonModelBackend(_args(model_dir, config))
+    message = str(info.value)
+    assert "'broken'" in message
+    assert "initialize() raised RuntimeError: no weights at " + str(model_dir) in message
+    assert "model.py:4 in initialize" in message
+
+
+def test_missing_execute(tmp_path):
+    model_dir, config = _write_model(tmp_path, "class TritonPythonModel:\n    pass\n")
+    with pytest.raises(ModelLoadError, match="does not implement `execute` method"):
+        PythonModelBackend(_args(model_dir, config))
+
+
+# -- auto-complete ----------------------------------------------------------------------------
+
+
+def test_auto_complete_config(tmp_path):
+    model_dir, _ = _write_model(
+        tmp_path,
+        """
+        class TritonPythonModel:
+            @staticmethod
+            def auto_complete_config(auto_complete_model_config):
+                auto_complete_model_config.set_max_batch_size(4)
+                auto_complete_model_config.add_input(
+                    {"name": "IN", "data_type": "TYPE_INT32", "dims": [2]})
+                auto_complete_model_config.add_output(
+                    {"name": "OUT", "data_type": "TYPE_INT32", "dims": [2]})
+                auto_complete_model_config.set_dynamic_batching()
+                return auto_complete_model_config
+
+            def execute(self, requests):
+                return []
+        """,
+        name="auto",
+    )
+    completed = auto_complete_config(str(model_dir), "1", json.dumps({"name": "auto"}))
+    assert completed["max_batch_size"] == 4
+    assert completed["input"] == [{"name": "IN", "data_type": "TYPE_INT32", "dims": [2]}]
+    assert completed["output"] == [{"name": "OUT", "data_type": "TYPE_INT32", "dims": [2]}]
+    assert completed["dynamic_batching"] == {}
