@@ -1,0 +1,288 @@
+"""config.pbtxt: parse strictly, complete with Triton's defaults, validate, render as JSON.
+
+Triton parses config.pbtxt with protobuf text format against model_config.proto, fills a few
+defaults (name, backend/platform, instance groups, version policy, ...) and checks the result.
+We do the same so that a repository behaves identically, and reuse Triton's error wording
+where we checked it against Triton 2.51, so that messages users search for still match.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+from google.protobuf import json_format, text_format
+from google.protobuf.descriptor import FieldDescriptor
+
+from naiad.errors import InvalidArgument
+from naiad.protos import model_config_pb2
+
+ModelConfig = model_config_pb2.ModelConfig
+ModelInstanceGroup = model_config_pb2.ModelInstanceGroup
+
+CONFIG_FILENAME = "config.pbtxt"
+
+# platform -> backend, applied when only the platform is given (Triton does the same).
+_BACKEND_OF_PLATFORM = {
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "tensorrt_plan": "tensorrt",
+    "tensorflow_graphdef": "tensorflow",
+    "tensorflow_savedmodel": "tensorflow",
+}
+# backend -> platform, applied when only the backend is given. Python models keep an empty
+# platform (metadata then reports the backend name, as Triton does).
+_PLATFORM_OF_BACKEND = {
+    "onnxruntime": "onnxruntime_onnx",
+    "pytorch": "pytorch_libtorch",
+    "tensorrt": "tensorrt_plan",
+}
+_DEFAULT_MODEL_FILENAME = {
+    "python": "model.py",
+    "onnxruntime": "model.onnx",
+    "pytorch": "model.pt",
+    "tensorrt": "model.plan",
+}
+
+
+class ConfigError(InvalidArgument):
+    """A config.pbtxt that cannot be read, parsed or accepted."""
+
+
+def load_model_config(model_dir: Path, model_name: str) -> ModelConfig:
+    """Read, complete and validate `<model_dir>/config.pbtxt`; raise ConfigError if unusable."""
+    path = Path(model_dir) / CONFIG_FILENAME
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        # Triton's wording (strict config mode).
+        raise ConfigError(
+            f"failed to open text file for read {path}: No such file or directory"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"failed to read {path}: {exc}") from None
+    config = parse_model_config(text, path)
+    complete_model_config(config, model_name)
+    validate_model_config(config)
+    return config
+
+
+def parse_model_config(text: str, path: Path | str = CONFIG_FILENAME) -> ModelConfig:
+    """Parse config.pbtxt text strictly (unknown fields are errors); `path` is for messages."""
+    config = ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        raise ConfigError(_describe_parse_error(exc, text, path)) from None
+    return config
+
+
+_UNKNOWN_FIELD = re.compile(r'Message type "([\w.]+)" has no field named "(\w+)"')
+# protobuf echoes the offending line as `'<line>': ` before some messages; we show the
+# field name instead, which is what the reader looks for.
+_ECHOED_LINE = re.compile(r"^'.*?': ")
+
+
+def _describe_parse_error(exc: text_format.ParseError, text: str, path: Path | str) -> str:
+    line, column = exc.GetLine(), exc.GetColumn()
+    detail = re.sub(r"^\d+:\d+ : ", "", str(exc))
+    detail = _ECHOED_LINE.sub("", detail)
+    where = f"{path}:{line}:{column}" if line is not None else str(path)
+    unknown = _UNKNOWN_FIELD.search(detail)
+    if unknown:
+        return f"{where}: unknown field '{unknown.group(2)}' in {unknown.group(1)}"
+    field = _field_at(text, line, column)
+    if field:
+        return f"{where}: bad value for field '{field}': {detail}"
+    return f"{where}: {detail}"
+
+
+def _field_at(text: str, line: int | None, column: int | None) -> str | None:
+    """The name of the field whose value sits at (line, column), if it can be seen there."""
+    if line is None or column is None:
+        return None
+    lines = text.splitlines()
+    if not 0 < line <= len(lines):
+        return None
+    # The last `name:` before the error position on that line.
+    names = re.findall(r"(\w+)\s*:", lines[line - 1][: max(column - 1, 0)])
+    return names[-1] if names else None
+
+
+def complete_model_config(config: ModelConfig, model_name: str) -> None:
+    """Fill the defaults Triton fills before serving a model (in place)."""
+    if not config.name:
+        config.name = model_name
+    elif config.name != model_name:
+        raise ConfigError(
+            f"unexpected directory name '{model_name}' for model '{config.name}', "
+            "directory name must equal model name"
+        )
+    if not config.backend and config.platform in _BACKEND_OF_PLATFORM:
+        config.backend = _BACKEND_OF_PLATFORM[config.platform]
+    if not config.platform and config.backend in _PLATFORM_OF_BACKEND:
+        config.platform = _PLATFORM_OF_BACKEND[config.backend]
+    if not config.default_model_filename and config.backend in _DEFAULT_MODEL_FILENAME:
+        config.default_model_filename = _DEFAULT_MODEL_FILENAME[config.backend]
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    # Triton turns pinned buffers on unless the config says otherwise; its config JSON shows it.
+    for buffer in ("input_pinned_memory", "output_pinned_memory"):
+        if not config.optimization.HasField(buffer):
+            getattr(config.optimization, buffer).enable = True
+    _complete_instance_groups(config)
+
+
+def _complete_instance_groups(config: ModelConfig) -> None:
+    if not config.instance_group:
+        # Triton names the group it adds after the model itself (instances: <model>_0, ...).
+        # On a GPU host Triton would add a KIND_GPU group; placement is not decided here.
+        config.instance_group.add(name=config.name, kind=ModelInstanceGroup.KIND_CPU, count=1)
+        return
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        if group.count == 0:
+            group.count = 1
+
+
+def validate_model_config(config: ModelConfig) -> None:
+    """Raise ConfigError for what Triton would refuse to load (the checks we rely on)."""
+    name = config.name
+    if config.max_batch_size < 0:
+        raise ConfigError(f"'max_batch_size' must be non-negative value for {name}")
+    _validate_tensors("input", config.input, name)
+    _validate_tensors("output", config.output, name)
+    for group in config.instance_group:
+        if group.count < 0:
+            raise ConfigError(
+                f"instance group {group.name} of model {name} must have count >= 1, got {group.count}"
+            )
+        if (
+            group.kind in (ModelInstanceGroup.KIND_CPU, ModelInstanceGroup.KIND_MODEL)
+            and group.gpus
+        ):
+            kind = ModelInstanceGroup.Kind.Name(group.kind)
+            raise ConfigError(
+                f"instance group {group.name} of model {name} has kind {kind} "
+                "but specifies one or more GPUs"
+            )
+    if config.HasField("dynamic_batching"):
+        _validate_dynamic_batching(config)
+
+
+def _validate_tensors(kind: str, tensors, model_name: str) -> None:
+    seen = set()
+    for tensor in tensors:
+        if not tensor.name:
+            raise ConfigError(f"model {kind} must specify 'name' for {model_name}")
+        if tensor.name in seen:
+            raise ConfigError(
+                f"model {kind} '{tensor.name}' is specified more than once for {model_name}"
+            )
+        seen.add(tensor.name)
+        if tensor.data_type == model_config_pb2.TYPE_INVALID:
+            raise ConfigError(
+                f"model {kind} '{tensor.name}' must specify 'data_type' for {model_name}"
+            )
+        if not tensor.dims:
+            raise ConfigError(f"model {kind} '{tensor.name}' must specify 'dims' for {model_name}")
+        if any(dim < 1 and dim != -1 for dim in tensor.dims):
+            raise ConfigError(
+                f"model {kind} '{tensor.name}' dimension must be integer >= 1, or -1 to "
+                f"indicate a variable-size dimension for {model_name}"
+            )
+
+
+def _validate_dynamic_batching(config: ModelConfig) -> None:
+    # Triton accepts dynamic_batching on a model with max_batch_size 0 (requests then run one
+    # by one); configs in the wild rely on that, so it is not an error here either.
+    batching = config.dynamic_batching
+    name = config.name
+    if config.max_batch_size > 0:
+        for size in batching.preferred_batch_size:
+            if size < 1:
+                raise ConfigError(f"dynamic batching preferred size must be positive for {name}")
+            if size > config.max_batch_size:
+                raise ConfigError(
+                    f"dynamic batching preferred size must be <= max batch size for {name}"
+                )
+    levels = batching.priority_levels
+    if levels == 0:
+        return
+    if not 1 <= batching.default_priority_level <= levels:
+        raise ConfigError(f"default priority level must be in range [1, {levels}] for {name}")
+    for level in batching.priority_queue_policy:
+        if not 1 <= level <= levels:
+            raise ConfigError(
+                f"priority queue policy must have priority level in range [1, {levels}] for {name}"
+            )
+
+
+# ---- JSON, as Triton's GET /v2/models/<model>/config renders it ----
+
+# protobuf renamed including_default_value_fields (< 5.26) to always_print_fields_with_no_presence.
+_PRINT_DEFAULTS = (
+    "always_print_fields_with_no_presence"
+    if "always_print_fields_with_no_presence"
+    in inspect.signature(json_format.MessageToDict).parameters
+    else "including_default_value_fields"
+)
+_INT64_TYPES = frozenset(
+    {
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED64,
+    }
+)
+
+
+def config_to_json(config: ModelConfig) -> dict:
+    """The config as Triton's HTTP endpoint returns it.
+
+    Like protobuf's JSON mapping with original field names and fields without presence always
+    printed (unset sub-messages omitted), except that 64-bit integers are JSON numbers, not
+    strings: Triton rewrites them (dims: [4], max_queue_delay_microseconds: 100). Keys follow
+    declaration order, as in Triton's output. Map keys stay strings ("1" for priority levels).
+    """
+    as_dict = json_format.MessageToDict(
+        config, preserving_proto_field_name=True, **{_PRINT_DEFAULTS: True}
+    )
+    return _triton_json(as_dict, config.DESCRIPTOR)
+
+
+def _triton_json(values: dict, descriptor) -> dict:
+    return {
+        field.name: _convert(values[field.name], field)
+        for field in descriptor.fields
+        if field.name in values
+    }
+
+
+def _convert(value, field):
+    message_type = field.message_type
+    if message_type is not None and message_type.GetOptions().map_entry:
+        value_field = message_type.fields_by_name["value"]
+        return {key: _convert_one(item, value_field) for key, item in value.items()}
+    if _is_repeated(field):
+        return [_convert_one(item, field) for item in value]
+    return _convert_one(value, field)
+
+
+def _convert_one(value, field):
+    if field.message_type is not None:
+        return _triton_json(value, field.message_type)
+    if field.type in _INT64_TYPES:
+        return int(value)
+    return value
+
+
+def _is_repeated(field) -> bool:
+    # `label` is deprecated in newer protobuf in favour of `is_repeated`.
+    is_repeated = getattr(field, "is_repeated", None)
+    if is_repeated is None:
+        return field.label == FieldDescriptor.LABEL_REPEATED
+    return is_repeated() if callable(is_repeated) else bool(is_repeated)

@@ -1,0 +1,99 @@
+"""Find the models of a repository folder and the versions of each to serve.
+
+A model is a folder holding config.pbtxt and numeric version folders (1/, 2/, ...). Which
+versions are served follows the config's version_policy, as in Triton. A model that cannot be
+served is still reported, with the reason, so that the repository index can show it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from naiad.protos import model_config_pb2
+from naiad.repository.config import ConfigError, load_model_config
+
+_VERSION_DIR = re.compile(r"[0-9]+")
+
+
+@dataclasses.dataclass
+class ModelEntry:
+    """One model folder: its config and versions to serve, or why it cannot be served."""
+
+    name: str
+    path: Path
+    config: model_config_pb2.ModelConfig | None
+    error: str | None
+    versions: list[int]
+    # Problems that do not stop the model from loading (Triton logs them), e.g. a version
+    # named in a `specific` policy that has no folder.
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def scan_repository(repo: Path) -> list[ModelEntry]:
+    """Every model folder in `repo` (hidden ones skipped), sorted by name."""
+    repo = Path(repo)
+    folders = [
+        child for child in repo.iterdir() if child.is_dir() and not child.name.startswith(".")
+    ]
+    return [scan_model(folder) for folder in sorted(folders, key=lambda p: p.name)]
+
+
+def scan_model(model_dir: Path) -> ModelEntry:
+    """Load one model folder's config and choose its versions; errors go into the entry."""
+    model_dir = Path(model_dir)
+    name = model_dir.name
+    try:
+        config = load_model_config(model_dir, name)
+    except ConfigError as exc:
+        return ModelEntry(name, model_dir, None, exc.message, [])
+    warnings: list[str] = []
+    versions = select_versions(config, available_versions(model_dir), warnings)
+    if not versions:
+        # Triton's wording, for both "no version folder" and "none matches the policy".
+        error = f"at least one version must be available under the version policy of model '{name}'"
+        return ModelEntry(name, model_dir, config, error, [], warnings)
+    return ModelEntry(name, model_dir, config, None, versions, warnings)
+
+
+def available_versions(model_dir: Path) -> list[int]:
+    """Numeric subfolders, ascending. Others are ignored (Triton logs and skips them)."""
+    return sorted(
+        int(child.name)
+        for child in Path(model_dir).iterdir()
+        if child.is_dir() and _VERSION_DIR.fullmatch(child.name)
+    )
+
+
+def select_versions(
+    config: model_config_pb2.ModelConfig, available: list[int], warnings: list[str] | None = None
+) -> list[int]:
+    """The versions to serve, ascending, per config.version_policy (default: the latest one).
+
+    Versions a `specific` policy names but that have no folder are skipped and reported in
+    `warnings`, as Triton does (it logs them and loads the rest).
+    """
+    policy = config.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return sorted(available)
+    if choice == "specific":
+        present = set(available)
+        chosen = []
+        for version in sorted(set(policy.specific.versions)):
+            if version in present:
+                chosen.append(version)
+            elif warnings is not None:
+                warnings.append(
+                    f"version {version} is specified for model '{config.name}', "
+                    "but the version directory is not present"
+                )
+        return chosen
+    # latest (also the default). num_versions 0 is taken as 1.
+    count = max(policy.latest.num_versions, 1)
+    return sorted(available)[-count:] if available else []
