@@ -1,0 +1,101 @@
+// The per-instance channel between the frontend's core and one worker process:
+// a ring of batch messages going to the worker and a ring of completions coming
+// back, both single-producer/single-consumer, living in the shared arena.
+// Wake-ups go through eventfds and only when the other side said it is asleep,
+// so a busy pipeline costs no system calls.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace naiad {
+
+enum class MessageKind : uint32_t { kBatch = 1, kStop = 2 };
+
+// A batch handed to a worker: the descriptor at `desc_offset` is an array of
+// `n_requests` RequestRecord.
+struct BatchMessage {
+  uint64_t batch_id;
+  uint64_t desc_offset;
+  uint32_t n_requests;
+  MessageKind kind;
+};
+
+struct RequestRecord {
+  uint64_t request_id;
+  uint64_t offset;  // the request's block in the arena
+  uint64_t size;
+  uint32_t batch_size;
+  uint32_t reserved;
+};
+
+// status: 0 = ran (per-request errors are inside the result block), nonzero = the
+// batch failed as a whole (see CompletionStatus).
+struct CompletionMessage {
+  uint64_t batch_id;
+  uint64_t result_offset;
+  uint64_t result_size;
+  int32_t status;
+  uint32_t reserved;
+};
+
+enum CompletionStatus : int32_t {
+  kCompletionOk = 0,
+  kCompletionWorkerFailed = 1,  // the worker raised outside the model or ran out of arena
+  kCompletionInstanceDied = 2,  // the worker process died with the batch in flight
+};
+
+template <typename T, uint32_t Capacity>
+struct SpscRing {
+  static_assert((Capacity & (Capacity - 1)) == 0, "capacity is a power of two");
+  alignas(64) std::atomic<uint64_t> head;  // next slot to read (consumer)
+  alignas(64) std::atomic<uint64_t> tail;  // next slot to write (producer)
+  alignas(64) T slots[Capacity];
+
+  void reset() {
+    head.store(0, std::memory_order_relaxed);
+    tail.store(0, std::memory_order_relaxed);
+  }
+  bool push(const T& item) {
+    uint64_t t = tail.load(std::memory_order_relaxed);
+    if (t - head.load(std::memory_order_acquire) >= Capacity) return false;
+    slots[t & (Capacity - 1)] = item;
+    tail.store(t + 1, std::memory_order_release);
+    return true;
+  }
+  bool pop(T* out) {
+    uint64_t h = head.load(std::memory_order_relaxed);
+    if (h == tail.load(std::memory_order_acquire)) return false;
+    *out = slots[h & (Capacity - 1)];
+    head.store(h + 1, std::memory_order_release);
+    return true;
+  }
+  bool empty() const {
+    return head.load(std::memory_order_acquire) == tail.load(std::memory_order_acquire);
+  }
+};
+
+constexpr uint32_t kRingCapacity = 16;
+
+struct Channel {
+  SpscRing<BatchMessage, kRingCapacity> to_worker;
+  SpscRing<CompletionMessage, kRingCapacity> to_frontend;
+  // The worker sets this before it blocks on its eventfd; the frontend writes the
+  // eventfd only when it is set.
+  alignas(64) std::atomic<uint32_t> worker_sleeping;
+
+  void reset() {
+    to_worker.reset();
+    to_frontend.reset();
+    worker_sleeping.store(0, std::memory_order_relaxed);
+  }
+};
+
+// Writes 1 to an eventfd, retrying on EINTR; EAGAIN (counter saturated) is a wake already.
+void signal_eventfd(int fd);
+// Blocks until the eventfd is readable and consumes its counter.
+void wait_eventfd(int fd);
+// Consumes the counter without blocking (the fd must be non-blocking).
+void drain_eventfd(int fd);
+
+}  // namespace naiad

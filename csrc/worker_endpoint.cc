@@ -1,0 +1,48 @@
+#include "worker_endpoint.h"
+
+#include <unistd.h>
+
+namespace naiad {
+
+WorkerEndpoint::WorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd)
+    : arena_(Arena::attach(arena_fd)),
+      channel_(arena_.at<Channel>(channel_offset)),
+      wake_fd_(wake_fd),
+      notify_fd_(notify_fd) {}
+
+WorkerEndpoint::~WorkerEndpoint() {
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (notify_fd_ >= 0) ::close(notify_fd_);
+}
+
+BatchMessage WorkerEndpoint::next() {
+  BatchMessage message;
+  for (;;) {
+    if (channel_->to_worker.pop(&message)) return message;
+    // Announce the sleep, then look once more: the frontend checks the flag after
+    // it pushes, so either it sees the flag and signals or we see its message.
+    channel_->worker_sleeping.store(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (channel_->to_worker.pop(&message)) {
+      channel_->worker_sleeping.store(0, std::memory_order_relaxed);
+      return message;
+    }
+    wait_eventfd(wake_fd_);
+    channel_->worker_sleeping.store(0, std::memory_order_relaxed);
+  }
+}
+
+void WorkerEndpoint::complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
+                              int32_t status) {
+  CompletionMessage message{batch_id, result_offset, result_size, status, 0};
+  while (!channel_->to_frontend.push(message)) {
+    // Cannot happen with one batch in flight per instance; yield rather than lose it.
+    usleep(50);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (arena_.header()->notify_pending.exchange(1, std::memory_order_seq_cst) == 0) {
+    signal_eventfd(notify_fd_);
+  }
+}
+
+}  // namespace naiad

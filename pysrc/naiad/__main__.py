@@ -1,0 +1,3 @@
+from naiad.cli import main
+
+raise SystemExit(main())

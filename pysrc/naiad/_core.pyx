@@ -1,0 +1,233 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The only place Python touches the C++ core (csrc/).
+
+`Core` is the frontend's side: it queues requests, forms batches and collects
+completions. `WorkerEndpoint` is a worker's side of one instance channel. Every call
+that copies tensor data or may block releases the GIL.
+"""
+
+from cpython.memoryview cimport PyMemoryView_FromMemory
+from cpython.buffer cimport PyBUF_WRITE
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
+from libcpp cimport bool as cbool
+from libcpp.vector cimport vector
+
+
+cdef extern from "arena.h" namespace "naiad":
+    cdef cppclass ArenaStats:
+        uint64_t bytes_in_use
+        uint64_t blocks_in_use
+        uint64_t largest_free
+
+    cdef cppclass Arena:
+        uint64_t alloc(uint64_t size, uint64_t tag) except + nogil
+        void free(uint64_t offset) except + nogil
+        ArenaStats stats() except + nogil
+        uint8_t* base() nogil
+        uint64_t size() nogil
+        int fd() nogil
+
+
+cdef extern from "channel.h" namespace "naiad":
+    cdef enum class MessageKind(uint32_t):
+        kBatch
+        kStop
+
+    cdef struct BatchMessage:
+        uint64_t batch_id
+        uint64_t desc_offset
+        uint32_t n_requests
+        MessageKind kind
+
+
+cdef extern from "core.h" namespace "naiad":
+    uint64_t monotonic_ns() nogil
+
+    cdef struct SubmitPart:
+        const void* data
+        uint64_t size
+        uint64_t offset
+
+    cdef cppclass Completion:
+        uint64_t batch_id
+        int32_t status
+        uint32_t instance_id
+        uint64_t result_offset
+        uint64_t result_size
+        uint64_t dispatch_ns
+        vector[uint64_t] request_ids
+
+    cdef struct InstanceEndpoint:
+        uint64_t channel_offset
+        int wake_fd
+
+    cdef cppclass CCore "naiad::Core":
+        CCore(uint64_t arena_bytes) except +
+        Arena& arena() nogil
+        int notify_fd()
+        uint32_t add_model(uint32_t max_batch_size, cbool dynamic_batching) except +
+        uint32_t add_instance(uint32_t model_id) except +
+        InstanceEndpoint endpoint(uint32_t instance_id) except +
+        cbool submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
+                     const vector[SubmitPart]& parts, uint32_t batch_size) except + nogil
+        vector[Completion] poll() except + nogil
+        vector[Completion] instance_down(uint32_t instance_id) except + nogil
+        void instance_up(uint32_t instance_id) except + nogil
+        void stop_instance(uint32_t instance_id) except + nogil
+        size_t queued(uint32_t model_id) except + nogil
+        size_t in_flight() except + nogil
+
+
+cdef extern from "worker_endpoint.h" namespace "naiad":
+    cdef cppclass CWorkerEndpoint "naiad::WorkerEndpoint":
+        CWorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd) except +
+        BatchMessage next() nogil
+        void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
+                      int32_t status) nogil
+        Arena& arena() nogil
+
+
+# Completion statuses (channel.h CompletionStatus).
+COMPLETION_OK = 0
+COMPLETION_WORKER_FAILED = 1
+COMPLETION_INSTANCE_DIED = 2
+
+
+def now_ns():
+    """CLOCK_MONOTONIC in ns: the clock the core and the workers stamp with."""
+    return monotonic_ns()
+
+
+cdef object _arena_view(Arena& arena):
+    return PyMemoryView_FromMemory(<char*>arena.base(), <Py_ssize_t>arena.size(), PyBUF_WRITE)
+
+
+cdef list _completions(vector[Completion]& done):
+    cdef list out = []
+    cdef size_t i
+    for i in range(done.size()):
+        out.append((done[i].batch_id, done[i].status, done[i].instance_id,
+                    done[i].result_offset, done[i].result_size, done[i].dispatch_ns,
+                    list(done[i].request_ids)))
+    return out
+
+
+cdef class Core:
+    """The frontend's core: one shared arena, model queues and instance channels."""
+
+    cdef CCore* _core
+    cdef readonly object arena
+    cdef readonly int arena_fd
+    cdef readonly int notify_fd
+
+    def __cinit__(self, uint64_t arena_bytes):
+        self._core = new CCore(arena_bytes)
+        self.arena = _arena_view(self._core.arena())
+        self.arena_fd = self._core.arena().fd()
+        self.notify_fd = self._core.notify_fd()
+
+    def __dealloc__(self):
+        # The arena memoryview may outlive us only if someone kept it; the server
+        # drops every view before the core goes.
+        del self._core
+
+    def add_model(self, uint32_t max_batch_size, bint dynamic_batching):
+        return self._core.add_model(max_batch_size, dynamic_batching)
+
+    def add_instance(self, uint32_t model_id):
+        """Returns (instance_id, channel_offset, wake_fd)."""
+        cdef uint32_t instance_id = self._core.add_instance(model_id)
+        cdef InstanceEndpoint ep = self._core.endpoint(instance_id)
+        return instance_id, ep.channel_offset, ep.wake_fd
+
+    def submit(self, uint32_t model_id, uint64_t request_id, uint64_t block_size,
+               list parts, uint32_t batch_size):
+        """Copies `parts` [(offset, buffer), ...] into a new request block and queues it.
+
+        Returns False when the arena has no room.
+        """
+        cdef vector[SubmitPart] c_parts
+        cdef SubmitPart part
+        cdef const uint8_t[::1] view
+        cdef list keep = []
+        c_parts.reserve(len(parts))
+        for offset, data in parts:
+            view = memoryview(data).cast("B")
+            keep.append(view)
+            part.offset = offset
+            part.size = view.shape[0]
+            part.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
+            c_parts.push_back(part)
+        cdef cbool ok
+        with nogil:
+            ok = self._core.submit(model_id, request_id, block_size, c_parts, batch_size)
+        return ok
+
+    def poll(self):
+        """[(batch_id, status, instance_id, result_offset, result_size, dispatch_ns, [request_ids])]"""
+        cdef vector[Completion] done
+        with nogil:
+            done = self._core.poll()
+        return _completions(done)
+
+    def instance_down(self, uint32_t instance_id):
+        cdef vector[Completion] done
+        with nogil:
+            done = self._core.instance_down(instance_id)
+        return _completions(done)
+
+    def instance_up(self, uint32_t instance_id):
+        with nogil:
+            self._core.instance_up(instance_id)
+
+    def stop_instance(self, uint32_t instance_id):
+        with nogil:
+            self._core.stop_instance(instance_id)
+
+    def free(self, uint64_t offset):
+        self._core.arena().free(offset)
+
+    def queued(self, uint32_t model_id):
+        return self._core.queued(model_id)
+
+    def in_flight(self):
+        return self._core.in_flight()
+
+    def arena_stats(self):
+        cdef ArenaStats s = self._core.arena().stats()
+        return {"bytes_in_use": s.bytes_in_use, "blocks_in_use": s.blocks_in_use,
+                "largest_free": s.largest_free}
+
+
+cdef class WorkerEndpoint:
+    """A worker's end of its instance channel, over the inherited descriptors."""
+
+    cdef CWorkerEndpoint* _endpoint
+    cdef readonly object arena
+
+    def __cinit__(self, int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd):
+        self._endpoint = new CWorkerEndpoint(arena_fd, channel_offset, wake_fd, notify_fd)
+        self.arena = _arena_view(self._endpoint.arena())
+
+    def __dealloc__(self):
+        del self._endpoint
+
+    def next(self):
+        """Blocks, GIL released, for the next message: (is_stop, batch_id, desc_offset, n)."""
+        cdef BatchMessage message
+        with nogil:
+            message = self._endpoint.next()
+        return (message.kind == MessageKind.kStop, message.batch_id, message.desc_offset,
+                message.n_requests)
+
+    def alloc(self, uint64_t size, uint64_t tag):
+        """Offset of a new block in the arena, 0 when there is no room."""
+        cdef uint64_t offset
+        with nogil:
+            offset = self._endpoint.arena().alloc(size, tag)
+        return offset
+
+    def complete(self, uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
+                 int32_t status):
+        with nogil:
+            self._endpoint.complete(batch_id, result_offset, result_size, status)

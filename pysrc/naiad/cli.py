@@ -1,0 +1,95 @@
+"""`naiad serve`: the command line, with tritonserver's flag names and meanings."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower().rstrip("b")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="naiad", description="A Triton-compatible inference server"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve a model repository")
+    serve.add_argument(
+        "--model-repository",
+        "--model-store",
+        required=True,
+        action="append",
+        help="path of the model repository (Triton's flag)",
+    )
+    serve.add_argument(
+        "--host",
+        "--http-address",
+        default="0.0.0.0",
+        help="address the HTTP server binds (default 0.0.0.0, as Triton)",
+    )
+    serve.add_argument("--http-port", type=int, default=8000)
+    serve.add_argument("--grpc-port", type=int, default=8001)
+    serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.add_argument("--allow-http", type=_bool, default=True)
+    serve.add_argument("--allow-grpc", type=_bool, default=True)
+    serve.add_argument("--allow-metrics", type=_bool, default=True)
+    serve.add_argument("--log-verbose", type=int, default=0)
+    serve.add_argument(
+        "--exit-on-error",
+        type=_bool,
+        default=True,
+        help="exit when a model fails to load (default true, as Triton)",
+    )
+    serve.add_argument(
+        "--exit-timeout-secs",
+        type=int,
+        default=30,
+        help="how long shutdown waits for requests in flight",
+    )
+    serve.add_argument("--strict-model-config", type=_bool, default=True)
+    serve.add_argument("--strict-readiness", type=_bool, default=True)
+    serve.add_argument("--model-control-mode", choices=["none", "poll", "explicit"], default="none")
+    serve.add_argument("--load-model", action="append", default=[])
+    serve.add_argument(
+        "--arena-size",
+        type=_size,
+        default=1 << 30,
+        help="bytes of the shared-memory arena for tensors in flight (default 1G)",
+    )
+    return parser
+
+
+def main(argv=None) -> int:
+    options = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if len(options.model_repository) > 1:
+        print("error: naiad serves one --model-repository for now", file=sys.stderr)
+        return 2
+    if options.model_control_mode != "none" or options.load_model:
+        print(
+            "error: --model-control-mode poll|explicit and --load-model are not supported yet; "
+            "naiad loads every model of the repository at start (mode 'none')",
+            file=sys.stderr,
+        )
+        return 2
+    from naiad.server import run
+
+    return run(options)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The Python side of the core: loaded models, their worker instances, statistics."""

@@ -1,0 +1,168 @@
+"""One model instance: its worker process, start-up handshake, death and restart.
+
+The worker inherits the arena, its wake eventfd, the frontend's notify eventfd and
+the write end of a control pipe, on which it says `ready` (or why it failed) once the
+model is loaded. A pidfd tells the event loop the moment the process dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+
+log = logging.getLogger("naiad")
+
+# A worker that keeps dying is restarted with a growing pause, never in a tight loop.
+_RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0)
+
+
+class WorkerStartError(Exception):
+    pass
+
+
+class Instance:
+    def __init__(self, model, instance_id: int, channel_offset: int, wake_fd: int, args: dict):
+        self.model = model  # scheduling.model.LoadedModel
+        self.core = model.core
+        self.instance_id = instance_id
+        self.channel_offset = channel_offset
+        self.wake_fd = wake_fd
+        self.args = args  # Triton's initialize() args for this instance
+        self.name = args["model_instance_name"]
+        self.process: subprocess.Popen | None = None
+        self._control_fd = -1
+        self._pidfd = -1
+        self._stopping = False
+        self._restarts = 0
+        self._exited: asyncio.Future | None = None
+
+    async def start(self, timeout: float = 300.0) -> None:
+        """Starts the worker and waits until its model is loaded; raises WorkerStartError."""
+        loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()
+        core = self.core
+        command = [
+            sys.executable,
+            "-m",
+            "naiad.worker",
+            f"--arena-fd={core.arena_fd}",
+            f"--channel-offset={self.channel_offset}",
+            f"--wake-fd={self.wake_fd}",
+            f"--notify-fd={core.notify_fd}",
+            f"--control-fd={write_fd}",
+        ]
+        try:
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                pass_fds=(core.arena_fd, self.wake_fd, core.notify_fd, write_fd),
+                env=_worker_env(),
+            )
+        finally:
+            os.close(write_fd)
+        self.process.stdin.write(json.dumps(self.args).encode())
+        self.process.stdin.close()
+        self._control_fd = read_fd
+        self._exited = loop.create_future()
+        self._pidfd = os.pidfd_open(self.process.pid)
+        loop.add_reader(self._pidfd, self._on_exit)
+        try:
+            message = await asyncio.wait_for(self._read_control(), timeout)
+        except asyncio.TimeoutError:
+            self._kill()
+            raise WorkerStartError(
+                f"instance '{self.name}' did not load within {timeout:.0f}s"
+            ) from None
+        if message.get("status") != "ready":
+            await self._wait_exit(5.0)
+            raise WorkerStartError(message.get("message") or "worker exited while loading")
+        core.instance_up(self.instance_id)
+
+    async def _read_control(self) -> dict:
+        """The next JSON line from the worker, or {} when it closed the pipe (it died)."""
+        loop = asyncio.get_running_loop()
+        buffer = b""
+        while b"\n" not in buffer:
+            ready = loop.create_future()
+            loop.add_reader(self._control_fd, ready.set_result, None)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(self._control_fd)
+            chunk = os.read(self._control_fd, 4096)
+            if not chunk:
+                return {}
+            buffer += chunk
+        return json.loads(buffer.split(b"\n", 1)[0])
+
+    def _on_exit(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = -1
+        returncode = self.process.wait()
+        if self._control_fd >= 0:
+            os.close(self._control_fd)
+            self._control_fd = -1
+        failed = self.core.instance_down(self.instance_id)
+        self.model.manager.on_completions(failed)
+        if not self._exited.done():
+            self._exited.set_result(returncode)
+        if self._stopping or not self.model.ready_once:
+            return
+        log.error(
+            "instance '%s' of model '%s' exited with %s; failed %d batch(es) in flight; restarting",
+            self.name,
+            self.model.name,
+            returncode,
+            len(failed),
+        )
+        self.model.instance_died(self)
+        delay = _RESTART_DELAYS[min(self._restarts, len(_RESTART_DELAYS) - 1)]
+        self._restarts += 1
+        loop.call_later(delay, lambda: asyncio.ensure_future(self._restart()))
+
+    async def _restart(self) -> None:
+        if self._stopping:
+            return
+        try:
+            await self.start()
+        except Exception as exc:
+            log.error("instance '%s' failed to restart: %s", self.name, exc)
+            return
+        self._restarts = 0
+        self.model.instance_restarted(self)
+
+    async def _wait_exit(self, timeout: float):
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._exited), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    def _kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Asks the worker to finalize and exit; kills it when it does not in time."""
+        self._stopping = True
+        if self.process is None or self._exited is None or self._exited.done():
+            return
+        self.core.stop_instance(self.instance_id)
+        if await self._wait_exit(timeout) is None:
+            log.warning("instance '%s' did not stop within %.0fs; killing it", self.name, timeout)
+            self._kill()
+            await self._wait_exit(5.0)
+
+
+def _worker_env() -> dict:
+    env = dict(os.environ)
+    # Make the naiad package importable in the worker exactly as in the frontend,
+    # whether it is installed or run from a source tree.
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    return env

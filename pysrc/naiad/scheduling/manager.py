@@ -1,0 +1,243 @@
+"""The model manager: loads the repository, owns the core, routes completions.
+
+Front ends call `get()` for a model and `LoadedModel.infer()`; the manager keeps the
+requests in flight, wakes on the core's eventfd and resolves each request's future
+with its response or error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from pathlib import Path
+
+from naiad import _core, arena_format
+from naiad.errors import Internal, InvalidArgument, NaiadError, NotFound, Unavailable
+from naiad.repository.metadata import server_metadata
+from naiad.repository.repository import scan_repository
+from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel
+from naiad.types import InferResponse, OutputTensor
+
+log = logging.getLogger("naiad")
+
+# pb_utils.TritonError codes -> the error kind the client gets.
+_ERROR_OF_CODE = {
+    2: NotFound,
+    3: InvalidArgument,
+    4: Unavailable,
+    5: InvalidArgument,  # UNSUPPORTED
+    6: InvalidArgument,  # ALREADY_EXISTS
+}
+
+
+class _Pending:
+    __slots__ = ("model", "future", "request", "batch_size", "submit_ns")
+
+    def __init__(self, model, future, request, batch_size, submit_ns):
+        self.model = model
+        self.future = future
+        self.request = request
+        self.batch_size = batch_size
+        self.submit_ns = submit_ns
+
+
+class ModelManager:
+    def __init__(self, repository: Path, arena_bytes: int = 1 << 30):
+        self.repository = Path(repository)
+        self.core = _core.Core(arena_bytes)
+        self.models: dict[str, dict[int, LoadedModel]] = {}
+        self.load_table: list[tuple[str, str, str]] = []  # (model, version, status)
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count(1)
+        self._live = True
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+    async def load_all(self) -> bool:
+        """Loads every model of the repository; returns False if any failed."""
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self.core.notify_fd, self._drain)
+        loading = []
+        for entry in scan_repository(self.repository):
+            if entry.error:
+                self.load_table.append((entry.name, "-", f"UNAVAILABLE: {entry.error}"))
+                continue
+            versions = self.models.setdefault(entry.name, {})
+            for version in entry.versions:
+                model = LoadedModel(self, entry, version, entry.config)
+                versions[version] = model
+                loading.append(model)
+        await asyncio.gather(*(model.load() for model in loading))
+        for model in loading:
+            status = READY if model.ready else f"UNAVAILABLE: {model.reason}"
+            self.load_table.append((model.name, str(model.version), status))
+        self.load_table.sort()
+        return all(status == READY for _, _, status in self.load_table)
+
+    async def shutdown(self, timeout: float) -> None:
+        """Waits for requests in flight (up to `timeout` s), then stops every worker."""
+        self._live = False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._pending and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        models = [m for versions in self.models.values() for m in versions.values()]
+        await asyncio.gather(*(m.unload(max(deadline - loop.time(), 1.0)) for m in models))
+        for pending in self._pending.values():
+            if not pending.future.done():
+                pending.future.set_exception(Unavailable("server is shutting down"))
+        self._pending.clear()
+        loop.remove_reader(self.core.notify_fd)
+
+    # -- queries for the front ends ------------------------------------------------
+    def server_live(self) -> bool:
+        return self._live
+
+    def server_ready(self) -> bool:
+        if not self._live:
+            return False
+        return all(status == READY for _, _, status in self.load_table)
+
+    def server_metadata(self) -> dict:
+        return server_metadata()
+
+    def get(self, name: str, version: str = "") -> LoadedModel:
+        versions = self.models.get(name)
+        if not versions:
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
+        if version:
+            try:
+                model = versions.get(int(version))
+            except ValueError:
+                model = None
+            if model is None:
+                raise NotFound(
+                    f"Request for unknown model: '{name}' version {version} is not found"
+                )
+            if not model.ready:
+                raise Unavailable(
+                    f"Request for unknown model: '{name}' version {version} is not at ready state"
+                )
+            return model
+        ready = [v for v, m in versions.items() if m.ready]
+        if not ready:
+            raise Unavailable(f"Request for unknown model: '{name}' has no available versions")
+        return versions[max(ready)]
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        try:
+            return self.get(name, version).ready
+        except NaiadError:
+            return False
+
+    def statistics(self, name: str = "", version: str = "") -> dict:
+        if name:
+            if version:
+                models = [self.get(name, version)]
+            else:
+                self.get(name)  # raises for an unknown or unavailable model
+                models = [m for m in self.models[name].values() if m.ready]
+        else:
+            models = [m for v in self.models.values() for m in v.values() if m.ready]
+        return {"model_stats": [m.stats.to_json() for m in models]}
+
+    # -- the data path -------------------------------------------------------------
+    async def submit(self, model: LoadedModel, request, size: int, parts: list, batch_size: int):
+        request_id = next(self._ids)
+        future = self._loop.create_future()
+        submit_ns = _core.now_ns()
+        self._pending[request_id] = _Pending(model, future, request, batch_size, submit_ns)
+        if not self.core.submit(model.model_id, request_id, size, parts, batch_size):
+            del self._pending[request_id]
+            raise Unavailable(
+                f"model '{model.name}': the shared-memory arena has no room for a request "
+                f"of {size} bytes"
+            )
+        return await future
+
+    def _drain(self) -> None:
+        self.on_completions(self.core.poll())
+
+    def on_completions(self, completions: list) -> None:
+        """Resolves the futures of completed batches and frees their result blocks."""
+        arena = self.core.arena
+        pop = self._pending.pop
+        for _batch, status, _instance, offset, _size, dispatch_ns, request_ids in completions:
+            pendings = [pop(request_id, None) for request_id in request_ids]
+            live = [p for p in pendings if p is not None]
+            if not live:
+                if offset:
+                    self.core.free(offset)
+                continue
+            end_ns = _core.now_ns()
+            if status != _core.COMPLETION_OK:
+                self._fail_batch(live, status, end_ns)
+                if offset:
+                    self.core.free(offset)
+                continue
+            try:
+                header = arena_format.read_header(arena, offset)
+                timings = header["timings"]
+                live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
+                for pending, outcome in zip(pendings, header["responses"]):
+                    if pending is not None:
+                        self._resolve(pending, outcome, arena, offset, timings, dispatch_ns, end_ns)
+            finally:
+                self.core.free(offset)
+
+    def _resolve(self, pending, outcome, arena, offset, timings, dispatch_ns, end_ns) -> None:
+        model = pending.model
+        if pending.future.done():  # the client went away; nothing to answer
+            return
+        error = outcome.get("error")
+        if error is not None:
+            model.stats.record_failure(end_ns - pending.submit_ns)
+            pending.future.set_exception(_ERROR_OF_CODE.get(outcome.get("code"), Internal)(error))
+            return
+        outputs = []
+        for name, datatype, shape, data_offset, nbytes in outcome["outputs"]:
+            start = offset + data_offset
+            # Copied out so the result block can be freed at once.
+            outputs.append(
+                OutputTensor(name, datatype, shape, bytes(arena[start : start + nbytes]))
+            )
+        request = pending.request
+        model.stats.record_success(
+            pending.batch_size, end_ns - pending.submit_ns, dispatch_ns - pending.submit_ns, timings
+        )
+        pending.future.set_result(
+            InferResponse(model.name, str(model.version), request.id, outputs)
+        )
+
+    def _fail_batch(self, pendings: list, status: int, end_ns: int) -> None:
+        for pending in pendings:
+            model = pending.model
+            model.stats.record_failure(end_ns - pending.submit_ns)
+            if status == _core.COMPLETION_INSTANCE_DIED:
+                message = (
+                    f"Failed to process the request(s) for model '{model.name}': the model "
+                    "instance's worker process exited while running it; it is being restarted"
+                )
+            else:
+                message = (
+                    f"Failed to process the request(s) for model '{model.name}': the worker "
+                    "could not run the batch (see the server log)"
+                )
+            if not pending.future.done():
+                pending.future.set_exception(Internal(message))
+
+
+def format_load_table(rows: list[tuple[str, str, str]]) -> str:
+    """The model | version | status table Triton prints after loading."""
+    header = ("Model", "Version", "Status")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line, "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |", line]
+    for row in rows:
+        out.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
+    out.append(line)
+    return "\n".join(out)
+
+
+__all__ = ["ModelManager", "format_load_table", "UNAVAILABLE"]

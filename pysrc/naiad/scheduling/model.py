@@ -1,0 +1,121 @@
+"""A loaded model version: validation, its instances, submission to the core, stats."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from naiad import arena_format
+from naiad.errors import Unavailable
+from naiad.repository.config import config_to_json
+from naiad.repository.metadata import model_metadata
+from naiad.scheduling.instance import Instance
+from naiad.scheduling.stats import ModelStats
+from naiad.types import InferRequest, InferResponse
+from naiad.validation import RequestValidator
+
+log = logging.getLogger("naiad")
+
+LOADING, READY, UNAVAILABLE = "LOADING", "READY", "UNAVAILABLE"
+
+_KIND_NAMES = {0: "MODEL", 1: "GPU", 2: "CPU", 3: "MODEL"}  # ModelInstanceGroup.Kind
+
+
+class LoadedModel:
+    def __init__(self, manager, entry, version: int, config):
+        self.manager = manager
+        self.core = manager.core
+        self.name = entry.name
+        self.version = version
+        self.config = config
+        self.path = entry.path
+        self.versions = entry.versions
+        self.state = LOADING
+        self.reason = ""
+        self.ready_once = False  # restarts only make sense for a model that has served
+        self.stats = ModelStats(self.name, version)
+        self._validate = RequestValidator(config, self.name, version)
+        self._config_json = config_to_json(config)
+        self._metadata = model_metadata(config, entry.versions)
+        max_batch_size = int(config.max_batch_size)
+        batching = config.HasField("dynamic_batching") and max_batch_size > 0
+        self.model_id = self.core.add_model(max(max_batch_size, 1), batching)
+        self.instances = self._create_instances()
+        self._instances_down = 0
+
+    def _create_instances(self) -> list[Instance]:
+        instances = []
+        config_json = json.dumps(self._config_json)
+        for group in self.config.instance_group:
+            kind = _KIND_NAMES.get(group.kind, "CPU")
+            devices = list(group.gpus) if group.kind == 1 and group.gpus else [0]
+            for device in devices:
+                for index in range(max(group.count, 1)):
+                    instance_id, channel_offset, wake_fd = self.core.add_instance(self.model_id)
+                    args = {
+                        "model_config": config_json,
+                        "model_instance_kind": kind,
+                        "model_instance_name": f"{group.name}_{len(instances)}"
+                        if len(devices) > 1
+                        else f"{group.name}_{index}",
+                        "model_instance_device_id": str(device),
+                        "model_repository": str(self.path),
+                        "model_version": str(self.version),
+                        "model_name": self.name,
+                    }
+                    instances.append(Instance(self, instance_id, channel_offset, wake_fd, args))
+        return instances
+
+    async def load(self) -> None:
+        """Starts every instance; on any failure stops the others and marks the model
+        UNAVAILABLE with the reason."""
+        import asyncio
+
+        results = await asyncio.gather(
+            *(instance.start() for instance in self.instances), return_exceptions=True
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            self.state = UNAVAILABLE
+            self.reason = str(errors[0])
+            await asyncio.gather(*(instance.stop() for instance in self.instances))
+            return
+        self.state = READY
+        self.ready_once = True
+
+    async def unload(self, timeout: float) -> None:
+        import asyncio
+
+        self.state = UNAVAILABLE
+        self.reason = "unloaded"
+        await asyncio.gather(*(instance.stop(timeout) for instance in self.instances))
+
+    # Instance lifecycle: the model serves while at least one instance is up; queued
+    # requests wait in the core for a restarted instance.
+    def instance_died(self, instance: Instance) -> None:
+        self._instances_down += 1
+
+    def instance_restarted(self, instance: Instance) -> None:
+        self._instances_down = max(0, self._instances_down - 1)
+
+    @property
+    def ready(self) -> bool:
+        return self.state == READY
+
+    def metadata(self) -> dict:
+        return self._metadata
+
+    def config_json(self) -> dict:
+        return self._config_json
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if self.state != READY:
+            raise Unavailable(
+                f"Request for unknown model: '{self.name}' version {self.version} is not ready"
+            )
+        batch_size = self._validate(request)
+        outputs = [output.name for output in request.outputs] if request.outputs else None
+        size, parts = arena_format.encode_request(
+            request.id, request.inputs, outputs, request.parameters
+        )
+        return await self.manager.submit(self, request, size, parts, batch_size)

@@ -1,0 +1,105 @@
+"""Per-model-version statistics in the shape of Triton's statistics extension.
+
+inference_stats count requests (each request carries its batch's compute times, as
+Triton does); batch_stats count executions per batch size.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+class Duration:
+    __slots__ = ("count", "ns")
+
+    def __init__(self):
+        self.count = 0
+        self.ns = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def to_json(self) -> dict:
+        return {"count": self.count, "ns": self.ns}
+
+
+class BatchStats:
+    __slots__ = ("compute_input", "compute_infer", "compute_output")
+
+    def __init__(self):
+        self.compute_input = Duration()
+        self.compute_infer = Duration()
+        self.compute_output = Duration()
+
+
+class ModelStats:
+    def __init__(self, name: str, version: int):
+        self.name = name
+        self.version = version
+        self.last_inference_ms = 0
+        self.inference_count = 0
+        self.execution_count = 0
+        self.success = Duration()
+        self.fail = Duration()
+        self.queue = Duration()
+        self.compute_input = Duration()
+        self.compute_infer = Duration()
+        self.compute_output = Duration()
+        self.batches: dict[int, BatchStats] = {}
+
+    def record_execution(self, batch_size: int, timings: list[int]) -> None:
+        """One batch ran: timings = [start, compute_input, compute_infer, compute_output]."""
+        self.execution_count += 1
+        stats = self.batches.get(batch_size)
+        if stats is None:
+            stats = self.batches[batch_size] = BatchStats()
+        stats.compute_input.add(timings[1])
+        stats.compute_infer.add(timings[2])
+        stats.compute_output.add(timings[3])
+
+    def record_success(
+        self, batch_size: int, request_ns: int, queue_ns: int, timings: list[int]
+    ) -> None:
+        self.success.add(request_ns)
+        self.queue.add(queue_ns)
+        self.compute_input.add(timings[1])
+        self.compute_infer.add(timings[2])
+        self.compute_output.add(timings[3])
+        self.inference_count += batch_size
+        self.last_inference_ms = int(time.time() * 1000)
+
+    def record_failure(self, request_ns: int) -> None:
+        self.fail.add(request_ns)
+        self.last_inference_ms = int(time.time() * 1000)
+
+    def to_json(self) -> dict:
+        empty = Duration().to_json()
+        return {
+            "name": self.name,
+            "version": str(self.version),
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.to_json(),
+                "fail": self.fail.to_json(),
+                "queue": self.queue.to_json(),
+                "compute_input": self.compute_input.to_json(),
+                "compute_infer": self.compute_infer.to_json(),
+                "compute_output": self.compute_output.to_json(),
+                "cache_hit": empty,
+                "cache_miss": empty,
+            },
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": stats.compute_input.to_json(),
+                    "compute_infer": stats.compute_infer.to_json(),
+                    "compute_output": stats.compute_output.to_json(),
+                }
+                for size, stats in sorted(self.batches.items())
+            ],
+            "memory_usage": [],
+        }

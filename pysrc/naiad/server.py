@@ -1,0 +1,74 @@
+"""The server process: load the repository, start the front ends, shut down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from naiad.scheduling.manager import ModelManager, format_load_table
+
+log = logging.getLogger("naiad")
+
+
+def _configure_logging(verbose: int) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose > 0 else logging.INFO,
+        format="%(asctime)s %(levelname).1s naiad] %(message)s",
+        stream=sys.stderr,
+    )
+
+
+async def serve(options) -> int:
+    repository = Path(options.model_repository[0])
+    if not repository.is_dir():
+        log.error("failed to stat model repository path '%s'", repository)
+        return 1
+    manager = ModelManager(repository, options.arena_size)
+    all_loaded = await manager.load_all()
+    print(format_load_table(manager.load_table), file=sys.stderr, flush=True)
+    if not all_loaded and options.exit_on_error:
+        log.error("error: creating server: Internal - failed to load all models")
+        await manager.shutdown(options.exit_timeout_secs)
+        return 1
+
+    servers = []
+    if options.allow_http:
+        from naiad.http.server import start_http_server
+
+        servers.append(await start_http_server(manager, options.host, options.http_port))
+        log.info("Started HTTPService at %s:%d", options.host, options.http_port)
+    if options.allow_grpc:
+        log.warning("gRPC front end not built yet: --grpc-port %d is not served", options.grpc_port)
+    if options.allow_metrics:
+        log.warning("metrics not built yet: --metrics-port %d is not served", options.metrics_port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+    log.info(
+        "Stopping: no new connections; waiting up to %ds for requests in flight",
+        options.exit_timeout_secs,
+    )
+    for server in servers:
+        server.close()
+    await manager.shutdown(options.exit_timeout_secs)
+    for server in servers:
+        # Connections still open get closed; their requests were answered above.
+        if hasattr(server, "close_clients"):
+            server.close_clients()
+    return 0
+
+
+def run(options) -> int:
+    _configure_logging(options.log_verbose)
+    try:
+        import uvloop
+    except ImportError:  # uvloop is a dependency; this keeps odd platforms running
+        return asyncio.run(serve(options))
+    return uvloop.run(serve(options))

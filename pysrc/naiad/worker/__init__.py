@@ -1,0 +1,1 @@
+"""The worker process: one per model instance. See worker/main.py."""

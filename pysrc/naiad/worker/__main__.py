@@ -1,0 +1,3 @@
+from naiad.worker.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,172 @@
+"""A worker process: owns one model instance and runs the batches the core sends it.
+
+It attaches the shared arena through descriptors inherited from the frontend, loads
+the backend once, reports readiness on its control pipe, then loops: wait for a batch
+(GIL released), view each input as a numpy array over the arena without copying, run
+the model, write the outputs into a result block in the arena, post the completion.
+
+Launch contract (scheduling/instance.py): argv carries the descriptor numbers and
+the channel offset; stdin carries the JSON of Triton's initialize() args.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import traceback
+
+import numpy as np
+
+from naiad import _core, arena_format, datatypes
+from naiad import triton_python_backend_utils as pb_utils
+
+
+def _parse_args(argv):
+    parser = argparse.ArgumentParser(prog="naiad-worker")
+    parser.add_argument("--arena-fd", type=int, required=True)
+    parser.add_argument("--channel-offset", type=int, required=True)
+    parser.add_argument("--wake-fd", type=int, required=True)
+    parser.add_argument("--notify-fd", type=int, required=True)
+    parser.add_argument("--control-fd", type=int, required=True)
+    return parser.parse_args(argv)
+
+
+def _report(control_fd: int, message: dict) -> None:
+    os.write(control_fd, json.dumps(message).encode() + b"\n")
+
+
+def _load_backend(args: dict):
+    config = json.loads(args["model_config"])
+    backend = config.get("backend") or config.get("platform") or ""
+    if backend != "python":
+        raise RuntimeError(
+            f"backend '{backend}' of model '{args['model_name']}' is not supported yet "
+            "(supported: python)"
+        )
+    from naiad.backends.python import PythonModelBackend
+
+    return PythonModelBackend(args)
+
+
+def _input_array(arena, block: int, entry) -> np.ndarray:
+    name, datatype, shape, offset, nbytes = entry
+    start = block + offset
+    if datatype == "BYTES":
+        count = datatypes.element_count(shape)
+        return datatypes.deserialize_bytes(arena[start : start + nbytes], count).reshape(shape)
+    dtype = datatypes.numpy_dtype(datatype)
+    return np.frombuffer(arena, dtype=dtype, count=nbytes // dtype.itemsize, offset=start).reshape(
+        shape
+    )
+
+
+def _build_requests(arena, records, model_name: str, model_version: int):
+    requests = []
+    for record in records:
+        block = int(record["offset"])
+        header = arena_format.read_header(arena, block)
+        inputs = [
+            pb_utils.Tensor(entry[0], _input_array(arena, block, entry))
+            for entry in header["inputs"]
+        ]
+        requests.append(
+            pb_utils.InferenceRequest(
+                request_id=header["id"],
+                inputs=inputs,
+                requested_output_names=header["outputs"] or [],
+                model_name=model_name,
+                model_version=model_version,
+                parameters=json.dumps(header["parameters"]),
+            )
+        )
+    return requests
+
+
+def _wire_outputs(result):
+    """A backend result -> error string or [(name, datatype, shape, wire buffer)]."""
+    if isinstance(result, str):
+        return result
+    outputs = []
+    for tensor in result:
+        array = tensor.as_numpy()
+        datatype = datatypes.wire_of_numpy(array.dtype)
+        if datatype == "BYTES":
+            buffer = datatypes.serialize_bytes(array)
+        else:
+            contiguous = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+            buffer = memoryview(contiguous).cast("B") if contiguous.nbytes else b""
+        outputs.append((tensor.name(), datatype, list(array.shape), buffer))
+    return outputs
+
+
+class Worker:
+    def __init__(self, endpoint, backend, model_name: str, model_version: int):
+        self.endpoint = endpoint
+        self.arena = endpoint.arena
+        self.backend = backend
+        self.model_name = model_name
+        self.model_version = model_version
+
+    def run(self) -> None:
+        while True:
+            is_stop, batch_id, desc_offset, count = self.endpoint.next()
+            if is_stop:
+                return
+            try:
+                self._run_batch(batch_id, desc_offset, count)
+            except Exception:
+                traceback.print_exc()
+                self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
+
+    def _run_batch(self, batch_id: int, desc_offset: int, count: int) -> None:
+        start = _core.now_ns()
+        records = np.frombuffer(
+            self.arena, dtype=arena_format.REQUEST_RECORD, count=count, offset=desc_offset
+        )
+        requests = _build_requests(self.arena, records, self.model_name, self.model_version)
+        infer_start = _core.now_ns()
+        results = self.backend.execute(requests)
+        infer_end = _core.now_ns()
+        outcomes = [_wire_outputs(result) for result in results]
+        # start, compute_input, compute_infer, compute_output (ns); the output time
+        # covers turning tensors into wire buffers, not the final copy into the arena.
+        timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
+        prefix, parts, size = arena_format.encode_result(outcomes, timings)
+        offset = self.endpoint.alloc(size, batch_id)
+        if offset == 0:
+            self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
+            return
+        arena = self.arena
+        arena[offset : offset + len(prefix)] = prefix
+        for part_offset, buffer in parts:
+            start_at = offset + part_offset
+            arena[start_at : start_at + len(buffer)] = buffer
+        self.endpoint.complete(batch_id, offset, size, _core.COMPLETION_OK)
+
+
+def main(argv=None) -> int:
+    options = _parse_args(sys.argv[1:] if argv is None else argv)
+    # The frontend owns shutdown: it asks through the channel. A Ctrl-C in the
+    # terminal reaches the whole process group; the frontend handles it for us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    args = json.loads(sys.stdin.read())
+    try:
+        endpoint = _core.WorkerEndpoint(
+            options.arena_fd, options.channel_offset, options.wake_fd, options.notify_fd
+        )
+        backend = _load_backend(args)
+    except Exception as exc:  # reported to the frontend, which prints the load table
+        message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        _report(options.control_fd, {"status": "error", "message": message})
+        return 1
+    _report(options.control_fd, {"status": "ready"})
+    worker = Worker(endpoint, backend, args["model_name"], int(args["model_version"]))
+    worker.run()
+    try:
+        backend.finalize()
+    finally:
+        _report(options.control_fd, {"status": "stopped"})
+    return 0

@@ -1,0 +1,323 @@
+// Unit tests of the C++ core: the shared arena allocator, the SPSC channel with its
+// eventfd wake-ups, and the core's batch forming and failure handling. A worker is
+// played by a thread (or a forked process) holding a WorkerEndpoint.
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "arena.h"
+#include "core.h"
+#include "worker_endpoint.h"
+
+using namespace naiad;
+
+namespace {
+
+int g_failures = 0;
+int g_checks = 0;
+
+#define CHECK(cond)                                                         \
+  do {                                                                      \
+    ++g_checks;                                                             \
+    if (!(cond)) {                                                          \
+      ++g_failures;                                                         \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, \
+                   #cond);                                                  \
+    }                                                                       \
+  } while (0)
+
+struct TestCase {
+  const char* name;
+  std::function<void()> body;
+};
+
+std::vector<TestCase>& registry() {
+  static std::vector<TestCase> tests;
+  return tests;
+}
+
+struct Register {
+  Register(const char* name, std::function<void()> body) {
+    registry().push_back({name, std::move(body)});
+  }
+};
+
+#define TEST(name)                              \
+  void name();                                  \
+  Register register_##name(#name, name);        \
+  void name()
+
+// A worker played by a thread: answers each batch with a result block holding the
+// request ids, as a real worker would write its outputs.
+class FakeWorker {
+ public:
+  FakeWorker(Core& core, uint32_t instance_id) {
+    InstanceEndpoint ep = core.endpoint(instance_id);
+    endpoint_ = new WorkerEndpoint(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
+                                   dup(core.notify_fd()));
+    thread_ = std::thread([this] { run(); });
+  }
+  ~FakeWorker() {
+    thread_.join();
+    delete endpoint_;
+  }
+  std::atomic<int> batches{0};
+  std::atomic<int> max_batch{0};
+
+ private:
+  void run() {
+    for (;;) {
+      BatchMessage message = endpoint_->next();
+      if (message.kind == MessageKind::kStop) return;
+      auto* records = endpoint_->arena().at<RequestRecord>(message.desc_offset);
+      uint64_t size = sizeof(uint64_t) * message.n_requests;
+      uint64_t result = endpoint_->arena().alloc(size, message.batch_id);
+      auto* ids = endpoint_->arena().at<uint64_t>(result);
+      for (uint32_t i = 0; i < message.n_requests; ++i) ids[i] = records[i].request_id;
+      batches++;
+      if (static_cast<int>(message.n_requests) > max_batch) max_batch = message.n_requests;
+      endpoint_->complete(message.batch_id, result, size, kCompletionOk);
+    }
+  }
+  WorkerEndpoint* endpoint_;
+  std::thread thread_;
+};
+
+// Polls until `count` requests completed or a deadline passes; frees result blocks.
+std::vector<Completion> collect(Core& core, size_t count) {
+  std::vector<Completion> all;
+  size_t requests = 0;
+  for (int spin = 0; spin < 20000 && requests < count; ++spin) {
+    pollfd p{core.notify_fd(), POLLIN, 0};
+    ::poll(&p, 1, 1);
+    for (Completion& c : core.poll()) {
+      requests += c.request_ids.size();
+      if (c.result_offset != 0) core.arena().free(c.result_offset);
+      all.push_back(std::move(c));
+    }
+  }
+  return all;
+}
+
+bool submit_bytes(Core& core, uint32_t model, uint64_t id, const std::string& payload,
+                  uint32_t batch_size = 1) {
+  std::vector<SubmitPart> parts{{payload.data(), payload.size(), 0}};
+  return core.submit(model, id, payload.size(), parts, batch_size);
+}
+
+TEST(arena_alloc_free_coalesces) {
+  Arena arena = Arena::create(1 << 20);
+  ArenaStats empty = arena.stats();
+  CHECK(empty.blocks_in_use == 0);
+  uint64_t a = arena.alloc(100);
+  uint64_t b = arena.alloc(5000);
+  uint64_t c = arena.alloc(1);
+  CHECK(a != 0 && b != 0 && c != 0);
+  CHECK(a % kArenaAlign == 0 && b % kArenaAlign == 0 && c % kArenaAlign == 0);
+  CHECK(arena.capacity(b) >= 5000);
+  std::memset(arena.base() + b, 0xab, 5000);  // writing the whole block harms no neighbour
+  CHECK(arena.stats().blocks_in_use == 3);
+  arena.free(b);
+  arena.free(a);
+  arena.free(c);
+  ArenaStats after = arena.stats();
+  CHECK(after.blocks_in_use == 0);
+  CHECK(after.bytes_in_use == 0);
+  CHECK(after.largest_free == empty.largest_free);  // fully merged again
+}
+
+TEST(arena_exhaustion_returns_zero_and_recovers) {
+  Arena arena = Arena::create(1 << 16);
+  std::vector<uint64_t> blocks;
+  for (;;) {
+    uint64_t off = arena.alloc(1000);
+    if (off == 0) break;
+    blocks.push_back(off);
+  }
+  CHECK(blocks.size() > 10);
+  CHECK(arena.alloc(1 << 20) == 0);
+  for (uint64_t off : blocks) arena.free(off);
+  CHECK(arena.alloc(30000) != 0);
+}
+
+TEST(arena_free_tagged_reclaims_one_owner) {
+  Arena arena = Arena::create(1 << 20);
+  uint64_t keep = arena.alloc(64, 7);
+  arena.alloc(64, 9);
+  arena.alloc(300, 9);
+  CHECK(arena.free_tagged(9) == 2);
+  CHECK(arena.stats().blocks_in_use == 1);
+  arena.free(keep);
+  CHECK(arena.stats().blocks_in_use == 0);
+}
+
+TEST(arena_is_shared_across_processes) {
+  Arena arena = Arena::create(1 << 20);
+  pid_t pid = fork();
+  if (pid == 0) {
+    Arena child = Arena::attach(dup(arena.fd()));
+    uint64_t off = child.alloc(16, 42);
+    std::memcpy(child.base() + off, "from-child", 11);
+    _exit(off == 0 ? 1 : 0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(arena.stats().blocks_in_use == 1);
+  CHECK(arena.free_tagged(42) == 1);
+}
+
+TEST(core_round_trip_frees_everything) {
+  Core core(1 << 22);
+  uint32_t model = core.add_model(8, true);
+  uint32_t instance = core.add_instance(model);
+  ArenaStats baseline = core.arena().stats();
+  core.instance_up(instance);
+  {
+    FakeWorker worker(core, instance);
+    CHECK(submit_bytes(core, model, 11, "hello"));
+    std::vector<Completion> done = collect(core, 1);
+    CHECK(done.size() == 1);
+    CHECK(done[0].status == kCompletionOk);
+    CHECK(done[0].request_ids.size() == 1 && done[0].request_ids[0] == 11);
+    core.stop_instance(instance);
+  }
+  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+  CHECK(core.in_flight() == 0);
+}
+
+TEST(core_batches_queued_requests_up_to_max_batch_size) {
+  Core core(1 << 22);
+  uint32_t model = core.add_model(4, true);
+  uint32_t instance = core.add_instance(model);
+  // Queue before the instance is up, so the batcher sees them all at once.
+  for (uint64_t id = 1; id <= 10; ++id) CHECK(submit_bytes(core, model, id, "x"));
+  CHECK(core.queued(model) == 10);
+  core.instance_up(instance);
+  FakeWorker worker(core, instance);
+  std::vector<Completion> done = collect(core, 10);
+  std::vector<size_t> sizes;
+  std::vector<uint64_t> order;
+  for (const Completion& c : done) {
+    sizes.push_back(c.request_ids.size());
+    order.insert(order.end(), c.request_ids.begin(), c.request_ids.end());
+  }
+  CHECK((sizes == std::vector<size_t>{4, 4, 2}));
+  CHECK((order == std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  core.stop_instance(instance);
+}
+
+TEST(core_counts_request_batch_sizes_not_requests) {
+  Core core(1 << 22);
+  uint32_t model = core.add_model(8, true);
+  uint32_t instance = core.add_instance(model);
+  CHECK(submit_bytes(core, model, 1, "a", 5));
+  CHECK(submit_bytes(core, model, 2, "b", 4));  // 5 + 4 > 8: next batch
+  CHECK(submit_bytes(core, model, 3, "c", 3));
+  core.instance_up(instance);
+  FakeWorker worker(core, instance);
+  std::vector<Completion> done = collect(core, 3);
+  CHECK(done.size() == 2);
+  CHECK(done.size() == 2 && done[0].request_ids.size() == 1 && done[1].request_ids.size() == 2);
+  core.stop_instance(instance);
+}
+
+TEST(core_without_dynamic_batching_runs_one_request_per_execution) {
+  Core core(1 << 22);
+  uint32_t model = core.add_model(8, false);
+  uint32_t instance = core.add_instance(model);
+  for (uint64_t id = 1; id <= 5; ++id) CHECK(submit_bytes(core, model, id, "x"));
+  core.instance_up(instance);
+  FakeWorker worker(core, instance);
+  std::vector<Completion> done = collect(core, 5);
+  CHECK(done.size() == 5);
+  core.stop_instance(instance);
+  CHECK(worker.max_batch.load() == 1);
+}
+
+TEST(core_instance_down_fails_in_flight_and_reclaims_worker_blocks) {
+  Core core(1 << 22);
+  uint32_t model = core.add_model(8, true);
+  uint32_t instance = core.add_instance(model);
+  ArenaStats baseline = core.arena().stats();
+  core.instance_up(instance);
+  CHECK(submit_bytes(core, model, 5, "payload"));
+  CHECK(core.in_flight() == 1);
+  // A worker that took the batch, allocated its result, then died.
+  InstanceEndpoint ep = core.endpoint(instance);
+  WorkerEndpoint dying(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
+                       dup(core.notify_fd()));
+  BatchMessage message = dying.next();
+  CHECK(message.kind == MessageKind::kBatch);
+  CHECK(dying.arena().alloc(1000, message.batch_id) != 0);
+  std::vector<Completion> failed = core.instance_down(instance);
+  CHECK(failed.size() == 1);
+  CHECK(failed[0].status == kCompletionInstanceDied);
+  CHECK(failed[0].request_ids == std::vector<uint64_t>{5});
+  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+  // Queued work waits for the restarted instance instead of being lost.
+  CHECK(submit_bytes(core, model, 6, "later"));
+  CHECK(core.queued(model) == 1);
+  core.instance_up(instance);
+  FakeWorker worker(core, instance);
+  std::vector<Completion> done = collect(core, 1);
+  CHECK(done.size() == 1 && done[0].request_ids[0] == 6);
+  core.stop_instance(instance);
+}
+
+TEST(core_two_instances_share_a_model_queue) {
+  Core core(1 << 24);
+  uint32_t model = core.add_model(4, true);
+  uint32_t a = core.add_instance(model);
+  uint32_t b = core.add_instance(model);
+  core.instance_up(a);
+  core.instance_up(b);
+  FakeWorker wa(core, a);
+  FakeWorker wb(core, b);
+  const int total = 2000;
+  std::atomic<int> submitted{0};
+  size_t completed = 0;
+  while (completed < static_cast<size_t>(total)) {
+    if (submitted < total) {
+      CHECK(submit_bytes(core, model, static_cast<uint64_t>(submitted + 1), "abc"));
+      submitted++;
+    }
+    for (Completion& c : core.poll()) {
+      completed += c.request_ids.size();
+      core.arena().free(c.result_offset);
+    }
+  }
+  CHECK(completed == static_cast<size_t>(total));
+  CHECK(wa.batches.load() > 0 && wb.batches.load() > 0);
+  core.stop_instance(a);
+  core.stop_instance(b);
+}
+
+TEST(core_submit_reports_a_full_arena) {
+  Core core(1 << 16);
+  uint32_t model = core.add_model(1, false);
+  std::string big(1 << 17, 'x');
+  CHECK(!submit_bytes(core, model, 1, big));
+  CHECK(core.queued(model) == 0);
+}
+
+}  // namespace
+
+int main() {
+  for (const TestCase& test : registry()) {
+    int before = g_failures;
+    test.body();
+    std::printf("%s %s\n", g_failures == before ? "PASS" : "FAIL", test.name);
+  }
+  std::printf("%d checks, %d failed\n", g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
