@@ -123,7 +123,7 @@ void Core::dispatch_locked(uint32_t model_id) {
 
 Completion Core::finish_locked(Batch& batch, int32_t status, uint64_t result_offset,
                                uint64_t result_size) {
-  Completion done{batch.id, status, batch.instance_id, result_offset, result_size,
+  Completion done{batch.id,          status, batch.instance_id, result_offset, result_size,
                   batch.dispatch_ns, {}};
   done.request_ids.reserve(batch.requests.size());
   for (const Request& r : batch.requests) {
@@ -150,8 +150,8 @@ std::vector<Completion> Core::poll() {
     while (channel(instance)->to_frontend.pop(&message)) {
       auto it = in_flight_.find(message.batch_id);
       if (it == in_flight_.end()) continue;  // already failed by instance_down
-      done.push_back(finish_locked(it->second, message.status, message.result_offset,
-                                   message.result_size));
+      done.push_back(
+          finish_locked(it->second, message.status, message.result_offset, message.result_size));
       in_flight_.erase(it);
       instance.busy = false;
       freed_models.push_back(instance.model_id);

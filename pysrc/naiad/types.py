@@ -9,7 +9,7 @@ and for BYTES a 4-byte little-endian length before each element.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -35,7 +35,7 @@ class InferRequest:
     model_version: str  # "" for the policy's default
     id: str
     inputs: list[InputTensor]
-    outputs: Optional[list[RequestedOutput]] = None  # None: every output
+    outputs: list[RequestedOutput] | None = None  # None: every output
     parameters: dict[str, Any] = field(default_factory=dict)
 
 

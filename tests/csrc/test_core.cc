@@ -25,14 +25,13 @@ namespace {
 int g_failures = 0;
 int g_checks = 0;
 
-#define CHECK(cond)                                                         \
-  do {                                                                      \
-    ++g_checks;                                                             \
-    if (!(cond)) {                                                          \
-      ++g_failures;                                                         \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                  \
-    }                                                                       \
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    ++g_checks;                                                                     \
+    if (!(cond)) {                                                                  \
+      ++g_failures;                                                                 \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                               \
   } while (0)
 
 struct TestCase {
@@ -51,9 +50,9 @@ struct Register {
   }
 };
 
-#define TEST(name)                              \
-  void name();                                  \
-  Register register_##name(#name, name);        \
+#define TEST(name)                       \
+  void name();                           \
+  Register register_##name(#name, name); \
   void name()
 
 // A worker played by a thread: answers each batch with a result block holding the

@@ -1,0 +1,65 @@
+# The two commands of the README: `make serve` and `make test`. Both create the
+# virtual environment and build the core first; nothing is installed by hand.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.naiad-installed
+CORE_SOURCES := $(wildcard csrc/*.cc csrc/*.h) pysrc/naiad/_core.pyx setup.py pyproject.toml \
+	$(wildcard protos/*.proto) tools/gen_protos.py
+CXX ?= g++
+CXXFLAGS_TEST := -std=c++17 -g -O1 -Wall -Wextra -pthread -Icsrc
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
+
+.PHONY: serve test install lint format test-core test-core-sanitize test-python clean
+
+$(STAMP): $(CORE_SOURCES)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/naiad serve --model-repository model_repository \
+		--http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/clang-format --dry-run --Werror csrc/*.cc csrc/*.h tests/csrc/*.cc
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/clang-format -i csrc/*.cc csrc/*.h tests/csrc/*.cc
+
+build/test_core: $(wildcard csrc/*.cc csrc/*.h) tests/csrc/test_core.cc
+	mkdir -p build
+	$(CXX) $(CXXFLAGS_TEST) csrc/*.cc tests/csrc/test_core.cc -o $@
+
+build/test_core_asan: $(wildcard csrc/*.cc csrc/*.h) tests/csrc/test_core.cc
+	mkdir -p build
+	$(CXX) $(CXXFLAGS_TEST) -fsanitize=address,undefined -fno-omit-frame-pointer csrc/*.cc tests/csrc/test_core.cc -o $@
+
+build/test_core_tsan: $(wildcard csrc/*.cc csrc/*.h) tests/csrc/test_core.cc
+	mkdir -p build
+	$(CXX) $(CXXFLAGS_TEST) -fsanitize=thread -Wno-tsan csrc/*.cc tests/csrc/test_core.cc -o $@
+
+test-core: build/test_core
+	build/test_core
+
+test-core-sanitize: build/test_core_asan build/test_core_tsan
+	build/test_core_asan
+	build/test_core_tsan
+
+test-python: $(STAMP)
+	$(PY) -m pytest -q
+
+test: lint test-core test-core-sanitize test-python
+
+clean:
+	rm -rf build $(VENV) pysrc/naiad/*.so pysrc/naiad/_core.cpp pysrc/naiad/protos/*_pb2*.py
