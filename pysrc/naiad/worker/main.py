@@ -12,6 +12,7 @@ the channel offset; stdin carries the JSON of Triton's initialize() args.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -22,6 +23,8 @@ import numpy as np
 
 from naiad import _core, arena_format, datatypes
 from naiad import triton_python_backend_utils as pb_utils
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _parse_args(argv):
@@ -147,8 +150,20 @@ class Worker:
         self.endpoint.complete(batch_id, offset, size, _core.COMPLETION_OK)
 
 
+def _die_with_parent() -> None:
+    """A worker must not outlive its frontend, however the frontend ends (even SIGKILL)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the frontend died before prctl took effect
+        os._exit(1)
+
+
 def main(argv=None) -> int:
     options = _parse_args(sys.argv[1:] if argv is None else argv)
+    _die_with_parent()
     # The frontend owns shutdown: it asks through the channel. A Ctrl-C in the
     # terminal reaches the whole process group; the frontend handles it for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
