@@ -1,0 +1,550 @@
+"""KServe v2 infer request parsing and response encoding, with Triton's binary tensor extension.
+
+Request body: a JSON header, optionally followed (when `Inference-Header-Content-Length` is
+sent) by the inputs' binary segments in input order. Binary segments become memoryview slices of
+the body (no copy). JSON `data` (flat or nested lists) is converted to Triton's raw wire layout.
+
+Response: JSON, or with binary outputs the JSON header followed by the outputs' raw bytes; the
+caller sends `Inference-Header-Content-Length: <json length>` and
+`Content-Type: application/octet-stream` then.
+
+Error messages and kinds mirror Triton 2.51's HTTP front end: JSON-shape problems are Triton
+"Internal" errors (HTTP 500), protocol misuse is InvalidArgument (HTTP 400).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any
+
+import numpy as np
+import orjson
+
+from naiad.datatypes import element_size
+from naiad.errors import Internal, InvalidArgument, NaiadError
+from naiad.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
+
+__all__ = [
+    "parse_header_length",
+    "parse_infer_request",
+    "encode_infer_response",
+    "classify",
+    "decompress",
+    "UnsupportedEncoding",
+]
+
+_U32 = struct.Struct("<I")
+_OPT_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+_NUMPY = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+}
+
+# Which numpy kinds of a JSON array each wire type accepts, and Triton's (rapidjson) complaint.
+_NON_NUMBER = "attempt to access JSON non-number as double"
+_NON_INT = "attempt to access JSON non-signed-integer as signed-integer"
+_NON_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+_NON_BOOL = "attempt to access JSON non-boolean as boolean"
+_ACCEPT = {
+    "BOOL": ("b", _NON_BOOL),
+    "UINT8": ("u", _NON_UINT),
+    "UINT16": ("u", _NON_UINT),
+    "UINT32": ("u", _NON_UINT),
+    "UINT64": ("u", _NON_UINT),
+    "INT8": ("iu", _NON_INT),
+    "INT16": ("iu", _NON_INT),
+    "INT32": ("iu", _NON_INT),
+    "INT64": ("iu", _NON_INT),
+    "FP32": ("fiu", _NON_NUMBER),
+    "FP64": ("fiu", _NON_NUMBER),
+}
+
+_SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+
+
+class UnsupportedEncoding(NaiadError):
+    """Content-Encoding other than identity/gzip/deflate (Triton: 501)."""
+
+    http_status = 501
+
+
+def decompress(body, encoding: str):
+    """Undo a request Content-Encoding (gzip/deflate); identity passes through."""
+    if not encoding or encoding == "identity":
+        return body
+    try:
+        if encoding == "gzip":
+            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        if encoding == "deflate":
+            try:
+                return zlib.decompress(body)
+            except zlib.error:
+                return zlib.decompress(body, -zlib.MAX_WBITS)
+    except zlib.error as exc:
+        raise InvalidArgument(f"failed to decompress the request body: {exc}") from None
+    raise UnsupportedEncoding("Unsupported compression type")
+
+
+def parse_header_length(value, content_length: int) -> int:
+    """Inference-Header-Content-Length, parsed like Triton (C atoi) and range checked."""
+    if value is None:
+        return content_length
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("latin-1")
+    parsed = _atoi(value)
+    if parsed < 0 or parsed > content_length:
+        raise InvalidArgument(
+            f"inference header size should be in range (0, {content_length}), got: {value}"
+        )
+    return parsed
+
+
+def _atoi(text: str) -> int:
+    text = text.lstrip(" \t\n\r\f\v")
+    end = 0
+    if text[:1] in ("+", "-"):
+        end = 1
+    start_digits = end
+    while end < len(text) and "0" <= text[end] <= "9":
+        end += 1
+    if end == start_digits:
+        return 0
+    return int(text[:end])
+
+
+# orjson message fragment -> rapidjson's English message (what Triton reports).
+_RAPIDJSON_MESSAGES = (
+    ("zero-length", "The document is empty."),
+    ("input data is empty", "The document is empty."),
+    ("content after document", "The document root must not be followed by other values."),
+    ("expected ':'", "Missing a colon after a name of object member."),
+    ("expected ',' or ']'", "Missing a comma or ']' after an array element."),
+    ("expected ',' or '}'", "Missing a comma or '}' after an object member."),
+    ("expected a string key", "Missing a name for object member."),
+    ("UTF-8", "Invalid encoding in string."),
+)
+
+
+def _json_error(exc: orjson.JSONDecodeError) -> Internal:
+    message = "Invalid value."
+    for fragment, rapid in _RAPIDJSON_MESSAGES:
+        if fragment in exc.msg:
+            message = rapid
+            break
+    return Internal(f"failed to parse the request JSON buffer: {message} at {exc.pos}")
+
+
+def _missing(member: str) -> Internal:
+    return Internal(
+        f"Unable to parse '{member}': attempt to access non-existing object member '{member}'"
+    )
+
+
+def _get_str(obj: dict, member: str) -> str:
+    value = obj.get(member)
+    if type(value) is str:
+        return value
+    if value is None and member not in obj:
+        raise _missing(member)
+    raise Internal(f"Unable to parse '{member}': attempt to access JSON non-string as string")
+
+
+def _check_parameters(params) -> dict:
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise Internal("Unable to parse 'parameters': attempt to access JSON non-object as object")
+    for key, value in params.items():
+        if not isinstance(value, (str, int, float)):  # bool is an int
+            raise InvalidArgument(
+                f"parameter '{key}' has invalid type. It should be either "
+                "'int', 'bool', or 'string'."
+            )
+    return params
+
+
+def parse_infer_request(
+    body,
+    model_name: str,
+    model_version: str = "",
+    header_length: int | None = None,
+    config=None,
+) -> InferRequest:
+    """Build an InferRequest from an HTTP infer body.
+
+    `header_length`: the parsed Inference-Header-Content-Length (None: the whole body is JSON).
+    A header length of 0 (or an empty body) is Triton's raw binary request: the whole body is
+    the data of the model's single input, which needs `config` to name and shape it.
+    """
+    view = body if isinstance(body, memoryview) else memoryview(body)
+    total = view.nbytes
+    if header_length is None:
+        header_length = total
+    if header_length == 0:
+        return _raw_request(view, model_name, model_version, config)
+    try:
+        doc = orjson.loads(view if header_length == total else view[:header_length])
+    except orjson.JSONDecodeError as exc:
+        raise _json_error(exc) from None
+    if not isinstance(doc, dict):
+        raise _missing("inputs")
+
+    request_id = ""
+    if "id" in doc:
+        request_id = _get_str(doc, "id")
+    parameters = _check_parameters(doc.get("parameters"))
+
+    inputs_json = doc.get("inputs")
+    if type(inputs_json) is not list:
+        if "inputs" not in doc:
+            raise _missing("inputs")
+        raise Internal("Unable to parse 'inputs': attempt to access JSON non-array as array")
+
+    offset = header_length
+    inputs = []
+    for item in inputs_json:
+        if not isinstance(item, dict):
+            raise _missing("name")
+        name = _get_str(item, "name")
+        datatype = _get_str(item, "datatype")
+        shape = item.get("shape")
+        if type(shape) is not list:
+            if "shape" not in item:
+                raise _missing("shape")
+            raise Internal("Unable to parse 'shape': attempt to access JSON non-array as array")
+        for dim in shape:
+            if type(dim) is not int or dim < 0:
+                raise Internal(f"Unable to parse 'shape': {_NON_UINT}")
+        params = item.get("parameters")
+        has_data = "data" in item
+        binary_size = None
+        has_shm = False
+        if params:
+            if not isinstance(params, dict):
+                raise Internal(
+                    "Unable to parse 'parameters': attempt to access JSON non-object as object"
+                )
+            binary_size = params.get("binary_data_size")
+            has_shm = "shared_memory_region" in params
+            if binary_size is not None or "binary_data_size" in params:
+                if type(binary_size) is not int or binary_size < 0:
+                    raise Internal(f"Unable to parse 'binary_data_size': {_NON_UINT}")
+        else:
+            params = {}
+        if has_data + (binary_size is not None) + has_shm != 1:
+            raise InvalidArgument(_content_type_error(has_data, binary_size is not None, has_shm))
+        if binary_size is not None:
+            end = offset + binary_size
+            if end > total:
+                raise InvalidArgument(
+                    f"unexpected size for input '{name}', expecting {end - total} additional "
+                    f"bytes for model '{model_name}'"
+                )
+            data = view[offset:end]
+            offset = end
+        elif has_shm:
+            region = params.get("shared_memory_region")
+            raise InvalidArgument(f"Unable to find system shared memory region: '{region}'")
+        else:
+            data = _json_to_wire(name, datatype, shape, item["data"])
+        inputs.append(InputTensor(name, datatype, shape, data, params))
+
+    if offset != total:
+        raise InvalidArgument(f"unexpected additional input data for model '{model_name}'")
+
+    outputs = None
+    outputs_json = doc.get("outputs")
+    if outputs_json:
+        if type(outputs_json) is not list:
+            raise Internal("Unable to parse 'outputs': attempt to access JSON non-array as array")
+        outputs = []
+        for item in outputs_json:
+            if not isinstance(item, dict):
+                raise _missing("name")
+            name = _get_str(item, "name")
+            oparams = item.get("parameters")
+            if oparams:
+                if not isinstance(oparams, dict):
+                    raise Internal(
+                        "Unable to parse 'parameters': attempt to access JSON non-object as object"
+                    )
+                _check_output_parameters(oparams)
+            else:
+                oparams = {}
+            outputs.append(RequestedOutput(name, oparams))
+
+    return InferRequest(model_name, model_version, request_id, inputs, outputs, parameters)
+
+
+def _check_output_parameters(params: dict) -> None:
+    if "binary_data" in params and type(params["binary_data"]) is not bool:
+        raise Internal(f"Unable to parse 'binary_data': {_NON_BOOL}")
+    if "classification" in params:
+        value = params["classification"]
+        if type(value) is not int or value < 0:
+            raise Internal(f"Unable to set 'classification': {_NON_UINT}")
+    if "shared_memory_region" in params:
+        if "classification" in params:
+            raise InvalidArgument(
+                "Output can't set both 'shared_memory_region' and 'classification'"
+            )
+        if params.get("binary_data"):
+            raise InvalidArgument("Output can't set both 'shared_memory_region' and 'binary_data'")
+
+
+def _content_type_error(has_data: bool, has_binary: bool, has_shm: bool) -> str:
+    text = (
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+        "'parameters', 'shared_memory_region' in 'parameters'. But"
+    )
+    if not (has_data or has_binary or has_shm):
+        return text + " no field is set"
+    text += " set"
+    if has_data:
+        text += " 'data'"
+    if has_binary:
+        text += " 'binary_data_size'"
+    if has_shm:
+        text += " 'shared_memory_region'"
+    return text
+
+
+def _flatten(data, out: list) -> list:
+    for item in data:
+        if type(item) is list:
+            _flatten(item, out)
+        else:
+            out.append(item)
+    return out
+
+
+def _json_to_wire(name: str, datatype: str, shape: list, data) -> bytes:
+    """JSON `data` (flat or nested) -> raw wire bytes of `datatype`."""
+    if datatype == "FP16" or datatype == "BF16":
+        raise InvalidArgument(
+            f"receiving {datatype} data via JSON is not supported. Please use the binary data "
+            f"format for input {name}"
+        )
+    if datatype == "BYTES":
+        if type(data) is not list:
+            raise Internal(f"Unable to parse 'data': {_non_array()}")
+        items = _flatten(data, []) if data and type(data[0]) is list else data
+        pack = _U32.pack
+        parts = []
+        for item in items:
+            if type(item) is not str:
+                raise Internal(
+                    "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
+                )
+            encoded = item.encode("utf-8")
+            parts.append(pack(len(encoded)))
+            parts.append(encoded)
+        return b"".join(parts)
+    accept = _ACCEPT.get(datatype)
+    if accept is None:
+        raise InvalidArgument(f"invalid datatype for input {name}")
+    if type(data) is not list:
+        raise Internal(f"Unable to parse 'data': {_non_array()}")
+    expected = 1
+    for dim in shape:
+        expected *= dim
+    if data and type(data[0]) is list:
+        data = _flatten(data, [])
+    if len(data) != expected:
+        raise Internal(_SHAPE_MISMATCH)
+    if not data:
+        return b""
+    try:
+        array = np.array(data)
+    except (ValueError, TypeError, OverflowError):
+        raise Internal(f"Unable to parse 'data': {accept[1]}") from None
+    kind = array.dtype.kind
+    if kind not in accept[0]:
+        if not (kind == "i" and accept[0] == "u" and array.min() >= 0):
+            raise Internal(f"Unable to parse 'data': {accept[1]}")
+    return array.astype(_NUMPY[datatype], copy=False).tobytes()
+
+
+def _non_array() -> str:
+    return "attempt to access JSON non-array as array"
+
+
+def _raw_request(view: memoryview, model_name: str, model_version: str, config) -> InferRequest:
+    """Triton's raw binary request: the whole body is the data of the model's only input."""
+    prefix = "[request id: <id_unknown>] "
+    count = len(config.input) if config is not None else 0
+    if count != 1:
+        raise InvalidArgument(
+            f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got "
+            f"{count} inputs in '{model_name}' model configuration"
+        )
+    from naiad.datatypes import wire_of_config
+    from naiad.protos import model_config_pb2
+
+    config_input = config.input[0]
+    wire = wire_of_config(model_config_pb2.DataType.Name(config_input.data_type))
+    shape = [1] if config.max_batch_size != 0 else []
+    dynamic_axis = -1
+    element_cnt = 1
+    for dim in config_input.dims:
+        if dim == -1:
+            if dynamic_axis != -1:
+                raise InvalidArgument(
+                    f"{prefix}The shape of the raw input '{config_input.name}' can not be "
+                    "deduced because there are more than one variable-sized dimension"
+                )
+            dynamic_axis = len(shape)
+        else:
+            element_cnt *= dim
+        shape.append(int(dim))
+    data = view
+    if wire == "BYTES":
+        if dynamic_axis != -1 or element_cnt != 1:
+            raise InvalidArgument(
+                f"{prefix}For BYTE datatype raw input '{config_input.name}', the model must "
+                "have input shape [1]"
+            )
+        data = _U32.pack(view.nbytes) + bytes(view)
+    elif dynamic_axis != -1:
+        size = element_size(wire) or 1
+        shape[dynamic_axis] = view.nbytes // (element_cnt * size) if element_cnt else 0
+    tensor = InputTensor(config_input.name, wire, shape, data, {})
+    return InferRequest(model_name, model_version, "", [tensor], None, {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+
+
+def classify(output: OutputTensor, count: int, batching: bool) -> OutputTensor:
+    """Triton's classification extension: the top `count` "value:index" strings per batch item."""
+    dtype = _NUMPY.get(output.datatype)
+    if dtype is None:
+        raise InvalidArgument(
+            f"class result not available for output due to unsupported type '{output.datatype}'"
+        )
+    values = np.frombuffer(output.data, dtype=dtype)
+    if batching and output.shape:
+        rows = values.reshape(output.shape[0], -1) if values.size else values.reshape(0, 0)
+    else:
+        rows = values.reshape(1, -1)
+    k = min(count, rows.shape[1]) if rows.ndim == 2 else 0
+    pack = _U32.pack
+    parts = []
+    for row in rows:
+        order = np.argsort(-row.astype(np.float64), kind="stable")[:k]
+        for index in order:
+            text = f"{float(row[index]):f}:{int(index)}".encode()
+            parts.append(pack(len(text)))
+            parts.append(text)
+    shape = [rows.shape[0], k] if batching and output.shape else [k]
+    return OutputTensor(output.name, "BYTES", shape, b"".join(parts))
+
+
+def _bytes_to_json(data) -> list:
+    view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+    end = len(view)
+    offset = 0
+    items = []
+    unpack = _U32.unpack_from
+    while offset + 4 <= end:
+        (length,) = unpack(view, offset)
+        offset += 4
+        items.append(bytes(view[offset : offset + length]).decode("utf-8", "replace"))
+        offset += length
+    return items
+
+
+def encode_infer_response(
+    response: InferResponse, request: InferRequest | None = None, batching: bool = True
+) -> tuple[list, int | None]:
+    """Encode a response: (body parts, json header length or None when all JSON).
+
+    Outputs requested with `binary_data: true` (or, for outputs not named in the request,
+    request parameter `binary_data_output: true`) travel as raw segments after the JSON.
+    """
+    requested: dict[str, dict] | None = None
+    default_binary = False
+    if request is not None:
+        if request.parameters:
+            default_binary = request.parameters.get("binary_data_output", False) is True
+        if request.outputs:
+            requested = {o.name: o.parameters for o in request.outputs}
+
+    out_json: list[dict[str, Any]] = []
+    segments: list = []
+    for output in response.outputs:
+        binary = default_binary
+        if requested is not None:
+            params = requested.get(output.name)
+            if params is None:
+                continue  # not requested
+            if params:
+                binary = params.get("binary_data", False) is True
+                classes = params.get("classification")
+                if classes:
+                    output = classify(output, classes, batching)
+            else:
+                binary = False
+        if binary:
+            data = output.data
+            size = data.nbytes if isinstance(data, memoryview) else len(data)
+            segments.append(data)
+            out_json.append(
+                {
+                    "name": output.name,
+                    "datatype": output.datatype,
+                    "shape": output.shape,
+                    "parameters": {"binary_data_size": size},
+                }
+            )
+        else:
+            out_json.append(
+                {
+                    "name": output.name,
+                    "datatype": output.datatype,
+                    "shape": output.shape,
+                    "data": _output_json_data(output),
+                }
+            )
+
+    doc: dict[str, Any] = {}
+    request_id = response.id or (request.id if request is not None else "")
+    if request_id:
+        doc["id"] = request_id
+    doc["model_name"] = response.model_name
+    doc["model_version"] = response.model_version
+    if response.parameters:
+        doc["parameters"] = response.parameters
+    doc["outputs"] = out_json
+    header = orjson.dumps(doc, option=_OPT_NUMPY)
+    if not segments:
+        return [header], None
+    return [header, *segments], len(header)
+
+
+def _output_json_data(output: OutputTensor):
+    datatype = output.datatype
+    if datatype == "BYTES":
+        return _bytes_to_json(output.data)
+    dtype = _NUMPY.get(datatype)
+    if dtype is None or datatype == "FP16":
+        if datatype in ("FP16", "BF16"):
+            raise InvalidArgument(
+                f"sending {datatype} data via JSON is not supported. Please use the binary "
+                "data format for output"
+            )
+        raise InvalidArgument("Invalid data type for output tensor")
+    return np.frombuffer(output.data, dtype=dtype)

@@ -1,0 +1,283 @@
+"""A lean HTTP/1.1 server protocol over httptools (modelled on uvicorn's httptools_impl).
+
+- keep-alive; pipelined requests are answered in order (each request takes a slot in a FIFO;
+  replies that finish early wait for the ones before them)
+- Content-Length and chunked request bodies (the parser's callbacks assemble them)
+- a body size limit: 413 and close
+- unparseable HTTP: 400 and close
+- `Expect: 100-continue` is answered right away so clients like curl don't stall
+- every response is one `transport.write` of one joined bytes object
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from http import HTTPStatus
+
+import httptools
+
+from naiad.http.routes import HttpRequest, Reply, Router, error_reply, internal_error_reply
+
+__all__ = ["HttpProtocol", "DEFAULT_MAX_BODY_SIZE"]
+
+DEFAULT_MAX_BODY_SIZE = 1 << 30  # 1 GiB
+MAX_PIPELINE = 64  # pending replies per connection before we stop reading
+LINGER_SECONDS = 2.0  # how long to drain input after an error reply before closing
+
+_WANTED_HEADERS = {
+    b"content-length": "content-length",
+    b"content-encoding": "content-encoding",
+    b"inference-header-content-length": "inference-header-content-length",
+    b"expect": "expect",
+}
+
+_STATUS_LINES = {
+    status.value: b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode())
+    for status in HTTPStatus
+}
+_CLOSE = b"Connection: close\r\n"
+_KEEP_ALIVE = b"Connection: keep-alive\r\n"
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class _Slot:
+    __slots__ = ("reply", "keep_alive", "head_only", "http10")
+
+    def __init__(self, reply, keep_alive: bool, head_only: bool, http10: bool):
+        self.reply = reply
+        self.keep_alive = keep_alive
+        self.head_only = head_only
+        self.http10 = http10
+
+
+class HttpProtocol(asyncio.Protocol):
+    __slots__ = (
+        "router",
+        "loop",
+        "max_body_size",
+        "transport",
+        "parser",
+        "pending",
+        "tasks",
+        "closed",
+        "no_more",
+        "discard",
+        "reading_paused",
+        "writing_paused",
+        "_url",
+        "_headers",
+        "_body",
+        "_body_size",
+    )
+
+    def __init__(self, router: Router, loop=None, max_body_size: int = DEFAULT_MAX_BODY_SIZE):
+        self.router = router
+        self.loop = loop or asyncio.get_event_loop()
+        self.max_body_size = max_body_size
+        self.transport = None
+        self.parser = None
+        self.pending: deque[_Slot] = deque()
+        self.tasks: set = set()
+        self.closed = False
+        self.no_more = False  # a request that ends the connection has been seen
+        self.discard = False  # drop the body of the current request
+        self.reading_paused = False
+        self.writing_paused = False
+        self._url = b""
+        self._headers: dict = {}
+        self._body: list = []
+        self._body_size = 0
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.parser = httptools.HttpRequestParser(self)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.transport = None
+        for task in self.tasks:
+            task.cancel()
+        self.tasks.clear()
+        self.pending.clear()
+
+    def data_received(self, data: bytes) -> None:
+        if self.no_more:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(400, "Unsupported upgrade request.")
+        except httptools.HttpParserError:
+            self._fail(400, "Invalid HTTP request received.")
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        if len(self.pending) < MAX_PIPELINE:
+            self._resume_reading()
+
+    # -- httptools callbacks --------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = {}
+        self._body = []
+        self._body_size = 0
+        self.discard = self.no_more
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = _WANTED_HEADERS.get(name.lower())
+        if key is not None:
+            self._headers[key] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        length = self._headers.get("content-length")
+        if length is not None:
+            try:
+                too_large = int(length) > self.max_body_size
+            except ValueError:
+                too_large = False
+            if too_large:
+                self._fail(413, "Request Entity Too Large")
+                return
+        expect = self._headers.get("expect")
+        if expect is not None and expect.lower() == "100-continue" and self.transport:
+            self.transport.write(_CONTINUE)
+
+    def on_body(self, body: bytes) -> None:
+        if self.discard or self.no_more:
+            return
+        self._body_size += len(body)
+        if self._body_size > self.max_body_size:
+            self._body = []
+            self._fail(413, "Request Entity Too Large")
+            return
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.no_more or self.discard:
+            return
+        parser = self.parser
+        keep_alive = parser.should_keep_alive()
+        http10 = parser.get_http_version() == "1.0"
+        method = parser.get_method().decode("latin-1")
+        body = self._body
+        if not body:
+            body = b""
+        elif len(body) == 1:
+            body = body[0]
+        else:
+            body = b"".join(body)
+        self._body = []
+        url = self._url
+        path, _, query = url.partition(b"?")
+        request = HttpRequest(
+            method,
+            path.decode("utf-8", "replace"),
+            query.decode("latin-1"),
+            self._headers,
+            body,
+        )
+        if not keep_alive:
+            self.no_more = True
+        try:
+            result = self.router.dispatch(request)
+        except Exception as exc:  # a handler bug must not kill the connection silently
+            result = internal_error_reply(exc)
+        head_only = method == "HEAD"
+        if isinstance(result, Reply):
+            if not self.pending:
+                self._write(result, keep_alive, head_only, http10)
+            else:
+                self.pending.append(_Slot(result, keep_alive, head_only, http10))
+            return
+        slot = _Slot(None, keep_alive, head_only, http10)
+        self.pending.append(slot)
+        task = self.loop.create_task(result)
+        self.tasks.add(task)
+        task.add_done_callback(lambda t, s=slot: self._task_done(t, s))
+        if len(self.pending) >= MAX_PIPELINE:
+            self._pause_reading()
+
+    # -- replies --------------------------------------------------------------------------
+
+    def _task_done(self, task, slot: _Slot) -> None:
+        self.tasks.discard(task)
+        if task.cancelled() or self.closed:
+            return
+        exc = task.exception()
+        slot.reply = internal_error_reply(exc) if exc is not None else task.result()
+        self._flush()
+
+    def _flush(self) -> None:
+        pending = self.pending
+        while pending and pending[0].reply is not None and not self.closed:
+            slot = pending.popleft()
+            self._write(slot.reply, slot.keep_alive, slot.head_only, slot.http10)
+        if not self.writing_paused and len(pending) < MAX_PIPELINE:
+            self._resume_reading()
+
+    def _write(self, reply: Reply, keep_alive: bool, head_only: bool, http10: bool) -> None:
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        body = reply.body
+        length = 0
+        for part in body:
+            length += part.nbytes if isinstance(part, memoryview) else len(part)
+        status_line = _STATUS_LINES.get(reply.status) or b"HTTP/1.1 %d Unknown\r\n" % reply.status
+        if keep_alive:
+            connection = _KEEP_ALIVE if http10 else b""
+        else:
+            connection = _CLOSE
+        head = b"%sContent-Length: %d\r\n%s%s\r\n" % (
+            status_line,
+            length,
+            reply.headers,
+            connection,
+        )
+        if head_only or not body:
+            transport.write(head)
+        elif len(body) == 1 and isinstance(body[0], bytes):
+            transport.write(head + body[0])
+        else:
+            transport.write(b"".join((head, *body)))
+        if not keep_alive:
+            self.closed = True
+            if self.discard and transport.can_write_eof():
+                # An error cut the request short and the client may still be sending: half
+                # close and keep draining for a moment, so that closing with unread input
+                # doesn't reset the connection before the client has read our answer.
+                transport.write_eof()
+                self.loop.call_later(LINGER_SECONDS, transport.close)
+            else:
+                transport.close()
+
+    def _fail(self, status: int, message: str) -> None:
+        """Answer `status` after any replies still owed, then close."""
+        self.no_more = True
+        self.discard = True
+        reply = error_reply(status, message)
+        if not self.pending:
+            self._write(reply, False, False, False)
+        else:
+            self.pending.append(_Slot(reply, False, False, False))
+
+    def _pause_reading(self) -> None:
+        if not self.reading_paused and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self.reading_paused and self.transport is not None:
+            self.reading_paused = False
+            self.transport.resume_reading()

@@ -1,0 +1,207 @@
+"""Routing and handlers for the KServe v2 HTTP API (with Triton's status codes and bodies).
+
+A handler gets an `HttpRequest` and returns a `Reply` (status, pre-encoded header lines, body
+parts), or a coroutine that resolves to one for the paths that wait on a model (infer). Paths
+are split on '/', never matched with a regex.
+
+Other front-end modules may add handlers for further `/v2/<segment>/...` trees
+(`repository`, `systemsharedmemory`, ...) with `Router.register(segment, handler)`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Union
+
+import orjson
+
+from naiad.errors import NaiadError, NotFound, Unavailable
+from naiad.http.codec import (
+    decompress,
+    encode_infer_response,
+    parse_header_length,
+    parse_infer_request,
+)
+
+__all__ = ["HttpRequest", "Reply", "Router"]
+
+log = logging.getLogger("naiad.http")
+
+JSON = b"Content-Type: application/json\r\n"
+TEXT = b"Content-Type: text/plain\r\n"
+OCTET = b"Content-Type: application/octet-stream\r\n"
+
+
+class HttpRequest:
+    """One parsed HTTP request; `headers` holds lower-cased names of interest only."""
+
+    __slots__ = ("method", "path", "query", "headers", "body")
+
+    def __init__(self, method: str, path: str, query: str, headers: dict, body):
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+
+
+class Reply:
+    """status, header lines (bytes, each ending CRLF) and body parts."""
+
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int, headers: bytes = b"", body=()):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+ReplyOrAwaitable = Union[Reply, Awaitable[Reply]]
+Handler = Callable[[HttpRequest, list], ReplyOrAwaitable]
+
+
+def error_reply(status: int, message: str, content_type: bytes = JSON) -> Reply:
+    return Reply(status, content_type, (orjson.dumps({"error": message}),))
+
+
+def json_reply(doc, status: int = 200) -> Reply:
+    return Reply(status, JSON, (orjson.dumps(doc),))
+
+
+_OK_EMPTY = Reply(200, TEXT, ())
+_BAD_EMPTY = Reply(400, TEXT, ())
+_NOT_FOUND = error_reply(404, "Not Found", TEXT)
+_METHOD_NOT_ALLOWED = error_reply(405, "Method Not Allowed")
+_MODEL_NOT_READY = error_reply(400, "Model version not ready", TEXT)
+_MODEL_ACTIONS = frozenset(("infer", "ready", "config", "stats"))
+
+
+def _status_for(exc: NaiadError) -> int:
+    # Triton answers an unknown model/version with 404 on metadata, config and infer.
+    if isinstance(exc, NotFound):
+        return 404
+    return exc.http_status
+
+
+class Router:
+    def __init__(self, manager):
+        self.manager = manager
+        self._extra: dict[str, Handler] = {}
+
+    def register(self, segment: str, handler: Handler) -> None:
+        """Serve `/v2/<segment>...` with `handler(request, parts)` (parts: path split on '/')."""
+        self._extra[segment] = handler
+
+    def dispatch(self, request: HttpRequest) -> ReplyOrAwaitable:
+        try:
+            return self._dispatch(request)
+        except NaiadError as exc:
+            return error_reply(_status_for(exc), exc.message)
+
+    def _dispatch(self, request: HttpRequest) -> ReplyOrAwaitable:
+        parts = request.path.split("/")
+        # parts[0] is '' (the path starts with '/'); parts[1] must be 'v2'.
+        n = len(parts)
+        if n < 2 or parts[0] or parts[1] != "v2":
+            return _NOT_FOUND
+        method = request.method
+        if n == 2:
+            if method != "GET":
+                return _METHOD_NOT_ALLOWED
+            return json_reply(self.manager.server_metadata())
+        section = parts[2]
+        if section == "models":
+            return self._models(request, parts, n, method)
+        if section == "health":
+            if n != 4 or parts[3] not in ("live", "ready"):
+                return _NOT_FOUND
+            if method != "GET":
+                return _METHOD_NOT_ALLOWED
+            ok = self.manager.server_live() if parts[3] == "live" else self.manager.server_ready()
+            return _OK_EMPTY if ok else _BAD_EMPTY
+        handler = self._extra.get(section)
+        if handler is not None:
+            return handler(request, parts)
+        return _NOT_FOUND
+
+    def _models(self, request: HttpRequest, parts: list, n: int, method: str) -> ReplyOrAwaitable:
+        # /v2/models/stats | /v2/models/{m}[/versions/{v}][/{action}]
+        if n < 4 or not parts[3]:
+            return _NOT_FOUND
+        name = parts[3]
+        if n == 4 and name == "stats":
+            if method != "GET":
+                return _METHOD_NOT_ALLOWED
+            return self._stats("", "")
+        version = ""
+        i = 4
+        if n > 5 and parts[4] == "versions":
+            version = parts[5]
+            if not version.isdigit() or not version.isascii():
+                return _NOT_FOUND
+            i = 6
+        action = ""
+        if n == i + 1:
+            action = parts[i]
+            if action not in _MODEL_ACTIONS:
+                return _NOT_FOUND
+        elif n != i:
+            return _NOT_FOUND
+
+        if action == "infer":
+            if method != "POST":
+                return _METHOD_NOT_ALLOWED
+            return self._infer(request, name, version)
+        if method != "GET":
+            return _METHOD_NOT_ALLOWED
+        if action == "":
+            return json_reply(self.manager.get(name, version).metadata())
+        if action == "ready":
+            return _OK_EMPTY if self.manager.model_ready(name, version) else _MODEL_NOT_READY
+        if action == "config":
+            return json_reply(self.manager.get(name, version).config_json())
+        return self._stats(name, version)
+
+    def _stats(self, name: str, version: str) -> Reply:
+        try:
+            return json_reply(self.manager.statistics(name, version))
+        except (NotFound, Unavailable):
+            # Triton's statistics endpoint words these its own way, always with a 400.
+            if version and self.manager.model_ready(name):
+                message = f"requested model version is not available for model '{name}'"
+            else:
+                message = f"requested model '{name}' is not available"
+            return error_reply(400, message)
+
+    def _infer(self, request: HttpRequest, name: str, version: str) -> Awaitable[Reply]:
+        model = self.manager.get(name, version)
+        headers = request.headers
+        body = request.body
+        encoding = headers.get("content-encoding")
+        if encoding:
+            body = decompress(body, encoding)
+        header_length = parse_header_length(
+            headers.get("inference-header-content-length"), len(body)
+        )
+        infer_request = parse_infer_request(
+            body, name, version, header_length, getattr(model, "config", None)
+        )
+        return self._run_infer(model, infer_request)
+
+    async def _run_infer(self, model, infer_request) -> Reply:
+        try:
+            response = await model.infer(infer_request)
+            config = getattr(model, "config", None)
+            batching = config is None or config.max_batch_size > 0
+            parts, header_length = encode_infer_response(response, infer_request, batching)
+        except NaiadError as exc:
+            return error_reply(_status_for(exc), exc.message)
+        if header_length is None:
+            return Reply(200, JSON, parts)
+        return Reply(200, OCTET + b"Inference-Header-Content-Length: %d\r\n" % header_length, parts)
+
+
+def internal_error_reply(exc: BaseException) -> Reply:
+    log.exception("unhandled error in an HTTP handler", exc_info=exc)
+    return error_reply(500, str(exc) or type(exc).__name__)

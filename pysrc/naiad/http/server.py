@@ -1,0 +1,34 @@
+"""Start the HTTP/REST front end on the running event loop."""
+
+from __future__ import annotations
+
+import asyncio
+
+from naiad.http.protocol import DEFAULT_MAX_BODY_SIZE, HttpProtocol
+from naiad.http.routes import Router
+
+__all__ = ["start_http_server"]
+
+
+async def start_http_server(
+    manager,
+    host: str,
+    port: int,
+    *,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    router: Router | None = None,
+    reuse_port: bool = False,
+    backlog: int = 1024,
+) -> asyncio.Server:
+    """Serve KServe v2 + Triton's HTTP extensions for `manager` on host:port.
+
+    Pass `router` to share one (e.g. with extra `/v2/<segment>` handlers registered)."""
+    loop = asyncio.get_running_loop()
+    router = router or Router(manager)
+
+    def factory() -> HttpProtocol:
+        return HttpProtocol(router, loop, max_body_size)
+
+    return await loop.create_server(
+        factory, host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=backlog
+    )
