@@ -72,8 +72,14 @@ bool Core::submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
   }
   std::lock_guard<std::mutex> lock(mutex_);
   models_.at(model_id).queue.push_back(Request{request_id, offset, block_size, batch_size});
-  dispatch_locked(model_id);
   return true;
+}
+
+void Core::flush() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
+    if (!models_[model_id].queue.empty()) dispatch_locked(model_id);
+  }
 }
 
 void Core::dispatch_locked(uint32_t model_id) {
@@ -141,7 +147,6 @@ std::vector<Completion> Core::poll() {
   drain_eventfd(notify_fd_);
   std::vector<Completion> done;
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<uint32_t> freed_models;
   for (uint32_t id = 0; id < instances_.size(); ++id) {
     Instance& instance = instances_[id];
     // A stopping instance (up == false, running) may still post its last result.
@@ -154,10 +159,11 @@ std::vector<Completion> Core::poll() {
           finish_locked(it->second, message.status, message.result_offset, message.result_size));
       in_flight_.erase(it);
       instance.busy = false;
-      freed_models.push_back(instance.model_id);
     }
   }
-  for (uint32_t model_id : freed_models) dispatch_locked(model_id);
+  for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
+    if (!models_[model_id].queue.empty()) dispatch_locked(model_id);
+  }
   return done;
 }
 

@@ -60,9 +60,16 @@ class Core {
   InstanceEndpoint endpoint(uint32_t instance_id) const;
 
   // Copies the parts into a new request block (the one copy of the inputs) and
-  // queues it. Returns false when the arena has no room for `block_size` bytes.
+  // queues it; it is dispatched by the next flush() or poll(). Returns false when
+  // the arena has no room for `block_size` bytes.
   bool submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
               const std::vector<SubmitPart>& parts, uint32_t batch_size);
+
+  // Dispatches queued requests to idle instances. The frontend calls it once per
+  // event-loop turn, after all the requests that turn read were submitted: requests
+  // that arrive together leave together, with one wake-up of the worker instead of
+  // one per request (on a shared core each wake-up preempts the frontend).
+  void flush();
 
   // Drains completions from every instance, frees what they held, dispatches
   // queued requests to instances that became idle, and returns the completions.

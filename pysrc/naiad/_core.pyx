@@ -70,6 +70,7 @@ cdef extern from "core.h" namespace "naiad":
         InstanceEndpoint endpoint(uint32_t instance_id) except +
         cbool submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
                      const vector[SubmitPart]& parts, uint32_t batch_size) except + nogil
+        void flush() except + nogil
         vector[Completion] poll() except + nogil
         vector[Completion] instance_down(uint32_t instance_id) except + nogil
         void instance_up(uint32_t instance_id) except + nogil
@@ -162,6 +163,11 @@ cdef class Core:
         with nogil:
             ok = self._core.submit(model_id, request_id, block_size, c_parts, batch_size)
         return ok
+
+    def flush(self):
+        """Dispatches queued requests to idle instances (once per event-loop turn)."""
+        with nogil:
+            self._core.flush()
 
     def poll(self):
         """[(batch_id, status, instance_id, result_offset, result_size, dispatch_ns, [request_ids])]"""

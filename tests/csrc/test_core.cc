@@ -215,6 +215,23 @@ TEST(core_batches_queued_requests_up_to_max_batch_size) {
   core.stop_instance(instance);
 }
 
+TEST(core_requests_submitted_together_leave_in_one_batch) {
+  Core core(1 << 22);
+  uint32_t model = core.add_model(8, true);
+  uint32_t instance = core.add_instance(model);
+  core.instance_up(instance);
+  FakeWorker worker(core, instance);
+  // The instance is idle, yet nothing leaves before flush(): the frontend submits
+  // all requests of one event-loop turn first.
+  for (uint64_t id = 1; id <= 3; ++id) CHECK(submit_bytes(core, model, id, "x"));
+  CHECK(core.in_flight() == 0);
+  CHECK(core.queued(model) == 3);
+  core.flush();
+  std::vector<Completion> done = collect(core, 3);
+  CHECK(done.size() == 1 && done[0].request_ids.size() == 3);
+  core.stop_instance(instance);
+}
+
 TEST(core_counts_request_batch_sizes_not_requests) {
   Core core(1 << 22);
   uint32_t model = core.add_model(8, true);
@@ -250,6 +267,7 @@ TEST(core_instance_down_fails_in_flight_and_reclaims_worker_blocks) {
   ArenaStats baseline = core.arena().stats();
   core.instance_up(instance);
   CHECK(submit_bytes(core, model, 5, "payload"));
+  core.flush();
   CHECK(core.in_flight() == 1);
   // A worker that took the batch, allocated its result, then died.
   InstanceEndpoint ep = core.endpoint(instance);

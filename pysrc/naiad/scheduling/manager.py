@@ -52,6 +52,7 @@ class ModelManager:
         self._ids = itertools.count(1)
         self._live = True
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._flush_scheduled = False
 
     # -- lifecycle -----------------------------------------------------------------
     async def load_all(self) -> bool:
@@ -122,7 +123,7 @@ class ModelManager:
             return model
         ready = [v for v, m in versions.items() if m.ready]
         if not ready:
-            raise Unavailable(f"Request for unknown model: '{name}' has no available versions")
+            raise NotFound(f"Request for unknown model: '{name}' has no available versions")
         return versions[max(ready)]
 
     def model_ready(self, name: str, version: str = "") -> bool:
@@ -154,7 +155,15 @@ class ModelManager:
                 f"model '{model.name}': the shared-memory arena has no room for a request "
                 f"of {size} bytes"
             )
+        if not self._flush_scheduled:
+            # Dispatch once the requests of this loop turn are all queued.
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
         return await future
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        self.core.flush()
 
     def _drain(self) -> None:
         self.on_completions(self.core.poll())
