@@ -36,9 +36,15 @@ async def serve(options) -> int:
 
     servers = []
     if options.allow_http:
+        from naiad.http.naiad_routes import register_naiad_routes
+        from naiad.http.routes import Router
         from naiad.http.server import start_http_server
 
-        servers.append(await start_http_server(manager, options.host, options.http_port))
+        router = Router(manager)
+        register_naiad_routes(router, manager)
+        servers.append(
+            await start_http_server(manager, options.host, options.http_port, router=router)
+        )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)
     if options.allow_grpc:
         log.warning("gRPC front end not built yet: --grpc-port %d is not served", options.grpc_port)

@@ -132,6 +132,12 @@ class ModelManager:
         except NaiadError:
             return False
 
+    def arena_stats(self) -> dict:
+        """The shared arena's use: instance channels plus everything in flight."""
+        stats = self.core.arena_stats()
+        stats["requests_in_flight"] = len(self._pending)
+        return stats
+
     def statistics(self, name: str = "", version: str = "") -> dict:
         if name:
             if version:
