@@ -132,6 +132,10 @@ class ModelManager:
         except NaiadError:
             return False
 
+    def pending_count(self, model: LoadedModel) -> int:
+        """Requests of `model` accepted and not yet answered (queued or executing)."""
+        return sum(1 for p in self._pending.values() if p.model is model)
+
     def arena_stats(self) -> dict:
         """The shared arena's use: instance channels plus everything in flight."""
         stats = self.core.arena_stats()
@@ -228,7 +232,7 @@ class ModelManager:
     def _fail_batch(self, pendings: list, status: int, end_ns: int) -> None:
         for pending in pendings:
             model = pending.model
-            model.stats.record_failure(end_ns - pending.submit_ns)
+            model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
             if status == _core.COMPLETION_INSTANCE_DIED:
                 message = (
                     f"Failed to process the request(s) for model '{model.name}': the model "

@@ -47,6 +47,8 @@ class ModelStats:
         self.compute_infer = Duration()
         self.compute_output = Duration()
         self.batches: dict[int, BatchStats] = {}
+        # Failures by Triton's metric reason: REJECTED, CANCELED, BACKEND, OTHER.
+        self.failures_by_reason: dict[str, int] = {}
 
     def record_execution(self, batch_size: int, timings: list[int]) -> None:
         """One batch ran: timings = [start, compute_input, compute_infer, compute_output]."""
@@ -69,8 +71,9 @@ class ModelStats:
         self.inference_count += batch_size
         self.last_inference_ms = int(time.time() * 1000)
 
-    def record_failure(self, request_ns: int) -> None:
+    def record_failure(self, request_ns: int, reason: str = "BACKEND") -> None:
         self.fail.add(request_ns)
+        self.failures_by_reason[reason] = self.failures_by_reason.get(reason, 0) + 1
         self.last_inference_ms = int(time.time() * 1000)
 
     def to_json(self) -> dict:
