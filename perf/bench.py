@@ -1,0 +1,739 @@
+"""Naiad's benchmark harness: runs the scenarios of perf/scenarios.py with Triton's perf_analyzer
+against one or more servers, one server at a time, alternating the order over rounds, the client
+pinned away from the server's CPUs; checks each server's answers before timing it; reads the
+server's own statistics (queue, compute, batch sizes formed); measures the in-process limit of
+each model at the batch sizes the server formed; writes a markdown table, a PNG plot and the raw
+numbers under perf/results/.
+
+    perf/.tools/venv/bin/python perf/bench.py --servers naiad            # make bench
+    perf/.tools/venv/bin/python perf/bench.py --servers naiad,triton     # make bench-compare
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scenarios import MODELS, SCENARIOS, Scenario, reference, select  # noqa: E402
+from servers import PERF, TOOLS, NaiadServer, Server, TritonServer  # noqa: E402
+
+REPO_ROOT = PERF.parent
+MODELS_DIR = PERF / "models"
+RESULTS = PERF / "results"
+
+
+@dataclass
+class Settings:
+    window_ms: int = 2000
+    windows: int = 3
+    rounds: int = 2
+    scenarios: list[str] | None = None
+
+
+@dataclass
+class Point:
+    """One measurement: a scenario at one concurrency on one server in one round."""
+
+    scenario: str
+    key: str
+    concurrency: int
+    server: str
+    round: int
+    status: str  # ok | skipped | error
+    reason: str = ""
+    throughput: float = 0.0  # inferences/s
+    p50_us: float = 0.0
+    p99_us: float = 0.0
+    avg_us: float = 0.0
+    server_cpu_pct: float = 0.0
+    client_cpu_pct: float = 0.0
+    requests: int = 0
+    avg_batch: float = 0.0
+    batches: dict = field(default_factory=dict)  # batch size -> executions
+    queue_us: float = 0.0  # mean per request, from the server's statistics
+    compute_us: float = 0.0  # mean compute_infer per request
+    limit_throughput: float = 0.0  # in-process, same batch sizes
+
+
+# ---------------------------------------------------------------------------- CPUs
+
+
+def split_cpus() -> tuple[list[int] | None, list[int] | None, str]:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None, None, f"not pinned (only CPU {cpus} available)"
+    half = len(cpus) // 2
+    server, client = cpus[:half], cpus[half:]
+    return server, client, f"server on CPU {server}, client (perf_analyzer) on CPU {client}"
+
+
+# ---------------------------------------------------------------------------- tools
+
+
+def perf_analyzer_path() -> Path:
+    return TOOLS / "venv" / "bin" / "perf_analyzer"
+
+
+def perf_analyzer_env() -> dict[str, str]:
+    env = dict(os.environ)
+    libs = list((TOOLS / "venv" / "lib").glob("python3*/site-packages/nvidia/cuda_runtime/lib"))
+    env["LD_LIBRARY_PATH"] = ":".join([str(p) for p in libs] + [env.get("LD_LIBRARY_PATH", "")])
+    return env
+
+
+def ensure_tools(need_triton: bool) -> None:
+    missing = not perf_analyzer_path().exists()
+    if need_triton and not (TOOLS / "triton" / "bin" / "tritonserver").exists():
+        missing = True
+    if missing:
+        subprocess.run([str(PERF / "setup_tools.sh")], check=True)
+
+
+# ---------------------------------------------------------------------------- model repository
+
+
+def build_repository(dest: Path, scenarios: list[Scenario]) -> Path:
+    """A copy of perf/models holding only the models some scenario can run (a model whose files
+    are missing, e.g. an ONNX entry without model.onnx, would stop the server from starting)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for model in sorted({s.model for s in scenarios}):
+        if model_missing(model) is None:
+            shutil.copytree(MODELS_DIR / model, dest / model)
+    return dest
+
+
+def model_missing(model: str) -> str | None:
+    root = MODELS_DIR / model
+    backend = MODELS[model][1]
+    if backend == "python" and not (root / "1" / "model.py").exists():
+        return f"{root}/1/model.py missing"
+    if backend == "onnxruntime" and not (root / "1" / "model.onnx").exists():
+        return "no 1/model.onnx in perf/models/add_sub_onnx (not generated yet)"
+    return None
+
+
+# ---------------------------------------------------------------------------- correctness
+
+
+def kserve_infer(url: str, model: str, inputs: dict[str, np.ndarray], timeout: float = 15.0):
+    """One KServe v2 request with binary tensors; returns {output name: array}."""
+    header = {
+        "inputs": [
+            {
+                "name": n,
+                "datatype": "FP32",
+                "shape": list(a.shape),
+                "parameters": {"binary_data_size": a.nbytes},
+            }
+            for n, a in inputs.items()
+        ],
+        "parameters": {"binary_data_output": True},
+    }
+    head = json.dumps(header).encode()
+    body = head + b"".join(np.ascontiguousarray(a).tobytes() for a in inputs.values())
+    req = urllib.request.Request(
+        f"http://{url}/v2/models/{model}/infer",
+        data=body,
+        headers={
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(len(head)),
+        },
+    )
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        data = r.read()
+        hlen = r.headers.get("Inference-Header-Content-Length")
+    hlen = int(hlen) if hlen is not None else len(data)
+    reply = json.loads(data[:hlen])
+    out, offset = {}, hlen
+    for o in reply["outputs"]:
+        size = (o.get("parameters") or {}).get("binary_data_size")
+        if size is None:
+            arr = np.asarray(o.get("data", []), dtype=np.float32)
+        else:
+            arr = np.frombuffer(data[offset : offset + size], dtype=np.float32)
+            offset += size
+        out[o["name"]] = arr.reshape(o["shape"]) if arr.size else arr
+    return out
+
+
+def check_answers(server: Server, model: str) -> str | None:
+    """None when the server answers `model` right for batch 1 and 2; else what went wrong."""
+    rng = np.random.default_rng(7)
+    shapes = MODELS[model][0]
+    for batch in (1, 2):
+        inputs = {
+            n: rng.standard_normal((batch, *shape)).astype(np.float32)
+            for n, shape in shapes.items()
+        }
+        try:
+            got = kserve_infer(server.http_url, model, inputs)
+        except Exception as exc:  # noqa: BLE001 - any failure is the answer
+            return f"{model}: request failed: {type(exc).__name__}: {exc}"
+        for name, want in reference(model, inputs).items():
+            have = got.get(name)
+            if have is None or have.shape != want.shape or not np.allclose(have, want):
+                shape = None if have is None else have.shape
+                return f"{model}: wrong {name} (shape {shape}, want {want.shape})"
+    return None
+
+
+# ---------------------------------------------------------------------------- statistics
+
+
+def stats_delta(before: dict | None, after: dict | None) -> dict:
+    if not before or not after:
+        return {}
+
+    def ns(d, key, sub):
+        return int(d.get("inference_stats", {}).get(key, {}).get(sub, 0))
+
+    requests = ns(after, "success", "count") - ns(before, "success", "count")
+    inferences = int(after.get("inference_count", 0)) - int(before.get("inference_count", 0))
+    executions = int(after.get("execution_count", 0)) - int(before.get("execution_count", 0))
+    out = {"requests": requests}
+    if requests > 0:
+        out["queue_us"] = (ns(after, "queue", "ns") - ns(before, "queue", "ns")) / requests / 1e3
+        out["compute_us"] = (
+            (ns(after, "compute_infer", "ns") - ns(before, "compute_infer", "ns")) / requests / 1e3
+        )
+    if executions > 0:
+        out["avg_batch"] = inferences / executions
+    prior = {
+        int(b["batch_size"]): int(b["compute_infer"]["count"])
+        for b in before.get("batch_stats", [])
+    }
+    batches = {}
+    for b in after.get("batch_stats", []):
+        n = int(b["compute_infer"]["count"]) - prior.get(int(b["batch_size"]), 0)
+        if n > 0:
+            batches[int(b["batch_size"])] = n
+    out["batches"] = batches
+    return out
+
+
+# ---------------------------------------------------------------------------- the limit
+
+_LIMIT_CACHE: dict[tuple[str, int], float] = {}
+
+
+def seconds_per_batch(model: str, batch: int, cpus: list[int] | None) -> float:
+    key = (model, batch)
+    if key not in _LIMIT_CACHE:
+        rng = np.random.default_rng(1)
+        inputs = {
+            n: rng.standard_normal((batch, *shape)).astype(np.float32)
+            for n, shape in MODELS[model][0].items()
+        }
+        fn = limit_function(model, inputs)
+        saved = os.sched_getaffinity(0)
+        if cpus:
+            os.sched_setaffinity(0, cpus)  # the server's CPUs: the same silicon
+        try:
+            fn()
+            n, best = 1, float("inf")
+            while True:  # grow until one timing run takes >= 20 ms
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                dt = time.perf_counter() - t0
+                if dt >= 0.02:
+                    break
+                n *= 4
+            for _ in range(5):
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                best = min(best, (time.perf_counter() - t0) / n)
+        finally:
+            os.sched_setaffinity(0, saved)
+        _LIMIT_CACHE[key] = best
+    return _LIMIT_CACHE[key]
+
+
+def limit_function(model: str, inputs: dict[str, np.ndarray]):
+    if MODELS[model][1] == "onnxruntime":
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(
+            str(MODELS_DIR / model / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+        )
+        return lambda: session.run(None, inputs)
+    return lambda: reference(model, inputs)
+
+
+def limit_throughput(model: str, batches: dict[int, int], cpus: list[int] | None) -> float:
+    """Inferences/s of the bare model, in-process, at the mix of batch sizes the server formed."""
+    if not batches:
+        batches = {1: 1}
+    seconds = sum(n * seconds_per_batch(model, b, cpus) for b, n in batches.items())
+    return sum(n * b for b, n in batches.items()) / seconds if seconds > 0 else 0.0
+
+
+# ---------------------------------------------------------------------------- perf_analyzer
+
+
+def run_perf_analyzer(
+    server: Server,
+    scenario: Scenario,
+    concurrency: int,
+    settings: Settings,
+    client_cpus: list[int] | None,
+    csv_path: Path,
+) -> tuple[dict, float, str]:
+    """Returns (the CSV row, client CPU seconds, error text or '')."""
+    url = server.http_url if scenario.protocol == "http" else server.grpc_url
+    cmd = [
+        str(perf_analyzer_path()),
+        "-m",
+        scenario.model,
+        "-u",
+        url,
+        "-i",
+        scenario.protocol,
+        "--concurrency-range",
+        str(concurrency),
+        # a fixed number of windows: the stability loop never settles on noisy machines
+        "-s",
+        "1000",
+        "-r",
+        str(settings.windows),
+        "--measurement-interval",
+        str(settings.window_ms),
+        "-f",
+        str(csv_path),
+        *scenario.extra_args,
+    ]
+    if scenario.shm == "system":
+        cmd += [
+            "--shared-memory",
+            "system",
+            "--output-shared-memory-size",
+            str(scenario.output_bytes()),
+        ]
+    if client_cpus:
+        cmd = ["taskset", "-c", ",".join(map(str, client_cpus)), *cmd]
+    budget = 60 + settings.windows * settings.window_ms / 1000 * 4
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        done = subprocess.run(
+            cmd, env=perf_analyzer_env(), capture_output=True, text=True, timeout=budget
+        )
+    except subprocess.TimeoutExpired:
+        return {}, 0.0, f"perf_analyzer timed out after {budget:.0f}s"
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if done.returncode != 0 or not csv_path.exists():
+        text = (done.stdout + done.stderr).strip().splitlines()
+        return {}, client_cpu, "perf_analyzer failed: " + " | ".join(text[-3:])
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return {}, client_cpu, "perf_analyzer wrote no result"
+    return rows[0], client_cpu, ""
+
+
+# ---------------------------------------------------------------------------- one server
+
+
+def run_server(
+    server: Server,
+    scenarios: list[Scenario],
+    settings: Settings,
+    round_no: int,
+    out: Path,
+    cpus: tuple[list[int] | None, list[int] | None],
+    log=print,
+) -> list[Point]:
+    server_cpus, client_cpus = cpus
+    points: list[Point] = []
+
+    def skip(s: Scenario, status: str, reason: str) -> None:
+        for c in s.concurrency:
+            points.append(Point(s.name, s.key, c, server.label, round_no, status, reason))
+
+    runnable = []
+    for s in scenarios:
+        missing = model_missing(s.model)
+        if s.backend not in server.backends():
+            skip(s, "skipped", not_built_reason(server, [f"backend:{s.backend}"]))
+        elif missing:
+            skip(s, "skipped", missing)
+        else:
+            runnable.append(s)
+    if not runnable:
+        return points
+    repo = build_repository(out / f"repo-{server.label}", runnable)
+    try:
+        server.start(repo, server_cpus, out / "logs" / f"{server.label}-round{round_no}.log")
+    except RuntimeError as exc:
+        log(f"  {server.label}: {exc}")
+        for s in runnable:
+            skip(s, "error", f"server did not start: {str(exc).splitlines()[0]}")
+        return points
+    try:
+        features = server.features()
+        checked: dict[str, str | None] = {}
+        for s in runnable:
+            lacking = sorted(s.needs() - features)
+            if lacking:
+                skip(s, "skipped", not_built_reason(server, lacking))
+                continue
+            if s.model not in checked:
+                checked[s.model] = check_answers(server, s.model)
+                if checked[s.model]:
+                    log(f"  {server.label}: WRONG ANSWERS, not timed: {checked[s.model]}")
+            if checked[s.model]:
+                skip(s, "error", f"wrong answers: {checked[s.model]}")
+                continue
+            for c in s.concurrency:
+                points.append(measure(server, s, c, settings, round_no, out, cpus, log))
+    finally:
+        server.stop()
+    return points
+
+
+def not_built_reason(server: Server, lacking: list[str]) -> str:
+    names = {
+        "grpc": "gRPC",
+        "shm:system": "system shared memory",
+        "backend:onnxruntime": "an onnxruntime backend",
+    }
+    what = ", ".join(names.get(x, x) for x in lacking)
+    if server.kind == "triton":
+        return f"this Triton build has no {what}"
+    return f"Naiad has no {what} yet"
+
+
+def measure(server, s: Scenario, c: int, settings, round_no, out, cpus, log) -> Point:
+    server_cpus, client_cpus = cpus
+    point = Point(s.name, s.key, c, server.label, round_no, "ok")
+    before = server.statistics(s.model)
+    cpu0, t0 = server.cpu_seconds(), time.monotonic()
+    csv_path = out / "csv" / f"{server.label}-r{round_no}-{s.name}-c{c}.csv"
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    row, client_cpu, error = run_perf_analyzer(server, s, c, settings, client_cpus, csv_path)
+    wall = time.monotonic() - t0
+    server_cpu = server.cpu_seconds() - cpu0
+    after = server.statistics(s.model)
+    if error:
+        point.status, point.reason = "error", error
+        log(f"  {server.label:>8} {s.key:<24} c={c:<3} ERROR {error}")
+        return point
+    point.throughput = float(row["Inferences/Second"])
+    point.p50_us = float(row["p50 latency"])
+    point.p99_us = float(row["p99 latency"])
+    point.avg_us = float(row.get("Avg latency") or 0)
+    point.server_cpu_pct = 100.0 * server_cpu / wall
+    point.client_cpu_pct = 100.0 * client_cpu / wall
+    delta = stats_delta(before, after)
+    point.requests = delta.get("requests", 0)
+    point.avg_batch = delta.get("avg_batch", 0.0)
+    point.batches = delta.get("batches", {})
+    point.queue_us = delta.get("queue_us", 0.0)
+    point.compute_us = delta.get("compute_us", 0.0)
+    point.limit_throughput = limit_throughput(s.model, point.batches, server_cpus)
+    log(
+        f"  {server.label:>8} {s.key:<24} c={c:<3} {point.throughput:9.1f} inf/s  "
+        f"p50 {point.p50_us / 1e3:7.2f} ms  p99 {point.p99_us / 1e3:7.2f} ms  "
+        f"batch {point.avg_batch:5.2f}  cpu srv {point.server_cpu_pct:3.0f}% "
+        f"cli {point.client_cpu_pct:3.0f}%"
+    )
+    return point
+
+
+# ---------------------------------------------------------------------------- several servers
+
+
+def run_rounds(servers: list[Server], settings: Settings, out: Path, log=print) -> dict:
+    scenarios = select(settings.scenarios)
+    server_cpus, client_cpus, pinning = split_cpus()
+    log(f"pinning: {pinning}")
+    points: list[Point] = []
+    started = time.monotonic()
+    for r in range(settings.rounds):
+        order = servers if r % 2 == 0 else list(reversed(servers))
+        log(f"round {r + 1}/{settings.rounds}: " + " then ".join(s.label for s in order))
+        for server in order:
+            points += run_server(
+                server, scenarios, settings, r, out, (server_cpus, client_cpus), log
+            )
+    return {
+        "pinning": pinning,
+        "server_cpus": server_cpus,
+        "client_cpus": client_cpus,
+        "settings": asdict(settings),
+        "servers": [{"label": s.label, "describe": s.describe()} for s in servers],
+        "scenarios": [
+            {"key": s.key, "description": s.description, "concurrency": list(s.concurrency)}
+            for s in scenarios
+        ],
+        "points": [asdict(p) for p in points],
+        "elapsed_s": time.monotonic() - started,
+        "machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname())},
+    }
+
+
+def aggregate(raw: dict) -> dict:
+    """(scenario key, concurrency, server) -> median over rounds (+ spread), or a reason."""
+    groups: dict[tuple, list[dict]] = {}
+    for p in raw["points"]:
+        groups.setdefault((p["key"], p["concurrency"], p["server"]), []).append(p)
+    table = {}
+    for k, ps in groups.items():
+        ok = [p for p in ps if p["status"] == "ok"]
+        if not ok:
+            table[k] = {"status": ps[0]["status"], "reason": ps[0]["reason"]}
+            continue
+        med = {
+            f: statistics.median(p[f] for p in ok)
+            for f in (
+                "throughput",
+                "p50_us",
+                "p99_us",
+                "avg_batch",
+                "queue_us",
+                "compute_us",
+                "server_cpu_pct",
+                "client_cpu_pct",
+                "limit_throughput",
+            )
+        }
+        thr = [p["throughput"] for p in ok]
+        med["spread_pct"] = 100.0 * (max(thr) - min(thr)) / med["throughput"] if thr[0] else 0.0
+        med["status"], med["rounds"] = "ok", len(ok)
+        med["failed_rounds"] = len(ps) - len(ok)
+        table[k] = med
+    return table
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def fmt(x: float, digits: int = 1) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def render(raw: dict, table: dict, ratio_pair: tuple[str, str] | None) -> str:
+    labels = [s["label"] for s in raw["servers"]]
+    lines = []
+    head = ["scenario", "conc"]
+    for label in labels:
+        head += [f"{label} inf/s", f"{label} p50 ms", f"{label} p99 ms"]
+    if ratio_pair:
+        a, b = ratio_pair
+        head += [f"{a}/{b} inf/s", f"{a}/{b} p99"]
+    head += ["limit inf/s"] + [f"{label} % limit" for label in labels]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join("---" for _ in head) + "|")
+    skipped = []
+    for sc in raw["scenarios"]:
+        for c in sc["concurrency"]:
+            cells = [sc["key"], str(c)]
+            rows = {label: table.get((sc["key"], c, label), {}) for label in labels}
+            if all(r.get("status") != "ok" for r in rows.values()):
+                reasons = sorted({f"{label}: {r.get('reason', '?')}" for label, r in rows.items()})
+                skipped.append(f"- {sc['key']} c={c}: " + "; ".join(reasons))
+                continue
+            for label in labels:
+                r = rows[label]
+                if r.get("status") == "ok":
+                    cells += [
+                        fmt(r["throughput"])
+                        + (f" ±{r['spread_pct']:.0f}%" if r["rounds"] > 1 else ""),
+                        fmt(r["p50_us"] / 1e3, 2),
+                        fmt(r["p99_us"] / 1e3, 2),
+                    ]
+                else:
+                    cells += [r.get("status", "-"), "-", "-"]
+                    skipped.append(f"- {sc['key']} c={c} on {label}: {r.get('reason', '?')}")
+            if ratio_pair:
+                ra, rb = rows[ratio_pair[0]], rows[ratio_pair[1]]
+                cells += [
+                    ratio(ra.get("throughput", 0), rb.get("throughput", 0)),
+                    ratio(ra.get("p99_us", 0), rb.get("p99_us", 0)),
+                ]
+            limits = [r["limit_throughput"] for r in rows.values() if r.get("status") == "ok"]
+            limit = max(limits) if limits else 0
+            cells.append(fmt(limit, 0) if limit else "-")
+            for label in labels:
+                r = rows[label]
+                ok = r.get("status") == "ok" and r.get("limit_throughput")
+                cells.append(f"{100 * r['throughput'] / r['limit_throughput']:.2f}%" if ok else "-")
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("Server-side, from GET /v2/models/{m}/stats (mean per request over the run):")
+    lines.append("")
+    lines.append(
+        "| scenario | conc | server | avg batch | queue µs | compute µs | server CPU | client CPU |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for sc in raw["scenarios"]:
+        for c in sc["concurrency"]:
+            for label in labels:
+                r = table.get((sc["key"], c, label), {})
+                if r.get("status") != "ok":
+                    continue
+                lines.append(
+                    f"| {sc['key']} | {c} | {label} | {r['avg_batch']:.2f} | {fmt(r['queue_us'])} "
+                    f"| {fmt(r['compute_us'])} | {r['server_cpu_pct']:.0f}% | {r['client_cpu_pct']:.0f}% |"
+                )
+    if skipped:
+        lines += ["", "Skipped or failed:", ""] + skipped
+    lines += [
+        "",
+        f"Pinning: {raw['pinning']}. Rounds: {raw['settings']['rounds']} (order alternates), "
+        f"{raw['settings']['windows']} windows x {raw['settings']['window_ms']} ms per point; "
+        "median over rounds, ± is the spread of throughput over rounds. "
+        "Limit: the model run in-process (numpy/onnxruntime) on the server's CPUs at the batch "
+        "sizes the server formed.",
+    ]
+    return "\n".join(lines)
+
+
+def plot(raw: dict, table: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [s["label"] for s in raw["servers"]]
+    rows = [
+        sc
+        for sc in raw["scenarios"]
+        if any(
+            table.get((sc["key"], c, label), {}).get("status") == "ok"
+            for c in sc["concurrency"]
+            for label in labels
+        )
+    ]
+    if not rows:
+        return
+    fig, axes = plt.subplots(len(rows), 2, figsize=(11, 3.2 * len(rows)), squeeze=False)
+    for i, sc in enumerate(rows):
+        ax_t, ax_p = axes[i]
+        for label in labels:
+            xs, thr, p99 = [], [], []
+            for c in sc["concurrency"]:
+                r = table.get((sc["key"], c, label), {})
+                if r.get("status") == "ok":
+                    xs.append(c)
+                    thr.append(r["throughput"])
+                    p99.append(r["p99_us"] / 1e3)
+            if xs:
+                ax_t.plot(xs, thr, marker="o", label=label)
+                ax_p.plot(xs, p99, marker="o", label=label)
+        ax_t.set_title(f"{sc['key']}: throughput")
+        ax_t.set_xlabel("concurrency")
+        ax_t.set_ylabel("inferences/s")
+        ax_p.set_title(f"{sc['key']}: p99 latency")
+        ax_p.set_xlabel("concurrency")
+        ax_p.set_ylabel("ms")
+        for ax in (ax_t, ax_p):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sc["concurrency"], [str(c) for c in sc["concurrency"]])
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+            ax.set_ylim(bottom=0)
+    fig.suptitle(f"perf/: {', '.join(labels)} — {raw['pinning']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_results(raw: dict, table: dict, out: Path, text: str, title: str) -> None:
+    (out / "raw.json").write_text(json.dumps(raw, indent=1))
+    (out / "table.md").write_text(f"# {title}\n\n{text}\n")
+    plot(raw, table, out / "plot.png")
+
+
+def results_dir(kind: str) -> Path:
+    out = RESULTS / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def naiad_here(tree: Path | None = None, python: Path | None = None) -> NaiadServer:
+    tree = Path(tree or REPO_ROOT).resolve()
+    python = Path(python or REPO_ROOT / ".venv" / "bin" / "python")
+    if not python.exists():
+        raise SystemExit(f"{python} missing: run `make install` first")
+    return NaiadServer(tree, python, "naiad")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--servers", default="naiad", help="comma list of naiad, triton")
+    ap.add_argument("--rounds", type=int, default=None, help="default 1 for one server, else 2")
+    ap.add_argument("--window-ms", type=int, default=2000)
+    ap.add_argument("--windows", type=int, default=3)
+    ap.add_argument("--scenario", action="append", help="run only these (repeatable)")
+    ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    ap.add_argument(
+        "--naiad-tree", type=Path, help="Naiad source tree (built in place); default: this one"
+    )
+    ap.add_argument(
+        "--naiad-python", type=Path, help="Python with Naiad's dependencies; default .venv"
+    )
+    args = ap.parse_args(argv)
+    if args.list:
+        for s in SCENARIOS:
+            print(f"{s.key:<24} c={','.join(map(str, s.concurrency)):<8} {s.description}")
+        return 0
+    names = [n.strip() for n in args.servers.split(",") if n.strip()]
+    servers: list[Server] = []
+    for n in names:
+        if n == "naiad":
+            servers.append(naiad_here(args.naiad_tree, args.naiad_python))
+        elif n == "triton":
+            servers.append(TritonServer())
+        else:
+            raise SystemExit(f"unknown server {n!r}")
+    ensure_tools(need_triton="triton" in names)
+    rounds = args.rounds or (1 if len(servers) == 1 else 2)
+    settings = Settings(args.window_ms, args.windows, rounds, args.scenario)
+    kind = "bench-compare" if len(servers) > 1 else "bench"
+    out = results_dir(kind)
+    raw = run_rounds(servers, settings, out)
+    table = aggregate(raw)
+    pair = ("naiad", "triton") if {"naiad", "triton"} <= set(names) else None
+    text = render(raw, table, pair)
+    write_results(raw, table, out, text, kind)
+    for name in ("table.md", "plot.png"):  # stable names for the latest run of each kind
+        src = out / name
+        if src.exists():
+            shutil.copyfile(src, RESULTS / f"{kind}-latest-{name}")
+    print()
+    print(text)
+    print()
+    print(f"results: {out}/table.md, plot: {out}/plot.png (also {RESULTS}/{kind}-latest-*)")
+    print(f"elapsed: {raw['elapsed_s']:.0f}s")
+    bad = [p for p in raw["points"] if p["status"] == "error"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

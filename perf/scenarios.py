@@ -1,0 +1,125 @@
+"""The benchmark scenarios: named, versioned definitions. Bump `version` whenever a change makes
+old numbers incomparable (model, shapes, client flags); results carry `name@vN` and the regression
+gate only compares equal keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MODELS = {
+    # model name -> (inputs as {name: per-request shape}, backend)
+    "add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
+    "identity_fp32": ({"INPUT0": (3, 224, 224)}, "python"),
+    "add_sub_onnx": ({"INPUT0": (16,), "INPUT1": (16,)}, "onnxruntime"),
+}
+
+
+def reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What the model must answer: used both to check a server and as the in-process limit."""
+    if model in ("add_sub", "add_sub_onnx"):
+        a, b = inputs["INPUT0"], inputs["INPUT1"]
+        return {"OUTPUT0": a + b, "OUTPUT1": a - b}
+    if model == "identity_fp32":
+        # The model returns its input; in-process the least work that yields an output tensor
+        # the caller owns is one copy.
+        return {"OUTPUT0": inputs["INPUT0"].copy()}
+    raise KeyError(model)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    version: int
+    model: str
+    protocol: str  # "http" | "grpc"
+    concurrency: tuple[int, ...]
+    shm: str = "none"  # "none" | "system"
+    description: str = ""
+    extra_args: tuple[str, ...] = field(default=())
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@v{self.version}"
+
+    @property
+    def backend(self) -> str:
+        return MODELS[self.model][1]
+
+    def output_bytes(self) -> int:
+        # perf_analyzer's --output-shared-memory-size: the largest output of one request.
+        shape = MODELS[self.model][0]["INPUT0"]
+        return int(np.prod(shape)) * 4
+
+    def needs(self) -> set[str]:
+        """Server features the scenario needs (see bench.probe_features)."""
+        features = {self.protocol, f"backend:{self.backend}"}
+        if self.shm == "system":
+            features.add("shm:system")
+        return features
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario(
+        "add_sub_http",
+        1,
+        "add_sub",
+        "http",
+        (1, 8, 32),
+        description="add_sub (Python backend, FP32 [16] x2, dynamic batching) over HTTP, binary tensors",
+    ),
+    Scenario(
+        "add_sub_grpc",
+        1,
+        "add_sub",
+        "grpc",
+        (1, 8, 32),
+        description="add_sub over gRPC",
+    ),
+    Scenario(
+        "add_sub_grpc_shm",
+        1,
+        "add_sub",
+        "grpc",
+        (1, 8, 32),
+        shm="system",
+        description="add_sub over gRPC with inputs and outputs in system shared memory",
+    ),
+    Scenario(
+        "identity_fp32_http",
+        1,
+        "identity_fp32",
+        "http",
+        (4,),
+        description="identity on FP32 [3,224,224] (602 KB each way) over HTTP, binary tensors",
+    ),
+    Scenario(
+        "identity_fp32_shm",
+        1,
+        "identity_fp32",
+        "http",
+        (4,),
+        shm="system",
+        description="identity on FP32 [3,224,224] with tensors in system shared memory (HTTP control)",
+    ),
+    Scenario(
+        "add_sub_onnx_http",
+        1,
+        "add_sub_onnx",
+        "http",
+        (1, 8, 32),
+        description="add_sub as an ONNX graph (onnxruntime backend) with dynamic batching, over HTTP",
+    ),
+]
+
+BY_NAME = {s.name: s for s in SCENARIOS}
+
+
+def select(names: list[str] | None) -> list[Scenario]:
+    if not names:
+        return list(SCENARIOS)
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise SystemExit(f"unknown scenario(s) {unknown}; known: {sorted(BY_NAME)}")
+    return [BY_NAME[n] for n in names]

@@ -1,0 +1,48 @@
+#!/bin/bash
+# Installs perf/'s own tools under perf/.tools/ (git-ignored), from the package registries only:
+#   venv/        Python for the harness: numpy, matplotlib, onnxruntime, and tritonclient 2.41.0
+#                (its manylinux wheel ships Triton's perf_analyzer binary) + nvidia-cuda-runtime-cu12
+#                (perf_analyzer links libcudart.so.12 even on a CPU-only host)
+#   triton/      the real Triton Inference Server 2.51 with its Python backend, unpacked from the
+#                nvidia-pytriton 0.7.0 wheel
+# Debian packages: libb64-0d (perf_analyzer) and python3-numpy (Triton's Python backend stub runs
+# under /usr/bin/python3 and needs numpy 1.x there). Idempotent; re-running is cheap.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOOLS=${NAIAD_PERF_TOOLS:-$HERE/.tools}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$TOOLS/dl"
+
+if ! dpkg -s libb64-0d python3-numpy >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq >/dev/null 2>&1 || true
+  $SUDO apt-get install -y -qq libb64-0d python3-numpy >/dev/null
+fi
+
+VENV=$TOOLS/venv
+if [ ! -x "$VENV/.ready" ]; then
+  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" download -q --no-deps --only-binary=:all: --platform manylinux1_x86_64 \
+    -d "$TOOLS/dl" "tritonclient==2.41.0"
+  "$VENV/bin/pip" install -q "$TOOLS/dl/tritonclient-2.41.0-py3-none-manylinux1_x86_64.whl" \
+    nvidia-cuda-runtime-cu12 numpy matplotlib onnxruntime pytest
+  printf '#!/bin/sh\n' >"$VENV/.ready" && chmod +x "$VENV/.ready"
+fi
+
+TRITON=$TOOLS/triton
+if [ ! -x "$TRITON/bin/tritonserver" ]; then
+  "$VENV/bin/pip" download -q --no-deps --only-binary=:all: --platform manylinux_2_35_x86_64 \
+    -d "$TOOLS/dl" "nvidia-pytriton==0.7.0"
+  rm -rf "$TOOLS/pytriton" && mkdir -p "$TOOLS/pytriton"
+  (cd "$TOOLS/pytriton" && "$VENV/bin/python" -m zipfile -e \
+    "$TOOLS/dl/nvidia_pytriton-0.7.0-py3-none-manylinux_2_35_x86_64.whl" .)
+  SRV=$TOOLS/pytriton/pytriton/tritonserver
+  rm -rf "$TRITON" && mkdir -p "$TRITON/bin" "$TRITON/backends/python"
+  cp "$SRV"/backends/python/* "$TRITON/backends/python/"
+  cp "$SRV/python_backend_stubs/3.11/triton_python_backend_stub" "$TRITON/backends/python/"
+  chmod +x "$SRV/bin/tritonserver" "$TRITON/backends/python/triton_python_backend_stub"
+  ln -sf "$SRV/bin/tritonserver" "$TRITON/bin/tritonserver"
+  ln -sfn "$TOOLS/pytriton/nvidia_pytriton.libs" "$TRITON/lib"
+fi
+echo "perf tools ready under $TOOLS"
