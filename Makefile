@@ -63,3 +63,22 @@ test: lint test-core test-core-sanitize test-python
 
 clean:
 	rm -rf build $(VENV) pysrc/naiad/*.so pysrc/naiad/_core.cpp pysrc/naiad/protos/*_pb2*.py
+
+# --- perf/: benchmarks against the real Triton and the regression gate (perf/README.md) ---
+PERF_PY := perf/.tools/venv/bin/python
+.PHONY: bench bench-compare perf-tools perf-check perf-check-test
+
+perf-tools:
+	perf/setup_tools.sh
+
+bench: $(STAMP) perf-tools
+	$(PERF_PY) perf/bench.py --servers naiad
+
+bench-compare: $(STAMP) perf-tools
+	$(PERF_PY) perf/bench.py --servers naiad,triton
+
+perf-check: $(STAMP) perf-tools
+	perf/check
+
+perf-check-test: $(STAMP) perf-tools
+	$(PERF_PY) -m pytest -p no:cacheprovider perf/tests -v
