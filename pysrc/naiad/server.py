@@ -49,7 +49,10 @@ async def serve(options) -> int:
     if options.allow_grpc:
         log.warning("gRPC front end not built yet: --grpc-port %d is not served", options.grpc_port)
     if options.allow_metrics:
-        log.warning("metrics not built yet: --metrics-port %d is not served", options.metrics_port)
+        from naiad.metrics import start_metrics_server
+
+        servers.append(await start_metrics_server(manager, options.host, options.metrics_port))
+        log.info("Started Metrics Service at %s:%d", options.host, options.metrics_port)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,0 +1,308 @@
+"""Prometheus metrics on `--metrics-port` at `GET /metrics`, named as Triton 2.51 names them.
+
+Nothing here runs on the inference path: `TritonCollector` reads the per-model statistics the
+manager keeps anyway (`LoadedModel.stats`, `manager.pending_count`) and /proc, at scrape time.
+
+It is a `prometheus_client` collector (it can be registered in any `CollectorRegistry`), but
+the page is rendered by `render()` rather than `prometheus_client.generate_latest`, because
+Triton's counters carry no `_total` suffix (`nv_inference_request_success`, not
+`..._success_total`), which generate_latest would add to every counter's HELP and TYPE lines,
+and because Triton writes whole numbers without a fraction ("3", not "3.0"). The page is
+byte-for-byte Triton's layout: `# HELP`, `# TYPE`, then one sample per model version with the
+labels sorted by name (`model`, `reason`, `version`).
+
+The page is served by `naiad.http.protocol.HttpProtocol` on the running event loop (no thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from naiad.http.protocol import HttpProtocol
+from naiad.http.routes import Reply, error_reply
+
+__all__ = [
+    "TritonCollector",
+    "render",
+    "MetricsRouter",
+    "start_metrics_server",
+    "FAILURE_REASONS",
+    "CONTENT_TYPE",
+]
+
+CONTENT_TYPE = "text/plain; charset=utf-8"  # what Triton's metrics endpoint answers with
+
+# Triton 2.51's `reason` label values of nv_inference_request_failure, in the order it shows them.
+FAILURE_REASONS = ("OTHER", "BACKEND", "CANCELED", "REJECTED")
+
+# (name, help) of the per-model counters, in Triton's order. Durations are kept in ns and
+# reported in whole microseconds.
+_COUNTERS = (
+    (
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+    ),
+    (
+        "nv_inference_request_failure",
+        "Number of failed inference requests, all batch sizes",
+    ),
+    (
+        "nv_inference_count",
+        "Number of inferences performed (does not include cached requests)",
+    ),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+    ),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds "
+        "(does not include cached requests)",
+    ),
+)
+_PENDING_HELP = "Instantaneous number of pending requests awaiting execution per-model."
+_CPU_UTIL_HELP = "CPU utilization rate [0.0 - 1.0]"
+_MEM_TOTAL_HELP = "CPU total memory (RAM), in bytes"
+_MEM_USED_HELP = "CPU used memory (RAM), in bytes"
+
+
+# -- /proc readers --------------------------------------------------------------------------
+
+
+def read_cpu_times(path: str = "/proc/stat") -> tuple[int, int] | None:
+    """(busy, idle) jiffies of all CPUs, as Triton counts them, or None if unreadable.
+
+    busy = user + nice + system + irq + softirq + steal; idle = idle + iowait
+    (guest time is already inside user/nice)."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline()
+    except OSError:
+        return None
+    fields = line.split()
+    if not fields or fields[0] != b"cpu":
+        return None
+    values = [int(v) for v in fields[1:9]]
+    values += [0] * (8 - len(values))
+    user, nice, system, idle, iowait, irq, softirq, steal = values
+    return user + nice + system + irq + softirq + steal, idle + iowait
+
+
+def read_memory(path: str = "/proc/meminfo") -> tuple[int, int] | None:
+    """(total, used) bytes of RAM as Triton reports them: used = MemTotal - MemAvailable."""
+    total = available = None
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.startswith(b"MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                elif line.startswith(b"MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                if total is not None and available is not None:
+                    break
+    except (OSError, ValueError, IndexError):
+        return None
+    if total is None:
+        return None
+    if available is None:
+        available = total
+    return total, total - available
+
+
+class _CpuUtilization:
+    """CPU busy ratio between the previous reading and now (Triton: between metric polls)."""
+
+    def __init__(self, reader=read_cpu_times):
+        self._reader = reader
+        self._last = reader()
+        self.value = 0.0
+
+    def update(self) -> float:
+        now = self._reader()
+        if now is None:
+            return self.value
+        last = self._last
+        if last is not None:
+            busy = now[0] - last[0]
+            idle = now[1] - last[1]
+            if busy + idle > 0:
+                self.value = busy / (busy + idle)
+            else:
+                return self.value  # too soon to tell: keep the previous ratio and baseline
+        self._last = now
+        return self.value
+
+
+# -- the collector --------------------------------------------------------------------------
+
+
+def _family(name: str, documentation: str, typ: str) -> Metric:
+    # Metric (not CounterMetricFamily, which insists on a `_total` sample) keeps the name as is.
+    return Metric(name, documentation, typ)
+
+
+def _reported_models(manager):
+    """(name, version, LoadedModel) of every model version that has been served, by name."""
+    for name in sorted(manager.models):
+        versions = manager.models[name]
+        for version in sorted(versions):
+            model = versions[version]
+            if getattr(model, "ready", False) or getattr(model, "ready_once", False):
+                yield name, str(version), model
+
+
+class TritonCollector(Collector):
+    """Triton's inference and CPU metric families, read from `manager` at collect time."""
+
+    def __init__(self, manager, *, cpu_reader=read_cpu_times, memory_reader=read_memory):
+        self.manager = manager
+        self._cpu = _CpuUtilization(cpu_reader)
+        self._memory_reader = memory_reader
+
+    def collect(self):
+        models = list(_reported_models(self.manager))
+        families = {name: _family(name, doc, "counter") for name, doc in _COUNTERS}
+        pending = _family("nv_inference_pending_request_count", _PENDING_HELP, "gauge")
+        for name, version, model in models:
+            labels = {"model": name, "version": version}
+            stats = model.stats
+            families["nv_inference_request_success"].add_sample(
+                "nv_inference_request_success", labels, stats.success.count
+            )
+            by_reason = stats.failures_by_reason
+            failure = families["nv_inference_request_failure"]
+            for reason in FAILURE_REASONS:
+                failure.add_sample(
+                    "nv_inference_request_failure",
+                    {"model": name, "reason": reason, "version": version},
+                    by_reason.get(reason, 0),
+                )
+            for reason in sorted(set(by_reason) - set(FAILURE_REASONS)):
+                failure.add_sample(
+                    "nv_inference_request_failure",
+                    {"model": name, "reason": reason, "version": version},
+                    by_reason[reason],
+                )
+            for metric, value in (
+                ("nv_inference_count", stats.inference_count),
+                ("nv_inference_exec_count", stats.execution_count),
+                ("nv_inference_request_duration_us", stats.success.ns // 1000),
+                ("nv_inference_queue_duration_us", stats.queue.ns // 1000),
+                ("nv_inference_compute_input_duration_us", stats.compute_input.ns // 1000),
+                ("nv_inference_compute_infer_duration_us", stats.compute_infer.ns // 1000),
+                ("nv_inference_compute_output_duration_us", stats.compute_output.ns // 1000),
+            ):
+                families[metric].add_sample(metric, labels, value)
+            pending.add_sample(
+                "nv_inference_pending_request_count", labels, self.manager.pending_count(model)
+            )
+        yield from families.values()
+        yield pending
+
+        utilization = _family("nv_cpu_utilization", _CPU_UTIL_HELP, "gauge")
+        utilization.add_sample("nv_cpu_utilization", {}, self._cpu.update())
+        yield utilization
+        memory = self._memory_reader()
+        if memory is not None:
+            total, used = memory
+            family = _family("nv_cpu_memory_total_bytes", _MEM_TOTAL_HELP, "gauge")
+            family.add_sample("nv_cpu_memory_total_bytes", {}, total)
+            yield family
+            family = _family("nv_cpu_memory_used_bytes", _MEM_USED_HELP, "gauge")
+            family.add_sample("nv_cpu_memory_used_bytes", {}, used)
+            yield family
+
+
+# -- text exposition, as Triton (prometheus-cpp) writes it -----------------------------------
+
+
+def _format_value(value) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "Nan"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def render(collector) -> bytes:
+    """The Prometheus text exposition of `collector` (or a registry), names kept exactly."""
+    out = []
+    for family in collector.collect():
+        out.append(f"# HELP {family.name} {_escape_help(family.documentation)}\n")
+        typ = "untyped" if family.type == "unknown" else family.type
+        out.append(f"# TYPE {family.name} {typ}\n")
+        for sample in family.samples:
+            if sample.labels:
+                labels = ",".join(
+                    f'{key}="{_escape_label(str(value))}"'
+                    for key, value in sorted(sample.labels.items())
+                )
+                out.append(f"{sample.name}{{{labels}}} {_format_value(sample.value)}\n")
+            else:
+                out.append(f"{sample.name} {_format_value(sample.value)}\n")
+    return "".join(out).encode()
+
+
+# -- the HTTP endpoint ----------------------------------------------------------------------
+
+_HEADERS = b"Content-Type: " + CONTENT_TYPE.encode() + b"\r\n"
+
+
+class MetricsRouter:
+    """The router HttpProtocol calls: GET/HEAD /metrics, everything else 404/405."""
+
+    def __init__(self, collector):
+        self.collector = collector
+
+    def dispatch(self, request) -> Reply:
+        path = request.path.rstrip("/") or "/"
+        if path != "/metrics":
+            return error_reply(404, "Not Found", _HEADERS)
+        if request.method not in ("GET", "HEAD"):
+            return error_reply(405, "Method Not Allowed", _HEADERS)
+        return Reply(200, _HEADERS, (render(self.collector),))
+
+
+async def start_metrics_server(
+    manager, host: str, port: int, *, collector: TritonCollector | None = None
+) -> asyncio.Server:
+    """Serve Triton's metrics for `manager` at http://host:port/metrics on the running loop."""
+    loop = asyncio.get_running_loop()
+    router = MetricsRouter(collector or TritonCollector(manager))
+
+    def factory() -> HttpProtocol:
+        return HttpProtocol(router, loop, max_body_size=1 << 16)
+
+    return await loop.create_server(factory, host, port, reuse_address=True)
