@@ -8,7 +8,9 @@ STAMP := $(VENV)/.naiad-installed
 CORE_SOURCES := $(wildcard csrc/*.cc csrc/*.h) pysrc/naiad/_core.pyx setup.py pyproject.toml \
 	$(wildcard protos/*.proto) tools/gen_protos.py
 CXX ?= g++
-CXXFLAGS_TEST := -std=c++17 -g -O1 -Wall -Wextra -pthread -Icsrc
+CXXFLAGS_TEST := -std=c++17 -g -O1 -Wall -Wextra -pthread -Icsrc -Itests/csrc
+CORE_TEST_SOURCES := $(wildcard csrc/*.cc tests/csrc/*.cc)
+CORE_TEST_DEPS := $(CORE_TEST_SOURCES) $(wildcard csrc/*.h tests/csrc/*.h)
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
@@ -30,24 +32,25 @@ serve: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/clang-format --dry-run --Werror csrc/*.cc csrc/*.h tests/csrc/*.cc
+	$(VENV)/bin/clang-format --dry-run --Werror csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
-	$(VENV)/bin/clang-format -i csrc/*.cc csrc/*.h tests/csrc/*.cc
+	$(VENV)/bin/clang-format -i csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h
 
-build/test_core: $(wildcard csrc/*.cc csrc/*.h) tests/csrc/test_core.cc
+build/test_core: $(CORE_TEST_DEPS)
 	mkdir -p build
-	$(CXX) $(CXXFLAGS_TEST) csrc/*.cc tests/csrc/test_core.cc -o $@
+	$(CXX) $(CXXFLAGS_TEST) $(CORE_TEST_SOURCES) -o $@
 
-build/test_core_asan: $(wildcard csrc/*.cc csrc/*.h) tests/csrc/test_core.cc
+build/test_core_asan: $(CORE_TEST_DEPS)
 	mkdir -p build
-	$(CXX) $(CXXFLAGS_TEST) -fsanitize=address,undefined -fno-omit-frame-pointer csrc/*.cc tests/csrc/test_core.cc -o $@
+	$(CXX) $(CXXFLAGS_TEST) -fsanitize=address,undefined -fno-omit-frame-pointer \
+		$(CORE_TEST_SOURCES) -o $@
 
-build/test_core_tsan: $(wildcard csrc/*.cc csrc/*.h) tests/csrc/test_core.cc
+build/test_core_tsan: $(CORE_TEST_DEPS)
 	mkdir -p build
-	$(CXX) $(CXXFLAGS_TEST) -fsanitize=thread -Wno-tsan csrc/*.cc tests/csrc/test_core.cc -o $@
+	$(CXX) $(CXXFLAGS_TEST) -fsanitize=thread -Wno-tsan $(CORE_TEST_SOURCES) -o $@
 
 test-core: build/test_core
 	build/test_core

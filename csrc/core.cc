@@ -2,11 +2,15 @@
 
 #include <errno.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
+#include <string>
 
 namespace naiad {
 
@@ -16,21 +20,31 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-Core::Core(uint64_t arena_bytes) : arena_(Arena::create(arena_bytes)) {
-  notify_fd_ = eventfd(0, EFD_NONBLOCK);
+Core::Core(uint64_t arena_bytes, Clock clock, bool timer_thread)
+    : clock_(clock ? std::move(clock) : Clock(monotonic_ns)), arena_(Arena::create(arena_bytes)) {
+  notify_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (notify_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  if (timer_thread) timer_ = std::thread([this] { timer_loop(); });
 }
 
 Core::~Core() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  timer_cv_.notify_all();
+  if (timer_.joinable()) timer_.join();
   for (Instance& instance : instances_) {
     if (instance.wake_fd >= 0) ::close(instance.wake_fd);
   }
   if (notify_fd_ >= 0) ::close(notify_fd_);
 }
 
-uint32_t Core::add_model(uint32_t max_batch_size, bool dynamic_batching) {
+uint32_t Core::add_model(const BatcherConfig& config) {
   std::lock_guard<std::mutex> lock(mutex_);
-  models_.push_back(Model{max_batch_size, dynamic_batching, {}, {}});
+  Model model;
+  model.batcher = std::make_unique<DynamicBatcher>(config);
+  models_.push_back(std::move(model));
   return static_cast<uint32_t>(models_.size() - 1);
 }
 
@@ -39,9 +53,8 @@ uint32_t Core::add_instance(uint32_t model_id) {
   if (model_id >= models_.size()) throw std::out_of_range("unknown model id");
   uint64_t offset = arena_.alloc(sizeof(Channel));
   if (offset == 0) throw std::runtime_error("arena has no room for an instance channel");
-  Channel* ch = arena_.at<Channel>(offset);
-  ch->reset();
-  int wake_fd = eventfd(0, 0);
+  arena_.at<Channel>(offset)->reset();
+  int wake_fd = eventfd(0, EFD_CLOEXEC);
   if (wake_fd < 0) {
     arena_.free(offset);
     throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
@@ -57,11 +70,11 @@ InstanceEndpoint Core::endpoint(uint32_t instance_id) const {
   return InstanceEndpoint{instance.channel_offset, instance.wake_fd};
 }
 
-bool Core::submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
-                  const std::vector<SubmitPart>& parts, uint32_t batch_size) {
+SubmitResult Core::submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
+                          const std::vector<SubmitPart>& parts, const SubmitOptions& options) {
   // The copy happens before taking the lock: the block is ours alone until queued.
   uint64_t offset = arena_.alloc(block_size);
-  if (offset == 0) return false;
+  if (offset == 0) return SubmitResult::kArenaFull;
   uint8_t* block = arena_.base() + offset;
   for (const SubmitPart& part : parts) {
     if (part.offset + part.size > block_size) {
@@ -70,48 +83,51 @@ bool Core::submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
     }
     std::memcpy(block + part.offset, part.data, part.size);
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  models_.at(model_id).queue.push_back(Request{request_id, offset, block_size, batch_size});
-  return true;
-}
-
-void Core::flush() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
-    if (!models_[model_id].queue.empty()) dispatch_locked(model_id);
+  QueuedRequest request{request_id,        offset, block_size, options.batch_size,
+                        options.shape_key, 0,      0};
+  EnqueueResult result;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    result = models_.at(model_id).batcher->enqueue(request, options.priority, options.timeout_us,
+                                                   clock_());
   }
+  if (result == EnqueueResult::kQueueFull) {
+    arena_.free(offset);
+    return SubmitResult::kQueueFull;
+  }
+  return SubmitResult::kOk;
 }
 
-void Core::dispatch_locked(uint32_t model_id) {
+bool Core::dispatch_locked(uint32_t model_id, uint64_t now) {
   Model& model = models_[model_id];
+  DynamicBatcher& batcher = *model.batcher;
+  std::vector<QueuedRequest> rejected;
+  model.deadline_ns = 0;
+  bool held_for_idle = false;
   for (uint32_t instance_id : model.instances) {
-    if (model.queue.empty()) return;
+    if (batcher.empty()) break;
     Instance& instance = instances_[instance_id];
     if (!instance.up || instance.busy) continue;
 
     Batch batch;
+    uint64_t wait = batcher.next_batch(now, &batch.requests, &rejected);
+    if (batch.requests.empty()) {
+      model.deadline_ns = wait;
+      held_for_idle = true;
+      break;
+    }
     batch.id = next_batch_id_++;
+    batch.model_id = model_id;
     batch.instance_id = instance_id;
-    uint32_t total = 0;
-    do {
-      const Request& next = model.queue.front();
-      if (!batch.requests.empty() && total + next.batch_size > model.max_batch_size) break;
-      total += next.batch_size;
-      batch.requests.push_back(next);
-      model.queue.pop_front();
-    } while (model.dynamic_batching && !model.queue.empty());
-
     batch.desc_offset = arena_.alloc(sizeof(RequestRecord) * batch.requests.size(), batch.id);
     if (batch.desc_offset == 0) {
-      // No room for even the descriptor: put the requests back and wait for frees.
-      for (auto it = batch.requests.rbegin(); it != batch.requests.rend(); ++it) {
-        model.queue.push_front(*it);
-      }
-      return;
+      // Not even room for the descriptor: the requests fail rather than wait forever.
+      reject_locked(batch.requests, kCompletionWorkerFailed);
+      continue;
     }
     auto* records = arena_.at<RequestRecord>(batch.desc_offset);
     for (size_t i = 0; i < batch.requests.size(); ++i) {
-      const Request& r = batch.requests[i];
+      const QueuedRequest& r = batch.requests[i];
       records[i] = RequestRecord{r.id, r.offset, r.size, r.batch_size, 0};
     }
     Channel* ch = channel(instance);
@@ -120,10 +136,98 @@ void Core::dispatch_locked(uint32_t model_id) {
     // One batch in flight per instance, so the ring always has room.
     ch->to_worker.push(message);
     instance.busy = true;
-    batch.dispatch_ns = monotonic_ns();
+    batch.dispatch_ns = now;
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) signal_eventfd(instance.wake_fd);
+    if (batcher.preserve_ordering()) model.order.push_back(batch.id);
     in_flight_.emplace(batch.id, std::move(batch));
+  }
+  // Every instance busy: only queue timeouts can be due before one frees up.
+  if (!held_for_idle && !batcher.empty()) model.deadline_ns = batcher.expire(now, &rejected);
+  bool left = !rejected.empty();
+  if (left) reject_locked(rejected, kCompletionTimedOut);
+  if (model.deadline_ns != 0 && (timer_deadline_ == 0 || model.deadline_ns < timer_deadline_)) {
+    timer_deadline_ = model.deadline_ns;
+    timer_cv_.notify_one();
+  }
+  return left;
+}
+
+bool Core::dispatch_all_locked() {
+  uint64_t now = clock_();
+  bool left = false;
+  for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
+    if (!models_[model_id].batcher->empty()) left |= dispatch_locked(model_id, now);
+  }
+  return left;
+}
+
+void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status) {
+  Completion done{0, status, std::numeric_limits<uint32_t>::max(), 0, 0, 0, {}};
+  for (const QueuedRequest& r : rejected) {
+    done.request_ids.push_back(r.id);
+    arena_.free(r.offset);
+  }
+  rejected.clear();
+  done_.push_back(std::move(done));
+}
+
+void Core::notify_frontend() {
+  if (arena_.header()->notify_pending.exchange(1, std::memory_order_seq_cst) == 0) {
+    signal_eventfd(notify_fd_);
+  }
+}
+
+void Core::flush() {
+  bool left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    left = dispatch_all_locked();
+  }
+  if (left) notify_frontend();
+}
+
+void Core::tick() {
+  bool left = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uint64_t now = clock_();
+    for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
+      uint64_t due = models_[model_id].deadline_ns;
+      if (due != 0 && due <= now) left |= dispatch_locked(model_id, now);
+    }
+  }
+  if (left) notify_frontend();
+}
+
+void Core::timer_loop() {
+  // The default 50 us timer slack would stretch a 100 us queue delay by half.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    if (timer_deadline_ == 0) {
+      timer_cv_.wait(lock);
+      continue;
+    }
+    uint64_t now = clock_();
+    if (now < timer_deadline_) {
+      timer_cv_.wait_for(lock, std::chrono::nanoseconds(timer_deadline_ - now));
+      continue;
+    }
+    timer_deadline_ = 0;
+    bool left = false;
+    for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
+      uint64_t due = models_[model_id].deadline_ns;
+      if (due != 0 && due <= now) left |= dispatch_locked(model_id, now);
+    }
+    uint64_t next = 0;
+    for (const Model& model : models_) {
+      if (model.deadline_ns != 0 && (next == 0 || model.deadline_ns < next)) {
+        next = model.deadline_ns;
+      }
+    }
+    timer_deadline_ = next;
+    if (left) notify_frontend();
   }
 }
 
@@ -132,7 +236,7 @@ Completion Core::finish_locked(Batch& batch, int32_t status, uint64_t result_off
   Completion done{batch.id,          status, batch.instance_id, result_offset, result_size,
                   batch.dispatch_ns, {}};
   done.request_ids.reserve(batch.requests.size());
-  for (const Request& r : batch.requests) {
+  for (const QueuedRequest& r : batch.requests) {
     done.request_ids.push_back(r.id);
     arena_.free(r.offset);
   }
@@ -140,12 +244,28 @@ Completion Core::finish_locked(Batch& batch, int32_t status, uint64_t result_off
   return done;
 }
 
+void Core::deliver_locked(uint32_t model_id, Completion done) {
+  Model& model = models_[model_id];
+  if (!model.batcher->preserve_ordering()) {
+    done_.push_back(std::move(done));
+    return;
+  }
+  // Responses leave in the order their batches were dispatched.
+  model.held.emplace(done.batch_id, std::move(done));
+  while (!model.order.empty()) {
+    auto it = model.held.find(model.order.front());
+    if (it == model.held.end()) break;
+    done_.push_back(std::move(it->second));
+    model.held.erase(it);
+    model.order.erase(model.order.begin());
+  }
+}
+
 std::vector<Completion> Core::poll() {
-  // Clear the flag before draining: a completion posted after this point will
-  // signal again, so none is left behind unannounced.
+  // Clear the flag before draining: anything left after this point signals again,
+  // so nothing is left behind unannounced.
   arena_.header()->notify_pending.store(0, std::memory_order_seq_cst);
   drain_eventfd(notify_fd_);
-  std::vector<Completion> done;
   std::lock_guard<std::mutex> lock(mutex_);
   for (uint32_t id = 0; id < instances_.size(); ++id) {
     Instance& instance = instances_[id];
@@ -155,20 +275,21 @@ std::vector<Completion> Core::poll() {
     while (channel(instance)->to_frontend.pop(&message)) {
       auto it = in_flight_.find(message.batch_id);
       if (it == in_flight_.end()) continue;  // already failed by instance_down
-      done.push_back(
-          finish_locked(it->second, message.status, message.result_offset, message.result_size));
+      uint32_t model_id = it->second.model_id;
+      Completion done =
+          finish_locked(it->second, message.status, message.result_offset, message.result_size);
       in_flight_.erase(it);
       instance.busy = false;
+      deliver_locked(model_id, std::move(done));
     }
   }
-  for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
-    if (!models_[model_id].queue.empty()) dispatch_locked(model_id);
-  }
-  return done;
+  dispatch_all_locked();
+  std::vector<Completion> out;
+  out.swap(done_);
+  return out;
 }
 
 std::vector<Completion> Core::instance_down(uint32_t instance_id) {
-  std::vector<Completion> done;
   std::lock_guard<std::mutex> lock(mutex_);
   Instance& instance = instances_.at(instance_id);
   Channel* ch = channel(instance);
@@ -177,52 +298,60 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
   while (ch->to_frontend.pop(&message)) {
     auto it = in_flight_.find(message.batch_id);
     if (it == in_flight_.end()) continue;
-    done.push_back(
-        finish_locked(it->second, message.status, message.result_offset, message.result_size));
+    uint32_t model_id = it->second.model_id;
+    Completion done =
+        finish_locked(it->second, message.status, message.result_offset, message.result_size);
     in_flight_.erase(it);
+    deliver_locked(model_id, std::move(done));
   }
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     if (it->second.instance_id != instance_id) {
       ++it;
       continue;
     }
-    // Blocks the worker allocated for this batch (its result) carry the batch id.
+    // Blocks the worker allocated for this batch (its result) and the batch's
+    // descriptor carry the batch id.
     arena_.free_tagged(it->first);
-    it->second.desc_offset = 0;  // freed by free_tagged above
-    done.push_back(finish_locked(it->second, kCompletionInstanceDied, 0, 0));
+    it->second.desc_offset = 0;
+    uint32_t model_id = it->second.model_id;
+    Completion done = finish_locked(it->second, kCompletionInstanceDied, 0, 0);
     it = in_flight_.erase(it);
+    deliver_locked(model_id, std::move(done));
   }
   instance.up = false;
   instance.running = false;
   instance.busy = false;
   ch->reset();
-  return done;
+  std::vector<Completion> out;
+  out.swap(done_);
+  return out;
 }
 
 void Core::instance_up(uint32_t instance_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   Instance& instance = instances_.at(instance_id);
   if (instance.up) return;
-  channel(instance)->reset();
+  // No channel reset here: the worker is already waiting on it and may have set
+  // worker_sleeping, which a reset would clear and so lose its wake-up. The channel
+  // was reset when created and when the previous worker died (instance_down).
   instance.up = true;
   instance.running = true;
   instance.busy = false;
-  dispatch_locked(instance.model_id);
+  if (dispatch_locked(instance.model_id, clock_())) notify_frontend();
 }
 
 void Core::stop_instance(uint32_t instance_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   Instance& instance = instances_.at(instance_id);
-  Channel* ch = channel(instance);
   BatchMessage message{0, 0, 0, MessageKind::kStop};
-  ch->to_worker.push(message);
+  channel(instance)->to_worker.push(message);
   instance.up = false;  // takes no new batches
   signal_eventfd(instance.wake_fd);
 }
 
 size_t Core::queued(uint32_t model_id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return models_.at(model_id).queue.size();
+  return models_.at(model_id).batcher->size();
 }
 
 size_t Core::in_flight() {

@@ -1,26 +1,32 @@
-// The frontend side of the data path: per-model request queues, batch forming, and
-// the bookkeeping of batches in flight on worker instances. Everything here runs on
-// the caller's thread (the frontend releases the GIL around each call); a mutex
-// keeps the state consistent should several threads call in.
+// The frontend side of the data path: per-model queues under Triton's dynamic
+// batching policy (dynamic_batcher.h), batches in flight on worker instances, and
+// completions back to the frontend.
 //
-// Scheduling policy for now: when an instance is idle, a model with dynamic
-// batching takes queued requests in arrival order while the batch stays within
-// max_batch_size; a model without it runs one request per execution.
+// Who calls what: the frontend's event loop submits requests, then calls flush()
+// once per loop turn (requests that arrive together leave together, with one wake-up
+// of the worker) and poll() when the notify eventfd fires. Those calls dispatch
+// inline, on the caller's thread with the GIL released. A batch the policy holds back
+// (queue delay, queue timeouts) is dispatched by the core's timer thread at its
+// deadline, precisely, which an event loop's millisecond timers could not do.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
-#include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
-#include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "arena.h"
 #include "channel.h"
+#include "dynamic_batcher.h"
 
 namespace naiad {
 
 uint64_t monotonic_ns();
+using Clock = std::function<uint64_t()>;
 
 struct SubmitPart {
   const void* data;
@@ -28,8 +34,20 @@ struct SubmitPart {
   uint64_t offset;  // where in the request block the part goes
 };
 
+struct SubmitOptions {
+  uint32_t batch_size = 1;
+  uint32_t priority = 0;    // the request's `priority` parameter, 0 = default level
+  uint64_t timeout_us = 0;  // the request's `timeout` parameter, 0 = none
+  uint64_t shape_key = 0;   // requests with different keys never share a batch
+};
+
+enum class SubmitResult { kOk = 0, kArenaFull = 1, kQueueFull = 2 };
+
+// Completion statuses beyond channel.h's, for requests that never ran.
+constexpr int32_t kCompletionTimedOut = 3;  // queue timeout under REJECT
+
 struct Completion {
-  uint64_t batch_id;
+  uint64_t batch_id;  // 0 for requests that never ran
   int32_t status;
   uint32_t instance_id;
   uint64_t result_offset;
@@ -45,34 +63,36 @@ struct InstanceEndpoint {
 
 class Core {
  public:
-  explicit Core(uint64_t arena_bytes);
+  // `clock` is injectable for tests; `timer_thread` false leaves held batches to
+  // explicit tick() calls (deterministic tests).
+  explicit Core(uint64_t arena_bytes, Clock clock = nullptr, bool timer_thread = true);
   ~Core();
   Core(const Core&) = delete;
   Core& operator=(const Core&) = delete;
 
   Arena& arena() { return arena_; }
-  // Workers signal this eventfd (non-blocking) when they post completions.
+  // Workers and the timer thread signal this eventfd (non-blocking) when they leave
+  // something for poll().
   int notify_fd() const { return notify_fd_; }
 
-  uint32_t add_model(uint32_t max_batch_size, bool dynamic_batching);
+  uint32_t add_model(const BatcherConfig& config);
   // Creates an instance's channel; it takes batches once instance_up() is called.
   uint32_t add_instance(uint32_t model_id);
   InstanceEndpoint endpoint(uint32_t instance_id) const;
 
   // Copies the parts into a new request block (the one copy of the inputs) and
-  // queues it; it is dispatched by the next flush() or poll(). Returns false when
-  // the arena has no room for `block_size` bytes.
-  bool submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
-              const std::vector<SubmitPart>& parts, uint32_t batch_size);
+  // queues it; it is dispatched by the next flush() or poll().
+  SubmitResult submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
+                      const std::vector<SubmitPart>& parts, const SubmitOptions& options);
 
-  // Dispatches queued requests to idle instances. The frontend calls it once per
-  // event-loop turn, after all the requests that turn read were submitted: requests
-  // that arrive together leave together, with one wake-up of the worker instead of
-  // one per request (on a shared core each wake-up preempts the frontend).
+  // Dispatches what the policy lets go to idle instances.
   void flush();
+  // Runs the policy as the timer thread would at this moment (tests without it).
+  void tick();
 
-  // Drains completions from every instance, frees what they held, dispatches
-  // queued requests to instances that became idle, and returns the completions.
+  // Returns what finished since the last call: completed batches (their input
+  // blocks already freed; the caller frees result blocks) and requests rejected in
+  // the queue. Dispatches to instances that became idle.
   std::vector<Completion> poll();
 
   // The instance's process is gone: its batches in flight complete with
@@ -83,24 +103,17 @@ class Core {
   // Asks the worker to finalize and exit after the batch it is running.
   void stop_instance(uint32_t instance_id);
 
-  // Requests queued and not yet dispatched, for a model.
   size_t queued(uint32_t model_id);
-  // Batches dispatched and not yet completed, over all instances.
   size_t in_flight();
 
  private:
-  struct Request {
-    uint64_t id;
-    uint64_t offset;
-    uint64_t size;
-    uint32_t batch_size;
-  };
   struct Batch {
     uint64_t id;
+    uint32_t model_id;
     uint32_t instance_id;
     uint64_t desc_offset;
     uint64_t dispatch_ns;
-    std::vector<Request> requests;
+    std::vector<QueuedRequest> requests;
   };
   struct Instance {
     uint32_t model_id;
@@ -111,24 +124,39 @@ class Core {
     bool busy = false;
   };
   struct Model {
-    uint32_t max_batch_size;
-    bool dynamic_batching;
-    std::deque<Request> queue;
+    std::unique_ptr<DynamicBatcher> batcher;
     std::vector<uint32_t> instances;
+    uint64_t deadline_ns = 0;  // when the held batch or a queue timeout is due
+    // preserve_ordering: batch ids in dispatch order, and completions waiting for
+    // an earlier batch to finish.
+    std::vector<uint64_t> order;
+    std::unordered_map<uint64_t, Completion> held;
   };
 
   Channel* channel(const Instance& instance) { return arena_.at<Channel>(instance.channel_offset); }
-  void dispatch_locked(uint32_t model_id);
+  // Dispatches for one model; returns true if it left anything for poll().
+  bool dispatch_locked(uint32_t model_id, uint64_t now);
+  bool dispatch_all_locked();
   Completion finish_locked(Batch& batch, int32_t status, uint64_t result_offset,
                            uint64_t result_size);
+  void deliver_locked(uint32_t model_id, Completion done);
+  void reject_locked(std::vector<QueuedRequest>& rejected, int32_t status);
+  void notify_frontend();
+  void timer_loop();
 
+  Clock clock_;
   std::mutex mutex_;
+  std::condition_variable timer_cv_;
+  bool stopping_ = false;
+  uint64_t timer_deadline_ = 0;  // what the timer thread sleeps towards, 0 = none
+  std::thread timer_;
   Arena arena_;
   int notify_fd_ = -1;
   uint64_t next_batch_id_ = 1;
   std::vector<Model> models_;
   std::vector<Instance> instances_;
   std::unordered_map<uint64_t, Batch> in_flight_;
+  std::vector<Completion> done_;  // left for poll() by dispatch and the timer thread
 };
 
 }  // namespace naiad

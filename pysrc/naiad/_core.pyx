@@ -40,13 +40,49 @@ cdef extern from "channel.h" namespace "naiad":
         MessageKind kind
 
 
+cdef extern from "dynamic_batcher.h" namespace "naiad":
+    cdef enum class TimeoutAction(uint32_t):
+        kReject
+        kDelay
+
+    cdef cppclass QueuePolicy:
+        TimeoutAction timeout_action
+        uint64_t default_timeout_us
+        cbool allow_timeout_override
+        uint32_t max_queue_size
+
+    cdef cppclass BatcherConfig:
+        cbool dynamic_batching
+        uint32_t max_batch_size
+        vector[uint32_t] preferred_batch_sizes
+        uint64_t max_queue_delay_us
+        cbool preserve_ordering
+        uint32_t priority_levels
+        uint32_t default_priority_level
+        QueuePolicy default_policy
+        vector[QueuePolicy] level_policies
+        vector[cbool] level_has_policy
+
+
 cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
+    int32_t kCompletionTimedOut
 
     cdef struct SubmitPart:
         const void* data
         uint64_t size
         uint64_t offset
+
+    cdef cppclass SubmitOptions:
+        uint32_t batch_size
+        uint32_t priority
+        uint64_t timeout_us
+        uint64_t shape_key
+
+    cdef enum class SubmitResult(int):
+        kOk
+        kArenaFull
+        kQueueFull
 
     cdef cppclass Completion:
         uint64_t batch_id
@@ -65,11 +101,12 @@ cdef extern from "core.h" namespace "naiad":
         CCore(uint64_t arena_bytes) except +
         Arena& arena() nogil
         int notify_fd()
-        uint32_t add_model(uint32_t max_batch_size, cbool dynamic_batching) except +
+        uint32_t add_model(const BatcherConfig& config) except +
         uint32_t add_instance(uint32_t model_id) except +
         InstanceEndpoint endpoint(uint32_t instance_id) except +
-        cbool submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
-                     const vector[SubmitPart]& parts, uint32_t batch_size) except + nogil
+        SubmitResult submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
+                            const vector[SubmitPart]& parts,
+                            const SubmitOptions& options) except + nogil
         void flush() except + nogil
         vector[Completion] poll() except + nogil
         vector[Completion] instance_down(uint32_t instance_id) except + nogil
@@ -92,6 +129,22 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
 COMPLETION_OK = 0
 COMPLETION_WORKER_FAILED = 1
 COMPLETION_INSTANCE_DIED = 2
+COMPLETION_TIMED_OUT = kCompletionTimedOut
+
+# Core.submit results.
+SUBMIT_OK = 0
+SUBMIT_ARENA_FULL = 1
+SUBMIT_QUEUE_FULL = 2
+
+
+cdef QueuePolicy _queue_policy(dict policy):
+    cdef QueuePolicy out
+    out.timeout_action = TimeoutAction.kDelay if policy.get("timeout_action") == "DELAY" \
+        else TimeoutAction.kReject
+    out.default_timeout_us = policy.get("default_timeout_microseconds", 0)
+    out.allow_timeout_override = policy.get("allow_timeout_override", False)
+    out.max_queue_size = policy.get("max_queue_size", 0)
+    return out
 
 
 def now_ns():
@@ -132,8 +185,32 @@ cdef class Core:
         # drops every view before the core goes.
         del self._core
 
-    def add_model(self, uint32_t max_batch_size, bint dynamic_batching):
-        return self._core.add_model(max_batch_size, dynamic_batching)
+    def add_model(self, dict config):
+        """Registers a model's scheduling policy; `config` keys follow model_config.proto:
+        dynamic_batching (bool), max_batch_size, preferred_batch_size (list),
+        max_queue_delay_microseconds, preserve_ordering, priority_levels,
+        default_priority_level, default_queue_policy (dict), priority_queue_policy
+        ({level: dict}). Returns the model id."""
+        cdef BatcherConfig c
+        c.dynamic_batching = config.get("dynamic_batching", False)
+        c.max_batch_size = config.get("max_batch_size", 0)
+        for size in config.get("preferred_batch_size", ()):
+            c.preferred_batch_sizes.push_back(size)
+        c.max_queue_delay_us = config.get("max_queue_delay_microseconds", 0)
+        c.preserve_ordering = config.get("preserve_ordering", False)
+        c.priority_levels = config.get("priority_levels", 0)
+        c.default_priority_level = config.get("default_priority_level", 0)
+        c.default_policy = _queue_policy(config.get("default_queue_policy", {}))
+        per_level = config.get("priority_queue_policy", {})
+        cdef uint32_t level
+        for level in range(1, c.priority_levels + 1):
+            if level in per_level:
+                c.level_policies.push_back(_queue_policy(per_level[level]))
+                c.level_has_policy.push_back(True)
+            else:
+                c.level_policies.push_back(c.default_policy)
+                c.level_has_policy.push_back(False)
+        return self._core.add_model(c)
 
     def add_instance(self, uint32_t model_id):
         """Returns (instance_id, channel_offset, wake_fd)."""
@@ -142,10 +219,11 @@ cdef class Core:
         return instance_id, ep.channel_offset, ep.wake_fd
 
     def submit(self, uint32_t model_id, uint64_t request_id, uint64_t block_size,
-               list parts, uint32_t batch_size):
+               list parts, uint32_t batch_size, uint32_t priority=0, uint64_t timeout_us=0,
+               uint64_t shape_key=0):
         """Copies `parts` [(offset, buffer), ...] into a new request block and queues it.
 
-        Returns False when the arena has no room.
+        Returns SUBMIT_OK, SUBMIT_ARENA_FULL or SUBMIT_QUEUE_FULL.
         """
         cdef vector[SubmitPart] c_parts
         cdef SubmitPart part
@@ -159,10 +237,15 @@ cdef class Core:
             part.size = view.shape[0]
             part.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
             c_parts.push_back(part)
-        cdef cbool ok
+        cdef SubmitOptions options
+        options.batch_size = batch_size
+        options.priority = priority
+        options.timeout_us = timeout_us
+        options.shape_key = shape_key
+        cdef SubmitResult result
         with nogil:
-            ok = self._core.submit(model_id, request_id, block_size, c_parts, batch_size)
-        return ok
+            result = self._core.submit(model_id, request_id, block_size, c_parts, options)
+        return <int>result
 
     def flush(self):
         """Dispatches queued requests to idle instances (once per event-loop turn)."""

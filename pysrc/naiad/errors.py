@@ -31,3 +31,7 @@ class Unavailable(NaiadError):
 
 class Internal(NaiadError):
     http_status = 500
+
+
+class Unsupported(NaiadError):
+    http_status = 501

@@ -16,44 +16,12 @@
 
 #include "arena.h"
 #include "core.h"
+#include "testing.h"
 #include "worker_endpoint.h"
 
 using namespace naiad;
 
 namespace {
-
-int g_failures = 0;
-int g_checks = 0;
-
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    ++g_checks;                                                                     \
-    if (!(cond)) {                                                                  \
-      ++g_failures;                                                                 \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                               \
-  } while (0)
-
-struct TestCase {
-  const char* name;
-  std::function<void()> body;
-};
-
-std::vector<TestCase>& registry() {
-  static std::vector<TestCase> tests;
-  return tests;
-}
-
-struct Register {
-  Register(const char* name, std::function<void()> body) {
-    registry().push_back({name, std::move(body)});
-  }
-};
-
-#define TEST(name)                       \
-  void name();                           \
-  Register register_##name(#name, name); \
-  void name()
 
 // A worker played by a thread: answers each batch with a result block holding the
 // request ids, as a real worker would write its outputs.
@@ -110,7 +78,16 @@ std::vector<Completion> collect(Core& core, size_t count) {
 bool submit_bytes(Core& core, uint32_t model, uint64_t id, const std::string& payload,
                   uint32_t batch_size = 1) {
   std::vector<SubmitPart> parts{{payload.data(), payload.size(), 0}};
-  return core.submit(model, id, payload.size(), parts, batch_size);
+  SubmitOptions options;
+  options.batch_size = batch_size;
+  return core.submit(model, id, payload.size(), parts, options) == SubmitResult::kOk;
+}
+
+BatcherConfig batching(uint32_t max_batch_size, bool dynamic) {
+  BatcherConfig config;
+  config.max_batch_size = max_batch_size;
+  config.dynamic_batching = dynamic;
+  return config;
 }
 
 TEST(arena_alloc_free_coalesces) {
@@ -177,7 +154,7 @@ TEST(arena_is_shared_across_processes) {
 
 TEST(core_round_trip_frees_everything) {
   Core core(1 << 22);
-  uint32_t model = core.add_model(8, true);
+  uint32_t model = core.add_model(batching(8, true));
   uint32_t instance = core.add_instance(model);
   ArenaStats baseline = core.arena().stats();
   core.instance_up(instance);
@@ -196,7 +173,7 @@ TEST(core_round_trip_frees_everything) {
 
 TEST(core_batches_queued_requests_up_to_max_batch_size) {
   Core core(1 << 22);
-  uint32_t model = core.add_model(4, true);
+  uint32_t model = core.add_model(batching(4, true));
   uint32_t instance = core.add_instance(model);
   // Queue before the instance is up, so the batcher sees them all at once.
   for (uint64_t id = 1; id <= 10; ++id) CHECK(submit_bytes(core, model, id, "x"));
@@ -217,7 +194,7 @@ TEST(core_batches_queued_requests_up_to_max_batch_size) {
 
 TEST(core_requests_submitted_together_leave_in_one_batch) {
   Core core(1 << 22);
-  uint32_t model = core.add_model(8, true);
+  uint32_t model = core.add_model(batching(8, true));
   uint32_t instance = core.add_instance(model);
   core.instance_up(instance);
   FakeWorker worker(core, instance);
@@ -234,7 +211,7 @@ TEST(core_requests_submitted_together_leave_in_one_batch) {
 
 TEST(core_counts_request_batch_sizes_not_requests) {
   Core core(1 << 22);
-  uint32_t model = core.add_model(8, true);
+  uint32_t model = core.add_model(batching(8, true));
   uint32_t instance = core.add_instance(model);
   CHECK(submit_bytes(core, model, 1, "a", 5));
   CHECK(submit_bytes(core, model, 2, "b", 4));  // 5 + 4 > 8: next batch
@@ -249,7 +226,7 @@ TEST(core_counts_request_batch_sizes_not_requests) {
 
 TEST(core_without_dynamic_batching_runs_one_request_per_execution) {
   Core core(1 << 22);
-  uint32_t model = core.add_model(8, false);
+  uint32_t model = core.add_model(batching(8, false));
   uint32_t instance = core.add_instance(model);
   for (uint64_t id = 1; id <= 5; ++id) CHECK(submit_bytes(core, model, id, "x"));
   core.instance_up(instance);
@@ -262,7 +239,7 @@ TEST(core_without_dynamic_batching_runs_one_request_per_execution) {
 
 TEST(core_instance_down_fails_in_flight_and_reclaims_worker_blocks) {
   Core core(1 << 22);
-  uint32_t model = core.add_model(8, true);
+  uint32_t model = core.add_model(batching(8, true));
   uint32_t instance = core.add_instance(model);
   ArenaStats baseline = core.arena().stats();
   core.instance_up(instance);
@@ -293,7 +270,7 @@ TEST(core_instance_down_fails_in_flight_and_reclaims_worker_blocks) {
 
 TEST(core_two_instances_share_a_model_queue) {
   Core core(1 << 24);
-  uint32_t model = core.add_model(4, true);
+  uint32_t model = core.add_model(batching(4, true));
   uint32_t a = core.add_instance(model);
   uint32_t b = core.add_instance(model);
   core.instance_up(a);
@@ -321,7 +298,7 @@ TEST(core_two_instances_share_a_model_queue) {
 
 TEST(core_submit_reports_a_full_arena) {
   Core core(1 << 16);
-  uint32_t model = core.add_model(1, false);
+  uint32_t model = core.add_model(batching(1, false));
   std::string big(1 << 17, 'x');
   CHECK(!submit_bytes(core, model, 1, big));
   CHECK(core.queued(model) == 0);
@@ -329,12 +306,87 @@ TEST(core_submit_reports_a_full_arena) {
 
 }  // namespace
 
-int main() {
-  for (const TestCase& test : registry()) {
-    int before = g_failures;
-    test.body();
-    std::printf("%s %s\n", g_failures == before ? "PASS" : "FAIL", test.name);
-  }
-  std::printf("%d checks, %d failed\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+namespace {
+
+struct ManualClock {
+  uint64_t now = 1000000;
+};
+
+TEST(core_preserve_ordering_holds_later_batches) {
+  BatcherConfig config = batching(1, true);
+  config.preserve_ordering = true;
+  Core core(1 << 22);
+  uint32_t model = core.add_model(config);
+  uint32_t a = core.add_instance(model);
+  uint32_t b = core.add_instance(model);
+  core.instance_up(a);
+  core.instance_up(b);
+  auto attach = [&](uint32_t instance) {
+    InstanceEndpoint ep = core.endpoint(instance);
+    return std::make_unique<WorkerEndpoint>(dup(core.arena().fd()), ep.channel_offset,
+                                            dup(ep.wake_fd), dup(core.notify_fd()));
+  };
+  auto wa = attach(a);
+  auto wb = attach(b);
+  CHECK(submit_bytes(core, model, 1, "first"));
+  CHECK(submit_bytes(core, model, 2, "second"));
+  core.flush();
+  BatchMessage ma = wa->next();
+  BatchMessage mb = wb->next();
+  wb->complete(mb.batch_id, 0, 0, kCompletionOk);  // the later batch finishes first
+  CHECK(core.poll().empty());
+  wa->complete(ma.batch_id, 0, 0, kCompletionOk);
+  std::vector<Completion> done = core.poll();
+  CHECK(done.size() == 2);
+  CHECK(done.size() == 2 && done[0].request_ids[0] == 1 && done[1].request_ids[0] == 2);
 }
+
+TEST(core_queue_delay_is_enforced_by_the_timer_thread) {
+  BatcherConfig config = batching(8, true);
+  config.max_queue_delay_us = 2000;
+  Core core(1 << 22);
+  uint32_t model = core.add_model(config);
+  uint32_t instance = core.add_instance(model);
+  core.instance_up(instance);
+  FakeWorker worker(core, instance);
+  uint64_t start = monotonic_ns();
+  CHECK(submit_bytes(core, model, 1, "lone"));
+  core.flush();
+  CHECK(core.in_flight() == 0);  // held for the delay
+  std::vector<Completion> done = collect(core, 1);
+  uint64_t waited = done.empty() ? 0 : done[0].dispatch_ns - start;
+  CHECK(done.size() == 1);
+  CHECK(waited >= 2000000);            // not before the delay
+  CHECK(waited < 2000000 + 20000000);  // nor long after it (generous for loaded CI)
+  core.stop_instance(instance);
+}
+
+TEST(core_reports_queue_timeouts_and_full_queues) {
+  ManualClock clock;
+  BatcherConfig config = batching(8, true);
+  config.max_queue_delay_us = 1000000;
+  config.default_policy.default_timeout_us = 100;
+  config.default_policy.max_queue_size = 2;
+  Core core(1 << 22, [&clock] { return clock.now; }, false);
+  uint32_t model = core.add_model(config);
+  uint32_t instance = core.add_instance(model);
+  core.instance_up(instance);
+  ArenaStats baseline = core.arena().stats();
+  CHECK(submit_bytes(core, model, 1, "a"));
+  CHECK(submit_bytes(core, model, 2, "b"));
+  std::vector<SubmitPart> parts{{"c", 1, 0}};
+  SubmitOptions options;
+  CHECK(core.submit(model, 3, 1, parts, options) == SubmitResult::kQueueFull);
+  core.flush();
+  CHECK(core.poll().empty());
+  clock.now += 100000;  // 100 us: both time out
+  core.tick();
+  std::vector<Completion> done = core.poll();
+  CHECK(done.size() == 1);
+  CHECK(done.size() == 1 && done[0].status == kCompletionTimedOut);
+  CHECK(done.size() == 1 && (done[0].request_ids == std::vector<uint64_t>{1, 2}));
+  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+  CHECK(core.queued(model) == 0);
+}
+
+}  // namespace

@@ -13,7 +13,14 @@ import logging
 from pathlib import Path
 
 from naiad import _core, arena_format
-from naiad.errors import Internal, InvalidArgument, NaiadError, NotFound, Unavailable
+from naiad.errors import (
+    Internal,
+    InvalidArgument,
+    NaiadError,
+    NotFound,
+    Unavailable,
+    Unsupported,
+)
 from naiad.repository.metadata import server_metadata
 from naiad.repository.repository import scan_repository
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel
@@ -26,7 +33,7 @@ _ERROR_OF_CODE = {
     2: NotFound,
     3: InvalidArgument,
     4: Unavailable,
-    5: InvalidArgument,  # UNSUPPORTED
+    5: Unsupported,
     6: InvalidArgument,  # ALREADY_EXISTS
 }
 
@@ -154,13 +161,29 @@ class ModelManager:
         return {"model_stats": [m.stats.to_json() for m in models]}
 
     # -- the data path -------------------------------------------------------------
-    async def submit(self, model: LoadedModel, request, size: int, parts: list, batch_size: int):
+    async def submit(
+        self,
+        model: LoadedModel,
+        request,
+        size: int,
+        parts: list,
+        batch_size: int,
+        priority: int = 0,
+        timeout_us: int = 0,
+        shape_key: int = 0,
+    ):
         request_id = next(self._ids)
         future = self._loop.create_future()
         submit_ns = _core.now_ns()
         self._pending[request_id] = _Pending(model, future, request, batch_size, submit_ns)
-        if not self.core.submit(model.model_id, request_id, size, parts, batch_size):
+        result = self.core.submit(
+            model.model_id, request_id, size, parts, batch_size, priority, timeout_us, shape_key
+        )
+        if result != _core.SUBMIT_OK:
             del self._pending[request_id]
+            model.stats.record_failure(_core.now_ns() - submit_ns, "REJECTED")
+            if result == _core.SUBMIT_QUEUE_FULL:
+                raise Unavailable("Exceeds maximum queue size")
             raise Unavailable(
                 f"model '{model.name}': the shared-memory arena has no room for a request "
                 f"of {size} bytes"
@@ -232,6 +255,11 @@ class ModelManager:
     def _fail_batch(self, pendings: list, status: int, end_ns: int) -> None:
         for pending in pendings:
             model = pending.model
+            if status == _core.COMPLETION_TIMED_OUT:
+                model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")
+                if not pending.future.done():
+                    pending.future.set_exception(Unavailable("Request timeout expired"))
+                continue
             model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
             if status == _core.COMPLETION_INSTANCE_DIED:
                 message = (

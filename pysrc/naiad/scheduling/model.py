@@ -6,7 +6,7 @@ import json
 import logging
 
 from naiad import arena_format
-from naiad.errors import Unavailable
+from naiad.errors import InvalidArgument, Unavailable
 from naiad.repository.config import config_to_json
 from naiad.repository.metadata import model_metadata
 from naiad.scheduling.instance import Instance
@@ -37,9 +37,10 @@ class LoadedModel:
         self._validate = RequestValidator(config, self.name, version)
         self._config_json = config_to_json(config)
         self._metadata = model_metadata(config, entry.versions)
-        max_batch_size = int(config.max_batch_size)
-        batching = config.HasField("dynamic_batching") and max_batch_size > 0
-        self.model_id = self.core.add_model(max(max_batch_size, 1), batching)
+        self.model_id = self.core.add_model(scheduling_config(config))
+        # Requests whose non-batch shapes differ may not share a batch: only models
+        # with variable dims need the per-request shape key.
+        self._shape_inputs = _variable_shape_inputs(config)
         self.instances = self._create_instances()
         self._instances_down = 0
 
@@ -118,4 +119,73 @@ class LoadedModel:
         size, parts = arena_format.encode_request(
             request.id, request.inputs, outputs, request.parameters
         )
-        return await self.manager.submit(self, request, size, parts, batch_size)
+        priority, timeout_us = _scheduling_parameters(request.parameters)
+        shape_key = 0
+        if self._shape_inputs:
+            shape_key = (
+                hash(
+                    tuple(
+                        (t.name, tuple(t.shape))
+                        for t in request.inputs
+                        if t.name in self._shape_inputs
+                    )
+                )
+                & 0xFFFFFFFFFFFFFFFF
+            )
+        return await self.manager.submit(
+            self, request, size, parts, batch_size, priority, timeout_us, shape_key
+        )
+
+
+def scheduling_config(config) -> dict:
+    """The core's scheduling policy (Core.add_model) from a ModelConfig."""
+    max_batch_size = int(config.max_batch_size)
+    scheduling = {"max_batch_size": max(max_batch_size, 1), "dynamic_batching": False}
+    if not config.HasField("dynamic_batching") or max_batch_size == 0:
+        return scheduling
+    batching = config.dynamic_batching
+    scheduling.update(
+        dynamic_batching=True,
+        preferred_batch_size=[int(size) for size in batching.preferred_batch_size],
+        max_queue_delay_microseconds=int(batching.max_queue_delay_microseconds),
+        preserve_ordering=bool(batching.preserve_ordering),
+        priority_levels=int(batching.priority_levels),
+        default_priority_level=int(batching.default_priority_level),
+        default_queue_policy=_queue_policy(batching.default_queue_policy),
+        priority_queue_policy={
+            int(level): _queue_policy(policy)
+            for level, policy in batching.priority_queue_policy.items()
+        },
+    )
+    return scheduling
+
+
+def _queue_policy(policy) -> dict:
+    return {
+        "timeout_action": "DELAY" if policy.timeout_action == 1 else "REJECT",
+        "default_timeout_microseconds": int(policy.default_timeout_microseconds),
+        "allow_timeout_override": bool(policy.allow_timeout_override),
+        "max_queue_size": int(policy.max_queue_size),
+    }
+
+
+def _variable_shape_inputs(config) -> frozenset:
+    """Inputs whose non-batch dims may vary between requests (and are not ragged)."""
+    return frozenset(
+        i.name for i in config.input if -1 in list(i.dims) and not i.allow_ragged_batch
+    )
+
+
+def _scheduling_parameters(parameters: dict) -> tuple[int, int]:
+    """Triton's `priority` and `timeout` (microseconds) request parameters."""
+    if not parameters:
+        return 0, 0
+    values = []
+    for name in ("priority", "timeout"):
+        value = parameters.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgument(
+                f"request parameter '{name}' must be a non-negative integer, got {value!r}"
+            )
+        values.append(value)
+    return values[0], values[1]

@@ -1,0 +1,94 @@
+// Triton's dynamic batching policy for one model, in one place: priority levels,
+// per-level queue policies (timeouts with REJECT or DELAY, max queue size), preferred
+// batch sizes, the queue delay bound, and shape compatibility. It is pure: the caller
+// passes the time in, so the policy is tested with an injected clock, and the core
+// (core.cc) owns the mechanics (arena, channels, threads).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <set>
+#include <vector>
+
+namespace naiad {
+
+enum class TimeoutAction : uint32_t { kReject = 0, kDelay = 1 };  // ModelQueuePolicy
+
+struct QueuePolicy {
+  TimeoutAction timeout_action = TimeoutAction::kReject;
+  uint64_t default_timeout_us = 0;  // 0: requests never time out in the queue
+  bool allow_timeout_override = false;
+  uint32_t max_queue_size = 0;  // 0: unbounded
+};
+
+struct BatcherConfig {
+  // A model without dynamic batching runs one request per execution: max 1 request,
+  // no delay, one FIFO level.
+  bool dynamic_batching = false;
+  uint32_t max_batch_size = 0;
+  std::vector<uint32_t> preferred_batch_sizes;
+  uint64_t max_queue_delay_us = 0;
+  bool preserve_ordering = false;
+  uint32_t priority_levels = 0;  // 0: a single level
+  uint32_t default_priority_level = 0;
+  QueuePolicy default_policy;
+  // Per-level overrides: policies[level - 1] when has_policy[level - 1].
+  std::vector<QueuePolicy> level_policies;
+  std::vector<bool> level_has_policy;
+};
+
+struct QueuedRequest {
+  uint64_t id;
+  uint64_t offset;  // the request block in the arena
+  uint64_t size;
+  uint32_t batch_size;
+  uint64_t shape_key;   // requests with different keys never share a batch
+  uint64_t enqueue_ns;  // when it entered the queue
+  uint64_t timeout_ns;  // absolute deadline in the queue, 0 = none
+};
+
+enum class EnqueueResult { kOk, kQueueFull };
+
+class DynamicBatcher {
+ public:
+  explicit DynamicBatcher(const BatcherConfig& config);
+
+  // `priority` and `timeout_us` are the request's parameters (0 = not given).
+  EnqueueResult enqueue(QueuedRequest request, uint32_t priority, uint64_t timeout_us,
+                        uint64_t now_ns);
+
+  // Called when an instance is idle. Fills `batch` with the requests to execute now
+  // (possibly none) and appends requests whose queue timeout expired under REJECT to
+  // `rejected`. Returns the time at which the decision could change when the batch
+  // is held back (delay or a queued timeout), 0 when there is nothing to wait for.
+  uint64_t next_batch(uint64_t now_ns, std::vector<QueuedRequest>* batch,
+                      std::vector<QueuedRequest>* rejected);
+
+  // Applies queue timeouts without forming a batch (no instance idle). Returns the
+  // next timeout deadline, 0 if none.
+  uint64_t expire(uint64_t now_ns, std::vector<QueuedRequest>* rejected);
+
+  size_t size() const;
+  bool empty() const { return size() == 0; }
+  bool preserve_ordering() const { return config_.preserve_ordering; }
+  // Removes and returns every queued request (shutdown, or a model going away).
+  std::vector<QueuedRequest> drain();
+
+ private:
+  struct Level {
+    QueuePolicy policy;
+    std::deque<QueuedRequest> queue;
+    std::deque<QueuedRequest> delayed;  // timed out under DELAY: served after `queue`
+  };
+  Level& level_for(uint32_t priority);
+  uint64_t apply_timeouts(uint64_t now_ns, std::vector<QueuedRequest>* rejected);
+
+  BatcherConfig config_;
+  std::set<uint32_t> preferred_;
+  uint32_t max_preferred_ = 1;
+  uint64_t delay_ns_ = 0;
+  std::vector<Level> levels_;  // levels_[0] is priority 1, the highest
+};
+
+}  // namespace naiad
