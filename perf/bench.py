@@ -490,6 +490,85 @@ def run_rounds(servers: list[Server], settings: Settings, out: Path, log=print) 
     }
 
 
+def run_interleaved(
+    servers: list[Server], settings: Settings, pairs: int, out: Path, log=print
+) -> dict:
+    """All servers up at once (pinned to the same CPUs, idle while another is measured); every
+    scenario point is measured `pairs` times per server, alternating A B / B A, so slow drifts
+    of the machine's background load hit both sides alike. Used by perf/check."""
+    scenarios = select(settings.scenarios)
+    server_cpus, client_cpus, pinning = split_cpus()
+    log(f"pinning: {pinning}")
+    points: list[Point] = []
+    started = time.monotonic()
+    live: list[Server] = []
+    try:
+        plan: list[tuple[Scenario, list[Server]]] = []
+        for server in servers:
+            repo = build_repository(out / f"repo-{server.label}", scenarios)
+            try:
+                server.start(repo, server_cpus, out / "logs" / f"{server.label}.log")
+            except RuntimeError as exc:
+                log(f"  {server.label}: {exc}")
+                for s in scenarios:
+                    for c in s.concurrency:
+                        points.append(
+                            Point(s.name, s.key, c, server.label, 0, "error", "did not start")
+                        )
+                continue
+            live.append(server)
+        features = {srv.label: srv.features() for srv in live}
+        answers: dict[tuple[str, str], str | None] = {}
+        for s in scenarios:
+            able = []
+            for srv in live:
+                reason = None
+                if s.backend not in srv.backends():
+                    reason = not_built_reason(srv, [f"backend:{s.backend}"])
+                elif model_missing(s.model):
+                    reason = model_missing(s.model)
+                elif s.needs() - features[srv.label]:
+                    reason = not_built_reason(srv, sorted(s.needs() - features[srv.label]))
+                status = "skipped"
+                if reason is None:
+                    k = (srv.label, s.model)
+                    if k not in answers:
+                        answers[k] = check_answers(srv, s.model)
+                    if answers[k]:
+                        reason, status = f"wrong answers: {answers[k]}", "error"
+                if reason:
+                    for c in s.concurrency:
+                        points.append(Point(s.name, s.key, c, srv.label, 0, status, reason))
+                else:
+                    able.append(srv)
+            plan.append((s, able))
+        for s, able in plan:
+            for c in s.concurrency:
+                for rep in range(pairs):
+                    order = able if rep % 2 == 0 else list(reversed(able))
+                    for srv in order:
+                        points.append(
+                            measure(srv, s, c, settings, rep, out, (server_cpus, client_cpus), log)
+                        )
+    finally:
+        for srv in live:
+            srv.stop()
+    return {
+        "pinning": pinning,
+        "server_cpus": server_cpus,
+        "client_cpus": client_cpus,
+        "settings": {**asdict(settings), "rounds": pairs, "interleaved": True},
+        "servers": [{"label": s.label, "describe": s.describe()} for s in servers],
+        "scenarios": [
+            {"key": s.key, "description": s.description, "concurrency": list(s.concurrency)}
+            for s in scenarios
+        ],
+        "points": [asdict(p) for p in points],
+        "elapsed_s": time.monotonic() - started,
+        "machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname())},
+    }
+
+
 def aggregate(raw: dict) -> dict:
     """(scenario key, concurrency, server) -> median over rounds (+ spread), or a reason."""
     groups: dict[tuple, list[dict]] = {}

@@ -2,10 +2,11 @@
 
 Builds the current tree (working copy, uncommitted changes included) and a given git revision
 (default: the merge base with main) side by side, each in its own snapshot under perf/.tools/check,
-runs the Naiad scenarios on both in one run (alternating order over rounds, the same pinning and
-the same model repository, perf/models of the tree running the gate) and fails when, for any
-scenario point, current/base throughput drops by more than --max-throughput-drop (default 10%) or
-p99 grows by more than --max-p99-growth (default 20%).
+starts both servers at once (pinned to the same CPUs, the same model repository: perf/models of the
+tree running the gate) and measures every scenario point on them back to back, --pairs times,
+alternating the order (A B, B A, ...). It fails when, for any point, the median over pairs of
+current/base throughput drops by more than --max-throughput-drop (default 10%) or the median p99
+ratio grows by more than --max-p99-growth (default 20%).
 
 Exit status: 0 pass, 1 regression, 2 could not measure (build failed, server did not start, ...).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -72,8 +74,29 @@ def build(tree: Path, python: Path, log: Path) -> None:
         raise RuntimeError(f"build of {tree} failed (log {log}):\n{tail}")
 
 
+def paired_ratios(raw: dict) -> dict[tuple[str, int], tuple[list[float], list[float], float]]:
+    """(key, concurrency) -> (current/base throughput ratios, p99 ratios, median p99 growth ms),
+    one ratio per back-to-back pair of measurements."""
+    by = {}
+    for p in raw["points"]:
+        if p["status"] == "ok":
+            by[(p["key"], p["concurrency"], p["round"], p["server"])] = p
+    out: dict = {}
+    for (key, c, rep, server), p in by.items():
+        if server != "current" or (key, c, rep, "base") not in by:
+            continue
+        b = by[(key, c, rep, "base")]
+        thr, p99, grew = out.setdefault((key, c), ([], [], []))
+        thr.append(p["throughput"] / b["throughput"])
+        p99.append(p["p99_us"] / b["p99_us"])
+        grew.append((p["p99_us"] - b["p99_us"]) / 1e3)
+    return {k: (t, q, statistics.median(g)) for k, (t, q, g) in out.items()}
+
+
 def verdicts(raw: dict, table: dict, drop: float, growth: float, floor_ms: float):
-    """[(key, concurrency, verdict, detail)] comparing 'current' to 'base'."""
+    """[(key, concurrency, verdict, detail)] comparing 'current' to 'base' by the median of the
+    paired ratios."""
+    ratios = paired_ratios(raw)
     out = []
     for sc in raw["scenarios"]:
         for c in sc["concurrency"]:
@@ -85,19 +108,22 @@ def verdicts(raw: dict, table: dict, drop: float, growth: float, floor_ms: float
                 else:
                     out.append((sc["key"], c, "skip", cur.get("reason") or base.get("reason", "")))
                 continue
-            if cur.get("status") != "ok":
+            if cur.get("status") != "ok" or (sc["key"], c) not in ratios:
                 out.append((sc["key"], c, "FAIL", f"ran on base, not now: {cur.get('reason')}"))
                 continue
-            thr = cur["throughput"] / base["throughput"]
-            p99 = cur["p99_us"] / base["p99_us"]
-            p99_grew_ms = (cur["p99_us"] - base["p99_us"]) / 1e3
+            thr_all, p99_all, p99_grew_ms = ratios[(sc["key"], c)]
+            thr, p99 = statistics.median(thr_all), statistics.median(p99_all)
             problems = []
             if thr < 1 - drop:
                 problems.append(f"throughput x{thr:.2f} (< {1 - drop:.2f})")
             if p99 > 1 + growth and p99_grew_ms > floor_ms:
                 problems.append(f"p99 x{p99:.2f} (> {1 + growth:.2f}, +{p99_grew_ms:.2f} ms)")
-            detail = f"throughput x{thr:.2f}, p99 x{p99:.2f}"
-            out.append((sc["key"], c, "FAIL" if problems else "ok", "; ".join(problems) or detail))
+            pairs = " ".join(f"{r:.2f}" for r in thr_all)
+            detail = f"throughput x{thr:.2f}, p99 x{p99:.2f} (throughput per pair: {pairs})"
+            verdict = "FAIL" if problems else "ok"
+            out.append(
+                (sc["key"], c, verdict, "; ".join(problems + [detail]) if problems else detail)
+            )
     return out
 
 
@@ -127,8 +153,13 @@ def main(argv=None) -> int:
         default=0.25,
         help="ignore p99 growth smaller than this many ms in absolute terms (timer noise)",
     )
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--window-ms", type=int, default=2000)
+    ap.add_argument(
+        "--pairs",
+        type=int,
+        default=4,
+        help="back-to-back base/current measurements per scenario point (order alternates)",
+    )
+    ap.add_argument("--window-ms", type=int, default=1000)
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--scenario", action="append", help="only these scenarios (repeatable)")
     ap.add_argument("--keep", action="store_true", help="keep the built snapshots")
@@ -163,8 +194,8 @@ def main(argv=None) -> int:
             NaiadServer(base_dir, python, "base"),
             NaiadServer(cur_dir, python, "current"),
         ]
-        settings = bench.Settings(args.window_ms, args.windows, args.rounds, args.scenario)
-        raw = bench.run_rounds(servers, settings, out)
+        settings = bench.Settings(args.window_ms, args.windows, args.pairs, args.scenario)
+        raw = bench.run_interleaved(servers, settings, args.pairs, out)
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"perf/check: could not measure: {exc}", file=sys.stderr)
         return 2

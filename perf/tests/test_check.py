@@ -69,10 +69,8 @@ def run_gate(repo: Path) -> subprocess.CompletedProcess:
         str(PYTHON),
         "--scenario",
         "add_sub_http",
-        "--rounds",
-        "2",
-        "--window-ms",
-        "1500",
+        "--pairs",
+        "4",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     print(done.stdout[-6000:])
