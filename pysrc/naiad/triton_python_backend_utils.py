@@ -295,6 +295,17 @@ class Tensor:
         self._device_id = 0
 
     @classmethod
+    def _from_server(cls, name: str, array, triton_dtype: int):
+        """A tensor the server built from a validated request: no checks, no copy."""
+        tensor = cls.__new__(cls)
+        tensor._name = name
+        tensor._array = array
+        tensor._triton_dtype = triton_dtype
+        tensor._device_tensor = None
+        tensor._device_id = 0
+        return tensor
+
+    @classmethod
     def _from_device(cls, name, device_tensor, device_id, triton_dtype):
         tensor = cls.__new__(cls)
         tensor._name = name
@@ -499,6 +510,28 @@ class InferenceRequest:
         self._trace = trace if trace is not None else InferenceTrace()
         self._parameters = _parameters_json(parameters)
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+
+    @classmethod
+    def _from_server(
+        cls, request_id, inputs, requested_output_names, model_name, model_version, parameters
+    ):
+        """A request the frontend already validated (the worker's hot path): the same
+        object the public constructor makes, without re-checking each field.
+        `parameters` is already the JSON string `parameters()` returns."""
+        request = cls.__new__(cls)
+        request._request_id = request_id
+        request._correlation_id = 0
+        request._inputs = inputs
+        request._requested_output_names = requested_output_names
+        request._model_name = model_name
+        request._model_version = model_version
+        request._flags = 0
+        request._timeout = 0
+        request._preferred_memory = None
+        request._trace = InferenceTrace()
+        request._parameters = parameters
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        return request
 
     def inputs(self):
         return self._inputs

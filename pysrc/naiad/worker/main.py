@@ -20,6 +20,7 @@ import sys
 import traceback
 
 import numpy as np
+import orjson
 
 from naiad import _core, arena_format, datatypes
 from naiad import triton_python_backend_utils as pb_utils
@@ -54,38 +55,56 @@ def _load_backend(args: dict):
     return PythonModelBackend(args)
 
 
-def _input_array(arena, block: int, entry) -> np.ndarray:
+# Per wire datatype: (numpy dtype, pb_utils triton dtype). Looked up per input.
+_INPUT_TYPES = {
+    wire: (datatypes.numpy_dtype(wire), pb_utils.numpy_to_triton_type(datatypes.numpy_dtype(wire)))
+    for wire in datatypes.WIRE_DATATYPES
+    if wire != "BF16"
+}
+_EMPTY_PARAMETERS = "{}"
+
+
+def _input_tensor(arena, block: int, entry) -> pb_utils.Tensor:
+    """A zero-copy numpy view over the arena (BYTES are decoded into an object array)."""
     name, datatype, shape, offset, nbytes = entry
+    dtype, triton_dtype = _INPUT_TYPES[datatype]
     start = block + offset
     if datatype == "BYTES":
         count = datatypes.element_count(shape)
-        return datatypes.deserialize_bytes(arena[start : start + nbytes], count).reshape(shape)
-    dtype = datatypes.numpy_dtype(datatype)
-    return np.frombuffer(arena, dtype=dtype, count=nbytes // dtype.itemsize, offset=start).reshape(
-        shape
-    )
+        array = datatypes.deserialize_bytes(arena[start : start + nbytes], count).reshape(shape)
+    else:
+        array = np.frombuffer(
+            arena, dtype=dtype, count=nbytes // dtype.itemsize, offset=start
+        ).reshape(shape)
+    return pb_utils.Tensor._from_server(name, array, triton_dtype)
 
 
 def _build_requests(arena, records, model_name: str, model_version: int):
     requests = []
-    for record in records:
-        block = int(record["offset"])
+    for block in records["offset"].tolist():
         header = arena_format.read_header(arena, block)
-        inputs = [
-            pb_utils.Tensor(entry[0], _input_array(arena, block, entry))
-            for entry in header["inputs"]
-        ]
+        parameters = header["parameters"]
         requests.append(
-            pb_utils.InferenceRequest(
-                request_id=header["id"],
-                inputs=inputs,
-                requested_output_names=header["outputs"] or [],
-                model_name=model_name,
-                model_version=model_version,
-                parameters=json.dumps(header["parameters"]),
+            pb_utils.InferenceRequest._from_server(
+                header["id"],
+                [_input_tensor(arena, block, entry) for entry in header["inputs"]],
+                header["outputs"] or [],
+                model_name,
+                model_version,
+                orjson.dumps(parameters).decode() if parameters else _EMPTY_PARAMETERS,
             )
         )
     return requests
+
+
+_WIRE_OF_DTYPE: dict = {}
+
+
+def _wire_datatype(dtype: np.dtype) -> str:
+    wire = _WIRE_OF_DTYPE.get(dtype)
+    if wire is None:
+        wire = _WIRE_OF_DTYPE[dtype] = datatypes.wire_of_numpy(dtype)
+    return wire
 
 
 def _wire_outputs(result):
@@ -95,13 +114,14 @@ def _wire_outputs(result):
     outputs = []
     for tensor in result:
         array = tensor.as_numpy()
-        datatype = datatypes.wire_of_numpy(array.dtype)
+        datatype = _wire_datatype(array.dtype)
         if datatype == "BYTES":
             buffer = datatypes.serialize_bytes(array)
         else:
-            contiguous = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-            buffer = memoryview(contiguous).cast("B") if contiguous.nbytes else b""
-        outputs.append((tensor.name(), datatype, list(array.shape), buffer))
+            if not array.flags.c_contiguous or array.dtype.byteorder == ">":
+                array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+            buffer = memoryview(array).cast("B") if array.nbytes else b""
+        outputs.append((tensor.name(), datatype, array.shape, buffer))
     return outputs
 
 
