@@ -98,7 +98,7 @@ SubmitResult Core::submit(uint32_t model_id, uint64_t request_id, uint64_t block
   return SubmitResult::kOk;
 }
 
-bool Core::dispatch_locked(uint32_t model_id, uint64_t now) {
+bool Core::dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possible) {
   Model& model = models_[model_id];
   DynamicBatcher& batcher = *model.batcher;
   std::vector<QueuedRequest> rejected;
@@ -110,7 +110,7 @@ bool Core::dispatch_locked(uint32_t model_id, uint64_t now) {
     if (!instance.up || instance.busy) continue;
 
     Batch batch;
-    uint64_t wait = batcher.next_batch(now, &batch.requests, &rejected);
+    uint64_t wait = batcher.next_batch(now, &batch.requests, &rejected, arrivals_possible);
     if (batch.requests.empty()) {
       model.deadline_ns = wait;
       held_for_idle = true;
@@ -153,11 +153,13 @@ bool Core::dispatch_locked(uint32_t model_id, uint64_t now) {
   return left;
 }
 
-bool Core::dispatch_all_locked() {
+bool Core::dispatch_all_locked(bool arrivals_possible) {
   uint64_t now = clock_();
   bool left = false;
   for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
-    if (!models_[model_id].batcher->empty()) left |= dispatch_locked(model_id, now);
+    if (!models_[model_id].batcher->empty()) {
+      left |= dispatch_locked(model_id, now, arrivals_possible);
+    }
   }
   return left;
 }
@@ -178,11 +180,11 @@ void Core::notify_frontend() {
   }
 }
 
-void Core::flush() {
+void Core::flush(bool arrivals_possible) {
   bool left;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    left = dispatch_all_locked();
+    left = dispatch_all_locked(arrivals_possible);
   }
   if (left) notify_frontend();
 }
@@ -261,7 +263,7 @@ void Core::deliver_locked(uint32_t model_id, Completion done) {
   }
 }
 
-std::vector<Completion> Core::poll() {
+std::vector<Completion> Core::poll(bool arrivals_possible) {
   // Clear the flag before draining: anything left after this point signals again,
   // so nothing is left behind unannounced.
   arena_.header()->notify_pending.store(0, std::memory_order_seq_cst);
@@ -283,7 +285,7 @@ std::vector<Completion> Core::poll() {
       deliver_locked(model_id, std::move(done));
     }
   }
-  dispatch_all_locked();
+  dispatch_all_locked(arrivals_possible);
   std::vector<Completion> out;
   out.swap(done_);
   return out;

@@ -85,15 +85,17 @@ class Core {
   SubmitResult submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
                       const std::vector<SubmitPart>& parts, const SubmitOptions& options);
 
-  // Dispatches what the policy lets go to idle instances.
-  void flush();
+  // Dispatches what the policy lets go to idle instances. `arrivals_possible` is the
+  // frontend's word on whether any client could still send a request now (see
+  // DynamicBatcher::next_batch); poll() takes it too.
+  void flush(bool arrivals_possible = true);
   // Runs the policy as the timer thread would at this moment (tests without it).
   void tick();
 
   // Returns what finished since the last call: completed batches (their input
   // blocks already freed; the caller frees result blocks) and requests rejected in
   // the queue. Dispatches to instances that became idle.
-  std::vector<Completion> poll();
+  std::vector<Completion> poll(bool arrivals_possible = true);
 
   // The instance's process is gone: its batches in flight complete with
   // kCompletionInstanceDied and what they held in the arena is freed.
@@ -135,8 +137,8 @@ class Core {
 
   Channel* channel(const Instance& instance) { return arena_.at<Channel>(instance.channel_offset); }
   // Dispatches for one model; returns true if it left anything for poll().
-  bool dispatch_locked(uint32_t model_id, uint64_t now);
-  bool dispatch_all_locked();
+  bool dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possible = true);
+  bool dispatch_all_locked(bool arrivals_possible);
   Completion finish_locked(Batch& batch, int32_t status, uint64_t result_offset,
                            uint64_t result_size);
   void deliver_locked(uint32_t model_id, Completion done);

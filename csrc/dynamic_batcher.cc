@@ -75,7 +75,7 @@ uint64_t DynamicBatcher::expire(uint64_t now_ns, std::vector<QueuedRequest>* rej
 }
 
 uint64_t DynamicBatcher::next_batch(uint64_t now_ns, std::vector<QueuedRequest>* batch,
-                                    std::vector<QueuedRequest>* rejected) {
+                                    std::vector<QueuedRequest>* rejected, bool arrivals_possible) {
   uint64_t next_timeout = apply_timeouts(now_ns, rejected);
 
   // Walk the queues in priority order (each level: its queue, then its delayed
@@ -121,7 +121,7 @@ uint64_t DynamicBatcher::next_batch(uint64_t now_ns, std::vector<QueuedRequest>*
   }
   if (picks.empty()) return next_timeout;
 
-  bool delay_exceeded = delay_ns_ != 0 && now_ns - oldest_ns >= delay_ns_;
+  bool delay_exceeded = delay_ns_ != 0 && (now_ns - oldest_ns >= delay_ns_ || !arrivals_possible);
   size_t take = 0;
   if (best_count != 0 && !delay_exceeded) {
     take = best_count;

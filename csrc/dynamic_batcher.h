@@ -62,8 +62,12 @@ class DynamicBatcher {
   // (possibly none) and appends requests whose queue timeout expired under REJECT to
   // `rejected`. Returns the time at which the decision could change when the batch
   // is held back (delay or a queued timeout), 0 when there is nothing to wait for.
+  //
+  // `arrivals_possible` false says no request can join before the delay ends (every
+  // client connection is waiting for an answer): waiting could not grow the batch,
+  // so it leaves now, as if the delay had passed. The delay stays an upper bound.
   uint64_t next_batch(uint64_t now_ns, std::vector<QueuedRequest>* batch,
-                      std::vector<QueuedRequest>* rejected);
+                      std::vector<QueuedRequest>* rejected, bool arrivals_possible = true);
 
   // Applies queue timeouts without forming a batch (no instance idle). Returns the
   // next timeout deadline, 0 if none.

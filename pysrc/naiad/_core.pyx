@@ -107,8 +107,8 @@ cdef extern from "core.h" namespace "naiad":
         SubmitResult submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
                             const vector[SubmitPart]& parts,
                             const SubmitOptions& options) except + nogil
-        void flush() except + nogil
-        vector[Completion] poll() except + nogil
+        void flush(cbool arrivals_possible) except + nogil
+        vector[Completion] poll(cbool arrivals_possible) except + nogil
         vector[Completion] instance_down(uint32_t instance_id) except + nogil
         void instance_up(uint32_t instance_id) except + nogil
         void stop_instance(uint32_t instance_id) except + nogil
@@ -247,16 +247,19 @@ cdef class Core:
             result = self._core.submit(model_id, request_id, block_size, c_parts, options)
         return <int>result
 
-    def flush(self):
-        """Dispatches queued requests to idle instances (once per event-loop turn)."""
-        with nogil:
-            self._core.flush()
+    def flush(self, bint arrivals_possible=True):
+        """Dispatches queued requests to idle instances (once per event-loop turn).
 
-    def poll(self):
+        `arrivals_possible` False: no client can send before the queue delay ends, so
+        held batches leave now."""
+        with nogil:
+            self._core.flush(arrivals_possible)
+
+    def poll(self, bint arrivals_possible=True):
         """[(batch_id, status, instance_id, result_offset, result_size, dispatch_ns, [request_ids])]"""
         cdef vector[Completion] done
         with nogil:
-            done = self._core.poll()
+            done = self._core.poll(arrivals_possible)
         return _completions(done)
 
     def instance_down(self, uint32_t instance_id):

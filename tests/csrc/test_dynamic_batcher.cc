@@ -222,3 +222,21 @@ TEST(expire_applies_timeouts_while_instances_are_busy) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(no_possible_arrivals_ends_the_delay_early) {
+  BatcherConfig config = dynamic(8);
+  config.max_queue_delay_us = 1000;
+  DynamicBatcher batcher(config);
+  batcher.enqueue(req(1), 0, 0, 0);
+  batcher.enqueue(req(2), 0, 0, 0);
+  std::vector<QueuedRequest> batch;
+  std::vector<QueuedRequest> rejected;
+  CHECK(batcher.next_batch(1 * us, &batch, &rejected, true) == 1000 * us);
+  CHECK(batch.empty());
+  CHECK(batcher.next_batch(2 * us, &batch, &rejected, false) == 0);
+  CHECK(ids(batch) == (std::vector<uint64_t>{1, 2}));
+}
+
+}  // namespace

@@ -69,10 +69,24 @@ class HttpProtocol(asyncio.Protocol):
         "_headers",
         "_body",
         "_body_size",
+        "arrivals",
+        "_counted",
+        "_waiting",
     )
 
-    def __init__(self, router: Router, loop=None, max_body_size: int = DEFAULT_MAX_BODY_SIZE):
+    def __init__(
+        self,
+        router: Router,
+        loop=None,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        arrivals=None,
+    ):
         self.router = router
+        # The batcher's hint (scheduling/arrivals.py): this connection counts as
+        # waiting while it has replies owed.
+        self.arrivals = arrivals
+        self._counted = False
+        self._waiting = False
         self.loop = loop or asyncio.get_event_loop()
         self.max_body_size = max_body_size
         self.transport = None
@@ -94,8 +108,15 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.parser = httptools.HttpRequestParser(self)
+        if self.arrivals is not None:
+            self.arrivals.open += 1
+            self._counted = True
 
     def connection_lost(self, exc) -> None:
+        if self._counted:
+            self._counted = False
+            self.arrivals.open -= 1
+            self._set_waiting(False)
         self.closed = True
         self.transport = None
         for task in self.tasks:
@@ -201,6 +222,7 @@ class HttpProtocol(asyncio.Protocol):
                 self.pending.append(_Slot(result, keep_alive, head_only, http10))
             return
         slot = _Slot(None, keep_alive, head_only, http10)
+        self._set_waiting(True)
         self.pending.append(slot)
         task = self.loop.create_task(result)
         self.tasks.add(task)
@@ -222,6 +244,8 @@ class HttpProtocol(asyncio.Protocol):
         pending = self.pending
         while pending and pending[0].reply is not None and not self.closed:
             slot = pending.popleft()
+            if not pending:
+                self._set_waiting(False)
             self._write(slot.reply, slot.keep_alive, slot.head_only, slot.http10)
         if not self.writing_paused and len(pending) < MAX_PIPELINE:
             self._resume_reading()
@@ -261,6 +285,11 @@ class HttpProtocol(asyncio.Protocol):
                 self.loop.call_later(LINGER_SECONDS, transport.close)
             else:
                 transport.close()
+
+    def _set_waiting(self, waiting: bool) -> None:
+        if self._counted and waiting != self._waiting:
+            self._waiting = waiting
+            self.arrivals.waiting += 1 if waiting else -1
 
     def _fail(self, status: int, message: str) -> None:
         """Answer `status` after any replies still owed, then close."""

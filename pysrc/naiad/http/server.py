@@ -26,8 +26,10 @@ async def start_http_server(
     loop = asyncio.get_running_loop()
     router = router or Router(manager)
 
+    arrivals = getattr(manager, "arrivals", None)
+
     def factory() -> HttpProtocol:
-        return HttpProtocol(router, loop, max_body_size)
+        return HttpProtocol(router, loop, max_body_size, arrivals)
 
     return await loop.create_server(
         factory, host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=backlog

@@ -23,6 +23,7 @@ from naiad.errors import (
 )
 from naiad.repository.metadata import server_metadata
 from naiad.repository.repository import scan_repository
+from naiad.scheduling.arrivals import ArrivalTracker
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel
 from naiad.types import InferResponse, OutputTensor
 
@@ -60,6 +61,7 @@ class ModelManager:
         self._live = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
+        self.arrivals = ArrivalTracker()  # updated by the front ends' connections
 
     # -- lifecycle -----------------------------------------------------------------
     async def load_all(self) -> bool:
@@ -196,10 +198,11 @@ class ModelManager:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self.arrivals = ArrivalTracker()  # updated by the front ends' connections
         self.core.flush()
 
     def _drain(self) -> None:
-        self.on_completions(self.core.poll())
+        self.on_completions(self.core.poll(self.arrivals.possible()))
 
     def on_completions(self, completions: list) -> None:
         """Resolves the futures of completed batches and frees their result blocks."""
