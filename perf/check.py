@@ -4,9 +4,9 @@ Builds the current tree (working copy, uncommitted changes included) and a given
 (default: the merge base with main) side by side, each in its own snapshot under perf/.tools/check,
 starts both servers at once (pinned to the same CPUs, the same model repository: perf/models of the
 tree running the gate) and measures every scenario point on them back to back, --pairs times,
-alternating the order (A B, B A, ...). It fails when, for any point, the median over pairs of
-current/base throughput drops by more than --max-throughput-drop (default 10%) or the median p99
-ratio grows by more than --max-p99-growth (default 20%).
+alternating the order (A B, B A, ...). It fails when, for any point, current/base throughput
+drops by more than --max-throughput-drop (default 10%) or p99 grows by more than --max-p99-growth
+(default 20%), comparing each side's best run (highest throughput, lowest p99) over the pairs.
 
 Exit status: 0 pass, 1 regression, 2 could not measure (build failed, server did not start, ...).
 """
@@ -93,6 +93,16 @@ def paired_ratios(raw: dict) -> dict[tuple[str, int], tuple[list[float], list[fl
     return {k: (t, q, statistics.median(g)) for k, (t, q, g) in out.items()}
 
 
+def best_of(raw: dict, key: str, c: int) -> dict[str, tuple[float, float]]:
+    """server -> (highest throughput, lowest p99) over its measurements of one point."""
+    out: dict[str, tuple[float, float]] = {}
+    for p in raw["points"]:
+        if p["status"] == "ok" and p["key"] == key and p["concurrency"] == c:
+            thr, p99 = out.get(p["server"], (0.0, float("inf")))
+            out[p["server"]] = (max(thr, p["throughput"]), min(p99, p["p99_us"]))
+    return out
+
+
 def verdicts(raw: dict, table: dict, drop: float, growth: float, floor_ms: float):
     """[(key, concurrency, verdict, detail)] comparing 'current' to 'base' by the median of the
     paired ratios."""
@@ -111,15 +121,23 @@ def verdicts(raw: dict, table: dict, drop: float, growth: float, floor_ms: float
             if cur.get("status") != "ok" or (sc["key"], c) not in ratios:
                 out.append((sc["key"], c, "FAIL", f"ran on base, not now: {cur.get('reason')}"))
                 continue
-            thr_all, p99_all, p99_grew_ms = ratios[(sc["key"], c)]
-            thr, p99 = statistics.median(thr_all), statistics.median(p99_all)
+            thr_all, p99_all, _ = ratios[(sc["key"], c)]
+            # Best of N on each side: interference from a shared machine only ever slows a run
+            # down, so the best run of each side is the least noisy estimate of what it can do.
+            best = best_of(raw, sc["key"], c)
+            thr = best["current"][0] / best["base"][0]
+            p99 = best["current"][1] / best["base"][1]
+            p99_grew_ms = (best["current"][1] - best["base"][1]) / 1e3
             problems = []
             if thr < 1 - drop:
                 problems.append(f"throughput x{thr:.2f} (< {1 - drop:.2f})")
             if p99 > 1 + growth and p99_grew_ms > floor_ms:
                 problems.append(f"p99 x{p99:.2f} (> {1 + growth:.2f}, +{p99_grew_ms:.2f} ms)")
             pairs = " ".join(f"{r:.2f}" for r in thr_all)
-            detail = f"throughput x{thr:.2f}, p99 x{p99:.2f} (throughput per pair: {pairs})"
+            detail = (
+                f"best-of-N throughput x{thr:.2f}, p99 x{p99:.2f} "
+                f"(median paired throughput x{statistics.median(thr_all):.2f}; per pair: {pairs})"
+            )
             verdict = "FAIL" if problems else "ok"
             out.append(
                 (sc["key"], c, verdict, "; ".join(problems + [detail]) if problems else detail)
