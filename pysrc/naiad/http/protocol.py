@@ -82,8 +82,9 @@ class HttpProtocol(asyncio.Protocol):
         arrivals=None,
     ):
         self.router = router
-        # The batcher's hint (scheduling/arrivals.py): this connection counts as
-        # waiting while it has replies owed.
+        # The batcher's hint (scheduling/arrivals.py): once it has sent a request that
+        # is answered asynchronously (inference), this connection counts as open, and
+        # as waiting while it has replies owed.
         self.arrivals = arrivals
         self._counted = False
         self._waiting = False
@@ -108,9 +109,6 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.parser = httptools.HttpRequestParser(self)
-        if self.arrivals is not None:
-            self.arrivals.open += 1
-            self._counted = True
 
     def connection_lost(self, exc) -> None:
         if self._counted:
@@ -287,6 +285,11 @@ class HttpProtocol(asyncio.Protocol):
                 transport.close()
 
     def _set_waiting(self, waiting: bool) -> None:
+        # Only connections that send inference requests count: a monitoring client's
+        # idle keep-alive connection (stats, health) would otherwise hold every batch.
+        if waiting and not self._counted and self.arrivals is not None:
+            self._counted = True
+            self.arrivals.open += 1
         if self._counted and waiting != self._waiting:
             self._waiting = waiting
             self.arrivals.waiting += 1 if waiting else -1

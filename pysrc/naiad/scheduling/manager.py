@@ -198,8 +198,7 @@ class ModelManager:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        self.arrivals = ArrivalTracker()  # updated by the front ends' connections
-        self.core.flush()
+        self.core.flush(self.arrivals.possible())
 
     def _drain(self) -> None:
         self.on_completions(self.core.poll(self.arrivals.possible()))
