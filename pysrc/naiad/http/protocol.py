@@ -17,7 +17,14 @@ from http import HTTPStatus
 
 import httptools
 
-from naiad.http.routes import HttpRequest, Reply, Router, error_reply, internal_error_reply
+from naiad.http.routes import (
+    Deferred,
+    HttpRequest,
+    Reply,
+    Router,
+    error_reply,
+    internal_error_reply,
+)
 
 __all__ = ["HttpProtocol", "DEFAULT_MAX_BODY_SIZE"]
 
@@ -112,9 +119,9 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         if self._counted:
+            self._set_waiting(False)
             self._counted = False
             self.arrivals.open -= 1
-            self._set_waiting(False)
         self.closed = True
         self.transport = None
         for task in self.tasks:
@@ -222,9 +229,14 @@ class HttpProtocol(asyncio.Protocol):
         slot = _Slot(None, keep_alive, head_only, http10)
         self._set_waiting(True)
         self.pending.append(slot)
-        task = self.loop.create_task(result)
-        self.tasks.add(task)
-        task.add_done_callback(lambda t, s=slot: self._task_done(t, s))
+        if isinstance(result, Deferred):
+            result.future.add_done_callback(
+                lambda future, s=slot, finish=result.finish: self._deferred_done(future, s, finish)
+            )
+        else:
+            task = self.loop.create_task(result)
+            self.tasks.add(task)
+            task.add_done_callback(lambda t, s=slot: self._task_done(t, s))
         if len(self.pending) >= MAX_PIPELINE:
             self._pause_reading()
 
@@ -236,6 +248,15 @@ class HttpProtocol(asyncio.Protocol):
             return
         exc = task.exception()
         slot.reply = internal_error_reply(exc) if exc is not None else task.result()
+        self._flush()
+
+    def _deferred_done(self, future, slot: _Slot, finish) -> None:
+        if self.closed or future.cancelled():
+            return
+        try:
+            slot.reply = finish(future)
+        except Exception as exc:  # an encoder bug must still answer the request
+            slot.reply = internal_error_reply(exc)
         self._flush()
 
     def _flush(self) -> None:

@@ -187,19 +187,56 @@ class Router:
         infer_request = parse_infer_request(
             body, name, version, header_length, getattr(model, "config", None)
         )
-        return self._run_infer(model, infer_request)
+        submit = getattr(model, "submit", None)
+        if submit is None:  # a model without the synchronous submit: await it in a task
+            return self._run_infer(model, infer_request)
+        # The hot path: no task, only a callback on the request's future.
+        return Deferred(submit(infer_request), _InferReplyEncoder(model, infer_request))
 
     async def _run_infer(self, model, infer_request) -> Reply:
         try:
             response = await model.infer(infer_request)
-            config = getattr(model, "config", None)
-            batching = config is None or config.max_batch_size > 0
-            parts, header_length = encode_infer_response(response, infer_request, batching)
         except NaiadError as exc:
             return error_reply(_status_for(exc), exc.message)
-        if header_length is None:
-            return Reply(200, JSON, parts)
-        return Reply(200, OCTET + b"Inference-Header-Content-Length: %d\r\n" % header_length, parts)
+        return _infer_reply(model, infer_request, response)
+
+
+class Deferred:
+    """A reply that `finish(future)` builds once `future` is done."""
+
+    __slots__ = ("future", "finish")
+
+    def __init__(self, future, finish):
+        self.future = future
+        self.finish = finish
+
+
+class _InferReplyEncoder:
+    __slots__ = ("model", "request")
+
+    def __init__(self, model, request):
+        self.model = model
+        self.request = request
+
+    def __call__(self, future) -> Reply:
+        exc = future.exception()
+        if exc is not None:
+            if isinstance(exc, NaiadError):
+                return error_reply(_status_for(exc), exc.message)
+            return internal_error_reply(exc)
+        return _infer_reply(self.model, self.request, future.result())
+
+
+def _infer_reply(model, infer_request, response) -> Reply:
+    try:
+        config = getattr(model, "config", None)
+        batching = config is None or config.max_batch_size > 0
+        parts, header_length = encode_infer_response(response, infer_request, batching)
+    except NaiadError as exc:
+        return error_reply(_status_for(exc), exc.message)
+    if header_length is None:
+        return Reply(200, JSON, parts)
+    return Reply(200, OCTET + b"Inference-Header-Content-Length: %d\r\n" % header_length, parts)
 
 
 def internal_error_reply(exc: BaseException) -> Reply:

@@ -26,6 +26,7 @@ from naiad.repository.repository import scan_repository
 from naiad.scheduling.arrivals import ArrivalTracker
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel
 from naiad.types import InferResponse, OutputTensor
+from naiad.validation import log_prefix
 
 log = logging.getLogger("naiad")
 
@@ -163,7 +164,7 @@ class ModelManager:
         return {"model_stats": [m.stats.to_json() for m in models]}
 
     # -- the data path -------------------------------------------------------------
-    async def submit(
+    def submit(
         self,
         model: LoadedModel,
         request,
@@ -183,9 +184,10 @@ class ModelManager:
         )
         if result != _core.SUBMIT_OK:
             del self._pending[request_id]
-            model.stats.record_failure(_core.now_ns() - submit_ns, "REJECTED")
             if result == _core.SUBMIT_QUEUE_FULL:
-                raise Unavailable("Exceeds maximum queue size")
+                # Triton words it so and, unlike a queue timeout, counts no failure.
+                raise Unavailable(f"{log_prefix(request.id)}Exceeds maximum queue size")
+            model.stats.record_failure(_core.now_ns() - submit_ns, "REJECTED")
             raise Unavailable(
                 f"model '{model.name}': the shared-memory arena has no room for a request "
                 f"of {size} bytes"
@@ -194,7 +196,7 @@ class ModelManager:
             # Dispatch once the requests of this loop turn are all queued.
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
-        return await future
+        return future
 
     def _flush(self) -> None:
         self._flush_scheduled = False

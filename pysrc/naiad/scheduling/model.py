@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -70,8 +71,6 @@ class LoadedModel:
     async def load(self) -> None:
         """Starts every instance; on any failure stops the others and marks the model
         UNAVAILABLE with the reason."""
-        import asyncio
-
         results = await asyncio.gather(
             *(instance.start() for instance in self.instances), return_exceptions=True
         )
@@ -85,8 +84,6 @@ class LoadedModel:
         self.ready_once = True
 
     async def unload(self, timeout: float) -> None:
-        import asyncio
-
         self.state = UNAVAILABLE
         self.reason = "unloaded"
         await asyncio.gather(*(instance.stop(timeout) for instance in self.instances))
@@ -110,6 +107,13 @@ class LoadedModel:
         return self._config_json
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        return await self.submit(request)
+
+    def submit(self, request: InferRequest) -> asyncio.Future:
+        """Validates and queues `request`; the future resolves to its InferResponse.
+
+        Raises NaiadError at once for a request that cannot be queued. Front ends on
+        the hot path use this rather than `infer` to spare a task per request."""
         if self.state != READY:
             raise Unavailable(
                 f"Request for unknown model: '{self.name}' version {self.version} is not ready"
@@ -132,7 +136,7 @@ class LoadedModel:
                 )
                 & 0xFFFFFFFFFFFFFFFF
             )
-        return await self.manager.submit(
+        return self.manager.submit(
             self, request, size, parts, batch_size, priority, timeout_us, shape_key
         )
 
