@@ -701,6 +701,7 @@ def plot(raw: dict, table: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = [s["label"] for s in raw["servers"]]
+    colors = {label: f"C{i}" for i, label in enumerate(labels)}  # one color per server throughout
     rows = [
         sc
         for sc in raw["scenarios"]
@@ -724,8 +725,8 @@ def plot(raw: dict, table: dict, path: Path) -> None:
                     thr.append(r["throughput"])
                     p99.append(r["p99_us"] / 1e3)
             if xs:
-                ax_t.plot(xs, thr, marker="o", label=label)
-                ax_p.plot(xs, p99, marker="o", label=label)
+                ax_t.plot(xs, thr, marker="o", label=label, color=colors[label])
+                ax_p.plot(xs, p99, marker="o", label=label, color=colors[label])
         ax_t.set_title(f"{sc['key']}: throughput")
         ax_t.set_xlabel("concurrency")
         ax_t.set_ylabel("inferences/s")
