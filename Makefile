@@ -15,7 +15,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
-.PHONY: serve test install lint format test-core test-core-sanitize test-python clean
+.PHONY: serve test install lint format test-core test-core-sanitize test-python clean bench-core
 
 $(STAMP): $(CORE_SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -85,3 +85,13 @@ perf-check: $(STAMP) perf-tools
 
 perf-check-test: $(STAMP) perf-tools
 	$(PERF_PY) -m pytest -p no:cacheprovider perf/tests -v
+
+# The core's own cost per request (issue 4's microbenchmark), single thread.
+build/core_bench: $(wildcard csrc/*.cc csrc/*.h) perf/core_bench.cc
+	mkdir -p build
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc csrc/*.cc perf/core_bench.cc -o $@
+
+bench-core: build/core_bench
+	build/core_bench 1
+	build/core_bench 8
+	build/core_bench 32
