@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -76,6 +77,8 @@ async def serve(options) -> int:
 
 def run(options) -> int:
     _configure_logging(options.log_verbose)
+    # Workers inherit it: pb_utils.Logger.log_verbose prints only above 0, as in Triton.
+    os.environ["NAIAD_LOG_VERBOSE"] = str(options.log_verbose)
     try:
         import uvloop
     except ImportError:  # uvloop is a dependency; this keeps odd platforms running
