@@ -1,7 +1,7 @@
 """The layout of request and result blocks in the shared arena.
 
-Both blocks are `[u32 header length][header JSON][padding][tensor data ...]`, each
-tensor 64-byte aligned, offsets relative to the block start. The frontend writes
+Both blocks are `[u32 header length][header JSON][padding][tensor data ...]`, the
+tensors in header order, each 64-byte aligned (so offsets follow from the header). The frontend writes
 request blocks (through the core's one copy) and reads result blocks; a worker does
 the opposite. JSON carries only names, shapes and offsets: tensor bytes are never
 encoded.
@@ -27,31 +27,34 @@ def _align(value: int) -> int:
     return (value + ALIGN - 1) & ~(ALIGN - 1)
 
 
-def build_block(
-    header: dict, entries: list[list], sizes: list[int]
-) -> tuple[bytes, list[int], int]:
-    """Fills `offset` (entry[-2]) of each tensor entry and returns (prefix, offsets, size).
+def build_block(header: dict, sizes: list[int]) -> tuple[bytes, list[int], int]:
+    """Encodes `header` and places tensors of `sizes` after it: (prefix, offsets, size).
 
-    The header length changes with the offsets' digits, so the data start is computed
-    from an upper bound of the header length: offsets are placed after room for it.
+    Offsets are not written into the header: readers derive them the same way, from
+    the header's length and each tensor's byte size in order (`tensor_offsets`).
     """
-    # Offsets are bounded by the block size; reserve 20 digits per tensor entry.
-    bound = len(orjson.dumps(header)) + 20 * len(entries) + _LEN.size
-    cursor = _align(bound)
-    offsets = []
-    for entry, size in zip(entries, sizes):
-        entry[-2] = cursor
-        offsets.append(cursor)
-        cursor = _align(cursor + size)
     encoded = orjson.dumps(header)
     prefix = _LEN.pack(len(encoded)) + encoded
-    return prefix, offsets, max(cursor, len(prefix))
+    offsets = tensor_offsets(len(prefix), sizes)
+    end = offsets[-1] + sizes[-1] if sizes else len(prefix)
+    return prefix, offsets, max(end, len(prefix))
 
 
-def read_header(arena, offset: int) -> dict:
+def tensor_offsets(prefix_length: int, sizes) -> list[int]:
+    """Offsets (from the block start) of consecutive tensors of `sizes`, 64-byte aligned."""
+    offsets = []
+    cursor = _align(prefix_length)
+    for size in sizes:
+        offsets.append(cursor)
+        cursor = _align(cursor + size)
+    return offsets
+
+
+def read_header(arena, offset: int) -> tuple[dict, int]:
+    """(header, prefix length) of the block at `offset`."""
     (length,) = _LEN.unpack_from(arena, offset)
     start = offset + _LEN.size
-    return orjson.loads(arena[start : start + length])
+    return orjson.loads(arena[start : start + length]), _LEN.size + length
 
 
 def encode_request(request_id: str, inputs, outputs, parameters: dict) -> tuple[int, list]:
@@ -60,10 +63,10 @@ def encode_request(request_id: str, inputs, outputs, parameters: dict) -> tuple[
     `inputs` are InputTensor records (data in wire layout); `outputs` the requested
     output names or None for all.
     """
-    entries = [[t.name, t.datatype, list(t.shape), 0, len(t.data)] for t in inputs]
+    sizes = [len(t.data) for t in inputs]
+    entries = [[t.name, t.datatype, t.shape, size] for t, size in zip(inputs, sizes)]
     header = {"id": request_id, "inputs": entries, "outputs": outputs, "parameters": parameters}
-    sizes = [entry[-1] for entry in entries]
-    prefix, offsets, size = build_block(header, entries, sizes)
+    prefix, offsets, size = build_block(header, sizes)
     parts = [(0, prefix)]
     parts.extend((offset, t.data) for offset, t in zip(offsets, inputs))
     return size, parts
@@ -76,7 +79,6 @@ def encode_result(responses: list, timings: list[int]) -> tuple[bytes, list, int
     buffer) with the buffer in wire layout. Returns (prefix, [(offset, buffer)], size).
     """
     header_responses = []
-    entries = []
     buffers = []
     for outcome in responses:
         if isinstance(outcome, str):
@@ -86,11 +88,9 @@ def encode_result(responses: list, timings: list[int]) -> tuple[bytes, list, int
             continue
         tensors = []
         for name, datatype, shape, buffer in outcome:
-            entry = [name, datatype, list(shape), 0, len(buffer)]
-            tensors.append(entry)
-            entries.append(entry)
+            tensors.append([name, datatype, list(shape), len(buffer)])
             buffers.append(buffer)
         header_responses.append({"outputs": tensors})
     header = {"responses": header_responses, "timings": timings}
-    prefix, offsets, size = build_block(header, entries, [len(b) for b in buffers])
+    prefix, offsets, size = build_block(header, [len(b) for b in buffers])
     return prefix, list(zip(offsets, buffers)), size

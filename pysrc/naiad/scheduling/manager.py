@@ -63,6 +63,7 @@ class ModelManager:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
         self.arrivals = ArrivalTracker()  # updated by the front ends' connections
+        self._serving: dict[str, LoadedModel] = {}  # name -> highest ready version
 
     # -- lifecycle -----------------------------------------------------------------
     async def load_all(self) -> bool:
@@ -83,6 +84,9 @@ class ModelManager:
         for model in loading:
             status = READY if model.ready else f"UNAVAILABLE: {model.reason}"
             self.load_table.append((model.name, str(model.version), status))
+            serving = self._serving.get(model.name)
+            if model.ready and (serving is None or model.version > serving.version):
+                self._serving[model.name] = model
         self.load_table.sort()
         return all(status == READY for _, _, status in self.load_table)
 
@@ -114,6 +118,10 @@ class ModelManager:
         return server_metadata()
 
     def get(self, name: str, version: str = "") -> LoadedModel:
+        if not version:  # the hot path: the version the policy serves by default
+            model = self._serving.get(name)
+            if model is not None and model.ready:
+                return model
         versions = self.models.get(name)
         if not versions:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
@@ -223,16 +231,22 @@ class ModelManager:
                     self.core.free(offset)
                 continue
             try:
-                header = arena_format.read_header(arena, offset)
+                header, prefix_length = arena_format.read_header(arena, offset)
                 timings = header["timings"]
                 live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
-                for pending, outcome in zip(pendings, header["responses"]):
+                outcomes = header["responses"]
+                # Tensors follow the header in response order: derive their offsets.
+                sizes = [t[3] for o in outcomes for t in o.get("outputs", ())]
+                offsets = iter(arena_format.tensor_offsets(prefix_length, sizes))
+                for pending, outcome in zip(pendings, outcomes):
+                    tensors = outcome.get("outputs")
+                    starts = [offset + next(offsets) for _ in tensors] if tensors else ()
                     if pending is not None:
-                        self._resolve(pending, outcome, arena, offset, timings, dispatch_ns, end_ns)
+                        self._resolve(pending, outcome, arena, starts, timings, dispatch_ns, end_ns)
             finally:
                 self.core.free(offset)
 
-    def _resolve(self, pending, outcome, arena, offset, timings, dispatch_ns, end_ns) -> None:
+    def _resolve(self, pending, outcome, arena, starts, timings, dispatch_ns, end_ns) -> None:
         model = pending.model
         if pending.future.done():  # the client went away; nothing to answer
             return
@@ -241,13 +255,11 @@ class ModelManager:
             model.stats.record_failure(end_ns - pending.submit_ns)
             pending.future.set_exception(_ERROR_OF_CODE.get(outcome.get("code"), Internal)(error))
             return
-        outputs = []
-        for name, datatype, shape, data_offset, nbytes in outcome["outputs"]:
-            start = offset + data_offset
-            # Copied out so the result block can be freed at once.
-            outputs.append(
-                OutputTensor(name, datatype, shape, bytes(arena[start : start + nbytes]))
-            )
+        # Copied out so the result block can be freed at once.
+        outputs = [
+            OutputTensor(name, datatype, shape, bytes(arena[start : start + nbytes]))
+            for (name, datatype, shape, nbytes), start in zip(outcome["outputs"], starts)
+        ]
         request = pending.request
         model.stats.record_success(
             pending.batch_size, end_ns - pending.submit_ns, dispatch_ns - pending.submit_ns, timings

@@ -46,6 +46,7 @@ class ModelStats:
         self.compute_input = Duration()
         self.compute_infer = Duration()
         self.compute_output = Duration()
+        self._computes = (self.compute_input, self.compute_infer, self.compute_output)
         self.batches: dict[int, BatchStats] = {}
         # Failures by Triton's metric reason: REJECTED, CANCELED, BACKEND, OTHER.
         self.failures_by_reason: dict[str, int] = {}
@@ -63,11 +64,16 @@ class ModelStats:
     def record_success(
         self, batch_size: int, request_ns: int, queue_ns: int, timings: list[int]
     ) -> None:
-        self.success.add(request_ns)
-        self.queue.add(queue_ns)
-        self.compute_input.add(timings[1])
-        self.compute_infer.add(timings[2])
-        self.compute_output.add(timings[3])
+        # Inlined Duration.add: this runs once per request on the event loop.
+        success = self.success
+        success.count += 1
+        success.ns += request_ns
+        queue = self.queue
+        queue.count += 1
+        queue.ns += queue_ns
+        for duration, ns in zip(self._computes, timings[1:4]):
+            duration.count += 1
+            duration.ns += ns
         self.inference_count += batch_size
         self.last_inference_ms = int(time.time() * 1000)
 

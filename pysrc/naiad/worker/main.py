@@ -64,11 +64,10 @@ _INPUT_TYPES = {
 _EMPTY_PARAMETERS = "{}"
 
 
-def _input_tensor(arena, block: int, entry) -> pb_utils.Tensor:
+def _input_tensor(arena, start: int, entry) -> pb_utils.Tensor:
     """A zero-copy numpy view over the arena (BYTES are decoded into an object array)."""
-    name, datatype, shape, offset, nbytes = entry
+    name, datatype, shape, nbytes = entry
     dtype, triton_dtype = _INPUT_TYPES[datatype]
-    start = block + offset
     if datatype == "BYTES":
         count = datatypes.element_count(shape)
         array = datatypes.deserialize_bytes(arena[start : start + nbytes], count).reshape(shape)
@@ -82,12 +81,17 @@ def _input_tensor(arena, block: int, entry) -> pb_utils.Tensor:
 def _build_requests(arena, records, model_name: str, model_version: int):
     requests = []
     for block in records["offset"].tolist():
-        header = arena_format.read_header(arena, block)
+        header, prefix_length = arena_format.read_header(arena, block)
         parameters = header["parameters"]
+        entries = header["inputs"]
+        offsets = arena_format.tensor_offsets(prefix_length, [entry[3] for entry in entries])
         requests.append(
             pb_utils.InferenceRequest._from_server(
                 header["id"],
-                [_input_tensor(arena, block, entry) for entry in header["inputs"]],
+                [
+                    _input_tensor(arena, block + offset, entry)
+                    for offset, entry in zip(offsets, entries)
+                ],
                 header["outputs"] or [],
                 model_name,
                 model_version,
