@@ -1,8 +1,9 @@
 """Dynamic batching, black-box: what a Triton user sees of the scheduling policy.
 
 One `naiad serve` on the models of tests/batching_models/ (each one instance unless its
-config says otherwise; `model.py` echoes INPUT0 and reports SEQ, the instance's execution
-number, and BATCH, the number of requests in that execution). Requests go over plain
+config says otherwise). They differ only in config: each gets the same `model.py`
+(echo_batch_model.py), which echoes INPUT0 and reports SEQ, the instance's execution
+number, and BATCH, the number of requests in that execution. Requests go over plain
 HTTP/JSON with `requests` (each call its own connection, closed after the answer).
 
 Naiad's early exit (pysrc/naiad/scheduling/arrivals.py): a batch held for
@@ -15,6 +16,7 @@ client connection open (`idle_connection()`).
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,11 +31,20 @@ BATCHING_MODELS = Path(__file__).resolve().parent / "batching_models"
 TIMEOUT = 15  # seconds: the bound on any single HTTP call
 
 
+def build_repository(dest: Path) -> Path:
+    """Each model folder's config.pbtxt with the one shared model.py as version 1."""
+    for config in sorted(BATCHING_MODELS.glob("*/config.pbtxt")):
+        version = dest / config.parent.name / "1"
+        version.mkdir(parents=True)
+        shutil.copy(config, version.parent / "config.pbtxt")
+        shutil.copy(BATCHING_MODELS / "echo_batch_model.py", version / "model.py")
+    return dest
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    server = NaiadServer(
-        BATCHING_MODELS, log_dir=tmp_path_factory.mktemp("batching"), name="batching"
-    )
+    repository = build_repository(tmp_path_factory.mktemp("batching-repository"))
+    server = NaiadServer(repository, log_dir=tmp_path_factory.mktemp("batching"), name="batching")
     server.start(wait="ready", timeout=120)
     yield server
     server.stop()
