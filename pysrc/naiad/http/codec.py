@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from naiad.datatypes import element_size
+from naiad.datatypes import WIRE_DATATYPES, element_size, numpy_dtype
 from naiad.errors import Internal, InvalidArgument, NaiadError
 from naiad.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
 
@@ -37,20 +37,8 @@ __all__ = [
 _U32 = struct.Struct("<I")
 _OPT_NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
-_NUMPY = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype("<u1"),
-    "UINT16": np.dtype("<u2"),
-    "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"),
-    "INT8": np.dtype("<i1"),
-    "INT16": np.dtype("<i2"),
-    "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"),
-    "FP32": np.dtype("<f4"),
-    "FP64": np.dtype("<f8"),
-}
+# Fixed-size wire types -> numpy dtype (BYTES and BF16 are handled on their own).
+_NUMPY = {wire: numpy_dtype(wire) for wire in WIRE_DATATYPES if wire not in ("BYTES", "BF16")}
 
 # Which numpy kinds of a JSON array each wire type accepts, and Triton's (rapidjson) complaint.
 _NON_NUMBER = "attempt to access JSON non-number as double"
