@@ -63,15 +63,16 @@ class Scenario:
 SCENARIOS: list[Scenario] = [
     Scenario(
         "add_sub_http",
-        1,
+        2,  # v2: max_queue_delay_microseconds 100 (issue 4's setting)
         "add_sub",
         "http",
         (1, 8, 32),
-        description="add_sub (Python backend, FP32 [16] x2, dynamic batching) over HTTP, binary tensors",
+        description="add_sub (Python backend, FP32 [16] x2, dynamic batching with a 100 us queue "
+        "delay) over HTTP, binary tensors",
     ),
     Scenario(
         "add_sub_grpc",
-        1,
+        2,  # v2: max_queue_delay_microseconds 100 (issue 4's setting)
         "add_sub",
         "grpc",
         (1, 8, 32),
@@ -79,7 +80,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "add_sub_grpc_shm",
-        1,
+        2,  # v2: max_queue_delay_microseconds 100 (issue 4's setting)
         "add_sub",
         "grpc",
         (1, 8, 32),
