@@ -12,6 +12,7 @@ processes it started, found through /proc) killed. Nothing else is ever signalle
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -63,6 +64,13 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def _die_with_test_run() -> None:
+    """In the server's child, before exec: SIGTERM it when the test process dies, so a
+    killed or timed-out test run leaves no server behind."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def make_repository(dest: Path, models: dict[str, Path | None] | list[str]) -> Path:
@@ -167,6 +175,7 @@ class NaiadServer:
                 cwd=str(REPO_ROOT),
                 env=env,
                 start_new_session=True,
+                preexec_fn=_die_with_test_run,
             )
         if wait:
             self.wait_for(wait, timeout)
