@@ -100,6 +100,8 @@ def parse_header_length(value, content_length: int) -> int:
 
 
 def _atoi(text: str) -> int:
+    if text.isascii() and text.isdigit():  # the usual case, in one step
+        return int(text)
     text = text.lstrip(" \t\n\r\f\v")
     end = 0
     if text[:1] in ("+", "-"):
