@@ -7,13 +7,7 @@ Unit tests drive TritonCollector with a fake manager; the black-box test starts 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -32,6 +26,7 @@ from naiad.metrics import (
 )
 from naiad.scheduling.stats import ModelStats
 from prometheus_client.parser import text_string_to_metric_families
+from server_harness import NaiadServer, make_repository
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
@@ -324,82 +319,26 @@ class TritonPythonModel:
 """
 
 
-def _free_ports(count):
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((HOST, 0))
-            socks.append(sock)
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
 @pytest.fixture
 def server(tmp_path):
     repository = tmp_path / "repository"
-    repository.mkdir()
-    shutil.copytree(
-        REPO_ROOT / "model_repository" / "add_sub",
-        repository / "add_sub",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
+    make_repository(repository, ["add_sub"])
     (repository / "raiser" / "1").mkdir(parents=True)
     (repository / "raiser" / "config.pbtxt").write_text(RAISER_CONFIG)
     (repository / "raiser" / "1" / "model.py").write_text(RAISER_MODEL)
-    http_port, grpc_port, metrics_port = _free_ports(3)
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "naiad",
-            "serve",
-            "--model-repository",
-            str(repository),
-            "--http-port",
-            str(http_port),
-            "--grpc-port",
-            str(grpc_port),
-            "--metrics-port",
-            str(metrics_port),
-            "--host",
-            HOST,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=tmp_path,
-    )
-    http_url = f"http://{HOST}:{http_port}"
-    metrics_url = f"http://{HOST}:{metrics_port}/metrics"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited: {(tmp_path / 'server.log').read_text()}")
+    with NaiadServer(repository, log_dir=tmp_path, name="metrics") as naiad:
+        metrics_url = f"http://{naiad.host}:{naiad.metrics_port}/metrics"
+        deadline = time.monotonic() + 30
+        while True:  # the metrics port opens right after the HTTP one
             try:
-                if (
-                    requests.get(http_url + "/v2/health/ready", timeout=2).status_code == 200
-                    and requests.get(metrics_url, timeout=2).status_code == 200
-                ):
+                if requests.get(metrics_url, timeout=2).status_code == 200:
                     break
             except requests.ConnectionError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail("server did not become ready")
-            time.sleep(0.2)
-        yield http_url, metrics_url
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-        log.close()
+                pytest.fail("metrics endpoint did not come up")
+            time.sleep(0.1)
+        yield f"http://{naiad.host}:{naiad.http_port}", metrics_url
 
 
 def _scrape(metrics_url) -> dict:
