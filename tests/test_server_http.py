@@ -528,3 +528,15 @@ def test_statistics_move(client, http, server):
     r = http.get(server.url + "/v2/models/add_sub/versions/1/stats", timeout=TIMEOUT)
     assert r.status_code == 200
     assert r.json()["model_stats"][0]["inference_count"] == after["inference_count"]
+
+
+def test_inputs_reach_execute_as_views_over_shared_memory(models_server):
+    """The one copy of an input is into the arena: the model sees a view, not a copy."""
+    inp = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.arange(4, dtype=np.float32).reshape(1, 4), binary_data=True)
+    with httpclient.InferenceServerClient(
+        f"{models_server.host}:{models_server.http_port}", network_timeout=TIMEOUT
+    ) as client:
+        result = client.infer("view_probe", [inp])
+    assert result.as_numpy("OWNS_DATA").tolist() == [[0]]
+    assert result.as_numpy("OVER_SHARED_MEMORY").tolist() == [[1]]

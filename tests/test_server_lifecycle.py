@@ -216,10 +216,15 @@ def _wait_serving_again(server, deadline_s: float = 20.0) -> float:
         time.sleep(0.2)
 
 
+def _arena_blocks(server) -> int:
+    return requests.get(server.url + "/v2/naiad/arena", timeout=TIMEOUT).json()["blocks_in_use"]
+
+
 def test_worker_death_fails_request_and_restarts(models_server):
     r = _crasher(models_server, 1.5)
     assert r.status_code == 200, r.content
     assert _outputs(r)["OUTPUT0"] == [3.0]
+    blocks_before = _arena_blocks(models_server)
 
     for _ in range(2):  # a second crash after the restart is handled the same way
         start = time.monotonic()
@@ -235,6 +240,8 @@ def test_worker_death_fails_request_and_restarts(models_server):
         r = requests.get(models_server.url + "/v2/models/crasher/ready", timeout=TIMEOUT)
         assert r.status_code == 200
     assert models_server.running()
+    # What the dead workers' requests held in the shared arena went back to the pool.
+    assert _arena_blocks(models_server) == blocks_before
     # The other models of the server were never disturbed.
     r = requests.post(
         models_server.url + "/v2/models/sleeper/infer",
