@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from naiad.gc_tuning import settle_after_startup
 from naiad.scheduling.manager import ModelManager, format_load_table
 
 log = logging.getLogger("naiad")
@@ -55,6 +56,7 @@ async def serve(options) -> int:
         servers.append(await start_metrics_server(manager, options.host, options.metrics_port))
         log.info("Started Metrics Service at %s:%d", options.host, options.metrics_port)
 
+    settle_after_startup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

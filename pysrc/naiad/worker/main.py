@@ -24,6 +24,7 @@ import orjson
 
 from naiad import _core, arena_format, datatypes
 from naiad import triton_python_backend_utils as pb_utils
+from naiad.gc_tuning import settle_after_startup
 
 _PR_SET_PDEATHSIG = 1
 
@@ -215,6 +216,7 @@ def main(argv=None) -> int:
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         _report(options.control_fd, {"status": "error", "message": message})
         return 1
+    settle_after_startup()
     _report(options.control_fd, {"status": "ready"})
     worker = Worker(endpoint, backend, args["model_name"], int(args["model_version"]))
     worker.run()
