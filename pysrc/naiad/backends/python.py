@@ -331,11 +331,15 @@ class PythonModelBackend:
                 )
         return [self._result(req, resp) for req, resp in zip(requests, returned)]
 
+    def _failure(self, message: str, code: int = pb_utils.TritonError.INTERNAL) -> RequestError:
+        return RequestError(
+            f"Failed to process the request(s) for model '{self.name}', message: {message}", code
+        )
+
     def _result(self, request, response) -> Result:
-        prefix = f"Failed to process the request(s) for model '{self.name}', message: "
         if response is None:
-            return RequestError(
-                prefix + "execute() returned None for this request; sending responses through "
+            return self._failure(
+                "execute() returned None for this request; sending responses through "
                 "a response sender is not supported yet"
             )
         if response.has_error():
@@ -345,8 +349,8 @@ class PythonModelBackend:
         if callable(release_flags) and (
             release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
         ):
-            return RequestError(
-                prefix + "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
+            return self._failure(
+                "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
                 "supported yet",
                 pb_utils.TritonError.UNSUPPORTED,
             )
@@ -355,8 +359,8 @@ class PythonModelBackend:
         seen: set = set()
         for tensor in outputs:
             if tensor.name() in seen:
-                return RequestError(
-                    prefix + f"output '{tensor.name()}' appears more than once in the response"
+                return self._failure(
+                    f"output '{tensor.name()}' appears more than once in the response"
                 )
             seen.add(tensor.name())
 
@@ -369,7 +373,7 @@ class PythonModelBackend:
         if missing:
             names = ", ".join(f"'{name}'" for name in missing)
             noun = "output" if len(missing) == 1 else "outputs"
-            return RequestError(prefix + f"requested {noun} {names} not produced by the model")
+            return self._failure(f"requested {noun} {names} not produced by the model")
         wanted = set(requested)
         return [tensor for tensor in outputs if tensor.name() in wanted]
 
