@@ -465,6 +465,25 @@ def measure(server, s: Scenario, c: int, settings, round_no, out, cpus, log) -> 
 # ---------------------------------------------------------------------------- several servers
 
 
+def run_record(servers, scenarios, points, settings_record: dict, pinning, started) -> dict:
+    """The raw record of one run that aggregate(), render() and perf/check read."""
+    server_cpus, client_cpus, pinning_text = pinning
+    return {
+        "pinning": pinning_text,
+        "server_cpus": server_cpus,
+        "client_cpus": client_cpus,
+        "settings": settings_record,
+        "servers": [{"label": s.label, "describe": s.describe()} for s in servers],
+        "scenarios": [
+            {"key": s.key, "description": s.description, "concurrency": list(s.concurrency)}
+            for s in scenarios
+        ],
+        "points": [asdict(p) for p in points],
+        "elapsed_s": time.monotonic() - started,
+        "machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname())},
+    }
+
+
 def run_rounds(servers: list[Server], settings: Settings, out: Path, log=print) -> dict:
     scenarios = select(settings.scenarios)
     server_cpus, client_cpus, pinning = split_cpus()
@@ -478,20 +497,9 @@ def run_rounds(servers: list[Server], settings: Settings, out: Path, log=print) 
             points += run_server(
                 server, scenarios, settings, r, out, (server_cpus, client_cpus), log
             )
-    return {
-        "pinning": pinning,
-        "server_cpus": server_cpus,
-        "client_cpus": client_cpus,
-        "settings": asdict(settings),
-        "servers": [{"label": s.label, "describe": s.describe()} for s in servers],
-        "scenarios": [
-            {"key": s.key, "description": s.description, "concurrency": list(s.concurrency)}
-            for s in scenarios
-        ],
-        "points": [asdict(p) for p in points],
-        "elapsed_s": time.monotonic() - started,
-        "machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname())},
-    }
+    return run_record(
+        servers, scenarios, points, asdict(settings), (server_cpus, client_cpus, pinning), started
+    )
 
 
 def run_interleaved(
@@ -557,20 +565,10 @@ def run_interleaved(
     finally:
         for srv in live:
             srv.stop()
-    return {
-        "pinning": pinning,
-        "server_cpus": server_cpus,
-        "client_cpus": client_cpus,
-        "settings": {**asdict(settings), "rounds": pairs, "interleaved": True},
-        "servers": [{"label": s.label, "describe": s.describe()} for s in servers],
-        "scenarios": [
-            {"key": s.key, "description": s.description, "concurrency": list(s.concurrency)}
-            for s in scenarios
-        ],
-        "points": [asdict(p) for p in points],
-        "elapsed_s": time.monotonic() - started,
-        "machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname())},
-    }
+    settings_record = {**asdict(settings), "rounds": pairs, "interleaved": True}
+    return run_record(
+        servers, scenarios, points, settings_record, (server_cpus, client_cpus, pinning), started
+    )
 
 
 def aggregate(raw: dict) -> dict:
