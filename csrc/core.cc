@@ -189,15 +189,20 @@ void Core::flush(bool arrivals_possible) {
   if (left) notify_frontend();
 }
 
-void Core::tick() {
+bool Core::dispatch_due_locked(uint64_t now) {
   bool left = false;
+  for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
+    uint64_t due = models_[model_id].deadline_ns;
+    if (due != 0 && due <= now) left |= dispatch_locked(model_id, now);
+  }
+  return left;
+}
+
+void Core::tick() {
+  bool left;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    uint64_t now = clock_();
-    for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
-      uint64_t due = models_[model_id].deadline_ns;
-      if (due != 0 && due <= now) left |= dispatch_locked(model_id, now);
-    }
+    left = dispatch_due_locked(clock_());
   }
   if (left) notify_frontend();
 }
@@ -217,11 +222,7 @@ void Core::timer_loop() {
       continue;
     }
     timer_deadline_ = 0;
-    bool left = false;
-    for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
-      uint64_t due = models_[model_id].deadline_ns;
-      if (due != 0 && due <= now) left |= dispatch_locked(model_id, now);
-    }
+    bool left = dispatch_due_locked(now);
     uint64_t next = 0;
     for (const Model& model : models_) {
       if (model.deadline_ns != 0 && (next == 0 || model.deadline_ns < next)) {

@@ -139,6 +139,8 @@ class Core {
   // Dispatches for one model; returns true if it left anything for poll().
   bool dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possible = true);
   bool dispatch_all_locked(bool arrivals_possible);
+  // Dispatches the models whose held batch or queue timeout is due at `now`.
+  bool dispatch_due_locked(uint64_t now);
   Completion finish_locked(Batch& batch, int32_t status, uint64_t result_offset,
                            uint64_t result_size);
   void deliver_locked(uint32_t model_id, Completion done);
