@@ -121,7 +121,6 @@ class Instance:
             returncode,
             len(failed),
         )
-        self.model.instance_died(self)
         delay = _RESTART_DELAYS[min(self._restarts, len(_RESTART_DELAYS) - 1)]
         self._restarts += 1
         loop.call_later(delay, lambda: asyncio.ensure_future(self._restart()))
@@ -135,7 +134,6 @@ class Instance:
             log.error("instance '%s' failed to restart: %s", self.name, exc)
             return
         self._restarts = 0
-        self.model.instance_restarted(self)
 
     async def _wait_exit(self, timeout: float):
         try:

@@ -43,7 +43,6 @@ class LoadedModel:
         # with variable dims need the per-request shape key.
         self._shape_inputs = _variable_shape_inputs(config)
         self.instances = self._create_instances()
-        self._instances_down = 0
 
     def _create_instances(self) -> list[Instance]:
         instances = []
@@ -87,14 +86,6 @@ class LoadedModel:
         self.state = UNAVAILABLE
         self.reason = "unloaded"
         await asyncio.gather(*(instance.stop(timeout) for instance in self.instances))
-
-    # Instance lifecycle: the model serves while at least one instance is up; queued
-    # requests wait in the core for a restarted instance.
-    def instance_died(self, instance: Instance) -> None:
-        self._instances_down += 1
-
-    def instance_restarted(self, instance: Instance) -> None:
-        self._instances_down = max(0, self._instances_down - 1)
 
     @property
     def ready(self) -> bool:
