@@ -15,7 +15,8 @@ import numpy as np
 import orjson
 
 ALIGN = 64
-_LEN = struct.Struct("<I")
+LENGTH = struct.Struct("<I")  # the header length that starts a block
+LENGTH_SIZE = LENGTH.size
 
 # csrc/channel.h RequestRecord
 REQUEST_RECORD = np.dtype(
@@ -34,7 +35,7 @@ def build_block(header: dict, sizes: list[int]) -> tuple[bytes, list[int], int]:
     the header's length and each tensor's byte size in order (`tensor_offsets`).
     """
     encoded = orjson.dumps(header)
-    prefix = _LEN.pack(len(encoded)) + encoded
+    prefix = LENGTH.pack(len(encoded)) + encoded
     offsets = tensor_offsets(len(prefix), sizes)
     end = offsets[-1] + sizes[-1] if sizes else len(prefix)
     return prefix, offsets, max(end, len(prefix))
@@ -52,9 +53,9 @@ def tensor_offsets(prefix_length: int, sizes) -> list[int]:
 
 def read_header(arena, offset: int) -> tuple[dict, int]:
     """(header, prefix length) of the block at `offset`."""
-    (length,) = _LEN.unpack_from(arena, offset)
-    start = offset + _LEN.size
-    return orjson.loads(arena[start : start + length]), _LEN.size + length
+    (length,) = LENGTH.unpack_from(arena, offset)
+    start = offset + LENGTH_SIZE
+    return orjson.loads(arena[start : start + length]), LENGTH_SIZE + length
 
 
 def encode_request(request_id: str, inputs, outputs, parameters: dict) -> tuple[int, list]:
@@ -72,25 +73,13 @@ def encode_request(request_id: str, inputs, outputs, parameters: dict) -> tuple[
     return size, parts
 
 
-def encode_result(responses: list, timings: list[int]) -> tuple[bytes, list, int]:
-    """A result block from per-request outcomes, for a worker.
+def encode_result(responses: list, buffers: list, timings: list[int]) -> tuple[bytes, list, int]:
+    """A result block, for a worker: (prefix, [(offset, buffer)], size).
 
-    `responses[i]` is either an error string or a list of (name, datatype, shape,
-    buffer) with the buffer in wire layout. Returns (prefix, [(offset, buffer)], size).
+    `responses[i]` is request i's outcome: {"outputs": [[name, datatype, shape, nbytes],
+    ...]} or {"error": message, "code": TritonError code}; `buffers` hold every output's
+    bytes in wire layout, in the same order.
     """
-    header_responses = []
-    buffers = []
-    for outcome in responses:
-        if isinstance(outcome, str):
-            # The TritonError code (INTERNAL = 1 unless the model chose one) picks the
-            # status the client sees.
-            header_responses.append({"error": str(outcome), "code": getattr(outcome, "code", 1)})
-            continue
-        tensors = []
-        for name, datatype, shape, buffer in outcome:
-            tensors.append([name, datatype, list(shape), len(buffer)])
-            buffers.append(buffer)
-        header_responses.append({"outputs": tensors})
-    header = {"responses": header_responses, "timings": timings}
+    header = {"responses": responses, "timings": timings}
     prefix, offsets, size = build_block(header, [len(b) for b in buffers])
     return prefix, list(zip(offsets, buffers)), size

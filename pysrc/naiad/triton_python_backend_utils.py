@@ -280,7 +280,10 @@ class Tensor:
             raise TritonModelException("Tensor name cannot be an empty string.")
         if not isinstance(numpy_array, np.ndarray):
             numpy_array = np.asarray(numpy_array)
-        triton_dtype = numpy_to_triton_type(numpy_array.dtype)
+        # Most outputs are of a plain numeric dtype: one dict lookup.
+        triton_dtype = _TRITON_TYPE_OF_NUMPY.get(numpy_array.dtype)
+        if triton_dtype is None:
+            triton_dtype = numpy_to_triton_type(numpy_array.dtype)
         if triton_dtype is None:
             raise TritonModelException(
                 f"NumPy dtype {numpy_array.dtype} is not supported. "
@@ -616,7 +619,7 @@ class InferenceResponse:
                 )
         self._output_tensors = list(output_tensors)
         self._error = error
-        self._parameters = _parameters_json(parameters)
+        self._parameters = "{}" if parameters is None else _parameters_json(parameters)
 
     def output_tensors(self):
         return self._output_tensors

@@ -356,18 +356,16 @@ class PythonModelBackend:
             )
 
         outputs = response.output_tensors()
-        seen: set = set()
-        for tensor in outputs:
-            if tensor.name() in seen:
-                return self._failure(
-                    f"output '{tensor.name()}' appears more than once in the response"
-                )
-            seen.add(tensor.name())
+        names = [tensor.name() for tensor in outputs]
+        seen = set(names)
+        if len(seen) != len(names):
+            duplicate = next(name for name in names if names.count(name) > 1)
+            return self._failure(f"output '{duplicate}' appears more than once in the response")
 
         requested = getattr(request, "_requested_output_names", None)
         if requested is None:
             requested = sorted(request.requested_output_names())
-        if not requested:
+        if not requested or (len(requested) == len(names) and seen.issuperset(requested)):
             return list(outputs)
         missing = [name for name in requested if name not in seen]
         if missing:

@@ -65,38 +65,74 @@ _INPUT_TYPES = {
 _EMPTY_PARAMETERS = "{}"
 
 
-def _input_tensor(arena, start: int, entry) -> pb_utils.Tensor:
+def _input_tensor(arena, start: int, name: str, datatype: str, shape: tuple, nbytes: int):
     """A zero-copy numpy view over the arena (BYTES are decoded into an object array)."""
-    name, datatype, shape, nbytes = entry
     dtype, triton_dtype = _INPUT_TYPES[datatype]
     if datatype == "BYTES":
         count = datatypes.element_count(shape)
         array = datatypes.deserialize_bytes(arena[start : start + nbytes], count).reshape(shape)
     else:
-        array = np.frombuffer(
-            arena, dtype=dtype, count=nbytes // dtype.itemsize, offset=start
-        ).reshape(shape)
+        array = np.ndarray(shape, dtype, arena, start)
     return pb_utils.Tensor._from_server(name, array, triton_dtype)
+
+
+class _Layout:
+    """A request header, parsed: (name, datatype, shape, nbytes, offset in the block) per
+    input, requested outputs, id, and the parameters as `parameters()` returns them."""
+
+    __slots__ = ("request_id", "inputs", "outputs", "parameters")
+
+    def __init__(self, header_bytes: bytes):
+        header = orjson.loads(header_bytes)
+        entries = header["inputs"]
+        offsets = arena_format.tensor_offsets(
+            arena_format.LENGTH_SIZE + len(header_bytes), [entry[3] for entry in entries]
+        )
+        self.request_id = header["id"]
+        self.inputs = tuple(
+            (name, datatype, tuple(shape), nbytes, offset)
+            for (name, datatype, shape, nbytes), offset in zip(entries, offsets)
+        )
+        self.outputs = header["outputs"] or []
+        parameters = header["parameters"]
+        self.parameters = orjson.dumps(parameters).decode() if parameters else _EMPTY_PARAMETERS
+
+
+# Header bytes -> _Layout. A client sends the same header (same id, names and shapes)
+# again and again, so most requests skip the JSON parse.
+_LAYOUTS: dict[bytes, _Layout] = {}
+_LAYOUTS_LIMIT = 1024
+
+
+def _layout(arena, block: int) -> _Layout:
+    (length,) = arena_format.LENGTH.unpack_from(arena, block)
+    start = block + arena_format.LENGTH_SIZE
+    key = bytes(arena[start : start + length])
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[key] = _Layout(key)
+    return layout
 
 
 def _build_requests(arena, records, model_name: str, model_version: int):
     requests = []
+    from_server = pb_utils.InferenceRequest._from_server
     for block in records["offset"].tolist():
-        header, prefix_length = arena_format.read_header(arena, block)
-        parameters = header["parameters"]
-        entries = header["inputs"]
-        offsets = arena_format.tensor_offsets(prefix_length, [entry[3] for entry in entries])
+        layout = _layout(arena, block)
+        inputs = [
+            _input_tensor(arena, block + offset, name, datatype, shape, nbytes)
+            for name, datatype, shape, nbytes, offset in layout.inputs
+        ]
         requests.append(
-            pb_utils.InferenceRequest._from_server(
-                header["id"],
-                [
-                    _input_tensor(arena, block + offset, entry)
-                    for offset, entry in zip(offsets, entries)
-                ],
-                header["outputs"] or [],
+            from_server(
+                layout.request_id,
+                inputs,
+                layout.outputs,
                 model_name,
                 model_version,
-                orjson.dumps(parameters).decode() if parameters else _EMPTY_PARAMETERS,
+                layout.parameters,
             )
         )
     return requests
@@ -112,22 +148,32 @@ def _wire_datatype(dtype: np.dtype) -> str:
     return wire
 
 
-def _wire_outputs(result):
-    """A backend result -> error string or [(name, datatype, shape, wire buffer)]."""
-    if isinstance(result, str):
-        return result
-    outputs = []
-    for tensor in result:
-        array = tensor.as_numpy()
-        datatype = _wire_datatype(array.dtype)
-        if datatype == "BYTES":
-            buffer = datatypes.serialize_bytes(array)
-        else:
-            if not array.flags.c_contiguous or array.dtype.byteorder == ">":
-                array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-            buffer = memoryview(array).cast("B") if array.nbytes else b""
-        outputs.append((tensor.name(), datatype, array.shape, buffer))
-    return outputs
+def _wire_results(results):
+    """Backend results -> (header responses, output buffers in wire layout) for
+    `arena_format.encode_result`. A result is an error string (RequestError carries
+    the TritonError code) or the request's output Tensors."""
+    responses = []
+    buffers = []
+    for result in results:
+        if isinstance(result, str):
+            responses.append({"error": str(result), "code": getattr(result, "code", 1)})
+            continue
+        entries = []
+        for tensor in result:
+            array = tensor.as_numpy()
+            datatype = _wire_datatype(array.dtype)
+            if datatype == "BYTES":
+                buffer = datatypes.serialize_bytes(array)
+                size = len(buffer)
+            else:
+                if not array.flags.c_contiguous or array.dtype.byteorder == ">":
+                    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+                size = array.nbytes
+                buffer = memoryview(array).cast("B") if size else b""
+            entries.append([tensor.name(), datatype, array.shape, size])
+            buffers.append(buffer)
+        responses.append({"outputs": entries})
+    return responses, buffers
 
 
 class Worker:
@@ -158,11 +204,11 @@ class Worker:
         infer_start = _core.now_ns()
         results = self.backend.execute(requests)
         infer_end = _core.now_ns()
-        outcomes = [_wire_outputs(result) for result in results]
+        responses, buffers = _wire_results(results)
         # start, compute_input, compute_infer, compute_output (ns); the output time
         # covers turning tensors into wire buffers, not the final copy into the arena.
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
-        prefix, parts, size = arena_format.encode_result(outcomes, timings)
+        prefix, parts, size = arena_format.encode_result(responses, buffers, timings)
         offset = self.endpoint.alloc(size, batch_id)
         if offset == 0:
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
