@@ -2,14 +2,17 @@
 """The only place Python touches the C++ core (csrc/).
 
 `Core` is the frontend's side: it queues requests, forms batches and collects
-completions. `WorkerEndpoint` is a worker's side of one instance channel. Every call
-that copies tensor data or may block releases the GIL.
+completions. `FastLane` takes the common HTTP infer request from body to queued block
+and from result block to response bytes. `WorkerEndpoint` is a worker's side of one
+instance channel. Every call that copies tensor data or may block releases the GIL.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.buffer cimport PyBUF_WRITE
-from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
+from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 
@@ -114,6 +117,49 @@ cdef extern from "core.h" namespace "naiad":
         void stop_instance(uint32_t instance_id) except + nogil
         size_t queued(uint32_t model_id) except + nogil
         size_t in_flight() except + nogil
+
+
+cdef extern from "fast_lane.h" namespace "naiad":
+    cdef cppclass FastInput:
+        string name
+        string datatype
+        vector[int64_t] dims
+        uint32_t element_size
+        cbool optional
+        cbool shape_keyed
+
+    cdef cppclass FastModel:
+        uint32_t core_model_id
+        string name
+        string version
+        int64_t max_batch_size
+        vector[FastInput] inputs
+        vector[string] outputs
+
+    cdef cppclass ShapeKey:
+        void add(uint32_t index, const int64_t* dims, size_t rank)
+        uint64_t value()
+
+    cdef cppclass FastReply "naiad::FastLane::Reply":
+        uint64_t request_id
+        cbool ok
+        uint32_t batch_size
+        uint64_t request_ns
+        uint64_t queue_ns
+        string http
+
+    cdef cppclass CFastLane "naiad::FastLane":
+        CFastLane(CCore& core)
+        uint32_t add_model(FastModel model) except +
+        int submit(uint32_t lane_model, uint64_t request_id, const uint8_t* body,
+                   size_t body_size, size_t header_size, uint64_t now_ns,
+                   uint32_t* batch_size) except + nogil
+        cbool complete(const uint8_t* block, uint64_t block_size,
+                       const vector[uint64_t]& request_ids, uint64_t dispatch_ns,
+                       uint64_t end_ns, vector[FastReply]* replies,
+                       uint64_t* timings) except + nogil
+        void forget(uint64_t request_id)
+        size_t in_flight()
 
 
 cdef extern from "worker_endpoint.h" namespace "naiad":
@@ -289,6 +335,107 @@ cdef class Core:
         cdef ArenaStats s = self._core.arena().stats()
         return {"bytes_in_use": s.bytes_in_use, "blocks_in_use": s.blocks_in_use,
                 "largest_free": s.largest_free}
+
+
+def shape_key(list keyed):
+    """The batching key of a request's variable shapes: `keyed` lists (config input
+    index, shape without the batch dim) in config order, for inputs whose dims vary.
+    Requests with different keys never share a batch; the fast lane computes the same."""
+    cdef ShapeKey key
+    cdef vector[int64_t] dims
+    for index, shape in keyed:
+        dims = shape
+        key.add(index, dims.data(), dims.size())
+    return key.value()
+
+
+cdef class FastLane:
+    """The infer fast lane (csrc/fast_lane.h) over a Core.
+
+    `submit` takes an HTTP infer body the lane can handle and queues it; anything else
+    (0 returned) goes the general way. `complete` turns the lane's requests in a
+    completed batch into their full HTTP responses."""
+
+    cdef CFastLane* _lane
+    cdef Core _core
+    cdef const uint8_t* _base
+    cdef uint64_t _arena_size
+
+    def __cinit__(self, Core core):
+        self._core = core
+        self._lane = new CFastLane(core._core[0])
+        self._base = core._core.arena().base()
+        self._arena_size = core._core.arena().size()
+
+    def __dealloc__(self):
+        del self._lane
+
+    def add_model(self, uint32_t core_model_id, str name_json, str version,
+                  int64_t max_batch_size, list inputs, list outputs):
+        """`inputs`: [(name, wire datatype, dims, element size (0: BYTES), optional,
+        shape_keyed)] in config order; `outputs`: output names. Returns the lane id."""
+        cdef FastModel model
+        cdef FastInput spec
+        model.core_model_id = core_model_id
+        model.name = name_json.encode()
+        model.version = version.encode()
+        model.max_batch_size = max_batch_size
+        for name, datatype, dims, element_size, optional, shape_keyed in inputs:
+            spec.name = name.encode()
+            spec.datatype = datatype.encode()
+            spec.dims = dims
+            spec.element_size = element_size
+            spec.optional = optional
+            spec.shape_keyed = shape_keyed
+            model.inputs.push_back(spec)
+        for name in outputs:
+            model.outputs.push_back(name.encode())
+        return self._lane.add_model(model)
+
+    def submit(self, uint32_t lane_model, uint64_t request_id, bytes body,
+               size_t header_size, uint64_t now_ns):
+        """Queues `body` if the lane takes it: its batch size, or 0 for the general path
+        (also when the core refused it: the general path reports that the usual way)."""
+        cdef const uint8_t* data = <const uint8_t*>PyBytes_AS_STRING(body)
+        cdef size_t size = PyBytes_GET_SIZE(body)
+        cdef uint32_t batch_size = 0
+        cdef int result
+        with nogil:
+            result = self._lane.submit(lane_model, request_id, data, size, header_size, now_ns,
+                                       &batch_size)
+        return batch_size if result == 0 else 0
+
+    def complete(self, uint64_t offset, uint64_t size, list request_ids, uint64_t dispatch_ns,
+                 uint64_t end_ns):
+        """The lane's requests among a completed batch's `request_ids`:
+        (timings, [(request_id, ok, batch_size, request_ns, queue_ns, http bytes)]), or
+        None when the result block could not be read."""
+        if offset == 0 or offset > self._arena_size or size > self._arena_size - offset:
+            return None
+        cdef vector[uint64_t] ids = request_ids
+        cdef vector[FastReply] replies
+        cdef uint64_t timings[4]
+        cdef cbool readable
+        with nogil:
+            readable = self._lane.complete(self._base + offset, size, ids, dispatch_ns, end_ns,
+                                           &replies, timings)
+        if not readable:
+            return None
+        cdef list out = []
+        cdef size_t i
+        for i in range(replies.size()):
+            out.append((replies[i].request_id, replies[i].ok, replies[i].batch_size,
+                        replies[i].request_ns, replies[i].queue_ns,
+                        PyBytes_FromStringAndSize(replies[i].http.data(),
+                                                  replies[i].http.size())))
+        return [timings[0], timings[1], timings[2], timings[3]], out
+
+    def forget(self, uint64_t request_id):
+        """The request was answered another way (failed batch, shutdown)."""
+        self._lane.forget(request_id)
+
+    def in_flight(self):
+        return self._lane.in_flight()
 
 
 cdef class WorkerEndpoint:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from naiad.http.routes import HttpRequest, Reply, Router, error_reply, json_reply
 
+_REPORTS = {"arena": "arena_stats", "lanes": "lane_stats"}
+
 
 def register_naiad_routes(router: Router, manager) -> None:
     def handle(request: HttpRequest, parts: list) -> Reply:
         # /v2/naiad/arena: the shared-memory arena's use, to spot leaks.
-        if len(parts) == 4 and parts[3] == "arena":
-            if request.method != "GET":
-                return error_reply(405, "Method Not Allowed")
-            return json_reply(manager.arena_stats())
-        return error_reply(404, "Not Found")
+        # /v2/naiad/lanes: requests taken by the infer fast lane and the general path.
+        report = _REPORTS.get(parts[3]) if len(parts) == 4 else None
+        if report is None:
+            return error_reply(404, "Not Found")
+        if request.method != "GET":
+            return error_reply(405, "Method Not Allowed")
+        return json_reply(getattr(manager, report)())
 
     router.register("naiad", handle)

@@ -84,10 +84,58 @@ def _status_for(exc: NaiadError) -> int:
     return exc.http_status
 
 
+_FAST_TARGETS_LIMIT = 1024
+
+
+def _infer_target(url: bytes):
+    """(model, version) of an infer URL `/v2/models/{m}[/versions/{v}]/infer`, else False."""
+    if b"?" in url:
+        return False
+    parts = url.split(b"/")
+    n = len(parts)
+    if n not in (5, 7) or parts[0] or parts[1] != b"v2" or parts[2] != b"models":
+        return False
+    if parts[-1] != b"infer" or not parts[3]:
+        return False
+    version = b""
+    if n == 7:
+        version = parts[5]
+        if parts[4] != b"versions" or not (version.isdigit() and version.isascii()):
+            return False
+    try:
+        return parts[3].decode("utf-8"), version.decode("ascii")
+    except UnicodeDecodeError:
+        return False
+
+
 class Router:
     def __init__(self, manager):
         self.manager = manager
         self._extra: dict[str, Handler] = {}
+        # Infer URLs seen -> (model, version), or False for other URLs.
+        self._fast_targets: dict[bytes, tuple | bool] = {}
+
+    def infer_fast(self, url: bytes, headers: dict, body, on_done):
+        """Sends a POST through the infer fast lane when it is an infer request the lane
+        takes (ModelManager.submit_fast); None leaves it to `dispatch`."""
+        target = self._fast_targets.get(url)
+        if target is None:
+            if len(self._fast_targets) >= _FAST_TARGETS_LIMIT:
+                self._fast_targets.clear()
+            target = self._fast_targets[url] = _infer_target(url)
+        if not target or type(body) is not bytes or "content-encoding" in headers:
+            return None
+        header_length = headers.get("inference-header-content-length")
+        if header_length is None or not header_length.isdigit():
+            return None
+        try:
+            model = self.manager.get(*target)
+        except NaiadError:
+            return None
+        submit_fast = getattr(model, "submit_fast", None)
+        if submit_fast is None:
+            return None
+        return submit_fast(body, int(header_length), on_done)
 
     def register(self, segment: str, handler: Handler) -> None:
         """Serve `/v2/<segment>...` with `handler(request, parts)` (parts: path split on '/')."""
@@ -221,9 +269,7 @@ class _InferReplyEncoder:
     def __call__(self, future) -> Reply:
         exc = future.exception()
         if exc is not None:
-            if isinstance(exc, NaiadError):
-                return error_reply(_status_for(exc), exc.message)
-            return internal_error_reply(exc)
+            return exception_reply(exc)
         return _infer_reply(self.model, self.request, future.result())
 
 
@@ -237,6 +283,13 @@ def _infer_reply(model, infer_request, response) -> Reply:
     if header_length is None:
         return Reply(200, JSON, parts)
     return Reply(200, OCTET + b"Inference-Header-Content-Length: %d\r\n" % header_length, parts)
+
+
+def exception_reply(exc: BaseException) -> Reply:
+    """The error reply for an exception a request ended with."""
+    if isinstance(exc, NaiadError):
+        return error_reply(_status_for(exc), exc.message)
+    return internal_error_reply(exc)
 
 
 def internal_error_reply(exc: BaseException) -> Reply:

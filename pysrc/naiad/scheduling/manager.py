@@ -41,7 +41,10 @@ _ERROR_OF_CODE = {
 
 
 class _Pending:
+    """A request of the general path: its future resolves to an InferResponse."""
+
     __slots__ = ("model", "future", "request", "batch_size", "submit_ns")
+    lane = False
 
     def __init__(self, model, future, request, batch_size, submit_ns):
         self.model = model
@@ -50,11 +53,39 @@ class _Pending:
         self.batch_size = batch_size
         self.submit_ns = submit_ns
 
+    def fail(self, exc: Exception) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+class _LanePending:
+    """A request of the fast lane: `on_done(http_bytes, None)` gets its whole response,
+    or `on_done(None, exc)` the error when it never ran."""
+
+    __slots__ = ("model", "request_id", "batch_size", "submit_ns", "on_done", "manager")
+    lane = True
+
+    def __init__(self, manager, model, request_id, batch_size, submit_ns, on_done):
+        self.manager = manager
+        self.model = model
+        self.request_id = request_id
+        self.batch_size = batch_size
+        self.submit_ns = submit_ns
+        self.on_done = on_done
+
+    def fail(self, exc: Exception) -> None:
+        self.manager.lane.forget(self.request_id)
+        self.on_done(None, exc)
+
 
 class ModelManager:
     def __init__(self, repository: Path, arena_bytes: int = 1 << 30):
         self.repository = Path(repository)
         self.core = _core.Core(arena_bytes)
+        self.lane = _core.FastLane(self.core)
+        # Requests queued through the fast lane and through the general path.
+        self.lane_requests = 0
+        self.general_requests = 0
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self.load_table: list[tuple[str, str, str]] = []  # (model, version, status)
         self._pending: dict[int, _Pending] = {}
@@ -99,10 +130,10 @@ class ModelManager:
             await asyncio.sleep(0.01)
         models = [m for versions in self.models.values() for m in versions.values()]
         await asyncio.gather(*(m.unload(max(deadline - loop.time(), 1.0)) for m in models))
-        for pending in self._pending.values():
-            if not pending.future.done():
-                pending.future.set_exception(Unavailable("server is shutting down"))
+        pendings = list(self._pending.values())
         self._pending.clear()
+        for pending in pendings:
+            pending.fail(Unavailable("server is shutting down"))
         loop.remove_reader(self.core.notify_fd)
 
     # -- queries for the front ends ------------------------------------------------
@@ -160,6 +191,14 @@ class ModelManager:
         stats["requests_in_flight"] = len(self._pending)
         return stats
 
+    def lane_stats(self) -> dict:
+        """How many requests took the fast lane and how many the general path."""
+        return {
+            "lane_requests": self.lane_requests,
+            "general_requests": self.general_requests,
+            "lane_in_flight": self.lane.in_flight(),
+        }
+
     def statistics(self, name: str = "", version: str = "") -> dict:
         if name:
             if version:
@@ -200,11 +239,32 @@ class ModelManager:
                 f"model '{model.name}': the shared-memory arena has no room for a request "
                 f"of {size} bytes"
             )
+        self.general_requests += 1
+        self._schedule_flush()
+        return future
+
+    def submit_fast(self, model: LoadedModel, body: bytes, header_length: int, on_done):
+        """Queues an HTTP infer body through the fast lane, if the lane takes it.
+
+        Returns None when it does not (the caller takes the general path); otherwise
+        `on_done(http_bytes, None)` later gets the complete response, or
+        `on_done(None, exc)` an error for a request that never ran."""
+        request_id = next(self._ids)
+        submit_ns = _core.now_ns()
+        batch_size = self.lane.submit(model.lane_id, request_id, body, header_length, submit_ns)
+        if not batch_size:
+            return None
+        pending = _LanePending(self, model, request_id, batch_size, submit_ns, on_done)
+        self._pending[request_id] = pending
+        self.lane_requests += 1
+        self._schedule_flush()
+        return pending
+
+    def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             # Dispatch once the requests of this loop turn are all queued.
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
-        return future
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -214,10 +274,9 @@ class ModelManager:
         self.on_completions(self.core.poll(self.arrivals.possible()))
 
     def on_completions(self, completions: list) -> None:
-        """Resolves the futures of completed batches and frees their result blocks."""
-        arena = self.core.arena
+        """Answers the requests of completed batches and frees their result blocks."""
         pop = self._pending.pop
-        for _batch, status, _instance, offset, _size, dispatch_ns, request_ids in completions:
+        for _batch, status, _instance, offset, size, dispatch_ns, request_ids in completions:
             pendings = [pop(request_id, None) for request_id in request_ids]
             live = [p for p in pendings if p is not None]
             if not live:
@@ -231,20 +290,58 @@ class ModelManager:
                     self.core.free(offset)
                 continue
             try:
-                header, prefix_length = arena_format.read_header(arena, offset)
-                timings = header["timings"]
-                live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
-                outcomes = header["responses"]
-                # Tensors follow the header in response order: derive their offsets.
-                sizes = [t[3] for o in outcomes for t in o.get("outputs", ())]
-                offsets = iter(arena_format.tensor_offsets(prefix_length, sizes))
-                for pending, outcome in zip(pendings, outcomes):
-                    tensors = outcome.get("outputs")
-                    starts = [offset + next(offsets) for _ in tensors] if tensors else ()
-                    if pending is not None:
-                        self._resolve(pending, outcome, arena, starts, timings, dispatch_ns, end_ns)
+                timings = None
+                lane = [p for p in live if p.lane]
+                if lane:
+                    timings = self._answer_lane(
+                        lane, offset, size, request_ids, dispatch_ns, end_ns
+                    )
+                if len(lane) != len(live):
+                    timings = self._answer_general(pendings, offset, dispatch_ns, end_ns)
+                if timings is not None:
+                    live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
             finally:
                 self.core.free(offset)
+
+    def _answer_lane(self, lane, offset, size, request_ids, dispatch_ns, end_ns):
+        """Sends the fast lane's requests of a batch their responses; returns the timings."""
+        result = self.lane.complete(offset, size, request_ids, dispatch_ns, end_ns)
+        if result is None:
+            self._fail_batch(lane, _core.COMPLETION_WORKER_FAILED, end_ns)
+            return None
+        timings, replies = result
+        by_id = {p.request_id: p for p in lane}
+        stats = lane[0].model.stats
+        successes = inferences = request_ns = queue_ns = 0
+        for request_id, ok, batch_size, took_ns, queued_ns, http in replies:
+            pending = by_id[request_id]
+            if ok:
+                successes += 1
+                inferences += batch_size
+                request_ns += took_ns
+                queue_ns += queued_ns
+            else:
+                stats.record_failure(took_ns)
+            pending.on_done(http, None)
+        if successes:
+            stats.record_successes(successes, inferences, request_ns, queue_ns, timings)
+        return timings
+
+    def _answer_general(self, pendings, offset, dispatch_ns, end_ns):
+        """Resolves the general path's requests of a batch; returns the timings."""
+        arena = self.core.arena
+        header, prefix_length = arena_format.read_header(arena, offset)
+        timings = header["timings"]
+        outcomes = header["responses"]
+        # Tensors follow the header in response order: derive their offsets.
+        sizes = [t[3] for o in outcomes for t in o.get("outputs", ())]
+        offsets = iter(arena_format.tensor_offsets(prefix_length, sizes))
+        for pending, outcome in zip(pendings, outcomes):
+            tensors = outcome.get("outputs")
+            starts = [offset + next(offsets) for _ in tensors] if tensors else ()
+            if pending is not None and not pending.lane:
+                self._resolve(pending, outcome, arena, starts, timings, dispatch_ns, end_ns)
+        return timings
 
     def _resolve(self, pending, outcome, arena, starts, timings, dispatch_ns, end_ns) -> None:
         model = pending.model
@@ -273,8 +370,7 @@ class ModelManager:
             model = pending.model
             if status == _core.COMPLETION_TIMED_OUT:
                 model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")
-                if not pending.future.done():
-                    pending.future.set_exception(Unavailable("Request timeout expired"))
+                pending.fail(Unavailable("Request timeout expired"))
                 continue
             model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
             if status == _core.COMPLETION_INSTANCE_DIED:
@@ -287,8 +383,7 @@ class ModelManager:
                     f"Failed to process the request(s) for model '{model.name}': the worker "
                     "could not run the batch (see the server log)"
                 )
-            if not pending.future.done():
-                pending.future.set_exception(Internal(message))
+            pending.fail(Internal(message))
 
 
 def format_load_table(rows: list[tuple[str, str, str]]) -> str:

@@ -6,8 +6,12 @@ import asyncio
 import json
 import logging
 
-from naiad import arena_format
+import orjson
+
+from naiad import _core, arena_format
+from naiad.datatypes import element_size, wire_of_config
 from naiad.errors import InvalidArgument, Unavailable
+from naiad.protos import model_config_pb2
 from naiad.repository.config import config_to_json
 from naiad.repository.metadata import model_metadata
 from naiad.scheduling.instance import Instance
@@ -42,6 +46,7 @@ class LoadedModel:
         # Requests whose non-batch shapes differ may not share a batch: only models
         # with variable dims need the per-request shape key.
         self._shape_inputs = _variable_shape_inputs(config)
+        self.lane_id = _add_to_lane(manager.lane, self.model_id, config, self.name, version)
         self.instances = self._create_instances()
 
     def _create_instances(self) -> list[Instance]:
@@ -115,21 +120,29 @@ class LoadedModel:
             request.id, request.inputs, outputs, request.parameters
         )
         priority, timeout_us = _scheduling_parameters(request.parameters)
-        shape_key = 0
-        if self._shape_inputs:
-            shape_key = (
-                hash(
-                    tuple(
-                        (t.name, tuple(t.shape))
-                        for t in request.inputs
-                        if t.name in self._shape_inputs
-                    )
-                )
-                & 0xFFFFFFFFFFFFFFFF
-            )
+        shape_key = self._shape_key(request) if self._shape_inputs else 0
         return self.manager.submit(
             self, request, size, parts, batch_size, priority, timeout_us, shape_key
         )
+
+    def submit_fast(self, body: bytes, header_length: int, on_done):
+        """Queues an HTTP infer body through the fast lane (ModelManager.submit_fast);
+        None when the request must take the general path (`submit`)."""
+        if self.lane_id is None or self.state != READY:
+            return None
+        return self.manager.submit_fast(self, body, header_length, on_done)
+
+    def _shape_key(self, request: InferRequest) -> int:
+        # The same key as the fast lane's: (config index, shape without the batch dim)
+        # of the variable-shape inputs, in config order.
+        shapes = {t.name: t.shape for t in request.inputs}
+        skip = 1 if self.config.max_batch_size > 0 else 0
+        keyed = []
+        for index, model_input in enumerate(self.config.input):
+            shape = shapes.get(model_input.name)
+            if shape is not None and model_input.name in self._shape_inputs:
+                keyed.append((index, list(shape[skip:])))
+        return _core.shape_key(keyed)
 
 
 def scheduling_config(config) -> dict:
@@ -168,6 +181,35 @@ def _variable_shape_inputs(config) -> frozenset:
     """Inputs whose non-batch dims may vary between requests (and are not ragged)."""
     return frozenset(
         i.name for i in config.input if -1 in list(i.dims) and not i.allow_ragged_batch
+    )
+
+
+def _add_to_lane(lane, core_model_id: int, config, name: str, version: int):
+    """Registers the model with the fast lane; None for models it cannot serve (shape
+    tensors, whose batch rules the lane does not repeat)."""
+    specs = []
+    variable = _variable_shape_inputs(config)
+    for model_input in config.input:
+        if getattr(model_input, "is_shape_tensor", False):
+            return None
+        try:
+            wire = wire_of_config(model_config_pb2.DataType.Name(model_input.data_type))
+        except (KeyError, ValueError):
+            return None
+        specs.append(
+            (
+                model_input.name,
+                wire,
+                [int(d) for d in model_input.dims],
+                element_size(wire),
+                bool(model_input.optional),
+                model_input.name in variable,
+            )
+        )
+    name_json = orjson.dumps(name).decode()[1:-1]
+    outputs = [output.name for output in config.output]
+    return lane.add_model(
+        core_model_id, name_json, str(version), int(config.max_batch_size), specs, outputs
     )
 
 

@@ -77,6 +77,17 @@ class ModelStats:
         self.inference_count += batch_size
         self.last_inference_ms = int(time.time() * 1000)
 
+    def record_successes(
+        self, count: int, inference_count: int, request_ns: int, queue_ns: int, timings: list
+    ) -> None:
+        """`count` requests of one batch succeeded (the fast lane's sums, in one call)."""
+        self.success.add(request_ns, count)
+        self.queue.add(queue_ns, count)
+        for duration, ns in zip(self._computes, timings[1:4]):
+            duration.add(ns * count, count)
+        self.inference_count += inference_count
+        self.last_inference_ms = int(time.time() * 1000)
+
     def record_failure(self, request_ns: int, reason: str = "BACKEND") -> None:
         self.fail.add(request_ns)
         self.failures_by_reason[reason] = self.failures_by_reason.get(reason, 0) + 1

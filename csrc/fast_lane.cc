@@ -1,0 +1,626 @@
+#include "fast_lane.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "json_reader.h"
+
+namespace naiad {
+
+namespace {
+
+constexpr uint64_t kAlign = 64;
+constexpr size_t kMaxRank = 32;
+
+uint64_t align_up(uint64_t value) { return (value + kAlign - 1) & ~(kAlign - 1); }
+
+// Finds `name` among `names` (by a member accessor); -1 if absent.
+template <typename Items, typename Name>
+int find_index(const Items& items, std::string_view name, Name name_of) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (name_of(items[i]) == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool parse_shape(JsonReader& reader, std::vector<int64_t>* shape) {
+  if (!reader.consume('[')) return false;
+  if (reader.consume(']')) return true;
+  do {
+    uint64_t dim;
+    if (!reader.uint(&dim) || shape->size() >= kMaxRank) return false;
+    shape->push_back(static_cast<int64_t>(dim));
+  } while (reader.consume(','));
+  return reader.consume(']');
+}
+
+// {"binary_data_size": N}; anything else in an input's parameters (shared memory,
+// unknown keys) is for the general path.
+bool parse_input_parameters(JsonReader& reader, uint64_t* binary_size) {
+  bool seen = false;
+  if (!reader.consume('{')) return false;
+  if (reader.consume('}')) return false;
+  do {
+    std::string_view key;
+    if (!reader.plain_string(&key) || !reader.consume(':')) return false;
+    if (key != "binary_data_size" || seen || !reader.uint(binary_size)) return false;
+    seen = true;
+  } while (reader.consume(','));
+  return reader.consume('}') && seen;
+}
+
+bool parse_input(const FastModel& model, JsonReader& reader, FastInputRef* ref,
+                 uint64_t* binary_size) {
+  bool has_name = false, has_datatype = false, has_shape = false, has_size = false;
+  std::string_view name;
+  if (!reader.consume('{')) return false;
+  if (reader.consume('}')) return false;
+  do {
+    std::string_view key;
+    if (!reader.plain_string(&key) || !reader.consume(':')) return false;
+    if (key == "name") {
+      if (has_name || !reader.plain_string(&name)) return false;
+      has_name = true;
+    } else if (key == "datatype") {
+      if (has_datatype || !reader.plain_string(&ref->datatype)) return false;
+      has_datatype = true;
+    } else if (key == "shape") {
+      if (has_shape || !parse_shape(reader, &ref->shape)) return false;
+      has_shape = true;
+    } else if (key == "parameters") {
+      if (has_size || !parse_input_parameters(reader, binary_size)) return false;
+      has_size = true;
+    } else if (key == "data") {
+      return false;  // JSON tensor data: the general path converts it
+    } else if (!reader.skip_value()) {
+      return false;
+    }
+  } while (reader.consume(','));
+  if (!reader.consume('}') || !has_name || !has_datatype || !has_shape || !has_size) {
+    return false;
+  }
+  int spec = find_index(model.inputs, name,
+                        [](const FastInput& input) -> std::string_view { return input.name; });
+  if (spec < 0) return false;
+  ref->spec = static_cast<uint32_t>(spec);
+  return true;
+}
+
+bool parse_inputs(const FastModel& model, JsonReader& reader, uint64_t* data_offset,
+                  size_t body_size, FastRequest* out) {
+  if (!reader.consume('[')) return false;
+  if (reader.consume(']')) return false;
+  do {
+    FastInputRef ref;
+    uint64_t binary_size = 0;
+    if (!parse_input(model, reader, &ref, &binary_size)) return false;
+    if (binary_size > body_size - *data_offset) return false;
+    ref.body_offset = *data_offset;
+    ref.size = binary_size;
+    *data_offset += binary_size;
+    out->inputs.push_back(std::move(ref));
+  } while (reader.consume(','));
+  return reader.consume(']');
+}
+
+// {"name": ..., "parameters": {"binary_data": true}}: only binary outputs, since the
+// lane writes no JSON tensor data.
+bool parse_output(const FastModel& model, JsonReader& reader, uint32_t* index) {
+  bool has_name = false, binary = false, has_parameters = false;
+  std::string_view name;
+  if (!reader.consume('{')) return false;
+  if (reader.consume('}')) return false;
+  do {
+    std::string_view key;
+    if (!reader.plain_string(&key) || !reader.consume(':')) return false;
+    if (key == "name") {
+      if (has_name || !reader.plain_string(&name)) return false;
+      has_name = true;
+    } else if (key == "parameters") {
+      if (has_parameters || !reader.consume('{')) return false;
+      has_parameters = true;
+      bool seen = false;
+      if (reader.consume('}')) return false;
+      do {
+        std::string_view parameter;
+        if (!reader.plain_string(&parameter) || !reader.consume(':')) return false;
+        if (parameter != "binary_data" || seen || !reader.boolean(&binary)) return false;
+        seen = true;
+      } while (reader.consume(','));
+      if (!reader.consume('}')) return false;
+    } else if (!reader.skip_value()) {
+      return false;
+    }
+  } while (reader.consume(','));
+  if (!reader.consume('}') || !has_name || !binary) return false;
+  int found = find_index(model.outputs, name,
+                         [](const std::string& output) -> std::string_view { return output; });
+  if (found < 0) return false;
+  *index = static_cast<uint32_t>(found);
+  return true;
+}
+
+bool parse_outputs(const FastModel& model, JsonReader& reader, FastRequest* out) {
+  if (!reader.consume('[')) return false;
+  if (reader.consume(']')) return true;  // an empty list asks for every output
+  out->outputs_listed = true;
+  do {
+    uint32_t index;
+    if (!parse_output(model, reader, &index)) return false;
+    for (uint32_t seen : out->outputs) {
+      if (seen == index) return false;
+    }
+    out->outputs.push_back(index);
+  } while (reader.consume(','));
+  return reader.consume(']');
+}
+
+// Request parameters: only {"binary_data_output": bool}. `priority`, `timeout` and
+// custom parameters go the general way.
+bool parse_parameters(JsonReader& reader, FastRequest* out, bool* binary_output) {
+  const char* start = nullptr;
+  JsonReader probe = reader;
+  if (!probe.skip_value(&start)) return false;
+  if (!reader.consume('{')) return false;
+  if (!reader.consume('}')) {
+    bool seen = false;
+    do {
+      std::string_view key;
+      if (!reader.plain_string(&key) || !reader.consume(':')) return false;
+      if (key != "binary_data_output" || seen || !reader.boolean(binary_output)) return false;
+      seen = true;
+    } while (reader.consume(','));
+    if (!reader.consume('}')) return false;
+  }
+  out->parameters = std::string_view(start, static_cast<size_t>(reader.position() - start));
+  return true;
+}
+
+// Counts the elements of a BYTES tensor (u32 length, bytes, ...); -1 when malformed.
+int64_t count_bytes_elements(const uint8_t* data, uint64_t size) {
+  uint64_t offset = 0;
+  int64_t count = 0;
+  while (offset < size) {
+    if (size - offset < 4) return -1;
+    uint32_t length;
+    std::memcpy(&length, data + offset, 4);
+    offset += 4;
+    if (length > size - offset) return -1;
+    offset += length;
+    ++count;
+  }
+  return count;
+}
+
+// RequestValidator.validate's checks, in its order; false wherever it would raise.
+bool validate(const FastModel& model, const uint8_t* body, FastRequest* request) {
+  const size_t n_specs = model.inputs.size();
+  std::vector<bool> present(n_specs, false);
+  for (const FastInputRef& ref : request->inputs) {
+    if (present[ref.spec]) return false;  // duplicate input
+    present[ref.spec] = true;
+  }
+  for (size_t i = 0; i < n_specs; ++i) {
+    if (!present[i] && !model.inputs[i].optional) return false;
+  }
+  const bool batching = model.max_batch_size > 0;
+  int64_t batch = -1;
+  if (batching) {
+    for (const FastInputRef& ref : request->inputs) {
+      if (ref.shape.empty()) return false;
+      if (batch < 0) {
+        batch = ref.shape[0];
+      } else if (ref.shape[0] != batch) {
+        return false;
+      }
+    }
+    // A zero batch takes the validator's special shape rules: leave it to them.
+    if (batch < 1 || batch > model.max_batch_size) return false;
+  }
+  for (const FastInputRef& ref : request->inputs) {
+    const FastInput& spec = model.inputs[ref.spec];
+    if (ref.datatype != spec.datatype) return false;
+    const size_t skip = batching ? 1 : 0;
+    if (ref.shape.size() != spec.dims.size() + skip) return false;
+    uint64_t elements = 1;
+    for (size_t d = 0; d < ref.shape.size(); ++d) {
+      int64_t dim = ref.shape[d];
+      if (d >= skip) {
+        int64_t want = spec.dims[d - skip];
+        if (want != -1 && want != dim) return false;
+      }
+      // Shapes this large are not for the lane (and would overflow the product).
+      if (dim > (int64_t{1} << 40)) return false;
+      elements *= static_cast<uint64_t>(dim);
+      if (elements > (uint64_t{1} << 40)) return false;
+    }
+    if (spec.element_size != 0) {
+      if (elements * spec.element_size != ref.size) return false;
+    } else if (count_bytes_elements(body + ref.body_offset, ref.size) !=
+               static_cast<int64_t>(elements)) {
+      return false;
+    }
+  }
+  request->batch_size = batching ? static_cast<uint32_t>(batch) : 1;
+  ShapeKey key;
+  bool keyed = false;
+  for (size_t i = 0; i < n_specs; ++i) {
+    if (!model.inputs[i].shape_keyed || !present[i]) continue;
+    for (const FastInputRef& ref : request->inputs) {
+      if (ref.spec != i) continue;
+      const size_t skip = batching ? 1 : 0;
+      key.add(static_cast<uint32_t>(i), ref.shape.data() + skip, ref.shape.size() - skip);
+      keyed = true;
+    }
+  }
+  request->shape_key = keyed ? key.value() : 0;
+  return true;
+}
+
+void append_uint(std::string* out, uint64_t value) {
+  char buffer[24];
+  int length =
+      std::snprintf(buffer, sizeof(buffer), "%llu", static_cast<unsigned long long>(value));
+  out->append(buffer, static_cast<size_t>(length));
+}
+
+const char* status_line(int status) {
+  switch (status) {
+    case 200:
+      return "HTTP/1.1 200 OK\r\n";
+    case 400:
+      return "HTTP/1.1 400 Bad Request\r\n";
+    case 404:
+      return "HTTP/1.1 404 Not Found\r\n";
+    case 501:
+      return "HTTP/1.1 501 Not Implemented\r\n";
+    case 503:
+      return "HTTP/1.1 503 Service Unavailable\r\n";
+    default:
+      return "HTTP/1.1 500 Internal Server Error\r\n";
+  }
+}
+
+// pb_utils.TritonError code -> HTTP status, as the general path maps it
+// (scheduling/manager.py _ERROR_OF_CODE, http/routes.py _status_for).
+int status_of_code(int64_t code) {
+  switch (code) {
+    case 2:
+      return 404;  // NOT_FOUND
+    case 3:
+    case 6:
+      return 400;  // INVALID_ARG, ALREADY_EXISTS
+    case 4:
+      return 503;  // UNAVAILABLE
+    case 5:
+      return 501;  // UNSUPPORTED
+    default:
+      return 500;
+  }
+}
+
+bool parse_outcome(JsonReader& reader, ResultBlock* out) {
+  ResultOutcome outcome;
+  outcome.first_output = out->outputs.size();
+  if (!reader.consume('{')) return false;
+  if (!reader.consume('}')) {
+    do {
+      std::string_view key;
+      if (!reader.plain_string(&key) || !reader.consume(':')) return false;
+      if (key == "outputs") {
+        if (!reader.consume('[')) return false;
+        if (!reader.consume(']')) {
+          do {
+            ResultOutput output;
+            const char* shape_start = nullptr;
+            if (!reader.consume('[') || !reader.raw_string(&output.name) || !reader.consume(',') ||
+                !reader.raw_string(&output.datatype) || !reader.consume(',') ||
+                !reader.skip_value(&shape_start) || *shape_start != '[') {
+              return false;
+            }
+            output.shape =
+                std::string_view(shape_start, static_cast<size_t>(reader.position() - shape_start));
+            if (!reader.consume(',') || !reader.uint(&output.size) || !reader.consume(']')) {
+              return false;
+            }
+            out->outputs.push_back(output);
+          } while (reader.consume(','));
+          if (!reader.consume(']')) return false;
+        }
+      } else if (key == "error") {
+        if (!reader.raw_string(&outcome.message)) return false;
+        outcome.error = true;
+      } else if (key == "code") {
+        uint64_t code;
+        if (!reader.uint(&code)) return false;
+        outcome.code = static_cast<int64_t>(code);
+      } else if (!reader.skip_value()) {
+        return false;
+      }
+    } while (reader.consume(','));
+    if (!reader.consume('}')) return false;
+  }
+  outcome.output_count = out->outputs.size() - outcome.first_output;
+  out->outcomes.push_back(outcome);
+  return true;
+}
+
+}  // namespace
+
+void ShapeKey::mix(uint64_t word) {
+  for (int i = 0; i < 8; ++i) {
+    hash_ ^= (word >> (8 * i)) & 0xFF;
+    hash_ *= 1099511628211ULL;
+  }
+}
+
+void ShapeKey::add(uint32_t index, const int64_t* dims, size_t rank) {
+  mix(index);
+  mix(rank);
+  for (size_t i = 0; i < rank; ++i) mix(static_cast<uint64_t>(dims[i]));
+}
+
+bool parse_fast_request(const FastModel& model, const uint8_t* body, size_t body_size,
+                        size_t header_size, FastRequest* out) {
+  if (header_size == 0 || header_size > body_size) return false;
+  JsonReader reader(reinterpret_cast<const char*>(body), header_size);
+  bool has_id = false, has_inputs = false, has_outputs = false, has_parameters = false;
+  bool binary_output = false;
+  uint64_t data_offset = header_size;
+  if (!reader.consume('{')) return false;
+  if (!reader.consume('}')) {
+    do {
+      std::string_view key;
+      if (!reader.plain_string(&key) || !reader.consume(':')) return false;
+      if (key == "id") {
+        if (has_id || !reader.plain_string(&out->id)) return false;
+        has_id = true;
+      } else if (key == "inputs") {
+        if (has_inputs || !parse_inputs(model, reader, &data_offset, body_size, out)) return false;
+        has_inputs = true;
+      } else if (key == "outputs") {
+        if (has_outputs || !parse_outputs(model, reader, out)) return false;
+        has_outputs = true;
+      } else if (key == "parameters") {
+        if (has_parameters || !parse_parameters(reader, out, &binary_output)) return false;
+        has_parameters = true;
+      } else if (!reader.skip_value()) {
+        return false;
+      }
+    } while (reader.consume(','));
+    if (!reader.consume('}')) return false;
+  }
+  if (!reader.at_end() || !has_inputs || data_offset != body_size) return false;
+  // Every output goes back as binary data, or the general path writes JSON data.
+  if (!out->outputs_listed && !binary_output) return false;
+  return validate(model, body, out);
+}
+
+void layout_request_block(const FastModel& model, const FastRequest& request, const uint8_t* body,
+                          RequestBlock* out) {
+  std::string header;
+  header.reserve(128 + 64 * request.inputs.size());
+  header += "{\"id\":\"";
+  header += request.id;
+  header += "\",\"inputs\":[";
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const FastInputRef& ref = request.inputs[i];
+    const FastInput& spec = model.inputs[ref.spec];
+    if (i) header += ',';
+    header += "[\"";
+    header += spec.name;
+    header += "\",\"";
+    header += spec.datatype;
+    header += "\",[";
+    for (size_t d = 0; d < ref.shape.size(); ++d) {
+      if (d) header += ',';
+      append_uint(&header, static_cast<uint64_t>(ref.shape[d]));
+    }
+    header += "],";
+    append_uint(&header, ref.size);
+    header += ']';
+  }
+  header += "],\"outputs\":";
+  if (request.outputs_listed) {
+    header += '[';
+    for (size_t i = 0; i < request.outputs.size(); ++i) {
+      if (i) header += ',';
+      header += '"';
+      header += model.outputs[request.outputs[i]];
+      header += '"';
+    }
+    header += ']';
+  } else {
+    header += "null";
+  }
+  header += ",\"parameters\":";
+  if (request.parameters.empty()) {
+    header += "{}";
+  } else {
+    header += request.parameters;
+  }
+  header += '}';
+
+  uint32_t length = static_cast<uint32_t>(header.size());
+  out->prefix.assign(reinterpret_cast<const char*>(&length), 4);
+  out->prefix += header;
+  out->parts.clear();
+  out->parts.push_back(SubmitPart{out->prefix.data(), out->prefix.size(), 0});
+  uint64_t cursor = align_up(out->prefix.size());
+  uint64_t end = out->prefix.size();
+  for (const FastInputRef& ref : request.inputs) {
+    out->parts.push_back(SubmitPart{body + ref.body_offset, ref.size, cursor});
+    end = cursor + ref.size;
+    cursor = align_up(end);
+  }
+  out->size = end > out->prefix.size() ? end : out->prefix.size();
+}
+
+bool parse_result_block(const uint8_t* block, uint64_t block_size, ResultBlock* out) {
+  if (block_size < 4) return false;
+  uint32_t length;
+  std::memcpy(&length, block, 4);
+  if (length > block_size - 4) return false;
+  JsonReader reader(reinterpret_cast<const char*>(block + 4), length);
+  bool has_timings = false;
+  if (!reader.consume('{')) return false;
+  if (!reader.consume('}')) {
+    do {
+      std::string_view key;
+      if (!reader.plain_string(&key) || !reader.consume(':')) return false;
+      if (key == "responses") {
+        if (!reader.consume('[')) return false;
+        if (!reader.consume(']')) {
+          do {
+            if (!parse_outcome(reader, out)) return false;
+          } while (reader.consume(','));
+          if (!reader.consume(']')) return false;
+        }
+      } else if (key == "timings") {
+        if (!reader.consume('[')) return false;
+        for (int i = 0; i < 4; ++i) {
+          if ((i && !reader.consume(',')) || !reader.uint(&out->timings[i])) return false;
+        }
+        if (!reader.consume(']')) return false;
+        has_timings = true;
+      } else if (!reader.skip_value()) {
+        return false;
+      }
+    } while (reader.consume(','));
+    if (!reader.consume('}')) return false;
+  }
+  if (!reader.at_end() || !has_timings) return false;
+  uint64_t cursor = align_up(4 + uint64_t{length});
+  for (ResultOutput& output : out->outputs) {
+    if (cursor > block_size || output.size > block_size - cursor) return false;
+    output.offset = cursor;
+    cursor = align_up(cursor + output.size);
+  }
+  return true;
+}
+
+bool encode_fast_reply(const FastModel& model, const FastRecipe& recipe, const ResultBlock& result,
+                       size_t index, const uint8_t* block, std::string* out) {
+  const ResultOutcome& outcome = result.outcomes[index];
+  out->clear();
+  if (outcome.error) {
+    std::string body = "{\"error\":\"";
+    body += outcome.message;
+    body += "\"}";
+    *out += status_line(status_of_code(outcome.code));
+    *out += "Content-Length: ";
+    append_uint(out, body.size());
+    *out += "\r\nContent-Type: application/json\r\n\r\n";
+    *out += body;
+    return false;
+  }
+  std::string json;
+  json.reserve(256);
+  json += '{';
+  if (!recipe.id.empty()) {
+    json += "\"id\":\"";
+    json += recipe.id;
+    json += "\",";
+  }
+  json += "\"model_name\":\"";
+  json += model.name;
+  json += "\",\"model_version\":\"";
+  json += model.version;
+  json += "\",\"outputs\":[";
+  uint64_t binary_size = 0;
+  std::vector<const ResultOutput*> sent;
+  for (size_t j = 0; j < outcome.output_count; ++j) {
+    const ResultOutput& output = result.outputs[outcome.first_output + j];
+    if (recipe.outputs_listed) {
+      bool wanted = false;
+      for (uint32_t requested : recipe.outputs) {
+        if (model.outputs[requested] == output.name) wanted = true;
+      }
+      if (!wanted) continue;
+    }
+    if (!sent.empty()) json += ',';
+    json += "{\"name\":\"";
+    json += output.name;
+    json += "\",\"datatype\":\"";
+    json += output.datatype;
+    json += "\",\"shape\":";
+    json += output.shape;
+    json += ",\"parameters\":{\"binary_data_size\":";
+    append_uint(&json, output.size);
+    json += "}}";
+    sent.push_back(&output);
+    binary_size += output.size;
+  }
+  json += "]}";
+  out->reserve(160 + json.size() + binary_size);
+  *out += status_line(200);
+  *out += "Content-Length: ";
+  append_uint(out, json.size() + binary_size);
+  if (sent.empty()) {
+    *out += "\r\nContent-Type: application/json\r\n\r\n";
+  } else {
+    *out += "\r\nContent-Type: application/octet-stream\r\nInference-Header-Content-Length: ";
+    append_uint(out, json.size());
+    *out += "\r\n\r\n";
+  }
+  *out += json;
+  for (const ResultOutput* output : sent) {
+    out->append(reinterpret_cast<const char*>(block + output->offset), output->size);
+  }
+  return true;
+}
+
+uint32_t FastLane::add_model(FastModel model) {
+  models_.push_back(std::move(model));
+  return static_cast<uint32_t>(models_.size() - 1);
+}
+
+int FastLane::submit(uint32_t lane_model, uint64_t request_id, const uint8_t* body,
+                     size_t body_size, size_t header_size, uint64_t now_ns, uint32_t* batch_size) {
+  if (lane_model >= models_.size()) return kFallback;
+  const FastModel& model = models_[lane_model];
+  FastRequest request;
+  if (!parse_fast_request(model, body, body_size, header_size, &request)) return kFallback;
+  RequestBlock block;
+  layout_request_block(model, request, body, &block);
+  SubmitOptions options;
+  options.batch_size = request.batch_size;
+  options.shape_key = request.shape_key;
+  SubmitResult result =
+      core_.submit(model.core_model_id, request_id, block.size, block.parts, options);
+  if (result != SubmitResult::kOk) return static_cast<int>(result);
+  FastRecipe& recipe = recipes_[request_id];
+  recipe.model = lane_model;
+  recipe.id.assign(request.id.data(), request.id.size());
+  recipe.outputs_listed = request.outputs_listed;
+  recipe.outputs = std::move(request.outputs);
+  recipe.batch_size = request.batch_size;
+  recipe.submit_ns = now_ns;
+  *batch_size = request.batch_size;
+  return static_cast<int>(SubmitResult::kOk);
+}
+
+bool FastLane::complete(const uint8_t* block, uint64_t block_size,
+                        const std::vector<uint64_t>& request_ids, uint64_t dispatch_ns,
+                        uint64_t end_ns, std::vector<Reply>* replies, uint64_t timings[4]) {
+  ResultBlock result;
+  if (!parse_result_block(block, block_size, &result)) return false;
+  if (result.outcomes.size() != request_ids.size()) return false;
+  for (int i = 0; i < 4; ++i) timings[i] = result.timings[i];
+  for (size_t i = 0; i < request_ids.size(); ++i) {
+    auto found = recipes_.find(request_ids[i]);
+    if (found == recipes_.end()) continue;
+    const FastRecipe& recipe = found->second;
+    Reply reply;
+    reply.request_id = request_ids[i];
+    reply.batch_size = recipe.batch_size;
+    reply.request_ns = end_ns - recipe.submit_ns;
+    reply.queue_ns = dispatch_ns > recipe.submit_ns ? dispatch_ns - recipe.submit_ns : 0;
+    reply.ok = encode_fast_reply(models_[recipe.model], recipe, result, i, block, &reply.http);
+    recipes_.erase(found);
+    replies->push_back(std::move(reply));
+  }
+  return true;
+}
+
+}  // namespace naiad

@@ -1,0 +1,164 @@
+// The infer fast lane: an HTTP infer request of the common kind goes from its body
+// to a queued request block, and from its batch's result block to the complete HTTP
+// response, without Python. The common kind is what perf_analyzer and tritonclient
+// send by default: binary inputs after a JSON header, binary outputs.
+//
+// The lane only says yes or no. A body it does not take (JSON `data`, shared memory,
+// classification, request parameters other than `binary_data_output`, anything
+// malformed or invalid for the model) goes the general way, through the Python
+// parser and validator, which answer with Triton's exact errors. So everything the
+// lane takes it must take exactly as the general path would: the same checks, the
+// same block for the worker, the same response bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core.h"
+
+namespace naiad {
+
+struct FastInput {
+  std::string name;
+  std::string datatype;       // wire name: "FP32", "BYTES", ...
+  std::vector<int64_t> dims;  // from the config, -1 for any size
+  uint32_t element_size = 0;  // bytes per element, 0 for BYTES
+  bool optional = false;
+  // Variable dims and not ragged: requests of different shapes never share a batch.
+  bool shape_keyed = false;
+};
+
+struct FastModel {
+  uint32_t core_model_id = 0;
+  std::string name;     // as it appears in a JSON string (escaped)
+  std::string version;  // "1"
+  int64_t max_batch_size = 0;
+  std::vector<FastInput> inputs;
+  std::vector<std::string> outputs;
+};
+
+struct FastInputRef {
+  uint32_t spec = 0;  // index into FastModel::inputs
+  std::string_view datatype;
+  uint64_t body_offset = 0;
+  uint64_t size = 0;
+  std::vector<int64_t> shape;
+};
+
+struct FastRequest {
+  std::string_view id;
+  std::vector<FastInputRef> inputs;  // in request order
+  bool outputs_listed = false;       // else every output is returned
+  std::vector<uint32_t> outputs;     // indices into FastModel::outputs, when listed
+  std::string_view parameters;       // the raw parameters object, empty when absent
+  uint32_t batch_size = 1;
+  uint64_t shape_key = 0;
+};
+
+// Parses `body` (a JSON header of `header_size` bytes, then the binary inputs) and
+// checks it against `model` as RequestValidator does. True: the lane takes it.
+bool parse_fast_request(const FastModel& model, const uint8_t* body, size_t body_size,
+                        size_t header_size, FastRequest* out);
+
+// FNV-1a over (config index, rank, dims) of shape-keyed inputs, in config order. The
+// general path computes the same key (Core.shape_key), so both batch together.
+class ShapeKey {
+ public:
+  void add(uint32_t index, const int64_t* dims, size_t rank);
+  uint64_t value() const { return hash_; }
+
+ private:
+  void mix(uint64_t word);
+  uint64_t hash_ = 1469598103934665603ULL;
+};
+
+// A request block as the worker reads it (arena_format.py): u32 length, a JSON
+// header, the inputs 64-byte aligned in header order.
+struct RequestBlock {
+  std::string prefix;
+  std::vector<SubmitPart> parts;  // parts[0] points into `prefix`
+  uint64_t size = 0;
+};
+void layout_request_block(const FastModel& model, const FastRequest& request, const uint8_t* body,
+                          RequestBlock* out);
+
+// A worker's result block (arena_format.encode_result), read in place.
+struct ResultOutput {
+  std::string_view name;      // raw JSON string text
+  std::string_view datatype;  // raw JSON string text
+  std::string_view shape;     // the raw JSON array
+  uint64_t size = 0;
+  uint64_t offset = 0;  // from the block start
+};
+struct ResultOutcome {
+  bool error = false;
+  std::string_view message;  // raw JSON string text
+  int64_t code = 1;
+  size_t first_output = 0;
+  size_t output_count = 0;
+};
+struct ResultBlock {
+  std::vector<ResultOutcome> outcomes;
+  std::vector<ResultOutput> outputs;
+  uint64_t timings[4] = {0, 0, 0, 0};
+};
+bool parse_result_block(const uint8_t* block, uint64_t block_size, ResultBlock* out);
+
+// How to answer one request of the lane.
+struct FastRecipe {
+  uint32_t model = 0;  // lane model index
+  std::string id;
+  bool outputs_listed = false;
+  std::vector<uint32_t> outputs;
+  uint32_t batch_size = 1;
+  uint64_t submit_ns = 0;
+};
+
+// The complete HTTP/1.1 keep-alive response for outcome `index` of `result`.
+// Returns false when the outcome is an error (the response is then Triton's error).
+bool encode_fast_reply(const FastModel& model, const FastRecipe& recipe, const ResultBlock& result,
+                       size_t index, const uint8_t* block, std::string* out);
+
+class FastLane {
+ public:
+  static constexpr int kFallback = -1;
+
+  explicit FastLane(Core& core) : core_(core) {}
+
+  uint32_t add_model(FastModel model);
+
+  // Takes the body into the lane and queues it on the core: a SubmitResult as int, or
+  // kFallback when the general path must handle it. Nothing is kept unless kOk.
+  int submit(uint32_t lane_model, uint64_t request_id, const uint8_t* body, size_t body_size,
+             size_t header_size, uint64_t now_ns, uint32_t* batch_size);
+
+  struct Reply {
+    uint64_t request_id = 0;
+    bool ok = false;
+    uint32_t batch_size = 1;
+    uint64_t request_ns = 0;  // submit to end
+    uint64_t queue_ns = 0;    // submit to dispatch
+    std::string http;
+  };
+  // Builds the replies of the lane's requests among `request_ids`, the requests of a
+  // batch that completed OK with its result block at `block`. False: the block could
+  // not be read (the caller fails the requests, see forget()).
+  bool complete(const uint8_t* block, uint64_t block_size, const std::vector<uint64_t>& request_ids,
+                uint64_t dispatch_ns, uint64_t end_ns, std::vector<Reply>* replies,
+                uint64_t timings[4]);
+
+  bool owns(uint64_t request_id) const { return recipes_.count(request_id) != 0; }
+  // The request was answered another way (failed batch, shutdown).
+  void forget(uint64_t request_id) { recipes_.erase(request_id); }
+  size_t in_flight() const { return recipes_.size(); }
+
+ private:
+  Core& core_;
+  std::vector<FastModel> models_;
+  std::unordered_map<uint64_t, FastRecipe> recipes_;
+};
+
+}  // namespace naiad

@@ -1,0 +1,207 @@
+#include "json_reader.h"
+
+namespace naiad {
+
+namespace {
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+// Length of the UTF-8 sequence starting at `p` (0 if it is not valid UTF-8).
+size_t utf8_length(const unsigned char* p, const unsigned char* end) {
+  unsigned char c = p[0];
+  size_t length;
+  uint32_t min;
+  uint32_t code;
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) {
+    length = 2, min = 0x80, code = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    length = 3, min = 0x800, code = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    length = 4, min = 0x10000, code = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (static_cast<size_t>(end - p) < length) return 0;
+  for (size_t i = 1; i < length; ++i) {
+    if ((p[i] & 0xC0) != 0x80) return 0;
+    code = (code << 6) | (p[i] & 0x3F);
+  }
+  if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return 0;
+  return length;
+}
+
+}  // namespace
+
+void JsonReader::skip_whitespace() {
+  while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r')) ++p_;
+}
+
+bool JsonReader::consume(char c) {
+  skip_whitespace();
+  if (p_ < end_ && *p_ == c) {
+    ++p_;
+    return true;
+  }
+  return false;
+}
+
+bool JsonReader::at_end() {
+  skip_whitespace();
+  return p_ == end_;
+}
+
+bool JsonReader::plain_string(std::string_view* out) {
+  if (!consume('"')) return false;
+  const char* start = p_;
+  while (p_ < end_) {
+    char c = *p_;
+    if (c == '"') {
+      *out = std::string_view(start, static_cast<size_t>(p_ - start));
+      ++p_;
+      return true;
+    }
+    if (c < 0x20 || c > 0x7E || c == '\\') return false;
+    ++p_;
+  }
+  return false;
+}
+
+bool JsonReader::raw_string(std::string_view* out) {
+  if (!consume('"')) return false;
+  const char* start = p_;
+  while (p_ < end_) {
+    unsigned char c = static_cast<unsigned char>(*p_);
+    if (c == '"') {
+      *out = std::string_view(start, static_cast<size_t>(p_ - start));
+      ++p_;
+      return true;
+    }
+    if (c < 0x20) return false;
+    if (c == '\\') {
+      if (end_ - p_ < 2) return false;
+      char e = p_[1];
+      if (e == 'u') {
+        if (end_ - p_ < 6) return false;
+        for (int i = 2; i < 6; ++i) {
+          if (!is_hex(p_[i])) return false;
+        }
+        p_ += 6;
+        continue;
+      }
+      if (e != '"' && e != '\\' && e != '/' && e != 'b' && e != 'f' && e != 'n' && e != 'r' &&
+          e != 't') {
+        return false;
+      }
+      p_ += 2;
+      continue;
+    }
+    size_t length = utf8_length(reinterpret_cast<const unsigned char*>(p_),
+                                reinterpret_cast<const unsigned char*>(end_));
+    if (length == 0) return false;
+    p_ += length;
+  }
+  return false;
+}
+
+bool JsonReader::uint(uint64_t* out) {
+  skip_whitespace();
+  const char* start = p_;
+  uint64_t value = 0;
+  while (p_ < end_ && is_digit(*p_)) {
+    value = value * 10 + static_cast<uint64_t>(*p_ - '0');
+    ++p_;
+  }
+  size_t digits = static_cast<size_t>(p_ - start);
+  if (digits == 0 || digits > 18) return false;
+  if (digits > 1 && *start == '0') return false;  // not JSON
+  if (p_ < end_ && (*p_ == '.' || *p_ == 'e' || *p_ == 'E')) return false;
+  *out = value;
+  return true;
+}
+
+bool JsonReader::literal(std::string_view word) {
+  if (static_cast<size_t>(end_ - p_) < word.size()) return false;
+  if (std::string_view(p_, word.size()) != word) return false;
+  p_ += word.size();
+  return true;
+}
+
+bool JsonReader::boolean(bool* out) {
+  skip_whitespace();
+  if (literal("true")) {
+    *out = true;
+    return true;
+  }
+  if (literal("false")) {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+bool JsonReader::skip_number() {
+  // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  if (p_ < end_ && *p_ == '-') ++p_;
+  if (p_ >= end_ || !is_digit(*p_)) return false;
+  if (*p_ == '0') {
+    ++p_;
+  } else {
+    while (p_ < end_ && is_digit(*p_)) ++p_;
+  }
+  if (p_ < end_ && *p_ == '.') {
+    ++p_;
+    if (p_ >= end_ || !is_digit(*p_)) return false;
+    while (p_ < end_ && is_digit(*p_)) ++p_;
+  }
+  if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
+    ++p_;
+    if (p_ < end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+    if (p_ >= end_ || !is_digit(*p_)) return false;
+    while (p_ < end_ && is_digit(*p_)) ++p_;
+  }
+  return true;
+}
+
+bool JsonReader::skip_value(const char** start) {
+  skip_whitespace();
+  if (start != nullptr) *start = p_;
+  return skip_value_at(0);
+}
+
+bool JsonReader::skip_value_at(int depth) {
+  if (depth > kMaxDepth) return false;
+  skip_whitespace();
+  if (p_ >= end_) return false;
+  std::string_view ignored;
+  switch (*p_) {
+    case '"':
+      return raw_string(&ignored);
+    case '{':
+      ++p_;
+      if (consume('}')) return true;
+      do {
+        if (!raw_string(&ignored) || !consume(':') || !skip_value_at(depth + 1)) return false;
+      } while (consume(','));
+      return consume('}');
+    case '[':
+      ++p_;
+      if (consume(']')) return true;
+      do {
+        if (!skip_value_at(depth + 1)) return false;
+      } while (consume(','));
+      return consume(']');
+    case 't':
+      return literal("true");
+    case 'f':
+      return literal("false");
+    case 'n':
+      return literal("null");
+    default:
+      return skip_number();
+  }
+}
+
+}  // namespace naiad

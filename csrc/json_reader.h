@@ -1,0 +1,49 @@
+// A pull reader over JSON text, for the infer fast lane (fast_lane.h): it walks a
+// document in place, with no tree and no copies, and answers false at anything it
+// does not expect. Its callers treat false as "not for the fast lane" and leave the
+// request to the general path, which gives the exact error when there is one, so
+// this reader never has to explain what is wrong.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace naiad {
+
+class JsonReader {
+ public:
+  JsonReader(const char* data, size_t size) : p_(data), end_(data + size) {}
+
+  // Skips whitespace, then takes `c` if it comes next.
+  bool consume(char c);
+  // A string of printable ASCII without escapes: its bytes between the quotes.
+  // Names, datatypes and ids on the fast lane are of that kind; others go the
+  // general way.
+  bool plain_string(std::string_view* out);
+  // Any valid JSON string, its text between the quotes with escapes kept as they are,
+  // for copying into another JSON document unchanged.
+  bool raw_string(std::string_view* out);
+  // A non-negative integer without fraction or exponent, at most 18 digits.
+  bool uint(uint64_t* out);
+  bool boolean(bool* out);
+  // Any JSON value, nested at most `kMaxDepth` deep. `start` (optional) gets where it
+  // began, after whitespace.
+  bool skip_value(const char** start = nullptr);
+  // Only whitespace is left.
+  bool at_end();
+  const char* position() const { return p_; }
+
+  static constexpr int kMaxDepth = 64;
+
+ private:
+  void skip_whitespace();
+  bool skip_value_at(int depth);
+  bool skip_number();
+  bool literal(std::string_view word);
+
+  const char* p_;
+  const char* end_;
+};
+
+}  // namespace naiad

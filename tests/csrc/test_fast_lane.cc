@@ -1,0 +1,404 @@
+// Unit tests of the infer fast lane: the JSON pull reader, what the lane takes and
+// what it leaves to the general path, the request block it writes for the worker,
+// and the HTTP responses it builds from a worker's result block.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core.h"
+#include "fast_lane.h"
+#include "json_reader.h"
+#include "testing.h"
+
+using namespace naiad;
+
+namespace {
+
+// add_sub as the lane sees it: FP32 [16] inputs, max_batch_size 8.
+FastModel add_sub_model() {
+  FastModel model;
+  model.name = "add_sub";
+  model.version = "1";
+  model.max_batch_size = 8;
+  for (const char* name : {"INPUT0", "INPUT1"}) {
+    FastInput input;
+    input.name = name;
+    input.datatype = "FP32";
+    input.dims = {16};
+    input.element_size = 4;
+    model.inputs.push_back(input);
+  }
+  model.outputs = {"OUTPUT0", "OUTPUT1"};
+  return model;
+}
+
+// A body: the JSON header, then `binary` bytes of input data.
+struct Body {
+  std::string bytes;
+  size_t header_size;
+};
+
+Body make_body(const std::string& json, size_t binary) {
+  Body body{json, json.size()};
+  for (size_t i = 0; i < binary; ++i) body.bytes.push_back(static_cast<char>(i & 0xFF));
+  return body;
+}
+
+const char* kInput =
+    "{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[%d,16],"
+    "\"parameters\":{\"binary_data_size\":%d}}";
+
+std::string input_json(const char* name, int batch) {
+  char buffer[256];
+  std::snprintf(buffer, sizeof(buffer), kInput, name, batch, batch * 64);
+  return buffer;
+}
+
+// What perf_analyzer sends for add_sub.
+const std::string kOutputs =
+    "\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"binary_data\":true}},"
+    "{\"name\":\"OUTPUT1\",\"parameters\":{\"binary_data\":true}}]";
+
+std::string add_sub_json(int batch = 1, const std::string& extra = "") {
+  return "{\"id\":\"\",\"inputs\":[" + input_json("INPUT0", batch) + "," +
+         input_json("INPUT1", batch) + "]," + kOutputs + extra + "}";
+}
+
+bool takes(const FastModel& model, const Body& body, FastRequest* out = nullptr) {
+  FastRequest request;
+  bool taken = parse_fast_request(model, reinterpret_cast<const uint8_t*>(body.bytes.data()),
+                                  body.bytes.size(), body.header_size, &request);
+  if (out != nullptr) *out = request;
+  return taken;
+}
+
+bool takes_json(const std::string& json, size_t binary = 128) {
+  return takes(add_sub_model(), make_body(json, binary));
+}
+
+}  // namespace
+
+TEST(json_reader_strings) {
+  std::string_view out;
+  JsonReader plain(" \"INPUT0\" ", 10);
+  CHECK(plain.plain_string(&out) && out == "INPUT0" && plain.at_end());
+  JsonReader escaped("\"a\\\"b\"", 6);
+  CHECK(!escaped.plain_string(&out));
+  JsonReader raw("\"a\\\"b\\u00e9\"", 13);
+  CHECK(raw.raw_string(&out) && out == "a\\\"b\\u00e9");
+  const char utf8[] = "\"caf\xc3\xa9\"";
+  JsonReader good(utf8, sizeof(utf8) - 1);
+  CHECK(good.raw_string(&out) && out.size() == 5);
+  const char bad_utf8[] = "\"caf\xc3\"";
+  JsonReader bad(bad_utf8, sizeof(bad_utf8) - 1);
+  CHECK(!bad.raw_string(&out));
+  JsonReader bad_escape("\"\\x\"", 4);
+  CHECK(!bad_escape.raw_string(&out));
+  JsonReader unterminated("\"abc", 4);
+  CHECK(!unterminated.raw_string(&out));
+}
+
+TEST(json_reader_numbers_and_values) {
+  uint64_t value = 0;
+  JsonReader ok("123", 3);
+  CHECK(ok.uint(&value) && value == 123);
+  JsonReader leading_zero("012", 3);
+  CHECK(!leading_zero.uint(&value));
+  JsonReader fraction("1.5", 3);
+  CHECK(!fraction.uint(&value));
+  JsonReader negative("-1", 2);
+  CHECK(!negative.uint(&value));
+  JsonReader too_long("1234567890123456789", 19);
+  CHECK(!too_long.uint(&value));
+
+  std::string doc = "{\"a\":[1,-2.5e3,true,null,{\"b\":\"c\"}],\"d\":false}";
+  JsonReader any(doc.data(), doc.size());
+  CHECK(any.skip_value() && any.at_end());
+  std::string deep(JsonReader::kMaxDepth + 2, '[');
+  deep += std::string(JsonReader::kMaxDepth + 2, ']');
+  JsonReader too_deep(deep.data(), deep.size());
+  CHECK(!too_deep.skip_value());
+  JsonReader trailing("[1,]", 4);
+  CHECK(!trailing.skip_value());
+}
+
+TEST(lane_takes_perf_analyzer_request) {
+  FastRequest request;
+  Body body = make_body(add_sub_json(), 128);
+  CHECK(takes(add_sub_model(), body, &request));
+  CHECK(request.batch_size == 1);
+  CHECK(request.inputs.size() == 2);
+  CHECK(request.inputs[0].body_offset == body.header_size);
+  CHECK(request.inputs[1].body_offset == body.header_size + 64);
+  CHECK(request.outputs_listed && request.outputs.size() == 2);
+  CHECK(request.shape_key == 0);
+}
+
+TEST(lane_takes_batches_and_binary_data_output) {
+  FastRequest request;
+  CHECK(takes(add_sub_model(), make_body(add_sub_json(3), 3 * 128), &request));
+  CHECK(request.batch_size == 3);
+  std::string all_outputs = "{\"inputs\":[" + input_json("INPUT1", 1) + "," +
+                            input_json("INPUT0", 1) +
+                            "],\"parameters\":{\"binary_data_output\":true}}";
+  // The request's views point into the body: it must outlive them.
+  Body body = make_body(all_outputs, 128);
+  CHECK(takes(add_sub_model(), body, &request));
+  CHECK(!request.outputs_listed);
+  CHECK(request.parameters == "{\"binary_data_output\":true}");
+  CHECK(request.inputs[0].spec == 1);
+}
+
+TEST(lane_leaves_other_requests_to_the_general_path) {
+  // Not the lane's kind: JSON data, shared memory, JSON outputs, scheduling parameters.
+  std::string json_data =
+      "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,16],\"data\":[1]}," +
+      input_json("INPUT1", 1) + "]," + kOutputs + "}";
+  CHECK(!takes_json(json_data, 64));
+  std::string shm =
+      "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,16],"
+      "\"parameters\":{\"shared_memory_region\":\"r\",\"binary_data_size\":64}}," +
+      input_json("INPUT1", 1) + "]," + kOutputs + "}";
+  CHECK(!takes_json(shm, 64));
+  std::string json_outputs = "{\"inputs\":[" + input_json("INPUT0", 1) + "," +
+                             input_json("INPUT1", 1) + "],\"outputs\":[{\"name\":\"OUTPUT0\"}]}";
+  CHECK(!takes_json(json_outputs));
+  std::string no_outputs =
+      "{\"inputs\":[" + input_json("INPUT0", 1) + "," + input_json("INPUT1", 1) + "]}";
+  CHECK(!takes_json(no_outputs));
+  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"priority\":1}")));
+  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"binary_data_output\":true,\"x\":1}")));
+  // An id with an escape: the general path decodes it.
+  std::string escaped_id = add_sub_json();
+  escaped_id.replace(escaped_id.find("\"id\":\"\""), 7, "\"id\":\"a\\nb\"");
+  CHECK(!takes_json(escaped_id));
+  // Raw binary (header size 0) and a truncated header.
+  CHECK(!takes(add_sub_model(), Body{std::string(128, 'x'), 0}));
+  std::string cut = add_sub_json();
+  CHECK(!takes_json(cut.substr(0, cut.size() - 1)));
+}
+
+TEST(lane_leaves_invalid_requests_to_the_validator) {
+  // Each of these gets Triton's error from the general path.
+  CHECK(!takes_json(add_sub_json(), 127));       // one byte short
+  CHECK(!takes_json(add_sub_json(), 129));       // one byte extra
+  CHECK(!takes_json(add_sub_json(9), 9 * 128));  // batch over max_batch_size
+  std::string bad_type = add_sub_json();
+  bad_type.replace(bad_type.find("FP32"), 4, "INT32");
+  CHECK(!takes_json(bad_type));
+  std::string bad_shape = add_sub_json();
+  bad_shape.replace(bad_shape.find("[1,16]"), 6, "[1,15]");
+  CHECK(!takes_json(bad_shape));
+  std::string unknown_input = add_sub_json();
+  unknown_input.replace(unknown_input.find("INPUT1"), 6, "INPUT9");
+  CHECK(!takes_json(unknown_input));
+  std::string duplicate = add_sub_json();
+  duplicate.replace(duplicate.find("INPUT1"), 6, "INPUT0");
+  CHECK(!takes_json(duplicate));
+  std::string missing = "{\"inputs\":[" + input_json("INPUT0", 1) + "]," + kOutputs + "}";
+  CHECK(!takes_json(missing, 64));
+  std::string unknown_output = add_sub_json();
+  unknown_output.replace(unknown_output.find("OUTPUT1"), 7, "OUTPUT7");
+  CHECK(!takes_json(unknown_output));
+  std::string mixed_batch = "{\"inputs\":[" + input_json("INPUT0", 1) + "," +
+                            input_json("INPUT1", 2) + "]," + kOutputs + "}";
+  CHECK(!takes_json(mixed_batch, 192));
+}
+
+TEST(lane_counts_bytes_elements) {
+  FastModel model;
+  model.name = "strings";
+  model.version = "1";
+  model.max_batch_size = 0;
+  FastInput input;
+  input.name = "TEXT";
+  input.datatype = "BYTES";
+  input.dims = {2};
+  model.inputs.push_back(input);
+  model.outputs = {"OUT"};
+  std::string json =
+      "{\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"BYTES\",\"shape\":[2],"
+      "\"parameters\":{\"binary_data_size\":11}}],\"parameters\":{\"binary_data_output\":true}}";
+  Body body{json, json.size()};
+  body.bytes += std::string("\x02\x00\x00\x00hi\x01\x00\x00\x00!", 11);
+  FastRequest request;
+  CHECK(takes(model, body, &request));
+  CHECK(request.batch_size == 1);
+  Body one_element{json, json.size()};
+  one_element.bytes += std::string("\x07\x00\x00\x00hi there", 11);
+  CHECK(!takes(model, one_element));
+}
+
+TEST(shape_key_ignores_the_batch_dim_and_separates_shapes) {
+  FastModel model = add_sub_model();
+  model.inputs[0].dims = {-1};
+  model.inputs[0].shape_keyed = true;
+  model.inputs[1].dims = {-1};
+  model.inputs[1].shape_keyed = true;
+  FastRequest one, two, other;
+  CHECK(takes(model, make_body(add_sub_json(1), 128), &one));
+  CHECK(takes(model, make_body(add_sub_json(2), 256), &two));
+  std::string eight = add_sub_json();
+  for (size_t at = eight.find("[1,16]"); at != std::string::npos; at = eight.find("[1,16]")) {
+    eight.replace(at, 6, "[1,8]");
+  }
+  for (size_t at = eight.find(":64}"); at != std::string::npos; at = eight.find(":64}")) {
+    eight.replace(at, 4, ":32}");
+  }
+  CHECK(takes(model, make_body(eight, 64), &other));
+  CHECK(one.shape_key != 0);
+  CHECK(one.shape_key == two.shape_key);
+  CHECK(one.shape_key != other.shape_key);
+  ShapeKey expected;
+  int64_t dims[] = {16};
+  expected.add(0, dims, 1);
+  expected.add(1, dims, 1);
+  CHECK(one.shape_key == expected.value());
+}
+
+TEST(request_block_matches_the_worker_layout) {
+  FastModel model = add_sub_model();
+  Body body = make_body(add_sub_json(), 128);
+  FastRequest request;
+  CHECK(takes(model, body, &request));
+  RequestBlock block;
+  layout_request_block(model, request, reinterpret_cast<const uint8_t*>(body.bytes.data()), &block);
+  std::string header =
+      "{\"id\":\"\",\"inputs\":[[\"INPUT0\",\"FP32\",[1,16],64],[\"INPUT1\",\"FP32\",[1,16],64]],"
+      "\"outputs\":[\"OUTPUT0\",\"OUTPUT1\"],\"parameters\":{}}";
+  uint32_t length;
+  std::memcpy(&length, block.prefix.data(), 4);
+  CHECK(length == header.size());
+  CHECK(block.prefix.substr(4) == header);
+  CHECK(block.parts.size() == 3);
+  uint64_t first = (4 + header.size() + 63) / 64 * 64;
+  CHECK(block.parts[1].offset == first && block.parts[1].size == 64);
+  CHECK(block.parts[2].offset == first + 64);
+  CHECK(block.size == first + 128);
+  CHECK(std::memcmp(block.parts[2].data, body.bytes.data() + body.header_size + 64, 64) == 0);
+}
+
+namespace {
+
+// A result block as the worker writes it (arena_format.encode_result).
+std::string result_block(const std::string& header, const std::vector<std::string>& tensors) {
+  std::string block;
+  uint32_t length = static_cast<uint32_t>(header.size());
+  block.append(reinterpret_cast<const char*>(&length), 4);
+  block += header;
+  for (const std::string& tensor : tensors) {
+    block.resize((block.size() + 63) / 64 * 64, '\0');
+    block += tensor;
+  }
+  return block;
+}
+
+const std::string kResultHeader =
+    "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2],8],[\"OUTPUT1\",\"FP32\",[1,2],8]]},"
+    "{\"error\":\"bad \\\"x\\\"\",\"code\":3}],\"timings\":[10,20,30,40]}";
+
+}  // namespace
+
+TEST(result_block_parses_and_replies_match_the_general_path) {
+  std::string block = result_block(kResultHeader, {"AAAAAAAA", "BBBBBBBB"});
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(block.data());
+  ResultBlock result;
+  CHECK(parse_result_block(data, block.size(), &result));
+  CHECK(result.outcomes.size() == 2 && result.outputs.size() == 2);
+  CHECK(result.timings[0] == 10 && result.timings[3] == 40);
+  CHECK(result.outputs[0].shape == "[1,2]");
+
+  FastModel model = add_sub_model();
+  FastRecipe recipe;
+  recipe.id = "req-7";
+  recipe.outputs_listed = true;
+  recipe.outputs = {1};
+  std::string reply;
+  CHECK(encode_fast_reply(model, recipe, result, 0, data, &reply));
+  std::string json =
+      "{\"id\":\"req-7\",\"model_name\":\"add_sub\",\"model_version\":\"1\",\"outputs\":["
+      "{\"name\":\"OUTPUT1\",\"datatype\":\"FP32\",\"shape\":[1,2],"
+      "\"parameters\":{\"binary_data_size\":8}}]}";
+  std::string expected = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(json.size() + 8) +
+                         "\r\nContent-Type: application/octet-stream\r\n"
+                         "Inference-Header-Content-Length: " +
+                         std::to_string(json.size()) + "\r\n\r\n" + json + "BBBBBBBB";
+  CHECK(reply == expected);
+
+  recipe.id.clear();
+  recipe.outputs_listed = false;
+  CHECK(encode_fast_reply(model, recipe, result, 0, data, &reply));
+  CHECK(reply.find("{\"model_name\"") != std::string::npos);
+  CHECK(reply.substr(reply.size() - 16) == "AAAAAAAABBBBBBBB");
+
+  // An error outcome: the model's code picks the status (INVALID_ARG: 400).
+  CHECK(!encode_fast_reply(model, recipe, result, 1, data, &reply));
+  std::string error_body = "{\"error\":\"bad \\\"x\\\"\"}";
+  CHECK(reply ==
+        "HTTP/1.1 400 Bad Request\r\nContent-Length: " + std::to_string(error_body.size()) +
+            "\r\nContent-Type: application/json\r\n\r\n" + error_body);
+}
+
+TEST(result_block_rejects_damage) {
+  std::string block = result_block(kResultHeader, {"AAAAAAAA", "BBBBBBBB"});
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(block.data());
+  ResultBlock result;
+  CHECK(!parse_result_block(data, 3, &result));
+  ResultBlock cut;
+  CHECK(!parse_result_block(data, block.size() - 1, &cut));  // last tensor past the end
+  std::string lying = block;
+  uint32_t too_long = static_cast<uint32_t>(block.size());
+  std::memcpy(&lying[0], &too_long, 4);
+  ResultBlock lied;
+  CHECK(!parse_result_block(reinterpret_cast<const uint8_t*>(lying.data()), lying.size(), &lied));
+  std::string no_timings = result_block("{\"responses\":[]}", {});
+  ResultBlock untimed;
+  CHECK(!parse_result_block(reinterpret_cast<const uint8_t*>(no_timings.data()), no_timings.size(),
+                            &untimed));
+}
+
+TEST(fast_lane_queues_and_answers_through_the_core) {
+  Core core(1 << 20, nullptr, false);
+  BatcherConfig config;
+  config.max_batch_size = 8;
+  FastModel model = add_sub_model();
+  model.core_model_id = core.add_model(config);
+  FastLane lane(core);
+  uint32_t lane_model = lane.add_model(model);
+
+  Body body = make_body(add_sub_json(2), 256);
+  uint32_t batch_size = 0;
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(body.bytes.data());
+  CHECK(lane.submit(lane_model, 41, data, body.bytes.size(), body.header_size, 1000, &batch_size) ==
+        static_cast<int>(SubmitResult::kOk));
+  CHECK(batch_size == 2);
+  CHECK(core.queued(model.core_model_id) == 1);
+  CHECK(lane.owns(41));
+  Body bad = make_body(add_sub_json(2), 255);
+  CHECK(lane.submit(lane_model, 42, reinterpret_cast<const uint8_t*>(bad.bytes.data()),
+                    bad.bytes.size(), bad.header_size, 1000, &batch_size) == FastLane::kFallback);
+  CHECK(!lane.owns(42));
+  CHECK(core.queued(model.core_model_id) == 1);
+
+  std::string header =
+      "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2],16]]},{\"outputs\":[]}],"
+      "\"timings\":[1,2,3,4]}";
+  std::string block = result_block(header, {"0123456789abcdef"});
+  std::vector<FastLane::Reply> replies;
+  uint64_t timings[4];
+  const uint8_t* result = reinterpret_cast<const uint8_t*>(block.data());
+  CHECK(lane.complete(result, block.size(), {41, 99}, 1500, 4000, &replies, timings));
+  CHECK(replies.size() == 1);  // request 99 is not the lane's
+  CHECK(replies[0].request_id == 41 && replies[0].ok && replies[0].batch_size == 2);
+  CHECK(replies[0].request_ns == 3000 && replies[0].queue_ns == 500);
+  CHECK(replies[0].http.substr(replies[0].http.size() - 16) == "0123456789abcdef");
+  CHECK(timings[2] == 3);
+  CHECK(!lane.owns(41) && lane.in_flight() == 0);
+  // A block whose outcome count does not match the batch is not read.
+  CHECK(lane.submit(lane_model, 43, data, body.bytes.size(), body.header_size, 1000, &batch_size) ==
+        0);
+  replies.clear();
+  CHECK(!lane.complete(result, block.size(), {43}, 1500, 4000, &replies, timings));
+  lane.forget(43);
+  CHECK(lane.in_flight() == 0);
+}

@@ -1,0 +1,277 @@
+"""The infer fast lane answers exactly as the general path does.
+
+A request with binary inputs and binary outputs (what perf_analyzer and tritonclient
+send by default) is taken by the lane (csrc/fast_lane.h); the same request with
+`Content-Encoding: identity` goes through the Python parser, validator and encoder.
+Over raw keep-alive sockets, both must get the same response, byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+
+import numpy as np
+import pytest
+import requests
+
+TIMEOUT = 10
+
+
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection; `exchange` sends a request, reads one response."""
+
+    def __init__(self, host: str, port: int):
+        self.sock = socket.create_connection((host, port), timeout=TIMEOUT)
+        self.buffer = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        self.buffer += chunk
+
+    def exchange(self, request: bytes) -> bytes:
+        self.sock.sendall(request)
+        while b"\r\n\r\n" not in self.buffer:
+            self._fill()
+        head, _, _ = self.buffer.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        total = len(head) + 4 + length
+        while len(self.buffer) < total:
+            self._fill()
+        response, self.buffer = self.buffer[:total], self.buffer[total:]
+        return response
+
+
+def infer_request(path: str, header: dict, binary: bytes, general: bool = False) -> bytes:
+    header_bytes = json.dumps(header, separators=(",", ":")).encode()
+    body = header_bytes + binary
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        f"Inference-Header-Content-Length: {len(header_bytes)}",
+        "Content-Type: application/octet-stream",
+        f"Content-Length: {len(body)}",
+    ]
+    if general:  # identity is no encoding at all, but only the general path reads the header
+        lines.append("Content-Encoding: identity")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def binary_input(name: str, datatype: str, array: np.ndarray, data: bytes) -> dict:
+    return {
+        "name": name,
+        "datatype": datatype,
+        "shape": list(array.shape),
+        "parameters": {"binary_data_size": len(data)},
+    }
+
+
+def binary_output(name: str) -> dict:
+    return {"name": name, "parameters": {"binary_data": True}}
+
+
+def add_sub_case(batch: int, **extra):
+    rng = np.random.default_rng(batch)
+    a = rng.standard_normal((batch, 16)).astype(np.float32)
+    b = rng.standard_normal((batch, 16)).astype(np.float32)
+    header = {
+        "inputs": [
+            binary_input("INPUT0", "FP32", a, a.tobytes()),
+            binary_input("INPUT1", "FP32", b, b.tobytes()),
+        ],
+        **extra,
+    }
+    return "/v2/models/add_sub/infer", header, a.tobytes() + b.tobytes(), (a, b)
+
+
+def bytes_payload(items: list[bytes]) -> bytes:
+    return b"".join(struct.pack("<I", len(item)) + item for item in items)
+
+
+@pytest.fixture
+def connection(example_server):
+    conn = RawConnection(example_server.host, example_server.http_port)
+    yield conn
+    conn.close()
+
+
+def lanes(connection: RawConnection) -> dict:
+    request = b"GET /v2/naiad/lanes HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    return json.loads(split(connection.exchange(request))[2])
+
+
+def both_ways(connection: RawConnection, path: str, header: dict, binary: bytes):
+    """The request through the lane, then through the general path; checks each took
+    the way it should."""
+    before = lanes(connection)
+    lane = connection.exchange(infer_request(path, header, binary))
+    middle = lanes(connection)
+    general = connection.exchange(infer_request(path, header, binary, general=True))
+    after = lanes(connection)
+    assert middle["lane_requests"] == before["lane_requests"] + 1
+    assert after["general_requests"] == middle["general_requests"] + 1
+    assert after["lane_requests"] == middle["lane_requests"]
+    return lane, general
+
+
+def split(response: bytes) -> tuple[bytes, dict, bytes]:
+    head, _, body = response.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    return lines[0], headers, body
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            add_sub_case(1, id="", outputs=[binary_output("OUTPUT0"), binary_output("OUTPUT1")]),
+            id="perf_analyzer",
+        ),
+        pytest.param(
+            add_sub_case(1, id="req-42", outputs=[binary_output("OUTPUT1")]), id="one-output"
+        ),
+        pytest.param(
+            add_sub_case(3, parameters={"binary_data_output": True}), id="all-outputs-batch-3"
+        ),
+    ],
+)
+def test_add_sub_lane_and_general_path_answer_alike(connection, case):
+    path, header, binary, (a, b) = case
+    lane, general = both_ways(connection, path, header, binary)
+    assert lane == general
+    status, headers, body = split(lane)
+    assert status == b"HTTP/1.1 200 OK"
+    json_length = int(headers[b"inference-header-content-length"])
+    doc = json.loads(body[:json_length])
+    assert doc["model_name"] == "add_sub" and doc["model_version"] == "1"
+    if header.get("id"):
+        assert doc["id"] == header["id"]
+    # The values are the model's: OUTPUT0 = a + b, OUTPUT1 = a - b.
+    offset = json_length
+    for output in doc["outputs"]:
+        size = output["parameters"]["binary_data_size"]
+        values = np.frombuffer(body[offset : offset + size], dtype=np.float32)
+        expected = a + b if output["name"] == "OUTPUT0" else a - b
+        np.testing.assert_array_equal(values.reshape(output["shape"]), expected)
+        offset += size
+    assert offset == len(body)
+
+
+def test_bytes_model_lane_and_general_path_answer_alike(connection):
+    items = [b"hello", b"", "naïve".encode()]
+    data = bytes_payload(items)
+    array = np.array(items, dtype=object).reshape(1, 3)
+    header = {
+        "id": "strings",
+        "inputs": [binary_input("INPUT0", "BYTES", array, data)],
+        "outputs": [binary_output("OUTPUT0")],
+    }
+    lane, general = both_ways(connection, "/v2/models/identity_bytes/infer", header, data)
+    assert lane == general
+    status, headers, body = split(lane)
+    assert status == b"HTTP/1.1 200 OK"
+    assert body[int(headers[b"inference-header-content-length"]) :] == data
+
+
+def test_versioned_path_takes_the_lane_too(connection):
+    path, header, binary, _ = add_sub_case(2, outputs=[binary_output("OUTPUT0")])
+    versioned = path.replace("/add_sub/", "/add_sub/versions/1/")
+    lane, general = both_ways(connection, versioned, header, binary)
+    assert lane == general
+    assert lane.startswith(b"HTTP/1.1 200 OK")
+
+
+def test_invalid_requests_get_the_validators_error(connection):
+    """The lane leaves what it cannot take to the general path: same errors as ever."""
+    path, header, binary, _ = add_sub_case(1, outputs=[binary_output("OUTPUT0")])
+    short = connection.exchange(infer_request(path, header, binary[:-4]))
+    status, _, body = split(short)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert json.loads(body) == {
+        "error": "unexpected size for input 'INPUT1', expecting 4 additional bytes for model "
+        "'add_sub'"
+    }
+    header["inputs"][1]["datatype"] = "INT32"
+    wrong_type = connection.exchange(infer_request(path, header, binary))
+    status, _, body = split(wrong_type)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert "data-type is 'INT32', but model 'add_sub' expects 'FP32'" in json.loads(body)["error"]
+
+
+@pytest.mark.parametrize("code,status", [(3, b"HTTP/1.1 400 Bad Request"), (1, b"HTTP/1.1 500")])
+def test_model_errors_lane_and_general_path_answer_alike(models_server, code, status):
+    conn = RawConnection(models_server.host, models_server.http_port)
+    try:
+        values = np.array([[code]], dtype=np.int32)
+        header = {
+            "inputs": [binary_input("CODE", "INT32", values, values.tobytes())],
+            "outputs": [binary_output("OUTPUT0")],
+        }
+        lane, general = both_ways(conn, "/v2/models/error_response/infer", header, values.tobytes())
+    finally:
+        conn.close()
+    assert lane == general
+    assert lane.startswith(status)
+    _, _, body = split(lane)
+    assert json.loads(body) == {"error": f"error_response: the model reports error code {code}"}
+
+
+def test_lane_requests_are_counted_in_statistics(example_server, connection):
+    url = f"{example_server.url}/v2/models/add_sub/stats"
+    before = requests.get(url, timeout=TIMEOUT).json()["model_stats"][0]
+    path, header, binary, _ = add_sub_case(2, outputs=[binary_output("OUTPUT0")])
+    for _ in range(5):
+        assert connection.exchange(infer_request(path, header, binary)).startswith(
+            b"HTTP/1.1 200 OK"
+        )
+    after = requests.get(url, timeout=TIMEOUT).json()["model_stats"][0]
+    assert after["inference_count"] - before["inference_count"] == 10
+    success = after["inference_stats"]["success"]
+    assert success["count"] - before["inference_stats"]["success"]["count"] == 5
+    assert success["ns"] > before["inference_stats"]["success"]["ns"]
+    assert after["execution_count"] - before["execution_count"] >= 1
+
+
+def test_lane_request_of_a_dead_worker_is_answered(models_server):
+    """A lane request whose worker dies gets the 500 of the general path, and the lane
+    forgets it (nothing stays in flight)."""
+    conn = RawConnection(models_server.host, models_server.http_port)
+
+    def crasher(value: float) -> bytes:
+        values = np.array([[value]], dtype=np.float32)
+        header = {
+            "inputs": [binary_input("INPUT0", "FP32", values, values.tobytes())],
+            "outputs": [binary_output("OUTPUT0")],
+        }
+        return conn.exchange(infer_request("/v2/models/crasher/infer", header, values.tobytes()))
+
+    try:
+        before = lanes(conn)["lane_requests"]
+        status, _, body = split(crasher(-1.0))
+        assert status == b"HTTP/1.1 500 Internal Server Error"
+        assert "crasher" in json.loads(body)["error"]
+        assert "exited" in json.loads(body)["error"]
+        deadline = time.monotonic() + 20
+        while not crasher(2.0).startswith(b"HTTP/1.1 200 OK"):
+            assert time.monotonic() < deadline, "crasher did not serve again in time"
+            time.sleep(0.2)
+        report = lanes(conn)
+        assert report["lane_requests"] > before
+        assert report["lane_in_flight"] == 0
+    finally:
+        conn.close()
