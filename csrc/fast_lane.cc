@@ -1,8 +1,9 @@
 #include "fast_lane.h"
 
-#include <cstdio>
+#include <charconv>
 #include <cstring>
 
+#include "http_scan.h"
 #include "json_reader.h"
 
 namespace naiad {
@@ -259,9 +260,8 @@ bool validate(const FastModel& model, const uint8_t* body, FastRequest* request)
 
 void append_uint(std::string* out, uint64_t value) {
   char buffer[24];
-  int length =
-      std::snprintf(buffer, sizeof(buffer), "%llu", static_cast<unsigned long long>(value));
-  out->append(buffer, static_cast<size_t>(length));
+  std::to_chars_result end = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  out->append(buffer, end.ptr);
 }
 
 const char* status_line(int status) {
@@ -572,12 +572,52 @@ bool encode_fast_reply(const FastModel& model, const FastRecipe& recipe, const R
 
 uint32_t FastLane::add_model(FastModel model) {
   models_.push_back(std::move(model));
+  accepting_.push_back(true);
   return static_cast<uint32_t>(models_.size() - 1);
+}
+
+void FastLane::add_route(const std::string& target, uint32_t lane_model) {
+  if (lane_model >= models_.size()) return;
+  auto found = routes_.find(target);
+  if (found != routes_.end()) {
+    found->second = lane_model;
+    return;
+  }
+  targets_.push_back(target);
+  routes_.emplace(targets_.back(), lane_model);
+}
+
+void FastLane::set_accepting(uint32_t lane_model, bool accepting) {
+  if (lane_model < accepting_.size()) accepting_[lane_model] = accepting;
+}
+
+size_t FastLane::take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
+                           std::vector<Taken>* taken) {
+  size_t consumed = 0;
+  while (consumed < size) {
+    const char* start = reinterpret_cast<const char*>(data + consumed);
+    ScannedRequest request;
+    if (scan_request(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
+    if (!request.has_header_length) break;
+    auto route = routes_.find(request.target);
+    if (route == routes_.end()) break;
+    uint64_t request_id = next_request_id_;
+    uint32_t batch_size = 0;
+    const uint8_t* body = data + consumed + request.body_offset;
+    if (submit(route->second, request_id, body, request.body_size, request.header_length, now_ns,
+               &batch_size) != static_cast<int>(SubmitResult::kOk)) {
+      break;
+    }
+    ++next_request_id_;
+    taken->push_back(Taken{route->second, request_id, batch_size});
+    consumed += request.total;
+  }
+  return consumed;
 }
 
 int FastLane::submit(uint32_t lane_model, uint64_t request_id, const uint8_t* body,
                      size_t body_size, size_t header_size, uint64_t now_ns, uint32_t* batch_size) {
-  if (lane_model >= models_.size()) return kFallback;
+  if (lane_model >= models_.size() || !accepting_[lane_model]) return kFallback;
   const FastModel& model = models_[lane_model];
   FastRequest request;
   if (!parse_fast_request(model, body, body_size, header_size, &request)) return kFallback;

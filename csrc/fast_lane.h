@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -129,11 +130,29 @@ class FastLane {
   explicit FastLane(Core& core) : core_(core) {}
 
   uint32_t add_model(FastModel model);
+  // Requests for `target` (an infer URL as sent) go to `lane_model` in take_http().
+  void add_route(const std::string& target, uint32_t lane_model);
+  // A model that is not ready takes nothing: its requests go the general way, which
+  // reports why.
+  void set_accepting(uint32_t lane_model, bool accepting);
+  // Request ids for the core, unique across the lane and the general path.
+  uint64_t new_request_id() { return next_request_id_++; }
 
   // Takes the body into the lane and queues it on the core: a SubmitResult as int, or
   // kFallback when the general path must handle it. Nothing is kept unless kOk.
   int submit(uint32_t lane_model, uint64_t request_id, const uint8_t* body, size_t body_size,
              size_t header_size, uint64_t now_ns, uint32_t* batch_size);
+
+  struct Taken {
+    uint32_t lane_model;
+    uint64_t request_id;
+    uint32_t batch_size;
+  };
+  // Takes the complete plain infer requests at the start of received HTTP bytes
+  // (http_scan.h), in order, up to the first it does not take. Returns how many bytes
+  // they took; the rest is for the front end's full parser.
+  size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
+                   std::vector<Taken>* taken);
 
   struct Reply {
     uint64_t request_id = 0;
@@ -158,7 +177,11 @@ class FastLane {
  private:
   Core& core_;
   std::vector<FastModel> models_;
+  std::vector<bool> accepting_;
+  std::deque<std::string> targets_;  // the route keys point into these
+  std::unordered_map<std::string_view, uint32_t> routes_;
   std::unordered_map<uint64_t, FastRecipe> recipes_;
+  uint64_t next_request_id_ = 1;
 };
 
 }  // namespace naiad

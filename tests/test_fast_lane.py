@@ -275,3 +275,50 @@ def test_lane_request_of_a_dead_worker_is_answered(models_server):
         assert report["lane_in_flight"] == 0
     finally:
         conn.close()
+
+
+def test_pipelined_requests_mixing_lane_and_parser_are_answered_in_order(connection):
+    path, header, binary, (a, b) = add_sub_case(1, outputs=[binary_output("OUTPUT0")])
+    infer = infer_request(path, header, binary)
+    health = b"GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    before = lanes(connection)
+    connection.sock.sendall(infer + infer + health + infer)
+    responses = [connection.exchange(b"") for _ in range(4)]
+    for index in (0, 1, 3):
+        status, headers, body = split(responses[index])
+        assert status == b"HTTP/1.1 200 OK"
+        json_length = int(headers[b"inference-header-content-length"])
+        np.testing.assert_array_equal(np.frombuffer(body[json_length:], np.float32), (a + b)[0])
+    assert split(responses[2])[0] == b"HTTP/1.1 200 OK"
+    assert split(responses[2])[2] == b""
+    assert lanes(connection)["lane_requests"] == before["lane_requests"] + 3
+
+
+def test_request_arriving_in_pieces_is_answered(connection):
+    path, header, binary, (a, b) = add_sub_case(2, outputs=[binary_output("OUTPUT1")])
+    request = infer_request(path, header, binary)
+    for cut in (10, len(request) - len(binary) - 3, len(request) - 5):
+        connection.sock.sendall(request[:cut])
+        time.sleep(0.05)
+        response = connection.exchange(request[cut:])
+        status, headers, body = split(response)
+        assert status == b"HTTP/1.1 200 OK"
+        json_length = int(headers[b"inference-header-content-length"])
+        values = np.frombuffer(body[json_length:], np.float32).reshape(2, 16)
+        np.testing.assert_array_equal(values, a - b)
+
+
+def test_connection_close_request_is_answered_then_closed(example_server):
+    conn = RawConnection(example_server.host, example_server.http_port)
+    try:
+        path, header, binary, _ = add_sub_case(1, outputs=[binary_output("OUTPUT0")])
+        request = infer_request(path, header, binary)
+        request = request.replace(
+            b"Host: 127.0.0.1\r\n", b"Host: 127.0.0.1\r\nConnection: close\r\n"
+        )
+        response = conn.exchange(request)
+        assert response.startswith(b"HTTP/1.1 200 OK")
+        assert b"\r\nConnection: close\r\n" in response
+        assert conn.sock.recv(1) == b""
+    finally:
+        conn.close()

@@ -148,9 +148,19 @@ cdef extern from "fast_lane.h" namespace "naiad":
         uint64_t queue_ns
         string http
 
+    cdef cppclass FastTaken "naiad::FastLane::Taken":
+        uint32_t lane_model
+        uint64_t request_id
+        uint32_t batch_size
+
     cdef cppclass CFastLane "naiad::FastLane":
         CFastLane(CCore& core)
         uint32_t add_model(FastModel model) except +
+        void add_route(const string& target, uint32_t lane_model) except +
+        void set_accepting(uint32_t lane_model, cbool accepting)
+        uint64_t new_request_id()
+        size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
+                         vector[FastTaken]* taken) except + nogil
         int submit(uint32_t lane_model, uint64_t request_id, const uint8_t* body,
                    size_t body_size, size_t header_size, uint64_t now_ns,
                    uint32_t* batch_size) except + nogil
@@ -391,6 +401,34 @@ cdef class FastLane:
         for name in outputs:
             model.outputs.push_back(name.encode())
         return self._lane.add_model(model)
+
+    def add_route(self, str target, uint32_t lane_model):
+        """Infer requests for URL `target` (as sent) go to `lane_model` in take_http."""
+        self._lane.add_route(target.encode(), lane_model)
+
+    def set_accepting(self, uint32_t lane_model, bint accepting):
+        """A model that is not ready takes nothing through the lane."""
+        self._lane.set_accepting(lane_model, accepting)
+
+    def new_request_id(self):
+        """A request id for the core, unique across the lane and the general path."""
+        return self._lane.new_request_id()
+
+    def take_http(self, bytes data, size_t max_body, uint64_t now_ns):
+        """Takes the complete plain infer requests at the start of received HTTP bytes:
+        (bytes taken, [(lane_model, request_id, batch_size)] in order). The rest of
+        `data` is for the full HTTP parser."""
+        cdef const uint8_t* start = <const uint8_t*>PyBytes_AS_STRING(data)
+        cdef size_t size = PyBytes_GET_SIZE(data)
+        cdef vector[FastTaken] taken
+        cdef size_t consumed
+        with nogil:
+            consumed = self._lane.take_http(start, size, max_body, now_ns, &taken)
+        cdef list out = []
+        cdef size_t i
+        for i in range(taken.size()):
+            out.append((taken[i].lane_model, taken[i].request_id, taken[i].batch_size))
+        return consumed, out
 
     def submit(self, uint32_t lane_model, uint64_t request_id, bytes body,
                size_t header_size, uint64_t now_ns):

@@ -1,12 +1,13 @@
 // Unit tests of the infer fast lane: the JSON pull reader, what the lane takes and
 // what it leaves to the general path, the request block it writes for the worker,
-// and the HTTP responses it builds from a worker's result block.
+// the HTTP responses it builds from a worker's result block, and the HTTP scanner.
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core.h"
 #include "fast_lane.h"
+#include "http_scan.h"
 #include "json_reader.h"
 #include "testing.h"
 
@@ -401,4 +402,99 @@ TEST(fast_lane_queues_and_answers_through_the_core) {
   CHECK(!lane.complete(result, block.size(), {43}, 1500, 4000, &replies, timings));
   lane.forget(43);
   CHECK(lane.in_flight() == 0);
+}
+
+namespace {
+
+std::string http_post(const std::string& target, const std::string& body, size_t header_length,
+                      const std::string& extra_headers = "") {
+  return "POST " + target +
+         " HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: libcurl-agent/1.0\r\n"
+         "Inference-Header-Content-Length: " +
+         std::to_string(header_length) + "\r\nContent-Type: application/octet-stream\r\n" +
+         extra_headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+ScanResult scan(const std::string& data, ScannedRequest* out = nullptr, size_t max_body = 1 << 20) {
+  ScannedRequest request;
+  ScanResult result = scan_request(data.data(), data.size(), max_body, &request);
+  if (out != nullptr) *out = request;
+  return result;
+}
+
+}  // namespace
+
+TEST(http_scan_finds_plain_requests) {
+  std::string request = http_post("/v2/models/add_sub/infer", "0123456789", 4);
+  ScannedRequest out;
+  CHECK(scan(request, &out) == ScanResult::kRequest);
+  CHECK(out.target == "/v2/models/add_sub/infer");
+  CHECK(out.has_header_length && out.header_length == 4);
+  CHECK(out.body_size == 10 && out.total == request.size());
+  CHECK(request.substr(out.body_offset, out.body_size) == "0123456789");
+  // Pipelined: the scan stops at the end of the first request.
+  CHECK(scan(request + request, &out) == ScanResult::kRequest && out.total == request.size());
+  // Header names are case-insensitive; keep-alive may be said.
+  std::string lower = "POST /x HTTP/1.1\r\ncontent-length: 2\r\nCONNECTION: Keep-Alive\r\n\r\nab";
+  CHECK(scan(lower, &out) == ScanResult::kRequest && out.body_size == 2 && !out.has_header_length);
+  // Cut anywhere: not all there yet.
+  for (size_t cut : {size_t{1}, size_t{4}, size_t{30}, request.size() - 11, request.size() - 1}) {
+    CHECK(scan(request.substr(0, cut)) == ScanResult::kIncomplete);
+  }
+}
+
+TEST(http_scan_leaves_everything_else_to_the_parser) {
+  const std::string body = "0123456789";
+  CHECK(scan("GET /v2/health/ready HTTP/1.1\r\n\r\n") == ScanResult::kOther);
+  CHECK(scan("POST /x HTTP/1.0\r\nContent-Length: 0\r\n\r\n") == ScanResult::kOther);
+  CHECK(scan("POST /x HTTP/1.1\r\n\r\n") == ScanResult::kOther);  // no Content-Length
+  for (const char* header :
+       {"Connection: close\r\n", "Transfer-Encoding: chunked\r\n", "Content-Encoding: gzip\r\n",
+        "Expect: 100-continue\r\n", "Upgrade: h2c\r\n", "Content-Length: 10\r\n", " folded\r\n",
+        "Bad Name: x\r\n", "NoColon\r\n", "X: \x01\r\n"}) {
+    CHECK(scan(http_post("/x", body, 4, header)) == ScanResult::kOther);
+  }
+  CHECK(scan("POST /x HTTP/1.1\r\nContent-Length: 1x\r\n\r\n") == ScanResult::kOther);
+  CHECK(scan("POST /x HTTP/1.1\r\nInference-Header-Content-Length: -1\r\nContent-Length: "
+             "1\r\n\r\n1") == ScanResult::kOther);
+  CHECK(scan("POST x HTTP/1.1\r\nContent-Length: 0\r\n\r\n") == ScanResult::kOther);
+  CHECK(scan(http_post("/x", body, 4), nullptr, 9) == ScanResult::kOther);  // over max body
+}
+
+TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
+  Core core(1 << 20, nullptr, false);
+  BatcherConfig config;
+  config.max_batch_size = 8;
+  FastModel model = add_sub_model();
+  model.core_model_id = core.add_model(config);
+  FastLane lane(core);
+  uint32_t lane_model = lane.add_model(model);
+  lane.add_route("/v2/models/add_sub/infer", lane_model);
+
+  Body body = make_body(add_sub_json(), 128);
+  std::string good = http_post("/v2/models/add_sub/infer", body.bytes, body.header_size);
+  std::string unrouted = http_post("/v2/models/other/infer", body.bytes, body.header_size);
+  std::string data = good + good + unrouted + good;
+  std::vector<FastLane::Taken> taken;
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(data.data());
+  size_t consumed = lane.take_http(bytes, data.size(), 1 << 20, 7, &taken);
+  CHECK(consumed == 2 * good.size());
+  CHECK(taken.size() == 2);
+  CHECK(taken[0].lane_model == lane_model && taken[0].batch_size == 1);
+  CHECK(taken[1].request_id == taken[0].request_id + 1);
+  CHECK(core.queued(model.core_model_id) == 2);
+  // Ids stay unique with the general path's.
+  CHECK(lane.new_request_id() == taken[1].request_id + 1);
+
+  // A model that is not ready takes nothing, and an invalid body is left as well.
+  lane.set_accepting(lane_model, false);
+  taken.clear();
+  CHECK(lane.take_http(bytes, good.size(), 1 << 20, 7, &taken) == 0 && taken.empty());
+  lane.set_accepting(lane_model, true);
+  Body short_body = make_body(add_sub_json(), 127);
+  std::string invalid =
+      http_post("/v2/models/add_sub/infer", short_body.bytes, short_body.header_size);
+  CHECK(lane.take_http(reinterpret_cast<const uint8_t*>(invalid.data()), invalid.size(), 1 << 20, 7,
+                       &taken) == 0);
+  CHECK(core.queued(model.core_model_id) == 2);
 }

@@ -115,6 +115,14 @@ class Router:
         # Infer URLs seen -> (model, version), or False for other URLs.
         self._fast_targets: dict[bytes, tuple | bool] = {}
 
+    def take_http(self, data: bytes, max_body: int, new_on_done) -> int:
+        """Hands received bytes to the infer fast lane first: it takes the plain infer
+        requests at the front (ModelManager.take_http_requests). Returns the bytes taken."""
+        take = getattr(self.manager, "take_http_requests", None)
+        if take is None:
+            return 0
+        return take(data, max_body, new_on_done)
+
     def infer_fast(self, url: bytes, headers: dict, body, on_done):
         """Sends a POST through the infer fast lane when it is an infer request the lane
         takes (ModelManager.submit_fast); None leaves it to `dispatch`."""

@@ -8,8 +8,8 @@ with its response or error.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
+import re
 from pathlib import Path
 
 from naiad import _core, arena_format
@@ -29,6 +29,9 @@ from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
 
 log = logging.getLogger("naiad")
+
+# Model names that appear in a URL as they are.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 # pb_utils.TritonError codes -> the error kind the client gets.
 _ERROR_OF_CODE = {
@@ -86,10 +89,10 @@ class ModelManager:
         # Requests queued through the fast lane and through the general path.
         self.lane_requests = 0
         self.general_requests = 0
+        self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self.load_table: list[tuple[str, str, str]] = []  # (model, version, status)
         self._pending: dict[int, _Pending] = {}
-        self._ids = itertools.count(1)
         self._live = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
@@ -119,7 +122,24 @@ class ModelManager:
             if model.ready and (serving is None or model.version > serving.version):
                 self._serving[model.name] = model
         self.load_table.sort()
+        self._add_lane_routes()
         return all(status == READY for _, _, status in self.load_table)
+
+    def _add_lane_routes(self) -> None:
+        """Infer URLs the lane takes in take_http_requests: every version's, and the
+        unversioned one for the version served by default. Names that a URL would
+        carry escaped or split stay with the full parser."""
+        for name, versions in self.models.items():
+            if not _PLAIN_NAME.fullmatch(name):
+                continue
+            for version, model in versions.items():
+                if model.lane_id is not None:
+                    self.lane.add_route(
+                        f"/v2/models/{name}/versions/{version}/infer", model.lane_id
+                    )
+            serving = self._serving.get(name)
+            if serving is not None and serving.lane_id is not None:
+                self.lane.add_route(f"/v2/models/{name}/infer", serving.lane_id)
 
     async def shutdown(self, timeout: float) -> None:
         """Waits for requests in flight (up to `timeout` s), then stops every worker."""
@@ -222,7 +242,7 @@ class ModelManager:
         timeout_us: int = 0,
         shape_key: int = 0,
     ):
-        request_id = next(self._ids)
+        request_id = self.lane.new_request_id()
         future = self._loop.create_future()
         submit_ns = _core.now_ns()
         self._pending[request_id] = _Pending(model, future, request, batch_size, submit_ns)
@@ -249,7 +269,7 @@ class ModelManager:
         Returns None when it does not (the caller takes the general path); otherwise
         `on_done(http_bytes, None)` later gets the complete response, or
         `on_done(None, exc)` an error for a request that never ran."""
-        request_id = next(self._ids)
+        request_id = self.lane.new_request_id()
         submit_ns = _core.now_ns()
         batch_size = self.lane.submit(model.lane_id, request_id, body, header_length, submit_ns)
         if not batch_size:
@@ -259,6 +279,27 @@ class ModelManager:
         self.lane_requests += 1
         self._schedule_flush()
         return pending
+
+    def take_http_requests(self, data: bytes, max_body: int, new_on_done) -> int:
+        """Queues the plain infer requests at the start of received HTTP bytes through
+        the fast lane; returns how many bytes they took (the rest is for the HTTP
+        parser). `new_on_done()` is called once per request taken, in order, for the
+        callback its answer goes to (see submit_fast)."""
+        submit_ns = _core.now_ns()
+        consumed, taken = self.lane.take_http(data, max_body, submit_ns)
+        if taken:
+            models = self._lane_models
+            pendings = self._pending
+            for lane_model, request_id, batch_size in taken:
+                pendings[request_id] = _LanePending(
+                    self, models[lane_model], request_id, batch_size, submit_ns, new_on_done()
+                )
+            self.lane_requests += len(taken)
+            self._schedule_flush()
+        return consumed
+
+    def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
+        self._lane_models[lane_id] = model
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:

@@ -47,6 +47,9 @@ class LoadedModel:
         # with variable dims need the per-request shape key.
         self._shape_inputs = _variable_shape_inputs(config)
         self.lane_id = _add_to_lane(manager.lane, self.model_id, config, self.name, version)
+        if self.lane_id is not None:
+            manager.register_lane_model(self, self.lane_id)
+            manager.lane.set_accepting(self.lane_id, False)  # until READY
         self.instances = self._create_instances()
 
     def _create_instances(self) -> list[Instance]:
@@ -80,17 +83,22 @@ class LoadedModel:
         )
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
-            self.state = UNAVAILABLE
+            self._set_state(UNAVAILABLE)
             self.reason = str(errors[0])
             await asyncio.gather(*(instance.stop() for instance in self.instances))
             return
-        self.state = READY
+        self._set_state(READY)
         self.ready_once = True
 
     async def unload(self, timeout: float) -> None:
-        self.state = UNAVAILABLE
+        self._set_state(UNAVAILABLE)
         self.reason = "unloaded"
         await asyncio.gather(*(instance.stop(timeout) for instance in self.instances))
+
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        if self.lane_id is not None:
+            self.manager.lane.set_accepting(self.lane_id, state == READY)
 
     @property
     def ready(self) -> bool:

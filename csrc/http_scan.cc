@@ -1,0 +1,127 @@
+#include "http_scan.h"
+
+#include <cstring>
+
+namespace naiad {
+
+namespace {
+
+constexpr size_t kMaxHead = 64 * 1024;
+constexpr size_t kMaxDigits = 15;
+
+bool is_token_char(unsigned char c) {
+  if (c >= '0' && c <= '9') return true;
+  if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return true;
+  return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != '\0';
+}
+
+// ASCII case-insensitive equality with a lower-case `word`.
+bool equals_lower(std::string_view text, std::string_view word) {
+  if (text.size() != word.size()) return false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 'A' && c <= 'Z') c = static_cast<unsigned char>(c | 0x20);
+    if (c != static_cast<unsigned char>(word[i])) return false;
+  }
+  return true;
+}
+
+bool parse_digits(std::string_view text, size_t* out) {
+  if (text.empty() || text.size() > kMaxDigits) return false;
+  size_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<size_t>(c - '0');
+  }
+  *out = value;
+  return true;
+}
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+}  // namespace
+
+ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedRequest* out) {
+  // The request line, as far as it has arrived: `POST ` must come first.
+  static constexpr std::string_view kMethod = "POST ";
+  size_t prefix = size < kMethod.size() ? size : kMethod.size();
+  if (std::string_view(data, prefix) != kMethod.substr(0, prefix)) return ScanResult::kOther;
+  const char* head_end = nullptr;
+  size_t limit = size < kMaxHead ? size : kMaxHead;
+  for (size_t i = 3; i < limit; ++i) {
+    if (data[i] == '\n' && data[i - 1] == '\r' && data[i - 2] == '\n' && data[i - 3] == '\r') {
+      head_end = data + i + 1;
+      break;
+    }
+  }
+  if (head_end == nullptr) {
+    return size < kMaxHead ? ScanResult::kIncomplete : ScanResult::kOther;
+  }
+  std::string_view head(data, static_cast<size_t>(head_end - data) - 2);  // ends in one CRLF
+
+  size_t line_end = head.find("\r\n");
+  std::string_view line = head.substr(0, line_end);
+  static constexpr std::string_view kVersion = " HTTP/1.1";
+  if (line.size() <= kMethod.size() + kVersion.size() ||
+      line.substr(line.size() - kVersion.size()) != kVersion) {
+    return ScanResult::kOther;
+  }
+  std::string_view target =
+      line.substr(kMethod.size(), line.size() - kMethod.size() - kVersion.size());
+  if (target.empty() || target[0] != '/') return ScanResult::kOther;
+  for (char c : target) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u >= 0x7F) return ScanResult::kOther;
+  }
+
+  bool has_length = false;
+  size_t length = 0;
+  ScannedRequest request;
+  size_t position = line_end + 2;
+  while (position < head.size()) {
+    size_t end = head.find("\r\n", position);
+    std::string_view header = head.substr(position, end - position);
+    position = end + 2;
+    size_t colon = header.find(':');
+    if (colon == std::string_view::npos || colon == 0) return ScanResult::kOther;
+    std::string_view name = header.substr(0, colon);
+    for (char c : name) {
+      if (!is_token_char(static_cast<unsigned char>(c))) return ScanResult::kOther;
+    }
+    std::string_view value = header.substr(colon + 1);
+    for (char c : value) {
+      unsigned char u = static_cast<unsigned char>(c);
+      if ((u < 0x20 && u != '\t') || u >= 0x7F) return ScanResult::kOther;
+    }
+    value = trim(value);
+    if (equals_lower(name, "content-length")) {
+      if (has_length || !parse_digits(value, &length)) return ScanResult::kOther;
+      has_length = true;
+    } else if (equals_lower(name, "inference-header-content-length")) {
+      if (request.has_header_length || !parse_digits(value, &request.header_length)) {
+        return ScanResult::kOther;
+      }
+      request.has_header_length = true;
+    } else if (equals_lower(name, "connection")) {
+      if (!equals_lower(value, "keep-alive")) return ScanResult::kOther;
+    } else if (equals_lower(name, "transfer-encoding") || equals_lower(name, "content-encoding") ||
+               equals_lower(name, "expect") || equals_lower(name, "upgrade")) {
+      return ScanResult::kOther;
+    }
+  }
+  if (!has_length || length > max_body) return ScanResult::kOther;
+  size_t head_size = static_cast<size_t>(head_end - data);
+  if (size - head_size < length) return ScanResult::kIncomplete;
+  request.target = target;
+  request.body_offset = head_size;
+  request.body_size = length;
+  request.total = head_size + length;
+  *out = request;
+  return ScanResult::kRequest;
+}
+
+}  // namespace naiad

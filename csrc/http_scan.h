@@ -1,0 +1,34 @@
+// Recognises a complete, plain HTTP/1.1 request at the start of a buffer, for the
+// infer fast lane (fast_lane.h): the front end hands received bytes to the lane
+// first, and the lane takes the infer requests it finds there without a Python call
+// per request. Whatever this scanner does not call plain goes to the front end's full
+// HTTP parser (httptools), which also answers malformed input with the right error.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace naiad {
+
+struct ScannedRequest {
+  std::string_view target;  // the request-target, as sent
+  size_t body_offset = 0;   // from the start of the request
+  size_t body_size = 0;
+  bool has_header_length = false;
+  size_t header_length = 0;  // Inference-Header-Content-Length
+  size_t total = 0;          // bytes the request takes, head and body
+};
+
+enum class ScanResult {
+  kRequest,     // `out` describes a complete plain request
+  kIncomplete,  // a plain request may follow but its bytes have not all arrived
+  kOther,       // not for the lane: leave it to the full parser
+};
+
+// A plain request: `POST <target> HTTP/1.1`, well-formed header lines, a single
+// Content-Length of at most `max_body` bytes, and none of the headers that change how
+// the body or connection is handled (Transfer-Encoding, Content-Encoding, Expect,
+// Upgrade, Connection other than keep-alive).
+ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedRequest* out);
+
+}  // namespace naiad
