@@ -36,6 +36,12 @@ cdef extern from "channel.h" namespace "naiad":
         kBatch
         kStop
 
+    cdef struct RequestRecord:
+        uint64_t request_id
+        uint64_t offset
+        uint64_t size
+        uint32_t batch_size
+
     cdef struct BatchMessage:
         uint64_t batch_id
         uint64_t desc_offset
@@ -490,12 +496,20 @@ cdef class WorkerEndpoint:
         del self._endpoint
 
     def next(self):
-        """Blocks, GIL released, for the next message: (is_stop, batch_id, desc_offset, n)."""
+        """Blocks, GIL released, for the next message: (is_stop, batch_id, [offset of each
+        request's block in the arena])."""
         cdef BatchMessage message
         with nogil:
             message = self._endpoint.next()
-        return (message.kind == MessageKind.kStop, message.batch_id, message.desc_offset,
-                message.n_requests)
+        if message.kind == MessageKind.kStop:
+            return True, message.batch_id, []
+        cdef const RequestRecord* records = <const RequestRecord*>(
+            self._endpoint.arena().base() + message.desc_offset)
+        cdef list offsets = []
+        cdef uint32_t i
+        for i in range(message.n_requests):
+            offsets.append(records[i].offset)
+        return False, message.batch_id, offsets
 
     def alloc(self, uint64_t size, uint64_t tag):
         """Offset of a new block in the arena, 0 when there is no room."""

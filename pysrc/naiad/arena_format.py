@@ -11,21 +11,11 @@ from __future__ import annotations
 
 import struct
 
-import numpy as np
 import orjson
 
 ALIGN = 64
 LENGTH = struct.Struct("<I")  # the header length that starts a block
 LENGTH_SIZE = LENGTH.size
-
-# csrc/channel.h RequestRecord
-REQUEST_RECORD = np.dtype(
-    [("request_id", "<u8"), ("offset", "<u8"), ("size", "<u8"), ("batch_size", "<u4"), ("_", "<u4")]
-)
-
-
-def _align(value: int) -> int:
-    return (value + ALIGN - 1) & ~(ALIGN - 1)
 
 
 def build_block(header: dict, sizes: list[int]) -> tuple[bytes, list[int], int]:
@@ -44,10 +34,11 @@ def build_block(header: dict, sizes: list[int]) -> tuple[bytes, list[int], int]:
 def tensor_offsets(prefix_length: int, sizes) -> list[int]:
     """Offsets (from the block start) of consecutive tensors of `sizes`, 64-byte aligned."""
     offsets = []
-    cursor = _align(prefix_length)
+    cursor = prefix_length
     for size in sizes:
+        cursor = (cursor + ALIGN - 1) & -ALIGN
         offsets.append(cursor)
-        cursor = _align(cursor + size)
+        cursor += size
     return offsets
 
 

@@ -116,10 +116,10 @@ def _layout(arena, block: int) -> _Layout:
     return layout
 
 
-def _build_requests(arena, records, model_name: str, model_version: int):
+def _build_requests(arena, blocks: list[int], model_name: str, model_version: int):
     requests = []
     from_server = pb_utils.InferenceRequest._from_server
-    for block in records["offset"].tolist():
+    for block in blocks:
         layout = _layout(arena, block)
         inputs = [
             _input_tensor(arena, block + offset, name, datatype, shape, nbytes)
@@ -186,21 +186,18 @@ class Worker:
 
     def run(self) -> None:
         while True:
-            is_stop, batch_id, desc_offset, count = self.endpoint.next()
+            is_stop, batch_id, blocks = self.endpoint.next()
             if is_stop:
                 return
             try:
-                self._run_batch(batch_id, desc_offset, count)
+                self._run_batch(batch_id, blocks)
             except Exception:
                 traceback.print_exc()
                 self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
 
-    def _run_batch(self, batch_id: int, desc_offset: int, count: int) -> None:
+    def _run_batch(self, batch_id: int, blocks: list[int]) -> None:
         start = _core.now_ns()
-        records = np.frombuffer(
-            self.arena, dtype=arena_format.REQUEST_RECORD, count=count, offset=desc_offset
-        )
-        requests = _build_requests(self.arena, records, self.model_name, self.model_version)
+        requests = _build_requests(self.arena, blocks, self.model_name, self.model_version)
         infer_start = _core.now_ns()
         results = self.backend.execute(requests)
         infer_end = _core.now_ns()
