@@ -25,61 +25,49 @@ int find_index(const Items& items, std::string_view name, Name name_of) {
 }
 
 bool parse_shape(JsonReader& reader, std::vector<int64_t>* shape) {
-  if (!reader.consume('[')) return false;
-  if (reader.consume(']')) return true;
-  do {
+  return reader.array([&] {
     uint64_t dim;
     if (!reader.uint(&dim) || shape->size() >= kMaxRank) return false;
     shape->push_back(static_cast<int64_t>(dim));
-  } while (reader.consume(','));
-  return reader.consume(']');
+    return true;
+  });
+}
+
+// Reads the value of a member that may appear once; `seen` says it already did.
+template <typename Read>
+bool once(bool* seen, Read&& read) {
+  if (*seen || !read()) return false;
+  *seen = true;
+  return true;
 }
 
 // {"binary_data_size": N}; anything else in an input's parameters (shared memory,
 // unknown keys) is for the general path.
 bool parse_input_parameters(JsonReader& reader, uint64_t* binary_size) {
   bool seen = false;
-  if (!reader.consume('{')) return false;
-  if (reader.consume('}')) return false;
-  do {
-    std::string_view key;
-    if (!reader.plain_string(&key) || !reader.consume(':')) return false;
-    if (key != "binary_data_size" || seen || !reader.uint(binary_size)) return false;
-    seen = true;
-  } while (reader.consume(','));
-  return reader.consume('}') && seen;
+  bool ok = reader.object([&](std::string_view key) {
+    return key == "binary_data_size" && once(&seen, [&] { return reader.uint(binary_size); });
+  });
+  return ok && seen;
 }
 
 bool parse_input(const FastModel& model, JsonReader& reader, FastInputRef* ref,
                  uint64_t* binary_size) {
   bool has_name = false, has_datatype = false, has_shape = false, has_size = false;
   std::string_view name;
-  if (!reader.consume('{')) return false;
-  if (reader.consume('}')) return false;
-  do {
-    std::string_view key;
-    if (!reader.plain_string(&key) || !reader.consume(':')) return false;
-    if (key == "name") {
-      if (has_name || !reader.plain_string(&name)) return false;
-      has_name = true;
-    } else if (key == "datatype") {
-      if (has_datatype || !reader.plain_string(&ref->datatype)) return false;
-      has_datatype = true;
-    } else if (key == "shape") {
-      if (has_shape || !parse_shape(reader, &ref->shape)) return false;
-      has_shape = true;
-    } else if (key == "parameters") {
-      if (has_size || !parse_input_parameters(reader, binary_size)) return false;
-      has_size = true;
-    } else if (key == "data") {
-      return false;  // JSON tensor data: the general path converts it
-    } else if (!reader.skip_value()) {
-      return false;
+  bool ok = reader.object([&](std::string_view key) {
+    if (key == "name") return once(&has_name, [&] { return reader.plain_string(&name); });
+    if (key == "datatype") {
+      return once(&has_datatype, [&] { return reader.plain_string(&ref->datatype); });
     }
-  } while (reader.consume(','));
-  if (!reader.consume('}') || !has_name || !has_datatype || !has_shape || !has_size) {
-    return false;
-  }
+    if (key == "shape") return once(&has_shape, [&] { return parse_shape(reader, &ref->shape); });
+    if (key == "parameters") {
+      return once(&has_size, [&] { return parse_input_parameters(reader, binary_size); });
+    }
+    if (key == "data") return false;  // JSON tensor data: the general path converts it
+    return reader.skip_value();
+  });
+  if (!ok || !has_name || !has_datatype || !has_shape || !has_size) return false;
   int spec = find_index(model.inputs, name,
                         [](const FastInput& input) -> std::string_view { return input.name; });
   if (spec < 0) return false;
@@ -89,9 +77,7 @@ bool parse_input(const FastModel& model, JsonReader& reader, FastInputRef* ref,
 
 bool parse_inputs(const FastModel& model, JsonReader& reader, uint64_t* data_offset,
                   size_t body_size, FastRequest* out) {
-  if (!reader.consume('[')) return false;
-  if (reader.consume(']')) return false;
-  do {
+  bool ok = reader.array([&] {
     FastInputRef ref;
     uint64_t binary_size = 0;
     if (!parse_input(model, reader, &ref, &binary_size)) return false;
@@ -100,40 +86,27 @@ bool parse_inputs(const FastModel& model, JsonReader& reader, uint64_t* data_off
     ref.size = binary_size;
     *data_offset += binary_size;
     out->inputs.push_back(std::move(ref));
-  } while (reader.consume(','));
-  return reader.consume(']');
+    return true;
+  });
+  return ok && !out->inputs.empty();
 }
 
 // {"name": ..., "parameters": {"binary_data": true}}: only binary outputs, since the
 // lane writes no JSON tensor data.
 bool parse_output(const FastModel& model, JsonReader& reader, uint32_t* index) {
-  bool has_name = false, binary = false, has_parameters = false;
+  bool has_name = false, has_parameters = false, has_binary = false, binary = false;
   std::string_view name;
-  if (!reader.consume('{')) return false;
-  if (reader.consume('}')) return false;
-  do {
-    std::string_view key;
-    if (!reader.plain_string(&key) || !reader.consume(':')) return false;
-    if (key == "name") {
-      if (has_name || !reader.plain_string(&name)) return false;
-      has_name = true;
-    } else if (key == "parameters") {
-      if (has_parameters || !reader.consume('{')) return false;
-      has_parameters = true;
-      bool seen = false;
-      if (reader.consume('}')) return false;
-      do {
-        std::string_view parameter;
-        if (!reader.plain_string(&parameter) || !reader.consume(':')) return false;
-        if (parameter != "binary_data" || seen || !reader.boolean(&binary)) return false;
-        seen = true;
-      } while (reader.consume(','));
-      if (!reader.consume('}')) return false;
-    } else if (!reader.skip_value()) {
-      return false;
-    }
-  } while (reader.consume(','));
-  if (!reader.consume('}') || !has_name || !binary) return false;
+  auto parameters = [&] {
+    return reader.object([&](std::string_view key) {
+      return key == "binary_data" && once(&has_binary, [&] { return reader.boolean(&binary); });
+    });
+  };
+  bool ok = reader.object([&](std::string_view key) {
+    if (key == "name") return once(&has_name, [&] { return reader.plain_string(&name); });
+    if (key == "parameters") return once(&has_parameters, parameters);
+    return reader.skip_value();
+  });
+  if (!ok || !has_name || !binary) return false;
   int found = find_index(model.outputs, name,
                          [](const std::string& output) -> std::string_view { return output; });
   if (found < 0) return false;
@@ -142,18 +115,17 @@ bool parse_output(const FastModel& model, JsonReader& reader, uint32_t* index) {
 }
 
 bool parse_outputs(const FastModel& model, JsonReader& reader, FastRequest* out) {
-  if (!reader.consume('[')) return false;
-  if (reader.consume(']')) return true;  // an empty list asks for every output
-  out->outputs_listed = true;
-  do {
+  // An empty list asks for every output, as no list does.
+  return reader.array([&] {
     uint32_t index;
     if (!parse_output(model, reader, &index)) return false;
     for (uint32_t seen : out->outputs) {
       if (seen == index) return false;
     }
+    out->outputs_listed = true;
     out->outputs.push_back(index);
-  } while (reader.consume(','));
-  return reader.consume(']');
+    return true;
+  });
 }
 
 // Request parameters: only {"binary_data_output": bool}. `priority`, `timeout` and
@@ -162,17 +134,12 @@ bool parse_parameters(JsonReader& reader, FastRequest* out, bool* binary_output)
   const char* start = nullptr;
   JsonReader probe = reader;
   if (!probe.skip_value(&start)) return false;
-  if (!reader.consume('{')) return false;
-  if (!reader.consume('}')) {
-    bool seen = false;
-    do {
-      std::string_view key;
-      if (!reader.plain_string(&key) || !reader.consume(':')) return false;
-      if (key != "binary_data_output" || seen || !reader.boolean(binary_output)) return false;
-      seen = true;
-    } while (reader.consume(','));
-    if (!reader.consume('}')) return false;
-  }
+  bool seen = false;
+  bool ok = reader.object([&](std::string_view key) {
+    return key == "binary_data_output" &&
+           once(&seen, [&] { return reader.boolean(binary_output); });
+  });
+  if (!ok) return false;
   out->parameters = std::string_view(start, static_cast<size_t>(reader.position() - start));
   return true;
 }
@@ -299,47 +266,40 @@ int status_of_code(int64_t code) {
   }
 }
 
+bool parse_result_output(JsonReader& reader, ResultBlock* out) {
+  // [name, datatype, shape, nbytes]
+  ResultOutput output;
+  const char* shape_start = nullptr;
+  if (!reader.consume('[') || !reader.raw_string(&output.name) || !reader.consume(',') ||
+      !reader.raw_string(&output.datatype) || !reader.consume(',') ||
+      !reader.skip_value(&shape_start) || *shape_start != '[') {
+    return false;
+  }
+  output.shape =
+      std::string_view(shape_start, static_cast<size_t>(reader.position() - shape_start));
+  if (!reader.consume(',') || !reader.uint(&output.size) || !reader.consume(']')) return false;
+  out->outputs.push_back(output);
+  return true;
+}
+
 bool parse_outcome(JsonReader& reader, ResultBlock* out) {
   ResultOutcome outcome;
   outcome.first_output = out->outputs.size();
-  if (!reader.consume('{')) return false;
-  if (!reader.consume('}')) {
-    do {
-      std::string_view key;
-      if (!reader.plain_string(&key) || !reader.consume(':')) return false;
-      if (key == "outputs") {
-        if (!reader.consume('[')) return false;
-        if (!reader.consume(']')) {
-          do {
-            ResultOutput output;
-            const char* shape_start = nullptr;
-            if (!reader.consume('[') || !reader.raw_string(&output.name) || !reader.consume(',') ||
-                !reader.raw_string(&output.datatype) || !reader.consume(',') ||
-                !reader.skip_value(&shape_start) || *shape_start != '[') {
-              return false;
-            }
-            output.shape =
-                std::string_view(shape_start, static_cast<size_t>(reader.position() - shape_start));
-            if (!reader.consume(',') || !reader.uint(&output.size) || !reader.consume(']')) {
-              return false;
-            }
-            out->outputs.push_back(output);
-          } while (reader.consume(','));
-          if (!reader.consume(']')) return false;
-        }
-      } else if (key == "error") {
-        if (!reader.raw_string(&outcome.message)) return false;
-        outcome.error = true;
-      } else if (key == "code") {
-        uint64_t code;
-        if (!reader.uint(&code)) return false;
-        outcome.code = static_cast<int64_t>(code);
-      } else if (!reader.skip_value()) {
-        return false;
-      }
-    } while (reader.consume(','));
-    if (!reader.consume('}')) return false;
-  }
+  bool ok = reader.object([&](std::string_view key) {
+    if (key == "outputs") return reader.array([&] { return parse_result_output(reader, out); });
+    if (key == "error") {
+      outcome.error = true;
+      return reader.raw_string(&outcome.message);
+    }
+    if (key == "code") {
+      uint64_t code;
+      if (!reader.uint(&code)) return false;
+      outcome.code = static_cast<int64_t>(code);
+      return true;
+    }
+    return reader.skip_value();
+  });
+  if (!ok) return false;
   outcome.output_count = out->outputs.size() - outcome.first_output;
   out->outcomes.push_back(outcome);
   return true;
@@ -367,29 +327,21 @@ bool parse_fast_request(const FastModel& model, const uint8_t* body, size_t body
   bool has_id = false, has_inputs = false, has_outputs = false, has_parameters = false;
   bool binary_output = false;
   uint64_t data_offset = header_size;
-  if (!reader.consume('{')) return false;
-  if (!reader.consume('}')) {
-    do {
-      std::string_view key;
-      if (!reader.plain_string(&key) || !reader.consume(':')) return false;
-      if (key == "id") {
-        if (has_id || !reader.plain_string(&out->id)) return false;
-        has_id = true;
-      } else if (key == "inputs") {
-        if (has_inputs || !parse_inputs(model, reader, &data_offset, body_size, out)) return false;
-        has_inputs = true;
-      } else if (key == "outputs") {
-        if (has_outputs || !parse_outputs(model, reader, out)) return false;
-        has_outputs = true;
-      } else if (key == "parameters") {
-        if (has_parameters || !parse_parameters(reader, out, &binary_output)) return false;
-        has_parameters = true;
-      } else if (!reader.skip_value()) {
-        return false;
-      }
-    } while (reader.consume(','));
-    if (!reader.consume('}')) return false;
-  }
+  bool ok = reader.object([&](std::string_view key) {
+    if (key == "id") return once(&has_id, [&] { return reader.plain_string(&out->id); });
+    if (key == "inputs") {
+      return once(&has_inputs,
+                  [&] { return parse_inputs(model, reader, &data_offset, body_size, out); });
+    }
+    if (key == "outputs") {
+      return once(&has_outputs, [&] { return parse_outputs(model, reader, out); });
+    }
+    if (key == "parameters") {
+      return once(&has_parameters, [&] { return parse_parameters(reader, out, &binary_output); });
+    }
+    return reader.skip_value();
+  });
+  if (!ok) return false;
   if (!reader.at_end() || !has_inputs || data_offset != body_size) return false;
   // Every output goes back as binary data, or the general path writes JSON data.
   if (!out->outputs_listed && !binary_output) return false;
@@ -463,32 +415,18 @@ bool parse_result_block(const uint8_t* block, uint64_t block_size, ResultBlock* 
   if (length > block_size - 4) return false;
   JsonReader reader(reinterpret_cast<const char*>(block + 4), length);
   bool has_timings = false;
-  if (!reader.consume('{')) return false;
-  if (!reader.consume('}')) {
-    do {
-      std::string_view key;
-      if (!reader.plain_string(&key) || !reader.consume(':')) return false;
-      if (key == "responses") {
-        if (!reader.consume('[')) return false;
-        if (!reader.consume(']')) {
-          do {
-            if (!parse_outcome(reader, out)) return false;
-          } while (reader.consume(','));
-          if (!reader.consume(']')) return false;
-        }
-      } else if (key == "timings") {
-        if (!reader.consume('[')) return false;
-        for (int i = 0; i < 4; ++i) {
-          if ((i && !reader.consume(',')) || !reader.uint(&out->timings[i])) return false;
-        }
-        if (!reader.consume(']')) return false;
-        has_timings = true;
-      } else if (!reader.skip_value()) {
-        return false;
-      }
-    } while (reader.consume(','));
-    if (!reader.consume('}')) return false;
-  }
+  bool ok = reader.object([&](std::string_view key) {
+    if (key == "responses") return reader.array([&] { return parse_outcome(reader, out); });
+    if (key == "timings") {
+      size_t count = 0;
+      return once(&has_timings, [&] {
+        return reader.array([&] { return count < 4 && reader.uint(&out->timings[count++]); }) &&
+               count == 4;
+      });
+    }
+    return reader.skip_value();
+  });
+  if (!ok) return false;
   if (!reader.at_end() || !has_timings) return false;
   uint64_t cursor = align_up(4 + uint64_t{length});
   for (ResultOutput& output : out->outputs) {

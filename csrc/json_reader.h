@@ -32,6 +32,30 @@ class JsonReader {
   bool skip_value(const char** start = nullptr);
   // Only whitespace is left.
   bool at_end();
+
+  // Walks an object whose keys are plain strings: `on_member(key)` reads each value.
+  // False if the object is malformed or `on_member` returns false.
+  template <typename OnMember>
+  bool object(OnMember&& on_member) {
+    if (!consume('{')) return false;
+    if (consume('}')) return true;
+    do {
+      std::string_view key;
+      if (!plain_string(&key) || !consume(':') || !on_member(key)) return false;
+    } while (consume(','));
+    return consume('}');
+  }
+
+  // Walks an array: `on_item()` reads each item.
+  template <typename OnItem>
+  bool array(OnItem&& on_item) {
+    if (!consume('[')) return false;
+    if (consume(']')) return true;
+    do {
+      if (!on_item()) return false;
+    } while (consume(','));
+    return consume(']');
+  }
   const char* position() const { return p_; }
 
   static constexpr int kMaxDepth = 64;

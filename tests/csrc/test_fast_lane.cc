@@ -73,6 +73,11 @@ bool takes(const FastModel& model, const Body& body, FastRequest* out = nullptr)
   return taken;
 }
 
+// `text` with the first `from` replaced by `to`.
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  return text.replace(text.find(from), from.size(), to);
+}
+
 bool takes_json(const std::string& json, size_t binary = 128) {
   return takes(add_sub_model(), make_body(json, binary));
 }
@@ -170,9 +175,7 @@ TEST(lane_leaves_other_requests_to_the_general_path) {
   CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"priority\":1}")));
   CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"binary_data_output\":true,\"x\":1}")));
   // An id with an escape: the general path decodes it.
-  std::string escaped_id = add_sub_json();
-  escaped_id.replace(escaped_id.find("\"id\":\"\""), 7, "\"id\":\"a\\nb\"");
-  CHECK(!takes_json(escaped_id));
+  CHECK(!takes_json(replaced(add_sub_json(), "\"id\":\"\"", "\"id\":\"a\\nb\"")));
   // Raw binary (header size 0) and a truncated header.
   CHECK(!takes(add_sub_model(), Body{std::string(128, 'x'), 0}));
   std::string cut = add_sub_json();
@@ -184,23 +187,13 @@ TEST(lane_leaves_invalid_requests_to_the_validator) {
   CHECK(!takes_json(add_sub_json(), 127));       // one byte short
   CHECK(!takes_json(add_sub_json(), 129));       // one byte extra
   CHECK(!takes_json(add_sub_json(9), 9 * 128));  // batch over max_batch_size
-  std::string bad_type = add_sub_json();
-  bad_type.replace(bad_type.find("FP32"), 4, "INT32");
-  CHECK(!takes_json(bad_type));
-  std::string bad_shape = add_sub_json();
-  bad_shape.replace(bad_shape.find("[1,16]"), 6, "[1,15]");
-  CHECK(!takes_json(bad_shape));
-  std::string unknown_input = add_sub_json();
-  unknown_input.replace(unknown_input.find("INPUT1"), 6, "INPUT9");
-  CHECK(!takes_json(unknown_input));
-  std::string duplicate = add_sub_json();
-  duplicate.replace(duplicate.find("INPUT1"), 6, "INPUT0");
-  CHECK(!takes_json(duplicate));
+  CHECK(!takes_json(replaced(add_sub_json(), "FP32", "INT32")));
+  CHECK(!takes_json(replaced(add_sub_json(), "[1,16]", "[1,15]")));
+  CHECK(!takes_json(replaced(add_sub_json(), "INPUT1", "INPUT9")));
+  CHECK(!takes_json(replaced(add_sub_json(), "INPUT1", "INPUT0")));
   std::string missing = "{\"inputs\":[" + input_json("INPUT0", 1) + "]," + kOutputs + "}";
   CHECK(!takes_json(missing, 64));
-  std::string unknown_output = add_sub_json();
-  unknown_output.replace(unknown_output.find("OUTPUT1"), 7, "OUTPUT7");
-  CHECK(!takes_json(unknown_output));
+  CHECK(!takes_json(replaced(add_sub_json(), "OUTPUT1", "OUTPUT7")));
   std::string mixed_batch = "{\"inputs\":[" + input_json("INPUT0", 1) + "," +
                             input_json("INPUT1", 2) + "]," + kOutputs + "}";
   CHECK(!takes_json(mixed_batch, 192));
@@ -358,28 +351,41 @@ TEST(result_block_rejects_damage) {
                             &untimed));
 }
 
+namespace {
+
+// A core without a timer thread, with add_sub registered in the core and the lane.
+struct LaneFixture {
+  LaneFixture() : core(1 << 20, nullptr, false), lane(core) {
+    BatcherConfig config;
+    config.max_batch_size = 8;
+    model = add_sub_model();
+    model.core_model_id = core.add_model(config);
+    lane_model = lane.add_model(model);
+  }
+  Core core;
+  FastLane lane;
+  FastModel model;
+  uint32_t lane_model = 0;
+};
+
+}  // namespace
+
 TEST(fast_lane_queues_and_answers_through_the_core) {
-  Core core(1 << 20, nullptr, false);
-  BatcherConfig config;
-  config.max_batch_size = 8;
-  FastModel model = add_sub_model();
-  model.core_model_id = core.add_model(config);
-  FastLane lane(core);
-  uint32_t lane_model = lane.add_model(model);
+  LaneFixture f;
 
   Body body = make_body(add_sub_json(2), 256);
   uint32_t batch_size = 0;
   const uint8_t* data = reinterpret_cast<const uint8_t*>(body.bytes.data());
-  CHECK(lane.submit(lane_model, 41, data, body.bytes.size(), body.header_size, 1000, &batch_size) ==
-        static_cast<int>(SubmitResult::kOk));
+  CHECK(f.lane.submit(f.lane_model, 41, data, body.bytes.size(), body.header_size, 1000,
+                      &batch_size) == static_cast<int>(SubmitResult::kOk));
   CHECK(batch_size == 2);
-  CHECK(core.queued(model.core_model_id) == 1);
-  CHECK(lane.owns(41));
+  CHECK(f.core.queued(f.model.core_model_id) == 1);
+  CHECK(f.lane.owns(41));
   Body bad = make_body(add_sub_json(2), 255);
-  CHECK(lane.submit(lane_model, 42, reinterpret_cast<const uint8_t*>(bad.bytes.data()),
-                    bad.bytes.size(), bad.header_size, 1000, &batch_size) == FastLane::kFallback);
-  CHECK(!lane.owns(42));
-  CHECK(core.queued(model.core_model_id) == 1);
+  CHECK(f.lane.submit(f.lane_model, 42, reinterpret_cast<const uint8_t*>(bad.bytes.data()),
+                      bad.bytes.size(), bad.header_size, 1000, &batch_size) == FastLane::kFallback);
+  CHECK(!f.lane.owns(42));
+  CHECK(f.core.queued(f.model.core_model_id) == 1);
 
   std::string header =
       "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2],16]]},{\"outputs\":[]}],"
@@ -388,20 +394,20 @@ TEST(fast_lane_queues_and_answers_through_the_core) {
   std::vector<FastLane::Reply> replies;
   uint64_t timings[4];
   const uint8_t* result = reinterpret_cast<const uint8_t*>(block.data());
-  CHECK(lane.complete(result, block.size(), {41, 99}, 1500, 4000, &replies, timings));
+  CHECK(f.lane.complete(result, block.size(), {41, 99}, 1500, 4000, &replies, timings));
   CHECK(replies.size() == 1);  // request 99 is not the lane's
   CHECK(replies[0].request_id == 41 && replies[0].ok && replies[0].batch_size == 2);
   CHECK(replies[0].request_ns == 3000 && replies[0].queue_ns == 500);
   CHECK(replies[0].http.substr(replies[0].http.size() - 16) == "0123456789abcdef");
   CHECK(timings[2] == 3);
-  CHECK(!lane.owns(41) && lane.in_flight() == 0);
+  CHECK(!f.lane.owns(41) && f.lane.in_flight() == 0);
   // A block whose outcome count does not match the batch is not read.
-  CHECK(lane.submit(lane_model, 43, data, body.bytes.size(), body.header_size, 1000, &batch_size) ==
-        0);
+  CHECK(f.lane.submit(f.lane_model, 43, data, body.bytes.size(), body.header_size, 1000,
+                      &batch_size) == 0);
   replies.clear();
-  CHECK(!lane.complete(result, block.size(), {43}, 1500, 4000, &replies, timings));
-  lane.forget(43);
-  CHECK(lane.in_flight() == 0);
+  CHECK(!f.lane.complete(result, block.size(), {43}, 1500, 4000, &replies, timings));
+  f.lane.forget(43);
+  CHECK(f.lane.in_flight() == 0);
 }
 
 namespace {
@@ -462,14 +468,8 @@ TEST(http_scan_leaves_everything_else_to_the_parser) {
 }
 
 TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
-  Core core(1 << 20, nullptr, false);
-  BatcherConfig config;
-  config.max_batch_size = 8;
-  FastModel model = add_sub_model();
-  model.core_model_id = core.add_model(config);
-  FastLane lane(core);
-  uint32_t lane_model = lane.add_model(model);
-  lane.add_route("/v2/models/add_sub/infer", lane_model);
+  LaneFixture f;
+  f.lane.add_route("/v2/models/add_sub/infer", f.lane_model);
 
   Body body = make_body(add_sub_json(), 128);
   std::string good = http_post("/v2/models/add_sub/infer", body.bytes, body.header_size);
@@ -477,24 +477,24 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
   std::string data = good + good + unrouted + good;
   std::vector<FastLane::Taken> taken;
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(data.data());
-  size_t consumed = lane.take_http(bytes, data.size(), 1 << 20, 7, &taken);
+  size_t consumed = f.lane.take_http(bytes, data.size(), 1 << 20, 7, &taken);
   CHECK(consumed == 2 * good.size());
   CHECK(taken.size() == 2);
-  CHECK(taken[0].lane_model == lane_model && taken[0].batch_size == 1);
+  CHECK(taken[0].lane_model == f.lane_model && taken[0].batch_size == 1);
   CHECK(taken[1].request_id == taken[0].request_id + 1);
-  CHECK(core.queued(model.core_model_id) == 2);
+  CHECK(f.core.queued(f.model.core_model_id) == 2);
   // Ids stay unique with the general path's.
-  CHECK(lane.new_request_id() == taken[1].request_id + 1);
+  CHECK(f.lane.new_request_id() == taken[1].request_id + 1);
 
   // A model that is not ready takes nothing, and an invalid body is left as well.
-  lane.set_accepting(lane_model, false);
+  f.lane.set_accepting(f.lane_model, false);
   taken.clear();
-  CHECK(lane.take_http(bytes, good.size(), 1 << 20, 7, &taken) == 0 && taken.empty());
-  lane.set_accepting(lane_model, true);
+  CHECK(f.lane.take_http(bytes, good.size(), 1 << 20, 7, &taken) == 0 && taken.empty());
+  f.lane.set_accepting(f.lane_model, true);
   Body short_body = make_body(add_sub_json(), 127);
   std::string invalid =
       http_post("/v2/models/add_sub/infer", short_body.bytes, short_body.header_size);
-  CHECK(lane.take_http(reinterpret_cast<const uint8_t*>(invalid.data()), invalid.size(), 1 << 20, 7,
-                       &taken) == 0);
-  CHECK(core.queued(model.core_model_id) == 2);
+  CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(invalid.data()), invalid.size(), 1 << 20,
+                         7, &taken) == 0);
+  CHECK(f.core.queued(f.model.core_model_id) == 2);
 }
