@@ -32,12 +32,12 @@ serve: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/clang-format --dry-run --Werror csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h
+	$(VENV)/bin/clang-format --dry-run --Werror csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h perf/*.cc
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
-	$(VENV)/bin/clang-format -i csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h
+	$(VENV)/bin/clang-format -i csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h perf/*.cc
 
 build/test_core: $(CORE_TEST_DEPS)
 	mkdir -p build
@@ -91,7 +91,14 @@ build/core_bench: $(wildcard csrc/*.cc csrc/*.h) perf/core_bench.cc
 	mkdir -p build
 	$(CXX) -std=c++17 -O2 -pthread -Icsrc csrc/*.cc perf/core_bench.cc -o $@
 
-bench-core: build/core_bench
+# The infer fast lane's C++ cost per request, HTTP bytes in to HTTP bytes out.
+build/lane_bench: $(wildcard csrc/*.cc csrc/*.h) perf/lane_bench.cc
+	mkdir -p build
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc csrc/*.cc perf/lane_bench.cc -o $@
+
+bench-core: build/core_bench build/lane_bench
 	build/core_bench 1
 	build/core_bench 8
 	build/core_bench 32
+	build/lane_bench 1
+	build/lane_bench 8

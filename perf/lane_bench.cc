@@ -1,0 +1,127 @@
+// The infer fast lane's own cost per request, single thread, for add_sub as
+// perf_analyzer sends it: received HTTP bytes -> scanned, parsed, validated, laid out
+// and queued (FastLane::take_http) -> batch -> a worker's result block -> the HTTP
+// response bytes (FastLane::complete). No socket, wake-up or Python is counted: this
+// is the C++ work the front end does per request instead of Python. Run: make bench-core.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core.h"
+#include "fast_lane.h"
+#include "worker_endpoint.h"
+
+using namespace naiad;
+
+namespace {
+
+FastModel add_sub() {
+  FastModel model;
+  model.name = "add_sub";
+  model.version = "1";
+  model.max_batch_size = 64;
+  for (const char* name : {"INPUT0", "INPUT1"}) {
+    FastInput input;
+    input.name = name;
+    input.datatype = "FP32";
+    input.dims = {16};
+    input.element_size = 4;
+    model.inputs.push_back(input);
+  }
+  model.outputs = {"OUTPUT0", "OUTPUT1"};
+  return model;
+}
+
+std::string perf_analyzer_request() {
+  std::string header =
+      "{\"id\":\"\",\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,16],"
+      "\"parameters\":{\"binary_data_size\":64}},{\"name\":\"INPUT1\",\"datatype\":\"FP32\","
+      "\"shape\":[1,16],\"parameters\":{\"binary_data_size\":64}}],\"outputs\":[{\"name\":"
+      "\"OUTPUT0\",\"parameters\":{\"binary_data\":true}},{\"name\":\"OUTPUT1\",\"parameters\":"
+      "{\"binary_data\":true}}]}";
+  std::string body = header + std::string(128, '\x01');
+  return "POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n"
+         "User-Agent: libcurl-agent/1.0\r\nAccept: */*\r\nInference-Header-Content-Length: " +
+         std::to_string(header.size()) +
+         "\r\nContent-Type: application/octet-stream\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// The result block a worker writes for `batch` add_sub requests.
+std::string result_block(uint32_t batch) {
+  std::string header = "{\"responses\":[";
+  for (uint32_t i = 0; i < batch; ++i) {
+    if (i) header += ',';
+    header += "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,16],64],[\"OUTPUT1\",\"FP32\",[1,16],64]]}";
+  }
+  header += "],\"timings\":[1,2,3,4]}";
+  std::string block;
+  uint32_t length = static_cast<uint32_t>(header.size());
+  block.append(reinterpret_cast<const char*>(&length), 4);
+  block += header;
+  for (uint32_t i = 0; i < 2 * batch; ++i) {
+    block.resize((block.size() + 63) / 64 * 64, '\0');
+    block += std::string(64, '\x02');
+  }
+  return block;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const uint32_t batch = argc > 1 ? static_cast<uint32_t>(std::stoul(argv[1])) : 8;
+  const int rounds = argc > 2 ? std::stoi(argv[2]) : 20000;
+  BatcherConfig config;
+  config.dynamic_batching = true;
+  config.max_batch_size = batch;
+  Core core(1 << 28, nullptr, false);
+  FastModel model = add_sub();
+  model.core_model_id = core.add_model(config);
+  uint32_t instance = core.add_instance(model.core_model_id);
+  InstanceEndpoint ep = core.endpoint(instance);
+  WorkerEndpoint worker(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
+                        dup(core.notify_fd()));
+  core.instance_up(instance);
+  FastLane lane(core);
+  lane.add_route("/v2/models/add_sub/infer", lane.add_model(model));
+
+  std::string received;
+  for (uint32_t i = 0; i < batch; ++i) received += perf_analyzer_request();
+  const std::string result = result_block(batch);
+  std::vector<FastLane::Taken> taken;
+  std::vector<FastLane::Reply> replies;
+  uint64_t timings[4];
+  size_t answered = 0;
+  size_t response_bytes = 0;
+  auto start = std::chrono::steady_clock::now();
+  for (int round = 0; round < rounds; ++round) {
+    taken.clear();
+    lane.take_http(reinterpret_cast<const uint8_t*>(received.data()), received.size(), 1 << 20,
+                   monotonic_ns(), &taken);
+    core.flush();
+    BatchMessage message = worker.next();
+    uint64_t offset = worker.arena().alloc(result.size(), message.batch_id);
+    std::memcpy(worker.arena().base() + offset, result.data(), result.size());
+    worker.complete(message.batch_id, offset, result.size(), kCompletionOk);
+    for (Completion& done : core.poll()) {
+      replies.clear();
+      lane.complete(core.arena().base() + done.result_offset, done.result_size, done.request_ids,
+                    done.dispatch_ns, monotonic_ns(), &replies, timings);
+      for (const FastLane::Reply& reply : replies) response_bytes += reply.http.size();
+      answered += replies.size();
+      core.arena().free(done.result_offset);
+    }
+  }
+  double ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+  std::printf(
+      "fast lane, batch %u: %.3f us per request, HTTP bytes in to HTTP bytes out (%zu "
+      "requests, %zu response bytes each)\n",
+      batch, ns / 1000.0 / static_cast<double>(answered), answered,
+      answered ? response_bytes / answered : 0);
+  return answered == static_cast<size_t>(rounds) * batch ? 0 : 1;
+}
