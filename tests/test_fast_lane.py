@@ -322,3 +322,62 @@ def test_connection_close_request_is_answered_then_closed(example_server):
         assert conn.sock.recv(1) == b""
     finally:
         conn.close()
+
+
+def test_damaged_requests_leave_the_server_serving(example_server):
+    """Randomly damaged infer requests: each gets an answer or a closed connection, and
+    afterwards the server serves as before with nothing left in flight."""
+    path, header, binary, (a, b) = add_sub_case(1, outputs=[binary_output("OUTPUT0")])
+    request = infer_request(path, header, binary)
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        damaged = bytearray(request)
+        for _ in range(int(rng.integers(1, 4))):
+            at = int(rng.integers(0, len(damaged)))
+            choice = int(rng.integers(0, 3))
+            if choice == 0:
+                damaged[at] = int(rng.integers(0, 256))
+            elif choice == 1:
+                del damaged[at : at + int(rng.integers(1, 8))]
+            else:
+                damaged.insert(at, int(rng.integers(0, 256)))
+        with socket.create_connection(
+            (example_server.host, example_server.http_port), timeout=TIMEOUT
+        ) as sock:
+            sock.sendall(bytes(damaged))
+            sock.shutdown(socket.SHUT_WR)
+            while sock.recv(65536):
+                pass
+    conn = RawConnection(example_server.host, example_server.http_port)
+    try:
+        status, headers, body = split(conn.exchange(request))
+        assert status == b"HTTP/1.1 200 OK"
+        json_length = int(headers[b"inference-header-content-length"])
+        np.testing.assert_array_equal(np.frombuffer(body[json_length:], np.float32), (a + b)[0])
+        deadline = time.monotonic() + 10
+        while lanes(conn)["lane_in_flight"]:
+            assert time.monotonic() < deadline, "lane requests stayed in flight"
+            time.sleep(0.05)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["lane", "general"])
+def test_requests_sent_before_a_half_close_are_answered(example_server, general):
+    path, header, binary, (a, b) = add_sub_case(1, outputs=[binary_output("OUTPUT1")])
+    request = infer_request(path, header, binary, general=general)
+    with socket.create_connection(
+        (example_server.host, example_server.http_port), timeout=TIMEOUT
+    ) as sock:
+        sock.sendall(request + request)
+        sock.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    responses = received.split(b"HTTP/1.1 ")[1:]
+    assert len(responses) == 2
+    for response in responses:
+        status, headers, body = split(b"HTTP/1.1 " + response)
+        assert status == b"HTTP/1.1 200 OK"
+        json_length = int(headers[b"inference-header-content-length"])
+        np.testing.assert_array_equal(np.frombuffer(body[json_length:], np.float32), (a - b)[0])

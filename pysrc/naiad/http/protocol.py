@@ -95,6 +95,7 @@ class HttpProtocol(asyncio.Protocol):
         "_waiting",
         "_in_message",
         "_take_http",
+        "_eof",
     )
 
     def __init__(
@@ -127,6 +128,7 @@ class HttpProtocol(asyncio.Protocol):
         self._body: list = []
         self._body_size = 0
         self._in_message = False  # the parser holds part of a request
+        self._eof = False  # the client half-closed; close once every reply is out
         self._take_http = getattr(router, "take_http", None)
 
     # -- asyncio.Protocol -----------------------------------------------------------------
@@ -146,6 +148,14 @@ class HttpProtocol(asyncio.Protocol):
             task.cancel()
         self.tasks.clear()
         self.pending.clear()
+
+    def eof_received(self) -> bool:
+        # The client half-closed: answer the requests it already sent, then close.
+        self.no_more = True
+        if not self.pending:
+            return False  # asyncio closes the transport
+        self._eof = True
+        return True
 
     def data_received(self, data: bytes) -> None:
         if self.no_more:
@@ -312,6 +322,10 @@ class HttpProtocol(asyncio.Protocol):
             if not pending:
                 self._set_waiting(False)
             self._write(slot.reply, slot.keep_alive, slot.head_only, slot.http10)
+        if self._eof and not pending and self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+            return
         if not self.writing_paused and len(pending) < MAX_PIPELINE:
             self._resume_reading()
 
