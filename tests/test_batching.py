@@ -22,8 +22,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 import requests
+import tritonclient.http as httpclient
 from server_harness import NaiadServer
 
 BATCHING_MODELS = Path(__file__).resolve().parent / "batching_models"
@@ -314,3 +316,58 @@ def test_preserve_ordering_holds_later_response(server):
     assert fast.output("SEQ") == slow_result.output("SEQ") == 0
     assert fast.end >= slow_result.end - 0.05, (fast, slow_result)
     assert fast.elapsed >= 0.3, fast.elapsed
+
+
+# -- 8: shapes ------------------------------------------------------------------------------
+
+
+def _shaped(server, shape: list[int], delay_ms: int | None = None) -> Result:
+    count = shape[0] * shape[1]
+    inputs = [{"name": "INPUT0", "datatype": "INT32", "shape": shape, "data": list(range(count))}]
+    if delay_ms is not None:
+        inputs.append(
+            {"name": "DELAY_MS", "datatype": "INT32", "shape": [shape[0], 1], "data": [delay_ms]}
+        )
+    start = time.monotonic()
+    response = requests.post(
+        f"{server.url}/v2/models/batch_shapes/infer", json={"inputs": inputs}, timeout=TIMEOUT
+    )
+    return Result(response, start, time.monotonic())
+
+
+def _shaped_binary(server, shape: list[int]) -> dict:
+    """Binary tensors both ways through tritonclient: the request takes the fast lane."""
+    with httpclient.InferenceServerClient(
+        f"{server.host}:{server.http_port}", network_timeout=TIMEOUT
+    ) as client:
+        tensor = httpclient.InferInput("INPUT0", shape, "INT32")
+        tensor.set_data_from_numpy(np.arange(shape[0] * shape[1], dtype=np.int32).reshape(shape))
+        result = client.infer("batch_shapes", [tensor])
+        return {name: result.as_numpy(name).ravel().tolist() for name in ("SEQ", "BATCH")}
+
+
+def test_only_requests_of_the_same_non_batch_shape_share_a_batch(server):
+    lanes_url = f"{server.url}/v2/naiad/lanes"
+    lane_before = requests.get(lanes_url, timeout=TIMEOUT).json()["lane_requests"]
+    with ThreadPoolExecutor(4) as pool:
+        blocker = pool.submit(_shaped, server, [1, 1], 500)  # the instance is busy 0.5 s
+        time.sleep(0.1)
+        # Queued in this order behind the blocker; the first through the fast lane, the
+        # others through the general path: both must key shapes alike.
+        first = pool.submit(_shaped_binary, server, [1, 2])
+        time.sleep(0.05)
+        second = pool.submit(_shaped, server, [2, 2])
+        time.sleep(0.05)
+        other = pool.submit(_shaped, server, [1, 3])
+        first, second, other = first.result(), second.result(), other.result()
+    assert blocker.result().status == 200
+    for result in (second, other):
+        assert result.status == 200, result
+    # [1,2] and [2,2] differ only in batch size: one execution of both.
+    assert first["SEQ"][0] == second.output("SEQ")
+    assert first["BATCH"][0] == second.output("BATCH") == 2
+    # [1,3] has another non-batch shape: its own execution.
+    assert other.output("SEQ") != second.output("SEQ")
+    assert other.output("BATCH") == 1
+    assert second.outputs["OUTPUT0"] == [0, 1, 2, 3]
+    assert requests.get(lanes_url, timeout=TIMEOUT).json()["lane_requests"] == lane_before + 1
