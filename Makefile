@@ -32,12 +32,12 @@ serve: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/clang-format --dry-run --Werror csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h perf/*.cc
+	$(VENV)/bin/clang-format --dry-run --Werror csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h perf/*.cc perf/*.h
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
-	$(VENV)/bin/clang-format -i csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h perf/*.cc
+	$(VENV)/bin/clang-format -i csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h perf/*.cc perf/*.h
 
 build/test_core: $(CORE_TEST_DEPS)
 	mkdir -p build
@@ -87,14 +87,15 @@ perf-check-test: $(STAMP) perf-tools
 	$(PERF_PY) -m pytest -p no:cacheprovider perf/tests -v
 
 # The core's own cost per request (issue 4's microbenchmark), single thread.
-build/core_bench: $(wildcard csrc/*.cc csrc/*.h) perf/core_bench.cc
+build/core_bench: $(wildcard csrc/*.cc csrc/*.h) perf/core_bench.cc perf/bench_support.h
 	mkdir -p build
-	$(CXX) -std=c++17 -O2 -pthread -Icsrc csrc/*.cc perf/core_bench.cc -o $@
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf csrc/*.cc perf/core_bench.cc -o $@
 
 # The infer fast lane's C++ cost per request, HTTP bytes in to HTTP bytes out.
-build/lane_bench: $(wildcard csrc/*.cc csrc/*.h) perf/lane_bench.cc
+build/lane_bench: $(wildcard csrc/*.cc csrc/*.h) perf/lane_bench.cc perf/bench_support.h \
+		tests/csrc/add_sub_model.h
 	mkdir -p build
-	$(CXX) -std=c++17 -O2 -pthread -Icsrc csrc/*.cc perf/lane_bench.cc -o $@
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*.cc perf/lane_bench.cc -o $@
 
 bench-core: build/core_bench build/lane_bench
 	build/core_bench 1

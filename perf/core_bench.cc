@@ -2,31 +2,22 @@
 // One thread plays both sides (the frontend's submit/flush/poll and a worker's
 // next/alloc/complete), so no wake-up or context switch is counted: this is the
 // C++ work the core adds to each request. Run: make bench-core.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "core.h"
-#include "worker_endpoint.h"
+#include "bench_support.h"
 
 using namespace naiad;
 
 int main(int argc, char** argv) {
   const uint32_t batch = argc > 1 ? static_cast<uint32_t>(std::stoul(argv[1])) : 32;
   const int rounds = argc > 2 ? std::stoi(argv[2]) : 20000;
-  BatcherConfig config;
-  config.dynamic_batching = true;
-  config.max_batch_size = batch;
-  Core core(1 << 28, nullptr, false);
-  uint32_t model = core.add_model(config);
-  uint32_t instance = core.add_instance(model);
-  InstanceEndpoint ep = core.endpoint(instance);
-  WorkerEndpoint worker(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
-                        dup(core.notify_fd()));
-  core.instance_up(instance);
+  OneInstanceCore bench(batch);
+  Core& core = bench.core;
+  WorkerEndpoint& worker = *bench.worker;
+  const uint32_t model = bench.model;
 
   std::string input(2 * 16 * sizeof(float) + 256, 'x');  // add_sub's two inputs + header
   std::vector<SubmitPart> parts{{input.data(), input.size(), 0}};

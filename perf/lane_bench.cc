@@ -3,38 +3,19 @@
 // and queued (FastLane::take_http) -> batch -> a worker's result block -> the HTTP
 // response bytes (FastLane::complete). No socket, wake-up or Python is counted: this
 // is the C++ work the front end does per request instead of Python. Run: make bench-core.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "core.h"
+#include "add_sub_model.h"
+#include "bench_support.h"
 #include "fast_lane.h"
-#include "worker_endpoint.h"
 
 using namespace naiad;
 
 namespace {
-
-FastModel add_sub() {
-  FastModel model;
-  model.name = "add_sub";
-  model.version = "1";
-  model.max_batch_size = 64;
-  for (const char* name : {"INPUT0", "INPUT1"}) {
-    FastInput input;
-    input.name = name;
-    input.datatype = "FP32";
-    input.dims = {16};
-    input.element_size = 4;
-    model.inputs.push_back(input);
-  }
-  model.outputs = {"OUTPUT0", "OUTPUT1"};
-  return model;
-}
 
 std::string perf_analyzer_request() {
   std::string header =
@@ -75,17 +56,11 @@ std::string result_block(uint32_t batch) {
 int main(int argc, char** argv) {
   const uint32_t batch = argc > 1 ? static_cast<uint32_t>(std::stoul(argv[1])) : 8;
   const int rounds = argc > 2 ? std::stoi(argv[2]) : 20000;
-  BatcherConfig config;
-  config.dynamic_batching = true;
-  config.max_batch_size = batch;
-  Core core(1 << 28, nullptr, false);
-  FastModel model = add_sub();
-  model.core_model_id = core.add_model(config);
-  uint32_t instance = core.add_instance(model.core_model_id);
-  InstanceEndpoint ep = core.endpoint(instance);
-  WorkerEndpoint worker(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
-                        dup(core.notify_fd()));
-  core.instance_up(instance);
+  OneInstanceCore bench(batch);
+  Core& core = bench.core;
+  WorkerEndpoint& worker = *bench.worker;
+  FastModel model = add_sub_model(64);
+  model.core_model_id = bench.model;
   FastLane lane(core);
   lane.add_route("/v2/models/add_sub/infer", lane.add_model(model));
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "add_sub_model.h"
 #include "core.h"
 #include "fast_lane.h"
 #include "http_scan.h"
@@ -14,24 +15,6 @@
 using namespace naiad;
 
 namespace {
-
-// add_sub as the lane sees it: FP32 [16] inputs, max_batch_size 8.
-FastModel add_sub_model() {
-  FastModel model;
-  model.name = "add_sub";
-  model.version = "1";
-  model.max_batch_size = 8;
-  for (const char* name : {"INPUT0", "INPUT1"}) {
-    FastInput input;
-    input.name = name;
-    input.datatype = "FP32";
-    input.dims = {16};
-    input.element_size = 4;
-    model.inputs.push_back(input);
-  }
-  model.outputs = {"OUTPUT0", "OUTPUT1"};
-  return model;
-}
 
 // A body: the JSON header, then `binary` bytes of input data.
 struct Body {
