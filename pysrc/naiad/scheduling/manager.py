@@ -299,6 +299,7 @@ class ModelManager:
         return consumed
 
     def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
+        """`model` answers for the lane's model `lane_id` (take_http_requests)."""
         self._lane_models[lane_id] = model
 
     def _schedule_flush(self) -> None:
@@ -355,7 +356,9 @@ class ModelManager:
         stats = lane[0].model.stats
         successes = inferences = request_ns = queue_ns = 0
         for request_id, ok, batch_size, took_ns, queued_ns, http in replies:
-            pending = by_id[request_id]
+            pending = by_id.get(request_id)
+            if pending is None:  # answered already (failed, or the server is stopping)
+                continue
             if ok:
                 successes += 1
                 inferences += batch_size
