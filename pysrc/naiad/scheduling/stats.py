@@ -64,23 +64,13 @@ class ModelStats:
     def record_success(
         self, batch_size: int, request_ns: int, queue_ns: int, timings: list[int]
     ) -> None:
-        # Inlined Duration.add: this runs once per request on the event loop.
-        success = self.success
-        success.count += 1
-        success.ns += request_ns
-        queue = self.queue
-        queue.count += 1
-        queue.ns += queue_ns
-        for duration, ns in zip(self._computes, timings[1:4]):
-            duration.count += 1
-            duration.ns += ns
-        self.inference_count += batch_size
-        self.last_inference_ms = int(time.time() * 1000)
+        self.record_successes(1, batch_size, request_ns, queue_ns, timings)
 
     def record_successes(
         self, count: int, inference_count: int, request_ns: int, queue_ns: int, timings: list
     ) -> None:
-        """`count` requests of one batch succeeded (the fast lane's sums, in one call)."""
+        """`count` requests of one batch succeeded, with `inference_count` batch items and
+        these summed durations; each request carries its batch's compute times."""
         self.success.add(request_ns, count)
         self.queue.add(queue_ns, count)
         for duration, ns in zip(self._computes, timings[1:4]):
