@@ -14,8 +14,8 @@ import struct
 import orjson
 
 ALIGN = 64
-LENGTH = struct.Struct("<I")  # the header length that starts a block
-LENGTH_SIZE = LENGTH.size
+_LENGTH = struct.Struct("<I")  # the header length that starts a block
+LENGTH_SIZE = _LENGTH.size
 
 
 def build_block(header: dict, sizes: list[int]) -> tuple[bytes, list[int], int]:
@@ -25,7 +25,7 @@ def build_block(header: dict, sizes: list[int]) -> tuple[bytes, list[int], int]:
     the header's length and each tensor's byte size in order (`tensor_offsets`).
     """
     encoded = orjson.dumps(header)
-    prefix = LENGTH.pack(len(encoded)) + encoded
+    prefix = _LENGTH.pack(len(encoded)) + encoded
     offsets = tensor_offsets(len(prefix), sizes)
     end = offsets[-1] + sizes[-1] if sizes else len(prefix)
     return prefix, offsets, max(end, len(prefix))
@@ -42,11 +42,17 @@ def tensor_offsets(prefix_length: int, sizes) -> list[int]:
     return offsets
 
 
+def header_text(arena, offset: int):
+    """The JSON header of the block at `offset`, as a view of the arena."""
+    (length,) = _LENGTH.unpack_from(arena, offset)
+    start = offset + LENGTH_SIZE
+    return arena[start : start + length]
+
+
 def read_header(arena, offset: int) -> tuple[dict, int]:
     """(header, prefix length) of the block at `offset`."""
-    (length,) = LENGTH.unpack_from(arena, offset)
-    start = offset + LENGTH_SIZE
-    return orjson.loads(arena[start : start + length]), LENGTH_SIZE + length
+    text = header_text(arena, offset)
+    return orjson.loads(text), LENGTH_SIZE + len(text)
 
 
 def encode_request(request_id: str, inputs, outputs, parameters: dict) -> tuple[int, list]:

@@ -105,9 +105,7 @@ _LAYOUTS_LIMIT = 1024
 
 
 def _layout(arena, block: int) -> _Layout:
-    (length,) = arena_format.LENGTH.unpack_from(arena, block)
-    start = block + arena_format.LENGTH_SIZE
-    key = bytes(arena[start : start + length])
+    key = bytes(arena_format.header_text(arena, block))
     layout = _LAYOUTS.get(key)
     if layout is None:
         if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
