@@ -537,20 +537,30 @@ size_t FastLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
     ScannedRequest request;
     if (scan_request(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
     if (!request.has_header_length) break;
-    auto route = routes_.find(request.target);
-    if (route == routes_.end()) break;
-    uint64_t request_id = next_request_id_;
-    uint32_t batch_size = 0;
-    const uint8_t* body = data + consumed + request.body_offset;
-    if (submit(route->second, request_id, body, request.body_size, request.header_length, now_ns,
-               &batch_size) != static_cast<int>(SubmitResult::kOk)) {
+    Taken one;
+    if (!submit_to(request.target, data + consumed + request.body_offset, request.body_size,
+                   request.header_length, now_ns, &one)) {
       break;
     }
-    ++next_request_id_;
-    taken->push_back(Taken{route->second, request_id, batch_size});
+    taken->push_back(one);
     consumed += request.total;
   }
   return consumed;
+}
+
+bool FastLane::submit_to(std::string_view target, const uint8_t* body, size_t body_size,
+                         size_t header_size, uint64_t now_ns, Taken* taken) {
+  auto route = routes_.find(target);
+  if (route == routes_.end()) return false;
+  uint64_t request_id = next_request_id_;
+  uint32_t batch_size = 0;
+  if (submit(route->second, request_id, body, body_size, header_size, now_ns, &batch_size) !=
+      static_cast<int>(SubmitResult::kOk)) {
+    return false;
+  }
+  ++next_request_id_;
+  *taken = Taken{route->second, request_id, batch_size};
+  return true;
 }
 
 int FastLane::submit(uint32_t lane_model, uint64_t request_id, const uint8_t* body,

@@ -148,6 +148,10 @@ class FastLane {
     uint64_t request_id;
     uint32_t batch_size;
   };
+  // Takes an infer body sent to URL `target` (as sent) if it is a lane route and the
+  // lane takes the body; it gets the next request id. False: the general path's.
+  bool submit_to(std::string_view target, const uint8_t* body, size_t body_size, size_t header_size,
+                 uint64_t now_ns, Taken* taken);
   // Takes the complete plain infer requests at the start of received HTTP bytes
   // (http_scan.h), in order, up to the first it does not take. Returns how many bytes
   // they took; the rest is for the front end's full parser.

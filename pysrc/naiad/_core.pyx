@@ -13,6 +13,7 @@ from cpython.buffer cimport PyBUF_WRITE
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
+from libcpp.string_view cimport string_view
 from libcpp.vector cimport vector
 
 
@@ -167,9 +168,8 @@ cdef extern from "fast_lane.h" namespace "naiad":
         uint64_t new_request_id()
         size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
                          vector[FastTaken]* taken) except + nogil
-        int submit(uint32_t lane_model, uint64_t request_id, const uint8_t* body,
-                   size_t body_size, size_t header_size, uint64_t now_ns,
-                   uint32_t* batch_size) except + nogil
+        cbool submit_to(string_view target, const uint8_t* body, size_t body_size,
+                        size_t header_size, uint64_t now_ns, FastTaken* taken) except + nogil
         cbool complete(const uint8_t* block, uint64_t block_size,
                        const vector[uint64_t]& request_ids, uint64_t dispatch_ns,
                        uint64_t end_ns, vector[FastReply]* replies,
@@ -436,18 +436,22 @@ cdef class FastLane:
             out.append((taken[i].lane_model, taken[i].request_id, taken[i].batch_size))
         return consumed, out
 
-    def submit(self, uint32_t lane_model, uint64_t request_id, bytes body,
-               size_t header_size, uint64_t now_ns):
-        """Queues `body` if the lane takes it: its batch size, or 0 for the general path
-        (also when the core refused it: the general path reports that the usual way)."""
+    def submit_to(self, bytes target, bytes body, size_t header_size, uint64_t now_ns):
+        """Queues an infer body the HTTP parser put together, sent to URL `target`, if
+        that is a lane route and the lane takes the body: (lane_model, request_id,
+        batch_size), or None for the general path (also when the core refused it: the
+        general path reports that the usual way)."""
+        cdef string_view c_target = string_view(PyBytes_AS_STRING(target),
+                                                PyBytes_GET_SIZE(target))
         cdef const uint8_t* data = <const uint8_t*>PyBytes_AS_STRING(body)
         cdef size_t size = PyBytes_GET_SIZE(body)
-        cdef uint32_t batch_size = 0
-        cdef int result
+        cdef FastTaken taken
+        cdef cbool queued
         with nogil:
-            result = self._lane.submit(lane_model, request_id, data, size, header_size, now_ns,
-                                       &batch_size)
-        return batch_size if result == 0 else 0
+            queued = self._lane.submit_to(c_target, data, size, header_size, now_ns, &taken)
+        if not queued:
+            return None
+        return taken.lane_model, taken.request_id, taken.batch_size
 
     def complete(self, uint64_t offset, uint64_t size, list request_ids, uint64_t dispatch_ns,
                  uint64_t end_ns):

@@ -468,6 +468,15 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
   CHECK(f.core.queued(f.model.core_model_id) == 2);
   // Ids stay unique with the general path's.
   CHECK(f.lane.new_request_id() == taken[1].request_id + 1);
+  // A body the HTTP parser put together goes by the same routes.
+  FastLane::Taken one;
+  const uint8_t* body_bytes = reinterpret_cast<const uint8_t*>(body.bytes.data());
+  CHECK(!f.lane.submit_to("/v2/models/other/infer", body_bytes, body.bytes.size(), body.header_size,
+                          7, &one));
+  CHECK(f.lane.submit_to("/v2/models/add_sub/infer", body_bytes, body.bytes.size(),
+                         body.header_size, 7, &one));
+  CHECK(one.lane_model == f.lane_model && one.request_id == taken[1].request_id + 2);
+  CHECK(f.core.queued(f.model.core_model_id) == 3);
 
   // A model that is not ready takes nothing, and an invalid body is left as well.
   f.lane.set_accepting(f.lane_model, false);
@@ -479,7 +488,7 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
       http_post("/v2/models/add_sub/infer", short_body.bytes, short_body.header_size);
   CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(invalid.data()), invalid.size(), 1 << 20,
                          7, &taken) == 0);
-  CHECK(f.core.queued(f.model.core_model_id) == 2);
+  CHECK(f.core.queued(f.model.core_model_id) == 3);
 }
 
 namespace {

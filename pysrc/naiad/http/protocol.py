@@ -164,11 +164,9 @@ class HttpProtocol(asyncio.Protocol):
             # The infer fast lane takes the plain infer requests at the front without a
             # Python call each; the parser gets what is left.
             consumed = self._take_http(data, self.max_body_size, self._lane_slot)
+            if consumed == len(data):
+                return
             if consumed:
-                if len(self.pending) >= MAX_PIPELINE:
-                    self._pause_reading()
-                if consumed == len(data):
-                    return
                 data = data[consumed:]
         try:
             self.parser.feed_data(data)
@@ -246,13 +244,9 @@ class HttpProtocol(asyncio.Protocol):
         self._body = []
         url = self._url
         if method == "POST" and keep_alive and not http10:
-            # The infer fast lane: the response comes back whole, as bytes.
-            slot = _Slot(None, True, False, False, self)
-            if self.router.infer_fast(url, self._headers, body, slot.deliver) is not None:
-                self._set_waiting(True)
-                self.pending.append(slot)
-                if len(self.pending) >= MAX_PIPELINE:
-                    self._pause_reading()
+            # The infer fast lane, for a request that came in pieces: the response
+            # comes back whole, as bytes.
+            if self.router.infer_fast(url, self._headers, body, self._lane_slot):
                 return
         path, _, query = url.partition(b"?")
         request = HttpRequest(
@@ -294,6 +288,8 @@ class HttpProtocol(asyncio.Protocol):
         slot = _Slot(None, True, False, False, self)
         self._set_waiting(True)
         self.pending.append(slot)
+        if len(self.pending) >= MAX_PIPELINE:
+            self._pause_reading()
         return slot.deliver
 
     # -- replies --------------------------------------------------------------------------

@@ -84,66 +84,30 @@ def _status_for(exc: NaiadError) -> int:
     return exc.http_status
 
 
-_FAST_TARGETS_LIMIT = 1024
-
-
-def _infer_target(url: bytes):
-    """(model, version) of an infer URL `/v2/models/{m}[/versions/{v}]/infer`, else False."""
-    if b"?" in url:
-        return False
-    parts = url.split(b"/")
-    n = len(parts)
-    if n not in (5, 7) or parts[0] or parts[1] != b"v2" or parts[2] != b"models":
-        return False
-    if parts[-1] != b"infer" or not parts[3]:
-        return False
-    version = b""
-    if n == 7:
-        version = parts[5]
-        if parts[4] != b"versions" or not (version.isdigit() and version.isascii()):
-            return False
-    try:
-        return parts[3].decode("utf-8"), version.decode("ascii")
-    except UnicodeDecodeError:
-        return False
-
-
 class Router:
     def __init__(self, manager):
         self.manager = manager
         self._extra: dict[str, Handler] = {}
-        # Infer URLs seen -> (model, version), or False for other URLs.
-        self._fast_targets: dict[bytes, tuple | bool] = {}
+        # Looked up once: it runs for every read of every connection.
+        self._take_http_requests = getattr(manager, "take_http_requests", None)
 
     def take_http(self, data: bytes, max_body: int, new_on_done) -> int:
         """Hands received bytes to the infer fast lane first: it takes the plain infer
         requests at the front (ModelManager.take_http_requests). Returns the bytes taken."""
-        take = getattr(self.manager, "take_http_requests", None)
-        if take is None:
+        if self._take_http_requests is None:
             return 0
-        return take(data, max_body, new_on_done)
+        return self._take_http_requests(data, max_body, new_on_done)
 
-    def infer_fast(self, url: bytes, headers: dict, body, on_done):
-        """Sends a POST through the infer fast lane when it is an infer request the lane
-        takes (ModelManager.submit_fast); None leaves it to `dispatch`."""
-        target = self._fast_targets.get(url)
-        if target is None:
-            if len(self._fast_targets) >= _FAST_TARGETS_LIMIT:
-                self._fast_targets.clear()
-            target = self._fast_targets[url] = _infer_target(url)
-        if not target or type(body) is not bytes or "content-encoding" in headers:
-            return None
+    def infer_fast(self, url: bytes, headers: dict, body, new_on_done) -> bool:
+        """Sends a request the parser put together through the infer fast lane when the
+        lane takes it (ModelManager.submit_fast); False leaves it to `dispatch`."""
+        submit_fast = getattr(self.manager, "submit_fast", None)
+        if submit_fast is None or type(body) is not bytes or "content-encoding" in headers:
+            return False
         header_length = headers.get("inference-header-content-length")
         if header_length is None or not header_length.isdigit():
-            return None
-        try:
-            model = self.manager.get(*target)
-        except NaiadError:
-            return None
-        submit_fast = getattr(model, "submit_fast", None)
-        if submit_fast is None:
-            return None
-        return submit_fast(body, int(header_length), on_done)
+            return False
+        return submit_fast(url, body, int(header_length), new_on_done)
 
     def register(self, segment: str, handler: Handler) -> None:
         """Serve `/v2/<segment>...` with `handler(request, parts)` (parts: path split on '/')."""

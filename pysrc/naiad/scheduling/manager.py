@@ -263,40 +263,40 @@ class ModelManager:
         self._schedule_flush()
         return future
 
-    def submit_fast(self, model: LoadedModel, body: bytes, header_length: int, on_done):
-        """Queues an HTTP infer body through the fast lane, if the lane takes it.
-
-        Returns None when it does not (the caller takes the general path); otherwise
-        `on_done(http_bytes, None)` later gets the complete response, or
-        `on_done(None, exc)` an error for a request that never ran."""
-        request_id = self.lane.new_request_id()
+    def submit_fast(self, url: bytes, body: bytes, header_length: int, new_on_done) -> bool:
+        """Queues an infer body the HTTP parser put together through the fast lane, if
+        `url` is one of the lane's infer URLs and the lane takes the body. False leaves
+        the request to the general path. `new_on_done` as in take_http_requests."""
         submit_ns = _core.now_ns()
-        batch_size = self.lane.submit(model.lane_id, request_id, body, header_length, submit_ns)
-        if not batch_size:
-            return None
-        pending = _LanePending(self, model, request_id, batch_size, submit_ns, on_done)
-        self._pending[request_id] = pending
-        self.lane_requests += 1
-        self._schedule_flush()
-        return pending
+        taken = self.lane.submit_to(url, body, header_length, submit_ns)
+        if taken is None:
+            return False
+        self._track_lane([taken], submit_ns, new_on_done)
+        return True
 
     def take_http_requests(self, data: bytes, max_body: int, new_on_done) -> int:
         """Queues the plain infer requests at the start of received HTTP bytes through
         the fast lane; returns how many bytes they took (the rest is for the HTTP
         parser). `new_on_done()` is called once per request taken, in order, for the
-        callback its answer goes to (see submit_fast)."""
+        callback its answer goes to: `on_done(http_bytes, None)` gets the complete
+        response, `on_done(None, exc)` the error of a request that never ran."""
         submit_ns = _core.now_ns()
         consumed, taken = self.lane.take_http(data, max_body, submit_ns)
         if taken:
-            models = self._lane_models
-            pendings = self._pending
-            for lane_model, request_id, batch_size in taken:
-                pendings[request_id] = _LanePending(
-                    self, models[lane_model], request_id, batch_size, submit_ns, new_on_done()
-                )
-            self.lane_requests += len(taken)
-            self._schedule_flush()
+            self._track_lane(taken, submit_ns, new_on_done)
         return consumed
+
+    def _track_lane(self, taken: list, submit_ns: int, new_on_done) -> None:
+        """Keeps the lane's newly queued requests [(lane_model, request_id, batch_size)]
+        until they are answered."""
+        models = self._lane_models
+        pendings = self._pending
+        for lane_model, request_id, batch_size in taken:
+            pendings[request_id] = _LanePending(
+                self, models[lane_model], request_id, batch_size, submit_ns, new_on_done()
+            )
+        self.lane_requests += len(taken)
+        self._schedule_flush()
 
     def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
         """`model` answers for the lane's model `lane_id` (take_http_requests)."""

@@ -9,9 +9,7 @@ import logging
 import orjson
 
 from naiad import _core, arena_format
-from naiad.datatypes import element_size, wire_of_config
 from naiad.errors import InvalidArgument, Unavailable
-from naiad.protos import model_config_pb2
 from naiad.repository.config import config_to_json
 from naiad.repository.metadata import model_metadata
 from naiad.scheduling.instance import Instance
@@ -46,7 +44,9 @@ class LoadedModel:
         # Requests whose non-batch shapes differ may not share a batch: only models
         # with variable dims need the per-request shape key.
         self._shape_inputs = _variable_shape_inputs(config)
-        self.lane_id = _add_to_lane(manager.lane, self.model_id, config, self.name, version)
+        self.lane_id = _add_to_lane(
+            manager.lane, self.model_id, self._validate, self._shape_inputs, config, version
+        )
         if self.lane_id is not None:
             manager.register_lane_model(self, self.lane_id)
             manager.lane.set_accepting(self.lane_id, False)  # until READY
@@ -133,13 +133,6 @@ class LoadedModel:
             self, request, size, parts, batch_size, priority, timeout_us, shape_key
         )
 
-    def submit_fast(self, body: bytes, header_length: int, on_done):
-        """Queues an HTTP infer body through the fast lane (ModelManager.submit_fast);
-        None when the request must take the general path (`submit`)."""
-        if self.lane_id is None or self.state != READY:
-            return None
-        return self.manager.submit_fast(self, body, header_length, on_done)
-
     def _shape_key(self, request: InferRequest) -> int:
         # The same key as the fast lane's: (config index, shape without the batch dim)
         # of the variable-shape inputs, in config order.
@@ -192,32 +185,24 @@ def _variable_shape_inputs(config) -> frozenset:
     )
 
 
-def _add_to_lane(lane, core_model_id: int, config, name: str, version: int):
-    """Registers the model with the fast lane; None for models it cannot serve (shape
-    tensors, whose batch rules the lane does not repeat)."""
+def _add_to_lane(
+    lane, core_model_id: int, validator: RequestValidator, shape_inputs, config, version: int
+):
+    """Registers the model with the fast lane, from the validator's input specs so both
+    paths check the same; None for models it cannot serve (shape tensors, whose batch
+    rules the lane does not repeat)."""
     specs = []
-    variable = _variable_shape_inputs(config)
-    for model_input in config.input:
-        if getattr(model_input, "is_shape_tensor", False):
-            return None
-        try:
-            wire = wire_of_config(model_config_pb2.DataType.Name(model_input.data_type))
-        except (KeyError, ValueError):
+    for name in validator.input_order:
+        spec = validator.inputs[name]
+        if spec.is_shape_tensor:
             return None
         specs.append(
-            (
-                model_input.name,
-                wire,
-                [int(d) for d in model_input.dims],
-                element_size(wire),
-                bool(model_input.optional),
-                model_input.name in variable,
-            )
+            (name, spec.wire, list(spec.dims), spec.size, spec.optional, name in shape_inputs)
         )
-    name_json = orjson.dumps(name).decode()[1:-1]
+    name_json = orjson.dumps(validator.model_name).decode()[1:-1]
     outputs = [output.name for output in config.output]
     return lane.add_model(
-        core_model_id, name_json, str(version), int(config.max_batch_size), specs, outputs
+        core_model_id, name_json, str(version), validator.max_batch_size, specs, outputs
     )
 
 
