@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from server_harness import REPO_ROOT
+from server_harness import REPO_ROOT, NaiadServer
 
 DEPLOY = REPO_ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
@@ -167,3 +167,19 @@ def local_command(
 
 def describe(argv: list[str]) -> str:
     return shlex.join(argv)
+
+
+class ManifestServer(NaiadServer):
+    """A NaiadServer (tests/server_harness.py: logs, waiting, stop by PID) whose command line
+    is given (a manifest's, an installed image's), not the harness's own."""
+
+    def __init__(self, argv, *, http_port, metrics_port, repository, log_dir, name):
+        super().__init__(repository, log_dir=log_dir, name=name)
+        self.argv = argv
+        self.http_port = http_port
+        self.metrics_port = metrics_port
+        self.url = f"http://{self.host}:{http_port}"
+
+    @property
+    def command(self) -> list[str]:
+        return self.argv

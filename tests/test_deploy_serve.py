@@ -15,26 +15,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import requests
-from deploy_support import KSERVE, KUBERNETES, container, describe, local_command, one
-from server_harness import EXAMPLE_MODELS, NaiadServer, free_port, make_repository
+from deploy_support import (
+    KSERVE,
+    KUBERNETES,
+    ManifestServer,
+    container,
+    describe,
+    local_command,
+    one,
+)
+from server_harness import EXAMPLE_MODELS, free_port, make_repository
 
 TIMEOUT = 10
-
-
-class ManifestServer(NaiadServer):
-    """A NaiadServer (tests/server_harness.py: free ports, logs, stop by PID) whose command
-    line is a manifest's, not the harness's own."""
-
-    def __init__(self, argv, *, http_port, metrics_port, repository, log_dir, name):
-        super().__init__(repository, log_dir=log_dir, name=name)
-        self.argv = argv
-        self.http_port = http_port
-        self.metrics_port = metrics_port
-        self.url = f"http://{self.host}:{http_port}"
-
-    @property
-    def command(self) -> list[str]:
-        return self.argv
 
 
 def _start(tmp_path, monkeypatch, spec, model_path, ports, http_port, name):
