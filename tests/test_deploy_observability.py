@@ -264,13 +264,17 @@ def stack(tmp_path_factory):
         prometheus = Prometheus(tmp, _scrape_config(tmp, targets))
         prometheus.start()
         _wait_for_data(prometheus)
-        yield {
+        state = {
             "prometheus": prometheus,
             "server": server,
+            "repository": repository,
+            "tmp": tmp,
             "load": load,
             "isvc_namespace": isvc["metadata"]["namespace"],
             "isvc_pod": isvc_pod,
         }
+        yield state
+        server = state["server"]  # the restart test replaces it
     finally:
         if load is not None:
             load.stop()
@@ -559,3 +563,33 @@ def test_prometheus_loaded_and_evaluates_the_alert_rules(stack):
     # Under a healthy load nothing fires.
     assert [rule["name"] for rule in rules if rule["state"] == "firing"] == []
     assert not stack["load"].errors[:3]
+
+
+def test_restart_alert_fires_when_the_server_restarts(stack):
+    """The restart alert's proxy works: stop Naiad and start it again on the same ports (as
+    a restarted container would be) under the same load, and NaiadInstanceRestarted fires
+    for the pod. Runs last: it replaces the stack's server."""
+    prometheus = stack["prometheus"]
+    (rule,) = [r for r in _alert_rules() if r["alert"] == "NaiadInstanceRestarted"]
+    assert prometheus.query(rule["expr"]) == []
+    old = stack["server"]
+    assert old.stop() == 0
+    new = NaiadServer(stack["repository"], log_dir=stack["tmp"], name="restarted")
+    new.http_port, new.grpc_port, new.metrics_port = old.http_port, old.grpc_port, old.metrics_port
+    new.url = old.url
+    stack["server"] = new
+    new.start(wait="ready")
+    deadline = time.monotonic() + 60
+    firing = []
+    while time.monotonic() < deadline:
+        alerts = prometheus.api("alerts")["alerts"]
+        firing = [
+            a["labels"]
+            for a in alerts
+            if a["labels"]["alertname"] == rule["alert"] and a["state"] == "firing"
+        ]
+        if firing:
+            break
+        time.sleep(0.5)
+    pods = {(labels["namespace"], labels["pod"]) for labels in firing}
+    assert DEPLOYMENT_POD in pods, alerts
