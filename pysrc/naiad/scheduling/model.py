@@ -111,6 +111,9 @@ class LoadedModel:
         """Unregisters the model from the fast lane, the manager's lane table and the
         core. The core fails its queued requests (COMPLETION_MODEL_GONE), and frees its
         instances' channels once their workers are gone. Safe to call again."""
+        if self.state != UNAVAILABLE:
+            self._set_state(UNAVAILABLE)
+            self.reason = self.reason or "unloaded"
         if self.lane_id is not None:
             self.manager.lane.remove_model(self.lane_id)
             self.manager.unregister_lane_model(self.lane_id)
