@@ -94,7 +94,7 @@ class Core {
   // Any thread, no lock: the arena is fixed for the core's life.
   Arena& arena() { return arena_; }
   // Workers and the timer thread signal this eventfd (non-blocking) when they leave
-  // something for poll().
+  // something for poll(). Any thread, no lock: fixed for the core's life.
   int notify_fd() const { return notify_fd_; }
   // Request ids, unique across every entry point (the fast lane, the general path).
   // Any thread, no lock.
@@ -130,6 +130,7 @@ class Core {
   // Scheduler::schedule); poll() takes it too.
   void flush(bool arrivals_possible = true);
   // Runs the policy as the timer thread would at this moment (tests without it).
+  // Any thread.
   void tick();
 
   // Returns what finished since the last call: completed batches (their input
@@ -151,6 +152,7 @@ class Core {
   // Asks the worker to finalize and exit after the batch it is running.
   void stop_instance(uint32_t instance_id);
 
+  // Batches on instances now. Any thread (tests, statistics).
   size_t in_flight();
 
  private:

@@ -1,5 +1,6 @@
 // Triton's dynamic batcher (dynamic_batcher.h) as a Scheduler: any idle instance
 // takes the next batch the policy lets go, in the order the instances were added.
+// Threads: as every Scheduler, called with the core's mutex held; no lock of its own.
 #pragma once
 
 #include <vector>
