@@ -64,8 +64,8 @@ class DynamicBatcher {
   // next timeout deadline, 0 if none.
   uint64_t expire(uint64_t now_ns, std::vector<QueuedRequest>* rejected);
 
-  size_t size() const;
-  bool empty() const { return size() == 0; }
+  size_t size() const { return queued_; }
+  bool empty() const { return queued_ == 0; }
   bool preserve_ordering() const { return config_.preserve_ordering; }
   // Removes and returns every queued request (the model is being removed).
   std::vector<QueuedRequest> drain();
@@ -84,6 +84,9 @@ class DynamicBatcher {
   uint32_t max_preferred_ = 1;
   uint64_t delay_ns_ = 0;
   std::vector<Level> levels_;  // levels_[0] is priority 1, the highest
+  // Requests in every level's queue and delayed queue: asked on every dispatch, so
+  // counted as they come and go rather than summed.
+  size_t queued_ = 0;
 };
 
 }  // namespace naiad
