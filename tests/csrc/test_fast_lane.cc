@@ -494,6 +494,33 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
   CHECK(queued_blocks(f.core) == 3);
 }
 
+TEST(fast_lane_routes_follow_removed_models) {
+  LaneFixture f;
+  const std::string unversioned = "/v2/models/add_sub/infer";
+  const std::string versioned = "/v2/models/add_sub/versions/1/infer";
+  f.lane.add_route(unversioned, f.lane_model);
+  f.lane.add_route(versioned, f.lane_model);
+  Body body = make_body(add_sub_json(), 128);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(body.bytes.data());
+  auto take = [&](const std::string& target, FastLane::Taken* taken) {
+    return f.lane.submit_to(target, bytes, body.bytes.size(), body.header_size, 7, taken);
+  };
+  FastLane::Taken taken;
+  CHECK(take(versioned, &taken));
+  f.lane.remove_model(f.lane_model);
+  CHECK(!take(unversioned, &taken) && !take(versioned, &taken));
+  // The model loaded again gets the URL back under its new lane id.
+  uint32_t again = f.lane.add_model(f.model);
+  f.lane.add_route(unversioned, again);
+  CHECK(take(unversioned, &taken) && taken.lane_model == again);
+  CHECK(!take(versioned, &taken));
+  // A lane model whose core model is gone takes nothing and keeps nothing.
+  size_t in_flight = f.lane.in_flight();
+  CHECK(f.core.remove_model(f.model.core_model_id));
+  CHECK(!take(unversioned, &taken));
+  CHECK(f.lane.in_flight() == in_flight);
+}
+
 namespace {
 
 // Deterministic byte mutations of `text`: flips, insertions, deletions and cuts.

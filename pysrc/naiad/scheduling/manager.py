@@ -428,7 +428,9 @@ class ModelManager:
                 continue
             if status == _core.COMPLETION_MODEL_GONE:
                 model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
-                pending.fail(Unavailable(_not_ready_message(model)))
+                # At shutdown every model goes: say why, as for the requests that outlive it.
+                reason = _not_ready_message(model) if self._live else "server is shutting down"
+                pending.fail(Unavailable(reason))
                 continue
             model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
             if status == _core.COMPLETION_INSTANCE_DIED:
