@@ -185,6 +185,7 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
   model.deadline_ns =
       model.scheduler->schedule(now, idle_, arrivals_possible, &placements_, &rejected);
   for (Placement& placement : placements_) {
+    if (placement.requests.empty()) continue;
     Instance* instance = nullptr;
     for (Instance* candidate : model.instances) {
       if (candidate->id == placement.instance) instance = candidate;
@@ -245,6 +246,7 @@ bool Core::dispatch_all_locked(bool arrivals_possible) {
   }
   return left;
 }
+
 void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status) {
   Completion done{0, status, std::numeric_limits<uint32_t>::max(), 0, 0, 0, {}};
   for (const QueuedRequest& r : rejected) {

@@ -183,7 +183,8 @@ class FastLane {
   Core& core_;
   std::vector<FastModel> models_;
   std::vector<bool> accepting_;
-  std::list<std::string> targets_;  // the route keys point into these
+  // The route keys point into these; a list, so removing one leaves the others put.
+  std::list<std::string> targets_;
   std::unordered_map<std::string_view, uint32_t> routes_;
   std::unordered_map<uint64_t, FastRecipe> recipes_;
 };
