@@ -70,9 +70,6 @@ struct SpscRing {
     head.store(h + 1, std::memory_order_release);
     return true;
   }
-  bool empty() const {
-    return head.load(std::memory_order_acquire) == tail.load(std::memory_order_acquire);
-  }
 };
 
 constexpr uint32_t kRingCapacity = 16;

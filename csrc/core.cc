@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "dynamic_batch_scheduler.h"
+
 namespace naiad {
 
 uint64_t monotonic_ns() {
@@ -34,23 +36,86 @@ Core::~Core() {
   }
   timer_cv_.notify_all();
   if (timer_.joinable()) timer_.join();
-  for (Instance& instance : instances_) {
-    if (instance.wake_fd >= 0) ::close(instance.wake_fd);
+  for (auto& entry : instances_) {
+    if (entry.second.wake_fd >= 0) ::close(entry.second.wake_fd);
   }
   if (notify_fd_ >= 0) ::close(notify_fd_);
 }
 
-uint32_t Core::add_model(const BatcherConfig& config) {
+// --- the registry ---
+
+ModelHandle Core::add_model(std::unique_ptr<Scheduler> scheduler) {
+  auto model = std::make_unique<Model>();
+  model->scheduler = std::move(scheduler);
   std::lock_guard<std::mutex> lock(mutex_);
-  Model model;
-  model.batcher = std::make_unique<DynamicBatcher>(config);
-  models_.push_back(std::move(model));
-  return static_cast<uint32_t>(models_.size() - 1);
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(models_.size());
+    models_.emplace_back();
+  }
+  models_[slot].model = std::move(model);
+  return ModelHandle::of(slot, models_[slot].generation);
 }
 
-uint32_t Core::add_instance(uint32_t model_id) {
+ModelHandle Core::add_model(const BatcherConfig& config) {
+  return add_model(std::make_unique<DynamicBatchScheduler>(config));
+}
+
+Core::Model* Core::find_locked(ModelHandle handle) {
+  uint32_t slot = handle.slot();
+  if (slot >= models_.size()) return nullptr;
+  ModelSlot& entry = models_[slot];
+  return entry.generation == handle.generation() ? entry.model.get() : nullptr;
+}
+
+Core::Instance* Core::find_instance_locked(uint32_t instance_id) {
+  auto it = instances_.find(instance_id);
+  return it == instances_.end() ? nullptr : &it->second;
+}
+
+bool Core::remove_model(ModelHandle handle) {
+  bool left = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Model* model = find_locked(handle);
+    if (model == nullptr) return false;
+    std::vector<QueuedRequest> queued = model->scheduler->drain();
+    if (!queued.empty()) {
+      reject_locked(queued, kCompletionModelGone);
+      left = true;
+    }
+    // Completions held for an earlier batch leave now, in dispatch order; the
+    // model's batches still in flight are delivered as they finish.
+    for (uint64_t batch_id : model->order) {
+      auto it = model->held.find(batch_id);
+      if (it == model->held.end()) continue;
+      done_.push_back(std::move(it->second));
+      left = true;
+    }
+    for (Instance* instance : model->instances) {
+      if (instance->running) {
+        instance->model = ModelHandle{};
+        stop_locked(*instance);
+      } else {
+        free_instance_locked(*instance);
+      }
+    }
+    ModelSlot& slot = models_[handle.slot()];
+    slot.model.reset();
+    if (++slot.generation == 0) slot.generation = 1;  // 0 would make a null handle valid
+    free_slots_.push_back(handle.slot());
+  }
+  if (left) notify_frontend();
+  return true;
+}
+
+uint32_t Core::add_instance(ModelHandle handle) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (model_id >= models_.size()) throw std::out_of_range("unknown model id");
+  Model* model = find_locked(handle);
+  if (model == nullptr) throw std::out_of_range("unknown model");
   uint64_t offset = arena_.alloc(sizeof(Channel));
   if (offset == 0) throw std::runtime_error("arena has no room for an instance channel");
   arena_.at<Channel>(offset)->reset();
@@ -59,18 +124,28 @@ uint32_t Core::add_instance(uint32_t model_id) {
     arena_.free(offset);
     throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   }
-  instances_.push_back(Instance{model_id, offset, wake_fd});
-  uint32_t id = static_cast<uint32_t>(instances_.size() - 1);
-  models_[model_id].instances.push_back(id);
+  uint32_t id = next_instance_id_++;
+  Instance& instance = instances_[id];
+  instance = Instance{id, handle, offset, wake_fd};
+  model->instances.push_back(&instance);
   return id;
 }
 
+void Core::free_instance_locked(Instance& instance) {
+  if (instance.wake_fd >= 0) ::close(instance.wake_fd);
+  arena_.free(instance.channel_offset);
+  instances_.erase(instance.id);
+}
+
 InstanceEndpoint Core::endpoint(uint32_t instance_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
   const Instance& instance = instances_.at(instance_id);
   return InstanceEndpoint{instance.channel_offset, instance.wake_fd};
 }
 
-SubmitResult Core::submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
+// --- the data path ---
+
+SubmitResult Core::submit(ModelHandle handle, uint64_t request_id, uint64_t block_size,
                           const std::vector<SubmitPart>& parts, const SubmitOptions& options) {
   // The copy happens before taking the lock: the block is ours alone until queued.
   uint64_t offset = arena_.alloc(block_size);
@@ -85,44 +160,52 @@ SubmitResult Core::submit(uint32_t model_id, uint64_t request_id, uint64_t block
   }
   QueuedRequest request{request_id,        offset, block_size, options.batch_size,
                         options.shape_key, 0,      0};
-  EnqueueResult result;
+  SubmitResult result = SubmitResult::kOk;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    result = models_.at(model_id).batcher->enqueue(request, options.priority, options.timeout_us,
-                                                   clock_());
+    Model* model = find_locked(handle);
+    if (model == nullptr) {
+      result = SubmitResult::kModelGone;
+    } else if (model->scheduler->enqueue(request, options, clock_()) == EnqueueResult::kQueueFull) {
+      result = SubmitResult::kQueueFull;
+    }
   }
-  if (result == EnqueueResult::kQueueFull) {
-    arena_.free(offset);
-    return SubmitResult::kQueueFull;
-  }
-  return SubmitResult::kOk;
+  if (result != SubmitResult::kOk) arena_.free(offset);
+  return result;
 }
 
-bool Core::dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possible) {
-  Model& model = models_[model_id];
-  DynamicBatcher& batcher = *model.batcher;
+bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
   std::vector<QueuedRequest> rejected;
-  model.deadline_ns = 0;
-  bool held_for_idle = false;
-  for (uint32_t instance_id : model.instances) {
-    if (batcher.empty()) break;
-    Instance& instance = instances_[instance_id];
-    if (!instance.up || instance.busy) continue;
-
-    Batch batch;
-    uint64_t wait = batcher.next_batch(now, &batch.requests, &rejected, arrivals_possible);
-    if (batch.requests.empty()) {
-      model.deadline_ns = wait;
-      held_for_idle = true;
-      break;
+  bool left = false;  // completions for poll(): requests that failed here
+  idle_.clear();
+  for (const Instance* instance : model.instances) {
+    if (instance->up && !instance->busy) idle_.push_back(instance->id);
+  }
+  placements_.clear();
+  model.deadline_ns =
+      model.scheduler->schedule(now, idle_, arrivals_possible, &placements_, &rejected);
+  for (Placement& placement : placements_) {
+    if (placement.requests.empty()) continue;
+    Instance* instance = nullptr;
+    for (Instance* candidate : model.instances) {
+      if (candidate->id == placement.instance) instance = candidate;
     }
+    if (instance == nullptr || !instance->up || instance->busy) {
+      // A scheduler bug must not wedge two batches on one channel: fail them.
+      reject_locked(placement.requests, kCompletionWorkerFailed);
+      left = true;
+      continue;
+    }
+    Batch batch;
+    batch.requests = std::move(placement.requests);
     batch.id = next_batch_id_++;
-    batch.model_id = model_id;
-    batch.instance_id = instance_id;
+    batch.model = instance->model;
+    batch.instance_id = instance->id;
     batch.desc_offset = arena_.alloc(sizeof(RequestRecord) * batch.requests.size(), batch.id);
     if (batch.desc_offset == 0) {
       // Not even room for the descriptor: the requests fail rather than wait forever.
       reject_locked(batch.requests, kCompletionWorkerFailed);
+      left = true;
       continue;
     }
     auto* records = arena_.at<RequestRecord>(batch.desc_offset);
@@ -130,22 +213,22 @@ bool Core::dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possib
       const QueuedRequest& r = batch.requests[i];
       records[i] = RequestRecord{r.id, r.offset, r.size, r.batch_size, 0};
     }
-    Channel* ch = channel(instance);
+    Channel* ch = channel(*instance);
     BatchMessage message{batch.id, batch.desc_offset, static_cast<uint32_t>(batch.requests.size()),
                          MessageKind::kBatch};
     // One batch in flight per instance, so the ring always has room.
     ch->to_worker.push(message);
-    instance.busy = true;
+    instance->busy = true;
     batch.dispatch_ns = now;
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) signal_eventfd(instance.wake_fd);
-    if (batcher.preserve_ordering()) model.order.push_back(batch.id);
+    if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) signal_eventfd(instance->wake_fd);
+    if (model.scheduler->preserve_ordering()) model.order.push_back(batch.id);
     in_flight_.emplace(batch.id, std::move(batch));
   }
-  // Every instance busy: only queue timeouts can be due before one frees up.
-  if (!held_for_idle && !batcher.empty()) model.deadline_ns = batcher.expire(now, &rejected);
-  bool left = !rejected.empty();
-  if (left) reject_locked(rejected, kCompletionTimedOut);
+  if (!rejected.empty()) {
+    reject_locked(rejected, kCompletionTimedOut);
+    left = true;
+  }
   if (model.deadline_ns != 0 && (timer_deadline_ == 0 || model.deadline_ns < timer_deadline_)) {
     timer_deadline_ = model.deadline_ns;
     timer_cv_.notify_one();
@@ -156,9 +239,9 @@ bool Core::dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possib
 bool Core::dispatch_all_locked(bool arrivals_possible) {
   uint64_t now = clock_();
   bool left = false;
-  for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
-    if (!models_[model_id].batcher->empty()) {
-      left |= dispatch_locked(model_id, now, arrivals_possible);
+  for (ModelSlot& slot : models_) {
+    if (slot.model && !slot.model->scheduler->empty()) {
+      left |= dispatch_locked(*slot.model, now, arrivals_possible);
     }
   }
   return left;
@@ -191,9 +274,10 @@ void Core::flush(bool arrivals_possible) {
 
 bool Core::dispatch_due_locked(uint64_t now) {
   bool left = false;
-  for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
-    uint64_t due = models_[model_id].deadline_ns;
-    if (due != 0 && due <= now) left |= dispatch_locked(model_id, now);
+  for (ModelSlot& slot : models_) {
+    if (!slot.model) continue;
+    uint64_t due = slot.model->deadline_ns;
+    if (due != 0 && due <= now) left |= dispatch_locked(*slot.model, now);
   }
   return left;
 }
@@ -224,10 +308,10 @@ void Core::timer_loop() {
     timer_deadline_ = 0;
     bool left = dispatch_due_locked(now);
     uint64_t next = 0;
-    for (const Model& model : models_) {
-      if (model.deadline_ns != 0 && (next == 0 || model.deadline_ns < next)) {
-        next = model.deadline_ns;
-      }
+    for (const ModelSlot& slot : models_) {
+      if (!slot.model) continue;
+      uint64_t due = slot.model->deadline_ns;
+      if (due != 0 && (next == 0 || due < next)) next = due;
     }
     timer_deadline_ = next;
     if (left) notify_frontend();
@@ -247,20 +331,21 @@ Completion Core::finish_locked(Batch& batch, int32_t status, uint64_t result_off
   return done;
 }
 
-void Core::deliver_locked(uint32_t model_id, Completion done) {
-  Model& model = models_[model_id];
-  if (!model.batcher->preserve_ordering()) {
+void Core::deliver_locked(ModelHandle handle, Completion done) {
+  Model* model = find_locked(handle);
+  // A removed model's batches leave as they finish: nothing is held for them.
+  if (model == nullptr || !model->scheduler->preserve_ordering()) {
     done_.push_back(std::move(done));
     return;
   }
   // Responses leave in the order their batches were dispatched.
-  model.held.emplace(done.batch_id, std::move(done));
-  while (!model.order.empty()) {
-    auto it = model.held.find(model.order.front());
-    if (it == model.held.end()) break;
+  model->held.emplace(done.batch_id, std::move(done));
+  while (!model->order.empty()) {
+    auto it = model->held.find(model->order.front());
+    if (it == model->held.end()) break;
     done_.push_back(std::move(it->second));
-    model.held.erase(it);
-    model.order.erase(model.order.begin());
+    model->held.erase(it);
+    model->order.erase(model->order.begin());
   }
 }
 
@@ -270,20 +355,20 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
   arena_.header()->notify_pending.store(0, std::memory_order_seq_cst);
   drain_eventfd(notify_fd_);
   std::lock_guard<std::mutex> lock(mutex_);
-  for (uint32_t id = 0; id < instances_.size(); ++id) {
-    Instance& instance = instances_[id];
+  for (auto& entry : instances_) {
+    Instance& instance = entry.second;
     // A stopping instance (up == false, running) may still post its last result.
     if (!instance.up && !instance.running) continue;
     CompletionMessage message;
     while (channel(instance)->to_frontend.pop(&message)) {
       auto it = in_flight_.find(message.batch_id);
       if (it == in_flight_.end()) continue;  // already failed by instance_down
-      uint32_t model_id = it->second.model_id;
+      ModelHandle model = it->second.model;
       Completion done =
           finish_locked(it->second, message.status, message.result_offset, message.result_size);
       in_flight_.erase(it);
       instance.busy = false;
-      deliver_locked(model_id, std::move(done));
+      deliver_locked(model, std::move(done));
     }
   }
   dispatch_all_locked(arrivals_possible);
@@ -292,20 +377,30 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
   return out;
 }
 
+// --- worker processes ---
+
+void Core::instance_starting(uint32_t instance_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Instance* instance = find_instance_locked(instance_id);
+  if (instance != nullptr) instance->running = true;
+}
+
 std::vector<Completion> Core::instance_down(uint32_t instance_id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Instance& instance = instances_.at(instance_id);
+  Instance* found = find_instance_locked(instance_id);
+  if (found == nullptr) return {};
+  Instance& instance = *found;
   Channel* ch = channel(instance);
   // Completions the worker posted before it died are real results.
   CompletionMessage message;
   while (ch->to_frontend.pop(&message)) {
     auto it = in_flight_.find(message.batch_id);
     if (it == in_flight_.end()) continue;
-    uint32_t model_id = it->second.model_id;
+    ModelHandle model = it->second.model;
     Completion done =
         finish_locked(it->second, message.status, message.result_offset, message.result_size);
     in_flight_.erase(it);
-    deliver_locked(model_id, std::move(done));
+    deliver_locked(model, std::move(done));
   }
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     if (it->second.instance_id != instance_id) {
@@ -316,15 +411,20 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
     // descriptor carry the batch id.
     arena_.free_tagged(it->first);
     it->second.desc_offset = 0;
-    uint32_t model_id = it->second.model_id;
+    ModelHandle model = it->second.model;
     Completion done = finish_locked(it->second, kCompletionInstanceDied, 0, 0);
     it = in_flight_.erase(it);
-    deliver_locked(model_id, std::move(done));
+    deliver_locked(model, std::move(done));
   }
-  instance.up = false;
-  instance.running = false;
-  instance.busy = false;
-  ch->reset();
+  if (find_locked(instance.model) == nullptr) {
+    // Its model was removed and no process uses the channel any more.
+    free_instance_locked(instance);
+  } else {
+    instance.up = false;
+    instance.running = false;
+    instance.busy = false;
+    ch->reset();
+  }
   std::vector<Completion> out;
   out.swap(done_);
   return out;
@@ -332,29 +432,30 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
 
 void Core::instance_up(uint32_t instance_id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Instance& instance = instances_.at(instance_id);
-  if (instance.up) return;
+  Instance* instance = find_instance_locked(instance_id);
+  if (instance == nullptr || instance->up) return;
+  Model* model = find_locked(instance->model);
+  if (model == nullptr) return;  // its model was removed: the worker has its stop message
   // No channel reset here: the worker is already waiting on it and may have set
   // worker_sleeping, which a reset would clear and so lose its wake-up. The channel
   // was reset when created and when the previous worker died (instance_down).
-  instance.up = true;
-  instance.running = true;
-  instance.busy = false;
-  if (dispatch_locked(instance.model_id, clock_())) notify_frontend();
+  instance->up = true;
+  instance->running = true;
+  instance->busy = false;
+  if (dispatch_locked(*model, clock_())) notify_frontend();
 }
 
 void Core::stop_instance(uint32_t instance_id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Instance& instance = instances_.at(instance_id);
+  Instance* instance = find_instance_locked(instance_id);
+  if (instance != nullptr) stop_locked(*instance);
+}
+
+void Core::stop_locked(Instance& instance) {
   BatchMessage message{0, 0, 0, MessageKind::kStop};
   channel(instance)->to_worker.push(message);
   instance.up = false;  // takes no new batches
   signal_eventfd(instance.wake_fd);
-}
-
-size_t Core::queued(uint32_t model_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return models_.at(model_id).batcher->size();
 }
 
 size_t Core::in_flight() {

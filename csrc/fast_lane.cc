@@ -525,6 +525,19 @@ void FastLane::add_route(const std::string& target, uint32_t lane_model) {
   routes_.emplace(targets_.back(), lane_model);
 }
 
+void FastLane::remove_model(uint32_t lane_model) {
+  set_accepting(lane_model, false);
+  for (auto route = routes_.begin(); route != routes_.end();) {
+    if (route->second != lane_model) {
+      ++route;
+      continue;
+    }
+    const char* key = route->first.data();
+    route = routes_.erase(route);
+    targets_.remove_if([key](const std::string& target) { return target.data() == key; });
+  }
+}
+
 void FastLane::set_accepting(uint32_t lane_model, bool accepting) {
   if (lane_model < accepting_.size()) accepting_[lane_model] = accepting;
 }
@@ -552,13 +565,12 @@ bool FastLane::submit_to(std::string_view target, const uint8_t* body, size_t bo
                          size_t header_size, uint64_t now_ns, Taken* taken) {
   auto route = routes_.find(target);
   if (route == routes_.end()) return false;
-  uint64_t request_id = next_request_id_;
+  uint64_t request_id = core_.new_request_id();
   uint32_t batch_size = 0;
   if (submit(route->second, request_id, body, body_size, header_size, now_ns, &batch_size) !=
       static_cast<int>(SubmitResult::kOk)) {
     return false;
   }
-  ++next_request_id_;
   *taken = Taken{route->second, request_id, batch_size};
   return true;
 }

@@ -12,7 +12,7 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -33,9 +33,9 @@ struct FastInput {
 };
 
 struct FastModel {
-  uint32_t core_model_id = 0;
-  std::string name;     // as it appears in a JSON string (escaped)
-  std::string version;  // "1"
+  ModelHandle core_model_id;  // the core's handle: stale once the core removed the model
+  std::string name;           // as it appears in a JSON string (escaped)
+  std::string version;        // "1"
   int64_t max_batch_size = 0;
   std::vector<FastInput> inputs;
   std::vector<std::string> outputs;
@@ -135,8 +135,9 @@ class FastLane {
   // A model that is not ready takes nothing: its requests go the general way, which
   // reports why.
   void set_accepting(uint32_t lane_model, bool accepting);
-  // Request ids for the core, unique across the lane and the general path.
-  uint64_t new_request_id() { return next_request_id_++; }
+  // The model is gone: its routes are dropped and it takes nothing more. Its entry
+  // stays, since requests in flight still need it to build their responses.
+  void remove_model(uint32_t lane_model);
 
   // Takes the body into the lane and queues it on the core: a SubmitResult as int, or
   // kFallback when the general path must handle it. Nothing is kept unless kOk.
@@ -182,10 +183,10 @@ class FastLane {
   Core& core_;
   std::vector<FastModel> models_;
   std::vector<bool> accepting_;
-  std::deque<std::string> targets_;  // the route keys point into these
+  // The route keys point into these; a list, so removing one leaves the others put.
+  std::list<std::string> targets_;
   std::unordered_map<std::string_view, uint32_t> routes_;
   std::unordered_map<uint64_t, FastRecipe> recipes_;
-  uint64_t next_request_id_ = 1;
 };
 
 }  // namespace naiad

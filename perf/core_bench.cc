@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   OneInstanceCore bench(batch);
   Core& core = bench.core;
   WorkerEndpoint& worker = *bench.worker;
-  const uint32_t model = bench.model;
+  const ModelHandle model = bench.model;
 
   std::string input(2 * 16 * sizeof(float) + 256, 'x');  // add_sub's two inputs + header
   std::vector<SubmitPart> parts{{input.data(), input.size(), 0}};

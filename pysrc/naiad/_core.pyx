@@ -77,6 +77,10 @@ cdef extern from "dynamic_batcher.h" namespace "naiad":
 cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
+    int32_t kCompletionModelGone
+
+    cdef cppclass ModelHandle:
+        uint64_t value
 
     cdef struct SubmitPart:
         const void* data
@@ -93,6 +97,7 @@ cdef extern from "core.h" namespace "naiad":
         kOk
         kArenaFull
         kQueueFull
+        kModelGone
 
     cdef cppclass Completion:
         uint64_t batch_id
@@ -111,18 +116,20 @@ cdef extern from "core.h" namespace "naiad":
         CCore(uint64_t arena_bytes) except +
         Arena& arena() nogil
         int notify_fd()
-        uint32_t add_model(const BatcherConfig& config) except +
-        uint32_t add_instance(uint32_t model_id) except +
+        uint64_t new_request_id() nogil
+        ModelHandle add_model(const BatcherConfig& config) except +
+        cbool remove_model(ModelHandle model) except +
+        uint32_t add_instance(ModelHandle model) except +
         InstanceEndpoint endpoint(uint32_t instance_id) except +
-        SubmitResult submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
+        SubmitResult submit(ModelHandle model, uint64_t request_id, uint64_t block_size,
                             const vector[SubmitPart]& parts,
                             const SubmitOptions& options) except + nogil
         void flush(cbool arrivals_possible) except + nogil
         vector[Completion] poll(cbool arrivals_possible) except + nogil
+        void instance_starting(uint32_t instance_id) except + nogil
         vector[Completion] instance_down(uint32_t instance_id) except + nogil
         void instance_up(uint32_t instance_id) except + nogil
         void stop_instance(uint32_t instance_id) except + nogil
-        size_t queued(uint32_t model_id) except + nogil
         size_t in_flight() except + nogil
 
 
@@ -136,7 +143,7 @@ cdef extern from "fast_lane.h" namespace "naiad":
         cbool shape_keyed
 
     cdef cppclass FastModel:
-        uint32_t core_model_id
+        ModelHandle core_model_id
         string name
         string version
         int64_t max_batch_size
@@ -165,7 +172,7 @@ cdef extern from "fast_lane.h" namespace "naiad":
         uint32_t add_model(FastModel model) except +
         void add_route(const string& target, uint32_t lane_model) except +
         void set_accepting(uint32_t lane_model, cbool accepting)
-        uint64_t new_request_id()
+        void remove_model(uint32_t lane_model) except +
         size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
                          vector[FastTaken]* taken) except + nogil
         cbool submit_to(string_view target, const uint8_t* body, size_t body_size,
@@ -192,21 +199,60 @@ COMPLETION_OK = 0
 COMPLETION_WORKER_FAILED = 1
 COMPLETION_INSTANCE_DIED = 2
 COMPLETION_TIMED_OUT = kCompletionTimedOut
+COMPLETION_MODEL_GONE = kCompletionModelGone
 
 # Core.submit results.
 SUBMIT_OK = 0
 SUBMIT_ARENA_FULL = 1
 SUBMIT_QUEUE_FULL = 2
+SUBMIT_MODEL_GONE = 3
 
 
-cdef QueuePolicy _queue_policy(dict policy):
+cdef QueuePolicy _queue_policy(policy):
+    """A ModelQueuePolicy message as the batcher's QueuePolicy."""
     cdef QueuePolicy out
-    out.timeout_action = TimeoutAction.kDelay if policy.get("timeout_action") == "DELAY" \
+    out.timeout_action = TimeoutAction.kDelay if policy.timeout_action == 1 \
         else TimeoutAction.kReject
-    out.default_timeout_us = policy.get("default_timeout_microseconds", 0)
-    out.allow_timeout_override = policy.get("allow_timeout_override", False)
-    out.max_queue_size = policy.get("max_queue_size", 0)
+    out.default_timeout_us = policy.default_timeout_microseconds
+    out.allow_timeout_override = policy.allow_timeout_override
+    out.max_queue_size = policy.max_queue_size
     return out
+
+
+cdef BatcherConfig _batcher_config(config):
+    """The core's scheduling policy from a ModelConfig message: the one place that
+    reads dynamic_batching. A model without it (or without batching) runs one request
+    per execution."""
+    cdef BatcherConfig c
+    c.max_batch_size = max(config.max_batch_size, 1)
+    c.dynamic_batching = False
+    if not config.HasField("dynamic_batching") or config.max_batch_size <= 0:
+        return c
+    batching = config.dynamic_batching
+    c.dynamic_batching = True
+    for size in batching.preferred_batch_size:
+        c.preferred_batch_sizes.push_back(size)
+    c.max_queue_delay_us = batching.max_queue_delay_microseconds
+    c.preserve_ordering = batching.preserve_ordering
+    c.priority_levels = batching.priority_levels
+    c.default_priority_level = batching.default_priority_level
+    c.default_policy = _queue_policy(batching.default_queue_policy)
+    per_level = batching.priority_queue_policy
+    cdef uint32_t level
+    for level in range(1, c.priority_levels + 1):
+        if level in per_level:
+            c.level_policies.push_back(_queue_policy(per_level[level]))
+            c.level_has_policy.push_back(True)
+        else:
+            c.level_policies.push_back(c.default_policy)
+            c.level_has_policy.push_back(False)
+    return c
+
+
+cdef ModelHandle _handle(uint64_t value):
+    cdef ModelHandle handle
+    handle.value = value
+    return handle
 
 
 def now_ns():
@@ -247,45 +293,34 @@ cdef class Core:
         # drops every view before the core goes.
         del self._core
 
-    def add_model(self, dict config):
-        """Registers a model's scheduling policy; `config` keys follow model_config.proto:
-        dynamic_batching (bool), max_batch_size, preferred_batch_size (list),
-        max_queue_delay_microseconds, preserve_ordering, priority_levels,
-        default_priority_level, default_queue_policy (dict), priority_queue_policy
-        ({level: dict}). Returns the model id."""
-        cdef BatcherConfig c
-        c.dynamic_batching = config.get("dynamic_batching", False)
-        c.max_batch_size = config.get("max_batch_size", 0)
-        for size in config.get("preferred_batch_size", ()):
-            c.preferred_batch_sizes.push_back(size)
-        c.max_queue_delay_us = config.get("max_queue_delay_microseconds", 0)
-        c.preserve_ordering = config.get("preserve_ordering", False)
-        c.priority_levels = config.get("priority_levels", 0)
-        c.default_priority_level = config.get("default_priority_level", 0)
-        c.default_policy = _queue_policy(config.get("default_queue_policy", {}))
-        per_level = config.get("priority_queue_policy", {})
-        cdef uint32_t level
-        for level in range(1, c.priority_levels + 1):
-            if level in per_level:
-                c.level_policies.push_back(_queue_policy(per_level[level]))
-                c.level_has_policy.push_back(True)
-            else:
-                c.level_policies.push_back(c.default_policy)
-                c.level_has_policy.push_back(False)
-        return self._core.add_model(c)
+    def new_request_id(self):
+        """A request id, unique across the fast lane and the general path."""
+        return self._core.new_request_id()
 
-    def add_instance(self, uint32_t model_id):
+    def add_model(self, config):
+        """Registers a model under the scheduling policy of `config` (a ModelConfig
+        message). Returns its handle, an int that goes stale once removed."""
+        return self._core.add_model(_batcher_config(config)).value
+
+    def remove_model(self, uint64_t model):
+        """Removes the model: its submits answer SUBMIT_MODEL_GONE, its queued requests
+        complete with COMPLETION_MODEL_GONE (through poll), its batches in flight finish,
+        its instances stop and are freed once their workers are gone (instance_down).
+        False: already removed."""
+        return self._core.remove_model(_handle(model))
+
+    def add_instance(self, uint64_t model):
         """Returns (instance_id, channel_offset, wake_fd)."""
-        cdef uint32_t instance_id = self._core.add_instance(model_id)
+        cdef uint32_t instance_id = self._core.add_instance(_handle(model))
         cdef InstanceEndpoint ep = self._core.endpoint(instance_id)
         return instance_id, ep.channel_offset, ep.wake_fd
 
-    def submit(self, uint32_t model_id, uint64_t request_id, uint64_t block_size,
+    def submit(self, uint64_t model, uint64_t request_id, uint64_t block_size,
                list parts, uint32_t batch_size, uint32_t priority=0, uint64_t timeout_us=0,
                uint64_t shape_key=0):
         """Copies `parts` [(offset, buffer), ...] into a new request block and queues it.
 
-        Returns SUBMIT_OK, SUBMIT_ARENA_FULL or SUBMIT_QUEUE_FULL.
+        Returns SUBMIT_OK, SUBMIT_ARENA_FULL, SUBMIT_QUEUE_FULL or SUBMIT_MODEL_GONE.
         """
         cdef vector[SubmitPart] c_parts
         cdef SubmitPart part
@@ -305,8 +340,9 @@ cdef class Core:
         options.timeout_us = timeout_us
         options.shape_key = shape_key
         cdef SubmitResult result
+        cdef ModelHandle handle = _handle(model)
         with nogil:
-            result = self._core.submit(model_id, request_id, block_size, c_parts, options)
+            result = self._core.submit(handle, request_id, block_size, c_parts, options)
         return <int>result
 
     def flush(self, bint arrivals_possible=True):
@@ -324,6 +360,11 @@ cdef class Core:
             done = self._core.poll(arrivals_possible)
         return _completions(done)
 
+    def instance_starting(self, uint32_t instance_id):
+        """A worker process is being started on the instance: the core keeps its channel
+        until instance_down reports the process gone."""
+        self._core.instance_starting(instance_id)
+
     def instance_down(self, uint32_t instance_id):
         cdef vector[Completion] done
         with nogil:
@@ -340,9 +381,6 @@ cdef class Core:
 
     def free(self, uint64_t offset):
         self._core.arena().free(offset)
-
-    def queued(self, uint32_t model_id):
-        return self._core.queued(model_id)
 
     def in_flight(self):
         return self._core.in_flight()
@@ -386,13 +424,13 @@ cdef class FastLane:
     def __dealloc__(self):
         del self._lane
 
-    def add_model(self, uint32_t core_model_id, str name_json, str version,
+    def add_model(self, uint64_t core_model, str name_json, str version,
                   int64_t max_batch_size, list inputs, list outputs):
         """`inputs`: [(name, wire datatype, dims, element size (0: BYTES), optional,
         shape_keyed)] in config order; `outputs`: output names. Returns the lane id."""
         cdef FastModel model
         cdef FastInput spec
-        model.core_model_id = core_model_id
+        model.core_model_id = _handle(core_model)
         model.name = name_json.encode()
         model.version = version.encode()
         model.max_batch_size = max_batch_size
@@ -416,9 +454,9 @@ cdef class FastLane:
         """A model that is not ready takes nothing through the lane."""
         self._lane.set_accepting(lane_model, accepting)
 
-    def new_request_id(self):
-        """A request id for the core, unique across the lane and the general path."""
-        return self._lane.new_request_id()
+    def remove_model(self, uint32_t lane_model):
+        """The model is gone: its routes are dropped and the lane takes nothing for it."""
+        self._lane.remove_model(lane_model)
 
     def take_http(self, bytes data, size_t max_body, uint64_t now_ns):
         """Takes the complete plain infer requests at the start of received HTTP bytes:

@@ -351,6 +351,9 @@ struct LaneFixture {
   uint32_t lane_model = 0;
 };
 
+// The fixture's core has no instance: every block in its arena is a queued request's.
+uint64_t queued_blocks(Core& core) { return core.arena().stats().blocks_in_use; }
+
 }  // namespace
 
 TEST(fast_lane_queues_and_answers_through_the_core) {
@@ -362,13 +365,13 @@ TEST(fast_lane_queues_and_answers_through_the_core) {
   CHECK(f.lane.submit(f.lane_model, 41, data, body.bytes.size(), body.header_size, 1000,
                       &batch_size) == static_cast<int>(SubmitResult::kOk));
   CHECK(batch_size == 2);
-  CHECK(f.core.queued(f.model.core_model_id) == 1);
+  CHECK(queued_blocks(f.core) == 1);
   CHECK(f.lane.owns(41));
   Body bad = make_body(add_sub_json(2), 255);
   CHECK(f.lane.submit(f.lane_model, 42, reinterpret_cast<const uint8_t*>(bad.bytes.data()),
                       bad.bytes.size(), bad.header_size, 1000, &batch_size) == FastLane::kFallback);
   CHECK(!f.lane.owns(42));
-  CHECK(f.core.queued(f.model.core_model_id) == 1);
+  CHECK(queued_blocks(f.core) == 1);
 
   std::string header =
       "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2],16]]},{\"outputs\":[]}],"
@@ -465,9 +468,9 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
   CHECK(taken.size() == 2);
   CHECK(taken[0].lane_model == f.lane_model && taken[0].batch_size == 1);
   CHECK(taken[1].request_id == taken[0].request_id + 1);
-  CHECK(f.core.queued(f.model.core_model_id) == 2);
+  CHECK(queued_blocks(f.core) == 2);
   // Ids stay unique with the general path's.
-  CHECK(f.lane.new_request_id() == taken[1].request_id + 1);
+  CHECK(f.core.new_request_id() == taken[1].request_id + 1);
   // A body the HTTP parser put together goes by the same routes.
   FastLane::Taken one;
   const uint8_t* body_bytes = reinterpret_cast<const uint8_t*>(body.bytes.data());
@@ -476,7 +479,7 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
   CHECK(f.lane.submit_to("/v2/models/add_sub/infer", body_bytes, body.bytes.size(),
                          body.header_size, 7, &one));
   CHECK(one.lane_model == f.lane_model && one.request_id == taken[1].request_id + 2);
-  CHECK(f.core.queued(f.model.core_model_id) == 3);
+  CHECK(queued_blocks(f.core) == 3);
 
   // A model that is not ready takes nothing, and an invalid body is left as well.
   f.lane.set_accepting(f.lane_model, false);
@@ -488,7 +491,34 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
       http_post("/v2/models/add_sub/infer", short_body.bytes, short_body.header_size);
   CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(invalid.data()), invalid.size(), 1 << 20,
                          7, &taken) == 0);
-  CHECK(f.core.queued(f.model.core_model_id) == 3);
+  CHECK(queued_blocks(f.core) == 3);
+}
+
+TEST(fast_lane_routes_follow_removed_models) {
+  LaneFixture f;
+  const std::string unversioned = "/v2/models/add_sub/infer";
+  const std::string versioned = "/v2/models/add_sub/versions/1/infer";
+  f.lane.add_route(unversioned, f.lane_model);
+  f.lane.add_route(versioned, f.lane_model);
+  Body body = make_body(add_sub_json(), 128);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(body.bytes.data());
+  auto take = [&](const std::string& target, FastLane::Taken* taken) {
+    return f.lane.submit_to(target, bytes, body.bytes.size(), body.header_size, 7, taken);
+  };
+  FastLane::Taken taken;
+  CHECK(take(versioned, &taken));
+  f.lane.remove_model(f.lane_model);
+  CHECK(!take(unversioned, &taken) && !take(versioned, &taken));
+  // The model loaded again gets the URL back under its new lane id.
+  uint32_t again = f.lane.add_model(f.model);
+  f.lane.add_route(unversioned, again);
+  CHECK(take(unversioned, &taken) && taken.lane_model == again);
+  CHECK(!take(versioned, &taken));
+  // A lane model whose core model is gone takes nothing and keeps nothing.
+  size_t in_flight = f.lane.in_flight();
+  CHECK(f.core.remove_model(f.model.core_model_id));
+  CHECK(!take(unversioned, &taken));
+  CHECK(f.lane.in_flight() == in_flight);
 }
 
 namespace {

@@ -111,7 +111,11 @@ class ModelManager:
                 continue
             versions = self.models.setdefault(entry.name, {})
             for version in entry.versions:
-                model = LoadedModel(self, entry, version, entry.config)
+                try:
+                    model = LoadedModel(self, entry, version, entry.config)
+                except Exception as exc:  # no room for its channels, out of eventfds...
+                    self.load_table.append((entry.name, str(version), f"UNAVAILABLE: {exc}"))
+                    continue
                 versions[version] = model
                 loading.append(model)
         await asyncio.gather(*(model.load() for model in loading))
@@ -242,18 +246,20 @@ class ModelManager:
         timeout_us: int = 0,
         shape_key: int = 0,
     ):
-        request_id = self.lane.new_request_id()
+        request_id = self.core.new_request_id()
         future = self._loop.create_future()
         submit_ns = _core.now_ns()
         self._pending[request_id] = _Pending(model, future, request, batch_size, submit_ns)
         result = self.core.submit(
-            model.model_id, request_id, size, parts, batch_size, priority, timeout_us, shape_key
+            model.core_model, request_id, size, parts, batch_size, priority, timeout_us, shape_key
         )
         if result != _core.SUBMIT_OK:
             del self._pending[request_id]
             if result == _core.SUBMIT_QUEUE_FULL:
                 # Triton words it so and, unlike a queue timeout, counts no failure.
                 raise Unavailable(f"{log_prefix(request.id)}Exceeds maximum queue size")
+            if result == _core.SUBMIT_MODEL_GONE:
+                raise Unavailable(_not_ready_message(model))
             model.stats.record_failure(_core.now_ns() - submit_ns, "REJECTED")
             raise Unavailable(
                 f"model '{model.name}': the shared-memory arena has no room for a request "
@@ -301,6 +307,10 @@ class ModelManager:
     def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
         """`model` answers for the lane's model `lane_id` (take_http_requests)."""
         self._lane_models[lane_id] = model
+
+    def unregister_lane_model(self, lane_id: int) -> None:
+        """The lane's model `lane_id` was removed; its requests in flight keep their model."""
+        self._lane_models.pop(lane_id, None)
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -416,6 +426,12 @@ class ModelManager:
                 model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")
                 pending.fail(Unavailable("Request timeout expired"))
                 continue
+            if status == _core.COMPLETION_MODEL_GONE:
+                model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
+                # At shutdown every model goes: say why, as for the requests that outlive it.
+                reason = _not_ready_message(model) if self._live else "server is shutting down"
+                pending.fail(Unavailable(reason))
+                continue
             model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
             if status == _core.COMPLETION_INSTANCE_DIED:
                 message = (
@@ -428,6 +444,13 @@ class ModelManager:
                     "could not run the batch (see the server log)"
                 )
             pending.fail(Internal(message))
+
+
+def _not_ready_message(model: LoadedModel) -> str:
+    """Triton's words for a request to a version that is not (or no longer) loaded."""
+    return (
+        f"Request for unknown model: '{model.name}' version {model.version} is not at ready state"
+    )
 
 
 def format_load_table(rows: list[tuple[str, str, str]]) -> str:
