@@ -1,0 +1,430 @@
+// GrpcConnection as a pure function of bytes: the HTTP/2 rules of RFC 9113 and gRPC's
+// framing, each case driven by hand-built client frames.
+#include <string>
+#include <vector>
+
+#include "grpc_connection.h"
+#include "grpc_wire.h"
+#include "h2_client.h"
+#include "testing.h"
+
+using naiad::h2::ErrorCode;
+using naiad::h2::Event;
+using naiad::h2::EventKind;
+using naiad::h2::GrpcConnection;
+using naiad::h2::Limits;
+using namespace h2test;
+
+namespace {
+
+struct Session {
+  GrpcConnection conn;
+  Reader reader;
+  std::vector<Event> events;
+  std::vector<Frame> frames;
+
+  explicit Session(const Limits& limits = Limits()) : conn(limits) {}
+
+  void send(const std::string& bytes) {
+    conn.receive(bytes.data(), bytes.size(), &events);
+    auto got = reader.read(conn.take_output());
+    frames.insert(frames.end(), got.begin(), got.end());
+  }
+  void flush() {
+    auto got = reader.read(conn.take_output());
+    frames.insert(frames.end(), got.begin(), got.end());
+  }
+  const Frame* last(uint8_t type) const {
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+      if (it->type == type) return &*it;
+    }
+    return nullptr;
+  }
+  int count(uint8_t type) const {
+    int n = 0;
+    for (auto& f : frames) n += f.type == type;
+    return n;
+  }
+  uint32_t goaway_code() const {
+    const Frame* g = last(0x7);
+    return g ? u32(g->payload, 4) : 0xffffffff;
+  }
+};
+
+}  // namespace
+
+TEST(h2_server_preface_is_settings_and_window) {
+  Session s;
+  s.flush();
+  CHECK(s.frames.size() == 2);
+  CHECK(s.frames[0].type == 0x4 && s.frames[0].flags == 0);
+  CHECK(s.frames[0].payload.size() % 6 == 0);
+  CHECK(s.frames[1].type == 0x8 && s.frames[1].stream == 0);
+}
+
+TEST(h2_settings_acked_and_ping_answered) {
+  Session s;
+  s.send(hello({{0x4, 100000}}));
+  CHECK(s.last(0x4) && (s.last(0x4)->flags & 1));  // ACK
+  s.send(frame(0x6, 0, 0, "12345678"));
+  const Frame* ping = s.last(0x6);
+  CHECK(ping && ping->flags == 1 && ping->payload == "12345678");
+  CHECK(!s.conn.closed());
+}
+
+TEST(h2_garbage_preface_is_protocol_error) {
+  Session s;
+  s.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  CHECK(s.conn.closed());
+  CHECK(s.goaway_code() == ErrorCode::kProtocolError);
+}
+
+TEST(h2_first_frame_must_be_settings) {
+  Session s;
+  s.send(kPreface + frame(0x6, 0, 0, "12345678"));
+  CHECK(s.conn.closed());
+  CHECK(s.goaway_code() == ErrorCode::kProtocolError);
+}
+
+TEST(h2_unary_call_round_trip) {
+  Session s;
+  s.send(hello());
+  s.send(headers(1, request_block("/inference.GRPCInferenceService/ServerLive",
+                                  {{"grpc-timeout", "250m"}, {"x-meta", "v"}})) +
+         data(1, grpc_message("abc")));
+  CHECK(s.events.size() == 3);
+  CHECK(s.events[0].kind == EventKind::kCall);
+  CHECK(s.events[0].path == "/inference.GRPCInferenceService/ServerLive");
+  CHECK(s.events[0].timeout_us == 250000);
+  bool meta = false;
+  for (auto& h : s.events[0].metadata) meta = meta || (h.name == "x-meta" && h.value == "v");
+  CHECK(meta);
+  CHECK(s.events[1].kind == EventKind::kMessage && s.events[1].message == "abc");
+  CHECK(s.events[2].kind == EventKind::kHalfClose);
+  CHECK(s.conn.send_message(1, "reply"));
+  CHECK(s.conn.finish(1, 0, ""));
+  s.flush();
+  CHECK(s.conn.open_streams() == 0);
+  const Frame* d = s.last(0x0);
+  CHECK(d && d->stream == 1 && d->payload == grpc_message("reply"));
+  const Frame* t = s.last(0x1);
+  CHECK(t && (t->flags & 1) && header_value(*t, "grpc-status") == "0");
+  CHECK(!s.conn.send_message(1, "late"));  // the stream is gone
+}
+
+TEST(h2_trailers_only_error_with_percent_encoded_message) {
+  Session s;
+  s.send(hello());
+  s.send(headers(1, request_block("/x/y"), true));
+  CHECK(s.conn.finish(1, 12, "unknown 100% \xe2\x9c\x93"));
+  s.flush();
+  const Frame* t = s.last(0x1);
+  CHECK(t && (t->flags & 1));
+  CHECK(header_value(*t, ":status") == "200");
+  CHECK(header_value(*t, "grpc-status") == "12");
+  CHECK(header_value(*t, "grpc-message") == "unknown 100%25 %E2%9C%93");
+}
+
+TEST(h2_messages_split_across_frames_and_many_per_frame) {
+  Session s;
+  s.send(hello());
+  std::string two = grpc_message("first") + grpc_message("second");
+  s.send(headers(1, request_block("/s/m")));
+  s.send(data(1, two.substr(0, 3), false));
+  s.send(data(1, two.substr(3, 9), false));
+  s.send(data(1, two.substr(12), true));
+  int messages = 0;
+  for (auto& e : s.events) {
+    if (e.kind == EventKind::kMessage) {
+      CHECK(e.message == (messages == 0 ? "first" : "second"));
+      ++messages;
+    }
+  }
+  CHECK(messages == 2);
+  CHECK(s.events.back().kind == EventKind::kHalfClose);
+}
+
+TEST(h2_byte_by_byte_input) {
+  Session s;
+  std::string all = hello() + headers(1, request_block("/s/m")) + data(1, grpc_message("xyz"));
+  for (char c : all) s.send(std::string(1, c));
+  CHECK(s.events.size() == 3);
+  CHECK(s.events[1].message == "xyz");
+}
+
+TEST(h2_large_response_waits_for_window) {
+  Session s;
+  s.send(hello());
+  s.send(headers(1, request_block("/s/m"), true));
+  std::string big(200000, 'z');
+  CHECK(s.conn.send_message(1, big));
+  CHECK(s.conn.finish(1, 0, ""));
+  s.flush();
+  size_t sent = 0;
+  for (auto& f : s.frames) sent += f.type == 0x0 ? f.payload.size() : 0;
+  CHECK(sent == 65535);  // the default windows, no more
+  CHECK(s.conn.queued_bytes() == big.size() + 5 - 65535);
+  CHECK(s.count(0x1) == 1);  // trailers wait behind the data
+  s.send(window_update(0, 1 << 20));
+  s.send(window_update(1, 1 << 20));
+  sent = 0;
+  for (auto& f : s.frames) {
+    sent += f.type == 0x0 ? f.payload.size() : 0;
+    CHECK(f.type != 0x0 || f.payload.size() <= 16384);
+  }
+  CHECK(sent == big.size() + 5);
+  CHECK(s.conn.queued_bytes() == 0);
+  const Frame* t = s.last(0x1);
+  CHECK(t && header_value(*t, "grpc-status") == "0");
+  CHECK(s.conn.open_streams() == 0);
+}
+
+TEST(h2_initial_window_setting_applies_to_open_streams) {
+  Session s;
+  s.send(hello({{0x4, 10}}));
+  s.send(headers(1, request_block("/s/m"), true));
+  CHECK(s.conn.send_message(1, std::string(100, 'a')));
+  s.flush();
+  CHECK(s.last(0x0) && s.last(0x0)->payload.size() == 10);
+  s.send(settings({{0x4, 50}}));  // +40 for the open stream
+  size_t sent = 0;
+  for (auto& f : s.frames) sent += f.type == 0x0 ? f.payload.size() : 0;
+  CHECK(sent == 50);
+}
+
+TEST(h2_data_beyond_our_window_is_flow_control_error) {
+  Limits limits;
+  limits.stream_window = 16384;
+  limits.connection_window = 16384 * 2;
+  Session s(limits);
+  s.send(hello());
+  s.send(headers(1, request_block("/s/m")));
+  s.send(data(1, std::string(16384, 'a'), false));
+  s.send(data(1, std::string(100, 'a'), false));  // the window was 16384, now 8192 after
+  // half the window was acknowledged: the stream may take 8192 more, not beyond.
+  CHECK(!s.conn.closed());
+  s.send(data(1, std::string(16384, 'a'), false));
+  const Frame* r = s.last(0x3);
+  CHECK(r && r->stream == 1 && u32(r->payload) == ErrorCode::kFlowControlError);
+}
+
+TEST(h2_window_updates_replenish_what_we_took) {
+  Limits limits;
+  limits.stream_window = 65536;
+  limits.connection_window = 65536;
+  Session s(limits);
+  s.send(hello());
+  s.send(headers(1, request_block("/s/m")));
+  for (int i = 0; i < 40; ++i) s.send(data(1, std::string(16000, 'a'), false));
+  CHECK(!s.conn.closed());  // 640 kB through 64 KiB windows
+  CHECK(s.count(0x8) > 10);
+}
+
+TEST(h2_rst_stream_cancels_that_stream_only) {
+  Session s;
+  s.send(hello());
+  s.send(headers(1, request_block("/s/a")) + headers(3, request_block("/s/b")));
+  s.send(rst(1, ErrorCode::kCancel));
+  CHECK(s.events.back().kind == EventKind::kCancel && s.events.back().stream_id == 1);
+  CHECK(!s.conn.finish(1, 0, ""));
+  CHECK(s.conn.finish(3, 0, ""));
+  CHECK(!s.conn.closed());
+}
+
+TEST(h2_max_concurrent_streams_enforced) {
+  Limits limits;
+  limits.max_concurrent_streams = 2;
+  Session s(limits);
+  s.send(hello());
+  s.send(headers(1, request_block("/s/a"), true) + headers(3, request_block("/s/a"), true) +
+         headers(5, request_block("/s/a"), true));
+  const Frame* r = s.last(0x3);
+  CHECK(r && r->stream == 5 && u32(r->payload) == ErrorCode::kRefusedStream);
+  CHECK(s.conn.open_streams() == 2);
+  CHECK(s.conn.finish(1, 0, ""));
+  s.send(headers(7, request_block("/s/a"), true));  // room again
+  CHECK(s.conn.open_streams() == 2);
+}
+
+TEST(h2_continuation_joins_and_flood_is_refused) {
+  Session s;
+  s.send(hello());
+  std::string block = request_block("/s/m");
+  s.send(frame(0x1, 0, 1, block.substr(0, 10)) + frame(0x9, 0, 1, block.substr(10, 10)) +
+         frame(0x9, 0x4, 1, block.substr(20)));
+  CHECK(!s.events.empty() && s.events[0].path == "/s/m");
+  Session flood;
+  flood.send(hello());
+  flood.send(frame(0x1, 0, 1, block));
+  for (int i = 0; i < 100 && !flood.conn.closed(); ++i) flood.send(frame(0x9, 0, 1, "\x00"));
+  CHECK(flood.conn.closed());
+  CHECK(flood.goaway_code() == ErrorCode::kEnhanceYourCalm);
+}
+
+TEST(h2_frame_inside_header_block_is_protocol_error) {
+  Session s;
+  s.send(hello());
+  s.send(frame(0x1, 0, 1, request_block("/s/m")) + frame(0x6, 0, 0, "12345678"));
+  CHECK(s.goaway_code() == ErrorCode::kProtocolError);
+}
+
+TEST(h2_hpack_table_size_bomb_is_compression_error) {
+  Session s;
+  s.send(hello());
+  std::string block;
+  naiad::hpack::encode_integer(1u << 30, 5, 0x20, &block);
+  s.send(headers(1, block + request_block("/s/m")));
+  CHECK(s.goaway_code() == ErrorCode::kCompressionError);
+}
+
+TEST(h2_oversized_header_list_gets_431) {
+  Limits limits;
+  limits.max_header_list_size = 1024;
+  Session s(limits);
+  s.send(hello());
+  s.send(headers(1, request_block("/s/m", {{"big", std::string(2000, 'b')}}), true));
+  const Frame* h = s.last(0x1);
+  CHECK(h && header_value(*h, ":status") == "431");
+  CHECK(s.events.empty());
+  CHECK(!s.conn.closed());
+}
+
+TEST(h2_rapid_reset_is_enhance_your_calm) {
+  Session s;
+  s.send(hello());
+  uint32_t id = 1;
+  for (; id < 1000 && !s.conn.closed(); id += 2) {
+    s.send(headers(id, request_block("/s/m")) + rst(id, ErrorCode::kCancel));
+  }
+  CHECK(s.conn.closed());
+  CHECK(s.goaway_code() == ErrorCode::kEnhanceYourCalm);
+  CHECK(id < 300);
+}
+
+TEST(h2_frame_errors) {
+  struct Case {
+    std::string bytes;
+    uint32_t code;
+  };
+  std::vector<Case> cases = {
+      {frame(0x6, 0, 0, "1234"), ErrorCode::kFrameSizeError},          // short PING
+      {frame(0x6, 0, 1, "12345678"), ErrorCode::kProtocolError},       // PING on a stream
+      {frame(0x4, 0, 0, "12345"), ErrorCode::kFrameSizeError},         // SETTINGS size
+      {settings({{0x5, 100}}), ErrorCode::kProtocolError},             // MAX_FRAME_SIZE
+      {settings({{0x4, 0x80000000u}}), ErrorCode::kFlowControlError},  // window
+      {settings({{0x2, 2}}), ErrorCode::kProtocolError},               // ENABLE_PUSH
+      {frame(0x0, 0, 0, "x"), ErrorCode::kProtocolError},              // DATA on 0
+      {data(9, "x"), ErrorCode::kProtocolError},                       // DATA idle
+      {frame(0x5, 0x4, 1, "\0\0\0\2"), ErrorCode::kProtocolError},     // PUSH_PROMISE
+      {window_update(0, 0), ErrorCode::kProtocolError},                // increment 0
+      {window_update(0, 0x7fffffff), ErrorCode::kFlowControlError},    // overflow
+      {frame(0x9, 0x4, 1, "x"), ErrorCode::kProtocolError},            // stray CONTINUATION
+      {rst(7, 0), ErrorCode::kProtocolError},                          // RST idle
+      {headers(2, request_block("/s/m")), ErrorCode::kProtocolError},  // even id
+      {frame(0x1, 0x4, 0, "x"), ErrorCode::kProtocolError},            // HEADERS on 0
+      {std::string("\x00\x80\x00\x00\x00\x00\x00\x00\x00", 9), ErrorCode::kFrameSizeError},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Session s;
+    s.send(hello());
+    s.send(cases[i].bytes);
+    if (!s.conn.closed() || s.goaway_code() != cases[i].code) {
+      std::fprintf(stderr, "case %zu: closed=%d code=%u\n", i, s.conn.closed(), s.goaway_code());
+    }
+    CHECK(s.conn.closed());
+    CHECK(s.goaway_code() == cases[i].code);
+  }
+}
+
+TEST(h2_malformed_requests_answered_per_stream) {
+  Session s;
+  s.send(hello());
+  std::string upper;
+  naiad::hpack::encode_header(":method", "POST", &upper);
+  naiad::hpack::encode_header(":scheme", "http", &upper);
+  naiad::hpack::encode_header(":path", "/a/b", &upper);
+  naiad::hpack::encode_header("Bad", "x", &upper);
+  s.send(headers(1, upper, true));
+  const Frame* r = s.last(0x3);
+  CHECK(r && r->stream == 1 && u32(r->payload) == ErrorCode::kProtocolError);
+  std::string get;
+  naiad::hpack::encode_header(":method", "GET", &get);
+  naiad::hpack::encode_header(":scheme", "http", &get);
+  naiad::hpack::encode_header(":path", "/a/b", &get);
+  s.send(headers(3, get, true));
+  CHECK(header_value(*s.last(0x1), ":status") == "405");
+  std::string json;
+  naiad::hpack::encode_header(":method", "POST", &json);
+  naiad::hpack::encode_header(":scheme", "http", &json);
+  naiad::hpack::encode_header(":path", "/a/b", &json);
+  naiad::hpack::encode_header("content-type", "application/json", &json);
+  s.send(headers(5, json, true));
+  CHECK(header_value(*s.last(0x1), ":status") == "415");
+  CHECK(s.events.empty());
+  CHECK(!s.conn.closed());
+}
+
+TEST(grpc_message_limits_and_truncation) {
+  Limits limits;
+  limits.max_message_size = 1000;
+  Session s(limits);
+  s.send(hello());
+  // A length prefix beyond the limit: RESOURCE_EXHAUSTED at once.
+  std::string prefix("\x00\x00\x00\x10\x00", 5);
+  s.send(headers(1, request_block("/s/m")) + data(1, prefix, false));
+  CHECK(header_value(*s.last(0x1), "grpc-status") == "8");
+  // A prefix that promises more than the stream carries: INTERNAL at the end.
+  s.send(headers(3, request_block("/s/m")) + data(3, grpc_message("abcdef").substr(0, 8)));
+  const Frame* t = s.last(0x1);
+  CHECK(t && t->stream == 3 && header_value(*t, "grpc-status") == "13");
+  CHECK(header_value(*t, "grpc-message").find("incomplete") != std::string::npos);
+  CHECK(s.events.back().kind == EventKind::kCancel);  // the caller drops the call
+  CHECK(!s.conn.closed());
+}
+
+TEST(grpc_compression_flags) {
+  Session s;
+  s.send(hello());
+  s.send(headers(1, request_block("/s/m")) + data(1, grpc_message("zz", true)));
+  CHECK(header_value(*s.last(0x1), "grpc-status") == "13");  // no grpc-encoding
+  s.send(headers(3, request_block("/s/m", {{"grpc-encoding", "gzip"}})) +
+         data(3, grpc_message("zz", true)));
+  bool compressed = false;
+  for (auto& e : s.events) {
+    if (e.kind == EventKind::kMessage && e.stream_id == 3) compressed = e.compressed;
+  }
+  CHECK(compressed);
+  s.send(headers(5, request_block("/s/m", {{"grpc-encoding", "snappy"}}), true));
+  CHECK(header_value(*s.last(0x1), "grpc-status") == "12");
+  s.send(headers(7, request_block("/s/m", {{"grpc-timeout", "abc"}}), true));
+  CHECK(header_value(*s.last(0x1), "grpc-status") == "13");
+}
+
+TEST(h2_goaway_on_shutdown_answers_open_calls) {
+  Session s;
+  s.send(hello());
+  s.send(headers(1, request_block("/s/m"), true));
+  s.conn.shutdown();
+  s.flush();
+  const Frame* g = s.last(0x7);
+  CHECK(g && u32(g->payload) == 1 && u32(g->payload, 4) == ErrorCode::kNoError);
+  s.send(headers(3, request_block("/s/m"), true));  // after GOAWAY: ignored
+  CHECK(s.conn.open_streams() == 1);
+  CHECK(!s.conn.done());
+  CHECK(s.conn.finish(1, 0, ""));
+  CHECK(s.conn.done());
+}
+
+TEST(grpc_timeout_parsing) {
+  int64_t us = 0;
+  CHECK(naiad::grpc::parse_timeout("1S", &us) && us == 1000000);
+  CHECK(naiad::grpc::parse_timeout("2M", &us) && us == 120000000);
+  CHECK(naiad::grpc::parse_timeout("1H", &us) && us == 3600000000LL);
+  CHECK(naiad::grpc::parse_timeout("5u", &us) && us == 5);
+  CHECK(naiad::grpc::parse_timeout("1n", &us) && us == 1);
+  CHECK(naiad::grpc::parse_timeout("99999999m", &us) && us == 99999999000LL);
+  CHECK(!naiad::grpc::parse_timeout("123456789m", &us));  // 9 digits
+  CHECK(!naiad::grpc::parse_timeout("S", &us));
+  CHECK(!naiad::grpc::parse_timeout("1x", &us));
+  CHECK(!naiad::grpc::parse_timeout("-1S", &us));
+}
