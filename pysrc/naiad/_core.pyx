@@ -564,3 +564,160 @@ cdef class WorkerEndpoint:
                  int32_t status):
         with nogil:
             self._endpoint.complete(batch_id, result_offset, result_size, status)
+
+
+# --- gRPC over HTTP/2 (csrc/grpc_connection.h): one object per client connection ---
+
+cdef extern from "hpack.h" namespace "naiad::hpack":
+    cdef cppclass HpackHeader "naiad::hpack::Header":
+        string name
+        string value
+
+
+cdef extern from "grpc_connection.h" namespace "naiad::h2":
+    cdef enum class H2EventKind "naiad::h2::EventKind"(uint8_t):
+        kCall
+        kMessage
+        kHalfClose
+        kCancel
+
+    cdef cppclass H2Event "naiad::h2::Event":
+        H2EventKind kind
+        uint32_t stream_id
+        string path
+        vector[HpackHeader] metadata
+        int64_t timeout_us
+        string encoding
+        string message
+        cbool compressed
+        uint32_t error_code
+
+    cdef cppclass H2Limits "naiad::h2::Limits":
+        uint32_t max_concurrent_streams
+        uint32_t max_header_list_size
+        uint64_t max_message_size
+
+    cdef cppclass CGrpcConnection "naiad::h2::GrpcConnection":
+        CGrpcConnection(const H2Limits& limits) except +
+        void receive(const char* data, size_t size, vector[H2Event]* events) except + nogil
+        cbool send_message(uint32_t stream_id, string_view payload) except +
+        cbool finish(uint32_t stream_id, int status, string_view message) except +
+        void reset(uint32_t stream_id, uint32_t code) except +
+        void shutdown() except +
+        string take_output() except +
+        cbool has_output()
+        cbool closed()
+        cbool done()
+        size_t open_streams()
+        size_t queued_bytes()
+        const string& error()
+
+
+# Event kinds as GrpcConnection.receive reports them.
+GRPC_CALL = 0
+GRPC_MESSAGE = 1
+GRPC_HALF_CLOSE = 2
+GRPC_CANCEL = 3
+
+
+cdef class GrpcConnection:
+    """One HTTP/2 connection carrying gRPC calls, as bytes in and bytes out.
+
+    `receive(data)` returns events: (GRPC_CALL, stream, path, metadata [(name, value)
+    bytes pairs], timeout_us or -1, grpc-encoding str), (GRPC_MESSAGE, stream, message
+    bytes, compressed), (GRPC_HALF_CLOSE, stream), (GRPC_CANCEL, stream, code).
+    `take_output()` returns the bytes to write (b"" when none). Called only from the
+    event loop thread that owns the socket; the C++ object has no locks."""
+
+    cdef CGrpcConnection* _conn
+
+    def __cinit__(self, uint32_t max_concurrent_streams=128,
+                  uint64_t max_message_size=0x7fffffff,
+                  uint32_t max_header_list_size=16384):
+        cdef H2Limits limits
+        limits.max_concurrent_streams = max_concurrent_streams
+        limits.max_message_size = max_message_size
+        limits.max_header_list_size = max_header_list_size
+        self._conn = new CGrpcConnection(limits)
+
+    def __dealloc__(self):
+        del self._conn
+
+    def receive(self, bytes data):
+        cdef vector[H2Event] events
+        cdef const char* start = PyBytes_AS_STRING(data)
+        cdef size_t size = PyBytes_GET_SIZE(data)
+        with nogil:
+            self._conn.receive(start, size, &events)
+        cdef list out = []
+        cdef size_t i, j
+        cdef H2Event* e
+        for i in range(events.size()):
+            e = &events[i]
+            if e.kind == H2EventKind.kMessage:
+                out.append((GRPC_MESSAGE, e.stream_id,
+                            PyBytes_FromStringAndSize(e.message.data(), e.message.size()),
+                            e.compressed))
+            elif e.kind == H2EventKind.kCall:
+                metadata = [(PyBytes_FromStringAndSize(e.metadata[j].name.data(),
+                                                       e.metadata[j].name.size()),
+                             PyBytes_FromStringAndSize(e.metadata[j].value.data(),
+                                                       e.metadata[j].value.size()))
+                            for j in range(e.metadata.size())]
+                out.append((GRPC_CALL, e.stream_id,
+                            e.path.decode("utf-8", "replace"), metadata, e.timeout_us,
+                            e.encoding.decode("ascii", "replace")))
+            elif e.kind == H2EventKind.kHalfClose:
+                out.append((GRPC_HALF_CLOSE, e.stream_id))
+            else:
+                out.append((GRPC_CANCEL, e.stream_id, e.error_code))
+        return out
+
+    def send_message(self, uint32_t stream_id, payload):
+        """Queues one response message; False when the call is gone."""
+        cdef const unsigned char[:] view = payload
+        cdef string_view sv
+        if view.shape[0] == 0:
+            sv = string_view(b"", 0)
+        else:
+            sv = string_view(<const char*>&view[0], view.shape[0])
+        return self._conn.send_message(stream_id, sv)
+
+    def finish(self, uint32_t stream_id, int status, str message=""):
+        """Ends a call with grpc-status `status` and grpc-message `message`."""
+        cdef bytes encoded = message.encode()
+        return self._conn.finish(stream_id, status,
+                                 string_view(PyBytes_AS_STRING(encoded),
+                                             PyBytes_GET_SIZE(encoded)))
+
+    def reset(self, uint32_t stream_id, uint32_t code):
+        self._conn.reset(stream_id, code)
+
+    def shutdown(self):
+        self._conn.shutdown()
+
+    def take_output(self):
+        if not self._conn.has_output():
+            return b""
+        cdef string out = self._conn.take_output()
+        return PyBytes_FromStringAndSize(out.data(), out.size())
+
+    @property
+    def closed(self):
+        return self._conn.closed()
+
+    @property
+    def done(self):
+        return self._conn.done()
+
+    @property
+    def open_streams(self):
+        return self._conn.open_streams()
+
+    @property
+    def queued_bytes(self):
+        return self._conn.queued_bytes()
+
+    @property
+    def error(self):
+        return self._conn.error().decode("utf-8", "replace")

@@ -49,7 +49,10 @@ async def serve(options) -> int:
         )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)
     if options.allow_grpc:
-        log.warning("gRPC front end not built yet: --grpc-port %d is not served", options.grpc_port)
+        from naiad.grpc.server import start_grpc_server
+
+        servers.append(await start_grpc_server(manager, options.host, options.grpc_port))
+        log.info("Started GRPCInferenceService at %s:%d", options.host, options.grpc_port)
     if options.allow_metrics:
         from naiad.metrics import start_metrics_server
 

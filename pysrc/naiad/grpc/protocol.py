@@ -1,0 +1,266 @@
+"""The asyncio protocol of one gRPC connection: bytes go to the C++ GrpcConnection
+(HTTP/2, HPACK, flow control, gRPC framing), its events become calls of the Service,
+and what it returns is written back.
+
+Runs on the event loop thread only (as the C++ connection requires). Backpressure: when
+the transport's write buffer is full, reading stops, so a client that does not read its
+answers cannot make us queue more of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+
+from naiad import _core
+from naiad.grpc import status
+from naiad.grpc.service import STREAM_INFER, InferFinisher, Service, error_of, parse
+from naiad.grpc.status import GrpcError
+from naiad.grpc.tensors import to_infer_request
+from naiad.protos import grpc_service_pb2 as pb
+
+log = logging.getLogger("naiad.grpc")
+
+MAX_MESSAGE_SIZE = 0x7FFFFFFF  # Triton accepts messages up to 2 GB
+_DEADLINE_MESSAGE = "Deadline Exceeded"
+
+
+def inflate(data: bytes, encoding: str, limit: int = MAX_MESSAGE_SIZE) -> bytes:
+    """A compressed gRPC message's bytes; bounded so a small bomb cannot blow up."""
+    wbits = 31 if encoding == "gzip" else 15  # gRPC's deflate is the zlib format
+    inflater = zlib.decompressobj(wbits)
+    try:
+        out = inflater.decompress(data, limit)
+        if inflater.unconsumed_tail:
+            raise GrpcError(
+                status.RESOURCE_EXHAUSTED,
+                f"Received message larger than max after decompression ({limit} bytes)",
+            )
+        if not inflater.eof:
+            raise zlib.error("truncated stream")
+    except zlib.error as exc:
+        raise GrpcError(
+            status.INTERNAL, f"Failed to decompress the {encoding} message: {exc}"
+        ) from None
+    return out
+
+
+class _Call:
+    __slots__ = ("path", "encoding", "message", "timer", "in_flight", "half_closed")
+
+    def __init__(self, path: str, encoding: str):
+        self.path = path
+        self.encoding = encoding
+        self.message = None  # the request message of a unary call
+        self.timer = None  # deadline handle
+        self.in_flight = 0  # streamed requests not answered yet
+        self.half_closed = False
+
+
+class GrpcProtocol(asyncio.Protocol):
+    def __init__(self, service: Service, loop, arrivals=None, connections=None):
+        self.service = service
+        self.loop = loop
+        self.arrivals = arrivals
+        self.connections = connections
+        self.transport = None
+        self.conn = _core.GrpcConnection(max_message_size=MAX_MESSAGE_SIZE)
+        self.calls: dict[int, _Call] = {}
+        self._flush_scheduled = False
+        self._counted = False  # counted as an opaque arrival source
+        self._closed = False
+
+    # -- asyncio.Protocol ----------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        if self.connections is not None:
+            self.connections.add(self)
+        self._flush()  # the server preface (our SETTINGS)
+
+    def connection_lost(self, exc) -> None:
+        self._closed = True
+        if self.connections is not None:
+            self.connections.discard(self)
+        for call in self.calls.values():
+            if call.timer is not None:
+                call.timer.cancel()
+        self.calls.clear()
+        if self._counted:
+            self.arrivals.opaque -= 1
+            self._counted = False
+
+    def pause_writing(self) -> None:
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if not self._closed:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        for event in self.conn.receive(data):
+            kind = event[0]
+            try:
+                if kind == _core.GRPC_MESSAGE:
+                    self._on_message(event[1], event[2], event[3])
+                elif kind == _core.GRPC_CALL:
+                    self._on_call(event[1], event[2], event[4], event[5])
+                elif kind == _core.GRPC_HALF_CLOSE:
+                    self._on_half_close(event[1])
+                else:
+                    self._drop(event[1])
+            except Exception as exc:  # a call's failure never takes the connection down
+                self._fail(event[1], exc)
+        self._flush()
+
+    # -- output ----------------------------------------------------------------------
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._closed:
+            return
+        out = self.conn.take_output()
+        if out:
+            self.transport.write(out)
+        if self.conn.closed or self.conn.done:
+            if self.conn.closed and self.conn.error:
+                log.debug("gRPC connection closed: %s", self.conn.error)
+            self.transport.close()
+            self._closed = True
+
+    def _schedule_flush(self) -> None:
+        # Answers completed in one loop iteration go out in one write.
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def shutdown(self) -> None:
+        """GOAWAY: open calls are answered, new ones refused; closes once all are done."""
+        self.conn.shutdown()
+        self._flush()
+
+    def close(self) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.close()
+
+    # -- calls -----------------------------------------------------------------------
+    def _on_call(self, stream: int, path: str, timeout_us: int, encoding: str) -> None:
+        if path != STREAM_INFER and path not in self.service.unary:
+            self.conn.finish(stream, status.UNIMPLEMENTED, "")  # grpc++ says nothing more
+            return
+        call = _Call(path, encoding)
+        self.calls[stream] = call
+        if timeout_us >= 0:
+            call.timer = self.loop.call_later(timeout_us / 1e6, self._expire, stream)
+        if not self._counted and self.arrivals is not None and path.endswith("Infer"):
+            # Streams multiplex: this connection may always send one more request.
+            self.arrivals.opaque += 1
+            self._counted = True
+
+    def _on_message(self, stream: int, data: bytes, compressed: bool) -> None:
+        call = self.calls.get(stream)
+        if call is None:
+            return
+        if compressed:
+            data = inflate(data, call.encoding)
+        if call.path == STREAM_INFER:
+            self._stream_request(stream, call, data)
+        elif call.message is not None:
+            raise GrpcError(status.UNIMPLEMENTED, "more than one request message on a unary call")
+        else:
+            call.message = data
+
+    def _on_half_close(self, stream: int) -> None:
+        call = self.calls.get(stream)
+        if call is None:
+            return
+        call.half_closed = True
+        if call.path == STREAM_INFER:
+            if call.in_flight == 0:
+                self._finish(stream, status.OK, "")
+            return
+        if call.message is None:
+            raise GrpcError(status.UNIMPLEMENTED, "no request message on a unary call")
+        message_class, handler = self.service.unary[call.path]
+        request = call.message if message_class is None else parse(message_class, call.message)
+        result = handler(request)
+        if type(result) is tuple:  # (future, finish): an inference in flight
+            future, finish = result
+            future.add_done_callback(lambda f: self._infer_done(stream, f, finish))
+            return
+        self._answer(stream, result)
+
+    def _infer_done(self, stream: int, future, finish) -> None:
+        if stream not in self.calls:
+            return  # cancelled or past its deadline
+        try:
+            response = finish(future)
+        except BaseException as exc:
+            self._fail(stream, exc)
+        else:
+            self._answer(stream, response)
+        self._schedule_flush()
+
+    def _answer(self, stream: int, response) -> None:
+        payload = response if type(response) is bytes else response.SerializeToString()
+        self.conn.send_message(stream, payload)
+        self._finish(stream, status.OK, "")
+
+    def _fail(self, stream: int, exc: BaseException) -> None:
+        code, message = error_of(exc)
+        self._finish(stream, code, message)
+
+    def _finish(self, stream: int, code: int, message: str) -> None:
+        call = self.calls.pop(stream, None)
+        if call is not None and call.timer is not None:
+            call.timer.cancel()
+        self.conn.finish(stream, code, message)
+
+    def _drop(self, stream: int) -> None:
+        call = self.calls.pop(stream, None)
+        if call is not None and call.timer is not None:
+            call.timer.cancel()
+
+    def _expire(self, stream: int) -> None:
+        if stream in self.calls:
+            self._finish(stream, status.DEADLINE_EXCEEDED, _DEADLINE_MESSAGE)
+            self._flush()
+
+    # -- ModelStreamInfer: many requests on one stream, each answered on its own -------
+    def _stream_request(self, stream: int, call: _Call, data: bytes) -> None:
+        request_id = ""
+        try:
+            message = parse(pb.ModelInferRequest, data)
+            request_id = message.id
+            request = to_infer_request(message)
+            model = self.service.manager.get(request.model_name, request.model_version)
+            future = model.submit(request)
+        except Exception as exc:
+            self._stream_error(stream, request_id, exc)
+            return
+        call.in_flight += 1
+        finish = InferFinisher(model, request)
+        future.add_done_callback(lambda f: self._stream_done(stream, f, finish))
+
+    def _stream_done(self, stream: int, future, finish) -> None:
+        call = self.calls.get(stream)
+        if call is None:
+            return
+        call.in_flight -= 1
+        try:
+            response = finish(future)
+        except BaseException as exc:
+            self._stream_error(stream, finish.request.id, exc)
+        else:
+            self.conn.send_message(
+                stream, pb.ModelStreamInferResponse(infer_response=response).SerializeToString()
+            )
+        if call.half_closed and call.in_flight == 0:
+            self._finish(stream, status.OK, "")
+        self._schedule_flush()
+
+    def _stream_error(self, stream: int, request_id: str, exc: BaseException) -> None:
+        # The stream stays open: the error is this request's answer (as Triton does).
+        _, message = error_of(exc)
+        response = pb.ModelStreamInferResponse(error_message=message)
+        response.infer_response.id = request_id
+        self.conn.send_message(stream, response.SerializeToString())

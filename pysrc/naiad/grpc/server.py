@@ -1,0 +1,51 @@
+"""Start the gRPC front end on the running event loop."""
+
+from __future__ import annotations
+
+import asyncio
+
+from naiad.grpc.protocol import GrpcProtocol
+from naiad.grpc.service import Service
+
+__all__ = ["GrpcServer", "start_grpc_server"]
+
+
+class GrpcServer:
+    """The listening socket and its connections. close() stops accepting and sends
+    GOAWAY on every connection (their open calls are still answered); close_clients()
+    closes what is left."""
+
+    def __init__(self, server: asyncio.Server, connections: set):
+        self.server = server
+        self.connections = connections
+
+    def close(self) -> None:
+        self.server.close()
+        for protocol in list(self.connections):
+            protocol.shutdown()
+
+    def close_clients(self) -> None:
+        for protocol in list(self.connections):
+            protocol.close()
+
+    @property
+    def sockets(self):
+        return self.server.sockets
+
+
+async def start_grpc_server(
+    manager, host: str, port: int, *, backlog: int = 1024, reuse_port: bool = False
+) -> GrpcServer:
+    """Serve GRPCInferenceService (and grpc.health.v1.Health/Check) for `manager`."""
+    loop = asyncio.get_running_loop()
+    service = Service(manager)
+    arrivals = getattr(manager, "arrivals", None)
+    connections: set = set()
+
+    def factory() -> GrpcProtocol:
+        return GrpcProtocol(service, loop, arrivals, connections)
+
+    server = await loop.create_server(
+        factory, host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=backlog
+    )
+    return GrpcServer(server, connections)

@@ -1,0 +1,221 @@
+"""The GRPCInferenceService methods (and grpc.health.v1.Health/Check) over the manager.
+
+Each unary method takes the request message bytes and returns the response message
+(or raises GrpcError / NaiadError); ModelInfer returns a future the protocol waits on.
+They call the same manager methods as the HTTP routes (naiad/http/routes.py), so both
+front ends answer from one source. Status codes and messages are Triton 2.51's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+
+from naiad.errors import NaiadError, NotFound, Unavailable
+from naiad.grpc import status
+from naiad.grpc.status import GrpcError
+from naiad.grpc.tensors import to_infer_request, to_infer_response
+from naiad.protos import grpc_service_pb2 as pb
+
+log = logging.getLogger("naiad.grpc")
+
+SERVICE = "/inference.GRPCInferenceService/"
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+STREAM_INFER = SERVICE + "ModelStreamInfer"
+
+# What Triton answers for load/unload when model control is not explicit.
+_CONTROL_OFF = "explicit model load / unload is not allowed if polling is enabled"
+
+
+def parse(message_class, data: bytes):
+    message = message_class()
+    try:
+        message.ParseFromString(data)
+    except DecodeError:
+        # grpc++'s own words when a request does not deserialize (Triton answers so).
+        raise GrpcError(status.INTERNAL, "Unable to parse request") from None
+    return message
+
+
+class Service:
+    def __init__(self, manager):
+        self.manager = manager
+        # path -> (request class, handler(request message) -> response message | future)
+        self.unary: dict[str, tuple[type | None, Callable]] = {
+            SERVICE + "ServerLive": (pb.ServerLiveRequest, self.server_live),
+            SERVICE + "ServerReady": (pb.ServerReadyRequest, self.server_ready),
+            SERVICE + "ModelReady": (pb.ModelReadyRequest, self.model_ready),
+            SERVICE + "ServerMetadata": (pb.ServerMetadataRequest, self.server_metadata),
+            SERVICE + "ModelMetadata": (pb.ModelMetadataRequest, self.model_metadata),
+            SERVICE + "ModelConfig": (pb.ModelConfigRequest, self.model_config),
+            SERVICE + "ModelStatistics": (pb.ModelStatisticsRequest, self.model_statistics),
+            SERVICE + "ModelInfer": (pb.ModelInferRequest, self.model_infer),
+            SERVICE + "RepositoryIndex": (pb.RepositoryIndexRequest, self.repository_index),
+            SERVICE + "RepositoryModelLoad": (pb.RepositoryModelLoadRequest, self.control_off),
+            SERVICE + "RepositoryModelUnload": (
+                pb.RepositoryModelUnloadRequest,
+                self.control_off,
+            ),
+            SERVICE + "SystemSharedMemoryStatus": (
+                pb.SystemSharedMemoryStatusRequest,
+                self.system_shm_status,
+            ),
+            SERVICE + "SystemSharedMemoryRegister": (
+                pb.SystemSharedMemoryRegisterRequest,
+                self.system_shm_register,
+            ),
+            SERVICE + "SystemSharedMemoryUnregister": (
+                pb.SystemSharedMemoryUnregisterRequest,
+                self.system_shm_unregister,
+            ),
+            SERVICE + "CudaSharedMemoryStatus": (
+                pb.CudaSharedMemoryStatusRequest,
+                self.cuda_shm_status,
+            ),
+            SERVICE + "CudaSharedMemoryRegister": (
+                pb.CudaSharedMemoryRegisterRequest,
+                self.cuda_shm_register,
+            ),
+            SERVICE + "CudaSharedMemoryUnregister": (
+                pb.CudaSharedMemoryUnregisterRequest,
+                self.cuda_shm_unregister,
+            ),
+            SERVICE + "TraceSetting": (pb.TraceSettingRequest, self.trace_setting),
+            SERVICE + "LogSettings": (pb.LogSettingsRequest, self.log_settings),
+            HEALTH_CHECK: (None, self.health_check),
+        }
+
+    # -- health and metadata ---------------------------------------------------------
+    def server_live(self, request):
+        return pb.ServerLiveResponse(live=self.manager.server_live())
+
+    def server_ready(self, request):
+        return pb.ServerReadyResponse(ready=self.manager.server_ready())
+
+    def model_ready(self, request):
+        # Triton answers ready: false, not an error, for an unknown model or version.
+        return pb.ModelReadyResponse(ready=self.manager.model_ready(request.name, request.version))
+
+    def server_metadata(self, request):
+        return json_format.ParseDict(self.manager.server_metadata(), pb.ServerMetadataResponse())
+
+    def model_metadata(self, request):
+        model = self.manager.get(request.name, request.version)
+        return json_format.ParseDict(model.metadata(), pb.ModelMetadataResponse())
+
+    def model_config(self, request):
+        model = self.manager.get(request.name, request.version)
+        response = pb.ModelConfigResponse()
+        response.config.CopyFrom(model.config)
+        return response
+
+    def model_statistics(self, request):
+        name, version = request.name, request.version
+        try:
+            stats = self.manager.statistics(name, version)
+        except (NotFound, Unavailable):
+            # Triton's statistics words these its own way, as INVALID_ARGUMENT.
+            if version and self.manager.model_ready(name):
+                message = f"requested model version is not available for model '{name}'"
+            else:
+                message = f"requested model '{name}' is not available"
+            raise GrpcError(status.INVALID_ARGUMENT, message) from None
+        return json_format.ParseDict(
+            stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True
+        )
+
+    def health_check(self, data: bytes) -> bytes:
+        # grpc.health.v1.HealthCheckResponse{status: SERVING (1) | NOT_SERVING (2)},
+        # written by hand: one varint field, for any service name asked about.
+        return b"\x08\x01" if self.manager.server_ready() else b"\x08\x02"
+
+    # -- repository ------------------------------------------------------------------
+    def repository_index(self, request):
+        response = pb.RepositoryIndexResponse()
+        for name, version, state in self.manager.load_table:
+            ready = state == "READY"
+            if request.ready and not ready:
+                continue
+            entry = response.models.add(name=name, version="" if version == "-" else version)
+            entry.state = "READY" if ready else "UNAVAILABLE"
+            if not ready:
+                entry.reason = state.partition(": ")[2]
+        return response
+
+    def control_off(self, request):
+        raise GrpcError(status.UNAVAILABLE, _CONTROL_OFF)
+
+    # -- shared memory, trace and log settings: not built yet --------------------------
+    def system_shm_status(self, request):
+        if request.name:  # nothing is ever registered
+            raise GrpcError(
+                status.NOT_FOUND,
+                f"Unable to find system shared memory region: '{request.name}'",
+            )
+        return pb.SystemSharedMemoryStatusResponse()
+
+    def system_shm_register(self, request):
+        raise GrpcError(
+            status.UNAVAILABLE,
+            f"failed to register system shared memory region: '{request.name}': system "
+            "shared memory is not supported by Naiad yet",
+        )
+
+    def system_shm_unregister(self, request):
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    def cuda_shm_status(self, request):
+        if request.name:
+            raise GrpcError(
+                status.NOT_FOUND,
+                f"Unable to find cuda shared memory region: '{request.name}'",
+            )
+        return pb.CudaSharedMemoryStatusResponse()
+
+    def cuda_shm_register(self, request):
+        raise GrpcError(
+            status.UNAVAILABLE,
+            f"failed to register CUDA shared memory region: '{request.name}': CUDA shared "
+            "memory is not supported by Naiad yet",
+        )
+
+    def cuda_shm_unregister(self, request):
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    def trace_setting(self, request):
+        raise GrpcError(status.UNAVAILABLE, "the server does not support tracing")
+
+    def log_settings(self, request):
+        raise GrpcError(status.UNAVAILABLE, "the server does not support dynamic logging")
+
+    # -- inference -------------------------------------------------------------------
+    def model_infer(self, message):
+        """Submits the request; returns (future, finish) where finish(future) gives the
+        ModelInferResponse or raises."""
+        request = to_infer_request(message)
+        model = self.manager.get(request.model_name, request.model_version)
+        future = model.submit(request)
+        return future, InferFinisher(model, request)
+
+
+class InferFinisher:
+    __slots__ = ("model", "request")
+
+    def __init__(self, model, request):
+        self.model = model
+        self.request = request
+
+    def __call__(self, future) -> pb.ModelInferResponse:
+        response = future.result()  # raises the request's error
+        config = getattr(self.model, "config", None)
+        batching = config is None or config.max_batch_size > 0
+        return to_infer_response(response, self.request, batching)
+
+
+def error_of(exc: BaseException) -> tuple[int, str]:
+    if not isinstance(exc, (GrpcError, NaiadError)):
+        log.exception("unhandled error in a gRPC method", exc_info=exc)
+    return status.status_of(exc)
