@@ -540,3 +540,43 @@ def test_inputs_reach_execute_as_views_over_shared_memory(models_server):
         result = client.infer("view_probe", [inp])
     assert result.as_numpy("OWNS_DATA").tolist() == [[0]]
     assert result.as_numpy("OVER_SHARED_MEMORY").tolist() == [[1]]
+
+
+def _request_echo(models_server, http, parameters: dict) -> dict:
+    body = {
+        "id": "echo-1",
+        "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [2.5]}],
+        "parameters": parameters,
+    }
+    r = http.post(f"{models_server.url}/v2/models/request_echo/infer", json=body, timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_request_properties_and_response_parameters(models_server, http):
+    """The model sees Triton's request properties (timeout, correlation id, flags, the
+    parameters the server does not consume), and the parameters of its InferenceResponse
+    reach the client in the response's `parameters` object."""
+    doc = _request_echo(
+        models_server,
+        http,
+        {"sequence_id": 12, "sequence_start": True, "timeout": 5_000_000, "custom": "x"},
+    )
+    assert doc == {
+        "id": "echo-1",
+        "model_name": "request_echo",
+        "model_version": "1",
+        "parameters": {
+            "request_id": "echo-1",
+            "correlation_id": 12,
+            "timeout": 5_000_000,
+            "flags": 1,
+            "request_parameters": '{"custom":"x"}',
+        },
+        "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 1], "data": [2.5]}],
+    }
+    # A string sequence id is the correlation id as it is; absent ones are 0.
+    parameters = _request_echo(models_server, http, {"sequence_id": "session-a"})["parameters"]
+    assert parameters["correlation_id"] == "session-a"
+    assert (parameters["timeout"], parameters["flags"]) == (0, 0)
+    assert parameters["request_parameters"] == "{}"
