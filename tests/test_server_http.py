@@ -580,3 +580,19 @@ def test_request_properties_and_response_parameters(models_server, http):
     assert parameters["correlation_id"] == "session-a"
     assert (parameters["timeout"], parameters["flags"]) == (0, 0)
     assert parameters["request_parameters"] == "{}"
+
+
+def test_response_parameters_do_not_break_the_fast_lane(models_server, http):
+    """A binary request takes the fast lane, whose replies do not carry response parameters
+    yet: the result block's 'parameters' must not make it fail the request."""
+    lanes = models_server.url + "/v2/naiad/lanes"
+    before = http.get(lanes, timeout=TIMEOUT).json()["lane_requests"]
+    inp = httpclient.InferInput("INPUT0", [1, 1], "FP32")
+    inp.set_data_from_numpy(np.array([[4.5]], dtype=np.float32), binary_data=True)
+    output = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
+    with httpclient.InferenceServerClient(
+        f"{models_server.host}:{models_server.http_port}", network_timeout=TIMEOUT
+    ) as client:
+        result = client.infer("request_echo", [inp], outputs=[output])
+    assert result.as_numpy("OUTPUT0").tolist() == [[4.5]]
+    assert http.get(lanes, timeout=TIMEOUT).json()["lane_requests"] == before + 1
