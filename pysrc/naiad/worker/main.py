@@ -118,6 +118,7 @@ _WIRE_OF_DTYPE: dict = {}
 
 
 def _wire_datatype(dtype: np.dtype) -> str:
+    """The wire datatype of an output dtype not in _WIRE_OF_DTYPE yet; remembered there."""
     wire = _WIRE_OF_DTYPE[dtype] = datatypes.wire_of_numpy(dtype)
     return wire
 
