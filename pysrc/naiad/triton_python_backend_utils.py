@@ -419,6 +419,11 @@ class InferenceTrace:
         return self._context
 
 
+# The trace of every request the server hands a model: Naiad does not trace requests yet,
+# and a trace has nothing a model can change, so they share one.
+_UNTRACED = InferenceTrace()
+
+
 def _parameters_json(parameters) -> str:
     """dict (or JSON object string) of str -> bool/int/str, as Triton's JSON string."""
     if parameters is None:
@@ -542,7 +547,7 @@ class InferenceRequest:
         request._flags = flags
         request._timeout = timeout
         request._preferred_memory = None
-        request._trace = InferenceTrace()
+        request._trace = _UNTRACED
         request._parameters = parameters
         request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return request

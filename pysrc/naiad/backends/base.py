@@ -54,7 +54,8 @@ class RequestHeader:
     a worker keeps these and shares one among the requests that carry it; never modify one.
 
     - `id`: the request id ("" when the client gave none)
-    - `inputs`: ((name, datatype, shape), ...) in the order of `RequestView.arrays`
+    - `inputs`: ((name, datatype, shape), ...) in the order of `RequestView.arrays`;
+      `input_names` and `input_datatypes` the same names and datatypes as tuples of their own
     - `requested_outputs`: the output names the client asked for; empty for all of them
     - `parameters`: the request's parameters without the ones Triton consumes
       (`RESERVED_PARAMETERS`), as a dict; `parameters_json` the same as a JSON object string
@@ -67,6 +68,8 @@ class RequestHeader:
     __slots__ = (
         "id",
         "inputs",
+        "input_names",
+        "input_datatypes",
         "requested_outputs",
         "parameters",
         "parameters_json",
@@ -78,6 +81,8 @@ class RequestHeader:
     def __init__(self, request_id: str, inputs: tuple, requested_outputs: list, parameters: dict):
         self.id = request_id
         self.inputs = inputs
+        self.input_names = tuple(name for name, _, _ in inputs)
+        self.input_datatypes = tuple(datatype for _, datatype, _ in inputs)
         self.requested_outputs = requested_outputs
         self.timeout_us = 0
         self.correlation_id: int | str = 0

@@ -271,20 +271,18 @@ class PythonModelBackend(Backend):
         wrap the batch's arrays (no copy)."""
         tensor = pb_utils.Tensor._from_server
         request = pb_utils.InferenceRequest._from_server
-        triton_type = pb_utils.TRITON_TYPE_OF_WIRE
+        triton_type = pb_utils.TRITON_TYPE_OF_WIRE.__getitem__
         name = self.name
         version = self._version_number
         requests = []
         for header, arrays in zip(batch.headers, batch.arrays):
-            inputs = [
-                tensor(input_name, array, triton_type[datatype])
-                for (input_name, datatype, _), array in zip(header.inputs, arrays)
-            ]
+            # map() rather than a comprehension: no frame of its own per request.
+            types = map(triton_type, header.input_datatypes)
             requests.append(
                 request(
                     header.id,
                     header.correlation_id,
-                    inputs,
+                    list(map(tensor, header.input_names, arrays, types)),
                     header.requested_outputs,
                     name,
                     version,
