@@ -12,18 +12,12 @@ import json
 
 from naiad.backends.base import Backend
 
-# Triton backend or platform name -> "module:class". Framework backends add their backend
-# name and their platform names here (onnxruntime / onnxruntime_onnx, pytorch /
+# Triton backend or platform name -> "module:class" of its Backend subclass. Framework
+# backends add their backend name and their platform names here (onnxruntime / onnxruntime_onnx, pytorch /
 # pytorch_libtorch, tensorrt / tensorrt_plan).
 _REGISTRY: dict[str, str] = {
     "python": "naiad.backends.python:PythonModelBackend",
 }
-
-
-def register(name: str, target: str) -> None:
-    """Serve models whose `backend` (or `platform`) is `name` with `target`
-    ("package.module:Class", a Backend subclass)."""
-    _REGISTRY[name] = target
 
 
 def backend_name(config: dict) -> str:
