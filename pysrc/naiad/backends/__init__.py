@@ -13,8 +13,8 @@ import json
 from naiad.backends.base import Backend
 
 # Triton backend or platform name -> "module:class" of its Backend subclass. Framework
-# backends add their backend name and their platform names here (onnxruntime / onnxruntime_onnx, pytorch /
-# pytorch_libtorch, tensorrt / tensorrt_plan).
+# backends add their backend name and their platform names here (onnxruntime /
+# onnxruntime_onnx, pytorch / pytorch_libtorch, tensorrt / tensorrt_plan).
 _REGISTRY: dict[str, str] = {
     "python": "naiad.backends.python:PythonModelBackend",
 }
