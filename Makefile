@@ -16,7 +16,7 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
 .PHONY: serve test install lint format test-core test-core-sanitize test-python clean bench-core \
-	deploy-tools
+	deploy-tools grpc-tools
 
 $(STAMP): $(CORE_SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,7 +66,12 @@ deploy-tools:
 	command -v prometheus > /dev/null || (apt-get update && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus)
 
-test-python: $(STAMP) deploy-tools
+# h2load (nghttp2's load generator), an independent HTTP/2 client for tests/test_grpc_server.py.
+grpc-tools:
+	command -v h2load > /dev/null || (apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nghttp2-client)
+
+test-python: $(STAMP) deploy-tools grpc-tools
 	$(PY) -m pytest -q
 
 test: lint test-core test-core-sanitize test-python

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import re
+import shutil
 import socket
 import struct
+import subprocess
 import time
 from functools import partial
 
@@ -732,3 +735,77 @@ def test_goaway_on_shutdown_answers_calls_in_flight(tmp_path):
         assert error is None
         assert result.as_numpy("OUTPUT0")[0][0] == 1.0
         assert server.wait_exit(TIMEOUT) == 0
+
+
+# -- h2load (nghttp2) as an independent HTTP/2 client ------------------------------------
+
+
+def _h2load(server, tmp_path, path: str, body: bytes, *args: str) -> str:
+    h2load = shutil.which("h2load")
+    if h2load is None:
+        pytest.skip("h2load not installed (make grpc-tools installs nghttp2-client)")
+    data = tmp_path / "body.bin"
+    data.write_bytes(body)
+    command = [
+        h2load,
+        *args,
+        "-d",
+        str(data),
+        "-H",
+        "content-type: application/grpc",
+        "-H",
+        "te: trailers",
+        f"http://{server.host}:{server.grpc_port}{path}",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_h2load_many_streams(server, client, tmp_path):
+    a, b = _rand(1, seed=12)
+    request = pb.ModelInferRequest(model_name="add_sub")
+    for name, array in (("INPUT0", a), ("INPUT1", b)):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+        request.raw_input_contents.append(array.tobytes())
+    out = _h2load(
+        server,
+        tmp_path,
+        "/inference.GRPCInferenceService/ModelInfer",
+        _grpc(request.SerializeToString()),
+        "-n",
+        "400",
+        "-c",
+        "4",
+        "-m",
+        "32",
+    )
+    assert "400 succeeded, 0 failed, 0 errored" in out, out
+    _still_serving(client)
+
+
+def test_h2load_small_windows_large_answers(server, tmp_path):
+    # 2^10-byte stream windows: 64 kB answers go out only as h2load grants window.
+    request = pb.ModelInferRequest(model_name="identity_bytes")
+    tensor = request.inputs.add(name="INPUT0", datatype="BYTES", shape=[1, 1])
+    tensor.contents.bytes_contents.append(b"w" * 65536)
+    out = _h2load(
+        server,
+        tmp_path,
+        "/inference.GRPCInferenceService/ModelInfer",
+        _grpc(request.SerializeToString()),
+        "-n",
+        "40",
+        "-c",
+        "2",
+        "-m",
+        "4",
+        "-w",
+        "10",
+        "-W",
+        "16",
+    )
+    assert "40 succeeded, 0 failed, 0 errored" in out, out
+    # Every answer came whole: 40 x (64 kB + framing) of DATA at least.
+    traffic = re.search(r"traffic: \S+ \((\d+)\) total", out)
+    assert traffic and int(traffic.group(1)) > 40 * 65536, out

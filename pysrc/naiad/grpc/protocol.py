@@ -68,7 +68,7 @@ class GrpcProtocol(asyncio.Protocol):
         self.conn = _core.GrpcConnection(max_message_size=MAX_MESSAGE_SIZE)
         self.calls: dict[int, _Call] = {}
         self._flush_scheduled = False
-        self._counted = False  # counted as an opaque arrival source
+        self._counted = False  # counted in arrivals.multiplexed
         self._closed = False
 
     # -- asyncio.Protocol ----------------------------------------------------------
@@ -87,7 +87,7 @@ class GrpcProtocol(asyncio.Protocol):
                 call.timer.cancel()
         self.calls.clear()
         if self._counted:
-            self.arrivals.opaque -= 1
+            self.arrivals.multiplexed -= 1
             self._counted = False
 
     def pause_writing(self) -> None:
@@ -153,7 +153,7 @@ class GrpcProtocol(asyncio.Protocol):
             call.timer = self.loop.call_later(timeout_us / 1e6, self._expire, stream)
         if not self._counted and self.arrivals is not None and path.endswith("Infer"):
             # Streams multiplex: this connection may always send one more request.
-            self.arrivals.opaque += 1
+            self.arrivals.multiplexed += 1
             self._counted = True
 
     def _on_message(self, stream: int, data: bytes, compressed: bool) -> None:

@@ -6,19 +6,20 @@ open connection is waiting, no request can join a batch held for
 `max_queue_delay_microseconds` (an HTTP/1.1 client sends its next request after the
 answer), so the batch leaves at once instead of idling out the delay. A client that
 pipelines only makes the batch leave a little early. A front end that cannot tell
-(multiplexed streams, as gRPC's) must keep `possible()` true while it has clients, e.g.
-with a count of its own here; none does yet, since HTTP/1.1 is the only front end.
+(multiplexed streams, as gRPC's) counts its inference connections in `multiplexed`,
+which keeps `possible()` true while any is open: one more request may always come.
 """
 
 from __future__ import annotations
 
 
 class ArrivalTracker:
-    __slots__ = ("open", "waiting")
+    __slots__ = ("open", "waiting", "multiplexed")
 
     def __init__(self):
         self.open = 0
         self.waiting = 0
+        self.multiplexed = 0  # gRPC connections that have sent an inference call
 
     def possible(self) -> bool:
-        return self.open > self.waiting
+        return self.multiplexed > 0 or self.open > self.waiting

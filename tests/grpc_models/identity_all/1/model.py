@@ -4,10 +4,7 @@ when the optional IN_FP16 is absent)."""
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-TYPES = [
-    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-    "FP16", "FP32", "FP64", "STRING",
-]
+TYPES = "BOOL UINT8 UINT16 UINT32 UINT64 INT8 INT16 INT32 INT64 FP16 FP32 FP64 STRING".split()
 
 
 class TritonPythonModel:
