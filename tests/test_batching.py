@@ -371,3 +371,39 @@ def test_only_requests_of_the_same_non_batch_shape_share_a_batch(server):
     assert other.output("BATCH") == 1
     assert second.outputs["OUTPUT0"] == [0, 1, 2, 3]
     assert requests.get(lanes_url, timeout=TIMEOUT).json()["lane_requests"] == lane_before + 1
+
+
+# -- the early exit over gRPC ------------------------------------------------------------
+
+
+def _grpc_infer(client, value: int) -> float:
+    import tritonclient.grpc as grpcclient
+
+    tensor = grpcclient.InferInput("INPUT0", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+    start = time.monotonic()
+    result = client.infer("batch_delay", [tensor], client_timeout=TIMEOUT)
+    assert result.as_numpy("OUTPUT0")[0][0] == value
+    return time.monotonic() - start
+
+
+def test_grpc_lone_call_leaves_early_but_not_below_the_clients_concurrency(server):
+    """A gRPC connection counts as waiting while it has as many inference calls in
+    flight as it ever had at once (arrivals.py): one call at a time leaves at once; after
+    the client has had two calls going, a single call waits the 300 ms delay, since the
+    client could still send its second."""
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
+        _grpc_infer(client, 0)  # warm up
+        assert _grpc_infer(client, 1) < 0.15
+        # Two calls at once: the first runs 200 ms (DELAY_MS), so the second joins it.
+        value = grpcclient.InferInput("INPUT0", [1, 1], "INT32")
+        value.set_data_from_numpy(np.array([[2]], dtype=np.int32))
+        delay = grpcclient.InferInput("DELAY_MS", [1, 1], "INT32")
+        delay.set_data_from_numpy(np.array([[200]], dtype=np.int32))
+        done = threading.Semaphore(0)
+        for inputs in ([value, delay], [value]):
+            client.async_infer("batch_delay", inputs, lambda result, error: done.release())
+        assert done.acquire(timeout=TIMEOUT) and done.acquire(timeout=TIMEOUT)
+        assert _grpc_infer(client, 3) >= 0.3

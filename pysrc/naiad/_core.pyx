@@ -623,8 +623,8 @@ GRPC_CANCEL = 3
 cdef class GrpcConnection:
     """One HTTP/2 connection carrying gRPC calls, as bytes in and bytes out.
 
-    `receive(data)` returns events: (GRPC_CALL, stream, path, metadata [(name, value)
-    bytes pairs], timeout_us or -1, grpc-encoding str), (GRPC_MESSAGE, stream, message
+    `receive(data)` returns events: (GRPC_CALL, stream, path, timeout_us or -1,
+    grpc-encoding str), (GRPC_MESSAGE, stream, message
     bytes, compressed), (GRPC_HALF_CLOSE, stream), (GRPC_CANCEL, stream, code).
     `take_output()` returns the bytes to write (b"" when none). Called only from the
     event loop thread that owns the socket; the C++ object has no locks."""
@@ -650,7 +650,7 @@ cdef class GrpcConnection:
         with nogil:
             self._conn.receive(start, size, &events)
         cdef list out = []
-        cdef size_t i, j
+        cdef size_t i
         cdef H2Event* e
         for i in range(events.size()):
             e = &events[i]
@@ -659,14 +659,9 @@ cdef class GrpcConnection:
                             PyBytes_FromStringAndSize(e.message.data(), e.message.size()),
                             e.compressed))
             elif e.kind == H2EventKind.kCall:
-                metadata = [(PyBytes_FromStringAndSize(e.metadata[j].name.data(),
-                                                       e.metadata[j].name.size()),
-                             PyBytes_FromStringAndSize(e.metadata[j].value.data(),
-                                                       e.metadata[j].value.size()))
-                            for j in range(e.metadata.size())]
-                out.append((GRPC_CALL, e.stream_id,
-                            e.path.decode("utf-8", "replace"), metadata, e.timeout_us,
-                            e.encoding.decode("ascii", "replace")))
+                # The call's metadata stays in C++: no method reads it yet.
+                out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
+                            e.timeout_us, e.encoding.decode("ascii", "replace")))
             elif e.kind == H2EventKind.kHalfClose:
                 out.append((GRPC_HALF_CLOSE, e.stream_id))
             else:

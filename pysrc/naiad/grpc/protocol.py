@@ -68,7 +68,12 @@ class GrpcProtocol(asyncio.Protocol):
         self.conn = _core.GrpcConnection(max_message_size=MAX_MESSAGE_SIZE)
         self.calls: dict[int, _Call] = {}
         self._flush_scheduled = False
-        self._counted = False  # counted in arrivals.multiplexed
+        # The batcher's hint (scheduling/arrivals.py): inference calls in flight and the
+        # most there ever were at once on this connection.
+        self._counted = False
+        self._in_flight = 0
+        self._high_water = 0
+        self._waiting = False
         self._closed = False
 
     # -- asyncio.Protocol ----------------------------------------------------------
@@ -87,8 +92,11 @@ class GrpcProtocol(asyncio.Protocol):
                 call.timer.cancel()
         self.calls.clear()
         if self._counted:
-            self.arrivals.multiplexed -= 1
+            self.arrivals.open -= 1
+            if self._waiting:
+                self.arrivals.waiting -= 1
             self._counted = False
+            self._waiting = False
 
     def pause_writing(self) -> None:
         self.transport.pause_reading()
@@ -104,7 +112,7 @@ class GrpcProtocol(asyncio.Protocol):
                 if kind == _core.GRPC_MESSAGE:
                     self._on_message(event[1], event[2], event[3])
                 elif kind == _core.GRPC_CALL:
-                    self._on_call(event[1], event[2], event[4], event[5])
+                    self._on_call(event[1], event[2], event[3], event[4])
                 elif kind == _core.GRPC_HALF_CLOSE:
                     self._on_half_close(event[1])
                 else:
@@ -152,8 +160,7 @@ class GrpcProtocol(asyncio.Protocol):
         if timeout_us >= 0:
             call.timer = self.loop.call_later(timeout_us / 1e6, self._expire, stream)
         if not self._counted and self.arrivals is not None and path.endswith("Infer"):
-            # Streams multiplex: this connection may always send one more request.
-            self.arrivals.multiplexed += 1
+            self.arrivals.open += 1
             self._counted = True
 
     def _on_message(self, stream: int, data: bytes, compressed: bool) -> None:
@@ -185,11 +192,22 @@ class GrpcProtocol(asyncio.Protocol):
         result = handler(request)
         if type(result) is tuple:  # (future, finish): an inference in flight
             future, finish = result
+            self._track(1)
             future.add_done_callback(lambda f: self._infer_done(stream, f, finish))
             return
         self._answer(stream, result)
 
+    def _track(self, delta: int) -> None:
+        self._in_flight += delta
+        if self._in_flight > self._high_water:
+            self._high_water = self._in_flight
+        waiting = self._in_flight > 0 and self._in_flight >= self._high_water
+        if self._counted and waiting != self._waiting:
+            self._waiting = waiting
+            self.arrivals.waiting += 1 if waiting else -1
+
     def _infer_done(self, stream: int, future, finish) -> None:
+        self._track(-1)
         if stream not in self.calls:
             return  # cancelled or past its deadline
         try:
@@ -238,10 +256,12 @@ class GrpcProtocol(asyncio.Protocol):
             self._stream_error(stream, request_id, exc)
             return
         call.in_flight += 1
+        self._track(1)
         finish = InferFinisher(model, request)
         future.add_done_callback(lambda f: self._stream_done(stream, f, finish))
 
     def _stream_done(self, stream: int, future, finish) -> None:
+        self._track(-1)
         call = self.calls.get(stream)
         if call is None:
             return

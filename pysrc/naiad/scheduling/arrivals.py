@@ -5,21 +5,22 @@ request): open, and waiting (a request received, its answer not yet written). Wh
 open connection is waiting, no request can join a batch held for
 `max_queue_delay_microseconds` (an HTTP/1.1 client sends its next request after the
 answer), so the batch leaves at once instead of idling out the delay. A client that
-pipelines only makes the batch leave a little early. A front end that cannot tell
-(multiplexed streams, as gRPC's) counts its inference connections in `multiplexed`,
-which keeps `possible()` true while any is open: one more request may always come.
+pipelines only makes the batch leave a little early. A gRPC connection multiplexes
+calls, so it cannot know; it reports itself waiting while it has as many inference calls
+in flight as it ever had at once (its high-water mark): a client that keeps N calls
+going (perf_analyzer at concurrency N, a pool of N threads) sends the next only after
+an answer. A client that grows its concurrency only makes a batch leave early, once.
 """
 
 from __future__ import annotations
 
 
 class ArrivalTracker:
-    __slots__ = ("open", "waiting", "multiplexed")
+    __slots__ = ("open", "waiting")
 
     def __init__(self):
         self.open = 0
         self.waiting = 0
-        self.multiplexed = 0  # gRPC connections that have sent an inference call
 
     def possible(self) -> bool:
-        return self.multiplexed > 0 or self.open > self.waiting
+        return self.open > self.waiting
