@@ -49,6 +49,8 @@ _TYPE_OF_FIELD = {
 
 def parameters_of(params) -> dict:
     """A protobuf map<string, InferParameter> as a plain dict."""
+    if not params:  # the common case, and len() is far cheaper than items()
+        return {}
     out = {}
     for key, param in params.items():
         kind = param.WhichOneof("parameter_choice")
@@ -94,15 +96,9 @@ def to_infer_request(message: pb.ModelInferRequest) -> InferRequest:
     """The InferRequest a ModelInferRequest asks for; InvalidArgument for a malformed one."""
     model_name = message.model_name
     raw = message.raw_input_contents
-    if raw and any(t.HasField("contents") for t in message.inputs):
-        tensor = next(t for t in message.inputs if t.HasField("contents"))
-        raise InvalidArgument(
-            f"contents field must not be specified when using raw_input_contents for "
-            f"'{tensor.name}' for model '{model_name}'"
-        )
+    n_raw = len(raw)
     inputs = []
-    raw_index = 0
-    for tensor in message.inputs:
+    for index, tensor in enumerate(message.inputs):
         params = parameters_of(tensor.parameters)
         if "shared_memory_region" in params:
             raise InvalidArgument(
@@ -110,15 +106,20 @@ def to_infer_request(message: pb.ModelInferRequest) -> InferRequest:
                 f"'{params['shared_memory_region']}': shared memory is not supported by "
                 "Naiad yet"
             )
-        if raw:
-            if raw_index >= len(raw):
+        typed = tensor.HasField("contents")
+        if n_raw:
+            if typed:
+                raise InvalidArgument(
+                    f"contents field must not be specified when using raw_input_contents for "
+                    f"'{tensor.name}' for model '{model_name}'"
+                )
+            if index >= n_raw:
                 raise InvalidArgument(
                     f"unable to find data for input tensor '{tensor.name}' for model "
                     f"'{model_name}' in request."
                 )
-            data = raw[raw_index]
-            raw_index += 1
-        elif tensor.HasField("contents"):
+            data = raw[index]
+        elif typed:
             data = _typed_bytes(tensor, model_name)
         else:
             raise InvalidArgument(
@@ -126,10 +127,10 @@ def to_infer_request(message: pb.ModelInferRequest) -> InferRequest:
                 f"'{model_name}' in request."
             )
         inputs.append(InputTensor(tensor.name, tensor.datatype, list(tensor.shape), data, params))
-    if raw and raw_index != len(raw):
+    if n_raw > len(inputs):
         raise InvalidArgument(
-            f"raw_input_contents has {len(raw)} entries for model '{model_name}' but the "
-            f"request has {raw_index} inputs"
+            f"raw_input_contents has {n_raw} entries for model '{model_name}' but the "
+            f"request has {len(inputs)} inputs"
         )
     outputs = None
     if message.outputs:
