@@ -237,6 +237,7 @@ bool GrpcConnection::pump_stream(uint32_t stream_id, Stream& s) {
   }
   s.outbound.clear();
   s.outbound_pos = 0;
+  reopen_window(stream_id, s);
   if (!s.finishing) return false;
   std::string block;
   hpack::encode_header("grpc-status", std::to_string(s.status), &block);
@@ -469,10 +470,15 @@ void GrpcConnection::replenish(uint32_t stream_id, Stream* stream, size_t bytes)
   }
   if (stream == nullptr || stream->remote_closed) return;
   stream->recv_unacked += bytes;
-  if (stream->recv_unacked >= limits_.stream_window / 2) {
-    write_window_update(stream_id, stream->recv_unacked);
-    stream->recv_unacked = 0;
-  }
+  reopen_window(stream_id, *stream);
+}
+
+void GrpcConnection::reopen_window(uint32_t stream_id, Stream& s) {
+  // Withheld while the stream's answers back up: the client then cannot send more.
+  if (s.remote_closed || s.recv_unacked < limits_.stream_window / 2) return;
+  if (s.outbound.size() - s.outbound_pos > limits_.max_stream_backlog) return;
+  write_window_update(stream_id, s.recv_unacked);
+  s.recv_unacked = 0;
 }
 
 void GrpcConnection::on_data(uint8_t flags, uint32_t stream_id, std::string_view payload,

@@ -12,7 +12,9 @@
 // - flow control both ways (§5.2, §6.9): DATA beyond the window we granted is a
 //   FLOW_CONTROL_ERROR; our DATA waits for the peer's window, so a large response
 //   goes out as the client reads it, and a client that never opens the window never
-//   gets more than it granted (the rest stays queued on its stream);
+//   gets more than it granted (the rest stays queued on its stream); a stream whose
+//   queued answers pass `max_stream_backlog` gets no more receive window until they
+//   drain, so a streaming client that does not read cannot make us buffer more;
 // - SETTINGS_MAX_CONCURRENT_STREAMS (a stream beyond it is refused with
 //   REFUSED_STREAM), a header list limit (431 then RST_STREAM), HPACK's table limit,
 //   a bound on CONTINUATION frames and on a header block's bytes (ENHANCE_YOUR_CALM),
@@ -66,6 +68,10 @@ struct Limits {
   uint32_t connection_window = 16u << 20;   // receive window of the connection
   uint64_t max_message_size = 0x7fffffff;   // bytes of one gRPC message (2 GiB - 1)
   uint32_t max_client_resets = 100;         // resets before answers, net of answers
+  // Answers queued on one stream (waiting for the client's window) beyond which we stop
+  // opening that stream's receive window: a client that sends requests on a stream but
+  // does not read the answers is held back by flow control, not buffered for.
+  uint64_t max_stream_backlog = 16u << 20;
 };
 
 enum class EventKind : uint8_t {
@@ -166,6 +172,7 @@ class GrpcConnection {
   void close_stream(uint32_t stream_id, std::vector<Event>* events, uint32_t code);
   void connection_error(uint32_t code, std::string message);
   void replenish(uint32_t stream_id, Stream* stream, size_t bytes);
+  void reopen_window(uint32_t stream_id, Stream& stream);
 
   Limits limits_;
   hpack::Decoder decoder_;

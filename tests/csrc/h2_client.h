@@ -3,6 +3,7 @@
 // own HPACK decoder (as a peer would).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -84,6 +85,16 @@ inline std::string grpc_message(std::string_view payload, bool compressed = fals
 
 inline std::string data(uint32_t stream, std::string_view payload, bool end_stream = true) {
   return frame(0x0, end_stream ? 0x1 : 0, stream, payload);
+}
+
+// `payload` as DATA frames of at most 16 KiB (the default SETTINGS_MAX_FRAME_SIZE).
+inline std::string data_frames(uint32_t stream, std::string_view payload, bool end_stream) {
+  std::string out;
+  for (size_t pos = 0; pos < payload.size(); pos += 16384) {
+    size_t n = std::min<size_t>(16384, payload.size() - pos);
+    out += data(stream, payload.substr(pos, n), end_stream && pos + n == payload.size());
+  }
+  return out;
 }
 
 // The start every client sends: preface, then SETTINGS.

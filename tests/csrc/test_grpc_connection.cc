@@ -428,3 +428,57 @@ TEST(grpc_timeout_parsing) {
   CHECK(!naiad::grpc::parse_timeout("1x", &us));
   CHECK(!naiad::grpc::parse_timeout("-1S", &us));
 }
+
+TEST(h2_stream_that_does_not_read_gets_no_more_window) {
+  Limits limits;
+  limits.stream_window = 65536;
+  limits.max_stream_backlog = 200000;
+  Session s(limits);
+  s.send(hello({{0x4, 0}}));  // the client grants us no window at all
+  s.send(headers(1, request_block("/inference.GRPCInferenceService/ModelStreamInfer")));
+  auto stream_updates = [&s] {
+    int n = 0;
+    for (auto& f : s.frames) n += f.type == 0x8 && f.stream == 1;
+    return n;
+  };
+  // Each request message is answered with 60 kB the client cannot receive.
+  for (int i = 0; i < 4; ++i) {
+    s.send(data_frames(1, grpc_message(std::string(32000, 'q')), false));
+    CHECK(s.conn.send_message(1, std::string(60000, 'a')));
+  }
+  s.flush();
+  CHECK(s.conn.queued_bytes() > limits.max_stream_backlog);
+  int before = stream_updates();
+  // 128 kB more of requests: the window we granted is not reopened, so the client
+  // cannot send them; the part beyond the window is a flow-control error.
+  s.send(data_frames(1, grpc_message(std::string(32000, 'q')), false));
+  s.send(data_frames(1, grpc_message(std::string(32000, 'q')), false));
+  CHECK(stream_updates() == before);
+  s.send(data_frames(1, grpc_message(std::string(40000, 'q')), false));
+  const Frame* r = s.last(0x3);
+  CHECK(r && r->stream == 1 && u32(r->payload) == ErrorCode::kFlowControlError);
+}
+
+TEST(h2_window_reopens_once_answers_drain) {
+  Limits limits;
+  limits.stream_window = 65536;
+  limits.max_stream_backlog = 200000;
+  Session s(limits);
+  s.send(hello({{0x4, 0}}));
+  s.send(headers(1, request_block("/s/stream")));
+  for (int i = 0; i < 4; ++i) {
+    s.send(data_frames(1, grpc_message(std::string(32000, 'q')), false));
+    CHECK(s.conn.send_message(1, std::string(60000, 'a')));
+  }
+  // One more request uses the window up; it stays shut while 240 kB wait.
+  s.send(data_frames(1, grpc_message(std::string(32000, 'q')), false));
+  int before = 0;
+  for (auto& f : s.frames) before += f.type == 0x8 && f.stream == 1;
+  s.send(window_update(0, 1 << 20));
+  s.send(settings({{0x4, 1 << 20}}));  // now the client reads everything
+  CHECK(s.conn.queued_bytes() == 0);
+  int after = 0;
+  for (auto& f : s.frames) after += f.type == 0x8 && f.stream == 1;
+  CHECK(after > before);
+  CHECK(!s.conn.closed());
+}
