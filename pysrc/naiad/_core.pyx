@@ -3,8 +3,9 @@
 
 `Core` is the frontend's side: it queues requests, forms batches and collects
 completions. `FastLane` takes the common HTTP infer request from body to queued block
-and from result block to response bytes. `WorkerEndpoint` is a worker's side of one
-instance channel. Every call that copies tensor data or may block releases the GIL.
+and from result block to response bytes. `ModelSpec.validate` is the one request
+validator, for the requests the Python general path parses. `WorkerEndpoint` is a
+worker's side of one instance channel. Every call that copies tensor data or may block releases the GIL.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -126,56 +127,94 @@ cdef extern from "core.h" namespace "naiad":
         size_t in_flight() except + nogil
 
 
-cdef extern from "fast_lane.h" namespace "naiad":
-    cdef cppclass FastInput:
+cdef extern from "infer_types.h" namespace "naiad":
+    cdef cppclass InputSpec:
         string name
         string datatype
         vector[int64_t] dims
         uint32_t element_size
         cbool optional
+        cbool shape_tensor
         cbool shape_keyed
 
-    cdef cppclass FastModel:
+    cdef cppclass CModelSpec "naiad::ModelSpec":
         uint32_t core_model_id
         string name
+        string name_json
         string version
         int64_t max_batch_size
-        vector[FastInput] inputs
+        vector[InputSpec] inputs
         vector[string] outputs
 
-    cdef cppclass ShapeKey:
-        void add(uint32_t index, const int64_t* dims, size_t rank)
-        uint64_t value()
+    cdef cppclass RequestInput:
+        string_view name
+        string_view datatype
+        vector[int64_t] shape
+        const uint8_t* data
+        uint64_t size
 
-    cdef cppclass FastReply "naiad::FastLane::Reply":
+    cdef cppclass ParsedRequest:
+        string_view id
+        vector[RequestInput] inputs
+        vector[string_view] output_names
+        uint32_t batch_size
+        uint64_t shape_key
+
+    cdef enum class ErrorKind(uint8_t):
+        kNone
+        kInternal
+
+    cdef cppclass InferResponse:
         uint64_t request_id
-        cbool ok
+        ErrorKind error
+
+    ErrorKind error_kind_of_triton_code(int64_t code)
+    int http_status_of(ErrorKind kind)
+
+
+cdef extern from "request_validator.h" namespace "naiad":
+    cbool validate_request(const CModelSpec& model, ParsedRequest* request,
+                           string* error) except + nogil
+
+
+cdef extern from "kserve_codec.h" namespace "naiad":
+    cdef cppclass Answer "naiad::KServeCodec::Answer":
         uint32_t batch_size
         uint64_t request_ns
         uint64_t queue_ns
-        string http
+        InferResponse response
 
-    cdef cppclass FastTaken "naiad::FastLane::Taken":
-        uint32_t lane_model
-        uint64_t request_id
-        uint32_t batch_size
-
-    cdef cppclass CFastLane "naiad::FastLane":
-        CFastLane(CCore& core)
-        uint32_t add_model(FastModel model) except +
-        void add_route(const string& target, uint32_t lane_model) except +
-        void set_accepting(uint32_t lane_model, cbool accepting)
+    cdef cppclass KServeCodec:
+        uint32_t add_model(CModelSpec model) except +
+        void set_accepting(uint32_t model, cbool accepting)
         uint64_t new_request_id()
-        size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
-                         vector[FastTaken]* taken) except + nogil
-        cbool submit_to(string_view target, const uint8_t* body, size_t body_size,
-                        size_t header_size, uint64_t now_ns, FastTaken* taken) except + nogil
         cbool complete(const uint8_t* block, uint64_t block_size,
                        const vector[uint64_t]& request_ids, uint64_t dispatch_ns,
-                       uint64_t end_ns, vector[FastReply]* replies,
+                       uint64_t end_ns, vector[Answer]* answers,
                        uint64_t* timings) except + nogil
         void forget(uint64_t request_id)
         size_t in_flight()
+
+
+cdef extern from "http_framer.h" namespace "naiad":
+    cdef cppclass HttpResponseWriter:
+        size_t size(const InferResponse& response) nogil
+        void write(const InferResponse& response, char* out) nogil
+
+    cdef cppclass HttpTaken "naiad::HttpLane::Taken":
+        uint32_t model
+        uint64_t request_id
+        uint32_t batch_size
+
+    cdef cppclass HttpLane:
+        HttpLane(CCore& core)
+        KServeCodec& codec() nogil
+        const HttpResponseWriter& writer() nogil
+        void add_route(const string& target, uint32_t model) except +
+        size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
+                         vector[HttpTaken]* taken) except + nogil
+        cbool submit_to(string_view target, const uint8_t* body, size_t body_size,
+                        size_t header_size, uint64_t now_ns, HttpTaken* taken) except + nogil
 
 
 cdef extern from "worker_endpoint.h" namespace "naiad":
@@ -353,60 +392,122 @@ cdef class Core:
                 "largest_free": s.largest_free}
 
 
-def shape_key(list keyed):
-    """The batching key of a request's variable shapes: `keyed` lists (config input
-    index, shape without the batch dim) in config order, for inputs whose dims vary.
-    Requests with different keys never share a batch; the fast lane computes the same."""
-    cdef ShapeKey key
-    cdef vector[int64_t] dims
-    for index, shape in keyed:
-        dims = shape
-        key.add(index, dims.data(), dims.size())
-    return key.value()
+# Error kinds (csrc/infer_types.h ErrorKind), and the one table of their HTTP statuses
+# and of the pb_utils.TritonError codes a worker reports (csrc/kserve_codec.cc): the
+# lane and the general path both answer through it.
+ERROR_UNKNOWN = 1
+ERROR_INTERNAL = 2
+ERROR_NOT_FOUND = 3
+ERROR_INVALID_ARGUMENT = 4
+ERROR_UNAVAILABLE = 5
+ERROR_UNSUPPORTED = 6
+ERROR_ALREADY_EXISTS = 7
+
+
+def http_status_of_kind(uint8_t kind):
+    """Triton's HTTP status for an error of `kind` (ERROR_*)."""
+    return http_status_of(<ErrorKind>kind)
+
+
+def error_kind_of_code(int64_t code):
+    """The error kind (ERROR_*) of a pb_utils.TritonError code."""
+    return <uint8_t>error_kind_of_triton_code(code)
+
+
+cdef class ModelSpec:
+    """A model version as the validator and the KServe codec see it (csrc/infer_types.h).
+
+    `inputs`: [(name, wire datatype, dims, element size (0: BYTES), optional,
+    is_shape_tensor, shape_keyed)] in config order; `outputs`: output names."""
+
+    cdef CModelSpec spec
+
+    def __init__(self, str name, str name_json, str version, int64_t max_batch_size,
+                 list inputs, list outputs):
+        cdef InputSpec item
+        self.spec.name = name.encode()
+        self.spec.name_json = name_json.encode()
+        self.spec.version = version.encode()
+        self.spec.max_batch_size = max_batch_size
+        for input_name, datatype, dims, element_size, optional, shape_tensor, shape_keyed \
+                in inputs:
+            item.name = input_name.encode()
+            item.datatype = datatype.encode()
+            item.dims = dims
+            item.element_size = element_size
+            item.optional = optional
+            item.shape_tensor = shape_tensor
+            item.shape_keyed = shape_keyed
+            self.spec.inputs.push_back(item)
+        for output_name in outputs:
+            self.spec.outputs.push_back(output_name.encode())
+
+    def validate(self, str request_id, list inputs, list output_names):
+        """Runs the one validator (csrc/request_validator.h) over a request the Python
+        general path parsed. `inputs`: [(name, datatype, shape, wire-layout buffer)] in
+        request order; `output_names`: the requested outputs ([] for all). Returns
+        (batch_size, shape_key), or Triton's message (str) when the request is invalid."""
+        cdef ParsedRequest request
+        cdef RequestInput item
+        cdef const uint8_t[::1] view
+        cdef list keep = []  # the bytes the request's views point into
+        cdef bytes text
+        text = request_id.encode()
+        keep.append(text)
+        request.id = string_view(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
+        request.inputs.reserve(len(inputs))
+        for name, datatype, shape, data in inputs:
+            text = name.encode()
+            keep.append(text)
+            item.name = string_view(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
+            text = datatype.encode()
+            keep.append(text)
+            item.datatype = string_view(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
+            item.shape = shape
+            view = data if isinstance(data, memoryview) and data.format == "B" \
+                else memoryview(data).cast("B")
+            keep.append(view)
+            item.size = view.shape[0]
+            item.data = &view[0] if view.shape[0] > 0 else NULL
+            request.inputs.push_back(item)
+        for name in output_names:
+            text = name.encode()
+            keep.append(text)
+            request.output_names.push_back(
+                string_view(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text)))
+        cdef string error
+        if not validate_request(self.spec, &request, &error):
+            return error.decode("utf-8", "replace")
+        return request.batch_size, request.shape_key
 
 
 cdef class FastLane:
-    """The infer fast lane (csrc/fast_lane.h) over a Core.
+    """The infer fast lane over a Core: the HTTP/1.1 framer and the KServe codec
+    (csrc/framer.h, http_framer.h, kserve_codec.h).
 
-    `submit` takes an HTTP infer body the lane can handle and queues it; anything else
-    (0 returned) goes the general way. `complete` turns the lane's requests in a
+    `take_http` and `submit_to` take HTTP infer requests the lane can handle and queue
+    them; anything else goes the general way. `complete` turns the lane's requests in a
     completed batch into their full HTTP responses."""
 
-    cdef CFastLane* _lane
+    cdef HttpLane* _lane
     cdef Core _core
     cdef const uint8_t* _base
     cdef uint64_t _arena_size
 
     def __cinit__(self, Core core):
         self._core = core
-        self._lane = new CFastLane(core._core[0])
+        self._lane = new HttpLane(core._core[0])
         self._base = core._core.arena().base()
         self._arena_size = core._core.arena().size()
 
     def __dealloc__(self):
         del self._lane
 
-    def add_model(self, uint32_t core_model_id, str name_json, str version,
-                  int64_t max_batch_size, list inputs, list outputs):
-        """`inputs`: [(name, wire datatype, dims, element size (0: BYTES), optional,
-        shape_keyed)] in config order; `outputs`: output names. Returns the lane id."""
-        cdef FastModel model
-        cdef FastInput spec
+    def add_model(self, uint32_t core_model_id, ModelSpec spec):
+        """Serves `spec` (queued on the core's model `core_model_id`); returns the lane id."""
+        cdef CModelSpec model = spec.spec
         model.core_model_id = core_model_id
-        model.name = name_json.encode()
-        model.version = version.encode()
-        model.max_batch_size = max_batch_size
-        for name, datatype, dims, element_size, optional, shape_keyed in inputs:
-            spec.name = name.encode()
-            spec.datatype = datatype.encode()
-            spec.dims = dims
-            spec.element_size = element_size
-            spec.optional = optional
-            spec.shape_keyed = shape_keyed
-            model.inputs.push_back(spec)
-        for name in outputs:
-            model.outputs.push_back(name.encode())
-        return self._lane.add_model(model)
+        return self._lane.codec().add_model(model)
 
     def add_route(self, str target, uint32_t lane_model):
         """Infer requests for URL `target` (as sent) go to `lane_model` in take_http."""
@@ -414,26 +515,36 @@ cdef class FastLane:
 
     def set_accepting(self, uint32_t lane_model, bint accepting):
         """A model that is not ready takes nothing through the lane."""
-        self._lane.set_accepting(lane_model, accepting)
+        self._lane.codec().set_accepting(lane_model, accepting)
 
     def new_request_id(self):
         """A request id for the core, unique across the lane and the general path."""
-        return self._lane.new_request_id()
+        return self._lane.codec().new_request_id()
 
-    def take_http(self, bytes data, size_t max_body, uint64_t now_ns):
-        """Takes the complete plain infer requests at the start of received HTTP bytes:
-        (bytes taken, [(lane_model, request_id, batch_size)] in order). The rest of
-        `data` is for the full HTTP parser."""
-        cdef const uint8_t* start = <const uint8_t*>PyBytes_AS_STRING(data)
-        cdef size_t size = PyBytes_GET_SIZE(data)
-        cdef vector[FastTaken] taken
+    def take_http(self, data, size_t max_body, uint64_t now_ns):
+        """Takes the complete plain infer requests at the start of received HTTP bytes
+        (bytes or bytearray): (bytes taken, [(lane_model, request_id, batch_size)] in
+        order). The rest of `data` is for the full HTTP parser."""
+        cdef const uint8_t[::1] view
+        cdef const uint8_t* start
+        cdef size_t size
+        if type(data) is bytes:  # one read: the common case, without a buffer request
+            start = <const uint8_t*>PyBytes_AS_STRING(data)
+            size = PyBytes_GET_SIZE(data)
+        else:
+            view = data
+            size = view.shape[0]
+            if size == 0:
+                return 0, []
+            start = &view[0]
+        cdef vector[HttpTaken] taken
         cdef size_t consumed
         with nogil:
             consumed = self._lane.take_http(start, size, max_body, now_ns, &taken)
         cdef list out = []
         cdef size_t i
         for i in range(taken.size()):
-            out.append((taken[i].lane_model, taken[i].request_id, taken[i].batch_size))
+            out.append((taken[i].model, taken[i].request_id, taken[i].batch_size))
         return consumed, out
 
     def submit_to(self, bytes target, bytes body, size_t header_size, uint64_t now_ns):
@@ -445,45 +556,51 @@ cdef class FastLane:
                                                 PyBytes_GET_SIZE(target))
         cdef const uint8_t* data = <const uint8_t*>PyBytes_AS_STRING(body)
         cdef size_t size = PyBytes_GET_SIZE(body)
-        cdef FastTaken taken
+        cdef HttpTaken taken
         cdef cbool queued
         with nogil:
             queued = self._lane.submit_to(c_target, data, size, header_size, now_ns, &taken)
         if not queued:
             return None
-        return taken.lane_model, taken.request_id, taken.batch_size
+        return taken.model, taken.request_id, taken.batch_size
 
     def complete(self, uint64_t offset, uint64_t size, list request_ids, uint64_t dispatch_ns,
                  uint64_t end_ns):
         """The lane's requests among a completed batch's `request_ids`:
         (timings, [(request_id, ok, batch_size, request_ns, queue_ns, http bytes)]), or
-        None when the result block could not be read."""
+        None when the result block could not be read.
+
+        Each response is sized first and written straight into its bytes object: the
+        output tensors are copied once, from the result block to what goes to the socket."""
         if offset == 0 or offset > self._arena_size or size > self._arena_size - offset:
             return None
         cdef vector[uint64_t] ids = request_ids
-        cdef vector[FastReply] replies
+        cdef vector[Answer] answers
         cdef uint64_t timings[4]
         cdef cbool readable
         with nogil:
-            readable = self._lane.complete(self._base + offset, size, ids, dispatch_ns, end_ns,
-                                           &replies, timings)
+            readable = self._lane.codec().complete(self._base + offset, size, ids, dispatch_ns,
+                                                   end_ns, &answers, timings)
         if not readable:
             return None
+        cdef const HttpResponseWriter* writer = &self._lane.writer()
         cdef list out = []
         cdef size_t i
-        for i in range(replies.size()):
-            out.append((replies[i].request_id, replies[i].ok, replies[i].batch_size,
-                        replies[i].request_ns, replies[i].queue_ns,
-                        PyBytes_FromStringAndSize(replies[i].http.data(),
-                                                  replies[i].http.size())))
+        cdef bytes http
+        for i in range(answers.size()):
+            http = PyBytes_FromStringAndSize(NULL, writer.size(answers[i].response))
+            writer.write(answers[i].response, PyBytes_AS_STRING(http))
+            out.append((answers[i].response.request_id,
+                        answers[i].response.error == ErrorKind.kNone, answers[i].batch_size,
+                        answers[i].request_ns, answers[i].queue_ns, http))
         return [timings[0], timings[1], timings[2], timings[3]], out
 
     def forget(self, uint64_t request_id):
         """The request was answered another way (failed batch, shutdown)."""
-        self._lane.forget(request_id)
+        self._lane.codec().forget(request_id)
 
     def in_flight(self):
-        return self._lane.in_flight()
+        return self._lane.codec().in_flight()
 
 
 cdef class WorkerEndpoint:
