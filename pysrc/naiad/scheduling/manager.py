@@ -13,14 +13,7 @@ import re
 from pathlib import Path
 
 from naiad import _core, arena_format
-from naiad.errors import (
-    Internal,
-    InvalidArgument,
-    NaiadError,
-    NotFound,
-    Unavailable,
-    Unsupported,
-)
+from naiad.errors import Internal, NaiadError, NotFound, Unavailable, error_of_triton_code
 from naiad.repository.metadata import server_metadata
 from naiad.repository.repository import scan_repository
 from naiad.scheduling.arrivals import ArrivalTracker
@@ -32,15 +25,6 @@ log = logging.getLogger("naiad")
 
 # Model names that appear in a URL as they are.
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
-
-# pb_utils.TritonError codes -> the error kind the client gets.
-_ERROR_OF_CODE = {
-    2: NotFound,
-    3: InvalidArgument,
-    4: Unavailable,
-    5: Unsupported,
-    6: InvalidArgument,  # ALREADY_EXISTS
-}
 
 
 class _Pending:
@@ -394,7 +378,7 @@ class ModelManager:
         error = outcome.get("error")
         if error is not None:
             model.stats.record_failure(end_ns - pending.submit_ns)
-            pending.future.set_exception(_ERROR_OF_CODE.get(outcome.get("code"), Internal)(error))
+            pending.future.set_exception(error_of_triton_code(outcome.get("code"), error))
             return
         # Copied out so the result block can be freed at once.
         outputs = [
