@@ -390,7 +390,13 @@ class ModelManager:
             pending.batch_size, end_ns - pending.submit_ns, dispatch_ns - pending.submit_ns, timings
         )
         pending.future.set_result(
-            InferResponse(model.name, str(model.version), request.id, outputs)
+            InferResponse(
+                model.name,
+                str(model.version),
+                request.id,
+                outputs,
+                outcome.get("parameters") or {},
+            )
         )
 
     def _fail_batch(self, pendings: list, status: int, end_ns: int) -> None:
