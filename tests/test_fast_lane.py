@@ -307,8 +307,46 @@ def test_request_arriving_in_pieces_is_answered(connection):
         json_length = int(headers[b"inference-header-content-length"])
         values = np.frombuffer(body[json_length:], np.float32).reshape(2, 16)
         np.testing.assert_array_equal(values, a - b)
-    # httptools put each together; the lane still took them.
+    # Collected whole once its head is in (or put together by httptools when the head
+    # came in pieces): the lane took each.
     assert lanes(connection)["lane_requests"] == before + 3
+
+
+def test_pieces_between_pipelined_requests_are_answered_in_order(connection):
+    path, header, binary, (a, b) = add_sub_case(1, outputs=[binary_output("OUTPUT0")])
+    request = infer_request(path, header, binary)
+    before = lanes(connection)["lane_requests"]
+    cut = len(request) - 20
+    connection.sock.sendall(request + request[:cut])
+    time.sleep(0.05)
+    connection.sock.sendall(request[cut:] + request)
+    for _ in range(3):
+        status, headers, body = split(connection.exchange(b""))
+        assert status == b"HTTP/1.1 200 OK"
+        json_length = int(headers[b"inference-header-content-length"])
+        np.testing.assert_array_equal(np.frombuffer(body[json_length:], np.float32), (a + b)[0])
+    assert lanes(connection)["lane_requests"] == before + 3
+
+
+def test_large_outputs_arrive_whole_from_both_paths(connection):
+    item = bytes(range(256)) * 400  # 100 KiB: written without joining the reply
+    data = bytes_payload([item])
+    header = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "datatype": "BYTES",
+                "shape": [1, 1],
+                "parameters": {"binary_data_size": len(data)},
+            }
+        ],
+        "outputs": [binary_output("OUTPUT0")],
+    }
+    lane, general = both_ways(connection, "/v2/models/identity_bytes/infer", header, data)
+    assert lane == general
+    status, headers, body = split(lane)
+    assert status == b"HTTP/1.1 200 OK"
+    assert body[int(headers[b"inference-header-content-length"]) :] == data
 
 
 def test_connection_close_request_is_answered_then_closed(example_server):

@@ -196,6 +196,10 @@ cdef extern from "kserve_codec.h" namespace "naiad":
         size_t in_flight()
 
 
+cdef extern from "http_scan.h" namespace "naiad":
+    size_t incomplete_request_size(const char* data, size_t size, size_t max_body) nogil
+
+
 cdef extern from "http_framer.h" namespace "naiad":
     cdef cppclass HttpResponseWriter:
         size_t size(const InferResponse& response) nogil
@@ -412,6 +416,16 @@ def http_status_of_kind(uint8_t kind):
 def error_kind_of_code(int64_t code):
     """The error kind (ERROR_*) of a pb_utils.TritonError code."""
     return <uint8_t>error_kind_of_triton_code(code)
+
+
+def http_request_size(data, size_t offset, size_t max_body):
+    """The size of the plain HTTP request that starts at `offset` of received bytes when
+    its head has arrived and the rest of its body has not, else 0 (csrc/http_scan.h)."""
+    cdef const uint8_t[::1] view = data
+    if offset >= <size_t>view.shape[0]:
+        return 0
+    return incomplete_request_size(<const char*>&view[offset], view.shape[0] - offset,
+                                   max_body)
 
 
 cdef class ModelSpec:

@@ -498,6 +498,13 @@ TEST(http_scan_finds_plain_requests) {
   for (size_t cut : {size_t{1}, size_t{4}, size_t{30}, request.size() - 11, request.size() - 1}) {
     CHECK(scan(request.substr(0, cut)) == ScanResult::kIncomplete);
   }
+  // Once the head is there, the whole request's size is known.
+  size_t head = request.size() - 10;
+  CHECK(incomplete_request_size(request.data(), head - 1, 1 << 20) == 0);
+  CHECK(incomplete_request_size(request.data(), head, 1 << 20) == request.size());
+  CHECK(incomplete_request_size(request.data(), request.size() - 1, 1 << 20) == request.size());
+  CHECK(incomplete_request_size(request.data(), request.size(), 1 << 20) == 0);
+  CHECK(incomplete_request_size(request.data(), head, 9) == 0);  // over max body
 }
 
 TEST(http_scan_leaves_everything_else_to_the_parser) {
