@@ -66,8 +66,9 @@ class _LanePending:
 
 
 class ModelManager:
-    def __init__(self, repository: Path, arena_bytes: int = 1 << 30):
+    def __init__(self, repository: Path, arena_bytes: int = 1 << 30, fast_lane: bool = True):
         self.repository = Path(repository)
+        self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.core = _core.Core(arena_bytes)
         self.lane = _core.FastLane(self.core)
         # Requests queued through the fast lane and through the general path.
@@ -113,6 +114,8 @@ class ModelManager:
         """Infer URLs the lane takes in take_http_requests: every version's, and the
         unversioned one for the version served by default. Names that a URL would
         carry escaped or split stay with the full parser."""
+        if not self.fast_lane:
+            return
         for name, versions in self.models.items():
             if not _PLAIN_NAME.fullmatch(name):
                 continue
