@@ -99,8 +99,8 @@ bool read_outputs(JsonReader& reader, ParsedRequest* out) {
 }
 
 // Request parameters: `binary_data_output` (bool), `priority` and `timeout`
-// (non-negative integers, as the general path requires). Custom parameters go the
-// general way.
+// (non-negative integers, as the general path requires) and custom scalars. Keys with
+// escapes, repeated keys and other values go the general way.
 bool read_parameters(JsonReader& reader, ParsedRequest* out, bool* binary_output) {
   const char* start = nullptr;
   JsonReader probe = reader;
@@ -119,7 +119,10 @@ bool read_parameters(JsonReader& reader, ParsedRequest* out, bool* binary_output
       });
     }
     if (key == "timeout") return once(&has_timeout, [&] { return reader.uint(&out->timeout_us); });
-    return false;
+    // A custom parameter: a string, number or bool passes to the model as written;
+    // null, objects and arrays get the general path's error.
+    const char* value = nullptr;
+    return reader.skip_value(&value) && *value != 'n' && *value != '{' && *value != '[';
   });
   if (!ok) return false;
   out->parameters = std::string_view(start, static_cast<size_t>(reader.position() - start));

@@ -17,8 +17,9 @@ namespace naiad {
 // Reads `body`: an inference header of `header_size` bytes, then the binary inputs.
 // True: `out` describes the request (views into `body`), still to be validated.
 // False: the request is not one the C++ reader takes (JSON tensor `data`, shared
-// memory, classification, JSON outputs, parameters other than `binary_data_output`,
-// `priority` and `timeout`, escaped names, malformed JSON or sizes): the Python
+// memory, classification, JSON outputs, parameters that are not scalars or whose
+// `priority`/`timeout` are not non-negative integers, escaped names, malformed JSON or
+// sizes): the Python
 // general path parses it and answers with Triton's exact error when there is one.
 bool read_infer_header(const uint8_t* body, size_t body_size, size_t header_size,
                        ParsedRequest* out);

@@ -171,8 +171,8 @@ def generate(model: str, seed: int) -> list[tuple[str, dict, bytes]]:
             parameters["priority"] = rng.choice([0, 1, 2])
         if rng.random() < 0.3:
             parameters["timeout"] = rng.choice([0, 5_000_000])
-        if rng.random() < 0.1:
-            parameters["custom"] = rng.choice(["x", 7, True])
+        if rng.random() < 0.25:
+            parameters["custom"] = rng.choice(["x", 7, True, -2.5, 'a"b', None, {"n": 1}])
         if parameters:
             header["parameters"] = parameters
         binary = b"".join(t.data for t in tensors)
@@ -200,7 +200,7 @@ def test_lane_and_general_path_answer_generated_requests_alike(servers, model, s
         statuses[status] = statuses.get(status, 0) + 1
     after = lane_counts(lane)
     # Both accepted and rejected requests were generated, and the lane took the valid
-    # ones it can take (binary, no custom parameters) while the other server took none.
+    # ones (binary, scalar parameters) while the other server took none.
     assert statuses.get(b"HTTP/1.1 200 OK", 0) > CASES // 3
     assert statuses.get(b"HTTP/1.1 400 Bad Request", 0) > CASES // 4
     assert after["lane_requests"] - before["lane_requests"] > CASES // 4

@@ -146,6 +146,19 @@ TEST(lane_takes_batches_and_binary_data_output) {
   CHECK(request.inputs[0].spec == 1);
 }
 
+TEST(lane_takes_scheduling_and_custom_parameters) {
+  ParsedRequest request;
+  Body body =
+      make_body(add_sub_json(1,
+                             ",\"parameters\":{\"priority\":2,\"timeout\":5000,\"s\":\"a\\\"b\","
+                             "\"f\":-1.5e3,\"t\":true}"),
+                128);
+  CHECK(takes(add_sub_model(), body, &request));
+  CHECK(request.priority == 2 && request.timeout_us == 5000);
+  CHECK(request.parameters ==
+        "{\"priority\":2,\"timeout\":5000,\"s\":\"a\\\"b\",\"f\":-1.5e3,\"t\":true}");
+}
+
 TEST(lane_leaves_other_requests_to_the_general_path) {
   // Not the lane's kind: JSON data, shared memory, JSON outputs, scheduling parameters.
   std::string json_data =
@@ -165,7 +178,9 @@ TEST(lane_leaves_other_requests_to_the_general_path) {
   CHECK(!takes_json(no_outputs));
   CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"priority\":-1}")));
   CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"timeout\":\"1\"}")));
-  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"binary_data_output\":true,\"x\":1}")));
+  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"binary_data_output\":true,\"x\":null}")));
+  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"x\":{\"y\":1}}")));
+  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"x\":[1]}")));
   // An id with an escape: the general path decodes it.
   CHECK(!takes_json(replaced(add_sub_json(), "\"id\":\"\"", "\"id\":\"a\\nb\"")));
   // Raw binary (header size 0) and a truncated header.
