@@ -10,7 +10,9 @@ worker's side of one instance channel. Every call that copies tensor data or may
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from cpython.buffer cimport PyBUF_WRITE
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -456,43 +458,54 @@ cdef class ModelSpec:
         for output_name in outputs:
             self.spec.outputs.push_back(output_name.encode())
 
-    def validate(self, str request_id, list inputs, list output_names):
+    def validate(self, str request_id, list inputs, outputs):
         """Runs the one validator (csrc/request_validator.h) over a request the Python
-        general path parsed. `inputs`: [(name, datatype, shape, wire-layout buffer)] in
-        request order; `output_names`: the requested outputs ([] for all). Returns
-        (batch_size, shape_key), or Triton's message (str) when the request is invalid."""
+        general path parsed: `inputs` are InputTensor records (name, datatype, shape,
+        wire-layout buffer) in request order, `outputs` the RequestedOutput records or
+        None for all. Returns (batch_size, shape_key), or Triton's message (str) when
+        the request is invalid."""
         cdef ParsedRequest request
         cdef RequestInput item
-        cdef const uint8_t[::1] view
-        cdef list keep = []  # the bytes the request's views point into
-        cdef bytes text
-        text = request_id.encode()
-        keep.append(text)
-        request.id = string_view(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
-        request.inputs.reserve(len(inputs))
-        for name, datatype, shape, data in inputs:
-            text = name.encode()
-            keep.append(text)
-            item.name = string_view(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
-            text = datatype.encode()
-            keep.append(text)
-            item.datatype = string_view(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
-            item.shape = shape
-            view = data if isinstance(data, memoryview) and data.format == "B" \
-                else memoryview(data).cast("B")
-            keep.append(view)
-            item.size = view.shape[0]
-            item.data = &view[0] if view.shape[0] > 0 else NULL
-            request.inputs.push_back(item)
-        for name in output_names:
-            text = name.encode()
-            keep.append(text)
-            request.output_names.push_back(
-                string_view(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text)))
+        cdef Py_buffer* buffers = NULL
+        cdef Py_ssize_t count = len(inputs)
+        cdef Py_ssize_t held = 0
+        cdef Py_ssize_t i
         cdef string error
-        if not validate_request(self.spec, &request, &error):
-            return error.decode("utf-8", "replace")
-        return request.batch_size, request.shape_key
+        request.id = _utf8_view(request_id)
+        request.inputs.reserve(count)
+        buffers = <Py_buffer*>PyMem_Malloc(max(count, 1) * sizeof(Py_buffer))
+        if buffers == NULL:
+            raise MemoryError()
+        try:
+            for i in range(count):
+                tensor = inputs[i]
+                # Views of the str objects' own UTF-8 and of the data's buffer: the
+                # request holds no copies, and `inputs` keeps them alive.
+                item.name = _utf8_view(tensor.name)
+                item.datatype = _utf8_view(tensor.datatype)
+                item.shape = tensor.shape
+                PyObject_GetBuffer(tensor.data, &buffers[i], PyBUF_SIMPLE)
+                held += 1
+                item.data = <const uint8_t*>buffers[i].buf
+                item.size = buffers[i].len
+                request.inputs.push_back(item)
+            if outputs:
+                for output in outputs:
+                    request.output_names.push_back(_utf8_view(output.name))
+            if not validate_request(self.spec, &request, &error):
+                return error.decode("utf-8", "replace")
+            return request.batch_size, request.shape_key
+        finally:
+            for i in range(held):
+                PyBuffer_Release(&buffers[i])
+            PyMem_Free(buffers)
+
+
+cdef inline string_view _utf8_view(str text) except *:
+    """A view of `text`'s UTF-8 form, cached in the str object itself (no copy)."""
+    cdef Py_ssize_t size
+    cdef const char* data = PyUnicode_AsUTF8AndSize(text, &size)
+    return string_view(data, size)
 
 
 cdef class FastLane:

@@ -74,9 +74,7 @@ class RequestValidator:
     def check(self, request: InferRequest) -> tuple[int, int]:
         """As `validate`, returning (batch size, shape key): requests whose keys differ
         never share a batch."""
-        inputs = [(t.name, t.datatype, t.shape, t.data) for t in request.inputs]
-        outputs = [o.name for o in request.outputs] if request.outputs else []
-        result = self.spec.validate(request.id, inputs, outputs)
+        result = self.spec.validate(request.id, request.inputs, request.outputs)
         if type(result) is str:
             raise InvalidArgument(result)
         return result
