@@ -93,12 +93,12 @@ size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
     ScannedRequest request;
     if (scan_request(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
     if (!request.has_header_length) break;
-    Taken one;
+    Taken& one = taken->emplace_back();
     if (!submit_to(request.target, data + consumed + request.body_offset, request.body_size,
                    request.header_length, now_ns, &one)) {
+      taken->pop_back();
       break;
     }
-    taken->push_back(one);
     consumed += request.total;
   }
   return consumed;
@@ -110,15 +110,31 @@ bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t bo
   if (route == routes_.end()) return false;
   ParsedRequest request;
   if (!read_infer_header(body, body_size, header_size, &request)) return false;
-  // An invalid request goes to the general path, which calls the same validator and
-  // answers with its message through the usual error path.
   std::string error;
   uint64_t request_id = codec_.new_request_id();
-  if (codec_.submit(route->second, request, request_id, now_ns, &error) != SubmitOutcome::kQueued) {
-    return false;
+  switch (codec_.submit(route->second, request, request_id, now_ns, &error)) {
+    case SubmitOutcome::kQueued:
+      taken->model = route->second;
+      taken->request_id = request_id;
+      taken->batch_size = request.batch_size;
+      taken->reply.clear();
+      return true;
+    case SubmitOutcome::kInvalid: {
+      // The general path would parse the same request and get the same message from
+      // the same validator: answer it here.
+      InferResponse response;
+      response.error = ErrorKind::kInvalidArgument;
+      std::string message = json_string_text(error);
+      response.error_message = message;
+      taken->model = route->second;
+      taken->request_id = 0;
+      taken->batch_size = 0;
+      taken->reply = writer_.text(response);
+      return true;
+    }
+    default:
+      return false;
   }
-  *taken = Taken{route->second, request_id, request.batch_size};
-  return true;
 }
 
 }  // namespace naiad

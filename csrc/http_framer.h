@@ -44,12 +44,16 @@ class HttpLane {
   void add_route(const std::string& target, uint32_t model);
 
   struct Taken {
-    uint32_t model;
-    uint64_t request_id;
-    uint32_t batch_size;
+    uint32_t model = 0;
+    uint64_t request_id = 0;  // 0 when answered at once (`reply`)
+    uint32_t batch_size = 0;
+    // An invalid request is answered at once: its complete HTTP response (Triton's
+    // 400 with the validator's message, as the general path would answer).
+    std::string reply;
   };
   // Takes an infer body sent to URL `target` (as sent) if it is a route and the codec
-  // queues it; it gets the next request id. False: the general path's.
+  // queues it (it gets the next request id) or the validator refuses it (`reply`).
+  // False: the general path's.
   bool submit_to(std::string_view target, const uint8_t* body, size_t body_size, size_t header_size,
                  uint64_t now_ns, Taken* taken);
   // Takes the complete plain infer requests at the start of received HTTP bytes

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "byte_sink.h"
 #include "infer_types.h"
@@ -23,6 +25,10 @@ namespace naiad {
 // general path parses it and answers with Triton's exact error when there is one.
 bool read_infer_header(const uint8_t* body, size_t body_size, size_t header_size,
                        ParsedRequest* out);
+
+// `text` as the inside of a JSON string, escaped as the general path's encoder
+// (orjson) escapes it: \" \\ \b \f \n \r \t, other control bytes as \u00xx.
+std::string json_string_text(std::string_view text);
 
 // The response body: `{"id":..,"model_name":..,"model_version":..,"parameters":{..},
 // "outputs":[..]}` followed by every output's bytes (binary_data_size), or

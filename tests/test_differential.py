@@ -199,9 +199,12 @@ def test_lane_and_general_path_answer_generated_requests_alike(servers, model, s
         status = split(from_lane)[0]
         statuses[status] = statuses.get(status, 0) + 1
     after = lane_counts(lane)
-    # Both accepted and rejected requests were generated, and the lane took the valid
-    # ones (binary, scalar parameters) while the other server took none.
+    # Both accepted and rejected requests were generated, and the lane queued the valid
+    # ones (binary, scalar parameters) while the other server took none ...
     assert statuses.get(b"HTTP/1.1 200 OK", 0) > CASES // 3
     assert statuses.get(b"HTTP/1.1 400 Bad Request", 0) > CASES // 4
     assert after["lane_requests"] - before["lane_requests"] > CASES // 4
+    # ... and answered invalid ones itself, with the validator's message, as the general
+    # path did for the same bytes.
+    assert after["lane_refused"] - before["lane_refused"] > CASES // 10
     assert lane_counts(general)["lane_requests"] == 0

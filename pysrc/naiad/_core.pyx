@@ -211,6 +211,7 @@ cdef extern from "http_framer.h" namespace "naiad":
         uint32_t model
         uint64_t request_id
         uint32_t batch_size
+        string reply
 
     cdef cppclass HttpLane:
         HttpLane(CCore& core)
@@ -501,6 +502,13 @@ cdef class ModelSpec:
             PyMem_Free(buffers)
 
 
+cdef tuple _taken(HttpTaken& taken):
+    reply = None
+    if taken.reply.size():
+        reply = PyBytes_FromStringAndSize(taken.reply.data(), taken.reply.size())
+    return taken.model, taken.request_id, taken.batch_size, reply
+
+
 cdef inline string_view _utf8_view(str text) except *:
     """A view of `text`'s UTF-8 form, cached in the str object itself (no copy)."""
     cdef Py_ssize_t size
@@ -550,8 +558,10 @@ cdef class FastLane:
 
     def take_http(self, data, size_t max_body, uint64_t now_ns):
         """Takes the complete plain infer requests at the start of received HTTP bytes
-        (bytes or bytearray): (bytes taken, [(lane_model, request_id, batch_size)] in
-        order). The rest of `data` is for the full HTTP parser."""
+        (bytes or bytearray): (bytes taken, [(lane_model, request_id, batch_size, reply)]
+        in order). `reply` is None for a queued request, or the complete HTTP response
+        of one the validator refused (request_id 0). The rest of `data` is for the full
+        HTTP parser."""
         cdef const uint8_t[::1] view
         cdef const uint8_t* start
         cdef size_t size
@@ -571,14 +581,14 @@ cdef class FastLane:
         cdef list out = []
         cdef size_t i
         for i in range(taken.size()):
-            out.append((taken[i].model, taken[i].request_id, taken[i].batch_size))
+            out.append(_taken(taken[i]))
         return consumed, out
 
     def submit_to(self, bytes target, bytes body, size_t header_size, uint64_t now_ns):
         """Queues an infer body the HTTP parser put together, sent to URL `target`, if
         that is a lane route and the lane takes the body: (lane_model, request_id,
-        batch_size), or None for the general path (also when the core refused it: the
-        general path reports that the usual way)."""
+        batch_size, reply) as in take_http, or None for the general path (also when the
+        core refused it: the general path reports that the usual way)."""
         cdef string_view c_target = string_view(PyBytes_AS_STRING(target),
                                                 PyBytes_GET_SIZE(target))
         cdef const uint8_t* data = <const uint8_t*>PyBytes_AS_STRING(body)
@@ -589,7 +599,7 @@ cdef class FastLane:
             queued = self._lane.submit_to(c_target, data, size, header_size, now_ns, &taken)
         if not queued:
             return None
-        return taken.model, taken.request_id, taken.batch_size
+        return _taken(taken)
 
     def complete(self, uint64_t offset, uint64_t size, list request_ids, uint64_t dispatch_ns,
                  uint64_t end_ns):

@@ -579,6 +579,29 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
   CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(invalid.data()), invalid.size(), 1 << 20,
                          7, &taken) == 0);
   CHECK(f.core.queued(f.model.core_model_id) == 3);
+
+  // A request the validator refuses is answered at once, as the general path would.
+  Body wrong = make_body(replaced(add_sub_json(), "FP32", "INT8"), 128);
+  std::string refused = http_post("/v2/models/add_sub/infer", wrong.bytes, wrong.header_size);
+  std::string two = refused + good;
+  taken.clear();
+  CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(two.data()), two.size(), 1 << 20, 7,
+                         &taken) == two.size());
+  CHECK(taken.size() == 2 && taken[0].request_id == 0 && taken[1].request_id != 0);
+  CHECK(taken[1].reply.empty());
+  std::string error_body =
+      "{\"error\":\"[request id: <id_unknown>] inference input 'INPUT0' data-type is 'INT8', "
+      "but model 'add_sub' expects 'FP32'\"}";
+  CHECK(taken[0].reply ==
+        "HTTP/1.1 400 Bad Request\r\nContent-Length: " + std::to_string(error_body.size()) +
+            "\r\nContent-Type: application/json\r\n\r\n" + error_body);
+  CHECK(f.core.queued(f.model.core_model_id) == 4);
+}
+
+TEST(json_string_text_escapes_as_the_general_path) {
+  CHECK(json_string_text("plain 'text' é") == "plain 'text' é");
+  CHECK(json_string_text("a\"b\\c\x01\x1f\x7f\b\f\n\r\t") ==
+        "a\\\"b\\\\c\\u0001\\u001f\x7f\\b\\f\\n\\r\\t");
 }
 
 namespace {

@@ -74,6 +74,7 @@ class ModelManager:
         # Requests queued through the fast lane and through the general path.
         self.lane_requests = 0
         self.general_requests = 0
+        self.lane_refused = 0  # invalid requests the lane answered with the validator's error
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self.load_table: list[tuple[str, str, str]] = []  # (model, version, status)
@@ -203,6 +204,7 @@ class ModelManager:
         return {
             "lane_requests": self.lane_requests,
             "general_requests": self.general_requests,
+            "lane_refused": self.lane_refused,
             "lane_in_flight": self.lane.in_flight(),
         }
 
@@ -274,16 +276,24 @@ class ModelManager:
         return consumed
 
     def _track_lane(self, taken: list, submit_ns: int, new_on_done) -> None:
-        """Keeps the lane's newly queued requests [(lane_model, request_id, batch_size)]
-        until they are answered."""
+        """Keeps the lane's newly queued requests [(lane_model, request_id, batch_size,
+        reply)] until they are answered; answers at once those the validator refused
+        (`reply`: their whole response)."""
         models = self._lane_models
         pendings = self._pending
-        for lane_model, request_id, batch_size in taken:
+        queued = 0
+        for lane_model, request_id, batch_size, reply in taken:
+            if reply is not None:
+                new_on_done()(reply, None)
+                self.lane_refused += 1
+                continue
             pendings[request_id] = _LanePending(
                 self, models[lane_model], request_id, batch_size, submit_ns, new_on_done()
             )
-        self.lane_requests += len(taken)
-        self._schedule_flush()
+            queued += 1
+        if queued:
+            self.lane_requests += queued
+            self._schedule_flush()
 
     def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
         """`model` answers for the lane's model `lane_id` (take_http_requests)."""
