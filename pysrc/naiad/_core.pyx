@@ -177,6 +177,7 @@ cdef extern from "infer_types.h" namespace "naiad":
 cdef extern from "request_validator.h" namespace "naiad":
     cbool validate_request(const CModelSpec& model, ParsedRequest* request,
                            string* error) except + nogil
+    string c_log_prefix "naiad::log_prefix"(string_view request_id) except +
 
 
 cdef extern from "kserve_codec.h" namespace "naiad":
@@ -429,6 +430,12 @@ def http_request_size(data, size_t offset, size_t max_body):
         return 0
     return incomplete_request_size(<const char*>&view[offset], view.shape[0] - offset,
                                    max_body)
+
+
+def log_prefix(str request_id):
+    """Triton's LogRequest() prefix, '[request id: <id>] ' ('<id_unknown>' when empty),
+    as the validator's messages carry it."""
+    return c_log_prefix(_utf8_view(request_id)).decode("utf-8", "replace")
 
 
 cdef class ModelSpec:

@@ -18,9 +18,8 @@ from naiad.types import InferRequest
 __all__ = ["RequestValidator", "log_prefix"]
 
 
-def log_prefix(request_id: str) -> str:
-    """Triton's `LogRequest()` prefix: '[request id: <id>] ', '<id_unknown>' when empty."""
-    return f"[request id: {request_id or '<id_unknown>'}] "
+# Triton's `LogRequest()` prefix: '[request id: <id>] ', '<id_unknown>' when empty.
+log_prefix = _core.log_prefix
 
 
 def _datatype_name(config_type: int) -> str:
