@@ -3,13 +3,14 @@
 // KServe REST bodies (kserve_json.h) and queues them through the KServe codec
 // (kserve_codec.h); writes complete keep-alive HTTP responses (HttpResponseWriter).
 // The common request is what perf_analyzer and tritonclient send by default: binary
-// inputs after a JSON header, binary outputs. Everything else goes to the Python front
-// end (httptools and the general path), which gives Triton's exact errors.
+// inputs after a JSON header, binary outputs. One the validator refuses is answered at
+// once with Triton's 400; everything else goes to the Python front end (httptools and
+// the general path), which gives Triton's exact errors.
 //
 // Threads and locks: as KServeCodec, one thread at a time — the front end's event loop,
-// through _core.pyx, with the GIL released inside take_http(), submit_to() and
-// complete(). `targets_` and `routes_` change only between requests (after loading);
-// no member needs a lock.
+// through _core.pyx, with the GIL released inside take_http() and submit_to() (and the
+// codec's complete()). `targets_` and `routes_` change only between requests (after
+// loading); no member needs a lock. HttpResponseWriter is stateless.
 #pragma once
 
 #include <cstdint>
