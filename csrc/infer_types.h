@@ -15,6 +15,7 @@ namespace naiad {
 // One input of a model as its config declares it.
 struct InputSpec {
   std::string name;
+  std::string name_json;      // the same, escaped for a JSON string (the worker's block)
   std::string datatype;       // wire name: "FP32", "BYTES", ...
   std::vector<int64_t> dims;  // without the batch dim, -1 for any size
   uint32_t element_size = 0;  // bytes per element, 0 for BYTES
@@ -33,6 +34,7 @@ struct ModelSpec {
   int64_t max_batch_size = 0;
   std::vector<InputSpec> inputs;
   std::vector<std::string> outputs;
+  std::vector<std::string> outputs_json;  // the same, escaped for a JSON string
 };
 
 // One input of a request, as a framer's reader found it. Views point into the

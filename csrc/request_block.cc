@@ -29,7 +29,7 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
     const InputSpec& spec = model.inputs[input.spec];
     if (i) header += ',';
     header += "[\"";
-    header += spec.name;
+    header += spec.name_json;
     header += "\",\"";
     header += spec.datatype;
     header += "\",[";
@@ -47,7 +47,7 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
     for (size_t i = 0; i < request.outputs.size(); ++i) {
       if (i) header += ',';
       header += '"';
-      header += model.outputs[request.outputs[i]];
+      header += model.outputs_json[request.outputs[i]];
       header += '"';
     }
     header += ']';

@@ -19,7 +19,8 @@ struct RequestBlock {
   uint64_t size = 0;
 };
 
-// `request` must have passed validate_request() for `model`.
+// `request` must have passed validate_request() for `model`; its `id` and `parameters`
+// are written as they are, so they must be JSON text (a string's inside, an object).
 void layout_request_block(const ModelSpec& model, const ParsedRequest& request, RequestBlock* out);
 
 }  // namespace naiad

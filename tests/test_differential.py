@@ -157,7 +157,7 @@ def generate(model: str, seed: int) -> list[tuple[str, dict, bytes]]:
             tensors, outputs = _damage(rng, tensors, outputs, batching)
         header: dict = {}
         if rng.random() < 0.6:
-            header["id"] = rng.choice(["", f"r-{index}", "id with spaces", "naïve"])
+            header["id"] = rng.choice(["", f"r-{index}", "id with spaces", "naïve", 'q"uo\\te'])
         header["inputs"] = [t.json() for t in tensors]
         parameters = {}
         if rng.random() < 0.4:

@@ -132,6 +132,7 @@ cdef extern from "core.h" namespace "naiad":
 cdef extern from "infer_types.h" namespace "naiad":
     cdef cppclass InputSpec:
         string name
+        string name_json
         string datatype
         vector[int64_t] dims
         uint32_t element_size
@@ -147,6 +148,7 @@ cdef extern from "infer_types.h" namespace "naiad":
         int64_t max_batch_size
         vector[InputSpec] inputs
         vector[string] outputs
+        vector[string] outputs_json
 
     cdef cppclass RequestInput:
         string_view name
@@ -159,6 +161,9 @@ cdef extern from "infer_types.h" namespace "naiad":
         string_view id
         vector[RequestInput] inputs
         vector[string_view] output_names
+        string_view parameters
+        uint32_t priority
+        uint64_t timeout_us
         uint32_t batch_size
         uint64_t shape_key
 
@@ -178,6 +183,21 @@ cdef extern from "request_validator.h" namespace "naiad":
     cbool validate_request(const CModelSpec& model, ParsedRequest* request,
                            string* error) except + nogil
     string c_log_prefix "naiad::log_prefix"(string_view request_id) except +
+
+
+cdef extern from "kserve_json.h" namespace "naiad":
+    # One C++ function (string_view), declared for both argument types Cython passes.
+    string json_string_text(const string& text) except +
+    string json_view_text "naiad::json_string_text"(string_view text) except +
+
+
+cdef extern from "request_block.h" namespace "naiad":
+    cdef cppclass RequestBlock:
+        vector[SubmitPart] parts
+        uint64_t size
+
+    void layout_request_block(const CModelSpec& model, const ParsedRequest& request,
+                              RequestBlock* out) except + nogil
 
 
 cdef extern from "kserve_codec.h" namespace "naiad":
@@ -446,16 +466,17 @@ cdef class ModelSpec:
 
     cdef CModelSpec spec
 
-    def __init__(self, str name, str name_json, str version, int64_t max_batch_size,
-                 list inputs, list outputs):
+    def __init__(self, str name, str version, int64_t max_batch_size, list inputs,
+                 list outputs):
         cdef InputSpec item
         self.spec.name = name.encode()
-        self.spec.name_json = name_json.encode()
+        self.spec.name_json = json_string_text(self.spec.name)
         self.spec.version = version.encode()
         self.spec.max_batch_size = max_batch_size
         for input_name, datatype, dims, element_size, optional, shape_tensor, shape_keyed \
                 in inputs:
             item.name = input_name.encode()
+            item.name_json = json_string_text(item.name)
             item.datatype = datatype.encode()
             item.dims = dims
             item.element_size = element_size
@@ -465,6 +486,7 @@ cdef class ModelSpec:
             self.spec.inputs.push_back(item)
         for output_name in outputs:
             self.spec.outputs.push_back(output_name.encode())
+            self.spec.outputs_json.push_back(json_string_text(self.spec.outputs.back()))
 
     def validate(self, str request_id, list inputs, outputs):
         """Runs the one validator (csrc/request_validator.h) over a request the Python
@@ -472,41 +494,83 @@ cdef class ModelSpec:
         wire-layout buffer) in request order, `outputs` the RequestedOutput records or
         None for all. Returns (batch_size, shape_key), or Triton's message (str) when
         the request is invalid."""
-        cdef ParsedRequest request
-        cdef RequestInput item
-        cdef Py_buffer* buffers = NULL
-        cdef Py_ssize_t count = len(inputs)
-        cdef Py_ssize_t held = 0
-        cdef Py_ssize_t i
+        cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
-        request.id = _utf8_view(request_id)
-        request.inputs.reserve(count)
-        buffers = <Py_buffer*>PyMem_Malloc(max(count, 1) * sizeof(Py_buffer))
-        if buffers == NULL:
+        if not validate_request(self.spec, &view.request, &error):
+            return error.decode("utf-8", "replace")
+        return view.request.batch_size, view.request.shape_key
+
+    def submit(self, Core core, uint32_t core_model_id, uint64_t core_request_id,
+               str request_id, list inputs, outputs, bytes parameters, uint32_t priority,
+               uint64_t timeout_us):
+        """Validates a request the Python general path parsed (as `validate`), lays out
+        its block for the worker with the lane's layout_request_block
+        (csrc/request_block.h) and queues it on `core`. `parameters`: the request
+        parameters as a JSON object. Returns (SUBMIT_* result, batch_size, block size),
+        or Triton's message (str) when the request is invalid (nothing queued)."""
+        cdef _RequestView view = _RequestView(request_id, inputs, outputs)
+        cdef string error
+        if not validate_request(self.spec, &view.request, &error):
+            return error.decode("utf-8", "replace")
+        # The block's header is JSON: the id goes in escaped.
+        cdef string id_json = json_view_text(view.request.id)
+        view.request.id = string_view(id_json.data(), id_json.size())
+        view.request.parameters = string_view(PyBytes_AS_STRING(parameters),
+                                              PyBytes_GET_SIZE(parameters))
+        cdef RequestBlock block
+        cdef SubmitOptions options
+        options.batch_size = view.request.batch_size
+        options.priority = priority
+        options.timeout_us = timeout_us
+        options.shape_key = view.request.shape_key
+        cdef SubmitResult result
+        with nogil:
+            layout_request_block(self.spec, view.request, &block)
+            result = core._core.submit(core_model_id, core_request_id, block.size, block.parts,
+                                       options)
+        return <int>result, view.request.batch_size, block.size
+
+
+cdef class _RequestView:
+    """A ParsedRequest over a general-path InferRequest's fields, without copies: names
+    and ids are views of the str objects' own UTF-8, tensor data Py_buffers held until
+    this object goes."""
+
+    cdef ParsedRequest request
+    cdef Py_buffer* buffers
+    cdef Py_ssize_t held
+    cdef list keep  # the objects the views point into
+
+    def __cinit__(self, str request_id, list inputs, outputs):
+        cdef RequestInput item
+        cdef Py_ssize_t count = len(inputs)
+        cdef Py_ssize_t i
+        self.keep = [request_id, inputs, outputs]
+        self.buffers = <Py_buffer*>PyMem_Malloc(max(count, 1) * sizeof(Py_buffer))
+        if self.buffers == NULL:
             raise MemoryError()
-        try:
-            for i in range(count):
-                tensor = inputs[i]
-                # Views of the str objects' own UTF-8 and of the data's buffer: the
-                # request holds no copies, and `inputs` keeps them alive.
-                item.name = _utf8_view(tensor.name)
-                item.datatype = _utf8_view(tensor.datatype)
-                item.shape = tensor.shape
-                PyObject_GetBuffer(tensor.data, &buffers[i], PyBUF_SIMPLE)
-                held += 1
-                item.data = <const uint8_t*>buffers[i].buf
-                item.size = buffers[i].len
-                request.inputs.push_back(item)
-            if outputs:
-                for output in outputs:
-                    request.output_names.push_back(_utf8_view(output.name))
-            if not validate_request(self.spec, &request, &error):
-                return error.decode("utf-8", "replace")
-            return request.batch_size, request.shape_key
-        finally:
-            for i in range(held):
-                PyBuffer_Release(&buffers[i])
-            PyMem_Free(buffers)
+        self.request.id = _utf8_view(request_id)
+        self.request.inputs.reserve(count)
+        for i in range(count):
+            tensor = inputs[i]
+            item.name = _utf8_view(tensor.name)
+            item.datatype = _utf8_view(tensor.datatype)
+            item.shape = tensor.shape
+            PyObject_GetBuffer(tensor.data, &self.buffers[i], PyBUF_SIMPLE)
+            self.held += 1
+            item.data = <const uint8_t*>self.buffers[i].buf
+            item.size = self.buffers[i].len
+            self.request.inputs.push_back(item)
+        if outputs:
+            for output in outputs:
+                self.request.output_names.push_back(_utf8_view(output.name))
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.buffers != NULL:
+            for i in range(self.held):
+                PyBuffer_Release(&self.buffers[i])
+            PyMem_Free(self.buffers)
 
 
 cdef tuple _taken(HttpTaken& taken):

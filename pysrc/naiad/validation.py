@@ -4,11 +4,11 @@ The checks, their order and Triton's messages live in C++ (csrc/request_validato
 where the infer fast lane runs them too. The general path parses what the C++ reader
 does not take yet (JSON tensor data, ...) into an `InferRequest`; `RequestValidator`
 hands its inputs to the same validator and raises its message as InvalidArgument.
+`spec` (a _core.ModelSpec) also lays out and queues such requests, with the lane's
+block layout (ModelManager.submit).
 """
 
 from __future__ import annotations
-
-import orjson
 
 from naiad import _core
 from naiad.datatypes import element_size, wire_of_config
@@ -55,7 +55,6 @@ class RequestValidator:
             )
         self.spec = _core.ModelSpec(
             self.model_name,
-            orjson.dumps(self.model_name).decode()[1:-1],
             str(model_version),
             self.max_batch_size,
             inputs,

@@ -17,12 +17,14 @@ inline ModelSpec add_sub_model(int64_t max_batch_size = 8) {
   for (const char* name : {"INPUT0", "INPUT1"}) {
     InputSpec input;
     input.name = name;
+    input.name_json = name;
     input.datatype = "FP32";
     input.dims = {16};
     input.element_size = 4;
     model.inputs.push_back(input);
   }
   model.outputs = {"OUTPUT0", "OUTPUT1"};
+  model.outputs_json = model.outputs;
   return model;
 }
 

@@ -12,8 +12,17 @@ import logging
 import re
 from pathlib import Path
 
+import orjson
+
 from naiad import _core, arena_format
-from naiad.errors import Internal, NaiadError, NotFound, Unavailable, error_of_triton_code
+from naiad.errors import (
+    Internal,
+    InvalidArgument,
+    NaiadError,
+    NotFound,
+    Unavailable,
+    error_of_triton_code,
+)
 from naiad.repository.metadata import server_metadata
 from naiad.repository.repository import scan_repository
 from naiad.scheduling.arrivals import ArrivalTracker
@@ -220,27 +229,30 @@ class ModelManager:
         return {"model_stats": [m.stats.to_json() for m in models]}
 
     # -- the data path -------------------------------------------------------------
-    def submit(
-        self,
-        model: LoadedModel,
-        request,
-        size: int,
-        parts: list,
-        batch_size: int,
-        priority: int = 0,
-        timeout_us: int = 0,
-        shape_key: int = 0,
-    ):
+    def submit(self, model: LoadedModel, spec, request, priority: int = 0, timeout_us: int = 0):
+        """Validates `request` (an InferRequest the general path parsed) with the one
+        validator, lays out its block as the lane does and queues it (spec.submit);
+        returns the future of its InferResponse. Raises NaiadError when it is invalid
+        or cannot be queued."""
         request_id = self.lane.new_request_id()
-        future = self._loop.create_future()
         submit_ns = _core.now_ns()
-        self._pending[request_id] = _Pending(model, future, request, batch_size, submit_ns)
-        result = self.core.submit(
-            model.model_id, request_id, size, parts, batch_size, priority, timeout_us, shape_key
+        parameters = orjson.dumps(request.parameters) if request.parameters else b"{}"
+        result = spec.submit(
+            self.core,
+            model.model_id,
+            request_id,
+            request.id,
+            request.inputs,
+            request.outputs,
+            parameters,
+            priority,
+            timeout_us,
         )
-        if result != _core.SUBMIT_OK:
-            del self._pending[request_id]
-            if result == _core.SUBMIT_QUEUE_FULL:
+        if type(result) is str:
+            raise InvalidArgument(result)
+        code, batch_size, size = result
+        if code != _core.SUBMIT_OK:
+            if code == _core.SUBMIT_QUEUE_FULL:
                 # Triton words it so and, unlike a queue timeout, counts no failure.
                 raise Unavailable(f"{log_prefix(request.id)}Exceeds maximum queue size")
             model.stats.record_failure(_core.now_ns() - submit_ns, "REJECTED")
@@ -248,6 +260,8 @@ class ModelManager:
                 f"model '{model.name}': the shared-memory arena has no room for a request "
                 f"of {size} bytes"
             )
+        future = self._loop.create_future()
+        self._pending[request_id] = _Pending(model, future, request, batch_size, submit_ns)
         self.general_requests += 1
         self._schedule_flush()
         return future

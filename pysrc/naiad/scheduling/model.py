@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 
-from naiad import arena_format
 from naiad.errors import InvalidArgument, Unavailable
 from naiad.repository.config import config_to_json
 from naiad.repository.metadata import model_metadata
@@ -115,15 +114,12 @@ class LoadedModel:
             raise Unavailable(
                 f"Request for unknown model: '{self.name}' version {self.version} is not ready"
             )
-        batch_size, shape_key = self._validate.check(request)
-        outputs = [output.name for output in request.outputs] if request.outputs else None
-        size, parts = arena_format.encode_request(
-            request.id, request.inputs, outputs, request.parameters
-        )
-        priority, timeout_us = _scheduling_parameters(request.parameters)
-        return self.manager.submit(
-            self, request, size, parts, batch_size, priority, timeout_us, shape_key
-        )
+        try:
+            priority, timeout_us = _scheduling_parameters(request.parameters)
+        except InvalidArgument:
+            self._validate.check(request)  # the validator's error comes first
+            raise
+        return self.manager.submit(self, self._validate.spec, request, priority, timeout_us)
 
 
 def scheduling_config(config) -> dict:
