@@ -428,3 +428,32 @@ def test_requests_sent_before_a_half_close_are_answered(paired_servers, general)
         assert status == b"HTTP/1.1 200 OK"
         json_length = int(headers[b"inference-header-content-length"])
         np.testing.assert_array_equal(np.frombuffer(body[json_length:], np.float32), (a - b)[0])
+
+
+def test_large_request_in_pieces_is_answered(connection):
+    """Past 1 MiB a request is collected only once a quarter of it is in; either way the
+    lane takes it and answers it whole."""
+    data = bytes_payload([bytes(range(256)) * 8192])  # 2 MiB
+    header = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "datatype": "BYTES",
+                "shape": [1, 1],
+                "parameters": {"binary_data_size": len(data)},
+            }
+        ],
+        "outputs": [binary_output("OUTPUT0")],
+    }
+    request = infer_request("/v2/models/identity_bytes/infer", header, data)
+    before = lanes(connection)["lane_requests"]
+    for cuts in ((300, len(request) // 2), (len(request) // 3, len(request) - 7)):
+        start = 0
+        for cut in cuts:
+            connection.sock.sendall(request[start:cut])
+            start = cut
+            time.sleep(0.05)
+        status, headers, body = split(connection.exchange(request[start:]))
+        assert status == b"HTTP/1.1 200 OK"
+        assert body[int(headers[b"inference-header-content-length"]) :] == data
+    assert lanes(connection)["lane_requests"] == before + 2
