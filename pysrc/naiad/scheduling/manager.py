@@ -13,6 +13,8 @@ import logging
 import re
 from pathlib import Path
 
+import orjson
+
 from naiad import _core, arena_format
 from naiad.errors import (
     Internal,
@@ -20,7 +22,7 @@ from naiad.errors import (
     NaiadError,
     NotFound,
     Unavailable,
-    Unsupported,
+    error_of_triton_code,
 )
 from naiad.repository.metadata import server_metadata
 from naiad.repository.repository import scan_repository
@@ -33,15 +35,6 @@ log = logging.getLogger("naiad")
 
 # Model names that appear in a URL as they are.
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
-
-# pb_utils.TritonError codes -> the error kind the client gets.
-_ERROR_OF_CODE = {
-    2: NotFound,
-    3: InvalidArgument,
-    4: Unavailable,
-    5: Unsupported,
-    6: InvalidArgument,  # ALREADY_EXISTS
-}
 
 
 class _Pending:
@@ -84,13 +77,15 @@ class _LanePending:
 
 
 class ModelManager:
-    def __init__(self, repository: Path, arena_bytes: int = 1 << 30):
+    def __init__(self, repository: Path, arena_bytes: int = 1 << 30, fast_lane: bool = True):
         self.repository = Path(repository)
+        self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.core = _core.Core(arena_bytes)
         self.lane = _core.FastLane(self.core)
         # Requests queued through the fast lane and through the general path.
         self.lane_requests = 0
         self.general_requests = 0
+        self.lane_refused = 0  # invalid requests the lane answered with the validator's error
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self.load_table: list[tuple[str, str, str]] = []  # (model, version, status)
@@ -135,6 +130,8 @@ class ModelManager:
         """Infer URLs the lane takes in take_http_requests: every version's, and the
         unversioned one for the version served by default. Names that a URL would
         carry escaped or split stay with the full parser."""
+        if not self.fast_lane:
+            return
         for name, versions in self.models.items():
             if not _PLAIN_NAME.fullmatch(name):
                 continue
@@ -222,6 +219,7 @@ class ModelManager:
         return {
             "lane_requests": self.lane_requests,
             "general_requests": self.general_requests,
+            "lane_refused": self.lane_refused,
             "lane_in_flight": self.lane.in_flight(),
         }
 
@@ -237,38 +235,43 @@ class ModelManager:
         return {"model_stats": [m.stats.to_json() for m in models]}
 
     # -- the data path -------------------------------------------------------------
-    def submit(
-        self,
-        model: LoadedModel,
-        request,
-        size: int,
-        parts: list,
-        batch_size: int,
-        priority: int = 0,
-        timeout_us: int = 0,
-        shape_key: int = 0,
-    ):
+    def submit(self, model: LoadedModel, spec, request, priority: int = 0, timeout_us: int = 0):
+        """Validates `request` (an InferRequest the general path parsed) with the one
+        validator, lays out its block as the lane does and queues it (spec.submit);
+        returns the future of its InferResponse. Raises NaiadError when it is invalid
+        or cannot be queued."""
         request_id = self.core.new_request_id()
-        future = self._loop.create_future()
         submit_ns = _core.now_ns()
-        self._pending[request_id] = _Pending(
-            request_id, model, future, request, batch_size, submit_ns
+        parameters = orjson.dumps(request.parameters) if request.parameters else b"{}"
+        result = spec.submit(
+            self.core,
+            model.core_model,
+            request_id,
+            request.id,
+            request.inputs,
+            request.outputs,
+            parameters,
+            priority,
+            timeout_us,
         )
-        result = self.core.submit(
-            model.core_model, request_id, size, parts, batch_size, priority, timeout_us, shape_key
-        )
-        if result != _core.SUBMIT_OK:
-            del self._pending[request_id]
-            if result == _core.SUBMIT_QUEUE_FULL:
+        if type(result) is str:
+            raise InvalidArgument(result)
+        code, batch_size, size = result
+        if code != _core.SUBMIT_OK:
+            if code == _core.SUBMIT_QUEUE_FULL:
                 # Triton words it so and, unlike a queue timeout, counts no failure.
                 raise Unavailable(f"{log_prefix(request.id)}Exceeds maximum queue size")
-            if result == _core.SUBMIT_MODEL_GONE:
+            if code == _core.SUBMIT_MODEL_GONE:
                 raise Unavailable(_not_ready_message(model))
             model.stats.record_failure(_core.now_ns() - submit_ns, "REJECTED")
             raise Unavailable(
                 f"model '{model.name}': the shared-memory arena has no room for a request "
                 f"of {size} bytes"
             )
+        future = self._loop.create_future()
+        self._pending[request_id] = _Pending(
+            request_id, model, future, request, batch_size, submit_ns
+        )
         self.general_requests += 1
         self._schedule_flush()
         return future
@@ -297,16 +300,24 @@ class ModelManager:
         return consumed
 
     def _track_lane(self, taken: list, submit_ns: int, new_on_done) -> None:
-        """Keeps the lane's newly queued requests [(lane_model, request_id, batch_size)]
-        until they are answered."""
+        """Keeps the lane's newly queued requests [(lane_model, request_id, batch_size,
+        reply)] until they are answered; answers at once those the validator refused
+        (`reply`: their whole response)."""
         models = self._lane_models
         pendings = self._pending
-        for lane_model, request_id, batch_size in taken:
+        queued = 0
+        for lane_model, request_id, batch_size, reply in taken:
+            if reply is not None:
+                new_on_done()(reply, None)
+                self.lane_refused += 1
+                continue
             pendings[request_id] = _LanePending(
                 self, models[lane_model], request_id, batch_size, submit_ns, new_on_done()
             )
-        self.lane_requests += len(taken)
-        self._schedule_flush()
+            queued += 1
+        if queued:
+            self.lane_requests += queued
+            self._schedule_flush()
 
     def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
         """`model` answers for the lane's model `lane_id` (take_http_requests)."""
@@ -451,7 +462,7 @@ class ModelManager:
         if error is not None:
             model.stats.record_failure(end_ns - pending.submit_ns)
             self._pending.pop(pending.request_id, None)
-            future.set_exception(_ERROR_OF_CODE.get(outcome.get("code"), Internal)(error))
+            future.set_exception(error_of_triton_code(outcome.get("code"), error))
             return
         # Copied out so the result block can be freed at once.
         outputs = [
