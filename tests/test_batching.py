@@ -407,3 +407,32 @@ def test_grpc_lone_call_leaves_early_but_not_below_the_clients_concurrency(serve
             client.async_infer("batch_delay", inputs, lambda result, error: done.release())
         assert done.acquire(timeout=TIMEOUT) and done.acquire(timeout=TIMEOUT)
         assert _grpc_infer(client, 3) >= 0.3
+
+
+def test_http_and_grpc_fast_path_requests_share_a_batch(server):
+    """An HTTP lane request and a gRPC fast-path request (raw contents) meet in one held
+    batch: one codec reads the result block once and answers each in its protocol."""
+    import tritonclient.grpc as grpcclient
+
+    lanes_before = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+    grpc_input = grpcclient.InferInput("INPUT0", [1, 1], "INT32")
+    grpc_input.set_data_from_numpy(np.array([[41]], dtype=np.int32))
+    http_input = httpclient.InferInput("INPUT0", [1, 1], "INT32")
+    http_input.set_data_from_numpy(np.array([[42]], dtype=np.int32), binary_data=True)
+    with (
+        idle_connection(server),
+        grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as grpc_client,
+        httpclient.InferenceServerClient(f"{server.host}:{server.http_port}") as http_client,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        via_grpc = pool.submit(grpc_client.infer, "batch_delay", [grpc_input], request_id="g")
+        via_http = pool.submit(http_client.infer, "batch_delay", [http_input], request_id="h")
+        grpc_result, http_result = via_grpc.result(TIMEOUT), via_http.result(TIMEOUT)
+    assert grpc_result.as_numpy("OUTPUT0")[0][0] == 41
+    assert http_result.as_numpy("OUTPUT0")[0][0] == 42
+    assert grpc_result.get_response().id == "g" and http_result.get_response()["id"] == "h"
+    assert grpc_result.as_numpy("BATCH")[0][0] == 2 == http_result.as_numpy("BATCH")[0][0]
+    lanes = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+    assert lanes["lane_requests"] - lanes_before["lane_requests"] == 2
+    # The idle connection's one JSON request went the general way.
+    assert lanes["general_requests"] == lanes_before["general_requests"] + 1

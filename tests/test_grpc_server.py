@@ -22,6 +22,7 @@ import grpc
 import hpack
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from naiad.datatypes import serialize_bytes
@@ -809,3 +810,25 @@ def test_h2load_small_windows_large_answers(server, tmp_path):
     # Every answer came whole: 40 x (64 kB + framing) of DATA at least.
     traffic = re.search(r"traffic: \S+ \((\d+)\) total", out)
     assert traffic and int(traffic.group(1)) > 40 * 65536, out
+
+
+def test_raw_contents_take_the_fast_path_typed_the_general(server, client, stub):
+    def lanes():
+        return requests.get(f"http://{server.host}:{server.http_port}/v2/naiad/lanes").json()
+
+    before = lanes()
+    a, b = _rand(1, seed=13)
+    result = client.infer("add_sub", _add_sub_inputs(a, b), request_id="fast")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    assert result.get_response().id == "fast"
+    middle = lanes()
+    assert middle["lane_requests"] == before["lane_requests"] + 1
+    service, _ = stub
+    request = pb.ModelInferRequest(model_name="add_sub")
+    for name, array in (("INPUT0", a), ("INPUT1", b)):
+        tensor = request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+        tensor.contents.fp32_contents.extend(array[0].tolist())
+    service.ModelInfer(request, timeout=TIMEOUT)
+    after = lanes()
+    assert after["general_requests"] == middle["general_requests"] + 1
+    assert after["lane_requests"] == middle["lane_requests"]

@@ -943,3 +943,104 @@ cdef class GrpcConnection:
     @property
     def error(self):
         return self._conn.error().decode("utf-8", "replace")
+
+
+cdef extern from "grpc_lane.h" namespace "naiad":
+    cdef cppclass GrpcResponseWriter:
+        size_t size(const InferResponse& response) nogil
+        void write(const InferResponse& response, char* out) nogil
+
+    string grpc_error_message(const InferResponse& response) except +
+
+    cdef cppclass GrpcTaken "naiad::GrpcLane::Taken":
+        uint32_t model
+        uint64_t request_id
+        uint32_t batch_size
+        string error
+
+    cdef cppclass CGrpcLane "naiad::GrpcLane":
+        CGrpcLane(KServeCodec& codec)
+        void add_route(const string& name, const string& version, uint32_t model) except +
+        void remove_model(uint32_t model) except +
+        cbool submit(string_view message, uint64_t now_ns, GrpcTaken* taken) except + nogil
+
+
+cdef class GrpcLane:
+    """The gRPC infer fast path (csrc/grpc_lane.h) over the HTTP lane's codec: the same
+    codec, validator and core, so both protocols share models and request ids."""
+
+    cdef CGrpcLane* _lane
+    cdef FastLane _http
+    cdef GrpcResponseWriter _writer
+
+    def __cinit__(self, FastLane http):
+        self._http = http
+        self._lane = new CGrpcLane(http._lane.codec())
+
+    def __dealloc__(self):
+        del self._lane
+
+    def add_route(self, str name, str version, uint32_t lane_model):
+        """ModelInferRequests for `name` and `version` ("": the default) go to lane_model."""
+        self._lane.add_route(name.encode(), version.encode(), lane_model)
+
+    def remove_model(self, uint32_t lane_model):
+        self._lane.remove_model(lane_model)
+
+    def submit(self, bytes message, uint64_t now_ns):
+        """Queues a serialized ModelInferRequest if the fast path takes it:
+        (lane_model, request_id, batch_size, None), or (lane_model, 0, 0, message) when
+        the validator refused it (INVALID_ARGUMENT with that message); None: the general
+        path's."""
+        cdef string_view view = string_view(PyBytes_AS_STRING(message),
+                                            PyBytes_GET_SIZE(message))
+        cdef GrpcTaken taken
+        cdef cbool took
+        with nogil:
+            took = self._lane.submit(view, now_ns, &taken)
+        if not took:
+            return None
+        if taken.request_id == 0:
+            return taken.model, 0, 0, taken.error.decode("utf-8", "replace")
+        return taken.model, taken.request_id, taken.batch_size, None
+
+    def complete(self, uint64_t offset, uint64_t size, list request_ids, set grpc_ids,
+                 uint64_t dispatch_ns, uint64_t end_ns):
+        """As FastLane.complete (`request_ids`: the whole batch, in order), for a batch
+        with gRPC requests among the lane's: those in `grpc_ids` are answered with the
+        ModelInferResponse bytes, or (error kind, message) when they failed; the others
+        with their HTTP response bytes, as FastLane.complete does."""
+        if offset == 0 or offset > self._http._arena_size or \
+                size > self._http._arena_size - offset:
+            return None
+        cdef vector[uint64_t] ids = request_ids
+        cdef vector[Answer] answers
+        cdef uint64_t timings[4]
+        cdef cbool readable
+        with nogil:
+            readable = self._http._lane.codec().complete(
+                self._http._base + offset, size, ids, dispatch_ns, end_ns, &answers, timings)
+        if not readable:
+            return None
+        cdef const HttpResponseWriter* http = &self._http._lane.writer()
+        cdef list out = []
+        cdef size_t i
+        cdef bytes payload
+        cdef cbool ok
+        for i in range(answers.size()):
+            ok = answers[i].response.error == ErrorKind.kNone
+            if answers[i].response.request_id not in grpc_ids:
+                payload = PyBytes_FromStringAndSize(NULL, http.size(answers[i].response))
+                http.write(answers[i].response, PyBytes_AS_STRING(payload))
+                answer = payload
+            elif ok:
+                payload = PyBytes_FromStringAndSize(NULL,
+                                                    self._writer.size(answers[i].response))
+                self._writer.write(answers[i].response, PyBytes_AS_STRING(payload))
+                answer = payload
+            else:
+                answer = (<int>answers[i].response.error,
+                          grpc_error_message(answers[i].response).decode("utf-8", "replace"))
+            out.append((answers[i].response.request_id, ok, answers[i].batch_size,
+                        answers[i].request_ns, answers[i].queue_ns, answer))
+        return [timings[0], timings[1], timings[2], timings[3]], out

@@ -60,3 +60,8 @@ def error_of_triton_code(code, message: str) -> NaiadError:
     known = type(code) is int and -(2**63) <= code < 2**63
     kind = _core.error_kind_of_code(code) if known else _core.ERROR_INTERNAL
     return _ERROR_OF_KIND.get(kind, Internal)(message)
+
+
+def error_of_kind(kind: int, message: str) -> NaiadError:
+    """The error of an answer the core marked with error `kind` (csrc/infer_types.h)."""
+    return _ERROR_OF_KIND.get(kind, Internal)(message)

@@ -15,7 +15,14 @@ import zlib
 
 from naiad import _core
 from naiad.grpc import status
-from naiad.grpc.service import STREAM_INFER, InferFinisher, Service, error_of, parse
+from naiad.grpc.service import (
+    MODEL_INFER,
+    STREAM_INFER,
+    InferFinisher,
+    Service,
+    error_of,
+    parse,
+)
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request
 from naiad.protos import grpc_service_pb2 as pb
@@ -187,6 +194,8 @@ class GrpcProtocol(asyncio.Protocol):
             return
         if call.message is None:
             raise GrpcError(status.UNIMPLEMENTED, "no request message on a unary call")
+        if call.path == MODEL_INFER and self._submit_fast(stream, call.message):
+            return
         message_class, handler = self.service.unary[call.path]
         request = call.message if message_class is None else parse(message_class, call.message)
         result = handler(request)
@@ -196,6 +205,27 @@ class GrpcProtocol(asyncio.Protocol):
             future.add_done_callback(lambda f: self._infer_done(stream, f, finish))
             return
         self._answer(stream, result)
+
+    def _submit_fast(self, stream: int, message: bytes) -> bool:
+        """The C++ fast path (csrc/grpc_lane.h): raw contents, from message bytes to
+        response bytes without Python per tensor. False: the general path's."""
+        self._track(1)
+        taken = self.service.manager.submit_grpc(
+            message, lambda payload, exc: self._fast_done(stream, payload, exc)
+        )
+        if not taken:
+            self._track(-1)
+        return taken
+
+    def _fast_done(self, stream: int, payload, exc) -> None:
+        self._track(-1)
+        if stream not in self.calls:
+            return  # cancelled or past its deadline
+        if exc is not None:
+            self._fail(stream, exc)
+        else:
+            self._answer(stream, payload)
+        self._schedule_flush()
 
     def _track(self, delta: int) -> None:
         self._in_flight += delta

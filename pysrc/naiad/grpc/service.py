@@ -25,6 +25,7 @@ log = logging.getLogger("naiad.grpc")
 SERVICE = "/inference.GRPCInferenceService/"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 STREAM_INFER = SERVICE + "ModelStreamInfer"
+MODEL_INFER = SERVICE + "ModelInfer"
 
 # What Triton answers for load/unload when model control is not explicit.
 _CONTROL_OFF = "explicit model load / unload is not allowed if polling is enabled"

@@ -22,6 +22,7 @@ from naiad.errors import (
     NaiadError,
     NotFound,
     Unavailable,
+    error_of_kind,
     error_of_triton_code,
 )
 from naiad.repository.metadata import server_metadata
@@ -58,18 +59,20 @@ class _Pending:
 
 class _LanePending:
     """A request of the fast lane: `on_done(http_bytes, None)` gets its whole response,
-    or `on_done(None, exc)` the error when it never ran."""
+    or `on_done(None, exc)` the error when it never ran. A gRPC request (`grpc`) gets
+    its ModelInferResponse bytes, or `on_done(None, exc)` when it failed."""
 
-    __slots__ = ("model", "request_id", "batch_size", "submit_ns", "on_done", "manager")
+    __slots__ = ("model", "request_id", "batch_size", "submit_ns", "on_done", "manager", "grpc")
     lane = True
 
-    def __init__(self, manager, model, request_id, batch_size, submit_ns, on_done):
+    def __init__(self, manager, model, request_id, batch_size, submit_ns, on_done, grpc=False):
         self.manager = manager
         self.model = model
         self.request_id = request_id
         self.batch_size = batch_size
         self.submit_ns = submit_ns
         self.on_done = on_done
+        self.grpc = grpc
 
     def fail(self, exc: Exception) -> None:
         self.manager.lane.forget(self.request_id)
@@ -82,6 +85,7 @@ class ModelManager:
         self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.core = _core.Core(arena_bytes)
         self.lane = _core.FastLane(self.core)
+        self.grpc_lane = _core.GrpcLane(self.lane)  # the same codec, for gRPC ModelInfer
         # Requests queued through the fast lane and through the general path.
         self.lane_requests = 0
         self.general_requests = 0
@@ -137,12 +141,14 @@ class ModelManager:
                 continue
             for version, model in versions.items():
                 if model.lane_id is not None:
+                    self.grpc_lane.add_route(name, str(version), model.lane_id)
                     self.lane.add_route(
                         f"/v2/models/{name}/versions/{version}/infer", model.lane_id
                     )
             serving = self._serving.get(name)
             if serving is not None and serving.lane_id is not None:
                 self.lane.add_route(f"/v2/models/{name}/infer", serving.lane_id)
+                self.grpc_lane.add_route(name, "", serving.lane_id)
 
     async def shutdown(self, timeout: float) -> None:
         """Waits for requests in flight (up to `timeout` s), then stops every worker."""
@@ -287,6 +293,26 @@ class ModelManager:
         self._track_lane([taken], submit_ns, new_on_done)
         return True
 
+    def submit_grpc(self, message: bytes, on_done) -> bool:
+        """Queues a serialized ModelInferRequest through the gRPC fast path if it takes
+        it; False leaves it to the general path. `on_done(response_bytes, None)` gets the
+        ModelInferResponse, `on_done(None, exc)` the error (the validator's at once)."""
+        submit_ns = _core.now_ns()
+        taken = self.grpc_lane.submit(message, submit_ns)
+        if taken is None:
+            return False
+        lane_model, request_id, batch_size, error = taken
+        if error is not None:
+            self.lane_refused += 1
+            on_done(None, InvalidArgument(error))
+            return True
+        self._pending[request_id] = _LanePending(
+            self, self._lane_models[lane_model], request_id, batch_size, submit_ns, on_done, True
+        )
+        self.lane_requests += 1
+        self._schedule_flush()
+        return True
+
     def take_http_requests(self, data: bytes, max_body: int, new_on_done) -> int:
         """Queues the plain infer requests at the start of received HTTP bytes through
         the fast lane; returns how many bytes they took (the rest is for the HTTP
@@ -401,8 +427,15 @@ class ModelManager:
                 log.exception("failing request %d of model '%s' failed", request_id, model.name)
 
     def _answer_lane(self, lane, offset, size, request_ids, dispatch_ns, end_ns):
-        """Sends the fast lane's requests of a batch their responses; returns the timings."""
-        result = self.lane.complete(offset, size, request_ids, dispatch_ns, end_ns)
+        """Sends the fast lane's requests of a batch their responses, HTTP's or gRPC's
+        (one codec answers both, so a batch is read once); returns the timings."""
+        grpc_ids = {p.request_id for p in lane if p.grpc}
+        if grpc_ids:
+            result = self.grpc_lane.complete(
+                offset, size, request_ids, grpc_ids, dispatch_ns, end_ns
+            )
+        else:
+            result = self.lane.complete(offset, size, request_ids, dispatch_ns, end_ns)
         if result is None:
             self._fail_batch(lane, _core.COMPLETION_WORKER_FAILED, end_ns)
             return None
@@ -421,8 +454,13 @@ class ModelManager:
                 queue_ns += queued_ns
             else:
                 stats.record_failure(took_ns)
+                if pending.grpc:  # (error kind, message): the gRPC front end's status
+                    http = error_of_kind(*http)
             try:
-                pending.on_done(http, None)
+                if type(http) is bytes:
+                    pending.on_done(http, None)
+                else:
+                    pending.on_done(None, http)
             except Exception:  # that client's connection; the others still get theirs
                 log.exception("sending the response of request %d failed", request_id)
         if successes:

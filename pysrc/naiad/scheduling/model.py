@@ -108,6 +108,7 @@ class LoadedModel:
             self.reason = self.reason or "unloaded"
         if self.lane_id is not None:
             self.manager.lane.remove_model(self.lane_id)
+            self.manager.grpc_lane.remove_model(self.lane_id)
             self.manager.unregister_lane_model(self.lane_id)
             self.lane_id = None
         if self.core_model is not None:
