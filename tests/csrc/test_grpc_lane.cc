@@ -1,0 +1,178 @@
+// The gRPC framer over the KServe codec: ModelInferRequest bytes in (built with the
+// protobuf wire format by hand below), queued on a core, answered as
+// ModelInferResponse bytes read back with grpc_infer_message's reader of responses'
+// twin fields; what it leaves to the general path.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "add_sub_model.h"
+#include "core.h"
+#include "grpc_infer_message.h"
+#include "grpc_lane.h"
+#include "http_framer.h"
+#include "testing.h"
+
+using namespace naiad;
+
+namespace {
+
+void key(std::string* out, uint32_t field, uint32_t wire) {
+  out->push_back(static_cast<char>((field << 3) | wire));
+}
+void varint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+void bytes(std::string* out, uint32_t field, const std::string& s) {
+  key(out, field, 2);
+  varint(out, s.size());
+  *out += s;
+}
+
+std::string tensor(const std::string& name, const std::string& datatype, std::vector<int64_t> shape,
+                   bool typed = false) {
+  std::string t;
+  bytes(&t, 1, name);
+  bytes(&t, 2, datatype);
+  std::string packed;
+  for (int64_t d : shape) varint(&packed, static_cast<uint64_t>(d));
+  bytes(&t, 3, packed);
+  if (typed) bytes(&t, 5, std::string("\x12\x00", 2));  // contents {fp32_contents: []}
+  return t;
+}
+
+std::string parameter(const std::string& name, uint32_t field, uint64_t value) {
+  std::string v;
+  key(&v, field, 0);
+  varint(&v, value);
+  std::string entry;
+  bytes(&entry, 1, name);
+  bytes(&entry, 2, v);
+  return entry;
+}
+
+// add_sub with `batch` rows; raw contents unless `typed`.
+std::string add_sub_request(int batch, const std::string& id = "", bool typed = false,
+                            const std::string& version = "") {
+  std::string m;
+  bytes(&m, 1, "add_sub");
+  if (!version.empty()) bytes(&m, 2, version);
+  if (!id.empty()) bytes(&m, 3, id);
+  bytes(&m, 5, tensor("INPUT0", "FP32", {batch, 16}, typed));
+  bytes(&m, 5, tensor("INPUT1", "FP32", {batch, 16}, typed));
+  if (!typed) {
+    bytes(&m, 7, std::string(64 * batch, '\1'));
+    bytes(&m, 7, std::string(64 * batch, '\2'));
+  }
+  return m;
+}
+
+std::string result_block(const std::string& header, const std::vector<std::string>& tensors) {
+  std::string block;
+  uint32_t length = static_cast<uint32_t>(header.size());
+  block.append(reinterpret_cast<const char*>(&length), 4);
+  block += header;
+  for (const std::string& t : tensors) {
+    block.resize((block.size() + 63) / 64 * 64, '\0');
+    block += t;
+  }
+  return block;
+}
+
+struct Fixture {
+  Fixture() : core(1 << 20, nullptr, false), http(core), grpc(http.codec()) {
+    BatcherConfig config;
+    config.max_batch_size = 8;
+    ModelSpec model = add_sub_model();
+    model.core_model_id = core.add_model(config);
+    lane_model = http.codec().add_model(model);
+    grpc.add_route("add_sub", "1", lane_model);
+    grpc.add_route("add_sub", "", lane_model);
+  }
+  Core core;
+  HttpLane http;
+  GrpcLane grpc;
+  uint32_t lane_model = 0;
+};
+
+}  // namespace
+
+TEST(grpc_lane_queues_raw_requests_and_answers_in_protobuf) {
+  Fixture f;
+  GrpcLane::Taken taken;
+  CHECK(f.grpc.submit(add_sub_request(2, "req-1"), 1000, &taken));
+  CHECK(taken.request_id != 0 && taken.batch_size == 2 && taken.error.empty());
+  CHECK(f.http.codec().owns(taken.request_id));
+  std::string header =
+      "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2],16],[\"OUT\\\"1\",\"FP32\","
+      "[2,2],16]]}],\"timings\":[1,2,3,4]}";
+  std::string block = result_block(header, {"0123456789abcdef", "fedcba9876543210"});
+  std::vector<KServeCodec::Answer> answers;
+  uint64_t timings[4];
+  CHECK(f.http.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
+                                {taken.request_id}, 1500, 4000, &answers, timings));
+  CHECK(answers.size() == 1);
+  GrpcResponseWriter writer;
+  std::string out(writer.size(answers[0].response), '\0');
+  writer.write(answers[0].response, out.data());
+  // The same bytes the protobuf writer gives for the same response, names unescaped.
+  grpc::ResponseToWrite expected;
+  expected.model_name = "add_sub";
+  expected.model_version = "1";
+  expected.id = "req-1";
+  const uint8_t* a = reinterpret_cast<const uint8_t*>("0123456789abcdef");
+  const uint8_t* b = reinterpret_cast<const uint8_t*>("fedcba9876543210");
+  expected.outputs.push_back({"OUTPUT0", "FP32", {2, 2}, a, 16});
+  expected.outputs.push_back({"OUT\"1", "FP32", {2, 2}, b, 16});
+  std::string want(grpc::infer_response_size(expected), '\0');
+  grpc::write_infer_response(expected, want.data());
+  CHECK(out == want);
+}
+
+TEST(grpc_lane_refuses_invalid_and_leaves_the_rest) {
+  Fixture f;
+  GrpcLane::Taken taken;
+  // The validator's refusal: answered at once with its message.
+  std::string bad = add_sub_request(1);
+  bad.replace(bad.find("FP32"), 4, "INT8");
+  CHECK(f.grpc.submit(bad, 0, &taken));
+  CHECK(taken.request_id == 0);
+  CHECK(taken.error.find("data-type is 'INT8', but model 'add_sub' expects 'FP32'") !=
+        std::string::npos);
+  // Typed contents, unknown models or versions, broken messages: the general path's.
+  CHECK(!f.grpc.submit(add_sub_request(1, "", true), 0, &taken));
+  CHECK(!f.grpc.submit(add_sub_request(1, "", false, "7"), 0, &taken));
+  std::string other = add_sub_request(1);
+  other[2] = 'x';  // "xdd_sub"
+  CHECK(!f.grpc.submit(other, 0, &taken));
+  CHECK(!f.grpc.submit(add_sub_request(1).substr(0, 40), 0, &taken));
+  // A raw content too few: the general path names the missing input.
+  std::string missing = add_sub_request(1);
+  missing.resize(missing.size() - 66);
+  CHECK(!f.grpc.submit(missing, 0, &taken));
+  // Scheduling parameters are taken; a negative priority is the general path's.
+  std::string with_priority = add_sub_request(1) + std::string(1, '\x22');
+  std::string entry = parameter("priority", 5, 1);
+  varint(&with_priority, entry.size());
+  with_priority += entry;
+  CHECK(f.grpc.submit(with_priority, 0, &taken) && taken.request_id != 0);
+  std::string negative = add_sub_request(1) + std::string(1, '\x22');
+  entry = parameter("priority", 2, static_cast<uint64_t>(-1));
+  varint(&negative, entry.size());
+  negative += entry;
+  CHECK(!f.grpc.submit(negative, 0, &taken));
+  // Routes follow removed models.
+  f.grpc.remove_model(f.lane_model);
+  CHECK(!f.grpc.submit(add_sub_request(1), 0, &taken));
+}
+
+TEST(grpc_lane_error_messages_are_plain_text) {
+  InferResponse response;
+  response.error = ErrorKind::kInvalidArgument;
+  response.error_message = "bad \\\"x\\\" \\u00e9\\n";
+  CHECK(grpc_error_message(response) == "bad \"x\" \xc3\xa9\n");
+}
