@@ -545,7 +545,11 @@ void GrpcConnection::take_messages(uint32_t stream_id, Stream& s, std::vector<Ev
                    "compressed message without grpc-encoding on the call", events);
       break;
     }
-    if (s.inbound.size() - pos - 5 < length) break;
+    if (s.inbound.size() - pos - 5 < length) {
+      // A large message arrives in many frames: grow the buffer once, not by doubling.
+      if (pos == 0) s.inbound.reserve(5 + length);
+      break;
+    }
     Event e;
     e.kind = EventKind::kMessage;
     e.stream_id = stream_id;

@@ -96,6 +96,14 @@ SCENARIOS: list[Scenario] = [
         description="identity on FP32 [3,224,224] (602 KB each way) over HTTP, binary tensors",
     ),
     Scenario(
+        "identity_fp32_grpc",
+        1,
+        "identity_fp32",
+        "grpc",
+        (4,),
+        description="identity on FP32 [3,224,224] (602 KB each way) over gRPC, raw contents",
+    ),
+    Scenario(
         "identity_fp32_shm",
         1,
         "identity_fp32",

@@ -30,6 +30,7 @@ from naiad.protos import grpc_service_pb2 as pb
 log = logging.getLogger("naiad.grpc")
 
 MAX_MESSAGE_SIZE = 0x7FFFFFFF  # Triton accepts messages up to 2 GB
+WRITE_BUFFER_HIGH = 8 << 20
 _DEADLINE_MESSAGE = "Deadline Exceeded"
 
 
@@ -86,6 +87,9 @@ class GrpcProtocol(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        # Room for a few large answers before reading pauses (asyncio's default high
+        # mark, 64 KiB, would stop reading at every tensor of a few hundred kB).
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         if self.connections is not None:
             self.connections.add(self)
         self._flush()  # the server preface (our SETTINGS)
