@@ -71,8 +71,11 @@ grpc-tools:
 	command -v h2load > /dev/null || (apt-get update && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nghttp2-client)
 
+# Two processes: the gRPC client tests cannot share one with naiad.protos
+# (tests/grpc_clients/conftest.py).
 test-python: $(STAMP) deploy-tools grpc-tools
 	$(PY) -m pytest -q
+	NAIAD_GRPC_CLIENT_TESTS=1 $(PY) -m pytest -q tests/grpc_clients
 
 test: lint test-core test-core-sanitize test-python
 

@@ -32,7 +32,7 @@ from tritonclient.grpc import service_pb2_grpc as pbg
 from tritonclient.utils import InferenceServerException
 
 TIMEOUT = 20
-GRPC_MODELS = __import__("pathlib").Path(__file__).resolve().parent / "grpc_models"
+GRPC_MODELS = __import__("pathlib").Path(__file__).resolve().parent.parent / "grpc_models"
 TYPES = {
     "BOOL": np.bool_,
     "UINT8": np.uint8,
