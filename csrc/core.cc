@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "ipc_schema.h"
+
 namespace naiad {
 
 uint64_t monotonic_ns() {
@@ -70,25 +72,54 @@ InstanceEndpoint Core::endpoint(uint32_t instance_id) const {
   return InstanceEndpoint{instance.channel_offset, instance.wake_fd};
 }
 
-SubmitResult Core::submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
-                          const std::vector<SubmitPart>& parts, const SubmitOptions& options) {
+SubmitResult Core::submit(uint32_t model_id, const SubmitRequest& request) {
+  // Where each input's bytes are: inline, or a region the registry maps.
+  std::vector<const uint8_t*> sources(request.inputs.size());
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const InputSource& input = request.inputs[i];
+    if (input.kind == InputKind::kInline) {
+      sources[i] = static_cast<const uint8_t*>(input.data);
+    } else if (input.kind == InputKind::kSystemShm && regions_ != nullptr) {
+      sources[i] = regions_->map(input.kind, input.region, input.offset, input.size);
+    } else {
+      // CUDA IPC bytes never come to the frontend: the worker owning the device opens
+      // the handle. That path arrives with the shared-memory issue.
+      sources[i] = nullptr;
+    }
+    if (sources[i] == nullptr && input.size != 0) return SubmitResult::kUnsupportedInput;
+  }
+  // The request block: header, input slots, metadata, then the inputs, each aligned.
   // The copy happens before taking the lock: the block is ours alone until queued.
+  const uint32_t n_inputs = static_cast<uint32_t>(request.inputs.size());
+  const uint64_t metadata_end = request_metadata_offset(n_inputs) + request.metadata.size();
+  uint64_t block_size = metadata_end;
+  for (const InputSource& input : request.inputs) {
+    block_size = align_tensor(block_size) + input.size;
+  }
   uint64_t offset = arena_.alloc(block_size);
   if (offset == 0) return SubmitResult::kArenaFull;
   uint8_t* block = arena_.base() + offset;
-  for (const SubmitPart& part : parts) {
-    if (part.offset + part.size > block_size) {
-      arena_.free(offset);
-      throw std::out_of_range("submit part outside its request block");
-    }
-    std::memcpy(block + part.offset, part.data, part.size);
+  auto* header = reinterpret_cast<RequestHeader*>(block);
+  *header =
+      RequestHeader{kRequestMagic, n_inputs, static_cast<uint32_t>(request.metadata.size()), 0};
+  auto* slots = reinterpret_cast<InputSlot*>(block + sizeof(RequestHeader));
+  std::memcpy(block + request_metadata_offset(n_inputs), request.metadata.data(),
+              request.metadata.size());
+  uint64_t cursor = metadata_end;
+  for (uint32_t i = 0; i < n_inputs; ++i) {
+    cursor = align_tensor(cursor);
+    const uint64_t size = request.inputs[i].size;
+    slots[i] = InputSlot{offset + cursor, size};
+    if (size != 0) std::memcpy(block + cursor, sources[i], size);
+    cursor += size;
   }
-  QueuedRequest request{request_id,        offset, block_size, options.batch_size,
-                        options.shape_key, 0,      0};
+  const SubmitOptions& options = request.options;
+  QueuedRequest queued{request.request_id, offset, block_size, options.batch_size,
+                       options.shape_key,  0,      0};
   EnqueueResult result;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    result = models_.at(model_id).batcher->enqueue(request, options.priority, options.timeout_us,
+    result = models_.at(model_id).batcher->enqueue(queued, options.priority, options.timeout_us,
                                                    clock_());
   }
   if (result == EnqueueResult::kQueueFull) {

@@ -12,6 +12,7 @@ namespace {
 
 constexpr uint64_t kAlign = 64;
 constexpr size_t kMaxRank = 32;
+constexpr size_t kMaxInputs = 64;  // beyond this, the input order key covers the first 64
 
 uint64_t align_up(uint64_t value) { return (value + kAlign - 1) & ~(kAlign - 1); }
 
@@ -368,9 +369,7 @@ void layout_request_block(const FastModel& model, const FastRequest& request, co
       if (d) header += ',';
       append_uint(&header, static_cast<uint64_t>(ref.shape[d]));
     }
-    header += "],";
-    append_uint(&header, ref.size);
-    header += ']';
+    header += "]]";
   }
   header += "],\"outputs\":";
   if (request.outputs_listed) {
@@ -393,19 +392,18 @@ void layout_request_block(const FastModel& model, const FastRequest& request, co
   }
   header += '}';
 
-  uint32_t length = static_cast<uint32_t>(header.size());
-  out->prefix.assign(reinterpret_cast<const char*>(&length), 4);
-  out->prefix += header;
-  out->parts.clear();
-  out->parts.push_back(SubmitPart{out->prefix.data(), out->prefix.size(), 0});
-  uint64_t cursor = align_up(out->prefix.size());
-  uint64_t end = out->prefix.size();
+  out->metadata = std::move(header);
+  out->inputs.clear();
+  uint32_t order[kMaxInputs];
+  size_t n_order = 0;
   for (const FastInputRef& ref : request.inputs) {
-    out->parts.push_back(SubmitPart{body + ref.body_offset, ref.size, cursor});
-    end = cursor + ref.size;
-    cursor = align_up(end);
+    InputSource source;
+    source.data = body + ref.body_offset;
+    source.size = ref.size;
+    out->inputs.push_back(source);
+    if (n_order < kMaxInputs) order[n_order++] = ref.spec;
   }
-  out->size = end > out->prefix.size() ? end : out->prefix.size();
+  out->input_order = input_order_key(order, n_order);
 }
 
 bool parse_result_block(const uint8_t* block, uint64_t block_size, ResultBlock* out) {
@@ -571,11 +569,14 @@ int FastLane::submit(uint32_t lane_model, uint64_t request_id, const uint8_t* bo
   if (!parse_fast_request(model, body, body_size, header_size, &request)) return kFallback;
   RequestBlock block;
   layout_request_block(model, request, body, &block);
-  SubmitOptions options;
-  options.batch_size = request.batch_size;
-  options.shape_key = request.shape_key;
-  SubmitResult result =
-      core_.submit(model.core_model_id, request_id, block.size, block.parts, options);
+  SubmitRequest submit;
+  submit.request_id = request_id;
+  submit.metadata = block.metadata;
+  submit.inputs = std::move(block.inputs);
+  submit.options.batch_size = request.batch_size;
+  submit.options.shape_key = request.shape_key;
+  submit.options.input_order = block.input_order;
+  SubmitResult result = core_.submit(model.core_model_id, submit);
   if (result != SubmitResult::kOk) return static_cast<int>(result);
   FastRecipe& recipe = recipes_[request_id];
   recipe.model = lane_model;

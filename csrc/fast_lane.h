@@ -76,12 +76,12 @@ class ShapeKey {
   uint64_t hash_ = 1469598103934665603ULL;
 };
 
-// A request block as the worker reads it (arena_format.py): u32 length, a JSON
-// header, the inputs 64-byte aligned in header order.
+// The request as the core takes it: the worker's metadata (ipc_schema.h) and where
+// each input's bytes are in the body; the core lays the block out.
 struct RequestBlock {
-  std::string prefix;
-  std::vector<SubmitPart> parts;  // parts[0] points into `prefix`
-  uint64_t size = 0;
+  std::string metadata;
+  std::vector<InputSource> inputs;  // into the body, in metadata order
+  uint64_t input_order = 0;         // input_order_key of the inputs' config indices
 };
 void layout_request_block(const FastModel& model, const FastRequest& request, const uint8_t* body,
                           RequestBlock* out);

@@ -74,25 +74,59 @@ cdef extern from "dynamic_batcher.h" namespace "naiad":
         vector[cbool] level_has_policy
 
 
+cdef extern from "ipc_schema.h" namespace "naiad":
+    uint32_t kRequestMagic
+
+    cdef struct RequestHeader:
+        uint32_t magic
+        uint32_t n_inputs
+        uint32_t metadata_size
+
+    cdef struct InputSlot:
+        uint64_t offset
+        uint64_t size
+
+    uint64_t request_metadata_offset(uint32_t n_inputs)
+
+
+cdef extern from "input_regions.h" namespace "naiad":
+    cdef enum class InputKind(uint32_t):
+        kInline
+        kSystemShm
+        kCudaIpc
+
+
 cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
 
-    cdef struct SubmitPart:
+    cdef cppclass InputSource:
+        InputKind kind
         const void* data
-        uint64_t size
+        uint64_t region
         uint64_t offset
+        uint64_t size
 
     cdef cppclass SubmitOptions:
         uint32_t batch_size
         uint32_t priority
         uint64_t timeout_us
         uint64_t shape_key
+        uint64_t input_order
+
+    cdef cppclass SubmitRequest:
+        uint64_t request_id
+        string_view metadata
+        vector[InputSource] inputs
+        SubmitOptions options
+
+    uint64_t c_input_order_key "naiad::input_order_key"(const uint32_t* indices, size_t n)
 
     cdef enum class SubmitResult(int):
         kOk
         kArenaFull
         kQueueFull
+        kUnsupportedInput
 
     cdef cppclass Completion:
         uint64_t batch_id
@@ -114,9 +148,7 @@ cdef extern from "core.h" namespace "naiad":
         uint32_t add_model(const BatcherConfig& config) except +
         uint32_t add_instance(uint32_t model_id) except +
         InstanceEndpoint endpoint(uint32_t instance_id) except +
-        SubmitResult submit(uint32_t model_id, uint64_t request_id, uint64_t block_size,
-                            const vector[SubmitPart]& parts,
-                            const SubmitOptions& options) except + nogil
+        SubmitResult submit(uint32_t model_id, const SubmitRequest& request) except + nogil
         void flush(cbool arrivals_possible) except + nogil
         vector[Completion] poll(cbool arrivals_possible) except + nogil
         vector[Completion] instance_down(uint32_t instance_id) except + nogil
@@ -197,6 +229,7 @@ COMPLETION_TIMED_OUT = kCompletionTimedOut
 SUBMIT_OK = 0
 SUBMIT_ARENA_FULL = 1
 SUBMIT_QUEUE_FULL = 2
+SUBMIT_UNSUPPORTED_INPUT = 3
 
 
 cdef QueuePolicy _queue_policy(dict policy):
@@ -280,33 +313,36 @@ cdef class Core:
         cdef InstanceEndpoint ep = self._core.endpoint(instance_id)
         return instance_id, ep.channel_offset, ep.wake_fd
 
-    def submit(self, uint32_t model_id, uint64_t request_id, uint64_t block_size,
-               list parts, uint32_t batch_size, uint32_t priority=0, uint64_t timeout_us=0,
-               uint64_t shape_key=0):
-        """Copies `parts` [(offset, buffer), ...] into a new request block and queues it.
+    def submit(self, uint32_t model_id, uint64_t request_id, bytes metadata, list inputs,
+               uint32_t batch_size, uint32_t priority=0, uint64_t timeout_us=0,
+               uint64_t shape_key=0, uint64_t input_order=0):
+        """Queues a request: `metadata` is the worker's view of it (ipc_schema.h, from
+        `request_metadata`), `inputs` one buffer per metadata input, in order. The core
+        lays the block out and copies each input once.
 
         Returns SUBMIT_OK, SUBMIT_ARENA_FULL or SUBMIT_QUEUE_FULL.
         """
-        cdef vector[SubmitPart] c_parts
-        cdef SubmitPart part
+        cdef SubmitRequest request
+        cdef InputSource source
         cdef const uint8_t[::1] view
         cdef list keep = []
-        c_parts.reserve(len(parts))
-        for offset, data in parts:
+        request.request_id = request_id
+        request.metadata = string_view(PyBytes_AS_STRING(metadata), PyBytes_GET_SIZE(metadata))
+        request.inputs.reserve(len(inputs))
+        for data in inputs:
             view = memoryview(data).cast("B")
             keep.append(view)
-            part.offset = offset
-            part.size = view.shape[0]
-            part.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
-            c_parts.push_back(part)
-        cdef SubmitOptions options
-        options.batch_size = batch_size
-        options.priority = priority
-        options.timeout_us = timeout_us
-        options.shape_key = shape_key
+            source.size = view.shape[0]
+            source.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
+            request.inputs.push_back(source)
+        request.options.batch_size = batch_size
+        request.options.priority = priority
+        request.options.timeout_us = timeout_us
+        request.options.shape_key = shape_key
+        request.options.input_order = input_order
         cdef SubmitResult result
         with nogil:
-            result = self._core.submit(model_id, request_id, block_size, c_parts, options)
+            result = self._core.submit(model_id, request)
         return <int>result
 
     def flush(self, bint arrivals_possible=True):
@@ -351,6 +387,25 @@ cdef class Core:
         cdef ArenaStats s = self._core.arena().stats()
         return {"bytes_in_use": s.bytes_in_use, "blocks_in_use": s.blocks_in_use,
                 "largest_free": s.largest_free}
+
+
+def input_order_key(list indices):
+    """The core's input_order of a request whose inputs are the config inputs
+    `indices`, in request order (the fast lane computes the same)."""
+    cdef vector[uint32_t] c_indices = indices
+    return c_input_order_key(c_indices.data(), c_indices.size())
+
+
+cdef tuple _request_view(const uint8_t* base, uint64_t offset):
+    """(metadata bytes, ((input offset, size), ...)) of the request block at `offset`."""
+    cdef const RequestHeader* header = <const RequestHeader*>(base + offset)
+    if header.magic != kRequestMagic:
+        raise ValueError(f"no request block at arena offset {offset}")
+    cdef const InputSlot* slots = <const InputSlot*>(base + offset + sizeof(RequestHeader))
+    cdef uint64_t start = offset + request_metadata_offset(header.n_inputs)
+    metadata = PyBytes_FromStringAndSize(<const char*>(base + start), header.metadata_size)
+    cdef uint32_t i
+    return metadata, tuple([(slots[i].offset, slots[i].size) for i in range(header.n_inputs)])
 
 
 def shape_key(list keyed):
@@ -500,20 +555,20 @@ cdef class WorkerEndpoint:
         del self._endpoint
 
     def next(self):
-        """Blocks, GIL released, for the next message: (is_stop, batch_id, [offset of each
-        request's block in the arena])."""
+        """Blocks, GIL released, for the next message: (is_stop, batch_id, requests), a
+        request being (metadata bytes, ((arena offset, size) of each input, ...))."""
         cdef BatchMessage message
         with nogil:
             message = self._endpoint.next()
         if message.kind == MessageKind.kStop:
             return True, message.batch_id, []
-        cdef const RequestRecord* records = <const RequestRecord*>(
-            self._endpoint.arena().base() + message.desc_offset)
-        cdef list offsets = []
+        cdef const uint8_t* base = self._endpoint.arena().base()
+        cdef const RequestRecord* records = <const RequestRecord*>(base + message.desc_offset)
+        cdef list requests = []
         cdef uint32_t i
         for i in range(message.n_requests):
-            offsets.append(records[i].offset)
-        return False, message.batch_id, offsets
+            requests.append(_request_view(base, records[i].offset))
+        return False, message.batch_id, requests
 
     def alloc(self, uint64_t size, uint64_t tag):
         """Offset of a new block in the arena, 0 when there is no room."""

@@ -16,6 +16,7 @@
 
 #include "arena.h"
 #include "core.h"
+#include "ipc_schema.h"
 #include "testing.h"
 #include "worker_endpoint.h"
 
@@ -77,10 +78,15 @@ std::vector<Completion> collect(Core& core, size_t count) {
 
 bool submit_bytes(Core& core, uint32_t model, uint64_t id, const std::string& payload,
                   uint32_t batch_size = 1) {
-  std::vector<SubmitPart> parts{{payload.data(), payload.size(), 0}};
-  SubmitOptions options;
-  options.batch_size = batch_size;
-  return core.submit(model, id, payload.size(), parts, options) == SubmitResult::kOk;
+  SubmitRequest request;
+  request.request_id = id;
+  request.metadata = "{}";
+  InputSource input;
+  input.data = payload.data();
+  input.size = payload.size();
+  request.inputs.push_back(input);
+  request.options.batch_size = batch_size;
+  return core.submit(model, request) == SubmitResult::kOk;
 }
 
 BatcherConfig batching(uint32_t max_batch_size, bool dynamic) {
@@ -374,9 +380,9 @@ TEST(core_reports_queue_timeouts_and_full_queues) {
   ArenaStats baseline = core.arena().stats();
   CHECK(submit_bytes(core, model, 1, "a"));
   CHECK(submit_bytes(core, model, 2, "b"));
-  std::vector<SubmitPart> parts{{"c", 1, 0}};
-  SubmitOptions options;
-  CHECK(core.submit(model, 3, 1, parts, options) == SubmitResult::kQueueFull);
+  SubmitRequest third;
+  third.request_id = 3;
+  CHECK(core.submit(model, third) == SubmitResult::kQueueFull);
   core.flush();
   CHECK(core.poll().empty());
   clock.now += 100000;  // 100 us: both time out
@@ -387,6 +393,86 @@ TEST(core_reports_queue_timeouts_and_full_queues) {
   CHECK(done.size() == 1 && (done[0].request_ids == std::vector<uint64_t>{1, 2}));
   CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
   CHECK(core.queued(model) == 0);
+}
+
+}  // namespace
+
+namespace {
+
+// A registry of one host region, as the shared-memory issue's registry will serve.
+class OneRegion : public InputRegions {
+ public:
+  explicit OneRegion(std::string bytes) : bytes_(std::move(bytes)) {}
+  const uint8_t* map(InputKind kind, uint64_t region, uint64_t offset, uint64_t size) override {
+    if (kind != InputKind::kSystemShm || region != 7 || offset > bytes_.size() ||
+        size > bytes_.size() - offset) {
+      return nullptr;
+    }
+    return reinterpret_cast<const uint8_t*>(bytes_.data()) + offset;
+  }
+
+ private:
+  std::string bytes_;
+};
+
+TEST(core_lays_out_the_request_block_of_ipc_schema) {
+  Core core(1 << 22, nullptr, false);
+  uint32_t model = core.add_model(batching(1, false));
+  uint32_t instance = core.add_instance(model);
+  core.instance_up(instance);
+  InstanceEndpoint ep = core.endpoint(instance);
+  WorkerEndpoint worker(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
+                        dup(core.notify_fd()));
+  SubmitRequest request;
+  request.request_id = 5;
+  request.metadata = "{\"id\":\"x\"}";
+  const std::string first = "abc", second(100, 'z');
+  for (const std::string* bytes : {&first, &second}) {
+    InputSource source;
+    source.data = bytes->data();
+    source.size = bytes->size();
+    request.inputs.push_back(source);
+  }
+  CHECK(core.submit(model, request) == SubmitResult::kOk);
+  core.flush();
+  BatchMessage message = worker.next();
+  const RequestRecord& record = *worker.arena().at<RequestRecord>(message.desc_offset);
+  const uint8_t* block = worker.arena().base() + record.offset;
+  const auto& header = *reinterpret_cast<const RequestHeader*>(block);
+  CHECK(header.magic == kRequestMagic && header.n_inputs == 2);
+  CHECK(header.metadata_size == request.metadata.size());
+  CHECK(std::memcmp(block + request_metadata_offset(2), request.metadata.data(),
+                    request.metadata.size()) == 0);
+  const auto* slots = reinterpret_cast<const InputSlot*>(block + sizeof(RequestHeader));
+  CHECK(slots[0].size == 3 && slots[1].size == 100);
+  CHECK(slots[0].offset % kTensorAlign == 0 && slots[1].offset % kTensorAlign == 0);
+  CHECK(std::memcmp(worker.arena().base() + slots[0].offset, "abc", 3) == 0);
+  CHECK(std::memcmp(worker.arena().base() + slots[1].offset, second.data(), 100) == 0);
+  worker.complete(message.batch_id, 0, 0, kCompletionOk);
+  CHECK(core.poll().size() == 1);
+}
+
+TEST(core_refuses_region_inputs_until_a_registry_maps_them) {
+  Core core(1 << 22, nullptr, false);
+  uint32_t model = core.add_model(batching(1, false));
+  SubmitRequest request;
+  request.request_id = 1;
+  InputSource shm;
+  shm.kind = InputKind::kSystemShm;
+  shm.region = 7;
+  shm.offset = 2;
+  shm.size = 3;
+  request.inputs.push_back(shm);
+  CHECK(core.submit(model, request) == SubmitResult::kUnsupportedInput);
+  OneRegion region("..xyz..");
+  core.set_input_regions(&region);
+  CHECK(core.submit(model, request) == SubmitResult::kOk);
+  request.inputs[0].offset = 6;  // past the region's end
+  CHECK(core.submit(model, request) == SubmitResult::kUnsupportedInput);
+  request.inputs[0].kind = InputKind::kCudaIpc;
+  request.inputs[0].offset = 2;
+  CHECK(core.submit(model, request) == SubmitResult::kUnsupportedInput);
+  CHECK(core.queued(model) == 1);
 }
 
 }  // namespace

@@ -240,19 +240,16 @@ TEST(request_block_matches_the_worker_layout) {
   CHECK(takes(model, body, &request));
   RequestBlock block;
   layout_request_block(model, request, reinterpret_cast<const uint8_t*>(body.bytes.data()), &block);
-  std::string header =
-      "{\"id\":\"\",\"inputs\":[[\"INPUT0\",\"FP32\",[1,16],64],[\"INPUT1\",\"FP32\",[1,16],64]],"
-      "\"outputs\":[\"OUTPUT0\",\"OUTPUT1\"],\"parameters\":{}}";
-  uint32_t length;
-  std::memcpy(&length, block.prefix.data(), 4);
-  CHECK(length == header.size());
-  CHECK(block.prefix.substr(4) == header);
-  CHECK(block.parts.size() == 3);
-  uint64_t first = (4 + header.size() + 63) / 64 * 64;
-  CHECK(block.parts[1].offset == first && block.parts[1].size == 64);
-  CHECK(block.parts[2].offset == first + 64);
-  CHECK(block.size == first + 128);
-  CHECK(std::memcmp(block.parts[2].data, body.bytes.data() + body.header_size + 64, 64) == 0);
+  CHECK(block.metadata ==
+        "{\"id\":\"\",\"inputs\":[[\"INPUT0\",\"FP32\",[1,16]],[\"INPUT1\",\"FP32\",[1,16]]],"
+        "\"outputs\":[\"OUTPUT0\",\"OUTPUT1\"],\"parameters\":{}}");
+  CHECK(block.inputs.size() == 2);
+  CHECK(block.inputs.size() == 2 && block.inputs[0].kind == InputKind::kInline &&
+        block.inputs[0].size == 64 && block.inputs[1].size == 64);
+  CHECK(block.inputs.size() == 2 &&
+        block.inputs[1].data == body.bytes.data() + body.header_size + 64);
+  uint32_t order[] = {0, 1};
+  CHECK(block.input_order == input_order_key(order, 2));
 }
 
 namespace {
@@ -556,7 +553,7 @@ TEST(lane_survives_damaged_requests_and_results) {
     CHECK(end == body.size());
     RequestBlock block;
     layout_request_block(model, request, reinterpret_cast<const uint8_t*>(body.data()), &block);
-    CHECK(block.size >= block.prefix.size());
+    CHECK(block.inputs.size() == request.inputs.size());
   }
   CHECK(taken > 0);  // some mutations leave a valid request (e.g. changed input data bytes)
 

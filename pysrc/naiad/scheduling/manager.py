@@ -235,19 +235,28 @@ class ModelManager:
         self,
         model: LoadedModel,
         request,
-        size: int,
-        parts: list,
+        metadata: bytes,
+        inputs: list,
         batch_size: int,
         priority: int = 0,
         timeout_us: int = 0,
         shape_key: int = 0,
+        input_order: int = 0,
     ):
         request_id = self.lane.new_request_id()
         future = self._loop.create_future()
         submit_ns = _core.now_ns()
         self._pending[request_id] = _Pending(model, future, request, batch_size, submit_ns)
         result = self.core.submit(
-            model.model_id, request_id, size, parts, batch_size, priority, timeout_us, shape_key
+            model.model_id,
+            request_id,
+            metadata,
+            inputs,
+            batch_size,
+            priority,
+            timeout_us,
+            shape_key,
+            input_order,
         )
         if result != _core.SUBMIT_OK:
             del self._pending[request_id]
@@ -255,6 +264,11 @@ class ModelManager:
                 # Triton words it so and, unlike a queue timeout, counts no failure.
                 raise Unavailable(f"{log_prefix(request.id)}Exceeds maximum queue size")
             model.stats.record_failure(_core.now_ns() - submit_ns, "REJECTED")
+            if result == _core.SUBMIT_UNSUPPORTED_INPUT:
+                raise Unsupported(
+                    f"model '{model.name}': an input's shared-memory region cannot be read"
+                )
+            size = len(metadata) + sum(memoryview(data).nbytes for data in inputs)
             raise Unavailable(
                 f"model '{model.name}': the shared-memory arena has no room for a request "
                 f"of {size} bytes"

@@ -44,6 +44,8 @@ class LoadedModel:
         # Requests whose non-batch shapes differ may not share a batch: only models
         # with variable dims need the per-request shape key.
         self._shape_inputs = _variable_shape_inputs(config)
+        # Config index of each input: the core joins inputs into batch tensors by it.
+        self._input_index = {model_input.name: i for i, model_input in enumerate(config.input)}
         self.lane_id = _add_to_lane(
             manager.lane, self.model_id, self._validate, self._shape_inputs, config, version
         )
@@ -124,13 +126,22 @@ class LoadedModel:
             )
         batch_size = self._validate(request)
         outputs = [output.name for output in request.outputs] if request.outputs else None
-        size, parts = arena_format.encode_request(
+        metadata = arena_format.request_metadata(
             request.id, request.inputs, outputs, request.parameters
         )
         priority, timeout_us = _scheduling_parameters(request.parameters)
         shape_key = self._shape_key(request) if self._shape_inputs else 0
+        input_order = _core.input_order_key([self._input_index[t.name] for t in request.inputs])
         return self.manager.submit(
-            self, request, size, parts, batch_size, priority, timeout_us, shape_key
+            self,
+            request,
+            metadata,
+            [t.data for t in request.inputs],
+            batch_size,
+            priority,
+            timeout_us,
+            shape_key,
+            input_order,
         )
 
     def _shape_key(self, request: InferRequest) -> int:

@@ -77,51 +77,48 @@ def _input_tensor(arena, start: int, name: str, datatype: str, shape: tuple, nby
 
 
 class _Layout:
-    """A request header, parsed: (name, datatype, shape, nbytes, offset in the block) per
-    input, requested outputs, id, and the parameters as `parameters()` returns them."""
+    """A request's metadata (csrc/ipc_schema.h), parsed: (name, datatype, shape) per
+    input, requested outputs, id, and the parameters as `parameters()` returns them.
+    Where the inputs' bytes are comes with each batch (the request block's slots)."""
 
     __slots__ = ("request_id", "inputs", "outputs", "parameters")
 
-    def __init__(self, header_bytes: bytes):
-        header = orjson.loads(header_bytes)
-        entries = header["inputs"]
-        offsets = arena_format.tensor_offsets(
-            arena_format.LENGTH_SIZE + len(header_bytes), [entry[3] for entry in entries]
-        )
+    def __init__(self, metadata: bytes):
+        header = orjson.loads(metadata)
         self.request_id = header["id"]
         self.inputs = tuple(
-            (name, datatype, tuple(shape), nbytes, offset)
-            for (name, datatype, shape, nbytes), offset in zip(entries, offsets)
+            (name, datatype, tuple(shape)) for name, datatype, shape in header["inputs"]
         )
         self.outputs = header["outputs"] or []
         parameters = header["parameters"]
         self.parameters = orjson.dumps(parameters).decode() if parameters else _EMPTY_PARAMETERS
 
 
-# Header bytes -> _Layout. A client sends the same header (same id, names and shapes)
-# again and again, so most requests skip the JSON parse.
+# Metadata bytes -> _Layout. A client sends the same request (same id, names and
+# shapes) again and again, so most requests skip the JSON parse.
 _LAYOUTS: dict[bytes, _Layout] = {}
 _LAYOUTS_LIMIT = 1024
 
 
-def _layout(arena, block: int) -> _Layout:
-    key = bytes(arena_format.header_text(arena, block))
-    layout = _LAYOUTS.get(key)
+def _layout(metadata: bytes) -> _Layout:
+    layout = _LAYOUTS.get(metadata)
     if layout is None:
         if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
             _LAYOUTS.clear()
-        layout = _LAYOUTS[key] = _Layout(key)
+        layout = _LAYOUTS[metadata] = _Layout(metadata)
     return layout
 
 
-def _build_requests(arena, blocks: list[int], model_name: str, model_version: int):
+def _build_requests(arena, blocks: list, model_name: str, model_version: int):
+    """pb_utils requests over a batch: `blocks` are (metadata, input slots) per request
+    (WorkerEndpoint.next), each slot the (arena offset, size) of an input's bytes."""
     requests = []
     from_server = pb_utils.InferenceRequest._from_server
-    for block in blocks:
-        layout = _layout(arena, block)
+    for metadata, slots in blocks:
+        layout = _layout(metadata)
         inputs = [
-            _input_tensor(arena, block + offset, name, datatype, shape, nbytes)
-            for name, datatype, shape, nbytes, offset in layout.inputs
+            _input_tensor(arena, offset, name, datatype, shape, nbytes)
+            for (name, datatype, shape), (offset, nbytes) in zip(layout.inputs, slots)
         ]
         requests.append(
             from_server(
@@ -193,7 +190,7 @@ class Worker:
                 traceback.print_exc()
                 self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
 
-    def _run_batch(self, batch_id: int, blocks: list[int]) -> None:
+    def _run_batch(self, batch_id: int, blocks: list) -> None:
         start = _core.now_ns()
         requests = _build_requests(self.arena, blocks, self.model_name, self.model_version)
         infer_start = _core.now_ns()
