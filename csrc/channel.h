@@ -12,21 +12,13 @@ namespace naiad {
 
 enum class MessageKind : uint32_t { kBatch = 1, kStop = 2 };
 
-// A batch handed to a worker: the descriptor at `desc_offset` is an array of
-// `n_requests` RequestRecord.
+// A batch handed to a worker: the descriptor at `desc_offset` is a BatchHeader
+// (ipc_schema.h) of `n_requests` requests.
 struct BatchMessage {
   uint64_t batch_id;
   uint64_t desc_offset;
   uint32_t n_requests;
   MessageKind kind;
-};
-
-struct RequestRecord {
-  uint64_t request_id;
-  uint64_t offset;  // the request's block in the arena
-  uint64_t size;
-  uint32_t batch_size;
-  uint32_t reserved;
 };
 
 // status: 0 = ran (per-request errors are inside the result block), nonzero = the

@@ -23,7 +23,9 @@ uint64_t monotonic_ns() {
 }
 
 Core::Core(uint64_t arena_bytes, Clock clock, bool timer_thread)
-    : clock_(clock ? std::move(clock) : Clock(monotonic_ns)), arena_(Arena::create(arena_bytes)) {
+    : clock_(clock ? std::move(clock) : Clock(monotonic_ns)),
+      arena_(Arena::create(arena_bytes)),
+      assembler_(arena_) {
   notify_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (notify_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   if (timer_thread) timer_ = std::thread([this] { timer_loop(); });
@@ -47,7 +49,10 @@ uint32_t Core::add_model(const BatcherConfig& config) {
   Model model;
   model.batcher = std::make_unique<DynamicBatcher>(config);
   models_.push_back(std::move(model));
-  return static_cast<uint32_t>(models_.size() - 1);
+  const uint32_t model_id = static_cast<uint32_t>(models_.size() - 1);
+  // Batching models stage their inputs batch-major; the others need no slab.
+  assembler_.add_model(model_id, config.dynamic_batching ? config.max_batch_size : 0);
+  return model_id;
 }
 
 uint32_t Core::add_instance(uint32_t model_id) {
@@ -88,34 +93,12 @@ SubmitResult Core::submit(uint32_t model_id, const SubmitRequest& request) {
     }
     if (sources[i] == nullptr && input.size != 0) return SubmitResult::kUnsupportedInput;
   }
-  // The request block: header, input slots, metadata, then the inputs, each aligned.
-  // The copy happens before taking the lock: the block is ours alone until queued.
-  const uint32_t n_inputs = static_cast<uint32_t>(request.inputs.size());
-  const uint64_t metadata_end = request_metadata_offset(n_inputs) + request.metadata.size();
-  uint64_t block_size = metadata_end;
-  for (const InputSource& input : request.inputs) {
-    block_size = align_tensor(block_size) + input.size;
-  }
-  uint64_t offset = arena_.alloc(block_size);
+  // The one copy of the inputs, before taking the lock: the rows are ours alone
+  // until queued (batch_assembler.h).
+  uint64_t offset = assembler_.place(model_id, request, sources.data());
   if (offset == 0) return SubmitResult::kArenaFull;
-  uint8_t* block = arena_.base() + offset;
-  auto* header = reinterpret_cast<RequestHeader*>(block);
-  *header =
-      RequestHeader{kRequestMagic, n_inputs, static_cast<uint32_t>(request.metadata.size()), 0};
-  auto* slots = reinterpret_cast<InputSlot*>(block + sizeof(RequestHeader));
-  std::memcpy(block + request_metadata_offset(n_inputs), request.metadata.data(),
-              request.metadata.size());
-  uint64_t cursor = metadata_end;
-  for (uint32_t i = 0; i < n_inputs; ++i) {
-    cursor = align_tensor(cursor);
-    const uint64_t size = request.inputs[i].size;
-    slots[i] = InputSlot{offset + cursor, size};
-    if (size != 0) std::memcpy(block + cursor, sources[i], size);
-    cursor += size;
-  }
   const SubmitOptions& options = request.options;
-  QueuedRequest queued{request.request_id, offset, block_size, options.batch_size,
-                       options.shape_key,  0,      0};
+  QueuedRequest queued{request.request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
   EnqueueResult result;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -123,7 +106,7 @@ SubmitResult Core::submit(uint32_t model_id, const SubmitRequest& request) {
                                                    clock_());
   }
   if (result == EnqueueResult::kQueueFull) {
-    arena_.free(offset);
+    assembler_.release(offset);
     return SubmitResult::kQueueFull;
   }
   return SubmitResult::kOk;
@@ -150,16 +133,12 @@ bool Core::dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possib
     batch.id = next_batch_id_++;
     batch.model_id = model_id;
     batch.instance_id = instance_id;
-    batch.desc_offset = arena_.alloc(sizeof(RequestRecord) * batch.requests.size(), batch.id);
+    // The descriptor, with the batch tensors (gathered here when not contiguous).
+    batch.desc_offset = assembler_.describe(batch.id, batch.requests);
     if (batch.desc_offset == 0) {
       // Not even room for the descriptor: the requests fail rather than wait forever.
       reject_locked(batch.requests, kCompletionWorkerFailed);
       continue;
-    }
-    auto* records = arena_.at<RequestRecord>(batch.desc_offset);
-    for (size_t i = 0; i < batch.requests.size(); ++i) {
-      const QueuedRequest& r = batch.requests[i];
-      records[i] = RequestRecord{r.id, r.offset, r.size, r.batch_size, 0};
     }
     Channel* ch = channel(instance);
     BatchMessage message{batch.id, batch.desc_offset, static_cast<uint32_t>(batch.requests.size()),
@@ -199,7 +178,7 @@ void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status) {
   Completion done{0, status, std::numeric_limits<uint32_t>::max(), 0, 0, 0, {}};
   for (const QueuedRequest& r : rejected) {
     done.request_ids.push_back(r.id);
-    arena_.free(r.offset);
+    assembler_.release(r.offset);
   }
   rejected.clear();
   done_.push_back(std::move(done));
@@ -272,7 +251,7 @@ Completion Core::finish_locked(Batch& batch, int32_t status, uint64_t result_off
   done.request_ids.reserve(batch.requests.size());
   for (const QueuedRequest& r : batch.requests) {
     done.request_ids.push_back(r.id);
-    arena_.free(r.offset);
+    assembler_.release(r.offset);
   }
   arena_.free(batch.desc_offset);
   return done;

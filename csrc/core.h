@@ -21,52 +21,16 @@
 #include <vector>
 
 #include "arena.h"
+#include "batch_assembler.h"
 #include "channel.h"
 #include "dynamic_batcher.h"
 #include "input_regions.h"
+#include "submit_request.h"
 
 namespace naiad {
 
 uint64_t monotonic_ns();
 using Clock = std::function<uint64_t()>;
-
-// Where one input's bytes are. The core lays the request out itself (ipc_schema.h).
-struct InputSource {
-  InputKind kind = InputKind::kInline;
-  const void* data = nullptr;  // kInline: valid for the duration of submit()
-  uint64_t region = 0;         // kSystemShm / kCudaIpc: region id (input_regions.h)
-  uint64_t offset = 0;         // within the region
-  uint64_t size = 0;           // bytes
-};
-
-struct SubmitOptions {
-  uint32_t batch_size = 1;
-  uint32_t priority = 0;    // the request's `priority` parameter, 0 = default level
-  uint64_t timeout_us = 0;  // the request's `timeout` parameter, 0 = none
-  uint64_t shape_key = 0;   // requests with different keys never share a batch
-  // Which config inputs the request's inputs are, in order (input_order_key): only
-  // requests with equal keys have their inputs joined into batch tensors.
-  uint64_t input_order = 0;
-};
-
-// The input_order of a request whose inputs are the model's config inputs
-// `indices[0..n)`, in that order. _core.input_order_key computes the same.
-inline uint64_t input_order_key(const uint32_t* indices, size_t n) {
-  uint64_t key = 0;
-  for (size_t i = 0; i < n; ++i) key = key * 1000003ULL + indices[i] + 1;
-  return key;
-}
-
-struct SubmitRequest {
-  uint64_t request_id = 0;
-  std::string_view metadata;        // the worker's view of the request (ipc_schema.h)
-  std::vector<InputSource> inputs;  // one per metadata input, same order
-  SubmitOptions options;            // batch_size, priority, timeout_us, shape_key
-};
-
-// kUnsupportedInput: an input's source cannot be read (a region kind with no
-// registry, an unknown region, a range outside it). Nothing was queued.
-enum class SubmitResult { kOk = 0, kArenaFull = 1, kQueueFull = 2, kUnsupportedInput = 3 };
 
 // Completion statuses beyond channel.h's, for requests that never ran.
 constexpr int32_t kCompletionTimedOut = 3;  // queue timeout under REJECT
@@ -96,6 +60,7 @@ class Core {
   Core& operator=(const Core&) = delete;
 
   Arena& arena() { return arena_; }
+  BatchAssembler& assembler() { return assembler_; }
   // Workers and the timer thread signal this eventfd (non-blocking) when they leave
   // something for poll().
   int notify_fd() const { return notify_fd_; }
@@ -182,6 +147,7 @@ class Core {
   uint64_t timer_deadline_ = 0;  // what the timer thread sleeps towards, 0 = none
   std::thread timer_;
   Arena arena_;
+  BatchAssembler assembler_;  // request and batch layout in the arena
   InputRegions* regions_ = nullptr;
   int notify_fd_ = -1;
   uint64_t next_batch_id_ = 1;

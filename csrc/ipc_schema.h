@@ -35,7 +35,9 @@ struct RequestHeader {
   uint32_t magic;
   uint32_t n_inputs;
   uint32_t metadata_size;
-  uint32_t reserved;
+  uint32_t batch_size;   // rows the request adds to a batch (its inputs' first dim)
+  uint64_t input_order;  // which config inputs, in order (core.h input_order_key)
+  uint64_t reserved;
 };
 
 struct InputSlot {
@@ -47,7 +49,46 @@ inline uint64_t request_metadata_offset(uint32_t n_inputs) {
   return sizeof(RequestHeader) + uint64_t{n_inputs} * sizeof(InputSlot);
 }
 
-static_assert(sizeof(RequestHeader) == 16, "RequestHeader layout");
+static_assert(sizeof(RequestHeader) == 32, "RequestHeader layout");
 static_assert(sizeof(InputSlot) == 16, "InputSlot layout");
+
+// ---- Batch descriptor: one per dispatched batch, at BatchMessage::desc_offset -------
+//
+//   BatchHeader | BatchRequest[n_requests] | BatchTensor[n_tensors] | gathered tensors
+//
+// When every request of the batch has the same inputs in the same order, input i of
+// the whole batch is ONE contiguous tensor of `rows` rows (batch-major, [N, ...]) and
+// BatchTensor i says where; the requests' own InputSlots then point inside it, row
+// after row in batch order, so per-request views and the batch view share the bytes.
+// n_tensors is 0 when the requests' inputs differ (optional inputs, another order):
+// the worker then reads each request's slots only. Tensors the core had to gather
+// (batch_assembler.h) live in the descriptor's own block, after the arrays.
+struct BatchHeader {
+  uint32_t n_requests;
+  uint32_t n_tensors;
+  uint32_t rows;      // sum of the requests' batch_size
+  uint32_t gathered;  // 1: the tensors were copied together at dispatch (second copy)
+};
+
+struct BatchRequest {
+  uint64_t request_id;
+  uint64_t block_offset;  // the request block (RequestHeader) in the arena
+  uint32_t batch_size;
+  uint32_t first_row;  // where its rows start in the batch tensors
+};
+
+struct BatchTensor {
+  uint64_t offset;  // arena offset of the [rows, ...] tensor
+  uint64_t size;    // bytes
+};
+
+inline uint64_t batch_requests_offset() { return sizeof(BatchHeader); }
+inline uint64_t batch_tensors_offset(uint32_t n_requests) {
+  return sizeof(BatchHeader) + uint64_t{n_requests} * sizeof(BatchRequest);
+}
+
+static_assert(sizeof(BatchHeader) == 16, "BatchHeader layout");
+static_assert(sizeof(BatchRequest) == 24, "BatchRequest layout");
+static_assert(sizeof(BatchTensor) == 16, "BatchTensor layout");
 
 }  // namespace naiad

@@ -37,12 +37,6 @@ cdef extern from "channel.h" namespace "naiad":
         kBatch
         kStop
 
-    cdef struct RequestRecord:
-        uint64_t request_id
-        uint64_t offset
-        uint64_t size
-        uint32_t batch_size
-
     cdef struct BatchMessage:
         uint64_t batch_id
         uint64_t desc_offset
@@ -87,6 +81,25 @@ cdef extern from "ipc_schema.h" namespace "naiad":
         uint64_t size
 
     uint64_t request_metadata_offset(uint32_t n_inputs)
+
+    cdef struct BatchHeader:
+        uint32_t n_requests
+        uint32_t n_tensors
+        uint32_t rows
+        uint32_t gathered
+
+    cdef struct BatchRequest:
+        uint64_t request_id
+        uint64_t block_offset
+        uint32_t batch_size
+        uint32_t first_row
+
+    cdef struct BatchTensor:
+        uint64_t offset
+        uint64_t size
+
+    uint64_t batch_requests_offset()
+    uint64_t batch_tensors_offset(uint32_t n_requests)
 
 
 cdef extern from "input_regions.h" namespace "naiad":
@@ -555,20 +568,29 @@ cdef class WorkerEndpoint:
         del self._endpoint
 
     def next(self):
-        """Blocks, GIL released, for the next message: (is_stop, batch_id, requests), a
-        request being (metadata bytes, ((arena offset, size) of each input, ...))."""
+        """Blocks, GIL released, for the next message: (is_stop, batch_id, requests,
+        tensors). A request is (metadata bytes, ((arena offset, size) of each input,
+        ...)); `tensors` are the batch-major [N, ...] tensors, (arena offset, size) per
+        input, that the requests' inputs lie in row after row (empty when the
+        requests' inputs differ, csrc/ipc_schema.h)."""
         cdef BatchMessage message
         with nogil:
             message = self._endpoint.next()
         if message.kind == MessageKind.kStop:
-            return True, message.batch_id, []
+            return True, message.batch_id, [], []
         cdef const uint8_t* base = self._endpoint.arena().base()
-        cdef const RequestRecord* records = <const RequestRecord*>(base + message.desc_offset)
+        cdef const BatchHeader* header = <const BatchHeader*>(base + message.desc_offset)
+        cdef const BatchRequest* records = <const BatchRequest*>(
+            base + message.desc_offset + batch_requests_offset())
+        cdef const BatchTensor* tensors = <const BatchTensor*>(
+            base + message.desc_offset + batch_tensors_offset(header.n_requests))
         cdef list requests = []
         cdef uint32_t i
-        for i in range(message.n_requests):
-            requests.append(_request_view(base, records[i].offset))
-        return False, message.batch_id, requests
+        for i in range(header.n_requests):
+            requests.append(_request_view(base, records[i].block_offset))
+        cdef list batch_tensors = [(tensors[i].offset, tensors[i].size)
+                                   for i in range(header.n_tensors)]
+        return False, message.batch_id, requests, batch_tensors
 
     def alloc(self, uint64_t size, uint64_t tag):
         """Offset of a new block in the arena, 0 when there is no room."""

@@ -46,7 +46,8 @@ class FakeWorker {
     for (;;) {
       BatchMessage message = endpoint_->next();
       if (message.kind == MessageKind::kStop) return;
-      auto* records = endpoint_->arena().at<RequestRecord>(message.desc_offset);
+      auto* records =
+          endpoint_->arena().at<BatchRequest>(message.desc_offset + batch_requests_offset());
       uint64_t size = sizeof(uint64_t) * message.n_requests;
       uint64_t result = endpoint_->arena().alloc(size, message.batch_id);
       auto* ids = endpoint_->arena().at<uint64_t>(result);
@@ -173,7 +174,9 @@ TEST(core_round_trip_frees_everything) {
     CHECK(done[0].request_ids.size() == 1 && done[0].request_ids[0] == 11);
     core.stop_instance(instance);
   }
-  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+  // Only the model's open staging slab stays, empty, for the next requests.
+  CHECK(core.assembler().slabs() == 1);
+  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use + 1);
   CHECK(core.in_flight() == 0);
 }
 
@@ -263,7 +266,8 @@ TEST(core_instance_down_fails_in_flight_and_reclaims_worker_blocks) {
   CHECK(failed.size() == 1);
   CHECK(failed[0].status == kCompletionInstanceDied);
   CHECK(failed[0].request_ids == std::vector<uint64_t>{5});
-  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+  // All but the model's open (now empty) staging slab.
+  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use + core.assembler().slabs());
   // Queued work waits for the restarted instance instead of being lost.
   CHECK(submit_bytes(core, model, 6, "later"));
   CHECK(core.queued(model) == 1);
@@ -391,7 +395,7 @@ TEST(core_reports_queue_timeouts_and_full_queues) {
   CHECK(done.size() == 1);
   CHECK(done.size() == 1 && done[0].status == kCompletionTimedOut);
   CHECK(done.size() == 1 && (done[0].request_ids == std::vector<uint64_t>{1, 2}));
-  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use + core.assembler().slabs());
   CHECK(core.queued(model) == 0);
 }
 
@@ -436,8 +440,9 @@ TEST(core_lays_out_the_request_block_of_ipc_schema) {
   CHECK(core.submit(model, request) == SubmitResult::kOk);
   core.flush();
   BatchMessage message = worker.next();
-  const RequestRecord& record = *worker.arena().at<RequestRecord>(message.desc_offset);
-  const uint8_t* block = worker.arena().base() + record.offset;
+  const BatchRequest& record =
+      *worker.arena().at<BatchRequest>(message.desc_offset + batch_requests_offset());
+  const uint8_t* block = worker.arena().base() + record.block_offset;
   const auto& header = *reinterpret_cast<const RequestHeader*>(block);
   CHECK(header.magic == kRequestMagic && header.n_inputs == 2);
   CHECK(header.metadata_size == request.metadata.size());

@@ -133,6 +133,27 @@ def _build_requests(arena, blocks: list, model_name: str, model_version: int):
     return requests
 
 
+def batch_inputs(arena, blocks: list, tensors: list) -> dict:
+    """The batch's inputs as whole [N, ...] arrays over the arena, by name: what a
+    framework backend feeds its session in one call. `blocks` and `tensors` as
+    `WorkerEndpoint.next` gives them; empty when the requests' inputs differ. Needs
+    the requests' non-batch shapes to agree (BYTES stay serialized: not in the dict).
+    """
+    if not tensors or not blocks:
+        return {}
+    layouts = [_layout(metadata) for metadata, _slots in blocks]
+    arrays = {}
+    for index, (name, datatype, shape) in enumerate(layouts[0].inputs):
+        if datatype == "BYTES" or any(
+            layout.inputs[index][2][1:] != shape[1:] for layout in layouts
+        ):
+            continue
+        rows = sum(layout.inputs[index][2][0] for layout in layouts) if shape else 0
+        offset, _size = tensors[index]
+        arrays[name] = np.ndarray((rows, *shape[1:]), _INPUT_TYPES[datatype][0], arena, offset)
+    return arrays
+
+
 _WIRE_OF_DTYPE: dict = {}
 
 
@@ -181,16 +202,18 @@ class Worker:
 
     def run(self) -> None:
         while True:
-            is_stop, batch_id, blocks = self.endpoint.next()
+            is_stop, batch_id, blocks, tensors = self.endpoint.next()
             if is_stop:
                 return
             try:
-                self._run_batch(batch_id, blocks)
+                self._run_batch(batch_id, blocks, tensors)
             except Exception:
                 traceback.print_exc()
                 self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
 
-    def _run_batch(self, batch_id: int, blocks: list) -> None:
+    def _run_batch(self, batch_id: int, blocks: list, tensors: list) -> None:
+        """`tensors`: the batch-major input tensors (see `batch_inputs`), which the
+        requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
         requests = _build_requests(self.arena, blocks, self.model_name, self.model_version)
         infer_start = _core.now_ns()
