@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "ipc_schema.h"
+#include "scratch_array.h"
 
 namespace naiad {
 
@@ -127,7 +128,7 @@ void BatchAssembler::close_slab_locked(uint64_t offset) {
 uint64_t BatchAssembler::place(uint32_t model_id, const SubmitRequest& request,
                                const uint8_t* const* sources) {
   const uint64_t block_bytes = block_bytes_of(request);
-  std::vector<uint64_t> input_offsets(request.inputs.size());
+  ScratchArray<uint64_t> input_offsets(request.inputs.size());
   uint64_t block = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -168,7 +169,7 @@ uint64_t BatchAssembler::place(uint32_t model_id, const SubmitRequest& request,
     }
     block = arena_.alloc(size);
     if (block == 0) return 0;
-    for (uint64_t& offset : input_offsets) offset += block;
+    for (size_t i = 0; i < request.inputs.size(); ++i) input_offsets[i] += block;
   }
   write_request(arena_.base(), block, request, sources, input_offsets.data());
   uint64_t copied = 0;
@@ -177,31 +178,46 @@ uint64_t BatchAssembler::place(uint32_t model_id, const SubmitRequest& request,
   return block;
 }
 
-void BatchAssembler::release(uint64_t block_offset) {
-  if (block_offset == 0) return;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto after = slabs_.upper_bound(block_offset);
-    if (after != slabs_.begin()) {
-      auto found = std::prev(after);
-      Slab& slab = found->second;
-      if (block_offset < slab.offset + slab.size) {
-        if (--slab.refs == 0) {
-          if (slab.open) {
-            // Every row is done: the open slab starts over, no allocation.
-            slab.rows = 0;
-            slab.blocks_used = 0;
-            std::fill(slab.input_used.begin(), slab.input_used.end(), 0);
-          } else {
-            arena_.free(slab.offset);
-            slabs_.erase(found);
-          }
-        }
-        return;
-      }
+bool BatchAssembler::release_locked(uint64_t block_offset) {
+  auto after = slabs_.upper_bound(block_offset);
+  if (after == slabs_.begin()) return false;
+  auto found = std::prev(after);
+  Slab& slab = found->second;
+  if (block_offset >= slab.offset + slab.size) return false;
+  if (--slab.refs == 0) {
+    if (slab.open) {
+      // Every row is done: the open slab starts over, no allocation.
+      slab.rows = 0;
+      slab.blocks_used = 0;
+      std::fill(slab.input_used.begin(), slab.input_used.end(), 0);
+    } else {
+      arena_.free(slab.offset);
+      slabs_.erase(found);
     }
   }
-  arena_.free(block_offset);
+  return true;
+}
+
+void BatchAssembler::release(uint64_t block_offset) {
+  if (block_offset == 0) return;
+  bool in_slab;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_slab = release_locked(block_offset);
+  }
+  if (!in_slab) arena_.free(block_offset);
+}
+
+void BatchAssembler::release(const std::vector<QueuedRequest>& requests) {
+  ScratchArray<uint64_t, 64> standalone(requests.size());
+  size_t n_standalone = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const QueuedRequest& r : requests) {
+      if (r.offset != 0 && !release_locked(r.offset)) standalone[n_standalone++] = r.offset;
+    }
+  }
+  for (size_t i = 0; i < n_standalone; ++i) arena_.free(standalone[i]);
 }
 
 size_t BatchAssembler::slabs() {
@@ -222,7 +238,7 @@ uint64_t BatchAssembler::describe(uint64_t batch_id, const std::vector<QueuedReq
     }
   }
   // Contiguous: each input's rows follow one another in batch order.
-  std::vector<BatchTensor> tensors(n_tensors);
+  ScratchArray<BatchTensor> tensors(n_tensors);
   bool contiguous = true;
   for (uint32_t i = 0; i < n_tensors; ++i) {
     const InputSlot& head = slots_at(arena_, requests.front().offset)[i];
@@ -235,7 +251,7 @@ uint64_t BatchAssembler::describe(uint64_t batch_id, const std::vector<QueuedReq
   }
   const bool gather = n_tensors != 0 && !contiguous;
   uint64_t size = batch_tensors_offset(n_requests) + uint64_t{n_tensors} * sizeof(BatchTensor);
-  std::vector<uint64_t> gathered_at(n_tensors);
+  ScratchArray<uint64_t> gathered_at(n_tensors);
   if (gather) {
     for (uint32_t i = 0; i < n_tensors; ++i) {
       size = align_tensor(size);

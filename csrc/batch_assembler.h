@@ -68,6 +68,8 @@ class BatchAssembler {
   uint64_t place(uint32_t model_id, const SubmitRequest& request, const uint8_t* const* sources);
   // The request is done (ran, rejected, or never queued).
   void release(uint64_t block_offset);
+  // The same for each request, under one lock.
+  void release(const std::vector<QueuedRequest>& requests);
 
   // Writes the batch descriptor of `requests` (ipc_schema.h) into a block tagged
   // `batch_id`, joining their inputs into batch tensors, and returns its offset;
@@ -105,6 +107,8 @@ class BatchAssembler {
   bool fits(const Slab& slab, const SubmitRequest& request, uint64_t block_bytes) const;
   Slab* open_slab_locked(Staging& staging, const SubmitRequest& request, uint64_t block_bytes);
   void close_slab_locked(uint64_t offset);
+  // Drops the request's hold on its slab; false: the block is not in a slab.
+  bool release_locked(uint64_t block_offset);
 
   Arena& arena_;
   std::mutex mutex_;

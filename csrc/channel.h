@@ -21,14 +21,21 @@ struct BatchMessage {
   MessageKind kind;
 };
 
-// status: 0 = ran (per-request errors are inside the result block), nonzero = the
-// batch failed as a whole (see CompletionStatus).
+// What a worker posts for a batch: responses (a response block, ipc_schema.h, with
+// 0..N responses per request, per-request errors inside), and once, last, that the
+// batch is done: its inputs can go and the instance takes the next batch. The 1:1
+// case is one message with both flags. status (with kPostBatchDone): 0 = ran,
+// nonzero = the batch failed as a whole (CompletionStatus); requests without a final
+// response then fail.
+constexpr uint32_t kPostResponses = 1;  // result_offset/result_size: a response block
+constexpr uint32_t kPostBatchDone = 2;
+
 struct CompletionMessage {
   uint64_t batch_id;
   uint64_t result_offset;
   uint64_t result_size;
   int32_t status;
-  uint32_t reserved;
+  uint32_t flags;  // kPostResponses | kPostBatchDone
 };
 
 enum CompletionStatus : int32_t {
@@ -67,7 +74,10 @@ struct SpscRing {
   }
 };
 
-constexpr uint32_t kRingCapacity = 16;
+// One batch goes to a worker at a time, but responses come back 0..N per request:
+// room for a full batch of 1:1 responses in separate messages. A producer that finds
+// a ring full waits for room; nothing is ever dropped.
+constexpr uint32_t kRingCapacity = 64;
 
 struct Channel {
   SpscRing<BatchMessage, kRingCapacity> to_worker;

@@ -13,6 +13,8 @@
 #include <string>
 
 #include "ipc_schema.h"
+#include "response_block.h"
+#include "scratch_array.h"
 
 namespace naiad {
 
@@ -79,7 +81,7 @@ InstanceEndpoint Core::endpoint(uint32_t instance_id) const {
 
 SubmitResult Core::submit(uint32_t model_id, const SubmitRequest& request) {
   // Where each input's bytes are: inline, or a region the registry maps.
-  std::vector<const uint8_t*> sources(request.inputs.size());
+  ScratchArray<const uint8_t*> sources(request.inputs.size());
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     const InputSource& input = request.inputs[i];
     if (input.kind == InputKind::kInline) {
@@ -147,6 +149,7 @@ bool Core::dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possib
     ch->to_worker.push(message);
     instance.busy = true;
     batch.dispatch_ns = now;
+    batch.answered.assign(batch.requests.size(), false);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) signal_eventfd(instance.wake_fd);
     if (batcher.preserve_ordering()) model.order.push_back(batch.id);
@@ -178,8 +181,8 @@ void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status) {
   Completion done{0, status, std::numeric_limits<uint32_t>::max(), 0, 0, 0, {}};
   for (const QueuedRequest& r : rejected) {
     done.request_ids.push_back(r.id);
-    assembler_.release(r.offset);
   }
+  assembler_.release(rejected);
   rejected.clear();
   done_.push_back(std::move(done));
 }
@@ -244,33 +247,80 @@ void Core::timer_loop() {
   }
 }
 
-Completion Core::finish_locked(Batch& batch, int32_t status, uint64_t result_offset,
-                               uint64_t result_size) {
-  Completion done{batch.id,          status, batch.instance_id, result_offset, result_size,
-                  batch.dispatch_ns, {}};
-  done.request_ids.reserve(batch.requests.size());
-  for (const QueuedRequest& r : batch.requests) {
-    done.request_ids.push_back(r.id);
-    assembler_.release(r.offset);
+void Core::finish_locked(Batch& batch, int32_t status) {
+  Completion failed{batch.id,
+                    status == kCompletionOk ? kCompletionWorkerFailed : status,
+                    batch.instance_id,
+                    0,
+                    0,
+                    batch.dispatch_ns,
+                    {}};
+  for (size_t i = 0; i < batch.requests.size(); ++i) {
+    if (!batch.answered[i]) failed.request_ids.push_back(batch.requests[i].id);
   }
+  assembler_.release(batch.requests);
   arena_.free(batch.desc_offset);
-  return done;
+  deliver_locked(batch.model_id, batch.id, failed.request_ids.empty() ? nullptr : &failed, true);
 }
 
-void Core::deliver_locked(uint32_t model_id, Completion done) {
+void Core::deliver_locked(uint32_t model_id, uint64_t batch_id, Completion* done, bool batch_over) {
   Model& model = models_[model_id];
   if (!model.batcher->preserve_ordering()) {
-    done_.push_back(std::move(done));
+    if (done != nullptr) done_.push_back(std::move(*done));
     return;
   }
   // Responses leave in the order their batches were dispatched.
-  model.held.emplace(done.batch_id, std::move(done));
+  Model::Held& held = model.held[batch_id];
+  if (done != nullptr) held.completions.push_back(std::move(*done));
+  held.over |= batch_over;
   while (!model.order.empty()) {
     auto it = model.held.find(model.order.front());
     if (it == model.held.end()) break;
-    done_.push_back(std::move(it->second));
+    for (Completion& c : it->second.completions) done_.push_back(std::move(c));
+    it->second.completions.clear();
+    if (!it->second.over) break;
     model.held.erase(it);
     model.order.erase(model.order.begin());
+  }
+}
+
+void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& message) {
+  auto it = in_flight_.find(message.batch_id);
+  if (it == in_flight_.end()) return;  // already failed by instance_down
+  Batch& batch = it->second;
+  const bool batch_over = (message.flags & kPostBatchDone) != 0;
+  if ((message.flags & kPostResponses) != 0 && message.result_offset != 0) {
+    ResponseBlockView view;
+    const size_t n = batch.requests.size();
+    if (view_response_block(arena_.base() + message.result_offset, message.result_size, &view)) {
+      for (uint32_t r = 0; r < view.header->n_responses; ++r) {
+        const ResponseRecord& record = view.records[r];
+        if ((record.flags & kResponseFinal) != 0 && record.request_index < n) {
+          batch.answered[record.request_index] = true;
+        }
+      }
+    } else {
+      // Unreadable: the frontend fails every request it names, so all are answered.
+      batch.answered.assign(n, true);
+    }
+    Completion done{batch.id,
+                    kCompletionOk,
+                    instance_id,
+                    message.result_offset,
+                    message.result_size,
+                    batch.dispatch_ns,
+                    {}};
+    done.request_ids.reserve(n);
+    for (const QueuedRequest& r : batch.requests) done.request_ids.push_back(r.id);
+    // The block is the frontend's now, not the batch's: a later instance_down of a
+    // batch still running must not reclaim it.
+    if (!batch_over) arena_.set_tag(message.result_offset, 0);
+    deliver_locked(batch.model_id, batch.id, &done, false);
+  }
+  if (batch_over) {
+    finish_locked(batch, message.status);
+    in_flight_.erase(it);
+    instances_[instance_id].busy = false;
   }
 }
 
@@ -285,16 +335,7 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
     // A stopping instance (up == false, running) may still post its last result.
     if (!instance.up && !instance.running) continue;
     CompletionMessage message;
-    while (channel(instance)->to_frontend.pop(&message)) {
-      auto it = in_flight_.find(message.batch_id);
-      if (it == in_flight_.end()) continue;  // already failed by instance_down
-      uint32_t model_id = it->second.model_id;
-      Completion done =
-          finish_locked(it->second, message.status, message.result_offset, message.result_size);
-      in_flight_.erase(it);
-      instance.busy = false;
-      deliver_locked(model_id, std::move(done));
-    }
+    while (channel(instance)->to_frontend.pop(&message)) take_message_locked(id, message);
   }
   dispatch_all_locked(arrivals_possible);
   std::vector<Completion> out;
@@ -308,15 +349,7 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
   Channel* ch = channel(instance);
   // Completions the worker posted before it died are real results.
   CompletionMessage message;
-  while (ch->to_frontend.pop(&message)) {
-    auto it = in_flight_.find(message.batch_id);
-    if (it == in_flight_.end()) continue;
-    uint32_t model_id = it->second.model_id;
-    Completion done =
-        finish_locked(it->second, message.status, message.result_offset, message.result_size);
-    in_flight_.erase(it);
-    deliver_locked(model_id, std::move(done));
-  }
+  while (ch->to_frontend.pop(&message)) take_message_locked(instance_id, message);
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     if (it->second.instance_id != instance_id) {
       ++it;
@@ -326,10 +359,8 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
     // descriptor carry the batch id.
     arena_.free_tagged(it->first);
     it->second.desc_offset = 0;
-    uint32_t model_id = it->second.model_id;
-    Completion done = finish_locked(it->second, kCompletionInstanceDied, 0, 0);
+    finish_locked(it->second, kCompletionInstanceDied);
     it = in_flight_.erase(it);
-    deliver_locked(model_id, std::move(done));
   }
   instance.up = false;
   instance.running = false;

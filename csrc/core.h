@@ -108,6 +108,7 @@ class Core {
     uint64_t desc_offset;
     uint64_t dispatch_ns;
     std::vector<QueuedRequest> requests;
+    std::vector<bool> answered;  // a final response was posted for request i
   };
   struct Instance {
     uint32_t model_id;
@@ -124,7 +125,11 @@ class Core {
     // preserve_ordering: batch ids in dispatch order, and completions waiting for
     // an earlier batch to finish.
     std::vector<uint64_t> order;
-    std::unordered_map<uint64_t, Completion> held;
+    struct Held {
+      std::vector<Completion> completions;
+      bool over = false;  // the batch is done: nothing more comes for it
+    };
+    std::unordered_map<uint64_t, Held> held;
   };
 
   Channel* channel(const Instance& instance) { return arena_.at<Channel>(instance.channel_offset); }
@@ -133,9 +138,12 @@ class Core {
   bool dispatch_all_locked(bool arrivals_possible);
   // Dispatches the models whose held batch or queue timeout is due at `now`.
   bool dispatch_due_locked(uint64_t now);
-  Completion finish_locked(Batch& batch, int32_t status, uint64_t result_offset,
-                           uint64_t result_size);
-  void deliver_locked(uint32_t model_id, Completion done);
+  // A message a worker posted (responses, batch done) for one of its batches.
+  void take_message_locked(uint32_t instance_id, const CompletionMessage& message);
+  // The batch is over: its inputs and descriptor go, and its requests that got no
+  // final response fail with `status` (kCompletionWorkerFailed when it ran).
+  void finish_locked(Batch& batch, int32_t status);
+  void deliver_locked(uint32_t model_id, uint64_t batch_id, Completion* done, bool batch_over);
   void reject_locked(std::vector<QueuedRequest>& rejected, int32_t status);
   void notify_frontend();
   void timer_loop();

@@ -5,16 +5,14 @@
 
 #include "http_scan.h"
 #include "json_reader.h"
+#include "response_block.h"
 
 namespace naiad {
 
 namespace {
 
-constexpr uint64_t kAlign = 64;
 constexpr size_t kMaxRank = 32;
 constexpr size_t kMaxInputs = 64;  // beyond this, the input order key covers the first 64
-
-uint64_t align_up(uint64_t value) { return (value + kAlign - 1) & ~(kAlign - 1); }
 
 // Finds `name` among `names` (by a member accessor); -1 if absent.
 template <typename Items, typename Name>
@@ -267,43 +265,37 @@ int status_of_code(int64_t code) {
   }
 }
 
-bool parse_result_output(JsonReader& reader, ResultBlock* out) {
-  // [name, datatype, shape, nbytes]
-  ResultOutput output;
-  const char* shape_start = nullptr;
-  if (!reader.consume('[') || !reader.raw_string(&output.name) || !reader.consume(',') ||
-      !reader.raw_string(&output.datatype) || !reader.consume(',') ||
-      !reader.skip_value(&shape_start) || *shape_start != '[') {
-    return false;
-  }
-  output.shape =
-      std::string_view(shape_start, static_cast<size_t>(reader.position() - shape_start));
-  if (!reader.consume(',') || !reader.uint(&output.size) || !reader.consume(']')) return false;
-  out->outputs.push_back(output);
-  return true;
-}
-
-bool parse_outcome(JsonReader& reader, ResultBlock* out) {
-  ResultOutcome outcome;
-  outcome.first_output = out->outputs.size();
+// A response's JSON: {"outputs": [[name, datatype, shape], ...], "error": message,
+// ...}; sizes and offsets come from the block's OutputSlots.
+bool parse_response_json(const ResponseBlockView& view, const ResponseRecord& record,
+                         ResultOutcome* outcome, ResultBlock* out) {
+  std::string_view json = view.json(record);
+  JsonReader reader(json.data(), json.size());
+  size_t listed = 0;
   bool ok = reader.object([&](std::string_view key) {
-    if (key == "outputs") return reader.array([&] { return parse_result_output(reader, out); });
-    if (key == "error") {
-      outcome.error = true;
-      return reader.raw_string(&outcome.message);
+    if (key == "outputs") {
+      return reader.array([&] {
+        if (listed >= record.n_outputs) return false;
+        const OutputSlot& slot = view.outputs[record.first_output + listed++];
+        ResultOutput output;
+        const char* shape_start = nullptr;
+        if (!reader.consume('[') || !reader.raw_string(&output.name) || !reader.consume(',') ||
+            !reader.raw_string(&output.datatype) || !reader.consume(',') ||
+            !reader.skip_value(&shape_start) || *shape_start != '[') {
+          return false;
+        }
+        output.shape =
+            std::string_view(shape_start, static_cast<size_t>(reader.position() - shape_start));
+        output.size = slot.size;
+        output.offset = slot.offset;
+        out->outputs.push_back(output);
+        return reader.consume(']');
+      });
     }
-    if (key == "code") {
-      uint64_t code;
-      if (!reader.uint(&code)) return false;
-      outcome.code = static_cast<int64_t>(code);
-      return true;
-    }
+    if (key == "error") return reader.raw_string(&outcome->message);
     return reader.skip_value();
   });
-  if (!ok) return false;
-  outcome.output_count = out->outputs.size() - outcome.first_output;
-  out->outcomes.push_back(outcome);
-  return true;
+  return ok && reader.at_end() && listed == record.n_outputs;
 }
 
 }  // namespace
@@ -407,30 +399,20 @@ void layout_request_block(const FastModel& model, const FastRequest& request, co
 }
 
 bool parse_result_block(const uint8_t* block, uint64_t block_size, ResultBlock* out) {
-  if (block_size < 4) return false;
-  uint32_t length;
-  std::memcpy(&length, block, 4);
-  if (length > block_size - 4) return false;
-  JsonReader reader(reinterpret_cast<const char*>(block + 4), length);
-  bool has_timings = false;
-  bool ok = reader.object([&](std::string_view key) {
-    if (key == "responses") return reader.array([&] { return parse_outcome(reader, out); });
-    if (key == "timings") {
-      size_t count = 0;
-      return once(&has_timings, [&] {
-        return reader.array([&] { return count < 4 && reader.uint(&out->timings[count++]); }) &&
-               count == 4;
-      });
-    }
-    return reader.skip_value();
-  });
-  if (!ok) return false;
-  if (!reader.at_end() || !has_timings) return false;
-  uint64_t cursor = align_up(4 + uint64_t{length});
-  for (ResultOutput& output : out->outputs) {
-    if (cursor > block_size || output.size > block_size - cursor) return false;
-    output.offset = cursor;
-    cursor = align_up(cursor + output.size);
+  ResponseBlockView view;
+  if (!view_response_block(block, block_size, &view)) return false;
+  for (int i = 0; i < 4; ++i) out->timings[i] = view.header->timings[i];
+  for (uint32_t r = 0; r < view.header->n_responses; ++r) {
+    const ResponseRecord& record = view.records[r];
+    ResultOutcome outcome;
+    outcome.request_index = record.request_index;
+    outcome.final = (record.flags & kResponseFinal) != 0;
+    outcome.error = (record.flags & kResponseError) != 0;
+    outcome.code = record.error_code;
+    outcome.first_output = out->outputs.size();
+    if (!parse_response_json(view, record, &outcome, out)) return false;
+    outcome.output_count = out->outputs.size() - outcome.first_output;
+    out->outcomes.push_back(outcome);
   }
   return true;
 }
@@ -594,14 +576,19 @@ bool FastLane::complete(const uint8_t* block, uint64_t block_size,
                         uint64_t end_ns, std::vector<Reply>* replies, uint64_t timings[4]) {
   ResultBlock result;
   if (!parse_result_block(block, block_size, &result)) return false;
-  if (result.outcomes.size() != request_ids.size()) return false;
+  for (const ResultOutcome& outcome : result.outcomes) {
+    if (outcome.request_index >= request_ids.size()) return false;
+  }
   for (int i = 0; i < 4; ++i) timings[i] = result.timings[i];
-  for (size_t i = 0; i < request_ids.size(); ++i) {
-    auto found = recipes_.find(request_ids[i]);
+  for (size_t i = 0; i < result.outcomes.size(); ++i) {
+    const ResultOutcome& outcome = result.outcomes[i];
+    if (!outcome.final) continue;
+    const uint64_t request_id = request_ids[outcome.request_index];
+    auto found = recipes_.find(request_id);
     if (found == recipes_.end()) continue;
     const FastRecipe& recipe = found->second;
     Reply reply;
-    reply.request_id = request_ids[i];
+    reply.request_id = request_id;
     reply.batch_size = recipe.batch_size;
     reply.request_ns = end_ns - recipe.submit_ns;
     reply.queue_ns = dispatch_ns > recipe.submit_ns ? dispatch_ns - recipe.submit_ns : 0;

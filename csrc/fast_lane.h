@@ -86,7 +86,7 @@ struct RequestBlock {
 void layout_request_block(const FastModel& model, const FastRequest& request, const uint8_t* body,
                           RequestBlock* out);
 
-// A worker's result block (arena_format.encode_result), read in place.
+// A worker's response block (ipc_schema.h), read in place.
 struct ResultOutput {
   std::string_view name;      // raw JSON string text
   std::string_view datatype;  // raw JSON string text
@@ -95,6 +95,8 @@ struct ResultOutput {
   uint64_t offset = 0;  // from the block start
 };
 struct ResultOutcome {
+  uint32_t request_index = 0;  // which request of the batch it answers
+  bool final = true;           // the request's last response
   bool error = false;
   std::string_view message;  // raw JSON string text
   int64_t code = 1;
@@ -167,8 +169,9 @@ class FastLane {
     std::string http;
   };
   // Builds the replies of the lane's requests among `request_ids`, the requests of a
-  // batch that completed OK with its result block at `block`. False: the block could
-  // not be read (the caller fails the requests, see forget()).
+  // batch, from the response block at `block`: one reply per final response (HTTP
+  // answers once; a non-final response of a decoupled model has no HTTP form yet).
+  // False: the block could not be read (the caller fails the requests, see forget()).
   bool complete(const uint8_t* block, uint64_t block_size, const std::vector<uint64_t>& request_ids,
                 uint64_t dispatch_ns, uint64_t end_ns, std::vector<Reply>* replies,
                 uint64_t timings[4]);

@@ -88,6 +88,56 @@ inline uint64_t batch_tensors_offset(uint32_t n_requests) {
 }
 
 static_assert(sizeof(BatchHeader) == 16, "BatchHeader layout");
+
+// ---- Response block: responses a worker posts for requests of a batch ---------------
+//
+//   ResponseHeader | ResponseRecord[n_responses] | OutputSlot[n_outputs]
+//   | each response's JSON | the output tensors, each 64-byte aligned
+//
+// A request gets 0..N responses, the last one flagged kResponseFinal; one block may
+// carry responses for several requests (the 1:1 case: one final response for every
+// request of the batch, in one block). A response's JSON holds only what varies in
+// shape: {"outputs": [[name, datatype, shape], ...], "error": message,
+// "parameters": {...}} (each member optional); its output sizes and offsets are
+// OutputSlots and its error code a field. Offsets are from the block's start, so a
+// block can be read (or copied) as a whole.
+constexpr uint32_t kResponseMagic = 0x31505352;  // "RSP1"
+constexpr uint32_t kResponseFinal = 1;           // the request's last response
+constexpr uint32_t kResponseError = 2;           // the request failed: "error" in JSON
+
+struct ResponseHeader {
+  uint32_t magic;
+  uint32_t n_responses;
+  uint32_t n_outputs;
+  uint32_t reserved;
+  // Worker-side timings of the batch (ns): start, compute_input, compute_infer,
+  // compute_output.
+  uint64_t timings[4];
+};
+
+struct ResponseRecord {
+  uint32_t request_index;  // the request's position in its batch (BatchRequest order)
+  uint32_t flags;          // kResponseFinal | kResponseError
+  int32_t error_code;      // pb_utils.TritonError code, with kResponseError
+  uint32_t n_outputs;      // its outputs: OutputSlot[first_output, first_output + n)
+  uint32_t first_output;
+  uint32_t json_size;
+  uint64_t json_offset;  // from the block start
+};
+
+struct OutputSlot {
+  uint64_t offset;  // from the block start
+  uint64_t size;    // bytes, wire layout
+};
+
+inline uint64_t response_records_offset() { return sizeof(ResponseHeader); }
+inline uint64_t response_outputs_offset(uint32_t n_responses) {
+  return sizeof(ResponseHeader) + uint64_t{n_responses} * sizeof(ResponseRecord);
+}
+
+static_assert(sizeof(ResponseHeader) == 48, "ResponseHeader layout");
+static_assert(sizeof(ResponseRecord) == 32, "ResponseRecord layout");
+static_assert(sizeof(OutputSlot) == 16, "OutputSlot layout");
 static_assert(sizeof(BatchRequest) == 24, "BatchRequest layout");
 static_assert(sizeof(BatchTensor) == 16, "BatchTensor layout");
 

@@ -34,11 +34,31 @@ BatchMessage WorkerEndpoint::next() {
 
 void WorkerEndpoint::complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                               int32_t status) {
-  CompletionMessage message{batch_id, result_offset, result_size, status, 0};
+  uint32_t flags = kPostBatchDone | (result_offset != 0 ? kPostResponses : 0);
+  post(CompletionMessage{batch_id, result_offset, result_size, status, flags});
+}
+
+bool WorkerEndpoint::respond(uint64_t batch_id, const std::vector<ResponseEntry>& responses,
+                             const uint64_t timings[4], bool batch_done) {
+  const uint64_t size = response_block_size(responses);
+  const uint64_t offset = arena_.alloc(size, batch_id);
+  if (offset == 0) return false;
+  write_response_block(arena_.base() + offset, responses, timings);
+  uint32_t flags = kPostResponses | (batch_done ? kPostBatchDone : 0);
+  post(CompletionMessage{batch_id, offset, size, kCompletionOk, flags});
+  return true;
+}
+
+void WorkerEndpoint::post(const CompletionMessage& message) {
   while (!channel_->to_frontend.push(message)) {
-    // Cannot happen with one batch in flight per instance; yield rather than lose it.
+    // Full: the frontend has been woken for what is there; wait for it to drain.
+    wake_frontend();
     usleep(50);
   }
+  wake_frontend();
+}
+
+void WorkerEndpoint::wake_frontend() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (arena_.header()->notify_pending.exchange(1, std::memory_order_seq_cst) == 0) {
     signal_eventfd(notify_fd_);

@@ -101,6 +101,47 @@ cdef extern from "ipc_schema.h" namespace "naiad":
     uint64_t batch_requests_offset()
     uint64_t batch_tensors_offset(uint32_t n_requests)
 
+    uint32_t kResponseFinal
+    uint32_t kResponseError
+
+
+cdef extern from "response_block.h" namespace "naiad":
+    cdef cppclass ResponseOutput:
+        const void* data
+        uint64_t size
+
+    cdef cppclass ResponseEntry:
+        uint32_t request_index
+        uint32_t flags
+        int32_t error_code
+        string_view json
+        vector[ResponseOutput] outputs
+
+    cdef cppclass ResponseRecordC "naiad::ResponseRecord":
+        uint32_t request_index
+        uint32_t flags
+        int32_t error_code
+        uint32_t n_outputs
+        uint32_t first_output
+        uint32_t json_size
+        uint64_t json_offset
+
+    cdef cppclass OutputSlotC "naiad::OutputSlot":
+        uint64_t offset
+        uint64_t size
+
+    cdef cppclass ResponseHeaderC "naiad::ResponseHeader":
+        uint32_t n_responses
+        uint32_t n_outputs
+        uint64_t timings[4]
+
+    cdef cppclass ResponseBlockView:
+        const ResponseHeaderC* header
+        const ResponseRecordC* records
+        const OutputSlotC* outputs
+
+    cbool view_response_block(const uint8_t* block, uint64_t size, ResponseBlockView* out)
+
 
 cdef extern from "input_regions.h" namespace "naiad":
     cdef enum class InputKind(uint32_t):
@@ -229,6 +270,8 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
         BatchMessage next() nogil
         void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                       int32_t status) nogil
+        cbool respond(uint64_t batch_id, const vector[ResponseEntry]& responses,
+                      const uint64_t* timings, cbool batch_done) except + nogil
         Arena& arena() nogil
 
 
@@ -243,6 +286,10 @@ SUBMIT_OK = 0
 SUBMIT_ARENA_FULL = 1
 SUBMIT_QUEUE_FULL = 2
 SUBMIT_UNSUPPORTED_INPUT = 3
+
+# Response flags (csrc/ipc_schema.h ResponseRecord.flags).
+RESPONSE_FINAL = kResponseFinal
+RESPONSE_ERROR = kResponseError
 
 
 cdef QueuePolicy _queue_policy(dict policy):
@@ -389,6 +436,33 @@ cdef class Core:
 
     def free(self, uint64_t offset):
         self._core.arena().free(offset)
+
+    def responses(self, uint64_t offset, uint64_t size):
+        """The response block (csrc/ipc_schema.h) a completion carries: (timings,
+        [(request_index, flags, error_code, json bytes, ((arena offset, size) of each
+        output, ...)), ...]), or None when the block is not readable."""
+        cdef Arena* arena = &self._core.arena()
+        if offset == 0 or offset > arena.size() or size > arena.size() - offset:
+            return None
+        cdef const uint8_t* block = arena.base() + offset
+        cdef ResponseBlockView view
+        if not view_response_block(block, size, &view):
+            return None
+        cdef list out = []
+        cdef uint32_t r, o
+        cdef const ResponseRecordC* record
+        for r in range(view.header.n_responses):
+            record = &view.records[r]
+            out.append((
+                record.request_index, record.flags, record.error_code,
+                PyBytes_FromStringAndSize(<const char*>(block + record.json_offset),
+                                          record.json_size),
+                tuple([(offset + view.outputs[record.first_output + o].offset,
+                        view.outputs[record.first_output + o].size)
+                       for o in range(record.n_outputs)])))
+        timings = [view.header.timings[0], view.header.timings[1], view.header.timings[2],
+                   view.header.timings[3]]
+        return timings, out
 
     def queued(self, uint32_t model_id):
         return self._core.queued(model_id)
@@ -601,5 +675,39 @@ cdef class WorkerEndpoint:
 
     def complete(self, uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                  int32_t status):
+        """Ends the batch: a response block already written (0: none) and its status."""
         with nogil:
             self._endpoint.complete(batch_id, result_offset, result_size, status)
+
+    def respond(self, uint64_t batch_id, list responses, list timings, bint batch_done):
+        """Posts `responses` [(request_index, flags, error_code, json bytes, [output
+        buffers in wire layout])] in one response block (csrc/ipc_schema.h), the
+        outputs copied in with the GIL released; `batch_done` also ends the batch.
+        False when the arena has no room (nothing posted)."""
+        cdef vector[ResponseEntry] entries
+        cdef ResponseEntry entry
+        cdef ResponseOutput output
+        cdef const uint8_t[::1] view
+        cdef list keep = []
+        cdef uint64_t c_timings[4]
+        for i in range(4):
+            c_timings[i] = timings[i]
+        entries.reserve(len(responses))
+        for request_index, flags, error_code, json, buffers in responses:
+            entry.request_index = request_index
+            entry.flags = flags
+            entry.error_code = error_code
+            keep.append(json)
+            entry.json = string_view(PyBytes_AS_STRING(json), PyBytes_GET_SIZE(json))
+            entry.outputs.clear()
+            for data in buffers:
+                view = memoryview(data).cast("B")
+                keep.append(view)
+                output.size = view.shape[0]
+                output.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
+                entry.outputs.push_back(output)
+            entries.push_back(entry)
+        cdef cbool posted
+        with nogil:
+            posted = self._endpoint.respond(batch_id, entries, c_timings, batch_done)
+        return posted

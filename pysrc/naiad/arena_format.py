@@ -1,58 +1,14 @@
-"""The JSON parts of the blocks in the shared arena.
+"""The JSON part of a request block: the worker's view of the request.
 
-Request blocks are laid out by the core (csrc/ipc_schema.h, read through `_core`);
-this module only builds the request's JSON metadata. Result blocks are
-`[u32 header length][header JSON][padding][tensor data ...]`, the tensors in header
-order, each 64-byte aligned (so offsets follow from the header). JSON carries only
-names, shapes and sizes: tensor bytes are never encoded.
+Every block in the shared arena (request blocks, batch descriptors, response blocks)
+is laid out by csrc/ipc_schema.h and read or written only through `_core`; JSON
+carries only names, datatypes, shapes and parameters, never offsets, sizes or tensor
+bytes.
 """
 
 from __future__ import annotations
 
-import struct
-
 import orjson
-
-ALIGN = 64
-_LENGTH = struct.Struct("<I")  # the header length that starts a block
-LENGTH_SIZE = _LENGTH.size
-
-
-def build_block(header: dict, sizes: list[int]) -> tuple[bytes, list[int], int]:
-    """Encodes `header` and places tensors of `sizes` after it: (prefix, offsets, size).
-
-    Offsets are not written into the header: readers derive them the same way, from
-    the header's length and each tensor's byte size in order (`tensor_offsets`).
-    """
-    encoded = orjson.dumps(header)
-    prefix = _LENGTH.pack(len(encoded)) + encoded
-    offsets = tensor_offsets(len(prefix), sizes)
-    end = offsets[-1] + sizes[-1] if sizes else len(prefix)
-    return prefix, offsets, max(end, len(prefix))
-
-
-def tensor_offsets(prefix_length: int, sizes) -> list[int]:
-    """Offsets (from the block start) of consecutive tensors of `sizes`, 64-byte aligned."""
-    offsets = []
-    cursor = prefix_length
-    for size in sizes:
-        cursor = (cursor + ALIGN - 1) & -ALIGN
-        offsets.append(cursor)
-        cursor += size
-    return offsets
-
-
-def header_text(arena, offset: int):
-    """The JSON header of the block at `offset`, as a view of the arena."""
-    (length,) = _LENGTH.unpack_from(arena, offset)
-    start = offset + LENGTH_SIZE
-    return arena[start : start + length]
-
-
-def read_header(arena, offset: int) -> tuple[dict, int]:
-    """(header, prefix length) of the block at `offset`."""
-    text = header_text(arena, offset)
-    return orjson.loads(text), LENGTH_SIZE + len(text)
 
 
 def request_metadata(request_id: str, inputs, outputs, parameters: dict) -> bytes:
@@ -63,15 +19,3 @@ def request_metadata(request_id: str, inputs, outputs, parameters: dict) -> byte
     return orjson.dumps(
         {"id": request_id, "inputs": entries, "outputs": outputs, "parameters": parameters}
     )
-
-
-def encode_result(responses: list, buffers: list, timings: list[int]) -> tuple[bytes, list, int]:
-    """A result block, for a worker: (prefix, [(offset, buffer)], size).
-
-    `responses[i]` is request i's outcome: {"outputs": [[name, datatype, shape, nbytes],
-    ...]} or {"error": message, "code": TritonError code}; `buffers` hold every output's
-    bytes in wire layout, in the same order.
-    """
-    header = {"responses": responses, "timings": timings}
-    prefix, offsets, size = build_block(header, [len(b) for b in buffers])
-    return prefix, list(zip(offsets, buffers)), size

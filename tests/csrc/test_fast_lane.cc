@@ -10,6 +10,7 @@
 #include "fast_lane.h"
 #include "http_scan.h"
 #include "json_reader.h"
+#include "response_block.h"
 #include "testing.h"
 
 using namespace naiad;
@@ -254,33 +255,56 @@ TEST(request_block_matches_the_worker_layout) {
 
 namespace {
 
-// A result block as the worker writes it (arena_format.encode_result).
-std::string result_block(const std::string& header, const std::vector<std::string>& tensors) {
-  std::string block;
-  uint32_t length = static_cast<uint32_t>(header.size());
-  block.append(reinterpret_cast<const char*>(&length), 4);
-  block += header;
-  for (const std::string& tensor : tensors) {
-    block.resize((block.size() + 63) / 64 * 64, '\0');
-    block += tensor;
-  }
+// A response block as the worker writes it (WorkerEndpoint::respond).
+std::string result_block(const std::vector<ResponseEntry>& entries,
+                         const uint64_t (&timings)[4] = {10, 20, 30, 40}) {
+  std::string block(response_block_size(entries), '\0');
+  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
   return block;
 }
 
-const std::string kResultHeader =
-    "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2],8],[\"OUTPUT1\",\"FP32\",[1,2],8]]},"
-    "{\"error\":\"bad \\\"x\\\"\",\"code\":3}],\"timings\":[10,20,30,40]}";
+ResponseEntry ok_entry(uint32_t index, std::string_view json,
+                       const std::vector<const std::string*>& outputs) {
+  ResponseEntry entry;
+  entry.request_index = index;
+  entry.json = json;
+  for (const std::string* output : outputs) {
+    entry.outputs.push_back(ResponseOutput{output->data(), output->size()});
+  }
+  return entry;
+}
+
+ResponseEntry error_entry(uint32_t index, std::string_view json, int32_t code) {
+  ResponseEntry entry;
+  entry.request_index = index;
+  entry.flags = kResponseFinal | kResponseError;
+  entry.error_code = code;
+  entry.json = json;
+  return entry;
+}
+
+const std::string kAs = "AAAAAAAA", kBs = "BBBBBBBB";
+
+// Request 0 answered with both outputs, request 1 with an INVALID_ARG error.
+std::string two_responses() {
+  return result_block(
+      {ok_entry(0, "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2]],[\"OUTPUT1\",\"FP32\",[1,2]]]}",
+                {&kAs, &kBs}),
+       error_entry(1, "{\"error\":\"bad \\\"x\\\"\"}", 3)});
+}
 
 }  // namespace
 
 TEST(result_block_parses_and_replies_match_the_general_path) {
-  std::string block = result_block(kResultHeader, {"AAAAAAAA", "BBBBBBBB"});
+  std::string block = two_responses();
   const uint8_t* data = reinterpret_cast<const uint8_t*>(block.data());
   ResultBlock result;
   CHECK(parse_result_block(data, block.size(), &result));
   CHECK(result.outcomes.size() == 2 && result.outputs.size() == 2);
   CHECK(result.timings[0] == 10 && result.timings[3] == 40);
   CHECK(result.outputs[0].shape == "[1,2]");
+  CHECK(result.outcomes[1].request_index == 1 && result.outcomes[1].final);
+  CHECK(result.outcomes[1].error && result.outcomes[1].code == 3);
 
   FastModel model = add_sub_model();
   FastRecipe recipe;
@@ -314,21 +338,23 @@ TEST(result_block_parses_and_replies_match_the_general_path) {
 }
 
 TEST(result_block_rejects_damage) {
-  std::string block = result_block(kResultHeader, {"AAAAAAAA", "BBBBBBBB"});
+  std::string block = two_responses();
   const uint8_t* data = reinterpret_cast<const uint8_t*>(block.data());
   ResultBlock result;
   CHECK(!parse_result_block(data, 3, &result));
   ResultBlock cut;
   CHECK(!parse_result_block(data, block.size() - 1, &cut));  // last tensor past the end
   std::string lying = block;
-  uint32_t too_long = static_cast<uint32_t>(block.size());
-  std::memcpy(&lying[0], &too_long, 4);
+  uint32_t too_many = 1000;  // n_responses
+  std::memcpy(&lying[4], &too_many, 4);
   ResultBlock lied;
   CHECK(!parse_result_block(reinterpret_cast<const uint8_t*>(lying.data()), lying.size(), &lied));
-  std::string no_timings = result_block("{\"responses\":[]}", {});
-  ResultBlock untimed;
-  CHECK(!parse_result_block(reinterpret_cast<const uint8_t*>(no_timings.data()), no_timings.size(),
-                            &untimed));
+  std::string miscounted = block;
+  uint32_t one_output = 1;  // record 0 lists two outputs in its JSON
+  std::memcpy(&miscounted[response_records_offset() + 12], &one_output, 4);
+  ResultBlock counted;
+  CHECK(!parse_result_block(reinterpret_cast<const uint8_t*>(miscounted.data()), miscounted.size(),
+                            &counted));
 }
 
 namespace {
@@ -367,10 +393,11 @@ TEST(fast_lane_queues_and_answers_through_the_core) {
   CHECK(!f.lane.owns(42));
   CHECK(f.core.queued(f.model.core_model_id) == 1);
 
-  std::string header =
-      "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2],16]]},{\"outputs\":[]}],"
-      "\"timings\":[1,2,3,4]}";
-  std::string block = result_block(header, {"0123456789abcdef"});
+  const std::string output = "0123456789abcdef";
+  std::string block =
+      result_block({ok_entry(0, "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2]]]}", {&output}),
+                    ok_entry(1, "{\"outputs\":[]}", {})},
+                   {1, 2, 3, 4});
   std::vector<FastLane::Reply> replies;
   uint64_t timings[4];
   const uint8_t* result = reinterpret_cast<const uint8_t*>(block.data());
@@ -381,7 +408,7 @@ TEST(fast_lane_queues_and_answers_through_the_core) {
   CHECK(replies[0].http.substr(replies[0].http.size() - 16) == "0123456789abcdef");
   CHECK(timings[2] == 3);
   CHECK(!f.lane.owns(41) && f.lane.in_flight() == 0);
-  // A block whose outcome count does not match the batch is not read.
+  // A block naming a request beyond the batch is not read.
   CHECK(f.lane.submit(f.lane_model, 43, data, body.bytes.size(), body.header_size, 1000,
                       &batch_size) == 0);
   replies.clear();
@@ -567,7 +594,7 @@ TEST(lane_survives_damaged_requests_and_results) {
     }
   }
 
-  const std::string result = result_block(kResultHeader, {"AAAAAAAA", "BBBBBBBB"});
+  const std::string result = two_responses();
   FastRecipe recipe;
   std::string reply;
   for (int i = 0; i < 20000; ++i) {

@@ -12,7 +12,9 @@ import logging
 import re
 from pathlib import Path
 
-from naiad import _core, arena_format
+import orjson
+
+from naiad import _core
 from naiad.errors import (
     Internal,
     InvalidArgument,
@@ -353,7 +355,7 @@ class ModelManager:
                         lane, offset, size, request_ids, dispatch_ns, end_ns
                     )
                 if len(lane) != len(live):
-                    timings = self._answer_general(pendings, offset, dispatch_ns, end_ns)
+                    timings = self._answer_general(pendings, offset, size, dispatch_ns, end_ns)
                 if timings is not None:
                     live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
             finally:
@@ -385,35 +387,40 @@ class ModelManager:
             stats.record_successes(successes, inferences, request_ns, queue_ns, timings)
         return timings
 
-    def _answer_general(self, pendings, offset, dispatch_ns, end_ns):
-        """Resolves the general path's requests of a batch; returns the timings."""
+    def _answer_general(self, pendings, offset, size, dispatch_ns, end_ns):
+        """Resolves the general path's requests of a batch from its response block
+        (csrc/ipc_schema.h, read through _core); returns the timings."""
+        read = self.core.responses(offset, size)
+        if read is None:
+            general = [p for p in pendings if p is not None and not p.lane]
+            self._fail_batch(general, _core.COMPLETION_WORKER_FAILED, end_ns)
+            return None
+        timings, responses = read
         arena = self.core.arena
-        header, prefix_length = arena_format.read_header(arena, offset)
-        timings = header["timings"]
-        outcomes = header["responses"]
-        # Tensors follow the header in response order: derive their offsets.
-        sizes = [t[3] for o in outcomes for t in o.get("outputs", ())]
-        offsets = iter(arena_format.tensor_offsets(prefix_length, sizes))
-        for pending, outcome in zip(pendings, outcomes):
-            tensors = outcome.get("outputs")
-            starts = [offset + next(offsets) for _ in tensors] if tensors else ()
+        for index, flags, code, json, slots in responses:
+            # HTTP answers once: a request's final response is its answer.
+            if not flags & _core.RESPONSE_FINAL or index >= len(pendings):
+                continue
+            pending = pendings[index]
             if pending is not None and not pending.lane:
-                self._resolve(pending, outcome, arena, starts, timings, dispatch_ns, end_ns)
+                error = code if flags & _core.RESPONSE_ERROR else None
+                outcome = orjson.loads(json)
+                self._resolve(pending, outcome, error, arena, slots, timings, dispatch_ns, end_ns)
         return timings
 
-    def _resolve(self, pending, outcome, arena, starts, timings, dispatch_ns, end_ns) -> None:
+    def _resolve(self, pending, outcome, code, arena, slots, timings, dispatch_ns, end_ns) -> None:
         model = pending.model
         if pending.future.done():  # the client went away; nothing to answer
             return
-        error = outcome.get("error")
-        if error is not None:
+        if code is not None:
             model.stats.record_failure(end_ns - pending.submit_ns)
-            pending.future.set_exception(_ERROR_OF_CODE.get(outcome.get("code"), Internal)(error))
+            message = outcome.get("error", "")
+            pending.future.set_exception(_ERROR_OF_CODE.get(code, Internal)(message))
             return
-        # Copied out so the result block can be freed at once.
+        # Copied out so the response block can be freed at once.
         outputs = [
             OutputTensor(name, datatype, shape, bytes(arena[start : start + nbytes]))
-            for (name, datatype, shape, nbytes), start in zip(outcome["outputs"], starts)
+            for (name, datatype, shape), (start, nbytes) in zip(outcome["outputs"], slots)
         ]
         request = pending.request
         model.stats.record_success(

@@ -22,7 +22,7 @@ import traceback
 import numpy as np
 import orjson
 
-from naiad import _core, arena_format, datatypes
+from naiad import _core, datatypes
 from naiad import triton_python_backend_utils as pb_utils
 from naiad.gc_tuning import settle_after_startup
 
@@ -164,32 +164,34 @@ def _wire_datatype(dtype: np.dtype) -> str:
     return wire
 
 
-def _wire_results(results):
-    """Backend results -> (header responses, output buffers in wire layout) for
-    `arena_format.encode_result`. A result is an error string (RequestError carries
-    the TritonError code) or the request's output Tensors."""
+def _wire_results(results) -> list:
+    """Backend results -> responses for `WorkerEndpoint.respond`: one final response
+    per request, (request_index, flags, error_code, json, output buffers in wire
+    layout). A result is an error string (RequestError carries the TritonError code)
+    or the request's output Tensors."""
     responses = []
-    buffers = []
-    for result in results:
+    for index, result in enumerate(results):
         if isinstance(result, str):
-            responses.append({"error": str(result), "code": getattr(result, "code", 1)})
+            json = orjson.dumps({"error": str(result)})
+            flags = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
+            responses.append((index, flags, getattr(result, "code", 1), json, ()))
             continue
         entries = []
+        buffers = []
         for tensor in result:
             array = tensor.as_numpy()
             datatype = _wire_datatype(array.dtype)
             if datatype == "BYTES":
                 buffer = datatypes.serialize_bytes(array)
-                size = len(buffer)
             else:
                 if not array.flags.c_contiguous or array.dtype.byteorder == ">":
                     array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-                size = array.nbytes
-                buffer = memoryview(array).cast("B") if size else b""
-            entries.append([tensor.name(), datatype, array.shape, size])
+                buffer = memoryview(array).cast("B") if array.nbytes else b""
+            entries.append([tensor.name(), datatype, array.shape])
             buffers.append(buffer)
-        responses.append({"outputs": entries})
-    return responses, buffers
+        json = orjson.dumps({"outputs": entries})
+        responses.append((index, _core.RESPONSE_FINAL, 0, json, buffers))
+    return responses
 
 
 class Worker:
@@ -219,21 +221,12 @@ class Worker:
         infer_start = _core.now_ns()
         results = self.backend.execute(requests)
         infer_end = _core.now_ns()
-        responses, buffers = _wire_results(results)
+        responses = _wire_results(results)
         # start, compute_input, compute_infer, compute_output (ns); the output time
         # covers turning tensors into wire buffers, not the final copy into the arena.
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
-        prefix, parts, size = arena_format.encode_result(responses, buffers, timings)
-        offset = self.endpoint.alloc(size, batch_id)
-        if offset == 0:
+        if not self.endpoint.respond(batch_id, responses, timings, True):
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
-            return
-        arena = self.arena
-        arena[offset : offset + len(prefix)] = prefix
-        for part_offset, buffer in parts:
-            start_at = offset + part_offset
-            arena[start_at : start_at + len(buffer)] = buffer
-        self.endpoint.complete(batch_id, offset, size, _core.COMPLETION_OK)
 
 
 def _die_with_parent() -> None:
