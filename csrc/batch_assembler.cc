@@ -50,6 +50,21 @@ InputSlot* slots_at(const Arena& arena, uint64_t block) {
 
 }  // namespace
 
+uint64_t place_standalone(Arena& arena, const SubmitRequest& request, const uint8_t* const* sources,
+                          uint64_t tag) {
+  ScratchArray<uint64_t> input_offsets(request.inputs.size());
+  uint64_t size = block_bytes_of(request);
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    input_offsets[i] = size;
+    size = align_tensor(size + request.inputs[i].size);
+  }
+  const uint64_t block = arena.alloc(size, tag);
+  if (block == 0) return 0;
+  for (size_t i = 0; i < request.inputs.size(); ++i) input_offsets[i] += block;
+  write_request(arena.base(), block, request, sources, input_offsets.data());
+  return block;
+}
+
 void BatchAssembler::add_model(uint32_t model_id, uint32_t max_rows) {
   std::lock_guard<std::mutex> lock(mutex_);
   models_[model_id] = Staging{max_rows, 0};
@@ -161,17 +176,11 @@ uint64_t BatchAssembler::place(uint32_t model_id, const SubmitRequest& request,
     }
   }
   if (block == 0) {
-    // A block of its own: header, slots, metadata, then each input aligned.
-    uint64_t size = block_bytes;
-    for (size_t i = 0; i < request.inputs.size(); ++i) {
-      input_offsets[i] = size;
-      size = align_tensor(size + request.inputs[i].size);
-    }
-    block = arena_.alloc(size);
+    block = place_standalone(arena_, request, sources, 0);
     if (block == 0) return 0;
-    for (size_t i = 0; i < request.inputs.size(); ++i) input_offsets[i] += block;
+  } else {
+    write_request(arena_.base(), block, request, sources, input_offsets.data());
   }
-  write_request(arena_.base(), block, request, sources, input_offsets.data());
   uint64_t copied = 0;
   for (const InputSource& input : request.inputs) copied += input.size;
   placed_bytes_.fetch_add(copied, std::memory_order_relaxed);

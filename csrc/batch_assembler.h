@@ -44,6 +44,12 @@
 
 namespace naiad {
 
+// Lays `request` out in a block of its own (RequestHeader, slots, metadata, then each
+// input aligned), allocated with `tag`: requests without a slab, and the requests a
+// worker submits (BLS). Returns the block offset, 0 when the arena has no room.
+uint64_t place_standalone(Arena& arena, const SubmitRequest& request, const uint8_t* const* sources,
+                          uint64_t tag);
+
 class BatchAssembler {
  public:
   // Rows a slab holds, in batches of max_batch_size: larger slabs make a batch that

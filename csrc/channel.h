@@ -10,15 +10,36 @@
 
 namespace naiad {
 
-enum class MessageKind : uint32_t { kBatch = 1, kStop = 2 };
+// What the core sends a worker:
+//   kBatch     a batch: `desc_offset` is its BatchHeader (ipc_schema.h), `n_requests`
+//              requests; one batch at a time per instance.
+//   kStop      finalize and exit after the batch running.
+//   kResponse  a response to a request the worker submitted (BLS): `batch_id` is the
+//              worker's tag for it, `desc_offset`/`size` a response block of one
+//              response (request_index 0) that the worker frees once read.
+//   kRefused   the core could not queue the worker's request `batch_id` (tag):
+//              `n_requests` is a SubmitResult, or a CompletionStatus when it was
+//              queued but failed without a final response.
+enum class MessageKind : uint32_t { kBatch = 1, kStop = 2, kResponse = 3, kRefused = 4 };
 
-// A batch handed to a worker: the descriptor at `desc_offset` is a BatchHeader
-// (ipc_schema.h) of `n_requests` requests.
 struct BatchMessage {
   uint64_t batch_id;
   uint64_t desc_offset;
   uint32_t n_requests;
   MessageKind kind;
+  uint64_t size;  // kResponse: the response block's bytes
+};
+
+// A request a worker submits to the core (BLS): the worker laid it out in the arena
+// (ipc_schema.h request block, inputs inside it) and names it by `tag`; its responses
+// come back as kResponse messages with that tag.
+struct SubmitMessage {
+  uint64_t tag;
+  uint64_t block_offset;
+  uint32_t model_id;
+  uint32_t priority;
+  uint64_t timeout_us;
+  uint64_t shape_key;
 };
 
 // What a worker posts for a batch: responses (a response block, ipc_schema.h, with
@@ -82,6 +103,7 @@ constexpr uint32_t kRingCapacity = 64;
 struct Channel {
   SpscRing<BatchMessage, kRingCapacity> to_worker;
   SpscRing<CompletionMessage, kRingCapacity> to_frontend;
+  SpscRing<SubmitMessage, kRingCapacity> to_core;  // the worker's own requests (BLS)
   // The worker sets this before it blocks on its eventfd; the frontend writes the
   // eventfd only when it is set.
   alignas(64) std::atomic<uint32_t> worker_sleeping;
@@ -89,6 +111,7 @@ struct Channel {
   void reset() {
     to_worker.reset();
     to_frontend.reset();
+    to_core.reset();
     worker_sleeping.store(0, std::memory_order_relaxed);
   }
 };

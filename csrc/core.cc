@@ -256,7 +256,13 @@ void Core::finish_locked(Batch& batch, int32_t status) {
                     batch.dispatch_ns,
                     {}};
   for (size_t i = 0; i < batch.requests.size(); ++i) {
-    if (!batch.answered[i]) failed.request_ids.push_back(batch.requests[i].id);
+    if (batch.answered[i]) continue;
+    const uint64_t id = batch.requests[i].id;
+    if (routes_.count(id) != 0) {
+      refuse_routed_locked(id, static_cast<uint32_t>(failed.status));
+    } else {
+      failed.request_ids.push_back(id);
+    }
   }
   assembler_.release(batch.requests);
   arena_.free(batch.desc_offset);
@@ -292,7 +298,9 @@ void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& me
   if ((message.flags & kPostResponses) != 0 && message.result_offset != 0) {
     ResponseBlockView view;
     const size_t n = batch.requests.size();
-    if (view_response_block(arena_.base() + message.result_offset, message.result_size, &view)) {
+    const bool readable =
+        view_response_block(arena_.base() + message.result_offset, message.result_size, &view);
+    if (readable) {
       for (uint32_t r = 0; r < view.header->n_responses; ++r) {
         const ResponseRecord& record = view.records[r];
         if ((record.flags & kResponseFinal) != 0 && record.request_index < n) {
@@ -303,24 +311,124 @@ void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& me
       // Unreadable: the frontend fails every request it names, so all are answered.
       batch.answered.assign(n, true);
     }
-    Completion done{batch.id,
-                    kCompletionOk,
-                    instance_id,
-                    message.result_offset,
-                    message.result_size,
-                    batch.dispatch_ns,
-                    {}};
-    done.request_ids.reserve(n);
-    for (const QueuedRequest& r : batch.requests) done.request_ids.push_back(r.id);
-    // The block is the frontend's now, not the batch's: a later instance_down of a
-    // batch still running must not reclaim it.
-    if (!batch_over) arena_.set_tag(message.result_offset, 0);
-    deliver_locked(batch.model_id, batch.id, &done, false);
+    const bool for_frontend =
+        routes_.empty() || route_responses_locked(batch, readable ? &view : nullptr);
+    if (!for_frontend) {
+      arena_.free(message.result_offset);
+    } else {
+      Completion done{batch.id,
+                      kCompletionOk,
+                      instance_id,
+                      message.result_offset,
+                      message.result_size,
+                      batch.dispatch_ns,
+                      {}};
+      done.request_ids.reserve(n);
+      for (const QueuedRequest& r : batch.requests) done.request_ids.push_back(r.id);
+      // The block is the frontend's now, not the batch's: a later instance_down of a
+      // batch still running must not reclaim it.
+      if (!batch_over) arena_.set_tag(message.result_offset, 0);
+      deliver_locked(batch.model_id, batch.id, &done, false);
+    }
   }
   if (batch_over) {
     finish_locked(batch, message.status);
     in_flight_.erase(it);
     instances_[instance_id].busy = false;
+  }
+}
+
+void Core::send_to_worker_locked(uint32_t instance_id, const BatchMessage& message) {
+  Instance& instance = instances_[instance_id];
+  Channel* ch = channel(instance);
+  if (!instance.backlog.empty() || !ch->to_worker.push(message)) {
+    instance.backlog.push_back(message);
+    return;
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) signal_eventfd(instance.wake_fd);
+}
+
+void Core::refuse_routed_locked(uint64_t request_id, uint32_t status) {
+  auto route = routes_.find(request_id);
+  if (route == routes_.end()) return;
+  send_to_worker_locked(route->second.instance_id,
+                        BatchMessage{route->second.tag, 0, status, MessageKind::kRefused, 0});
+  routes_.erase(route);
+}
+
+bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
+  bool for_frontend = false;
+  if (view == nullptr) {
+    for (const QueuedRequest& r : batch.requests) {
+      if (routes_.count(r.id) != 0) {
+        refuse_routed_locked(r.id, kCompletionWorkerFailed);
+      } else {
+        for_frontend = true;
+      }
+    }
+    return for_frontend;
+  }
+  for (uint32_t r = 0; r < view->header->n_responses; ++r) {
+    const ResponseRecord& record = view->records[r];
+    if (record.request_index >= batch.requests.size()) continue;
+    const uint64_t id = batch.requests[record.request_index].id;
+    auto route = routes_.find(id);
+    if (route == routes_.end()) {
+      for_frontend = true;
+      continue;
+    }
+    // The submitter gets the response in a block of its own (a copy: the block is
+    // shared with the batch's other requests), tagged with the batch it is running so
+    // its death reclaims the block.
+    const uint32_t submitter = route->second.instance_id;
+    uint64_t owner = 0;
+    for (const auto& flight : in_flight_) {
+      if (flight.second.instance_id == submitter) owner = flight.first;
+    }
+    std::vector<ResponseEntry> entries{entry_of(*view, r)};
+    const uint64_t size = response_block_size(entries);
+    const uint64_t block = arena_.alloc(size, owner);
+    if (block == 0) {
+      refuse_routed_locked(id, kCompletionWorkerFailed);
+      continue;
+    }
+    write_response_block(arena_.base() + block, entries, view->header->timings);
+    send_to_worker_locked(submitter,
+                          BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
+    if ((record.flags & kResponseFinal) != 0) routes_.erase(route);
+  }
+  return for_frontend;
+}
+
+void Core::take_submits_locked(uint32_t instance_id) {
+  Channel* ch = channel(instances_[instance_id]);
+  SubmitMessage message;
+  while (ch->to_core.pop(&message)) {
+    uint32_t refused = 0;
+    const uint64_t block = message.block_offset;
+    const bool readable = block >= sizeof(ArenaHeader) && block < arena_.size() &&
+                          arena_.size() - block >= sizeof(RequestHeader) &&
+                          arena_.at<RequestHeader>(block)->magic == kRequestMagic;
+    if (!readable || message.model_id >= models_.size()) {
+      refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
+    } else {
+      arena_.set_tag(block, 0);  // the core's now, whatever happens to the submitter
+      const uint64_t id = next_routed_id_++;
+      QueuedRequest request{
+          id, block, 0, arena_.at<RequestHeader>(block)->batch_size, message.shape_key, 0, 0};
+      if (models_[message.model_id].batcher->enqueue(request, message.priority, message.timeout_us,
+                                                     clock_()) == EnqueueResult::kQueueFull) {
+        refused = static_cast<uint32_t>(SubmitResult::kQueueFull);
+        arena_.free(block);
+      } else {
+        routes_[id] = Route{instance_id, message.tag};
+      }
+    }
+    if (refused != 0) {
+      send_to_worker_locked(instance_id,
+                            BatchMessage{message.tag, 0, refused, MessageKind::kRefused, 0});
+    }
   }
 }
 
@@ -334,8 +442,17 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
     Instance& instance = instances_[id];
     // A stopping instance (up == false, running) may still post its last result.
     if (!instance.up && !instance.running) continue;
+    Channel* ch = channel(instance);
+    while (!instance.backlog.empty() && ch->to_worker.push(instance.backlog.front())) {
+      instance.backlog.pop_front();
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) {
+        signal_eventfd(instance.wake_fd);
+      }
+    }
     CompletionMessage message;
-    while (channel(instance)->to_frontend.pop(&message)) take_message_locked(id, message);
+    while (ch->to_frontend.pop(&message)) take_message_locked(id, message);
+    take_submits_locked(id);
   }
   dispatch_all_locked(arrivals_possible);
   std::vector<Completion> out;
@@ -365,6 +482,12 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
   instance.up = false;
   instance.running = false;
   instance.busy = false;
+  instance.backlog.clear();
+  // Its own requests still queued or running answer to no one now; blocks sent to it
+  // carried its batch's tag and went with it.
+  for (auto route = routes_.begin(); route != routes_.end();) {
+    route = route->second.instance_id == instance_id ? routes_.erase(route) : std::next(route);
+  }
   ch->reset();
   std::vector<Completion> out;
   out.swap(done_);

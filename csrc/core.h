@@ -12,6 +12,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,7 @@
 #include "channel.h"
 #include "dynamic_batcher.h"
 #include "input_regions.h"
+#include "response_block.h"
 #include "submit_request.h"
 
 namespace naiad {
@@ -117,6 +119,14 @@ class Core {
     bool up = false;       // takes new batches
     bool running = false;  // its process is alive (it may be stopping)
     bool busy = false;
+    // Messages for the worker that found its ring full (responses to its own
+    // requests): sent first in the next poll(); nothing is dropped.
+    std::deque<BatchMessage> backlog;
+  };
+  // Where the responses of a request a worker submitted (BLS) go.
+  struct Route {
+    uint32_t instance_id;
+    uint64_t tag;  // the worker's name for the request
   };
   struct Model {
     std::unique_ptr<DynamicBatcher> batcher;
@@ -140,6 +150,14 @@ class Core {
   bool dispatch_due_locked(uint64_t now);
   // A message a worker posted (responses, batch done) for one of its batches.
   void take_message_locked(uint32_t instance_id, const CompletionMessage& message);
+  // Queues the requests the worker submitted (BLS) on their target models.
+  void take_submits_locked(uint32_t instance_id);
+  // Sends the routed requests' responses in the block to their submitters; false when
+  // no request the block answers is the frontend's (nothing to deliver).
+  bool route_responses_locked(Batch& batch, const ResponseBlockView* view);
+  // Tells the submitter of routed request `request_id` it failed (kRefused).
+  void refuse_routed_locked(uint64_t request_id, uint32_t status);
+  void send_to_worker_locked(uint32_t instance_id, const BatchMessage& message);
   // The batch is over: its inputs and descriptor go, and its requests that got no
   // final response fail with `status` (kCompletionWorkerFailed when it ran).
   void finish_locked(Batch& batch, int32_t status);
@@ -162,6 +180,9 @@ class Core {
   std::vector<Model> models_;
   std::vector<Instance> instances_;
   std::unordered_map<uint64_t, Batch> in_flight_;
+  std::unordered_map<uint64_t, Route> routes_;  // by request id
+  // Ids of requests workers submit: a range of their own, apart from the frontend's.
+  uint64_t next_routed_id_ = uint64_t{1} << 62;
   std::vector<Completion> done_;  // left for poll() by dispatch and the timer thread
 };
 

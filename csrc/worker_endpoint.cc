@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include "batch_assembler.h"
+#include "scratch_array.h"
+
 namespace naiad {
 
 WorkerEndpoint::WorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd)
@@ -16,6 +19,12 @@ WorkerEndpoint::~WorkerEndpoint() {
 }
 
 BatchMessage WorkerEndpoint::next() {
+  BatchMessage message = pop_next();
+  if (message.kind == MessageKind::kBatch) current_batch_ = message.batch_id;
+  return message;
+}
+
+BatchMessage WorkerEndpoint::pop_next() {
   BatchMessage message;
   for (;;) {
     if (channel_->to_worker.pop(&message)) return message;
@@ -56,6 +65,27 @@ void WorkerEndpoint::post(const CompletionMessage& message) {
     usleep(50);
   }
   wake_frontend();
+}
+
+SubmitResult WorkerEndpoint::submit(uint32_t model_id, uint64_t tag, const SubmitRequest& request) {
+  ScratchArray<const uint8_t*> sources(request.inputs.size());
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    if (request.inputs[i].kind != InputKind::kInline) return SubmitResult::kUnsupportedInput;
+    sources[i] = static_cast<const uint8_t*>(request.inputs[i].data);
+  }
+  // Tagged with the running batch until the core takes it: if this worker dies
+  // first, Core::instance_down reclaims it with the batch.
+  const uint64_t block = place_standalone(arena_, request, sources.data(), current_batch_);
+  if (block == 0) return SubmitResult::kArenaFull;
+  const SubmitOptions& options = request.options;
+  SubmitMessage message{
+      tag, block, model_id, options.priority, options.timeout_us, options.shape_key};
+  while (!channel_->to_core.push(message)) {
+    wake_frontend();
+    usleep(50);
+  }
+  wake_frontend();
+  return SubmitResult::kOk;
 }
 
 void WorkerEndpoint::wake_frontend() {

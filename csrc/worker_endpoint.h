@@ -8,6 +8,7 @@
 #include "arena.h"
 #include "channel.h"
 #include "response_block.h"
+#include "submit_request.h"
 
 namespace naiad {
 
@@ -19,7 +20,8 @@ class WorkerEndpoint {
   WorkerEndpoint(const WorkerEndpoint&) = delete;
   WorkerEndpoint& operator=(const WorkerEndpoint&) = delete;
 
-  // Blocks (without spinning) until the frontend posts a message.
+  // Blocks (without spinning) until the frontend posts a message: a batch, a stop,
+  // or a response to a request this worker submitted (channel.h MessageKind).
   BatchMessage next();
   // Posts the batch's end: a response block already in the arena (0: none) and the
   // status; wakes the frontend unless a wake is already pending.
@@ -32,13 +34,21 @@ class WorkerEndpoint {
   // Posts one message; waits while the ring is full (the frontend drains it).
   void post(const CompletionMessage& message);
 
+  // Submits a request to the core for model `model_id` (BLS), named `tag`: its inline
+  // inputs are copied into a block of the arena, which the core takes over. Its
+  // responses come back from next() as kResponse messages carrying `tag` (kRefused
+  // if it cannot be served). kArenaFull or kUnsupportedInput: nothing was sent.
+  SubmitResult submit(uint32_t model_id, uint64_t tag, const SubmitRequest& request);
+
   Arena& arena() { return arena_; }
 
  private:
+  BatchMessage pop_next();
   void wake_frontend();
 
   Arena arena_;
   Channel* channel_;
+  uint64_t current_batch_ = 0;  // the batch running: tags what it allocates
   int wake_fd_;
   int notify_fd_;
 };

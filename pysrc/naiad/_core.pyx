@@ -36,6 +36,8 @@ cdef extern from "channel.h" namespace "naiad":
     cdef enum class MessageKind(uint32_t):
         kBatch
         kStop
+        kResponse
+        kRefused
 
     cdef struct BatchMessage:
         uint64_t batch_id
@@ -648,10 +650,17 @@ cdef class WorkerEndpoint:
         input, that the requests' inputs lie in row after row (empty when the
         requests' inputs differ, csrc/ipc_schema.h)."""
         cdef BatchMessage message
-        with nogil:
-            message = self._endpoint.next()
-        if message.kind == MessageKind.kStop:
-            return True, message.batch_id, [], []
+        while True:
+            with nogil:
+                message = self._endpoint.next()
+            if message.kind == MessageKind.kStop:
+                return True, message.batch_id, [], []
+            if message.kind == MessageKind.kBatch:
+                break
+            # A response to a request this worker submitted (BLS): Python models do
+            # not submit requests yet, so none is awaited; its block is ours to free.
+            if message.kind == MessageKind.kResponse and message.desc_offset != 0:
+                self._endpoint.arena().free(message.desc_offset)
         cdef const uint8_t* base = self._endpoint.arena().base()
         cdef const BatchHeader* header = <const BatchHeader*>(base + message.desc_offset)
         cdef const BatchRequest* records = <const BatchRequest*>(
