@@ -86,12 +86,13 @@ bool BatchAssembler::fits(const Slab& slab, const SubmitRequest& request,
   if (slab.rows + request.options.batch_size > slab.row_capacity) return false;
   if (slab.blocks_used + block_bytes > slab.blocks_end - slab.blocks_begin) return false;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
-    if (slab.input_used[i] + request.inputs[i].size > slab.input_capacity[i]) return false;
+    const Region& region = slab.regions[i];
+    if (region.used + request.inputs[i].size > region.capacity) return false;
   }
   return true;
 }
 
-BatchAssembler::Slab* BatchAssembler::open_slab_locked(Staging& staging,
+BatchAssembler::Slab* BatchAssembler::open_slab_locked(uint32_t model_id, Staging& staging,
                                                        const SubmitRequest& request,
                                                        uint64_t block_bytes) {
   // Sized from this request's rows: the slab holds kSlabBatches full batches of rows
@@ -105,6 +106,8 @@ BatchAssembler::Slab* BatchAssembler::open_slab_locked(Staging& staging,
   }
   rows = std::max<uint64_t>(rows, rows_in);
   Slab slab;
+  slab.regions.reserve(request.inputs.size());
+  slab.model_id = model_id;
   slab.n_inputs = static_cast<uint32_t>(request.inputs.size());
   slab.input_order = request.options.input_order;
   slab.row_capacity = static_cast<uint32_t>(rows);
@@ -113,9 +116,7 @@ BatchAssembler::Slab* BatchAssembler::open_slab_locked(Staging& staging,
   uint64_t cursor = slab.blocks_end;
   for (const InputSource& input : request.inputs) {
     const uint64_t capacity = align_tensor((input.size * rows + rows_in - 1) / rows_in);
-    slab.input_begin.push_back(cursor);
-    slab.input_capacity.push_back(capacity);
-    slab.input_used.push_back(0);
+    slab.regions.push_back(Region{cursor, capacity, 0});
     cursor += capacity;
   }
   slab.size = cursor;
@@ -124,7 +125,7 @@ BatchAssembler::Slab* BatchAssembler::open_slab_locked(Staging& staging,
   // Region offsets become absolute once the block is known.
   slab.blocks_begin = slab.offset;
   slab.blocks_end += slab.offset;
-  for (uint64_t& begin : slab.input_begin) begin += slab.offset;
+  for (Region& region : slab.regions) region.begin += slab.offset;
   auto placed = slabs_.emplace(slab.offset, std::move(slab));
   staging.open_slab = placed.first->first;
   return &placed.first->second;
@@ -158,13 +159,16 @@ uint64_t BatchAssembler::place(uint32_t model_id, const SubmitRequest& request,
           slab = nullptr;
         }
       }
-      if (slab == nullptr) slab = open_slab_locked(staging->second, request, block_bytes);
+      if (slab == nullptr) {
+        slab = open_slab_locked(model_id, staging->second, request, block_bytes);
+      }
       if (slab != nullptr && fits(*slab, request, block_bytes)) {
         block = slab->blocks_begin + slab->blocks_used;
         slab->blocks_used += block_bytes;
         for (size_t i = 0; i < request.inputs.size(); ++i) {
-          input_offsets[i] = slab->input_begin[i] + slab->input_used[i];
-          slab->input_used[i] += request.inputs[i].size;
+          Region& region = slab->regions[i];
+          input_offsets[i] = region.begin + region.used;
+          region.used += request.inputs[i].size;
         }
         slab->rows += request.options.batch_size;
         slab->refs += 1;
@@ -194,15 +198,16 @@ bool BatchAssembler::release_locked(uint64_t block_offset) {
   Slab& slab = found->second;
   if (block_offset >= slab.offset + slab.size) return false;
   if (--slab.refs == 0) {
+    // Every row is done. Even the open slab goes (the next submit opens another):
+    // an idle model holds nothing in the arena.
     if (slab.open) {
-      // Every row is done: the open slab starts over, no allocation.
-      slab.rows = 0;
-      slab.blocks_used = 0;
-      std::fill(slab.input_used.begin(), slab.input_used.end(), 0);
-    } else {
-      arena_.free(slab.offset);
-      slabs_.erase(found);
+      auto staging = models_.find(slab.model_id);
+      if (staging != models_.end() && staging->second.open_slab == slab.offset) {
+        staging->second.open_slab = 0;
+      }
     }
+    arena_.free(slab.offset);
+    slabs_.erase(found);
   }
   return true;
 }

@@ -19,8 +19,8 @@
 // One-request batches never gather (their slots are the tensors), and models that
 // do not batch have no slab: each request is one block, inputs included.
 //
-// A slab is reference counted by the requests placed in it and freed (or, if it is
-// still the open one, rewound) when the last is released. Slabs belong to the
+// A slab is reference counted by the requests placed in it and freed when the last
+// is released, the open one too: an idle model holds nothing in the arena. Slabs belong to the
 // frontend; the only blocks a worker can leave behind are tagged with the batch id
 // (descriptor and gathered tensors included), so Core::instance_down reclaims them.
 //
@@ -82,8 +82,7 @@ class BatchAssembler {
   // 0 when the arena has no room. Free it with arena.free() when the batch is done.
   uint64_t describe(uint64_t batch_id, const std::vector<QueuedRequest>& requests);
 
-  // Slabs allocated: open ones (kept for reuse, empty when idle) and closed ones
-  // still holding requests.
+  // Slabs allocated: each holds requests not yet released.
   size_t slabs();
   // How many batches found their tensors contiguous / had to gather (tests, stats).
   uint64_t contiguous_batches() const { return contiguous_; }
@@ -93,17 +92,23 @@ class BatchAssembler {
   uint64_t gathered_bytes() const { return gathered_bytes_; }
 
  private:
+  struct Region {  // one input's rows in a slab
+    uint64_t begin = 0;
+    uint64_t capacity = 0;
+    uint64_t used = 0;
+  };
   struct Slab {
     uint64_t offset = 0;  // the arena block
     uint64_t size = 0;
+    uint32_t model_id = 0;
     uint32_t n_inputs = 0;
     uint64_t input_order = 0;
     uint32_t row_capacity = 0;
     uint32_t rows = 0;
     uint64_t blocks_begin = 0, blocks_end = 0, blocks_used = 0;  // request block region
-    std::vector<uint64_t> input_begin, input_capacity, input_used;
-    uint32_t refs = 0;  // requests placed and not released
-    bool open = true;   // still taking requests
+    std::vector<Region> regions;                                 // one per input
+    uint32_t refs = 0;                                           // requests placed and not released
+    bool open = true;                                            // still taking requests
   };
   struct Staging {
     uint32_t max_rows = 0;
@@ -111,7 +116,8 @@ class BatchAssembler {
   };
 
   bool fits(const Slab& slab, const SubmitRequest& request, uint64_t block_bytes) const;
-  Slab* open_slab_locked(Staging& staging, const SubmitRequest& request, uint64_t block_bytes);
+  Slab* open_slab_locked(uint32_t model_id, Staging& staging, const SubmitRequest& request,
+                         uint64_t block_bytes);
   void close_slab_locked(uint64_t offset);
   // Drops the request's hold on its slab; false: the block is not in a slab.
   bool release_locked(uint64_t block_offset);

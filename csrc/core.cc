@@ -101,14 +101,19 @@ SubmitResult Core::submit(uint32_t model_id, const SubmitRequest& request) {
   if (offset == 0) return SubmitResult::kArenaFull;
   const SubmitOptions& options = request.options;
   QueuedRequest queued{request.request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
-  EnqueueResult result;
+  EnqueueResult result = EnqueueResult::kQueueFull;
+  bool known = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    result = models_.at(model_id).batcher->enqueue(queued, options.priority, options.timeout_us,
-                                                   clock_());
+    known = model_id < models_.size();
+    if (known) {
+      result = models_[model_id].batcher->enqueue(queued, options.priority, options.timeout_us,
+                                                  clock_());
+    }
   }
-  if (result == EnqueueResult::kQueueFull) {
+  if (!known || result == EnqueueResult::kQueueFull) {
     assembler_.release(offset);
+    if (!known) throw std::out_of_range("unknown model id");
     return SubmitResult::kQueueFull;
   }
   return SubmitResult::kOk;

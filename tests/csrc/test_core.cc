@@ -174,9 +174,8 @@ TEST(core_round_trip_frees_everything) {
     CHECK(done[0].request_ids.size() == 1 && done[0].request_ids[0] == 11);
     core.stop_instance(instance);
   }
-  // Only the model's open staging slab stays, empty, for the next requests.
-  CHECK(core.assembler().slabs() == 1);
-  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use + 1);
+  CHECK(core.assembler().slabs() == 0);
+  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
   CHECK(core.in_flight() == 0);
 }
 
@@ -266,8 +265,7 @@ TEST(core_instance_down_fails_in_flight_and_reclaims_worker_blocks) {
   CHECK(failed.size() == 1);
   CHECK(failed[0].status == kCompletionInstanceDied);
   CHECK(failed[0].request_ids == std::vector<uint64_t>{5});
-  // All but the model's open (now empty) staging slab.
-  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use + core.assembler().slabs());
+  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
   // Queued work waits for the restarted instance instead of being lost.
   CHECK(submit_bytes(core, model, 6, "later"));
   CHECK(core.queued(model) == 1);
@@ -395,7 +393,7 @@ TEST(core_reports_queue_timeouts_and_full_queues) {
   CHECK(done.size() == 1);
   CHECK(done.size() == 1 && done[0].status == kCompletionTimedOut);
   CHECK(done.size() == 1 && (done[0].request_ids == std::vector<uint64_t>{1, 2}));
-  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use + core.assembler().slabs());
+  CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
   CHECK(core.queued(model) == 0);
 }
 

@@ -122,8 +122,7 @@ TEST(a_worker_submits_a_request_and_gets_its_responses) {
   CHECK(done.size() == 1 && done[0].request_ids == std::vector<uint64_t>{1});
   for (const Completion& c : done) m.core.arena().free(c.result_offset);
   CHECK(m.core.in_flight() == 0);
-  CHECK(m.core.arena().stats().blocks_in_use ==
-        baseline.blocks_in_use + m.core.assembler().slabs());
+  CHECK(m.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
 }
 
 TEST(a_worker_request_that_cannot_be_served_is_refused_not_lost) {
@@ -165,6 +164,5 @@ TEST(a_dead_submitter_leaves_nothing_behind) {
   CHECK(m.caller_worker->submit(m.target, 8, m.request(0, input)) == SubmitResult::kOk);
   std::vector<Completion> failed = m.core.instance_down(m.caller_instance);
   CHECK(failed.size() == 1 && failed[0].status == kCompletionInstanceDied);
-  CHECK(m.core.arena().stats().blocks_in_use ==
-        baseline.blocks_in_use + m.core.assembler().slabs());
+  CHECK(m.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
 }
