@@ -147,16 +147,14 @@ bool Core::dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possib
       reject_locked(batch.requests, kCompletionWorkerFailed);
       continue;
     }
-    Channel* ch = channel(instance);
     BatchMessage message{batch.id, batch.desc_offset, static_cast<uint32_t>(batch.requests.size()),
                          MessageKind::kBatch};
-    // One batch in flight per instance, so the ring always has room.
-    ch->to_worker.push(message);
+    // One batch in flight per instance, but the ring may also hold responses to the
+    // worker's own requests: a full ring queues the batch behind them, never drops it.
+    send_to_worker_locked(instance_id, message);
     instance.busy = true;
     batch.dispatch_ns = now;
     batch.answered.assign(batch.requests.size(), false);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) signal_eventfd(instance.wake_fd);
     if (batcher.preserve_ordering()) model.order.push_back(batch.id);
     in_flight_.emplace(batch.id, std::move(batch));
   }
@@ -516,7 +514,7 @@ void Core::stop_instance(uint32_t instance_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   Instance& instance = instances_.at(instance_id);
   BatchMessage message{0, 0, 0, MessageKind::kStop};
-  channel(instance)->to_worker.push(message);
+  send_to_worker_locked(instance_id, message);
   instance.up = false;  // takes no new batches
   signal_eventfd(instance.wake_fd);
 }

@@ -24,6 +24,12 @@ BatchMessage WorkerEndpoint::next() {
   return message;
 }
 
+bool WorkerEndpoint::try_next(BatchMessage* message) {
+  if (!channel_->to_worker.pop(message)) return false;
+  if (message->kind == MessageKind::kBatch) current_batch_ = message->batch_id;
+  return true;
+}
+
 BatchMessage WorkerEndpoint::pop_next() {
   BatchMessage message;
   for (;;) {

@@ -23,6 +23,8 @@ class WorkerEndpoint {
   // Blocks (without spinning) until the frontend posts a message: a batch, a stop,
   // or a response to a request this worker submitted (channel.h MessageKind).
   BatchMessage next();
+  // The next message if one is there, without blocking.
+  bool try_next(BatchMessage* message);
   // Posts the batch's end: a response block already in the arena (0: none) and the
   // status; wakes the frontend unless a wake is already pending.
   void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size, int32_t status);

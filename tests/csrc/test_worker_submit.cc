@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core.h"
@@ -165,4 +166,47 @@ TEST(a_dead_submitter_leaves_nothing_behind) {
   std::vector<Completion> failed = m.core.instance_down(m.caller_instance);
   CHECK(failed.size() == 1 && failed[0].status == kCompletionInstanceDied);
   CHECK(m.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+}
+
+TEST(responses_beyond_the_ring_wait_for_the_submitter_and_are_not_lost) {
+  TwoModels m;
+  m.core.instance_up(m.caller_instance);
+  m.core.instance_up(m.target_instance);
+  const std::string input = "abc";
+  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage caller_batch = m.caller_worker->next();
+  CHECK(m.caller_worker->submit(m.target, 9, m.request(0, input)) == SubmitResult::kOk);
+  m.core.poll();
+  BatchMessage target_batch = m.target_worker->next();
+  // Twice the ring's capacity of responses, while the caller reads none of them.
+  const int total = 2 * static_cast<int>(kRingCapacity);
+  std::thread target([&] {
+    for (int k = 0; k < total; ++k) {
+      m.target_worker->respond(target_batch.batch_id, {answer(0, input, k == total - 1)}, kTimings,
+                               k == total - 1);
+    }
+  });
+  int received = 0;
+  bool final = false;
+  for (int spin = 0; spin < 100000 && !final; ++spin) {
+    m.core.poll();  // routes responses, and sends what waited behind a full ring
+    BatchMessage response;
+    if (!m.caller_worker->try_next(&response)) {
+      if (spin % 2 == 1) std::this_thread::yield();  // let the target post
+      continue;
+    }
+    CHECK(response.kind == MessageKind::kResponse && response.batch_id == 9);
+    ResponseBlockView view;
+    if (view_response_block(m.caller_worker->arena().base() + response.desc_offset, response.size,
+                            &view)) {
+      final = (view.records[0].flags & kResponseFinal) != 0;
+    }
+    m.caller_worker->arena().free(response.desc_offset);
+    ++received;
+  }
+  target.join();
+  CHECK(received == total);
+  m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
+  CHECK(m.core.poll().size() == 1);
 }
