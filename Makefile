@@ -15,7 +15,8 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
-.PHONY: serve test install lint format test-core test-core-sanitize test-python clean bench-core
+.PHONY: serve test install lint format test-core test-core-sanitize test-python clean bench-core \
+	deploy-tools
 
 $(STAMP): $(CORE_SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,7 +60,13 @@ test-core-sanitize: build/test_core_asan build/test_core_tsan
 	build/test_core_asan
 	build/test_core_tsan
 
-test-python: $(STAMP)
+# The Prometheus server tests/test_deploy_observability.py runs against (Debian's package;
+# CI runs as root with Debian's archive reachable).
+deploy-tools:
+	command -v prometheus > /dev/null || (apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus)
+
+test-python: $(STAMP) deploy-tools
 	$(PY) -m pytest -q
 
 test: lint test-core test-core-sanitize test-python

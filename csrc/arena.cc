@@ -255,11 +255,6 @@ size_t Arena::free_tagged(uint64_t tag) {
   return owned.size();
 }
 
-uint64_t Arena::capacity(uint64_t offset) const {
-  auto* b = at<BlockHeader>(offset - sizeof(BlockHeader));
-  return (b->size_and_flag & ~kAllocatedBit) - sizeof(BlockHeader) - kFooter;
-}
-
 ArenaStats Arena::stats() {
   lock();
   ArenaStats s{header()->bytes_in_use, header()->blocks_in_use, 0};

@@ -55,8 +55,6 @@ class Arena {
   void set_tag(uint64_t offset, uint64_t tag);
   // Frees every allocated block carrying `tag`: reclaims what a dead worker held.
   size_t free_tagged(uint64_t tag);
-  // Usable bytes of an allocated block (at least what was asked for).
-  uint64_t capacity(uint64_t offset) const;
 
   ArenaStats stats();
   uint8_t* base() const { return base_; }

@@ -65,14 +65,14 @@ uint64_t place_standalone(Arena& arena, const SubmitRequest& request, const uint
   return block;
 }
 
-void BatchAssembler::add_model(uint32_t model_id, uint32_t max_rows) {
+void BatchAssembler::add_model(uint64_t model_key, uint32_t max_rows) {
   std::lock_guard<std::mutex> lock(mutex_);
-  models_[model_id] = Staging{max_rows, 0};
+  models_[model_key] = Staging{max_rows, 0};
 }
 
-void BatchAssembler::close_model(uint32_t model_id) {
+void BatchAssembler::close_model(uint64_t model_key) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto found = models_.find(model_id);
+  auto found = models_.find(model_key);
   if (found == models_.end()) return;
   if (found->second.open_slab != 0) close_slab_locked(found->second.open_slab);
   models_.erase(found);
@@ -92,7 +92,7 @@ bool BatchAssembler::fits(const Slab& slab, const SubmitRequest& request,
   return true;
 }
 
-BatchAssembler::Slab* BatchAssembler::open_slab_locked(uint32_t model_id, Staging& staging,
+BatchAssembler::Slab* BatchAssembler::open_slab_locked(uint64_t model_key, Staging& staging,
                                                        const SubmitRequest& request,
                                                        uint64_t block_bytes) {
   // Sized from this request's rows: the slab holds kSlabBatches full batches of rows
@@ -107,7 +107,7 @@ BatchAssembler::Slab* BatchAssembler::open_slab_locked(uint32_t model_id, Stagin
   rows = std::max<uint64_t>(rows, rows_in);
   Slab slab;
   slab.regions.reserve(request.inputs.size());
-  slab.model_id = model_id;
+  slab.model_key = model_key;
   slab.n_inputs = static_cast<uint32_t>(request.inputs.size());
   slab.input_order = request.options.input_order;
   slab.row_capacity = static_cast<uint32_t>(rows);
@@ -141,14 +141,14 @@ void BatchAssembler::close_slab_locked(uint64_t offset) {
   }
 }
 
-uint64_t BatchAssembler::place(uint32_t model_id, const SubmitRequest& request,
+uint64_t BatchAssembler::place(uint64_t model_key, const SubmitRequest& request,
                                const uint8_t* const* sources) {
   const uint64_t block_bytes = block_bytes_of(request);
   ScratchArray<uint64_t> input_offsets(request.inputs.size());
   uint64_t block = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto staging = models_.find(model_id);
+    auto staging = models_.find(model_key);
     if (staging != models_.end() && staging->second.max_rows > 1) {
       Slab* slab = nullptr;
       if (staging->second.open_slab != 0) {
@@ -160,7 +160,7 @@ uint64_t BatchAssembler::place(uint32_t model_id, const SubmitRequest& request,
         }
       }
       if (slab == nullptr) {
-        slab = open_slab_locked(model_id, staging->second, request, block_bytes);
+        slab = open_slab_locked(model_key, staging->second, request, block_bytes);
       }
       if (slab != nullptr && fits(*slab, request, block_bytes)) {
         block = slab->blocks_begin + slab->blocks_used;
@@ -201,7 +201,7 @@ bool BatchAssembler::release_locked(uint64_t block_offset) {
     // Every row is done. Even the open slab goes (the next submit opens another):
     // an idle model holds nothing in the arena.
     if (slab.open) {
-      auto staging = models_.find(slab.model_id);
+      auto staging = models_.find(slab.model_key);
       if (staging != models_.end() && staging->second.open_slab == slab.offset) {
         staging->second.open_slab = 0;
       }

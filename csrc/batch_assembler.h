@@ -62,16 +62,21 @@ class BatchAssembler {
   BatchAssembler(const BatchAssembler&) = delete;
   BatchAssembler& operator=(const BatchAssembler&) = delete;
 
+  // `model_key` names the model for the assembler's life: the core passes its
+  // ModelHandle value, which carries the slot's generation, so a model added in a
+  // removed model's slot never sees that model's slabs.
   // `max_rows`: the most rows one batch of the model holds; 0 or 1 (no batching):
   // requests get a block of their own.
-  void add_model(uint32_t model_id, uint32_t max_rows);
-  // The model takes no more requests: its open slab closes (freed once released).
-  void close_model(uint32_t model_id);
+  void add_model(uint64_t model_key, uint32_t max_rows);
+  // The model takes no more requests (Core::remove_model): its open slab closes,
+  // freed once its last request is released; a later place() for the key lays the
+  // request out in a block of its own.
+  void close_model(uint64_t model_key);
 
   // Lays `request` out in the arena: its block (RequestHeader, slots, metadata) and
   // its inputs, copied from `sources`. Returns the block offset, 0 when the arena has
   // no room. The request holds its rows until release().
-  uint64_t place(uint32_t model_id, const SubmitRequest& request, const uint8_t* const* sources);
+  uint64_t place(uint64_t model_key, const SubmitRequest& request, const uint8_t* const* sources);
   // The request is done (ran, rejected, or never queued).
   void release(uint64_t block_offset);
   // The same for each request, under one lock.
@@ -100,7 +105,7 @@ class BatchAssembler {
   struct Slab {
     uint64_t offset = 0;  // the arena block
     uint64_t size = 0;
-    uint32_t model_id = 0;
+    uint64_t model_key = 0;
     uint32_t n_inputs = 0;
     uint64_t input_order = 0;
     uint32_t row_capacity = 0;
@@ -116,7 +121,7 @@ class BatchAssembler {
   };
 
   bool fits(const Slab& slab, const SubmitRequest& request, uint64_t block_bytes) const;
-  Slab* open_slab_locked(uint32_t model_id, Staging& staging, const SubmitRequest& request,
+  Slab* open_slab_locked(uint64_t model_key, Staging& staging, const SubmitRequest& request,
                          uint64_t block_bytes);
   void close_slab_locked(uint64_t offset);
   // Drops the request's hold on its slab; false: the block is not in a slab.
@@ -124,9 +129,9 @@ class BatchAssembler {
 
   Arena& arena_;
   std::mutex mutex_;
-  std::unordered_map<uint32_t, Staging> models_;
-  std::map<uint64_t, Slab> slabs_;  // by arena offset: release() finds a block's slab
-  uint64_t contiguous_ = 0;         // under the core's lock (describe)
+  std::unordered_map<uint64_t, Staging> models_;  // by model key
+  std::map<uint64_t, Slab> slabs_;                // by arena offset: release() finds a block's slab
+  uint64_t contiguous_ = 0;                       // under the core's lock (describe)
   uint64_t gathered_ = 0;
   uint64_t gathered_bytes_ = 0;
   std::atomic<uint64_t> placed_bytes_{0};

@@ -36,8 +36,9 @@ struct BatchMessage {
 struct SubmitMessage {
   uint64_t tag;
   uint64_t block_offset;
-  uint32_t model_id;
+  uint64_t model;  // the target's ModelHandle value (stale: refused as kModelGone)
   uint32_t priority;
+  uint32_t reserved;
   uint64_t timeout_us;
   uint64_t shape_key;
 };
@@ -89,9 +90,6 @@ struct SpscRing {
     *out = slots[h & (Capacity - 1)];
     head.store(h + 1, std::memory_order_release);
     return true;
-  }
-  bool empty() const {
-    return head.load(std::memory_order_acquire) == tail.load(std::memory_order_acquire);
   }
 };
 

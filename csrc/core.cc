@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "dynamic_batch_scheduler.h"
 #include "ipc_schema.h"
 #include "response_block.h"
 #include "scratch_array.h"
@@ -40,26 +41,97 @@ Core::~Core() {
   }
   timer_cv_.notify_all();
   if (timer_.joinable()) timer_.join();
-  for (Instance& instance : instances_) {
-    if (instance.wake_fd >= 0) ::close(instance.wake_fd);
+  for (auto& entry : instances_) {
+    if (entry.second.wake_fd >= 0) ::close(entry.second.wake_fd);
   }
   if (notify_fd_ >= 0) ::close(notify_fd_);
 }
 
-uint32_t Core::add_model(const BatcherConfig& config) {
+// --- the registry ---
+
+ModelHandle Core::add_model(std::unique_ptr<Scheduler> scheduler) {
+  auto model = std::make_unique<Model>();
+  model->scheduler = std::move(scheduler);
   std::lock_guard<std::mutex> lock(mutex_);
-  Model model;
-  model.batcher = std::make_unique<DynamicBatcher>(config);
-  models_.push_back(std::move(model));
-  const uint32_t model_id = static_cast<uint32_t>(models_.size() - 1);
-  // Batching models stage their inputs batch-major; the others need no slab.
-  assembler_.add_model(model_id, config.dynamic_batching ? config.max_batch_size : 0);
-  return model_id;
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(models_.size());
+    models_.emplace_back();
+  }
+  const uint32_t max_rows = model->scheduler->max_batch_rows();
+  models_[slot].model = std::move(model);
+  const ModelHandle handle = ModelHandle::of(slot, models_[slot].generation);
+  // Batching models stage their inputs batch-major; the others need no slab. Keyed by
+  // the handle's value, so a later model in this slot never sees this one's slabs.
+  assembler_.add_model(handle.value, max_rows);
+  return handle;
 }
 
-uint32_t Core::add_instance(uint32_t model_id) {
+ModelHandle Core::add_model(const BatcherConfig& config) {
+  return add_model(std::make_unique<DynamicBatchScheduler>(config));
+}
+
+Core::Model* Core::find_locked(ModelHandle handle) {
+  uint32_t slot = handle.slot();
+  if (slot >= models_.size()) return nullptr;
+  ModelSlot& entry = models_[slot];
+  return entry.generation == handle.generation() ? entry.model.get() : nullptr;
+}
+
+Core::Instance* Core::find_instance_locked(uint32_t instance_id) {
+  auto it = instances_.find(instance_id);
+  return it == instances_.end() ? nullptr : &it->second;
+}
+
+bool Core::remove_model(ModelHandle handle) {
+  bool left = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Model* model = find_locked(handle);
+    if (model == nullptr) return false;
+    // Queued requests fail as model-gone; their rows and blocks are released with them
+    // (reject_locked), then the model's open slab closes: it is freed once the rows of
+    // its batches still in flight are released too.
+    std::vector<QueuedRequest> queued = model->scheduler->drain();
+    if (!queued.empty()) {
+      reject_locked(queued, kCompletionModelGone);
+      left = true;
+    }
+    assembler_.close_model(handle.value);
+    // Completions held for an earlier batch leave now, in dispatch order; the
+    // model's batches still in flight are delivered as they finish.
+    for (uint64_t batch_id : model->order) {
+      auto it = model->held.find(batch_id);
+      if (it == model->held.end()) continue;
+      for (Completion& c : it->second.completions) {
+        done_.push_back(std::move(c));
+        left = true;
+      }
+    }
+    for (Instance* instance : model->instances) {
+      if (instance->running) {
+        instance->model = ModelHandle{};
+        stop_locked(*instance);
+      } else {
+        free_instance_locked(*instance);
+      }
+    }
+    ModelSlot& slot = models_[handle.slot()];
+    slot.model.reset();
+    if (++slot.generation == 0) slot.generation = 1;  // 0 would make a null handle valid
+    free_slots_.push_back(handle.slot());
+  }
+  if (left) notify_frontend();
+  return true;
+}
+
+uint32_t Core::add_instance(ModelHandle handle) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (model_id >= models_.size()) throw std::out_of_range("unknown model id");
+  Model* model = find_locked(handle);
+  if (model == nullptr) throw std::out_of_range("unknown model");
   uint64_t offset = arena_.alloc(sizeof(Channel));
   if (offset == 0) throw std::runtime_error("arena has no room for an instance channel");
   arena_.at<Channel>(offset)->reset();
@@ -68,18 +140,31 @@ uint32_t Core::add_instance(uint32_t model_id) {
     arena_.free(offset);
     throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   }
-  instances_.push_back(Instance{model_id, offset, wake_fd});
-  uint32_t id = static_cast<uint32_t>(instances_.size() - 1);
-  models_[model_id].instances.push_back(id);
+  uint32_t id = next_instance_id_++;
+  Instance& instance = instances_[id];
+  instance.id = id;
+  instance.model = handle;
+  instance.channel_offset = offset;
+  instance.wake_fd = wake_fd;
+  model->instances.push_back(&instance);
   return id;
 }
 
+void Core::free_instance_locked(Instance& instance) {
+  if (instance.wake_fd >= 0) ::close(instance.wake_fd);
+  arena_.free(instance.channel_offset);
+  instances_.erase(instance.id);
+}
+
 InstanceEndpoint Core::endpoint(uint32_t instance_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
   const Instance& instance = instances_.at(instance_id);
   return InstanceEndpoint{instance.channel_offset, instance.wake_fd};
 }
 
-SubmitResult Core::submit(uint32_t model_id, const SubmitRequest& request) {
+// --- the data path ---
+
+SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
   // Where each input's bytes are: inline, or a region the registry maps.
   ScratchArray<const uint8_t*> sources(request.inputs.size());
   for (size_t i = 0; i < request.inputs.size(); ++i) {
@@ -96,72 +181,76 @@ SubmitResult Core::submit(uint32_t model_id, const SubmitRequest& request) {
     if (sources[i] == nullptr && input.size != 0) return SubmitResult::kUnsupportedInput;
   }
   // The one copy of the inputs, before taking the lock: the rows are ours alone
-  // until queued (batch_assembler.h).
-  uint64_t offset = assembler_.place(model_id, request, sources.data());
+  // until queued (batch_assembler.h). A model removed meanwhile closed its slab; the
+  // rows are released below and the slab goes with its last request.
+  uint64_t offset = assembler_.place(handle.value, request, sources.data());
   if (offset == 0) return SubmitResult::kArenaFull;
   const SubmitOptions& options = request.options;
   QueuedRequest queued{request.request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
-  EnqueueResult result = EnqueueResult::kQueueFull;
-  bool known = false;
+  SubmitResult result = SubmitResult::kOk;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    known = model_id < models_.size();
-    if (known) {
-      result = models_[model_id].batcher->enqueue(queued, options.priority, options.timeout_us,
-                                                  clock_());
+    Model* model = find_locked(handle);
+    if (model == nullptr) {
+      result = SubmitResult::kModelGone;
+    } else if (model->scheduler->enqueue(queued, options, clock_()) == EnqueueResult::kQueueFull) {
+      result = SubmitResult::kQueueFull;
     }
   }
-  if (!known || result == EnqueueResult::kQueueFull) {
-    assembler_.release(offset);
-    if (!known) throw std::out_of_range("unknown model id");
-    return SubmitResult::kQueueFull;
-  }
-  return SubmitResult::kOk;
+  if (result != SubmitResult::kOk) assembler_.release(offset);
+  return result;
 }
 
-bool Core::dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possible) {
-  Model& model = models_[model_id];
-  DynamicBatcher& batcher = *model.batcher;
+bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
   std::vector<QueuedRequest> rejected;
-  model.deadline_ns = 0;
-  bool held_for_idle = false;
-  for (uint32_t instance_id : model.instances) {
-    if (batcher.empty()) break;
-    Instance& instance = instances_[instance_id];
-    if (!instance.up || instance.busy) continue;
-
-    Batch batch;
-    uint64_t wait = batcher.next_batch(now, &batch.requests, &rejected, arrivals_possible);
-    if (batch.requests.empty()) {
-      model.deadline_ns = wait;
-      held_for_idle = true;
-      break;
+  bool left = false;  // completions for poll(): requests that failed here
+  idle_.clear();
+  for (const Instance* instance : model.instances) {
+    if (instance->up && !instance->busy) idle_.push_back(instance->id);
+  }
+  placements_.clear();
+  model.deadline_ns =
+      model.scheduler->schedule(now, idle_, arrivals_possible, &placements_, &rejected);
+  for (Placement& placement : placements_) {
+    if (placement.requests.empty()) continue;
+    Instance* instance = nullptr;
+    for (Instance* candidate : model.instances) {
+      if (candidate->id == placement.instance) instance = candidate;
     }
+    if (instance == nullptr || !instance->up || instance->busy) {
+      // A scheduler bug must not wedge two batches on one channel: fail them.
+      reject_locked(placement.requests, kCompletionWorkerFailed);
+      left = true;
+      continue;
+    }
+    Batch batch;
+    batch.requests = std::move(placement.requests);
     batch.id = next_batch_id_++;
-    batch.model_id = model_id;
-    batch.instance_id = instance_id;
+    batch.model = instance->model;
+    batch.instance_id = instance->id;
     // The descriptor, with the batch tensors (gathered here when not contiguous).
     batch.desc_offset = assembler_.describe(batch.id, batch.requests);
     if (batch.desc_offset == 0) {
       // Not even room for the descriptor: the requests fail rather than wait forever.
       reject_locked(batch.requests, kCompletionWorkerFailed);
+      left = true;
       continue;
     }
     BatchMessage message{batch.id, batch.desc_offset, static_cast<uint32_t>(batch.requests.size()),
-                         MessageKind::kBatch};
+                         MessageKind::kBatch, 0};
     // One batch in flight per instance, but the ring may also hold responses to the
     // worker's own requests: a full ring queues the batch behind them, never drops it.
-    send_to_worker_locked(instance_id, message);
-    instance.busy = true;
+    send_to_worker_locked(*instance, message);
+    instance->busy = true;
     batch.dispatch_ns = now;
     batch.answered.assign(batch.requests.size(), false);
-    if (batcher.preserve_ordering()) model.order.push_back(batch.id);
+    if (model.scheduler->preserve_ordering()) model.order.push_back(batch.id);
     in_flight_.emplace(batch.id, std::move(batch));
   }
-  // Every instance busy: only queue timeouts can be due before one frees up.
-  if (!held_for_idle && !batcher.empty()) model.deadline_ns = batcher.expire(now, &rejected);
-  bool left = !rejected.empty();
-  if (left) reject_locked(rejected, kCompletionTimedOut);
+  if (!rejected.empty()) {
+    reject_locked(rejected, kCompletionTimedOut);
+    left = true;
+  }
   if (model.deadline_ns != 0 && (timer_deadline_ == 0 || model.deadline_ns < timer_deadline_)) {
     timer_deadline_ = model.deadline_ns;
     timer_cv_.notify_one();
@@ -172,9 +261,9 @@ bool Core::dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possib
 bool Core::dispatch_all_locked(bool arrivals_possible) {
   uint64_t now = clock_();
   bool left = false;
-  for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
-    if (!models_[model_id].batcher->empty()) {
-      left |= dispatch_locked(model_id, now, arrivals_possible);
+  for (ModelSlot& slot : models_) {
+    if (slot.model && !slot.model->scheduler->empty()) {
+      left |= dispatch_locked(*slot.model, now, arrivals_possible);
     }
   }
   return left;
@@ -183,11 +272,16 @@ bool Core::dispatch_all_locked(bool arrivals_possible) {
 void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status) {
   Completion done{0, status, std::numeric_limits<uint32_t>::max(), 0, 0, 0, {}};
   for (const QueuedRequest& r : rejected) {
-    done.request_ids.push_back(r.id);
+    // A worker's own request (BLS) is refused to its submitter, not to the frontend.
+    if (!routes_.empty() && routes_.count(r.id) != 0) {
+      refuse_routed_locked(r.id, static_cast<uint32_t>(status));
+    } else {
+      done.request_ids.push_back(r.id);
+    }
   }
   assembler_.release(rejected);
   rejected.clear();
-  done_.push_back(std::move(done));
+  if (!done.request_ids.empty()) done_.push_back(std::move(done));
 }
 
 void Core::notify_frontend() {
@@ -207,9 +301,10 @@ void Core::flush(bool arrivals_possible) {
 
 bool Core::dispatch_due_locked(uint64_t now) {
   bool left = false;
-  for (uint32_t model_id = 0; model_id < models_.size(); ++model_id) {
-    uint64_t due = models_[model_id].deadline_ns;
-    if (due != 0 && due <= now) left |= dispatch_locked(model_id, now);
+  for (ModelSlot& slot : models_) {
+    if (!slot.model) continue;
+    uint64_t due = slot.model->deadline_ns;
+    if (due != 0 && due <= now) left |= dispatch_locked(*slot.model, now);
   }
   return left;
 }
@@ -240,10 +335,10 @@ void Core::timer_loop() {
     timer_deadline_ = 0;
     bool left = dispatch_due_locked(now);
     uint64_t next = 0;
-    for (const Model& model : models_) {
-      if (model.deadline_ns != 0 && (next == 0 || model.deadline_ns < next)) {
-        next = model.deadline_ns;
-      }
+    for (const ModelSlot& slot : models_) {
+      if (!slot.model) continue;
+      uint64_t due = slot.model->deadline_ns;
+      if (due != 0 && (next == 0 || due < next)) next = due;
     }
     timer_deadline_ = next;
     if (left) notify_frontend();
@@ -269,27 +364,29 @@ void Core::finish_locked(Batch& batch, int32_t status) {
   }
   assembler_.release(batch.requests);
   arena_.free(batch.desc_offset);
-  deliver_locked(batch.model_id, batch.id, failed.request_ids.empty() ? nullptr : &failed, true);
+  deliver_locked(batch.model, batch.id, failed.request_ids.empty() ? nullptr : &failed, true);
 }
 
-void Core::deliver_locked(uint32_t model_id, uint64_t batch_id, Completion* done, bool batch_over) {
-  Model& model = models_[model_id];
-  if (!model.batcher->preserve_ordering()) {
+void Core::deliver_locked(ModelHandle handle, uint64_t batch_id, Completion* done,
+                          bool batch_over) {
+  Model* model = find_locked(handle);
+  // A removed model's batches leave as they finish: nothing is held for them.
+  if (model == nullptr || !model->scheduler->preserve_ordering()) {
     if (done != nullptr) done_.push_back(std::move(*done));
     return;
   }
   // Responses leave in the order their batches were dispatched.
-  Model::Held& held = model.held[batch_id];
+  Model::Held& held = model->held[batch_id];
   if (done != nullptr) held.completions.push_back(std::move(*done));
   held.over |= batch_over;
-  while (!model.order.empty()) {
-    auto it = model.held.find(model.order.front());
-    if (it == model.held.end()) break;
+  while (!model->order.empty()) {
+    auto it = model->held.find(model->order.front());
+    if (it == model->held.end()) break;
     for (Completion& c : it->second.completions) done_.push_back(std::move(c));
     it->second.completions.clear();
     if (!it->second.over) break;
-    model.held.erase(it);
-    model.order.erase(model.order.begin());
+    model->held.erase(it);
+    model->order.erase(model->order.begin());
   }
 }
 
@@ -331,18 +428,18 @@ void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& me
       // The block is the frontend's now, not the batch's: a later instance_down of a
       // batch still running must not reclaim it.
       if (!batch_over) arena_.set_tag(message.result_offset, 0);
-      deliver_locked(batch.model_id, batch.id, &done, false);
+      deliver_locked(batch.model, batch.id, &done, false);
     }
   }
   if (batch_over) {
     finish_locked(batch, message.status);
     in_flight_.erase(it);
-    instances_[instance_id].busy = false;
+    Instance* instance = find_instance_locked(instance_id);
+    if (instance != nullptr) instance->busy = false;
   }
 }
 
-void Core::send_to_worker_locked(uint32_t instance_id, const BatchMessage& message) {
-  Instance& instance = instances_[instance_id];
+void Core::send_to_worker_locked(Instance& instance, const BatchMessage& message) {
   Channel* ch = channel(instance);
   if (!instance.backlog.empty() || !ch->to_worker.push(message)) {
     instance.backlog.push_back(message);
@@ -355,8 +452,11 @@ void Core::send_to_worker_locked(uint32_t instance_id, const BatchMessage& messa
 void Core::refuse_routed_locked(uint64_t request_id, uint32_t status) {
   auto route = routes_.find(request_id);
   if (route == routes_.end()) return;
-  send_to_worker_locked(route->second.instance_id,
-                        BatchMessage{route->second.tag, 0, status, MessageKind::kRefused, 0});
+  Instance* submitter = find_instance_locked(route->second.instance_id);
+  if (submitter != nullptr) {
+    send_to_worker_locked(*submitter,
+                          BatchMessage{route->second.tag, 0, status, MessageKind::kRefused, 0});
+  }
   routes_.erase(route);
 }
 
@@ -384,10 +484,14 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
     // The submitter gets the response in a block of its own (a copy: the block is
     // shared with the batch's other requests), tagged with the batch it is running so
     // its death reclaims the block.
-    const uint32_t submitter = route->second.instance_id;
+    Instance* submitter = find_instance_locked(route->second.instance_id);
+    if (submitter == nullptr) {  // freed: nobody is waiting for the response
+      routes_.erase(route);
+      continue;
+    }
     uint64_t owner = 0;
     for (const auto& flight : in_flight_) {
-      if (flight.second.instance_id == submitter) owner = flight.first;
+      if (flight.second.instance_id == submitter->id) owner = flight.first;
     }
     std::vector<ResponseEntry> entries{entry_of(*view, r)};
     const uint64_t size = response_block_size(entries);
@@ -397,15 +501,16 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
       continue;
     }
     write_response_block(arena_.base() + block, entries, view->header->timings);
-    send_to_worker_locked(submitter,
+    send_to_worker_locked(*submitter,
                           BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
     if ((record.flags & kResponseFinal) != 0) routes_.erase(route);
   }
   return for_frontend;
 }
 
-void Core::take_submits_locked(uint32_t instance_id) {
-  Channel* ch = channel(instances_[instance_id]);
+void Core::take_submits_locked(Instance& instance) {
+  const uint32_t instance_id = instance.id;
+  Channel* ch = channel(instance);
   SubmitMessage message;
   while (ch->to_core.pop(&message)) {
     uint32_t refused = 0;
@@ -413,15 +518,23 @@ void Core::take_submits_locked(uint32_t instance_id) {
     const bool readable = block >= sizeof(ArenaHeader) && block < arena_.size() &&
                           arena_.size() - block >= sizeof(RequestHeader) &&
                           arena_.at<RequestHeader>(block)->magic == kRequestMagic;
-    if (!readable || message.model_id >= models_.size()) {
+    Model* model = readable ? find_locked(ModelHandle{message.model}) : nullptr;
+    if (!readable) {
       refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
+    } else if (model == nullptr) {
+      refused = static_cast<uint32_t>(SubmitResult::kModelGone);
+      arena_.free(block);
     } else {
       arena_.set_tag(block, 0);  // the core's now, whatever happens to the submitter
       const uint64_t id = next_routed_id_++;
       QueuedRequest request{
           id, block, 0, arena_.at<RequestHeader>(block)->batch_size, message.shape_key, 0, 0};
-      if (models_[message.model_id].batcher->enqueue(request, message.priority, message.timeout_us,
-                                                     clock_()) == EnqueueResult::kQueueFull) {
+      SubmitOptions options;
+      options.batch_size = request.batch_size;
+      options.priority = message.priority;
+      options.timeout_us = message.timeout_us;
+      options.shape_key = message.shape_key;
+      if (model->scheduler->enqueue(request, options, clock_()) == EnqueueResult::kQueueFull) {
         refused = static_cast<uint32_t>(SubmitResult::kQueueFull);
         arena_.free(block);
       } else {
@@ -429,7 +542,7 @@ void Core::take_submits_locked(uint32_t instance_id) {
       }
     }
     if (refused != 0) {
-      send_to_worker_locked(instance_id,
+      send_to_worker_locked(instance,
                             BatchMessage{message.tag, 0, refused, MessageKind::kRefused, 0});
     }
   }
@@ -441,8 +554,8 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
   arena_.header()->notify_pending.store(0, std::memory_order_seq_cst);
   drain_eventfd(notify_fd_);
   std::lock_guard<std::mutex> lock(mutex_);
-  for (uint32_t id = 0; id < instances_.size(); ++id) {
-    Instance& instance = instances_[id];
+  for (auto& entry : instances_) {
+    Instance& instance = entry.second;
     // A stopping instance (up == false, running) may still post its last result.
     if (!instance.up && !instance.running) continue;
     Channel* ch = channel(instance);
@@ -454,8 +567,8 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
       }
     }
     CompletionMessage message;
-    while (ch->to_frontend.pop(&message)) take_message_locked(id, message);
-    take_submits_locked(id);
+    while (ch->to_frontend.pop(&message)) take_message_locked(instance.id, message);
+    take_submits_locked(instance);
   }
   dispatch_all_locked(arrivals_possible);
   std::vector<Completion> out;
@@ -463,9 +576,19 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
   return out;
 }
 
+// --- worker processes ---
+
+void Core::instance_starting(uint32_t instance_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Instance* instance = find_instance_locked(instance_id);
+  if (instance != nullptr) instance->running = true;
+}
+
 std::vector<Completion> Core::instance_down(uint32_t instance_id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Instance& instance = instances_.at(instance_id);
+  Instance* found = find_instance_locked(instance_id);
+  if (found == nullptr) return {};
+  Instance& instance = *found;
   Channel* ch = channel(instance);
   // Completions the worker posted before it died are real results.
   CompletionMessage message;
@@ -482,16 +605,21 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
     finish_locked(it->second, kCompletionInstanceDied);
     it = in_flight_.erase(it);
   }
-  instance.up = false;
-  instance.running = false;
-  instance.busy = false;
-  instance.backlog.clear();
   // Its own requests still queued or running answer to no one now; blocks sent to it
   // carried its batch's tag and went with it.
   for (auto route = routes_.begin(); route != routes_.end();) {
     route = route->second.instance_id == instance_id ? routes_.erase(route) : std::next(route);
   }
-  ch->reset();
+  if (find_locked(instance.model) == nullptr) {
+    // Its model was removed and no process uses the channel any more.
+    free_instance_locked(instance);
+  } else {
+    instance.up = false;
+    instance.running = false;
+    instance.busy = false;
+    instance.backlog.clear();
+    ch->reset();
+  }
   std::vector<Completion> out;
   out.swap(done_);
   return out;
@@ -499,29 +627,30 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
 
 void Core::instance_up(uint32_t instance_id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Instance& instance = instances_.at(instance_id);
-  if (instance.up) return;
+  Instance* instance = find_instance_locked(instance_id);
+  if (instance == nullptr || instance->up) return;
+  Model* model = find_locked(instance->model);
+  if (model == nullptr) return;  // its model was removed: the worker has its stop message
   // No channel reset here: the worker is already waiting on it and may have set
   // worker_sleeping, which a reset would clear and so lose its wake-up. The channel
   // was reset when created and when the previous worker died (instance_down).
-  instance.up = true;
-  instance.running = true;
-  instance.busy = false;
-  if (dispatch_locked(instance.model_id, clock_())) notify_frontend();
+  instance->up = true;
+  instance->running = true;
+  instance->busy = false;
+  if (dispatch_locked(*model, clock_())) notify_frontend();
 }
 
 void Core::stop_instance(uint32_t instance_id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Instance& instance = instances_.at(instance_id);
-  BatchMessage message{0, 0, 0, MessageKind::kStop};
-  send_to_worker_locked(instance_id, message);
-  instance.up = false;  // takes no new batches
-  signal_eventfd(instance.wake_fd);
+  Instance* instance = find_instance_locked(instance_id);
+  if (instance != nullptr) stop_locked(*instance);
 }
 
-size_t Core::queued(uint32_t model_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return models_.at(model_id).batcher->size();
+void Core::stop_locked(Instance& instance) {
+  BatchMessage message{0, 0, 0, MessageKind::kStop, 0};
+  send_to_worker_locked(instance, message);
+  instance.up = false;  // takes no new batches
+  signal_eventfd(instance.wake_fd);
 }
 
 size_t Core::in_flight() {

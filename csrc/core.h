@@ -1,6 +1,6 @@
-// The frontend side of the data path: per-model queues under Triton's dynamic
-// batching policy (dynamic_batcher.h), batches in flight on worker instances, and
-// completions back to the frontend.
+// The frontend side of the data path: a registry of models, each with its scheduler
+// (scheduler.h; Triton's dynamic batcher by default) and its worker instances, the
+// batches in flight on those instances, and completions back to the frontend.
 //
 // Who calls what: the frontend's event loop submits requests, then calls flush()
 // once per loop turn (requests that arrive together leave together, with one wake-up
@@ -8,8 +8,19 @@
 // inline, on the caller's thread with the GIL released. A batch the policy holds back
 // (queue delay, queue timeouts) is dispatched by the core's timer thread at its
 // deadline, precisely, which an event loop's millisecond timers could not do.
+//
+// Locking: one mutex (mutex_) guards the registry, the schedulers, the instances and
+// the batches in flight; every public method takes it, so any thread may call any
+// method (the frontend calls them from its event-loop thread only, the C++ tests from
+// several). Work that needs no shared state (copying a request into its block)
+// happens before the lock is taken. The arena has its own process-shared lock.
+//
+// Models come and go while serving: add_model() returns a ModelHandle, and after
+// remove_model() that handle fails cleanly (kModelGone) even when a new model takes
+// its slot.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -27,6 +38,7 @@
 #include "dynamic_batcher.h"
 #include "input_regions.h"
 #include "response_block.h"
+#include "scheduler.h"
 #include "submit_request.h"
 
 namespace naiad {
@@ -35,7 +47,8 @@ uint64_t monotonic_ns();
 using Clock = std::function<uint64_t()>;
 
 // Completion statuses beyond channel.h's, for requests that never ran.
-constexpr int32_t kCompletionTimedOut = 3;  // queue timeout under REJECT
+constexpr int32_t kCompletionTimedOut = 3;   // queue timeout under REJECT
+constexpr int32_t kCompletionModelGone = 4;  // queued when its model was removed
 
 struct Completion {
   uint64_t batch_id;  // 0 for requests that never ran
@@ -61,51 +74,79 @@ class Core {
   Core(const Core&) = delete;
   Core& operator=(const Core&) = delete;
 
+  // Any thread, no lock: the arena is fixed for the core's life.
   Arena& arena() { return arena_; }
   BatchAssembler& assembler() { return assembler_; }
   // Workers and the timer thread signal this eventfd (non-blocking) when they leave
-  // something for poll().
+  // something for poll(). Any thread, no lock: fixed for the core's life.
   int notify_fd() const { return notify_fd_; }
+  // Request ids, unique across every entry point (the fast lane, the general path).
+  // Any thread, no lock. They stay below 2^62: requests workers submit (BLS) take
+  // ids from 2^62 up (next_routed_id_), so the two never meet.
+  uint64_t new_request_id() { return next_request_id_.fetch_add(1, std::memory_order_relaxed); }
 
-  uint32_t add_model(const BatcherConfig& config);
+  // --- the registry (frontend thread: model load and unload) ---
+  // A model scheduled by `scheduler` (a sequence batcher, an ensemble, ...).
+  ModelHandle add_model(std::unique_ptr<Scheduler> scheduler);
+  // A model under Triton's dynamic batching policy (DynamicBatchScheduler).
+  ModelHandle add_model(const BatcherConfig& config);
+  // Removes the model: from now on its handle's submits return kModelGone. Its
+  // queued requests complete with kCompletionModelGone, left for poll(). Its batches
+  // in flight still complete through poll() (ordering is kept only among those
+  // already finished). Each instance is asked to stop after the batch it runs and is
+  // freed (channel, eventfd) once no worker process can use it: at once if none was
+  // started on it (instance_starting()), else at its instance_down(). False: the
+  // handle was already stale.
+  bool remove_model(ModelHandle model);
   // Creates an instance's channel; it takes batches once instance_up() is called.
-  uint32_t add_instance(uint32_t model_id);
+  // Throws std::out_of_range for a stale handle.
+  uint32_t add_instance(ModelHandle model);
+  // Throws std::out_of_range for an instance that was freed.
   InstanceEndpoint endpoint(uint32_t instance_id) const;
 
+  // --- the data path (frontend thread) ---
   // Lays the request out in the arena (its metadata and the one copy of its inputs,
   // ipc_schema.h) and queues it; it is dispatched by the next flush() or poll().
-  SubmitResult submit(uint32_t model_id, const SubmitRequest& request);
+  // The copy happens on the caller's thread before the lock is taken.
+  SubmitResult submit(ModelHandle model, const SubmitRequest& request);
   // Where region inputs (kSystemShm, kCudaIpc) are found; null: none are served.
   // Set before serving; the registry must outlive the core.
   void set_input_regions(InputRegions* regions) { regions_ = regions; }
 
-  // Dispatches what the policy lets go to idle instances. `arrivals_possible` is the
-  // frontend's word on whether any client could still send a request now (see
-  // DynamicBatcher::next_batch); poll() takes it too.
+  // Dispatches what the schedulers let go to idle instances. `arrivals_possible` is
+  // the frontend's word on whether any client could still send a request now (see
+  // Scheduler::schedule); poll() takes it too.
   void flush(bool arrivals_possible = true);
   // Runs the policy as the timer thread would at this moment (tests without it).
+  // Any thread.
   void tick();
 
   // Returns what finished since the last call: completed batches (their input
-  // blocks already freed; the caller frees result blocks) and requests rejected in
-  // the queue. Dispatches to instances that became idle.
+  // blocks already freed; the caller frees result blocks) and requests that never
+  // ran (queue timeouts, removed models). Dispatches to instances that became idle.
   std::vector<Completion> poll(bool arrivals_possible = true);
 
+  // --- worker processes (frontend thread: process start, readiness, exit) ---
+  // A worker process is being started on the instance's channel: the core keeps the
+  // channel and eventfd for it until instance_down() says it is gone.
+  void instance_starting(uint32_t instance_id);
   // The instance's process is gone: its batches in flight complete with
-  // kCompletionInstanceDied and what they held in the arena is freed.
+  // kCompletionInstanceDied and what they held in the arena is freed. An instance
+  // of a removed model is freed. An unknown id returns nothing.
   std::vector<Completion> instance_down(uint32_t instance_id);
-  // A (re)started worker is ready: reset its channel and let it take batches.
+  // A (re)started worker is ready: let it take batches. Ignored for an instance of a
+  // removed model (it is being stopped) or an unknown id.
   void instance_up(uint32_t instance_id);
   // Asks the worker to finalize and exit after the batch it is running.
   void stop_instance(uint32_t instance_id);
 
-  size_t queued(uint32_t model_id);
+  // Batches on instances now. Any thread (tests, statistics).
   size_t in_flight();
 
  private:
   struct Batch {
     uint64_t id;
-    uint32_t model_id;
+    ModelHandle model;
     uint32_t instance_id;
     uint64_t desc_offset;
     uint64_t dispatch_ns;
@@ -113,11 +154,12 @@ class Core {
     std::vector<bool> answered;  // a final response was posted for request i
   };
   struct Instance {
-    uint32_t model_id;
+    uint32_t id;
+    ModelHandle model;  // stale once the model is removed: the instance is stopping
     uint64_t channel_offset;
     int wake_fd;
     bool up = false;       // takes new batches
-    bool running = false;  // its process is alive (it may be stopping)
+    bool running = false;  // a worker process may use the channel (it may be stopping)
     bool busy = false;
     // Messages for the worker that found its ring full (responses to its own
     // requests): sent first in the next poll(); nothing is dropped.
@@ -129,9 +171,9 @@ class Core {
     uint64_t tag;  // the worker's name for the request
   };
   struct Model {
-    std::unique_ptr<DynamicBatcher> batcher;
-    std::vector<uint32_t> instances;
-    uint64_t deadline_ns = 0;  // when the held batch or a queue timeout is due
+    std::unique_ptr<Scheduler> scheduler;
+    std::vector<Instance*> instances;  // into instances_, in the order they were added
+    uint64_t deadline_ns = 0;          // when the held batch or a queue timeout is due
     // preserve_ordering: batch ids in dispatch order, and completions waiting for
     // an earlier batch to finish.
     std::vector<uint64_t> order;
@@ -141,49 +183,76 @@ class Core {
     };
     std::unordered_map<uint64_t, Held> held;
   };
+  // A registry slot; `generation` moves on when its model is removed, so old
+  // handles stop matching.
+  struct ModelSlot {
+    uint32_t generation = 1;
+    std::unique_ptr<Model> model;  // null while the slot is free
+  };
 
   Channel* channel(const Instance& instance) { return arena_.at<Channel>(instance.channel_offset); }
+  // The live model `handle` names, or null when it was removed.
+  Model* find_locked(ModelHandle handle);
+  Instance* find_instance_locked(uint32_t instance_id);
   // Dispatches for one model; returns true if it left anything for poll().
-  bool dispatch_locked(uint32_t model_id, uint64_t now, bool arrivals_possible = true);
+  bool dispatch_locked(Model& model, uint64_t now, bool arrivals_possible = true);
   bool dispatch_all_locked(bool arrivals_possible);
   // Dispatches the models whose held batch or queue timeout is due at `now`.
   bool dispatch_due_locked(uint64_t now);
   // A message a worker posted (responses, batch done) for one of its batches.
   void take_message_locked(uint32_t instance_id, const CompletionMessage& message);
   // Queues the requests the worker submitted (BLS) on their target models.
-  void take_submits_locked(uint32_t instance_id);
+  void take_submits_locked(Instance& instance);
   // Sends the routed requests' responses in the block to their submitters; false when
   // no request the block answers is the frontend's (nothing to deliver).
   bool route_responses_locked(Batch& batch, const ResponseBlockView* view);
   // Tells the submitter of routed request `request_id` it failed (kRefused).
   void refuse_routed_locked(uint64_t request_id, uint32_t status);
-  void send_to_worker_locked(uint32_t instance_id, const BatchMessage& message);
+  void send_to_worker_locked(Instance& instance, const BatchMessage& message);
   // The batch is over: its inputs and descriptor go, and its requests that got no
   // final response fail with `status` (kCompletionWorkerFailed when it ran).
   void finish_locked(Batch& batch, int32_t status);
-  void deliver_locked(uint32_t model_id, uint64_t batch_id, Completion* done, bool batch_over);
+  // Hands `done` (null: nothing, only the batch's end) to poll(), in dispatch order
+  // when the model preserves ordering; `batch_over`: nothing more comes for the batch.
+  void deliver_locked(ModelHandle model, uint64_t batch_id, Completion* done, bool batch_over);
   void reject_locked(std::vector<QueuedRequest>& rejected, int32_t status);
+  void stop_locked(Instance& instance);
+  // Closes the instance's eventfd, frees its channel and forgets it.
+  void free_instance_locked(Instance& instance);
   void notify_frontend();
   void timer_loop();
 
+  // Set at construction, then only read: no lock.
   Clock clock_;
-  std::mutex mutex_;
+  Arena arena_;
+  BatchAssembler assembler_;         // request and batch layout in the arena (own lock)
+  InputRegions* regions_ = nullptr;  // set before serving, then only read
+  int notify_fd_ = -1;
+  std::atomic<uint64_t> next_request_id_{1};
+
+  mutable std::mutex mutex_;
+  // --- guarded by mutex_ ---
   std::condition_variable timer_cv_;
   bool stopping_ = false;
   uint64_t timer_deadline_ = 0;  // what the timer thread sleeps towards, 0 = none
-  std::thread timer_;
-  Arena arena_;
-  BatchAssembler assembler_;  // request and batch layout in the arena
-  InputRegions* regions_ = nullptr;
-  int notify_fd_ = -1;
   uint64_t next_batch_id_ = 1;
-  std::vector<Model> models_;
-  std::vector<Instance> instances_;
+  std::vector<ModelSlot> models_;
+  std::vector<uint32_t> free_slots_;  // slots of removed models, reused first
+  // Instance ids are never reused, so a stale one (a worker exiting after its model
+  // was removed) finds nothing rather than another instance. The map's nodes stay
+  // put, so Model::instances points into it.
+  std::unordered_map<uint32_t, Instance> instances_;
+  uint32_t next_instance_id_ = 0;
   std::unordered_map<uint64_t, Batch> in_flight_;
   std::unordered_map<uint64_t, Route> routes_;  // by request id
   // Ids of requests workers submit: a range of their own, apart from the frontend's.
   uint64_t next_routed_id_ = uint64_t{1} << 62;
   std::vector<Completion> done_;  // left for poll() by dispatch and the timer thread
+  // Scratch for dispatch_locked, kept to spare allocations on the hot path.
+  std::vector<uint32_t> idle_;
+  std::vector<Placement> placements_;
+
+  std::thread timer_;  // last: it starts once everything above is constructed
 };
 
 }  // namespace naiad

@@ -44,6 +44,7 @@ EnqueueResult DynamicBatcher::enqueue(QueuedRequest request, uint32_t priority, 
   request.enqueue_ns = now_ns;
   request.timeout_ns = timeout == 0 ? 0 : now_ns + timeout * 1000;
   level.queue.push_back(request);
+  ++queued_;
   return EnqueueResult::kOk;
 }
 
@@ -59,6 +60,7 @@ uint64_t DynamicBatcher::apply_timeouts(uint64_t now_ns, std::vector<QueuedReque
       }
       if (level.policy.timeout_action == TimeoutAction::kReject) {
         rejected->push_back(*it);
+        --queued_;
       } else {
         QueuedRequest delayed = *it;
         delayed.timeout_ns = 0;  // delayed once, then served in turn
@@ -141,13 +143,8 @@ uint64_t DynamicBatcher::next_batch(uint64_t now_ns, std::vector<QueuedRequest>*
     batch->push_back(queue.front());
     queue.pop_front();
   }
+  queued_ -= take;
   return 0;
-}
-
-size_t DynamicBatcher::size() const {
-  size_t n = 0;
-  for (const Level& level : levels_) n += level.queue.size() + level.delayed.size();
-  return n;
 }
 
 std::vector<QueuedRequest> DynamicBatcher::drain() {
@@ -158,6 +155,7 @@ std::vector<QueuedRequest> DynamicBatcher::drain() {
     level.queue.clear();
     level.delayed.clear();
   }
+  queued_ = 0;
   return all;
 }
 

@@ -2,7 +2,8 @@
 // per-level queue policies (timeouts with REJECT or DELAY, max queue size), preferred
 // batch sizes, the queue delay bound, and shape compatibility. It is pure: the caller
 // passes the time in, so the policy is tested with an injected clock, and the core
-// (core.cc) owns the mechanics (arena, channels, threads).
+// (core.cc) owns the mechanics (arena, channels, threads). DynamicBatchScheduler
+// (dynamic_batch_scheduler.h) puts it behind the core's Scheduler interface.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +11,8 @@
 #include <deque>
 #include <set>
 #include <vector>
+
+#include "scheduler.h"  // QueuedRequest, EnqueueResult
 
 namespace naiad {
 
@@ -38,18 +41,6 @@ struct BatcherConfig {
   std::vector<bool> level_has_policy;
 };
 
-struct QueuedRequest {
-  uint64_t id;
-  uint64_t offset;  // the request block in the arena
-  uint64_t size;
-  uint32_t batch_size;
-  uint64_t shape_key;   // requests with different keys never share a batch
-  uint64_t enqueue_ns;  // when it entered the queue
-  uint64_t timeout_ns;  // absolute deadline in the queue, 0 = none
-};
-
-enum class EnqueueResult { kOk, kQueueFull };
-
 class DynamicBatcher {
  public:
   explicit DynamicBatcher(const BatcherConfig& config);
@@ -73,10 +64,10 @@ class DynamicBatcher {
   // next timeout deadline, 0 if none.
   uint64_t expire(uint64_t now_ns, std::vector<QueuedRequest>* rejected);
 
-  size_t size() const;
-  bool empty() const { return size() == 0; }
+  size_t size() const { return queued_; }
+  bool empty() const { return queued_ == 0; }
   bool preserve_ordering() const { return config_.preserve_ordering; }
-  // Removes and returns every queued request (shutdown, or a model going away).
+  // Removes and returns every queued request (the model is being removed).
   std::vector<QueuedRequest> drain();
 
  private:
@@ -93,6 +84,9 @@ class DynamicBatcher {
   uint32_t max_preferred_ = 1;
   uint64_t delay_ns_ = 0;
   std::vector<Level> levels_;  // levels_[0] is priority 1, the highest
+  // Requests in every level's queue and delayed queue: asked on every dispatch, so
+  // counted as they come and go rather than summed.
+  size_t queued_ = 0;
 };
 
 }  // namespace naiad

@@ -1,5 +1,5 @@
 // The one definition of what crosses the shared arena between the frontend and the
-// workers: the request block, the batch descriptor and the result block. C++ uses
+// workers: the request block, the batch descriptor and the response block. C++ uses
 // these structs directly; Python reads and writes them only through _core.pyx, which
 // declares the same header. Every struct is plain, little-endian, fixed-size and
 // 8-byte aligned, so both languages see the same bytes with no parsing.

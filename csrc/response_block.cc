@@ -24,7 +24,7 @@ uint64_t json_end(const std::vector<ResponseEntry>& entries) {
 uint64_t response_block_size(const std::vector<ResponseEntry>& entries) {
   uint64_t end = json_end(entries);
   for (const ResponseEntry& entry : entries) {
-    for (const ResponseOutput& output : entry.outputs) end = align_tensor(end) + output.size;
+    for (const OutputBytes& output : entry.outputs) end = align_tensor(end) + output.size;
   }
   return end;
 }
@@ -52,7 +52,7 @@ void write_response_block(uint8_t* block, const std::vector<ResponseEntry>& entr
                                 json_cursor};
     if (!entry.json.empty()) std::memcpy(block + json_cursor, entry.json.data(), entry.json.size());
     json_cursor += entry.json.size();
-    for (const ResponseOutput& out : entry.outputs) {
+    for (const OutputBytes& out : entry.outputs) {
       data_cursor = align_tensor(data_cursor);
       slots[output++] = OutputSlot{data_cursor, out.size};
       if (out.size != 0) std::memcpy(block + data_cursor, out.data, out.size);
@@ -97,7 +97,7 @@ ResponseEntry entry_of(const ResponseBlockView& view, uint32_t index) {
   entry.json = view.json(record);
   for (uint32_t o = 0; o < record.n_outputs; ++o) {
     const OutputSlot& slot = view.outputs[record.first_output + o];
-    entry.outputs.push_back(ResponseOutput{view.block + slot.offset, slot.size});
+    entry.outputs.push_back(OutputBytes{view.block + slot.offset, slot.size});
   }
   return entry;
 }

@@ -13,7 +13,7 @@
 
 namespace naiad {
 
-struct ResponseOutput {
+struct OutputBytes {
   const void* data = nullptr;
   uint64_t size = 0;
 };
@@ -24,7 +24,7 @@ struct ResponseEntry {
   uint32_t flags = kResponseFinal;
   int32_t error_code = 0;
   std::string_view json;  // {"outputs": [[name, datatype, shape], ...]} or {"error": ...}
-  std::vector<ResponseOutput> outputs;
+  std::vector<OutputBytes> outputs;
 };
 
 uint64_t response_block_size(const std::vector<ResponseEntry>& entries);

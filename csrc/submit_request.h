@@ -45,8 +45,30 @@ struct SubmitRequest {
   SubmitOptions options;            // batch_size, priority, timeout_us, shape_key
 };
 
-// kUnsupportedInput: an input's source cannot be read (a region kind with no
-// registry, an unknown region, a range outside it). Nothing was queued.
-enum class SubmitResult { kOk = 0, kArenaFull = 1, kQueueFull = 2, kUnsupportedInput = 3 };
+// A model in the core's registry: its slot, and the generation that tells it apart
+// from later models in the same slot, so a handle kept past remove_model() fails
+// cleanly instead of reaching another model. `value` packs both (generation << 32 |
+// slot) for Python, the fast lane's tables and the workers' submits; 0 is never a
+// model.
+struct ModelHandle {
+  uint64_t value = 0;
+
+  static ModelHandle of(uint32_t slot, uint32_t generation) {
+    return ModelHandle{static_cast<uint64_t>(generation) << 32 | slot};
+  }
+  uint32_t slot() const { return static_cast<uint32_t>(value); }
+  uint32_t generation() const { return static_cast<uint32_t>(value >> 32); }
+};
+
+// kModelGone: the handle's model was removed. kUnsupportedInput: an input's source
+// cannot be read (a region kind with no registry, an unknown region, a range outside
+// it). Either way nothing was queued. _core.pyx mirrors these values (SUBMIT_*).
+enum class SubmitResult {
+  kOk = 0,
+  kArenaFull = 1,
+  kQueueFull = 2,
+  kModelGone = 3,
+  kUnsupportedInput = 4
+};
 
 }  // namespace naiad

@@ -73,7 +73,7 @@ void WorkerEndpoint::post(const CompletionMessage& message) {
   wake_frontend();
 }
 
-SubmitResult WorkerEndpoint::submit(uint32_t model_id, uint64_t tag, const SubmitRequest& request) {
+SubmitResult WorkerEndpoint::submit(uint64_t model, uint64_t tag, const SubmitRequest& request) {
   ScratchArray<const uint8_t*> sources(request.inputs.size());
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     if (request.inputs[i].kind != InputKind::kInline) return SubmitResult::kUnsupportedInput;
@@ -85,7 +85,7 @@ SubmitResult WorkerEndpoint::submit(uint32_t model_id, uint64_t tag, const Submi
   if (block == 0) return SubmitResult::kArenaFull;
   const SubmitOptions& options = request.options;
   SubmitMessage message{
-      tag, block, model_id, options.priority, options.timeout_us, options.shape_key};
+      tag, block, model, options.priority, 0, options.timeout_us, options.shape_key};
   while (!channel_->to_core.push(message)) {
     wake_frontend();
     usleep(50);

@@ -36,11 +36,12 @@ class WorkerEndpoint {
   // Posts one message; waits while the ring is full (the frontend drains it).
   void post(const CompletionMessage& message);
 
-  // Submits a request to the core for model `model_id` (BLS), named `tag`: its inline
+  // Submits a request to the core for the model whose ModelHandle value is `model`
+  // (BLS), named `tag`: its inline
   // inputs are copied into a block of the arena, which the core takes over. Its
   // responses come back from next() as kResponse messages carrying `tag` (kRefused
   // if it cannot be served). kArenaFull or kUnsupportedInput: nothing was sent.
-  SubmitResult submit(uint32_t model_id, uint64_t tag, const SubmitRequest& request);
+  SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request);
 
   Arena& arena() { return arena_; }
 

@@ -29,7 +29,7 @@ struct OneInstanceCore {
   OneInstanceCore& operator=(const OneInstanceCore&) = delete;
 
   Core core;
-  uint32_t model = 0;
+  ModelHandle model;
   WorkerEndpoint* worker = nullptr;
 };
 

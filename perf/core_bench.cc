@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   OneInstanceCore bench(batch);
   Core& core = bench.core;
   WorkerEndpoint& worker = *bench.worker;
-  const uint32_t model = bench.model;
+  const ModelHandle model = bench.model;
 
   // add_sub as the lane submits it: the worker's metadata and two FP32 [1,16] inputs.
   const std::string metadata =

@@ -6,7 +6,8 @@ import os
 import numpy as np
 import orjson
 from naiad import _core
-from naiad.worker.main import _build_requests, batch_inputs
+from naiad.protos import model_config_pb2 as mc
+from naiad.worker.main import _batch, batch_inputs
 
 
 def _metadata(request_id, shape):
@@ -22,7 +23,9 @@ def _metadata(request_id, shape):
 
 def test_requests_are_views_of_the_batch_tensors():
     core = _core.Core(1 << 22)
-    model = core.add_model({"dynamic_batching": True, "max_batch_size": 8})
+    config = mc.ModelConfig(name="m", max_batch_size=8)
+    config.dynamic_batching.SetInParent()
+    model = core.add_model(config)
     instance, channel_offset, wake_fd = core.add_instance(model)
     endpoint = _core.WorkerEndpoint(
         os.dup(core.arena_fd), channel_offset, os.dup(wake_fd), os.dup(core.notify_fd)
@@ -45,11 +48,13 @@ def test_requests_are_views_of_the_batch_tensors():
     assert arrays["INPUT0"].shape == (4, 4)
     np.testing.assert_array_equal(arrays["INPUT0"], np.concatenate([a for a, _ in sent]))
     np.testing.assert_array_equal(arrays["INPUT1"], np.concatenate([b for _, b in sent]))
-    requests = _build_requests(endpoint.arena, blocks, "m", 1)
-    for request, (a, _b) in zip(requests, sent):
-        view = request.inputs()[0].as_numpy()
+    batch = _batch(endpoint.arena, blocks)
+    for request, (a, b) in zip(batch.requests, sent):
+        view = request.arrays[0]
         np.testing.assert_array_equal(view, a)
         assert np.shares_memory(view, arrays["INPUT0"])
+        np.testing.assert_array_equal(request.arrays[1], b)
+        assert np.shares_memory(request.arrays[1], arrays["INPUT1"])
     endpoint.complete(batch_id, 0, 0, _core.COMPLETION_OK)
     assert [c[6] for c in core.poll()] == [[1, 2, 3]]
-    del requests, arrays, view
+    del batch, request, arrays, view

@@ -28,7 +28,7 @@ async def serve(options) -> int:
     if not repository.is_dir():
         log.error("failed to stat model repository path '%s'", repository)
         return 1
-    manager = ModelManager(repository, options.arena_size)
+    manager = ModelManager(repository, options.arena_size, fast_lane=options.fast_lane)
     all_loaded = await manager.load_all()
     print(format_load_table(manager.load_table), file=sys.stderr, flush=True)
     if not all_loaded and options.exit_on_error:

@@ -181,6 +181,7 @@ TEST(queue_timeout_rejects_under_reject) {
   Decision second = decide(batcher, 50 * us);
   CHECK((second.rejected == std::vector<uint64_t>{1}));
   CHECK(second.batch.empty() && second.wait == 90 * us);
+  CHECK(batcher.size() == 1);  // the rejected one is counted out
 }
 
 TEST(timeout_override_only_when_allowed) {
@@ -206,7 +207,20 @@ TEST(queue_timeout_under_delay_moves_behind_the_others) {
   Decision d = decide(batcher, 20 * us);
   CHECK(d.rejected.empty());
   CHECK((d.batch == std::vector<uint64_t>{2}));  // 1 timed out: delayed behind 2
+  CHECK(batcher.size() == 1);                    // a delayed request still counts
   CHECK((decide(batcher, 21 * us).batch == std::vector<uint64_t>{1}));
+  CHECK(batcher.empty());
+}
+
+TEST(drain_returns_every_level_and_empties_the_queue) {
+  BatcherConfig config = dynamic(4);
+  config.priority_levels = 2;
+  DynamicBatcher batcher(config);
+  batcher.enqueue(req(1), 2, 0, 0);
+  batcher.enqueue(req(2), 1, 0, 0);
+  CHECK(batcher.size() == 2);
+  CHECK((ids(batcher.drain()) == std::vector<uint64_t>{2, 1}));  // level order
+  CHECK(batcher.empty() && decide(batcher, 0).batch.empty());
 }
 
 TEST(expire_applies_timeouts_while_instances_are_busy) {

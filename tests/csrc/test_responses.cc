@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core.h"
-#include "fast_lane.h"
+#include "kserve_codec.h"
 #include "response_block.h"
 #include "testing.h"
 #include "worker_endpoint.h"
@@ -43,7 +43,7 @@ struct Fixture {
     CHECK(core.submit(model, request) == SubmitResult::kOk);
   }
   Core core;
-  uint32_t model = 0;
+  ModelHandle model;
   std::vector<uint32_t> ids;
   std::vector<std::unique_ptr<WorkerEndpoint>> workers;
 };
@@ -200,21 +200,24 @@ TEST(the_worker_never_drops_a_message_when_the_ring_is_full) {
 
 TEST(lane_answers_each_request_from_its_final_response) {
   Fixture f(4);
-  FastModel model;
+  ModelSpec model;
+  model.core_model_id = f.model;
   model.name = "m";
+  model.name_json = "m";
   model.version = "1";
   model.max_batch_size = 4;
   model.outputs = {"OUT"};
-  FastLane lane(f.core);
+  model.outputs_json = {"OUT"};
+  KServeCodec lane(f.core);
   lane.add_model(model);
   const std::string out = "abcd";
   ResponseEntry partial = response(1, false, "{\"outputs\":[[\"OUT\",\"UINT8\",[4]]]}");
-  partial.outputs.push_back(ResponseOutput{out.data(), out.size()});
+  partial.outputs.push_back(OutputBytes{out.data(), out.size()});
   ResponseEntry final = partial;
   final.flags = kResponseFinal;
   std::string block(response_block_size({partial, final}), '\0');
   write_response_block(reinterpret_cast<uint8_t*>(&block[0]), {partial, final}, kTimings);
-  std::vector<FastLane::Reply> replies;
+  std::vector<KServeCodec::Answer> replies;
   uint64_t timings[4];
   // Neither request is the lane's: nothing to answer, but the block reads.
   CHECK(lane.complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(), {7, 8}, 0, 0,

@@ -49,7 +49,8 @@ struct TwoModels {
     return r;
   }
   Core core;
-  uint32_t caller = 0, target = 0, caller_instance = 0, target_instance = 0;
+  ModelHandle caller, target;
+  uint32_t caller_instance = 0, target_instance = 0;
   std::unique_ptr<WorkerEndpoint> caller_worker, target_worker;
 };
 
@@ -66,7 +67,7 @@ ResponseEntry answer(uint32_t index, const std::string& output, bool final = tru
   entry.request_index = index;
   entry.flags = final ? kResponseFinal : 0;
   entry.json = "{\"outputs\":[[\"OUT\",\"UINT8\",[3]]]}";
-  entry.outputs.push_back(ResponseOutput{output.data(), output.size()});
+  entry.outputs.push_back(OutputBytes{output.data(), output.size()});
   return entry;
 }
 
@@ -89,7 +90,7 @@ TEST(a_worker_submits_a_request_and_gets_its_responses) {
 
   // The caller's model calls the target model with its own request.
   const std::string bls_input = "bls";
-  CHECK(m.caller_worker->submit(m.target, 77, m.request(0, bls_input)) == SubmitResult::kOk);
+  CHECK(m.caller_worker->submit(m.target.value, 77, m.request(0, bls_input)) == SubmitResult::kOk);
   CHECK(m.core.poll().empty());  // queued on the target, whose instance is busy
   const std::string fe_out = "FE!", bls_out = "BLS";
   CHECK(m.target_worker->respond(first_target.batch_id, {answer(0, fe_out)}, kTimings, true));
@@ -134,14 +135,14 @@ TEST(a_worker_request_that_cannot_be_served_is_refused_not_lost) {
   CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
   m.core.flush();
   BatchMessage caller_batch = m.caller_worker->next();
-  // An unknown model: refused at once.
+  // An unknown model (no such handle): refused at once, as gone.
   CHECK(m.caller_worker->submit(99, 5, m.request(0, input)) == SubmitResult::kOk);
   m.core.poll();
   BatchMessage refused = m.caller_worker->next();
   CHECK(refused.kind == MessageKind::kRefused && refused.batch_id == 5);
-  CHECK(refused.n_requests == static_cast<uint32_t>(SubmitResult::kUnsupportedInput));
+  CHECK(refused.n_requests == static_cast<uint32_t>(SubmitResult::kModelGone));
   // A target that ends its batch without a final response: the submitter hears it.
-  CHECK(m.caller_worker->submit(m.target, 6, m.request(0, input)) == SubmitResult::kOk);
+  CHECK(m.caller_worker->submit(m.target.value, 6, m.request(0, input)) == SubmitResult::kOk);
   m.core.poll();
   BatchMessage target_batch = m.target_worker->next();
   m.target_worker->complete(target_batch.batch_id, 0, 0, kCompletionOk);
@@ -162,7 +163,7 @@ TEST(a_dead_submitter_leaves_nothing_behind) {
   m.core.flush();
   m.caller_worker->next();
   // Submitted, never picked up: the worker dies first.
-  CHECK(m.caller_worker->submit(m.target, 8, m.request(0, input)) == SubmitResult::kOk);
+  CHECK(m.caller_worker->submit(m.target.value, 8, m.request(0, input)) == SubmitResult::kOk);
   std::vector<Completion> failed = m.core.instance_down(m.caller_instance);
   CHECK(failed.size() == 1 && failed[0].status == kCompletionInstanceDied);
   CHECK(m.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
@@ -176,7 +177,7 @@ TEST(responses_beyond_the_ring_wait_for_the_submitter_and_are_not_lost) {
   CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
   m.core.flush();
   BatchMessage caller_batch = m.caller_worker->next();
-  CHECK(m.caller_worker->submit(m.target, 9, m.request(0, input)) == SubmitResult::kOk);
+  CHECK(m.caller_worker->submit(m.target.value, 9, m.request(0, input)) == SubmitResult::kOk);
   m.core.poll();
   BatchMessage target_batch = m.target_worker->next();
   // Twice the ring's capacity of responses, while the caller reads none of them.

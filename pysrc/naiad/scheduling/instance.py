@@ -55,6 +55,8 @@ class Instance:
             f"--notify-fd={core.notify_fd}",
             f"--control-fd={write_fd}",
         ]
+        # From here until instance_down the core keeps the channel the worker maps.
+        core.instance_starting(self.instance_id)
         try:
             self.process = subprocess.Popen(
                 command,
@@ -62,6 +64,10 @@ class Instance:
                 pass_fds=(core.arena_fd, self.wake_fd, core.notify_fd, write_fd),
                 env=_worker_env(),
             )
+        except BaseException:
+            os.close(read_fd)
+            core.instance_down(self.instance_id)  # no process was started
+            raise
         finally:
             os.close(write_fd)
         self.process.stdin.write(json.dumps(self.args).encode())

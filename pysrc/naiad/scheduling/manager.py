@@ -1,8 +1,9 @@
 """The model manager: loads the repository, owns the core, routes completions.
 
-Front ends call `get()` for a model and `LoadedModel.infer()`; the manager keeps the
-requests in flight, wakes on the core's eventfd and resolves each request's future
-with its response or error.
+Front ends call `get()` for a model and queue requests through `LoadedModel.submit()`
+(the general path) or the fast lane (`take_http_requests`, `submit_fast`); the manager
+keeps the requests in flight, wakes on the core's eventfd and answers each one with its
+response or error.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from naiad.errors import (
     NotFound,
     Unavailable,
     Unsupported,
+    error_of_triton_code,
 )
 from naiad.repository.metadata import server_metadata
 from naiad.repository.repository import scan_repository
@@ -35,23 +37,15 @@ log = logging.getLogger("naiad")
 # Model names that appear in a URL as they are.
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
-# pb_utils.TritonError codes -> the error kind the client gets.
-_ERROR_OF_CODE = {
-    2: NotFound,
-    3: InvalidArgument,
-    4: Unavailable,
-    5: Unsupported,
-    6: InvalidArgument,  # ALREADY_EXISTS
-}
-
 
 class _Pending:
     """A request of the general path: its future resolves to an InferResponse."""
 
-    __slots__ = ("model", "future", "request", "batch_size", "submit_ns")
+    __slots__ = ("request_id", "model", "future", "request", "batch_size", "submit_ns")
     lane = False
 
-    def __init__(self, model, future, request, batch_size, submit_ns):
+    def __init__(self, request_id, model, future, request, batch_size, submit_ns):
+        self.request_id = request_id
         self.model = model
         self.future = future
         self.request = request
@@ -84,13 +78,15 @@ class _LanePending:
 
 
 class ModelManager:
-    def __init__(self, repository: Path, arena_bytes: int = 1 << 30):
+    def __init__(self, repository: Path, arena_bytes: int = 1 << 30, fast_lane: bool = True):
         self.repository = Path(repository)
+        self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.core = _core.Core(arena_bytes)
         self.lane = _core.FastLane(self.core)
         # Requests queued through the fast lane and through the general path.
         self.lane_requests = 0
         self.general_requests = 0
+        self.lane_refused = 0  # invalid requests the lane answered with the validator's error
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self.load_table: list[tuple[str, str, str]] = []  # (model, version, status)
@@ -113,7 +109,11 @@ class ModelManager:
                 continue
             versions = self.models.setdefault(entry.name, {})
             for version in entry.versions:
-                model = LoadedModel(self, entry, version, entry.config)
+                try:
+                    model = LoadedModel(self, entry, version, entry.config)
+                except Exception as exc:  # no room for its channels, out of eventfds...
+                    self.load_table.append((entry.name, str(version), f"UNAVAILABLE: {exc}"))
+                    continue
                 versions[version] = model
                 loading.append(model)
         await asyncio.gather(*(model.load() for model in loading))
@@ -131,6 +131,8 @@ class ModelManager:
         """Infer URLs the lane takes in take_http_requests: every version's, and the
         unversioned one for the version served by default. Names that a URL would
         carry escaped or split stay with the full parser."""
+        if not self.fast_lane:
+            return
         for name, versions in self.models.items():
             if not _PLAIN_NAME.fullmatch(name):
                 continue
@@ -218,6 +220,7 @@ class ModelManager:
         return {
             "lane_requests": self.lane_requests,
             "general_requests": self.general_requests,
+            "lane_refused": self.lane_refused,
             "lane_in_flight": self.lane.in_flight(),
         }
 
@@ -233,48 +236,47 @@ class ModelManager:
         return {"model_stats": [m.stats.to_json() for m in models]}
 
     # -- the data path -------------------------------------------------------------
-    def submit(
-        self,
-        model: LoadedModel,
-        request,
-        metadata: bytes,
-        inputs: list,
-        batch_size: int,
-        priority: int = 0,
-        timeout_us: int = 0,
-        shape_key: int = 0,
-        input_order: int = 0,
-    ):
-        request_id = self.lane.new_request_id()
-        future = self._loop.create_future()
+    def submit(self, model: LoadedModel, spec, request, priority: int = 0, timeout_us: int = 0):
+        """Validates `request` (an InferRequest the general path parsed) with the one
+        validator, lays out its block as the lane does and queues it (spec.submit);
+        returns the future of its InferResponse. Raises NaiadError when it is invalid
+        or cannot be queued."""
+        request_id = self.core.new_request_id()
         submit_ns = _core.now_ns()
-        self._pending[request_id] = _Pending(model, future, request, batch_size, submit_ns)
-        result = self.core.submit(
-            model.model_id,
+        parameters = orjson.dumps(request.parameters) if request.parameters else b"{}"
+        result = spec.submit(
+            self.core,
+            model.core_model,
             request_id,
-            metadata,
-            inputs,
-            batch_size,
+            request.id,
+            request.inputs,
+            request.outputs,
+            parameters,
             priority,
             timeout_us,
-            shape_key,
-            input_order,
         )
-        if result != _core.SUBMIT_OK:
-            del self._pending[request_id]
-            if result == _core.SUBMIT_QUEUE_FULL:
+        if type(result) is str:
+            raise InvalidArgument(result)
+        code, batch_size, size = result
+        if code != _core.SUBMIT_OK:
+            if code == _core.SUBMIT_QUEUE_FULL:
                 # Triton words it so and, unlike a queue timeout, counts no failure.
                 raise Unavailable(f"{log_prefix(request.id)}Exceeds maximum queue size")
+            if code == _core.SUBMIT_MODEL_GONE:
+                raise Unavailable(_not_ready_message(model))
             model.stats.record_failure(_core.now_ns() - submit_ns, "REJECTED")
-            if result == _core.SUBMIT_UNSUPPORTED_INPUT:
+            if code == _core.SUBMIT_UNSUPPORTED_INPUT:
                 raise Unsupported(
                     f"model '{model.name}': an input's shared-memory region cannot be read"
                 )
-            size = len(metadata) + sum(memoryview(data).nbytes for data in inputs)
             raise Unavailable(
                 f"model '{model.name}': the shared-memory arena has no room for a request "
                 f"of {size} bytes"
             )
+        future = self._loop.create_future()
+        self._pending[request_id] = _Pending(
+            request_id, model, future, request, batch_size, submit_ns
+        )
         self.general_requests += 1
         self._schedule_flush()
         return future
@@ -303,20 +305,32 @@ class ModelManager:
         return consumed
 
     def _track_lane(self, taken: list, submit_ns: int, new_on_done) -> None:
-        """Keeps the lane's newly queued requests [(lane_model, request_id, batch_size)]
-        until they are answered."""
+        """Keeps the lane's newly queued requests [(lane_model, request_id, batch_size,
+        reply)] until they are answered; answers at once those the validator refused
+        (`reply`: their whole response)."""
         models = self._lane_models
         pendings = self._pending
-        for lane_model, request_id, batch_size in taken:
+        queued = 0
+        for lane_model, request_id, batch_size, reply in taken:
+            if reply is not None:
+                new_on_done()(reply, None)
+                self.lane_refused += 1
+                continue
             pendings[request_id] = _LanePending(
                 self, models[lane_model], request_id, batch_size, submit_ns, new_on_done()
             )
-        self.lane_requests += len(taken)
-        self._schedule_flush()
+            queued += 1
+        if queued:
+            self.lane_requests += queued
+            self._schedule_flush()
 
     def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
         """`model` answers for the lane's model `lane_id` (take_http_requests)."""
         self._lane_models[lane_id] = model
+
+    def unregister_lane_model(self, lane_id: int) -> None:
+        """The lane's model `lane_id` was removed; its requests in flight keep their model."""
+        self._lane_models.pop(lane_id, None)
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -332,34 +346,64 @@ class ModelManager:
         self.on_completions(self.core.poll(self.arrivals.possible()))
 
     def on_completions(self, completions: list) -> None:
-        """Answers the requests of completed batches and frees their result blocks."""
-        pop = self._pending.pop
-        for _batch, status, _instance, offset, size, dispatch_ns, request_ids in completions:
-            pendings = [pop(request_id, None) for request_id in request_ids]
+        """Answers the requests of completed batches and frees their result blocks.
+
+        A request stays in `_pending` until the moment it is answered. So whatever goes
+        wrong while one completion is answered (an unreadable result block, a bug), the
+        requests it left unanswered get an internal error and the other completions are
+        answered as usual: no client waits forever."""
+        for completion in completions:
+            try:
+                self._complete(*completion)
+            except Exception:
+                log.exception(
+                    "answering the requests of a completed batch failed; those not answered "
+                    "yet get an internal error"
+                )
+                self._fail_unanswered(completion[-1])
+
+    def _complete(self, _batch, status, _instance, offset, size, dispatch_ns, request_ids):
+        try:
+            get = self._pending.get
+            pendings = [get(request_id) for request_id in request_ids]
             live = [p for p in pendings if p is not None]
             if not live:
-                if offset:
-                    self.core.free(offset)
-                continue
+                return
             end_ns = _core.now_ns()
             if status != _core.COMPLETION_OK:
                 self._fail_batch(live, status, end_ns)
-                if offset:
-                    self.core.free(offset)
-                continue
-            try:
-                timings = None
-                lane = [p for p in live if p.lane]
-                if lane:
-                    timings = self._answer_lane(
-                        lane, offset, size, request_ids, dispatch_ns, end_ns
-                    )
-                if len(lane) != len(live):
-                    timings = self._answer_general(pendings, offset, size, dispatch_ns, end_ns)
-                if timings is not None:
-                    live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
-            finally:
+                return
+            timings = None
+            lane = [p for p in live if p.lane]
+            if lane:
+                timings = self._answer_lane(lane, offset, size, request_ids, dispatch_ns, end_ns)
+            if len(lane) != len(live):
+                timings = self._answer_general(pendings, offset, size, dispatch_ns, end_ns)
+            if timings is not None:
+                live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
+        finally:
+            if offset:
                 self.core.free(offset)
+
+    def _fail_unanswered(self, request_ids: list) -> None:
+        """Fails the requests among `request_ids` that are still waiting for an answer."""
+        end_ns = _core.now_ns()
+        pop = self._pending.pop
+        for request_id in request_ids:
+            pending = pop(request_id, None)
+            if pending is None:
+                continue
+            model = pending.model
+            try:
+                model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
+                pending.fail(
+                    Internal(
+                        f"Failed to process the request(s) for model '{model.name}': the "
+                        "server could not read the model's result (see the server log)"
+                    )
+                )
+            except Exception:
+                log.exception("failing request %d of model '%s' failed", request_id, model.name)
 
     def _answer_lane(self, lane, offset, size, request_ids, dispatch_ns, end_ns):
         """Sends the fast lane's requests of a batch their responses; returns the timings."""
@@ -367,12 +411,12 @@ class ModelManager:
         if result is None:
             self._fail_batch(lane, _core.COMPLETION_WORKER_FAILED, end_ns)
             return None
-        timings, replies = result
-        by_id = {p.request_id: p for p in lane}
+        timings, replies, finals = result
+        pop = self._pending.pop
         stats = lane[0].model.stats
         successes = inferences = request_ns = queue_ns = 0
         for request_id, ok, batch_size, took_ns, queued_ns, http in replies:
-            pending = by_id.get(request_id)
+            pending = pop(request_id, None)
             if pending is None:  # answered already (failed, or the server is stopping)
                 continue
             if ok:
@@ -382,24 +426,44 @@ class ModelManager:
                 queue_ns += queued_ns
             else:
                 stats.record_failure(took_ns)
-            pending.on_done(http, None)
+            try:
+                pending.on_done(http, None)
+            except Exception:  # that client's connection; the others still get theirs
+                log.exception("sending the response of request %d failed", request_id)
         if successes:
             stats.record_successes(successes, inferences, request_ns, queue_ns, timings)
+        # A lane request whose final response is in the block is answered now; one without
+        # gets it in a later block or fails when the batch ends (it stays pending).
+        pending = self._pending
+        final = set(finals)
+        lost = [p.request_id for p in lane if p.request_id in final and p.request_id in pending]
+        if lost:
+            log.error(
+                "the fast lane did not answer %d of a batch's %d requests that have their "
+                "final response",
+                len(lost),
+                len(lane),
+            )
+            self._fail_unanswered(lost)
         return timings
 
     def _answer_general(self, pendings, offset, size, dispatch_ns, end_ns):
         """Resolves the general path's requests of a batch from its response block
         (csrc/ipc_schema.h, read through _core); returns the timings."""
-        read = self.core.responses(offset, size)
+        read = _core.read_response_block(self.core.arena, offset, size)
         if read is None:
-            general = [p for p in pendings if p is not None and not p.lane]
-            self._fail_batch(general, _core.COMPLETION_WORKER_FAILED, end_ns)
-            return None
+            raise ValueError(f"the response block at {offset} ({size} bytes) is not readable")
         timings, responses = read
+        if any(index >= len(pendings) for index, *_ in responses):
+            raise ValueError(
+                f"the response block names a request beyond the batch of {len(pendings)}"
+            )
         arena = self.core.arena
+        # HTTP answers once: a request's final response is its answer. A request without
+        # one in this block gets it in a later block, or fails when the batch ends (the
+        # core's completion for it): it stays pending until then.
         for index, flags, code, json, slots in responses:
-            # HTTP answers once: a request's final response is its answer.
-            if not flags & _core.RESPONSE_FINAL or index >= len(pendings):
+            if not flags & _core.RESPONSE_FINAL:
                 continue
             pending = pendings[index]
             if pending is not None and not pending.lane:
@@ -410,32 +474,47 @@ class ModelManager:
 
     def _resolve(self, pending, outcome, code, arena, slots, timings, dispatch_ns, end_ns) -> None:
         model = pending.model
-        if pending.future.done():  # the client went away; nothing to answer
+        future = pending.future
+        if future.done():  # the client went away; nothing to answer
+            self._pending.pop(pending.request_id, None)
             return
         if code is not None:
             model.stats.record_failure(end_ns - pending.submit_ns)
-            message = outcome.get("error", "")
-            pending.future.set_exception(_ERROR_OF_CODE.get(code, Internal)(message))
+            self._pending.pop(pending.request_id, None)
+            future.set_exception(error_of_triton_code(code, outcome.get("error", "")))
             return
         # Copied out so the response block can be freed at once.
         outputs = [
             OutputTensor(name, datatype, shape, bytes(arena[start : start + nbytes]))
             for (name, datatype, shape), (start, nbytes) in zip(outcome["outputs"], slots)
         ]
-        request = pending.request
+        response = InferResponse(
+            model.name,
+            str(model.version),
+            pending.request.id,
+            outputs,
+            outcome.get("parameters") or {},
+        )
         model.stats.record_success(
             pending.batch_size, end_ns - pending.submit_ns, dispatch_ns - pending.submit_ns, timings
         )
-        pending.future.set_result(
-            InferResponse(model.name, str(model.version), request.id, outputs)
-        )
+        self._pending.pop(pending.request_id, None)
+        future.set_result(response)
 
     def _fail_batch(self, pendings: list, status: int, end_ns: int) -> None:
+        pop = self._pending.pop
         for pending in pendings:
+            pop(pending.request_id, None)
             model = pending.model
             if status == _core.COMPLETION_TIMED_OUT:
                 model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")
                 pending.fail(Unavailable("Request timeout expired"))
+                continue
+            if status == _core.COMPLETION_MODEL_GONE:
+                model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
+                # At shutdown every model goes: say why, as for the requests that outlive it.
+                reason = _not_ready_message(model) if self._live else "server is shutting down"
+                pending.fail(Unavailable(reason))
                 continue
             model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
             if status == _core.COMPLETION_INSTANCE_DIED:
@@ -449,6 +528,13 @@ class ModelManager:
                     "could not run the batch (see the server log)"
                 )
             pending.fail(Internal(message))
+
+
+def _not_ready_message(model: LoadedModel) -> str:
+    """Triton's words for a request to a version that is not (or no longer) loaded."""
+    return (
+        f"Request for unknown model: '{model.name}' version {model.version} is not at ready state"
+    )
 
 
 def format_load_table(rows: list[tuple[str, str, str]]) -> str:

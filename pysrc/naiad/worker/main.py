@@ -1,9 +1,11 @@
 """A worker process: owns one model instance and runs the batches the core sends it.
 
 It attaches the shared arena through descriptors inherited from the frontend, loads
-the backend once, reports readiness on its control pipe, then loops: wait for a batch
-(GIL released), view each input as a numpy array over the arena without copying, run
-the model, write the outputs into a result block in the arena, post the completion.
+the backend the model's config names (naiad.backends) once, reports readiness on its
+control pipe, then loops: wait for a batch (GIL released), view each input as a numpy
+array over the arena without copying (a backends.base.Batch: rows of the batch-major
+input tensors), let the backend execute it, post its outputs as a response block
+(csrc/ipc_schema.h, through WorkerEndpoint.respond) that also ends the batch.
 
 Launch contract (scheduling/instance.py): argv carries the descriptor numbers and
 the channel offset; stdin carries the JSON of Triton's initialize() args.
@@ -23,7 +25,8 @@ import numpy as np
 import orjson
 
 from naiad import _core, datatypes
-from naiad import triton_python_backend_utils as pb_utils
+from naiad.backends import load_backend
+from naiad.backends.base import Backend, Batch, RequestError, RequestHeader
 from naiad.gc_tuning import settle_after_startup
 
 _PR_SET_PDEATHSIG = 1
@@ -43,55 +46,30 @@ def _report(control_fd: int, message: dict) -> None:
     os.write(control_fd, json.dumps(message).encode() + b"\n")
 
 
-def _load_backend(args: dict):
-    config = json.loads(args["model_config"])
-    backend = config.get("backend") or config.get("platform") or ""
-    if backend != "python":
-        raise RuntimeError(
-            f"backend '{backend}' of model '{args['model_name']}' is not supported yet "
-            "(supported: python)"
-        )
-    from naiad.backends.python import PythonModelBackend
-
-    return PythonModelBackend(args)
-
-
-# Per wire datatype: (numpy dtype, pb_utils triton dtype). Looked up per input.
-_INPUT_TYPES = {
-    wire: (datatypes.numpy_dtype(wire), pb_utils.numpy_to_triton_type(datatypes.numpy_dtype(wire)))
-    for wire in datatypes.WIRE_DATATYPES
-    if wire != "BF16"
+# Per wire datatype: the numpy dtype an input is viewed as (BYTES inputs are decoded).
+_INPUT_DTYPES = {
+    wire: datatypes.numpy_dtype(wire) for wire in datatypes.WIRE_DATATYPES if wire != "BF16"
 }
-_EMPTY_PARAMETERS = "{}"
-
-
-def _input_tensor(arena, start: int, name: str, datatype: str, shape: tuple, nbytes: int):
-    """A zero-copy numpy view over the arena (BYTES are decoded into an object array)."""
-    dtype, triton_dtype = _INPUT_TYPES[datatype]
-    if datatype == "BYTES":
-        count = datatypes.element_count(shape)
-        array = datatypes.deserialize_bytes(arena[start : start + nbytes], count).reshape(shape)
-    else:
-        array = np.ndarray(shape, dtype, arena, start)
-    return pb_utils.Tensor._from_server(name, array, triton_dtype)
 
 
 class _Layout:
-    """A request's metadata (csrc/ipc_schema.h), parsed: (name, datatype, shape) per
-    input, requested outputs, id, and the parameters as `parameters()` returns them.
-    Where the inputs' bytes are comes with each batch (the request block's slots)."""
+    """A request's metadata (csrc/ipc_schema.h), parsed: the backend's view of it
+    (`header`) and the numpy dtype (None for BYTES) and shape of each input, in the
+    metadata's order. Where the inputs' bytes are comes with each batch (the request
+    block's slots)."""
 
-    __slots__ = ("request_id", "inputs", "outputs", "parameters")
+    __slots__ = ("header", "placements")
 
     def __init__(self, metadata: bytes):
         header = orjson.loads(metadata)
-        self.request_id = header["id"]
-        self.inputs = tuple(
-            (name, datatype, tuple(shape)) for name, datatype, shape in header["inputs"]
+        inputs = tuple((name, datatype, tuple(shape)) for name, datatype, shape in header["inputs"])
+        self.header = RequestHeader(
+            header["id"], inputs, header["outputs"] or [], header["parameters"]
         )
-        self.outputs = header["outputs"] or []
-        parameters = header["parameters"]
-        self.parameters = orjson.dumps(parameters).decode() if parameters else _EMPTY_PARAMETERS
+        self.placements = tuple(
+            (None if datatype == "BYTES" else _INPUT_DTYPES[datatype], shape)
+            for _name, datatype, shape in inputs
+        )
 
 
 # Metadata bytes -> _Layout. A client sends the same request (same id, names and
@@ -109,28 +87,28 @@ def _layout(metadata: bytes) -> _Layout:
     return layout
 
 
-def _build_requests(arena, blocks: list, model_name: str, model_version: int):
-    """pb_utils requests over a batch: `blocks` are (metadata, input slots) per request
-    (WorkerEndpoint.next), each slot the (arena offset, size) of an input's bytes."""
-    requests = []
-    from_server = pb_utils.InferenceRequest._from_server
+def _batch(arena, blocks: list) -> Batch:
+    """The batch's requests as the backend sees them: `blocks` are (metadata, input
+    slots) per request (WorkerEndpoint.next), each slot the (arena offset, size) of an
+    input's bytes. Each input is a numpy view over the arena (no copy): a row range of
+    the batch-major tensor when the batch has them; BYTES inputs decoded into object
+    arrays."""
+    headers = []
+    arrays = []
     for metadata, slots in blocks:
         layout = _layout(metadata)
-        inputs = [
-            _input_tensor(arena, offset, name, datatype, shape, nbytes)
-            for (name, datatype, shape), (offset, nbytes) in zip(layout.inputs, slots)
-        ]
-        requests.append(
-            from_server(
-                layout.request_id,
-                inputs,
-                layout.outputs,
-                model_name,
-                model_version,
-                layout.parameters,
-            )
+        headers.append(layout.header)
+        arrays.append(
+            [
+                np.ndarray(shape, dtype, arena, offset)
+                if dtype is not None
+                else datatypes.deserialize_bytes(
+                    arena[offset : offset + nbytes], datatypes.element_count(shape)
+                ).reshape(shape)
+                for (dtype, shape), (offset, nbytes) in zip(layout.placements, slots)
+            ]
         )
-    return requests
+    return Batch(headers, arrays)
 
 
 def batch_inputs(arena, blocks: list, tensors: list) -> dict:
@@ -143,64 +121,69 @@ def batch_inputs(arena, blocks: list, tensors: list) -> dict:
         return {}
     layouts = [_layout(metadata) for metadata, _slots in blocks]
     arrays = {}
-    for index, (name, datatype, shape) in enumerate(layouts[0].inputs):
+    for index, (name, datatype, shape) in enumerate(layouts[0].header.inputs):
         if datatype == "BYTES" or any(
-            layout.inputs[index][2][1:] != shape[1:] for layout in layouts
+            layout.header.inputs[index][2][1:] != shape[1:] for layout in layouts
         ):
             continue
-        rows = sum(layout.inputs[index][2][0] for layout in layouts) if shape else 0
+        rows = sum(layout.header.inputs[index][2][0] for layout in layouts) if shape else 0
         offset, _size = tensors[index]
-        arrays[name] = np.ndarray((rows, *shape[1:]), _INPUT_TYPES[datatype][0], arena, offset)
+        arrays[name] = np.ndarray((rows, *shape[1:]), _INPUT_DTYPES[datatype], arena, offset)
     return arrays
 
 
+# numpy dtype -> wire datatype, filled as outputs show them.
 _WIRE_OF_DTYPE: dict = {}
 
 
 def _wire_datatype(dtype: np.dtype) -> str:
-    wire = _WIRE_OF_DTYPE.get(dtype)
-    if wire is None:
-        wire = _WIRE_OF_DTYPE[dtype] = datatypes.wire_of_numpy(dtype)
+    """The wire datatype of an output dtype not in _WIRE_OF_DTYPE yet; remembered there."""
+    wire = _WIRE_OF_DTYPE[dtype] = datatypes.wire_of_numpy(dtype)
     return wire
 
 
-def _wire_results(results) -> list:
-    """Backend results -> responses for `WorkerEndpoint.respond`: one final response
-    per request, (request_index, flags, error_code, json, output buffers in wire
-    layout). A result is an error string (RequestError carries the TritonError code)
-    or the request's output Tensors."""
+_FINAL = _core.RESPONSE_FINAL
+_FINAL_ERROR = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
+
+
+def _wire_results(results: list) -> list:
+    """The backend's Responses and RequestErrors -> responses for
+    `WorkerEndpoint.respond`: one final response per request, (request_index, flags,
+    error_code, JSON, output buffers in wire layout). The JSON is
+    {"outputs": [[name, datatype, shape], ...], "parameters": {...}} (parameters only
+    when the backend gave some) or {"error": message}, the code in the record."""
+    wire_of = _WIRE_OF_DTYPE.get
     responses = []
     for index, result in enumerate(results):
-        if isinstance(result, str):
-            json = orjson.dumps({"error": str(result)})
-            flags = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
-            responses.append((index, flags, getattr(result, "code", 1), json, ()))
+        if isinstance(result, RequestError):
+            json = orjson.dumps({"error": result.message})
+            responses.append((index, _FINAL_ERROR, result.code, json, ()))
             continue
         entries = []
         buffers = []
-        for tensor in result:
-            array = tensor.as_numpy()
-            datatype = _wire_datatype(array.dtype)
+        for name, array in result.outputs:
+            datatype = wire_of(array.dtype) or _wire_datatype(array.dtype)
             if datatype == "BYTES":
                 buffer = datatypes.serialize_bytes(array)
             else:
                 if not array.flags.c_contiguous or array.dtype.byteorder == ">":
                     array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
                 buffer = memoryview(array).cast("B") if array.nbytes else b""
-            entries.append([tensor.name(), datatype, array.shape])
+            entries.append([name, datatype, array.shape])
             buffers.append(buffer)
-        json = orjson.dumps({"outputs": entries})
-        responses.append((index, _core.RESPONSE_FINAL, 0, json, buffers))
+        if result.parameters:
+            json = orjson.dumps({"outputs": entries, "parameters": result.parameters})
+        else:
+            json = orjson.dumps({"outputs": entries})
+        responses.append((index, _FINAL, 0, json, buffers))
     return responses
 
 
 class Worker:
-    def __init__(self, endpoint, backend, model_name: str, model_version: int):
+    def __init__(self, endpoint, backend: Backend):
         self.endpoint = endpoint
         self.arena = endpoint.arena
         self.backend = backend
-        self.model_name = model_name
-        self.model_version = model_version
 
     def run(self) -> None:
         while True:
@@ -217,14 +200,19 @@ class Worker:
         """`tensors`: the batch-major input tensors (see `batch_inputs`), which the
         requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
-        requests = _build_requests(self.arena, blocks, self.model_name, self.model_version)
+        batch = _batch(self.arena, blocks)
         infer_start = _core.now_ns()
-        results = self.backend.execute(requests)
+        results = self.backend.execute(batch)
         infer_end = _core.now_ns()
+        if len(results) != len(blocks):
+            raise RuntimeError(
+                f"the backend answered {len(results)} of the batch's {len(blocks)} requests"
+            )
         responses = _wire_results(results)
         # start, compute_input, compute_infer, compute_output (ns); the output time
         # covers turning tensors into wire buffers, not the final copy into the arena.
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
+        # One response block: every request's final response, and the batch ends.
         if not self.endpoint.respond(batch_id, responses, timings, True):
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
 
@@ -265,17 +253,14 @@ def main(argv=None) -> int:
         endpoint = _core.WorkerEndpoint(
             options.arena_fd, options.channel_offset, options.wake_fd, options.notify_fd
         )
-        backend = _load_backend(args)
+        backend = load_backend(args)
     except Exception as exc:  # reported to the frontend, which prints the load table
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         _report(options.control_fd, {"status": "error", "message": message})
         return 1
     settle_after_startup()
     _report(options.control_fd, {"status": "ready"})
-    worker = Worker(endpoint, backend, args["model_name"], int(args["model_version"]))
-    worker.run()
-    try:
-        backend.finalize()
-    finally:
-        _report(options.control_fd, {"status": "stopped"})
+    Worker(endpoint, backend).run()
+    # The frontend learns that this worker is done from its exit (a pidfd).
+    backend.finalize()
     return 0

@@ -1,0 +1,75 @@
+#include "request_block.h"
+
+#include <charconv>
+
+namespace naiad {
+
+namespace {
+
+constexpr size_t kMaxInputs = 64;  // beyond this, the input order key covers the first 64
+
+void append_uint(std::string* out, uint64_t value) {
+  char buffer[24];
+  std::to_chars_result end = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  out->append(buffer, end.ptr);
+}
+
+}  // namespace
+
+void layout_request_block(const ModelSpec& model, const ParsedRequest& request, RequestBlock* out) {
+  std::string header;
+  header.reserve(128 + 64 * request.inputs.size());
+  header += "{\"id\":\"";
+  header += request.id;
+  header += "\",\"inputs\":[";
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const RequestInput& input = request.inputs[i];
+    const InputSpec& spec = model.inputs[input.spec];
+    if (i) header += ',';
+    header += "[\"";
+    header += spec.name_json;
+    header += "\",\"";
+    header += spec.datatype;
+    header += "\",[";
+    for (size_t d = 0; d < input.shape.size(); ++d) {
+      if (d) header += ',';
+      append_uint(&header, static_cast<uint64_t>(input.shape[d]));
+    }
+    header += "]]";
+  }
+  header += "],\"outputs\":";
+  if (!request.outputs.empty()) {
+    header += '[';
+    for (size_t i = 0; i < request.outputs.size(); ++i) {
+      if (i) header += ',';
+      header += '"';
+      header += model.outputs_json[request.outputs[i]];
+      header += '"';
+    }
+    header += ']';
+  } else {
+    header += "null";
+  }
+  header += ",\"parameters\":";
+  if (request.parameters.empty()) {
+    header += "{}";
+  } else {
+    header += request.parameters;
+  }
+  header += '}';
+
+  out->metadata = std::move(header);
+  out->inputs.clear();
+  uint32_t order[kMaxInputs];
+  size_t n_order = 0;
+  for (const RequestInput& input : request.inputs) {
+    InputSource source;
+    source.data = input.data;
+    source.size = input.size;
+    out->inputs.push_back(source);
+    if (n_order < kMaxInputs) order[n_order++] = static_cast<uint32_t>(input.spec);
+  }
+  out->input_order = input_order_key(order, n_order);
+}
+
+}  // namespace naiad

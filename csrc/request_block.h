@@ -1,0 +1,26 @@
+// The request as the core takes it (Core::submit): the worker's metadata JSON
+// (ipc_schema.h) and where each input's bytes are; the core lays the block out.
+// layout_request_block() is the one place that builds it from a validated request,
+// for every framer and for the general path's requests (_core.ModelSpec.submit).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core.h"
+#include "infer_types.h"
+
+namespace naiad {
+
+struct RequestBlock {
+  std::string metadata;
+  std::vector<InputSource> inputs;  // the request's bytes, in metadata order
+  uint64_t input_order = 0;         // input_order_key of the inputs' config indices
+};
+
+// `request` must have passed validate_request() for `model`; its `id` and `parameters`
+// are written as they are, so they must be JSON text (a string's inside, an object).
+void layout_request_block(const ModelSpec& model, const ParsedRequest& request, RequestBlock* out);
+
+}  // namespace naiad
