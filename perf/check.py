@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import tomllib
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench  # noqa: E402
@@ -62,14 +64,25 @@ def snapshot_revision(repo: Path, rev: str, dest: Path) -> None:
 
 
 def build(tree: Path, python: Path, log: Path) -> None:
-    """Build the Cython core and protobuf modules in place (setup.py build_ext --inplace)."""
+    """Build the Cython core and protobuf modules in place (setup.py build_ext --inplace).
+
+    `setup.py` run directly gets no isolated build environment, so the tree's own
+    build requirements (pyproject.toml [build-system] requires: Cython, grpcio-tools)
+    are installed into `python` first."""
+    requires = tomllib.loads((tree / "pyproject.toml").read_text())["build-system"]["requires"]
     with open(log, "wb") as f:
         done = subprocess.run(
-            [str(python), "setup.py", "-q", "build_ext", "--inplace"],
-            cwd=tree,
+            [str(python), "-m", "pip", "install", "-q", *requires],
             stdout=f,
             stderr=subprocess.STDOUT,
         )
+        if done.returncode == 0:
+            done = subprocess.run(
+                [str(python), "setup.py", "-q", "build_ext", "--inplace"],
+                cwd=tree,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+            )
     if done.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
         raise RuntimeError(f"build of {tree} failed (log {log}):\n{tail}")

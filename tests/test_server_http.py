@@ -582,9 +582,9 @@ def test_request_properties_and_response_parameters(models_server, http):
     assert parameters["request_parameters"] == "{}"
 
 
-def test_response_parameters_do_not_break_the_fast_lane(models_server, http):
-    """A binary request takes the fast lane, whose replies do not carry response parameters
-    yet: the result block's 'parameters' must not make it fail the request."""
+def test_response_parameters_through_the_fast_lane(models_server, http):
+    """A binary request takes the fast lane, and its reply carries the model's response
+    parameters as the general path's does."""
     lanes = models_server.url + "/v2/naiad/lanes"
     before = http.get(lanes, timeout=TIMEOUT).json()["lane_requests"]
     inp = httpclient.InferInput("INPUT0", [1, 1], "FP32")
@@ -593,6 +593,15 @@ def test_response_parameters_do_not_break_the_fast_lane(models_server, http):
     with httpclient.InferenceServerClient(
         f"{models_server.host}:{models_server.http_port}", network_timeout=TIMEOUT
     ) as client:
-        result = client.infer("request_echo", [inp], outputs=[output])
+        result = client.infer(
+            "request_echo", [inp], outputs=[output], request_id="lane-1", sequence_id=7
+        )
     assert result.as_numpy("OUTPUT0").tolist() == [[4.5]]
     assert http.get(lanes, timeout=TIMEOUT).json()["lane_requests"] == before + 1
+    assert result.get_response()["parameters"] == {
+        "request_id": "lane-1",
+        "correlation_id": 7,
+        "timeout": 0,
+        "flags": 0,
+        "request_parameters": "{}",
+    }

@@ -11,6 +11,7 @@
 #include "grpc_infer_message.h"
 #include "grpc_lane.h"
 #include "http_framer.h"
+#include "response_block.h"
 #include "testing.h"
 
 using namespace naiad;
@@ -71,15 +72,17 @@ std::string add_sub_request(int batch, const std::string& id = "", bool typed = 
   return m;
 }
 
-std::string result_block(const std::string& header, const std::vector<std::string>& tensors) {
-  std::string block;
-  uint32_t length = static_cast<uint32_t>(header.size());
-  block.append(reinterpret_cast<const char*>(&length), 4);
-  block += header;
-  for (const std::string& t : tensors) {
-    block.resize((block.size() + 63) / 64 * 64, '\0');
-    block += t;
+// A response block as the worker writes it (WorkerEndpoint::respond): one final
+// response for request 0 of the batch.
+std::string result_block(std::string_view json, const std::vector<const std::string*>& outputs) {
+  ResponseEntry entry;
+  entry.json = json;
+  for (const std::string* output : outputs) {
+    entry.outputs.push_back(OutputBytes{output->data(), output->size()});
   }
+  uint64_t timings[4] = {1, 2, 3, 4};
+  std::string block(response_block_size({entry}), '\0');
+  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), {entry}, timings);
   return block;
 }
 
@@ -107,10 +110,10 @@ TEST(grpc_lane_queues_raw_requests_and_answers_in_protobuf) {
   CHECK(f.grpc.submit(add_sub_request(2, "req-1"), 1000, &taken));
   CHECK(taken.request_id != 0 && taken.batch_size == 2 && taken.error.empty());
   CHECK(f.http.codec().owns(taken.request_id));
-  std::string header =
-      "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2],16],[\"OUT\\\"1\",\"FP32\","
-      "[2,2],16]]}],\"timings\":[1,2,3,4]}";
-  std::string block = result_block(header, {"0123456789abcdef", "fedcba9876543210"});
+  const std::string first = "0123456789abcdef", second = "fedcba9876543210";
+  std::string block =
+      result_block("{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2]],[\"OUT\\\"1\",\"FP32\",[2,2]]]}",
+                   {&first, &second});
   std::vector<KServeCodec::Answer> answers;
   uint64_t timings[4];
   CHECK(f.http.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
