@@ -159,6 +159,7 @@ class GrpcConnection {
   void take_messages(uint32_t stream_id, Stream& stream, std::vector<Event>* events);
 
   // Output.
+  void write_frame_header(uint8_t type, uint8_t flags, uint32_t stream_id, size_t length);
   void write_frame(uint8_t type, uint8_t flags, uint32_t stream_id, std::string_view payload);
   void write_header_block(uint32_t stream_id, bool end_stream, const std::string& block);
   void write_settings();

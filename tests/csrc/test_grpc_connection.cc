@@ -482,3 +482,21 @@ TEST(h2_window_reopens_once_answers_drain) {
   CHECK(after > before);
   CHECK(!s.conn.closed());
 }
+
+TEST(h2_message_split_inside_its_prefix_arrives_whole) {
+  // A 3-byte window cuts the 5-byte gRPC prefix: the rest must follow in order.
+  for (uint32_t window : {0u, 3u, 5u, 7u}) {
+    Session s;
+    s.send(hello({{0x4, window}}));
+    s.send(headers(1, request_block("/s/m"), true));
+    CHECK(s.conn.send_message(1, "hello world"));
+    CHECK(s.conn.send_message(1, "again"));
+    CHECK(s.conn.finish(1, 0, ""));
+    s.flush();
+    s.send(window_update(1, 100));
+    std::string sent;
+    for (auto& f : s.frames) sent += f.type == 0x0 ? f.payload : "";
+    CHECK(sent == grpc_message("hello world") + grpc_message("again"));
+    CHECK(s.conn.queued_bytes() == 0 && s.conn.open_streams() == 0);
+  }
+}
