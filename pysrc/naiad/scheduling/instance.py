@@ -16,8 +16,10 @@ import sys
 
 log = logging.getLogger("naiad")
 
-# A worker that keeps dying is restarted with a growing pause, never in a tight loop.
-_RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0)
+# A worker that keeps dying (or keeps failing to start again) is restarted with a growing
+# pause, never in a tight loop; a worker that stayed up this long starts the count anew.
+_RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+_STABLE_SECONDS = 30.0
 
 
 class WorkerStartError(Exception):
@@ -38,10 +40,19 @@ class Instance:
         self._pidfd = -1
         self._stopping = False
         self._restarts = 0
+        self._started_at = 0.0
+        self._starting = False  # a failed start is reported by start(), not by _on_exit
         self._exited: asyncio.Future | None = None
 
     async def start(self, timeout: float = 300.0) -> None:
         """Starts the worker and waits until its model is loaded; raises WorkerStartError."""
+        self._starting = True
+        try:
+            await self._start(timeout)
+        finally:
+            self._starting = False
+
+    async def _start(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         read_fd, write_fd = os.pipe()
         core = self.core
@@ -87,6 +98,7 @@ class Instance:
             await self._wait_exit(5.0)
             raise WorkerStartError(message.get("message") or "worker exited while loading")
         core.instance_up(self.instance_id)
+        self._started_at = loop.time()
 
     async def _read_control(self) -> dict:
         """The next JSON line from the worker, or {} when it closed the pipe (it died)."""
@@ -118,8 +130,18 @@ class Instance:
         self.model.manager.on_completions(failed)
         if not self._exited.done():
             self._exited.set_result(returncode)
-        if self._stopping or not self.model.ready_once:
-            return
+        manager = self.model.manager
+        if (
+            self._stopping
+            or self._starting
+            or not self.model.ready_once
+            or not manager.server_live()
+        ):
+            return  # asked to stop, never served, or the server is shutting down
+        if loop.time() - self._started_at > _STABLE_SECONDS:
+            self._restarts = 0
+        # Not ready to health checks until the worker is back.
+        self.model.instances_down.add(self.name)
         log.error(
             "instance '%s' of model '%s' exited with %s; failed %d batch(es) in flight; restarting",
             self.name,
@@ -127,19 +149,27 @@ class Instance:
             returncode,
             len(failed),
         )
+        self._schedule_restart()
+
+    def _schedule_restart(self) -> None:
         delay = _RESTART_DELAYS[min(self._restarts, len(_RESTART_DELAYS) - 1)]
         self._restarts += 1
+        loop = asyncio.get_running_loop()
         loop.call_later(delay, lambda: asyncio.ensure_future(self._restart()))
 
     async def _restart(self) -> None:
-        if self._stopping:
+        if self._stopping or not self.model.manager.server_live():
             return
         try:
             await self.start()
         except Exception as exc:
+            if self._stopping:
+                return
+            # Try again later: a model whose initialize fails every time waits ever longer.
             log.error("instance '%s' failed to restart: %s", self.name, exc)
+            self._schedule_restart()
             return
-        self._restarts = 0
+        self.model.instances_down.discard(self.name)
 
     async def _wait_exit(self, timeout: float):
         try:

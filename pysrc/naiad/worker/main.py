@@ -245,8 +245,10 @@ def main(argv=None) -> int:
     _die_with_parent()
     _yield_to_frontend()
     # The frontend owns shutdown: it asks through the channel. A Ctrl-C in the
-    # terminal reaches the whole process group; the frontend handles it for us.
+    # terminal, or a supervisor's SIGTERM to the process group, reaches us too; the
+    # frontend handles it for us (and we die with it: _die_with_parent).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     args = json.loads(sys.stdin.read())
     try:
         endpoint = _core.WorkerEndpoint(
