@@ -179,7 +179,11 @@ class ModelControl:
         return entry, materialized is not None
 
     def _fail(self, name: str, reason: str):
-        if not any(m.state == READY for m in self.manager.models.get(name, {}).values()):
+        # The index shows why a model of the repositories is not served; a name that is
+        # no folder of theirs (a typo, `../x`) is only answered, as in Triton.
+        serving = any(m.state == READY for m in self.manager.models.get(name, {}).values())
+        folders, duplicates = self.catalog.scan()
+        if not serving and (name in folders or name in duplicates):
             self.failures[name] = reason
         log.error("failed to load '%s': %s", name, reason)
         raise Internal(f"failed to load '{name}', failed to poll from model repository: {reason}")

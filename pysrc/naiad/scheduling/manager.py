@@ -133,7 +133,9 @@ class ModelManager:
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, NaiadError):
                 raise result
-        return all(status == READY for _, _, status in self.load_table)
+        # A failed load raised (and was logged), also for a name that is no model folder.
+        failed = any(isinstance(result, NaiadError) for result in results)
+        return not failed and all(status == READY for _, _, status in self.load_table)
 
     @property
     def load_table(self) -> list[tuple[str, str, str]]:
@@ -229,8 +231,8 @@ class ModelManager:
         return self._live
 
     def server_ready(self) -> bool:
-        """Live and, with --strict-readiness (the default), every model that is meant to
-        be loaded is ready with all its instances up (as Triton)."""
+        """Live and, with --strict-readiness (the default), every version that was loaded
+        and not unloaded since is ready with all its instances up (as Triton)."""
         if not self._live:
             return False
         if not self.strict_readiness:
@@ -241,7 +243,9 @@ class ModelManager:
                     continue  # unloaded on purpose
                 if not model.healthy:
                     return False
-        return not any(name not in self.models for name in self.control.failures)
+        # Models whose config could not be read have no version to wait for; Triton does
+        # not count them either (they are in the index, with the reason).
+        return True
 
     def server_metadata(self) -> dict:
         return server_metadata()
