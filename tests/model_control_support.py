@@ -233,11 +233,13 @@ class ConstantLoad:
                     else:
                         body, headers = add_sub_binary_request(value)
                         reply = session.post(url, data=body, headers=headers, timeout=60)
-                        length = int(reply.headers.get("Inference-Header-Content-Length", 0))
-                        out = np.frombuffer(reply.content[length:], dtype=np.float32)
-                        good = reply.status_code == 200 and out.size == 16 and out[0] == value + 1
+                        good = reply.status_code == 200
+                        if good:
+                            length = int(reply.headers["Inference-Header-Content-Length"])
+                            out = np.frombuffer(reply.content[length:], dtype=np.float32)
+                            good = out.size == 16 and out[0] == value + 1
                     detail = f"{reply.status_code} {reply.content[:200]!r}"
-                except requests.RequestException as exc:
+                except (requests.RequestException, ValueError, KeyError) as exc:
                     good, detail = False, repr(exc)
                 with self._lock:
                     if good:
