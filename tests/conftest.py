@@ -4,7 +4,8 @@ Starting `naiad serve` costs a few seconds (one worker process per model instanc
 two servers most tests talk to are started once per session and reused:
 
 - `example_server`: the repository in model_repository/ (add_sub, identity_bytes)
-- `models_server`:  the repository in tests/models/ (raiser, error_response, crasher, sleeper)
+- `models_server`:  the repository in tests/models/ (raiser, error_response, crasher, sleeper,
+  view_probe, request_echo)
 
 Tests that stop or break a server start their own with `NaiadServer` (tests/server_harness.py).
 """

@@ -71,9 +71,14 @@ class FakeModel:
     def config_json(self):
         return {"name": self.name, "max_batch_size": self.config.max_batch_size}
 
-    async def infer(self, request):
+    def submit(self, request):
+        """As LoadedModel.submit: an invalid request raises at once; the future resolves
+        to the response."""
         self.validator.validate(request)
         self.seen.append(request)
+        return asyncio.ensure_future(self._run(request))
+
+    async def _run(self, request):
         arrays = {}
         for t in request.inputs:
             if t.datatype == "BYTES":

@@ -9,14 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from naiad import triton_python_backend_utils as pb_utils
-from naiad.backends import backend_module
-from naiad.backends.python import (
-    ModelLoadError,
-    PythonModelBackend,
-    RequestError,
-    auto_complete_config,
-    output_datatype,
-)
+from naiad.backends import load_backend
+from naiad.backends.base import Batch, RequestError, RequestHeader, Response
+from naiad.backends.python import ModelLoadError, PythonModelBackend, auto_complete_config
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 
@@ -106,15 +101,15 @@ def test_add_sub_batch_of_two(add_sub):
     rng = np.random.default_rng(0)
     a0, b0 = rng.random((2, 1, 16), dtype=np.float32)
     a1, b1 = rng.random((2, 3, 16), dtype=np.float32)
-    results = add_sub.execute([_add_sub_request(a0, b0), _add_sub_request(a1, b1)])
+    results = add_sub.execute_requests([_add_sub_request(a0, b0), _add_sub_request(a1, b1)])
     assert len(results) == 2
-    for (a, b), outputs in zip([(a0, b0), (a1, b1)], results):
-        assert isinstance(outputs, list)
-        assert [t.name() for t in outputs] == ["OUTPUT0", "OUTPUT1"]
-        np.testing.assert_allclose(outputs[0].as_numpy(), a + b)
-        np.testing.assert_allclose(outputs[1].as_numpy(), a - b)
-        assert outputs[0].as_numpy().dtype == np.float32
-        assert output_datatype(outputs[0]) == "FP32"
+    for (a, b), result in zip([(a0, b0), (a1, b1)], results):
+        assert isinstance(result, Response)
+        assert [name for name, _ in result.outputs] == ["OUTPUT0", "OUTPUT1"]
+        np.testing.assert_allclose(result.outputs[0][1], a + b)
+        np.testing.assert_allclose(result.outputs[1][1], a - b)
+        assert result.outputs[0][1].dtype == np.float32
+        assert result.parameters is None
 
 
 def test_add_sub_inputs_are_not_copied(add_sub):
@@ -126,26 +121,31 @@ def test_add_sub_inputs_are_not_copied(add_sub):
     assert pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy() is in0
     in0[:] = 2.0
     in1[:] = 0.5
-    [outputs] = add_sub.execute([request])
-    np.testing.assert_allclose(outputs[0].as_numpy(), np.full((1, 16), 2.5))
+    [result] = add_sub.execute_requests([request])
+    np.testing.assert_allclose(result.outputs[0][1], np.full((1, 16), 2.5))
 
 
 def test_requested_output_names_filter(add_sub):
     ones = np.ones((1, 16), dtype=np.float32)
     only_one = _add_sub_request(ones, ones, outputs=["OUTPUT1"])
     all_of_them = _add_sub_request(ones, ones, outputs=[])
-    [first, second] = add_sub.execute([only_one, all_of_them])
-    assert [t.name() for t in first] == ["OUTPUT1"]
-    np.testing.assert_allclose(first[0].as_numpy(), np.zeros((1, 16)))
-    assert [t.name() for t in second] == ["OUTPUT0", "OUTPUT1"]
+    [first, second] = add_sub.execute_requests([only_one, all_of_them])
+    assert [name for name, _ in first.outputs] == ["OUTPUT1"]
+    np.testing.assert_allclose(first.outputs[0][1], np.zeros((1, 16)))
+    assert [name for name, _ in second.outputs] == ["OUTPUT0", "OUTPUT1"]
 
 
 def test_requested_output_not_produced_is_an_error(add_sub):
     ones = np.ones((1, 16), dtype=np.float32)
-    [result] = add_sub.execute([_add_sub_request(ones, ones, outputs=["OUTPUT0", "OUTPUT9"])])
-    assert isinstance(result, str)
-    assert "'OUTPUT9'" in result
-    assert "add_sub" in result
+    [result] = add_sub.execute_requests(
+        [_add_sub_request(ones, ones, outputs=["OUTPUT0", "OUTPUT9"])]
+    )
+    assert isinstance(result, RequestError)
+    assert result.message == (
+        "Failed to process the request(s) for model 'add_sub', message: requested output "
+        "'OUTPUT9' not produced by the model"
+    )
+    assert result.code == pb_utils.TritonError.INTERNAL
 
 
 def test_initialize_receives_the_args_and_pb_utils_is_importable(add_sub):
@@ -170,17 +170,143 @@ def test_identity_bytes():
         requested_output_names=["OUTPUT0"],
         inputs=[pb_utils.Tensor("INPUT0", data)],
     )
-    [outputs] = backend.execute([request])
-    assert outputs[0].name() == "OUTPUT0"
-    assert outputs[0].as_numpy().tolist() == data.tolist()
-    assert output_datatype(outputs[0]) == "BYTES"
+    [result] = backend.execute_requests([request])
+    [(name, array)] = result.outputs
+    assert name == "OUTPUT0"
+    assert array.tolist() == data.tolist()
     backend.finalize()
 
 
-def test_backend_module_lookup():
-    assert backend_module("python").PythonModelBackend is PythonModelBackend
-    with pytest.raises(ImportError, match="no Naiad backend"):
-        backend_module("no_such_backend")
+# -- the Backend interface ----------------------------------------------------------------------
+
+
+def test_load_backend_picks_the_python_backend_by_name():
+    backend = load_backend(_args(REPOSITORY / "add_sub", ADD_SUB_CONFIG))
+    assert isinstance(backend, PythonModelBackend)
+    backend.finalize()
+
+
+@pytest.mark.parametrize("field", ["backend", "platform"])
+def test_load_backend_names_an_unknown_backend(field):
+    config = {"name": "net", field: "onnxruntime_onnx"}
+    with pytest.raises(RuntimeError) as info:
+        load_backend(_args(REPOSITORY / "add_sub", config))
+    assert str(info.value) == (
+        "backend 'onnxruntime_onnx' of model 'net' is not supported yet (supported: python)"
+    )
+
+
+def test_execute_over_a_batch_view(add_sub):
+    # What a worker hands the backend: shared headers, input arrays viewing the arena.
+    arena = np.arange(64, dtype=np.float32)
+    header = RequestHeader(
+        "r1", (("INPUT0", "FP32", (1, 16)), ("INPUT1", "FP32", (1, 16))), ["OUTPUT1"], {}
+    )
+    views = [[arena[0:16].reshape(1, 16), arena[16:32].reshape(1, 16)]]
+    views.append([arena[32:48].reshape(1, 16), arena[48:64].reshape(1, 16)])
+    [first, second] = add_sub.execute(Batch([header, header], views))
+    assert [name for name, _ in first.outputs] == ["OUTPUT1"]
+    np.testing.assert_allclose(first.outputs[0][1], np.full((1, 16), -16.0))
+    np.testing.assert_allclose(second.outputs[0][1], np.full((1, 16), -16.0))
+
+
+_ECHO_REQUEST_PROPERTIES = """
+    import json
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                seen = {
+                    "id": request.request_id(),
+                    "correlation_id": request.correlation_id(),
+                    "timeout": request.timeout(),
+                    "flags": request.flags(),
+                    "parameters": json.loads(request.parameters()),
+                    "inputs": [t.name() for t in request.inputs()],
+                }
+                out = pb_utils.Tensor("OUTPUT0", np.zeros(4, dtype=np.float32))
+                responses.append(pb_utils.InferenceResponse([out], parameters=seen_as(seen)))
+            return responses
+
+    def seen_as(seen):
+        # Response parameters hold bool/int/str: nest the rest as JSON text.
+        return {key: value if isinstance(value, (bool, int, str)) else json.dumps(value)
+                for key, value in seen.items()}
+"""
+
+
+@pytest.fixture
+def request_properties(tmp_path):
+    """parameters -> what the model saw of a request that carried them."""
+    model_dir, config = _write_model(tmp_path, _ECHO_REQUEST_PROPERTIES)
+    backend = PythonModelBackend(_args(model_dir, config))
+
+    def run(parameters):
+        header = RequestHeader("req-7", (("INPUT0", "FP32", (4,)),), [], parameters)
+        [result] = backend.execute(Batch([header], [[np.zeros(4, dtype=np.float32)]]))
+        return result.parameters
+
+    yield run
+    backend.finalize()
+
+
+def test_request_properties_come_from_the_parameters_triton_consumes(request_properties):
+    seen = request_properties(
+        {
+            "sequence_id": 42,
+            "sequence_start": True,
+            "sequence_end": False,
+            "timeout": 1500,
+            "priority": 2,
+            "binary_data_output": True,
+            "custom": "kept",
+            "n": 3,
+        },
+    )
+    assert seen == {
+        "id": "req-7",
+        "correlation_id": 42,
+        "timeout": 1500,
+        "flags": pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
+        # As in Triton, the model sees only the parameters the server did not consume.
+        "parameters": json.dumps({"custom": "kept", "n": 3}),
+        "inputs": json.dumps(["INPUT0"]),
+    }
+
+
+def test_string_correlation_id_and_defaults(request_properties):
+    seen = request_properties({"sequence_id": "session-a", "sequence_end": True})
+    assert seen["correlation_id"] == "session-a"
+    assert seen["timeout"] == 0
+    assert seen["flags"] == pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+    assert seen["parameters"] == "{}"
+    seen = request_properties({})
+    assert (seen["correlation_id"], seen["timeout"], seen["flags"]) == (0, 0, 0)
+
+
+def test_response_parameters_reach_the_result(tmp_path):
+    model_dir, config = _write_model(
+        tmp_path,
+        """
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                out = pb_utils.Tensor("OUTPUT0", np.ones(4, dtype=np.float32))
+                return [
+                    pb_utils.InferenceResponse([out], parameters={"tokens": 7, "done": True}),
+                    pb_utils.InferenceResponse([out], parameters='{"label": "cat"}'),
+                    pb_utils.InferenceResponse([out]),
+                ]
+        """,
+    )
+    backend = PythonModelBackend(_args(model_dir, config))
+    results = backend.execute_requests([_fp32_request([1, 2, 3, 4])] * 3)
+    assert [r.parameters for r in results] == [{"tokens": 7, "done": True}, {"label": "cat"}, None]
 
 
 # -- execute failures -------------------------------------------------------------------------
@@ -196,11 +322,11 @@ def test_execute_raising_fails_every_request(tmp_path):
         """,
     )
     backend = PythonModelBackend(_args(model_dir, config))
-    results = backend.execute([_fp32_request([1, 2, 3, 4]), _fp32_request([5, 6, 7, 8])])
+    results = backend.execute_requests([_fp32_request([1, 2, 3, 4]), _fp32_request([5, 6, 7, 8])])
     assert len(results) == 2
     for result in results:
         assert isinstance(result, RequestError)
-        assert result.startswith(
+        assert result.message.startswith(
             "Failed to process the request(s) for model 'broken', message: ValueError: boom"
         )
         assert result.code == pb_utils.TritonError.INTERNAL
@@ -218,11 +344,11 @@ def test_execute_returning_the_wrong_count(tmp_path):
         """,
     )
     backend = PythonModelBackend(_args(model_dir, config))
-    results = backend.execute([_fp32_request([1, 2, 3, 4])] * 3)
+    results = backend.execute_requests([_fp32_request([1, 2, 3, 4])] * 3)
     assert len(results) == 3
-    assert all(isinstance(r, str) for r in results)
-    assert "Number of InferenceResponse objects do not match" in results[0]
-    assert "InferenceRequest(s) size is:3, and InferenceResponse(s) size is:1" in results[0]
+    assert all(isinstance(r, RequestError) for r in results)
+    assert "Number of InferenceResponse objects do not match" in results[0].message
+    assert "InferenceRequest(s) size is:3, and InferenceResponse(s) size is:1" in results[0].message
 
 
 @pytest.mark.parametrize(
@@ -243,11 +369,11 @@ def test_execute_returning_the_wrong_kind(tmp_path, returned, expected):
         """,
     )
     backend = PythonModelBackend(_args(model_dir, config))
-    results = backend.execute([_fp32_request([1, 2, 3, 4]), _fp32_request([1, 2, 3, 4])])
+    results = backend.execute_requests([_fp32_request([1, 2, 3, 4]), _fp32_request([1, 2, 3, 4])])
     assert len(results) == 2
     for result in results:
-        assert result.startswith("Failed to process the request(s) for model 'broken'")
-        assert expected in result
+        assert result.message.startswith("Failed to process the request(s) for model 'broken'")
+        assert expected in result.message
 
 
 def test_response_error_reaches_only_its_request(tmp_path):
@@ -273,11 +399,12 @@ def test_response_error_reaches_only_its_request(tmp_path):
         """,
     )
     backend = PythonModelBackend(_args(model_dir, config))
-    good, bad = backend.execute([_fp32_request([1, 2, 3, 4]), _fp32_request([-1, -2, -3, -4])])
-    np.testing.assert_allclose(good[0].as_numpy(), [2, 4, 6, 8])
-    assert bad == "negative input"
+    good, bad = backend.execute_requests(
+        [_fp32_request([1, 2, 3, 4]), _fp32_request([-1, -2, -3, -4])]
+    )
+    np.testing.assert_allclose(good.outputs[0][1], [2, 4, 6, 8])
+    assert bad.message == "negative input"
     assert bad.code == pb_utils.TritonError.INVALID_ARG
-    assert bad.code_name == "INVALID_ARG"
 
 
 def test_async_execute_and_finalize(tmp_path):
@@ -302,8 +429,8 @@ def test_async_execute_and_finalize(tmp_path):
         """,
     )
     backend = PythonModelBackend(_args(model_dir, config))
-    [outputs] = backend.execute([_fp32_request([0, 0, 0, 0])])
-    np.testing.assert_allclose(outputs[0].as_numpy(), [1, 1, 1, 1])
+    [result] = backend.execute_requests([_fp32_request([0, 0, 0, 0])])
+    np.testing.assert_allclose(result.outputs[0][1], [1, 1, 1, 1])
     backend.finalize()
     assert marker.exists()
     backend.finalize()  # a second call is a no-op
@@ -332,8 +459,8 @@ def test_default_model_filename_and_relative_imports(tmp_path):
     )
     (model_dir / "1" / "helpers.py").write_text("def scale(x):\n    return x * 3\n")
     backend = PythonModelBackend(_args(model_dir, config))
-    [outputs] = backend.execute([_fp32_request([1, 1, 1, 1])])
-    np.testing.assert_allclose(outputs[0].as_numpy(), [3, 3, 3, 3])
+    [result] = backend.execute_requests([_fp32_request([1, 1, 1, 1])])
+    np.testing.assert_allclose(result.outputs[0][1], [3, 3, 3, 3])
 
 
 # -- load failures ----------------------------------------------------------------------------

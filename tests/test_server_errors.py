@@ -425,13 +425,10 @@ ARENA_PATH = "/v2/naiad/arena"
 
 def _arena(server) -> dict:
     r = requests.get(server.url + ARENA_PATH, timeout=TIMEOUT)
-    if r.status_code == 404:
-        pytest.xfail(
-            f"GET {ARENA_PATH} answers 404: the arena statistics endpoint is not built yet"
-        )
     assert r.status_code == 200, r.content
     doc = r.json()
-    assert "blocks_in_use" in doc and "bytes_in_use" in doc, doc
+    # Every worker channel is a block of its own, so a serving server never has none.
+    assert doc["blocks_in_use"] > 0 and doc["bytes_in_use"] > 0, doc
     return doc
 
 
@@ -447,8 +444,6 @@ def _settle(server, baseline: dict, timeout: float = 10.0) -> dict:
 
 
 def test_arena_returns_to_baseline(server, models):
-    for target in (server, models):
-        _arena(target)  # xfail early if the endpoint is missing
     base_example = _settle(server, _arena(server), timeout=2)
     base_models = _settle(models, _arena(models), timeout=2)
 

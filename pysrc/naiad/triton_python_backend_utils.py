@@ -419,6 +419,11 @@ class InferenceTrace:
         return self._context
 
 
+# The trace of every request the server hands a model: Naiad does not trace requests yet,
+# and a trace has nothing a model can change, so they share one.
+_UNTRACED = InferenceTrace()
+
+
 def _parameters_json(parameters) -> str:
     """dict (or JSON object string) of str -> bool/int/str, as Triton's JSON string."""
     if parameters is None:
@@ -516,22 +521,33 @@ class InferenceRequest:
 
     @classmethod
     def _from_server(
-        cls, request_id, inputs, requested_output_names, model_name, model_version, parameters
+        cls,
+        request_id,
+        correlation_id,
+        inputs,
+        requested_output_names,
+        model_name,
+        model_version,
+        parameters,
+        timeout,
+        flags,
     ):
         """A request the frontend already validated (the worker's hot path): the same
         object the public constructor makes, without re-checking each field.
-        `parameters` is already the JSON string `parameters()` returns."""
+        `parameters` is already the JSON string `parameters()` returns; `timeout` is in
+        microseconds, `correlation_id` an int or a str, as the client sent them, and
+        `flags` the TRITONSERVER_REQUEST_FLAG_SEQUENCE_* bits."""
         request = cls.__new__(cls)
         request._request_id = request_id
-        request._correlation_id = 0
+        request._correlation_id = correlation_id
         request._inputs = inputs
         request._requested_output_names = requested_output_names
         request._model_name = model_name
         request._model_version = model_version
-        request._flags = 0
-        request._timeout = 0
+        request._flags = flags
+        request._timeout = timeout
         request._preferred_memory = None
-        request._trace = InferenceTrace()
+        request._trace = _UNTRACED
         request._parameters = parameters
         request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return request
@@ -619,7 +635,13 @@ class InferenceResponse:
                 )
         self._output_tensors = list(output_tensors)
         self._error = error
-        self._parameters = "{}" if parameters is None else _parameters_json(parameters)
+        if parameters is None:
+            self._parameters = "{}"
+            self._parameters_dict = None
+        else:
+            self._parameters = _parameters_json(parameters)
+            # What the server sends the client; None when there is nothing to send.
+            self._parameters_dict = json.loads(self._parameters) or None
 
     def output_tensors(self):
         return self._output_tensors

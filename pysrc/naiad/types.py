@@ -1,7 +1,8 @@
 """The request and response records that pass between front ends and models.
 
 Front ends (http/, grpc/) build an `InferRequest` from the wire, hand it to a model
-(`scheduling.model.LoadedModel.infer`) and encode the `InferResponse` they get back.
+(`scheduling.model.LoadedModel.submit`) and encode the `InferResponse` its future
+resolves to.
 Tensor data is always carried in Triton's raw wire layout: little-endian element bytes,
 and for BYTES a 4-byte little-endian length before each element.
 """

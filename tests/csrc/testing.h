@@ -1,5 +1,6 @@
 // A minimal test harness for the core's C++ tests: TEST registers a case, CHECK
-// records a failure without stopping the case. test_main.cc runs them all.
+// reports a failed condition and stops the case (the code after a failed CHECK often
+// relies on it: an index in range, a pointer set). test_main.cc runs them all.
 #pragma once
 
 #include <cstdio>
@@ -28,6 +29,10 @@ inline int& checks() {
   return count;
 }
 
+// Thrown by a failed CHECK, after it was reported and counted; test_main catches it and
+// goes on with the next case.
+struct CheckFailed {};
+
 struct Register {
   Register(const char* name, std::function<void()> body) {
     registry().push_back({name, std::move(body)});
@@ -42,6 +47,7 @@ struct Register {
     if (!(cond)) {                                                                  \
       ++naiad_testing::failures();                                                  \
       std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      throw naiad_testing::CheckFailed{};                                           \
     }                                                                               \
   } while (0)
 

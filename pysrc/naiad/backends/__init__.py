@@ -1,22 +1,40 @@
 """Backends: one module per `backend:` / `platform:` of config.pbtxt, loaded in a worker process.
 
-Each module is named after Triton's backend name (`python`, `onnxruntime`, `pytorch`,
-`tensorrt`) and knows nothing of HTTP or gRPC; a worker imports only the one it runs.
+Each module implements `naiad.backends.base.Backend` and knows nothing of HTTP or gRPC. The
+registry below maps Triton's backend and platform names to the class that serves them; it
+names modules rather than importing them, so a worker imports only the backend it runs.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+import json
+
+from naiad.backends.base import Backend
+
+# Triton backend or platform name -> "module:class" of its Backend subclass. Framework
+# backends add their backend name and their platform names here (onnxruntime /
+# onnxruntime_onnx, pytorch / pytorch_libtorch, tensorrt / tensorrt_plan).
+_REGISTRY: dict[str, str] = {
+    "python": "naiad.backends.python:PythonModelBackend",
+}
 
 
-def backend_module(backend_name: str) -> ModuleType:
-    """The module `naiad.backends.<backend_name>`; ImportError if Naiad has none by that name."""
-    if not backend_name.isidentifier():
-        raise ImportError(f"no Naiad backend named {backend_name!r}")
-    try:
-        return importlib.import_module(f"{__name__}.{backend_name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"{__name__}.{backend_name}":
-            raise ImportError(f"no Naiad backend named {backend_name!r}") from exc
-        raise
+def backend_name(config: dict) -> str:
+    """The name a model config selects its backend by: `backend`, else `platform`."""
+    return config.get("backend") or config.get("platform") or ""
+
+
+def load_backend(args: dict) -> Backend:
+    """Load the model instance that Triton's initialize() `args` describe with the backend
+    its config names. RuntimeError for a backend Naiad does not have."""
+    name = backend_name(json.loads(args["model_config"]))
+    target = _REGISTRY.get(name)
+    if target is None:
+        supported = ", ".join(sorted(_REGISTRY))
+        raise RuntimeError(
+            f"backend '{name}' of model '{args['model_name']}' is not supported yet "
+            f"(supported: {supported})"
+        )
+    module_name, class_name = target.split(":")
+    return getattr(importlib.import_module(module_name), class_name)(args)

@@ -1,8 +1,8 @@
 """The Python backend: runs Triton Python models (`model.py` with `TritonPythonModel`).
 
-A worker process builds one `PythonModelBackend` per model instance with exactly the args
-dict Triton's `initialize()` receives, then calls `execute()` once per batch of requests and
-`finalize()` on unload.
+It is the one place that speaks `pb_utils`: a worker builds one `PythonModelBackend` per model
+instance with exactly the args dict Triton's `initialize()` receives, then calls `execute()`
+once per batch (a `naiad.backends.base.Batch`) and `finalize()` on unload.
 
     backend = PythonModelBackend({
         "model_config": json.dumps(config),      # the model's config, as a JSON string
@@ -13,8 +13,13 @@ dict Triton's `initialize()` receives, then calls `execute()` once per batch of 
         "model_version": "1",
         "model_name": "add_sub",
     })
-    results = backend.execute([pb_utils.InferenceRequest(...), ...])
-    # one entry per request: a list of pb_utils.Tensor, or an error string (RequestError)
+    results = backend.execute(batch)
+    # one entry per request: a base.Response (outputs, parameters) or a base.RequestError
+
+`execute` turns each request view into a `pb_utils.InferenceRequest` whose input Tensors wrap
+the arena views without a copy, runs the model's `execute`, and turns each
+`pb_utils.InferenceResponse` back into a Response or RequestError (`execute_requests` does the
+last two steps for requests built elsewhere).
 
 Loading follows Triton: the file is `<model_repository>/<model_version>/<default_model_filename
 or "model.py">`; the version folder and the model folder are appended to `sys.path`;
@@ -36,16 +41,10 @@ import traceback
 from typing import Any
 
 from naiad import triton_python_backend_utils as pb_utils
-from naiad.datatypes import wire_of_numpy
+from naiad.backends.base import Backend, Batch, RequestError, Response, Result
 from naiad.errors import NaiadError
 
-__all__ = [
-    "ModelLoadError",
-    "PythonModelBackend",
-    "RequestError",
-    "auto_complete_config",
-    "output_datatype",
-]
+__all__ = ["ModelLoadError", "PythonModelBackend", "auto_complete_config"]
 
 DEFAULT_MODEL_FILENAME = "model.py"
 
@@ -56,34 +55,6 @@ class ModelLoadError(NaiadError):
     """A Python model could not be loaded; the message names the model and the cause."""
 
     http_status = 400
-
-
-class RequestError(str):
-    """The error string execute() gives a request, carrying the TritonError code.
-
-    It is a plain `str` (the message clients see); `.code` is the TritonError code
-    (pb_utils.TritonError.INTERNAL unless the model chose another) and `.code_name` its name.
-    """
-
-    code: int
-    code_name: str
-
-    def __new__(cls, message: str, code: int = pb_utils.TritonError.INTERNAL):
-        self = super().__new__(cls, message)
-        self.code = int(code)
-        self.code_name = pb_utils.TritonError._CODE_NAMES.get(self.code, "INTERNAL")
-        return self
-
-
-Result = list | RequestError
-
-
-def output_datatype(tensor: pb_utils.Tensor) -> str:
-    """Wire datatype ("FP32", "BYTES", ...) of an output Tensor."""
-    wire = pb_utils.WIRE_OF_TRITON_TYPE.get(tensor.triton_dtype())
-    if wire is None:
-        return wire_of_numpy(tensor.as_numpy().dtype)
-    return wire
 
 
 def _install_pb_utils() -> None:
@@ -213,7 +184,7 @@ def auto_complete_config(model_repository: str, model_version: str, model_config
     return result.as_dict()
 
 
-class PythonModelBackend:
+class PythonModelBackend(Backend):
     """One instance of a Triton Python model, loaded and initialized."""
 
     def __init__(self, args: dict):
@@ -231,6 +202,8 @@ class PythonModelBackend:
             args.get("model_name") or config.get("name") or os.path.basename(model_dir)
         )
         self.version: str = str(args.get("model_version", "1"))
+        # InferenceRequest.model_version() is an int in Triton.
+        self._version_number = int(self.version) if self.version.isdigit() else -1
         self.model_config: dict = config
         self.model_path: str = _model_file(self.name, model_dir, self.version, config)
 
@@ -291,13 +264,45 @@ class PythonModelBackend:
         error = RequestError(text)
         return [error] * count
 
-    def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[Result]:
-        """Run the model on a batch; per request, its output Tensors or an error string."""
+    def execute(self, batch: Batch) -> list[Result]:
+        """Run the model on a batch; per request, a Response or a RequestError.
+
+        The model's execute() receives the batch as pb_utils requests whose input Tensors
+        wrap the batch's arrays (no copy)."""
+        tensor = pb_utils.Tensor._from_server
+        request = pb_utils.InferenceRequest._from_server
+        triton_type = pb_utils.TRITON_TYPE_OF_WIRE.__getitem__
+        name = self.name
+        version = self._version_number
+        requests = []
+        for header, arrays in zip(batch.headers, batch.arrays):
+            # map() rather than a comprehension: no frame of its own per request.
+            types = map(triton_type, header.input_datatypes)
+            requests.append(
+                request(
+                    header.id,
+                    header.correlation_id,
+                    list(map(tensor, header.input_names, arrays, types)),
+                    header.requested_outputs,
+                    name,
+                    version,
+                    header.parameters_json,
+                    header.timeout_us,
+                    header.flags,
+                )
+            )
+        return self.execute_requests(requests)
+
+    def execute_requests(self, requests: list[pb_utils.InferenceRequest]) -> list[Result]:
+        """Run the model's execute() on pb_utils requests; per request, a Response or a
+        RequestError."""
         count = len(requests)
         if count == 0:
             return []
         try:
-            returned = self._await(self.model.execute(requests))
+            returned = self.model.execute(requests)
+            if type(returned) is not list:  # an async execute's coroutine, or a mistake
+                returned = self._await(returned)
         except Exception as exc:
             return self._batch_error(
                 _describe(exc, self.model_path), count, detail=traceback.format_exc()
@@ -337,43 +342,48 @@ class PythonModelBackend:
         )
 
     def _result(self, request, response) -> Result:
+        # Runs once per request: it reads the pb_utils objects' fields directly rather
+        # than through their accessor methods.
         if response is None:
             return self._failure(
                 "execute() returned None for this request; sending responses through "
                 "a response sender is not supported yet"
             )
-        if response.has_error():
-            error = response.error()
+        error = response._error
+        if error is not None:
             return RequestError(error.message(), error.code())
-        release_flags = getattr(request, "release_flags", None)
-        if callable(release_flags) and (
-            release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
-        ):
+        if request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
             return self._failure(
                 "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
                 "supported yet",
                 pb_utils.TritonError.UNSUPPORTED,
             )
 
-        outputs = response.output_tensors()
-        names = [tensor.name() for tensor in outputs]
+        outputs = response._output_tensors
+        names = [tensor._name for tensor in outputs]
         seen = set(names)
         if len(seen) != len(names):
             duplicate = next(name for name in names if names.count(name) > 1)
             return self._failure(f"output '{duplicate}' appears more than once in the response")
 
-        requested = getattr(request, "_requested_output_names", None)
-        if requested is None:
-            requested = sorted(request.requested_output_names())
-        if not requested or (len(requested) == len(names) and seen.issuperset(requested)):
-            return list(outputs)
-        missing = [name for name in requested if name not in seen]
-        if missing:
-            names = ", ".join(f"'{name}'" for name in missing)
-            noun = "output" if len(missing) == 1 else "outputs"
-            return self._failure(f"requested {noun} {names} not produced by the model")
-        wanted = set(requested)
-        return [tensor for tensor in outputs if tensor.name() in wanted]
+        requested = request._requested_output_names
+        if requested and not (len(requested) == len(names) and seen.issuperset(requested)):
+            missing = [name for name in requested if name not in seen]
+            if missing:
+                names = ", ".join(f"'{name}'" for name in missing)
+                noun = "output" if len(missing) == 1 else "outputs"
+                return self._failure(f"requested {noun} {names} not produced by the model")
+            wanted = set(requested)
+            outputs = [tensor for tensor in outputs if tensor._name in wanted]
+        pairs = [(tensor._name, tensor._array) for tensor in outputs]
+        for tensor in outputs:
+            if tensor._device_tensor is not None:
+                # Results travel through the arena, in host memory.
+                return self._failure(
+                    f"output '{tensor._name}' is in GPU memory; Naiad returns outputs from "
+                    "host memory only (yet)"
+                )
+        return Response(pairs, response._parameters_dict)
 
     def finalize(self) -> None:
         """Call the model's finalize() once, if it has one."""

@@ -207,18 +207,8 @@ class Router:
         infer_request = parse_infer_request(
             body, name, version, header_length, getattr(model, "config", None)
         )
-        submit = getattr(model, "submit", None)
-        if submit is None:  # a model without the synchronous submit: await it in a task
-            return self._run_infer(model, infer_request)
-        # The hot path: no task, only a callback on the request's future.
-        return Deferred(submit(infer_request), _InferReplyEncoder(model, infer_request))
-
-    async def _run_infer(self, model, infer_request) -> Reply:
-        try:
-            response = await model.infer(infer_request)
-        except NaiadError as exc:
-            return error_reply(_status_for(exc), exc.message)
-        return _infer_reply(model, infer_request, response)
+        # No task per request, only a callback on the request's future.
+        return Deferred(model.submit(infer_request), _InferReplyEncoder(model, infer_request))
 
 
 class Deferred:

@@ -1,9 +1,10 @@
 """The model manager: owns the core and the table of served models, routes completions.
 
-Front ends call `get()` for a model and `LoadedModel.submit()`; the manager keeps the
-requests in flight, wakes on the core's eventfd and resolves each request's future
-with its response or error. Which models are loaded, and when that changes, is decided
-by `repository.control.ModelControl`; the manager only swaps its tables (`publish`,
+Front ends call `get()` for a model and queue requests through `LoadedModel.submit()`
+(the general path) or the fast lane (`take_http_requests`, `submit_fast`); the manager
+keeps the requests in flight, wakes on the core's eventfd and answers each one with its
+response or error. Which models are loaded, and when that changes, is decided by
+`repository.control.ModelControl`; the manager only swaps its tables (`publish`,
 `withdraw`) when told.
 """
 
@@ -49,10 +50,11 @@ _ERROR_OF_CODE = {
 class _Pending:
     """A request of the general path: its future resolves to an InferResponse."""
 
-    __slots__ = ("model", "future", "request", "batch_size", "submit_ns")
+    __slots__ = ("request_id", "model", "future", "request", "batch_size", "submit_ns")
     lane = False
 
-    def __init__(self, model, future, request, batch_size, submit_ns):
+    def __init__(self, request_id, model, future, request, batch_size, submit_ns):
+        self.request_id = request_id
         self.model = model
         self.future = future
         self.request = request
@@ -327,7 +329,9 @@ class ModelManager:
         request_id = self.core.new_request_id()
         future = self._loop.create_future()
         submit_ns = _core.now_ns()
-        self._pending[request_id] = _Pending(model, future, request, batch_size, submit_ns)
+        self._pending[request_id] = _Pending(
+            request_id, model, future, request, batch_size, submit_ns
+        )
         result = self.core.submit(
             model.core_model, request_id, size, parts, batch_size, priority, timeout_us, shape_key
         )
@@ -404,34 +408,64 @@ class ModelManager:
         self.on_completions(self.core.poll(self.arrivals.possible()))
 
     def on_completions(self, completions: list) -> None:
-        """Answers the requests of completed batches and frees their result blocks."""
-        pop = self._pending.pop
-        for _batch, status, _instance, offset, size, dispatch_ns, request_ids in completions:
-            pendings = [pop(request_id, None) for request_id in request_ids]
+        """Answers the requests of completed batches and frees their result blocks.
+
+        A request stays in `_pending` until the moment it is answered. So whatever goes
+        wrong while one completion is answered (an unreadable result block, a bug), the
+        requests it left unanswered get an internal error and the other completions are
+        answered as usual: no client waits forever."""
+        for completion in completions:
+            try:
+                self._complete(*completion)
+            except Exception:
+                log.exception(
+                    "answering the requests of a completed batch failed; those not answered "
+                    "yet get an internal error"
+                )
+                self._fail_unanswered(completion[-1])
+
+    def _complete(self, _batch, status, _instance, offset, size, dispatch_ns, request_ids):
+        try:
+            get = self._pending.get
+            pendings = [get(request_id) for request_id in request_ids]
             live = [p for p in pendings if p is not None]
             if not live:
-                if offset:
-                    self.core.free(offset)
-                continue
+                return
             end_ns = _core.now_ns()
             if status != _core.COMPLETION_OK:
                 self._fail_batch(live, status, end_ns)
-                if offset:
-                    self.core.free(offset)
-                continue
-            try:
-                timings = None
-                lane = [p for p in live if p.lane]
-                if lane:
-                    timings = self._answer_lane(
-                        lane, offset, size, request_ids, dispatch_ns, end_ns
-                    )
-                if len(lane) != len(live):
-                    timings = self._answer_general(pendings, offset, dispatch_ns, end_ns)
-                if timings is not None:
-                    live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
-            finally:
+                return
+            timings = None
+            lane = [p for p in live if p.lane]
+            if lane:
+                timings = self._answer_lane(lane, offset, size, request_ids, dispatch_ns, end_ns)
+            if len(lane) != len(live):
+                timings = self._answer_general(pendings, offset, dispatch_ns, end_ns)
+            if timings is not None:
+                live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
+        finally:
+            if offset:
                 self.core.free(offset)
+
+    def _fail_unanswered(self, request_ids: list) -> None:
+        """Fails the requests among `request_ids` that are still waiting for an answer."""
+        end_ns = _core.now_ns()
+        pop = self._pending.pop
+        for request_id in request_ids:
+            pending = pop(request_id, None)
+            if pending is None:
+                continue
+            model = pending.model
+            try:
+                model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
+                pending.fail(
+                    Internal(
+                        f"Failed to process the request(s) for model '{model.name}': the "
+                        "server could not read the model's result (see the server log)"
+                    )
+                )
+            except Exception:
+                log.exception("failing request %d of model '%s' failed", request_id, model.name)
 
     def _answer_lane(self, lane, offset, size, request_ids, dispatch_ns, end_ns):
         """Sends the fast lane's requests of a batch their responses; returns the timings."""
@@ -440,11 +474,11 @@ class ModelManager:
             self._fail_batch(lane, _core.COMPLETION_WORKER_FAILED, end_ns)
             return None
         timings, replies = result
-        by_id = {p.request_id: p for p in lane}
+        pop = self._pending.pop
         stats = lane[0].model.stats
         successes = inferences = request_ns = queue_ns = 0
         for request_id, ok, batch_size, took_ns, queued_ns, http in replies:
-            pending = by_id.get(request_id)
+            pending = pop(request_id, None)
             if pending is None:  # answered already (failed, or the server is stopping)
                 continue
             if ok:
@@ -454,9 +488,15 @@ class ModelManager:
                 queue_ns += queued_ns
             else:
                 stats.record_failure(took_ns)
-            pending.on_done(http, None)
+            try:
+                pending.on_done(http, None)
+            except Exception:  # that client's connection; the others still get theirs
+                log.exception("sending the response of request %d failed", request_id)
         if successes:
             stats.record_successes(successes, inferences, request_ns, queue_ns, timings)
+        if len(replies) != len(lane):
+            log.error("the fast lane answered %d of a batch's %d requests", len(replies), len(lane))
+            self._fail_unanswered([p.request_id for p in lane])
         return timings
 
     def _answer_general(self, pendings, offset, dispatch_ns, end_ns):
@@ -465,6 +505,10 @@ class ModelManager:
         header, prefix_length = arena_format.read_header(arena, offset)
         timings = header["timings"]
         outcomes = header["responses"]
+        if len(outcomes) != len(pendings):
+            raise ValueError(
+                f"the result block holds {len(outcomes)} outcomes for {len(pendings)} requests"
+            )
         # Tensors follow the header in response order: derive their offsets.
         sizes = [t[3] for o in outcomes for t in o.get("outputs", ())]
         offsets = iter(arena_format.tensor_offsets(prefix_length, sizes))
@@ -477,28 +521,38 @@ class ModelManager:
 
     def _resolve(self, pending, outcome, arena, starts, timings, dispatch_ns, end_ns) -> None:
         model = pending.model
-        if pending.future.done():  # the client went away; nothing to answer
+        future = pending.future
+        if future.done():  # the client went away; nothing to answer
+            self._pending.pop(pending.request_id, None)
             return
         error = outcome.get("error")
         if error is not None:
             model.stats.record_failure(end_ns - pending.submit_ns)
-            pending.future.set_exception(_ERROR_OF_CODE.get(outcome.get("code"), Internal)(error))
+            self._pending.pop(pending.request_id, None)
+            future.set_exception(_ERROR_OF_CODE.get(outcome.get("code"), Internal)(error))
             return
         # Copied out so the result block can be freed at once.
         outputs = [
             OutputTensor(name, datatype, shape, bytes(arena[start : start + nbytes]))
             for (name, datatype, shape, nbytes), start in zip(outcome["outputs"], starts)
         ]
-        request = pending.request
+        response = InferResponse(
+            model.name,
+            str(model.version),
+            pending.request.id,
+            outputs,
+            outcome.get("parameters") or {},
+        )
         model.stats.record_success(
             pending.batch_size, end_ns - pending.submit_ns, dispatch_ns - pending.submit_ns, timings
         )
-        pending.future.set_result(
-            InferResponse(model.name, str(model.version), request.id, outputs)
-        )
+        self._pending.pop(pending.request_id, None)
+        future.set_result(response)
 
     def _fail_batch(self, pendings: list, status: int, end_ns: int) -> None:
+        pop = self._pending.pop
         for pending in pendings:
+            pop(pending.request_id, None)
             model = pending.model
             if status == _core.COMPLETION_TIMED_OUT:
                 model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")

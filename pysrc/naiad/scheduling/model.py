@@ -14,7 +14,7 @@ from naiad.repository.config import config_to_json
 from naiad.repository.metadata import model_metadata
 from naiad.scheduling.instance import Instance
 from naiad.scheduling.stats import ModelStats
-from naiad.types import InferRequest, InferResponse
+from naiad.types import InferRequest
 from naiad.validation import RequestValidator
 
 log = logging.getLogger("naiad")
@@ -157,14 +157,10 @@ class LoadedModel:
     def config_json(self) -> dict:
         return self._config_json
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        return await self.submit(request)
-
     def submit(self, request: InferRequest) -> asyncio.Future:
         """Validates and queues `request`; the future resolves to its InferResponse.
 
-        Raises NaiadError at once for a request that cannot be queued. Front ends on
-        the hot path use this rather than `infer` to spare a task per request."""
+        Raises NaiadError at once for a request that cannot be queued."""
         if self.state != READY:
             raise Unavailable(
                 f"Request for unknown model: '{self.name}' version {self.version} is not ready"

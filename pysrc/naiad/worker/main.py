@@ -1,9 +1,10 @@
 """A worker process: owns one model instance and runs the batches the core sends it.
 
 It attaches the shared arena through descriptors inherited from the frontend, loads
-the backend once, reports readiness on its control pipe, then loops: wait for a batch
-(GIL released), view each input as a numpy array over the arena without copying, run
-the model, write the outputs into a result block in the arena, post the completion.
+the backend the model's config names (naiad.backends) once, reports readiness on its
+control pipe, then loops: wait for a batch (GIL released), view each input as a numpy
+array over the arena without copying (a backends.base.Batch), let the backend execute
+it, write its outputs into a result block in the arena, post the completion.
 
 Launch contract (scheduling/instance.py): argv carries the descriptor numbers and
 the channel offset; stdin carries the JSON of Triton's initialize() args.
@@ -23,7 +24,8 @@ import numpy as np
 import orjson
 
 from naiad import _core, arena_format, datatypes
-from naiad import triton_python_backend_utils as pb_utils
+from naiad.backends import load_backend
+from naiad.backends.base import Backend, Batch, RequestError, RequestHeader
 from naiad.gc_tuning import settle_after_startup
 
 _PR_SET_PDEATHSIG = 1
@@ -43,44 +45,18 @@ def _report(control_fd: int, message: dict) -> None:
     os.write(control_fd, json.dumps(message).encode() + b"\n")
 
 
-def _load_backend(args: dict):
-    config = json.loads(args["model_config"])
-    backend = config.get("backend") or config.get("platform") or ""
-    if backend != "python":
-        raise RuntimeError(
-            f"backend '{backend}' of model '{args['model_name']}' is not supported yet "
-            "(supported: python)"
-        )
-    from naiad.backends.python import PythonModelBackend
-
-    return PythonModelBackend(args)
-
-
-# Per wire datatype: (numpy dtype, pb_utils triton dtype). Looked up per input.
-_INPUT_TYPES = {
-    wire: (datatypes.numpy_dtype(wire), pb_utils.numpy_to_triton_type(datatypes.numpy_dtype(wire)))
-    for wire in datatypes.WIRE_DATATYPES
-    if wire != "BF16"
+# Per wire datatype: the numpy dtype an input is viewed as (BYTES inputs are decoded).
+_INPUT_DTYPES = {
+    wire: datatypes.numpy_dtype(wire) for wire in datatypes.WIRE_DATATYPES if wire != "BF16"
 }
-_EMPTY_PARAMETERS = "{}"
-
-
-def _input_tensor(arena, start: int, name: str, datatype: str, shape: tuple, nbytes: int):
-    """A zero-copy numpy view over the arena (BYTES are decoded into an object array)."""
-    dtype, triton_dtype = _INPUT_TYPES[datatype]
-    if datatype == "BYTES":
-        count = datatypes.element_count(shape)
-        array = datatypes.deserialize_bytes(arena[start : start + nbytes], count).reshape(shape)
-    else:
-        array = np.ndarray(shape, dtype, arena, start)
-    return pb_utils.Tensor._from_server(name, array, triton_dtype)
 
 
 class _Layout:
-    """A request header, parsed: (name, datatype, shape, nbytes, offset in the block) per
-    input, requested outputs, id, and the parameters as `parameters()` returns them."""
+    """A request block's header, parsed: the backend's view of it (`header`) and where
+    each input lies in the block, as (numpy dtype or None for BYTES, shape, nbytes,
+    offset from the block start) per input, in the header's order."""
 
-    __slots__ = ("request_id", "inputs", "outputs", "parameters")
+    __slots__ = ("header", "placements")
 
     def __init__(self, header_bytes: bytes):
         header = orjson.loads(header_bytes)
@@ -88,14 +64,16 @@ class _Layout:
         offsets = arena_format.tensor_offsets(
             arena_format.LENGTH_SIZE + len(header_bytes), [entry[3] for entry in entries]
         )
-        self.request_id = header["id"]
-        self.inputs = tuple(
-            (name, datatype, tuple(shape), nbytes, offset)
-            for (name, datatype, shape, nbytes), offset in zip(entries, offsets)
+        self.header = RequestHeader(
+            header["id"],
+            tuple((name, datatype, tuple(shape)) for name, datatype, shape, _ in entries),
+            header["outputs"] or [],
+            header["parameters"],
         )
-        self.outputs = header["outputs"] or []
-        parameters = header["parameters"]
-        self.parameters = orjson.dumps(parameters).decode() if parameters else _EMPTY_PARAMETERS
+        self.placements = tuple(
+            (None if datatype == "BYTES" else _INPUT_DTYPES[datatype], tuple(shape), nbytes, offset)
+            for (_, datatype, shape, nbytes), offset in zip(entries, offsets)
+        )
 
 
 # Header bytes -> _Layout. A client sends the same header (same id, names and shapes)
@@ -104,62 +82,60 @@ _LAYOUTS: dict[bytes, _Layout] = {}
 _LAYOUTS_LIMIT = 1024
 
 
-def _layout(arena, block: int) -> _Layout:
-    key = bytes(arena_format.header_text(arena, block))
-    layout = _LAYOUTS.get(key)
-    if layout is None:
-        if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
-            _LAYOUTS.clear()
-        layout = _LAYOUTS[key] = _Layout(key)
+def _new_layout(key: bytes) -> _Layout:
+    if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
+        _LAYOUTS.clear()
+    layout = _LAYOUTS[key] = _Layout(key)
     return layout
 
 
-def _build_requests(arena, blocks: list[int], model_name: str, model_version: int):
-    requests = []
-    from_server = pb_utils.InferenceRequest._from_server
+def _batch(arena, blocks: list[int]) -> Batch:
+    """The batch's request blocks as the backend sees them: each input a numpy view over
+    the arena (no copy); BYTES inputs decoded into object arrays."""
+    header_text = arena_format.header_text
+    cached = _LAYOUTS.get
+    headers = []
+    arrays = []
     for block in blocks:
-        layout = _layout(arena, block)
-        inputs = [
-            _input_tensor(arena, block + offset, name, datatype, shape, nbytes)
-            for name, datatype, shape, nbytes, offset in layout.inputs
-        ]
-        requests.append(
-            from_server(
-                layout.request_id,
-                inputs,
-                layout.outputs,
-                model_name,
-                model_version,
-                layout.parameters,
-            )
+        key = bytes(header_text(arena, block))
+        layout = cached(key) or _new_layout(key)
+        headers.append(layout.header)
+        arrays.append(
+            [
+                np.ndarray(shape, dtype, arena, block + offset)
+                if dtype is not None
+                else datatypes.deserialize_bytes(
+                    arena[block + offset : block + offset + nbytes], datatypes.element_count(shape)
+                ).reshape(shape)
+                for dtype, shape, nbytes, offset in layout.placements
+            ]
         )
-    return requests
+    return Batch(headers, arrays)
 
 
+# numpy dtype -> wire datatype, filled as outputs show them.
 _WIRE_OF_DTYPE: dict = {}
 
 
 def _wire_datatype(dtype: np.dtype) -> str:
-    wire = _WIRE_OF_DTYPE.get(dtype)
-    if wire is None:
-        wire = _WIRE_OF_DTYPE[dtype] = datatypes.wire_of_numpy(dtype)
+    """The wire datatype of an output dtype not in _WIRE_OF_DTYPE yet; remembered there."""
+    wire = _WIRE_OF_DTYPE[dtype] = datatypes.wire_of_numpy(dtype)
     return wire
 
 
-def _wire_results(results):
-    """Backend results -> (header responses, output buffers in wire layout) for
-    `arena_format.encode_result`. A result is an error string (RequestError carries
-    the TritonError code) or the request's output Tensors."""
-    responses = []
+def _wire_results(results: list) -> tuple[list, list]:
+    """The backend's Responses and RequestErrors -> (outcomes, output buffers in wire
+    layout) for `arena_format.encode_result`."""
+    wire_of = _WIRE_OF_DTYPE.get
+    outcomes = []
     buffers = []
     for result in results:
-        if isinstance(result, str):
-            responses.append({"error": str(result), "code": getattr(result, "code", 1)})
+        if isinstance(result, RequestError):
+            outcomes.append({"error": result.message, "code": result.code})
             continue
         entries = []
-        for tensor in result:
-            array = tensor.as_numpy()
-            datatype = _wire_datatype(array.dtype)
+        for name, array in result.outputs:
+            datatype = wire_of(array.dtype) or _wire_datatype(array.dtype)
             if datatype == "BYTES":
                 buffer = datatypes.serialize_bytes(array)
                 size = len(buffer)
@@ -168,19 +144,20 @@ def _wire_results(results):
                     array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
                 size = array.nbytes
                 buffer = memoryview(array).cast("B") if size else b""
-            entries.append([tensor.name(), datatype, array.shape, size])
+            entries.append([name, datatype, array.shape, size])
             buffers.append(buffer)
-        responses.append({"outputs": entries})
-    return responses, buffers
+        if result.parameters:
+            outcomes.append({"outputs": entries, "parameters": result.parameters})
+        else:
+            outcomes.append({"outputs": entries})
+    return outcomes, buffers
 
 
 class Worker:
-    def __init__(self, endpoint, backend, model_name: str, model_version: int):
+    def __init__(self, endpoint, backend: Backend):
         self.endpoint = endpoint
         self.arena = endpoint.arena
         self.backend = backend
-        self.model_name = model_name
-        self.model_version = model_version
 
     def run(self) -> None:
         while True:
@@ -195,15 +172,19 @@ class Worker:
 
     def _run_batch(self, batch_id: int, blocks: list[int]) -> None:
         start = _core.now_ns()
-        requests = _build_requests(self.arena, blocks, self.model_name, self.model_version)
+        batch = _batch(self.arena, blocks)
         infer_start = _core.now_ns()
-        results = self.backend.execute(requests)
+        results = self.backend.execute(batch)
         infer_end = _core.now_ns()
-        responses, buffers = _wire_results(results)
+        if len(results) != len(blocks):
+            raise RuntimeError(
+                f"the backend answered {len(results)} of the batch's {len(blocks)} requests"
+            )
+        outcomes, buffers = _wire_results(results)
         # start, compute_input, compute_infer, compute_output (ns); the output time
         # covers turning tensors into wire buffers, not the final copy into the arena.
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
-        prefix, parts, size = arena_format.encode_result(responses, buffers, timings)
+        prefix, parts, size = arena_format.encode_result(outcomes, buffers, timings)
         offset = self.endpoint.alloc(size, batch_id)
         if offset == 0:
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
@@ -254,17 +235,14 @@ def main(argv=None) -> int:
         endpoint = _core.WorkerEndpoint(
             options.arena_fd, options.channel_offset, options.wake_fd, options.notify_fd
         )
-        backend = _load_backend(args)
+        backend = load_backend(args)
     except Exception as exc:  # reported to the frontend, which prints the load table
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         _report(options.control_fd, {"status": "error", "message": message})
         return 1
     settle_after_startup()
     _report(options.control_fd, {"status": "ready"})
-    worker = Worker(endpoint, backend, args["model_name"], int(args["model_version"]))
-    worker.run()
-    try:
-        backend.finalize()
-    finally:
-        _report(options.control_fd, {"status": "stopped"})
+    Worker(endpoint, backend).run()
+    # The frontend learns that this worker is done from its exit (a pidfd).
+    backend.finalize()
     return 0

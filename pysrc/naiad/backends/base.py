@@ -1,0 +1,203 @@
+"""The interface between a worker and the backend that runs its model instance.
+
+A worker builds one backend per model instance from the instance's args (exactly the dict
+Triton's `initialize()` receives), then for every batch the core sends it calls
+`execute(batch)` and writes the results it gets back into the arena; on shutdown it calls
+`finalize()`. A backend knows nothing of HTTP, gRPC or the arena's block layout: it sees a
+`Batch` (each request's `RequestHeader` and input arrays, numpy views over the arena: no
+copy) and answers each request with a `Response` or a `RequestError`.
+
+    class MyBackend(Backend):
+        def __init__(self, args):           # load the model; raise to fail the load
+            ...
+        def execute(self, batch):
+            return [Response([("OUTPUT0", run(request.arrays[0]))]) for request in batch.requests]
+        def finalize(self):
+            ...
+
+Backends are found by the `backend` (or else `platform`) of config.pbtxt through
+`naiad.backends.load_backend`.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+# Triton's TRITONSERVER_Error_Code values (pb_utils.TritonError uses the same numbers); the
+# result block carries them and the front end turns them into the client's status.
+UNKNOWN = 0
+INTERNAL = 1
+NOT_FOUND = 2
+INVALID_ARG = 3
+UNAVAILABLE = 4
+UNSUPPORTED = 5
+ALREADY_EXISTS = 6
+CANCELLED = 7
+
+# TRITONSERVER_RequestFlag bits (pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_*).
+SEQUENCE_START = 1
+SEQUENCE_END = 2
+
+# Request parameters that Triton's front ends turn into request properties (correlation id,
+# sequence flags, priority, timeout, output encoding) instead of passing them to the model.
+RESERVED_PARAMETERS = frozenset(
+    ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
+)
+
+_UINT64_MAX = (1 << 64) - 1
+
+
+class RequestHeader:
+    """Everything about a request except its tensor data: parsed once per distinct header.
+
+    A client sends the same header (same id, names, shapes, parameters) again and again, so
+    a worker keeps these and shares one among the requests that carry it; never modify one.
+
+    - `id`: the request id ("" when the client gave none)
+    - `inputs`: ((name, datatype, shape), ...) in the order of `RequestView.arrays`;
+      `input_names` and `input_datatypes` the same names and datatypes as tuples of their own
+    - `requested_outputs`: the output names the client asked for; empty for all of them
+    - `parameters`: the request's parameters without the ones Triton consumes
+      (`RESERVED_PARAMETERS`), as a dict; `parameters_json` the same as a JSON object string
+    - `timeout_us`: the `timeout` parameter (microseconds), 0 when absent
+    - `correlation_id`: the `sequence_id` parameter (an int or a str), 0 when absent
+    - `flags`: SEQUENCE_START | SEQUENCE_END as the `sequence_start` / `sequence_end`
+      parameters say
+    """
+
+    __slots__ = (
+        "id",
+        "inputs",
+        "input_names",
+        "input_datatypes",
+        "requested_outputs",
+        "parameters",
+        "parameters_json",
+        "timeout_us",
+        "correlation_id",
+        "flags",
+    )
+
+    def __init__(self, request_id: str, inputs: tuple, requested_outputs: list, parameters: dict):
+        self.id = request_id
+        self.inputs = inputs
+        self.input_names = tuple(name for name, _, _ in inputs)
+        self.input_datatypes = tuple(datatype for _, datatype, _ in inputs)
+        self.requested_outputs = requested_outputs
+        self.timeout_us = 0
+        self.correlation_id: int | str = 0
+        self.flags = 0
+        if not parameters:
+            self.parameters = {}
+            self.parameters_json = "{}"
+            return
+        timeout = parameters.get("timeout", 0)
+        if type(timeout) is int and 0 <= timeout <= _UINT64_MAX:
+            self.timeout_us = timeout
+        sequence_id = parameters.get("sequence_id", 0)
+        # As Triton: an unsigned integer, else a string.
+        if (type(sequence_id) is int and 0 <= sequence_id <= _UINT64_MAX) or type(
+            sequence_id
+        ) is str:
+            self.correlation_id = sequence_id
+        if parameters.get("sequence_start") is True:
+            self.flags |= SEQUENCE_START
+        if parameters.get("sequence_end") is True:
+            self.flags |= SEQUENCE_END
+        own = {key: value for key, value in parameters.items() if key not in RESERVED_PARAMETERS}
+        self.parameters = own
+        self.parameters_json = orjson.dumps(own).decode() if own else "{}"
+
+
+class RequestView:
+    """One request of a batch: its header and its input arrays (`arrays[i]` holds
+    `header.inputs[i]`), numpy views over the arena; BYTES inputs are object arrays of
+    bytes, decoded from the arena."""
+
+    __slots__ = ("header", "arrays")
+
+    def __init__(self, header: RequestHeader, arrays: list):
+        self.header = header
+        self.arrays = arrays
+
+    @property
+    def id(self) -> str:
+        return self.header.id
+
+    @property
+    def parameters(self) -> dict:
+        return self.header.parameters
+
+    @property
+    def requested_outputs(self) -> list:
+        return self.header.requested_outputs
+
+    @property
+    def inputs(self) -> list:
+        """[(name, datatype, array, shape), ...]."""
+        return [
+            (name, datatype, array, shape)
+            for (name, datatype, shape), array in zip(self.header.inputs, self.arrays)
+        ]
+
+
+class Batch:
+    """The requests of one execution, in the order their results must come back:
+    request i is `headers[i]` with its input arrays `arrays[i]` (`arrays[i][j]` holds
+    input `headers[i].inputs[j]`). `requests` gives the same as RequestViews; the two
+    parallel lists spare the hot path an object per request."""
+
+    __slots__ = ("headers", "arrays")
+
+    def __init__(self, headers: list[RequestHeader], arrays: list[list]):
+        self.headers = headers
+        self.arrays = arrays
+
+    def __len__(self) -> int:
+        return len(self.headers)
+
+    @property
+    def requests(self) -> list[RequestView]:
+        return [RequestView(header, arrays) for header, arrays in zip(self.headers, self.arrays)]
+
+
+class Response:
+    """A request's success: `outputs` as [(name, numpy array), ...] (the wire datatype
+    follows from the array's dtype; BYTES are object arrays of bytes or str) and the
+    response parameters (str -> bool/int/str) the client gets, if any."""
+
+    __slots__ = ("outputs", "parameters")
+
+    def __init__(self, outputs: list, parameters: dict | None = None):
+        self.outputs = outputs
+        self.parameters = parameters
+
+
+class RequestError:
+    """A request's failure: the message the client gets and a Triton error code."""
+
+    __slots__ = ("message", "code")
+
+    def __init__(self, message: str, code: int = INTERNAL):
+        self.message = message
+        self.code = int(code)
+
+    def __repr__(self) -> str:
+        return f"RequestError({self.message!r}, code={self.code})"
+
+
+Result = Response | RequestError
+
+
+class Backend:
+    """One loaded model instance. Subclasses load in `__init__(args)`: `args` is the dict
+    Triton's `initialize()` receives (model_config as JSON text, model_name, model_version,
+    model_repository, model_instance_kind/name/device_id); an exception fails the load and
+    its message is what the server reports."""
+
+    def execute(self, batch: Batch) -> list[Result]:
+        """One Response or RequestError per request of `batch`, in its order."""
+        raise NotImplementedError
+
+    def finalize(self) -> None:
+        """Release the model; called once, after the last batch."""

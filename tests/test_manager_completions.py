@@ -1,0 +1,247 @@
+"""ModelManager.on_completions: every request of every completion gets an answer, whatever
+one completion or one request does.
+
+The manager's core and lane are replaced by stand-ins whose arena is a bytearray, so a
+test can put any result block (well formed or not) in front of the manager and see what
+each client would get.
+"""
+
+import asyncio
+
+import numpy as np
+import pytest
+from naiad import _core, arena_format
+from naiad.errors import Internal, InvalidArgument
+from naiad.scheduling.manager import ModelManager, _LanePending, _Pending
+from naiad.scheduling.stats import ModelStats
+from naiad.types import InferRequest
+
+BLOCK = 4096  # room for each test result block in the stand-in arena
+
+
+class _Core:
+    """The part of _core.Core that answering completions uses."""
+
+    def __init__(self):
+        self.arena = memoryview(bytearray(16 * BLOCK))
+        self.freed = []
+
+    def free(self, offset):
+        self.freed.append(offset)
+
+
+class _Lane:
+    """The part of _core.FastLane that answering completions uses: it replies
+    b'lane <id>' to each request id it is asked about that it knows."""
+
+    def __init__(self, known):
+        self.known = set(known)
+        self.forgotten = []
+
+    def complete(self, offset, size, request_ids, dispatch_ns, end_ns):
+        replies = [
+            (rid, True, 1, 1000, 10, b"lane %d" % rid) for rid in request_ids if rid in self.known
+        ]
+        return [0, 1, 2, 3], replies
+
+    def forget(self, request_id):
+        self.forgotten.append(request_id)
+
+
+class _Model:
+    def __init__(self):
+        self.name = "m"
+        self.version = 1
+        self.stats = ModelStats("m", 1)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    loop = asyncio.new_event_loop()
+    manager = ModelManager(tmp_path, arena_bytes=1 << 20)
+    manager.core = _Core()
+    manager.lane = _Lane(())
+    model = _Model()
+
+    def general(request_id):
+        future = loop.create_future()
+        request = InferRequest("m", "", f"req-{request_id}", [])
+        manager._pending[request_id] = _Pending(request_id, model, future, request, 1, 0)
+        return future
+
+    def lane(request_id):
+        answers = []
+        manager._pending[request_id] = _LanePending(
+            manager, model, request_id, 1, 0, lambda http, exc: answers.append((http, exc))
+        )
+        manager.lane.known.add(request_id)
+        return answers
+
+    yield manager, model, general, lane
+    loop.close()
+
+
+def _write_result(manager, slot, outcomes, buffers=()) -> tuple[int, int]:
+    """Writes a result block into arena slot `slot`; its (offset, size)."""
+    prefix, parts, size = arena_format.encode_result(outcomes, list(buffers), [0, 1, 2, 3])
+    offset = (slot + 1) * BLOCK
+    arena = manager.core.arena
+    arena[offset : offset + len(prefix)] = prefix
+    for part_offset, buffer in parts:
+        start = offset + part_offset
+        arena[start : start + len(buffer)] = buffer
+    return offset, size
+
+
+def _completion(offset, size, request_ids, status=_core.COMPLETION_OK):
+    return (7, status, 0, offset, size, 0, request_ids)
+
+
+def _ok(value: float, parameters=None) -> tuple[dict, bytes]:
+    data = np.full(2, value, dtype=np.float32).tobytes()
+    outcome = {"outputs": [["OUT", "FP32", [2], len(data)]]}
+    if parameters is not None:
+        outcome["parameters"] = parameters
+    return outcome, data
+
+
+def _value(future) -> list:
+    [output] = future.result().outputs
+    return np.frombuffer(output.data, dtype=np.float32).tolist()
+
+
+def _internal_error(future) -> str:
+    exc = future.exception()
+    assert isinstance(exc, Internal), exc
+    return exc.message
+
+
+def test_an_unreadable_result_block_fails_its_requests_and_no_other(setup):
+    manager, model, general, _ = setup
+    first, second, third = general(1), general(2), general(3)
+    (o1, d1), (o3, d3) = _ok(1.0), _ok(3.0)
+    good_offset, good_size = _write_result(manager, 0, [o1], [d1])
+    bad_offset = 2 * BLOCK
+    manager.core.arena[bad_offset : bad_offset + 8] = b"\x04\x00\x00\x00{{{{"  # not JSON
+    last_offset, last_size = _write_result(manager, 2, [o3], [d3])
+
+    manager.on_completions(
+        [
+            _completion(good_offset, good_size, [1]),
+            _completion(bad_offset, 8, [2]),
+            _completion(last_offset, last_size, [3]),
+        ]
+    )
+
+    assert _value(first) == [1.0, 1.0]
+    assert _internal_error(second) == (
+        "Failed to process the request(s) for model 'm': the server could not read the "
+        "model's result (see the server log)"
+    )
+    assert _value(third) == [3.0, 3.0]
+    assert manager._pending == {}
+    assert sorted(manager.core.freed) == [good_offset, bad_offset, last_offset]
+    assert model.stats.fail.count == 1
+    assert model.stats.success.count == 2
+
+
+def test_a_result_block_with_too_few_outcomes_fails_the_whole_batch(setup):
+    manager, model, general, _ = setup
+    first, second = general(1), general(2)
+    outcome, data = _ok(1.0)
+    offset, size = _write_result(manager, 0, [outcome], [data])
+    manager.on_completions([_completion(offset, size, [1, 2])])
+    assert "could not read the model's result" in _internal_error(first)
+    assert "could not read the model's result" in _internal_error(second)
+    assert manager._pending == {}
+    assert manager.core.freed == [offset]
+
+
+def test_one_request_that_cannot_be_resolved_leaves_the_others_answered(setup, monkeypatch):
+    manager, model, general, _ = setup
+    futures = [general(request_id) for request_id in (1, 2, 3)]
+    outcomes, buffers = zip(*(_ok(float(i)) for i in (1, 2, 3)))
+    offset, size = _write_result(manager, 0, list(outcomes), list(buffers))
+    later = general(4)
+    o4, d4 = _ok(4.0)
+    later_offset, later_size = _write_result(manager, 1, [o4], [d4])
+
+    resolve = ModelManager._resolve
+
+    def resolve_but_not_request_2(self, pending, *args):
+        if pending.request_id == 2:
+            raise KeyError("a bug")
+        return resolve(self, pending, *args)
+
+    monkeypatch.setattr(ModelManager, "_resolve", resolve_but_not_request_2)
+    manager.on_completions(
+        [_completion(offset, size, [1, 2, 3]), _completion(later_offset, later_size, [4])]
+    )
+
+    assert _value(futures[0]) == [1.0, 1.0]
+    assert "could not read the model's result" in _internal_error(futures[1])
+    # Request 3 came after the failure in the same batch: it is failed, not left waiting.
+    assert "could not read the model's result" in _internal_error(futures[2])
+    assert _value(later) == [4.0, 4.0]
+    assert manager._pending == {}
+
+
+def test_a_lane_callback_that_raises_does_not_stop_the_others(setup):
+    manager, model, general, lane = setup
+    answers = [lane(1), lane(2)]
+    broken = manager._pending[1]
+
+    def explode(http, exc):
+        raise OSError("connection reset")
+
+    broken.on_done = explode
+    mixed = general(3)
+    outcomes, buffers = zip(*(_ok(float(i)) for i in (1, 2, 3)))
+    offset, size = _write_result(manager, 0, list(outcomes), list(buffers))
+    manager.on_completions([_completion(offset, size, [1, 2, 3])])
+    assert answers[1] == [(b"lane 2", None)]
+    assert _value(mixed) == [3.0, 3.0]
+    assert manager._pending == {}
+
+
+def test_a_lane_request_the_lane_does_not_answer_is_failed(setup):
+    manager, model, general, lane = setup
+    answered, unknown = lane(1), lane(2)
+    manager.lane.known.discard(2)
+    offset, size = _write_result(manager, 0, [_ok(1.0)[0], _ok(2.0)[0]], [b"\0" * 8] * 2)
+    manager.on_completions([_completion(offset, size, [1, 2])])
+    assert answered == [(b"lane 1", None)]
+    [(http, exc)] = unknown
+    assert http is None and isinstance(exc, Internal)
+    assert manager.lane.forgotten == [2]
+
+
+def test_error_outcomes_keep_their_kind(setup):
+    manager, model, general, _ = setup
+    future = general(1)
+    offset, size = _write_result(manager, 0, [{"error": "negative input", "code": 3}])
+    manager.on_completions([_completion(offset, size, [1])])
+    exc = future.exception()
+    assert isinstance(exc, InvalidArgument)
+    assert exc.message == "negative input"
+
+
+def test_response_parameters_reach_the_response(setup):
+    manager, model, general, _ = setup
+    with_parameters, without = general(1), general(2)
+    (o1, d1), (o2, d2) = _ok(1.0, {"tokens": 7, "done": True, "label": "cat"}), _ok(2.0)
+    offset, size = _write_result(manager, 0, [o1, o2], [d1, d2])
+    manager.on_completions([_completion(offset, size, [1, 2])])
+    assert with_parameters.result().parameters == {"tokens": 7, "done": True, "label": "cat"}
+    assert without.result().parameters == {}
+
+
+def test_a_failed_batch_answers_every_request(setup):
+    manager, model, general, lane = setup
+    future, answers = general(1), lane(2)
+    manager.on_completions([_completion(0, 0, [1, 2], _core.COMPLETION_INSTANCE_DIED)])
+    assert "worker process exited" in _internal_error(future)
+    [(http, exc)] = answers
+    assert http is None and "worker process exited" in exc.message
+    assert manager._pending == {}
+    assert manager.core.freed == []
