@@ -125,7 +125,10 @@ def test_initialize_raising_is_reported_per_version(explicit):
     assert entry["version"] == "1" and entry["state"] == "UNAVAILABLE"
     assert "init_fails refuses to initialize" in entry["reason"]
     assert _infer(explicit.url, "add_sub").status_code == 200
-    unload(explicit.url, "init_fails")  # so that the server is ready again for other tests
+    # As in Triton, unloading a version that never loaded keeps its reason.
+    assert unload(explicit.url, "init_fails").status_code == 200
+    assert entries(explicit.url, "init_fails")[0]["state"] == "UNAVAILABLE"
+    assert requests.get(explicit.url + "/v2/health/ready").status_code == 400
 
 
 @pytest.mark.parametrize(
@@ -185,6 +188,7 @@ def test_config_override_reloads_and_file_overrides_make_a_new_model(explicit, t
     assert load(explicit.url, "sent", parameters).status_code == 200
     assert _infer(explicit.url, "sent", 4.0).json()["outputs"][0]["data"][0] == 5.0
     assert not (explicit.repository / "sent").exists()  # never written into the repository
+    assert "sent" not in [e["name"] for e in index(explicit.url)]  # as in Triton
     assert unload(explicit.url, "sent").status_code == 200
     assert load(explicit.url, "add_sub", {"config": json.dumps(add_sub_config())}).ok
 
@@ -248,8 +252,7 @@ def test_reload_under_constant_load_fails_no_request(explicit):
         traffic.wait_for(50)
     assert traffic.failures == [], traffic.failures[:5]
     assert traffic.ok > 200
-    # Old instances were released: one worker per instance of what is loaded now.
-    assert requests.get(explicit.url + "/v2/health/ready").status_code == 200
+    assert requests.get(explicit.url + "/v2/models/add_sub/ready").status_code == 200
     assert "restarting" not in explicit.stderr_text()
 
 
@@ -307,8 +310,9 @@ def test_poll_mode_applies_changes_on_disk(tmp_path):
         for path in sorted((repo / "other").rglob("*"), reverse=True):
             path.unlink() if path.is_file() else path.rmdir()
         (repo / "other").rmdir()
-        _wait(lambda: "other" not in [e["name"] for e in index(server.url)])
-        assert _infer(server.url, "other").status_code in (400, 404)
+        _wait(lambda: _infer(server.url, "other").status_code in (400, 404))
+        assert "other" not in [e["name"] for e in index(server.url)]
+        assert "model 'other' left the repository: unloading it" in server.stderr_text()
 
 
 # -- several repositories ------------------------------------------------------------------

@@ -81,9 +81,10 @@ class ModelControl:
             live = [m for m in versions.values() if m.state != UNAVAILABLE]
             self.manager.withdraw(name)
             await self._retire(live)
-            for model in versions.values():
+            # Versions that failed to load keep their reason (and, as in Triton, hold
+            # strict readiness) until a load of the model succeeds.
+            for model in live:
                 model.reason = "unloaded"
-            self.failures.pop(name, None)
             if forget:
                 self.manager.models.pop(name, None)
 
@@ -217,11 +218,12 @@ class ModelControl:
 
     # -- the index -------------------------------------------------------------------------
     def index(self, ready_only: bool = False) -> list[dict]:
-        """Triton's repository index: one entry per version tried, `{"name"}` alone for a
-        model of the repositories that was never loaded, sorted by name."""
+        """Triton's repository index: the models of the repositories (not those that exist
+        only in a load request's files, as in Triton), one entry per version tried,
+        `{"name"}` alone for one never loaded, sorted by name."""
         folders, duplicates = self.catalog.scan()
         models = self.manager.models
-        names = sorted(set(folders) | set(duplicates) | set(models) | set(self.failures))
+        names = sorted(set(folders) | set(duplicates))
         entries = []
         for name in names:
             versions = models.get(name)

@@ -17,9 +17,19 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from naiad.protos.model_config_pb2 import ModelConfig
-from naiad.repository.config import complete_model_config, validate_model_config
+from naiad.repository.config import (
+    ConfigError,
+    complete_model_config,
+    validate_model_config,
+)
 
-__all__ = ["OverrideError", "parse_config_override", "materialize_files", "split_parameters"]
+__all__ = [
+    "OverrideError",
+    "materialize_files",
+    "parse_config_override",
+    "remove_materialized",
+    "split_parameters",
+]
 
 FILE_PREFIX = "file:"
 
@@ -54,8 +64,8 @@ def parse_config_override(text: str, name: str) -> ModelConfig:
     try:
         complete_model_config(config, name)
         validate_model_config(config)
-    except ValueError as exc:  # ConfigError
-        raise OverrideError(f"Invalid config override: {getattr(exc, 'message', exc)}") from None
+    except ConfigError as exc:
+        raise OverrideError(f"Invalid config override: {exc.message}") from None
     return config
 
 
