@@ -110,3 +110,23 @@ def test_signal_to_the_process_group_drains_and_exits_cleanly(tmp_path, signum):
     # Requests were answered until the listener closed; none failed with a server error.
     server_errors = [f for f in traffic.failures if f[:1] == "5"]
     assert server_errors == [], server_errors[:3]
+
+
+def test_a_frozen_worker_makes_its_model_not_ready_until_it_answers(tmp_path):
+    """A worker that stops answering (here: SIGSTOP) misses its heartbeats: its model
+    and the server are not ready until it answers again."""
+    repo = tmp_path / "models"
+    write_model(repo, "add_sub", add_sub_pbtxt(), ADD_SUB_MODEL)
+    with NaiadServer(repo, log_dir=tmp_path) as server:
+        (worker,) = descendants(server.pid)
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            waited = _wait_status(server, "/v2/models/add_sub/ready", 400, timeout=20)
+            assert waited > 3  # not before the heartbeats were missed
+            assert _status(server, "/v2/health/ready") == 400
+            assert "has not answered for" in server.stderr_text()
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        _wait_status(server, "/v2/models/add_sub/ready", 200, timeout=20)
+        assert _status(server, "/v2/health/ready") == 200
+        assert descendants(server.pid) == [worker]  # not killed: it was only frozen

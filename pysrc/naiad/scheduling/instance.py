@@ -20,6 +20,9 @@ log = logging.getLogger("naiad")
 # pause, never in a tight loop; a worker that stayed up this long starts the count anew.
 _RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 _STABLE_SECONDS = 30.0
+# A loaded worker writes a byte on its control pipe every second (worker.main); one
+# silent this long is frozen, and its model not ready until it beats again.
+_HANG_SECONDS = 5.0
 
 
 class WorkerStartError(Exception):
@@ -42,6 +45,9 @@ class Instance:
         self._restarts = 0
         self._started_at = 0.0
         self._starting = False  # a failed start is reported by start(), not by _on_exit
+        self._last_beat = 0.0
+        self._hung = False
+        self._watchdog: asyncio.TimerHandle | None = None
         self._exited: asyncio.Future | None = None
 
     async def start(self, timeout: float = 300.0) -> None:
@@ -98,7 +104,9 @@ class Instance:
             await self._wait_exit(5.0)
             raise WorkerStartError(message.get("message") or "worker exited while loading")
         core.instance_up(self.instance_id)
-        self._started_at = loop.time()
+        self._started_at = self._last_beat = loop.time()
+        loop.add_reader(read_fd, self._on_beat)
+        self._watchdog = loop.call_later(1.0, self._watch)
 
     async def _read_control(self) -> dict:
         """The next JSON line from the worker, or {} when it closed the pipe (it died)."""
@@ -117,13 +125,50 @@ class Instance:
             buffer += chunk
         return json.loads(buffer.split(b"\n", 1)[0])
 
+    def _on_beat(self) -> None:
+        try:
+            alive = os.read(self._control_fd, 4096)
+        except OSError:
+            alive = b""
+        if not alive:  # the worker closed the pipe: _on_exit follows
+            asyncio.get_running_loop().remove_reader(self._control_fd)
+            return
+        self._last_beat = asyncio.get_running_loop().time()
+
+    def _watch(self) -> None:
+        """Marks the model not ready while this worker is silent, ready again when it
+        beats (a frozen worker is not killed: it may be in a long call that holds the GIL)."""
+        loop = asyncio.get_running_loop()
+        silent = loop.time() - self._last_beat
+        if silent > _HANG_SECONDS and self.name not in self.model.instances_down:
+            log.error(
+                "instance '%s' of model '%s' has not answered for %.0fs: not ready until it does",
+                self.name,
+                self.model.name,
+                silent,
+            )
+            self.model.instances_down.add(self.name)
+            self._hung = True
+        elif silent <= _HANG_SECONDS and self._hung:
+            log.info("instance '%s' of model '%s' answers again", self.name, self.model.name)
+            self.model.instances_down.discard(self.name)
+            self._hung = False
+        self._watchdog = loop.call_later(1.0, self._watch)
+
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        if self._hung:
+            self.model.instances_down.discard(self.name)  # the restart decides from here
+            self._hung = False
         loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
         self._pidfd = -1
         returncode = self.process.wait()
         if self._control_fd >= 0:
+            loop.remove_reader(self._control_fd)
             os.close(self._control_fd)
             self._control_fd = -1
         failed = self.core.instance_down(self.instance_id)

@@ -18,6 +18,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 
 import numpy as np
@@ -43,6 +45,25 @@ def _parse_args(argv):
 
 def _report(control_fd: int, message: dict) -> None:
     os.write(control_fd, json.dumps(message).encode() + b"\n")
+
+
+HEARTBEAT_SECONDS = 1.0
+
+
+def _start_heartbeat(control_fd: int) -> None:
+    """Once loaded, a byte on the control pipe every second from a thread of its own: the
+    frontend tells a worker that froze (stopped, or stuck in C code holding the GIL) from
+    one that is merely busy running a long batch in Python."""
+
+    def beat() -> None:
+        try:
+            while True:
+                time.sleep(HEARTBEAT_SECONDS)
+                os.write(control_fd, b".")
+        except OSError:  # the frontend closed its end: it is gone or stopping us
+            return
+
+    threading.Thread(target=beat, name="naiad-heartbeat", daemon=True).start()
 
 
 # Per wire datatype: the numpy dtype an input is viewed as (BYTES inputs are decoded).
@@ -242,6 +263,7 @@ def main(argv=None) -> int:
         return 1
     settle_after_startup()
     _report(options.control_fd, {"status": "ready"})
+    _start_heartbeat(options.control_fd)
     Worker(endpoint, backend).run()
     # The frontend learns that this worker is done from its exit (a pidfd).
     backend.finalize()
