@@ -3,9 +3,11 @@ extension, reload without dropping a request, overrides, and every bad input."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.client
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -24,11 +26,12 @@ from model_control_support import (
     file_parameter,
     index,
     load,
+    one_input_pbtxt,
     post,
     unload,
     write_model,
 )
-from server_harness import NaiadServer
+from server_harness import TEST_MODELS, NaiadServer
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(300)
@@ -345,3 +348,87 @@ def test_explicit_mode_fails_start_for_a_missing_load_model(tmp_path):
     server.start(wait=None)
     assert server.wait_exit(120) == 1
     assert "no model folder 'nope'" in server.stderr_text()
+
+
+# -- in-flight requests, LOADING, parallel loads ---------------------------------------------
+
+SLOW_INIT = """
+import time
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep({seconds})
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def _sleep_request(seconds: float) -> dict:
+    return {"inputs": [{"name": "SECONDS", "shape": [1, 1], "datatype": "FP32", "data": [seconds]}]}
+
+
+def test_unload_and_reload_let_requests_in_flight_finish(tmp_path):
+    repo = tmp_path / "models"
+    repo.mkdir()
+    shutil.copytree(TEST_MODELS / "sleeper", repo / "sleeper")
+    args = ["--model-control-mode=explicit", "--load-model=sleeper"]
+    with NaiadServer(repo, log_dir=tmp_path, extra_args=args) as server:
+        url = server.url + "/v2/models/sleeper/infer"
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            slow = [pool.submit(requests.post, url, json=_sleep_request(1.5)) for _ in range(2)]
+            time.sleep(0.5)  # both executing now
+            started = time.monotonic()
+            config = (repo / "sleeper" / "config.pbtxt").read_text()
+            reload = pool.submit(
+                load,
+                server.url,
+                "sleeper",
+                {
+                    "config": json.dumps(
+                        {
+                            "name": "sleeper",
+                            "backend": "python",
+                            "max_batch_size": 8,
+                            "input": [{"name": "SECONDS", "data_type": "TYPE_FP32", "dims": [1]}],
+                            "output": [
+                                {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [1]},
+                                {"name": "OUTPUT_PID", "data_type": "TYPE_INT64", "dims": [1]},
+                            ],
+                            "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+                        }
+                    )
+                },
+            )
+            assert "count: 2" in config
+            assert reload.result().status_code == 200
+            assert [f.result().status_code for f in slow] == [200, 200]
+            # Requests during the reload went to the new version: none failed.
+            assert requests.post(url, json=_sleep_request(0.0)).status_code == 200
+            slow = [pool.submit(requests.post, url, json=_sleep_request(1.5))]
+            time.sleep(0.5)
+            assert unload(server.url, "sleeper").status_code == 200
+            assert time.monotonic() - started > 1.0  # unload waited for the request
+            assert slow[0].result().status_code == 200
+        assert requests.post(url, json=_sleep_request(0.0)).status_code in (400, 404)
+
+
+def test_index_shows_loading_and_versions_load_in_parallel(tmp_path):
+    repo = tmp_path / "models"
+    for index_ in range(4):
+        name = f"slow_{index_}"
+        write_model(repo, name, one_input_pbtxt(name), SLOW_INIT.format(seconds=2))
+    args = ["--model-control-mode=explicit", "--model-load-thread-count=4"]
+    with NaiadServer(repo, log_dir=tmp_path, extra_args=args).start(wait="live") as server:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            started = time.monotonic()
+            loads = [pool.submit(load, server.url, f"slow_{i}") for i in range(4)]
+            time.sleep(1.0)
+            states = {e["name"]: e.get("state") for e in index(server.url)}
+            assert states == {f"slow_{i}": "LOADING" for i in range(4)}
+            assert requests.get(server.url + "/v2/health/ready").status_code == 400
+            assert [f.result().status_code for f in loads] == [200] * 4
+            took = time.monotonic() - started
+        # Four 2 s initializations one after the other would take 8 s.
+        assert took < 6.0, took
+        assert len(index(server.url, ready=True)) == 4
