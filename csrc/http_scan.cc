@@ -115,13 +115,18 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
   }
   if (!has_length || length > max_body) return ScanResult::kOther;
   size_t head_size = static_cast<size_t>(head_end - data);
-  if (size - head_size < length) return ScanResult::kIncomplete;
   request.target = target;
   request.body_offset = head_size;
   request.body_size = length;
   request.total = head_size + length;
   *out = request;
-  return ScanResult::kRequest;
+  return size - head_size < length ? ScanResult::kIncomplete : ScanResult::kRequest;
+}
+
+size_t incomplete_request_size(const char* data, size_t size, size_t max_body) {
+  ScannedRequest request;
+  if (scan_request(data, size, max_body, &request) != ScanResult::kIncomplete) return 0;
+  return request.total;
 }
 
 }  // namespace naiad

@@ -28,7 +28,13 @@ enum class ScanResult {
 // A plain request: `POST <target> HTTP/1.1`, well-formed header lines, a single
 // Content-Length of at most `max_body` bytes, and none of the headers that change how
 // the body or connection is handled (Transfer-Encoding, Content-Encoding, Expect,
-// Upgrade, Connection other than keep-alive).
+// Upgrade, Connection other than keep-alive). kIncomplete with the head all there
+// still fills `out` (its `total` says how many bytes the whole request takes).
 ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedRequest* out);
+
+// The size of the plain request that starts `data` when its head has arrived and its
+// body has not all arrived yet, else 0: a front end that knows it can collect the
+// rest in one buffer of that size instead of joining pieces.
+size_t incomplete_request_size(const char* data, size_t size, size_t max_body);
 
 }  // namespace naiad

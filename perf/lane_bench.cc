@@ -1,8 +1,9 @@
 // The infer fast lane's own cost per request, single thread, for add_sub as
 // perf_analyzer sends it: received HTTP bytes -> scanned, parsed, validated, laid out
-// and queued (FastLane::take_http) -> batch -> a worker's result block -> the HTTP
-// response bytes (FastLane::complete). No socket, wake-up or Python is counted: this
-// is the C++ work the front end does per request instead of Python. Run: make bench-core.
+// and queued (HttpLane::take_http) -> batch -> a worker's result block -> the HTTP
+// response bytes (KServeCodec::complete, HttpResponseWriter). No socket, wake-up or Python is
+// counted: this is the C++ work the front end does per request instead of Python. Run: make
+// bench-core.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -11,7 +12,7 @@
 
 #include "add_sub_model.h"
 #include "bench_support.h"
-#include "fast_lane.h"
+#include "http_framer.h"
 
 using namespace naiad;
 
@@ -59,16 +60,17 @@ int main(int argc, char** argv) {
   OneInstanceCore bench(batch);
   Core& core = bench.core;
   WorkerEndpoint& worker = *bench.worker;
-  FastModel model = add_sub_model(64);
+  ModelSpec model = add_sub_model(64);
   model.core_model_id = bench.model;
-  FastLane lane(core);
-  lane.add_route("/v2/models/add_sub/infer", lane.add_model(model));
+  HttpLane lane(core);
+  lane.add_route("/v2/models/add_sub/infer", lane.codec().add_model(model));
 
   std::string received;
   for (uint32_t i = 0; i < batch; ++i) received += perf_analyzer_request();
   const std::string result = result_block(batch);
-  std::vector<FastLane::Taken> taken;
-  std::vector<FastLane::Reply> replies;
+  std::vector<HttpLane::Taken> taken;
+  std::vector<KServeCodec::Answer> answers;
+  std::string response;
   uint64_t timings[4];
   size_t answered = 0;
   size_t response_bytes = 0;
@@ -83,11 +85,16 @@ int main(int argc, char** argv) {
     std::memcpy(worker.arena().base() + offset, result.data(), result.size());
     worker.complete(message.batch_id, offset, result.size(), kCompletionOk);
     for (Completion& done : core.poll()) {
-      replies.clear();
-      lane.complete(core.arena().base() + done.result_offset, done.result_size, done.request_ids,
-                    done.dispatch_ns, monotonic_ns(), &replies, timings);
-      for (const FastLane::Reply& reply : replies) response_bytes += reply.http.size();
-      answered += replies.size();
+      answers.clear();
+      lane.codec().complete(core.arena().base() + done.result_offset, done.result_size,
+                            done.request_ids, done.dispatch_ns, monotonic_ns(), &answers, timings);
+      // As _core.pyx does: size the response, allocate it once, write it.
+      for (const KServeCodec::Answer& answer : answers) {
+        response.resize(lane.writer().size(answer.response));
+        lane.writer().write(answer.response, response.data());
+        response_bytes += response.size();
+      }
+      answered += answers.size();
       core.arena().free(done.result_offset);
     }
   }

@@ -6,15 +6,22 @@ two servers most tests talk to are started once per session and reused:
 - `example_server`: the repository in model_repository/ (add_sub, identity_bytes)
 - `models_server`:  the repository in tests/models/ (raiser, error_response, crasher, sleeper,
   view_probe, request_echo)
+- `paired_servers`: two servers of one repository (the examples, error_response and
+  tests/differential_models), the second with `--fast-lane=false`: the same request sent
+  to both takes the infer fast lane on one and the general Python path on the other
 
 Tests that stop or break a server start their own with `NaiadServer` (tests/server_harness.py).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import requests
-from server_harness import EXAMPLE_MODELS, TEST_MODELS, NaiadServer
+from server_harness import EXAMPLE_MODELS, TEST_MODELS, NaiadServer, make_repository
+
+DIFFERENTIAL_MODELS = Path(__file__).resolve().parent / "differential_models"
 
 
 def _start(tmp_path_factory, repository, name) -> NaiadServer:
@@ -35,6 +42,26 @@ def models_server(tmp_path_factory):
     server = _start(tmp_path_factory, TEST_MODELS, "testmodels")
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def paired_servers(tmp_path_factory):
+    """(lane server, general-path server) serving the same models."""
+    models = {"add_sub": None, "identity_bytes": None, "error_response": None}
+    models.update({p.name: p for p in DIFFERENTIAL_MODELS.iterdir() if p.is_dir()})
+    repository = make_repository(tmp_path_factory.mktemp("paired") / "models", models)
+    started = []
+    try:
+        for name, args in (("lane", []), ("general", ["--fast-lane=false"])):
+            server = NaiadServer(
+                repository, log_dir=tmp_path_factory.mktemp(name), extra_args=args, name=name
+            )
+            started.append(server)
+            server.start(wait="ready", timeout=120)
+        yield tuple(started)
+    finally:
+        for server in started:
+            server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,11 @@
 """The infer fast lane answers exactly as the general path does.
 
 A request with binary inputs and binary outputs (what perf_analyzer and tritonclient
-send by default) is taken by the lane (csrc/fast_lane.h); the same request with
-`Content-Encoding: identity` goes through the Python parser, validator and encoder.
-Over raw keep-alive sockets, both must get the same response, byte for byte.
+send by default) is taken by the lane (csrc/http_framer.h, kserve_codec.h); the same
+request sent to a server started with `--fast-lane=false` (conftest.py
+`paired_servers`) goes through the Python parser, the same validator and the Python
+encoder. Over raw keep-alive sockets, both must get the same response, byte for byte.
+tests/test_differential.py does the same for generated requests.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class RawConnection:
         return response
 
 
-def infer_request(path: str, header: dict, binary: bytes, general: bool = False) -> bytes:
+def infer_request(path: str, header: dict, binary: bytes) -> bytes:
     header_bytes = json.dumps(header, separators=(",", ":")).encode()
     body = header_bytes + binary
     lines = [
@@ -63,8 +65,6 @@ def infer_request(path: str, header: dict, binary: bytes, general: bool = False)
         "Content-Type: application/octet-stream",
         f"Content-Length: {len(body)}",
     ]
-    if general:  # identity is no encoding at all, but only the general path reads the header
-        lines.append("Content-Encoding: identity")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
@@ -111,17 +111,28 @@ def lanes(connection: RawConnection) -> dict:
     return json.loads(split(connection.exchange(request))[2])
 
 
-def both_ways(connection: RawConnection, path: str, header: dict, binary: bytes):
-    """The request through the lane, then through the general path; checks each took
-    the way it should."""
-    before = lanes(connection)
-    lane = connection.exchange(infer_request(path, header, binary))
-    middle = lanes(connection)
-    general = connection.exchange(infer_request(path, header, binary, general=True))
-    after = lanes(connection)
-    assert middle["lane_requests"] == before["lane_requests"] + 1
-    assert after["general_requests"] == middle["general_requests"] + 1
-    assert after["lane_requests"] == middle["lane_requests"]
+@pytest.fixture
+def pair(paired_servers):
+    """Connections to the lane server and to the general-path server."""
+    connections = [RawConnection(server.host, server.http_port) for server in paired_servers]
+    yield connections
+    for connection in connections:
+        connection.close()
+
+
+def both_ways(pair, path: str, header: dict, binary: bytes):
+    """The request through the lane of one server, then through the general path of the
+    other; checks each took the way it should."""
+    lane_connection, general_connection = pair
+    before = lanes(lane_connection)
+    general_before = lanes(general_connection)
+    request = infer_request(path, header, binary)
+    lane = lane_connection.exchange(request)
+    general = general_connection.exchange(request)
+    assert lanes(lane_connection)["lane_requests"] == before["lane_requests"] + 1
+    after = lanes(general_connection)
+    assert after["general_requests"] == general_before["general_requests"] + 1
+    assert after["lane_requests"] == 0
     return lane, general
 
 
@@ -150,9 +161,9 @@ def split(response: bytes) -> tuple[bytes, dict, bytes]:
         ),
     ],
 )
-def test_add_sub_lane_and_general_path_answer_alike(connection, case):
+def test_add_sub_lane_and_general_path_answer_alike(pair, case):
     path, header, binary, (a, b) = case
-    lane, general = both_ways(connection, path, header, binary)
+    lane, general = both_ways(pair, path, header, binary)
     assert lane == general
     status, headers, body = split(lane)
     assert status == b"HTTP/1.1 200 OK"
@@ -172,7 +183,7 @@ def test_add_sub_lane_and_general_path_answer_alike(connection, case):
     assert offset == len(body)
 
 
-def test_bytes_model_lane_and_general_path_answer_alike(connection):
+def test_bytes_model_lane_and_general_path_answer_alike(pair):
     items = [b"hello", b"", "naïve".encode()]
     data = bytes_payload(items)
     array = np.array(items, dtype=object).reshape(1, 3)
@@ -181,17 +192,17 @@ def test_bytes_model_lane_and_general_path_answer_alike(connection):
         "inputs": [binary_input("INPUT0", "BYTES", array, data)],
         "outputs": [binary_output("OUTPUT0")],
     }
-    lane, general = both_ways(connection, "/v2/models/identity_bytes/infer", header, data)
+    lane, general = both_ways(pair, "/v2/models/identity_bytes/infer", header, data)
     assert lane == general
     status, headers, body = split(lane)
     assert status == b"HTTP/1.1 200 OK"
     assert body[int(headers[b"inference-header-content-length"]) :] == data
 
 
-def test_versioned_path_takes_the_lane_too(connection):
+def test_versioned_path_takes_the_lane_too(pair):
     path, header, binary, _ = add_sub_case(2, outputs=[binary_output("OUTPUT0")])
     versioned = path.replace("/add_sub/", "/add_sub/versions/1/")
-    lane, general = both_ways(connection, versioned, header, binary)
+    lane, general = both_ways(pair, versioned, header, binary)
     assert lane == general
     assert lane.startswith(b"HTTP/1.1 200 OK")
 
@@ -214,17 +225,13 @@ def test_invalid_requests_get_the_validators_error(connection):
 
 
 @pytest.mark.parametrize("code,status", [(3, b"HTTP/1.1 400 Bad Request"), (1, b"HTTP/1.1 500")])
-def test_model_errors_lane_and_general_path_answer_alike(models_server, code, status):
-    conn = RawConnection(models_server.host, models_server.http_port)
-    try:
-        values = np.array([[code]], dtype=np.int32)
-        header = {
-            "inputs": [binary_input("CODE", "INT32", values, values.tobytes())],
-            "outputs": [binary_output("OUTPUT0")],
-        }
-        lane, general = both_ways(conn, "/v2/models/error_response/infer", header, values.tobytes())
-    finally:
-        conn.close()
+def test_model_errors_lane_and_general_path_answer_alike(pair, code, status):
+    values = np.array([[code]], dtype=np.int32)
+    header = {
+        "inputs": [binary_input("CODE", "INT32", values, values.tobytes())],
+        "outputs": [binary_output("OUTPUT0")],
+    }
+    lane, general = both_ways(pair, "/v2/models/error_response/infer", header, values.tobytes())
     assert lane == general
     assert lane.startswith(status)
     _, _, body = split(lane)
@@ -307,8 +314,46 @@ def test_request_arriving_in_pieces_is_answered(connection):
         json_length = int(headers[b"inference-header-content-length"])
         values = np.frombuffer(body[json_length:], np.float32).reshape(2, 16)
         np.testing.assert_array_equal(values, a - b)
-    # httptools put each together; the lane still took them.
+    # Collected whole once its head is in (or put together by httptools when the head
+    # came in pieces): the lane took each.
     assert lanes(connection)["lane_requests"] == before + 3
+
+
+def test_pieces_between_pipelined_requests_are_answered_in_order(connection):
+    path, header, binary, (a, b) = add_sub_case(1, outputs=[binary_output("OUTPUT0")])
+    request = infer_request(path, header, binary)
+    before = lanes(connection)["lane_requests"]
+    cut = len(request) - 20
+    connection.sock.sendall(request + request[:cut])
+    time.sleep(0.05)
+    connection.sock.sendall(request[cut:] + request)
+    for _ in range(3):
+        status, headers, body = split(connection.exchange(b""))
+        assert status == b"HTTP/1.1 200 OK"
+        json_length = int(headers[b"inference-header-content-length"])
+        np.testing.assert_array_equal(np.frombuffer(body[json_length:], np.float32), (a + b)[0])
+    assert lanes(connection)["lane_requests"] == before + 3
+
+
+def test_large_outputs_arrive_whole_from_both_paths(pair):
+    item = bytes(range(256)) * 400  # 100 KiB: written without joining the reply
+    data = bytes_payload([item])
+    header = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "datatype": "BYTES",
+                "shape": [1, 1],
+                "parameters": {"binary_data_size": len(data)},
+            }
+        ],
+        "outputs": [binary_output("OUTPUT0")],
+    }
+    lane, general = both_ways(pair, "/v2/models/identity_bytes/infer", header, data)
+    assert lane == general
+    status, headers, body = split(lane)
+    assert status == b"HTTP/1.1 200 OK"
+    assert body[int(headers[b"inference-header-content-length"]) :] == data
 
 
 def test_connection_close_request_is_answered_then_closed(example_server):
@@ -366,12 +411,11 @@ def test_damaged_requests_leave_the_server_serving(example_server):
 
 
 @pytest.mark.parametrize("general", [False, True], ids=["lane", "general"])
-def test_requests_sent_before_a_half_close_are_answered(example_server, general):
+def test_requests_sent_before_a_half_close_are_answered(paired_servers, general):
+    server = paired_servers[1 if general else 0]
     path, header, binary, (a, b) = add_sub_case(1, outputs=[binary_output("OUTPUT1")])
-    request = infer_request(path, header, binary, general=general)
-    with socket.create_connection(
-        (example_server.host, example_server.http_port), timeout=TIMEOUT
-    ) as sock:
+    request = infer_request(path, header, binary)
+    with socket.create_connection((server.host, server.http_port), timeout=TIMEOUT) as sock:
         sock.sendall(request + request)
         sock.shutdown(socket.SHUT_WR)
         received = b""
@@ -384,3 +428,32 @@ def test_requests_sent_before_a_half_close_are_answered(example_server, general)
         assert status == b"HTTP/1.1 200 OK"
         json_length = int(headers[b"inference-header-content-length"])
         np.testing.assert_array_equal(np.frombuffer(body[json_length:], np.float32), (a - b)[0])
+
+
+def test_large_request_in_pieces_is_answered(connection):
+    """Past 1 MiB a request is collected only once a quarter of it is in; either way the
+    lane takes it and answers it whole."""
+    data = bytes_payload([bytes(range(256)) * 8192])  # 2 MiB
+    header = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "datatype": "BYTES",
+                "shape": [1, 1],
+                "parameters": {"binary_data_size": len(data)},
+            }
+        ],
+        "outputs": [binary_output("OUTPUT0")],
+    }
+    request = infer_request("/v2/models/identity_bytes/infer", header, data)
+    before = lanes(connection)["lane_requests"]
+    for cuts in ((300, len(request) // 2), (len(request) // 3, len(request) - 7)):
+        start = 0
+        for cut in cuts:
+            connection.sock.sendall(request[start:cut])
+            start = cut
+            time.sleep(0.05)
+        status, headers, body = split(connection.exchange(request[start:]))
+        assert status == b"HTTP/1.1 200 OK"
+        assert body[int(headers[b"inference-header-content-length"]) :] == data
+    assert lanes(connection)["lane_requests"] == before + 2

@@ -200,6 +200,12 @@ def test_binary_truncated_and_extra():
             "unsigned-integer",
         ),
         (
+            b'{"inputs": [{"name": "A", "shape": [9223372036854775808], "datatype": "FP32", '
+            b'"data": [1]}]}',
+            "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer",
+        ),
+        (
             b'{"inputs": [{"name": "A", "shape": [2], "datatype": "FP32", "data": [1]}]}',
             "Unable to parse 'data': Shape does not match true shape of 'data' field",
         ),

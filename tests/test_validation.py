@@ -1,5 +1,6 @@
 """naiad.validation: Triton's request checks, in Triton's order, with Triton's messages
-(recorded from a real Triton 2.51 for the same configs and requests)."""
+(recorded from a real Triton 2.51 for the same configs and requests), through the
+general path's entry point into the one C++ validator (csrc/request_validator.h)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from naiad.errors import InvalidArgument
 from naiad.protos import model_config_pb2 as mc
 from naiad.types import InferRequest, InputTensor, RequestedOutput
-from naiad.validation import RequestValidator, validate_request
+from naiad.validation import RequestValidator
 
 P = "[request id: <id_unknown>] "
 NOTE = (
@@ -99,11 +100,29 @@ def test_valid_requests_return_batch_size():
     )
 
 
-def test_validate_request_function_caches_per_config():
-    config = addsub_config()
-    assert validate_request(config, "addsub", 1, addsub_request(2)) == 2
-    with pytest.raises(InvalidArgument):
-        validate_request(config, "addsub", 1, addsub_request(65))
+def test_shape_key_separates_variable_shapes_only():
+    cfg = bytes_config()
+    v = RequestValidator(cfg, cfg.name, 1)
+
+    def key(shape):
+        n = int(np.prod(shape))
+        tensor = bytes_tensor([b"x"] * n, shape)
+        return v.check(InferRequest("identity_bytes", "", "", [tensor]))[1]
+
+    assert key([1, 3]) == key([2, 3]) != key([1, 4])
+    assert key([1, 3]) != 0
+    assert RequestValidator(addsub_config(), "addsub", 1).check(addsub_request(2)) == (2, 0)
+
+
+def test_messages_echo_names_and_ids_as_sent():
+    req = addsub_request(request_id='naïve "id"')
+    req.inputs[0].datatype = "INT32"
+    check(
+        addsub_config(),
+        req,
+        "[request id: naïve \"id\"] inference input 'INPUT0' data-type is 'INT32', but model "
+        "'addsub' expects 'FP32'",
+    )
 
 
 def test_unknown_input():

@@ -3,13 +3,16 @@
 
 `Core` is the frontend's side: it queues requests, forms batches and collects
 completions. `FastLane` takes the common HTTP infer request from body to queued block
-and from result block to response bytes. `WorkerEndpoint` is a worker's side of one
-instance channel. Every call that copies tensor data or may block releases the GIL.
+and from result block to response bytes. `ModelSpec.validate` is the one request
+validator, for the requests the Python general path parses. `WorkerEndpoint` is a
+worker's side of one instance channel. Every call that copies tensor data or may block releases the GIL.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from cpython.buffer cimport PyBUF_WRITE
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -133,56 +136,121 @@ cdef extern from "core.h" namespace "naiad":
         size_t in_flight() except + nogil
 
 
-cdef extern from "fast_lane.h" namespace "naiad":
-    cdef cppclass FastInput:
+cdef extern from "infer_types.h" namespace "naiad":
+    cdef cppclass InputSpec:
         string name
+        string name_json
         string datatype
         vector[int64_t] dims
         uint32_t element_size
         cbool optional
+        cbool shape_tensor
         cbool shape_keyed
 
-    cdef cppclass FastModel:
+    cdef cppclass CModelSpec "naiad::ModelSpec":
         ModelHandle core_model_id
         string name
+        string name_json
         string version
         int64_t max_batch_size
-        vector[FastInput] inputs
+        vector[InputSpec] inputs
         vector[string] outputs
+        vector[string] outputs_json
 
-    cdef cppclass ShapeKey:
-        void add(uint32_t index, const int64_t* dims, size_t rank)
-        uint64_t value()
+    cdef cppclass RequestInput:
+        string_view name
+        string_view datatype
+        vector[int64_t] shape
+        const uint8_t* data
+        uint64_t size
 
-    cdef cppclass FastReply "naiad::FastLane::Reply":
+    cdef cppclass ParsedRequest:
+        string_view id
+        vector[RequestInput] inputs
+        vector[string_view] output_names
+        string_view parameters
+        uint32_t priority
+        uint64_t timeout_us
+        uint32_t batch_size
+        uint64_t shape_key
+
+    cdef enum class ErrorKind(uint8_t):
+        kNone
+        kInternal
+
+    cdef cppclass InferResponse:
         uint64_t request_id
-        cbool ok
+        ErrorKind error
+
+    ErrorKind error_kind_of_triton_code(int64_t code)
+    int http_status_of(ErrorKind kind)
+
+
+cdef extern from "request_validator.h" namespace "naiad":
+    cbool validate_request(const CModelSpec& model, ParsedRequest* request,
+                           string* error) except + nogil
+    string c_log_prefix "naiad::log_prefix"(string_view request_id) except +
+
+
+cdef extern from "kserve_json.h" namespace "naiad":
+    # One C++ function (string_view), declared for both argument types Cython passes.
+    string json_string_text(const string& text) except +
+    string json_view_text "naiad::json_string_text"(string_view text) except +
+
+
+cdef extern from "request_block.h" namespace "naiad":
+    cdef cppclass RequestBlock:
+        vector[SubmitPart] parts
+        uint64_t size
+
+    void layout_request_block(const CModelSpec& model, const ParsedRequest& request,
+                              RequestBlock* out) except + nogil
+
+
+cdef extern from "kserve_codec.h" namespace "naiad":
+    cdef cppclass Answer "naiad::KServeCodec::Answer":
         uint32_t batch_size
         uint64_t request_ns
         uint64_t queue_ns
-        string http
+        InferResponse response
 
-    cdef cppclass FastTaken "naiad::FastLane::Taken":
-        uint32_t lane_model
-        uint64_t request_id
-        uint32_t batch_size
-
-    cdef cppclass CFastLane "naiad::FastLane":
-        CFastLane(CCore& core)
-        uint32_t add_model(FastModel model) except +
-        void add_route(const string& target, uint32_t lane_model) except +
-        void set_accepting(uint32_t lane_model, cbool accepting)
-        void remove_model(uint32_t lane_model) except +
-        size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
-                         vector[FastTaken]* taken) except + nogil
-        cbool submit_to(string_view target, const uint8_t* body, size_t body_size,
-                        size_t header_size, uint64_t now_ns, FastTaken* taken) except + nogil
+    cdef cppclass KServeCodec:
+        uint32_t add_model(CModelSpec model) except +
+        void set_accepting(uint32_t model, cbool accepting)
+        uint64_t new_request_id()
         cbool complete(const uint8_t* block, uint64_t block_size,
                        const vector[uint64_t]& request_ids, uint64_t dispatch_ns,
-                       uint64_t end_ns, vector[FastReply]* replies,
+                       uint64_t end_ns, vector[Answer]* answers,
                        uint64_t* timings) except + nogil
         void forget(uint64_t request_id)
         size_t in_flight()
+
+
+cdef extern from "http_scan.h" namespace "naiad":
+    size_t incomplete_request_size(const char* data, size_t size, size_t max_body) nogil
+
+
+cdef extern from "http_framer.h" namespace "naiad":
+    cdef cppclass HttpResponseWriter:
+        size_t size(const InferResponse& response) nogil
+        void write(const InferResponse& response, char* out) nogil
+
+    cdef cppclass HttpTaken "naiad::HttpLane::Taken":
+        uint32_t model
+        uint64_t request_id
+        uint32_t batch_size
+        string reply
+
+    cdef cppclass HttpLane:
+        HttpLane(CCore& core)
+        KServeCodec& codec() nogil
+        const HttpResponseWriter& writer() nogil
+        void add_route(const string& target, uint32_t model) except +
+        void remove_model(uint32_t model) except +
+        size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
+                         vector[HttpTaken]* taken) except + nogil
+        cbool submit_to(string_view target, const uint8_t* body, size_t body_size,
+                        size_t header_size, uint64_t now_ns, HttpTaken* taken) except + nogil
 
 
 cdef extern from "worker_endpoint.h" namespace "naiad":
@@ -391,60 +459,201 @@ cdef class Core:
                 "largest_free": s.largest_free}
 
 
-def shape_key(list keyed):
-    """The batching key of a request's variable shapes: `keyed` lists (config input
-    index, shape without the batch dim) in config order, for inputs whose dims vary.
-    Requests with different keys never share a batch; the fast lane computes the same."""
-    cdef ShapeKey key
-    cdef vector[int64_t] dims
-    for index, shape in keyed:
-        dims = shape
-        key.add(index, dims.data(), dims.size())
-    return key.value()
+# Error kinds (csrc/infer_types.h ErrorKind), and the one table of their HTTP statuses
+# and of the pb_utils.TritonError codes a worker reports (csrc/kserve_codec.cc): the
+# lane and the general path both answer through it.
+ERROR_UNKNOWN = 1
+ERROR_INTERNAL = 2
+ERROR_NOT_FOUND = 3
+ERROR_INVALID_ARGUMENT = 4
+ERROR_UNAVAILABLE = 5
+ERROR_UNSUPPORTED = 6
+ERROR_ALREADY_EXISTS = 7
+
+
+def http_status_of_kind(uint8_t kind):
+    """Triton's HTTP status for an error of `kind` (ERROR_*)."""
+    return http_status_of(<ErrorKind>kind)
+
+
+def error_kind_of_code(int64_t code):
+    """The error kind (ERROR_*) of a pb_utils.TritonError code."""
+    return <uint8_t>error_kind_of_triton_code(code)
+
+
+def http_request_size(data, size_t offset, size_t max_body):
+    """The size of the plain HTTP request that starts at `offset` of received bytes when
+    its head has arrived and the rest of its body has not, else 0 (csrc/http_scan.h)."""
+    cdef const uint8_t[::1] view = data
+    if offset >= <size_t>view.shape[0]:
+        return 0
+    return incomplete_request_size(<const char*>&view[offset], view.shape[0] - offset,
+                                   max_body)
+
+
+def log_prefix(str request_id):
+    """Triton's LogRequest() prefix, '[request id: <id>] ' ('<id_unknown>' when empty),
+    as the validator's messages carry it."""
+    return c_log_prefix(_utf8_view(request_id)).decode("utf-8", "replace")
+
+
+cdef class ModelSpec:
+    """A model version as the validator and the KServe codec see it (csrc/infer_types.h).
+
+    `inputs`: [(name, wire datatype, dims, element size (0: BYTES), optional,
+    is_shape_tensor, shape_keyed)] in config order; `outputs`: output names."""
+
+    cdef CModelSpec spec
+
+    def __init__(self, str name, str version, int64_t max_batch_size, list inputs,
+                 list outputs):
+        cdef InputSpec item
+        self.spec.name = name.encode()
+        self.spec.name_json = json_string_text(self.spec.name)
+        self.spec.version = version.encode()
+        self.spec.max_batch_size = max_batch_size
+        for input_name, datatype, dims, element_size, optional, shape_tensor, shape_keyed \
+                in inputs:
+            item.name = input_name.encode()
+            item.name_json = json_string_text(item.name)
+            item.datatype = datatype.encode()
+            item.dims = dims
+            item.element_size = element_size
+            item.optional = optional
+            item.shape_tensor = shape_tensor
+            item.shape_keyed = shape_keyed
+            self.spec.inputs.push_back(item)
+        for output_name in outputs:
+            self.spec.outputs.push_back(output_name.encode())
+            self.spec.outputs_json.push_back(json_string_text(self.spec.outputs.back()))
+
+    def validate(self, str request_id, list inputs, outputs):
+        """Runs the one validator (csrc/request_validator.h) over a request the Python
+        general path parsed: `inputs` are InputTensor records (name, datatype, shape,
+        wire-layout buffer) in request order, `outputs` the RequestedOutput records or
+        None for all. Returns (batch_size, shape_key), or Triton's message (str) when
+        the request is invalid."""
+        cdef _RequestView view = _RequestView(request_id, inputs, outputs)
+        cdef string error
+        if not validate_request(self.spec, &view.request, &error):
+            return error.decode("utf-8", "replace")
+        return view.request.batch_size, view.request.shape_key
+
+    def submit(self, Core core, uint64_t core_model, uint64_t core_request_id,
+               str request_id, list inputs, outputs, bytes parameters, uint32_t priority,
+               uint64_t timeout_us):
+        """Validates a request the Python general path parsed (as `validate`), lays out
+        its block for the worker with the lane's layout_request_block
+        (csrc/request_block.h) and queues it on `core`. `parameters`: the request
+        parameters as a JSON object. Returns (SUBMIT_* result, batch_size, block size),
+        or Triton's message (str) when the request is invalid (nothing queued)."""
+        cdef _RequestView view = _RequestView(request_id, inputs, outputs)
+        cdef string error
+        if not validate_request(self.spec, &view.request, &error):
+            return error.decode("utf-8", "replace")
+        # The block's header is JSON: the id goes in escaped.
+        cdef string id_json = json_view_text(view.request.id)
+        view.request.id = string_view(id_json.data(), id_json.size())
+        view.request.parameters = string_view(PyBytes_AS_STRING(parameters),
+                                              PyBytes_GET_SIZE(parameters))
+        cdef RequestBlock block
+        cdef ModelHandle handle = _handle(core_model)
+        cdef SubmitOptions options
+        options.batch_size = view.request.batch_size
+        options.priority = priority
+        options.timeout_us = timeout_us
+        options.shape_key = view.request.shape_key
+        cdef SubmitResult result
+        with nogil:
+            layout_request_block(self.spec, view.request, &block)
+            result = core._core.submit(handle, core_request_id, block.size, block.parts, options)
+        return <int>result, view.request.batch_size, block.size
+
+
+cdef class _RequestView:
+    """A ParsedRequest over a general-path InferRequest's fields, without copies: names
+    and ids are views of the str objects' own UTF-8, tensor data Py_buffers held until
+    this object goes."""
+
+    cdef ParsedRequest request
+    cdef Py_buffer* buffers
+    cdef Py_ssize_t held
+    cdef list keep  # the objects the views point into
+
+    def __cinit__(self, str request_id, list inputs, outputs):
+        cdef RequestInput item
+        cdef Py_ssize_t count = len(inputs)
+        cdef Py_ssize_t i
+        self.keep = [request_id, inputs, outputs]
+        self.buffers = <Py_buffer*>PyMem_Malloc(max(count, 1) * sizeof(Py_buffer))
+        if self.buffers == NULL:
+            raise MemoryError()
+        self.request.id = _utf8_view(request_id)
+        self.request.inputs.reserve(count)
+        for i in range(count):
+            tensor = inputs[i]
+            item.name = _utf8_view(tensor.name)
+            item.datatype = _utf8_view(tensor.datatype)
+            item.shape = tensor.shape
+            PyObject_GetBuffer(tensor.data, &self.buffers[i], PyBUF_SIMPLE)
+            self.held += 1
+            item.data = <const uint8_t*>self.buffers[i].buf
+            item.size = self.buffers[i].len
+            self.request.inputs.push_back(item)
+        if outputs:
+            for output in outputs:
+                self.request.output_names.push_back(_utf8_view(output.name))
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.buffers != NULL:
+            for i in range(self.held):
+                PyBuffer_Release(&self.buffers[i])
+            PyMem_Free(self.buffers)
+
+
+cdef tuple _taken(HttpTaken& taken):
+    reply = None
+    if taken.reply.size():
+        reply = PyBytes_FromStringAndSize(taken.reply.data(), taken.reply.size())
+    return taken.model, taken.request_id, taken.batch_size, reply
+
+
+cdef inline string_view _utf8_view(str text) except *:
+    """A view of `text`'s UTF-8 form, cached in the str object itself (no copy)."""
+    cdef Py_ssize_t size
+    cdef const char* data = PyUnicode_AsUTF8AndSize(text, &size)
+    return string_view(data, size)
 
 
 cdef class FastLane:
-    """The infer fast lane (csrc/fast_lane.h) over a Core.
+    """The infer fast lane over a Core: the HTTP/1.1 framer and the KServe codec
+    (csrc/framer.h, http_framer.h, kserve_codec.h).
 
-    `submit` takes an HTTP infer body the lane can handle and queues it; anything else
-    (0 returned) goes the general way. `complete` turns the lane's requests in a
+    `take_http` and `submit_to` take HTTP infer requests the lane can handle and queue
+    them; anything else goes the general way. `complete` turns the lane's requests in a
     completed batch into their full HTTP responses."""
 
-    cdef CFastLane* _lane
+    cdef HttpLane* _lane
     cdef Core _core
     cdef const uint8_t* _base
     cdef uint64_t _arena_size
 
     def __cinit__(self, Core core):
         self._core = core
-        self._lane = new CFastLane(core._core[0])
+        self._lane = new HttpLane(core._core[0])
         self._base = core._core.arena().base()
         self._arena_size = core._core.arena().size()
 
     def __dealloc__(self):
         del self._lane
 
-    def add_model(self, uint64_t core_model, str name_json, str version,
-                  int64_t max_batch_size, list inputs, list outputs):
-        """`inputs`: [(name, wire datatype, dims, element size (0: BYTES), optional,
-        shape_keyed)] in config order; `outputs`: output names. Returns the lane id."""
-        cdef FastModel model
-        cdef FastInput spec
+    def add_model(self, uint64_t core_model, ModelSpec spec):
+        """Serves `spec` (queued on the core's model `core_model`, a handle); returns the
+        lane id."""
+        cdef CModelSpec model = spec.spec
         model.core_model_id = _handle(core_model)
-        model.name = name_json.encode()
-        model.version = version.encode()
-        model.max_batch_size = max_batch_size
-        for name, datatype, dims, element_size, optional, shape_keyed in inputs:
-            spec.name = name.encode()
-            spec.datatype = datatype.encode()
-            spec.dims = dims
-            spec.element_size = element_size
-            spec.optional = optional
-            spec.shape_keyed = shape_keyed
-            model.inputs.push_back(spec)
-        for name in outputs:
-            model.outputs.push_back(name.encode())
-        return self._lane.add_model(model)
+        return self._lane.codec().add_model(model)
 
     def add_route(self, str target, uint32_t lane_model):
         """Infer requests for URL `target` (as sent) go to `lane_model` in take_http."""
@@ -452,76 +661,94 @@ cdef class FastLane:
 
     def set_accepting(self, uint32_t lane_model, bint accepting):
         """A model that is not ready takes nothing through the lane."""
-        self._lane.set_accepting(lane_model, accepting)
+        self._lane.codec().set_accepting(lane_model, accepting)
 
     def remove_model(self, uint32_t lane_model):
         """The model is gone: its routes are dropped and the lane takes nothing for it."""
         self._lane.remove_model(lane_model)
 
-    def take_http(self, bytes data, size_t max_body, uint64_t now_ns):
-        """Takes the complete plain infer requests at the start of received HTTP bytes:
-        (bytes taken, [(lane_model, request_id, batch_size)] in order). The rest of
-        `data` is for the full HTTP parser."""
-        cdef const uint8_t* start = <const uint8_t*>PyBytes_AS_STRING(data)
-        cdef size_t size = PyBytes_GET_SIZE(data)
-        cdef vector[FastTaken] taken
+    def take_http(self, data, size_t max_body, uint64_t now_ns):
+        """Takes the complete plain infer requests at the start of received HTTP bytes
+        (bytes or bytearray): (bytes taken, [(lane_model, request_id, batch_size, reply)]
+        in order). `reply` is None for a queued request, or the complete HTTP response
+        of one the validator refused (request_id 0). The rest of `data` is for the full
+        HTTP parser."""
+        cdef const uint8_t[::1] view
+        cdef const uint8_t* start
+        cdef size_t size
+        if type(data) is bytes:  # one read: the common case, without a buffer request
+            start = <const uint8_t*>PyBytes_AS_STRING(data)
+            size = PyBytes_GET_SIZE(data)
+        else:
+            view = data
+            size = view.shape[0]
+            if size == 0:
+                return 0, []
+            start = &view[0]
+        cdef vector[HttpTaken] taken
         cdef size_t consumed
         with nogil:
             consumed = self._lane.take_http(start, size, max_body, now_ns, &taken)
         cdef list out = []
         cdef size_t i
         for i in range(taken.size()):
-            out.append((taken[i].lane_model, taken[i].request_id, taken[i].batch_size))
+            out.append(_taken(taken[i]))
         return consumed, out
 
     def submit_to(self, bytes target, bytes body, size_t header_size, uint64_t now_ns):
         """Queues an infer body the HTTP parser put together, sent to URL `target`, if
         that is a lane route and the lane takes the body: (lane_model, request_id,
-        batch_size), or None for the general path (also when the core refused it: the
-        general path reports that the usual way)."""
+        batch_size, reply) as in take_http, or None for the general path (also when the
+        core refused it: the general path reports that the usual way)."""
         cdef string_view c_target = string_view(PyBytes_AS_STRING(target),
                                                 PyBytes_GET_SIZE(target))
         cdef const uint8_t* data = <const uint8_t*>PyBytes_AS_STRING(body)
         cdef size_t size = PyBytes_GET_SIZE(body)
-        cdef FastTaken taken
+        cdef HttpTaken taken
         cdef cbool queued
         with nogil:
             queued = self._lane.submit_to(c_target, data, size, header_size, now_ns, &taken)
         if not queued:
             return None
-        return taken.lane_model, taken.request_id, taken.batch_size
+        return _taken(taken)
 
     def complete(self, uint64_t offset, uint64_t size, list request_ids, uint64_t dispatch_ns,
                  uint64_t end_ns):
         """The lane's requests among a completed batch's `request_ids`:
         (timings, [(request_id, ok, batch_size, request_ns, queue_ns, http bytes)]), or
-        None when the result block could not be read."""
+        None when the result block could not be read.
+
+        Each response is sized first and written straight into its bytes object: the
+        output tensors are copied once, from the result block to what goes to the socket."""
         if offset == 0 or offset > self._arena_size or size > self._arena_size - offset:
             return None
         cdef vector[uint64_t] ids = request_ids
-        cdef vector[FastReply] replies
+        cdef vector[Answer] answers
         cdef uint64_t timings[4]
         cdef cbool readable
         with nogil:
-            readable = self._lane.complete(self._base + offset, size, ids, dispatch_ns, end_ns,
-                                           &replies, timings)
+            readable = self._lane.codec().complete(self._base + offset, size, ids, dispatch_ns,
+                                                   end_ns, &answers, timings)
         if not readable:
             return None
+        cdef const HttpResponseWriter* writer = &self._lane.writer()
         cdef list out = []
         cdef size_t i
-        for i in range(replies.size()):
-            out.append((replies[i].request_id, replies[i].ok, replies[i].batch_size,
-                        replies[i].request_ns, replies[i].queue_ns,
-                        PyBytes_FromStringAndSize(replies[i].http.data(),
-                                                  replies[i].http.size())))
+        cdef bytes http
+        for i in range(answers.size()):
+            http = PyBytes_FromStringAndSize(NULL, writer.size(answers[i].response))
+            writer.write(answers[i].response, PyBytes_AS_STRING(http))
+            out.append((answers[i].response.request_id,
+                        answers[i].response.error == ErrorKind.kNone, answers[i].batch_size,
+                        answers[i].request_ns, answers[i].queue_ns, http))
         return [timings[0], timings[1], timings[2], timings[3]], out
 
     def forget(self, uint64_t request_id):
         """The request was answered another way (failed batch, shutdown)."""
-        self._lane.forget(request_id)
+        self._lane.codec().forget(request_id)
 
     def in_flight(self):
-        return self._lane.in_flight()
+        return self._lane.codec().in_flight()
 
 
 cdef class WorkerEndpoint:

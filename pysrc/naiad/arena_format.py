@@ -1,10 +1,10 @@
 """The layout of request and result blocks in the shared arena.
 
 Both blocks are `[u32 header length][header JSON][padding][tensor data ...]`, the
-tensors in header order, each 64-byte aligned (so offsets follow from the header). The frontend writes
-request blocks (through the core's one copy) and reads result blocks; a worker does
-the opposite. JSON carries only names, shapes and offsets: tensor bytes are never
-encoded.
+tensors in header order, each 64-byte aligned (so offsets follow from the header). The
+frontend writes request blocks (csrc/request_block.h, for the lane and the general path
+alike, through the core's one copy) and reads result blocks; a worker does the
+opposite. JSON carries only names, shapes and offsets: tensor bytes are never encoded.
 """
 
 from __future__ import annotations
@@ -53,21 +53,6 @@ def read_header(arena, offset: int) -> tuple[dict, int]:
     """(header, prefix length) of the block at `offset`."""
     text = header_text(arena, offset)
     return orjson.loads(text), LENGTH_SIZE + len(text)
-
-
-def encode_request(request_id: str, inputs, outputs, parameters: dict) -> tuple[int, list]:
-    """A request block for the core's submit: (block size, [(offset, buffer), ...]).
-
-    `inputs` are InputTensor records (data in wire layout); `outputs` the requested
-    output names or None for all.
-    """
-    sizes = [len(t.data) for t in inputs]
-    entries = [[t.name, t.datatype, t.shape, size] for t, size in zip(inputs, sizes)]
-    header = {"id": request_id, "inputs": entries, "outputs": outputs, "parameters": parameters}
-    prefix, offsets, size = build_block(header, sizes)
-    parts = [(0, prefix)]
-    parts.extend((offset, t.data) for offset, t in zip(offsets, inputs))
-    return size, parts
 
 
 def encode_result(responses: list, buffers: list, timings: list[int]) -> tuple[bytes, list, int]:

@@ -99,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1 << 30,
         help="bytes of the shared-memory arena for tensors in flight (default 1G)",
     )
+    serve.add_argument(
+        "--fast-lane",
+        type=_bool,
+        default=True,
+        help="Naiad's own: false sends every infer request through the general Python "
+        "path (differential tests, diagnosis); answers are the same either way",
+    )
     return parser
 
 

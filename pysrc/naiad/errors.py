@@ -1,14 +1,18 @@
 """Errors that travel from any layer to a protocol front end.
 
-Each carries the HTTP status Triton answers with; the gRPC front end maps the same
-kinds to gRPC status codes.
+Each has an error kind (Triton's TRITONSERVER_Error_Code kinds, csrc/infer_types.h);
+its HTTP status comes from the core's one table (csrc/kserve_codec.cc), the one the
+infer fast lane answers with, and the gRPC front end maps the same kinds to gRPC codes.
 """
+
+from naiad import _core
 
 
 class NaiadError(Exception):
     """An error a client sees, with Triton's HTTP status for it."""
 
-    http_status = 500
+    kind = _core.ERROR_INTERNAL
+    http_status = _core.http_status_of_kind(kind)
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -16,22 +20,43 @@ class NaiadError(Exception):
 
 
 class InvalidArgument(NaiadError):
-    http_status = 400
+    kind = _core.ERROR_INVALID_ARGUMENT
+    http_status = _core.http_status_of_kind(kind)
 
 
 class NotFound(NaiadError):
-    # Triton answers unknown models with 400 on inference; NotFound keeps the kind
-    # for front ends that distinguish it (gRPC NOT_FOUND) and picks the status per path.
-    http_status = 400
+    # Triton answers an unknown model or version with 404 on inference, metadata and
+    # config; the statistics endpoint words it its own way (http/routes.py).
+    kind = _core.ERROR_NOT_FOUND
+    http_status = _core.http_status_of_kind(kind)
 
 
 class Unavailable(NaiadError):
-    http_status = 503
+    kind = _core.ERROR_UNAVAILABLE
+    http_status = _core.http_status_of_kind(kind)
 
 
 class Internal(NaiadError):
-    http_status = 500
+    kind = _core.ERROR_INTERNAL
+    http_status = _core.http_status_of_kind(kind)
 
 
 class Unsupported(NaiadError):
-    http_status = 501
+    kind = _core.ERROR_UNSUPPORTED
+    http_status = _core.http_status_of_kind(kind)
+
+
+_ERROR_OF_KIND = {
+    _core.ERROR_NOT_FOUND: NotFound,
+    _core.ERROR_INVALID_ARGUMENT: InvalidArgument,
+    _core.ERROR_ALREADY_EXISTS: InvalidArgument,
+    _core.ERROR_UNAVAILABLE: Unavailable,
+    _core.ERROR_UNSUPPORTED: Unsupported,
+}
+
+
+def error_of_triton_code(code, message: str) -> NaiadError:
+    """The error a model's pb_utils.TritonError `code` reaches the client as."""
+    known = type(code) is int and -(2**63) <= code < 2**63
+    kind = _core.error_kind_of_code(code) if known else _core.ERROR_INTERNAL
+    return _ERROR_OF_KIND.get(kind, Internal)(message)

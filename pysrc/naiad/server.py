@@ -36,6 +36,7 @@ async def serve(options) -> int:
         load_threads=options.model_load_thread_count,
         strict_readiness=options.strict_readiness,
         drain_timeout=options.exit_timeout_secs,
+        fast_lane=options.fast_lane,
     )
     all_loaded = await manager.load_all(options.load_model)
     print(format_load_table(manager.load_table), file=sys.stderr, flush=True)

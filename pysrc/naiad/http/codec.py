@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 _U32 = struct.Struct("<I")
+_INT64_MAX = (1 << 63) - 1
 _OPT_NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
 # Fixed-size wire types -> numpy dtype (BYTES and BF16 are handled on their own).
@@ -215,7 +216,8 @@ def parse_infer_request(
                 raise _missing("shape")
             raise Internal("Unable to parse 'shape': attempt to access JSON non-array as array")
         for dim in shape:
-            if type(dim) is not int or dim < 0:
+            # Dims are int64 from here on (the C++ validator, the worker's block).
+            if type(dim) is not int or dim < 0 or dim > _INT64_MAX:
                 raise Internal(f"Unable to parse 'shape': {_NON_UINT}")
         params = item.get("parameters")
         has_data = "data" in item

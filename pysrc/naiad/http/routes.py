@@ -77,13 +77,6 @@ _MODEL_NOT_READY = error_reply(400, "Model version not ready", TEXT)
 _MODEL_ACTIONS = frozenset(("infer", "ready", "config", "stats"))
 
 
-def _status_for(exc: NaiadError) -> int:
-    # Triton answers an unknown model/version with 404 on metadata, config and infer.
-    if isinstance(exc, NotFound):
-        return 404
-    return exc.http_status
-
-
 class Router:
     def __init__(self, manager):
         self.manager = manager
@@ -117,7 +110,7 @@ class Router:
         try:
             return self._dispatch(request)
         except NaiadError as exc:
-            return error_reply(_status_for(exc), exc.message)
+            return error_reply(exc.http_status, exc.message)
 
     def _dispatch(self, request: HttpRequest) -> ReplyOrAwaitable:
         parts = request.path.split("/")
@@ -241,7 +234,7 @@ def _infer_reply(model, infer_request, response) -> Reply:
         batching = config is None or config.max_batch_size > 0
         parts, header_length = encode_infer_response(response, infer_request, batching)
     except NaiadError as exc:
-        return error_reply(_status_for(exc), exc.message)
+        return error_reply(exc.http_status, exc.message)
     if header_length is None:
         return Reply(200, JSON, parts)
     return Reply(200, OCTET + b"Inference-Header-Content-Length: %d\r\n" % header_length, parts)
@@ -250,7 +243,7 @@ def _infer_reply(model, infer_request, response) -> Reply:
 def exception_reply(exc: BaseException) -> Reply:
     """The error reply for an exception a request ended with."""
     if isinstance(exc, NaiadError):
-        return error_reply(_status_for(exc), exc.message)
+        return error_reply(exc.http_status, exc.message)
     return internal_error_reply(exc)
 
 

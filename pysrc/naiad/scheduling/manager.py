@@ -15,6 +15,8 @@ import logging
 import re
 from pathlib import Path
 
+import orjson
+
 from naiad import _core, arena_format
 from naiad.errors import (
     Internal,
@@ -22,7 +24,7 @@ from naiad.errors import (
     NaiadError,
     NotFound,
     Unavailable,
-    Unsupported,
+    error_of_triton_code,
 )
 from naiad.repository.catalog import Catalog
 from naiad.repository.control import ModelControl
@@ -36,15 +38,6 @@ log = logging.getLogger("naiad")
 
 # Model names that appear in a URL as they are.
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
-
-# pb_utils.TritonError codes -> the error kind the client gets.
-_ERROR_OF_CODE = {
-    2: NotFound,
-    3: InvalidArgument,
-    4: Unavailable,
-    5: Unsupported,
-    6: InvalidArgument,  # ALREADY_EXISTS
-}
 
 
 class _Pending:
@@ -96,16 +89,19 @@ class ModelManager:
         load_threads: int = 4,
         strict_readiness: bool = True,
         drain_timeout: float = 30.0,
+        fast_lane: bool = True,
     ):
         repositories = [repository] if isinstance(repository, (str, Path)) else list(repository)
         self.repository = Path(repositories[0])
         self.catalog = Catalog(repositories)
         self.strict_readiness = strict_readiness
+        self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.core = _core.Core(arena_bytes)
         self.lane = _core.FastLane(self.core)
         # Requests queued through the fast lane and through the general path.
         self.lane_requests = 0
         self.general_requests = 0
+        self.lane_refused = 0  # invalid requests the lane answered with the validator's error
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self._pending: dict[int, _Pending] = {}
@@ -204,7 +200,7 @@ class ModelManager:
         """Infer URLs the lane takes in take_http_requests for `name`: every version's,
         and the unversioned one for the version served by default. Names that a URL
         would carry escaped or split stay with the full parser."""
-        if not _PLAIN_NAME.fullmatch(name):
+        if not self.fast_lane or not _PLAIN_NAME.fullmatch(name):
             return
         for version, model in self.models.get(name, {}).items():
             if model.lane_id is not None and model.ready:
@@ -300,6 +296,7 @@ class ModelManager:
         return {
             "lane_requests": self.lane_requests,
             "general_requests": self.general_requests,
+            "lane_refused": self.lane_refused,
             "lane_in_flight": self.lane.in_flight(),
         }
 
@@ -315,38 +312,43 @@ class ModelManager:
         return {"model_stats": [m.stats.to_json() for m in models]}
 
     # -- the data path -------------------------------------------------------------
-    def submit(
-        self,
-        model: LoadedModel,
-        request,
-        size: int,
-        parts: list,
-        batch_size: int,
-        priority: int = 0,
-        timeout_us: int = 0,
-        shape_key: int = 0,
-    ):
+    def submit(self, model: LoadedModel, spec, request, priority: int = 0, timeout_us: int = 0):
+        """Validates `request` (an InferRequest the general path parsed) with the one
+        validator, lays out its block as the lane does and queues it (spec.submit);
+        returns the future of its InferResponse. Raises NaiadError when it is invalid
+        or cannot be queued."""
         request_id = self.core.new_request_id()
-        future = self._loop.create_future()
         submit_ns = _core.now_ns()
-        self._pending[request_id] = _Pending(
-            request_id, model, future, request, batch_size, submit_ns
+        parameters = orjson.dumps(request.parameters) if request.parameters else b"{}"
+        result = spec.submit(
+            self.core,
+            model.core_model,
+            request_id,
+            request.id,
+            request.inputs,
+            request.outputs,
+            parameters,
+            priority,
+            timeout_us,
         )
-        result = self.core.submit(
-            model.core_model, request_id, size, parts, batch_size, priority, timeout_us, shape_key
-        )
-        if result != _core.SUBMIT_OK:
-            del self._pending[request_id]
-            if result == _core.SUBMIT_QUEUE_FULL:
+        if type(result) is str:
+            raise InvalidArgument(result)
+        code, batch_size, size = result
+        if code != _core.SUBMIT_OK:
+            if code == _core.SUBMIT_QUEUE_FULL:
                 # Triton words it so and, unlike a queue timeout, counts no failure.
                 raise Unavailable(f"{log_prefix(request.id)}Exceeds maximum queue size")
-            if result == _core.SUBMIT_MODEL_GONE:
+            if code == _core.SUBMIT_MODEL_GONE:
                 raise Unavailable(_not_ready_message(model))
             model.stats.record_failure(_core.now_ns() - submit_ns, "REJECTED")
             raise Unavailable(
                 f"model '{model.name}': the shared-memory arena has no room for a request "
                 f"of {size} bytes"
             )
+        future = self._loop.create_future()
+        self._pending[request_id] = _Pending(
+            request_id, model, future, request, batch_size, submit_ns
+        )
         self.general_requests += 1
         self._schedule_flush()
         return future
@@ -375,16 +377,24 @@ class ModelManager:
         return consumed
 
     def _track_lane(self, taken: list, submit_ns: int, new_on_done) -> None:
-        """Keeps the lane's newly queued requests [(lane_model, request_id, batch_size)]
-        until they are answered."""
+        """Keeps the lane's newly queued requests [(lane_model, request_id, batch_size,
+        reply)] until they are answered; answers at once those the validator refused
+        (`reply`: their whole response)."""
         models = self._lane_models
         pendings = self._pending
-        for lane_model, request_id, batch_size in taken:
+        queued = 0
+        for lane_model, request_id, batch_size, reply in taken:
+            if reply is not None:
+                new_on_done()(reply, None)
+                self.lane_refused += 1
+                continue
             pendings[request_id] = _LanePending(
                 self, models[lane_model], request_id, batch_size, submit_ns, new_on_done()
             )
-        self.lane_requests += len(taken)
-        self._schedule_flush()
+            queued += 1
+        if queued:
+            self.lane_requests += queued
+            self._schedule_flush()
 
     def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
         """`model` answers for the lane's model `lane_id` (take_http_requests)."""
@@ -529,7 +539,7 @@ class ModelManager:
         if error is not None:
             model.stats.record_failure(end_ns - pending.submit_ns)
             self._pending.pop(pending.request_id, None)
-            future.set_exception(_ERROR_OF_CODE.get(outcome.get("code"), Internal)(error))
+            future.set_exception(error_of_triton_code(outcome.get("code"), error))
             return
         # Copied out so the result block can be freed at once.
         outputs = [

@@ -6,9 +6,6 @@ import asyncio
 import json
 import logging
 
-import orjson
-
-from naiad import _core, arena_format
 from naiad.errors import InvalidArgument, Unavailable
 from naiad.repository.config import config_to_json
 from naiad.repository.metadata import model_metadata
@@ -47,9 +44,6 @@ class LoadedModel:
         self._validate = RequestValidator(config, self.name, version)
         self._config_json = config_to_json(config)
         self._metadata = model_metadata(config, entry.versions)
-        # Requests whose non-batch shapes differ may not share a batch: only models
-        # with variable dims need the per-request shape key.
-        self._shape_inputs = _variable_shape_inputs(config)
         # What registers the model with the core, the fast lane and the manager's lane
         # table; release() undoes each, also when one of them fails here.
         self.core_model: int | None = None  # the core's handle
@@ -57,12 +51,10 @@ class LoadedModel:
         self.instances: list[Instance] = []
         try:
             self.core_model = self.core.add_model(config)
-            self.lane_id = _add_to_lane(
-                manager.lane, self.core_model, self._validate, self._shape_inputs, config, version
-            )
-            if self.lane_id is not None:
-                manager.register_lane_model(self, self.lane_id)
-                manager.lane.set_accepting(self.lane_id, False)  # until READY
+            # The lane validates with the same spec and validator as the general path.
+            self.lane_id = manager.lane.add_model(self.core_model, self._validate.spec)
+            manager.register_lane_model(self, self.lane_id)
+            manager.lane.set_accepting(self.lane_id, False)  # until READY
             self._create_instances()
         except BaseException:
             self.release()
@@ -165,28 +157,12 @@ class LoadedModel:
             raise Unavailable(
                 f"Request for unknown model: '{self.name}' version {self.version} is not ready"
             )
-        batch_size = self._validate(request)
-        outputs = [output.name for output in request.outputs] if request.outputs else None
-        size, parts = arena_format.encode_request(
-            request.id, request.inputs, outputs, request.parameters
-        )
-        priority, timeout_us = _scheduling_parameters(request.parameters)
-        shape_key = self._shape_key(request) if self._shape_inputs else 0
-        return self.manager.submit(
-            self, request, size, parts, batch_size, priority, timeout_us, shape_key
-        )
-
-    def _shape_key(self, request: InferRequest) -> int:
-        # The same key as the fast lane's: (config index, shape without the batch dim)
-        # of the variable-shape inputs, in config order.
-        shapes = {t.name: t.shape for t in request.inputs}
-        skip = 1 if self.config.max_batch_size > 0 else 0
-        keyed = []
-        for index, model_input in enumerate(self.config.input):
-            shape = shapes.get(model_input.name)
-            if shape is not None and model_input.name in self._shape_inputs:
-                keyed.append((index, list(shape[skip:])))
-        return _core.shape_key(keyed)
+        try:
+            priority, timeout_us = _scheduling_parameters(request.parameters)
+        except InvalidArgument:
+            self._validate.check(request)  # the validator's error comes first
+            raise
+        return self.manager.submit(self, self._validate.spec, request, priority, timeout_us)
 
 
 class UnloadableModel:
@@ -212,34 +188,6 @@ class UnloadableModel:
 
     async def unload(self, timeout: float) -> None:
         pass
-
-
-def _variable_shape_inputs(config) -> frozenset:
-    """Inputs whose non-batch dims may vary between requests (and are not ragged)."""
-    return frozenset(
-        i.name for i in config.input if -1 in list(i.dims) and not i.allow_ragged_batch
-    )
-
-
-def _add_to_lane(
-    lane, core_model: int, validator: RequestValidator, shape_inputs, config, version: int
-):
-    """Registers the model with the fast lane, from the validator's input specs so both
-    paths check the same; None for models it cannot serve (shape tensors, whose batch
-    rules the lane does not repeat)."""
-    specs = []
-    for name in validator.input_order:
-        spec = validator.inputs[name]
-        if spec.is_shape_tensor:
-            return None
-        specs.append(
-            (name, spec.wire, list(spec.dims), spec.size, spec.optional, name in shape_inputs)
-        )
-    name_json = orjson.dumps(validator.model_name).decode()[1:-1]
-    outputs = [output.name for output in config.output]
-    return lane.add_model(
-        core_model, name_json, str(version), validator.max_batch_size, specs, outputs
-    )
 
 
 def _scheduling_parameters(parameters: dict) -> tuple[int, int]:

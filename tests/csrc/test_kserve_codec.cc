@@ -1,15 +1,19 @@
-// Unit tests of the infer fast lane: the JSON pull reader, what the lane takes and
-// what it leaves to the general path, the request block it writes for the worker,
-// the HTTP responses it builds from a worker's result block, and the HTTP scanner.
+// Unit tests of the request path in C++: the JSON pull reader, what the KServe reader
+// takes and what it leaves to the general path, the request block written for the
+// worker, the responses built from a worker's result block, the HTTP scanner and the
+// HTTP framer over the codec and the core.
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "add_sub_model.h"
 #include "core.h"
-#include "fast_lane.h"
+#include "http_framer.h"
 #include "http_scan.h"
 #include "json_reader.h"
+#include "kserve_json.h"
+#include "request_block.h"
+#include "request_validator.h"
 #include "testing.h"
 
 using namespace naiad;
@@ -48,10 +52,13 @@ std::string add_sub_json(int batch = 1, const std::string& extra = "") {
          input_json("INPUT1", batch) + "]," + kOutputs + extra + "}";
 }
 
-bool takes(const FastModel& model, const Body& body, FastRequest* out = nullptr) {
-  FastRequest request;
-  bool taken = parse_fast_request(model, reinterpret_cast<const uint8_t*>(body.bytes.data()),
-                                  body.bytes.size(), body.header_size, &request);
+// The C++ reader takes the body and the validator accepts it.
+bool takes(const ModelSpec& model, const Body& body, ParsedRequest* out = nullptr) {
+  ParsedRequest request;
+  std::string error;
+  bool taken = read_infer_header(reinterpret_cast<const uint8_t*>(body.bytes.data()),
+                                 body.bytes.size(), body.header_size, &request) &&
+               validate_request(model, &request, &error);
   if (out != nullptr) *out = request;
   return taken;
 }
@@ -112,19 +119,20 @@ TEST(json_reader_numbers_and_values) {
 }
 
 TEST(lane_takes_perf_analyzer_request) {
-  FastRequest request;
+  ParsedRequest request;
   Body body = make_body(add_sub_json(), 128);
+  const uint8_t* start = reinterpret_cast<const uint8_t*>(body.bytes.data());
   CHECK(takes(add_sub_model(), body, &request));
   CHECK(request.batch_size == 1);
   CHECK(request.inputs.size() == 2);
-  CHECK(request.inputs[0].body_offset == body.header_size);
-  CHECK(request.inputs[1].body_offset == body.header_size + 64);
-  CHECK(request.outputs_listed && request.outputs.size() == 2);
+  CHECK(request.inputs[0].data == start + body.header_size);
+  CHECK(request.inputs[1].data == start + body.header_size + 64);
+  CHECK(request.outputs.size() == 2);
   CHECK(request.shape_key == 0);
 }
 
 TEST(lane_takes_batches_and_binary_data_output) {
-  FastRequest request;
+  ParsedRequest request;
   CHECK(takes(add_sub_model(), make_body(add_sub_json(3), 3 * 128), &request));
   CHECK(request.batch_size == 3);
   std::string all_outputs = "{\"inputs\":[" + input_json("INPUT1", 1) + "," +
@@ -133,9 +141,22 @@ TEST(lane_takes_batches_and_binary_data_output) {
   // The request's views point into the body: it must outlive them.
   Body body = make_body(all_outputs, 128);
   CHECK(takes(add_sub_model(), body, &request));
-  CHECK(!request.outputs_listed);
+  CHECK(request.outputs.empty());
   CHECK(request.parameters == "{\"binary_data_output\":true}");
   CHECK(request.inputs[0].spec == 1);
+}
+
+TEST(lane_takes_scheduling_and_custom_parameters) {
+  ParsedRequest request;
+  Body body =
+      make_body(add_sub_json(1,
+                             ",\"parameters\":{\"priority\":2,\"timeout\":5000,\"s\":\"a\\\"b\","
+                             "\"f\":-1.5e3,\"t\":true}"),
+                128);
+  CHECK(takes(add_sub_model(), body, &request));
+  CHECK(request.priority == 2 && request.timeout_us == 5000);
+  CHECK(request.parameters ==
+        "{\"priority\":2,\"timeout\":5000,\"s\":\"a\\\"b\",\"f\":-1.5e3,\"t\":true}");
 }
 
 TEST(lane_leaves_other_requests_to_the_general_path) {
@@ -155,8 +176,11 @@ TEST(lane_leaves_other_requests_to_the_general_path) {
   std::string no_outputs =
       "{\"inputs\":[" + input_json("INPUT0", 1) + "," + input_json("INPUT1", 1) + "]}";
   CHECK(!takes_json(no_outputs));
-  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"priority\":1}")));
-  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"binary_data_output\":true,\"x\":1}")));
+  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"priority\":-1}")));
+  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"timeout\":\"1\"}")));
+  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"binary_data_output\":true,\"x\":null}")));
+  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"x\":{\"y\":1}}")));
+  CHECK(!takes_json(add_sub_json(1, ",\"parameters\":{\"x\":[1]}")));
   // An id with an escape: the general path decodes it.
   CHECK(!takes_json(replaced(add_sub_json(), "\"id\":\"\"", "\"id\":\"a\\nb\"")));
   // Raw binary (header size 0) and a truncated header.
@@ -183,11 +207,11 @@ TEST(lane_leaves_invalid_requests_to_the_validator) {
 }
 
 TEST(lane_counts_bytes_elements) {
-  FastModel model;
+  ModelSpec model;
   model.name = "strings";
   model.version = "1";
   model.max_batch_size = 0;
-  FastInput input;
+  InputSpec input;
   input.name = "TEXT";
   input.datatype = "BYTES";
   input.dims = {2};
@@ -198,7 +222,7 @@ TEST(lane_counts_bytes_elements) {
       "\"parameters\":{\"binary_data_size\":11}}],\"parameters\":{\"binary_data_output\":true}}";
   Body body{json, json.size()};
   body.bytes += std::string("\x02\x00\x00\x00hi\x01\x00\x00\x00!", 11);
-  FastRequest request;
+  ParsedRequest request;
   CHECK(takes(model, body, &request));
   CHECK(request.batch_size == 1);
   Body one_element{json, json.size()};
@@ -207,12 +231,12 @@ TEST(lane_counts_bytes_elements) {
 }
 
 TEST(shape_key_ignores_the_batch_dim_and_separates_shapes) {
-  FastModel model = add_sub_model();
+  ModelSpec model = add_sub_model();
   model.inputs[0].dims = {-1};
   model.inputs[0].shape_keyed = true;
   model.inputs[1].dims = {-1};
   model.inputs[1].shape_keyed = true;
-  FastRequest one, two, other;
+  ParsedRequest one, two, other;
   CHECK(takes(model, make_body(add_sub_json(1), 128), &one));
   CHECK(takes(model, make_body(add_sub_json(2), 256), &two));
   std::string eight = add_sub_json();
@@ -234,12 +258,12 @@ TEST(shape_key_ignores_the_batch_dim_and_separates_shapes) {
 }
 
 TEST(request_block_matches_the_worker_layout) {
-  FastModel model = add_sub_model();
+  ModelSpec model = add_sub_model();
   Body body = make_body(add_sub_json(), 128);
-  FastRequest request;
+  ParsedRequest request;
   CHECK(takes(model, body, &request));
   RequestBlock block;
-  layout_request_block(model, request, reinterpret_cast<const uint8_t*>(body.bytes.data()), &block);
+  layout_request_block(model, request, &block);
   std::string header =
       "{\"id\":\"\",\"inputs\":[[\"INPUT0\",\"FP32\",[1,16],64],[\"INPUT1\",\"FP32\",[1,16],64]],"
       "\"outputs\":[\"OUTPUT0\",\"OUTPUT1\"],\"parameters\":{}}";
@@ -276,7 +300,7 @@ const std::string kResultHeader =
 
 }  // namespace
 
-TEST(result_block_parses_and_replies_match_the_general_path) {
+TEST(result_block_parses) {
   std::string block = result_block(kResultHeader, {"AAAAAAAA", "BBBBBBBB"});
   const uint8_t* data = reinterpret_cast<const uint8_t*>(block.data());
   ResultBlock result;
@@ -284,36 +308,19 @@ TEST(result_block_parses_and_replies_match_the_general_path) {
   CHECK(result.outcomes.size() == 2 && result.outputs.size() == 2);
   CHECK(result.timings[0] == 10 && result.timings[3] == 40);
   CHECK(result.outputs[0].shape == "[1,2]");
-
-  FastModel model = add_sub_model();
-  FastRecipe recipe;
-  recipe.id = "req-7";
-  recipe.outputs_listed = true;
-  recipe.outputs = {1};
-  std::string reply;
-  CHECK(encode_fast_reply(model, recipe, result, 0, data, &reply));
-  std::string json =
-      "{\"id\":\"req-7\",\"model_name\":\"add_sub\",\"model_version\":\"1\",\"outputs\":["
-      "{\"name\":\"OUTPUT1\",\"datatype\":\"FP32\",\"shape\":[1,2],"
-      "\"parameters\":{\"binary_data_size\":8}}]}";
-  std::string expected = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(json.size() + 8) +
-                         "\r\nContent-Type: application/octet-stream\r\n"
-                         "Inference-Header-Content-Length: " +
-                         std::to_string(json.size()) + "\r\n\r\n" + json + "BBBBBBBB";
-  CHECK(reply == expected);
-
-  recipe.id.clear();
-  recipe.outputs_listed = false;
-  CHECK(encode_fast_reply(model, recipe, result, 0, data, &reply));
-  CHECK(reply.find("{\"model_name\"") != std::string::npos);
-  CHECK(reply.substr(reply.size() - 16) == "AAAAAAAABBBBBBBB");
-
-  // An error outcome: the model's code picks the status (INVALID_ARG: 400).
-  CHECK(!encode_fast_reply(model, recipe, result, 1, data, &reply));
-  std::string error_body = "{\"error\":\"bad \\\"x\\\"\"}";
-  CHECK(reply ==
-        "HTTP/1.1 400 Bad Request\r\nContent-Length: " + std::to_string(error_body.size()) +
-            "\r\nContent-Type: application/json\r\n\r\n" + error_body);
+  CHECK(result.outcomes[0].parameters.empty());
+  CHECK(result.outcomes[1].error && result.outcomes[1].code == 3);
+  // Response parameters pass through as the worker wrote them; `{}` is none.
+  std::string with_parameters = result_block(
+      "{\"responses\":[{\"outputs\":[],\"parameters\":{\"a\":1,\"b\":\"x\"}},"
+      "{\"outputs\":[],\"parameters\":{ }}],\"timings\":[1,2,3,4]}",
+      {});
+  ResultBlock parsed;
+  CHECK(parse_result_block(reinterpret_cast<const uint8_t*>(with_parameters.data()),
+                           with_parameters.size(), &parsed));
+  CHECK(parsed.outcomes.size() == 2);
+  CHECK(parsed.outcomes[0].parameters == "{\"a\":1,\"b\":\"x\"}");
+  CHECK(parsed.outcomes[1].parameters.empty());
 }
 
 TEST(result_block_rejects_damage) {
@@ -336,18 +343,30 @@ TEST(result_block_rejects_damage) {
 
 namespace {
 
-// A core without a timer thread, with add_sub registered in the core and the lane.
+// A core without a timer thread, with add_sub registered in the core and the codec.
 struct LaneFixture {
-  LaneFixture() : core(1 << 20, nullptr, false), lane(core) {
+  explicit LaneFixture(uint64_t arena_bytes = 1 << 20)
+      : core(arena_bytes, nullptr, false), lane(core) {
     BatcherConfig config;
     config.max_batch_size = 8;
     model = add_sub_model();
     model.core_model_id = core.add_model(config);
-    lane_model = lane.add_model(model);
+    lane_model = lane.codec().add_model(model);
+  }
+  // Reads and queues `body` under `request_id`.
+  SubmitOutcome submit(const Body& body, uint64_t request_id, std::string* error = nullptr) {
+    ParsedRequest request;
+    std::string ignored;
+    if (!read_infer_header(reinterpret_cast<const uint8_t*>(body.bytes.data()), body.bytes.size(),
+                           body.header_size, &request)) {
+      return SubmitOutcome::kFallback;
+    }
+    return lane.codec().submit(lane_model, request, request_id, 1000,
+                               error != nullptr ? error : &ignored);
   }
   Core core;
-  FastLane lane;
-  FastModel model;
+  HttpLane lane;
+  ModelSpec model;
   uint32_t lane_model = 0;
 };
 
@@ -356,44 +375,108 @@ uint64_t queued_blocks(Core& core) { return core.arena().stats().blocks_in_use; 
 
 }  // namespace
 
-TEST(fast_lane_queues_and_answers_through_the_core) {
+TEST(codec_queues_and_answers_through_the_core) {
   LaneFixture f;
-
-  Body body = make_body(add_sub_json(2), 256);
-  uint32_t batch_size = 0;
-  const uint8_t* data = reinterpret_cast<const uint8_t*>(body.bytes.data());
-  CHECK(f.lane.submit(f.lane_model, 41, data, body.bytes.size(), body.header_size, 1000,
-                      &batch_size) == static_cast<int>(SubmitResult::kOk));
-  CHECK(batch_size == 2);
+  KServeCodec& codec = f.lane.codec();
+  CHECK(f.submit(make_body(add_sub_json(2), 256), 41) == SubmitOutcome::kQueued);
   CHECK(queued_blocks(f.core) == 1);
-  CHECK(f.lane.owns(41));
-  Body bad = make_body(add_sub_json(2), 255);
-  CHECK(f.lane.submit(f.lane_model, 42, reinterpret_cast<const uint8_t*>(bad.bytes.data()),
-                      bad.bytes.size(), bad.header_size, 1000, &batch_size) == FastLane::kFallback);
-  CHECK(!f.lane.owns(42));
+  CHECK(codec.owns(41));
+  std::string error;
+  CHECK(f.submit(make_body(add_sub_json(2), 255), 42, &error) == SubmitOutcome::kFallback);
+  CHECK(f.submit(make_body(replaced(add_sub_json(2), "FP32", "INT8"), 256), 42, &error) ==
+        SubmitOutcome::kInvalid);
+  CHECK(error ==
+        "[request id: <id_unknown>] inference input 'INPUT0' data-type is 'INT8', but model "
+        "'add_sub' expects 'FP32'");
+  CHECK(!codec.owns(42));
   CHECK(queued_blocks(f.core) == 1);
 
   std::string header =
-      "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2],16]]},{\"outputs\":[]}],"
-      "\"timings\":[1,2,3,4]}";
+      "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2],16]],\"parameters\":{\"p\":1}},"
+      "{\"outputs\":[]}],\"timings\":[1,2,3,4]}";
   std::string block = result_block(header, {"0123456789abcdef"});
-  std::vector<FastLane::Reply> replies;
+  std::vector<KServeCodec::Answer> answers;
   uint64_t timings[4];
   const uint8_t* result = reinterpret_cast<const uint8_t*>(block.data());
-  CHECK(f.lane.complete(result, block.size(), {41, 99}, 1500, 4000, &replies, timings));
-  CHECK(replies.size() == 1);  // request 99 is not the lane's
-  CHECK(replies[0].request_id == 41 && replies[0].ok && replies[0].batch_size == 2);
-  CHECK(replies[0].request_ns == 3000 && replies[0].queue_ns == 500);
-  CHECK(replies[0].http.substr(replies[0].http.size() - 16) == "0123456789abcdef");
+  CHECK(codec.complete(result, block.size(), {41, 99}, 1500, 4000, &answers, timings));
+  CHECK(answers.size() == 1);  // request 99 is not the codec's
+  const InferResponse& response = answers[0].response;
+  CHECK(response.request_id == 41 && response.error == ErrorKind::kNone);
+  CHECK(answers[0].batch_size == 2);
+  CHECK(answers[0].request_ns == 3000 && answers[0].queue_ns == 500);
+  CHECK(response.outputs.size() == 1 && response.outputs[0].data == result + 64 * 2);
+  std::string json =
+      "{\"model_name\":\"add_sub\",\"model_version\":\"1\",\"parameters\":{\"p\":1},"
+      "\"outputs\":[{\"name\":\"OUTPUT0\",\"datatype\":\"FP32\",\"shape\":[2,2],"
+      "\"parameters\":{\"binary_data_size\":16}}]}";
+  std::string expected = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(json.size() + 16) +
+                         "\r\nContent-Type: application/octet-stream\r\n"
+                         "Inference-Header-Content-Length: " +
+                         std::to_string(json.size()) + "\r\n\r\n" + json + "0123456789abcdef";
+  CHECK(f.lane.writer().text(response) == expected);
+  CHECK(f.lane.writer().size(response) == expected.size());
   CHECK(timings[2] == 3);
-  CHECK(!f.lane.owns(41) && f.lane.in_flight() == 0);
+  CHECK(!codec.owns(41) && codec.in_flight() == 0);
   // A block whose outcome count does not match the batch is not read.
-  CHECK(f.lane.submit(f.lane_model, 43, data, body.bytes.size(), body.header_size, 1000,
-                      &batch_size) == 0);
-  replies.clear();
-  CHECK(!f.lane.complete(result, block.size(), {43}, 1500, 4000, &replies, timings));
-  f.lane.forget(43);
-  CHECK(f.lane.in_flight() == 0);
+  CHECK(f.submit(make_body(add_sub_json(2), 256), 43) == SubmitOutcome::kQueued);
+  answers.clear();
+  CHECK(!codec.complete(result, block.size(), {43}, 1500, 4000, &answers, timings));
+  codec.forget(43);
+  CHECK(codec.in_flight() == 0);
+}
+
+TEST(codec_answers_ids_output_choices_and_model_errors_as_the_general_path) {
+  LaneFixture f;
+  KServeCodec& codec = f.lane.codec();
+  // req-7 asks for OUTPUT1 only; the second for every output; the third fails.
+  std::string one_output =
+      replaced(replaced(add_sub_json(), "\"id\":\"\"", "\"id\":\"req-7\""),
+               "{\"name\":\"OUTPUT0\",\"parameters\":{\"binary_data\":true}},", "");
+  std::string all = "{\"inputs\":[" + input_json("INPUT0", 1) + "," + input_json("INPUT1", 1) +
+                    "],\"parameters\":{\"binary_data_output\":true}}";
+  CHECK(f.submit(make_body(one_output, 128), 1) == SubmitOutcome::kQueued);
+  CHECK(f.submit(make_body(all, 128), 2) == SubmitOutcome::kQueued);
+  CHECK(f.submit(make_body(all, 128), 3) == SubmitOutcome::kQueued);
+  std::string header =
+      "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2],8],[\"OUTPUT1\",\"FP32\",[1,2],8]]"
+      "},"
+      "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2],8],[\"OUTPUT1\",\"FP32\",[1,2],8]]},"
+      "{\"error\":\"bad \\\"x\\\"\",\"code\":3}],\"timings\":[10,20,30,40]}";
+  std::string block = result_block(header, {"AAAAAAAA", "BBBBBBBB", "CCCCCCCC", "DDDDDDDD"});
+  std::vector<KServeCodec::Answer> answers;
+  uint64_t timings[4];
+  CHECK(codec.complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(), {1, 2, 3}, 0,
+                       0, &answers, timings));
+  CHECK(answers.size() == 3);
+  const HttpResponseWriter& writer = f.lane.writer();
+  std::string json =
+      "{\"id\":\"req-7\",\"model_name\":\"add_sub\",\"model_version\":\"1\",\"outputs\":["
+      "{\"name\":\"OUTPUT1\",\"datatype\":\"FP32\",\"shape\":[1,2],"
+      "\"parameters\":{\"binary_data_size\":8}}]}";
+  CHECK(writer.text(answers[0].response) ==
+        "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(json.size() + 8) +
+            "\r\nContent-Type: application/octet-stream\r\nInference-Header-Content-Length: " +
+            std::to_string(json.size()) + "\r\n\r\n" + json + "BBBBBBBB");
+  std::string second = writer.text(answers[1].response);
+  CHECK(second.find("{\"model_name\"") != std::string::npos);
+  CHECK(second.substr(second.size() - 16) == "CCCCCCCCDDDDDDDD");
+  // An error outcome: the model's code picks the status (INVALID_ARG: 400).
+  CHECK(answers[2].response.error == ErrorKind::kInvalidArgument);
+  std::string error_body = "{\"error\":\"bad \\\"x\\\"\"}";
+  CHECK(writer.text(answers[2].response) ==
+        "HTTP/1.1 400 Bad Request\r\nContent-Length: " + std::to_string(error_body.size()) +
+            "\r\nContent-Type: application/json\r\n\r\n" + error_body);
+}
+
+TEST(error_kinds_map_to_triton_http_statuses) {
+  CHECK(http_status_of(error_kind_of_triton_code(2)) == 404);
+  CHECK(http_status_of(error_kind_of_triton_code(3)) == 400);
+  CHECK(http_status_of(error_kind_of_triton_code(4)) == 503);
+  CHECK(http_status_of(error_kind_of_triton_code(5)) == 501);
+  CHECK(http_status_of(error_kind_of_triton_code(6)) == 400);
+  CHECK(http_status_of(error_kind_of_triton_code(1)) == 500);
+  CHECK(http_status_of(error_kind_of_triton_code(0)) == 500);
+  CHECK(http_status_of(error_kind_of_triton_code(99)) == 500);
 }
 
 namespace {
@@ -433,6 +516,13 @@ TEST(http_scan_finds_plain_requests) {
   for (size_t cut : {size_t{1}, size_t{4}, size_t{30}, request.size() - 11, request.size() - 1}) {
     CHECK(scan(request.substr(0, cut)) == ScanResult::kIncomplete);
   }
+  // Once the head is there, the whole request's size is known.
+  size_t head = request.size() - 10;
+  CHECK(incomplete_request_size(request.data(), head - 1, 1 << 20) == 0);
+  CHECK(incomplete_request_size(request.data(), head, 1 << 20) == request.size());
+  CHECK(incomplete_request_size(request.data(), request.size() - 1, 1 << 20) == request.size());
+  CHECK(incomplete_request_size(request.data(), request.size(), 1 << 20) == 0);
+  CHECK(incomplete_request_size(request.data(), head, 9) == 0);  // over max body
 }
 
 TEST(http_scan_leaves_everything_else_to_the_parser) {
@@ -461,37 +551,54 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
   std::string good = http_post("/v2/models/add_sub/infer", body.bytes, body.header_size);
   std::string unrouted = http_post("/v2/models/other/infer", body.bytes, body.header_size);
   std::string data = good + good + unrouted + good;
-  std::vector<FastLane::Taken> taken;
+  std::vector<HttpLane::Taken> taken;
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(data.data());
   size_t consumed = f.lane.take_http(bytes, data.size(), 1 << 20, 7, &taken);
   CHECK(consumed == 2 * good.size());
   CHECK(taken.size() == 2);
-  CHECK(taken[0].lane_model == f.lane_model && taken[0].batch_size == 1);
+  CHECK(taken[0].model == f.lane_model && taken[0].batch_size == 1);
   CHECK(taken[1].request_id == taken[0].request_id + 1);
   CHECK(queued_blocks(f.core) == 2);
   // Ids stay unique with the general path's.
   CHECK(f.core.new_request_id() == taken[1].request_id + 1);
   // A body the HTTP parser put together goes by the same routes.
-  FastLane::Taken one;
+  HttpLane::Taken one;
   const uint8_t* body_bytes = reinterpret_cast<const uint8_t*>(body.bytes.data());
   CHECK(!f.lane.submit_to("/v2/models/other/infer", body_bytes, body.bytes.size(), body.header_size,
                           7, &one));
   CHECK(f.lane.submit_to("/v2/models/add_sub/infer", body_bytes, body.bytes.size(),
                          body.header_size, 7, &one));
-  CHECK(one.lane_model == f.lane_model && one.request_id == taken[1].request_id + 2);
+  CHECK(one.model == f.lane_model && one.request_id == taken[1].request_id + 2);
   CHECK(queued_blocks(f.core) == 3);
 
   // A model that is not ready takes nothing, and an invalid body is left as well.
-  f.lane.set_accepting(f.lane_model, false);
+  f.lane.codec().set_accepting(f.lane_model, false);
   taken.clear();
   CHECK(f.lane.take_http(bytes, good.size(), 1 << 20, 7, &taken) == 0 && taken.empty());
-  f.lane.set_accepting(f.lane_model, true);
+  f.lane.codec().set_accepting(f.lane_model, true);
   Body short_body = make_body(add_sub_json(), 127);
   std::string invalid =
       http_post("/v2/models/add_sub/infer", short_body.bytes, short_body.header_size);
   CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(invalid.data()), invalid.size(), 1 << 20,
                          7, &taken) == 0);
   CHECK(queued_blocks(f.core) == 3);
+
+  // A request the validator refuses is answered at once, as the general path would.
+  Body wrong = make_body(replaced(add_sub_json(), "FP32", "INT8"), 128);
+  std::string refused = http_post("/v2/models/add_sub/infer", wrong.bytes, wrong.header_size);
+  std::string two = refused + good;
+  taken.clear();
+  CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(two.data()), two.size(), 1 << 20, 7,
+                         &taken) == two.size());
+  CHECK(taken.size() == 2 && taken[0].request_id == 0 && taken[1].request_id != 0);
+  CHECK(taken[1].reply.empty());
+  std::string error_body =
+      "{\"error\":\"[request id: <id_unknown>] inference input 'INPUT0' data-type is 'INT8', "
+      "but model 'add_sub' expects 'FP32'\"}";
+  CHECK(taken[0].reply ==
+        "HTTP/1.1 400 Bad Request\r\nContent-Length: " + std::to_string(error_body.size()) +
+            "\r\nContent-Type: application/json\r\n\r\n" + error_body);
+  CHECK(queued_blocks(f.core) == 4);
 }
 
 TEST(fast_lane_routes_follow_removed_models) {
@@ -502,23 +609,29 @@ TEST(fast_lane_routes_follow_removed_models) {
   f.lane.add_route(versioned, f.lane_model);
   Body body = make_body(add_sub_json(), 128);
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(body.bytes.data());
-  auto take = [&](const std::string& target, FastLane::Taken* taken) {
+  auto take = [&](const std::string& target, HttpLane::Taken* taken) {
     return f.lane.submit_to(target, bytes, body.bytes.size(), body.header_size, 7, taken);
   };
-  FastLane::Taken taken;
+  HttpLane::Taken taken;
   CHECK(take(versioned, &taken));
   f.lane.remove_model(f.lane_model);
   CHECK(!take(unversioned, &taken) && !take(versioned, &taken));
-  // The model loaded again gets the URL back under its new lane id.
-  uint32_t again = f.lane.add_model(f.model);
+  // The model loaded again gets the URL back under its new codec id.
+  uint32_t again = f.lane.codec().add_model(f.model);
   f.lane.add_route(unversioned, again);
-  CHECK(take(unversioned, &taken) && taken.lane_model == again);
+  CHECK(take(unversioned, &taken) && taken.model == again);
   CHECK(!take(versioned, &taken));
-  // A lane model whose core model is gone takes nothing and keeps nothing.
-  size_t in_flight = f.lane.in_flight();
+  // A codec model whose core model is gone takes nothing and keeps nothing.
+  size_t in_flight = f.lane.codec().in_flight();
   CHECK(f.core.remove_model(f.model.core_model_id));
   CHECK(!take(unversioned, &taken));
-  CHECK(f.lane.in_flight() == in_flight);
+  CHECK(f.lane.codec().in_flight() == in_flight);
+}
+
+TEST(json_string_text_escapes_as_the_general_path) {
+  CHECK(json_string_text("plain 'text' é") == "plain 'text' é");
+  CHECK(json_string_text("a\"b\\c\x01\x1f\x7f\b\f\n\r\t") ==
+        "a\\\"b\\\\c\\u0001\\u001f\x7f\\b\\f\\n\\r\\t");
 }
 
 namespace {
@@ -561,34 +674,39 @@ class Mutator {
 
 }  // namespace
 
-// Damaged input never makes the lane read out of bounds (run under ASan in make test),
-// and what it still takes is consistent with the body.
+// Damaged input never makes the reader, the validator, the block layout or the
+// response writer read out of bounds (run under ASan/UBSan and TSan in make test), and
+// what they still take is consistent with the body.
 TEST(lane_survives_damaged_requests_and_results) {
-  FastModel model = add_sub_model();
+  ModelSpec model = add_sub_model();
   const std::string json = add_sub_json(2);
   const std::string binary(256, '\x05');
   Mutator mutator(0x9E3779B97F4A7C15ULL);
-  int taken = 0;
+  int read = 0, valid = 0;
   for (int i = 0; i < 20000; ++i) {
     std::string header = mutator.mutate(json);
     std::string body = header + binary;
-    FastRequest request;
-    if (!parse_fast_request(model, reinterpret_cast<const uint8_t*>(body.data()), body.size(),
-                            header.size(), &request)) {
+    const uint8_t* start = reinterpret_cast<const uint8_t*>(body.data());
+    ParsedRequest request;
+    if (!read_infer_header(start, body.size(), header.size(), &request)) continue;
+    ++read;
+    const uint8_t* end = start + header.size();
+    for (const RequestInput& input : request.inputs) {
+      CHECK(input.data == end);
+      end += input.size;
+    }
+    CHECK(end == start + body.size());
+    std::string error;
+    if (!validate_request(model, &request, &error)) {
+      CHECK(!error.empty());
       continue;
     }
-    ++taken;
-    uint64_t end = header.size();
-    for (const FastInputRef& ref : request.inputs) {
-      CHECK(ref.body_offset == end);
-      end += ref.size;
-    }
-    CHECK(end == body.size());
+    ++valid;
     RequestBlock block;
-    layout_request_block(model, request, reinterpret_cast<const uint8_t*>(body.data()), &block);
+    layout_request_block(model, request, &block);
     CHECK(block.size >= block.prefix.size());
   }
-  CHECK(taken > 0);  // some mutations leave a valid request (e.g. changed input data bytes)
+  CHECK(read > valid && valid > 0);  // some mutations leave a valid request
 
   const std::string http = http_post("/v2/models/add_sub/infer", json + binary, json.size());
   for (int i = 0; i < 20000; ++i) {
@@ -600,9 +718,13 @@ TEST(lane_survives_damaged_requests_and_results) {
     }
   }
 
+  // Result blocks through the codec and the HTTP writer: the block's requests are
+  // queued (they stay in the core's queue: no instance runs them), then answered.
+  LaneFixture f(uint64_t{64} << 20);
+  KServeCodec& codec = f.lane.codec();
+  const Body request_body = make_body(add_sub_json(1), 128);
   const std::string result = result_block(kResultHeader, {"AAAAAAAA", "BBBBBBBB"});
-  FastRecipe recipe;
-  std::string reply;
+  uint64_t next_id = 1;
   for (int i = 0; i < 20000; ++i) {
     std::string damaged = mutator.mutate(result);
     ResultBlock parsed;
@@ -611,8 +733,20 @@ TEST(lane_survives_damaged_requests_and_results) {
     for (const ResultOutput& output : parsed.outputs) {
       CHECK(output.offset + output.size <= damaged.size());
     }
-    for (size_t index = 0; index < parsed.outcomes.size(); ++index) {
-      encode_fast_reply(model, recipe, parsed, index, data, &reply);
+    std::vector<uint64_t> ids;
+    for (size_t n = 0; n < parsed.outcomes.size() && n < 4; ++n) {
+      uint64_t id = next_id++;
+      if (f.submit(request_body, id) == SubmitOutcome::kQueued) ids.push_back(id);
     }
+    std::vector<KServeCodec::Answer> answers;
+    uint64_t timings[4];
+    if (codec.complete(data, damaged.size(), ids, 0, 0, &answers, timings)) {
+      for (const KServeCodec::Answer& answer : answers) {
+        std::string text = f.lane.writer().text(answer.response);
+        CHECK(text.size() == f.lane.writer().size(answer.response));
+      }
+    }
+    for (uint64_t id : ids) codec.forget(id);
   }
+  CHECK(next_id > 1000);
 }

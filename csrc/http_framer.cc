@@ -1,0 +1,153 @@
+#include "http_framer.h"
+
+#include "byte_sink.h"
+#include "http_scan.h"
+#include "kserve_json.h"
+
+namespace naiad {
+
+namespace {
+
+std::string_view status_line(int status) {
+  switch (status) {
+    case 200:
+      return "HTTP/1.1 200 OK\r\n";
+    case 400:
+      return "HTTP/1.1 400 Bad Request\r\n";
+    case 404:
+      return "HTTP/1.1 404 Not Found\r\n";
+    case 501:
+      return "HTTP/1.1 501 Not Implemented\r\n";
+    case 503:
+      return "HTTP/1.1 503 Service Unavailable\r\n";
+    default:
+      return "HTTP/1.1 500 Internal Server Error\r\n";
+  }
+}
+
+template <typename Sink>
+void write_http(const InferResponse& response, size_t json_size, size_t body_size, Sink& out) {
+  out.put(status_line(http_status_of(response.error)));
+  out.put("Content-Length: ");
+  out.number(body_size);
+  if (response.error != ErrorKind::kNone || response.outputs.empty()) {
+    out.put("\r\nContent-Type: application/json\r\n\r\n");
+  } else {
+    out.put("\r\nContent-Type: application/octet-stream\r\nInference-Header-Content-Length: ");
+    out.number(json_size);
+    out.put("\r\n\r\n");
+  }
+}
+
+struct BodySize {
+  size_t json = 0;
+  size_t total = 0;
+};
+
+BodySize body_size(const InferResponse& response) {
+  ByteCounter counter;
+  BodySize size;
+  size.json = write_response_body(response, counter);
+  size.total = counter.size();
+  return size;
+}
+
+}  // namespace
+
+size_t HttpResponseWriter::size(const InferResponse& response) const {
+  BodySize body = body_size(response);
+  ByteCounter head;
+  write_http(response, body.json, body.total, head);
+  return head.size() + body.total;
+}
+
+void HttpResponseWriter::write(const InferResponse& response, char* out) const {
+  BodySize body = body_size(response);
+  ByteWriter writer(out);
+  write_http(response, body.json, body.total, writer);
+  write_response_body(response, writer);
+}
+
+std::string HttpResponseWriter::text(const InferResponse& response) const {
+  std::string out(size(response), '\0');
+  write(response, out.data());
+  return out;
+}
+
+void HttpLane::add_route(const std::string& target, uint32_t model) {
+  if (model >= codec_.model_count()) return;
+  auto found = routes_.find(target);
+  if (found != routes_.end()) {
+    found->second = model;
+    return;
+  }
+  targets_.push_back(target);
+  routes_.emplace(targets_.back(), model);
+}
+
+void HttpLane::remove_model(uint32_t model) {
+  codec_.set_accepting(model, false);
+  for (auto route = routes_.begin(); route != routes_.end();) {
+    if (route->second != model) {
+      ++route;
+      continue;
+    }
+    const char* key = route->first.data();
+    route = routes_.erase(route);
+    targets_.remove_if([key](const std::string& target) { return target.data() == key; });
+  }
+}
+
+size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
+                           std::vector<Taken>* taken) {
+  size_t consumed = 0;
+  while (consumed < size) {
+    const char* start = reinterpret_cast<const char*>(data + consumed);
+    ScannedRequest request;
+    if (scan_request(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
+    if (!request.has_header_length) break;
+    Taken& one = taken->emplace_back();
+    if (!submit_to(request.target, data + consumed + request.body_offset, request.body_size,
+                   request.header_length, now_ns, &one)) {
+      taken->pop_back();
+      break;
+    }
+    consumed += request.total;
+  }
+  return consumed;
+}
+
+bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t body_size,
+                         size_t header_size, uint64_t now_ns, Taken* taken) {
+  auto route = routes_.find(target);
+  if (route == routes_.end()) return false;
+  ParsedRequest request;
+  if (!read_infer_header(body, body_size, header_size, &request)) return false;
+  std::string error;
+  uint64_t request_id = codec_.new_request_id();
+  switch (codec_.submit(route->second, request, request_id, now_ns, &error)) {
+    case SubmitOutcome::kQueued:
+      taken->model = route->second;
+      taken->request_id = request_id;
+      taken->batch_size = request.batch_size;
+      taken->reply.clear();
+      return true;
+    case SubmitOutcome::kInvalid: {
+      // The general path would parse the same request and get the same message from
+      // the same validator: answer it here.
+      InferResponse response;
+      response.error = ErrorKind::kInvalidArgument;
+      std::string message = json_string_text(error);
+      response.error_message = message;
+      taken->model = route->second;
+      taken->request_id = 0;
+      taken->batch_size = 0;
+      taken->reply = writer_.text(response);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace naiad

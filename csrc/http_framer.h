@@ -1,0 +1,77 @@
+// The HTTP/1.1 framer of the infer request path (framer.h): finds plain infer requests
+// in received bytes (http_scan.h), routes them by URL to a codec model, reads their
+// KServe REST bodies (kserve_json.h) and queues them through the KServe codec
+// (kserve_codec.h); writes complete keep-alive HTTP responses (HttpResponseWriter).
+// The common request is what perf_analyzer and tritonclient send by default: binary
+// inputs after a JSON header, binary outputs. One the validator refuses is answered at
+// once with Triton's 400; everything else goes to the Python front end (httptools and
+// the general path), which gives Triton's exact errors.
+//
+// Threads and locks: as KServeCodec, one thread at a time — the front end's event loop,
+// through _core.pyx, with the GIL released inside take_http() and submit_to() (and the
+// codec's complete()). `targets_` and `routes_` change only between requests (after
+// loading); no member needs a lock. HttpResponseWriter is stateless.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "framer.h"
+#include "kserve_codec.h"
+
+namespace naiad {
+
+// KServe REST over HTTP/1.1: status line, Content-Length, Content-Type and, with binary
+// outputs, Inference-Header-Content-Length; keep-alive (no Connection header).
+class HttpResponseWriter final : public ResponseWriter {
+ public:
+  size_t size(const InferResponse& response) const override;
+  void write(const InferResponse& response, char* out) const override;
+  std::string text(const InferResponse& response) const;  // tests and benchmarks
+};
+
+class HttpLane {
+ public:
+  explicit HttpLane(Core& core) : codec_(core) {}
+
+  KServeCodec& codec() { return codec_; }
+  const HttpResponseWriter& writer() const { return writer_; }
+
+  // Requests for `target` (an infer URL as sent) go to codec model `model`.
+  void add_route(const std::string& target, uint32_t model);
+  // The model is gone: its routes are dropped and it takes nothing more. Its codec
+  // entry stays, since requests in flight still need it to build their responses.
+  void remove_model(uint32_t model);
+
+  struct Taken {
+    uint32_t model = 0;
+    uint64_t request_id = 0;  // 0 when answered at once (`reply`)
+    uint32_t batch_size = 0;
+    // An invalid request is answered at once: its complete HTTP response (Triton's
+    // 400 with the validator's message, as the general path would answer).
+    std::string reply;
+  };
+  // Takes an infer body sent to URL `target` (as sent) if it is a route and the codec
+  // queues it (it gets the next request id) or the validator refuses it (`reply`).
+  // False: the general path's.
+  bool submit_to(std::string_view target, const uint8_t* body, size_t body_size, size_t header_size,
+                 uint64_t now_ns, Taken* taken);
+  // Takes the complete plain infer requests at the start of received HTTP bytes
+  // (http_scan.h), in order, up to the first it does not take. Returns how many bytes
+  // they took; the rest is for the front end's full parser.
+  size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
+                   std::vector<Taken>* taken);
+
+ private:
+  KServeCodec codec_;
+  HttpResponseWriter writer_;
+  // The route keys point into these; a list, so removing one leaves the others put.
+  std::list<std::string> targets_;
+  std::unordered_map<std::string_view, uint32_t> routes_;
+};
+
+}  // namespace naiad

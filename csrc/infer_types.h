@@ -1,0 +1,110 @@
+// The protocol-neutral shapes of an inference request and its response, as the KServe
+// codec (kserve_codec.h), the validator (request_validator.h) and every framer
+// (framer.h: HTTP/1.1 today, HTTP/2 + gRPC next) exchange them. Nothing here knows a
+// wire format: a framer's reader fills a ParsedRequest from its bytes, the codec
+// answers with an InferResponse that the framer serializes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core.h"
+
+namespace naiad {
+
+// One input of a model as its config declares it.
+struct InputSpec {
+  std::string name;
+  std::string name_json;      // the same, escaped for a JSON string (the worker's block)
+  std::string datatype;       // wire name: "FP32", "BYTES", ...
+  std::vector<int64_t> dims;  // without the batch dim, -1 for any size
+  uint32_t element_size = 0;  // bytes per element, 0 for BYTES
+  bool optional = false;
+  bool shape_tensor = false;  // is_shape_tensor: no batch dim even when batching
+  // Variable dims and not ragged: requests of different shapes never share a batch.
+  bool shape_keyed = false;
+};
+
+// What the codec and the validator know of one model version.
+struct ModelSpec {
+  ModelHandle core_model_id;  // the core's handle: stale once the core removed the model
+  std::string name;           // as the config names it, for error messages
+  std::string name_json;      // the same, escaped for a JSON string
+  std::string version;        // "1"
+  int64_t max_batch_size = 0;
+  std::vector<InputSpec> inputs;
+  std::vector<std::string> outputs;
+  std::vector<std::string> outputs_json;  // the same, escaped for a JSON string
+};
+
+// One input of a request, as a framer's reader found it. Views point into the
+// received bytes, which outlive the request's submit.
+struct RequestInput {
+  std::string_view name;
+  std::string_view datatype;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // the tensor in wire layout (BYTES: u32 length, bytes, ...)
+  uint64_t size = 0;
+  uint32_t spec = 0;  // index into ModelSpec::inputs; set by validate_request()
+};
+
+// A request as any framer hands it to the validator and the codec.
+struct ParsedRequest {
+  std::string_view id;               // the client's id, as plain text (no escapes)
+  std::vector<RequestInput> inputs;  // in request order
+  // Requested outputs by name; none listed asks for every output.
+  std::vector<std::string_view> output_names;
+  std::string_view parameters;  // the raw request parameters (a JSON object), or empty
+  uint32_t priority = 0;        // the `priority` parameter, 0: the model's default
+  uint64_t timeout_us = 0;      // the `timeout` parameter, 0: none
+
+  // Set by validate_request():
+  std::vector<uint32_t> outputs;  // output_names as indices into ModelSpec::outputs
+  uint32_t batch_size = 1;
+  uint64_t shape_key = 0;
+};
+
+// Why a request failed, as Triton's TRITONSERVER_Error_Code kinds. Each framer maps
+// a kind to its own status (HTTP status, gRPC code); http_status_of() is the HTTP one.
+enum class ErrorKind : uint8_t {
+  kNone = 0,
+  kUnknown = 1,
+  kInternal = 2,
+  kNotFound = 3,
+  kInvalidArgument = 4,
+  kUnavailable = 5,
+  kUnsupported = 6,
+  kAlreadyExists = 7,
+};
+
+// A pb_utils.TritonError code (the worker reports it with a failed outcome) as a kind.
+ErrorKind error_kind_of_triton_code(int64_t code);
+// Triton's HTTP status for an error of `kind`.
+int http_status_of(ErrorKind kind);
+
+// One output of a response. Text fields are raw JSON string text as the worker wrote
+// it (escapes kept): a JSON framer copies them, others unescape them.
+struct ResponseOutput {
+  std::string_view name;
+  std::string_view datatype;
+  std::string_view shape;         // the dims as a JSON array text: "[1,16]"
+  const uint8_t* data = nullptr;  // the tensor in wire layout, in the result block
+  uint64_t size = 0;
+};
+
+// A response, protocol-neutral: what a framer serializes. Views point into the result
+// block and the codec's model table; both outlive the framer's write.
+struct InferResponse {
+  uint64_t request_id = 0;  // the core's id
+  ErrorKind error = ErrorKind::kNone;
+  std::string_view error_message;  // raw JSON string text
+  std::string id;                  // the client's id, plain text, "" when none
+  std::string_view model_name;     // JSON-escaped (ModelSpec::name_json)
+  std::string_view model_version;
+  std::string_view parameters;          // the response parameters, a raw JSON object, or empty
+  std::vector<ResponseOutput> outputs;  // those the client asked for, in result order
+};
+
+}  // namespace naiad

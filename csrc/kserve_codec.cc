@@ -1,0 +1,126 @@
+#include "kserve_codec.h"
+
+#include "request_block.h"
+#include "request_validator.h"
+
+namespace naiad {
+
+ErrorKind error_kind_of_triton_code(int64_t code) {
+  switch (code) {
+    case 0:
+      return ErrorKind::kUnknown;
+    case 2:
+      return ErrorKind::kNotFound;
+    case 3:
+      return ErrorKind::kInvalidArgument;
+    case 4:
+      return ErrorKind::kUnavailable;
+    case 5:
+      return ErrorKind::kUnsupported;
+    case 6:
+      return ErrorKind::kAlreadyExists;
+    default:
+      return ErrorKind::kInternal;
+  }
+}
+
+int http_status_of(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kNone:
+      return 200;
+    case ErrorKind::kNotFound:
+      return 404;
+    case ErrorKind::kInvalidArgument:
+    case ErrorKind::kAlreadyExists:
+      return 400;
+    case ErrorKind::kUnavailable:
+      return 503;
+    case ErrorKind::kUnsupported:
+      return 501;
+    default:
+      return 500;
+  }
+}
+
+uint32_t KServeCodec::add_model(ModelSpec model) {
+  models_.push_back(std::move(model));
+  accepting_.push_back(true);
+  return static_cast<uint32_t>(models_.size() - 1);
+}
+
+void KServeCodec::set_accepting(uint32_t model, bool accepting) {
+  if (model < accepting_.size()) accepting_[model] = accepting;
+}
+
+SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, uint64_t request_id,
+                                  uint64_t now_ns, std::string* error) {
+  if (model_index >= models_.size() || !accepting_[model_index]) return SubmitOutcome::kFallback;
+  const ModelSpec& model = models_[model_index];
+  if (!validate_request(model, &request, error)) return SubmitOutcome::kInvalid;
+  RequestBlock block;
+  layout_request_block(model, request, &block);
+  SubmitOptions options;
+  options.batch_size = request.batch_size;
+  options.priority = request.priority;
+  options.timeout_us = request.timeout_us;
+  options.shape_key = request.shape_key;
+  if (core_.submit(model.core_model_id, request_id, block.size, block.parts, options) !=
+      SubmitResult::kOk) {
+    return SubmitOutcome::kFallback;
+  }
+  Recipe& recipe = in_flight_[request_id];
+  recipe.model = model_index;
+  recipe.id.assign(request.id.data(), request.id.size());
+  recipe.outputs = std::move(request.outputs);
+  recipe.batch_size = request.batch_size;
+  recipe.submit_ns = now_ns;
+  return SubmitOutcome::kQueued;
+}
+
+bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
+                           const std::vector<uint64_t>& request_ids, uint64_t dispatch_ns,
+                           uint64_t end_ns, std::vector<Answer>* answers, uint64_t timings[4]) {
+  ResultBlock result;
+  if (!parse_result_block(block, block_size, &result)) return false;
+  if (result.outcomes.size() != request_ids.size()) return false;
+  for (int i = 0; i < 4; ++i) timings[i] = result.timings[i];
+  for (size_t i = 0; i < request_ids.size(); ++i) {
+    auto found = in_flight_.find(request_ids[i]);
+    if (found == in_flight_.end()) continue;
+    Recipe& recipe = found->second;
+    const ModelSpec& model = models_[recipe.model];
+    const ResultOutcome& outcome = result.outcomes[i];
+    Answer answer;
+    answer.batch_size = recipe.batch_size;
+    answer.request_ns = end_ns - recipe.submit_ns;
+    answer.queue_ns = dispatch_ns > recipe.submit_ns ? dispatch_ns - recipe.submit_ns : 0;
+    InferResponse& response = answer.response;
+    response.request_id = request_ids[i];
+    if (outcome.error) {
+      response.error = error_kind_of_triton_code(outcome.code);
+      response.error_message = outcome.message;
+    } else {
+      response.id = std::move(recipe.id);
+      response.model_name = model.name_json;
+      response.model_version = model.version;
+      response.parameters = outcome.parameters;
+      for (size_t j = 0; j < outcome.output_count; ++j) {
+        const ResultOutput& output = result.outputs[outcome.first_output + j];
+        if (!recipe.outputs.empty()) {
+          bool wanted = false;
+          for (uint32_t requested : recipe.outputs) {
+            if (model.outputs[requested] == output.name) wanted = true;
+          }
+          if (!wanted) continue;
+        }
+        response.outputs.push_back(ResponseOutput{output.name, output.datatype, output.shape,
+                                                  block + output.offset, output.size});
+      }
+    }
+    in_flight_.erase(found);
+    answers->push_back(std::move(answer));
+  }
+  return true;
+}
+
+}  // namespace naiad

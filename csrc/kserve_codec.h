@@ -1,0 +1,90 @@
+// The KServe codec: the protocol-neutral middle of the request path. A framer (HTTP/1.1
+// today, HTTP/2 + gRPC next; see framer.h) reads a request from its wire bytes into a
+// ParsedRequest and hands it here; the codec validates it against the model
+// (request_validator.h), lays out the worker's request block (request_block.h), queues
+// it on the core and keeps what it needs to answer. When the batch completes, it reads
+// the worker's result block (result_block.h) into one InferResponse per request, which
+// the framer serializes. It knows nothing of HTTP, JSON text aside: the result block's
+// strings are JSON text, and InferResponse passes them on as such.
+//
+// Threads and locks: one thread at a time. The front end's event loop is the only
+// caller (through _core.pyx, with the GIL released inside submit() and complete()),
+// so calls never overlap and no member needs a lock: `models_` and `accepting_` change
+// only between requests (load, ready, unload), `in_flight_` in submit(), complete()
+// and forget(). Request ids come from the core (Core::new_request_id, atomic), shared
+// with the general path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core.h"
+#include "infer_types.h"
+#include "result_block.h"
+
+namespace naiad {
+
+enum class SubmitOutcome {
+  kQueued,    // on the core: the answer comes from complete()
+  kInvalid,   // the validator refused it: `error` holds Triton's message (HTTP 400)
+  kFallback,  // not taken (model not ready, core full): the general path answers it
+};
+
+class KServeCodec {
+ public:
+  explicit KServeCodec(Core& core) : core_(core) {}
+  KServeCodec(const KServeCodec&) = delete;
+  KServeCodec& operator=(const KServeCodec&) = delete;
+
+  uint32_t add_model(ModelSpec model);
+  // A model that is not ready takes nothing: its requests go the general way, which
+  // reports why.
+  void set_accepting(uint32_t model, bool accepting);
+  size_t model_count() const { return models_.size(); }
+  const ModelSpec& model(uint32_t model) const { return models_[model]; }
+
+  // Request ids for the core, unique across every framer and the general path.
+  uint64_t new_request_id() { return core_.new_request_id(); }
+
+  // Validates `request` for `model` and queues it under `request_id`. Nothing is kept
+  // unless kQueued. `request`'s views must stay valid for the call only.
+  SubmitOutcome submit(uint32_t model, ParsedRequest& request, uint64_t request_id, uint64_t now_ns,
+                       std::string* error);
+
+  struct Answer {
+    uint32_t batch_size = 1;
+    uint64_t request_ns = 0;  // submit to end
+    uint64_t queue_ns = 0;    // submit to dispatch
+    InferResponse response;   // views into the result block: serialize before it is freed
+  };
+  // Answers the codec's requests among `request_ids`, the requests of a batch that
+  // completed OK with its result block at `block`. False: the block could not be read
+  // (the caller fails the requests, see forget()).
+  bool complete(const uint8_t* block, uint64_t block_size, const std::vector<uint64_t>& request_ids,
+                uint64_t dispatch_ns, uint64_t end_ns, std::vector<Answer>* answers,
+                uint64_t timings[4]);
+
+  bool owns(uint64_t request_id) const { return in_flight_.count(request_id) != 0; }
+  // The request was answered another way (failed batch, shutdown).
+  void forget(uint64_t request_id) { in_flight_.erase(request_id); }
+  size_t in_flight() const { return in_flight_.size(); }
+
+ private:
+  // What answering one queued request takes.
+  struct Recipe {
+    uint32_t model = 0;
+    std::string id;
+    std::vector<uint32_t> outputs;  // indices into ModelSpec::outputs; empty: all
+    uint32_t batch_size = 1;
+    uint64_t submit_ns = 0;
+  };
+
+  Core& core_;
+  std::vector<ModelSpec> models_;
+  std::vector<bool> accepting_;
+  std::unordered_map<uint64_t, Recipe> in_flight_;
+};
+
+}  // namespace naiad

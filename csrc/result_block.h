@@ -1,0 +1,36 @@
+// A worker's result block (arena_format.encode_result), read in place: the structs the
+// codec builds responses from. The block's layout belongs to the IPC schema; the codec
+// only reads these structs.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace naiad {
+
+struct ResultOutput {
+  std::string_view name;      // raw JSON string text
+  std::string_view datatype;  // raw JSON string text
+  std::string_view shape;     // the raw JSON array
+  uint64_t size = 0;
+  uint64_t offset = 0;  // from the block start
+};
+struct ResultOutcome {
+  bool error = false;
+  std::string_view message;  // raw JSON string text
+  int64_t code = 1;
+  std::string_view parameters;  // the response parameters: a raw JSON object, or empty
+  size_t first_output = 0;
+  size_t output_count = 0;
+};
+struct ResultBlock {
+  std::vector<ResultOutcome> outcomes;
+  std::vector<ResultOutput> outputs;
+  uint64_t timings[4] = {0, 0, 0, 0};
+};
+
+// False when the block is damaged or does not fit `block_size`.
+bool parse_result_block(const uint8_t* block, uint64_t block_size, ResultBlock* out);
+
+}  // namespace naiad
