@@ -432,3 +432,21 @@ def test_index_shows_loading_and_versions_load_in_parallel(tmp_path):
         # Four 2 s initializations one after the other would take 8 s.
         assert took < 6.0, took
         assert len(index(server.url, ready=True)) == 4
+
+
+def test_missing_model_file_is_reported(explicit):
+    folder = explicit.repository / "no_file"
+    folder.mkdir()
+    (folder / "config.pbtxt").write_text(one_input_pbtxt("no_file"))
+    (folder / "1").mkdir()
+    reply = load(explicit.url, "no_file")  # Triton 2.51 never answers this one
+    assert reply.status_code == 400
+    assert "model.py" in reply.json()["error"]
+    (entry,) = entries(explicit.url, "no_file")
+    assert entry["state"] == "UNAVAILABLE" and "model.py" in entry["reason"]
+
+
+def test_unload_with_a_body_that_is_not_json_is_refused(explicit):
+    reply = post(explicit.url, "/v2/repository/models/no_such_model/unload", b"{bad")
+    assert reply.status_code == 500
+    assert "failed to parse the request JSON buffer" in reply.json()["error"]
