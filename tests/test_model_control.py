@@ -188,12 +188,20 @@ def test_config_override_reloads_and_file_overrides_make_a_new_model(explicit, t
         "config": json.dumps(add_sub_config("sent")),
         "file:1/model.py": file_parameter(ADD_SUB_MODEL),
     }
+    before = _temporary_copies()
     assert load(explicit.url, "sent", parameters).status_code == 200
     assert _infer(explicit.url, "sent", 4.0).json()["outputs"][0]["data"][0] == 5.0
     assert not (explicit.repository / "sent").exists()  # never written into the repository
+    (copy,) = _temporary_copies() - before
+    assert (Path(tempfile.gettempdir(), copy, "sent", "1", "model.py")).read_text() == ADD_SUB_MODEL
     assert "sent" not in [e["name"] for e in index(explicit.url)]  # as in Triton
     assert unload(explicit.url, "sent").status_code == 200
+    assert _temporary_copies() == before  # the copy goes with the model
     assert load(explicit.url, "add_sub", {"config": json.dumps(add_sub_config())}).ok
+
+
+def _temporary_copies() -> set[str]:
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("naiad-model-")}
 
 
 def test_file_override_cannot_write_outside_the_model_folder(explicit):

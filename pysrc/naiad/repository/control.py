@@ -50,6 +50,9 @@ class ModelControl:
         # repositories): shown in the index while no version of it is loaded.
         self.failures: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # Versions replaced or unloaded that are still finishing their requests: shutdown
+        # stops them too.
+        self.retiring: list[LoadedModel] = []
         # Versions loading at once, across models (--model-load-thread-count).
         self._load_slots = asyncio.Semaphore(max(load_threads, 1))
 
@@ -204,13 +207,21 @@ class ModelControl:
         loop = asyncio.get_running_loop()
         for model in models:
             model._set_state(UNLOADING)
-        deadline = loop.time() + self.drain_timeout
-        while any(self.manager.pending_count(m) for m in models) and loop.time() < deadline:
-            await asyncio.sleep(0.005)
-        await asyncio.gather(*(m.unload(max(deadline - loop.time(), 1.0)) for m in models))
-        for model in models:
-            if self._temporary(model.path) and not self.manager.uses_path(model.path):
-                remove_materialized(model.path)
+        self.retiring.extend(models)
+        try:
+            deadline = loop.time() + self.drain_timeout
+            while any(self.manager.pending_count(m) for m in models) and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+            await asyncio.gather(*(m.unload(max(deadline - loop.time(), 1.0)) for m in models))
+        finally:
+            self.retiring = [m for m in self.retiring if m not in models]
+        self.remove_temporary_folders(models)
+
+    def remove_temporary_folders(self, models: list[LoadedModel]) -> None:
+        """Deletes the temporary copies (file: overrides) that no loaded version uses."""
+        for path in {m.path for m in models}:
+            if self._temporary(path) and not self.manager.uses_path(path):
+                remove_materialized(path)
 
     @staticmethod
     def _temporary(path: Path) -> bool:

@@ -217,7 +217,9 @@ class ModelManager:
         while self._pending and loop.time() < deadline:
             await asyncio.sleep(0.01)
         models = [m for versions in self.models.values() for m in versions.values()]
+        models += self.control.retiring  # replaced by a reload, still draining
         await asyncio.gather(*(m.unload(max(deadline - loop.time(), 1.0)) for m in models))
+        self.control.remove_temporary_folders(models)
         pendings = list(self._pending.values())
         self._pending.clear()
         for pending in pendings:
