@@ -130,3 +130,33 @@ def test_a_frozen_worker_makes_its_model_not_ready_until_it_answers(tmp_path):
         _wait_status(server, "/v2/models/add_sub/ready", 200, timeout=20)
         assert _status(server, "/v2/health/ready") == 200
         assert descendants(server.pid) == [worker]  # not killed: it was only frozen
+
+
+def test_a_signal_while_models_load_stops_cleanly(tmp_path):
+    repo = tmp_path / "models"
+    finalized = tmp_path / "finalized"
+    slow = f"""
+import time
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(3)
+
+    def execute(self, requests):
+        return []
+
+    def finalize(self):
+        open({str(finalized)!r}, "a").write("f")
+"""
+    write_model(repo, "slow", one_input_pbtxt("slow"), slow)
+    server = NaiadServer(repo, log_dir=tmp_path).start(wait=None)
+    deadline = time.monotonic() + 60
+    while "loading: slow" not in server.stderr_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the worker is in its 3 s initialize; nothing is served yet
+    with pytest.raises(requests.ConnectionError):
+        requests.get(server.url + "/v2/health/live", timeout=5)
+    os.killpg(os.getpgid(server.pid), signal.SIGTERM)
+    assert server.wait_exit(60) == 0
+    assert "a signal arrived while the models loaded" in server.stderr_text()
+    assert finalized.read_text() == "f"

@@ -38,8 +38,18 @@ async def serve(options) -> int:
         drain_timeout=options.exit_timeout_secs,
         fast_lane=options.fast_lane,
     )
+    # From here a SIGINT/SIGTERM (to us or to the whole process group, workers included,
+    # which ignore it) stops the server cleanly, also while the models load.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
     all_loaded = await manager.load_all(options.load_model)
     print(format_load_table(manager.load_table), file=sys.stderr, flush=True)
+    if stop.is_set():
+        log.info("Stopping: a signal arrived while the models loaded")
+        await manager.shutdown(options.exit_timeout_secs)
+        return 0
     if not all_loaded and options.exit_on_error:
         log.error("error: creating server: Internal - failed to load all models")
         await manager.shutdown(options.exit_timeout_secs)
@@ -74,10 +84,6 @@ async def serve(options) -> int:
         log.info("Started Metrics Service at %s:%d", options.host, options.metrics_port)
 
     settle_after_startup()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     await stop.wait()
 
     log.info(
