@@ -458,3 +458,27 @@ def test_unload_with_a_body_that_is_not_json_is_refused(explicit):
     reply = post(explicit.url, "/v2/repository/models/no_such_model/unload", b"{bad")
     assert reply.status_code == 500
     assert "failed to parse the request JSON buffer" in reply.json()["error"]
+
+
+def test_explicit_reload_follows_version_folders_and_policy(tmp_path):
+    """version_policy all: a removed version folder leaves, an added one is started
+    alone (the unchanged version keeps serving, not restarted)."""
+    repo = tmp_path / "models"
+    config = add_sub_pbtxt() + "\nversion_policy: { all: {} }\n"
+    write_model(repo, "add_sub", config, ADD_SUB_MODEL, versions=(1, 2))
+    args = ["--model-control-mode=explicit", "--load-model=add_sub"]
+    with NaiadServer(repo, log_dir=tmp_path, extra_args=args) as server:
+        assert [e["version"] for e in index(server.url, ready=True)] == ["1", "2"]
+        shutil.rmtree(repo / "add_sub" / "2")
+        (repo / "add_sub" / "3").mkdir()
+        (repo / "add_sub" / "3" / "model.py").write_text(ADD_SUB_MODEL)
+        assert load(server.url, "add_sub").status_code == 200
+        assert [e["version"] for e in index(server.url, ready=True)] == ["1", "3"]
+        assert "loading: add_sub versions 3\n" in server.stderr_text()
+        assert _infer(server.url, "add_sub", version="1").status_code == 200
+        assert _infer(server.url, "add_sub", version="3").status_code == 200
+        assert _infer(server.url, "add_sub", version="2").status_code in (400, 404)
+        assert _infer(server.url, "add_sub").json()["model_version"] == "3"
+        # Nothing changed: a second load does nothing (as Triton).
+        assert load(server.url, "add_sub").status_code == 200
+        assert server.stderr_text().count("loading: add_sub") == 2
