@@ -228,6 +228,16 @@ void Arena::free(uint64_t offset) {
   unlock();
 }
 
+void Arena::set_tag(uint64_t offset, uint64_t tag) {
+  auto* b = at<BlockHeader>(offset - sizeof(BlockHeader));
+  if (b->magic != kBlockMagic || (b->size_and_flag & kAllocatedBit) == 0) {
+    throw std::logic_error("arena set_tag of an offset that is not an allocated block");
+  }
+  lock();
+  b->tag = tag;
+  unlock();
+}
+
 size_t Arena::free_tagged(uint64_t tag) {
   lock();
   ArenaHeader* h = header();

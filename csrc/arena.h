@@ -51,6 +51,8 @@ class Arena {
   // when the arena has no room. `tag` marks the block's owner for free_tagged().
   uint64_t alloc(uint64_t size, uint64_t tag = 0);
   void free(uint64_t offset);
+  // Gives an allocated block another owner tag (0: none) for free_tagged().
+  void set_tag(uint64_t offset, uint64_t tag);
   // Frees every allocated block carrying `tag`: reclaims what a dead worker held.
   size_t free_tagged(uint64_t tag);
 

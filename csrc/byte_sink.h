@@ -33,7 +33,8 @@ class ByteWriter {
  public:
   explicit ByteWriter(char* out) : start_(out), p_(out) {}
   void put(std::string_view text) {
-    std::memcpy(p_, text.data(), text.size());
+    // An empty view may have no data (a response without an error message).
+    if (!text.empty()) std::memcpy(p_, text.data(), text.size());
     p_ += text.size();
   }
   void put(char c) { *p_++ = c; }

@@ -10,33 +10,54 @@
 
 namespace naiad {
 
-enum class MessageKind : uint32_t { kBatch = 1, kStop = 2 };
+// What the core sends a worker:
+//   kBatch     a batch: `desc_offset` is its BatchHeader (ipc_schema.h), `n_requests`
+//              requests; one batch at a time per instance.
+//   kStop      finalize and exit after the batch running.
+//   kResponse  a response to a request the worker submitted (BLS): `batch_id` is the
+//              worker's tag for it, `desc_offset`/`size` a response block of one
+//              response (request_index 0) that the worker frees once read.
+//   kRefused   the core could not queue the worker's request `batch_id` (tag):
+//              `n_requests` is a SubmitResult, or a CompletionStatus when it was
+//              queued but failed without a final response.
+enum class MessageKind : uint32_t { kBatch = 1, kStop = 2, kResponse = 3, kRefused = 4 };
 
-// A batch handed to a worker: the descriptor at `desc_offset` is an array of
-// `n_requests` RequestRecord.
 struct BatchMessage {
   uint64_t batch_id;
   uint64_t desc_offset;
   uint32_t n_requests;
   MessageKind kind;
+  uint64_t size;  // kResponse: the response block's bytes
 };
 
-struct RequestRecord {
-  uint64_t request_id;
-  uint64_t offset;  // the request's block in the arena
-  uint64_t size;
-  uint32_t batch_size;
+// A request a worker submits to the core (BLS): the worker laid it out in the arena
+// (ipc_schema.h request block, inputs inside it) and names it by `tag`; its responses
+// come back as kResponse messages with that tag.
+struct SubmitMessage {
+  uint64_t tag;
+  uint64_t block_offset;
+  uint64_t model;  // the target's ModelHandle value (stale: refused as kModelGone)
+  uint32_t priority;
   uint32_t reserved;
+  uint64_t timeout_us;
+  uint64_t shape_key;
 };
 
-// status: 0 = ran (per-request errors are inside the result block), nonzero = the
-// batch failed as a whole (see CompletionStatus).
+// What a worker posts for a batch: responses (a response block, ipc_schema.h, with
+// 0..N responses per request, per-request errors inside), and once, last, that the
+// batch is done: its inputs can go and the instance takes the next batch. The 1:1
+// case is one message with both flags. status (with kPostBatchDone): 0 = ran,
+// nonzero = the batch failed as a whole (CompletionStatus); requests without a final
+// response then fail.
+constexpr uint32_t kPostResponses = 1;  // result_offset/result_size: a response block
+constexpr uint32_t kPostBatchDone = 2;
+
 struct CompletionMessage {
   uint64_t batch_id;
   uint64_t result_offset;
   uint64_t result_size;
   int32_t status;
-  uint32_t reserved;
+  uint32_t flags;  // kPostResponses | kPostBatchDone
 };
 
 enum CompletionStatus : int32_t {
@@ -72,11 +93,15 @@ struct SpscRing {
   }
 };
 
-constexpr uint32_t kRingCapacity = 16;
+// One batch goes to a worker at a time, but responses come back 0..N per request:
+// room for a full batch of 1:1 responses in separate messages. A producer that finds
+// a ring full waits for room; nothing is ever dropped.
+constexpr uint32_t kRingCapacity = 64;
 
 struct Channel {
   SpscRing<BatchMessage, kRingCapacity> to_worker;
   SpscRing<CompletionMessage, kRingCapacity> to_frontend;
+  SpscRing<SubmitMessage, kRingCapacity> to_core;  // the worker's own requests (BLS)
   // The worker sets this before it blocks on its eventfd; the frontend writes the
   // eventfd only when it is set.
   alignas(64) std::atomic<uint32_t> worker_sleeping;
@@ -84,6 +109,7 @@ struct Channel {
   void reset() {
     to_worker.reset();
     to_frontend.reset();
+    to_core.reset();
     worker_sleeping.store(0, std::memory_order_relaxed);
   }
 };

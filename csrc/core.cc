@@ -13,6 +13,9 @@
 #include <string>
 
 #include "dynamic_batch_scheduler.h"
+#include "ipc_schema.h"
+#include "response_block.h"
+#include "scratch_array.h"
 
 namespace naiad {
 
@@ -23,7 +26,9 @@ uint64_t monotonic_ns() {
 }
 
 Core::Core(uint64_t arena_bytes, Clock clock, bool timer_thread)
-    : clock_(clock ? std::move(clock) : Clock(monotonic_ns)), arena_(Arena::create(arena_bytes)) {
+    : clock_(clock ? std::move(clock) : Clock(monotonic_ns)),
+      arena_(Arena::create(arena_bytes)),
+      assembler_(arena_) {
   notify_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (notify_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   if (timer_thread) timer_ = std::thread([this] { timer_loop(); });
@@ -56,8 +61,13 @@ ModelHandle Core::add_model(std::unique_ptr<Scheduler> scheduler) {
     slot = static_cast<uint32_t>(models_.size());
     models_.emplace_back();
   }
+  const uint32_t max_rows = model->scheduler->max_batch_rows();
   models_[slot].model = std::move(model);
-  return ModelHandle::of(slot, models_[slot].generation);
+  const ModelHandle handle = ModelHandle::of(slot, models_[slot].generation);
+  // Batching models stage their inputs batch-major; the others need no slab. Keyed by
+  // the handle's value, so a later model in this slot never sees this one's slabs.
+  assembler_.add_model(handle.value, max_rows);
+  return handle;
 }
 
 ModelHandle Core::add_model(const BatcherConfig& config) {
@@ -82,18 +92,24 @@ bool Core::remove_model(ModelHandle handle) {
     std::lock_guard<std::mutex> lock(mutex_);
     Model* model = find_locked(handle);
     if (model == nullptr) return false;
+    // Queued requests fail as model-gone; their rows and blocks are released with them
+    // (reject_locked), then the model's open slab closes: it is freed once the rows of
+    // its batches still in flight are released too.
     std::vector<QueuedRequest> queued = model->scheduler->drain();
     if (!queued.empty()) {
       reject_locked(queued, kCompletionModelGone);
       left = true;
     }
+    assembler_.close_model(handle.value);
     // Completions held for an earlier batch leave now, in dispatch order; the
     // model's batches still in flight are delivered as they finish.
     for (uint64_t batch_id : model->order) {
       auto it = model->held.find(batch_id);
       if (it == model->held.end()) continue;
-      done_.push_back(std::move(it->second));
-      left = true;
+      for (Completion& c : it->second.completions) {
+        done_.push_back(std::move(c));
+        left = true;
+      }
     }
     for (Instance* instance : model->instances) {
       if (instance->running) {
@@ -126,7 +142,10 @@ uint32_t Core::add_instance(ModelHandle handle) {
   }
   uint32_t id = next_instance_id_++;
   Instance& instance = instances_[id];
-  instance = Instance{id, handle, offset, wake_fd};
+  instance.id = id;
+  instance.model = handle;
+  instance.channel_offset = offset;
+  instance.wake_fd = wake_fd;
   model->instances.push_back(&instance);
   return id;
 }
@@ -145,32 +164,40 @@ InstanceEndpoint Core::endpoint(uint32_t instance_id) const {
 
 // --- the data path ---
 
-SubmitResult Core::submit(ModelHandle handle, uint64_t request_id, uint64_t block_size,
-                          const std::vector<SubmitPart>& parts, const SubmitOptions& options) {
-  // The copy happens before taking the lock: the block is ours alone until queued.
-  uint64_t offset = arena_.alloc(block_size);
-  if (offset == 0) return SubmitResult::kArenaFull;
-  uint8_t* block = arena_.base() + offset;
-  for (const SubmitPart& part : parts) {
-    if (part.offset + part.size > block_size) {
-      arena_.free(offset);
-      throw std::out_of_range("submit part outside its request block");
+SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
+  // Where each input's bytes are: inline, or a region the registry maps.
+  ScratchArray<const uint8_t*> sources(request.inputs.size());
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const InputSource& input = request.inputs[i];
+    if (input.kind == InputKind::kInline) {
+      sources[i] = static_cast<const uint8_t*>(input.data);
+    } else if (input.kind == InputKind::kSystemShm && regions_ != nullptr) {
+      sources[i] = regions_->map(input.kind, input.region, input.offset, input.size);
+    } else {
+      // CUDA IPC bytes never come to the frontend: the worker owning the device opens
+      // the handle. That path arrives with the shared-memory issue.
+      sources[i] = nullptr;
     }
-    std::memcpy(block + part.offset, part.data, part.size);
+    if (sources[i] == nullptr && input.size != 0) return SubmitResult::kUnsupportedInput;
   }
-  QueuedRequest request{request_id,        offset, block_size, options.batch_size,
-                        options.shape_key, 0,      0};
+  // The one copy of the inputs, before taking the lock: the rows are ours alone
+  // until queued (batch_assembler.h). A model removed meanwhile closed its slab; the
+  // rows are released below and the slab goes with its last request.
+  uint64_t offset = assembler_.place(handle.value, request, sources.data());
+  if (offset == 0) return SubmitResult::kArenaFull;
+  const SubmitOptions& options = request.options;
+  QueuedRequest queued{request.request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
   SubmitResult result = SubmitResult::kOk;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Model* model = find_locked(handle);
     if (model == nullptr) {
       result = SubmitResult::kModelGone;
-    } else if (model->scheduler->enqueue(request, options, clock_()) == EnqueueResult::kQueueFull) {
+    } else if (model->scheduler->enqueue(queued, options, clock_()) == EnqueueResult::kQueueFull) {
       result = SubmitResult::kQueueFull;
     }
   }
-  if (result != SubmitResult::kOk) arena_.free(offset);
+  if (result != SubmitResult::kOk) assembler_.release(offset);
   return result;
 }
 
@@ -201,27 +228,22 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
     batch.id = next_batch_id_++;
     batch.model = instance->model;
     batch.instance_id = instance->id;
-    batch.desc_offset = arena_.alloc(sizeof(RequestRecord) * batch.requests.size(), batch.id);
+    // The descriptor, with the batch tensors (gathered here when not contiguous).
+    batch.desc_offset = assembler_.describe(batch.id, batch.requests);
     if (batch.desc_offset == 0) {
       // Not even room for the descriptor: the requests fail rather than wait forever.
       reject_locked(batch.requests, kCompletionWorkerFailed);
       left = true;
       continue;
     }
-    auto* records = arena_.at<RequestRecord>(batch.desc_offset);
-    for (size_t i = 0; i < batch.requests.size(); ++i) {
-      const QueuedRequest& r = batch.requests[i];
-      records[i] = RequestRecord{r.id, r.offset, r.size, r.batch_size, 0};
-    }
-    Channel* ch = channel(*instance);
     BatchMessage message{batch.id, batch.desc_offset, static_cast<uint32_t>(batch.requests.size()),
-                         MessageKind::kBatch};
-    // One batch in flight per instance, so the ring always has room.
-    ch->to_worker.push(message);
+                         MessageKind::kBatch, 0};
+    // One batch in flight per instance, but the ring may also hold responses to the
+    // worker's own requests: a full ring queues the batch behind them, never drops it.
+    send_to_worker_locked(*instance, message);
     instance->busy = true;
     batch.dispatch_ns = now;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) signal_eventfd(instance->wake_fd);
+    batch.answered.assign(batch.requests.size(), false);
     if (model.scheduler->preserve_ordering()) model.order.push_back(batch.id);
     in_flight_.emplace(batch.id, std::move(batch));
   }
@@ -250,11 +272,16 @@ bool Core::dispatch_all_locked(bool arrivals_possible) {
 void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status) {
   Completion done{0, status, std::numeric_limits<uint32_t>::max(), 0, 0, 0, {}};
   for (const QueuedRequest& r : rejected) {
-    done.request_ids.push_back(r.id);
-    arena_.free(r.offset);
+    // A worker's own request (BLS) is refused to its submitter, not to the frontend.
+    if (!routes_.empty() && routes_.count(r.id) != 0) {
+      refuse_routed_locked(r.id, static_cast<uint32_t>(status));
+    } else {
+      done.request_ids.push_back(r.id);
+    }
   }
+  assembler_.release(rejected);
   rejected.clear();
-  done_.push_back(std::move(done));
+  if (!done.request_ids.empty()) done_.push_back(std::move(done));
 }
 
 void Core::notify_frontend() {
@@ -318,34 +345,206 @@ void Core::timer_loop() {
   }
 }
 
-Completion Core::finish_locked(Batch& batch, int32_t status, uint64_t result_offset,
-                               uint64_t result_size) {
-  Completion done{batch.id,          status, batch.instance_id, result_offset, result_size,
-                  batch.dispatch_ns, {}};
-  done.request_ids.reserve(batch.requests.size());
-  for (const QueuedRequest& r : batch.requests) {
-    done.request_ids.push_back(r.id);
-    arena_.free(r.offset);
+void Core::finish_locked(Batch& batch, int32_t status) {
+  Completion failed{batch.id,
+                    status == kCompletionOk ? kCompletionWorkerFailed : status,
+                    batch.instance_id,
+                    0,
+                    0,
+                    batch.dispatch_ns,
+                    {}};
+  for (size_t i = 0; i < batch.requests.size(); ++i) {
+    if (batch.answered[i]) continue;
+    const uint64_t id = batch.requests[i].id;
+    if (routes_.count(id) != 0) {
+      refuse_routed_locked(id, static_cast<uint32_t>(failed.status));
+    } else {
+      failed.request_ids.push_back(id);
+    }
   }
+  assembler_.release(batch.requests);
   arena_.free(batch.desc_offset);
-  return done;
+  deliver_locked(batch.model, batch.id, failed.request_ids.empty() ? nullptr : &failed, true);
 }
 
-void Core::deliver_locked(ModelHandle handle, Completion done) {
+void Core::deliver_locked(ModelHandle handle, uint64_t batch_id, Completion* done,
+                          bool batch_over) {
   Model* model = find_locked(handle);
   // A removed model's batches leave as they finish: nothing is held for them.
   if (model == nullptr || !model->scheduler->preserve_ordering()) {
-    done_.push_back(std::move(done));
+    if (done != nullptr) done_.push_back(std::move(*done));
     return;
   }
   // Responses leave in the order their batches were dispatched.
-  model->held.emplace(done.batch_id, std::move(done));
+  Model::Held& held = model->held[batch_id];
+  if (done != nullptr) held.completions.push_back(std::move(*done));
+  held.over |= batch_over;
   while (!model->order.empty()) {
     auto it = model->held.find(model->order.front());
     if (it == model->held.end()) break;
-    done_.push_back(std::move(it->second));
+    for (Completion& c : it->second.completions) done_.push_back(std::move(c));
+    it->second.completions.clear();
+    if (!it->second.over) break;
     model->held.erase(it);
     model->order.erase(model->order.begin());
+  }
+}
+
+void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& message) {
+  auto it = in_flight_.find(message.batch_id);
+  if (it == in_flight_.end()) return;  // already failed by instance_down
+  Batch& batch = it->second;
+  const bool batch_over = (message.flags & kPostBatchDone) != 0;
+  if ((message.flags & kPostResponses) != 0 && message.result_offset != 0) {
+    ResponseBlockView view;
+    const size_t n = batch.requests.size();
+    const bool readable =
+        view_response_block(arena_.base() + message.result_offset, message.result_size, &view);
+    if (readable) {
+      for (uint32_t r = 0; r < view.header->n_responses; ++r) {
+        const ResponseRecord& record = view.records[r];
+        if ((record.flags & kResponseFinal) != 0 && record.request_index < n) {
+          batch.answered[record.request_index] = true;
+        }
+      }
+    } else {
+      // Unreadable: the frontend fails every request it names, so all are answered.
+      batch.answered.assign(n, true);
+    }
+    const bool for_frontend =
+        routes_.empty() || route_responses_locked(batch, readable ? &view : nullptr);
+    if (!for_frontend) {
+      arena_.free(message.result_offset);
+    } else {
+      Completion done{batch.id,
+                      kCompletionOk,
+                      instance_id,
+                      message.result_offset,
+                      message.result_size,
+                      batch.dispatch_ns,
+                      {}};
+      done.request_ids.reserve(n);
+      for (const QueuedRequest& r : batch.requests) done.request_ids.push_back(r.id);
+      // The block is the frontend's now, not the batch's: a later instance_down of a
+      // batch still running must not reclaim it.
+      if (!batch_over) arena_.set_tag(message.result_offset, 0);
+      deliver_locked(batch.model, batch.id, &done, false);
+    }
+  }
+  if (batch_over) {
+    finish_locked(batch, message.status);
+    in_flight_.erase(it);
+    Instance* instance = find_instance_locked(instance_id);
+    if (instance != nullptr) instance->busy = false;
+  }
+}
+
+void Core::send_to_worker_locked(Instance& instance, const BatchMessage& message) {
+  Channel* ch = channel(instance);
+  if (!instance.backlog.empty() || !ch->to_worker.push(message)) {
+    instance.backlog.push_back(message);
+    return;
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) signal_eventfd(instance.wake_fd);
+}
+
+void Core::refuse_routed_locked(uint64_t request_id, uint32_t status) {
+  auto route = routes_.find(request_id);
+  if (route == routes_.end()) return;
+  Instance* submitter = find_instance_locked(route->second.instance_id);
+  if (submitter != nullptr) {
+    send_to_worker_locked(*submitter,
+                          BatchMessage{route->second.tag, 0, status, MessageKind::kRefused, 0});
+  }
+  routes_.erase(route);
+}
+
+bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
+  bool for_frontend = false;
+  if (view == nullptr) {
+    for (const QueuedRequest& r : batch.requests) {
+      if (routes_.count(r.id) != 0) {
+        refuse_routed_locked(r.id, kCompletionWorkerFailed);
+      } else {
+        for_frontend = true;
+      }
+    }
+    return for_frontend;
+  }
+  for (uint32_t r = 0; r < view->header->n_responses; ++r) {
+    const ResponseRecord& record = view->records[r];
+    if (record.request_index >= batch.requests.size()) continue;
+    const uint64_t id = batch.requests[record.request_index].id;
+    auto route = routes_.find(id);
+    if (route == routes_.end()) {
+      for_frontend = true;
+      continue;
+    }
+    // The submitter gets the response in a block of its own (a copy: the block is
+    // shared with the batch's other requests), tagged with the batch it is running so
+    // its death reclaims the block.
+    Instance* submitter = find_instance_locked(route->second.instance_id);
+    if (submitter == nullptr) {  // freed: nobody is waiting for the response
+      routes_.erase(route);
+      continue;
+    }
+    uint64_t owner = 0;
+    for (const auto& flight : in_flight_) {
+      if (flight.second.instance_id == submitter->id) owner = flight.first;
+    }
+    std::vector<ResponseEntry> entries{entry_of(*view, r)};
+    const uint64_t size = response_block_size(entries);
+    const uint64_t block = arena_.alloc(size, owner);
+    if (block == 0) {
+      refuse_routed_locked(id, kCompletionWorkerFailed);
+      continue;
+    }
+    write_response_block(arena_.base() + block, entries, view->header->timings);
+    send_to_worker_locked(*submitter,
+                          BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
+    if ((record.flags & kResponseFinal) != 0) routes_.erase(route);
+  }
+  return for_frontend;
+}
+
+void Core::take_submits_locked(Instance& instance) {
+  const uint32_t instance_id = instance.id;
+  Channel* ch = channel(instance);
+  SubmitMessage message;
+  while (ch->to_core.pop(&message)) {
+    uint32_t refused = 0;
+    const uint64_t block = message.block_offset;
+    const bool readable = block >= sizeof(ArenaHeader) && block < arena_.size() &&
+                          arena_.size() - block >= sizeof(RequestHeader) &&
+                          arena_.at<RequestHeader>(block)->magic == kRequestMagic;
+    Model* model = readable ? find_locked(ModelHandle{message.model}) : nullptr;
+    if (!readable) {
+      refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
+    } else if (model == nullptr) {
+      refused = static_cast<uint32_t>(SubmitResult::kModelGone);
+      arena_.free(block);
+    } else {
+      arena_.set_tag(block, 0);  // the core's now, whatever happens to the submitter
+      const uint64_t id = next_routed_id_++;
+      QueuedRequest request{
+          id, block, 0, arena_.at<RequestHeader>(block)->batch_size, message.shape_key, 0, 0};
+      SubmitOptions options;
+      options.batch_size = request.batch_size;
+      options.priority = message.priority;
+      options.timeout_us = message.timeout_us;
+      options.shape_key = message.shape_key;
+      if (model->scheduler->enqueue(request, options, clock_()) == EnqueueResult::kQueueFull) {
+        refused = static_cast<uint32_t>(SubmitResult::kQueueFull);
+        arena_.free(block);
+      } else {
+        routes_[id] = Route{instance_id, message.tag};
+      }
+    }
+    if (refused != 0) {
+      send_to_worker_locked(instance,
+                            BatchMessage{message.tag, 0, refused, MessageKind::kRefused, 0});
+    }
   }
 }
 
@@ -359,17 +558,17 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
     Instance& instance = entry.second;
     // A stopping instance (up == false, running) may still post its last result.
     if (!instance.up && !instance.running) continue;
-    CompletionMessage message;
-    while (channel(instance)->to_frontend.pop(&message)) {
-      auto it = in_flight_.find(message.batch_id);
-      if (it == in_flight_.end()) continue;  // already failed by instance_down
-      ModelHandle model = it->second.model;
-      Completion done =
-          finish_locked(it->second, message.status, message.result_offset, message.result_size);
-      in_flight_.erase(it);
-      instance.busy = false;
-      deliver_locked(model, std::move(done));
+    Channel* ch = channel(instance);
+    while (!instance.backlog.empty() && ch->to_worker.push(instance.backlog.front())) {
+      instance.backlog.pop_front();
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) {
+        signal_eventfd(instance.wake_fd);
+      }
     }
+    CompletionMessage message;
+    while (ch->to_frontend.pop(&message)) take_message_locked(instance.id, message);
+    take_submits_locked(instance);
   }
   dispatch_all_locked(arrivals_possible);
   std::vector<Completion> out;
@@ -393,15 +592,7 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
   Channel* ch = channel(instance);
   // Completions the worker posted before it died are real results.
   CompletionMessage message;
-  while (ch->to_frontend.pop(&message)) {
-    auto it = in_flight_.find(message.batch_id);
-    if (it == in_flight_.end()) continue;
-    ModelHandle model = it->second.model;
-    Completion done =
-        finish_locked(it->second, message.status, message.result_offset, message.result_size);
-    in_flight_.erase(it);
-    deliver_locked(model, std::move(done));
-  }
+  while (ch->to_frontend.pop(&message)) take_message_locked(instance_id, message);
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     if (it->second.instance_id != instance_id) {
       ++it;
@@ -411,10 +602,13 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
     // descriptor carry the batch id.
     arena_.free_tagged(it->first);
     it->second.desc_offset = 0;
-    ModelHandle model = it->second.model;
-    Completion done = finish_locked(it->second, kCompletionInstanceDied, 0, 0);
+    finish_locked(it->second, kCompletionInstanceDied);
     it = in_flight_.erase(it);
-    deliver_locked(model, std::move(done));
+  }
+  // Its own requests still queued or running answer to no one now; blocks sent to it
+  // carried its batch's tag and went with it.
+  for (auto route = routes_.begin(); route != routes_.end();) {
+    route = route->second.instance_id == instance_id ? routes_.erase(route) : std::next(route);
   }
   if (find_locked(instance.model) == nullptr) {
     // Its model was removed and no process uses the channel any more.
@@ -423,6 +617,7 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
     instance.up = false;
     instance.running = false;
     instance.busy = false;
+    instance.backlog.clear();
     ch->reset();
   }
   std::vector<Completion> out;
@@ -452,8 +647,8 @@ void Core::stop_instance(uint32_t instance_id) {
 }
 
 void Core::stop_locked(Instance& instance) {
-  BatchMessage message{0, 0, 0, MessageKind::kStop};
-  channel(instance)->to_worker.push(message);
+  BatchMessage message{0, 0, 0, MessageKind::kStop, 0};
+  send_to_worker_locked(instance, message);
   instance.up = false;  // takes no new batches
   signal_eventfd(instance.wake_fd);
 }

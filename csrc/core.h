@@ -23,45 +23,28 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "arena.h"
+#include "batch_assembler.h"
 #include "channel.h"
 #include "dynamic_batcher.h"
+#include "input_regions.h"
+#include "response_block.h"
 #include "scheduler.h"
+#include "submit_request.h"
 
 namespace naiad {
 
 uint64_t monotonic_ns();
 using Clock = std::function<uint64_t()>;
-
-struct SubmitPart {
-  const void* data;
-  uint64_t size;
-  uint64_t offset;  // where in the request block the part goes
-};
-
-// A model in the core's registry: its slot, and the generation that tells it apart
-// from later models in the same slot, so a handle kept past remove_model() fails
-// cleanly instead of reaching another model. `value` packs both (generation << 32 |
-// slot) for Python and the fast lane's tables; 0 is never a model.
-struct ModelHandle {
-  uint64_t value = 0;
-
-  static ModelHandle of(uint32_t slot, uint32_t generation) {
-    return ModelHandle{static_cast<uint64_t>(generation) << 32 | slot};
-  }
-  uint32_t slot() const { return static_cast<uint32_t>(value); }
-  uint32_t generation() const { return static_cast<uint32_t>(value >> 32); }
-};
-
-// kModelGone: the handle's model was removed; nothing was queued.
-enum class SubmitResult { kOk = 0, kArenaFull = 1, kQueueFull = 2, kModelGone = 3 };
 
 // Completion statuses beyond channel.h's, for requests that never ran.
 constexpr int32_t kCompletionTimedOut = 3;   // queue timeout under REJECT
@@ -93,11 +76,13 @@ class Core {
 
   // Any thread, no lock: the arena is fixed for the core's life.
   Arena& arena() { return arena_; }
+  BatchAssembler& assembler() { return assembler_; }
   // Workers and the timer thread signal this eventfd (non-blocking) when they leave
   // something for poll(). Any thread, no lock: fixed for the core's life.
   int notify_fd() const { return notify_fd_; }
   // Request ids, unique across every entry point (the fast lane, the general path).
-  // Any thread, no lock.
+  // Any thread, no lock. They stay below 2^62: requests workers submit (BLS) take
+  // ids from 2^62 up (next_routed_id_), so the two never meet.
   uint64_t new_request_id() { return next_request_id_.fetch_add(1, std::memory_order_relaxed); }
 
   // --- the registry (frontend thread: model load and unload) ---
@@ -120,10 +105,13 @@ class Core {
   InstanceEndpoint endpoint(uint32_t instance_id) const;
 
   // --- the data path (frontend thread) ---
-  // Copies the parts into a new request block (the one copy of the inputs) and
-  // queues it; it is dispatched by the next flush() or poll().
-  SubmitResult submit(ModelHandle model, uint64_t request_id, uint64_t block_size,
-                      const std::vector<SubmitPart>& parts, const SubmitOptions& options);
+  // Lays the request out in the arena (its metadata and the one copy of its inputs,
+  // ipc_schema.h) and queues it; it is dispatched by the next flush() or poll().
+  // The copy happens on the caller's thread before the lock is taken.
+  SubmitResult submit(ModelHandle model, const SubmitRequest& request);
+  // Where region inputs (kSystemShm, kCudaIpc) are found; null: none are served.
+  // Set before serving; the registry must outlive the core.
+  void set_input_regions(InputRegions* regions) { regions_ = regions; }
 
   // Dispatches what the schedulers let go to idle instances. `arrivals_possible` is
   // the frontend's word on whether any client could still send a request now (see
@@ -163,6 +151,7 @@ class Core {
     uint64_t desc_offset;
     uint64_t dispatch_ns;
     std::vector<QueuedRequest> requests;
+    std::vector<bool> answered;  // a final response was posted for request i
   };
   struct Instance {
     uint32_t id;
@@ -172,6 +161,14 @@ class Core {
     bool up = false;       // takes new batches
     bool running = false;  // a worker process may use the channel (it may be stopping)
     bool busy = false;
+    // Messages for the worker that found its ring full (responses to its own
+    // requests): sent first in the next poll(); nothing is dropped.
+    std::deque<BatchMessage> backlog;
+  };
+  // Where the responses of a request a worker submitted (BLS) go.
+  struct Route {
+    uint32_t instance_id;
+    uint64_t tag;  // the worker's name for the request
   };
   struct Model {
     std::unique_ptr<Scheduler> scheduler;
@@ -180,7 +177,11 @@ class Core {
     // preserve_ordering: batch ids in dispatch order, and completions waiting for
     // an earlier batch to finish.
     std::vector<uint64_t> order;
-    std::unordered_map<uint64_t, Completion> held;
+    struct Held {
+      std::vector<Completion> completions;
+      bool over = false;  // the batch is done: nothing more comes for it
+    };
+    std::unordered_map<uint64_t, Held> held;
   };
   // A registry slot; `generation` moves on when its model is removed, so old
   // handles stop matching.
@@ -198,9 +199,22 @@ class Core {
   bool dispatch_all_locked(bool arrivals_possible);
   // Dispatches the models whose held batch or queue timeout is due at `now`.
   bool dispatch_due_locked(uint64_t now);
-  Completion finish_locked(Batch& batch, int32_t status, uint64_t result_offset,
-                           uint64_t result_size);
-  void deliver_locked(ModelHandle model, Completion done);
+  // A message a worker posted (responses, batch done) for one of its batches.
+  void take_message_locked(uint32_t instance_id, const CompletionMessage& message);
+  // Queues the requests the worker submitted (BLS) on their target models.
+  void take_submits_locked(Instance& instance);
+  // Sends the routed requests' responses in the block to their submitters; false when
+  // no request the block answers is the frontend's (nothing to deliver).
+  bool route_responses_locked(Batch& batch, const ResponseBlockView* view);
+  // Tells the submitter of routed request `request_id` it failed (kRefused).
+  void refuse_routed_locked(uint64_t request_id, uint32_t status);
+  void send_to_worker_locked(Instance& instance, const BatchMessage& message);
+  // The batch is over: its inputs and descriptor go, and its requests that got no
+  // final response fail with `status` (kCompletionWorkerFailed when it ran).
+  void finish_locked(Batch& batch, int32_t status);
+  // Hands `done` (null: nothing, only the batch's end) to poll(), in dispatch order
+  // when the model preserves ordering; `batch_over`: nothing more comes for the batch.
+  void deliver_locked(ModelHandle model, uint64_t batch_id, Completion* done, bool batch_over);
   void reject_locked(std::vector<QueuedRequest>& rejected, int32_t status);
   void stop_locked(Instance& instance);
   // Closes the instance's eventfd, frees its channel and forgets it.
@@ -211,6 +225,8 @@ class Core {
   // Set at construction, then only read: no lock.
   Clock clock_;
   Arena arena_;
+  BatchAssembler assembler_;         // request and batch layout in the arena (own lock)
+  InputRegions* regions_ = nullptr;  // set before serving, then only read
   int notify_fd_ = -1;
   std::atomic<uint64_t> next_request_id_{1};
 
@@ -228,6 +244,9 @@ class Core {
   std::unordered_map<uint32_t, Instance> instances_;
   uint32_t next_instance_id_ = 0;
   std::unordered_map<uint64_t, Batch> in_flight_;
+  std::unordered_map<uint64_t, Route> routes_;  // by request id
+  // Ids of requests workers submit: a range of their own, apart from the frontend's.
+  uint64_t next_routed_id_ = uint64_t{1} << 62;
   std::vector<Completion> done_;  // left for poll() by dispatch and the timer thread
   // Scratch for dispatch_locked, kept to spare allocations on the hot path.
   std::vector<uint32_t> idle_;

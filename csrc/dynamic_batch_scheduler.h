@@ -12,7 +12,8 @@ namespace naiad {
 
 class DynamicBatchScheduler final : public Scheduler {
  public:
-  explicit DynamicBatchScheduler(const BatcherConfig& config) : batcher_(config) {}
+  explicit DynamicBatchScheduler(const BatcherConfig& config)
+      : batcher_(config), max_rows_(config.dynamic_batching ? config.max_batch_size : 0) {}
 
   EnqueueResult enqueue(const QueuedRequest& request, const SubmitOptions& options,
                         uint64_t now_ns) override {
@@ -22,11 +23,13 @@ class DynamicBatchScheduler final : public Scheduler {
                     std::vector<Placement>* placements,
                     std::vector<QueuedRequest>* rejected) override;
   bool empty() const override { return batcher_.empty(); }
+  uint32_t max_batch_rows() const override { return max_rows_; }
   bool preserve_ordering() const override { return batcher_.preserve_ordering(); }
   std::vector<QueuedRequest> drain() override { return batcher_.drain(); }
 
  private:
   DynamicBatcher batcher_;
+  uint32_t max_rows_;
 };
 
 }  // namespace naiad

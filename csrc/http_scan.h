@@ -1,5 +1,5 @@
 // Recognises a complete, plain HTTP/1.1 request at the start of a buffer, for the
-// infer fast lane (fast_lane.h): the front end hands received bytes to the lane
+// infer fast lane (http_framer.h): the front end hands received bytes to the lane
 // first, and the lane takes the infer requests it finds there without a Python call
 // per request. Whatever this scanner does not call plain goes to the front end's full
 // HTTP parser (httptools), which also answers malformed input with the right error.

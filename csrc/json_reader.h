@@ -1,8 +1,8 @@
-// A pull reader over JSON text, for the infer fast lane (fast_lane.h): it walks a
-// document in place, with no tree and no copies, and answers false at anything it
-// does not expect. Its callers treat false as "not for the fast lane" and leave the
-// request to the general path, which gives the exact error when there is one, so
-// this reader never has to explain what is wrong.
+// A pull reader over JSON text, for the infer fast lane (kserve_json.h,
+// result_block.h): it walks a document in place, with no tree and no copies, and
+// answers false at anything it does not expect. Its callers treat false as "not for
+// the fast lane" and leave the request to the general path, which gives the exact
+// error when there is one, so this reader never has to explain what is wrong.
 #pragma once
 
 #include <cstddef>

@@ -59,13 +59,16 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   if (!validate_request(model, &request, error)) return SubmitOutcome::kInvalid;
   RequestBlock block;
   layout_request_block(model, request, &block);
-  SubmitOptions options;
-  options.batch_size = request.batch_size;
-  options.priority = request.priority;
-  options.timeout_us = request.timeout_us;
-  options.shape_key = request.shape_key;
-  if (core_.submit(model.core_model_id, request_id, block.size, block.parts, options) !=
-      SubmitResult::kOk) {
+  SubmitRequest submit;
+  submit.request_id = request_id;
+  submit.metadata = block.metadata;
+  submit.inputs = std::move(block.inputs);
+  submit.options.batch_size = request.batch_size;
+  submit.options.priority = request.priority;
+  submit.options.timeout_us = request.timeout_us;
+  submit.options.shape_key = request.shape_key;
+  submit.options.input_order = block.input_order;
+  if (core_.submit(model.core_model_id, submit) != SubmitResult::kOk) {
     return SubmitOutcome::kFallback;
   }
   Recipe& recipe = in_flight_[request_id];
@@ -82,20 +85,24 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
                            uint64_t end_ns, std::vector<Answer>* answers, uint64_t timings[4]) {
   ResultBlock result;
   if (!parse_result_block(block, block_size, &result)) return false;
-  if (result.outcomes.size() != request_ids.size()) return false;
+  for (const ResultOutcome& outcome : result.outcomes) {
+    if (outcome.request_index >= request_ids.size()) return false;
+  }
   for (int i = 0; i < 4; ++i) timings[i] = result.timings[i];
-  for (size_t i = 0; i < request_ids.size(); ++i) {
-    auto found = in_flight_.find(request_ids[i]);
+  for (const ResultOutcome& outcome : result.outcomes) {
+    // HTTP answers once: a non-final response of a decoupled model has no HTTP form yet.
+    if (!outcome.final) continue;
+    const uint64_t request_id = request_ids[outcome.request_index];
+    auto found = in_flight_.find(request_id);
     if (found == in_flight_.end()) continue;
     Recipe& recipe = found->second;
     const ModelSpec& model = models_[recipe.model];
-    const ResultOutcome& outcome = result.outcomes[i];
     Answer answer;
     answer.batch_size = recipe.batch_size;
     answer.request_ns = end_ns - recipe.submit_ns;
     answer.queue_ns = dispatch_ns > recipe.submit_ns ? dispatch_ns - recipe.submit_ns : 0;
     InferResponse& response = answer.response;
-    response.request_id = request_ids[i];
+    response.request_id = request_id;
     if (outcome.error) {
       response.error = error_kind_of_triton_code(outcome.code);
       response.error_message = outcome.message;

@@ -3,9 +3,9 @@
 // ParsedRequest and hands it here; the codec validates it against the model
 // (request_validator.h), lays out the worker's request block (request_block.h), queues
 // it on the core and keeps what it needs to answer. When the batch completes, it reads
-// the worker's result block (result_block.h) into one InferResponse per request, which
-// the framer serializes. It knows nothing of HTTP, JSON text aside: the result block's
-// strings are JSON text, and InferResponse passes them on as such.
+// the worker's response block (ipc_schema.h, read by result_block.h) into one InferResponse per
+// request, which the framer serializes. It knows nothing of HTTP, JSON text aside: the result
+// block's strings are JSON text, and InferResponse passes them on as such.
 //
 // Threads and locks: one thread at a time. The front end's event loop is the only
 // caller (through _core.pyx, with the GIL released inside submit() and complete()),
@@ -59,9 +59,11 @@ class KServeCodec {
     uint64_t queue_ns = 0;    // submit to dispatch
     InferResponse response;   // views into the result block: serialize before it is freed
   };
-  // Answers the codec's requests among `request_ids`, the requests of a batch that
-  // completed OK with its result block at `block`. False: the block could not be read
-  // (the caller fails the requests, see forget()).
+  // Answers the codec's requests among `request_ids`, the requests of a batch, from
+  // the response block (ipc_schema.h) at `block`: one answer per final response, by
+  // its request_index (HTTP answers once; a non-final response of a decoupled model
+  // has no HTTP form yet). False: the block could not be read (the caller fails the
+  // requests, see forget()).
   bool complete(const uint8_t* block, uint64_t block_size, const std::vector<uint64_t>& request_ids,
                 uint64_t dispatch_ns, uint64_t end_ns, std::vector<Answer>* answers,
                 uint64_t timings[4]);

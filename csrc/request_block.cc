@@ -6,9 +6,7 @@ namespace naiad {
 
 namespace {
 
-constexpr uint64_t kAlign = 64;
-
-uint64_t align_up(uint64_t value) { return (value + kAlign - 1) & ~(kAlign - 1); }
+constexpr size_t kMaxInputs = 64;  // beyond this, the input order key covers the first 64
 
 void append_uint(std::string* out, uint64_t value) {
   char buffer[24];
@@ -37,9 +35,7 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
       if (d) header += ',';
       append_uint(&header, static_cast<uint64_t>(input.shape[d]));
     }
-    header += "],";
-    append_uint(&header, input.size);
-    header += ']';
+    header += "]]";
   }
   header += "],\"outputs\":";
   if (!request.outputs.empty()) {
@@ -62,19 +58,18 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
   }
   header += '}';
 
-  uint32_t length = static_cast<uint32_t>(header.size());
-  out->prefix.assign(reinterpret_cast<const char*>(&length), 4);
-  out->prefix += header;
-  out->parts.clear();
-  out->parts.push_back(SubmitPart{out->prefix.data(), out->prefix.size(), 0});
-  uint64_t cursor = align_up(out->prefix.size());
-  uint64_t end = out->prefix.size();
+  out->metadata = std::move(header);
+  out->inputs.clear();
+  uint32_t order[kMaxInputs];
+  size_t n_order = 0;
   for (const RequestInput& input : request.inputs) {
-    out->parts.push_back(SubmitPart{input.data, input.size, cursor});
-    end = cursor + input.size;
-    cursor = align_up(end);
+    InputSource source;
+    source.data = input.data;
+    source.size = input.size;
+    out->inputs.push_back(source);
+    if (n_order < kMaxInputs) order[n_order++] = static_cast<uint32_t>(input.spec);
   }
-  out->size = end > out->prefix.size() ? end : out->prefix.size();
+  out->input_order = input_order_key(order, n_order);
 }
 
 }  // namespace naiad

@@ -1,7 +1,7 @@
-// The request block a worker reads (arena_format.py): u32 length, a JSON header, the
-// inputs 64-byte aligned in header order. layout_request_block() is the one place
-// that builds it from a validated request, for every framer and for the general path's
-// requests that C++ reads.
+// The request as the core takes it (Core::submit): the worker's metadata JSON
+// (ipc_schema.h) and where each input's bytes are; the core lays the block out.
+// layout_request_block() is the one place that builds it from a validated request,
+// for every framer and for the general path's requests (_core.ModelSpec.submit).
 #pragma once
 
 #include <cstdint>
@@ -14,9 +14,9 @@
 namespace naiad {
 
 struct RequestBlock {
-  std::string prefix;
-  std::vector<SubmitPart> parts;  // parts[0] points into `prefix`
-  uint64_t size = 0;
+  std::string metadata;
+  std::vector<InputSource> inputs;  // the request's bytes, in metadata order
+  uint64_t input_order = 0;         // input_order_key of the inputs' config indices
 };
 
 // `request` must have passed validate_request() for `model`; its `id` and `parameters`

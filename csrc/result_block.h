@@ -1,6 +1,6 @@
-// A worker's result block (arena_format.encode_result), read in place: the structs the
-// codec builds responses from. The block's layout belongs to the IPC schema; the codec
-// only reads these structs.
+// A worker's response block (ipc_schema.h), read in place: the structs the codec
+// builds responses from. The block's layout belongs to the IPC schema; the codec only
+// reads these structs.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,8 @@ struct ResultOutput {
   uint64_t offset = 0;  // from the block start
 };
 struct ResultOutcome {
+  uint32_t request_index = 0;  // which request of the batch it answers
+  bool final = true;           // the request's last response
   bool error = false;
   std::string_view message;  // raw JSON string text
   int64_t code = 1;

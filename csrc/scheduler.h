@@ -14,16 +14,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace naiad {
+#include "submit_request.h"  // SubmitOptions: how a request asks to be scheduled
 
-// How a request asks to be scheduled (Triton's request parameters and what the
-// frontend derived from its shapes).
-struct SubmitOptions {
-  uint32_t batch_size = 1;
-  uint32_t priority = 0;    // the request's `priority` parameter, 0 = default level
-  uint64_t timeout_us = 0;  // the request's `timeout` parameter, 0 = none
-  uint64_t shape_key = 0;   // requests with different keys never share a batch
-};
+namespace naiad {
 
 // A request waiting in a scheduler: its block in the arena and what batching needs.
 struct QueuedRequest {
@@ -63,6 +56,10 @@ class Scheduler {
                             std::vector<QueuedRequest>* rejected) = 0;
 
   virtual bool empty() const = 0;
+  // The most requests one batch of this scheduler holds: the core stages their inputs
+  // batch-major, in rows for batches that large (batch_assembler.h). 0 or 1: each
+  // request is laid out in a block of its own.
+  virtual uint32_t max_batch_rows() const { return 0; }
   // Completions leave in the order their batches were dispatched (Triton's
   // preserve_ordering); the core holds the early finishers back.
   virtual bool preserve_ordering() const = 0;

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include "batch_assembler.h"
+#include "scratch_array.h"
+
 namespace naiad {
 
 WorkerEndpoint::WorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd)
@@ -16,6 +19,18 @@ WorkerEndpoint::~WorkerEndpoint() {
 }
 
 BatchMessage WorkerEndpoint::next() {
+  BatchMessage message = pop_next();
+  if (message.kind == MessageKind::kBatch) current_batch_ = message.batch_id;
+  return message;
+}
+
+bool WorkerEndpoint::try_next(BatchMessage* message) {
+  if (!channel_->to_worker.pop(message)) return false;
+  if (message->kind == MessageKind::kBatch) current_batch_ = message->batch_id;
+  return true;
+}
+
+BatchMessage WorkerEndpoint::pop_next() {
   BatchMessage message;
   for (;;) {
     if (channel_->to_worker.pop(&message)) return message;
@@ -34,11 +49,52 @@ BatchMessage WorkerEndpoint::next() {
 
 void WorkerEndpoint::complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                               int32_t status) {
-  CompletionMessage message{batch_id, result_offset, result_size, status, 0};
+  uint32_t flags = kPostBatchDone | (result_offset != 0 ? kPostResponses : 0);
+  post(CompletionMessage{batch_id, result_offset, result_size, status, flags});
+}
+
+bool WorkerEndpoint::respond(uint64_t batch_id, const std::vector<ResponseEntry>& responses,
+                             const uint64_t timings[4], bool batch_done) {
+  const uint64_t size = response_block_size(responses);
+  const uint64_t offset = arena_.alloc(size, batch_id);
+  if (offset == 0) return false;
+  write_response_block(arena_.base() + offset, responses, timings);
+  uint32_t flags = kPostResponses | (batch_done ? kPostBatchDone : 0);
+  post(CompletionMessage{batch_id, offset, size, kCompletionOk, flags});
+  return true;
+}
+
+void WorkerEndpoint::post(const CompletionMessage& message) {
   while (!channel_->to_frontend.push(message)) {
-    // Cannot happen with one batch in flight per instance; yield rather than lose it.
+    // Full: the frontend has been woken for what is there; wait for it to drain.
+    wake_frontend();
     usleep(50);
   }
+  wake_frontend();
+}
+
+SubmitResult WorkerEndpoint::submit(uint64_t model, uint64_t tag, const SubmitRequest& request) {
+  ScratchArray<const uint8_t*> sources(request.inputs.size());
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    if (request.inputs[i].kind != InputKind::kInline) return SubmitResult::kUnsupportedInput;
+    sources[i] = static_cast<const uint8_t*>(request.inputs[i].data);
+  }
+  // Tagged with the running batch until the core takes it: if this worker dies
+  // first, Core::instance_down reclaims it with the batch.
+  const uint64_t block = place_standalone(arena_, request, sources.data(), current_batch_);
+  if (block == 0) return SubmitResult::kArenaFull;
+  const SubmitOptions& options = request.options;
+  SubmitMessage message{
+      tag, block, model, options.priority, 0, options.timeout_us, options.shape_key};
+  while (!channel_->to_core.push(message)) {
+    wake_frontend();
+    usleep(50);
+  }
+  wake_frontend();
+  return SubmitResult::kOk;
+}
+
+void WorkerEndpoint::wake_frontend() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (arena_.header()->notify_pending.exchange(1, std::memory_order_seq_cst) == 0) {
     signal_eventfd(notify_fd_);

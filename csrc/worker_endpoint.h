@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "arena.h"
 #include "channel.h"
+#include "response_block.h"
+#include "submit_request.h"
 
 namespace naiad {
 
@@ -17,16 +20,38 @@ class WorkerEndpoint {
   WorkerEndpoint(const WorkerEndpoint&) = delete;
   WorkerEndpoint& operator=(const WorkerEndpoint&) = delete;
 
-  // Blocks (without spinning) until the frontend posts a message.
+  // Blocks (without spinning) until the frontend posts a message: a batch, a stop,
+  // or a response to a request this worker submitted (channel.h MessageKind).
   BatchMessage next();
-  // Posts a completion; wakes the frontend unless a wake is already pending.
+  // The next message if one is there, without blocking.
+  bool try_next(BatchMessage* message);
+  // Posts the batch's end: a response block already in the arena (0: none) and the
+  // status; wakes the frontend unless a wake is already pending.
   void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size, int32_t status);
+  // Writes `responses` into a new response block (tagged with the batch, so a dead
+  // worker's blocks are reclaimed) and posts it; `batch_done` also ends the batch.
+  // False when the arena has no room (nothing was posted).
+  bool respond(uint64_t batch_id, const std::vector<ResponseEntry>& responses,
+               const uint64_t timings[4], bool batch_done);
+  // Posts one message; waits while the ring is full (the frontend drains it).
+  void post(const CompletionMessage& message);
+
+  // Submits a request to the core for the model whose ModelHandle value is `model`
+  // (BLS), named `tag`: its inline
+  // inputs are copied into a block of the arena, which the core takes over. Its
+  // responses come back from next() as kResponse messages carrying `tag` (kRefused
+  // if it cannot be served). kArenaFull or kUnsupportedInput: nothing was sent.
+  SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request);
 
   Arena& arena() { return arena_; }
 
  private:
+  BatchMessage pop_next();
+  void wake_frontend();
+
   Arena arena_;
   Channel* channel_;
+  uint64_t current_batch_ = 0;  // the batch running: tags what it allocates
   int wake_fd_;
   int notify_fd_;
 };

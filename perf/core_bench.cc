@@ -19,14 +19,27 @@ int main(int argc, char** argv) {
   WorkerEndpoint& worker = *bench.worker;
   const ModelHandle model = bench.model;
 
-  std::string input(2 * 16 * sizeof(float) + 256, 'x');  // add_sub's two inputs + header
-  std::vector<SubmitPart> parts{{input.data(), input.size(), 0}};
-  SubmitOptions options;
+  // add_sub as the lane submits it: the worker's metadata and two FP32 [1,16] inputs.
+  const std::string metadata =
+      "{\"id\":\"\",\"inputs\":[[\"INPUT0\",\"FP32\",[1,16]],[\"INPUT1\",\"FP32\",[1,16]]],"
+      "\"outputs\":[\"OUTPUT0\",\"OUTPUT1\"],\"parameters\":{}}";
+  const std::string input(16 * sizeof(float), 'x');
+  SubmitRequest request;
+  request.metadata = metadata;
+  for (int i = 0; i < 2; ++i) {
+    InputSource source;
+    source.data = input.data();
+    source.size = input.size();
+    request.inputs.push_back(source);
+  }
   uint64_t id = 0;
   size_t completed = 0;
   auto start = std::chrono::steady_clock::now();
   for (int round = 0; round < rounds; ++round) {
-    for (uint32_t i = 0; i < batch; ++i) core.submit(model, ++id, input.size(), parts, options);
+    for (uint32_t i = 0; i < batch; ++i) {
+      request.request_id = ++id;
+      core.submit(model, request);
+    }
     core.flush();
     BatchMessage message = worker.next();
     uint64_t result = worker.arena().alloc(batch * 128, message.batch_id);

@@ -13,6 +13,7 @@
 #include "add_sub_model.h"
 #include "bench_support.h"
 #include "http_framer.h"
+#include "response_block.h"
 
 using namespace naiad;
 
@@ -33,22 +34,18 @@ std::string perf_analyzer_request() {
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
-// The result block a worker writes for `batch` add_sub requests.
+// The response block a worker writes for `batch` add_sub requests.
 std::string result_block(uint32_t batch) {
-  std::string header = "{\"responses\":[";
+  static const std::string output(64, '\x02');
+  std::vector<ResponseEntry> entries(batch);
   for (uint32_t i = 0; i < batch; ++i) {
-    if (i) header += ',';
-    header += "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,16],64],[\"OUTPUT1\",\"FP32\",[1,16],64]]}";
+    entries[i].request_index = i;
+    entries[i].json = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,16]],[\"OUTPUT1\",\"FP32\",[1,16]]]}";
+    entries[i].outputs = {{output.data(), 64}, {output.data(), 64}};
   }
-  header += "],\"timings\":[1,2,3,4]}";
-  std::string block;
-  uint32_t length = static_cast<uint32_t>(header.size());
-  block.append(reinterpret_cast<const char*>(&length), 4);
-  block += header;
-  for (uint32_t i = 0; i < 2 * batch; ++i) {
-    block.resize((block.size() + 63) / 64 * 64, '\0');
-    block += std::string(64, '\x02');
-  }
+  const uint64_t timings[4] = {1, 2, 3, 4};
+  std::string block(response_block_size(entries), '\0');
+  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
   return block;
 }
 

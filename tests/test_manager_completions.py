@@ -9,8 +9,9 @@ each client would get.
 import asyncio
 
 import numpy as np
+import orjson
 import pytest
-from naiad import _core, arena_format
+from naiad import _core
 from naiad.errors import Internal, InvalidArgument
 from naiad.scheduling.manager import ModelManager, _LanePending, _Pending
 from naiad.scheduling.stats import ModelStats
@@ -32,17 +33,21 @@ class _Core:
 
 class _Lane:
     """The part of _core.FastLane that answering completions uses: it replies
-    b'lane <id>' to each request id it is asked about that it knows."""
+    b'lane <id>' to each request id it knows that has a final response in the block."""
 
     def __init__(self, known):
         self.known = set(known)
         self.forgotten = []
 
     def complete(self, offset, size, request_ids, dispatch_ns, end_ns):
+        # As _core.FastLane: the ids with a final response in the block, and a reply for
+        # each of those the lane knows.
+        read = _core.read_response_block(self.arena, offset, size)
+        finals = [request_ids[r[0]] for r in read[1] if r[1] & _core.RESPONSE_FINAL] if read else []
         replies = [
-            (rid, True, 1, 1000, 10, b"lane %d" % rid) for rid in request_ids if rid in self.known
+            (rid, True, 1, 1000, 10, b"lane %d" % rid) for rid in finals if rid in self.known
         ]
-        return [0, 1, 2, 3], replies
+        return [0, 1, 2, 3], replies, finals
 
     def forget(self, request_id):
         self.forgotten.append(request_id)
@@ -61,6 +66,7 @@ def setup(tmp_path):
     manager = ModelManager(tmp_path, arena_bytes=1 << 20)
     manager.core = _Core()
     manager.lane = _Lane(())
+    manager.lane.arena = manager.core.arena
     model = _Model()
 
     def general(request_id):
@@ -81,16 +87,31 @@ def setup(tmp_path):
     loop.close()
 
 
-def _write_result(manager, slot, outcomes, buffers=()) -> tuple[int, int]:
-    """Writes a result block into arena slot `slot`; its (offset, size)."""
-    prefix, parts, size = arena_format.encode_result(outcomes, list(buffers), [0, 1, 2, 3])
+def _write_result(manager, slot, outcomes, buffers=(), final=True) -> tuple[int, int]:
+    """Writes a response block (csrc/ipc_schema.h) into arena slot `slot`: outcome i is
+    request i's response, {"outputs": [[name, datatype, shape, nbytes], ...]} with its
+    tensors next in `buffers`, or {"error": message, "code": TritonError code}. Returns
+    its (offset, size)."""
+    buffers = iter(buffers)
+    responses = []
+    for index, outcome in enumerate(outcomes):
+        flags = _core.RESPONSE_FINAL if final else 0
+        if "error" in outcome:
+            json = orjson.dumps({"error": outcome["error"]})
+            flags |= _core.RESPONSE_ERROR
+            responses.append((index, flags, outcome.get("code", 1), json, []))
+            continue
+        entries = [entry[:3] for entry in outcome["outputs"]]
+        body = {"outputs": entries}
+        if "parameters" in outcome:
+            body["parameters"] = outcome["parameters"]
+        outputs = [next(buffers) for _ in entries]
+        responses.append((index, flags, 0, orjson.dumps(body), outputs))
+    block = _core.encode_response_block(responses, [0, 1, 2, 3])
+    assert len(block) <= BLOCK
     offset = (slot + 1) * BLOCK
-    arena = manager.core.arena
-    arena[offset : offset + len(prefix)] = prefix
-    for part_offset, buffer in parts:
-        start = offset + part_offset
-        arena[start : start + len(buffer)] = buffer
-    return offset, size
+    manager.core.arena[offset : offset + len(block)] = block
+    return offset, len(block)
 
 
 def _completion(offset, size, request_ids, status=_core.COMPLETION_OK):
@@ -122,7 +143,9 @@ def test_an_unreadable_result_block_fails_its_requests_and_no_other(setup):
     (o1, d1), (o3, d3) = _ok(1.0), _ok(3.0)
     good_offset, good_size = _write_result(manager, 0, [o1], [d1])
     bad_offset = 2 * BLOCK
-    manager.core.arena[bad_offset : bad_offset + 8] = b"\x04\x00\x00\x00{{{{"  # not JSON
+    manager.core.arena[bad_offset : bad_offset + 8] = (
+        b"\x04\x00\x00\x00{{{{"  # not a response block
+    )
     last_offset, last_size = _write_result(manager, 2, [o3], [d3])
 
     manager.on_completions(
@@ -145,14 +168,33 @@ def test_an_unreadable_result_block_fails_its_requests_and_no_other(setup):
     assert model.stats.success.count == 2
 
 
-def test_a_result_block_with_too_few_outcomes_fails_the_whole_batch(setup):
+def test_a_result_block_naming_a_request_beyond_the_batch_fails_the_whole_batch(setup):
     manager, model, general, _ = setup
     first, second = general(1), general(2)
-    outcome, data = _ok(1.0)
-    offset, size = _write_result(manager, 0, [outcome], [data])
+    outcomes, buffers = zip(*(_ok(float(i)) for i in (1, 2, 3)))
+    offset, size = _write_result(manager, 0, list(outcomes), list(buffers))
     manager.on_completions([_completion(offset, size, [1, 2])])
     assert "could not read the model's result" in _internal_error(first)
     assert "could not read the model's result" in _internal_error(second)
+    assert manager._pending == {}
+    assert manager.core.freed == [offset]
+
+
+def test_a_request_without_a_final_response_waits_for_the_end_of_its_batch(setup):
+    # Responses are messages (0..N per request): a block may answer some requests of a
+    # batch; the core fails the others when the batch ends, in a completion of its own.
+    manager, model, general, lane = setup
+    first, second, third = general(1), general(2), lane(3)
+    outcome, data = _ok(1.0)
+    offset, size = _write_result(manager, 0, [outcome], [data])
+    manager.on_completions([_completion(offset, size, [1, 2, 3])])
+    assert _value(first) == [1.0, 1.0]
+    assert not second.done() and third == []
+    assert sorted(manager._pending) == [2, 3]
+    manager.on_completions([_completion(0, 0, [2, 3], _core.COMPLETION_WORKER_FAILED)])
+    assert "could not run the batch" in _internal_error(second)
+    [(http, exc)] = third
+    assert http is None and "could not run the batch" in exc.message
     assert manager._pending == {}
     assert manager.core.freed == [offset]
 

@@ -108,7 +108,7 @@ def test_release_fails_queued_requests_and_drops_lane_routes(tmp_path):
         assert manager.lane.in_flight() == 0
         with pytest.raises(Unavailable, match="version 1 is not ready"):
             model.submit(_add_sub_request())
-        assert manager.core.submit(handle, 1, 8, [(0, bytes(8))], 1) == _core.SUBMIT_MODEL_GONE
+        assert manager.core.submit(handle, 1, b"{}", [bytes(8)], 1) == _core.SUBMIT_MODEL_GONE
         await manager.shutdown(5.0)
         assert _blocks(manager) == 0
 

@@ -39,12 +39,8 @@ cdef extern from "channel.h" namespace "naiad":
     cdef enum class MessageKind(uint32_t):
         kBatch
         kStop
-
-    cdef struct RequestRecord:
-        uint64_t request_id
-        uint64_t offset
-        uint64_t size
-        uint32_t batch_size
+        kResponse
+        kRefused
 
     cdef struct BatchMessage:
         uint64_t batch_id
@@ -77,6 +73,91 @@ cdef extern from "dynamic_batcher.h" namespace "naiad":
         vector[cbool] level_has_policy
 
 
+cdef extern from "ipc_schema.h" namespace "naiad":
+    uint32_t kRequestMagic
+
+    cdef struct RequestHeader:
+        uint32_t magic
+        uint32_t n_inputs
+        uint32_t metadata_size
+
+    cdef struct InputSlot:
+        uint64_t offset
+        uint64_t size
+
+    uint64_t request_metadata_offset(uint32_t n_inputs)
+
+    cdef struct BatchHeader:
+        uint32_t n_requests
+        uint32_t n_tensors
+        uint32_t rows
+        uint32_t gathered
+
+    cdef struct BatchRequest:
+        uint64_t request_id
+        uint64_t block_offset
+        uint32_t batch_size
+        uint32_t first_row
+
+    cdef struct BatchTensor:
+        uint64_t offset
+        uint64_t size
+
+    uint64_t batch_requests_offset()
+    uint64_t batch_tensors_offset(uint32_t n_requests)
+
+    uint32_t kResponseFinal
+    uint32_t kResponseError
+
+
+cdef extern from "response_block.h" namespace "naiad":
+    cdef cppclass OutputBytes:
+        const void* data
+        uint64_t size
+
+    cdef cppclass ResponseEntry:
+        uint32_t request_index
+        uint32_t flags
+        int32_t error_code
+        string_view json
+        vector[OutputBytes] outputs
+
+    cdef cppclass ResponseRecordC "naiad::ResponseRecord":
+        uint32_t request_index
+        uint32_t flags
+        int32_t error_code
+        uint32_t n_outputs
+        uint32_t first_output
+        uint32_t json_size
+        uint64_t json_offset
+
+    cdef cppclass OutputSlotC "naiad::OutputSlot":
+        uint64_t offset
+        uint64_t size
+
+    cdef cppclass ResponseHeaderC "naiad::ResponseHeader":
+        uint32_t n_responses
+        uint32_t n_outputs
+        uint64_t timings[4]
+
+    cdef cppclass ResponseBlockView:
+        const ResponseHeaderC* header
+        const ResponseRecordC* records
+        const OutputSlotC* outputs
+
+    cbool view_response_block(const uint8_t* block, uint64_t size, ResponseBlockView* out)
+    uint64_t response_block_size(const vector[ResponseEntry]& entries) except +
+    void write_response_block(uint8_t* block, const vector[ResponseEntry]& entries,
+                              const uint64_t* timings) except +
+
+
+cdef extern from "input_regions.h" namespace "naiad":
+    cdef enum class InputKind(uint32_t):
+        kInline
+        kSystemShm
+        kCudaIpc
+
+
 cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
@@ -85,22 +166,34 @@ cdef extern from "core.h" namespace "naiad":
     cdef cppclass ModelHandle:
         uint64_t value
 
-    cdef struct SubmitPart:
+    cdef cppclass InputSource:
+        InputKind kind
         const void* data
-        uint64_t size
+        uint64_t region
         uint64_t offset
+        uint64_t size
 
     cdef cppclass SubmitOptions:
         uint32_t batch_size
         uint32_t priority
         uint64_t timeout_us
         uint64_t shape_key
+        uint64_t input_order
+
+    cdef cppclass SubmitRequest:
+        uint64_t request_id
+        string_view metadata
+        vector[InputSource] inputs
+        SubmitOptions options
+
+    uint64_t c_input_order_key "naiad::input_order_key"(const uint32_t* indices, size_t n)
 
     cdef enum class SubmitResult(int):
         kOk
         kArenaFull
         kQueueFull
         kModelGone
+        kUnsupportedInput
 
     cdef cppclass Completion:
         uint64_t batch_id
@@ -124,9 +217,7 @@ cdef extern from "core.h" namespace "naiad":
         cbool remove_model(ModelHandle model) except +
         uint32_t add_instance(ModelHandle model) except +
         InstanceEndpoint endpoint(uint32_t instance_id) except +
-        SubmitResult submit(ModelHandle model, uint64_t request_id, uint64_t block_size,
-                            const vector[SubmitPart]& parts,
-                            const SubmitOptions& options) except + nogil
+        SubmitResult submit(ModelHandle model, const SubmitRequest& request) except + nogil
         void flush(cbool arrivals_possible) except + nogil
         vector[Completion] poll(cbool arrivals_possible) except + nogil
         void instance_starting(uint32_t instance_id) except + nogil
@@ -200,8 +291,9 @@ cdef extern from "kserve_json.h" namespace "naiad":
 
 cdef extern from "request_block.h" namespace "naiad":
     cdef cppclass RequestBlock:
-        vector[SubmitPart] parts
-        uint64_t size
+        string metadata
+        vector[InputSource] inputs
+        uint64_t input_order
 
     void layout_request_block(const CModelSpec& model, const ParsedRequest& request,
                               RequestBlock* out) except + nogil
@@ -259,6 +351,8 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
         BatchMessage next() nogil
         void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                       int32_t status) nogil
+        cbool respond(uint64_t batch_id, const vector[ResponseEntry]& responses,
+                      const uint64_t* timings, cbool batch_done) except + nogil
         Arena& arena() nogil
 
 
@@ -274,6 +368,11 @@ SUBMIT_OK = 0
 SUBMIT_ARENA_FULL = 1
 SUBMIT_QUEUE_FULL = 2
 SUBMIT_MODEL_GONE = 3
+SUBMIT_UNSUPPORTED_INPUT = 4
+
+# Response flags (csrc/ipc_schema.h ResponseRecord.flags).
+RESPONSE_FINAL = kResponseFinal
+RESPONSE_ERROR = kResponseError
 
 
 cdef QueuePolicy _queue_policy(policy):
@@ -383,34 +482,38 @@ cdef class Core:
         cdef InstanceEndpoint ep = self._core.endpoint(instance_id)
         return instance_id, ep.channel_offset, ep.wake_fd
 
-    def submit(self, uint64_t model, uint64_t request_id, uint64_t block_size,
-               list parts, uint32_t batch_size, uint32_t priority=0, uint64_t timeout_us=0,
-               uint64_t shape_key=0):
-        """Copies `parts` [(offset, buffer), ...] into a new request block and queues it.
+    def submit(self, uint64_t model, uint64_t request_id, bytes metadata, list inputs,
+               uint32_t batch_size, uint32_t priority=0, uint64_t timeout_us=0,
+               uint64_t shape_key=0, uint64_t input_order=0):
+        """Queues a request on the model whose handle is `model`: `metadata` is the
+        worker's view of it (ipc_schema.h), `inputs` one buffer per metadata input, in
+        order. The core lays the block out and copies each input once.
 
-        Returns SUBMIT_OK, SUBMIT_ARENA_FULL, SUBMIT_QUEUE_FULL or SUBMIT_MODEL_GONE.
+        Returns SUBMIT_OK, SUBMIT_ARENA_FULL, SUBMIT_QUEUE_FULL, SUBMIT_MODEL_GONE or
+        SUBMIT_UNSUPPORTED_INPUT.
         """
-        cdef vector[SubmitPart] c_parts
-        cdef SubmitPart part
+        cdef SubmitRequest request
+        cdef InputSource source
         cdef const uint8_t[::1] view
         cdef list keep = []
-        c_parts.reserve(len(parts))
-        for offset, data in parts:
+        request.request_id = request_id
+        request.metadata = string_view(PyBytes_AS_STRING(metadata), PyBytes_GET_SIZE(metadata))
+        request.inputs.reserve(len(inputs))
+        for data in inputs:
             view = memoryview(data).cast("B")
             keep.append(view)
-            part.offset = offset
-            part.size = view.shape[0]
-            part.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
-            c_parts.push_back(part)
-        cdef SubmitOptions options
-        options.batch_size = batch_size
-        options.priority = priority
-        options.timeout_us = timeout_us
-        options.shape_key = shape_key
+            source.size = view.shape[0]
+            source.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
+            request.inputs.push_back(source)
+        request.options.batch_size = batch_size
+        request.options.priority = priority
+        request.options.timeout_us = timeout_us
+        request.options.shape_key = shape_key
+        request.options.input_order = input_order
         cdef SubmitResult result
         cdef ModelHandle handle = _handle(model)
         with nogil:
-            result = self._core.submit(handle, request_id, block_size, c_parts, options)
+            result = self._core.submit(handle, request)
         return <int>result
 
     def flush(self, bint arrivals_possible=True):
@@ -450,6 +553,11 @@ cdef class Core:
     def free(self, uint64_t offset):
         self._core.arena().free(offset)
 
+    def responses(self, uint64_t offset, uint64_t size):
+        """The response block (csrc/ipc_schema.h) a completion carries, as
+        read_response_block reads it, or None when the block is not readable."""
+        return read_response_block(self.arena, offset, size)
+
     def in_flight(self):
         return self._core.in_flight()
 
@@ -457,6 +565,85 @@ cdef class Core:
         cdef ArenaStats s = self._core.arena().stats()
         return {"bytes_in_use": s.bytes_in_use, "blocks_in_use": s.blocks_in_use,
                 "largest_free": s.largest_free}
+
+
+def read_response_block(buffer, uint64_t offset, uint64_t size):
+    """The response block (csrc/ipc_schema.h) at `offset` of `buffer` (the arena):
+    (timings, [(request_index, flags, error_code, json bytes, ((buffer offset, size) of
+    each output, ...)), ...]), or None when the block is not readable (every offset and
+    size is checked against it)."""
+    cdef const uint8_t[::1] memory = buffer
+    cdef uint64_t total = memory.shape[0]
+    if offset == 0 or offset > total or size > total - offset:
+        return None
+    cdef const uint8_t* block = &memory[0] + offset
+    cdef ResponseBlockView view
+    if not view_response_block(block, size, &view):
+        return None
+    cdef list out = []
+    cdef uint32_t r, o
+    cdef const ResponseRecordC* record
+    for r in range(view.header.n_responses):
+        record = &view.records[r]
+        out.append((
+            record.request_index, record.flags, record.error_code,
+            PyBytes_FromStringAndSize(<const char*>(block + record.json_offset),
+                                      record.json_size),
+            tuple([(offset + view.outputs[record.first_output + o].offset,
+                    view.outputs[record.first_output + o].size)
+                   for o in range(record.n_outputs)])))
+    timings = [view.header.timings[0], view.header.timings[1], view.header.timings[2],
+               view.header.timings[3]]
+    return timings, out
+
+
+def encode_response_block(list responses, list timings):
+    """A response block as WorkerEndpoint.respond writes one, as bytes (tests):
+    `responses` [(request_index, flags, error_code, json bytes, [output buffers])]."""
+    cdef vector[ResponseEntry] entries
+    cdef ResponseEntry entry
+    cdef OutputBytes output
+    cdef const uint8_t[::1] view
+    cdef list keep = []
+    cdef uint64_t c_timings[4]
+    for i in range(4):
+        c_timings[i] = timings[i]
+    for request_index, flags, error_code, json, buffers in responses:
+        entry.request_index = request_index
+        entry.flags = flags
+        entry.error_code = error_code
+        keep.append(json)
+        entry.json = string_view(PyBytes_AS_STRING(json), PyBytes_GET_SIZE(json))
+        entry.outputs.clear()
+        for data in buffers:
+            view = memoryview(data).cast("B")
+            keep.append(view)
+            output.size = view.shape[0]
+            output.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
+            entry.outputs.push_back(output)
+        entries.push_back(entry)
+    cdef bytes block = PyBytes_FromStringAndSize(NULL, response_block_size(entries))
+    write_response_block(<uint8_t*>PyBytes_AS_STRING(block), entries, c_timings)
+    return block
+
+
+def input_order_key(list indices):
+    """The core's input_order of a request whose inputs are the config inputs
+    `indices`, in request order (the fast lane computes the same)."""
+    cdef vector[uint32_t] c_indices = indices
+    return c_input_order_key(c_indices.data(), c_indices.size())
+
+
+cdef tuple _request_view(const uint8_t* base, uint64_t offset):
+    """(metadata bytes, ((input offset, size), ...)) of the request block at `offset`."""
+    cdef const RequestHeader* header = <const RequestHeader*>(base + offset)
+    if header.magic != kRequestMagic:
+        raise ValueError(f"no request block at arena offset {offset}")
+    cdef const InputSlot* slots = <const InputSlot*>(base + offset + sizeof(RequestHeader))
+    cdef uint64_t start = offset + request_metadata_offset(header.n_inputs)
+    metadata = PyBytes_FromStringAndSize(<const char*>(base + start), header.metadata_size)
+    cdef uint32_t i
+    return metadata, tuple([(slots[i].offset, slots[i].size) for i in range(header.n_inputs)])
 
 
 # Error kinds (csrc/infer_types.h ErrorKind), and the one table of their HTTP statuses
@@ -546,7 +733,8 @@ cdef class ModelSpec:
         its block for the worker with the lane's layout_request_block
         (csrc/request_block.h) and queues it on `core`. `parameters`: the request
         parameters as a JSON object. Returns (SUBMIT_* result, batch_size, block size),
-        or Triton's message (str) when the request is invalid (nothing queued)."""
+        or Triton's message (str) when the request is invalid (nothing queued). The
+        block size is what the request takes in the arena: its metadata and inputs."""
         cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
         if not validate_request(self.spec, &view.request, &error):
@@ -558,16 +746,25 @@ cdef class ModelSpec:
                                               PyBytes_GET_SIZE(parameters))
         cdef RequestBlock block
         cdef ModelHandle handle = _handle(core_model)
-        cdef SubmitOptions options
-        options.batch_size = view.request.batch_size
-        options.priority = priority
-        options.timeout_us = timeout_us
-        options.shape_key = view.request.shape_key
+        cdef SubmitRequest submit
         cdef SubmitResult result
+        cdef uint64_t size = 0
+        cdef size_t i
         with nogil:
             layout_request_block(self.spec, view.request, &block)
-            result = core._core.submit(handle, core_request_id, block.size, block.parts, options)
-        return <int>result, view.request.batch_size, block.size
+            submit.request_id = core_request_id
+            submit.metadata = string_view(block.metadata.data(), block.metadata.size())
+            submit.inputs = block.inputs
+            submit.options.batch_size = view.request.batch_size
+            submit.options.priority = priority
+            submit.options.timeout_us = timeout_us
+            submit.options.shape_key = view.request.shape_key
+            submit.options.input_order = block.input_order
+            result = core._core.submit(handle, submit)
+            size = block.metadata.size()
+            for i in range(block.inputs.size()):
+                size += block.inputs[i].size
+        return <int>result, view.request.batch_size, size
 
 
 cdef class _RequestView:
@@ -714,9 +911,12 @@ cdef class FastLane:
 
     def complete(self, uint64_t offset, uint64_t size, list request_ids, uint64_t dispatch_ns,
                  uint64_t end_ns):
-        """The lane's requests among a completed batch's `request_ids`:
-        (timings, [(request_id, ok, batch_size, request_ns, queue_ns, http bytes)]), or
-        None when the result block could not be read.
+        """The lane's requests among a completed batch's `request_ids`, answered from
+        the response block (csrc/ipc_schema.h) at `offset`: (timings, [(request_id, ok,
+        batch_size, request_ns, queue_ns, http bytes)], finals), or None when the block
+        could not be read. A request is answered by its final response; `finals` lists
+        the ids of the batch's requests that have one in this block (the others get
+        theirs in a later block, or fail when the batch ends).
 
         Each response is sized first and written straight into its bytes object: the
         output tensors are copied once, from the result block to what goes to the socket."""
@@ -731,6 +931,13 @@ cdef class FastLane:
                                                    end_ns, &answers, timings)
         if not readable:
             return None
+        cdef ResponseBlockView view
+        cdef list finals = []
+        cdef uint32_t r
+        if view_response_block(self._base + offset, size, &view):
+            for r in range(view.header.n_responses):
+                if view.records[r].flags & kResponseFinal:
+                    finals.append(ids[view.records[r].request_index])
         cdef const HttpResponseWriter* writer = &self._lane.writer()
         cdef list out = []
         cdef size_t i
@@ -741,7 +948,7 @@ cdef class FastLane:
             out.append((answers[i].response.request_id,
                         answers[i].response.error == ErrorKind.kNone, answers[i].batch_size,
                         answers[i].request_ns, answers[i].queue_ns, http))
-        return [timings[0], timings[1], timings[2], timings[3]], out
+        return [timings[0], timings[1], timings[2], timings[3]], out, finals
 
     def forget(self, uint64_t request_id):
         """The request was answered another way (failed batch, shutdown)."""
@@ -765,20 +972,36 @@ cdef class WorkerEndpoint:
         del self._endpoint
 
     def next(self):
-        """Blocks, GIL released, for the next message: (is_stop, batch_id, [offset of each
-        request's block in the arena])."""
+        """Blocks, GIL released, for the next message: (is_stop, batch_id, requests,
+        tensors). A request is (metadata bytes, ((arena offset, size) of each input,
+        ...)); `tensors` are the batch-major [N, ...] tensors, (arena offset, size) per
+        input, that the requests' inputs lie in row after row (empty when the
+        requests' inputs differ, csrc/ipc_schema.h)."""
         cdef BatchMessage message
-        with nogil:
-            message = self._endpoint.next()
-        if message.kind == MessageKind.kStop:
-            return True, message.batch_id, []
-        cdef const RequestRecord* records = <const RequestRecord*>(
-            self._endpoint.arena().base() + message.desc_offset)
-        cdef list offsets = []
+        while True:
+            with nogil:
+                message = self._endpoint.next()
+            if message.kind == MessageKind.kStop:
+                return True, message.batch_id, [], []
+            if message.kind == MessageKind.kBatch:
+                break
+            # A response to a request this worker submitted (BLS): Python models do
+            # not submit requests yet, so none is awaited; its block is ours to free.
+            if message.kind == MessageKind.kResponse and message.desc_offset != 0:
+                self._endpoint.arena().free(message.desc_offset)
+        cdef const uint8_t* base = self._endpoint.arena().base()
+        cdef const BatchHeader* header = <const BatchHeader*>(base + message.desc_offset)
+        cdef const BatchRequest* records = <const BatchRequest*>(
+            base + message.desc_offset + batch_requests_offset())
+        cdef const BatchTensor* tensors = <const BatchTensor*>(
+            base + message.desc_offset + batch_tensors_offset(header.n_requests))
+        cdef list requests = []
         cdef uint32_t i
-        for i in range(message.n_requests):
-            offsets.append(records[i].offset)
-        return False, message.batch_id, offsets
+        for i in range(header.n_requests):
+            requests.append(_request_view(base, records[i].block_offset))
+        cdef list batch_tensors = [(tensors[i].offset, tensors[i].size)
+                                   for i in range(header.n_tensors)]
+        return False, message.batch_id, requests, batch_tensors
 
     def alloc(self, uint64_t size, uint64_t tag):
         """Offset of a new block in the arena, 0 when there is no room."""
@@ -789,5 +1012,39 @@ cdef class WorkerEndpoint:
 
     def complete(self, uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                  int32_t status):
+        """Ends the batch: a response block already written (0: none) and its status."""
         with nogil:
             self._endpoint.complete(batch_id, result_offset, result_size, status)
+
+    def respond(self, uint64_t batch_id, list responses, list timings, bint batch_done):
+        """Posts `responses` [(request_index, flags, error_code, json bytes, [output
+        buffers in wire layout])] in one response block (csrc/ipc_schema.h), the
+        outputs copied in with the GIL released; `batch_done` also ends the batch.
+        False when the arena has no room (nothing posted)."""
+        cdef vector[ResponseEntry] entries
+        cdef ResponseEntry entry
+        cdef OutputBytes output
+        cdef const uint8_t[::1] view
+        cdef list keep = []
+        cdef uint64_t c_timings[4]
+        for i in range(4):
+            c_timings[i] = timings[i]
+        entries.reserve(len(responses))
+        for request_index, flags, error_code, json, buffers in responses:
+            entry.request_index = request_index
+            entry.flags = flags
+            entry.error_code = error_code
+            keep.append(json)
+            entry.json = string_view(PyBytes_AS_STRING(json), PyBytes_GET_SIZE(json))
+            entry.outputs.clear()
+            for data in buffers:
+                view = memoryview(data).cast("B")
+                keep.append(view)
+                output.size = view.shape[0]
+                output.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
+                entry.outputs.push_back(output)
+            entries.push_back(entry)
+        cdef cbool posted
+        with nogil:
+            posted = self._endpoint.respond(batch_id, entries, c_timings, batch_done)
+        return posted

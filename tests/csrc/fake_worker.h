@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core.h"
+#include "ipc_schema.h"
 #include "worker_endpoint.h"
 
 namespace naiad_testing {
@@ -39,7 +40,8 @@ class FakeWorker {
     for (;;) {
       BatchMessage message = endpoint_->next();
       if (message.kind == MessageKind::kStop) return;
-      auto* records = endpoint_->arena().at<RequestRecord>(message.desc_offset);
+      auto* records =
+          endpoint_->arena().at<BatchRequest>(message.desc_offset + batch_requests_offset());
       uint64_t size = sizeof(uint64_t) * message.n_requests;
       uint64_t result = endpoint_->arena().alloc(size, message.batch_id);
       auto* ids = endpoint_->arena().at<uint64_t>(result);
@@ -71,10 +73,15 @@ inline std::vector<Completion> collect(Core& core, size_t count) {
 
 inline bool submit_bytes(Core& core, ModelHandle model, uint64_t id, const std::string& payload,
                          uint32_t batch_size = 1) {
-  std::vector<SubmitPart> parts{{payload.data(), payload.size(), 0}};
-  SubmitOptions options;
-  options.batch_size = batch_size;
-  return core.submit(model, id, payload.size(), parts, options) == SubmitResult::kOk;
+  SubmitRequest request;
+  request.request_id = id;
+  request.metadata = "{}";
+  InputSource input;
+  input.data = payload.data();
+  input.size = payload.size();
+  request.inputs.push_back(input);
+  request.options.batch_size = batch_size;
+  return core.submit(model, request) == SubmitResult::kOk;
 }
 
 inline BatcherConfig batching(uint32_t max_batch_size, bool dynamic) {

@@ -17,6 +17,7 @@
 #include "arena.h"
 #include "core.h"
 #include "fake_worker.h"
+#include "ipc_schema.h"
 #include "testing.h"
 #include "worker_endpoint.h"
 
@@ -101,6 +102,7 @@ TEST(core_round_trip_frees_everything) {
     CHECK(done[0].request_ids.size() == 1 && done[0].request_ids[0] == 11);
     core.stop_instance(instance);
   }
+  CHECK(core.assembler().slabs() == 0);
   CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
   CHECK(core.in_flight() == 0);
 }
@@ -111,7 +113,9 @@ TEST(core_batches_queued_requests_up_to_max_batch_size) {
   uint32_t instance = core.add_instance(model);
   // Queue before the instance is up, so the batcher sees them all at once.
   for (uint64_t id = 1; id <= 10; ++id) CHECK(submit_bytes(core, model, id, "x"));
-  CHECK(core.arena().stats().blocks_in_use == 1 + 10);  // the channel, each request's block
+  // Queued: the channel and the model's staging slab, holding the ten requests' rows.
+  CHECK(core.arena().stats().blocks_in_use == 1 + 1);
+  CHECK(core.assembler().slabs() == 1 && core.assembler().placed_bytes() == 10);
   core.instance_up(instance);
   FakeWorker worker(core, instance);
   std::vector<Completion> done = collect(core, 10);
@@ -136,7 +140,9 @@ TEST(core_requests_submitted_together_leave_in_one_batch) {
   // all requests of one event-loop turn first.
   for (uint64_t id = 1; id <= 3; ++id) CHECK(submit_bytes(core, model, id, "x"));
   CHECK(core.in_flight() == 0);
-  CHECK(core.arena().stats().blocks_in_use == 1 + 3);  // the channel, each request's block
+  // Queued: the channel and the model's staging slab, holding the three requests' rows.
+  CHECK(core.arena().stats().blocks_in_use == 1 + 1);
+  CHECK(core.assembler().slabs() == 1 && core.assembler().placed_bytes() == 3);
   core.flush();
   std::vector<Completion> done = collect(core, 3);
   CHECK(done.size() == 1 && done[0].request_ids.size() == 3);
@@ -308,9 +314,9 @@ TEST(core_reports_queue_timeouts_and_full_queues) {
   ArenaStats baseline = core.arena().stats();
   CHECK(submit_bytes(core, model, 1, "a"));
   CHECK(submit_bytes(core, model, 2, "b"));
-  std::vector<SubmitPart> parts{{"c", 1, 0}};
-  SubmitOptions options;
-  CHECK(core.submit(model, 3, 1, parts, options) == SubmitResult::kQueueFull);
+  SubmitRequest third;
+  third.request_id = 3;
+  CHECK(core.submit(model, third) == SubmitResult::kQueueFull);
   core.flush();
   CHECK(core.poll().empty());
   clock.now += 100000;  // 100 us: both time out
@@ -320,6 +326,88 @@ TEST(core_reports_queue_timeouts_and_full_queues) {
   CHECK(done.size() == 1 && done[0].status == kCompletionTimedOut);
   CHECK(done.size() == 1 && (done[0].request_ids == std::vector<uint64_t>{1, 2}));
   CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+}
+
+}  // namespace
+
+namespace {
+
+// A registry of one host region, as the shared-memory issue's registry will serve.
+class OneRegion : public InputRegions {
+ public:
+  explicit OneRegion(std::string bytes) : bytes_(std::move(bytes)) {}
+  const uint8_t* map(InputKind kind, uint64_t region, uint64_t offset, uint64_t size) override {
+    if (kind != InputKind::kSystemShm || region != 7 || offset > bytes_.size() ||
+        size > bytes_.size() - offset) {
+      return nullptr;
+    }
+    return reinterpret_cast<const uint8_t*>(bytes_.data()) + offset;
+  }
+
+ private:
+  std::string bytes_;
+};
+
+TEST(core_lays_out_the_request_block_of_ipc_schema) {
+  Core core(1 << 22, nullptr, false);
+  ModelHandle model = core.add_model(batching(1, false));
+  uint32_t instance = core.add_instance(model);
+  core.instance_up(instance);
+  InstanceEndpoint ep = core.endpoint(instance);
+  WorkerEndpoint worker(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
+                        dup(core.notify_fd()));
+  SubmitRequest request;
+  request.request_id = 5;
+  request.metadata = "{\"id\":\"x\"}";
+  const std::string first = "abc", second(100, 'z');
+  for (const std::string* bytes : {&first, &second}) {
+    InputSource source;
+    source.data = bytes->data();
+    source.size = bytes->size();
+    request.inputs.push_back(source);
+  }
+  CHECK(core.submit(model, request) == SubmitResult::kOk);
+  core.flush();
+  BatchMessage message = worker.next();
+  const BatchRequest& record =
+      *worker.arena().at<BatchRequest>(message.desc_offset + batch_requests_offset());
+  const uint8_t* block = worker.arena().base() + record.block_offset;
+  const auto& header = *reinterpret_cast<const RequestHeader*>(block);
+  CHECK(header.magic == kRequestMagic && header.n_inputs == 2);
+  CHECK(header.metadata_size == request.metadata.size());
+  CHECK(std::memcmp(block + request_metadata_offset(2), request.metadata.data(),
+                    request.metadata.size()) == 0);
+  const auto* slots = reinterpret_cast<const InputSlot*>(block + sizeof(RequestHeader));
+  CHECK(slots[0].size == 3 && slots[1].size == 100);
+  CHECK(slots[0].offset % kTensorAlign == 0 && slots[1].offset % kTensorAlign == 0);
+  CHECK(std::memcmp(worker.arena().base() + slots[0].offset, "abc", 3) == 0);
+  CHECK(std::memcmp(worker.arena().base() + slots[1].offset, second.data(), 100) == 0);
+  worker.complete(message.batch_id, 0, 0, kCompletionOk);
+  CHECK(core.poll().size() == 1);
+}
+
+TEST(core_refuses_region_inputs_until_a_registry_maps_them) {
+  Core core(1 << 22, nullptr, false);
+  ModelHandle model = core.add_model(batching(1, false));
+  SubmitRequest request;
+  request.request_id = 1;
+  InputSource shm;
+  shm.kind = InputKind::kSystemShm;
+  shm.region = 7;
+  shm.offset = 2;
+  shm.size = 3;
+  request.inputs.push_back(shm);
+  CHECK(core.submit(model, request) == SubmitResult::kUnsupportedInput);
+  OneRegion region("..xyz..");
+  core.set_input_regions(&region);
+  CHECK(core.submit(model, request) == SubmitResult::kOk);
+  request.inputs[0].offset = 6;  // past the region's end
+  CHECK(core.submit(model, request) == SubmitResult::kUnsupportedInput);
+  request.inputs[0].kind = InputKind::kCudaIpc;
+  request.inputs[0].offset = 2;
+  CHECK(core.submit(model, request) == SubmitResult::kUnsupportedInput);
+  // One request queued: its block of its own (the model does not batch), 3 bytes in.
+  CHECK(core.arena().stats().blocks_in_use == 1 && core.assembler().placed_bytes() == 3);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Unit tests of the request path in C++: the JSON pull reader, what the KServe reader
 // takes and what it leaves to the general path, the request block written for the
-// worker, the responses built from a worker's result block, the HTTP scanner and the
+// worker, the responses built from a worker's response block, the HTTP scanner and the
 // HTTP framer over the codec and the core.
+#include <unistd.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -10,11 +12,14 @@
 #include "core.h"
 #include "http_framer.h"
 #include "http_scan.h"
+#include "ipc_schema.h"
 #include "json_reader.h"
 #include "kserve_json.h"
 #include "request_block.h"
 #include "request_validator.h"
+#include "response_block.h"
 #include "testing.h"
+#include "worker_endpoint.h"
 
 using namespace naiad;
 
@@ -264,44 +269,63 @@ TEST(request_block_matches_the_worker_layout) {
   CHECK(takes(model, body, &request));
   RequestBlock block;
   layout_request_block(model, request, &block);
-  std::string header =
-      "{\"id\":\"\",\"inputs\":[[\"INPUT0\",\"FP32\",[1,16],64],[\"INPUT1\",\"FP32\",[1,16],64]],"
-      "\"outputs\":[\"OUTPUT0\",\"OUTPUT1\"],\"parameters\":{}}";
-  uint32_t length;
-  std::memcpy(&length, block.prefix.data(), 4);
-  CHECK(length == header.size());
-  CHECK(block.prefix.substr(4) == header);
-  CHECK(block.parts.size() == 3);
-  uint64_t first = (4 + header.size() + 63) / 64 * 64;
-  CHECK(block.parts[1].offset == first && block.parts[1].size == 64);
-  CHECK(block.parts[2].offset == first + 64);
-  CHECK(block.size == first + 128);
-  CHECK(std::memcmp(block.parts[2].data, body.bytes.data() + body.header_size + 64, 64) == 0);
+  CHECK(block.metadata ==
+        "{\"id\":\"\",\"inputs\":[[\"INPUT0\",\"FP32\",[1,16]],[\"INPUT1\",\"FP32\",[1,16]]],"
+        "\"outputs\":[\"OUTPUT0\",\"OUTPUT1\"],\"parameters\":{}}");
+  CHECK(block.inputs.size() == 2);
+  CHECK(block.inputs.size() == 2 && block.inputs[0].kind == InputKind::kInline &&
+        block.inputs[0].size == 64 && block.inputs[1].size == 64);
+  CHECK(block.inputs.size() == 2 &&
+        block.inputs[1].data == body.bytes.data() + body.header_size + 64);
+  CHECK(std::memcmp(block.inputs[1].data, body.bytes.data() + body.header_size + 64, 64) == 0);
+  uint32_t order[] = {0, 1};
+  CHECK(block.input_order == input_order_key(order, 2));
 }
 
 namespace {
 
-// A result block as the worker writes it (arena_format.encode_result).
-std::string result_block(const std::string& header, const std::vector<std::string>& tensors) {
-  std::string block;
-  uint32_t length = static_cast<uint32_t>(header.size());
-  block.append(reinterpret_cast<const char*>(&length), 4);
-  block += header;
-  for (const std::string& tensor : tensors) {
-    block.resize((block.size() + 63) / 64 * 64, '\0');
-    block += tensor;
-  }
+// A response block as the worker writes it (WorkerEndpoint::respond).
+std::string result_block(const std::vector<ResponseEntry>& entries,
+                         const uint64_t (&timings)[4] = {10, 20, 30, 40}) {
+  std::string block(response_block_size(entries), '\0');
+  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
   return block;
 }
 
-const std::string kResultHeader =
-    "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2],8],[\"OUTPUT1\",\"FP32\",[1,2],8]]},"
-    "{\"error\":\"bad \\\"x\\\"\",\"code\":3}],\"timings\":[10,20,30,40]}";
+ResponseEntry ok_entry(uint32_t index, std::string_view json,
+                       const std::vector<const std::string*>& outputs) {
+  ResponseEntry entry;
+  entry.request_index = index;
+  entry.json = json;
+  for (const std::string* output : outputs) {
+    entry.outputs.push_back(OutputBytes{output->data(), output->size()});
+  }
+  return entry;
+}
+
+ResponseEntry error_entry(uint32_t index, std::string_view json, int32_t code) {
+  ResponseEntry entry;
+  entry.request_index = index;
+  entry.flags = kResponseFinal | kResponseError;
+  entry.error_code = code;
+  entry.json = json;
+  return entry;
+}
+
+const std::string kAs = "AAAAAAAA", kBs = "BBBBBBBB";
+
+// Request 0 answered with both outputs, request 1 with an INVALID_ARG error.
+std::string two_responses() {
+  return result_block(
+      {ok_entry(0, "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2]],[\"OUTPUT1\",\"FP32\",[1,2]]]}",
+                {&kAs, &kBs}),
+       error_entry(1, "{\"error\":\"bad \\\"x\\\"\"}", 3)});
+}
 
 }  // namespace
 
 TEST(result_block_parses) {
-  std::string block = result_block(kResultHeader, {"AAAAAAAA", "BBBBBBBB"});
+  std::string block = two_responses();
   const uint8_t* data = reinterpret_cast<const uint8_t*>(block.data());
   ResultBlock result;
   CHECK(parse_result_block(data, block.size(), &result));
@@ -309,12 +333,13 @@ TEST(result_block_parses) {
   CHECK(result.timings[0] == 10 && result.timings[3] == 40);
   CHECK(result.outputs[0].shape == "[1,2]");
   CHECK(result.outcomes[0].parameters.empty());
+  CHECK(result.outcomes[1].request_index == 1 && result.outcomes[1].final);
   CHECK(result.outcomes[1].error && result.outcomes[1].code == 3);
   // Response parameters pass through as the worker wrote them; `{}` is none.
-  std::string with_parameters = result_block(
-      "{\"responses\":[{\"outputs\":[],\"parameters\":{\"a\":1,\"b\":\"x\"}},"
-      "{\"outputs\":[],\"parameters\":{ }}],\"timings\":[1,2,3,4]}",
-      {});
+  std::string with_parameters =
+      result_block({ok_entry(0, "{\"outputs\":[],\"parameters\":{\"a\":1,\"b\":\"x\"}}", {}),
+                    ok_entry(1, "{\"outputs\":[],\"parameters\":{ }}", {})},
+                   {1, 2, 3, 4});
   ResultBlock parsed;
   CHECK(parse_result_block(reinterpret_cast<const uint8_t*>(with_parameters.data()),
                            with_parameters.size(), &parsed));
@@ -324,21 +349,23 @@ TEST(result_block_parses) {
 }
 
 TEST(result_block_rejects_damage) {
-  std::string block = result_block(kResultHeader, {"AAAAAAAA", "BBBBBBBB"});
+  std::string block = two_responses();
   const uint8_t* data = reinterpret_cast<const uint8_t*>(block.data());
   ResultBlock result;
   CHECK(!parse_result_block(data, 3, &result));
   ResultBlock cut;
   CHECK(!parse_result_block(data, block.size() - 1, &cut));  // last tensor past the end
   std::string lying = block;
-  uint32_t too_long = static_cast<uint32_t>(block.size());
-  std::memcpy(&lying[0], &too_long, 4);
+  uint32_t too_many = 1000;  // n_responses
+  std::memcpy(&lying[4], &too_many, 4);
   ResultBlock lied;
   CHECK(!parse_result_block(reinterpret_cast<const uint8_t*>(lying.data()), lying.size(), &lied));
-  std::string no_timings = result_block("{\"responses\":[]}", {});
-  ResultBlock untimed;
-  CHECK(!parse_result_block(reinterpret_cast<const uint8_t*>(no_timings.data()), no_timings.size(),
-                            &untimed));
+  std::string miscounted = block;
+  uint32_t one_output = 1;  // record 0 lists two outputs in its JSON
+  std::memcpy(&miscounted[response_records_offset() + 12], &one_output, 4);
+  ResultBlock counted;
+  CHECK(!parse_result_block(reinterpret_cast<const uint8_t*>(miscounted.data()), miscounted.size(),
+                            &counted));
 }
 
 namespace {
@@ -391,10 +418,12 @@ TEST(codec_queues_and_answers_through_the_core) {
   CHECK(!codec.owns(42));
   CHECK(queued_blocks(f.core) == 1);
 
-  std::string header =
-      "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2],16]],\"parameters\":{\"p\":1}},"
-      "{\"outputs\":[]}],\"timings\":[1,2,3,4]}";
-  std::string block = result_block(header, {"0123456789abcdef"});
+  const std::string output = "0123456789abcdef";
+  std::string block = result_block(
+      {ok_entry(0, "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2]]],\"parameters\":{\"p\":1}}",
+                {&output}),
+       ok_entry(1, "{\"outputs\":[]}", {})},
+      {1, 2, 3, 4});
   std::vector<KServeCodec::Answer> answers;
   uint64_t timings[4];
   const uint8_t* result = reinterpret_cast<const uint8_t*>(block.data());
@@ -404,7 +433,10 @@ TEST(codec_queues_and_answers_through_the_core) {
   CHECK(response.request_id == 41 && response.error == ErrorKind::kNone);
   CHECK(answers[0].batch_size == 2);
   CHECK(answers[0].request_ns == 3000 && answers[0].queue_ns == 500);
-  CHECK(response.outputs.size() == 1 && response.outputs[0].data == result + 64 * 2);
+  ResponseBlockView view;
+  CHECK(view_response_block(result, block.size(), &view));
+  CHECK(response.outputs.size() == 1 &&
+        response.outputs[0].data == result + view.outputs[0].offset);
   std::string json =
       "{\"model_name\":\"add_sub\",\"model_version\":\"1\",\"parameters\":{\"p\":1},"
       "\"outputs\":[{\"name\":\"OUTPUT0\",\"datatype\":\"FP32\",\"shape\":[2,2],"
@@ -417,7 +449,7 @@ TEST(codec_queues_and_answers_through_the_core) {
   CHECK(f.lane.writer().size(response) == expected.size());
   CHECK(timings[2] == 3);
   CHECK(!codec.owns(41) && codec.in_flight() == 0);
-  // A block whose outcome count does not match the batch is not read.
+  // A block naming a request beyond the batch is not read.
   CHECK(f.submit(make_body(add_sub_json(2), 256), 43) == SubmitOutcome::kQueued);
   answers.clear();
   CHECK(!codec.complete(result, block.size(), {43}, 1500, 4000, &answers, timings));
@@ -437,12 +469,10 @@ TEST(codec_answers_ids_output_choices_and_model_errors_as_the_general_path) {
   CHECK(f.submit(make_body(one_output, 128), 1) == SubmitOutcome::kQueued);
   CHECK(f.submit(make_body(all, 128), 2) == SubmitOutcome::kQueued);
   CHECK(f.submit(make_body(all, 128), 3) == SubmitOutcome::kQueued);
-  std::string header =
-      "{\"responses\":[{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2],8],[\"OUTPUT1\",\"FP32\",[1,2],8]]"
-      "},"
-      "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2],8],[\"OUTPUT1\",\"FP32\",[1,2],8]]},"
-      "{\"error\":\"bad \\\"x\\\"\",\"code\":3}],\"timings\":[10,20,30,40]}";
-  std::string block = result_block(header, {"AAAAAAAA", "BBBBBBBB", "CCCCCCCC", "DDDDDDDD"});
+  const std::string as = "AAAAAAAA", bs = "BBBBBBBB", cs = "CCCCCCCC", ds = "DDDDDDDD";
+  const char* both = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2]],[\"OUTPUT1\",\"FP32\",[1,2]]]}";
+  std::string block = result_block({ok_entry(0, both, {&as, &bs}), ok_entry(1, both, {&cs, &ds}),
+                                    error_entry(2, "{\"error\":\"bad \\\"x\\\"\"}", 3)});
   std::vector<KServeCodec::Answer> answers;
   uint64_t timings[4];
   CHECK(codec.complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(), {1, 2, 3}, 0,
@@ -704,7 +734,7 @@ TEST(lane_survives_damaged_requests_and_results) {
     ++valid;
     RequestBlock block;
     layout_request_block(model, request, &block);
-    CHECK(block.size >= block.prefix.size());
+    CHECK(block.inputs.size() == request.inputs.size());
   }
   CHECK(read > valid && valid > 0);  // some mutations leave a valid request
 
@@ -718,12 +748,12 @@ TEST(lane_survives_damaged_requests_and_results) {
     }
   }
 
-  // Result blocks through the codec and the HTTP writer: the block's requests are
+  // Response blocks through the codec and the HTTP writer: the block's requests are
   // queued (they stay in the core's queue: no instance runs them), then answered.
   LaneFixture f(uint64_t{64} << 20);
   KServeCodec& codec = f.lane.codec();
   const Body request_body = make_body(add_sub_json(1), 128);
-  const std::string result = result_block(kResultHeader, {"AAAAAAAA", "BBBBBBBB"});
+  const std::string result = two_responses();
   uint64_t next_id = 1;
   for (int i = 0; i < 20000; ++i) {
     std::string damaged = mutator.mutate(result);
@@ -749,4 +779,48 @@ TEST(lane_survives_damaged_requests_and_results) {
     for (uint64_t id : ids) codec.forget(id);
   }
   CHECK(next_id > 1000);
+}
+
+// The copies of an input on the lane, counted: received HTTP bytes to the batch tensor
+// the worker reads is one copy (place), none at dispatch for a first-in first-out batch.
+TEST(lane_requests_reach_the_batch_tensor_with_one_copy) {
+  Core core(1 << 22, nullptr, false);
+  BatcherConfig config;
+  config.dynamic_batching = true;
+  config.max_batch_size = 8;
+  ModelSpec model = add_sub_model();
+  model.core_model_id = core.add_model(config);
+  uint32_t instance = core.add_instance(model.core_model_id);
+  HttpLane lane(core);
+  lane.add_route("/v2/models/add_sub/infer", lane.codec().add_model(model));
+  std::string received;
+  for (int i = 0; i < 8; ++i) {
+    Body body = make_body(add_sub_json(), 128);
+    for (size_t b = 0; b < 128; ++b)
+      body.bytes[body.header_size + b] = static_cast<char>(i * 16 + b / 8);
+    received += http_post("/v2/models/add_sub/infer", body.bytes, body.header_size);
+  }
+  std::vector<HttpLane::Taken> taken;
+  lane.take_http(reinterpret_cast<const uint8_t*>(received.data()), received.size(), 1 << 20, 7,
+                 &taken);
+  CHECK(taken.size() == 8);
+  InstanceEndpoint ep = core.endpoint(instance);
+  WorkerEndpoint worker(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
+                        dup(core.notify_fd()));
+  core.instance_up(instance);
+  BatchMessage message = worker.next();
+  const auto& header = *worker.arena().at<BatchHeader>(message.desc_offset);
+  CHECK(header.n_requests == 8 && header.n_tensors == 2 && header.gathered == 0);
+  const auto* tensors =
+      worker.arena().at<BatchTensor>(message.desc_offset + batch_tensors_offset(8));
+  CHECK(tensors[0].size == 8 * 64 && tensors[1].size == 8 * 64);
+  // INPUT0 of request i is bytes i*16 + [0, 8) of its body, each 8 times.
+  const uint8_t* input0 = worker.arena().base() + tensors[0].offset;
+  bool rows_in_order = true;
+  for (int i = 0; i < 8; ++i) {
+    for (int b = 0; b < 64; ++b) rows_in_order &= input0[i * 64 + b] == i * 16 + b / 8;
+  }
+  CHECK(rows_in_order);
+  CHECK(core.assembler().placed_bytes() == 8 * 128);  // one copy of every input byte
+  CHECK(core.assembler().gathered_bytes() == 0);      // and no second one
 }

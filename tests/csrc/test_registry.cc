@@ -23,6 +23,17 @@ namespace {
 
 uint64_t blocks(Core& core) { return core.arena().stats().blocks_in_use; }
 
+// A request of one inline input, `payload`.
+SubmitRequest request_of(uint64_t id, const std::string& payload) {
+  SubmitRequest request;
+  request.request_id = id;
+  InputSource input;
+  input.data = payload.data();
+  input.size = payload.size();
+  request.inputs.push_back(input);
+  return request;
+}
+
 TEST(registry_stale_handle_fails_cleanly) {
   Core core(1 << 20, nullptr, false);
   ModelHandle old = core.add_model(batching(8, true));
@@ -30,14 +41,14 @@ TEST(registry_stale_handle_fails_cleanly) {
   CHECK(core.remove_model(old));
   CHECK(!core.remove_model(old));
   CHECK(blocks(core) == 0);
-  std::vector<SubmitPart> parts{{"x", 1, 0}};
-  CHECK(core.submit(old, 1, 1, parts, SubmitOptions{}) == SubmitResult::kModelGone);
+  const std::string x = "x";
+  CHECK(core.submit(old, request_of(1, x)) == SubmitResult::kModelGone);
   CHECK(blocks(core) == 0);  // the request's block went back at once
   // A new model takes the slot under a new generation: the old handle stays gone.
   ModelHandle fresh = core.add_model(batching(8, true));
   CHECK(fresh.slot() == old.slot() && fresh.generation() != old.generation());
-  CHECK(core.submit(old, 2, 1, parts, SubmitOptions{}) == SubmitResult::kModelGone);
-  CHECK(core.submit(fresh, 3, 1, parts, SubmitOptions{}) == SubmitResult::kOk);
+  CHECK(core.submit(old, request_of(2, x)) == SubmitResult::kModelGone);
+  CHECK(core.submit(fresh, request_of(3, x)) == SubmitResult::kOk);
   bool threw = false;
   try {
     core.add_instance(old);
@@ -47,7 +58,8 @@ TEST(registry_stale_handle_fails_cleanly) {
   CHECK(threw);
   CHECK(core.remove_model(fresh));
   CHECK(core.poll().size() == 1);  // request 3, failed as its model went
-  CHECK(core.submit(ModelHandle{}, 4, 1, parts, SubmitOptions{}) == SubmitResult::kModelGone);
+  CHECK(core.submit(ModelHandle{}, request_of(4, x)) == SubmitResult::kModelGone);
+  CHECK(blocks(core) == 0);  // request 3's slab went with it
 }
 
 TEST(registry_remove_fails_the_queue_and_frees_idle_instances) {
@@ -56,7 +68,9 @@ TEST(registry_remove_fails_the_queue_and_frees_idle_instances) {
   uint32_t a = core.add_instance(model);
   core.add_instance(model);
   for (uint64_t id = 1; id <= 3; ++id) CHECK(submit_bytes(core, model, id, "queued"));
-  CHECK(blocks(core) == 2 + 3);  // two channels, three requests
+  // Two channels and the model's staging slab, holding the three requests' rows.
+  CHECK(blocks(core) == 2 + 1);
+  CHECK(core.assembler().slabs() == 1 && core.assembler().placed_bytes() == 3 * 6);
   CHECK(core.remove_model(model));
   std::vector<Completion> done = core.poll();
   CHECK(done.size() == 1);
@@ -129,6 +143,46 @@ TEST(registry_remove_fails_a_batch_whose_worker_dies_after) {
   CHECK(blocks(core) == 0);
 }
 
+// The assembler follows the registry: a removed model's queued rows are released as
+// they fail, its slab goes once the rows of its batch in flight are released too, and
+// a model added in the same slot stages in a slab of its own.
+TEST(registry_remove_releases_the_models_slab_and_a_reused_slot_starts_fresh) {
+  Core core(1 << 22, nullptr, false);
+  ModelHandle model = core.add_model(batching(2, true));
+  uint32_t instance = core.add_instance(model);
+  InstanceEndpoint ep = core.endpoint(instance);
+  WorkerEndpoint worker(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
+                        dup(core.notify_fd()));
+  core.instance_starting(instance);
+  core.instance_up(instance);
+  for (uint64_t id = 1; id <= 4; ++id) CHECK(submit_bytes(core, model, id, "rows"));
+  CHECK(core.assembler().slabs() == 1);
+  core.flush();
+  BatchMessage running = worker.next();  // requests 1 and 2; 3 and 4 stay queued
+  CHECK(running.kind == MessageKind::kBatch && running.n_requests == 2);
+  CHECK(core.remove_model(model));
+  std::vector<Completion> done = core.poll();
+  CHECK(done.size() == 1 && done[0].status == kCompletionModelGone);
+  CHECK(done.size() == 1 && (done[0].request_ids == std::vector<uint64_t>{3, 4}));
+  CHECK(core.assembler().slabs() == 1);  // rows 1 and 2 are the running batch's tensors
+  CHECK(core.submit(model, request_of(5, "late")) == SubmitResult::kModelGone);
+  ModelHandle fresh = core.add_model(batching(2, true));
+  CHECK(fresh.slot() == model.slot());
+  CHECK(submit_bytes(core, fresh, 6, "new"));
+  CHECK(core.assembler().slabs() == 2);  // the new model's own slab
+  worker.complete(running.batch_id, 0, 0, kCompletionOk);
+  done = core.poll();
+  CHECK(done.size() == 1 && (done[0].request_ids == std::vector<uint64_t>{1, 2}));
+  CHECK(core.assembler().slabs() == 1);  // the removed model's slab is gone
+  CHECK(worker.next().kind == MessageKind::kStop);
+  CHECK(core.instance_down(instance).empty());
+  CHECK(core.remove_model(fresh));
+  done = core.poll();
+  CHECK(done.size() == 1 && (done[0].request_ids == std::vector<uint64_t>{6}));
+  CHECK(core.assembler().slabs() == 0);
+  CHECK(blocks(core) == 0);
+}
+
 // Submitters on several threads while the main thread adds a model, serves it with
 // a worker, and removes it, many times over. Every request the core accepted is
 // answered exactly once, ran or failed as removed; nothing leaks.
@@ -143,11 +197,10 @@ TEST(registry_add_and_remove_under_concurrent_submits) {
   for (int t = 0; t < kSubmitters; ++t) {
     submitters.emplace_back([&, t] {
       std::string payload(100, 'p');
-      std::vector<SubmitPart> parts{{payload.data(), payload.size(), 0}};
       while (!stop.load()) {
         ModelHandle model{current.load()};
         uint64_t id = core.new_request_id();
-        SubmitResult result = core.submit(model, id, payload.size(), parts, SubmitOptions{});
+        SubmitResult result = core.submit(model, request_of(id, payload));
         if (result == SubmitResult::kOk) accepted[t].push_back(id);
         if (result == SubmitResult::kModelGone) gone++;
         std::this_thread::yield();

@@ -61,10 +61,14 @@ class AffinityScheduler final : public Scheduler {
 };
 
 bool submit_keyed(Core& core, ModelHandle model, uint64_t id, uint64_t key) {
-  std::vector<SubmitPart> parts{{"k", 1, 0}};
-  SubmitOptions options;
-  options.shape_key = key;
-  return core.submit(model, id, 1, parts, options) == SubmitResult::kOk;
+  SubmitRequest request;
+  request.request_id = id;
+  InputSource input;
+  input.data = "k";
+  input.size = 1;
+  request.inputs.push_back(input);
+  request.options.shape_key = key;
+  return core.submit(model, request) == SubmitResult::kOk;
 }
 
 TEST(scheduler_chooses_the_instance_a_key_sticks_to) {

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import orjson
 
-from naiad import _core, arena_format
+from naiad import _core
 from naiad.errors import (
     Internal,
     InvalidArgument,
     NaiadError,
     NotFound,
     Unavailable,
+    Unsupported,
     error_of_triton_code,
 )
 from naiad.repository.catalog import Catalog
@@ -343,6 +344,10 @@ class ModelManager:
             if code == _core.SUBMIT_MODEL_GONE:
                 raise Unavailable(_not_ready_message(model))
             model.stats.record_failure(_core.now_ns() - submit_ns, "REJECTED")
+            if code == _core.SUBMIT_UNSUPPORTED_INPUT:
+                raise Unsupported(
+                    f"model '{model.name}': an input's shared-memory region cannot be read"
+                )
             raise Unavailable(
                 f"model '{model.name}': the shared-memory arena has no room for a request "
                 f"of {size} bytes"
@@ -452,7 +457,7 @@ class ModelManager:
             if lane:
                 timings = self._answer_lane(lane, offset, size, request_ids, dispatch_ns, end_ns)
             if len(lane) != len(live):
-                timings = self._answer_general(pendings, offset, dispatch_ns, end_ns)
+                timings = self._answer_general(pendings, offset, size, dispatch_ns, end_ns)
             if timings is not None:
                 live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
         finally:
@@ -485,7 +490,7 @@ class ModelManager:
         if result is None:
             self._fail_batch(lane, _core.COMPLETION_WORKER_FAILED, end_ns)
             return None
-        timings, replies = result
+        timings, replies, finals = result
         pop = self._pending.pop
         stats = lane[0].model.stats
         successes = inferences = request_ns = queue_ns = 0
@@ -506,47 +511,61 @@ class ModelManager:
                 log.exception("sending the response of request %d failed", request_id)
         if successes:
             stats.record_successes(successes, inferences, request_ns, queue_ns, timings)
-        if len(replies) != len(lane):
-            log.error("the fast lane answered %d of a batch's %d requests", len(replies), len(lane))
-            self._fail_unanswered([p.request_id for p in lane])
-        return timings
-
-    def _answer_general(self, pendings, offset, dispatch_ns, end_ns):
-        """Resolves the general path's requests of a batch; returns the timings."""
-        arena = self.core.arena
-        header, prefix_length = arena_format.read_header(arena, offset)
-        timings = header["timings"]
-        outcomes = header["responses"]
-        if len(outcomes) != len(pendings):
-            raise ValueError(
-                f"the result block holds {len(outcomes)} outcomes for {len(pendings)} requests"
+        # A lane request whose final response is in the block is answered now; one without
+        # gets it in a later block or fails when the batch ends (it stays pending).
+        pending = self._pending
+        final = set(finals)
+        lost = [p.request_id for p in lane if p.request_id in final and p.request_id in pending]
+        if lost:
+            log.error(
+                "the fast lane did not answer %d of a batch's %d requests that have their "
+                "final response",
+                len(lost),
+                len(lane),
             )
-        # Tensors follow the header in response order: derive their offsets.
-        sizes = [t[3] for o in outcomes for t in o.get("outputs", ())]
-        offsets = iter(arena_format.tensor_offsets(prefix_length, sizes))
-        for pending, outcome in zip(pendings, outcomes):
-            tensors = outcome.get("outputs")
-            starts = [offset + next(offsets) for _ in tensors] if tensors else ()
-            if pending is not None and not pending.lane:
-                self._resolve(pending, outcome, arena, starts, timings, dispatch_ns, end_ns)
+            self._fail_unanswered(lost)
         return timings
 
-    def _resolve(self, pending, outcome, arena, starts, timings, dispatch_ns, end_ns) -> None:
+    def _answer_general(self, pendings, offset, size, dispatch_ns, end_ns):
+        """Resolves the general path's requests of a batch from its response block
+        (csrc/ipc_schema.h, read through _core); returns the timings."""
+        read = _core.read_response_block(self.core.arena, offset, size)
+        if read is None:
+            raise ValueError(f"the response block at {offset} ({size} bytes) is not readable")
+        timings, responses = read
+        if any(index >= len(pendings) for index, *_ in responses):
+            raise ValueError(
+                f"the response block names a request beyond the batch of {len(pendings)}"
+            )
+        arena = self.core.arena
+        # HTTP answers once: a request's final response is its answer. A request without
+        # one in this block gets it in a later block, or fails when the batch ends (the
+        # core's completion for it): it stays pending until then.
+        for index, flags, code, json, slots in responses:
+            if not flags & _core.RESPONSE_FINAL:
+                continue
+            pending = pendings[index]
+            if pending is not None and not pending.lane:
+                error = code if flags & _core.RESPONSE_ERROR else None
+                outcome = orjson.loads(json)
+                self._resolve(pending, outcome, error, arena, slots, timings, dispatch_ns, end_ns)
+        return timings
+
+    def _resolve(self, pending, outcome, code, arena, slots, timings, dispatch_ns, end_ns) -> None:
         model = pending.model
         future = pending.future
         if future.done():  # the client went away; nothing to answer
             self._pending.pop(pending.request_id, None)
             return
-        error = outcome.get("error")
-        if error is not None:
+        if code is not None:
             model.stats.record_failure(end_ns - pending.submit_ns)
             self._pending.pop(pending.request_id, None)
-            future.set_exception(error_of_triton_code(outcome.get("code"), error))
+            future.set_exception(error_of_triton_code(code, outcome.get("error", "")))
             return
-        # Copied out so the result block can be freed at once.
+        # Copied out so the response block can be freed at once.
         outputs = [
             OutputTensor(name, datatype, shape, bytes(arena[start : start + nbytes]))
-            for (name, datatype, shape, nbytes), start in zip(outcome["outputs"], starts)
+            for (name, datatype, shape), (start, nbytes) in zip(outcome["outputs"], slots)
         ]
         response = InferResponse(
             model.name,

@@ -3,8 +3,9 @@
 It attaches the shared arena through descriptors inherited from the frontend, loads
 the backend the model's config names (naiad.backends) once, reports readiness on its
 control pipe, then loops: wait for a batch (GIL released), view each input as a numpy
-array over the arena without copying (a backends.base.Batch), let the backend execute
-it, write its outputs into a result block in the arena, post the completion.
+array over the arena without copying (a backends.base.Batch: rows of the batch-major
+input tensors), let the backend execute it, post its outputs as a response block
+(csrc/ipc_schema.h, through WorkerEndpoint.respond) that also ends the batch.
 
 Launch contract (scheduling/instance.py): argv carries the descriptor numbers and
 the channel offset; stdin carries the JSON of Triton's initialize() args.
@@ -25,7 +26,7 @@ import traceback
 import numpy as np
 import orjson
 
-from naiad import _core, arena_format, datatypes
+from naiad import _core, datatypes
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader
 from naiad.gc_tuning import settle_after_startup
@@ -73,65 +74,83 @@ _INPUT_DTYPES = {
 
 
 class _Layout:
-    """A request block's header, parsed: the backend's view of it (`header`) and where
-    each input lies in the block, as (numpy dtype or None for BYTES, shape, nbytes,
-    offset from the block start) per input, in the header's order."""
+    """A request's metadata (csrc/ipc_schema.h), parsed: the backend's view of it
+    (`header`) and the numpy dtype (None for BYTES) and shape of each input, in the
+    metadata's order. Where the inputs' bytes are comes with each batch (the request
+    block's slots)."""
 
     __slots__ = ("header", "placements")
 
-    def __init__(self, header_bytes: bytes):
-        header = orjson.loads(header_bytes)
-        entries = header["inputs"]
-        offsets = arena_format.tensor_offsets(
-            arena_format.LENGTH_SIZE + len(header_bytes), [entry[3] for entry in entries]
-        )
+    def __init__(self, metadata: bytes):
+        header = orjson.loads(metadata)
+        inputs = tuple((name, datatype, tuple(shape)) for name, datatype, shape in header["inputs"])
         self.header = RequestHeader(
-            header["id"],
-            tuple((name, datatype, tuple(shape)) for name, datatype, shape, _ in entries),
-            header["outputs"] or [],
-            header["parameters"],
+            header["id"], inputs, header["outputs"] or [], header["parameters"]
         )
         self.placements = tuple(
-            (None if datatype == "BYTES" else _INPUT_DTYPES[datatype], tuple(shape), nbytes, offset)
-            for (_, datatype, shape, nbytes), offset in zip(entries, offsets)
+            (None if datatype == "BYTES" else _INPUT_DTYPES[datatype], shape)
+            for _name, datatype, shape in inputs
         )
 
 
-# Header bytes -> _Layout. A client sends the same header (same id, names and shapes)
-# again and again, so most requests skip the JSON parse.
+# Metadata bytes -> _Layout. A client sends the same request (same id, names and
+# shapes) again and again, so most requests skip the JSON parse.
 _LAYOUTS: dict[bytes, _Layout] = {}
 _LAYOUTS_LIMIT = 1024
 
 
-def _new_layout(key: bytes) -> _Layout:
-    if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
-        _LAYOUTS.clear()
-    layout = _LAYOUTS[key] = _Layout(key)
+def _layout(metadata: bytes) -> _Layout:
+    layout = _LAYOUTS.get(metadata)
+    if layout is None:
+        if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[metadata] = _Layout(metadata)
     return layout
 
 
-def _batch(arena, blocks: list[int]) -> Batch:
-    """The batch's request blocks as the backend sees them: each input a numpy view over
-    the arena (no copy); BYTES inputs decoded into object arrays."""
-    header_text = arena_format.header_text
-    cached = _LAYOUTS.get
+def _batch(arena, blocks: list) -> Batch:
+    """The batch's requests as the backend sees them: `blocks` are (metadata, input
+    slots) per request (WorkerEndpoint.next), each slot the (arena offset, size) of an
+    input's bytes. Each input is a numpy view over the arena (no copy): a row range of
+    the batch-major tensor when the batch has them; BYTES inputs decoded into object
+    arrays."""
     headers = []
     arrays = []
-    for block in blocks:
-        key = bytes(header_text(arena, block))
-        layout = cached(key) or _new_layout(key)
+    for metadata, slots in blocks:
+        layout = _layout(metadata)
         headers.append(layout.header)
         arrays.append(
             [
-                np.ndarray(shape, dtype, arena, block + offset)
+                np.ndarray(shape, dtype, arena, offset)
                 if dtype is not None
                 else datatypes.deserialize_bytes(
-                    arena[block + offset : block + offset + nbytes], datatypes.element_count(shape)
+                    arena[offset : offset + nbytes], datatypes.element_count(shape)
                 ).reshape(shape)
-                for dtype, shape, nbytes, offset in layout.placements
+                for (dtype, shape), (offset, nbytes) in zip(layout.placements, slots)
             ]
         )
     return Batch(headers, arrays)
+
+
+def batch_inputs(arena, blocks: list, tensors: list) -> dict:
+    """The batch's inputs as whole [N, ...] arrays over the arena, by name: what a
+    framework backend feeds its session in one call. `blocks` and `tensors` as
+    `WorkerEndpoint.next` gives them; empty when the requests' inputs differ. Needs
+    the requests' non-batch shapes to agree (BYTES stay serialized: not in the dict).
+    """
+    if not tensors or not blocks:
+        return {}
+    layouts = [_layout(metadata) for metadata, _slots in blocks]
+    arrays = {}
+    for index, (name, datatype, shape) in enumerate(layouts[0].header.inputs):
+        if datatype == "BYTES" or any(
+            layout.header.inputs[index][2][1:] != shape[1:] for layout in layouts
+        ):
+            continue
+        rows = sum(layout.header.inputs[index][2][0] for layout in layouts) if shape else 0
+        offset, _size = tensors[index]
+        arrays[name] = np.ndarray((rows, *shape[1:]), _INPUT_DTYPES[datatype], arena, offset)
+    return arrays
 
 
 # numpy dtype -> wire datatype, filled as outputs show them.
@@ -144,34 +163,41 @@ def _wire_datatype(dtype: np.dtype) -> str:
     return wire
 
 
-def _wire_results(results: list) -> tuple[list, list]:
-    """The backend's Responses and RequestErrors -> (outcomes, output buffers in wire
-    layout) for `arena_format.encode_result`."""
+_FINAL = _core.RESPONSE_FINAL
+_FINAL_ERROR = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
+
+
+def _wire_results(results: list) -> list:
+    """The backend's Responses and RequestErrors -> responses for
+    `WorkerEndpoint.respond`: one final response per request, (request_index, flags,
+    error_code, JSON, output buffers in wire layout). The JSON is
+    {"outputs": [[name, datatype, shape], ...], "parameters": {...}} (parameters only
+    when the backend gave some) or {"error": message}, the code in the record."""
     wire_of = _WIRE_OF_DTYPE.get
-    outcomes = []
-    buffers = []
-    for result in results:
+    responses = []
+    for index, result in enumerate(results):
         if isinstance(result, RequestError):
-            outcomes.append({"error": result.message, "code": result.code})
+            json = orjson.dumps({"error": result.message})
+            responses.append((index, _FINAL_ERROR, result.code, json, ()))
             continue
         entries = []
+        buffers = []
         for name, array in result.outputs:
             datatype = wire_of(array.dtype) or _wire_datatype(array.dtype)
             if datatype == "BYTES":
                 buffer = datatypes.serialize_bytes(array)
-                size = len(buffer)
             else:
                 if not array.flags.c_contiguous or array.dtype.byteorder == ">":
                     array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-                size = array.nbytes
-                buffer = memoryview(array).cast("B") if size else b""
-            entries.append([name, datatype, array.shape, size])
+                buffer = memoryview(array).cast("B") if array.nbytes else b""
+            entries.append([name, datatype, array.shape])
             buffers.append(buffer)
         if result.parameters:
-            outcomes.append({"outputs": entries, "parameters": result.parameters})
+            json = orjson.dumps({"outputs": entries, "parameters": result.parameters})
         else:
-            outcomes.append({"outputs": entries})
-    return outcomes, buffers
+            json = orjson.dumps({"outputs": entries})
+        responses.append((index, _FINAL, 0, json, buffers))
+    return responses
 
 
 class Worker:
@@ -182,16 +208,18 @@ class Worker:
 
     def run(self) -> None:
         while True:
-            is_stop, batch_id, blocks = self.endpoint.next()
+            is_stop, batch_id, blocks, tensors = self.endpoint.next()
             if is_stop:
                 return
             try:
-                self._run_batch(batch_id, blocks)
+                self._run_batch(batch_id, blocks, tensors)
             except Exception:
                 traceback.print_exc()
                 self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
 
-    def _run_batch(self, batch_id: int, blocks: list[int]) -> None:
+    def _run_batch(self, batch_id: int, blocks: list, tensors: list) -> None:
+        """`tensors`: the batch-major input tensors (see `batch_inputs`), which the
+        requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
         batch = _batch(self.arena, blocks)
         infer_start = _core.now_ns()
@@ -201,21 +229,13 @@ class Worker:
             raise RuntimeError(
                 f"the backend answered {len(results)} of the batch's {len(blocks)} requests"
             )
-        outcomes, buffers = _wire_results(results)
+        responses = _wire_results(results)
         # start, compute_input, compute_infer, compute_output (ns); the output time
         # covers turning tensors into wire buffers, not the final copy into the arena.
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
-        prefix, parts, size = arena_format.encode_result(outcomes, buffers, timings)
-        offset = self.endpoint.alloc(size, batch_id)
-        if offset == 0:
+        # One response block: every request's final response, and the batch ends.
+        if not self.endpoint.respond(batch_id, responses, timings, True):
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
-            return
-        arena = self.arena
-        arena[offset : offset + len(prefix)] = prefix
-        for part_offset, buffer in parts:
-            start_at = offset + part_offset
-            arena[start_at : start_at + len(buffer)] = buffer
-        self.endpoint.complete(batch_id, offset, size, _core.COMPLETION_OK)
 
 
 def _die_with_parent() -> None:

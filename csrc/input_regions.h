@@ -1,0 +1,24 @@
+// Where the core finds the bytes of an input that is not inline in the request: a
+// client's system shared-memory region or CUDA IPC allocation, named by a region id.
+// The shared-memory registry (Triton's shm extension) implements this interface and
+// hands it to Core::set_input_regions(); until then no region resolves and the core
+// refuses such inputs with SubmitResult::kUnsupportedInput.
+#pragma once
+
+#include <cstdint>
+
+namespace naiad {
+
+enum class InputKind : uint32_t { kInline = 0, kSystemShm = 1, kCudaIpc = 2 };
+
+class InputRegions {
+ public:
+  virtual ~InputRegions() = default;
+  // The mapped bytes [offset, offset + size) of host region `region`, or nullptr when
+  // the region is unknown, not host memory, or the range is outside it. Called with
+  // the GIL released on the submitting thread; the bytes must stay mapped until
+  // submit() returns (the core copies them).
+  virtual const uint8_t* map(InputKind kind, uint64_t region, uint64_t offset, uint64_t size) = 0;
+};
+
+}  // namespace naiad

@@ -1,0 +1,144 @@
+// The one definition of what crosses the shared arena between the frontend and the
+// workers: the request block, the batch descriptor and the response block. C++ uses
+// these structs directly; Python reads and writes them only through _core.pyx, which
+// declares the same header. Every struct is plain, little-endian, fixed-size and
+// 8-byte aligned, so both languages see the same bytes with no parsing.
+//
+// JSON appears only for the variable, human-shaped parts (names, datatypes, shapes,
+// parameters); offsets, sizes, counts and flags are always fields of these structs.
+#pragma once
+
+#include <cstdint>
+
+namespace naiad {
+
+// Where blocks align their tensors (and where the arena aligns blocks).
+constexpr uint64_t kTensorAlign = 64;
+
+inline uint64_t align_tensor(uint64_t value) {
+  return (value + kTensorAlign - 1) & ~(kTensorAlign - 1);
+}
+
+// ---- Request block: one per queued request, written by Core::submit ----------------
+//
+//   RequestHeader | InputSlot[n_inputs] | metadata (metadata_size bytes)
+//
+// The metadata is the request as the worker sees it, JSON:
+//   {"id": str, "inputs": [[name, datatype, shape], ...],
+//    "outputs": [name, ...] | null, "parameters": {...}}
+// with one InputSlot per metadata input, in the same order. A slot names the input's
+// bytes anywhere in the arena: in the request's own block, in a staging slab, or in
+// the batch tensor of the batch the request runs in (batch_assembler.h).
+constexpr uint32_t kRequestMagic = 0x31515249;  // "IRQ1"
+
+struct RequestHeader {
+  uint32_t magic;
+  uint32_t n_inputs;
+  uint32_t metadata_size;
+  uint32_t batch_size;   // rows the request adds to a batch (its inputs' first dim)
+  uint64_t input_order;  // which config inputs, in order (core.h input_order_key)
+  uint64_t reserved;
+};
+
+struct InputSlot {
+  uint64_t offset;  // arena offset of the input's bytes
+  uint64_t size;    // bytes (wire layout: raw little-endian, BYTES length-prefixed)
+};
+
+inline uint64_t request_metadata_offset(uint32_t n_inputs) {
+  return sizeof(RequestHeader) + uint64_t{n_inputs} * sizeof(InputSlot);
+}
+
+static_assert(sizeof(RequestHeader) == 32, "RequestHeader layout");
+static_assert(sizeof(InputSlot) == 16, "InputSlot layout");
+
+// ---- Batch descriptor: one per dispatched batch, at BatchMessage::desc_offset -------
+//
+//   BatchHeader | BatchRequest[n_requests] | BatchTensor[n_tensors] | gathered tensors
+//
+// When every request of the batch has the same inputs in the same order, input i of
+// the whole batch is ONE contiguous tensor of `rows` rows (batch-major, [N, ...]) and
+// BatchTensor i says where; the requests' own InputSlots then point inside it, row
+// after row in batch order, so per-request views and the batch view share the bytes.
+// n_tensors is 0 when the requests' inputs differ (optional inputs, another order):
+// the worker then reads each request's slots only. Tensors the core had to gather
+// (batch_assembler.h) live in the descriptor's own block, after the arrays.
+struct BatchHeader {
+  uint32_t n_requests;
+  uint32_t n_tensors;
+  uint32_t rows;      // sum of the requests' batch_size
+  uint32_t gathered;  // 1: the tensors were copied together at dispatch (second copy)
+};
+
+struct BatchRequest {
+  uint64_t request_id;
+  uint64_t block_offset;  // the request block (RequestHeader) in the arena
+  uint32_t batch_size;
+  uint32_t first_row;  // where its rows start in the batch tensors
+};
+
+struct BatchTensor {
+  uint64_t offset;  // arena offset of the [rows, ...] tensor
+  uint64_t size;    // bytes
+};
+
+inline uint64_t batch_requests_offset() { return sizeof(BatchHeader); }
+inline uint64_t batch_tensors_offset(uint32_t n_requests) {
+  return sizeof(BatchHeader) + uint64_t{n_requests} * sizeof(BatchRequest);
+}
+
+static_assert(sizeof(BatchHeader) == 16, "BatchHeader layout");
+
+// ---- Response block: responses a worker posts for requests of a batch ---------------
+//
+//   ResponseHeader | ResponseRecord[n_responses] | OutputSlot[n_outputs]
+//   | each response's JSON | the output tensors, each 64-byte aligned
+//
+// A request gets 0..N responses, the last one flagged kResponseFinal; one block may
+// carry responses for several requests (the 1:1 case: one final response for every
+// request of the batch, in one block). A response's JSON holds only what varies in
+// shape: {"outputs": [[name, datatype, shape], ...], "error": message,
+// "parameters": {...}} (each member optional); its output sizes and offsets are
+// OutputSlots and its error code a field. Offsets are from the block's start, so a
+// block can be read (or copied) as a whole.
+constexpr uint32_t kResponseMagic = 0x31505352;  // "RSP1"
+constexpr uint32_t kResponseFinal = 1;           // the request's last response
+constexpr uint32_t kResponseError = 2;           // the request failed: "error" in JSON
+
+struct ResponseHeader {
+  uint32_t magic;
+  uint32_t n_responses;
+  uint32_t n_outputs;
+  uint32_t reserved;
+  // Worker-side timings of the batch (ns): start, compute_input, compute_infer,
+  // compute_output.
+  uint64_t timings[4];
+};
+
+struct ResponseRecord {
+  uint32_t request_index;  // the request's position in its batch (BatchRequest order)
+  uint32_t flags;          // kResponseFinal | kResponseError
+  int32_t error_code;      // pb_utils.TritonError code, with kResponseError
+  uint32_t n_outputs;      // its outputs: OutputSlot[first_output, first_output + n)
+  uint32_t first_output;
+  uint32_t json_size;
+  uint64_t json_offset;  // from the block start
+};
+
+struct OutputSlot {
+  uint64_t offset;  // from the block start
+  uint64_t size;    // bytes, wire layout
+};
+
+inline uint64_t response_records_offset() { return sizeof(ResponseHeader); }
+inline uint64_t response_outputs_offset(uint32_t n_responses) {
+  return sizeof(ResponseHeader) + uint64_t{n_responses} * sizeof(ResponseRecord);
+}
+
+static_assert(sizeof(ResponseHeader) == 48, "ResponseHeader layout");
+static_assert(sizeof(ResponseRecord) == 32, "ResponseRecord layout");
+static_assert(sizeof(OutputSlot) == 16, "OutputSlot layout");
+static_assert(sizeof(BatchRequest) == 24, "BatchRequest layout");
+static_assert(sizeof(BatchTensor) == 16, "BatchTensor layout");
+
+}  // namespace naiad

@@ -1,0 +1,54 @@
+// Writing and reading response blocks (ipc_schema.h). Workers write them (through
+// WorkerEndpoint::respond); the core reads their records to route responses and see
+// which requests are finished; the lane and the Python general path read them to
+// answer clients. Readers check every offset and size against the block: a worker's
+// block is never trusted to be well formed.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "ipc_schema.h"
+
+namespace naiad {
+
+struct OutputBytes {
+  const void* data = nullptr;
+  uint64_t size = 0;
+};
+
+// One response as a writer describes it.
+struct ResponseEntry {
+  uint32_t request_index = 0;
+  uint32_t flags = kResponseFinal;
+  int32_t error_code = 0;
+  std::string_view json;  // {"outputs": [[name, datatype, shape], ...]} or {"error": ...}
+  std::vector<OutputBytes> outputs;
+};
+
+uint64_t response_block_size(const std::vector<ResponseEntry>& entries);
+// Writes the block (response_block_size bytes) at `block`, outputs copied in.
+void write_response_block(uint8_t* block, const std::vector<ResponseEntry>& entries,
+                          const uint64_t timings[4]);
+
+// A checked view of a block: every record's JSON and outputs lie inside it.
+struct ResponseBlockView {
+  const uint8_t* block = nullptr;
+  uint64_t size = 0;
+  const ResponseHeader* header = nullptr;
+  const ResponseRecord* records = nullptr;
+  const OutputSlot* outputs = nullptr;
+
+  std::string_view json(const ResponseRecord& record) const {
+    return std::string_view(reinterpret_cast<const char*>(block + record.json_offset),
+                            record.json_size);
+  }
+};
+bool view_response_block(const uint8_t* block, uint64_t size, ResponseBlockView* out);
+
+// Response `index` of `view` as an entry of its own (pointing into the view's block),
+// for a new block that carries it alone: how a BLS caller gets its response.
+ResponseEntry entry_of(const ResponseBlockView& view, uint32_t index);
+
+}  // namespace naiad

@@ -1,0 +1,213 @@
+// The BLS path: a worker submits a request to the core (channel.h to_core ring), the
+// core queues it on the target model like any other, and routes that request's
+// responses back to the submitting worker (kResponse), never to the frontend.
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core.h"
+#include "ipc_schema.h"
+#include "response_block.h"
+#include "testing.h"
+#include "worker_endpoint.h"
+
+using namespace naiad;
+
+namespace {
+
+const uint64_t kTimings[4] = {1, 2, 3, 4};
+
+struct TwoModels {
+  TwoModels() : core(1 << 22, nullptr, false) {
+    BatcherConfig config;
+    config.dynamic_batching = true;
+    config.max_batch_size = 4;
+    caller = core.add_model(config);
+    target = core.add_model(config);
+    caller_instance = core.add_instance(caller);
+    target_instance = core.add_instance(target);
+    caller_worker = attach(caller_instance);
+    target_worker = attach(target_instance);
+  }
+  std::unique_ptr<WorkerEndpoint> attach(uint32_t instance) {
+    InstanceEndpoint ep = core.endpoint(instance);
+    return std::make_unique<WorkerEndpoint>(dup(core.arena().fd()), ep.channel_offset,
+                                            dup(ep.wake_fd), dup(core.notify_fd()));
+  }
+  SubmitRequest request(uint64_t id, const std::string& input) {
+    SubmitRequest r;
+    r.request_id = id;
+    r.metadata = "{\"id\":\"bls\"}";
+    InputSource source;
+    source.data = input.data();
+    source.size = input.size();
+    r.inputs.push_back(source);
+    return r;
+  }
+  Core core;
+  ModelHandle caller, target;
+  uint32_t caller_instance = 0, target_instance = 0;
+  std::unique_ptr<WorkerEndpoint> caller_worker, target_worker;
+};
+
+// The bytes of input 0 of request `index` of a batch, as a worker reads them.
+std::string input_of(WorkerEndpoint& worker, const BatchMessage& message, uint32_t index) {
+  Arena& arena = worker.arena();
+  const auto* records = arena.at<BatchRequest>(message.desc_offset + batch_requests_offset());
+  const auto* slots = arena.at<InputSlot>(records[index].block_offset + sizeof(RequestHeader));
+  return std::string(reinterpret_cast<const char*>(arena.base() + slots[0].offset), slots[0].size);
+}
+
+ResponseEntry answer(uint32_t index, const std::string& output, bool final = true) {
+  ResponseEntry entry;
+  entry.request_index = index;
+  entry.flags = final ? kResponseFinal : 0;
+  entry.json = "{\"outputs\":[[\"OUT\",\"UINT8\",[3]]]}";
+  entry.outputs.push_back(OutputBytes{output.data(), output.size()});
+  return entry;
+}
+
+}  // namespace
+
+TEST(a_worker_submits_a_request_and_gets_its_responses) {
+  TwoModels m;
+  ArenaStats baseline = m.core.arena().stats();
+  m.core.instance_up(m.caller_instance);
+  m.core.instance_up(m.target_instance);
+  const std::string client_input = "cli";
+  CHECK(m.core.submit(m.caller, m.request(1, client_input)) == SubmitResult::kOk);
+  // A frontend request for the target too: it may share the BLS request's batch.
+  CHECK(m.core.submit(m.target, m.request(2, "fe!")) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage caller_batch = m.caller_worker->next();
+  CHECK(caller_batch.kind == MessageKind::kBatch);
+  BatchMessage first_target = m.target_worker->next();  // request 2 alone
+  CHECK(first_target.n_requests == 1);
+
+  // The caller's model calls the target model with its own request.
+  const std::string bls_input = "bls";
+  CHECK(m.caller_worker->submit(m.target.value, 77, m.request(0, bls_input)) == SubmitResult::kOk);
+  CHECK(m.core.poll().empty());  // queued on the target, whose instance is busy
+  const std::string fe_out = "FE!", bls_out = "BLS";
+  CHECK(m.target_worker->respond(first_target.batch_id, {answer(0, fe_out)}, kTimings, true));
+  std::vector<Completion> frontend = m.core.poll();  // also dispatches the BLS request
+  CHECK(frontend.size() == 1 && frontend[0].request_ids == std::vector<uint64_t>{2});
+  for (const Completion& c : frontend) m.core.arena().free(c.result_offset);
+
+  BatchMessage second_target = m.target_worker->next();
+  CHECK(second_target.kind == MessageKind::kBatch && second_target.n_requests == 1);
+  CHECK(input_of(*m.target_worker, second_target, 0) == "bls");
+  // Two responses: a partial then the final; neither reaches the frontend.
+  CHECK(m.target_worker->respond(second_target.batch_id, {answer(0, bls_out, false)}, kTimings,
+                                 false));
+  CHECK(m.target_worker->respond(second_target.batch_id, {answer(0, bls_out)}, kTimings, true));
+  CHECK(m.core.poll().empty());
+
+  for (int k = 0; k < 2; ++k) {
+    BatchMessage response = m.caller_worker->next();
+    CHECK(response.kind == MessageKind::kResponse && response.batch_id == 77);
+    ResponseBlockView view;
+    CHECK(view_response_block(m.caller_worker->arena().base() + response.desc_offset, response.size,
+                              &view));
+    CHECK(view.header->n_responses == 1 && view.records[0].n_outputs == 1);
+    CHECK((view.records[0].flags & kResponseFinal) == (k == 1 ? kResponseFinal : 0u));
+    CHECK(std::memcmp(view.block + view.outputs[0].offset, "BLS", 3) == 0);
+    m.caller_worker->arena().free(response.desc_offset);
+  }
+  // The caller answers its client.
+  CHECK(m.caller_worker->respond(caller_batch.batch_id, {answer(0, bls_out)}, kTimings, true));
+  std::vector<Completion> done = m.core.poll();
+  CHECK(done.size() == 1 && done[0].request_ids == std::vector<uint64_t>{1});
+  for (const Completion& c : done) m.core.arena().free(c.result_offset);
+  CHECK(m.core.in_flight() == 0);
+  CHECK(m.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+}
+
+TEST(a_worker_request_that_cannot_be_served_is_refused_not_lost) {
+  TwoModels m;
+  m.core.instance_up(m.caller_instance);
+  m.core.instance_up(m.target_instance);
+  const std::string input = "abc";
+  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage caller_batch = m.caller_worker->next();
+  // An unknown model (no such handle): refused at once, as gone.
+  CHECK(m.caller_worker->submit(99, 5, m.request(0, input)) == SubmitResult::kOk);
+  m.core.poll();
+  BatchMessage refused = m.caller_worker->next();
+  CHECK(refused.kind == MessageKind::kRefused && refused.batch_id == 5);
+  CHECK(refused.n_requests == static_cast<uint32_t>(SubmitResult::kModelGone));
+  // A target that ends its batch without a final response: the submitter hears it.
+  CHECK(m.caller_worker->submit(m.target.value, 6, m.request(0, input)) == SubmitResult::kOk);
+  m.core.poll();
+  BatchMessage target_batch = m.target_worker->next();
+  m.target_worker->complete(target_batch.batch_id, 0, 0, kCompletionOk);
+  CHECK(m.core.poll().empty());
+  BatchMessage failed = m.caller_worker->next();
+  CHECK(failed.kind == MessageKind::kRefused && failed.batch_id == 6);
+  CHECK(failed.n_requests == static_cast<uint32_t>(kCompletionWorkerFailed));
+  m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
+  CHECK(m.core.poll().size() == 1);
+}
+
+TEST(a_dead_submitter_leaves_nothing_behind) {
+  TwoModels m;
+  ArenaStats baseline = m.core.arena().stats();
+  m.core.instance_up(m.caller_instance);
+  const std::string input = "abc";
+  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
+  m.core.flush();
+  m.caller_worker->next();
+  // Submitted, never picked up: the worker dies first.
+  CHECK(m.caller_worker->submit(m.target.value, 8, m.request(0, input)) == SubmitResult::kOk);
+  std::vector<Completion> failed = m.core.instance_down(m.caller_instance);
+  CHECK(failed.size() == 1 && failed[0].status == kCompletionInstanceDied);
+  CHECK(m.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+}
+
+TEST(responses_beyond_the_ring_wait_for_the_submitter_and_are_not_lost) {
+  TwoModels m;
+  m.core.instance_up(m.caller_instance);
+  m.core.instance_up(m.target_instance);
+  const std::string input = "abc";
+  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage caller_batch = m.caller_worker->next();
+  CHECK(m.caller_worker->submit(m.target.value, 9, m.request(0, input)) == SubmitResult::kOk);
+  m.core.poll();
+  BatchMessage target_batch = m.target_worker->next();
+  // Twice the ring's capacity of responses, while the caller reads none of them.
+  const int total = 2 * static_cast<int>(kRingCapacity);
+  std::thread target([&] {
+    for (int k = 0; k < total; ++k) {
+      m.target_worker->respond(target_batch.batch_id, {answer(0, input, k == total - 1)}, kTimings,
+                               k == total - 1);
+    }
+  });
+  int received = 0;
+  bool final = false;
+  for (int spin = 0; spin < 100000 && !final; ++spin) {
+    m.core.poll();  // routes responses, and sends what waited behind a full ring
+    BatchMessage response;
+    if (!m.caller_worker->try_next(&response)) {
+      if (spin % 2 == 1) std::this_thread::yield();  // let the target post
+      continue;
+    }
+    CHECK(response.kind == MessageKind::kResponse && response.batch_id == 9);
+    ResponseBlockView view;
+    if (view_response_block(m.caller_worker->arena().base() + response.desc_offset, response.size,
+                            &view)) {
+      final = (view.records[0].flags & kResponseFinal) != 0;
+    }
+    m.caller_worker->arena().free(response.desc_offset);
+    ++received;
+  }
+  target.join();
+  CHECK(received == total);
+  m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
+  CHECK(m.core.poll().size() == 1);
+}

@@ -1,0 +1,60 @@
+"""The worker's view of a batch over the arena (csrc/ipc_schema.h through _core):
+per-request inputs are views into the batch-major [N, ...] tensors."""
+
+import os
+
+import numpy as np
+import orjson
+from naiad import _core
+from naiad.protos import model_config_pb2 as mc
+from naiad.worker.main import _batch, batch_inputs
+
+
+def _metadata(request_id, shape):
+    return orjson.dumps(
+        {
+            "id": request_id,
+            "inputs": [["INPUT0", "FP32", shape], ["INPUT1", "INT32", shape]],
+            "outputs": None,
+            "parameters": {},
+        }
+    )
+
+
+def test_requests_are_views_of_the_batch_tensors():
+    core = _core.Core(1 << 22)
+    config = mc.ModelConfig(name="m", max_batch_size=8)
+    config.dynamic_batching.SetInParent()
+    model = core.add_model(config)
+    instance, channel_offset, wake_fd = core.add_instance(model)
+    endpoint = _core.WorkerEndpoint(
+        os.dup(core.arena_fd), channel_offset, os.dup(wake_fd), os.dup(core.notify_fd)
+    )
+    order = _core.input_order_key([0, 1])
+    sent = []
+    for k, rows in enumerate((1, 2, 1)):
+        a = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4) + 100 * k
+        b = np.full((rows, 4), k, dtype=np.int32)
+        sent.append((a, b))
+        result = core.submit(
+            model, k + 1, _metadata(f"r{k}", [rows, 4]), [a, b], rows, input_order=order
+        )
+        assert result == _core.SUBMIT_OK
+    core.instance_up(instance)
+    core.flush()
+    is_stop, batch_id, blocks, tensors = endpoint.next()
+    assert not is_stop and len(blocks) == 3 and len(tensors) == 2
+    arrays = batch_inputs(endpoint.arena, blocks, tensors)
+    assert arrays["INPUT0"].shape == (4, 4)
+    np.testing.assert_array_equal(arrays["INPUT0"], np.concatenate([a for a, _ in sent]))
+    np.testing.assert_array_equal(arrays["INPUT1"], np.concatenate([b for _, b in sent]))
+    batch = _batch(endpoint.arena, blocks)
+    for request, (a, b) in zip(batch.requests, sent):
+        view = request.arrays[0]
+        np.testing.assert_array_equal(view, a)
+        assert np.shares_memory(view, arrays["INPUT0"])
+        np.testing.assert_array_equal(request.arrays[1], b)
+        assert np.shares_memory(request.arrays[1], arrays["INPUT1"])
+    endpoint.complete(batch_id, 0, 0, _core.COMPLETION_OK)
+    assert [c[6] for c in core.poll()] == [[1, 2, 3]]
+    del batch, request, arrays, view
