@@ -62,9 +62,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long shutdown waits for requests in flight",
     )
     serve.add_argument("--strict-model-config", type=_bool, default=True)
-    serve.add_argument("--strict-readiness", type=_bool, default=True)
-    serve.add_argument("--model-control-mode", choices=["none", "poll", "explicit"], default="none")
-    serve.add_argument("--load-model", action="append", default=[])
+    serve.add_argument(
+        "--strict-readiness",
+        type=_bool,
+        default=True,
+        help="/v2/health/ready only when every model is ready (default true, as Triton)",
+    )
+    serve.add_argument(
+        "--model-control-mode",
+        choices=["none", "poll", "explicit"],
+        default="none",
+        help="none: load every model at start; poll: also follow the repositories; "
+        "explicit: load what --load-model names and the repository API asks for",
+    )
+    serve.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        help="in explicit mode, a model to load at start (repeatable; '*' for all)",
+    )
+    serve.add_argument(
+        "--repository-poll-secs",
+        type=int,
+        default=15,
+        help="seconds between two looks at the repositories in poll mode (default 15)",
+    )
+    serve.add_argument(
+        "--model-load-thread-count",
+        type=int,
+        default=4,
+        help="model versions loaded at the same time (default 4, as Triton)",
+    )
     serve.add_argument(
         "--arena-size",
         type=_size,
@@ -83,13 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     options = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if len(options.model_repository) > 1:
-        print("error: naiad serves one --model-repository for now", file=sys.stderr)
-        return 2
-    if options.model_control_mode != "none" or options.load_model:
+    if options.load_model and options.model_control_mode != "explicit":
+        # Triton ignores them outside explicit mode; say so rather than surprise.
         print(
-            "error: --model-control-mode poll|explicit and --load-model are not supported yet; "
-            "naiad loads every model of the repository at start (mode 'none')",
+            "warning: --load-model is only used with --model-control-mode=explicit",
+            file=sys.stderr,
+        )
+    if options.repository_poll_secs < 1 or options.model_load_thread_count < 1:
+        print(
+            "error: --repository-poll-secs and --model-load-thread-count must be at least 1",
             file=sys.stderr,
         )
         return 2

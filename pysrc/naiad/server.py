@@ -24,26 +24,53 @@ def _configure_logging(verbose: int) -> None:
 
 
 async def serve(options) -> int:
-    repository = Path(options.model_repository[0])
-    if not repository.is_dir():
-        log.error("failed to stat model repository path '%s'", repository)
-        return 1
-    manager = ModelManager(repository, options.arena_size, fast_lane=options.fast_lane)
-    all_loaded = await manager.load_all()
+    repositories = [Path(r) for r in options.model_repository]
+    for repository in repositories:
+        if not repository.is_dir():
+            log.error("failed to stat model repository path '%s'", repository)
+            return 1
+    manager = ModelManager(
+        repositories,
+        options.arena_size,
+        control_mode=options.model_control_mode,
+        load_threads=options.model_load_thread_count,
+        strict_readiness=options.strict_readiness,
+        drain_timeout=options.exit_timeout_secs,
+        fast_lane=options.fast_lane,
+    )
+    # From here a SIGINT/SIGTERM (to us or to the whole process group, workers included,
+    # which ignore it) stops the server cleanly, also while the models load.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    all_loaded = await manager.load_all(options.load_model)
     print(format_load_table(manager.load_table), file=sys.stderr, flush=True)
+    if stop.is_set():
+        log.info("Stopping: a signal arrived while the models loaded")
+        await manager.shutdown(options.exit_timeout_secs)
+        return 0
     if not all_loaded and options.exit_on_error:
         log.error("error: creating server: Internal - failed to load all models")
         await manager.shutdown(options.exit_timeout_secs)
         return 1
+    poller = None
+    if options.model_control_mode == "poll":
+        from naiad.repository.poll import RepositoryPoller
+
+        poller = RepositoryPoller(manager.control, options.repository_poll_secs)
+        poller.start()
 
     servers = []
     if options.allow_http:
         from naiad.http.naiad_routes import register_naiad_routes
+        from naiad.http.repository_routes import register_repository_routes
         from naiad.http.routes import Router
         from naiad.http.server import start_http_server
 
         router = Router(manager)
         register_naiad_routes(router, manager)
+        register_repository_routes(router, manager)
         servers.append(
             await start_http_server(manager, options.host, options.http_port, router=router)
         )
@@ -60,10 +87,6 @@ async def serve(options) -> int:
         log.info("Started Metrics Service at %s:%d", options.host, options.metrics_port)
 
     settle_after_startup()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     await stop.wait()
 
     log.info(
@@ -72,6 +95,8 @@ async def serve(options) -> int:
     )
     for server in servers:
         server.close()
+    if poller is not None:
+        await poller.stop()
     await manager.shutdown(options.exit_timeout_secs)
     for server in servers:
         # Connections still open get closed; their requests were answered above.

@@ -832,3 +832,32 @@ def test_raw_contents_take_the_fast_path_typed_the_general(server, client, stub)
     after = lanes()
     assert after["general_requests"] == middle["general_requests"] + 1
     assert after["lane_requests"] == middle["lane_requests"]
+
+
+def test_model_control_over_grpc(tmp_path):
+    """With --model-control-mode=explicit, RepositoryModelLoad/Unload load and unload
+    through the manager as the HTTP extension does, and the gRPC fast path's routes
+    follow: served once loaded, gone once unloaded."""
+    repository = make_repository(tmp_path / "models", ["add_sub"])
+    with NaiadServer(
+        repository,
+        log_dir=tmp_path,
+        name="grpc-control",
+        extra_args=["--model-control-mode=explicit"],
+    ) as server:
+        with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
+            assert not client.is_model_ready("add_sub")
+            client.load_model("add_sub")
+            assert client.is_model_ready("add_sub")
+            index = client.get_model_repository_index(as_json=True)["models"]
+            assert {"name": "add_sub", "version": "1", "state": "READY"} in index
+            a, b = _rand(1, seed=14)
+            result = client.infer("add_sub", _add_sub_inputs(a, b))
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+            client.unload_model("add_sub")
+            assert not client.is_model_ready("add_sub")
+            err = _error(lambda: client.infer("add_sub", _add_sub_inputs(a, b)))
+            assert err.status() in ("StatusCode.NOT_FOUND", "StatusCode.UNAVAILABLE")
+            assert "add_sub" in err.message()
+            err = _error(lambda: client.load_model("nope"))
+            assert "nope" in err.message()

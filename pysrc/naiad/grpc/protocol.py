@@ -203,10 +203,12 @@ class GrpcProtocol(asyncio.Protocol):
         message_class, handler = self.service.unary[call.path]
         request = call.message if message_class is None else parse(message_class, call.message)
         result = handler(request)
-        if type(result) is tuple:  # (future, finish): an inference in flight
+        if type(result) is tuple:  # (future, finish): an inference or a load in flight
             future, finish = result
-            self._track(1)
-            future.add_done_callback(lambda f: self._infer_done(stream, f, finish))
+            infer = call.path == MODEL_INFER
+            if infer:
+                self._track(1)
+            future.add_done_callback(lambda f: self._call_done(stream, f, finish, infer))
             return
         self._answer(stream, result)
 
@@ -240,8 +242,9 @@ class GrpcProtocol(asyncio.Protocol):
             self._waiting = waiting
             self.arrivals.waiting += 1 if waiting else -1
 
-    def _infer_done(self, stream: int, future, finish) -> None:
-        self._track(-1)
+    def _call_done(self, stream: int, future, finish, infer: bool) -> None:
+        if infer:
+            self._track(-1)
         if stream not in self.calls:
             return  # cancelled or past its deadline
         try:

@@ -8,6 +8,7 @@ front ends answer from one source. Status codes and messages are Triton 2.51's.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -26,9 +27,6 @@ SERVICE = "/inference.GRPCInferenceService/"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 STREAM_INFER = SERVICE + "ModelStreamInfer"
 MODEL_INFER = SERVICE + "ModelInfer"
-
-# What Triton answers for load/unload when model control is not explicit.
-_CONTROL_OFF = "explicit model load / unload is not allowed if polling is enabled"
 
 
 def parse(message_class, data: bytes):
@@ -55,11 +53,8 @@ class Service:
             SERVICE + "ModelStatistics": (pb.ModelStatisticsRequest, self.model_statistics),
             SERVICE + "ModelInfer": (pb.ModelInferRequest, self.model_infer),
             SERVICE + "RepositoryIndex": (pb.RepositoryIndexRequest, self.repository_index),
-            SERVICE + "RepositoryModelLoad": (pb.RepositoryModelLoadRequest, self.control_off),
-            SERVICE + "RepositoryModelUnload": (
-                pb.RepositoryModelUnloadRequest,
-                self.control_off,
-            ),
+            SERVICE + "RepositoryModelLoad": (pb.RepositoryModelLoadRequest, self.load),
+            SERVICE + "RepositoryModelUnload": (pb.RepositoryModelUnloadRequest, self.unload),
             SERVICE + "SystemSharedMemoryStatus": (
                 pb.SystemSharedMemoryStatusRequest,
                 self.system_shm_status,
@@ -135,19 +130,33 @@ class Service:
 
     # -- repository ------------------------------------------------------------------
     def repository_index(self, request):
+        # The manager's entries, as the HTTP extension answers them (Triton's fields).
         response = pb.RepositoryIndexResponse()
-        for name, version, state in self.manager.load_table:
-            ready = state == "READY"
-            if request.ready and not ready:
-                continue
-            entry = response.models.add(name=name, version="" if version == "-" else version)
-            entry.state = "READY" if ready else "UNAVAILABLE"
-            if not ready:
-                entry.reason = state.partition(": ")[2]
+        for entry in self.manager.repository_index(request.ready):
+            response.models.add(**entry)
         return response
 
-    def control_off(self, request):
-        raise GrpcError(status.UNAVAILABLE, _CONTROL_OFF)
+    def load(self, request):
+        """Loads or reloads a model as the HTTP extension does (model control)."""
+        parameters = {}
+        for key, value in request.parameters.items():
+            kind = value.WhichOneof("parameter_choice")
+            if kind is not None:
+                parameters[key] = getattr(value, kind)
+        if isinstance(parameters.get("config"), bytes):
+            parameters["config"] = parameters["config"].decode("utf-8", "replace")
+        future = asyncio.ensure_future(self.manager.load_model(request.model_name, parameters))
+        return future, _Empty(pb.RepositoryModelLoadResponse)
+
+    def unload(self, request):
+        parameter = request.parameters.get("unload_dependents")
+        dependents = (
+            parameter is not None
+            and parameter.WhichOneof("parameter_choice") == ("bool_param")
+            and parameter.bool_param
+        )
+        future = asyncio.ensure_future(self.manager.unload_model(request.model_name, dependents))
+        return future, _Empty(pb.RepositoryModelUnloadResponse)
 
     # -- shared memory, trace and log settings: not built yet --------------------------
     def system_shm_status(self, request):
@@ -200,6 +209,19 @@ class Service:
         model = self.manager.get(request.model_name, request.model_version)
         future = model.submit(request)
         return future, InferFinisher(model, request)
+
+
+class _Empty:
+    """finish(future) for a control call: its error, or an empty response message."""
+
+    __slots__ = ("message_class",)
+
+    def __init__(self, message_class):
+        self.message_class = message_class
+
+    def __call__(self, future):
+        future.result()  # raises the call's error
+        return self.message_class()
 
 
 class InferFinisher:

@@ -44,14 +44,16 @@ def scan_repository(repo: Path) -> list[ModelEntry]:
     return [scan_model(folder) for folder in sorted(folders, key=lambda p: p.name)]
 
 
-def scan_model(model_dir: Path) -> ModelEntry:
-    """Load one model folder's config and choose its versions; errors go into the entry."""
+def scan_model(model_dir: Path, config: model_config_pb2.ModelConfig | None = None) -> ModelEntry:
+    """Load one model folder's config (or take `config`, an override already completed
+    and checked) and choose its versions; errors go into the entry."""
     model_dir = Path(model_dir)
     name = model_dir.name
-    try:
-        config = load_model_config(model_dir, name)
-    except ConfigError as exc:
-        return ModelEntry(name, model_dir, None, exc.message, [])
+    if config is None:
+        try:
+            config = load_model_config(model_dir, name)
+        except ConfigError as exc:
+            return ModelEntry(name, model_dir, None, exc.message, [])
     warnings: list[str] = []
     versions = select_versions(config, available_versions(model_dir), warnings)
     if not versions:

@@ -16,8 +16,13 @@ import sys
 
 log = logging.getLogger("naiad")
 
-# A worker that keeps dying is restarted with a growing pause, never in a tight loop.
-_RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0)
+# A worker that keeps dying (or keeps failing to start again) is restarted with a growing
+# pause, never in a tight loop; a worker that stayed up this long starts the count anew.
+_RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+_STABLE_SECONDS = 30.0
+# A loaded worker writes a byte on its control pipe every second (worker.main); one
+# silent this long is frozen, and its model not ready until it beats again.
+_HANG_SECONDS = 5.0
 
 
 class WorkerStartError(Exception):
@@ -38,10 +43,22 @@ class Instance:
         self._pidfd = -1
         self._stopping = False
         self._restarts = 0
+        self._started_at = 0.0
+        self._starting = False  # a failed start is reported by start(), not by _on_exit
+        self._last_beat = 0.0
+        self._hung = False
+        self._watchdog: asyncio.TimerHandle | None = None
         self._exited: asyncio.Future | None = None
 
     async def start(self, timeout: float = 300.0) -> None:
         """Starts the worker and waits until its model is loaded; raises WorkerStartError."""
+        self._starting = True
+        try:
+            await self._start(timeout)
+        finally:
+            self._starting = False
+
+    async def _start(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         read_fd, write_fd = os.pipe()
         core = self.core
@@ -87,6 +104,9 @@ class Instance:
             await self._wait_exit(5.0)
             raise WorkerStartError(message.get("message") or "worker exited while loading")
         core.instance_up(self.instance_id)
+        self._started_at = self._last_beat = loop.time()
+        loop.add_reader(read_fd, self._on_beat)
+        self._watchdog = loop.call_later(1.0, self._watch)
 
     async def _read_control(self) -> dict:
         """The next JSON line from the worker, or {} when it closed the pipe (it died)."""
@@ -105,21 +125,68 @@ class Instance:
             buffer += chunk
         return json.loads(buffer.split(b"\n", 1)[0])
 
+    def _on_beat(self) -> None:
+        try:
+            alive = os.read(self._control_fd, 4096)
+        except OSError:
+            alive = b""
+        if not alive:  # the worker closed the pipe: _on_exit follows
+            asyncio.get_running_loop().remove_reader(self._control_fd)
+            return
+        self._last_beat = asyncio.get_running_loop().time()
+
+    def _watch(self) -> None:
+        """Marks the model not ready while this worker is silent, ready again when it
+        beats (a frozen worker is not killed: it may be in a long call that holds the GIL)."""
+        loop = asyncio.get_running_loop()
+        silent = loop.time() - self._last_beat
+        if silent > _HANG_SECONDS and self.name not in self.model.instances_down:
+            log.error(
+                "instance '%s' of model '%s' has not answered for %.0fs: not ready until it does",
+                self.name,
+                self.model.name,
+                silent,
+            )
+            self.model.instances_down.add(self.name)
+            self._hung = True
+        elif silent <= _HANG_SECONDS and self._hung:
+            log.info("instance '%s' of model '%s' answers again", self.name, self.model.name)
+            self.model.instances_down.discard(self.name)
+            self._hung = False
+        self._watchdog = loop.call_later(1.0, self._watch)
+
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        if self._hung:
+            self.model.instances_down.discard(self.name)  # the restart decides from here
+            self._hung = False
         loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
         self._pidfd = -1
         returncode = self.process.wait()
         if self._control_fd >= 0:
+            loop.remove_reader(self._control_fd)
             os.close(self._control_fd)
             self._control_fd = -1
         failed = self.core.instance_down(self.instance_id)
         self.model.manager.on_completions(failed)
         if not self._exited.done():
             self._exited.set_result(returncode)
-        if self._stopping or not self.model.ready_once:
-            return
+        manager = self.model.manager
+        if (
+            self._stopping
+            or self._starting
+            or not self.model.ready_once
+            or not manager.server_live()
+        ):
+            return  # asked to stop, never served, or the server is shutting down
+        if loop.time() - self._started_at > _STABLE_SECONDS:
+            self._restarts = 0
+        # Not ready to health checks until the worker is back.
+        self.model.instances_down.add(self.name)
         log.error(
             "instance '%s' of model '%s' exited with %s; failed %d batch(es) in flight; restarting",
             self.name,
@@ -127,19 +194,27 @@ class Instance:
             returncode,
             len(failed),
         )
+        self._schedule_restart()
+
+    def _schedule_restart(self) -> None:
         delay = _RESTART_DELAYS[min(self._restarts, len(_RESTART_DELAYS) - 1)]
         self._restarts += 1
+        loop = asyncio.get_running_loop()
         loop.call_later(delay, lambda: asyncio.ensure_future(self._restart()))
 
     async def _restart(self) -> None:
-        if self._stopping:
+        if self._stopping or not self.model.manager.server_live():
             return
         try:
             await self.start()
         except Exception as exc:
+            if self._stopping:
+                return
+            # Try again later: a model whose initialize fails every time waits ever longer.
             log.error("instance '%s' failed to restart: %s", self.name, exc)
+            self._schedule_restart()
             return
-        self._restarts = 0
+        self.model.instances_down.discard(self.name)
 
     async def _wait_exit(self, timeout: float):
         try:

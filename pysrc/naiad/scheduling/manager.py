@@ -1,9 +1,11 @@
-"""The model manager: loads the repository, owns the core, routes completions.
+"""The model manager: owns the core and the table of served models, routes completions.
 
 Front ends call `get()` for a model and queue requests through `LoadedModel.submit()`
 (the general path) or the fast lane (`take_http_requests`, `submit_fast`); the manager
 keeps the requests in flight, wakes on the core's eventfd and answers each one with its
-response or error.
+response or error. Which models are loaded, and when that changes, is decided by
+`repository.control.ModelControl`; the manager only swaps its tables (`publish`,
+`withdraw`) when told.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from naiad.errors import (
     error_of_kind,
     error_of_triton_code,
 )
+from naiad.repository.catalog import Catalog
+from naiad.repository.control import ModelControl
 from naiad.repository.metadata import server_metadata
-from naiad.repository.repository import scan_repository
 from naiad.scheduling.arrivals import ArrivalTracker
-from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel
+from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
 
@@ -81,8 +84,21 @@ class _LanePending:
 
 
 class ModelManager:
-    def __init__(self, repository: Path, arena_bytes: int = 1 << 30, fast_lane: bool = True):
-        self.repository = Path(repository)
+    def __init__(
+        self,
+        repository: Path | list[Path],
+        arena_bytes: int = 1 << 30,
+        *,
+        control_mode: str = "none",
+        load_threads: int = 4,
+        strict_readiness: bool = True,
+        drain_timeout: float = 30.0,
+        fast_lane: bool = True,
+    ):
+        repositories = [repository] if isinstance(repository, (str, Path)) else list(repository)
+        self.repository = Path(repositories[0])
+        self.catalog = Catalog(repositories)
+        self.strict_readiness = strict_readiness
         self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.core = _core.Core(arena_bytes)
         self.lane = _core.FastLane(self.core)
@@ -93,63 +109,112 @@ class ModelManager:
         self.lane_refused = 0  # invalid requests the lane answered with the validator's error
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
-        self.load_table: list[tuple[str, str, str]] = []  # (model, version, status)
         self._pending: dict[int, _Pending] = {}
         self._live = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
         self.arrivals = ArrivalTracker()  # updated by the front ends' connections
         self._serving: dict[str, LoadedModel] = {}  # name -> highest ready version
+        self.control = ModelControl(self, self.catalog, control_mode, load_threads, drain_timeout)
 
     # -- lifecycle -----------------------------------------------------------------
-    async def load_all(self) -> bool:
-        """Loads every model of the repository; returns False if any failed."""
+    async def load_all(self, load_models: list[str] | None = None) -> bool:
+        """Loads the models of the repositories at start: all of them, or in explicit
+        mode only `load_models` (`*`: all). Returns False if any failed."""
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self.core.notify_fd, self._drain)
-        loading = []
-        for entry in scan_repository(self.repository):
-            if entry.error:
-                self.load_table.append((entry.name, "-", f"UNAVAILABLE: {entry.error}"))
-                continue
-            versions = self.models.setdefault(entry.name, {})
-            for version in entry.versions:
-                try:
-                    model = LoadedModel(self, entry, version, entry.config)
-                except Exception as exc:  # no room for its channels, out of eventfds...
-                    self.load_table.append((entry.name, str(version), f"UNAVAILABLE: {exc}"))
-                    continue
-                versions[version] = model
-                loading.append(model)
-        await asyncio.gather(*(model.load() for model in loading))
-        for model in loading:
-            status = READY if model.ready else f"UNAVAILABLE: {model.reason}"
-            self.load_table.append((model.name, str(model.version), status))
-            serving = self._serving.get(model.name)
-            if model.ready and (serving is None or model.version > serving.version):
-                self._serving[model.name] = model
-        self.load_table.sort()
-        self._add_lane_routes()
-        return all(status == READY for _, _, status in self.load_table)
+        folders, duplicates = self.catalog.scan()
+        self.control.failures.update(duplicates)
+        if self.control.mode == "explicit" and "*" not in (load_models or []):
+            names = list(dict.fromkeys(load_models or []))
+        else:
+            names = sorted(folders)
+        names = [name for name in names if name not in duplicates]
+        results = await asyncio.gather(
+            *(self.control.apply_load(name) for name in names), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, NaiadError):
+                raise result
+        # A failed load raised (and was logged), also for a name that is no model folder.
+        failed = any(isinstance(result, NaiadError) for result in results)
+        return not failed and all(status == READY for _, _, status in self.load_table)
 
-    def _add_lane_routes(self) -> None:
-        """Infer URLs the lane takes in take_http_requests: every version's, and the
-        unversioned one for the version served by default. Names that a URL would
-        carry escaped or split stay with the full parser."""
-        if not self.fast_lane:
+    @property
+    def load_table(self) -> list[tuple[str, str, str]]:
+        return self.control.load_table()
+
+    # -- model control: the protocol-neutral calls of the HTTP and gRPC front ends ------
+    @property
+    def model_control_mode(self) -> str:
+        return self.control.mode
+
+    def repository_index(self, ready_only: bool = False) -> list[dict]:
+        """Entries {"name", "version", "state", "reason"}, as Triton omits them."""
+        return self.control.index(ready_only)
+
+    async def load_model(self, name: str, parameters: dict | None = None) -> None:
+        """Loads or reloads `name`; `parameters` as a load request's (`config`: JSON text,
+        `file:<path>`: bytes). Raises NaiadError with Triton's status and message."""
+        await self.control.load(name, parameters or {})
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        await self.control.unload(name, unload_dependents)
+
+    # -- the served tables, changed by ModelControl ----------------------------------
+    def new_model(self, entry, version: int):
+        """A LoadedModel registered with the core and the lane (not started), or a stand-in
+        that says why it could not even be registered."""
+        try:
+            return LoadedModel(self, entry, version, entry.config)
+        except Exception as exc:  # no room for its channels, out of eventfds...
+            return UnloadableModel(entry, version, str(exc))
+
+    def publish(self, name: str, versions: dict[int, LoadedModel]) -> None:
+        """Makes `versions` the versions of `name`, in one step of the event loop: the
+        serving table and the lane's routes point at them before anything else runs. The
+        versions they replace take no new request (their requests in flight finish)."""
+        old = self.models.get(name, {})
+        self.models[name] = versions
+        ready = [m for m in versions.values() if m.ready]
+        if ready:
+            self._serving[name] = max(ready, key=lambda m: m.version)
+        else:
+            self._serving.pop(name, None)
+        self._add_lane_routes(name)  # replaces the targets of the routes they share
+        for model in old.values():
+            if versions.get(model.version) is not model and model.lane_id is not None:
+                self.lane.remove_model(model.lane_id)  # the routes left to it go
+
+    def withdraw(self, name: str) -> None:
+        """`name` takes no new request, on either path; its requests in flight finish."""
+        self._serving.pop(name, None)
+        for model in self.models.get(name, {}).values():
+            if model.lane_id is not None:
+                self.lane.remove_model(model.lane_id)
+
+    def uses_path(self, path: Path) -> bool:
+        """Whether a loaded version still runs from folder `path`."""
+        return any(
+            m.path == path and m.state != UNAVAILABLE
+            for versions in self.models.values()
+            for m in versions.values()
+        )
+
+    def _add_lane_routes(self, name: str) -> None:
+        """Infer URLs the lane takes in take_http_requests for `name`: every version's,
+        and the unversioned one for the version served by default. Names that a URL
+        would carry escaped or split stay with the full parser."""
+        if not self.fast_lane or not _PLAIN_NAME.fullmatch(name):
             return
-        for name, versions in self.models.items():
-            if not _PLAIN_NAME.fullmatch(name):
-                continue
-            for version, model in versions.items():
-                if model.lane_id is not None:
-                    self.grpc_lane.add_route(name, str(version), model.lane_id)
-                    self.lane.add_route(
-                        f"/v2/models/{name}/versions/{version}/infer", model.lane_id
-                    )
-            serving = self._serving.get(name)
-            if serving is not None and serving.lane_id is not None:
-                self.lane.add_route(f"/v2/models/{name}/infer", serving.lane_id)
-                self.grpc_lane.add_route(name, "", serving.lane_id)
+        for version, model in self.models.get(name, {}).items():
+            if model.lane_id is not None and model.ready:
+                self.lane.add_route(f"/v2/models/{name}/versions/{version}/infer", model.lane_id)
+                self.grpc_lane.add_route(name, str(version), model.lane_id)
+        serving = self._serving.get(name)
+        if serving is not None and serving.lane_id is not None:
+            self.lane.add_route(f"/v2/models/{name}/infer", serving.lane_id)
+            self.grpc_lane.add_route(name, "", serving.lane_id)
 
     async def shutdown(self, timeout: float) -> None:
         """Waits for requests in flight (up to `timeout` s), then stops every worker."""
@@ -159,7 +224,9 @@ class ModelManager:
         while self._pending and loop.time() < deadline:
             await asyncio.sleep(0.01)
         models = [m for versions in self.models.values() for m in versions.values()]
+        models += self.control.retiring  # replaced by a reload, still draining
         await asyncio.gather(*(m.unload(max(deadline - loop.time(), 1.0)) for m in models))
+        self.control.remove_temporary_folders(models)
         pendings = list(self._pending.values())
         self._pending.clear()
         for pending in pendings:
@@ -171,9 +238,21 @@ class ModelManager:
         return self._live
 
     def server_ready(self) -> bool:
+        """Live and, with --strict-readiness (the default), every version that was loaded
+        and not unloaded since is ready with all its instances up (as Triton)."""
         if not self._live:
             return False
-        return all(status == READY for _, _, status in self.load_table)
+        if not self.strict_readiness:
+            return True
+        for versions in self.models.values():
+            for model in versions.values():
+                if model.reason == "unloaded":
+                    continue  # unloaded on purpose
+                if not model.healthy:
+                    return False
+        # Models whose config could not be read have no version to wait for; Triton does
+        # not count them either (they are in the index, with the reason).
+        return True
 
     def server_metadata(self) -> dict:
         return server_metadata()
@@ -207,7 +286,7 @@ class ModelManager:
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
-            return self.get(name, version).ready
+            return self.get(name, version).healthy
         except NaiadError:
             return False
 

@@ -17,6 +17,7 @@ from naiad.validation import RequestValidator
 log = logging.getLogger("naiad")
 
 LOADING, READY, UNAVAILABLE = "LOADING", "READY", "UNAVAILABLE"
+UNLOADING = "UNLOADING"  # no new requests; those in flight finish before it is released
 
 _KIND_NAMES = {0: "MODEL", 1: "GPU", 2: "CPU", 3: "MODEL"}  # ModelInstanceGroup.Kind
 
@@ -33,6 +34,12 @@ class LoadedModel:
         self.state = LOADING
         self.reason = ""
         self.ready_once = False  # restarts only make sense for a model that has served
+        # What the model was loaded from (repository.catalog.version_stamp), so that a
+        # repeated load or a poll can tell whether it changed.
+        self.stamp: tuple = ()
+        # Instances whose worker died and is not back yet: the model is not healthy
+        # (not ready to health checks) until they are.
+        self.instances_down: set[str] = set()
         self.stats = ModelStats(self.name, version)
         self._validate = RequestValidator(config, self.name, version)
         self._config_json = config_to_json(config)
@@ -89,6 +96,7 @@ class LoadedModel:
             self.release()
             return
         self._set_state(READY)
+        self.reason = ""
         self.ready_once = True
 
     async def unload(self, timeout: float) -> None:
@@ -124,6 +132,18 @@ class LoadedModel:
     def ready(self) -> bool:
         return self.state == READY
 
+    @property
+    def healthy(self) -> bool:
+        """Ready with every instance up: what the readiness endpoints report."""
+        return self.state == READY and not self.instances_down
+
+    def entry(self) -> dict:
+        """This version's entry of the repository index (reason only when there is one)."""
+        entry = {"name": self.name, "version": str(self.version), "state": self.state}
+        if self.state != READY and self.reason:
+            entry["reason"] = self.reason
+        return entry
+
     def metadata(self) -> dict:
         return self._metadata
 
@@ -144,6 +164,31 @@ class LoadedModel:
             self._validate.check(request)  # the validator's error comes first
             raise
         return self.manager.submit(self, self._validate.spec, request, priority, timeout_us)
+
+
+class UnloadableModel:
+    """A version that could not even be registered (no room for its channels, ...):
+    it stands in the model table so the index and the load table say why."""
+
+    lane_id = None
+    ready = healthy = ready_once = False
+    state = UNAVAILABLE
+
+    def __init__(self, entry, version: int, reason: str):
+        self.name = entry.name
+        self.version = version
+        self.path = entry.path
+        self.config = entry.config
+        self.reason = reason
+        self.stamp: tuple = ()
+
+    entry = LoadedModel.entry
+
+    def _set_state(self, state: str) -> None:
+        pass
+
+    async def unload(self, timeout: float) -> None:
+        pass
 
 
 def _scheduling_parameters(parameters: dict) -> tuple[int, int]:

@@ -19,6 +19,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 
 import numpy as np
@@ -44,6 +46,25 @@ def _parse_args(argv):
 
 def _report(control_fd: int, message: dict) -> None:
     os.write(control_fd, json.dumps(message).encode() + b"\n")
+
+
+HEARTBEAT_SECONDS = 1.0
+
+
+def _start_heartbeat(control_fd: int) -> None:
+    """Once loaded, a byte on the control pipe every second from a thread of its own: the
+    frontend tells a worker that froze (stopped, or stuck in C code holding the GIL) from
+    one that is merely busy running a long batch in Python."""
+
+    def beat() -> None:
+        try:
+            while True:
+                time.sleep(HEARTBEAT_SECONDS)
+                os.write(control_fd, b".")
+        except OSError:  # the frontend closed its end: it is gone or stopping us
+            return
+
+    threading.Thread(target=beat, name="naiad-heartbeat", daemon=True).start()
 
 
 # Per wire datatype: the numpy dtype an input is viewed as (BYTES inputs are decoded).
@@ -246,8 +267,10 @@ def main(argv=None) -> int:
     _die_with_parent()
     _yield_to_frontend()
     # The frontend owns shutdown: it asks through the channel. A Ctrl-C in the
-    # terminal reaches the whole process group; the frontend handles it for us.
+    # terminal, or a supervisor's SIGTERM to the process group, reaches us too; the
+    # frontend handles it for us (and we die with it: _die_with_parent).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     args = json.loads(sys.stdin.read())
     try:
         endpoint = _core.WorkerEndpoint(
@@ -260,6 +283,7 @@ def main(argv=None) -> int:
         return 1
     settle_after_startup()
     _report(options.control_fd, {"status": "ready"})
+    _start_heartbeat(options.control_fd)
     Worker(endpoint, backend).run()
     # The frontend learns that this worker is done from its exit (a pidfd).
     backend.finalize()

@@ -1,0 +1,262 @@
+"""Loading, reloading and unloading models while serving (Triton's model control).
+
+One model name is changed by one operation at a time (a lock per name). A load that
+finds the model loaded starts the changed versions beside the serving ones; only when
+every new instance is READY does traffic move to them (the manager's serving table and
+the fast lane's routes, in one step of the event loop), and only then are the replaced
+versions drained (their requests in flight finish) and released. A load that fails
+leaves whatever was serving untouched and reports why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from naiad.errors import Internal, InvalidArgument, Unavailable
+from naiad.repository.catalog import Catalog, check_model_name, version_stamp
+from naiad.repository.overrides import (
+    OverrideError,
+    materialize_files,
+    parse_config_override,
+    remove_materialized,
+    split_parameters,
+)
+from naiad.repository.repository import ModelEntry, scan_model
+from naiad.scheduling.model import READY, UNAVAILABLE, UNLOADING, LoadedModel
+
+__all__ = ["ModelControl", "CONTROL_MODES"]
+
+log = logging.getLogger("naiad")
+
+CONTROL_MODES = ("none", "poll", "explicit")
+
+# Triton's answer to a load or unload request when model control is not explicit.
+_NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
+
+
+class ModelControl:
+    def __init__(
+        self, manager, catalog: Catalog, mode: str, load_threads: int, drain_timeout: float
+    ):
+        if mode not in CONTROL_MODES:
+            raise ValueError(f"unknown model control mode '{mode}'")
+        self.manager = manager
+        self.catalog = catalog
+        self.mode = mode
+        self.drain_timeout = drain_timeout
+        # Why a model could not even be tried (no folder, bad config, name in two
+        # repositories): shown in the index while no version of it is loaded.
+        self.failures: dict[str, str] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        # Versions replaced or unloaded that are still finishing their requests: shutdown
+        # stops them too.
+        self.retiring: list[LoadedModel] = []
+        # Versions loading at once, across models (--model-load-thread-count).
+        self._load_slots = asyncio.Semaphore(max(load_threads, 1))
+
+    # -- the protocol-neutral operations ---------------------------------------------
+    async def load(self, name: str, parameters: dict | None = None) -> None:
+        """A client's load request: only in explicit mode."""
+        if self.mode != "explicit":
+            raise Unavailable(_NOT_EXPLICIT)
+        await self.apply_load(name, parameters)
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """A client's unload request: only in explicit mode. Unloading a model that is not
+        loaded succeeds, as in Triton. Naiad has no ensembles yet, so no model depends on
+        another and `unload_dependents` changes nothing."""
+        if self.mode != "explicit":
+            raise Unavailable(_NOT_EXPLICIT)
+        await self.apply_unload(name)
+
+    # -- what start-up, clients and the poller share ------------------------------------
+    async def apply_load(self, name: str, parameters: dict | None = None) -> None:
+        async with self._lock(name):
+            await self._load(name, parameters or {})
+
+    async def apply_unload(self, name: str, forget: bool = False) -> None:
+        """Withdraws every version of `name`, drains and releases them. `forget`: the
+        model left the repository, so it leaves the index too."""
+        async with self._lock(name):
+            versions = self.manager.models.get(name, {})
+            live = [m for m in versions.values() if m.state != UNAVAILABLE]
+            self.manager.withdraw(name)
+            await self._retire(live)
+            # Versions that failed to load keep their reason (and, as in Triton, hold
+            # strict readiness) until a load of the model succeeds.
+            for model in live:
+                model.reason = "unloaded"
+            if forget:
+                self.manager.models.pop(name, None)
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
+
+    async def _load(self, name: str, parameters: dict) -> None:
+        entry, materialized = self._entry(name, parameters)
+        old = self.manager.models.get(name, {})
+        serving = {v: m for v, m in old.items() if m.state == READY}
+        stamps = {v: version_stamp(entry.path, v) for v in entry.versions}
+        keep = {
+            v: serving[v]
+            for v in entry.versions
+            if v in serving
+            and serving[v].stamp == stamps[v]
+            and serving[v].path == entry.path
+            and serving[v].config == entry.config
+        }
+        if len(keep) == len(entry.versions) and set(keep) == set(serving):
+            return  # nothing changed on disk or in the request: Triton does not reload either
+        for warning in entry.warnings:
+            log.warning("%s", warning)
+        fresh = [v for v in entry.versions if v not in keep]
+        log.info("loading: %s versions %s", name, ", ".join(map(str, fresh)))
+        started = []
+        for version in fresh:
+            model = self.manager.new_model(entry, version)
+            model.stamp = stamps[version]
+            started.append(model)
+        if not serving:
+            # A first load: the index shows its versions LOADING meanwhile.
+            self.manager.publish(name, {**keep, **{m.version: m for m in started}})
+        await asyncio.gather(*(self._start(m) for m in started))
+        failed = [m for m in started if not m.ready]
+        if failed:
+            if serving:
+                # A reload that failed: the serving versions stay; the new ones go.
+                await self._retire([m for m in started if m.ready])
+                if materialized:
+                    remove_materialized(entry.path)
+            else:
+                # A first load: the index shows each version's state and reason.
+                self.manager.publish(name, {m.version: m for m in started})
+                self.failures.pop(name, None)
+                if materialized and not any(m.ready for m in started):
+                    remove_materialized(entry.path)
+            for model in failed:
+                log.error("failed to load '%s' version %d: %s", name, model.version, model.reason)
+            raise InvalidArgument(
+                f"load failed for model '{name}': "
+                + "".join(
+                    f"version {m.version} is at UNAVAILABLE state: {m.reason};\n" for m in failed
+                )
+            )
+        versions = {**keep, **{m.version: m for m in started}}
+        retired = [m for v, m in old.items() if versions.get(v) is not m]
+        self.manager.publish(name, versions)
+        self.failures.pop(name, None)
+        log.info("successfully loaded '%s'", name)
+        await self._retire([m for m in retired if m.state != UNAVAILABLE])
+
+    def _entry(self, name: str, parameters: dict) -> tuple[ModelEntry, bool]:
+        """The model as this load would serve it: (entry, whether its folder is a
+        temporary copy made for `file:` overrides). Raises Internal with the reason."""
+        materialized = None
+        try:
+            check_model_name(name)
+            config_text, files = split_parameters(parameters)
+            if files and config_text is None:
+                raise OverrideError("'file:' parameters need a 'config' parameter as well")
+            config = parse_config_override(config_text, name) if config_text else None
+            try:
+                folder = self.catalog.locate(name)
+            except LookupError:
+                if not files:
+                    raise
+                folder = None  # a model that exists only in this request
+            if files:
+                materialized = folder = materialize_files(folder, name, files)
+            entry = scan_model(folder, config=config)
+        except (LookupError, OverrideError, OSError) as exc:
+            if materialized is not None:
+                remove_materialized(materialized)
+            self._fail(name, str(exc))
+        if entry.error:
+            if materialized is not None:
+                remove_materialized(materialized)
+            self._fail(name, entry.error)
+        return entry, materialized is not None
+
+    def _fail(self, name: str, reason: str):
+        # The index shows why a model of the repositories is not served; a name that is
+        # no folder of theirs (a typo, `../x`) is only answered, as in Triton.
+        serving = any(m.state == READY for m in self.manager.models.get(name, {}).values())
+        folders, duplicates = self.catalog.scan()
+        if not serving and (name in folders or name in duplicates):
+            self.failures[name] = reason
+        log.error("failed to load '%s': %s", name, reason)
+        raise Internal(f"failed to load '{name}', failed to poll from model repository: {reason}")
+
+    async def _start(self, model: LoadedModel) -> None:
+        """Loads `model` (READY, or UNAVAILABLE with the reason)."""
+        if model.state == UNAVAILABLE:
+            return  # could not even be registered
+        async with self._load_slots:
+            await model.load()
+
+    async def _retire(self, models: list[LoadedModel]) -> None:
+        """Lets `models`' requests in flight finish (up to the drain timeout), then stops
+        their workers and releases them. Their routes are already elsewhere."""
+        if not models:
+            return
+        loop = asyncio.get_running_loop()
+        for model in models:
+            model._set_state(UNLOADING)
+        self.retiring.extend(models)
+        try:
+            deadline = loop.time() + self.drain_timeout
+            while any(self.manager.pending_count(m) for m in models) and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+            await asyncio.gather(*(m.unload(max(deadline - loop.time(), 1.0)) for m in models))
+        finally:
+            self.retiring = [m for m in self.retiring if m not in models]
+        self.remove_temporary_folders(models)
+
+    def remove_temporary_folders(self, models: list[LoadedModel]) -> None:
+        """Deletes the temporary copies (file: overrides) that no loaded version uses."""
+        for path in {m.path for m in models}:
+            if self._temporary(path) and not self.manager.uses_path(path):
+                remove_materialized(path)
+
+    @staticmethod
+    def _temporary(path: Path) -> bool:
+        return Path(path).parent.name.startswith("naiad-model-")
+
+    # -- the index -------------------------------------------------------------------------
+    def index(self, ready_only: bool = False) -> list[dict]:
+        """Triton's repository index: the models of the repositories (not those that exist
+        only in a load request's files, as in Triton), one entry per version tried,
+        `{"name"}` alone for one never loaded, sorted by name."""
+        folders, duplicates = self.catalog.scan()
+        models = self.manager.models
+        names = sorted(set(folders) | set(duplicates))
+        entries = []
+        for name in names:
+            versions = models.get(name)
+            if versions:
+                entries.extend(versions[v].entry() for v in sorted(versions))
+            elif name in self.failures or name in duplicates:
+                reason = self.failures.get(name) or duplicates[name]
+                entries.append({"name": name, "state": UNAVAILABLE, "reason": reason})
+            else:
+                entries.append({"name": name})
+        if ready_only:
+            entries = [e for e in entries if e.get("state") == READY]
+        return entries
+
+    def load_table(self) -> list[tuple[str, str, str]]:
+        """(model, version, status) rows, as Triton prints them after start-up."""
+        rows = []
+        for name, versions in self.manager.models.items():
+            for version, model in versions.items():
+                status = READY if model.ready else f"{model.state}: {model.reason}"
+                rows.append((name, str(version), status))
+        for name, reason in self.failures.items():
+            if not self.manager.models.get(name):
+                rows.append((name, "-", f"UNAVAILABLE: {reason}"))
+        return sorted(rows)

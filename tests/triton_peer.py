@@ -1,0 +1,92 @@
+"""The real Triton 2.51, when installed, as a peer for differential tests.
+
+Looked for where perf/setup_tools.sh puts it (perf/.tools/triton) and where the shared
+peers set-up does ($PEERS, default /tmp/peers). Tests skip with the reason when neither
+has it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import requests
+from server_harness import REPO_ROOT, _free_ports
+
+__all__ = ["find_triton", "TritonPeer"]
+
+
+def find_triton() -> tuple[list[str], dict] | None:
+    """(command prefix, environment) to run tritonserver, or None."""
+    # The Python backend stub runs the first python3 on PATH: Debian's, with numpy 1.x.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env["PATH"] = "/usr/bin:/bin"
+    tools = Path(os.environ.get("NAIAD_PERF_TOOLS", REPO_ROOT / "perf" / ".tools")) / "triton"
+    if (tools / "bin" / "tritonserver").exists():
+        env["LD_LIBRARY_PATH"] = str(tools / "lib")
+        return [
+            str(tools / "bin" / "tritonserver"),
+            f"--backend-directory={tools / 'backends'}",
+        ], env
+    peers = Path(os.environ.get("PEERS", "/tmp/peers"))
+    binary = peers / "pyt" / "pytriton" / "tritonserver" / "bin" / "tritonserver"
+    if binary.exists() and (peers / "tri" / "backends").is_dir():
+        env["LD_LIBRARY_PATH"] = str(peers / "pyt" / "nvidia_pytriton.libs")
+        return [str(binary), f"--backend-directory={peers / 'tri' / 'backends'}"], env
+    return None
+
+
+class TritonPeer:
+    def __init__(self, repository: Path, log_dir: Path, extra_args: list[str]):
+        found = find_triton()
+        assert found is not None
+        self.prefix, self.env = found
+        self.repository = repository
+        self.http_port, self.grpc_port, self.metrics_port = _free_ports(3)
+        self.url = f"http://127.0.0.1:{self.http_port}"
+        self.log_path = Path(log_dir) / f"triton-{self.http_port}.log"
+        self.extra_args = extra_args
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> TritonPeer:
+        command = [
+            *self.prefix,
+            f"--model-repository={self.repository}",
+            "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
+            "--metrics-address=127.0.0.1",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            *self.extra_args,
+        ]
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tritonserver exited: {self.log_path.read_text()[-3000:]}")
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(self.url + "/v2/health/live", timeout=2).status_code == 200:
+                    return self
+            time.sleep(0.2)
+        raise TimeoutError("tritonserver did not become live")
+
+    def __exit__(self, *exc) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        # Its own session: the group is tritonserver and the backend stubs it started.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
