@@ -597,17 +597,19 @@ def read_response_block(buffer, uint64_t offset, uint64_t size):
     return timings, out
 
 
-def encode_response_block(list responses, list timings):
-    """A response block as WorkerEndpoint.respond writes one, as bytes (tests):
-    `responses` [(request_index, flags, error_code, json bytes, [output buffers])]."""
-    cdef vector[ResponseEntry] entries
+cdef list _response_entries(list responses, list timings, vector[ResponseEntry]* entries,
+                            uint64_t* c_timings):
+    """Fills `entries` and `c_timings` (4) from `responses` [(request_index, flags,
+    error_code, json bytes, [output buffers in wire layout])]; returns the objects the
+    entries' views point into, to keep until the block is written."""
     cdef ResponseEntry entry
     cdef OutputBytes output
     cdef const uint8_t[::1] view
     cdef list keep = []
-    cdef uint64_t c_timings[4]
+    cdef int i
     for i in range(4):
         c_timings[i] = timings[i]
+    entries.reserve(len(responses))
     for request_index, flags, error_code, json, buffers in responses:
         entry.request_index = request_index
         entry.flags = flags
@@ -622,6 +624,15 @@ def encode_response_block(list responses, list timings):
             output.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
             entry.outputs.push_back(output)
         entries.push_back(entry)
+    return keep
+
+
+def encode_response_block(list responses, list timings):
+    """A response block as WorkerEndpoint.respond writes one, as bytes (tests):
+    `responses` [(request_index, flags, error_code, json bytes, [output buffers])]."""
+    cdef vector[ResponseEntry] entries
+    cdef uint64_t c_timings[4]
+    cdef list keep = _response_entries(responses, timings, &entries, c_timings)
     cdef bytes block = PyBytes_FromStringAndSize(NULL, response_block_size(entries))
     write_response_block(<uint8_t*>PyBytes_AS_STRING(block), entries, c_timings)
     return block
@@ -1022,28 +1033,8 @@ cdef class WorkerEndpoint:
         outputs copied in with the GIL released; `batch_done` also ends the batch.
         False when the arena has no room (nothing posted)."""
         cdef vector[ResponseEntry] entries
-        cdef ResponseEntry entry
-        cdef OutputBytes output
-        cdef const uint8_t[::1] view
-        cdef list keep = []
         cdef uint64_t c_timings[4]
-        for i in range(4):
-            c_timings[i] = timings[i]
-        entries.reserve(len(responses))
-        for request_index, flags, error_code, json, buffers in responses:
-            entry.request_index = request_index
-            entry.flags = flags
-            entry.error_code = error_code
-            keep.append(json)
-            entry.json = string_view(PyBytes_AS_STRING(json), PyBytes_GET_SIZE(json))
-            entry.outputs.clear()
-            for data in buffers:
-                view = memoryview(data).cast("B")
-                keep.append(view)
-                output.size = view.shape[0]
-                output.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
-                entry.outputs.push_back(output)
-            entries.push_back(entry)
+        cdef list keep = _response_entries(responses, timings, &entries, c_timings)
         cdef cbool posted
         with nogil:
             posted = self._endpoint.respond(batch_id, entries, c_timings, batch_done)
