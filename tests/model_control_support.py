@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import requests
-from server_harness import EXAMPLE_MODELS
+from server_harness import EXAMPLE_MODELS, NaiadServer
 
 ADD_SUB_MODEL = (EXAMPLE_MODELS / "add_sub" / "1" / "model.py").read_text()
 
@@ -121,6 +121,21 @@ def control_repository(repo: Path) -> Path:
         repo, "init_fails", one_input_pbtxt("init_fails"), INIT_FAILS.format(name="init_fails")
     )
     return repo
+
+
+def explicit_server(root: Path, name: str):
+    """Yields an explicit-mode server over control_repository() that loads add_sub at
+    start (the rest is loaded by tests), for a module fixture of HTTP or gRPC tests."""
+    repo = control_repository(root / "models")
+    server = NaiadServer(
+        repo,
+        log_dir=root,
+        name=name,
+        extra_args=["--model-control-mode=explicit", "--load-model=add_sub"],
+    )
+    server.start(wait="live")
+    yield server
+    server.stop()
 
 
 def post(url: str, path: str, body=None, **kwargs) -> requests.Response:

@@ -21,8 +21,8 @@ from model_control_support import (
     add_sub_config,
     add_sub_json_request,
     add_sub_pbtxt,
-    control_repository,
     entries,
+    explicit_server,
     file_parameter,
     index,
     load,
@@ -42,17 +42,7 @@ NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enable
 @pytest.fixture(scope="module")
 def explicit(tmp_path_factory):
     """An explicit-mode server that loads add_sub at start; the rest is loaded by tests."""
-    root = tmp_path_factory.mktemp("explicit")
-    repo = control_repository(root / "models")
-    server = NaiadServer(
-        repo,
-        log_dir=root,
-        name="explicit",
-        extra_args=["--model-control-mode=explicit", "--load-model=add_sub"],
-    )
-    server.start(wait="live")
-    yield server
-    server.stop()
+    yield from explicit_server(tmp_path_factory.mktemp("explicit"), "explicit")
 
 
 def _infer(url: str, model: str, value: float = 1.0, version: str = "") -> requests.Response:

@@ -25,7 +25,7 @@ from model_control_support import (
     ADD_SUB_MODEL,
     add_sub_config,
     add_sub_pbtxt,
-    control_repository,
+    explicit_server,
     write_model,
 )
 from model_control_support import index as http_index
@@ -42,17 +42,7 @@ INTERNAL = "StatusCode.INTERNAL"
 @pytest.fixture(scope="module")
 def explicit(tmp_path_factory):
     """An explicit-mode server that loads add_sub at start; the rest is loaded by tests."""
-    root = tmp_path_factory.mktemp("grpc-explicit")
-    repo = control_repository(root / "models")
-    server = NaiadServer(
-        repo,
-        log_dir=root,
-        name="grpc-explicit",
-        extra_args=["--model-control-mode=explicit", "--load-model=add_sub"],
-    )
-    server.start(wait="live")
-    yield server
-    server.stop()
+    yield from explicit_server(tmp_path_factory.mktemp("grpc-explicit"), "grpc-explicit")
 
 
 @pytest.fixture(scope="module")
