@@ -59,6 +59,9 @@ struct ParsedRequest {
   std::string_view parameters;  // the raw request parameters (a JSON object), or empty
   uint32_t priority = 0;        // the `priority` parameter, 0: the model's default
   uint64_t timeout_us = 0;      // the `timeout` parameter, 0: none
+  // Outputs the worker writes into client shared-memory regions: a JSON array the
+  // worker reads (pysrc/naiad/worker/shm_outputs.py), or empty when none.
+  std::string_view output_regions;
 
   // Set by validate_request():
   std::vector<uint32_t> outputs;  // output_names as indices into ModelSpec::outputs

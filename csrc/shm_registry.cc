@@ -264,6 +264,8 @@ ErrorKind ShmRegistry::resolve(std::string_view name, uint64_t offset, uint64_t 
   ref->size = size;
   ref->data = region.data != nullptr ? region.data + offset : nullptr;
   ref->fd = region.fd;
+  ref->region_offset = region.status.offset;
+  ref->region_size = region_size;
   ref->object_offset = region.status.offset + offset;
   ref->device_id = region.status.device_id;
   ref->raw_handle = region.status.raw_handle;
@@ -296,7 +298,17 @@ const uint8_t* ShmRegistry::map(InputKind kind, uint64_t region_id, uint64_t off
   const uint64_t region_size = region.status.byte_size;
   if (offset > region_size || size > region_size - offset) return nullptr;
   if (region.data == nullptr) return nullptr;
+  copies_.fetch_add(1, std::memory_order_relaxed);  // the caller copies these bytes once
+  copied_bytes_.fetch_add(size, std::memory_order_relaxed);
   return region.data + offset;
+}
+
+bool ShmRegistry::device_range(uint64_t region_id, uint64_t offset, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = regions_.find(region_id);
+  if (found == regions_.end() || found->second.status.kind != InputKind::kCudaIpc) return false;
+  const uint64_t region_size = found->second.status.byte_size;
+  return offset <= region_size && size <= region_size - offset;
 }
 
 size_t ShmRegistry::mapped() const {

@@ -73,6 +73,8 @@ struct RegionRef {
   int fd = -1;                 // system: the frontend's fd of the object
   uint64_t object_offset = 0;  // the tensor's offset in the object (region offset + offset)
   uint64_t size = 0;
+  uint64_t region_offset = 0;  // the region's offset in the object, and its byte size
+  uint64_t region_size = 0;
   int64_t device_id = 0;   // CUDA
   std::string raw_handle;  // CUDA
 };
@@ -110,10 +112,14 @@ class ShmRegistry : public InputRegions {
 
   // InputRegions: the mapped bytes of a live system region by id, bounds checked.
   const uint8_t* map(InputKind kind, uint64_t region, uint64_t offset, uint64_t size) override;
+  bool device_range(uint64_t region, uint64_t offset, uint64_t size) override;
 
   // For tests and /proc checks: regions whose mapping is still held (registered or
   // referenced), and mappings released so far.
   size_t mapped() const;
+  // Copies the core made out of client regions (map() calls) and their bytes.
+  uint64_t copies() const { return copies_.load(std::memory_order_relaxed); }
+  uint64_t copied_bytes() const { return copied_bytes_.load(std::memory_order_relaxed); }
 
  private:
   struct Region {
@@ -136,6 +142,8 @@ class ShmRegistry : public InputRegions {
 
   Arena* arena_;
   uint64_t table_offset_ = 0;
+  std::atomic<uint64_t> copies_{0};
+  std::atomic<uint64_t> copied_bytes_{0};
   mutable std::mutex mutex_;
   // --- guarded by mutex_ ---
   uint64_t next_id_ = 1;
@@ -146,5 +154,11 @@ class ShmRegistry : public InputRegions {
 // Checks a shm_open key as Naiad accepts it: one leading '/' (optional, as shm_open),
 // then a non-empty name without '/', not "." or "..", no NUL, at most NAME_MAX bytes.
 bool valid_shm_key(std::string_view key);
+
+// The core reads kSystemShm inputs through `registry` (which must outlive it).
+inline void attach_registry(Core& core, ShmRegistry* registry) { core.set_input_regions(registry); }
+// Bytes the core's assembler gathered into batch tensors (a second copy), for the
+// copy counters of /v2/naiad/shm.
+inline uint64_t gathered_bytes(Core& core) { return core.assembler().gathered_bytes(); }
 
 }  // namespace naiad

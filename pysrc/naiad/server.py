@@ -67,10 +67,12 @@ async def serve(options) -> int:
         from naiad.http.repository_routes import register_repository_routes
         from naiad.http.routes import Router
         from naiad.http.server import start_http_server
+        from naiad.http.shm_routes import register_shm_routes
 
         router = Router(manager)
         register_naiad_routes(router, manager)
         register_repository_routes(router, manager)
+        register_shm_routes(router, manager)
         servers.append(
             await start_http_server(manager, options.host, options.http_port, router=router)
         )

@@ -33,6 +33,8 @@ from naiad.repository.control import ModelControl
 from naiad.repository.metadata import server_metadata
 from naiad.scheduling.arrivals import ArrivalTracker
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
+from naiad.shm import SharedMemory
+from naiad.shm import block_regions as shm_block_regions
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
 
@@ -103,6 +105,9 @@ class ModelManager:
         self.core = _core.Core(arena_bytes)
         self.lane = _core.FastLane(self.core)
         self.grpc_lane = _core.GrpcLane(self.lane)  # the same codec, for gRPC ModelInfer
+        # Client shared-memory regions (Triton's shm extensions); the core reads
+        # inputs through it. Before any worker starts: they inherit its table offset.
+        self.shm = SharedMemory(self.core)
         # Requests queued through the fast lane and through the general path.
         self.lane_requests = 0
         self.general_requests = 0
@@ -339,6 +344,7 @@ class ModelManager:
             parameters,
             priority,
             timeout_us,
+            shm_block_regions(request),
         )
         if type(result) is str:
             raise InvalidArgument(result)

@@ -30,6 +30,7 @@ from naiad import _core, datatypes
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader
 from naiad.gc_tuning import settle_after_startup
+from naiad.worker import shm_outputs
 
 _PR_SET_PDEATHSIG = 1
 
@@ -79,7 +80,7 @@ class _Layout:
     metadata's order. Where the inputs' bytes are comes with each batch (the request
     block's slots)."""
 
-    __slots__ = ("header", "placements")
+    __slots__ = ("header", "placements", "regions")
 
     def __init__(self, metadata: bytes):
         header = orjson.loads(metadata)
@@ -91,6 +92,7 @@ class _Layout:
             (None if datatype == "BYTES" else _INPUT_DTYPES[datatype], shape)
             for _name, datatype, shape in inputs
         )
+        self.regions = shm_outputs.note_layout(header)  # client shm regions, or None
 
 
 # Metadata bytes -> _Layout. A client sends the same request (same id, names and
@@ -106,6 +108,10 @@ def _layout(metadata: bytes) -> _Layout:
             _LAYOUTS.clear()
         layout = _LAYOUTS[metadata] = _Layout(metadata)
     return layout
+
+
+def _regions_of(metadata: bytes):
+    return _layout(metadata).regions
 
 
 def _batch(arena, blocks: list) -> Batch:
@@ -221,6 +227,8 @@ class Worker:
         """`tensors`: the batch-major input tensors (see `batch_inputs`), which the
         requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
+        if shm_outputs.active:  # CUDA-shm inputs: filled from the client's device memory
+            shm_outputs.fill_cuda_inputs(self.arena, blocks, _regions_of)
         batch = _batch(self.arena, blocks)
         infer_start = _core.now_ns()
         results = self.backend.execute(batch)
@@ -230,6 +238,8 @@ class Worker:
                 f"the backend answered {len(results)} of the batch's {len(blocks)} requests"
             )
         responses = _wire_results(results)
+        if shm_outputs.active:  # outputs the client placed in shm regions: written there
+            responses = shm_outputs.place_outputs(self.arena, blocks, responses, _regions_of)
         # start, compute_input, compute_infer, compute_output (ns); the output time
         # covers turning tensors into wire buffers, not the final copy into the arena.
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
