@@ -59,7 +59,7 @@ def test_register_status_unregister(client):
         assert err.status() == "StatusCode.INVALID_ARGUMENT"
         assert err.message().startswith("failed to register shared memory region 'b': invalid args")
         for key in ("/naiad_missing", "/a/b", "/.."):
-            err = _error(lambda: client.register_system_shared_memory("b", key, 16))
+            err = _error(lambda k=key: client.register_system_shared_memory("b", k, 16))
             assert err.status() == "StatusCode.INTERNAL"
             assert err.message() == f"Unable to open shared memory region: '{key}'"
         err = _error(lambda: client.get_system_shared_memory_status("zz"))
@@ -169,7 +169,7 @@ def test_infer_errors(client):
             )
         )
         for inputs, outputs, code, message in cases:
-            err = _error(lambda: client.infer("shm_identity", inputs, outputs=outputs))
+            err = _error(lambda i=inputs, o=outputs: client.infer("shm_identity", i, outputs=o))
             assert (err.status(), err.message()) == (code, message)
 
 
