@@ -164,7 +164,6 @@ class SharedMemory:
                     CUDA,
                     _b64(ref.raw_handle),
                     ref.device_id,
-                    0,
                     ref.region_size,
                     ref.object_offset,
                     ref.size,
