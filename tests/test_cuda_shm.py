@@ -8,10 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import requests
+from naiad import cuda_ipc
 from server_harness import NaiadServer
 from shm_support import SHM_MODELS
-
-from naiad import cuda_ipc
 
 _REASON = cuda_ipc.unavailable_reason(0)
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"CUDA shared memory: {_REASON}")

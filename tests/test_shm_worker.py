@@ -11,7 +11,6 @@ import os
 import numpy as np
 import orjson
 import pytest
-
 from naiad import _core, cuda_ipc
 from naiad.worker import shm_outputs
 
