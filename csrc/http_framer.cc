@@ -105,10 +105,13 @@ size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
     const char* start = reinterpret_cast<const char*>(data + consumed);
     ScannedRequest request;
     if (scan_request(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
-    if (!request.has_header_length) break;
+    // Without Inference-Header-Content-Length the whole body is JSON (a request whose
+    // tensors are all in shm regions; the reader leaves JSON tensor data to Python).
+    const size_t header_size =
+        request.has_header_length ? request.header_length : request.body_size;
     Taken& one = taken->emplace_back();
     if (!submit_to(request.target, data + consumed + request.body_offset, request.body_size,
-                   request.header_length, now_ns, &one)) {
+                   header_size, now_ns, &one)) {
       taken->pop_back();
       break;
     }

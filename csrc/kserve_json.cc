@@ -25,14 +25,30 @@ bool once(bool* seen, Read&& read) {
   return true;
 }
 
-// {"binary_data_size": N}; anything else in an input's parameters (shared memory,
-// unknown keys) is for the general path.
-bool read_input_parameters(JsonReader& reader, uint64_t* binary_size) {
-  bool seen = false;
+// {"binary_data_size": N}, or Triton's shm parameters (shared_memory_region, _offset,
+// _byte_size: both region and size, not with binary_data_size); anything else in an
+// input's parameters (unknown keys) is for the general path.
+bool read_input_parameters(JsonReader& reader, uint64_t* binary_size, RequestInput* input) {
+  bool seen = false, has_region = false, has_offset = false, has_size = false;
   bool ok = reader.object([&](std::string_view key) {
-    return key == "binary_data_size" && once(&seen, [&] { return reader.uint(binary_size); });
+    if (key == "binary_data_size") return once(&seen, [&] { return reader.uint(binary_size); });
+    if (key == "shared_memory_region") {
+      return once(&has_region, [&] { return reader.plain_string(&input->shm_region); });
+    }
+    if (key == "shared_memory_offset") {
+      return once(&has_offset, [&] { return reader.uint(&input->shm_offset); });
+    }
+    if (key == "shared_memory_byte_size") {
+      return once(&has_size, [&] { return reader.uint(&input->size); });
+    }
+    return false;
   });
-  return ok && seen;
+  if (!ok) return false;
+  if (has_region || has_offset || has_size) {
+    input->in_shm = true;
+    return !seen && has_region && has_size;
+  }
+  return seen;
 }
 
 bool read_input(JsonReader& reader, RequestInput* input, uint64_t* binary_size) {
@@ -44,7 +60,7 @@ bool read_input(JsonReader& reader, RequestInput* input, uint64_t* binary_size) 
     }
     if (key == "shape") return once(&has_shape, [&] { return read_shape(reader, &input->shape); });
     if (key == "parameters") {
-      return once(&has_size, [&] { return read_input_parameters(reader, binary_size); });
+      return once(&has_size, [&] { return read_input_parameters(reader, binary_size, input); });
     }
     if (key == "data") return false;  // JSON tensor data: the general path converts it
     return reader.skip_value();
@@ -58,6 +74,10 @@ bool read_inputs(JsonReader& reader, const uint8_t* body, size_t body_size, uint
     RequestInput input;
     uint64_t binary_size = 0;
     if (!read_input(reader, &input, &binary_size)) return false;
+    if (input.in_shm) {  // its bytes are in a client region (the codec resolves it)
+      out->inputs.push_back(std::move(input));
+      return true;
+    }
     if (binary_size > body_size - *data_offset) return false;
     input.data = body + *data_offset;
     input.size = binary_size;
@@ -69,12 +89,24 @@ bool read_inputs(JsonReader& reader, const uint8_t* body, size_t body_size, uint
 }
 
 // {"name": ..., "parameters": {"binary_data": true}}: only binary outputs, since the
-// C++ writer writes no JSON tensor data.
-bool read_output(JsonReader& reader, std::string_view* name) {
+// C++ writer writes no JSON tensor data; or outputs in a client shm region
+// ({"shared_memory_region", "shared_memory_byte_size"[, "shared_memory_offset"]}).
+bool read_output(JsonReader& reader, std::string_view* name, OutputRegion* shm, bool* in_shm) {
   bool has_name = false, has_parameters = false, has_binary = false, binary = false;
+  bool has_region = false, has_offset = false, has_size = false;
   auto parameters = [&] {
     return reader.object([&](std::string_view key) {
-      return key == "binary_data" && once(&has_binary, [&] { return reader.boolean(&binary); });
+      if (key == "binary_data") return once(&has_binary, [&] { return reader.boolean(&binary); });
+      if (key == "shared_memory_region") {
+        return once(&has_region, [&] { return reader.plain_string(&shm->region); });
+      }
+      if (key == "shared_memory_offset") {
+        return once(&has_offset, [&] { return reader.uint(&shm->offset); });
+      }
+      if (key == "shared_memory_byte_size") {
+        return once(&has_size, [&] { return reader.uint(&shm->size); });
+      }
+      return false;
     });
   };
   bool ok = reader.object([&](std::string_view key) {
@@ -82,16 +114,27 @@ bool read_output(JsonReader& reader, std::string_view* name) {
     if (key == "parameters") return once(&has_parameters, parameters);
     return reader.skip_value();
   });
-  return ok && has_name && binary;
+  if (!ok || !has_name) return false;
+  if (has_region || has_offset || has_size) {
+    *in_shm = true;
+    return has_region && has_size && !binary;  // the general path words the rest
+  }
+  return binary;
 }
 
 bool read_outputs(JsonReader& reader, ParsedRequest* out) {
   // An empty list asks for every output, as no list does.
   return reader.array([&] {
     std::string_view name;
-    if (!read_output(reader, &name)) return false;
+    OutputRegion shm;
+    bool in_shm = false;
+    if (!read_output(reader, &name, &shm, &in_shm)) return false;
     for (std::string_view seen : out->output_names) {
       if (seen == name) return false;  // the general path decides what a repeat means
+    }
+    if (in_shm) {
+      shm.output = out->output_names.size();
+      out->output_shm.push_back(shm);
     }
     out->output_names.push_back(name);
     return true;
@@ -231,13 +274,19 @@ size_t write_response_body(const InferResponse& response, Sink& sink) {
     sink.put(output.datatype);
     sink.put("\",\"shape\":");
     sink.put(output.shape);
+    if (output.in_shm) {  // in the client's shm region: metadata only, as Triton
+      sink.put('}');
+      continue;
+    }
     sink.put(",\"parameters\":{\"binary_data_size\":");
     sink.number(output.size);
     sink.put("}}");
   }
   sink.put("]}");
   const size_t json_size = sink.size() - start;
-  for (const ResponseOutput& output : response.outputs) sink.put(output.data, output.size);
+  for (const ResponseOutput& output : response.outputs) {
+    if (output.size != 0) sink.put(output.data, output.size);
+  }
   return json_size;
 }
 

@@ -28,9 +28,14 @@ from tritonclient.utils import InferenceServerException
 TIMEOUT = 20
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with NaiadServer(SHM_MODELS, log_dir=tmp_path_factory.mktemp("shm")) as running:
+@pytest.fixture(scope="module", params=["lane", "general"])
+def server(request, tmp_path_factory):
+    """Every test twice: with the C++ fast lane (which takes shm requests) and with
+    --fast-lane=false (the Python general path only)."""
+    extra = [] if request.param == "lane" else ["--fast-lane=false"]
+    log_dir = tmp_path_factory.mktemp(f"shm_{request.param}")
+    with NaiadServer(SHM_MODELS, log_dir=log_dir, extra_args=extra) as running:
+        running.lane = request.param == "lane"
         yield running
 
 
@@ -210,6 +215,8 @@ def test_inputs_and_outputs_in_shm(server, client):
         np.testing.assert_array_equal(rout.read(np.float32, [2, 4], offset=32), data)
         output = result.get_output("OUTPUT0")
         assert output == {"name": "OUTPUT0", "datatype": "FP32", "shape": [2, 4]}
+        lanes = requests.get(server.url + "/v2/naiad/lanes", timeout=TIMEOUT).json()
+        assert (lanes["lane_requests"] > 0) == server.lane
         # One copy of the input (region -> batch), none gathered: the request ran alone.
         assert after["input_copies"] - before["input_copies"] == 1
         assert after["input_bytes"] - before["input_bytes"] == data.nbytes

@@ -1376,6 +1376,11 @@ cdef extern from "shm_registry.h" namespace "naiad":
     size_t kCudaIpcHandleBytes
     uint32_t kRegionTableSlots
 
+cdef extern from "kserve_codec.h" namespace "naiad":
+    cdef cppclass KServeCodecShm "naiad::KServeCodec":
+        void set_regions(CShmRegistry* regions)
+
+
 SHM_SYSTEM = <int>InputKind.kSystemShm
 SHM_CUDA = <int>InputKind.kCudaIpc
 CUDA_IPC_HANDLE_BYTES = kCudaIpcHandleBytes
@@ -1392,6 +1397,7 @@ cdef class ShmRegistry:
 
     cdef CShmRegistry* _registry
     cdef Core _core  # the core holds a pointer to us: we outlive it only through this
+    cdef list _lanes  # FastLanes whose codec resolves shm tensors through us
 
     def __cinit__(self, Core core):
         self._registry = new CShmRegistry(&core._core.arena())
@@ -1399,9 +1405,21 @@ cdef class ShmRegistry:
         attach_registry(core._core[0], self._registry)
 
     def __dealloc__(self):
+        cdef FastLane lane
+        if self._lanes:
+            for lane in self._lanes:
+                (<KServeCodecShm*>&lane._lane.codec()).set_regions(NULL)
         if self._core is not None and self._core._core != NULL:
             attach_registry(self._core._core[0], NULL)
         del self._registry
+
+    def attach_lane(self, FastLane lane):
+        """The lane's codec (HTTP and gRPC lanes share it) takes requests whose tensors
+        are in system shm regions (kserve_codec.h)."""
+        if self._lanes is None:
+            self._lanes = []
+        self._lanes.append(lane)
+        (<KServeCodecShm*>&lane._lane.codec()).set_regions(self._registry)
 
     @property
     def table_offset(self):

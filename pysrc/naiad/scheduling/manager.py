@@ -108,6 +108,7 @@ class ModelManager:
         # Client shared-memory regions (Triton's shm extensions); the core reads
         # inputs through it. Before any worker starts: they inherit its table offset.
         self.shm = SharedMemory(self.core)
+        self.shm.registry.attach_lane(self.lane)  # the lanes take shm tensors too
         # Requests queued through the fast lane and through the general path.
         self.lane_requests = 0
         self.general_requests = 0
