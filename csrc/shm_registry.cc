@@ -124,10 +124,11 @@ ErrorKind ShmRegistry::register_system(std::string_view name, std::string_view k
              std::to_string(object_size) + " of " + quoted(key) + ")";
     return ErrorKind::kInvalidArgument;
   }
-  if (byte_size == 0) {  // Triton refuses an empty region the same way
+  if (byte_size == 0) {  // an empty mapping: Triton 2.51's words (mmap's EINVAL)
     ::close(fd);
-    *error = "Invalid shared memory region: " + quoted(key);
-    return ErrorKind::kInternal;
+    *error = "failed to register shared memory region " + quoted(name) +
+             ": unable to process address spaceInvalid argument";
+    return ErrorKind::kInvalidArgument;
   }
   Region region;
   region.status.name = std::string(name);

@@ -145,8 +145,11 @@ def test_registration_errors(server, client):
         assert register(server, "x", region.key, 2**63, offset=2**63).status_code == 400
         zero = register(server, "x", region.key, 0)
         assert (zero.status_code, zero.json()) == (
-            500,
-            {"error": f"Invalid shared memory region: '{region.key}'"},
+            400,
+            {
+                "error": "failed to register shared memory region 'x': unable to process "
+                "address spaceInvalid argument"
+            },
         )
         path = "/v2/systemsharedmemory/region/x/register"
         no_key = post(server, path, {"byte_size": 8})

@@ -110,7 +110,7 @@ TEST(shm_register_checks_and_messages) {
         ErrorKind::kInvalidArgument);
   CHECK(registry.register_system("r1", object.key, 2, UINT64_MAX, &error) ==
         ErrorKind::kInvalidArgument);
-  CHECK(registry.register_system("r1", object.key, 0, 0, &error) == ErrorKind::kInternal);
+  CHECK(registry.register_system("r1", object.key, 0, 0, &error) == ErrorKind::kInvalidArgument);
   CHECK(registry.mapped() == 1);
   std::vector<RegionStatus> listed;
   CHECK(registry.status(InputKind::kSystemShm, "", &listed, &error) == ErrorKind::kNone);
