@@ -65,7 +65,8 @@ std::string shm_request(const char* region = "r", int in1_offset = 64, int in1_s
 
 TEST(shm_lane_reader_takes_region_parameters) {
   ParsedRequest request;
-  CHECK(read(shm_request(), &request));
+  const std::string json = shm_request();  // the request's views point into it
+  CHECK(read(json, &request));
   CHECK(request.inputs.size() == 2 && request.inputs[1].in_shm);
   CHECK(request.inputs[1].shm_region == "r" && request.inputs[1].shm_offset == 64);
   CHECK(request.inputs[1].size == 64 && request.inputs[1].data == nullptr);
