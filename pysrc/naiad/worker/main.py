@@ -222,6 +222,8 @@ class Worker:
         requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
         batch = _batch(self.arena, blocks)
+        if self.backend.batch_tensors:  # framework backends take the inputs whole
+            batch.tensors = batch_inputs(self.arena, blocks, tensors)
         infer_start = _core.now_ns()
         results = self.backend.execute(batch)
         infer_end = _core.now_ns()
