@@ -541,7 +541,12 @@ class OnnxRuntimeBackend(Backend):
                 binding.bind_cpu_input(name, array)
             for name in self.output_names:
                 binding.bind_output(name, "cpu")
-            self.session.run_with_iobinding(binding)
+            try:
+                self.session.run_with_iobinding(binding)
+            except Exception:
+                # IOBinding's errors lack ORT's status code: run again the plain way,
+                # which raises the same error with it (Triton's "onnx runtime error N").
+                return self.session.run(self.output_names, feeds)
             return [value.numpy() for value in binding.get_outputs()]
         return self.session.run(self.output_names, feeds)
 
