@@ -253,11 +253,13 @@ def write_model(root: Path, name: str, onnx_bytes, config, files) -> Path:
     return folder
 
 
-def build_repository(root: Path, bad: bool = True) -> Path:
+def build_repository(root: Path, bad: bool = True, names=None) -> Path:
+    """mlp_onnx (the example) and GOOD (and BAD) models; `names`: only those of them."""
     root.mkdir(parents=True, exist_ok=True)
     shutil.copytree(EXAMPLE_MODELS / "mlp_onnx", root / "mlp_onnx")
     for name, spec in {**GOOD, **(BAD if bad else {})}.items():
-        write_model(root, name, *spec)
+        if names is None or name in names:
+            write_model(root, name, *spec)
     return root
 
 
