@@ -487,3 +487,18 @@ def test_gpu_instance_runs_on_cuda_or_skips(tmp_path):
         }
     )
     assert backend.session.get_providers()[0] == "CUDAExecutionProvider"
+
+
+def test_example_model_is_what_the_script_builds():
+    import subprocess
+    import sys
+
+    from server_harness import REPO_ROOT
+
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tools/build_onnx_models.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
