@@ -16,9 +16,11 @@ MODELS = {
     "add_sub_onnx": ({"INPUT0": (16,), "INPUT1": (16,)}, "onnxruntime"),
     # the ONNX example of model_repository/ (perf/models/mlp_onnx links to it)
     "mlp_onnx": ({"INPUT": (16,)}, "onnxruntime"),
+    # a small conv classifier (tools/build_onnx_models.py): model compute dominates
+    "conv_onnx": ({"INPUT": (3, 64, 64)}, "onnxruntime"),
 }
 # model -> bytes of one request's largest output, where it is not the size of INPUT0
-_OUTPUT_BYTES = {"mlp_onnx": 10 * 4}
+_OUTPUT_BYTES = {"mlp_onnx": 10 * 4, "conv_onnx": 10 * 4}
 _SESSIONS: dict = {}
 
 
@@ -38,7 +40,7 @@ def reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray
     if model in ("add_sub", "add_sub_onnx"):
         a, b = inputs["INPUT0"], inputs["INPUT1"]
         return {"OUTPUT0": a + b, "OUTPUT1": a - b}
-    if model == "mlp_onnx":
+    if model in ("mlp_onnx", "conv_onnx"):
         return _onnx_reference(model, inputs)
     if model == "identity_fp32":
         # The model returns its input; in-process the least work that yields an output tensor
@@ -149,6 +151,15 @@ SCENARIOS: list[Scenario] = [
         (1, 16),
         description="the ONNX example (model_repository/mlp_onnx: MLP 16-32-10, onnxruntime "
         "backend, dynamic batching, 100 us queue delay) over HTTP, binary tensors",
+    ),
+    Scenario(
+        "conv_onnx_http",
+        1,
+        "conv_onnx",
+        "http",
+        (1, 16),
+        description="a small conv classifier (FP32 [3,64,64] -> [10], ~22 M multiply-adds per "
+        "image, onnxruntime backend, dynamic batching) over HTTP, binary tensors",
     ),
 ]
 
