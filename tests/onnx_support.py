@@ -85,12 +85,23 @@ def custom_op_model() -> bytes:
     )
 
 
-def complex_model() -> bytes:
-    """An input of a type Triton has no datatype for (complex64)."""
+def sequence_model() -> bytes:
+    """An input of a type Triton has no datatype for (a sequence of tensors), which
+    onnxruntime itself serves."""
+    seq = helper.make_tensor_sequence_value_info("X", TensorProto.FLOAT, ["n"])
+    return model(
+        [helper.make_node("ConcatFromSequence", ["X"], ["Y"], axis=0)],
+        [seq],
+        [vi("Y", TensorProto.FLOAT, ["m"])],
+    )
+
+
+def bf16_model() -> bytes:
+    """BF16 in and out: onnxruntime has it, numpy (and so Naiad's worker) does not."""
     return model(
         [helper.make_node("Identity", ["X"], ["Y"])],
-        [vi("X", TensorProto.COMPLEX64, ["batch", 2])],
-        [vi("Y", TensorProto.COMPLEX64, ["batch", 2])],
+        [vi("X", TensorProto.BFLOAT16, ["batch", 2])],
+        [vi("Y", TensorProto.BFLOAT16, ["batch", 2])],
     )
 
 
@@ -219,7 +230,19 @@ BAD = {
     # max_batch_size on a model without a batch dimension (auto-complete refuses)
     "bad_autofill_batch": (add_sub(shape=(16,)), "max_batch_size: 8", {}),
     # a type Triton has no datatype for
-    "bad_unsupported_type": (complex_model(), None, {}),
+    "bad_unsupported_type": (sequence_model(), None, {}),
+    # BF16 (auto-complete and an explicit config)
+    "bad_bf16": (bf16_model(), None, {}),
+    "bad_bf16_config": (
+        bf16_model(),
+        _config(
+            "bad_bf16_config",
+            "max_batch_size: 2\n"
+            'input [ { name: "X" data_type: TYPE_BF16 dims: [ 2 ] } ]\n'
+            'output [ { name: "Y" data_type: TYPE_BF16 dims: [ 2 ] } ]',
+        ),
+        {},
+    ),
     # an op no execution provider has
     "bad_custom_op": (custom_op_model(), None, {}),
     # a warmup that fails: dims the model rejects

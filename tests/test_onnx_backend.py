@@ -293,7 +293,28 @@ def test_failing_warmup_makes_the_model_unavailable(index):
                 "bad_autofill_batch/1/model.onnx",
             ],
         ),
-        ("bad_unsupported_type", ["tensor(complex64)", "bad_unsupported_type/1/model.onnx"]),
+        (
+            "bad_unsupported_type",
+            [
+                "unsupported datatype seq(tensor(float)) (no Triton datatype) for input 'X' for "
+                "model 'bad_unsupported_type'",
+                "bad_unsupported_type/1/model.onnx",
+            ],
+        ),
+        (
+            "bad_bf16",
+            [
+                "unsupported datatype TYPE_BF16 for input 'X' for model 'bad_bf16'",
+                "bad_bf16/1/model.onnx",
+            ],
+        ),
+        (
+            "bad_bf16_config",
+            [
+                "unsupported datatype TYPE_BF16 for input 'X' for model 'bad_bf16_config'",
+                "model.onnx",
+            ],
+        ),
         ("bad_custom_op", ["NoSuchOp", "bad_custom_op/1/model.onnx"]),
     ],
 )

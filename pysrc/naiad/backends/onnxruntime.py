@@ -343,6 +343,20 @@ def _io_infos(nodes) -> dict:
     }
 
 
+def _check_served_types(session, model: str, path) -> None:
+    """OnnxModelError for a model input or output whose type Naiad cannot carry: one with
+    no Triton datatype (sequences, maps, complex, float8, ...) or BF16 (no numpy dtype)."""
+    for kind, nodes in (("input", session.get_inputs()), ("output", session.get_outputs())):
+        for node in nodes:
+            config_type = _CONFIG_OF_ORT.get(node.type)
+            if config_type is None or config_type not in _NUMPY_OF_CONFIG:
+                shown = config_type or f"{node.type} (no Triton datatype)"
+                raise OnnxModelError(
+                    f"unsupported datatype {shown} for {kind} '{node.name}' for model "
+                    f"'{model}' (model file {path})"
+                )
+
+
 def _tensor_dims(io: dict) -> list[int]:
     reshape = io.get("reshape")
     if reshape is not None:
@@ -457,7 +471,10 @@ class OnnxRuntimeBackend(Backend):
         self.session = create_session(path, config, kind, device)
         try:
             validate_session(self.session, config)
+            _check_served_types(self.session, self.name, path)
         except OnnxModelError as exc:
+            if str(path) in exc.message:
+                raise
             raise OnnxModelError(f"{exc.message} (model file {path})") from None
         self.device = "cuda" if kind == "GPU" else "cpu"
         self.device_id = device
@@ -616,6 +633,7 @@ def auto_complete_config(config: dict, model_dir: Path) -> dict:
         )
     kind = "CPU"
     session = create_session(path, {**config, "optimization": {}}, kind, 0)
+    _check_served_types(session, config.get("name", ""), path)
     in_infos = _io_infos(session.get_inputs())
     out_infos = _io_infos(session.get_outputs())
     can_batch = all(
