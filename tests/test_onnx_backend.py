@@ -523,3 +523,56 @@ def test_example_model_is_what_the_script_builds():
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def _backend(folder, name="m"):
+    config = _to_json(autocomplete.load_completed_config(folder, name))
+    return ort_backend.OnnxRuntimeBackend(
+        {
+            "model_config": json.dumps(config),
+            "model_name": name,
+            "model_version": "1",
+            "model_repository": str(folder),
+            "model_instance_kind": "CPU",
+            "model_instance_device_id": "0",
+            "model_instance_name": f"{name}_0",
+        }
+    )
+
+
+@pytest.mark.parametrize("layout", ["default_model_filename", "folder"])
+def test_model_file_name_and_folder(tmp_path, layout):
+    import numpy as np
+    from naiad.backends.base import Batch, RequestHeader, Response
+
+    folder = tmp_path / "m"
+    if layout == "folder":
+        # `model.onnx` may be a folder holding model.onnx (Triton: large models)
+        (folder / "1" / "model.onnx").mkdir(parents=True)
+        (folder / "1" / "model.onnx" / "model.onnx").write_bytes(onnx_support.add_sub())
+        (folder / "config.pbtxt").write_text('backend: "onnxruntime"')
+    else:
+        (folder / "1").mkdir(parents=True)
+        (folder / "1" / "net.onnx").write_bytes(onnx_support.add_sub())
+        (folder / "config.pbtxt").write_text(
+            'default_model_filename: "net.onnx"\nbackend: "onnxruntime"'
+        )
+    backend = _backend(folder)
+    a = np.arange(48, dtype=np.float32).reshape(3, 16)
+    b = np.ones((3, 16), np.float32)
+    headers = [
+        RequestHeader("r0", (("INPUT0", "FP32", (1, 16)), ("INPUT1", "FP32", (1, 16))), [], {}),
+        RequestHeader(
+            "r1", (("INPUT0", "FP32", (2, 16)), ("INPUT1", "FP32", (2, 16))), ["OUTPUT1"], {}
+        ),
+    ]
+    batch = Batch(headers, [[a[:1], b[:1]], [a[1:], b[1:]]], {"INPUT0": a, "INPUT1": b})
+    first, second = backend.execute(batch)
+    assert isinstance(first, Response) and [n for n, _ in first.outputs] == ["OUTPUT0", "OUTPUT1"]
+    np.testing.assert_array_equal(first.outputs[0][1], a[:1] + 1)
+    assert [n for n, _ in second.outputs] == ["OUTPUT1"]
+    np.testing.assert_array_equal(second.outputs[0][1], a[1:] - 1)
+    # Without the batch-major tensors (another backend's worker), the rows are joined.
+    batch = Batch(headers, [[a[:1], b[:1]], [a[1:], b[1:]]])
+    np.testing.assert_array_equal(backend.execute(batch)[1].outputs[0][1], a[1:] - 1)
+    backend.finalize()

@@ -477,6 +477,15 @@ class OnnxRuntimeBackend(Backend):
                 raise
             raise OnnxModelError(f"{exc.message} (model file {path})") from None
         self.device = "cuda" if kind == "GPU" else "cpu"
+        if kind == "GPU" and "CUDAExecutionProvider" not in self.session.get_providers():
+            # onnxruntime falls back to the CPU when the CUDA provider cannot start (a
+            # missing CUDA or cuDNN library): a KIND_GPU instance must not run there.
+            raise OnnxModelError(
+                f"failed to enable the CUDA execution provider for model instance "
+                f"'{args.get('model_instance_name', self.name)}' on GPU {device} (providers "
+                f"in use: {', '.join(self.session.get_providers())}; see onnxruntime's log "
+                f"for the missing library) (model file {path})"
+            )
         self.device_id = device
         # Inputs: name -> numpy dtype they are fed as; reshape targets (without batch dim).
         self.input_dtypes = {
@@ -548,7 +557,7 @@ class OnnxRuntimeBackend(Backend):
         return self._split(batch, outputs)
 
     def _run(self, feeds: dict) -> list:
-        if self.device == "cpu":
+        if self.device == "cpu" or self.string_inputs:
             # On the CPU provider, run() wraps each contiguous numpy input of the right
             # dtype as an OrtValue over its memory (here: the arena) and returns outputs
             # as numpy arrays over ORT's own buffers: no host copy either way, and less
@@ -631,8 +640,14 @@ def auto_complete_config(config: dict, model_dir: Path) -> dict:
         raise OnnxModelError(
             f"unable to find '{path}' for model instance '{config.get('name', '')}'"
         )
-    kind = "CPU"
-    session = create_session(path, {**config, "optimization": {}}, kind, 0)
+    # Only the inputs and outputs are read: a CPU session without graph optimizations
+    # (custom op libraries of model_operations still registered).
+    light = {
+        **config,
+        "optimization": {"graph": {"level": 2}},
+        "parameters": {"intra_op_thread_count": {"string_value": "1"}},
+    }
+    session = create_session(path, light, "CPU", 0)
     _check_served_types(session, config.get("name", ""), path)
     in_infos = _io_infos(session.get_inputs())
     out_infos = _io_infos(session.get_outputs())
