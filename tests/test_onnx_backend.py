@@ -576,3 +576,17 @@ def test_model_file_name_and_folder(tmp_path, layout):
     batch = Batch(headers, [[a[:1], b[:1]], [a[1:], b[1:]]])
     np.testing.assert_array_equal(backend.execute(batch)[1].outputs[0][1], a[1:] - 1)
     backend.finalize()
+
+
+def test_backend_config_default_max_batch_size(tmp_path):
+    autocomplete.configure(True, ["onnxruntime,default-max-batch-size=16"])
+    try:
+        config = _completed(tmp_path, "m", onnx_support.add_sub(), None)
+        assert config["max_batch_size"] == 16 and "dynamic_batching" in config
+        autocomplete.configure(True, ["default-max-batch-size=1"])  # every backend
+        config = _completed(tmp_path / "b", "m", onnx_support.add_sub(), None)
+        assert config["max_batch_size"] == 1 and "dynamic_batching" not in config
+        with pytest.raises(ValueError, match="--backend-config option format"):
+            autocomplete.configure(True, ["onnxruntime,default-max-batch-size"])
+    finally:
+        autocomplete.configure(True)

@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Triton): configs are auto-completed from the model files",
     )
     serve.add_argument(
+        "--backend-config",
+        action="append",
+        default=[],
+        help="<backend>,<setting>=<value> (repeatable), as Triton; used: "
+        "onnxruntime,default-max-batch-size=N (auto-complete's max_batch_size, default 4)",
+    )
+    serve.add_argument(
         "--disable-auto-complete-config",
         action="store_true",
         help="do not auto-complete model configs (as --strict-model-config=true)",

@@ -31,9 +31,14 @@ async def serve(options) -> int:
             return 1
     from naiad.repository import autocomplete
 
-    autocomplete.configure(
-        not (options.strict_model_config or options.disable_auto_complete_config)
-    )
+    try:
+        autocomplete.configure(
+            not (options.strict_model_config or options.disable_auto_complete_config),
+            options.backend_config,
+        )
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 1
     manager = ModelManager(
         repositories,
         options.arena_size,

@@ -657,7 +657,7 @@ def auto_complete_config(config: dict, model_dir: Path) -> dict:
     max_batch_size = int(config.get("max_batch_size", 0) or 0)
     if can_batch:
         if max_batch_size == 0:
-            max_batch_size = DEFAULT_MAX_BATCH_SIZE
+            max_batch_size = max(_default_max_batch_size(), 0)
             config["max_batch_size"] = max_batch_size
         if (
             max_batch_size > 1
@@ -675,6 +675,21 @@ def auto_complete_config(config: dict, model_dir: Path) -> dict:
     if not outputs:
         config["output"] = _complete_ios(out_infos, max_batch_size)
     return config
+
+
+def _default_max_batch_size() -> int:
+    """Triton's `--backend-config=onnxruntime,default-max-batch-size=N` (default 4)."""
+    from naiad.repository.autocomplete import backend_setting
+
+    value = backend_setting("onnxruntime", "default-max-batch-size")
+    if value is None:
+        return DEFAULT_MAX_BATCH_SIZE
+    try:
+        return int(value)
+    except ValueError:
+        raise OnnxModelError(
+            f"failed to convert 'default-max-batch-size' value '{value}' to an integer"
+        ) from None
 
 
 def _complete_ios(infos: dict, max_batch_size: int) -> list:

@@ -45,13 +45,35 @@ __all__ = ["configure", "enabled", "load_completed_config", "complete_backend_fi
 
 # Triton's default: auto-complete on (--strict-model-config=false).
 _enabled = True
+# Triton's --backend-config settings: backend name ("" for every backend) -> {key: value}.
+_backend_config: dict[str, dict[str, str]] = {}
 
 
-def configure(enabled: bool) -> None:
+def configure(enabled: bool, backend_config: list[str] | None = None) -> None:
     """Turn auto-complete on or off for the configs loaded from now on (the server sets
-    it from --strict-model-config / --disable-auto-complete-config at start)."""
+    it from --strict-model-config / --disable-auto-complete-config at start), and take
+    Triton's `--backend-config` settings (`<backend>,<key>=<value>` or `<key>=<value>`
+    for every backend). ValueError for a malformed one."""
     global _enabled
     _enabled = bool(enabled)
+    _backend_config.clear()
+    for setting in backend_config or []:
+        backend, _, pair = setting.rpartition(",")
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(
+                f"--backend-config option format is '<backend name>,<setting>=<value>' or "
+                f"'<setting>=<value>', got '{setting}'"
+            )
+        _backend_config.setdefault(backend, {})[key] = value
+
+
+def backend_setting(backend: str, key: str, default: str | None = None) -> str | None:
+    """A --backend-config value for `backend` (a setting given for every backend too)."""
+    value = _backend_config.get(backend, {}).get(key)
+    if value is None:
+        value = _backend_config.get("", {}).get(key, default)
+    return value
 
 
 def enabled() -> bool:
