@@ -111,3 +111,38 @@ def test_without_auto_complete_a_config_is_needed(tmp_path, flags):
         assert "failed to open text file for read" in entries[0]["reason"], entries
     finally:
         naiad.stop()
+
+
+def test_a_config_override_in_a_load_request_is_auto_completed(tmp_path):
+    import json
+
+    onnx_support.write_model(tmp_path / "models", "m", onnx_support.add_sub(), None, {})
+    naiad = NaiadServer(
+        tmp_path / "models", log_dir=tmp_path, extra_args=["--model-control-mode=explicit"]
+    )
+    naiad.start(wait="ready", timeout=60)
+    try:
+        override = json.dumps({"max_batch_size": 2, "backend": "onnxruntime"})
+        response = requests.post(
+            naiad.url + "/v2/repository/models/m/load", json={"parameters": {"config": override}}
+        )
+        assert response.status_code == 200, response.text
+        config = requests.get(naiad.url + "/v2/models/m/config").json()
+        assert config["max_batch_size"] == 2
+        assert [i["name"] for i in config["input"]] == ["INPUT0", "INPUT1"]
+        assert "dynamic_batching" in config
+        bad = json.dumps(
+            {
+                "max_batch_size": 2,
+                "backend": "onnxruntime",
+                "input": [],
+                "default_model_filename": "nope.onnx",
+            }
+        )
+        response = requests.post(
+            naiad.url + "/v2/repository/models/m/load", json={"parameters": {"config": bad}}
+        )
+        assert response.status_code == 500, response.text
+        assert "nope.onnx" in response.json()["error"]
+    finally:
+        naiad.stop()

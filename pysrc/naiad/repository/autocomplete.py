@@ -41,7 +41,14 @@ from naiad.repository.config import (
     validate_model_config,
 )
 
-__all__ = ["configure", "enabled", "load_completed_config", "complete_backend_fields"]
+__all__ = [
+    "backend_setting",
+    "complete_backend_fields",
+    "complete_override",
+    "configure",
+    "enabled",
+    "load_completed_config",
+]
 
 # Triton's default: auto-complete on (--strict-model-config=false).
 _enabled = True
@@ -101,6 +108,25 @@ def load_completed_config(model_dir: Path, model_name: str) -> ModelConfig:
     complete_model_config(config, model_name)
     config = _run_backend_hook(config, model_dir)
     validate_model_config(config)
+    return config
+
+
+def complete_override(config: ModelConfig, model_dir: Path) -> ModelConfig:
+    """A load request's config override (already completed with Triton's defaults and
+    checked, overrides.parse_config_override) auto-completed like a config.pbtxt: the
+    backend fields from the files of `model_dir` and the backend's hook. OverrideError
+    with the reason when that fails."""
+    from naiad.repository.overrides import OverrideError
+
+    if not _enabled:
+        return config
+    try:
+        complete_backend_fields(config, model_dir)
+        complete_model_config(config, config.name)
+        config = _run_backend_hook(config, model_dir)
+        validate_model_config(config)
+    except ConfigError as exc:
+        raise OverrideError(exc.message) from None
     return config
 
 
