@@ -10,10 +10,13 @@ asks for it. At load the session's inputs and outputs are checked against the co
 the rules (and wording) of Triton's onnxruntime backend.
 
 Data path: the worker hands the batch's inputs as whole batch-major `[N, ...]` arrays over
-the shared arena (`Batch.tensors`); they are bound to the session as they are
-(IOBinding `bind_cpu_input`: ONNX Runtime reads the arena in place, no host copy). Outputs
-come back as ORT-owned arrays and each request gets its rows as a view; the worker copies
-them once into the response block.
+the shared arena (`Batch.tensors`). On the CPU provider they go to `session.run` as they
+are: ONNX Runtime wraps a contiguous numpy array of the right dtype without copying, so it
+reads the arena in place. On a GPU instance they are bound with IOBinding
+(`bind_cpu_input`: one host-to-device copy). Outputs come back as numpy arrays over ORT's
+own buffers and each request gets its rows as a view; the worker copies them once into the
+response block. BYTES inputs are decoded to str (ONNX strings are text; bytes that are
+not UTF-8 are replaced).
 
 `auto_complete_config(config, model_dir)` is the auto-complete hook
 (naiad.repository.autocomplete), with the rules of Triton's onnxruntime backend.
