@@ -127,6 +127,7 @@ GOOD = {
             + _ADD_SUB_IO
             + 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
             + 'parameters { key: "execution_mode" value: { string_value: "0" } }\n'
+            + 'parameters { key: "memory.enable_memory_arena_shrinkage" value: { string_value: "cpu:0" } }\n'
             + "optimization { graph { level: 1 } }",
         ),
         {},

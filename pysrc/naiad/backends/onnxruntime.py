@@ -511,6 +511,17 @@ class OnnxRuntimeBackend(Backend):
             name for name, dtype in self.input_dtypes.items() if dtype == np.object_
         }
         self.binding = self.session.io_binding()
+        # RunOptions entries Triton's onnxruntime backend reads from `parameters`.
+        self.run_options = None
+        shrinkage = _parameter(config, "memory.enable_memory_arena_shrinkage")
+        if shrinkage is not None:
+            self.run_options = _import_ort().RunOptions()
+            try:
+                self.run_options.add_run_config_entry(
+                    "memory.enable_memory_arena_shrinkage", shrinkage
+                )
+            except Exception as exc:
+                raise OnnxModelError(ort_message(exc)) from None
 
     # -- execution ------------------------------------------------------------------------
     def _feeds(self, batch: Batch) -> dict:
@@ -565,7 +576,7 @@ class OnnxRuntimeBackend(Backend):
             # dtype as an OrtValue over its memory (here: the arena) and returns outputs
             # as numpy arrays over ORT's own buffers: no host copy either way, and less
             # per-call overhead than rebinding an IOBinding.
-            return self.session.run(self.output_names, feeds)
+            return self.session.run(self.output_names, feeds, self.run_options)
         # GPU: inputs bound from host memory go to the device once; outputs come back
         # to host memory, where the worker writes them into the response block.
         binding = self.binding
@@ -576,11 +587,11 @@ class OnnxRuntimeBackend(Backend):
         for name in self.output_names:
             binding.bind_output(name, "cpu")
         try:
-            self.session.run_with_iobinding(binding)
+            self.session.run_with_iobinding(binding, self.run_options)
         except Exception:
             # IOBinding's errors lack ORT's status code: run again the plain way, which
             # raises the same error with it (Triton's "onnx runtime error N: ...").
-            return self.session.run(self.output_names, feeds)
+            return self.session.run(self.output_names, feeds, self.run_options)
         return [value.numpy() for value in binding.get_outputs()]
 
     def _split(self, batch: Batch, outputs: list) -> list:
