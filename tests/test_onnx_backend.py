@@ -489,6 +489,51 @@ def test_execution_providers_follow_the_accelerators():
         )
 
 
+def _gpu_args(folder, config):
+    return {
+        "model_config": json.dumps(config),
+        "model_name": "m",
+        "model_version": "1",
+        "model_repository": str(folder),
+        "model_instance_kind": "GPU",
+        "model_instance_device_id": "0",
+        "model_instance_name": "m_0",
+    }
+
+
+def test_gpu_instance_without_the_cuda_provider_is_refused(tmp_path):
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA provider (the refusal is for builds without)")
+    folder = onnx_support.write_model(tmp_path, "m", onnx_support.add_sub(), None, {})
+    config = _to_json(autocomplete.load_completed_config(folder, "m"))
+    with pytest.raises(ort_backend.OnnxModelError) as info:
+        ort_backend.OnnxRuntimeBackend(_gpu_args(folder, config))
+    assert "CUDAExecutionProvider requested for a KIND_GPU instance is not available" in str(
+        info.value
+    )
+    assert "onnxruntime-gpu" in str(info.value)
+
+
+def test_gpu_instance_with_tensorrt_or_skips(tmp_path):
+    import onnxruntime
+
+    if "TensorrtExecutionProvider" not in onnxruntime.get_available_providers():
+        pytest.skip(
+            "no TensorRT execution provider here (needs onnxruntime-gpu, TensorRT and a GPU)"
+        )
+    folder = onnx_support.write_model(tmp_path, "m", onnx_support.add_sub(), None, {})
+    config = _to_json(autocomplete.load_completed_config(folder, "m"))
+    config["optimization"]["execution_accelerators"] = {
+        "gpu_execution_accelerator": [
+            {"name": "tensorrt", "parameters": {"precision_mode": "FP16"}}
+        ]
+    }
+    backend = ort_backend.OnnxRuntimeBackend(_gpu_args(folder, config))
+    assert backend.session.get_providers()[0] == "TensorrtExecutionProvider"
+
+
 def test_gpu_instance_runs_on_cuda_or_skips(tmp_path):
     import onnxruntime
 
