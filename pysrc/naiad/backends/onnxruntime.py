@@ -700,7 +700,7 @@ def auto_complete_config(config: dict, model_dir: Path) -> dict:
             f"autofill failed for model '{config.get('name', '')}': model does not support "
             f"batching while non-zero max_batch_size is specified (model file {path})"
         )
-    if not config.get("input"):
+    if not inputs:  # as Triton: batch inputs count as inputs given
         config["input"] = _complete_ios(in_infos, max_batch_size)
     if not outputs:
         config["output"] = _complete_ios(out_infos, max_batch_size)
