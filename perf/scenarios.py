@@ -157,7 +157,7 @@ SCENARIOS: list[Scenario] = [
         1,
         "conv_onnx",
         "http",
-        (1, 16),
+        (16,),
         description="a small conv classifier (FP32 [3,64,64] -> [10], ~22 M multiply-adds per "
         "image, onnxruntime backend, dynamic batching) over HTTP, binary tensors",
     ),
