@@ -17,6 +17,8 @@ from naiad.backends.base import Backend
 # onnxruntime_onnx, pytorch / pytorch_libtorch, tensorrt / tensorrt_plan).
 _REGISTRY: dict[str, str] = {
     "python": "naiad.backends.python:PythonModelBackend",
+    "pytorch": "naiad.backends.pytorch:PyTorchBackend",
+    "pytorch_libtorch": "naiad.backends.pytorch:PyTorchBackend",
 }
 
 
