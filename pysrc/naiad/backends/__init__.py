@@ -19,6 +19,8 @@ _REGISTRY: dict[str, str] = {
     "python": "naiad.backends.python:PythonModelBackend",
     "pytorch": "naiad.backends.pytorch:PyTorchBackend",
     "pytorch_libtorch": "naiad.backends.pytorch:PyTorchBackend",
+    "tensorrt": "naiad.backends.tensorrt:TensorRTBackend",
+    "tensorrt_plan": "naiad.backends.tensorrt:TensorRTBackend",
 }
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from naiad.backends.base import INTERNAL, INVALID_ARG, Backend, Batch, RequestError, Response
+from naiad.backends.tensors import batch_major
 
 log = logging.getLogger("naiad")
 
@@ -498,39 +499,3 @@ def _to_host(torch, returned):
     if isinstance(returned, tuple):
         return tuple(_to_host(torch, value) for value in returned)
     return returned
-
-
-def batch_major(batch: Batch, batching: bool) -> list:
-    """Each input of the batch (in the first request's order) as one array: for a batching
-    model the [N, ...] concatenation of the requests' rows, without a copy where the core
-    laid them out one after another (the common case); else the one request's arrays."""
-    first = batch.arrays[0]
-    if len(batch.arrays) == 1 or not batching:
-        return list(first)
-    tensors = getattr(batch, "tensors", None)
-    names = batch.headers[0].input_names
-    if tensors and all(name in tensors for name in names):
-        return [tensors[name] for name in names]
-    return [
-        _rows_together([arrays[index] for arrays in batch.arrays]) for index in range(len(first))
-    ]
-
-
-def _rows_together(parts: list) -> np.ndarray:
-    """One [N, ...] array of consecutive row blocks: a view when each part starts where the
-    previous one ends in the same buffer, else a copy."""
-    head = parts[0]
-    if head.dtype != object and all(part.flags.c_contiguous for part in parts):
-        base = head.base
-        address = head.__array_interface__["data"][0]
-        end = address + head.nbytes
-        for part in parts[1:]:
-            if part.base is not base or part.__array_interface__["data"][0] != end:
-                break
-            end += part.nbytes
-        else:
-            if base is not None:
-                rows = sum(part.shape[0] for part in parts)
-                origin = np.frombuffer(base, np.uint8).__array_interface__["data"][0]
-                return np.ndarray((rows, *head.shape[1:]), head.dtype, base, address - origin)
-    return np.concatenate(parts)
