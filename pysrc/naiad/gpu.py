@@ -162,11 +162,12 @@ def _address(buffer) -> tuple[int, int]:
     return ctypes.addressof(ctypes.c_char.from_buffer(view)), size
 
 
-def pin_arena(arena) -> bool:
+def pin_arena(arena, device: int | None = None) -> bool:
     """Page-lock the arena (a writable buffer over the shared mapping) for this process's
     host<->device copies. True when it is registered (now or before); False without CUDA
     or when the runtime refuses (the copies then stage through the driver's own pinned
-    buffers, slower but correct)."""
+    buffers, slower but correct). `device`: the CUDA device this process works on, made
+    current first so that no context is created on another one."""
     address, size = _address(arena)
     if size == 0:
         return False
@@ -176,6 +177,8 @@ def pin_arena(arena) -> bool:
         return False
     cudart = _cudart()
     if cudart is not None:
+        if device is not None:
+            cudart.cudaSetDevice(device)
         (error,) = cudart.cudaHostRegister(address, size, _CUDA_HOST_REGISTER_PORTABLE)
         registered = _ok(error)
         detail = str(error)
@@ -215,3 +218,17 @@ def _register_through_torch(address: int, size: int) -> tuple[bool, str]:
     except Exception as exc:  # no CUDA runtime in this torch build
         return False, str(exc)
     return _ok(error), str(error)
+
+
+def prepare_worker(args: dict, arena) -> None:
+    """In a worker, once its backend is loaded: a KIND_GPU instance pins the arena for its
+    device's copies (Triton's initialize() args say the kind and the device)."""
+    if args.get("model_instance_kind") != "GPU":
+        return
+    device = int(args.get("model_instance_device_id") or 0)
+    if pin_arena(arena, device):
+        log.info(
+            "instance '%s': arena pinned for CUDA device %d",
+            args.get("model_instance_name"),
+            device,
+        )
