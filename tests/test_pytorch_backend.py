@@ -267,3 +267,26 @@ def test_config_shows_normalized_instance_group(server):
         1,
         [],
     )
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs PyTorch with CUDA and a CUDA device (the tests install torch's CPU build)",
+)
+def test_gpu_instance_runs_on_its_device(tmp_path):
+    from torch_models import MODELS, build_model
+
+    config = MODELS["pt_batching"][0] + "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n"
+    build_model(tmp_path / "models", "pt_batching", config)
+    naiad = NaiadServer(tmp_path / "models", log_dir=tmp_path, name="pytorch-gpu")
+    naiad.start(wait="ready", timeout=180)
+    try:
+        features = np.arange(8, dtype=np.float32).reshape(2, 4)
+        with httpclient.InferenceServerClient(f"{naiad.host}:{naiad.http_port}") as c:
+            result = c.infer("pt_batching", [_input("INPUT__0", features)])
+        model = _scripted("pt_batching", naiad)
+        with torch.inference_mode():
+            expected = model(torch.from_numpy(features))[0].numpy()
+        np.testing.assert_allclose(result.as_numpy("OUTPUT__0"), expected, rtol=1e-5)
+    finally:
+        naiad.stop()

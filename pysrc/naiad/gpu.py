@@ -225,10 +225,4 @@ def prepare_worker(args: dict, arena) -> None:
     device's copies (Triton's initialize() args say the kind and the device)."""
     if args.get("model_instance_kind") != "GPU":
         return
-    device = int(args.get("model_instance_device_id") or 0)
-    if pin_arena(arena, device):
-        log.info(
-            "instance '%s': arena pinned for CUDA device %d",
-            args.get("model_instance_name"),
-            device,
-        )
+    pin_arena(arena, int(args.get("model_instance_device_id") or 0))
