@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 import requests
 from naiad import gpu
+from naiad.backends.base import Batch
 from naiad.protos import model_config_pb2
 from naiad.repository.config import ConfigError, load_model_config, parse_model_config
 from naiad.repository.instance_groups import instance_group_error, normalize_instance_groups
@@ -121,6 +123,9 @@ def test_host_without_cuda_has_no_devices_and_pins_nothing():
         pytest.skip("this host has a CUDA device")
     assert gpu.device_count() == 0 and gpu.supported_gpus() == []
     assert gpu.pin_arena(memoryview(bytearray(4096))) is False
+    arena = memoryview(bytearray(64))
+    batch = Batch([], [[np.ndarray((2, 2), np.float32, arena, 0)]])
+    assert gpu.pin_batch_arena(batch, 0) is False
 
 
 @pytest.mark.skipif(NO_GPU_HERE, reason="needs a CUDA device (none on this host)")

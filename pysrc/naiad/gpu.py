@@ -8,7 +8,8 @@
 - `pin_arena(arena)`: registers the arena's mapping as page-locked memory
   (cudaHostRegister) in the calling process, so its copies to and from a device are DMA
   without a staging buffer. Registration is per process: each worker that copies
-  host<->device calls it once. A no-op (False) without CUDA.
+  host<->device does it once (`pin_batch_arena`, from a GPU backend's first batch, whose
+  inputs are views of the arena). A no-op (False) without CUDA.
 
 Nothing here initializes a CUDA context in the frontend: discovery asks the runtime for
 counts and properties only, and the answer is cached for the life of the process.
@@ -220,9 +221,16 @@ def _register_through_torch(address: int, size: int) -> tuple[bool, str]:
     return _ok(error), str(error)
 
 
-def prepare_worker(args: dict, arena) -> None:
-    """In a worker, once its backend is loaded: a KIND_GPU instance pins the arena for its
-    device's copies (Triton's initialize() args say the kind and the device)."""
-    if args.get("model_instance_kind") != "GPU":
-        return
-    pin_arena(arena, int(args.get("model_instance_device_id") or 0))
+def pin_batch_arena(batch, device: int) -> bool:
+    """`pin_arena` for the buffer a batch's input arrays view (the shared arena): what a
+    GPU backend calls on its first batch, so that its host->device copies read pinned
+    memory. False when the inputs are not views of one buffer or CUDA is missing."""
+    for arrays in getattr(batch, "arrays", ()):
+        for array in arrays:
+            base = getattr(array, "base", None)
+            if base is not None and not isinstance(base, type(array)):
+                try:
+                    return pin_arena(base, device)
+                except (TypeError, ValueError):
+                    return False
+    return False

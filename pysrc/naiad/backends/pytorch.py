@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from naiad import gpu
 from naiad.backends.base import INTERNAL, INVALID_ARG, Backend, Batch, RequestError, Response
 from naiad.backends.tensors import batch_major
 
@@ -177,6 +178,7 @@ class PyTorchBackend(Backend):
         self.kind = kind = args.get("model_instance_kind", "CPU")
         self.device_id = device_id = int(args.get("model_instance_device_id") or 0)
         self.stream = None
+        self.pinned = False
         if kind == "GPU":
             if not torch.cuda.is_available():
                 raise RuntimeError(
@@ -332,6 +334,9 @@ class PyTorchBackend(Backend):
         if count == 0:
             return []
         torch = self.torch
+        if self.stream is not None and not self.pinned:
+            self.pinned = True  # tried once: the arena is pinned for this process, or not
+            gpu.pin_batch_arena(batch, self.device_id)
         try:
             arguments = self._arguments(batch)
         except Exception as exc:

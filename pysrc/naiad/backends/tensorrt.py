@@ -382,6 +382,7 @@ class TensorRTBackend(Backend):
                 f"unable to load model '{name}', TensorRT backend supports only GPU device{hint}"
             )
         self.device = device = int(args.get("model_instance_device_id") or 0)
+        self.pinned = False
         if device not in gpu.supported_gpus():
             raise RuntimeError(f"unable to load model '{name}': no CUDA device {device} here")
         _check(cudart.cudaSetDevice(device), f"cudaSetDevice({device})")
@@ -546,6 +547,9 @@ class TensorRTBackend(Backend):
         count = len(batch.headers)
         if count == 0:
             return []
+        if not self.pinned:
+            self.pinned = True  # tried once: the arena is pinned for this process, or not
+            gpu.pin_batch_arena(batch, self.device)
         header = batch.headers[0]
         arrays = [
             np.ascontiguousarray(array) for array in batch_major(batch, self.max_batch_size > 0)

@@ -30,7 +30,6 @@ from naiad import _core, datatypes
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader
 from naiad.gc_tuning import settle_after_startup
-from naiad.gpu import prepare_worker
 
 _PR_SET_PDEATHSIG = 1
 
@@ -278,7 +277,6 @@ def main(argv=None) -> int:
             options.arena_fd, options.channel_offset, options.wake_fd, options.notify_fd
         )
         backend = load_backend(args)
-        prepare_worker(args, endpoint.arena)  # a KIND_GPU instance pins the arena
     except Exception as exc:  # reported to the frontend, which prints the load table
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         _report(options.control_fd, {"status": "error", "message": message})
