@@ -19,6 +19,10 @@ _REGISTRY: dict[str, str] = {
     "python": "naiad.backends.python:PythonModelBackend",
     "onnxruntime": "naiad.backends.onnxruntime:OnnxRuntimeBackend",
     "onnxruntime_onnx": "naiad.backends.onnxruntime:OnnxRuntimeBackend",
+    "pytorch": "naiad.backends.pytorch:PyTorchBackend",
+    "pytorch_libtorch": "naiad.backends.pytorch:PyTorchBackend",
+    "tensorrt": "naiad.backends.tensorrt:TensorRTBackend",
+    "tensorrt_plan": "naiad.backends.tensorrt:TensorRTBackend",
 }
 
 
