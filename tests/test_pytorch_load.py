@@ -251,3 +251,58 @@ def test_server_without_torch(tmp_path, monkeypatch):
     finally:
         server.stop()
     assert (EXAMPLE_MODELS / "mlp_torch" / "1" / "model.pt").is_file()
+
+
+# -- execution in-process (the rest is black-box in test_pytorch_backend.py) ---------------------
+
+
+def _batch(requests_inputs: list[dict]) -> Batch:
+    """A Batch of requests given as {name: array}, arrays laid out one after another."""
+    headers, arrays = [], []
+    for inputs in requests_inputs:
+        headers.append(
+            RequestHeader(
+                "",
+                tuple((name, "", tuple(array.shape)) for name, array in inputs.items()),
+                [],
+                {},
+            )
+        )
+        arrays.append(list(inputs.values()))
+    return Batch(headers, arrays)
+
+
+def _outputs(result) -> dict:
+    assert not isinstance(result, pytorch_backend.RequestError), result
+    return dict(result.outputs)
+
+
+def test_other_names_bind_in_config_order(tmp_path, torch_models):
+    backend = _load(torch_models.build_model(tmp_path, "pt_strict"), "pt_strict")
+    assert backend.input_convention == STRICT_CONFIG_ORDERING
+    a = np.array([10, 20, 30], np.int32)
+    b = np.array([1, 2, 3], np.int32)
+    # A is the config's first input, so forward()'s first argument, whatever the request's
+    # order: A * 2 + B.
+    (result,) = backend.execute(_batch([{"B": b, "A": a}]))
+    np.testing.assert_array_equal(_outputs(result)["RESULT"], [21, 42, 63])
+
+
+def test_dict_input_gets_tensors_by_config_name(tmp_path, torch_models):
+    backend = _load(torch_models.build_model(tmp_path, "pt_dict"), "pt_dict")
+    assert backend.dict_input
+    x = np.array([[1, 2], [5, 6]], np.float64)
+    y = np.array([[3, 4], [7, 8]], np.float64)
+    first, second = backend.execute(_batch([{"x": x[:1], "y": y[:1]}, {"x": x[1:], "y": y[1:]}]))
+    np.testing.assert_array_equal(_outputs(first)["OUTPUT__0"], [[31, 42]])
+    np.testing.assert_array_equal(_outputs(second)["OUTPUT__0"], [[75, 86]])
+
+
+def test_output_of_another_datatype_than_configured(tmp_path, torch_models):
+    backend = _load(torch_models.build_model(tmp_path, "pt_wrong_type"), "pt_wrong_type")
+    (result,) = backend.execute(_batch([{"INPUT__0": np.ones((1, 2), np.float32)}]))
+    assert isinstance(result, pytorch_backend.RequestError)
+    assert result.code == pytorch_backend.INVALID_ARG
+    assert result.message == (
+        "configuration expects datatype TYPE_FP32 for output 'OUTPUT__0', model provides TYPE_INT64"
+    )
