@@ -83,6 +83,18 @@ def test_consecutive_rows_are_one_view_without_copy():
     np.testing.assert_array_equal(whole, [[1, 1], [2, 2], [2, 2]])
 
 
+def test_requests_naming_inputs_in_another_order():
+    arena = memoryview(bytearray(64))
+    a1, b1 = np.ndarray((1, 2), np.float32, arena, 0), np.ndarray((1, 2), np.float32, arena, 8)
+    b2, a2 = np.ndarray((1, 2), np.float32, arena, 16), np.ndarray((1, 2), np.float32, arena, 24)
+    a1[:], b1[:], b2[:], a2[:] = 1, 2, 3, 4
+    first = RequestHeader("", (("A", "FP32", (1, 2)), ("B", "FP32", (1, 2))), [], {})
+    second = RequestHeader("", (("B", "FP32", (1, 2)), ("A", "FP32", (1, 2))), [], {})
+    a, b = batch_major(Batch([first, second], [[a1, b1], [b2, a2]]), True)
+    np.testing.assert_array_equal(a, [[1, 1], [4, 4]])
+    np.testing.assert_array_equal(b, [[2, 2], [3, 3]])
+
+
 def test_scattered_rows_are_gathered():
     arena = memoryview(bytearray(64))
     first = np.ndarray((1, 2), np.float32, arena, 0)
