@@ -172,8 +172,10 @@ def test_unsupported_datatype(tmp_path, torch_models):
     folder = torch_models.build_model(tmp_path, "pt_rejects", config)
     with pytest.raises(RuntimeError) as error:
         _load(folder, "pt_rejects")
-    assert str(error.value) == (
-        "unsupported datatype TYPE_UINT32 for input 'INPUT__0' for model 'pt_rejects'"
+    # Triton's message, then the config file and what the backend takes.
+    assert str(error.value).startswith(
+        "unsupported datatype TYPE_UINT32 for input 'INPUT__0' for model 'pt_rejects' "
+        f"({folder / 'config.pbtxt'}; the pytorch backend takes BOOL, UINT8,"
     )
 
 
