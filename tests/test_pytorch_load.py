@@ -320,3 +320,53 @@ def test_output_of_another_datatype_than_configured(tmp_path, torch_models):
     assert result.message == (
         "configuration expects datatype TYPE_FP32 for output 'OUTPUT__0', model provides TYPE_INT64"
     )
+
+
+# -- auto-complete (the framework: repository/autocomplete.py) -----------------------------------
+
+
+def _autocomplete():
+    return pytest.importorskip(
+        "naiad.repository.autocomplete", reason="the auto-complete framework is not merged here"
+    )
+
+
+def test_auto_complete_fills_the_backend_fields_only(tmp_path, torch_models):
+    """Triton's server fills backend, platform and default_model_filename from model.pt;
+    its pytorch backend adds nothing (inputs and outputs stay as the config has them)."""
+    autocomplete = _autocomplete()
+    folder = torch_models.build_model(tmp_path, "pt_named")
+    text = (folder / "config.pbtxt").read_text().replace('platform: "pytorch_libtorch"\n', "")
+    (folder / "config.pbtxt").write_text(text)
+    config = config_to_json(autocomplete.load_completed_config(folder, "pt_named"))
+    assert (config["backend"], config["platform"], config["default_model_filename"]) == (
+        "pytorch",
+        "pytorch_libtorch",
+        "model.pt",
+    )
+    assert [tensor["name"] for tensor in config["input"]] == ["subtrahend", "minuend"]
+    assert config["max_batch_size"] == 4 and "dynamic_batching" not in config
+
+
+def test_without_config_the_load_says_what_is_missing(tmp_path, torch_models):
+    """No config.pbtxt: Triton finds the backend from model.pt, completes no inputs, and the
+    pytorch backend refuses the load for the inputs forward() takes."""
+    autocomplete = _autocomplete()
+    folder = torch_models.build_model(tmp_path, "pt_named")
+    (folder / "config.pbtxt").unlink()
+    config = autocomplete.load_completed_config(folder, "pt_named")
+    assert config.backend == "pytorch" and not config.input
+    args = {
+        "model_config": json.dumps(config_to_json(config)),
+        "model_name": "pt_named",
+        "model_version": "1",
+        "model_repository": str(folder),
+        "model_instance_kind": "CPU",
+        "model_instance_name": "pt_named_0",
+        "model_instance_device_id": "0",
+    }
+    with pytest.raises(RuntimeError) as error:
+        pytorch_backend.PyTorchBackend(args)
+    assert str(error.value).startswith(
+        "unable to load model 'pt_named', configuration expects 0 inputs, model provides 2"
+    )
