@@ -121,3 +121,9 @@ bench-core: build/core_bench build/lane_bench
 	build/core_bench 32
 	build/lane_bench 1
 	build/lane_bench 8
+
+# Rebuild the ONNX models of model_repository/ and perf/models/ from code (committed; the
+# tests check that the committed files are what this builds).
+.PHONY: onnx-models
+onnx-models: $(STAMP)
+	$(PY) tools/build_onnx_models.py

@@ -237,6 +237,8 @@ class Worker:
         requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
         batch = _batch(self.arena, blocks)
+        if self.backend.batch_tensors:  # framework backends take the inputs whole
+            batch.tensors = batch_inputs(self.arena, blocks, tensors)
         infer_start = _core.now_ns()
         results = self.backend.execute(batch)
         infer_end = _core.now_ns()
@@ -294,6 +296,9 @@ def main(argv=None) -> int:
             options.arena_fd, options.channel_offset, options.wake_fd, options.notify_fd
         )
         backend = load_backend(args)
+        from naiad.worker.warmup import run_warmup
+
+        run_warmup(backend, args)  # model_warmup samples, before the model is READY
     except Exception as exc:  # reported to the frontend, which prints the load table
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         _report(options.control_fd, {"status": "error", "message": message})
