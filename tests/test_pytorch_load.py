@@ -370,3 +370,30 @@ def test_without_config_the_load_says_what_is_missing(tmp_path, torch_models):
     assert str(error.value).startswith(
         "unable to load model 'pt_named', configuration expects 0 inputs, model provides 2"
     )
+
+
+def test_warmup_runs_through_the_pytorch_backend(tmp_path, torch_models):
+    """model_warmup (the worker's generic warmup) on a TorchScript model: zero data runs;
+    a sample the model rejects fails the load with Triton's warmup message."""
+    from naiad.worker.warmup import WarmupError, run_warmup
+
+    warmup = (
+        'model_warmup [ { name: "zeros" batch_size: 3 count: 2 '
+        'inputs { key: "INPUT__0" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]\n'
+    )
+    config = torch_models.MODELS["pt_rejects"][0] + warmup
+    folder = torch_models.build_model(tmp_path / "good", "pt_rejects", config)
+    backend = _load(folder, "pt_rejects")
+    args = {
+        "model_config": json.dumps(config_to_json(load_model_config(folder, "pt_rejects"))),
+        "model_repository": str(folder),
+    }
+    assert run_warmup(backend, args) == 2
+    bad = config.replace("dims: [ 4 ] zero_data", "dims: [ 3 ] zero_data")
+    folder = torch_models.build_model(tmp_path / "bad", "pt_rejects", bad)
+    backend = _load(folder, "pt_rejects")
+    args["model_config"] = json.dumps(config_to_json(load_model_config(folder, "pt_rejects")))
+    with pytest.raises(WarmupError) as error:
+        run_warmup(backend, args)
+    assert error.value.message.startswith("failed to run warmup sample 'zeros': ")
+    assert "PyTorch execute failure" in error.value.message
