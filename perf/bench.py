@@ -354,6 +354,25 @@ def run_perf_analyzer(
     return rows[0], client_cpu, ""
 
 
+# perf_analyzer's CSV has no average latency column: its parts add up to it.
+_LATENCY_PARTS = (
+    "Client Send",
+    "Network+Server Send/Recv",
+    "Server Queue",
+    "Server Compute Input",
+    "Server Compute Infer",
+    "Server Compute Output",
+    "Client Recv",
+)
+
+
+def average_latency_us(row: dict) -> float:
+    try:
+        return float(sum(float(row[part]) for part in _LATENCY_PARTS))
+    except (KeyError, ValueError):
+        return 0.0
+
+
 def run_wrk_point(
     server: Server, scenario: Scenario, concurrency: int, settings: Settings, client_cpus
 ) -> tuple[dict, float, str]:
@@ -471,7 +490,7 @@ def measure(server, s: Scenario, c: int, settings, round_no, out, cpus, log) -> 
     point.throughput = float(row["Inferences/Second"])
     point.p50_us = float(row["p50 latency"])
     point.p99_us = float(row["p99 latency"])
-    point.avg_us = float(row.get("Avg latency") or 0)
+    point.avg_us = float(row.get("Avg latency") or 0) or average_latency_us(row)
     point.server_cpu_pct = 100.0 * server_cpu / wall
     point.client_cpu_pct = 100.0 * client_cpu / wall
     delta = stats_delta(before, after)
