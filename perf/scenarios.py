@@ -59,6 +59,10 @@ class Scenario:
     shm: str = "none"  # "none" | "system"
     description: str = ""
     extra_args: tuple[str, ...] = field(default=())
+    # "perf_analyzer", or "wrk": a light client (perf/wrk_load.py) sending one fixed
+    # add_sub request, `body` "binary" (tritonclient's) or "json" (plain KServe v2)
+    client: str = "perf_analyzer"
+    body: str = "binary"
 
     @property
     def key(self) -> str:
@@ -134,6 +138,38 @@ SCENARIOS: list[Scenario] = [
         (4,),
         shm="system",
         description="identity on FP32 [3,224,224] with tensors in system shared memory (HTTP control)",
+    ),
+    Scenario(
+        "add_sub_http_json",
+        1,
+        "add_sub",
+        "http",
+        (1, 8),
+        description="add_sub over HTTP with JSON tensors in and out (perf_analyzer "
+        "--input-tensor-format=json --output-tensor-format=json)",
+        extra_args=("--input-tensor-format=json", "--output-tensor-format=json"),
+    ),
+    Scenario(
+        "add_sub_wrk_json",
+        1,
+        "add_sub",
+        "http",
+        (8,),
+        description="add_sub, one plain KServe v2 JSON request (JSON data in, JSON outputs) "
+        "sent by wrk -t1",
+        client="wrk",
+        body="json",
+    ),
+    Scenario(
+        "add_sub_wrk_binary",
+        1,
+        "add_sub",
+        "http",
+        (8, 64),
+        description="add_sub, tritonclient's binary request sent by wrk -t1: server capacity "
+        "with a light client",
+        client="wrk",
+        body="binary",
     ),
     Scenario(
         "add_sub_onnx_http",
