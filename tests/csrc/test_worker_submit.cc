@@ -211,3 +211,46 @@ TEST(responses_beyond_the_ring_wait_for_the_submitter_and_are_not_lost) {
   m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
   CHECK(m.core.poll().size() == 1);
 }
+
+TEST(a_model_that_calls_itself_gets_the_call_nested_on_its_busy_instance) {
+  TwoModels m;
+  ArenaStats baseline = m.core.arena().stats();
+  m.core.instance_up(m.caller_instance);
+  const std::string input = "abc";
+  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage outer = m.caller_worker->next();
+  CHECK(outer.kind == MessageKind::kBatch);
+  // Its only instance is busy with `outer`, which waits for this request: the core
+  // hands it to the same instance, nested.
+  CHECK(m.caller_worker->submit(m.caller.value, 11, m.request(0, input)) == SubmitResult::kOk);
+  CHECK(m.core.poll().empty());
+  BatchMessage inner = m.caller_worker->next();
+  CHECK(inner.kind == MessageKind::kBatch && inner.batch_id != outer.batch_id);
+  CHECK(input_of(*m.caller_worker, inner, 0) == "abc");
+  CHECK(m.core.in_flight() == 2);
+  // The inner batch answers: its response goes to the outer one's wait.
+  const std::string out = "IN!";
+  CHECK(m.caller_worker->respond(inner.batch_id, {answer(0, out)}, kTimings, true));
+  CHECK(m.core.poll().empty());
+  BatchMessage response = m.caller_worker->next();
+  CHECK(response.kind == MessageKind::kResponse && response.batch_id == 11);
+  m.caller_worker->arena().free(response.desc_offset);
+  // No request of its own in flight: a busy instance takes nothing more.
+  CHECK(m.core.submit(m.caller, m.request(2, input)) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage none;
+  CHECK(!m.caller_worker->try_next(&none));
+  CHECK(m.caller_worker->respond(outer.batch_id, {answer(0, out)}, kTimings, true));
+  std::vector<Completion> done = m.core.poll();  // answers 1, dispatches 2
+  CHECK(done.size() == 1 && done[0].request_ids == std::vector<uint64_t>{1});
+  for (const Completion& c : done) m.core.arena().free(c.result_offset);
+  BatchMessage next = m.caller_worker->next();
+  CHECK(next.kind == MessageKind::kBatch && input_of(*m.caller_worker, next, 0) == "abc");
+  CHECK(m.caller_worker->respond(next.batch_id, {answer(0, out)}, kTimings, true));
+  done = m.core.poll();
+  CHECK(done.size() == 1 && done[0].request_ids == std::vector<uint64_t>{2});
+  for (const Completion& c : done) m.core.arena().free(c.result_offset);
+  CHECK(m.core.in_flight() == 0);
+  CHECK(m.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+}
