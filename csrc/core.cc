@@ -471,8 +471,8 @@ void Core::refuse_routed_locked(uint64_t request_id, uint32_t status) {
   if (route == routes_.end()) return;
   Instance* submitter = find_instance_locked(route->second.instance_id);
   if (submitter != nullptr) {
-    send_to_worker_locked(*submitter,
-                          BatchMessage{route->second.tag, 0, status, MessageKind::kRefused, 0});
+    send_to_worker_locked(*submitter, BatchMessage{route->second.tag, 0, kRefusedQueued | status,
+                                                   MessageKind::kRefused, 0});
   }
   erase_route_locked(route);
 }

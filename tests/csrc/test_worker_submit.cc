@@ -149,7 +149,7 @@ TEST(a_worker_request_that_cannot_be_served_is_refused_not_lost) {
   CHECK(m.core.poll().empty());
   BatchMessage failed = m.caller_worker->next();
   CHECK(failed.kind == MessageKind::kRefused && failed.batch_id == 6);
-  CHECK(failed.n_requests == static_cast<uint32_t>(kCompletionWorkerFailed));
+  CHECK(failed.n_requests == (kRefusedQueued | static_cast<uint32_t>(kCompletionWorkerFailed)));
   m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
   CHECK(m.core.poll().size() == 1);
 }

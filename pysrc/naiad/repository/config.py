@@ -135,6 +135,8 @@ def complete_model_config(config: ModelConfig, model_name: str) -> None:
 
 
 def _complete_instance_groups(config: ModelConfig) -> None:
+    if config.platform == "ensemble":
+        return  # an ensemble has no instances of its own in Triton's config
     if not config.instance_group:
         # Triton names the group it adds after the model itself (instances: <model>_0, ...).
         # On a GPU host Triton would add a KIND_GPU group; placement is not decided here.

@@ -32,6 +32,8 @@ from naiad.repository.catalog import Catalog
 from naiad.repository.control import ModelControl
 from naiad.repository.metadata import server_metadata
 from naiad.scheduling.arrivals import ArrivalTracker
+from naiad.scheduling.directory import ModelDirectory
+from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
@@ -116,6 +118,8 @@ class ModelManager:
         self.arrivals = ArrivalTracker()  # updated by the front ends' connections
         self._serving: dict[str, LoadedModel] = {}  # name -> highest ready version
         self.control = ModelControl(self, self.catalog, control_mode, load_threads, drain_timeout)
+        # name/version -> core handle, for workers' own requests (BLS, ensemble steps).
+        self.directory = ModelDirectory(self)
 
     # -- lifecycle -----------------------------------------------------------------
     async def load_all(self, load_models: list[str] | None = None) -> bool:
@@ -166,6 +170,8 @@ class ModelManager:
         """A LoadedModel registered with the core and the lane (not started), or a stand-in
         that says why it could not even be registered."""
         try:
+            if is_ensemble(entry.config):
+                return EnsembleModel(self, entry, version, entry.config)
             return LoadedModel(self, entry, version, entry.config)
         except Exception as exc:  # no room for its channels, out of eventfds...
             return UnloadableModel(entry, version, str(exc))
@@ -185,6 +191,13 @@ class ModelManager:
         for model in old.values():
             if versions.get(model.version) is not model and model.lane_id is not None:
                 self.lane.remove_model(model.lane_id)  # the routes left to it go
+        self.models_changed()
+
+    def models_changed(self) -> None:
+        """The served models or their states changed: workers' directory follows."""
+        directory = getattr(self, "directory", None)
+        if directory is not None:
+            directory.update()
 
     def withdraw(self, name: str) -> None:
         """`name` takes no new request, on either path; its requests in flight finish."""
@@ -192,6 +205,7 @@ class ModelManager:
         for model in self.models.get(name, {}).values():
             if model.lane_id is not None:
                 self.lane.remove_model(model.lane_id)
+        self.models_changed()
 
     def uses_path(self, path: Path) -> bool:
         """Whether a loaded version still runs from folder `path`."""
@@ -232,6 +246,7 @@ class ModelManager:
         for pending in pendings:
             pending.fail(Unavailable("server is shutting down"))
         loop.remove_reader(self.core.notify_fd)
+        self.directory.close()
 
     # -- queries for the front ends ------------------------------------------------
     def server_live(self) -> bool:
