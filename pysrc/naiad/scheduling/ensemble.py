@@ -40,118 +40,149 @@ def _compatible(a: list[int], b: list[int]) -> bool:
     return all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
 
 
-def check_ensemble(config, find) -> str | None:
-    """Why the ensemble `config` cannot be served, or None. `find(name, version)` gives
-    the composing model's config (a ModelConfig) or raises LookupError with the reason.
-    Checks: each step's model and version, its mapped tensors against that model's
-    inputs and outputs, every tensor produced once (by an ensemble input or one step),
-    every step input and ensemble output produced, no cycle, and the datatype and shape
-    of each tensor agreeing between its producer and its consumers."""
+def check_structure(config) -> str | None:
+    """The checks Triton makes on an ensemble's config alone, with its messages: each
+    step names a model and maps inputs and outputs, every tensor is produced once,
+    every ensemble input is used, every ensemble output is written from the inputs
+    (no cycle, nothing unmapped)."""
     name = config.name
     steps = list(config.ensemble_scheduling.step)
     if not steps:
         return f"ensemble scheduling must be set for ensemble {name} whose platform is ensemble"
-    # tensor -> (datatype, dims, who): who produces it
-    produced: dict[str, tuple[int, list[int], str]] = {}
-    for tensor in config.input:
-        produced[tensor.name] = (tensor.data_type, _dims(tensor), "ensemble input")
-    configs = []
+    inputs = {t.name for t in config.input}
+    producer: dict[str, int] = {}
+    consumed: set[str] = set()
     for index, step in enumerate(steps):
         if not step.model_name:
             return f"must specify 'model_name' in step {index} of ensemble '{name}'"
-        try:
-            model = find(step.model_name, int(step.model_version))
-        except LookupError as exc:
-            return str(exc)
-        configs.append(model)
-        outputs = {t.name: t for t in model.output}
-        for model_output, tensor in step.output_map.items():
-            if model_output not in outputs:
-                return (
-                    f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing "
-                    f"output {model_output} in model {step.model_name}"
-                )
-            if tensor in produced:
+        if not step.input_map:
+            return f"must specify 'input_map' in step {index} of ensemble '{name}'"
+        if not step.output_map:
+            return f"must specify 'output_map' in step {index} of ensemble '{name}'"
+        consumed.update(step.input_map.values())
+        for tensor in step.output_map.values():
+            if tensor in producer or tensor in inputs:
                 return (
                     f"ensemble tensor '{tensor}' can appear in an output map only once for "
                     f"ensemble '{name}' step {index}"
                 )
-            out = outputs[model_output]
-            produced[tensor] = (out.data_type, _dims(out), f"model {step.model_name}")
-    # Consumers: each step input must exist, with the producer's datatype and shape.
-    for index, (step, model) in enumerate(zip(steps, configs)):
-        if not step.input_map:
-            return f"must specify 'input_map' in step {index} of ensemble '{name}'"
-        inputs = {t.name: t for t in model.input}
+            producer[tensor] = index
+    for tensor in config.input:
+        if tensor.name not in consumed:
+            return f"ensemble input '{tensor.name}' for ensemble {name}' is not used"
+    # Tensors reachable from the ensemble inputs: a step runs once all its inputs are.
+    connected = set(inputs)
+    changed = True
+    while changed:
+        changed = False
+        for step in steps:
+            if all(t in connected for t in step.input_map.values()):
+                for t in step.output_map.values():
+                    if t not in connected:
+                        connected.add(t)
+                        changed = True
+    for tensor in config.output:
+        if tensor.name not in producer:
+            return f"ensemble output '{tensor.name}' for ensemble {name}' is not used"
+        if tensor.name not in connected:
+            culprit = _unconnected(tensor.name, steps, producer, connected, set())
+            return (
+                f"output '{tensor.name}' for ensemble '{name}' is not written: at least one of "
+                f"its depending tensors, '{culprit}', is not connected"
+            )
+    return None
+
+
+def _unconnected(tensor: str, steps, producer, connected, visiting) -> str:
+    """A tensor that `tensor` depends on and that is not reachable: one nothing produces,
+    or the one that closes a cycle."""
+    if tensor not in producer:
+        return tensor
+    visiting.add(tensor)
+    for before in steps[producer[tensor]].input_map.values():
+        if before in connected:
+            continue
+        if before in visiting:
+            return tensor
+        return _unconnected(before, steps, producer, connected, visiting)
+    return tensor
+
+
+def _shape_text(dims: list[int], batching: bool) -> str:
+    return "[" + ",".join(str(d) for d in ([-1] if batching else []) + dims) + "]"
+
+
+def _compatible_text(a: str, b: str) -> bool:
+    left = [int(x) for x in a.strip("[]").split(",") if x]
+    right = [int(x) for x in b.strip("[]").split(",") if x]
+    return _compatible(left, right)
+
+
+def check_ensemble(config, find) -> str | None:
+    """Why the ensemble `config` cannot be served, or None, with Triton 2.51's messages.
+    `find(name, version)` gives the composing model's config (a ModelConfig) or raises
+    LookupError with the reason. After `check_structure`: each step's model and
+    version are loaded, its mapped tensors are inputs and outputs of that model, and
+    every tensor has one datatype and shape wherever it is used."""
+    reason = check_structure(config)
+    if reason is not None:
+        return reason
+    name = config.name
+    steps = list(config.ensemble_scheduling.step)
+    configs = []
+    for step in steps:
+        try:
+            configs.append(find(step.model_name, int(step.model_version)))
+        except LookupError as exc:
+            return str(exc)
+    batching = config.max_batch_size > 0
+    # tensor -> (datatype, shape text, the model it is inferred from)
+    known: dict[str, tuple[int, str, str]] = {}
+    for tensor in (*config.input, *config.output):
+        known[tensor.name] = (tensor.data_type, _shape_text(_dims(tensor), batching), name)
+
+    def agree(tensor: str, data_type: int, shape: str, model: str) -> str | None:
+        seen = known.get(tensor)
+        if seen is None:
+            known[tensor] = (data_type, shape, model)
+            return None
+        if seen[0] != data_type:
+            return (
+                f"in ensemble {name}, ensemble tensor {tensor}: inconsistent data type: "
+                f"{_type_name(seen[0])} is inferred from model {seen[2]} while "
+                f"{_type_name(data_type)} is inferred from model {model}"
+            )
+        if seen[1] != shape and not _compatible_text(seen[1], shape):
+            return (
+                f"in ensemble {name}, ensemble tensor {tensor}: inconsistent shape: "
+                f"{seen[1]} is inferred from model {seen[2]} while {shape} is inferred from "
+                f"model {model}"
+            )
+        return None
+
+    for step, model in zip(steps, configs):
+        step_batching = model.max_batch_size > 0
+        model_inputs = {t.name: t for t in model.input}
+        model_outputs = {t.name: t for t in model.output}
         for model_input, tensor in step.input_map.items():
-            if model_input not in inputs:
+            if model_input not in model_inputs:
                 return (
                     f"in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing "
                     f"input {model_input} in model {step.model_name}"
                 )
-            if tensor not in produced:
+        for model_output, tensor in step.output_map.items():
+            if model_output not in model_outputs:
                 return (
-                    f"in ensemble {name}, ensemble tensor {tensor} is used as input of model "
-                    f"{step.model_name} but no ensemble input or step output produces it"
+                    f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing "
+                    f"output {model_output} in model {step.model_name}"
                 )
-            data_type, dims, who = produced[tensor]
-            wanted = inputs[model_input]
-            if data_type != wanted.data_type:
-                return (
-                    f"in ensemble {name}, ensemble tensor {tensor} has datatype "
-                    f"{_type_name(data_type)} from {who} but input {model_input} of model "
-                    f"{step.model_name} takes {_type_name(wanted.data_type)}"
-                )
-            if not _compatible(dims, _dims(wanted)):
-                return (
-                    f"in ensemble {name}, ensemble tensor {tensor} has shape {dims} from {who} "
-                    f"but input {model_input} of model {step.model_name} takes shape "
-                    f"{_dims(wanted)}"
-                )
-    for tensor in config.output:
-        if tensor.name not in produced:
-            return f"in ensemble {name}, no step produces ensemble output {tensor.name}"
-        data_type, dims, who = produced[tensor.name]
-        if data_type != tensor.data_type:
-            return (
-                f"in ensemble {name}, ensemble output {tensor.name} has datatype "
-                f"{_type_name(tensor.data_type)} but {who} produces "
-                f"{_type_name(data_type)}"
-            )
-    cycle = _cycle(steps)
-    if cycle is not None:
-        return f"in ensemble {name}, the steps form a cycle through tensor {cycle}"
-    return None
-
-
-def _cycle(steps) -> str | None:
-    """A tensor on a cycle of steps (a step needing what it helps produce), or None."""
-    producer = {}
-    for index, step in enumerate(steps):
-        for tensor in step.output_map.values():
-            producer[tensor] = index
-    state = {}  # step -> 1 visiting, 2 done
-
-    def visit(index: int) -> str | None:
-        state[index] = 1
-        for tensor in steps[index].input_map.values():
-            before = producer.get(tensor)
-            if before is None:
-                continue
-            if state.get(before) == 1:
-                return tensor
-            if state.get(before) is None:
-                found = visit(before)
-                if found is not None:
-                    return found
-        state[index] = 2
-        return None
-
-    for index in range(len(steps)):
-        if index not in state:
-            found = visit(index)
-            if found is not None:
-                return found
+        for mapping, tensors in ((step.input_map, model_inputs), (step.output_map, model_outputs)):
+            for model_tensor, tensor in mapping.items():
+                found = tensors[model_tensor]
+                shape = _shape_text(_dims(found), step_batching)
+                reason = agree(tensor, found.data_type, shape, step.model_name)
+                if reason is not None:
+                    return reason
     return None
 
 
@@ -179,17 +210,18 @@ class EnsembleModel(LoadedModel):
 
     def _find(self, name: str, version: int):
         versions = self.manager.models.get(name) or {}
+        ready = [m for m in versions.values() if m.ready]
+        if not ready:
+            raise LookupError(
+                f"ensemble {self.name} contains models that are not available or ambiguous: {name}"
+            )
         if version < 0:
-            ready = [m for m in versions.values() if m.ready]
-            if not ready:
-                raise LookupError(
-                    f"ensemble '{self.name}' depends on '{name}' which has no loaded version(s)"
-                )
             return max(ready, key=lambda m: m.version).config
         model = versions.get(version)
         if model is None or not model.ready:
             raise LookupError(
-                f"ensemble '{self.name}' depends on '{name}' whose version {version} is not loaded"
+                f"ensemble '{self.name}' depends on '{name}' whose required version {version} "
+                "is not loaded."
             )
         return model.config
 

@@ -86,7 +86,7 @@ class Directory:
         if isinstance(found, CallError):
             raise found
         if found is None:
-            raise CallError(f"Request for unknown model: '{name}' is not found", NOT_FOUND)
+            raise _not_ready(name)
         handle = found["handle"]
         spec = self._specs.get(handle)
         if spec is None:
@@ -104,22 +104,26 @@ class Directory:
         if version is None or version < 0:
             serving = model.get("serving")
             if serving is None:
-                return CallError(
-                    f"Request for unknown model: '{name}' has no available versions", UNAVAILABLE
-                )
+                return _not_ready(name)
             entry = versions.get(str(serving))
             return entry if entry is not None and entry["ready"] else None
         entry = versions.get(str(version))
-        if entry is None:
-            return CallError(
-                f"Request for unknown model: '{name}' version {version} is not found", NOT_FOUND
-            )
-        if not entry["ready"]:
-            return CallError(
-                f"Request for unknown model: '{name}' version {version} is not at ready state",
-                UNAVAILABLE,
-            )
+        if entry is None or not entry["ready"]:
+            return _not_ready(name)
         return entry
+
+
+def _submit_error(model_name: str, message: str) -> CallError:
+    """A request the server would not take, as Triton's Python backend words it."""
+    return CallError(f"Model {model_name} - Error when running inference: {message}", INTERNAL)
+
+
+def _not_ready(model_name: str) -> CallError:
+    """Triton's words for a BLS request to a model (or version) not served."""
+    return _submit_error(
+        model_name,
+        f"Failed for execute the inference request. Model '{model_name}' is not ready.",
+    )
 
 
 def refusal(model_name: str, status: int) -> CallError:
@@ -142,15 +146,12 @@ def refusal(model_name: str, status: int) -> CallError:
             "not run the batch (see the server log)"
         )
     if status == _core.SUBMIT_QUEUE_FULL:
-        return CallError("Exceeds maximum queue size", UNAVAILABLE)
+        return _submit_error(model_name, "Exceeds maximum queue size")
     if status == _core.SUBMIT_ARENA_FULL:
-        return CallError(
-            f"model '{model_name}': the shared-memory arena has no room for the request",
-            UNAVAILABLE,
-        )
+        return _submit_error(model_name, "the shared-memory arena has no room for the request")
     if status == _core.SUBMIT_MODEL_GONE:
-        return CallError(f"Request for unknown model: '{model_name}' is not found", NOT_FOUND)
-    return CallError(f"model '{model_name}': the request's inputs cannot be read", INTERNAL)
+        return _not_ready(model_name)
+    return _submit_error(model_name, "the request's inputs cannot be read")
 
 
 class Call:
@@ -236,7 +237,7 @@ class Channel:
                 handle, tag, spec, request_id, inputs, requested, params, priority, timeout_us
             )
             if type(result) is str:
-                return self._finish(call, CallError(result, INVALID_ARG))
+                return self._finish(call, _submit_error(model_name, result))
             if result == _core.SUBMIT_OK:
                 self.calls[tag] = call
                 return call

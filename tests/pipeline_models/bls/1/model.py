@@ -12,6 +12,8 @@ Naiad and on Triton alike):
                   -1 by default): its error (unknown model, bad version...) is returned
   bad_input       exec() on add_sub without INPUT1: the validator's error is returned
   timeout         exec() on the model `target` with timeout=`timeout` us
+  fail            answers with an error of its own (code INVALID_ARG)
+  call_fail       exec() on this model with mode fail: the error comes back
 """
 
 import json
@@ -78,6 +80,12 @@ class TritonPythonModel:
                 response = _call(
                     params.get("target", "add_sub"), inputs, timeout=int(params.get("timeout", 1))
                 ).exec()
+            elif mode == "fail":
+                response = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("bls failed on purpose", pb_utils.TritonError.INVALID_ARG)
+                )
+            elif mode == "call_fail":
+                response = _call("bls", inputs, mode="fail").exec()
             else:
                 response = pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(f"unknown mode {mode}")
