@@ -13,12 +13,21 @@ MODELS = {
     "add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
     "identity_fp32": ({"INPUT0": (3, 224, 224)}, "python"),
     "add_sub_onnx": ({"INPUT0": (16,), "INPUT1": (16,)}, "onnxruntime"),
+    # Pipelines (issue 13): an ensemble of two Python models, a BLS model calling add_sub.
+    "ensemble_add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
+    "bls_add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
 }
+
+# model -> the models it calls, copied into the benchmark repository with it.
+DEPENDS = {"ensemble_add_sub": ("add_sub",), "bls_add_sub": ("add_sub",)}
 
 
 def reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """What the model must answer: used both to check a server and as the in-process limit."""
-    if model in ("add_sub", "add_sub_onnx"):
+    if model == "ensemble_add_sub":  # add_sub twice: (a + b) + (a - b), (a + b) - (a - b)
+        a, b = inputs["INPUT0"], inputs["INPUT1"]
+        return {"OUTPUT0": (a + b) + (a - b), "OUTPUT1": (a + b) - (a - b)}
+    if model in ("add_sub", "add_sub_onnx", "bls_add_sub"):
         a, b = inputs["INPUT0"], inputs["INPUT1"]
         return {"OUTPUT0": a + b, "OUTPUT1": a - b}
     if model == "identity_fp32":
@@ -119,6 +128,27 @@ SCENARIOS: list[Scenario] = [
         "http",
         (1, 8, 32),
         description="add_sub as an ONNX graph (onnxruntime backend) with dynamic batching, over HTTP",
+    ),
+]
+
+SCENARIOS += [
+    Scenario(
+        "ensemble_add_sub_http",
+        1,
+        "ensemble_add_sub",
+        "http",
+        (8,),
+        description="an ensemble of two Python models (add_sub, then add_sub on its outputs) "
+        "over HTTP, binary tensors",
+    ),
+    Scenario(
+        "bls_add_sub_http",
+        1,
+        "bls_add_sub",
+        "http",
+        (8,),
+        description="a Python model calling add_sub through BLS (async_exec per request of "
+        "its batch) over HTTP, binary tensors",
     ),
 ]
 
