@@ -489,14 +489,26 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
     }
     return for_frontend;
   }
+  std::vector<uint64_t> stats;  // RoutedStats of the routed requests finished here
+  const uint64_t now = clock_();
   for (uint32_t r = 0; r < view->header->n_responses; ++r) {
     const ResponseRecord& record = view->records[r];
     if (record.request_index >= batch.requests.size()) continue;
-    const uint64_t id = batch.requests[record.request_index].id;
+    const QueuedRequest& queued = batch.requests[record.request_index];
+    const uint64_t id = queued.id;
     auto route = routes_.find(id);
     if (route == routes_.end()) {
       for_frontend = true;
       continue;
+    }
+    if ((record.flags & kResponseFinal) != 0 && (record.flags & kResponseError) == 0) {
+      if (stats.empty()) stats.assign(kRoutedStatsSize, 0);
+      stats[kRoutedCount] += 1;
+      stats[kRoutedRows] += queued.batch_size;
+      if (batch.dispatch_ns > queued.enqueue_ns) {
+        stats[kRoutedQueueNs] += batch.dispatch_ns - queued.enqueue_ns;
+      }
+      if (now > queued.enqueue_ns) stats[kRoutedRequestNs] += now - queued.enqueue_ns;
     }
     // The submitter gets the response in a block of its own (a copy: the block is
     // shared with the batch's other requests), tagged with the batch it is running so
@@ -521,6 +533,13 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
     send_to_worker_locked(*submitter,
                           BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
     if ((record.flags & kResponseFinal) != 0) erase_route_locked(route);
+  }
+  if (!stats.empty()) {
+    for (int t = 1; t < 4; ++t) stats[kRoutedComputeInputNs + t - 1] = view->header->timings[t];
+    bool whole = stats[kRoutedCount] == batch.requests.size();
+    stats[kRoutedWholeBatch] = whole ? 1 : 0;
+    done_.push_back(Completion{batch.id, kCompletionRouted, batch.instance_id, 0, 0,
+                               batch.dispatch_ns, std::move(stats)});
   }
   return for_frontend;
 }

@@ -49,6 +49,21 @@ using Clock = std::function<uint64_t()>;
 // Completion statuses beyond channel.h's, for requests that never ran.
 constexpr int32_t kCompletionTimedOut = 3;   // queue timeout under REJECT
 constexpr int32_t kCompletionModelGone = 4;  // queued when its model was removed
+// Statistics only, for the frontend: requests workers submitted (BLS, ensemble steps)
+// that got their final response from instance `instance_id`. Nothing to answer or
+// free; `request_ids` carries kRoutedStatsSize numbers (RoutedStats order).
+constexpr int32_t kCompletionRouted = 5;
+enum RoutedStats : uint32_t {
+  kRoutedCount = 0,           // requests
+  kRoutedRows = 1,            // their batch items
+  kRoutedQueueNs = 2,         // summed time from queued to dispatched
+  kRoutedRequestNs = 3,       // summed time from queued to their final response
+  kRoutedComputeInputNs = 4,  // the batch's worker timings (ResponseHeader)
+  kRoutedComputeInferNs = 5,
+  kRoutedComputeOutputNs = 6,
+  kRoutedWholeBatch = 7,  // 1: every request of the batch was routed (an execution)
+  kRoutedStatsSize = 8,
+};
 
 struct Completion {
   uint64_t batch_id;  // 0 for requests that never ran

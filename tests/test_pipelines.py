@@ -304,3 +304,28 @@ def test_unloading_a_composing_model_makes_the_ensemble_unready(tmp_path):
         assert load.status_code == 200
         assert requests.get(ready, timeout=TIMEOUT).status_code == 200
         assert infer(server, "ensemble_add_sub")[0] == 200
+
+
+def _success_count(server, model: str) -> int:
+    stats = requests.get(f"{server.url}/v2/models/{model}/stats", timeout=TIMEOUT).json()
+    return stats["model_stats"][0]["inference_stats"]["success"]["count"]
+
+
+def test_statistics_count_each_step_and_bls_call_on_the_called_model(server):
+    # As Triton: add_sub's statistics count the requests an ensemble's steps and BLS
+    # calls send it; the ensemble and the BLS model count their own requests.
+    before = {m: _success_count(server, m) for m in ("add_sub", "ensemble_add_sub", "bls")}
+    for _ in range(3):
+        assert infer(server, "ensemble_add_sub")[0] == 200
+        assert infer(server, "bls")[0] == 200
+    after = {m: _success_count(server, m) for m in before}
+    assert after["add_sub"] - before["add_sub"] == 3 * 2 + 3
+    assert after["ensemble_add_sub"] - before["ensemble_add_sub"] == 3
+    assert after["bls"] - before["bls"] == 3
+    stats = requests.get(f"{server.url}/v2/models/add_sub/stats", timeout=TIMEOUT).json()
+    entry = stats["model_stats"][0]
+    assert entry["execution_count"] >= 1
+    assert (
+        entry["inference_stats"]["compute_infer"]["count"]
+        == entry["inference_stats"]["success"]["count"]
+    )

@@ -163,6 +163,7 @@ cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
     int32_t kCompletionModelGone
+    int32_t kCompletionRouted
 
     cdef cppclass ModelHandle:
         uint64_t value
@@ -366,6 +367,10 @@ COMPLETION_WORKER_FAILED = 1
 COMPLETION_INSTANCE_DIED = 2
 COMPLETION_TIMED_OUT = kCompletionTimedOut
 COMPLETION_MODEL_GONE = kCompletionModelGone
+# Statistics of requests workers submitted (BLS, ensemble steps), nothing to answer: the
+# completion's request ids are [count, rows, queue ns, request ns, compute input ns,
+# compute infer ns, compute output ns, whole batch] (csrc/core.h RoutedStats).
+COMPLETION_ROUTED = kCompletionRouted
 
 # Core.submit results.
 SUBMIT_OK = 0

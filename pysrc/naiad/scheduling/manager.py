@@ -112,6 +112,7 @@ class ModelManager:
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self._pending: dict[int, _Pending] = {}
+        self._instance_models: dict[int, LoadedModel] = {}  # for routed requests' stats
         self._live = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
@@ -483,6 +484,9 @@ class ModelManager:
                 self._fail_unanswered(completion[-1])
 
     def _complete(self, _batch, status, _instance, offset, size, dispatch_ns, request_ids):
+        if status == _core.COMPLETION_ROUTED:
+            self._record_routed(_instance, request_ids)
+            return
         try:
             get = self._pending.get
             pendings = [get(request_id) for request_id in request_ids]
@@ -504,6 +508,24 @@ class ModelManager:
         finally:
             if offset:
                 self.core.free(offset)
+
+    def _record_routed(self, instance_id: int, numbers: list) -> None:
+        """Statistics of requests workers submitted (BLS, ensemble steps) that instance
+        `instance_id` answered: counted for its model as Triton counts them."""
+        model = self._instance_models.get(instance_id)
+        if model is None:
+            for versions in self.models.values():
+                for candidate in versions.values():
+                    for instance in getattr(candidate, "instances", ()):
+                        self._instance_models[instance.instance_id] = candidate
+            model = self._instance_models.get(instance_id)
+        if model is None or len(numbers) < 8:
+            return
+        count, rows, queue_ns, request_ns, c_input, c_infer, c_output, whole = numbers[:8]
+        timings = [0, c_input, c_infer, c_output]
+        model.stats.record_successes(count, rows, request_ns, queue_ns, timings)
+        if whole:
+            model.stats.record_execution(rows, timings)
 
     def _fail_unanswered(self, request_ids: list) -> None:
         """Fails the requests among `request_ids` that are still waiting for an answer."""
