@@ -35,7 +35,7 @@ _FINAL_ERROR = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
 
 
 class _Step:
-    __slots__ = ("index", "model_name", "model_version", "inputs", "outputs")
+    __slots__ = ("index", "model_name", "model_version", "inputs", "outputs", "output_names")
 
     def __init__(self, index: int, step: dict):
         self.index = index
@@ -44,6 +44,7 @@ class _Step:
         # (step model's input name, ensemble tensor), (step output, ensemble tensor)
         self.inputs = list((step.get("input_map") or {}).items())
         self.outputs = dict(step.get("output_map") or {})
+        self.output_names = list(self.outputs)
 
 
 class _Request:
@@ -170,8 +171,8 @@ class EnsembleBackend(Backend):
             inputs.append(InputTensor(model_input, datatype, shape, data))
         request.running += 1
 
-        def on_response(call, offset, size, request=request, step=step):
-            self._on_response(request, step, offset, size)
+        def on_response(call, offset, read, request=request, step=step):
+            self._on_response(request, step, offset, read)
 
         def on_done(call, request=request):
             request.running -= 1
@@ -184,16 +185,16 @@ class EnsembleBackend(Backend):
             step.model_version,
             request.id,
             inputs,
-            list(step.outputs),
+            step.output_names,
             request.parameters,
             on_response=on_response,
             on_done=on_done,
         )
 
-    def _on_response(self, request: _Request, step: _Step, offset: int, size: int) -> None:
+    def _on_response(self, request: _Request, step: _Step, offset: int, read: list) -> None:
         request.blocks.append(offset)
         arena = self.channel.arena
-        for flags, code, outcome, tensors in bls.read_outputs(arena, offset, size):
+        for flags, code, outcome, tensors in read:
             if flags & _core.RESPONSE_ERROR:
                 if request.error is None:
                     request.error = (outcome.get("error", ""), code)

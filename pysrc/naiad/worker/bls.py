@@ -156,8 +156,9 @@ def refusal(model_name: str, status: int) -> CallError:
 
 class Call:
     """One request in flight: what the core sent back for it so far. `on_response(call,
-    offset, size)` (when set) takes each response block as it comes and frees it;
-    otherwise blocks are kept in `blocks` for the caller to read and free."""
+    offset, read)` (when set) takes each response block as it comes (`read`: its
+    read_outputs) and frees it; otherwise (offset, read) pairs are kept in `blocks` for
+    the caller to take and free."""
 
     __slots__ = ("tag", "model_name", "done", "blocks", "error", "on_response", "on_done")
 
@@ -225,7 +226,7 @@ class Channel:
         self._next_tag += 1
         call = Call(tag, model_name, on_response, on_done)
         params = orjson.dumps(parameters) if parameters else b"{}"
-        requested = [RequestedOutput(name) for name in outputs] if outputs else None
+        requested = _requested(outputs)
         for attempt in range(2):
             try:
                 handle, spec, _decoupled = self.directory.resolve(
@@ -278,11 +279,12 @@ class Channel:
             if call is None:
                 self.endpoint.free(first)
                 return
-            final = _final(self.arena, first, second)
+            read = read_outputs(self.arena, first, second)
+            final = any(flags & _core.RESPONSE_FINAL for flags, *_rest in read)
             if call.on_response is not None:
-                call.on_response(call, first, second)
+                call.on_response(call, first, read)
             else:
-                call.blocks.append((first, second))
+                call.blocks.append((first, read))
             if final:
                 del self.calls[tag]
                 self._finish(call, None)
@@ -292,11 +294,18 @@ class Channel:
             self._finish(call, refusal(call.model_name, first))
 
 
-def _final(arena, offset: int, size: int) -> bool:
-    read = _core.read_response_block(arena, offset, size)
-    if read is None:
-        return True
-    return any(flags & _core.RESPONSE_FINAL for _i, flags, *_rest in read[1])
+_REQUESTED: dict = {}
+
+
+def _requested(outputs) -> list | None:
+    """RequestedOutput records for output names, kept per tuple of names."""
+    if not outputs:
+        return None
+    key = tuple(outputs)
+    found = _REQUESTED.get(key)
+    if found is None:
+        found = _REQUESTED[key] = [RequestedOutput(name) for name in outputs]
+    return found
 
 
 def read_outputs(arena, offset: int, size: int) -> list:
@@ -397,11 +406,12 @@ def _start(request) -> Call:
     )
 
 
-def _response(chan: Channel, call: Call, offset: int, size: int):
-    """The pb_utils.InferenceResponse of a response block (freed here)."""
+def _response(chan: Channel, call: Call, offset: int, read: list):
+    """The pb_utils.InferenceResponse of a response block (`read`: read_outputs of it;
+    the block is freed here)."""
     pb = _pb_utils()
     try:
-        flags, code, outcome, tensors = read_outputs(chan.arena, offset, size)[0]
+        flags, code, outcome, tensors = read[0]
         if flags & _core.RESPONSE_ERROR:
             return pb.InferenceResponse(error=pb.TritonError(outcome.get("error", ""), code))
         outputs = [
@@ -426,10 +436,10 @@ def _final_response(call: Call):
     """A done non-decoupled call's InferenceResponse: its last response, or its error."""
     chan = _channel()
     if call.error is not None:
-        for offset, _size in call.blocks:
+        for offset, _read in call.blocks:
             chan.endpoint.free(offset)
         return _error_response(call.error)
-    responses = [_response(chan, call, offset, size) for offset, size in call.blocks]
+    responses = [_response(chan, call, offset, read) for offset, read in call.blocks]
     call.blocks = []
     if not responses:
         return _error_response(CallError(f"model '{call.model_name}' sent no response"))
@@ -487,8 +497,8 @@ class ResponseIterator:
         if not call.blocks and not call.done:
             chan.pump(lambda: call.blocks or call.done)
         if call.blocks:
-            offset, size = call.blocks.pop(0)
-            return _response(chan, call, offset, size)
+            offset, read = call.blocks.pop(0)
+            return _response(chan, call, offset, read)
         if call.error is not None and not self._error_sent:
             self._error_sent = True
             return _error_response(call.error)

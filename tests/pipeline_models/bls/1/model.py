@@ -82,7 +82,9 @@ class TritonPythonModel:
                 ).exec()
             elif mode == "fail":
                 response = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError("bls failed on purpose", pb_utils.TritonError.INVALID_ARG)
+                    error=pb_utils.TritonError(
+                        "bls failed on purpose", pb_utils.TritonError.INVALID_ARG
+                    )
                 )
             elif mode == "call_fail":
                 response = _call("bls", inputs, mode="fail").exec()
