@@ -65,8 +65,8 @@ class ModelControl:
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """A client's unload request: only in explicit mode. Unloading a model that is not
-        loaded succeeds, as in Triton. Naiad has no ensembles yet, so no model depends on
-        another and `unload_dependents` changes nothing."""
+        loaded succeeds, as in Triton. `unload_dependents` changes nothing yet: an
+        ensemble whose composing model goes stays loaded and is not ready."""
         if self.mode != "explicit":
             raise Unavailable(_NOT_EXPLICIT)
         await self.apply_unload(name)
