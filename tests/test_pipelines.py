@@ -295,6 +295,7 @@ def test_unloading_a_composing_model_makes_the_ensemble_unready(tmp_path):
     ) as server:
         ready = f"{server.url}/v2/models/ensemble_add_sub/ready"
         assert requests.get(ready, timeout=TIMEOUT).status_code == 200
+        assert infer(server, "bls")[0] == 200  # bls knows add_sub's handle from now on
         unload = requests.post(f"{server.url}/v2/repository/models/add_sub/unload", timeout=TIMEOUT)
         assert unload.status_code == 200
         assert requests.get(ready, timeout=TIMEOUT).status_code == 400
@@ -303,7 +304,10 @@ def test_unloading_a_composing_model_makes_the_ensemble_unready(tmp_path):
         load = requests.post(f"{server.url}/v2/repository/models/add_sub/load", timeout=TIMEOUT)
         assert load.status_code == 200
         assert requests.get(ready, timeout=TIMEOUT).status_code == 200
+        # The reloaded add_sub has a new core handle: workers that knew the old one
+        # (the ensemble's, bls's) find the new one.
         assert infer(server, "ensemble_add_sub")[0] == 200
+        assert infer(server, "bls")[0] == 200
 
 
 def _success_count(server, model: str) -> int:

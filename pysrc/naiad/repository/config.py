@@ -172,6 +172,12 @@ def validate_model_config(config: ModelConfig) -> None:
             )
     if config.HasField("dynamic_batching"):
         _validate_dynamic_batching(config)
+    if config.platform == "ensemble":
+        from naiad.repository.ensemble import check_structure
+
+        reason = check_structure(config)
+        if reason is not None:
+            raise ConfigError(reason)
 
 
 def _validate_tensors(kind: str, tensors, model_name: str) -> None:

@@ -143,7 +143,11 @@ class ModelControl:
             raise InvalidArgument(
                 f"load failed for model '{name}': "
                 + "".join(
-                    f"version {m.version} is at UNAVAILABLE state: {m.reason};\n" for m in failed
+                    # An ensemble whose composing models do not fit: Triton's plain reason.
+                    f"{m.reason}\n"
+                    if getattr(m, "graph_failed", False)
+                    else f"version {m.version} is at UNAVAILABLE state: {m.reason};\n"
+                    for m in failed
                 )
             )
         versions = {**keep, **{m.version: m for m in started}}

@@ -54,24 +54,16 @@ class Directory:
         self.path = path
         self.models: dict = {}
         self._specs: dict = {}  # (handle) -> _core.ModelSpec
-        self._stamp = None
 
     def reload(self) -> None:
+        """Reads the table again (only on a miss or a refused handle: rare)."""
         if not self.path:
-            return
-        try:
-            stat = os.stat(self.path)
-        except OSError:
-            return
-        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        if stamp == self._stamp:
             return
         try:
             with open(self.path, "rb") as f:
                 table = orjson.loads(f.read())
         except (OSError, ValueError):
             return
-        self._stamp = stamp
         self.models = table.get("models", {})
 
     def resolve(self, name: str, version: int, fresh: bool = False):
@@ -160,7 +152,7 @@ class Call:
     read_outputs) and frees it; otherwise (offset, read) pairs are kept in `blocks` for
     the caller to take and free."""
 
-    __slots__ = ("tag", "model_name", "done", "blocks", "error", "on_response", "on_done")
+    __slots__ = ("tag", "model_name", "done", "blocks", "error", "on_response", "on_done", "retry")
 
     def __init__(self, tag: int, model_name: str, on_response=None, on_done=None):
         self.tag = tag
@@ -170,6 +162,7 @@ class Call:
         self.error: CallError | None = None
         self.on_response = on_response
         self.on_done = on_done
+        self.retry = None  # sends it again once, when the core refused a stale handle
 
 
 class Channel:
@@ -227,11 +220,10 @@ class Channel:
         call = Call(tag, model_name, on_response, on_done)
         params = orjson.dumps(parameters) if parameters else b"{}"
         requested = _requested(outputs)
-        for attempt in range(2):
+
+        def send(fresh: bool) -> Call:
             try:
-                handle, spec, _decoupled = self.directory.resolve(
-                    model_name, version, fresh=attempt > 0
-                )
+                handle, spec, _decoupled = self.directory.resolve(model_name, version, fresh)
             except CallError as exc:
                 return self._finish(call, exc)
             result = self.endpoint.submit(
@@ -239,14 +231,19 @@ class Channel:
             )
             if type(result) is str:
                 return self._finish(call, _submit_error(model_name, result))
-            if result == _core.SUBMIT_OK:
-                self.calls[tag] = call
-                return call
-            if result != _core.SUBMIT_MODEL_GONE:
+            if result != _core.SUBMIT_OK:
                 return self._finish(call, refusal(model_name, result))
-        return self._finish(call, refusal(model_name, _core.SUBMIT_MODEL_GONE))
+            self.calls[tag] = call
+            return call
+
+        # The handle in this worker's copy of the directory may be stale (the model was
+        # reloaded since): the core then refuses it as gone, and it is sent once more
+        # with the directory read afresh (_deliver).
+        call.retry = send
+        return send(False)
 
     def _finish(self, call: Call, error: CallError | None) -> Call:
+        call.retry = None
         call.error = error
         call.done = True
         if call.on_done is not None:
@@ -291,6 +288,11 @@ class Channel:
             return
         if call is not None:  # refused
             del self.calls[tag]
+            retry = call.retry
+            call.retry = None
+            if first == _core.SUBMIT_MODEL_GONE and retry is not None:
+                retry(True)
+                return
             self._finish(call, refusal(call.model_name, first))
 
 
