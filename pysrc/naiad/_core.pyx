@@ -352,8 +352,9 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
         CWorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd) except +
         BatchMessage next() nogil
         cbool try_next(BatchMessage* message) nogil
-        SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request) \
-            except + nogil
+        SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request,
+                            cbool wake) except + nogil
+        void wake() nogil
         void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                       int32_t status) nogil
         cbool respond(uint64_t batch_id, const vector[ResponseEntry]& responses,
@@ -1073,14 +1074,15 @@ cdef class WorkerEndpoint:
 
     def submit(self, uint64_t model, uint64_t tag, ModelSpec spec, str request_id,
                list inputs, outputs, bytes parameters, uint32_t priority=0,
-               uint64_t timeout_us=0):
+               uint64_t timeout_us=0, bint wake=True):
         """A request of this worker's own (BLS, an ensemble step) for the model whose
         core handle is `model`, named `tag`: validated against `spec` by the one
         validator, laid out as the frontend lays requests out (layout_request_block)
         and handed to the core on the channel; its responses come back from wait().
         `inputs` are InputTensor-like records (name, datatype, shape, data: a buffer,
         an arena slice included). Returns a SUBMIT_* result, or Triton's message (str)
-        when the request is invalid (nothing sent)."""
+        when the request is invalid (nothing sent). `wake` False: the frontend is woken
+        by a later wake() (submits sent together are taken together)."""
         cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
         if not validate_request(spec.spec, &view.request, &error):
@@ -1101,8 +1103,12 @@ cdef class WorkerEndpoint:
             request.options.timeout_us = timeout_us
             request.options.shape_key = view.request.shape_key
             request.options.input_order = block.input_order
-            result = self._endpoint.submit(model, tag, request)
+            result = self._endpoint.submit(model, tag, request, wake)
         return <int>result
+
+    def wake(self):
+        """Wakes the frontend for the submits sent with wake=False."""
+        self._endpoint.wake()
 
     def free(self, uint64_t offset):
         """Frees a block of the arena (a response block wait() handed over)."""

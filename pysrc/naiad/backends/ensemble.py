@@ -105,9 +105,16 @@ class EnsembleBackend(Backend):
     def serve(self, channel: bls.Channel) -> None:
         self.channel = channel
         stopping = False
-        wait = channel.endpoint.wait
+        endpoint = channel.endpoint
+        wait = endpoint.wait
         while not (stopping and not self.batches):
-            kind, ident, first, second = wait()
+            # Everything already there first; the frontend is woken (for the steps sent
+            # meanwhile) only before blocking, so it takes them together.
+            message = wait(False)
+            if message is None:
+                endpoint.wake()
+                message = wait()
+            kind, ident, first, second = message
             if kind == _core.MESSAGE_BATCH:
                 try:
                     self._start(ident, first)

@@ -226,8 +226,18 @@ class Channel:
                 handle, spec, _decoupled = self.directory.resolve(model_name, version, fresh)
             except CallError as exc:
                 return self._finish(call, exc)
+            # The frontend is woken once, before this worker blocks (pump, serve).
             result = self.endpoint.submit(
-                handle, tag, spec, request_id, inputs, requested, params, priority, timeout_us
+                handle,
+                tag,
+                spec,
+                request_id,
+                inputs,
+                requested,
+                params,
+                priority,
+                timeout_us,
+                False,
             )
             if type(result) is str:
                 return self._finish(call, _submit_error(model_name, result))
@@ -253,9 +263,14 @@ class Channel:
     def pump(self, until) -> None:
         """Reads the channel until `until()` is true: responses go to their calls, a
         nested batch runs at once, a stop is kept for the worker loop."""
-        wait = self.endpoint.wait
+        endpoint = self.endpoint
+        wait = endpoint.wait
         while not until():
-            kind, ident, first, second = wait()
+            message = wait(False)
+            if message is None:  # nothing there: wake the frontend for our submits, block
+                endpoint.wake()
+                message = wait()
+            kind, ident, first, second = message
             if kind == _core.MESSAGE_BATCH:
                 if self.run_batch is None:  # nothing to run it: fail it, never hang
                     self.endpoint.complete(ident, 0, 0, _core.COMPLETION_WORKER_FAILED)
