@@ -333,3 +333,14 @@ def test_statistics_count_each_step_and_bls_call_on_the_called_model(server):
         entry["inference_stats"]["compute_infer"]["count"]
         == entry["inference_stats"]["success"]["count"]
     )
+
+
+def test_metrics_follow_the_statistics_of_steps_and_bls_calls(server):
+    assert infer(server, "ensemble_add_sub")[0] == 200
+    text = requests.get(f"http://{server.host}:{server.metrics_port}/metrics", timeout=TIMEOUT).text
+    line = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("nv_inference_request_success{") and 'model="add_sub"' in line
+    )
+    assert float(line.rsplit(" ", 1)[1]) == _success_count(server, "add_sub")
