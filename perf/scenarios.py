@@ -18,6 +18,9 @@ MODELS = {
     "mlp_onnx": ({"INPUT": (16,)}, "onnxruntime"),
     # a small conv classifier (tools/build_onnx_models.py): model compute dominates
     "conv_onnx": ({"INPUT": (3, 64, 64)}, "onnxruntime"),
+    # Pipelines (issue 13): an ensemble of two Python models, a BLS model calling add_sub.
+    "ensemble_add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
+    "bls_add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
 }
 # model -> bytes of one request's largest output, where it is not the size of INPUT0
 _OUTPUT_BYTES = {"mlp_onnx": 10 * 4, "conv_onnx": 10 * 4}
@@ -34,10 +37,16 @@ def _onnx_reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.n
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, inputs)))
 
+# model -> the models it calls, copied into the benchmark repository with it.
+DEPENDS = {"ensemble_add_sub": ("add_sub",), "bls_add_sub": ("add_sub",)}
+
 
 def reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """What the model must answer: used both to check a server and as the in-process limit."""
-    if model in ("add_sub", "add_sub_onnx"):
+    if model == "ensemble_add_sub":  # add_sub twice: (a + b) + (a - b), (a + b) - (a - b)
+        a, b = inputs["INPUT0"], inputs["INPUT1"]
+        return {"OUTPUT0": (a + b) + (a - b), "OUTPUT1": (a + b) - (a - b)}
+    if model in ("add_sub", "add_sub_onnx", "bls_add_sub"):
         a, b = inputs["INPUT0"], inputs["INPUT1"]
         return {"OUTPUT0": a + b, "OUTPUT1": a - b}
     if model in ("mlp_onnx", "conv_onnx"):
@@ -196,6 +205,27 @@ SCENARIOS: list[Scenario] = [
         (16,),
         description="a small conv classifier (FP32 [3,64,64] -> [10], ~22 M multiply-adds per "
         "image, onnxruntime backend, dynamic batching) over HTTP, binary tensors",
+    ),
+]
+
+SCENARIOS += [
+    Scenario(
+        "ensemble_add_sub_http",
+        1,
+        "ensemble_add_sub",
+        "http",
+        (8,),
+        description="an ensemble of two Python models (add_sub, then add_sub on its outputs) "
+        "over HTTP, binary tensors",
+    ),
+    Scenario(
+        "bls_add_sub_http",
+        1,
+        "bls_add_sub",
+        "http",
+        (8,),
+        description="a Python model calling add_sub through BLS (async_exec per request of "
+        "its batch) over HTTP, binary tensors",
     ),
 ]
 

@@ -51,6 +51,7 @@ cdef extern from "channel.h" namespace "naiad":
         uint64_t desc_offset
         uint32_t n_requests
         MessageKind kind
+        uint64_t size
 
 
 cdef extern from "dynamic_batcher.h" namespace "naiad":
@@ -166,6 +167,7 @@ cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
     int32_t kCompletionModelGone
+    int32_t kCompletionRouted
 
     cdef cppclass ModelHandle:
         uint64_t value
@@ -362,6 +364,10 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
     cdef cppclass CWorkerEndpoint "naiad::WorkerEndpoint":
         CWorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd) except +
         BatchMessage next() nogil
+        cbool try_next(BatchMessage* message) nogil
+        SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request,
+                            cbool wake) except + nogil
+        void wake() nogil
         void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                       int32_t status) nogil
         cbool respond(uint64_t batch_id, const vector[ResponseEntry]& responses,
@@ -375,6 +381,10 @@ COMPLETION_WORKER_FAILED = 1
 COMPLETION_INSTANCE_DIED = 2
 COMPLETION_TIMED_OUT = kCompletionTimedOut
 COMPLETION_MODEL_GONE = kCompletionModelGone
+# Statistics of requests workers submitted (BLS, ensemble steps), nothing to answer: the
+# completion's request ids are [count, rows, queue ns, request ns, compute input ns,
+# compute infer ns, compute output ns, whole batch] (csrc/core.h RoutedStats).
+COMPLETION_ROUTED = kCompletionRouted
 
 # Core.submit results.
 SUBMIT_OK = 0
@@ -382,6 +392,15 @@ SUBMIT_ARENA_FULL = 1
 SUBMIT_QUEUE_FULL = 2
 SUBMIT_MODEL_GONE = 3
 SUBMIT_UNSUPPORTED_INPUT = 4
+
+# WorkerEndpoint.wait message kinds (channel.h MessageKind).
+MESSAGE_BATCH = 1
+MESSAGE_STOP = 2
+MESSAGE_RESPONSE = 3
+MESSAGE_REFUSED = 4
+# A MESSAGE_REFUSED status with this bit is a COMPLETION_* status (queued, then failed);
+# without it a SUBMIT_* result (never queued).
+REFUSED_QUEUED = 0x100
 
 # Response flags (csrc/ipc_schema.h ResponseRecord.flags).
 RESPONSE_FINAL = kResponseFinal
@@ -1158,6 +1177,87 @@ cdef class WorkerEndpoint:
         cdef list batch_tensors = [(tensors[i].offset, tensors[i].size)
                                    for i in range(header.n_tensors)]
         return False, message.batch_id, requests, batch_tensors
+
+    def wait(self, bint block=True):
+        """The next message of any kind (BLS: a worker waiting for its own requests'
+        responses keeps reading its channel), or None when `block` is False and there
+        is none:
+          (MESSAGE_BATCH, batch_id, requests, tensors)  as next() gives a batch
+          (MESSAGE_STOP, 0, None, None)
+          (MESSAGE_RESPONSE, tag, block offset, block size)  a response block of one
+              response to the request submitted as `tag`, ours to free
+          (MESSAGE_REFUSED, tag, status, None)  it failed without a final response:
+              a SUBMIT_* result, or REFUSED_QUEUED | a COMPLETION_* status"""
+        cdef BatchMessage message
+        cdef cbool got = True
+        if block:
+            with nogil:
+                message = self._endpoint.next()
+        else:
+            got = self._endpoint.try_next(&message)
+            if not got:
+                return None
+        if message.kind == MessageKind.kStop:
+            return MESSAGE_STOP, 0, None, None
+        if message.kind == MessageKind.kResponse:
+            return MESSAGE_RESPONSE, message.batch_id, message.desc_offset, message.size
+        if message.kind == MessageKind.kRefused:
+            return MESSAGE_REFUSED, message.batch_id, message.n_requests, None
+        cdef const uint8_t* base = self._endpoint.arena().base()
+        cdef const BatchHeader* header = <const BatchHeader*>(base + message.desc_offset)
+        cdef const BatchRequest* records = <const BatchRequest*>(
+            base + message.desc_offset + batch_requests_offset())
+        cdef const BatchTensor* tensors = <const BatchTensor*>(
+            base + message.desc_offset + batch_tensors_offset(header.n_requests))
+        cdef list requests = []
+        cdef uint32_t i
+        for i in range(header.n_requests):
+            requests.append(_request_view(base, records[i].block_offset))
+        cdef list batch_tensors = [(tensors[i].offset, tensors[i].size)
+                                   for i in range(header.n_tensors)]
+        return MESSAGE_BATCH, message.batch_id, requests, batch_tensors
+
+    def submit(self, uint64_t model, uint64_t tag, ModelSpec spec, str request_id,
+               list inputs, outputs, bytes parameters, uint32_t priority=0,
+               uint64_t timeout_us=0, bint wake=True):
+        """A request of this worker's own (BLS, an ensemble step) for the model whose
+        core handle is `model`, named `tag`: validated against `spec` by the one
+        validator, laid out as the frontend lays requests out (layout_request_block)
+        and handed to the core on the channel; its responses come back from wait().
+        `inputs` are InputTensor-like records (name, datatype, shape, data: a buffer,
+        an arena slice included). Returns a SUBMIT_* result, or Triton's message (str)
+        when the request is invalid (nothing sent). `wake` False: the frontend is woken
+        by a later wake() (submits sent together are taken together)."""
+        cdef _RequestView view = _RequestView(request_id, inputs, outputs)
+        cdef string error
+        if not validate_request(spec.spec, &view.request, &error):
+            return error.decode("utf-8", "replace")
+        cdef string id_json = json_view_text(view.request.id)
+        view.request.id = string_view(id_json.data(), id_json.size())
+        view.request.parameters = string_view(PyBytes_AS_STRING(parameters),
+                                              PyBytes_GET_SIZE(parameters))
+        cdef RequestBlock block
+        cdef SubmitRequest request
+        cdef SubmitResult result
+        with nogil:
+            layout_request_block(spec.spec, view.request, &block)
+            request.metadata = string_view(block.metadata.data(), block.metadata.size())
+            request.inputs = block.inputs
+            request.options.batch_size = view.request.batch_size
+            request.options.priority = priority
+            request.options.timeout_us = timeout_us
+            request.options.shape_key = view.request.shape_key
+            request.options.input_order = block.input_order
+            result = self._endpoint.submit(model, tag, request, wake)
+        return <int>result
+
+    def wake(self):
+        """Wakes the frontend for the submits sent with wake=False."""
+        self._endpoint.wake()
+
+    def free(self, uint64_t offset):
+        """Frees a block of the arena (a response block wait() handed over)."""
+        self._endpoint.arena().free(offset)
 
     def alloc(self, uint64_t size, uint64_t tag):
         """Offset of a new block in the arena, 0 when there is no room."""
