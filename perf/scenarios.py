@@ -37,6 +37,7 @@ def _onnx_reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.n
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, inputs)))
 
+
 # model -> the models it calls, copied into the benchmark repository with it.
 DEPENDS = {"ensemble_add_sub": ("add_sub",), "bls_add_sub": ("add_sub",)}
 
