@@ -77,6 +77,14 @@ struct ParsedRequest {
   // Where the worker writes them: the request block's `regions` JSON
   // (pysrc/naiad/worker/shm_outputs.py), or empty when none.
   std::string_view output_regions;
+  // JSON outputs (KServe REST): output_json[i] says output_names[i] goes back as JSON
+  // `data` rather than binary; json_unlisted says so of every output when none is
+  // listed. Framers without JSON data (gRPC) leave them empty / false.
+  std::vector<uint8_t> output_json;
+  bool json_unlisted = false;
+  // Wire bytes the reader made from JSON `data`: inputs' `data` may point into it (a
+  // vector, whose bytes stay put when the request is moved; do not copy one).
+  std::vector<uint8_t> converted;
 
   // Set by validate_request():
   std::vector<uint32_t> outputs;  // output_names as indices into ModelSpec::outputs
@@ -110,6 +118,7 @@ struct ResponseOutput {
   std::string_view shape;         // the dims as a JSON array text: "[1,16]"
   const uint8_t* data = nullptr;  // the tensor in wire layout, in the result block
   uint64_t size = 0;
+  bool json = false;    // goes back as JSON `data` (KServe REST), not as binary
   bool in_shm = false;  // written into the client's shm region: metadata only, no data
 };
 
