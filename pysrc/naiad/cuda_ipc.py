@@ -17,24 +17,15 @@ from __future__ import annotations
 
 import threading
 
+from naiad import gpu
+
 _lock = threading.Lock()
 _opened: dict[int, tuple[int, int]] = {}  # region id -> (device, device pointer)
 
 
 def _cudart():
-    """cuda-python's runtime module (new and old layouts), or None."""
-    try:
-        from cuda.bindings import runtime  # cuda-python >= 12.6
-
-        return runtime
-    except ImportError:
-        pass
-    try:
-        from cuda import cudart  # older cuda-python
-
-        return cudart
-    except ImportError:
-        return None
+    """cuda-python's runtime module, or None (naiad.gpu finds it)."""
+    return gpu._cudart()
 
 
 def _check(result):
@@ -50,29 +41,11 @@ def _check(result):
     return values[0] if len(values) == 1 else values
 
 
-def device_count() -> int:
-    # TODO(after the 19:25 merge): naiad.gpu.device_count() is the project's one
-    # device count; this stays only as the fallback where gpu.py is absent.
-    try:
-        from naiad import gpu  # type: ignore[attr-defined]
-
-        return gpu.device_count()
-    except (ImportError, AttributeError):
-        pass
-    rt = _cudart()
-    if rt is None:
-        return 0
-    try:
-        return int(_check(rt.cudaGetDeviceCount()))
-    except Exception:
-        return 0
-
-
 def unavailable_reason(device_id: int) -> str | None:
     """Why a CUDA region on `device_id` cannot be served here, or None."""
     if _cudart() is None:
         return "cuda-python is not installed"
-    count = device_count()
+    count = gpu.device_count()  # the project's one device count (naiad/gpu.py)
     if count == 0:
         return "no CUDA device on this host"
     if device_id < 0 or device_id >= count:
