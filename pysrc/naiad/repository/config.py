@@ -136,6 +136,8 @@ def complete_model_config(config: ModelConfig, model_name: str) -> None:
 
 
 def _complete_instance_groups(config: ModelConfig) -> None:
+    if config.platform == "ensemble":
+        return  # an ensemble has no instances of its own in Triton's config
     # Triton's normalization: KIND_AUTO resolved against this host's GPUs, default names,
     # counts and GPU lists (repository/instance_groups.py).
     normalize_instance_groups(config)

@@ -578,12 +578,14 @@ class ModelManager:
                 if pending.grpc:  # (error kind, message): the gRPC front end's status
                     http = error_of_kind(*http)
             try:
-                if type(http) is bytes:
+                if ok or type(http) is bytes:  # gRPC: bytes or a GrpcAnswer
                     pending.on_done(http, None)
                 else:
                     pending.on_done(None, http)
             except Exception:  # that client's connection; the others still get theirs
                 log.exception("sending the response of request %d failed", request_id)
+        if grpc_ids:
+            self.grpc_lane.release_answers()  # GrpcAnswers end before the block is freed
         if successes:
             stats.record_successes(successes, inferences, request_ns, queue_ns, timings)
         # A lane request whose final response is in the block is answered now; one without
