@@ -285,10 +285,13 @@ def test_concurrent_bls_and_ensemble_traffic_leaves_the_arena_as_it_was(server):
     infer(server, "bls")  # every worker warm
     before = arena_blocks(server)
     modes = ["sync", "async", "self", "nested", "ensemble", "decoupled"] * 6
+    failing = [("bls", {"mode": "target", "target": "nope"}), ("ensemble_bls", {"mode": "fail"})]
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda m: infer(server, "bls", {"mode": m}), modes))
         results += list(pool.map(lambda _: infer(server, "ensemble_add_sub"), range(24)))
+        errors = list(pool.map(lambda call: infer(server, *call), failing * 6))
     assert all(status == 200 for status, _p, _o in results), [p for s, p, _o in results if s != 200]
+    assert all(status in (400, 500) for status, _p, _o in errors)
     deadline = time.monotonic() + 5
     while arena_blocks(server) != before and time.monotonic() < deadline:
         time.sleep(0.05)
