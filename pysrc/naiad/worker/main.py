@@ -30,6 +30,7 @@ from naiad import _core, datatypes
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader
 from naiad.gc_tuning import settle_after_startup
+from naiad.worker import sequence as sequence_batching
 
 _PR_SET_PDEATHSIG = 1
 
@@ -277,6 +278,7 @@ def main(argv=None) -> int:
             options.arena_fd, options.channel_offset, options.wake_fd, options.notify_fd
         )
         backend = load_backend(args)
+        backend = sequence_batching.wrap(backend, args, endpoint)
     except Exception as exc:  # reported to the frontend, which prints the load table
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         _report(options.control_fd, {"status": "error", "message": message})
