@@ -59,6 +59,11 @@ struct ParsedRequest {
   std::string_view parameters;  // the raw request parameters (a JSON object), or empty
   uint32_t priority = 0;        // the `priority` parameter, 0: the model's default
   uint64_t timeout_us = 0;      // the `timeout` parameter, 0: none
+  // Sequence batching: `sequence_id` (a number, or a string in `sequence_key`) and
+  // `sequence_start` / `sequence_end` as submit_request.h's kSequenceFlag* bits.
+  uint64_t sequence_id = 0;
+  std::string_view sequence_key;
+  uint32_t sequence_flags = 0;
 
   // Set by validate_request():
   std::vector<uint32_t> outputs;  // output_names as indices into ModelSpec::outputs

@@ -226,3 +226,32 @@ def test_direct_fills_empty_slots_with_not_ready_requests(server):
 def test_server_metadata_lists_sequence(server):
     extensions = requests.get(f"{server.url}/v2", timeout=TIMEOUT).json()["extensions"]
     assert "sequence" in extensions
+
+
+def test_http_sequences_take_the_fast_lane(server):
+    """tritonclient.http's binary requests with sequence parameters go through the C++
+    lane; its refusals are answered by the general path with Triton's message."""
+    import numpy as np
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    def lanes():
+        return requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+
+    tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[3]], dtype=np.int32))
+    client = httpclient.InferenceServerClient(f"{server.host}:{server.http_port}")
+    try:
+        before = lanes()
+        for step, flags in enumerate(({"sequence_start": True}, {}, {"sequence_end": True})):
+            result = client.infer("seq_direct", [tensor], sequence_id=321, **flags)
+            assert result.as_numpy("OUTPUT").reshape(-1).tolist() == [3 * (step + 1)]
+        after = lanes()
+        assert after["lane_requests"] - before["lane_requests"] == 3
+        assert after["general_requests"] == before["general_requests"]
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("seq_direct", [tensor], sequence_id=321)
+        assert info.value.status() == "400"
+        assert "must specify the START flag" in info.value.message()
+    finally:
+        client.close()
