@@ -31,6 +31,8 @@ def build_repository(dest: Path) -> Path:
         version.mkdir(parents=True)
         shutil.copy(config, version.parent / "config.pbtxt")
         shutil.copy(SEQUENCE_MODELS / "seq_model.py", version / "model.py")
+        if (config.parent / "initial_state").is_dir():
+            shutil.copytree(config.parent / "initial_state", version.parent / "initial_state")
     return dest
 
 
@@ -255,3 +257,21 @@ def test_http_sequences_take_the_fast_lane(server):
         assert "must specify the START flag" in info.value.message()
     finally:
         client.close()
+
+
+def test_a_model_without_batching_and_a_data_file_initial_state(server):
+    """max_batch_size 0: one slot per instance, control inputs without a batch dimension;
+    the initial state comes from initial_state/hundred (an INT32 100)."""
+    url = server.url
+    status, first = infer(url, "seq_nobatch", 1, sequence_id=1, sequence_start=True)
+    assert status == 200, first
+    assert first["OUTPUT"] == [101] and first["CTRL"] == [1, 0, 1]
+    assert infer(url, "seq_nobatch", 2, sequence_id=1)[1]["OUTPUT"] == [103]
+    # Its one slot is taken: a second sequence waits in the backlog until the first ends.
+    with ThreadPoolExecutor(1) as pool:
+        second = pool.submit(infer, url, "seq_nobatch", 5, sequence_id=2, sequence_start=True)
+        time.sleep(0.3)
+        assert not second.done()
+        assert infer(url, "seq_nobatch", 0, sequence_id=1, sequence_end=True)[1]["OUTPUT"] == [103]
+        assert second.result(timeout=TIMEOUT)[1]["OUTPUT"] == [105]
+    assert infer(url, "seq_nobatch", 0, sequence_id=2, sequence_end=True)[0] == 200

@@ -64,6 +64,8 @@ STEPS = [
     ("oldest start", "seq_oldest", 5, {"sequence_id": 70, "sequence_start": True}),
     ("oldest end", "seq_oldest", 6, {"sequence_id": 70, "sequence_end": True}),
     ("oldest after end", "seq_oldest", 6, {"sequence_id": 70}),
+    ("no batching start", "seq_nobatch", 1, {"sequence_id": 5, "sequence_start": True}),
+    ("no batching end", "seq_nobatch", 2, {"sequence_id": 5, "sequence_end": True}),
 ]
 
 # Outputs compared on success: everything but the running sum after the first request.
