@@ -5,6 +5,7 @@ sequence. Run apart from the main suite (tests/grpc_clients/conftest.py says why
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -14,6 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from server_harness import NaiadServer
 from test_sequence import TIMEOUT, build_repository
+from triton_peer import TritonPeer, find_triton
 from tritonclient.utils import InferenceServerException
 
 
@@ -120,3 +122,68 @@ def test_grpc_many_sequences_interleaved(client, model):
         assert len({o["INSTANCE"][0] for o in outs}) == 1
         instances.add(outs[0]["INSTANCE"][0])
     assert len(instances) == 2
+
+
+def test_grpc_sequence_over_a_stream(server):
+    """A sequence sent over ModelStreamInfer, one request after the other, as streaming
+    clients do; a refused request answers on the stream and the stream goes on."""
+    import queue
+
+    answers: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            got = []
+            for step in range(4):
+                flags = {"sequence_start": step == 0, "sequence_end": step == 3}
+                client.async_stream_infer(
+                    "seq_direct", [_input(grpcclient, step + 1)], sequence_id=4040, **flags
+                )
+                result, error = answers.get(timeout=TIMEOUT)
+                assert error is None, error
+                got.append(result.as_numpy("OUTPUT").reshape(-1).tolist()[0])
+            assert got == [1, 3, 6, 10]
+            client.async_stream_infer("seq_direct", [_input(grpcclient, 1)], sequence_id=4040)
+            result, error = answers.get(timeout=TIMEOUT)
+            assert result is None and "must specify the START flag" in error.message()
+        finally:
+            client.stop_stream()
+
+
+@pytest.mark.skipif(find_triton() is None, reason="the real Triton 2.51 is not installed")
+def test_grpc_answers_as_triton(server, client, tmp_path):
+    """The same gRPC calls to Triton 2.51 on the same models: status codes, messages and
+    control inputs (OUTPUT only at START: Triton's Python backend drops state outputs)."""
+    repository = build_repository(tmp_path / "repository")
+
+    def calls(target):
+        out = []
+        steps = [
+            ("seq_direct", 1, {}),
+            ("seq_direct", 1, {"sequence_id": 6060}),
+            ("seq_direct", 2, {"sequence_id": 6060, "sequence_start": True}),
+            ("seq_direct", 3, {"sequence_id": 6060, "sequence_end": True}),
+            ("seq_direct", 4, {"sequence_id": 6060}),
+            ("seq_oldest", 5, {"sequence_id": 6061, "sequence_start": True, "sequence_end": True}),
+        ]
+        for model, value, sequence in steps:
+            try:
+                result = _infer(target, model, value, **sequence)
+                if not sequence.get("sequence_start"):
+                    result.pop("OUTPUT")
+                result.pop("INSTANCE")
+                out.append(("ok", result))
+            except InferenceServerException as error:
+                out.append((error.status(), error.message()))
+        return out
+
+    with TritonPeer(repository, tmp_path, []) as triton:
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}") as theirs:
+            for _ in range(300):
+                try:
+                    if theirs.is_server_ready():
+                        break
+                except InferenceServerException:
+                    pass
+                time.sleep(0.2)
+            assert calls(client) == calls(theirs)
