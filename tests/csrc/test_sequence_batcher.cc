@@ -10,6 +10,7 @@
 #include "core.h"
 #include "fake_worker.h"
 #include "ipc_schema.h"
+#include "kserve_json.h"
 #include "sequence_batch_scheduler.h"
 #include "testing.h"
 
@@ -304,4 +305,31 @@ TEST(sequence_scheduler_in_the_core) {
   core.tick();  // sequence 5 and 6 idle out
   CHECK(submit(5, 5, 0) == SubmitResult::kSequenceNotStarted);
   CHECK(submit(6, 6, 2) == SubmitResult::kSequenceNotStarted);
+}
+
+// The HTTP lane's reader takes the sequence parameters for the scheduler; a value of
+// another type leaves the request to the general path (which answers Triton's error).
+TEST(sequence_parameters_on_the_http_lane) {
+  std::string body;  // the views of `out` point into it
+  auto read = [&body](const std::string& parameters, ParsedRequest* out) {
+    std::string header =
+        "{\"inputs\":[{\"name\":\"INPUT\",\"shape\":[1,1],\"datatype\":\"INT32\","
+        "\"parameters\":{\"binary_data_size\":4}}],\"parameters\":{\"binary_data_output\":true," +
+        parameters.substr(1) + "}";
+    body = header + std::string(4, '\0');
+    *out = ParsedRequest();
+    return read_infer_header(reinterpret_cast<const uint8_t*>(body.data()), body.size(),
+                             header.size(), out);
+  };
+  ParsedRequest request;
+  CHECK(read("{\"sequence_id\":42,\"sequence_start\":true,\"sequence_end\":false}", &request));
+  CHECK(request.sequence_id == 42 && request.sequence_key.empty());
+  CHECK(request.sequence_flags == kSequenceFlagStart);
+  CHECK(read("{\"sequence_id\":\"abc\",\"sequence_end\":true}", &request));
+  CHECK(request.sequence_id == 0 && request.sequence_key == "abc");
+  CHECK(request.sequence_flags == kSequenceFlagEnd);
+  CHECK(!read("{\"sequence_id\":-1}", &request));
+  CHECK(!read("{\"sequence_id\":1.5}", &request));
+  CHECK(!read("{\"sequence_start\":1}", &request));
+  CHECK(!read("{\"sequence_id\":1,\"sequence_id\":2}", &request));
 }
