@@ -64,6 +64,14 @@ struct ParsedRequest {
   uint64_t sequence_id = 0;
   std::string_view sequence_key;
   uint32_t sequence_flags = 0;
+  // JSON outputs (KServe REST): output_json[i] says output_names[i] goes back as JSON
+  // `data` rather than binary; json_unlisted says so of every output when none is
+  // listed. Framers without JSON data (gRPC) leave them empty / false.
+  std::vector<uint8_t> output_json;
+  bool json_unlisted = false;
+  // Wire bytes the reader made from JSON `data`: inputs' `data` may point into it (a
+  // vector, whose bytes stay put when the request is moved; do not copy one).
+  std::vector<uint8_t> converted;
 
   // Set by validate_request():
   std::vector<uint32_t> outputs;  // output_names as indices into ModelSpec::outputs
@@ -97,6 +105,7 @@ struct ResponseOutput {
   std::string_view shape;         // the dims as a JSON array text: "[1,16]"
   const uint8_t* data = nullptr;  // the tensor in wire layout, in the result block
   uint64_t size = 0;
+  bool json = false;  // goes back as JSON `data` (KServe REST), not as binary
 };
 
 // A response, protocol-neutral: what a framer serializes. Views point into the result
