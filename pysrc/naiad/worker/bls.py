@@ -72,7 +72,9 @@ class Directory:
         if fresh:
             self.reload()
         found = self._lookup(name, version)
-        if found is None and not fresh:
+        # A miss or a not-ready entry may be this worker's copy lagging behind a load:
+        # read the table again before answering "not ready".
+        if (found is None or isinstance(found, CallError)) and not fresh:
             self.reload()
             found = self._lookup(name, version)
         if isinstance(found, CallError):
