@@ -35,6 +35,7 @@ from naiad.scheduling.arrivals import ArrivalTracker
 from naiad.scheduling.directory import ModelDirectory
 from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
+from naiad.scheduling.sequence import refusal as sequence_refusal
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
 
@@ -337,7 +338,15 @@ class ModelManager:
         return {"model_stats": [m.stats.to_json() for m in models]}
 
     # -- the data path -------------------------------------------------------------
-    def submit(self, model: LoadedModel, spec, request, priority: int = 0, timeout_us: int = 0):
+    def submit(
+        self,
+        model: LoadedModel,
+        spec,
+        request,
+        priority: int = 0,
+        timeout_us: int = 0,
+        sequence: tuple | None = None,
+    ):
         """Validates `request` (an InferRequest the general path parsed) with the one
         validator, lays out its block as the lane does and queues it (spec.submit);
         returns the future of its InferResponse. Raises NaiadError when it is invalid
@@ -355,11 +364,16 @@ class ModelManager:
             parameters,
             priority,
             timeout_us,
+            sequence,
         )
         if type(result) is str:
             raise InvalidArgument(result)
         code, batch_size, size = result
         if code != _core.SUBMIT_OK:
+            if sequence is not None:
+                refused = sequence_refusal(code, model.name, sequence)
+                if refused is not None:
+                    raise refused
             if code == _core.SUBMIT_QUEUE_FULL:
                 # Triton words it so and, unlike a queue timeout, counts no failure.
                 raise Unavailable(f"{log_prefix(request.id)}Exceeds maximum queue size")

@@ -145,7 +145,19 @@ def refusal(model_name: str, status: int) -> CallError:
         return _submit_error(model_name, "the shared-memory arena has no room for the request")
     if status == _core.SUBMIT_MODEL_GONE:
         return _not_ready(model_name)
+    if status in _SEQUENCE_REFUSALS:
+        # The worker's submit path carries no correlation id yet (README "Not yet").
+        return _submit_error(
+            model_name, "a model with sequence batching cannot be called from a model yet"
+        )
     return _submit_error(model_name, "the request's inputs cannot be read")
+
+
+_SEQUENCE_REFUSALS = (
+    _core.SUBMIT_SEQUENCE_BATCH_SIZE,
+    _core.SUBMIT_NO_SEQUENCE_ID,
+    _core.SUBMIT_SEQUENCE_NOT_STARTED,
+)
 
 
 class Call:

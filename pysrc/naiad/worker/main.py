@@ -31,6 +31,7 @@ from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
 from naiad.gc_tuning import settle_after_startup
 from naiad.worker import bls
+from naiad.worker import sequence as sequence_batching
 
 _PR_SET_PDEATHSIG = 1
 
@@ -312,6 +313,7 @@ def main(argv=None) -> int:
         # The channel with the BLS client on top (worker/bls.py): models' own requests.
         endpoint = bls.attach(endpoint)
         backend = load_backend(args)
+        backend = sequence_batching.wrap(backend, args, endpoint)
         from naiad.worker.warmup import run_warmup
 
         run_warmup(backend, args)  # model_warmup samples, before the model is READY
