@@ -37,8 +37,21 @@ struct RequestHeader {
   uint32_t metadata_size;
   uint32_t batch_size;   // rows the request adds to a batch (its inputs' first dim)
   uint64_t input_order;  // which config inputs, in order (core.h input_order_key)
-  uint64_t reserved;
+  // kRequestCancelled: set by Core::cancel while the request runs, read by the worker
+  // (request.is_cancelled()); accessed atomically (request_cancelled below).
+  uint64_t flags;
 };
+
+constexpr uint64_t kRequestCancelled = 1;
+
+// The request's flags word, read and written atomically: the core sets it while the
+// worker may read it, from another process.
+inline void mark_request_cancelled(RequestHeader* header) {
+  __atomic_fetch_or(&header->flags, kRequestCancelled, __ATOMIC_RELEASE);
+}
+inline bool request_cancelled(const RequestHeader* header) {
+  return (__atomic_load_n(&header->flags, __ATOMIC_ACQUIRE) & kRequestCancelled) != 0;
+}
 
 struct InputSlot {
   uint64_t offset;  // arena offset of the input's bytes

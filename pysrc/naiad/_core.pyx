@@ -86,6 +86,7 @@ cdef extern from "ipc_schema.h" namespace "naiad":
         uint64_t size
 
     uint64_t request_metadata_offset(uint32_t n_inputs)
+    cbool request_cancelled(const RequestHeader* header) nogil
 
     cdef struct BatchHeader:
         uint32_t n_requests
@@ -162,6 +163,12 @@ cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
     int32_t kCompletionModelGone
+    int32_t kCompletionCancelled
+
+    cdef enum class CancelResult(int32_t):
+        kUnknown
+        kDropped
+        kFlagged
 
     cdef cppclass ModelHandle:
         uint64_t value
@@ -225,6 +232,7 @@ cdef extern from "core.h" namespace "naiad":
         void instance_up(uint32_t instance_id) except + nogil
         void stop_instance(uint32_t instance_id) except + nogil
         size_t in_flight() except + nogil
+        CancelResult cancel(uint64_t request_id) except + nogil
 
 
 cdef extern from "infer_types.h" namespace "naiad":
@@ -353,6 +361,10 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
                       int32_t status) nogil
         cbool respond(uint64_t batch_id, const vector[ResponseEntry]& responses,
                       const uint64_t* timings, cbool batch_done) except + nogil
+        cbool respond_open "respond"(uint64_t batch_id, const vector[ResponseEntry]& responses,
+                                     const uint64_t* timings, cbool batch_done,
+                                     cbool keep_open) except + nogil
+        void end_batch(uint64_t batch_id, cbool keep_open) nogil
         Arena& arena() nogil
 
 
@@ -362,6 +374,12 @@ COMPLETION_WORKER_FAILED = 1
 COMPLETION_INSTANCE_DIED = 2
 COMPLETION_TIMED_OUT = kCompletionTimedOut
 COMPLETION_MODEL_GONE = kCompletionModelGone
+COMPLETION_CANCELLED = kCompletionCancelled
+
+# Core.cancel results.
+CANCEL_UNKNOWN = 0
+CANCEL_DROPPED = 1
+CANCEL_FLAGGED = 2
 
 # Core.submit results.
 SUBMIT_OK = 0
@@ -560,6 +578,15 @@ cdef class Core:
 
     def in_flight(self):
         return self._core.in_flight()
+
+    def cancel(self, uint64_t request_id):
+        """The client went away: a queued request is dropped (it completes with
+        COMPLETION_CANCELLED through poll), a running one is flagged for its worker
+        (request.is_cancelled()). Returns CANCEL_UNKNOWN, CANCEL_DROPPED or CANCEL_FLAGGED."""
+        cdef CancelResult result
+        with nogil:
+            result = self._core.cancel(request_id)
+        return <int>result
 
     def arena_stats(self):
         cdef ArenaStats s = self._core.arena().stats()
@@ -974,6 +1001,9 @@ cdef class WorkerEndpoint:
 
     cdef CWorkerEndpoint* _endpoint
     cdef readonly object arena
+    # The descriptor of the batch next() returned last (decoupled models read its
+    # request blocks: request_blocks()).
+    cdef readonly uint64_t batch_desc
 
     def __cinit__(self, int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd):
         self._endpoint = new CWorkerEndpoint(arena_fd, channel_offset, wake_fd, notify_fd)
@@ -995,6 +1025,7 @@ cdef class WorkerEndpoint:
             if message.kind == MessageKind.kStop:
                 return True, message.batch_id, [], []
             if message.kind == MessageKind.kBatch:
+                self.batch_desc = message.desc_offset
                 break
             # A response to a request this worker submitted (BLS): Python models do
             # not submit requests yet, so none is awaited; its block is ours to free.
@@ -1039,6 +1070,44 @@ cdef class WorkerEndpoint:
         with nogil:
             posted = self._endpoint.respond(batch_id, entries, c_timings, batch_done)
         return posted
+
+    # -- decoupled models: responses at any time, from any thread (csrc/channel.h
+    # kPostKeepOpen); posts are serialized in C++.
+    def respond_open(self, uint64_t batch_id, list responses, list timings, bint batch_done,
+                     bint keep_open):
+        """As respond(); with `batch_done`, `keep_open` keeps the batch's requests
+        without a final response open for responses posted later."""
+        cdef vector[ResponseEntry] entries
+        cdef uint64_t c_timings[4]
+        cdef list keep = _response_entries(responses, timings, &entries, c_timings)
+        cdef cbool posted
+        with nogil:
+            posted = self._endpoint.respond_open(batch_id, entries, c_timings, batch_done,
+                                                 keep_open)
+        return posted
+
+    def end_batch(self, uint64_t batch_id, bint keep_open):
+        """Ends the batch without a response block (the instance takes its next one);
+        `keep_open`: its unanswered requests stay open, else they fail."""
+        with nogil:
+            self._endpoint.end_batch(batch_id, keep_open)
+
+    def request_blocks(self, uint64_t desc_offset):
+        """The arena offsets of the request blocks of the batch whose descriptor is at
+        `desc_offset` (batch_desc), in batch order."""
+        cdef const uint8_t* base = self._endpoint.arena().base()
+        cdef const BatchHeader* header = <const BatchHeader*>(base + desc_offset)
+        cdef const BatchRequest* records = <const BatchRequest*>(
+            base + desc_offset + batch_requests_offset())
+        cdef uint32_t i
+        return [records[i].block_offset for i in range(header.n_requests)]
+
+    def request_cancelled(self, uint64_t block_offset):
+        """Whether the core flagged the request whose block is at `block_offset` as
+        cancelled by its client (Core.cancel). Valid while the request is open."""
+        cdef const RequestHeader* header = <const RequestHeader*>(
+            self._endpoint.arena().base() + block_offset)
+        return request_cancelled(header)
 
 # --- gRPC over HTTP/2 (csrc/grpc_connection.h): one object per client connection ---
 

@@ -46,6 +46,14 @@ class Unsupported(NaiadError):
     http_status = _core.http_status_of_kind(kind)
 
 
+class Cancelled(NaiadError):
+    """The client cancelled the request (gRPC CANCELLED); Triton has no HTTP status of
+    its own for it (the HTTP client is gone by then)."""
+
+    kind = _core.ERROR_INTERNAL
+    http_status = _core.http_status_of_kind(kind)
+
+
 _ERROR_OF_KIND = {
     _core.ERROR_NOT_FOUND: NotFound,
     _core.ERROR_INVALID_ARGUMENT: InvalidArgument,

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from naiad.errors import Internal, InvalidArgument, NaiadError, NotFound, Unavailable, Unsupported
+from naiad.errors import (
+    Cancelled,
+    Internal,
+    InvalidArgument,
+    NaiadError,
+    NotFound,
+    Unavailable,
+    Unsupported,
+)
 
 OK = 0
 CANCELLED = 1
@@ -17,6 +25,7 @@ INTERNAL = 13
 UNAVAILABLE = 14
 
 _CODE_OF_KIND = (
+    (Cancelled, CANCELLED),
     (NotFound, NOT_FOUND),
     (InvalidArgument, INVALID_ARGUMENT),
     (Unavailable, UNAVAILABLE),

@@ -30,6 +30,7 @@ from naiad import _core, datatypes
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader
 from naiad.gc_tuning import settle_after_startup
+from naiad.worker import decoupled
 
 _PR_SET_PDEATHSIG = 1
 
@@ -205,6 +206,8 @@ class Worker:
         self.endpoint = endpoint
         self.arena = endpoint.arena
         self.backend = backend
+        # A decoupled model answers through a stream, at any time (worker/decoupled.py).
+        self.decoupled = bool(getattr(backend, "decoupled", False))
 
     def run(self) -> None:
         while True:
@@ -222,6 +225,9 @@ class Worker:
         requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
         batch = _batch(self.arena, blocks)
+        if self.decoupled:
+            decoupled.run_batch(self, batch_id, batch, [start])
+            return
         infer_start = _core.now_ns()
         results = self.backend.execute(batch)
         infer_end = _core.now_ns()
