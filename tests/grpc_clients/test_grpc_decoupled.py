@@ -1,6 +1,6 @@
 """Decoupled models over gRPC with tritonclient.grpc: ModelStreamInfer carries each
 request's 0..N responses in order (many requests in flight on one stream),
-`triton_final_response` when asked for with `enable_empty_final_response`, errors as
+`triton_final_response` on every response (an empty final one when asked for with `enable_empty_final_response`), errors as
 `error_message` with the stream kept open; ModelInfer answers UNIMPLEMENTED; a stream
 the client cancels cancels its requests (the model sees request.is_cancelled()).
 """
@@ -115,7 +115,7 @@ def test_model_infer_on_a_decoupled_model_is_unimplemented(client, server):
 def test_stream_responses_in_order(client, server, mode):
     stream = Stream(client)
     stream.send(30, mode, "r1")
-    assert stream.take(30) == [(i, None, "r1") for i in range(30)]
+    assert stream.take(30) == [(i, i == 29 and mode == "inline", "r1") for i in range(30)]
     assert stream.nothing_more()  # the final flag alone is not sent unless asked for
     client.stop_stream()
     _settled(server)
@@ -159,10 +159,10 @@ def test_a_stream_that_goes_wrong_ends_with_an_error_and_the_stream_stays_usable
     stream = Stream(client)
     stream.send(3, mode, "bad")
     got = stream.take(4)
-    assert got[:3] == [(i, None, "bad") for i in range(3)]
+    assert got[:3] == [(i, False, "bad") for i in range(3)]
     assert got[3][0] == "error" and error in got[3][1]
     stream.send(2, "inline", "next")
-    assert stream.take(2) == [(0, None, "next"), (1, None, "next")]
+    assert stream.take(2) == [(0, False, "next"), (1, True, "next")]
     client.stop_stream()
     _settled(server)
 

@@ -7,8 +7,8 @@ response the model sends as a ModelStreamInferResponse on the stream, as Triton 
 - an error response is written with `error_message` (the stream stays open);
 - a final flag sent alone is written only when the request asked for it with the
   parameter `triton_enable_empty_final_response: true`, as an empty response;
-- with that parameter, every response carries `triton_final_response` (true on the
-  request's last one).
+- every response with outputs carries `triton_final_response` (true on the request's
+  last one), asked for or not, as Triton does.
 
 The protocol (grpc/protocol.py) keeps the core's request ids of each stream, so a
 stream the client resets (RST_STREAM) or that ends with its connection cancels them
@@ -80,6 +80,5 @@ def _message(model, request, batching, flags, response, error, final):
         infer.parameters[FINAL_PARAMETER].bool_param = True
         return out
     infer = to_infer_response(response, request, batching)
-    if flags:
-        infer.parameters[FINAL_PARAMETER].bool_param = final
+    infer.parameters[FINAL_PARAMETER].bool_param = final  # always, as Triton
     return pb.ModelStreamInferResponse(infer_response=infer)

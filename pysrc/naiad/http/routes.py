@@ -17,6 +17,7 @@ from typing import Union
 import orjson
 
 from naiad.errors import NaiadError, NotFound, Unavailable
+from naiad.scheduling.model import DECOUPLED_HTTP_INFER
 from naiad.http.codec import (
     decompress,
     encode_infer_response,
@@ -272,6 +273,8 @@ class Router:
 
     def _infer(self, request: HttpRequest, name: str, version: str) -> Awaitable[Reply]:
         model = self.manager.get(name, version)
+        if getattr(model, "decoupled", False):  # Triton answers so, as text/plain
+            return error_reply(501, DECOUPLED_HTTP_INFER, TEXT)
         headers = request.headers
         body = request.body
         encoding = headers.get("content-encoding")
