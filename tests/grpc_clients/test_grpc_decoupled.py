@@ -1,7 +1,8 @@
 """Decoupled models over gRPC with tritonclient.grpc: ModelStreamInfer carries each
 request's 0..N responses in order (many requests in flight on one stream),
-`triton_final_response` on every response (an empty final one when asked for with `enable_empty_final_response`), errors as
-`error_message` with the stream kept open; ModelInfer answers UNIMPLEMENTED; a stream
+`triton_final_response` on every response (and an empty final response when asked
+for with `enable_empty_final_response`), errors as `error_message` with the stream
+kept open; ModelInfer answers UNIMPLEMENTED; a stream
 the client cancels cancels its requests (the model sees request.is_cancelled()).
 """
 

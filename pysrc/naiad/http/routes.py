@@ -17,13 +17,13 @@ from typing import Union
 import orjson
 
 from naiad.errors import NaiadError, NotFound, Unavailable
-from naiad.scheduling.model import DECOUPLED_HTTP_INFER
 from naiad.http.codec import (
     decompress,
     encode_infer_response,
     parse_header_length,
     parse_infer_request,
 )
+from naiad.scheduling.model import DECOUPLED_HTTP_INFER
 
 __all__ = ["HttpRequest", "Reply", "Router"]
 
