@@ -205,3 +205,37 @@ def test_cancelling_the_stream_cancels_its_running_request(client, server):
         assert time.monotonic() < deadline, "the model never saw the cancellation"
         time.sleep(0.05)
     _settled(server)
+
+
+def _executed(client) -> int:
+    stream = Stream(client)
+    stream.send(0, "executed")
+    count = stream.take(1)[0][0]
+    client.stop_stream()
+    return count
+
+
+def test_a_queued_request_of_a_cancelled_stream_never_runs(server):
+    url = f"{server.host}:{server.grpc_port}"
+    with (
+        grpcclient.InferenceServerClient(url) as busy,
+        grpcclient.InferenceServerClient(url) as other,
+    ):
+        before = _executed(busy)
+        blocking = Stream(busy)
+        blocking.send(1500, "block", "busy")  # the only instance sleeps 1.5 s in execute
+        time.sleep(0.3)
+        queued = Stream(other)
+        queued.send(3, "inline", "queued")  # waits in the queue
+        time.sleep(0.2)
+        other.stop_stream(cancel_requests=True)  # RST_STREAM: the core drops it
+        assert blocking.take(1) == [(0, True, "busy")]
+        busy.stop_stream()
+        # Only the blocking request and the two counting ones ran.
+        assert _executed(busy) == before + 2
+    _settled(server)
+    metrics = requests.get(f"http://{server.host}:{server.metrics_port}/metrics", timeout=TIMEOUT)
+    assert (
+        'nv_inference_request_failure{model="repeat",reason="CANCELED",version="1"} 1\n'
+        in metrics.text
+    )

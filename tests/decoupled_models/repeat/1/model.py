@@ -9,6 +9,8 @@
 - "until_cancelled": a response every 10 ms until request.is_cancelled(), then the
   final flag alone; "cancelled" answers how many requests saw is_cancelled()
 - "return_list": returns a list from execute (a decoupled model must return None)
+- "block": sleeps N ms inside execute (the instance is busy), then answers OUT = 0
+- "executed": answers how many requests execute() has seen (this one included)
 """
 
 import json
@@ -30,10 +32,12 @@ def _out(i):
 class TritonPythonModel:
     def initialize(self, args):
         self.cancelled = 0
+        self.executed = 0
         self.threads = []
 
     def execute(self, requests):
         for request in requests:
+            self.executed += 1
             n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
             mode = json.loads(request.parameters()).get("mode", "thread")
             sender = request.get_response_sender()
@@ -71,6 +75,11 @@ class TritonPythonModel:
                 sender.send(_out(self.cancelled), flags=FINAL)
             elif mode == "return_list":
                 return [None]
+            elif mode == "block":
+                time.sleep(n / 1000)
+                sender.send(_out(0), flags=FINAL)
+            elif mode == "executed":
+                sender.send(_out(self.executed), flags=FINAL)
         self.threads = [t for t in self.threads if t.is_alive()]
         return None
 
