@@ -36,7 +36,7 @@ def submit_stream(protocol, stream: int, call, model, request) -> None:
         if stream in protocol.calls:  # else the stream is gone (reset, deadline, connection)
             out = _message(model, request, batching, flags, response, error, final)
             if out is not None:
-                protocol.conn.send_message(stream, out.SerializeToString())
+                protocol.conn.send_message(stream, out)
                 protocol._schedule_flush()
         if final:
             ids = protocol.stream_requests.get(stream)
@@ -59,16 +59,16 @@ def cancel_stream(protocol, stream: int) -> None:
             manager.cancel(request_id)
 
 
-def _message(model, request, batching, flags, response, error, final):
-    """The ModelStreamInferResponse of one response, or None for a final flag alone
-    that the client did not ask to see."""
+def _message(model, request, batching, flags, response, error, final) -> bytes | None:
+    """The ModelStreamInferResponse bytes of one response, or None for a final flag
+    alone that the client did not ask to see."""
     if error is not None:
         _, message = error_of(error)
         out = pb.ModelStreamInferResponse(error_message=message)
         out.infer_response.id = request.id
         if flags:
             out.infer_response.parameters[FINAL_PARAMETER].bool_param = final
-        return out
+        return out.SerializeToString()
     if response is None:  # the final flag alone
         if not flags:
             return None
@@ -78,7 +78,22 @@ def _message(model, request, batching, flags, response, error, final):
         infer.model_version = str(model.version)
         infer.id = request.id
         infer.parameters[FINAL_PARAMETER].bool_param = True
-        return out
+        return out.SerializeToString()
     infer = to_infer_response(response, request, batching)
     infer.parameters[FINAL_PARAMETER].bool_param = final  # always, as Triton
-    return pb.ModelStreamInferResponse(infer_response=infer)
+    # ModelStreamInferResponse{infer_response (field 2) = infer}, without copying the
+    # message into a wrapper first.
+    inner = infer.SerializeToString()
+    return _INFER_RESPONSE_TAG + _varint(len(inner)) + inner
+
+
+_INFER_RESPONSE_TAG = b"\x12"  # field 2, length-delimited
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -286,6 +286,8 @@ class GrpcProtocol(asyncio.Protocol):
         if stream in self.calls:
             self._finish(stream, status.DEADLINE_EXCEEDED, _DEADLINE_MESSAGE)
             self._flush()
+        if stream in self.stream_requests:  # its decoupled requests answer nobody now
+            decoupled.cancel_stream(self, stream)
 
     # -- ModelStreamInfer: many requests on one stream, each answered on its own -------
     def _stream_request(self, stream: int, call: _Call, data: bytes) -> None:

@@ -24,6 +24,18 @@ from naiad.backends.base import RequestError, Response
 _NO_TIMINGS = [0, 0, 0, 0]  # a streamed response is no execution of its own
 
 
+def _encoder():
+    """The worker's one encoder of results into wire responses (worker/main.py; it
+    imports this module, so it is looked up once it is loaded)."""
+    global _wire_results
+    if _wire_results is None:
+        from naiad.worker.main import _wire_results
+    return _wire_results
+
+
+_wire_results = None
+
+
 class BatchStream:
     """The responses of one batch's requests (index = position in the batch)."""
 
@@ -42,8 +54,6 @@ class BatchStream:
     def send(self, index: int, result: Response | RequestError | None, final: bool) -> bool:
         """Posts one response of request `index` (None with `final`: only the final
         flag, no response). False when the request was already final (nothing sent)."""
-        from naiad.worker.main import _wire_results  # the worker's one encoder
-
         with self.lock:
             if self.final[index]:
                 return False
@@ -52,7 +62,7 @@ class BatchStream:
         if result is None:
             wire = (index, _core.RESPONSE_FINAL, 0, b'{"empty":true}', ())
         else:
-            _, flags, code, json, buffers = _wire_results([result])[0]
+            _, flags, code, json, buffers = _encoder()([result])[0]
             if not final:  # an error response need not end the request either
                 flags &= ~_core.RESPONSE_FINAL
             wire = (index, flags, code, json, buffers)
