@@ -49,7 +49,7 @@ using Clock = std::function<uint64_t()>;
 // Completion statuses beyond channel.h's, for requests that never ran.
 constexpr int32_t kCompletionTimedOut = 3;   // queue timeout under REJECT
 constexpr int32_t kCompletionModelGone = 4;  // queued when its model was removed
-constexpr int32_t kCompletionCancelled = 5;  // cancelled (Core::cancel) before it ran
+constexpr int32_t kCompletionCancelled = 6;  // cancelled (Core::cancel) before it ran
 
 // What Core::cancel found.
 enum class CancelResult : int32_t {

@@ -37,8 +37,9 @@ struct RequestHeader {
   uint32_t metadata_size;
   uint32_t batch_size;   // rows the request adds to a batch (its inputs' first dim)
   uint64_t input_order;  // which config inputs, in order (core.h input_order_key)
+  uint64_t reserved;
   // kRequestCancelled: set by Core::cancel while the request runs, read by the worker
-  // (request.is_cancelled()); accessed atomically (request_cancelled below).
+  // (request.is_cancelled()); accessed atomically only (request_cancelled below).
   uint64_t flags;
 };
 
@@ -62,7 +63,7 @@ inline uint64_t request_metadata_offset(uint32_t n_inputs) {
   return sizeof(RequestHeader) + uint64_t{n_inputs} * sizeof(InputSlot);
 }
 
-static_assert(sizeof(RequestHeader) == 32, "RequestHeader layout");
+static_assert(sizeof(RequestHeader) == 40, "RequestHeader layout");
 static_assert(sizeof(InputSlot) == 16, "InputSlot layout");
 
 // ---- Batch descriptor: one per dispatched batch, at BatchMessage::desc_offset -------
