@@ -5,6 +5,7 @@ gate only compares equal keys."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -13,7 +14,25 @@ MODELS = {
     "add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
     "identity_fp32": ({"INPUT0": (3, 224, 224)}, "python"),
     "add_sub_onnx": ({"INPUT0": (16,), "INPUT1": (16,)}, "onnxruntime"),
+    # the ONNX example of model_repository/ (perf/models/mlp_onnx links to it)
+    "mlp_onnx": ({"INPUT": (16,)}, "onnxruntime"),
+    # a small conv classifier (tools/build_onnx_models.py): model compute dominates
+    "conv_onnx": ({"INPUT": (3, 64, 64)}, "onnxruntime"),
 }
+# model -> bytes of one request's largest output, where it is not the size of INPUT0
+_OUTPUT_BYTES = {"mlp_onnx": 10 * 4, "conv_onnx": 10 * 4}
+_SESSIONS: dict = {}
+
+
+def _onnx_reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if model not in _SESSIONS:
+        import onnxruntime as ort
+
+        path = Path(__file__).resolve().parent / "models" / model / "1" / "model.onnx"
+        _SESSIONS[model] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = _SESSIONS[model]
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, inputs)))
 
 
 def reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -21,6 +40,8 @@ def reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray
     if model in ("add_sub", "add_sub_onnx"):
         a, b = inputs["INPUT0"], inputs["INPUT1"]
         return {"OUTPUT0": a + b, "OUTPUT1": a - b}
+    if model in ("mlp_onnx", "conv_onnx"):
+        return _onnx_reference(model, inputs)
     if model == "identity_fp32":
         # The model returns its input; in-process the least work that yields an output tensor
         # the caller owns is one copy.
@@ -49,6 +70,8 @@ class Scenario:
 
     def output_bytes(self) -> int:
         # perf_analyzer's --output-shared-memory-size: the largest output of one request.
+        if self.model in _OUTPUT_BYTES:
+            return _OUTPUT_BYTES[self.model]
         shape = MODELS[self.model][0]["INPUT0"]
         return int(np.prod(shape)) * 4
 
@@ -119,6 +142,24 @@ SCENARIOS: list[Scenario] = [
         "http",
         (1, 8, 32),
         description="add_sub as an ONNX graph (onnxruntime backend) with dynamic batching, over HTTP",
+    ),
+    Scenario(
+        "mlp_onnx_http",
+        1,
+        "mlp_onnx",
+        "http",
+        (1, 16),
+        description="the ONNX example (model_repository/mlp_onnx: MLP 16-32-10, onnxruntime "
+        "backend, dynamic batching, 100 us queue delay) over HTTP, binary tensors",
+    ),
+    Scenario(
+        "conv_onnx_http",
+        1,
+        "conv_onnx",
+        "http",
+        (1, 16),
+        description="a small conv classifier (FP32 [3,64,64] -> [10], ~22 M multiply-adds per "
+        "image, onnxruntime backend, dynamic batching) over HTTP, binary tensors",
     ),
 ]
 

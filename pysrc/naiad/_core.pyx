@@ -10,9 +10,11 @@ worker's side of one instance channel. Every call that copies tensor data or may
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport (PyBUF_C_CONTIGUOUS, PyBUF_SIMPLE, PyBUF_WRITE, PyBuffer_Release,
+                             PyObject_GetBuffer)
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from libc.stdio cimport snprintf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -672,6 +674,132 @@ def input_order_key(list indices):
     return c_input_order_key(c_indices.data(), c_indices.size())
 
 
+cdef class _ResultEntries:
+    """A worker's response entries built straight from a backend's results (the
+    worker's hot path, see WorkerEndpoint.respond_results): result i answers request i
+    with one final response. A `response_type` result without parameters whose outputs
+    are all arrays of a dtype in `wire_of` (dtype -> wire datatype bytes) that export a
+    C-contiguous buffer is described here, its JSON written in C++ and its outputs'
+    buffers held until this object goes; any other result goes through `fallback(result)`
+    -> (flags, error_code, json bytes, [output buffers]), the general conversion."""
+
+    cdef vector[ResponseEntry] entries
+    cdef vector[string] texts
+    cdef Py_buffer* buffers
+    cdef Py_ssize_t held
+    cdef list keep
+    cdef uint64_t timings[4]
+
+    def __cinit__(self, list results, list timings, type response_type, dict wire_of,
+                  dict names, object fallback):
+        cdef Py_ssize_t n = len(results)
+        cdef Py_ssize_t count = 0
+        cdef Py_ssize_t index, mark, dims
+        cdef ResponseEntry entry
+        cdef OutputBytes output
+        cdef string* text
+        cdef const unsigned char[::1] view
+        cdef char number[24]
+        cdef int length
+        cdef bint fast
+        self.keep = []
+        for index in range(4):
+            self.timings[index] = timings[index]
+        for result in results:
+            if type(result) is response_type:
+                count += len(result.outputs)
+        self.buffers = <Py_buffer*>PyMem_Malloc(max(count, 1) * sizeof(Py_buffer))
+        if self.buffers == NULL:
+            raise MemoryError()
+        self.entries.reserve(n)
+        # Reserved up front: the entries' JSON views point into these strings.
+        self.texts.reserve(n)
+        for index in range(n):
+            result = results[index]
+            entry.request_index = <uint32_t>index
+            entry.error_code = 0
+            entry.flags = kResponseFinal
+            entry.outputs.clear()
+            fast = type(result) is response_type and not result.parameters
+            if fast:
+                mark = self.held
+                self.texts.push_back(b'{"outputs":[')
+                text = &self.texts.back()
+                for name, array in result.outputs:
+                    datatype = wire_of.get(getattr(array, "dtype", None))
+                    if datatype is None or type(name) is not str:
+                        fast = False
+                        break
+                    try:
+                        PyObject_GetBuffer(array, &self.buffers[self.held], PyBUF_C_CONTIGUOUS)
+                    except (BufferError, ValueError):  # not C-contiguous
+                        fast = False
+                        break
+                    self.held += 1
+                    escaped = names.get(name)
+                    if escaped is None:
+                        escaped = names[name] = json_view_text(_utf8_view(name))
+                    if entry.outputs.size():
+                        text.push_back(b',')
+                    text.append(b'["')
+                    text.append(<string>escaped)
+                    text.append(b'","')
+                    text.append(<string>datatype)
+                    text.append(b'",[')
+                    dims = 0
+                    for dim in array.shape:
+                        if dims:
+                            text.push_back(b',')
+                        length = snprintf(number, sizeof(number), "%lld", <long long>dim)
+                        text.append(number, length)
+                        dims += 1
+                    text.append(b']]')
+                    output.size = self.buffers[self.held - 1].len
+                    output.data = self.buffers[self.held - 1].buf if output.size else NULL
+                    entry.outputs.push_back(output)
+                if fast:
+                    text.append(b']}')
+                    entry.json = string_view(text.data(), text.size())
+                    self.entries.push_back(entry)
+                    continue
+                # Not for the fast form after all: undo, then the general conversion.
+                while self.held > mark:
+                    self.held -= 1
+                    PyBuffer_Release(&self.buffers[self.held])
+                self.texts.pop_back()
+                entry.outputs.clear()
+            flags, error_code, json, buffers = fallback(result)
+            entry.flags = flags
+            entry.error_code = error_code
+            self.keep.append(json)
+            entry.json = string_view(PyBytes_AS_STRING(json), PyBytes_GET_SIZE(json))
+            for data in buffers:
+                view = memoryview(data).cast("B")
+                self.keep.append(view)
+                output.size = view.shape[0]
+                output.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
+                entry.outputs.push_back(output)
+            self.entries.push_back(entry)
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.buffers != NULL:
+            for i in range(self.held):
+                PyBuffer_Release(&self.buffers[i])
+            PyMem_Free(self.buffers)
+
+
+def encode_results_block(list results, list timings, type response_type, dict wire_of,
+                         dict names, fallback):
+    """The response block WorkerEndpoint.respond_results writes for `results`, as bytes
+    (tests)."""
+    cdef _ResultEntries built = _ResultEntries(results, timings, response_type, wire_of, names,
+                                               fallback)
+    cdef bytes block = PyBytes_FromStringAndSize(NULL, response_block_size(built.entries))
+    write_response_block(<uint8_t*>PyBytes_AS_STRING(block), built.entries, built.timings)
+    return block
+
+
 cdef tuple _request_view(const uint8_t* base, uint64_t offset):
     """(metadata bytes, ((input offset, size), ...)) of the request block at `offset`."""
     cdef const RequestHeader* header = <const RequestHeader*>(base + offset)
@@ -1108,6 +1236,18 @@ cdef class WorkerEndpoint:
         cdef const RequestHeader* header = <const RequestHeader*>(
             self._endpoint.arena().base() + block_offset)
         return request_cancelled(header)
+
+    def respond_results(self, uint64_t batch_id, list results, list timings, bint batch_done,
+                        type response_type, dict wire_of, dict names, fallback):
+        """respond() from a backend's results directly, one final response per request
+        (see _ResultEntries): the common result's JSON is written in C++ and its outputs
+        copied from the arrays' own buffers, with no Python objects per output."""
+        cdef _ResultEntries built = _ResultEntries(results, timings, response_type, wire_of,
+                                                   names, fallback)
+        cdef cbool posted
+        with nogil:
+            posted = self._endpoint.respond(batch_id, built.entries, built.timings, batch_done)
+        return posted
 
 # --- gRPC over HTTP/2 (csrc/grpc_connection.h): one object per client connection ---
 

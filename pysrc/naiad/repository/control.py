@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 
 from naiad.errors import Internal, InvalidArgument, Unavailable
+from naiad.repository.autocomplete import complete_override
 from naiad.repository.catalog import Catalog, check_model_name, version_stamp
 from naiad.repository.overrides import (
     OverrideError,
@@ -171,6 +172,8 @@ class ModelControl:
                 folder = None  # a model that exists only in this request
             if files:
                 materialized = folder = materialize_files(folder, name, files)
+            if config is not None and folder is not None:
+                config = complete_override(config, folder)  # auto-complete, as config.pbtxt
             entry = scan_model(folder, config=config)
         except (LookupError, OverrideError, OSError) as exc:
             if materialized is not None:
