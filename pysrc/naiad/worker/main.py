@@ -30,8 +30,7 @@ from naiad import _core, datatypes
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
 from naiad.gc_tuning import settle_after_startup
-from naiad.worker import bls
-from naiad.worker import decoupled
+from naiad.worker import bls, decoupled
 
 _PR_SET_PDEATHSIG = 1
 
