@@ -33,7 +33,11 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("decoupled")
     repository = make_repository(
         root / "models",
-        {"repeat": DECOUPLED_MODELS / "repeat", "text_echo": DECOUPLED_MODELS / "text_echo"},
+        {
+            "repeat": DECOUPLED_MODELS / "repeat",
+            "text_echo": DECOUPLED_MODELS / "text_echo",
+            "bls_stream": DECOUPLED_MODELS / "bls_stream",
+        },
     )
     server = NaiadServer(repository, log_dir=root).start()
     yield server
@@ -68,12 +72,12 @@ def _generate(server, model: str, body, path: str = "") -> requests.Response:
 
 
 def _settled(server) -> None:
-    """Nothing in flight and only the instance channels in the arena (two models, one
+    """Nothing in flight and only the instance channels in the arena (three models, one
     instance each), within a few seconds."""
     deadline = time.monotonic() + 5
     while True:
         arena = requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()
-        if arena["requests_in_flight"] == 0 and arena["blocks_in_use"] == 2:
+        if arena["requests_in_flight"] == 0 and arena["blocks_in_use"] == 3:
             return
         assert time.monotonic() < deadline, arena
         time.sleep(0.05)
@@ -331,3 +335,12 @@ def test_statistics_count_streamed_requests(server):
         after["inference_stats"]["fail"]["count"] == before["inference_stats"]["fail"]["count"] + 1
     )
     assert after["execution_count"] == before["execution_count"] + 2
+
+
+def test_bls_reads_a_decoupled_models_stream(server):
+    """A Python model calls `repeat` with exec(decoupled=True): every response, sent
+    from the decoupled model's thread after its execute returned, reaches the caller."""
+    r = _generate(server, "bls_stream", {"N": 7})
+    assert r.status_code == 200
+    assert r.json() == {"VALUES": list(range(7)), "model_name": "bls_stream", "model_version": "1"}
+    _settled(server)
