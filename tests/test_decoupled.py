@@ -335,6 +335,9 @@ def test_statistics_count_streamed_requests(server):
         after["inference_stats"]["fail"]["count"] == before["inference_stats"]["fail"]["count"] + 1
     )
     assert after["execution_count"] == before["execution_count"] + 2
+    queue = after["inference_stats"]["queue"]
+    assert queue["count"] == before["inference_stats"]["queue"]["count"] + 1
+    assert queue["ns"] > before["inference_stats"]["queue"]["ns"]
 
 
 def test_bls_reads_a_decoupled_models_stream(server):

@@ -651,7 +651,9 @@ class ModelManager:
         for index, flags, code, json, slots in responses:
             pending = pendings[index]
             if pending is not None and pending.stream:
-                self._deliver_stream(pending, flags, code, json, slots, timings, end_ns)
+                self._deliver_stream(
+                    pending, flags, code, json, slots, timings, dispatch_ns, end_ns
+                )
                 continue
             if not flags & _core.RESPONSE_FINAL:
                 continue
@@ -704,7 +706,9 @@ class ModelManager:
                     model.stats.record_execution(batch_size, read[0])
                     return
 
-    def _deliver_stream(self, pending, flags, code, json, slots, timings, end_ns) -> None:
+    def _deliver_stream(
+        self, pending, flags, code, json, slots, timings, dispatch_ns, end_ns
+    ) -> None:
         """Hands one response of a streamed request to its consumer; the request is
         over (and counted) at its final one."""
         final = bool(flags & _core.RESPONSE_FINAL)
@@ -714,7 +718,10 @@ class ModelManager:
             model = pending.model
             if error is None:
                 model.stats.record_success(
-                    pending.batch_size, end_ns - pending.submit_ns, 0, timings
+                    pending.batch_size,
+                    end_ns - pending.submit_ns,
+                    dispatch_ns - pending.submit_ns,
+                    timings,
                 )
             else:
                 model.stats.record_failure(end_ns - pending.submit_ns)
