@@ -289,6 +289,25 @@ def limit_throughput(model: str, batches: dict[int, int], cpus: list[int] | None
 # ---------------------------------------------------------------------------- perf_analyzer
 
 
+# perf_analyzer's CSV splits its average latency into these parts (their sum is the
+# "Avg latency" it prints); older and newer versions may also write the total itself.
+LATENCY_PARTS = (
+    "Client Send",
+    "Network+Server Send/Recv",
+    "Server Queue",
+    "Server Compute Input",
+    "Server Compute Infer",
+    "Server Compute Output",
+    "Client Recv",
+)
+
+
+def average_latency_us(row: dict) -> float:
+    if row.get("Avg latency"):
+        return float(row["Avg latency"])
+    return float(sum(float(row.get(part) or 0) for part in LATENCY_PARTS))
+
+
 def run_perf_analyzer(
     server: Server,
     scenario: Scenario,
@@ -443,7 +462,7 @@ def measure(server, s: Scenario, c: int, settings, round_no, out, cpus, log) -> 
     point.throughput = float(row["Inferences/Second"])
     point.p50_us = float(row["p50 latency"])
     point.p99_us = float(row["p99 latency"])
-    point.avg_us = float(row.get("Avg latency") or 0)
+    point.avg_us = average_latency_us(row)
     point.server_cpu_pct = 100.0 * server_cpu / wall
     point.client_cpu_pct = 100.0 * client_cpu / wall
     delta = stats_delta(before, after)
