@@ -321,13 +321,17 @@ class GrpcProtocol(asyncio.Protocol):
         model's), which leave the request in flight. False: the general path's."""
         call.in_flight += 1  # before: a refusal is answered inside submit_grpc
         self._track(1)
-        taken = self.service.manager.submit_grpc(
-            data,
-            lambda payload, exc, final=True: self._stream_fast_done(
-                stream, data, payload, exc, final
-            ),
-            stream=True,
-        )
+        try:
+            taken = self.service.manager.submit_grpc(
+                data,
+                lambda payload, exc, final=True: self._stream_fast_done(
+                    stream, data, payload, exc, final
+                ),
+                stream=True,
+            )
+        except Exception:  # the general path answers it (with the error, if any)
+            log.exception("the gRPC fast path failed on a streamed request")
+            taken = False
         if not taken:
             call.in_flight -= 1
             self._track(-1)
