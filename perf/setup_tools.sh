@@ -5,18 +5,19 @@
 #                (perf_analyzer links libcudart.so.12 even on a CPU-only host)
 #   triton/      the real Triton Inference Server 2.51 with its Python backend, unpacked from the
 #                nvidia-pytriton 0.7.0 wheel
-# Debian packages: libb64-0d (perf_analyzer) and python3-numpy (Triton's Python backend stub runs
-# under /usr/bin/python3 and needs numpy 1.x there). Idempotent; re-running is cheap.
+# Debian packages: libb64-0d (perf_analyzer), python3-numpy (Triton's Python backend stub runs
+# under /usr/bin/python3 and needs numpy 1.x there) and wrk (the light HTTP client of
+# perf/cost.py and the wrk scenarios). Idempotent; re-running is cheap.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOOLS=${NAIAD_PERF_TOOLS:-$HERE/.tools}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$TOOLS/dl"
 
-if ! dpkg -s libb64-0d python3-numpy >/dev/null 2>&1; then
+if ! dpkg -s libb64-0d python3-numpy wrk >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq >/dev/null 2>&1 || true
-  $SUDO apt-get install -y -qq libb64-0d python3-numpy >/dev/null
+  $SUDO apt-get install -y -qq libb64-0d python3-numpy wrk >/dev/null
 fi
 
 VENV=$TOOLS/venv

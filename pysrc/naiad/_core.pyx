@@ -11,10 +11,12 @@ worker's side of one instance channel. Every call that copies tensor data or may
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.buffer cimport (
-    PyBUF_SIMPLE, PyBUF_WRITE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
+    PyBUF_C_CONTIGUOUS, PyBUF_SIMPLE, PyBUF_WRITE, PyBuffer_FillInfo, PyBuffer_Release,
+    PyObject_GetBuffer
 )
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from libc.stdio cimport snprintf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -49,6 +51,7 @@ cdef extern from "channel.h" namespace "naiad":
         uint64_t desc_offset
         uint32_t n_requests
         MessageKind kind
+        uint64_t size
 
 
 cdef extern from "dynamic_batcher.h" namespace "naiad":
@@ -164,6 +167,7 @@ cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
     int32_t kCompletionModelGone
+    int32_t kCompletionRouted
 
     cdef cppclass ModelHandle:
         uint64_t value
@@ -365,6 +369,10 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
     cdef cppclass CWorkerEndpoint "naiad::WorkerEndpoint":
         CWorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd) except +
         BatchMessage next() nogil
+        cbool try_next(BatchMessage* message) nogil
+        SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request,
+                            cbool wake) except + nogil
+        void wake() nogil
         void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                       int32_t status) nogil
         cbool respond(uint64_t batch_id, const vector[ResponseEntry]& responses,
@@ -378,6 +386,10 @@ COMPLETION_WORKER_FAILED = 1
 COMPLETION_INSTANCE_DIED = 2
 COMPLETION_TIMED_OUT = kCompletionTimedOut
 COMPLETION_MODEL_GONE = kCompletionModelGone
+# Statistics of requests workers submitted (BLS, ensemble steps), nothing to answer: the
+# completion's request ids are [count, rows, queue ns, request ns, compute input ns,
+# compute infer ns, compute output ns, whole batch] (csrc/core.h RoutedStats).
+COMPLETION_ROUTED = kCompletionRouted
 
 # Core.submit results.
 SUBMIT_OK = 0
@@ -385,6 +397,15 @@ SUBMIT_ARENA_FULL = 1
 SUBMIT_QUEUE_FULL = 2
 SUBMIT_MODEL_GONE = 3
 SUBMIT_UNSUPPORTED_INPUT = 4
+
+# WorkerEndpoint.wait message kinds (channel.h MessageKind).
+MESSAGE_BATCH = 1
+MESSAGE_STOP = 2
+MESSAGE_RESPONSE = 3
+MESSAGE_REFUSED = 4
+# A MESSAGE_REFUSED status with this bit is a COMPLETION_* status (queued, then failed);
+# without it a SUBMIT_* result (never queued).
+REFUSED_QUEUED = 0x100
 
 # Response flags (csrc/ipc_schema.h ResponseRecord.flags).
 RESPONSE_FINAL = kResponseFinal
@@ -659,6 +680,132 @@ def input_order_key(list indices):
     `indices`, in request order (the fast lane computes the same)."""
     cdef vector[uint32_t] c_indices = indices
     return c_input_order_key(c_indices.data(), c_indices.size())
+
+
+cdef class _ResultEntries:
+    """A worker's response entries built straight from a backend's results (the
+    worker's hot path, see WorkerEndpoint.respond_results): result i answers request i
+    with one final response. A `response_type` result without parameters whose outputs
+    are all arrays of a dtype in `wire_of` (dtype -> wire datatype bytes) that export a
+    C-contiguous buffer is described here, its JSON written in C++ and its outputs'
+    buffers held until this object goes; any other result goes through `fallback(result)`
+    -> (flags, error_code, json bytes, [output buffers]), the general conversion."""
+
+    cdef vector[ResponseEntry] entries
+    cdef vector[string] texts
+    cdef Py_buffer* buffers
+    cdef Py_ssize_t held
+    cdef list keep
+    cdef uint64_t timings[4]
+
+    def __cinit__(self, list results, list timings, type response_type, dict wire_of,
+                  dict names, object fallback):
+        cdef Py_ssize_t n = len(results)
+        cdef Py_ssize_t count = 0
+        cdef Py_ssize_t index, mark, dims
+        cdef ResponseEntry entry
+        cdef OutputBytes output
+        cdef string* text
+        cdef const unsigned char[::1] view
+        cdef char number[24]
+        cdef int length
+        cdef bint fast
+        self.keep = []
+        for index in range(4):
+            self.timings[index] = timings[index]
+        for result in results:
+            if type(result) is response_type:
+                count += len(result.outputs)
+        self.buffers = <Py_buffer*>PyMem_Malloc(max(count, 1) * sizeof(Py_buffer))
+        if self.buffers == NULL:
+            raise MemoryError()
+        self.entries.reserve(n)
+        # Reserved up front: the entries' JSON views point into these strings.
+        self.texts.reserve(n)
+        for index in range(n):
+            result = results[index]
+            entry.request_index = <uint32_t>index
+            entry.error_code = 0
+            entry.flags = kResponseFinal
+            entry.outputs.clear()
+            fast = type(result) is response_type and not result.parameters
+            if fast:
+                mark = self.held
+                self.texts.push_back(b'{"outputs":[')
+                text = &self.texts.back()
+                for name, array in result.outputs:
+                    datatype = wire_of.get(getattr(array, "dtype", None))
+                    if datatype is None or type(name) is not str:
+                        fast = False
+                        break
+                    try:
+                        PyObject_GetBuffer(array, &self.buffers[self.held], PyBUF_C_CONTIGUOUS)
+                    except (BufferError, ValueError):  # not C-contiguous
+                        fast = False
+                        break
+                    self.held += 1
+                    escaped = names.get(name)
+                    if escaped is None:
+                        escaped = names[name] = json_view_text(_utf8_view(name))
+                    if entry.outputs.size():
+                        text.push_back(b',')
+                    text.append(b'["')
+                    text.append(<string>escaped)
+                    text.append(b'","')
+                    text.append(<string>datatype)
+                    text.append(b'",[')
+                    dims = 0
+                    for dim in array.shape:
+                        if dims:
+                            text.push_back(b',')
+                        length = snprintf(number, sizeof(number), "%lld", <long long>dim)
+                        text.append(number, length)
+                        dims += 1
+                    text.append(b']]')
+                    output.size = self.buffers[self.held - 1].len
+                    output.data = self.buffers[self.held - 1].buf if output.size else NULL
+                    entry.outputs.push_back(output)
+                if fast:
+                    text.append(b']}')
+                    entry.json = string_view(text.data(), text.size())
+                    self.entries.push_back(entry)
+                    continue
+                # Not for the fast form after all: undo, then the general conversion.
+                while self.held > mark:
+                    self.held -= 1
+                    PyBuffer_Release(&self.buffers[self.held])
+                self.texts.pop_back()
+                entry.outputs.clear()
+            flags, error_code, json, buffers = fallback(result)
+            entry.flags = flags
+            entry.error_code = error_code
+            self.keep.append(json)
+            entry.json = string_view(PyBytes_AS_STRING(json), PyBytes_GET_SIZE(json))
+            for data in buffers:
+                view = memoryview(data).cast("B")
+                self.keep.append(view)
+                output.size = view.shape[0]
+                output.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
+                entry.outputs.push_back(output)
+            self.entries.push_back(entry)
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.buffers != NULL:
+            for i in range(self.held):
+                PyBuffer_Release(&self.buffers[i])
+            PyMem_Free(self.buffers)
+
+
+def encode_results_block(list results, list timings, type response_type, dict wire_of,
+                         dict names, fallback):
+    """The response block WorkerEndpoint.respond_results writes for `results`, as bytes
+    (tests)."""
+    cdef _ResultEntries built = _ResultEntries(results, timings, response_type, wire_of, names,
+                                               fallback)
+    cdef bytes block = PyBytes_FromStringAndSize(NULL, response_block_size(built.entries))
+    write_response_block(<uint8_t*>PyBytes_AS_STRING(block), built.entries, built.timings)
+    return block
 
 
 cdef tuple _request_view(const uint8_t* base, uint64_t offset):
@@ -1036,6 +1183,87 @@ cdef class WorkerEndpoint:
                                    for i in range(header.n_tensors)]
         return False, message.batch_id, requests, batch_tensors
 
+    def wait(self, bint block=True):
+        """The next message of any kind (BLS: a worker waiting for its own requests'
+        responses keeps reading its channel), or None when `block` is False and there
+        is none:
+          (MESSAGE_BATCH, batch_id, requests, tensors)  as next() gives a batch
+          (MESSAGE_STOP, 0, None, None)
+          (MESSAGE_RESPONSE, tag, block offset, block size)  a response block of one
+              response to the request submitted as `tag`, ours to free
+          (MESSAGE_REFUSED, tag, status, None)  it failed without a final response:
+              a SUBMIT_* result, or REFUSED_QUEUED | a COMPLETION_* status"""
+        cdef BatchMessage message
+        cdef cbool got = True
+        if block:
+            with nogil:
+                message = self._endpoint.next()
+        else:
+            got = self._endpoint.try_next(&message)
+            if not got:
+                return None
+        if message.kind == MessageKind.kStop:
+            return MESSAGE_STOP, 0, None, None
+        if message.kind == MessageKind.kResponse:
+            return MESSAGE_RESPONSE, message.batch_id, message.desc_offset, message.size
+        if message.kind == MessageKind.kRefused:
+            return MESSAGE_REFUSED, message.batch_id, message.n_requests, None
+        cdef const uint8_t* base = self._endpoint.arena().base()
+        cdef const BatchHeader* header = <const BatchHeader*>(base + message.desc_offset)
+        cdef const BatchRequest* records = <const BatchRequest*>(
+            base + message.desc_offset + batch_requests_offset())
+        cdef const BatchTensor* tensors = <const BatchTensor*>(
+            base + message.desc_offset + batch_tensors_offset(header.n_requests))
+        cdef list requests = []
+        cdef uint32_t i
+        for i in range(header.n_requests):
+            requests.append(_request_view(base, records[i].block_offset))
+        cdef list batch_tensors = [(tensors[i].offset, tensors[i].size)
+                                   for i in range(header.n_tensors)]
+        return MESSAGE_BATCH, message.batch_id, requests, batch_tensors
+
+    def submit(self, uint64_t model, uint64_t tag, ModelSpec spec, str request_id,
+               list inputs, outputs, bytes parameters, uint32_t priority=0,
+               uint64_t timeout_us=0, bint wake=True):
+        """A request of this worker's own (BLS, an ensemble step) for the model whose
+        core handle is `model`, named `tag`: validated against `spec` by the one
+        validator, laid out as the frontend lays requests out (layout_request_block)
+        and handed to the core on the channel; its responses come back from wait().
+        `inputs` are InputTensor-like records (name, datatype, shape, data: a buffer,
+        an arena slice included). Returns a SUBMIT_* result, or Triton's message (str)
+        when the request is invalid (nothing sent). `wake` False: the frontend is woken
+        by a later wake() (submits sent together are taken together)."""
+        cdef _RequestView view = _RequestView(request_id, inputs, outputs)
+        cdef string error
+        if not validate_request(spec.spec, &view.request, &error):
+            return error.decode("utf-8", "replace")
+        cdef string id_json = json_view_text(view.request.id)
+        view.request.id = string_view(id_json.data(), id_json.size())
+        view.request.parameters = string_view(PyBytes_AS_STRING(parameters),
+                                              PyBytes_GET_SIZE(parameters))
+        cdef RequestBlock block
+        cdef SubmitRequest request
+        cdef SubmitResult result
+        with nogil:
+            layout_request_block(spec.spec, view.request, &block)
+            request.metadata = string_view(block.metadata.data(), block.metadata.size())
+            request.inputs = block.inputs
+            request.options.batch_size = view.request.batch_size
+            request.options.priority = priority
+            request.options.timeout_us = timeout_us
+            request.options.shape_key = view.request.shape_key
+            request.options.input_order = block.input_order
+            result = self._endpoint.submit(model, tag, request, wake)
+        return <int>result
+
+    def wake(self):
+        """Wakes the frontend for the submits sent with wake=False."""
+        self._endpoint.wake()
+
+    def free(self, uint64_t offset):
+        """Frees a block of the arena (a response block wait() handed over)."""
+        self._endpoint.arena().free(offset)
+
     def alloc(self, uint64_t size, uint64_t tag):
         """Offset of a new block in the arena, 0 when there is no room."""
         cdef uint64_t offset
@@ -1060,6 +1288,18 @@ cdef class WorkerEndpoint:
         cdef cbool posted
         with nogil:
             posted = self._endpoint.respond(batch_id, entries, c_timings, batch_done)
+        return posted
+
+    def respond_results(self, uint64_t batch_id, list results, list timings, bint batch_done,
+                        type response_type, dict wire_of, dict names, fallback):
+        """respond() from a backend's results directly, one final response per request
+        (see _ResultEntries): the common result's JSON is written in C++ and its outputs
+        copied from the arrays' own buffers, with no Python objects per output."""
+        cdef _ResultEntries built = _ResultEntries(results, timings, response_type, wire_of,
+                                                   names, fallback)
+        cdef cbool posted
+        with nogil:
+            posted = self._endpoint.respond(batch_id, built.entries, built.timings, batch_done)
         return posted
 
 # --- gRPC over HTTP/2 (csrc/grpc_connection.h): one object per client connection ---

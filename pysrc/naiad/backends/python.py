@@ -184,6 +184,16 @@ def auto_complete_config(model_repository: str, model_version: str, model_config
     return result.as_dict()
 
 
+def _run_nested(coroutine, running: asyncio.AbstractEventLoop):
+    loop = asyncio.new_event_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+        asyncio.events._set_running_loop(running)
+
+
 class PythonModelBackend(Backend):
     """One instance of a Triton Python model, loaded and initialized."""
 
@@ -217,6 +227,8 @@ class PythonModelBackend(Backend):
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._finalized = False
+        # RequestHeader -> its inputs' pb_utils types (see execute).
+        self._triton_types: dict = {}
 
         self.module, model_class = _import_model(self.name, self.version, self.model_path)
         pb_utils._set_model_dir(os.path.dirname(os.path.abspath(self.model_path)))
@@ -252,6 +264,11 @@ class PythonModelBackend(Backend):
         """Run a coroutine returned by an async model method to completion."""
         if not asyncio.iscoroutine(value):
             return value
+        running = asyncio.events._get_running_loop()
+        if running is not None:
+            # A batch nested in a BLS wait of an async execute (worker/bls.py): it runs
+            # to completion on a loop of its own while the outer one is suspended.
+            return _run_nested(value, running)
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(value)
@@ -264,6 +281,13 @@ class PythonModelBackend(Backend):
         error = RequestError(text)
         return [error] * count
 
+    def _header_types(self, header) -> tuple:
+        if len(self._triton_types) >= 1024:
+            self._triton_types.clear()
+        types = tuple(pb_utils.TRITON_TYPE_OF_WIRE[wire] for wire in header.input_datatypes)
+        self._triton_types[header] = types
+        return types
+
     def execute(self, batch: Batch) -> list[Result]:
         """Run the model on a batch; per request, a Response or a RequestError.
 
@@ -271,13 +295,17 @@ class PythonModelBackend(Backend):
         wrap the batch's arrays (no copy)."""
         tensor = pb_utils.Tensor._from_server
         request = pb_utils.InferenceRequest._from_server
-        triton_type = pb_utils.TRITON_TYPE_OF_WIRE.__getitem__
+        types_of = self._triton_types
         name = self.name
         version = self._version_number
         requests = []
         for header, arrays in zip(batch.headers, batch.arrays):
+            # Headers are shared by the requests that carry the same one: their inputs'
+            # pb_utils types are looked up once per header.
+            types = types_of.get(header)
+            if types is None:
+                types = self._header_types(header)
             # map() rather than a comprehension: no frame of its own per request.
-            types = map(triton_type, header.input_datatypes)
             requests.append(
                 request(
                     header.id,
@@ -360,22 +388,23 @@ class PythonModelBackend(Backend):
             )
 
         outputs = response._output_tensors
-        names = [tensor._name for tensor in outputs]
-        seen = set(names)
-        if len(seen) != len(names):
-            duplicate = next(name for name in names if names.count(name) > 1)
-            return self._failure(f"output '{duplicate}' appears more than once in the response")
-
-        requested = request._requested_output_names
-        if requested and not (len(requested) == len(names) and seen.issuperset(requested)):
-            missing = [name for name in requested if name not in seen]
-            if missing:
-                names = ", ".join(f"'{name}'" for name in missing)
-                noun = "output" if len(missing) == 1 else "outputs"
-                return self._failure(f"requested {noun} {names} not produced by the model")
-            wanted = set(requested)
-            outputs = [tensor for tensor in outputs if tensor._name in wanted]
         pairs = [(tensor._name, tensor._array) for tensor in outputs]
+        requested = request._requested_output_names
+        if len(pairs) > 1 or requested:
+            names = [name for name, _ in pairs]
+            seen = set(names)
+            if len(seen) != len(names):
+                duplicate = next(name for name in names if names.count(name) > 1)
+                return self._failure(f"output '{duplicate}' appears more than once in the response")
+            if requested and not (len(requested) == len(names) and seen.issuperset(requested)):
+                missing = [name for name in requested if name not in seen]
+                if missing:
+                    names = ", ".join(f"'{name}'" for name in missing)
+                    noun = "output" if len(missing) == 1 else "outputs"
+                    return self._failure(f"requested {noun} {names} not produced by the model")
+                wanted = set(requested)
+                outputs = [tensor for tensor in outputs if tensor._name in wanted]
+                pairs = [(tensor._name, tensor._array) for tensor in outputs]
         for tensor in outputs:
             if tensor._device_tensor is not None:
                 # Results travel through the arena, in host memory.

@@ -28,8 +28,9 @@ import orjson
 
 from naiad import _core, datatypes
 from naiad.backends import load_backend
-from naiad.backends.base import Backend, Batch, RequestError, RequestHeader
+from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
 from naiad.gc_tuning import settle_after_startup
+from naiad.worker import bls
 
 _PR_SET_PDEATHSIG = 1
 
@@ -167,37 +168,52 @@ _FINAL = _core.RESPONSE_FINAL
 _FINAL_ERROR = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
 
 
+def _wire_one(result) -> tuple:
+    """One backend Response or RequestError -> (flags, error_code, JSON, output buffers
+    in wire layout) of its final response. The JSON is {"outputs": [[name, datatype,
+    shape], ...], "parameters": {...}} (parameters only when the backend gave some) or
+    {"error": message}, the code in the record."""
+    if isinstance(result, RequestError):
+        return _FINAL_ERROR, result.code, orjson.dumps({"error": result.message}), ()
+    wire_of = _WIRE_OF_DTYPE.get
+    entries = []
+    buffers = []
+    for name, array in result.outputs:
+        datatype = wire_of(array.dtype) or _wire_datatype(array.dtype)
+        if datatype == "BYTES":
+            buffer = datatypes.serialize_bytes(array)
+        else:
+            if not array.flags.c_contiguous or array.dtype.byteorder == ">":
+                array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+            buffer = memoryview(array).cast("B") if array.nbytes else b""
+        entries.append([name, datatype, array.shape])
+        buffers.append(buffer)
+    if result.parameters:
+        json = orjson.dumps({"outputs": entries, "parameters": result.parameters})
+    else:
+        json = orjson.dumps({"outputs": entries})
+    return _FINAL, 0, json, buffers
+
+
 def _wire_results(results: list) -> list:
     """The backend's Responses and RequestErrors -> responses for
     `WorkerEndpoint.respond`: one final response per request, (request_index, flags,
-    error_code, JSON, output buffers in wire layout). The JSON is
-    {"outputs": [[name, datatype, shape], ...], "parameters": {...}} (parameters only
-    when the backend gave some) or {"error": message}, the code in the record."""
-    wire_of = _WIRE_OF_DTYPE.get
-    responses = []
-    for index, result in enumerate(results):
-        if isinstance(result, RequestError):
-            json = orjson.dumps({"error": result.message})
-            responses.append((index, _FINAL_ERROR, result.code, json, ()))
-            continue
-        entries = []
-        buffers = []
-        for name, array in result.outputs:
-            datatype = wire_of(array.dtype) or _wire_datatype(array.dtype)
-            if datatype == "BYTES":
-                buffer = datatypes.serialize_bytes(array)
-            else:
-                if not array.flags.c_contiguous or array.dtype.byteorder == ">":
-                    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-                buffer = memoryview(array).cast("B") if array.nbytes else b""
-            entries.append([name, datatype, array.shape])
-            buffers.append(buffer)
-        if result.parameters:
-            json = orjson.dumps({"outputs": entries, "parameters": result.parameters})
-        else:
-            json = orjson.dumps({"outputs": entries})
-        responses.append((index, _FINAL, 0, json, buffers))
-    return responses
+    error_code, JSON, output buffers in wire layout), as `_wire_one` converts them."""
+    return [(index, *_wire_one(result)) for index, result in enumerate(results)]
+
+
+# The worker's hot path (WorkerEndpoint.respond_results) writes the response of a
+# Response whose outputs are all of these dtypes in C++: native byte order, fixed-size
+# elements (wire datatype as bytes); anything else goes through _wire_one.
+_FAST_WIRE = {
+    np.dtype(dtype): wire.encode()
+    for wire in datatypes.WIRE_DATATYPES
+    if wire not in ("BYTES", "BF16")
+    for dtype in [datatypes.numpy_dtype(wire)]
+    if dtype.isnative
+}
+# Output name -> its JSON string text, as respond_results fills it.
+_OUTPUT_NAMES: dict = {}
 
 
 class Worker:
@@ -222,6 +238,8 @@ class Worker:
         requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
         batch = _batch(self.arena, blocks)
+        if self.backend.batch_tensors:  # framework backends take the inputs whole
+            batch.tensors = batch_inputs(self.arena, blocks, tensors)
         infer_start = _core.now_ns()
         results = self.backend.execute(batch)
         infer_end = _core.now_ns()
@@ -229,12 +247,14 @@ class Worker:
             raise RuntimeError(
                 f"the backend answered {len(results)} of the batch's {len(blocks)} requests"
             )
-        responses = _wire_results(results)
         # start, compute_input, compute_infer, compute_output (ns); the output time
-        # covers turning tensors into wire buffers, not the final copy into the arena.
+        # covers checking the results, not building the block (respond_results does that
+        # in C++, with the copy into the arena).
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
         # One response block: every request's final response, and the batch ends.
-        if not self.endpoint.respond(batch_id, responses, timings, True):
+        if not self.endpoint.respond_results(
+            batch_id, results, timings, True, Response, _FAST_WIRE, _OUTPUT_NAMES, _wire_one
+        ):
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
 
 
@@ -262,6 +282,19 @@ def _yield_to_frontend() -> None:
         pass
 
 
+def _serve(channel, backend: Backend) -> None:
+    """Runs batches until stopped: a backend with its own loop (the ensemble
+    scheduler's `serve`) runs it; the others run in a Worker, which also runs the
+    batches that arrive nested while a model waits for its own requests (BLS)."""
+    serve = getattr(backend, "serve", None)
+    if serve is not None:
+        serve(channel)
+        return
+    worker = Worker(channel, backend)
+    channel.run_batch = worker._run_batch
+    worker.run()
+
+
 def main(argv=None) -> int:
     options = _parse_args(sys.argv[1:] if argv is None else argv)
     _die_with_parent()
@@ -276,7 +309,12 @@ def main(argv=None) -> int:
         endpoint = _core.WorkerEndpoint(
             options.arena_fd, options.channel_offset, options.wake_fd, options.notify_fd
         )
+        # The channel with the BLS client on top (worker/bls.py): models' own requests.
+        endpoint = bls.attach(endpoint)
         backend = load_backend(args)
+        from naiad.worker.warmup import run_warmup
+
+        run_warmup(backend, args)  # model_warmup samples, before the model is READY
     except Exception as exc:  # reported to the frontend, which prints the load table
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         _report(options.control_fd, {"status": "error", "message": message})
@@ -284,7 +322,7 @@ def main(argv=None) -> int:
     settle_after_startup()
     _report(options.control_fd, {"status": "ready"})
     _start_heartbeat(options.control_fd)
-    Worker(endpoint, backend).run()
+    _serve(endpoint, backend)
     # The frontend learns that this worker is done from its exit (a pidfd).
     backend.finalize()
     return 0

@@ -1,0 +1,190 @@
+"""Where the server's CPU goes, per request: a fixed number of add_sub requests sent by wrk
+(a light client) at a given concurrency, and the server's CPU time over them read from
+/proc, split into the frontend process's user and kernel time and its workers' (user +
+kernel), each divided by the requests the server counted; with the average batch size the
+server formed (its statistics: inferences / executions).
+
+    .venv/bin/python perf/cost.py --requests 50000 --concurrency 8 --body binary
+    .venv/bin/python perf/cost.py --requests 30000 --concurrency 8 --body json --rounds 3
+
+The server (this tree, built in place by `make install`; or --naiad-tree) is pinned to
+CPU 0 and wrk to the other CPUs, as in perf/bench.py. Each round starts a fresh server;
+the table gives every round and the median. `--server triton` measures the real Triton
+2.51 the same way (its model stub processes count as "worker").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from servers import NaiadServer, TritonServer  # noqa: E402
+from wrk_load import BODIES, run_wrk  # noqa: E402
+
+PERF = Path(__file__).resolve().parent
+REPO_ROOT = PERF.parent
+
+
+def _times(pid: int) -> tuple[float, float]:
+    """(user, kernel) CPU seconds of one live process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def _snapshot(server) -> dict:
+    frontend = server.proc.pid
+    user, kernel = _times(frontend)
+    workers = {pid: _times(pid) for pid in server.group_pids() if pid != frontend}
+    return {"frontend_user": user, "frontend_kernel": kernel, "workers": workers}
+
+
+def _counts(server, model: str) -> tuple[int, int]:
+    stats = server.statistics(model) or {}
+    return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+
+def one_round(server, repo: Path, args, out: Path, index: int) -> dict:
+    server.start(repo, [0] if os.cpu_count() > 1 else None, out / f"server-{index}.log")
+    try:
+        client_cpus = list(range(1, os.cpu_count())) or None
+        # Warm up (first batches, lazy imports), then measure.
+        run_wrk(server.http_url, args.body, args.concurrency, 1, client_cpus)
+        count0, exec0 = _counts(server, "add_sub")
+        before = _snapshot(server)
+        started = time.monotonic()
+        marks = {}
+
+        def enough() -> bool:
+            # Counted requests reached the target: take the CPU snapshot now, before wrk
+            # is interrupted (its last replies and the disconnects are not counted).
+            count, _ = _counts(server, "add_sub")
+            if count - count0 < args.requests:
+                return False
+            marks["after"] = _snapshot(server)
+            marks["elapsed"] = time.monotonic() - started
+            marks["counts"] = _counts(server, "add_sub")
+            return True
+
+        result = run_wrk(
+            server.http_url,
+            args.body,
+            args.concurrency,
+            args.max_seconds,
+            client_cpus,
+            until=enough,
+        )
+        if "after" not in marks:
+            raise RuntimeError(f"{args.requests} requests not reached in {args.max_seconds}s")
+        after = marks["after"]
+        elapsed = marks["elapsed"]
+        count1, exec1 = marks["counts"]
+    finally:
+        server.stop()
+    requests = count1 - count0
+    if requests <= 0:
+        raise RuntimeError(f"the server counted no requests; wrk said:\n{result['output']}")
+    worker_user = worker_kernel = 0.0
+    for pid, (user, kernel) in after["workers"].items():
+        user0, kernel0 = before["workers"].get(pid, (0.0, 0.0))
+        worker_user += user - user0
+        worker_kernel += kernel - kernel0
+    us = 1e6 / requests
+    return {
+        "requests": requests,
+        "errors": result["errors"],
+        "rps": requests / elapsed,
+        "batch": requests / max(1, exec1 - exec0),
+        "frontend_user_us": (after["frontend_user"] - before["frontend_user"]) * us,
+        "frontend_kernel_us": (after["frontend_kernel"] - before["frontend_kernel"]) * us,
+        "worker_us": (worker_user + worker_kernel) * us,
+        "worker_user_us": worker_user * us,
+        "worker_kernel_us": worker_kernel * us,
+    }
+
+
+def render(args, rounds: list[dict], label: str) -> str:
+    keys = (
+        "rps",
+        "batch",
+        "frontend_user_us",
+        "frontend_kernel_us",
+        "worker_us",
+        "worker_user_us",
+        "worker_kernel_us",
+    )
+    lines = [
+        f"{label}: add_sub, {args.body} body, wrk c={args.concurrency}, "
+        f"{args.requests} requests per round, server on CPU 0",
+        "",
+        "| round | infer/s | avg batch | frontend user µs/req | frontend kernel µs/req "
+        "| worker µs/req (user + kernel) | total µs/req | errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def row(name, r):
+        total = r["frontend_user_us"] + r["frontend_kernel_us"] + r["worker_us"]
+        return (
+            f"| {name} | {r['rps']:,.0f} | {r['batch']:.2f} | {r['frontend_user_us']:.1f} | "
+            f"{r['frontend_kernel_us']:.1f} | {r['worker_us']:.1f} ({r['worker_user_us']:.1f} + "
+            f"{r['worker_kernel_us']:.1f}) | {total:.1f} | "
+            f"{r.get('errors', 0)} |"
+        )
+
+    for i, r in enumerate(rounds):
+        lines.append(row(str(i + 1), r))
+    if len(rounds) > 1:
+        median = {k: statistics.median(r[k] for r in rounds) for k in keys}
+        lines.append(row("median", median))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--requests", type=int, default=30000)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--body", choices=BODIES, default="binary")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--max-seconds", type=float, default=60.0, help="cap on one round's wrk run")
+    ap.add_argument("--server", choices=("naiad", "triton"), default="naiad")
+    ap.add_argument("--naiad-tree", type=Path, default=REPO_ROOT)
+    ap.add_argument("--naiad-python", type=Path, default=None)
+    ap.add_argument("--json", action="store_true", help="print the rounds as JSON too")
+    args = ap.parse_args(argv)
+
+    if args.server == "triton":
+        server = TritonServer()
+        label = "triton"
+    else:
+        tree = args.naiad_tree.resolve()
+        python = args.naiad_python or tree / ".venv" / "bin" / "python"
+        server = NaiadServer(tree, python)
+        label = f"naiad ({tree})"
+    with tempfile.TemporaryDirectory(prefix="naiad-cost-") as tmp:
+        repo = Path(tmp) / "models"
+        repo.mkdir()
+        source = PERF / "models" / "add_sub"
+        shutil.copytree(source, repo / "add_sub")
+        out = Path(tmp)
+        rounds = [one_round(server, repo, args, out, i) for i in range(args.rounds)]
+    print(render(args, rounds, label))
+    if args.json:
+        print(json.dumps(rounds, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
