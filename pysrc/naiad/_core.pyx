@@ -361,6 +361,7 @@ cdef extern from "kserve_codec.h" namespace "naiad":
         uint64_t request_ns
         uint64_t queue_ns
         InferResponse response
+        cbool final
 
     cdef cppclass KServeCodec:
         uint32_t add_model(CModelSpec model) except +
@@ -370,6 +371,10 @@ cdef extern from "kserve_codec.h" namespace "naiad":
                        const vector[uint64_t]& request_ids, uint64_t dispatch_ns,
                        uint64_t end_ns, vector[Answer]* answers,
                        uint64_t* timings) except + nogil
+        cbool complete_partial "complete"(
+            const uint8_t* block, uint64_t block_size, const vector[uint64_t]& request_ids,
+            uint64_t dispatch_ns, uint64_t end_ns, vector[Answer]* answers,
+            uint64_t* timings, cbool partial) except + nogil
         void forget(uint64_t request_id)
         size_t in_flight()
 
@@ -1677,6 +1682,7 @@ cdef extern from "grpc_lane.h" namespace "naiad":
                    vector[string_view]* parts) except + nogil
 
     string grpc_error_message(const InferResponse& response) except +
+    string c_grpc_request_id "naiad::grpc_request_id"(string_view message) except +
 
     cdef cppclass GrpcTaken "naiad::GrpcLane::Taken":
         uint32_t model
@@ -1747,7 +1753,9 @@ cdef class GrpcLane:
         for a large one a GrpcAnswer that GrpcAnswer.send writes straight from the result
         block, valid until release_answers(); or (error kind, message) when they failed.
         The others get their HTTP response bytes, as FastLane.complete does; `finals` as
-        there."""
+        there. With `streamed`, the block is read record by record: a streamed request's
+        responses before its final one (kResponseFinal unset: a decoupled model's) come
+        in a fourth list, `partials`, of (request_id, ok, answer), in block order."""
         if offset == 0 or offset > self._http._arena_size or \
                 size > self._http._arena_size - offset:
             return None
@@ -1755,10 +1763,11 @@ cdef class GrpcLane:
         cdef vector[uint64_t] ids = request_ids
         cdef uint64_t timings[4]
         cdef cbool readable
+        cdef cbool partial = streamed is not None
         with nogil:
-            readable = self._http._lane.codec().complete(
+            readable = self._http._lane.codec().complete_partial(
                 self._http._base + offset, size, ids, dispatch_ns, end_ns, &self._answers,
-                timings)
+                timings, partial)
         if not readable:
             self._answers.clear()
             return None
@@ -1772,6 +1781,7 @@ cdef class GrpcLane:
                     finals.append(ids[view.records[r].request_index])
         cdef const HttpResponseWriter* http = &self._http._lane.writer()
         cdef list out = []
+        cdef list partials = []
         cdef size_t i, n
         cdef bytes payload
         cdef cbool ok, in_stream
@@ -1780,12 +1790,14 @@ cdef class GrpcLane:
         for i in range(self._answers.size()):
             a = &self._answers[i]
             ok = a.response.error == ErrorKind.kNone
+            in_stream = partial and a.response.request_id in streamed
+            if not a.final and not in_stream:
+                continue  # one answer per request: the final one
             if a.response.request_id not in grpc_ids:
                 payload = PyBytes_FromStringAndSize(NULL, http.size(a.response))
                 http.write(a.response, PyBytes_AS_STRING(payload))
                 answer = payload
             elif ok:
-                in_stream = streamed is not None and a.response.request_id in streamed
                 n = self._writer.stream_size(a.response) if in_stream else \
                     self._writer.size(a.response)
                 if n >= _OUTPUT_VIEW_MIN:
@@ -1805,14 +1817,28 @@ cdef class GrpcLane:
             else:
                 answer = (<int>a.response.error,
                           grpc_error_message(a.response).decode("utf-8", "replace"))
+            if not a.final:
+                partials.append((a.response.request_id, ok, answer))
+                continue
             out.append((a.response.request_id, ok, a.batch_size,
                         a.request_ns, a.queue_ns, answer))
+        if partial:
+            return [timings[0], timings[1], timings[2], timings[3]], out, finals, partials
         return [timings[0], timings[1], timings[2], timings[3]], out, finals
 
     def release_answers(self):
         """Ends the GrpcAnswers of the last complete(): call before its block is freed."""
         self._answers.clear()
         self._generation += 1
+
+
+def grpc_request_id(message):
+    """The id of a serialized ModelInferRequest (bytes or OwnedBytes); "" when none."""
+    cdef const unsigned char[:] view = message
+    if view.shape[0] == 0:
+        return ""
+    return c_grpc_request_id(string_view(<const char*>&view[0], view.shape[0])).decode(
+        "utf-8", "replace")
 
 
 cdef class GrpcAnswer:
