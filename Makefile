@@ -22,6 +22,9 @@ $(STAMP): $(CORE_SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[test]'
+	# PyTorch for the TorchScript example and the pytorch backend's tests, pinned: an
+	# unpinned torch resolves to a multi-GB CUDA build (the `torch` extra leaves it open).
+	$(PIP) install -q 'torch==2.13.0'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -118,3 +121,9 @@ bench-core: build/core_bench build/lane_bench
 	build/core_bench 32
 	build/lane_bench 1
 	build/lane_bench 8
+
+# Rebuild the ONNX models of model_repository/ and perf/models/ from code (committed; the
+# tests check that the committed files are what this builds).
+.PHONY: onnx-models
+onnx-models: $(STAMP)
+	$(PY) tools/build_onnx_models.py

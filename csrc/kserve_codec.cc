@@ -1,5 +1,6 @@
 #include "kserve_codec.h"
 
+#include "error_status.h"
 #include "kserve_json.h"
 #include "request_block.h"
 #include "request_validator.h"
@@ -25,23 +26,7 @@ ErrorKind error_kind_of_triton_code(int64_t code) {
   }
 }
 
-int http_status_of(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kNone:
-      return 200;
-    case ErrorKind::kNotFound:
-      return 404;
-    case ErrorKind::kInvalidArgument:
-    case ErrorKind::kAlreadyExists:
-      return 400;
-    case ErrorKind::kUnavailable:
-      return 503;
-    case ErrorKind::kUnsupported:
-      return 501;
-    default:
-      return 500;
-  }
-}
+int http_status_of(ErrorKind kind) { return error_status_of(kind).http_status; }
 
 uint32_t KServeCodec::add_model(ModelSpec model) {
   models_.push_back(std::move(model));

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scenarios import MODELS, SCENARIOS, Scenario, reference, select  # noqa: E402
+from scenarios import DEPENDS, MODELS, SCENARIOS, Scenario, reference, select  # noqa: E402
 from servers import PERF, TOOLS, NaiadServer, Server, TritonServer  # noqa: E402
 from wrk_load import run_wrk  # noqa: E402
 
@@ -114,7 +114,9 @@ def build_repository(dest: Path, scenarios: list[Scenario]) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for model in sorted({s.model for s in scenarios}):
+    models = {s.model for s in scenarios}
+    models |= {d for s in scenarios for d in DEPENDS.get(s.model, ())}
+    for model in sorted(models):
         if model_missing(model) is None:
             shutil.copytree(MODELS_DIR / model, dest / model)
     return dest
@@ -123,7 +125,8 @@ def build_repository(dest: Path, scenarios: list[Scenario]) -> Path:
 def model_missing(model: str) -> str | None:
     root = MODELS_DIR / model
     backend = MODELS[model][1]
-    if backend == "python" and not (root / "1" / "model.py").exists():
+    ensemble = 'platform: "ensemble"' in (root / "config.pbtxt").read_text()
+    if backend == "python" and not ensemble and not (root / "1" / "model.py").exists():
         return f"{root}/1/model.py missing"
     if backend == "onnxruntime" and not (root / "1" / "model.onnx").exists():
         return "no 1/model.onnx in perf/models/add_sub_onnx (not generated yet)"

@@ -5,6 +5,7 @@ gate only compares equal keys."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -13,14 +14,44 @@ MODELS = {
     "add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
     "identity_fp32": ({"INPUT0": (3, 224, 224)}, "python"),
     "add_sub_onnx": ({"INPUT0": (16,), "INPUT1": (16,)}, "onnxruntime"),
+    # the ONNX example of model_repository/ (perf/models/mlp_onnx links to it)
+    "mlp_onnx": ({"INPUT": (16,)}, "onnxruntime"),
+    # a small conv classifier (tools/build_onnx_models.py): model compute dominates
+    "conv_onnx": ({"INPUT": (3, 64, 64)}, "onnxruntime"),
+    # Pipelines (issue 13): an ensemble of two Python models, a BLS model calling add_sub.
+    "ensemble_add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
+    "bls_add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
 }
+# model -> bytes of one request's largest output, where it is not the size of INPUT0
+_OUTPUT_BYTES = {"mlp_onnx": 10 * 4, "conv_onnx": 10 * 4}
+_SESSIONS: dict = {}
+
+
+def _onnx_reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if model not in _SESSIONS:
+        import onnxruntime as ort
+
+        path = Path(__file__).resolve().parent / "models" / model / "1" / "model.onnx"
+        _SESSIONS[model] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = _SESSIONS[model]
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, inputs)))
+
+
+# model -> the models it calls, copied into the benchmark repository with it.
+DEPENDS = {"ensemble_add_sub": ("add_sub",), "bls_add_sub": ("add_sub",)}
 
 
 def reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """What the model must answer: used both to check a server and as the in-process limit."""
-    if model in ("add_sub", "add_sub_onnx"):
+    if model == "ensemble_add_sub":  # add_sub twice: (a + b) + (a - b), (a + b) - (a - b)
+        a, b = inputs["INPUT0"], inputs["INPUT1"]
+        return {"OUTPUT0": (a + b) + (a - b), "OUTPUT1": (a + b) - (a - b)}
+    if model in ("add_sub", "add_sub_onnx", "bls_add_sub"):
         a, b = inputs["INPUT0"], inputs["INPUT1"]
         return {"OUTPUT0": a + b, "OUTPUT1": a - b}
+    if model in ("mlp_onnx", "conv_onnx"):
+        return _onnx_reference(model, inputs)
     if model == "identity_fp32":
         # The model returns its input; in-process the least work that yields an output tensor
         # the caller owns is one copy.
@@ -53,6 +84,8 @@ class Scenario:
 
     def output_bytes(self) -> int:
         # perf_analyzer's --output-shared-memory-size: the largest output of one request.
+        if self.model in _OUTPUT_BYTES:
+            return _OUTPUT_BYTES[self.model]
         shape = MODELS[self.model][0]["INPUT0"]
         return int(np.prod(shape)) * 4
 
@@ -155,6 +188,45 @@ SCENARIOS: list[Scenario] = [
         "http",
         (1, 8, 32),
         description="add_sub as an ONNX graph (onnxruntime backend) with dynamic batching, over HTTP",
+    ),
+    Scenario(
+        "mlp_onnx_http",
+        1,
+        "mlp_onnx",
+        "http",
+        (1, 16),
+        description="the ONNX example (model_repository/mlp_onnx: MLP 16-32-10, onnxruntime "
+        "backend, dynamic batching, 100 us queue delay) over HTTP, binary tensors",
+    ),
+    Scenario(
+        "conv_onnx_http",
+        1,
+        "conv_onnx",
+        "http",
+        (16,),
+        description="a small conv classifier (FP32 [3,64,64] -> [10], ~22 M multiply-adds per "
+        "image, onnxruntime backend, dynamic batching) over HTTP, binary tensors",
+    ),
+]
+
+SCENARIOS += [
+    Scenario(
+        "ensemble_add_sub_http",
+        1,
+        "ensemble_add_sub",
+        "http",
+        (8,),
+        description="an ensemble of two Python models (add_sub, then add_sub on its outputs) "
+        "over HTTP, binary tensors",
+    ),
+    Scenario(
+        "bls_add_sub_http",
+        1,
+        "bls_add_sub",
+        "http",
+        (8,),
+        description="a Python model calling add_sub through BLS (async_exec per request of "
+        "its batch) over HTTP, binary tensors",
     ),
 ]
 

@@ -248,11 +248,18 @@ def test_cpu_image_steps_install_a_working_naiad(tmp_path):
     entrypoint = json.loads(_instructions(runtime, "ENTRYPOINT")[0])
     cmd = json.loads(_instructions(runtime, "CMD")[0])
     assert cmd == ["--model-repository=/models"]
+    # /models: model_repository/ as the image's COPY takes it (.dockerignore applies).
+    models = tmp_path / "models"
+    patterns = _dockerignore()
+    for file in sorted(p for p in EXAMPLE_MODELS.rglob("*") if p.is_file()):
+        if not _ignored(str(file.relative_to(REPO_ROOT)), patterns):
+            (models / file.relative_to(EXAMPLE_MODELS)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, models / file.relative_to(EXAMPLE_MODELS))
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     argv = [
         str(image["/opt/naiad"] / "bin" / entrypoint[0]),
         *entrypoint[1:],
-        f"--model-repository={EXAMPLE_MODELS}",
+        f"--model-repository={models}",
         f"--http-port={http_port}",
         f"--grpc-port={grpc_port}",
         f"--metrics-port={metrics_port}",
@@ -262,7 +269,7 @@ def test_cpu_image_steps_install_a_working_naiad(tmp_path):
         argv,
         http_port=http_port,
         metrics_port=metrics_port,
-        repository=EXAMPLE_MODELS,
+        repository=models,
         log_dir=tmp_path,
         name="image",
     )

@@ -18,6 +18,14 @@ WHEEL=$1
 "$PYTHON" -m venv "$PREFIX"
 # The wheel by its path (with the extras appended), never `naiad` by name from the index.
 "$PREFIX/bin/pip" install "$WHEEL${EXTRAS:+[$EXTRAS]}"
+case ",$EXTRAS," in
+*,gpu,*)
+    # onnxruntime (a dependency) and onnxruntime-gpu (the gpu extra) install the same
+    # `onnxruntime` package over each other: keep only the GPU build.
+    "$PREFIX/bin/pip" uninstall -y onnxruntime onnxruntime-gpu
+    "$PREFIX/bin/pip" install --no-deps "onnxruntime-gpu>=1.18"
+    ;;
+esac
 # pip is not needed at run time; the smoke check below fails the image build if the entry
 # point or the compiled core cannot be loaded.
 "$PREFIX/bin/naiad" serve --help > /dev/null

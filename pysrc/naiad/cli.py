@@ -61,7 +61,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=30,
         help="how long shutdown waits for requests in flight",
     )
-    serve.add_argument("--strict-model-config", type=_bool, default=True)
+    serve.add_argument(
+        "--strict-model-config",
+        type=_bool,
+        default=False,
+        help="true: every model needs a complete config.pbtxt; false (the default, as "
+        "Triton): configs are auto-completed from the model files",
+    )
+    serve.add_argument(
+        "--backend-config",
+        action="append",
+        default=[],
+        help="<backend>,<setting>=<value> (repeatable), as Triton; used: "
+        "onnxruntime,default-max-batch-size=N (auto-complete's max_batch_size, default 4)",
+    )
+    serve.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="do not auto-complete model configs (as --strict-model-config=true)",
+    )
     serve.add_argument(
         "--strict-readiness",
         type=_bool,

@@ -29,6 +29,16 @@ async def serve(options) -> int:
         if not repository.is_dir():
             log.error("failed to stat model repository path '%s'", repository)
             return 1
+    from naiad.repository import autocomplete
+
+    try:
+        autocomplete.configure(
+            not (options.strict_model_config or options.disable_auto_complete_config),
+            options.backend_config,
+        )
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 1
     manager = ModelManager(
         repositories,
         options.arena_size,

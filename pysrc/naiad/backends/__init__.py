@@ -17,6 +17,13 @@ from naiad.backends.base import Backend
 # onnxruntime_onnx, pytorch / pytorch_libtorch, tensorrt / tensorrt_plan).
 _REGISTRY: dict[str, str] = {
     "python": "naiad.backends.python:PythonModelBackend",
+    "onnxruntime": "naiad.backends.onnxruntime:OnnxRuntimeBackend",
+    "onnxruntime_onnx": "naiad.backends.onnxruntime:OnnxRuntimeBackend",
+    "pytorch": "naiad.backends.pytorch:PyTorchBackend",
+    "pytorch_libtorch": "naiad.backends.pytorch:PyTorchBackend",
+    "tensorrt": "naiad.backends.tensorrt:TensorRTBackend",
+    "tensorrt_plan": "naiad.backends.tensorrt:TensorRTBackend",
+    "ensemble": "naiad.backends.ensemble:EnsembleBackend",
 }
 
 
@@ -31,7 +38,7 @@ def load_backend(args: dict) -> Backend:
     name = backend_name(json.loads(args["model_config"]))
     target = _REGISTRY.get(name)
     if target is None:
-        supported = ", ".join(sorted(_REGISTRY))
+        supported = ", ".join(sorted(n for n in _REGISTRY if n != "ensemble"))
         raise RuntimeError(
             f"backend '{name}' of model '{args['model_name']}' is not supported yet "
             f"(supported: {supported})"

@@ -145,13 +145,18 @@ class Batch:
     """The requests of one execution, in the order their results must come back:
     request i is `headers[i]` with its input arrays `arrays[i]` (`arrays[i][j]` holds
     input `headers[i].inputs[j]`). `requests` gives the same as RequestViews; the two
-    parallel lists spare the hot path an object per request."""
+    parallel lists spare the hot path an object per request.
 
-    __slots__ = ("headers", "arrays")
+    `tensors`: the batch's inputs as whole batch-major `[N, ...]` arrays over the arena
+    by name (worker.main.batch_inputs), what a framework backend feeds its session in one
+    call; filled only for a backend whose `batch_tensors` is true, else an empty dict."""
 
-    def __init__(self, headers: list[RequestHeader], arrays: list[list]):
+    __slots__ = ("headers", "arrays", "tensors")
+
+    def __init__(self, headers: list[RequestHeader], arrays: list[list], tensors=None):
         self.headers = headers
         self.arrays = arrays
+        self.tensors = tensors if tensors is not None else {}
 
     def __len__(self) -> int:
         return len(self.headers)
@@ -194,6 +199,9 @@ class Backend:
     Triton's `initialize()` receives (model_config as JSON text, model_name, model_version,
     model_repository, model_instance_kind/name/device_id); an exception fails the load and
     its message is what the server reports."""
+
+    # True: the worker fills `Batch.tensors` (the batch-major input arrays by name).
+    batch_tensors = False
 
     def execute(self, batch: Batch) -> list[Result]:
         """One Response or RequestError per request of `batch`, in its order."""

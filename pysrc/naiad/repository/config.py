@@ -17,6 +17,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from naiad.errors import InvalidArgument
 from naiad.protos import model_config_pb2
+from naiad.repository.instance_groups import instance_group_error, normalize_instance_groups
 
 ModelConfig = model_config_pb2.ModelConfig
 ModelInstanceGroup = model_config_pb2.ModelInstanceGroup
@@ -135,16 +136,11 @@ def complete_model_config(config: ModelConfig, model_name: str) -> None:
 
 
 def _complete_instance_groups(config: ModelConfig) -> None:
-    if not config.instance_group:
-        # Triton names the group it adds after the model itself (instances: <model>_0, ...).
-        # On a GPU host Triton would add a KIND_GPU group; placement is not decided here.
-        config.instance_group.add(name=config.name, kind=ModelInstanceGroup.KIND_CPU, count=1)
-        return
-    for index, group in enumerate(config.instance_group):
-        if not group.name:
-            group.name = f"{config.name}_{index}"
-        if group.count == 0:
-            group.count = 1
+    if config.platform == "ensemble":
+        return  # an ensemble has no instances of its own in Triton's config
+    # Triton's normalization: KIND_AUTO resolved against this host's GPUs, default names,
+    # counts and GPU lists (repository/instance_groups.py).
+    normalize_instance_groups(config)
 
 
 def validate_model_config(config: ModelConfig) -> None:
@@ -159,17 +155,17 @@ def validate_model_config(config: ModelConfig) -> None:
             raise ConfigError(
                 f"instance group {group.name} of model {name} must have count >= 1, got {group.count}"
             )
-        if (
-            group.kind in (ModelInstanceGroup.KIND_CPU, ModelInstanceGroup.KIND_MODEL)
-            and group.gpus
-        ):
-            kind = ModelInstanceGroup.Kind.Name(group.kind)
-            raise ConfigError(
-                f"instance group {group.name} of model {name} has kind {kind} "
-                "but specifies one or more GPUs"
-            )
+    group_error = instance_group_error(config)  # KIND_GPU without that GPU, ...
+    if group_error:
+        raise ConfigError(group_error)
     if config.HasField("dynamic_batching"):
         _validate_dynamic_batching(config)
+    if config.platform == "ensemble":
+        from naiad.repository.ensemble import check_structure
+
+        reason = check_structure(config)
+        if reason is not None:
+            raise ConfigError(reason)
 
 
 def _validate_tensors(kind: str, tensors, model_name: str) -> None:

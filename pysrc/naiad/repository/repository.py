@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 from naiad.protos import model_config_pb2
-from naiad.repository.config import ConfigError, load_model_config
+from naiad.repository.autocomplete import load_completed_config
+from naiad.repository.config import ConfigError
 
 _VERSION_DIR = re.compile(r"[0-9]+")
 
@@ -51,7 +52,7 @@ def scan_model(model_dir: Path, config: model_config_pb2.ModelConfig | None = No
     name = model_dir.name
     if config is None:
         try:
-            config = load_model_config(model_dir, name)
+            config = load_completed_config(model_dir, name)
         except ConfigError as exc:
             return ModelEntry(name, model_dir, None, exc.message, [])
     warnings: list[str] = []

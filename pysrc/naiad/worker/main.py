@@ -30,6 +30,7 @@ from naiad import _core, datatypes
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
 from naiad.gc_tuning import settle_after_startup
+from naiad.worker import bls
 
 _PR_SET_PDEATHSIG = 1
 
@@ -237,6 +238,8 @@ class Worker:
         requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
         batch = _batch(self.arena, blocks)
+        if self.backend.batch_tensors:  # framework backends take the inputs whole
+            batch.tensors = batch_inputs(self.arena, blocks, tensors)
         infer_start = _core.now_ns()
         results = self.backend.execute(batch)
         infer_end = _core.now_ns()
@@ -281,6 +284,19 @@ def _yield_to_frontend() -> None:
         pass
 
 
+def _serve(channel, backend: Backend) -> None:
+    """Runs batches until stopped: a backend with its own loop (the ensemble
+    scheduler's `serve`) runs it; the others run in a Worker, which also runs the
+    batches that arrive nested while a model waits for its own requests (BLS)."""
+    serve = getattr(backend, "serve", None)
+    if serve is not None:
+        serve(channel)
+        return
+    worker = Worker(channel, backend)
+    channel.run_batch = worker._run_batch
+    worker.run()
+
+
 def main(argv=None) -> int:
     options = _parse_args(sys.argv[1:] if argv is None else argv)
     _die_with_parent()
@@ -295,7 +311,12 @@ def main(argv=None) -> int:
         endpoint = _core.WorkerEndpoint(
             options.arena_fd, options.channel_offset, options.wake_fd, options.notify_fd
         )
+        # The channel with the BLS client on top (worker/bls.py): models' own requests.
+        endpoint = bls.attach(endpoint)
         backend = load_backend(args)
+        from naiad.worker.warmup import run_warmup
+
+        run_warmup(backend, args)  # model_warmup samples, before the model is READY
     except Exception as exc:  # reported to the frontend, which prints the load table
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         _report(options.control_fd, {"status": "error", "message": message})
@@ -303,7 +324,7 @@ def main(argv=None) -> int:
     settle_after_startup()
     _report(options.control_fd, {"status": "ready"})
     _start_heartbeat(options.control_fd)
-    Worker(endpoint, backend).run()
+    _serve(endpoint, backend)
     # The frontend learns that this worker is done from its exit (a pidfd).
     backend.finalize()
     return 0

@@ -1,0 +1,753 @@
+"""ONNX Runtime backend: `backend: "onnxruntime"` / `platform: "onnxruntime_onnx"`.
+
+One `InferenceSession` per model instance, built with the session options Triton's
+onnxruntime backend reads from the model config (`optimization.graph.level`, the
+`parameters` `intra_op_thread_count`, `inter_op_thread_count`, `execution_mode`,
+`enable_mem_arena`, `enable_mem_pattern`, `session.*` entries) and its execution providers:
+CPU by default; on a `KIND_GPU` instance CUDA, with TensorRT first when
+`optimization { execution_accelerators { gpu_execution_accelerator [{name: "tensorrt"}] } }`
+asks for it. At load the session's inputs and outputs are checked against the config with
+the rules (and wording) of Triton's onnxruntime backend.
+
+Data path: the worker hands the batch's inputs as whole batch-major `[N, ...]` arrays over
+the shared arena (`Batch.tensors`). On the CPU provider they go to `session.run` as they
+are: ONNX Runtime wraps a contiguous numpy array of the right dtype without copying, so it
+reads the arena in place. On a GPU instance they are bound with IOBinding
+(`bind_cpu_input`: one host-to-device copy). Outputs come back as numpy arrays over ORT's
+own buffers and each request gets its rows as a view; the worker copies them once into the
+response block. BYTES inputs are decoded to str (ONNX strings are text; bytes that are
+not UTF-8 are replaced).
+
+`auto_complete_config(config, model_dir)` is the auto-complete hook
+(naiad.repository.autocomplete), with the rules of Triton's onnxruntime backend.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from naiad.backends.base import INTERNAL, INVALID_ARG, Backend, Batch, RequestError, Response
+
+# Triton's --backend-config=onnxruntime,default-max-batch-size default (tritonserver sets 4).
+DEFAULT_MAX_BATCH_SIZE = 4
+
+# ONNX tensor type (as onnxruntime names it) -> model config data type.
+_CONFIG_OF_ORT = {
+    "tensor(bool)": "TYPE_BOOL",
+    "tensor(uint8)": "TYPE_UINT8",
+    "tensor(uint16)": "TYPE_UINT16",
+    "tensor(uint32)": "TYPE_UINT32",
+    "tensor(uint64)": "TYPE_UINT64",
+    "tensor(int8)": "TYPE_INT8",
+    "tensor(int16)": "TYPE_INT16",
+    "tensor(int32)": "TYPE_INT32",
+    "tensor(int64)": "TYPE_INT64",
+    "tensor(bfloat16)": "TYPE_BF16",
+    "tensor(float16)": "TYPE_FP16",
+    "tensor(float)": "TYPE_FP32",
+    "tensor(double)": "TYPE_FP64",
+    "tensor(string)": "TYPE_STRING",
+}
+_SUPPORTED_CONFIG_TYPES = frozenset(_CONFIG_OF_ORT.values())
+# Config data type -> numpy dtype an input is fed as (BYTES: object array of str).
+_NUMPY_OF_CONFIG = {
+    "TYPE_BOOL": np.dtype(np.bool_),
+    "TYPE_UINT8": np.dtype("<u1"),
+    "TYPE_UINT16": np.dtype("<u2"),
+    "TYPE_UINT32": np.dtype("<u4"),
+    "TYPE_UINT64": np.dtype("<u8"),
+    "TYPE_INT8": np.dtype("<i1"),
+    "TYPE_INT16": np.dtype("<i2"),
+    "TYPE_INT32": np.dtype("<i4"),
+    "TYPE_INT64": np.dtype("<i8"),
+    "TYPE_FP16": np.dtype("<f2"),
+    "TYPE_FP32": np.dtype("<f4"),
+    "TYPE_FP64": np.dtype("<f8"),
+    "TYPE_STRING": np.dtype(np.object_),
+}
+
+_ORT_ERROR = re.compile(r"^\[ONNXRuntimeError\] : (\d+) : \w+ : (.*)$", re.S)
+
+
+class OnnxModelError(Exception):
+    """A model that cannot be served; `message` is what the server reports."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def ort_message(exc: BaseException) -> str:
+    """An onnxruntime exception as Triton's onnxruntime backend words it:
+    `onnx runtime error <code>: <message>`."""
+    text = str(exc)
+    match = _ORT_ERROR.match(text)
+    if match:
+        return f"onnx runtime error {match.group(1)}: {match.group(2)}"
+    return f"onnx runtime error: {text}"
+
+
+def _import_ort():
+    try:
+        import onnxruntime
+    except ImportError as exc:  # a regular dependency; only a broken install lacks it
+        raise OnnxModelError(
+            f"the onnxruntime backend needs the 'onnxruntime' package ({exc}); "
+            "install it with `pip install onnxruntime` (or onnxruntime-gpu on a GPU host)"
+        ) from None
+    return onnxruntime
+
+
+def model_path(config: dict, model_dir: Path | str, version: str | int) -> Path:
+    """The ONNX file of a version: `<model>/<version>/<default_model_filename or
+    model.onnx>`, or `model.onnx` inside it when that is a folder (as Triton)."""
+    filename = config.get("default_model_filename") or "model.onnx"
+    path = Path(model_dir) / str(version) / filename
+    if path.is_dir():
+        path = path / "model.onnx"
+    return path
+
+
+def _shape(dims) -> list[int]:
+    """onnxruntime's shape (ints, names of symbolic dims, None) with every dim that is not
+    a fixed size as -1, as Triton reads it."""
+    if dims is None:
+        return []
+    return [d if isinstance(d, int) and d >= 0 else -1 for d in dims]
+
+
+def _shape_str(dims) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _parameter(config: dict, key: str) -> str | None:
+    value = (config.get("parameters") or {}).get(key)
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return str(value.get("string_value", ""))
+    return str(value)
+
+
+def _int_parameter(config: dict, key: str) -> int:
+    text = _parameter(config, key)
+    if text is None or text == "":
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise OnnxModelError(
+            f"failed to convert '{key}' parameter value '{text}' to an integer"
+        ) from None
+
+
+def _bool_parameter(key: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "on", "yes"):
+        return True
+    if lowered in ("false", "0", "off", "no"):
+        return False
+    raise OnnxModelError(f"failed to convert '{key}' parameter value '{text}' to a bool")
+
+
+def session_options(config: dict):
+    """The SessionOptions Triton's onnxruntime backend builds from a model config."""
+    ort = _import_ort()
+    options = ort.SessionOptions()
+    level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    graph = (config.get("optimization") or {}).get("graph") or {}
+    graph_level = int(graph.get("level", 0) or 0)
+    if graph_level == -1:
+        level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    elif graph_level == 1:
+        level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    elif graph_level == 2:
+        level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.graph_optimization_level = level
+    mode = _int_parameter(config, "execution_mode")
+    if mode not in (0, 1):
+        raise OnnxModelError(
+            "Invalid configuration value provided. Expected values for  execution_mode "
+            f"are 0 or 1 but got {mode} ."
+        )
+    options.execution_mode = (
+        ort.ExecutionMode.ORT_SEQUENTIAL if mode == 0 else ort.ExecutionMode.ORT_PARALLEL
+    )
+    intra = _int_parameter(config, "intra_op_thread_count")
+    if intra > 0:
+        options.intra_op_num_threads = intra
+    inter = _int_parameter(config, "inter_op_thread_count")
+    if inter > 0:
+        options.inter_op_num_threads = inter
+    key = "session.use_device_allocator_for_initializers"
+    value = _parameter(config, key)
+    if value is not None:
+        options.add_session_config_entry(key, value)
+    value = _parameter(config, "enable_mem_arena")
+    if value is not None:
+        options.enable_cpu_mem_arena = _bool_parameter("enable_mem_arena", value)
+    value = _parameter(config, "enable_mem_pattern")
+    if value is not None:
+        options.enable_mem_pattern = _bool_parameter("enable_mem_pattern", value)
+    for library in (config.get("model_operations") or {}).get("op_library_filename", []):
+        options.register_custom_ops_library(library)
+    return options
+
+
+# gpu_execution_accelerator "tensorrt" parameters -> TensorRT EP options (as Triton maps them).
+_TRT_PARAMETERS = {
+    "max_workspace_size_bytes": "trt_max_workspace_size",
+    "trt_max_partition_iterations": "trt_max_partition_iterations",
+    "trt_min_subgraph_size": "trt_min_subgraph_size",
+    "int8_calibration_table_name": "trt_int8_calibration_table_name",
+    "int8_use_native_calibration_table": "trt_int8_use_native_calibration_table",
+    "trt_dla_enable": "trt_dla_enable",
+    "trt_dla_core": "trt_dla_core",
+    "trt_engine_cache_enable": "trt_engine_cache_enable",
+    "trt_engine_cache_path": "trt_engine_cache_path",
+    "trt_engine_cache_prefix": "trt_engine_cache_prefix",
+    "trt_dump_subgraphs": "trt_dump_subgraphs",
+    "trt_force_sequential_engine_build": "trt_force_sequential_engine_build",
+    "trt_context_memory_sharing_enable": "trt_context_memory_sharing_enable",
+    "trt_layer_norm_fp32_fallback": "trt_layer_norm_fp32_fallback",
+    "trt_timing_cache_enable": "trt_timing_cache_enable",
+    "trt_timing_cache_path": "trt_timing_cache_path",
+    "trt_force_timing_cache": "trt_force_timing_cache",
+    "trt_detailed_build_log": "trt_detailed_build_log",
+    "trt_build_heuristics_enable": "trt_build_heuristics_enable",
+    "trt_sparsity_enable": "trt_sparsity_enable",
+    "trt_builder_optimization_level": "trt_builder_optimization_level",
+    "trt_auxiliary_streams": "trt_auxiliary_streams",
+    "trt_tactic_sources": "trt_tactic_sources",
+    "trt_extra_plugin_lib_paths": "trt_extra_plugin_lib_paths",
+    "trt_profile_min_shapes": "trt_profile_min_shapes",
+    "trt_profile_max_shapes": "trt_profile_max_shapes",
+    "trt_profile_opt_shapes": "trt_profile_opt_shapes",
+    "trt_cuda_graph_enable": "trt_cuda_graph_enable",
+    "trt_dump_ep_context_model": "trt_dump_ep_context_model",
+    "trt_ep_context_file_path": "trt_ep_context_file_path",
+    "trt_ep_context_embed_mode": "trt_ep_context_embed_mode",
+}
+# The parameters of the deprecated CUDA EP settings read from the config's `parameters`.
+_CUDNN_SEARCH = {0: "EXHAUSTIVE", 1: "HEURISTIC", 2: "DEFAULT"}
+_ARENA_EXTEND = {0: "kNextPowerOfTwo", 1: "kSameAsRequested"}
+
+
+def execution_providers(config: dict, kind: str, device_id: int) -> list:
+    """[(provider name, options), ...] for an instance of `kind` (CPU, GPU, MODEL, AUTO)
+    on `device_id`, from the config's execution accelerators, as Triton's onnxruntime
+    backend chooses them. The CPU provider always comes last."""
+    accelerators = (config.get("optimization") or {}).get("execution_accelerators") or {}
+    providers = []
+    if kind in ("GPU", "AUTO"):
+        cuda: dict[str, str] = {}
+        for accelerator in accelerators.get("gpu_execution_accelerator", []):
+            name = accelerator.get("name", "")
+            params = accelerator.get("parameters") or {}
+            if name == "tensorrt":
+                trt = {"device_id": str(device_id)}
+                for key, value in params.items():
+                    if key == "precision_mode":
+                        if value == "FP16":
+                            trt["trt_fp16_enable"] = "1"
+                        elif value == "BF16":
+                            trt["trt_bf16_enable"] = "1"
+                        elif value == "INT8":
+                            trt["trt_int8_enable"] = "1"
+                        elif value != "FP32":
+                            raise OnnxModelError(
+                                f"unsupported precision mode '{value}' is requested"
+                            )
+                    elif key in _TRT_PARAMETERS:
+                        trt[_TRT_PARAMETERS[key]] = str(value)
+                    else:
+                        raise OnnxModelError(
+                            f"unknown parameter '{key}' is provided for TensorRT Execution "
+                            "Accelerator"
+                        )
+                providers.append(("TensorrtExecutionProvider", trt))
+            elif name == "cuda":
+                cuda.update({key: str(value) for key, value in params.items() if value != ""})
+            else:
+                raise OnnxModelError(f"unknown Execution Accelerator '{name}' is requested")
+        cuda["device_id"] = str(device_id)
+        search = _parameter(config, "cudnn_conv_algo_search")
+        if search is not None:
+            number = _int_parameter(config, "cudnn_conv_algo_search")
+            if number not in _CUDNN_SEARCH:
+                raise OnnxModelError(
+                    f"unsupported cudnn_conv_algo_search value '{number}' is requested"
+                )
+            cuda["cudnn_conv_algo_search"] = _CUDNN_SEARCH[number]
+        limit = _parameter(config, "gpu_mem_limit")
+        if limit is not None:
+            cuda["gpu_mem_limit"] = limit
+        extend = _parameter(config, "arena_extend_strategy")
+        if extend is not None:
+            number = _int_parameter(config, "arena_extend_strategy")
+            if number not in _ARENA_EXTEND:
+                raise OnnxModelError(
+                    f"unsupported arena_extend_strategy value '{number}' is requested"
+                )
+            cuda["arena_extend_strategy"] = _ARENA_EXTEND[number]
+        copy = _parameter(config, "do_copy_in_default_stream")
+        if copy is not None:
+            cuda["do_copy_in_default_stream"] = copy
+        providers.append(("CUDAExecutionProvider", cuda))
+    for accelerator in accelerators.get("cpu_execution_accelerator", []):
+        name = accelerator.get("name", "")
+        if name == "openvino":
+            providers.append(("OpenVINOExecutionProvider", {"device_type": "CPU"}))
+        else:
+            raise OnnxModelError(f"unknown Execution Accelerator '{name}' is requested")
+    providers.append(("CPUExecutionProvider", {}))
+    return providers
+
+
+def create_session(path: Path, config: dict, kind: str = "CPU", device_id: int = 0):
+    """An InferenceSession for `path` with the config's options and providers.
+    OnnxModelError naming the file when it is missing, unreadable or refused by ORT."""
+    ort = _import_ort()
+    options = session_options(config)
+    providers = execution_providers(config, kind, device_id)
+    available = set(ort.get_available_providers())
+    missing = [name for name, _ in providers if name not in available]
+    if missing and kind == "GPU":
+        raise OnnxModelError(
+            f"execution provider {', '.join(missing)} requested for a KIND_GPU instance is "
+            f"not available in this onnxruntime build (available: "
+            f"{', '.join(sorted(available))}); install onnxruntime-gpu (`pip install "
+            "naiad[gpu]`)"
+        )
+    providers = [(name, opts) for name, opts in providers if name in available]
+    try:
+        return ort.InferenceSession(
+            str(path),
+            sess_options=options,
+            providers=[name for name, _ in providers],
+            provider_options=[opts for _, opts in providers],
+        )
+    except Exception as exc:
+        message = ort_message(exc)
+        if str(path) not in message:
+            message += f" (model file {path})"
+        raise OnnxModelError(message) from None
+
+
+def _io_infos(nodes) -> dict:
+    """name -> (config data type, shape with -1 for variable dims), in the model's order."""
+    return {
+        node.name: (_CONFIG_OF_ORT.get(node.type, "TYPE_INVALID"), _shape(node.shape))
+        for node in nodes
+    }
+
+
+def _check_served_types(session, model: str, path) -> None:
+    """OnnxModelError for a model input or output whose type Naiad cannot carry: one with
+    no Triton datatype (sequences, maps, complex, float8, ...) or BF16 (no numpy dtype)."""
+    for kind, nodes in (("input", session.get_inputs()), ("output", session.get_outputs())):
+        for node in nodes:
+            config_type = _CONFIG_OF_ORT.get(node.type)
+            if config_type is None or config_type not in _NUMPY_OF_CONFIG:
+                shown = config_type or f"{node.type} (no Triton datatype)"
+                raise OnnxModelError(
+                    f"unsupported datatype {shown} for {kind} '{node.name}' for model "
+                    f"'{model}' (model file {path})"
+                )
+
+
+def _tensor_dims(io: dict) -> list[int]:
+    reshape = io.get("reshape")
+    if reshape is not None:
+        return [int(d) for d in reshape.get("shape", [])]
+    return [int(d) for d in io.get("dims", [])]
+
+
+def _compare_dims(model, tensor, model_shape, dims, max_batch_size, exact) -> None:
+    """Triton onnxruntime backend's CompareDimsSupported."""
+    if max_batch_size > 0:
+        if not model_shape or model_shape[0] != -1:
+            raise OnnxModelError(
+                f"model '{model}', tensor '{tensor}': for the model to support batching the "
+                "shape should have at least 1 dimension and the first dimension must be -1; "
+                f"but shape expected by the model is {_shape_str(model_shape)}"
+            )
+        full = [-1, *dims]
+        ok = len(model_shape) == len(full) and all(
+            m == f for m, f in zip(model_shape, full) if exact or m != -1
+        )
+        if not ok:
+            raise OnnxModelError(
+                f"model '{model}', tensor '{tensor}': the model expects {len(model_shape)} "
+                f"dimensions (shape {_shape_str(model_shape)}) but the model configuration "
+                f"specifies {len(full)} dimensions (an initial batch dimension because "
+                "max_batch_size > 0 followed by the explicit tensor shape, making complete "
+                f"shape {_shape_str(full)})"
+            )
+        return
+    ok = len(model_shape) == len(dims) and all(
+        m == d for m, d in zip(model_shape, dims) if exact or m != -1
+    )
+    if not ok:
+        raise OnnxModelError(
+            f"model '{model}', tensor '{tensor}': the model expects {len(model_shape)} "
+            f"dimensions (shape {_shape_str(model_shape)}) but the model configuration "
+            f"specifies {len(dims)} dimensions (shape {_shape_str(dims)})"
+        )
+
+
+def validate_session(session, config: dict) -> None:
+    """The checks of Triton's onnxruntime backend (ValidateInputs / ValidateOutputs):
+    counts, names, data types and dims of the config against the model."""
+    model = config.get("name", "")
+    max_batch_size = int(config.get("max_batch_size", 0) or 0)
+    inputs = _io_infos(session.get_inputs())
+    outputs = _io_infos(session.get_outputs())
+    configured = config.get("input", [])
+    expected = len(configured) + len(config.get("batch_input", []))
+    if len(inputs) != expected:
+        raise OnnxModelError(
+            f"unable to load model '{model}', configuration expects {expected} inputs, "
+            f"model provides {len(inputs)}"
+        )
+    for kind, ios, infos in (
+        ("input", configured, inputs),
+        ("output", config.get("output", []), outputs),
+    ):
+        for io in ios:
+            name = io.get("name", "")
+            datatype = io.get("data_type", "TYPE_INVALID")
+            if kind == "input" and io.get("optional") and max_batch_size != 0:
+                raise OnnxModelError(
+                    f"unable to load model '{model}', optional input '{name}' is not "
+                    "supported for models that support batching"
+                )
+            info = infos.get(name)
+            if info is None:
+                allowed = ", ".join(sorted(infos))
+                raise OnnxModelError(
+                    f"unexpected inference {kind} '{name}', allowed {kind}s are: {allowed}"
+                )
+            if datatype not in _SUPPORTED_CONFIG_TYPES:
+                raise OnnxModelError(
+                    f"unsupported datatype {datatype} for {kind} '{name}' for model '{model}'"
+                )
+            model_type, model_shape = info
+            if datatype != model_type:
+                raise OnnxModelError(
+                    f"unable to load model '{model}', configuration expects datatype "
+                    f"{datatype} for {kind} '{name}', model provides {model_type}"
+                )
+            dims = _tensor_dims(io)
+            if model_shape:
+                _compare_dims(model, name, model_shape, dims, max_batch_size, kind == "output")
+            elif any(d != 1 for d in dims):
+                raise OnnxModelError(
+                    f"unable to load model '{model}', scalar tensor '{name}', should only "
+                    "provide 1 in the model configuration when the model doesn't support "
+                    f"batching. Model configuration provided: {_shape_str(dims)}."
+                )
+
+
+class OnnxRuntimeBackend(Backend):
+    """One instance of an ONNX model: its session and how to feed it."""
+
+    batch_tensors = True  # the worker fills Batch.tensors (batch-major arrays by name)
+
+    def __init__(self, args: dict):
+        config = json.loads(args["model_config"])
+        self.config = config
+        self.name = args.get("model_name") or config.get("name", "")
+        self.max_batch_size = int(config.get("max_batch_size", 0) or 0)
+        path = model_path(config, args["model_repository"], args.get("model_version", "1"))
+        self.path = path
+        if not path.exists():
+            raise OnnxModelError(
+                f"unable to find '{path}' for model instance '{args.get('model_instance_name', self.name)}'"
+            )
+        kind = args.get("model_instance_kind", "CPU")
+        device = int(args.get("model_instance_device_id", "0") or 0)
+        self.session = create_session(path, config, kind, device)
+        try:
+            validate_session(self.session, config)
+            _check_served_types(self.session, self.name, path)
+        except OnnxModelError as exc:
+            if str(path) in exc.message:
+                raise
+            raise OnnxModelError(f"{exc.message} (model file {path})") from None
+        self.device = "cuda" if kind == "GPU" else "cpu"
+        if kind == "GPU" and "CUDAExecutionProvider" not in self.session.get_providers():
+            # onnxruntime falls back to the CPU when the CUDA provider cannot start (a
+            # missing CUDA or cuDNN library): a KIND_GPU instance must not run there.
+            raise OnnxModelError(
+                f"failed to enable the CUDA execution provider for model instance "
+                f"'{args.get('model_instance_name', self.name)}' on GPU {device} (providers "
+                f"in use: {', '.join(self.session.get_providers())}; see onnxruntime's log "
+                f"for the missing library) (model file {path})"
+            )
+        self.device_id = device
+        # Inputs: name -> numpy dtype they are fed as; reshape targets (without batch dim).
+        self.input_dtypes = {
+            io["name"]: _NUMPY_OF_CONFIG[io["data_type"]] for io in config.get("input", [])
+        }
+        self.reshapes = {
+            io["name"]: [int(d) for d in io["reshape"].get("shape", [])]
+            for io in config.get("input", [])
+            if io.get("reshape") is not None
+        }
+        self.output_names = [io["name"] for io in config.get("output", [])] or [
+            node.name for node in self.session.get_outputs()
+        ]
+        self.output_reshapes = {
+            io["name"]: [int(d) for d in io.get("dims", [])]
+            for io in config.get("output", [])
+            if io.get("reshape") is not None
+        }
+        if self.max_batch_size == 0:
+            # Scalars (shape []) in the model: as Triton, a scalar input is fed with no
+            # dims whatever the request's [1], and a scalar output gets the config's dims.
+            self.reshapes.update(
+                {node.name: [] for node in self.session.get_inputs() if node.shape == []}
+            )
+            dims = {
+                io["name"]: [int(d) for d in io.get("dims", [])] for io in config.get("output", [])
+            }
+            self.output_reshapes.update(
+                {
+                    node.name: dims.get(node.name, [1])
+                    for node in self.session.get_outputs()
+                    if node.shape == []
+                }
+            )
+        self.string_inputs = {
+            name for name, dtype in self.input_dtypes.items() if dtype == np.object_
+        }
+        self.binding = self.session.io_binding()
+        # RunOptions entries Triton's onnxruntime backend reads from `parameters`.
+        self.run_options = None
+        shrinkage = _parameter(config, "memory.enable_memory_arena_shrinkage")
+        if shrinkage is not None:
+            self.run_options = _import_ort().RunOptions()
+            try:
+                self.run_options.add_run_config_entry(
+                    "memory.enable_memory_arena_shrinkage", shrinkage
+                )
+            except Exception as exc:
+                raise OnnxModelError(ort_message(exc)) from None
+
+    # -- execution ------------------------------------------------------------------------
+    def _feeds(self, batch: Batch) -> dict:
+        """The session's inputs for the whole batch: the batch-major arrays over the arena
+        where the worker gave them (no copy), else the requests' inputs joined."""
+        tensors = batch.tensors
+        feeds = {}
+        headers = batch.headers
+        for index, (name, _datatype, _shape) in enumerate(headers[0].inputs):
+            array = tensors.get(name)
+            if array is None:
+                parts = [arrays[index] for arrays in batch.arrays]
+                if len(parts) == 1:
+                    array = parts[0]
+                elif self.max_batch_size > 0:
+                    array = np.concatenate(parts)
+                else:
+                    raise RuntimeError("a model without batching got a batch of requests")
+            if name in self.string_inputs:
+                array = (
+                    np.vectorize(
+                        lambda item: (
+                            item.decode("utf-8", "replace") if isinstance(item, bytes) else item
+                        ),
+                        otypes=[object],
+                    )(array)
+                    if array.size
+                    else array.astype(object)
+                )
+            reshape = self.reshapes.get(name)
+            if reshape is not None:
+                lead = [array.shape[0]] if self.max_batch_size > 0 else []
+                array = array.reshape([*lead, *reshape])
+            feeds[name] = array
+        return feeds
+
+    def execute(self, batch: Batch) -> list:
+        try:
+            feeds = self._feeds(batch)
+        except Exception as exc:
+            message = f"failed to prepare the inputs of model '{self.name}': {exc}"
+            return [RequestError(message, INVALID_ARG)] * len(batch)
+        try:
+            outputs = self._run(feeds)
+        except Exception as exc:
+            return [RequestError(ort_message(exc), INTERNAL)] * len(batch)
+        return self._split(batch, outputs)
+
+    def _run(self, feeds: dict) -> list:
+        if self.device == "cpu" or self.string_inputs:
+            # On the CPU provider, run() wraps each contiguous numpy input of the right
+            # dtype as an OrtValue over its memory (here: the arena) and returns outputs
+            # as numpy arrays over ORT's own buffers: no host copy either way, and less
+            # per-call overhead than rebinding an IOBinding.
+            return self.session.run(self.output_names, feeds, self.run_options)
+        # GPU: inputs bound from host memory go to the device once; outputs come back
+        # to host memory, where the worker writes them into the response block.
+        binding = self.binding
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        for name, array in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for name in self.output_names:
+            binding.bind_output(name, "cpu")
+        try:
+            self.session.run_with_iobinding(binding, self.run_options)
+        except Exception:
+            # IOBinding's errors lack ORT's status code: run again the plain way, which
+            # raises the same error with it (Triton's "onnx runtime error N: ...").
+            return self.session.run(self.output_names, feeds, self.run_options)
+        return [value.numpy() for value in binding.get_outputs()]
+
+    def _split(self, batch: Batch, outputs: list) -> list:
+        """Each request's rows of the batch's outputs (views, no copy), only the outputs
+        it asked for."""
+        names = self.output_names
+        if self.output_reshapes:
+            outputs = [self._reshaped(name, array) for name, array in zip(names, outputs)]
+        named = list(zip(names, outputs))
+        headers = batch.headers
+        if len(headers) == 1 or self.max_batch_size == 0:
+            wanted = headers[0].requested_outputs
+            return [Response([item for item in named if not wanted or item[0] in wanted])]
+        results = []
+        row = 0
+        for header in headers:
+            shape = header.inputs[0][2] if header.inputs else ()
+            end = row + (shape[0] if shape else 1)
+            wanted = header.requested_outputs
+            if wanted:
+                chosen = [(name, array[row:end]) for name, array in named if name in wanted]
+            else:
+                chosen = [(name, array[row:end]) for name, array in named]
+            results.append(Response(chosen))
+            row = end
+        return results
+
+    def _reshaped(self, name: str, array: np.ndarray) -> np.ndarray:
+        dims = self.output_reshapes.get(name)
+        if dims is None:
+            return array
+        lead = [array.shape[0]] if self.max_batch_size > 0 else []
+        return array.reshape([*lead, *dims])
+
+    def finalize(self) -> None:
+        self.binding = None
+        self.session = None
+
+
+# ---- auto-complete ----------------------------------------------------------------------
+
+
+def auto_complete_config(config: dict, model_dir: Path) -> dict:
+    """Complete an ONNX model's config from its file as Triton's onnxruntime backend does:
+    nothing when inputs and outputs are both given; else max_batch_size (the default 4 when
+    every input and output has a variable first dimension and the config sets none,
+    dynamic batching then too), and the inputs / outputs that are missing, with data types
+    and dims (the batch dimension left out when max_batch_size > 0; a scalar as dims [1],
+    with an empty reshape when batching). OnnxModelError when the model cannot batch but
+    the config sets max_batch_size."""
+    inputs = list(config.get("input", [])) + list(config.get("batch_input", []))
+    outputs = list(config.get("output", []))
+    if inputs and outputs:
+        return config
+    version = _auto_complete_version(config, model_dir)
+    if version is None:
+        return config  # no version folder: the load fails later with Triton's message
+    path = model_path(config, model_dir, version)
+    if not path.exists():
+        raise OnnxModelError(
+            f"unable to find '{path}' for model instance '{config.get('name', '')}'"
+        )
+    # Only the inputs and outputs are read: a CPU session without graph optimizations
+    # (custom op libraries of model_operations still registered).
+    light = {
+        **config,
+        "optimization": {"graph": {"level": 2}},
+        "parameters": {"intra_op_thread_count": {"string_value": "1"}},
+    }
+    session = create_session(path, light, "CPU", 0)
+    _check_served_types(session, config.get("name", ""), path)
+    in_infos = _io_infos(session.get_inputs())
+    out_infos = _io_infos(session.get_outputs())
+    can_batch = all(
+        shape and shape[0] == -1 for _, shape in [*in_infos.values(), *out_infos.values()]
+    )
+    max_batch_size = int(config.get("max_batch_size", 0) or 0)
+    if can_batch:
+        if max_batch_size == 0:
+            max_batch_size = max(_default_max_batch_size(), 0)
+            config["max_batch_size"] = max_batch_size
+        if (
+            max_batch_size > 1
+            and "sequence_batching" not in config
+            and "dynamic_batching" not in config
+        ):
+            config["dynamic_batching"] = {}
+    elif max_batch_size != 0:
+        raise OnnxModelError(
+            f"autofill failed for model '{config.get('name', '')}': model does not support "
+            f"batching while non-zero max_batch_size is specified (model file {path})"
+        )
+    if not inputs:  # as Triton: batch inputs count as inputs given
+        config["input"] = _complete_ios(in_infos, max_batch_size)
+    if not outputs:
+        config["output"] = _complete_ios(out_infos, max_batch_size)
+    return config
+
+
+def _default_max_batch_size() -> int:
+    """Triton's `--backend-config=onnxruntime,default-max-batch-size=N` (default 4)."""
+    from naiad.repository.autocomplete import backend_setting
+
+    value = backend_setting("onnxruntime", "default-max-batch-size")
+    if value is None:
+        return DEFAULT_MAX_BATCH_SIZE
+    try:
+        return int(value)
+    except ValueError:
+        raise OnnxModelError(
+            f"failed to convert 'default-max-batch-size' value '{value}' to an integer"
+        ) from None
+
+
+def _complete_ios(infos: dict, max_batch_size: int) -> list:
+    ios = []
+    for name, (datatype, shape) in infos.items():
+        dims = shape[1:] if max_batch_size > 0 else list(shape)
+        io = {"name": name, "data_type": datatype}
+        if not dims:
+            dims = [1]
+            if max_batch_size > 0:
+                io["reshape"] = {"shape": []}
+        io["dims"] = dims
+        ios.append(io)
+    return ios
+
+
+def _auto_complete_version(config: dict, model_dir: Path) -> str | None:
+    """The version folder auto-complete reads the model from: the latest one (Triton
+    reads the version it loads; every version shares one config)."""
+    versions = (
+        sorted(
+            int(child.name)
+            for child in Path(model_dir).iterdir()
+            if child.is_dir() and child.name.isdigit()
+        )
+        if Path(model_dir).is_dir()
+        else []
+    )
+    if not versions:
+        return None
+    return str(versions[-1])

@@ -1,0 +1,508 @@
+"""PyTorch backend: TorchScript models (`backend: "pytorch"` / `platform: "pytorch_libtorch"`).
+
+One instance loads `<version>/<default_model_filename or model.pt>` with `torch.jit.load`
+onto its device (the CPU, or `cuda:<device id>` for a KIND_GPU instance; KIND_MODEL leaves
+placement to the model) and runs `forward` under `torch.inference_mode` (the config's
+`INFERENCE_MODE` parameter turns it off).
+
+Inputs and outputs follow the rules of Triton's pytorch backend:
+
+- inputs, in this order of preference: every config input name is an argument of
+  `forward()` (bound by name); else every name is `<name>__<index>` (bound by index);
+  else the config's order. A `forward(self, inputs: Dict[str, Tensor])` gets a dict by
+  config name. The number of `forward()` arguments must equal the config's inputs.
+- outputs: every name `<name>__<index>` (index into the returned tuple); else the
+  config's order. `forward()` returns a Tensor, a List[str], or a tuple of them.
+- datatypes: BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64 as tensors, and
+  TYPE_STRING as a List[str] of one dimension. An output whose dtype disagrees with the
+  config fails the request with Triton's message.
+
+Inputs reach the model without a copy: each is `torch.from_numpy` over the batch-major
+[N, ...] array in the shared arena (for a KIND_GPU instance, one host->device copy from the
+pinned arena on the instance's own CUDA stream). Outputs are viewed per request as numpy
+slices of the (CPU) output tensor.
+
+Triton's pytorch backend does not auto-complete configs (TorchScript keeps no input or
+output types), and neither does `auto_complete_config` here: it only says so, as Triton's
+backend logs.
+
+Torch is optional (`pip install 'naiad[torch]'`); without it a torch model fails to load
+with a message saying so, and the rest of the server is unaffected.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from naiad import gpu
+from naiad.backends.base import INTERNAL, INVALID_ARG, Backend, Batch, RequestError, Response
+from naiad.backends.tensors import batch_major
+
+log = logging.getLogger("naiad")
+
+INSTALL_HINT = "pip install 'naiad[torch]'"
+DEFAULT_MODEL_FILENAME = "model.pt"
+
+# config data_type -> torch dtype name (Triton's ModelConfigDataTypeToTorchType).
+TORCH_DTYPES = {
+    "TYPE_BOOL": "bool",
+    "TYPE_UINT8": "uint8",
+    "TYPE_INT8": "int8",
+    "TYPE_INT16": "int16",
+    "TYPE_INT32": "int32",
+    "TYPE_INT64": "int64",
+    "TYPE_FP16": "float16",
+    "TYPE_FP32": "float32",
+    "TYPE_FP64": "float64",
+}
+
+FORWARD_ARGUMENT = "FORWARD_ARGUMENT"
+NAMED_INDEX = "NAMED_INDEX"
+STRICT_CONFIG_ORDERING = "STRICT_CONFIG_ORDERING"
+_DELIMITER = "__"
+
+
+def _index_part(name: str) -> str | None:
+    """What follows the first `__` of `name`, or None without one."""
+    position = name.find(_DELIMITER)
+    return None if position == -1 else name[position + len(_DELIMITER) :]
+
+
+def _is_index(text: str) -> bool:
+    # As Triton: every character a digit (an empty index passes and means 0).
+    return all("0" <= char <= "9" for char in text)
+
+
+def naming_convention(names: list[str], forward_arguments: list[str] | None) -> str:
+    """How config tensor names bind to the model: Triton's GetNamingConvention.
+
+    `forward_arguments`: forward()'s argument names for inputs, None for outputs."""
+    if forward_arguments is not None and all(name in forward_arguments for name in names):
+        return FORWARD_ARGUMENT
+    for name in names:
+        index = _index_part(name)
+        if index is None or not _is_index(index):
+            return STRICT_CONFIG_ORDERING
+    return NAMED_INDEX
+
+
+def tensor_positions(
+    names: list[str], convention: str, forward_arguments: list[str] | None = None
+) -> dict[str, int]:
+    """Config name -> position among forward()'s arguments (inputs) or in the returned
+    tuple (outputs), under `convention`."""
+    if convention == FORWARD_ARGUMENT:
+        return {name: forward_arguments.index(name) for name in names}
+    if convention == NAMED_INDEX:
+        return {name: int(_index_part(name) or 0) for name in names}
+    return {name: position for position, name in enumerate(names)}
+
+
+def _parameter(config: dict, key: str) -> str | None:
+    value = (config.get("parameters") or {}).get(key)
+    if value is None:
+        return None
+    return value.get("string_value", "") if isinstance(value, dict) else str(value)
+
+
+def _bool_parameter(config: dict, key: str, default: bool) -> bool:
+    text = _parameter(config, key)
+    if text is None:
+        return default
+    lowered = text.strip().lower()
+    if lowered in ("true", "on", "1"):
+        return True
+    if lowered in ("false", "off", "0"):
+        return False
+    raise ValueError(f"failed to convert '{text}' to boolean value")
+
+
+def _int_parameter(config: dict, key: str) -> int | None:
+    text = _parameter(config, key)
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError(f"failed to convert '{text}' to integral number") from None
+
+
+def _import_torch(model_name: str):
+    try:
+        import torch
+    except ImportError as exc:
+        raise RuntimeError(
+            f"model '{model_name}' needs PyTorch (backend 'pytorch'), which is not installed "
+            f"in this environment ({exc}); install it with: {INSTALL_HINT}"
+        ) from None
+    return torch
+
+
+def auto_complete_config(config: dict, model_dir: Path) -> dict:
+    """Triton's pytorch backend completes nothing from a TorchScript file (it keeps no
+    input/output datatypes or shapes): the config stays as it is, with Triton's warning."""
+    log.warning(
+        "skipping model configuration auto-complete for '%s': not supported for pytorch backend",
+        config.get("name") or Path(model_dir).name,
+    )
+    return config
+
+
+class PyTorchBackend(Backend):
+    def __init__(self, args: dict):
+        config = json.loads(args["model_config"])
+        self.name = name = args["model_name"]
+        torch = self.torch = _import_torch(name)
+        self.config = config
+        self.max_batch_size = int(config.get("max_batch_size") or 0)
+        self.inference_mode = _bool_parameter(config, "INFERENCE_MODE", True)
+        self.cache_cleaning = _bool_parameter(config, "ENABLE_CACHE_CLEANING", False)
+        optimized = not _bool_parameter(config, "DISABLE_OPTIMIZED_EXECUTION", False)
+        torch._C._set_graph_executor_optimize(optimized)
+        intra = _int_parameter(config, "INTRA_OP_THREAD_COUNT")
+        if intra and intra > 0:
+            torch.set_num_threads(intra)
+        inter = _int_parameter(config, "INTER_OP_THREAD_COUNT")
+        if inter and inter > 0:
+            try:
+                torch.set_num_interop_threads(inter)
+            except RuntimeError:  # already set, or parallel work already started
+                pass
+        if _bool_parameter(config, "DISABLE_CUDNN", False):
+            torch.backends.cudnn.enabled = False
+
+        self.kind = kind = args.get("model_instance_kind", "CPU")
+        self.device_id = device_id = int(args.get("model_instance_device_id") or 0)
+        self.stream = None
+        self.pinned = False
+        if kind == "GPU":
+            if not torch.cuda.is_available():
+                raise RuntimeError(
+                    f"instance '{args['model_instance_name']}' of model '{name}' is KIND_GPU "
+                    f"(device {device_id}) but this PyTorch ({torch.__version__}) has no CUDA"
+                )
+            self.device = torch.device("cuda", device_id)
+            torch.cuda.set_device(self.device)
+            self.stream = torch.cuda.Stream(self.device)
+        else:
+            self.device = torch.device("cpu")
+
+        self.config_path = Path(args["model_repository"]) / "config.pbtxt"
+        filename = config.get("default_model_filename") or DEFAULT_MODEL_FILENAME
+        self.path = path = Path(args["model_repository"]) / args["model_version"] / filename
+        if not path.is_file():
+            raise RuntimeError(f"unable to find '{path}' for model instance '{name}'")
+        try:
+            with torch.inference_mode(self.inference_mode):
+                if kind == "MODEL":
+                    self.model = torch.jit.load(str(path))
+                else:
+                    self.model = torch.jit.load(str(path), map_location=self.device)
+        except Exception as exc:
+            raise RuntimeError(
+                f"failed to load model '{name}': '{path}' is not a TorchScript model "
+                f"torch.jit.load can read: {_first_line(exc)}"
+            ) from None
+        self.model.eval()
+        self._bind_inputs()
+        self._bind_outputs()
+
+    # -- load-time checks (Triton's ValidateInputs / ValidateOutputs) ----------------------
+
+    def _bind_inputs(self) -> None:
+        config, name = self.config, self.name
+        inputs = config.get("input") or []
+        try:
+            arguments = list(self.model.forward.schema.arguments)
+        except (AttributeError, RuntimeError) as exc:
+            raise RuntimeError(f"'{self.path}' of model '{name}' has no forward(): {exc}") from None
+        if arguments and arguments[0].type.kind() == "ClassType":
+            arguments = arguments[1:]  # self
+        self.dict_input = len(arguments) == 1 and arguments[0].type.kind() == "DictType"
+        forward_arguments = []
+        if not self.dict_input:
+            for argument in arguments[1:]:
+                if argument.type.kind() == "DictType":
+                    raise RuntimeError(
+                        "Multiple inputs of kind DictType were detected. Only a single input "
+                        f"of type Dict(str, Tensor) is supported (model '{name}', '{self.path}')."
+                    )
+            for argument in arguments:
+                if argument.type.kind() not in ("TensorType", "ListType"):
+                    raise RuntimeError(
+                        f"An input of type '{argument.type}' was detected in the model. Only a "
+                        "single input of type Dict(str, Tensor) or input(s) of type Tensor are "
+                        f"supported (model '{name}', '{self.path}')."
+                    )
+                forward_arguments.append(argument.name)
+            if len(arguments) != len(inputs):
+                raise RuntimeError(
+                    f"unable to load model '{name}', configuration expects {len(inputs)} "
+                    f"inputs, model provides {len(arguments)} (forward() of '{self.path}' "
+                    f"takes {', '.join(forward_arguments) or 'no arguments'})"
+                )
+        if not inputs:
+            raise RuntimeError(
+                "model configuration must contain at least one input, none were specified."
+            )
+        names = [tensor["name"] for tensor in inputs]
+        self.input_convention = naming_convention(names, forward_arguments)
+        if self.input_convention == STRICT_CONFIG_ORDERING:
+            log.warning(
+                "inputs of model '%s' are neither all forward() arguments nor all "
+                "<name>__<index>: binding them in the configuration's order",
+                name,
+            )
+        self.input_positions = tensor_positions(names, self.input_convention, forward_arguments)
+        if not self.dict_input:
+            for tensor_name, position in self.input_positions.items():
+                if position >= len(names):
+                    raise RuntimeError(
+                        f"input '{tensor_name}' of model '{name}' is forward() argument "
+                        f"{position} by the <name>__<index> convention, but forward() of "
+                        f"'{self.path}' takes {len(names)} inputs"
+                    )
+        self.input_strings = set()
+        for tensor in inputs:
+            self._check_datatype(tensor, "input")
+            if tensor.get("data_type") == "TYPE_STRING":
+                self.input_strings.add(tensor["name"])
+
+    def _bind_outputs(self) -> None:
+        outputs = self.config.get("output") or []
+        if not outputs:
+            raise RuntimeError(
+                "model configuration must contain at least one output, none were specified."
+            )
+        names = [tensor["name"] for tensor in outputs]
+        self.output_convention = naming_convention(names, None)
+        self.output_positions = tensor_positions(names, self.output_convention)
+        self.output_dtypes = {}
+        for tensor in outputs:
+            self._check_datatype(tensor, "output")
+            self.output_dtypes[tensor["name"]] = tensor.get("data_type")
+        # Where forward()'s return type says how many outputs it gives, a config that asks
+        # for more is refused now rather than on every request (Triton finds out at run time).
+        returned = self._returned_count()
+        if returned is not None:
+            for tensor_name, position in self.output_positions.items():
+                if position >= returned:
+                    raise RuntimeError(
+                        f"output '{tensor_name}' of model '{self.name}' is output {position} of "
+                        f"forward(), but forward() of '{self.path}' returns {returned} "
+                        f"output{'s' if returned != 1 else ''}"
+                    )
+
+    def _returned_count(self) -> int | None:
+        try:
+            returns = self.model.forward.schema.returns
+        except (AttributeError, RuntimeError):
+            return None
+        if len(returns) != 1:
+            return None
+        kind = returns[0].type.kind()
+        if kind == "TupleType":
+            return len(returns[0].type.elements())
+        if kind in ("TensorType", "ListType"):
+            return 1
+        return None
+
+    def _check_datatype(self, tensor: dict, kind: str) -> None:
+        datatype = tensor.get("data_type", "TYPE_INVALID")
+        if datatype not in TORCH_DTYPES and datatype != "TYPE_STRING":
+            raise RuntimeError(
+                f"unsupported datatype {datatype} for {kind} '{tensor['name']}' for model "
+                f"'{self.name}' ({self.config_path}; the pytorch backend takes "
+                "BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64 and STRING)"
+            )
+        if datatype == "TYPE_STRING":
+            dims = (tensor.get("reshape") or {}).get("shape") if "reshape" in tensor else None
+            if dims is None:
+                dims = tensor.get("dims") or []
+            if len(dims) + (1 if self.max_batch_size > 0 else 0) > 1:
+                raise RuntimeError(
+                    f"Triton only supports 1 dimensional List of String as {kind} for "
+                    f"'{tensor['name']}' for model '{self.name}'"
+                )
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def execute(self, batch: Batch) -> list:
+        count = len(batch.headers)
+        if count == 0:
+            return []
+        torch = self.torch
+        if self.stream is not None and not self.pinned:
+            self.pinned = True  # tried once: the arena is pinned for this process, or not
+            gpu.pin_batch_arena(batch, self.device_id)
+        try:
+            arguments = self._arguments(batch)
+        except Exception as exc:
+            return [RequestError(f"PyTorch execute failure: {exc}", INTERNAL)] * count
+        try:
+            with torch.inference_mode(self.inference_mode):
+                if self.stream is not None:
+                    with torch.cuda.stream(self.stream):
+                        returned = self._forward(arguments)
+                        returned = _to_host(torch, returned)
+                    self.stream.synchronize()
+                else:
+                    returned = self._forward(arguments)
+        except Exception as exc:
+            return [RequestError(f"PyTorch execute failure: {exc}", INTERNAL)] * count
+        finally:
+            if self.cache_cleaning and self.stream is not None:
+                torch.cuda.empty_cache()
+        return self._responses(batch, returned)
+
+    def _arguments(self, batch: Batch):
+        """forward()'s arguments: a tensor (or list of str) per config input, batch-major."""
+        torch = self.torch
+        header = batch.headers[0]
+        arrays = batch_major(batch, self.max_batch_size > 0)
+        on_device = self.stream is not None
+        values = {}
+        for name, array in zip(header.input_names, arrays):
+            if name in self.input_strings or array.dtype == object:
+                values[name] = [
+                    item.decode("utf-8") if isinstance(item, bytes) else str(item)
+                    for item in array.reshape(-1)
+                ]
+                continue
+            tensor = torch.from_numpy(array)
+            if on_device:
+                with torch.cuda.stream(self.stream):
+                    tensor = tensor.to(self.device, non_blocking=True)
+            values[name] = tensor
+        if self.dict_input:
+            return values
+        positions = self.input_positions
+        ordered = [None] * len(positions)
+        for name, value in values.items():
+            position = positions.get(name)
+            if position is None:
+                raise ValueError(f"unexpected input '{name}'")
+            ordered[position] = value
+        return ordered
+
+    def _forward(self, arguments):
+        if self.dict_input:
+            return self.model(arguments)
+        return self.model(*arguments)
+
+    def _responses(self, batch: Batch, returned) -> list:
+        """Triton's ReadOutputTensors: each config output from its place in what forward()
+        returned, checked against the config, split by request along the batch dimension."""
+        count = len(batch.headers)
+        if isinstance(returned, tuple):
+            values = list(returned)
+        elif isinstance(returned, (list, self.torch.Tensor)):
+            values = [returned]
+        else:
+            return [
+                RequestError(
+                    "PyTorch execute failure: output must be of type Tensor, List[str] or Tuple "
+                    "containing one of these two types. It should not be a List / Dictionary of "
+                    "Tensors or a Scalar",
+                    INTERNAL,
+                )
+            ] * count
+        batching = self.max_batch_size > 0
+        rows = [
+            header.inputs[0][2][0] if batching and header.inputs else 1 for header in batch.headers
+        ]
+        total = sum(rows)
+        outputs = {}
+        for name, position in self.output_positions.items():
+            if position >= len(values):
+                return [
+                    RequestError(
+                        f"output '{name}' is output {position} of the model, which returned "
+                        f"{len(values)} output{'s' if len(values) != 1 else ''}",
+                        INVALID_ARG,
+                    )
+                ] * count
+            value = values[position]
+            if isinstance(value, list):
+                if not all(isinstance(item, str) for item in value):
+                    return [
+                        RequestError(
+                            f"output '{name}' must be of type Tensor or List[str].", INVALID_ARG
+                        )
+                    ] * count
+                array = np.array([item.encode("utf-8") for item in value], dtype=object)
+            elif isinstance(value, self.torch.Tensor):
+                provided = _CONFIG_OF_TORCH.get(
+                    str(value.dtype).replace("torch.", ""), "TYPE_INVALID"
+                )
+                expected = self.output_dtypes[name]
+                if provided != expected:
+                    return [
+                        RequestError(
+                            f"configuration expects datatype {expected} for output '{name}', "
+                            f"model provides {provided}",
+                            INVALID_ARG,
+                        )
+                    ] * count
+                if value.dim() == 0:
+                    return [
+                        RequestError(
+                            f"output '{name}' is a scalar which is not supported.", INVALID_ARG
+                        )
+                    ] * count
+                array = value.detach().cpu().contiguous().numpy()
+            else:
+                return [
+                    RequestError(
+                        f"output '{name}' must be of type Tensor or List[str].", INVALID_ARG
+                    )
+                ] * count
+            if batching and count > 1 and array.shape[0] != total:
+                return [
+                    RequestError(
+                        f"PyTorch execute failure: output '{name}' has {array.shape[0]} rows in "
+                        f"its first (batch) dimension, the batch has {total}",
+                        INTERNAL,
+                    )
+                ] * count
+            outputs[name] = array
+        results = []
+        start = 0
+        single = count == 1
+        for header, size in zip(batch.headers, rows):
+            wanted = header.requested_outputs
+            chosen = [
+                (name, array if single else array[start : start + size])
+                for name, array in outputs.items()
+                if not wanted or name in wanted
+            ]
+            results.append(Response(chosen))
+            start += size
+        return results
+
+    def finalize(self) -> None:
+        self.model = None
+        if self.stream is not None:
+            self.torch.cuda.empty_cache()
+
+
+# torch dtype name -> config data_type.
+_CONFIG_OF_TORCH = {torch_name: config for config, torch_name in TORCH_DTYPES.items()}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _to_host(torch, returned):
+    """Outputs moved to the CPU (inside the instance's stream)."""
+    if isinstance(returned, torch.Tensor):
+        return returned.to("cpu", non_blocking=False)
+    if isinstance(returned, tuple):
+        return tuple(_to_host(torch, value) for value in returned)
+    return returned

@@ -1,0 +1,60 @@
+"""The inputs of a batch as whole [N, ...] arrays, for framework backends that run a batch
+in one call (pytorch, tensorrt).
+
+The core lays a batch's rows out one request after another in the arena (batch-major
+assembly), so the requests' input arrays are usually consecutive slices of one tensor:
+`batch_major` gives that tensor as a view, without a copy, and copies only when the
+rows are not consecutive. Where the worker hands the batch's tensors over itself
+(`Batch.tensors`, by input name), those are used as they are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from naiad.backends.base import Batch
+
+
+def batch_major(batch: Batch, batching: bool) -> list:
+    """Each input of the batch (in the first request's order) as one array: for a batching
+    model the [N, ...] concatenation of the requests' rows, without a copy where the core
+    laid them out one after another (the common case); else the one request's arrays."""
+    first = batch.arrays[0]
+    if len(batch.arrays) == 1 or not batching:
+        return list(first)
+    tensors = getattr(batch, "tensors", None)
+    names = batch.headers[0].input_names
+    if tensors and all(name in tensors for name in names):
+        return [tensors[name] for name in names]
+    per_request = batch.arrays
+    if any(header.input_names != names for header in batch.headers):
+        # A request that named its inputs in another order: its arrays by the first's order.
+        per_request = [
+            arrays
+            if header.input_names == names
+            else [arrays[header.input_names.index(name)] for name in names]
+            for header, arrays in zip(batch.headers, batch.arrays)
+        ]
+    return [
+        _rows_together([arrays[index] for arrays in per_request]) for index in range(len(first))
+    ]
+
+
+def _rows_together(parts: list) -> np.ndarray:
+    """One [N, ...] array of consecutive row blocks: a view when each part starts where the
+    previous one ends in the same buffer, else a copy."""
+    head = parts[0]
+    if head.dtype != object and all(part.flags.c_contiguous for part in parts):
+        base = head.base
+        address = head.__array_interface__["data"][0]
+        end = address + head.nbytes
+        for part in parts[1:]:
+            if part.base is not base or part.__array_interface__["data"][0] != end:
+                break
+            end += part.nbytes
+        else:
+            if base is not None:
+                rows = sum(part.shape[0] for part in parts)
+                origin = np.frombuffer(base, np.uint8).__array_interface__["data"][0]
+                return np.ndarray((rows, *head.shape[1:]), head.dtype, base, address - origin)
+    return np.concatenate(parts)
