@@ -257,6 +257,8 @@ class Worker:
         # covers checking the results, not building the block (respond_results does that
         # in C++, with the copy into the arena).
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
+        if len(_OUTPUT_NAMES) > 4096:  # a model inventing output names
+            _OUTPUT_NAMES.clear()
         # One response block: every request's final response, and the batch ends.
         if not self.endpoint.respond_results(
             batch_id, results, timings, True, Response, _FAST_WIRE, _OUTPUT_NAMES, _wire_one
