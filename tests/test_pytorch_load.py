@@ -83,6 +83,18 @@ def test_consecutive_rows_are_one_view_without_copy():
     np.testing.assert_array_equal(whole, [[1, 1], [2, 2], [2, 2]])
 
 
+def test_requests_naming_inputs_in_another_order():
+    arena = memoryview(bytearray(64))
+    a1, b1 = np.ndarray((1, 2), np.float32, arena, 0), np.ndarray((1, 2), np.float32, arena, 8)
+    b2, a2 = np.ndarray((1, 2), np.float32, arena, 16), np.ndarray((1, 2), np.float32, arena, 24)
+    a1[:], b1[:], b2[:], a2[:] = 1, 2, 3, 4
+    first = RequestHeader("", (("A", "FP32", (1, 2)), ("B", "FP32", (1, 2))), [], {})
+    second = RequestHeader("", (("B", "FP32", (1, 2)), ("A", "FP32", (1, 2))), [], {})
+    a, b = batch_major(Batch([first, second], [[a1, b1], [b2, a2]]), True)
+    np.testing.assert_array_equal(a, [[1, 1], [4, 4]])
+    np.testing.assert_array_equal(b, [[2, 2], [3, 3]])
+
+
 def test_scattered_rows_are_gathered():
     arena = memoryview(bytearray(64))
     first = np.ndarray((1, 2), np.float32, arena, 0)
@@ -160,8 +172,10 @@ def test_unsupported_datatype(tmp_path, torch_models):
     folder = torch_models.build_model(tmp_path, "pt_rejects", config)
     with pytest.raises(RuntimeError) as error:
         _load(folder, "pt_rejects")
-    assert str(error.value) == (
-        "unsupported datatype TYPE_UINT32 for input 'INPUT__0' for model 'pt_rejects'"
+    # Triton's message, then the config file and what the backend takes.
+    assert str(error.value).startswith(
+        "unsupported datatype TYPE_UINT32 for input 'INPUT__0' for model 'pt_rejects' "
+        f"({folder / 'config.pbtxt'}; the pytorch backend takes BOOL, UINT8,"
     )
 
 
@@ -251,3 +265,135 @@ def test_server_without_torch(tmp_path, monkeypatch):
     finally:
         server.stop()
     assert (EXAMPLE_MODELS / "mlp_torch" / "1" / "model.pt").is_file()
+
+
+# -- execution in-process (the rest is black-box in test_pytorch_backend.py) ---------------------
+
+
+def _batch(requests_inputs: list[dict]) -> Batch:
+    """A Batch of requests given as {name: array}, arrays laid out one after another."""
+    headers, arrays = [], []
+    for inputs in requests_inputs:
+        headers.append(
+            RequestHeader(
+                "",
+                tuple((name, "", tuple(array.shape)) for name, array in inputs.items()),
+                [],
+                {},
+            )
+        )
+        arrays.append(list(inputs.values()))
+    return Batch(headers, arrays)
+
+
+def _outputs(result) -> dict:
+    assert not isinstance(result, pytorch_backend.RequestError), result
+    return dict(result.outputs)
+
+
+def test_other_names_bind_in_config_order(tmp_path, torch_models):
+    backend = _load(torch_models.build_model(tmp_path, "pt_strict"), "pt_strict")
+    assert backend.input_convention == STRICT_CONFIG_ORDERING
+    a = np.array([10, 20, 30], np.int32)
+    b = np.array([1, 2, 3], np.int32)
+    # A is the config's first input, so forward()'s first argument, whatever the request's
+    # order: A * 2 + B.
+    (result,) = backend.execute(_batch([{"B": b, "A": a}]))
+    np.testing.assert_array_equal(_outputs(result)["RESULT"], [21, 42, 63])
+
+
+def test_dict_input_gets_tensors_by_config_name(tmp_path, torch_models):
+    backend = _load(torch_models.build_model(tmp_path, "pt_dict"), "pt_dict")
+    assert backend.dict_input
+    x = np.array([[1, 2], [5, 6]], np.float64)
+    y = np.array([[3, 4], [7, 8]], np.float64)
+    first, second = backend.execute(_batch([{"x": x[:1], "y": y[:1]}, {"x": x[1:], "y": y[1:]}]))
+    np.testing.assert_array_equal(_outputs(first)["OUTPUT__0"], [[31, 42]])
+    np.testing.assert_array_equal(_outputs(second)["OUTPUT__0"], [[75, 86]])
+
+
+def test_output_of_another_datatype_than_configured(tmp_path, torch_models):
+    backend = _load(torch_models.build_model(tmp_path, "pt_wrong_type"), "pt_wrong_type")
+    (result,) = backend.execute(_batch([{"INPUT__0": np.ones((1, 2), np.float32)}]))
+    assert isinstance(result, pytorch_backend.RequestError)
+    assert result.code == pytorch_backend.INVALID_ARG
+    assert result.message == (
+        "configuration expects datatype TYPE_FP32 for output 'OUTPUT__0', model provides TYPE_INT64"
+    )
+
+
+# -- auto-complete (the framework: repository/autocomplete.py) -----------------------------------
+
+
+def _autocomplete():
+    return pytest.importorskip(
+        "naiad.repository.autocomplete", reason="the auto-complete framework is not merged here"
+    )
+
+
+def test_auto_complete_fills_the_backend_fields_only(tmp_path, torch_models):
+    """Triton's server fills backend, platform and default_model_filename from model.pt;
+    its pytorch backend adds nothing (inputs and outputs stay as the config has them)."""
+    autocomplete = _autocomplete()
+    folder = torch_models.build_model(tmp_path, "pt_named")
+    text = (folder / "config.pbtxt").read_text().replace('platform: "pytorch_libtorch"\n', "")
+    (folder / "config.pbtxt").write_text(text)
+    config = config_to_json(autocomplete.load_completed_config(folder, "pt_named"))
+    assert (config["backend"], config["platform"], config["default_model_filename"]) == (
+        "pytorch",
+        "pytorch_libtorch",
+        "model.pt",
+    )
+    assert [tensor["name"] for tensor in config["input"]] == ["subtrahend", "minuend"]
+    assert config["max_batch_size"] == 4 and "dynamic_batching" not in config
+
+
+def test_without_config_the_load_says_what_is_missing(tmp_path, torch_models):
+    """No config.pbtxt: Triton finds the backend from model.pt, completes no inputs, and the
+    pytorch backend refuses the load for the inputs forward() takes."""
+    autocomplete = _autocomplete()
+    folder = torch_models.build_model(tmp_path, "pt_named")
+    (folder / "config.pbtxt").unlink()
+    config = autocomplete.load_completed_config(folder, "pt_named")
+    assert config.backend == "pytorch" and not config.input
+    args = {
+        "model_config": json.dumps(config_to_json(config)),
+        "model_name": "pt_named",
+        "model_version": "1",
+        "model_repository": str(folder),
+        "model_instance_kind": "CPU",
+        "model_instance_name": "pt_named_0",
+        "model_instance_device_id": "0",
+    }
+    with pytest.raises(RuntimeError) as error:
+        pytorch_backend.PyTorchBackend(args)
+    assert str(error.value).startswith(
+        "unable to load model 'pt_named', configuration expects 0 inputs, model provides 2"
+    )
+
+
+def test_warmup_runs_through_the_pytorch_backend(tmp_path, torch_models):
+    """model_warmup (the worker's generic warmup) on a TorchScript model: zero data runs;
+    a sample the model rejects fails the load with Triton's warmup message."""
+    from naiad.worker.warmup import WarmupError, run_warmup
+
+    warmup = (
+        'model_warmup [ { name: "zeros" batch_size: 3 count: 2 '
+        'inputs { key: "INPUT__0" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]\n'
+    )
+    config = torch_models.MODELS["pt_rejects"][0] + warmup
+    folder = torch_models.build_model(tmp_path / "good", "pt_rejects", config)
+    backend = _load(folder, "pt_rejects")
+    args = {
+        "model_config": json.dumps(config_to_json(load_model_config(folder, "pt_rejects"))),
+        "model_repository": str(folder),
+    }
+    assert run_warmup(backend, args) == 2
+    bad = config.replace("dims: [ 4 ] zero_data", "dims: [ 3 ] zero_data")
+    folder = torch_models.build_model(tmp_path / "bad", "pt_rejects", bad)
+    backend = _load(folder, "pt_rejects")
+    args["model_config"] = json.dumps(config_to_json(load_model_config(folder, "pt_rejects")))
+    with pytest.raises(WarmupError) as error:
+        run_warmup(backend, args)
+    assert error.value.message.startswith("failed to run warmup sample 'zeros': ")
+    assert "PyTorch execute failure" in error.value.message

@@ -43,7 +43,10 @@ def _input(name, array):
     return tensor
 
 
-def test_concurrent_calls_form_one_batch(server, client):
+def test_concurrent_calls_form_one_batch(server):
+    """Four calls at once, one per connection, each connection having made one call before
+    (to a model without a delay): the server knows four connections that may still call,
+    so the batch waits for preferred_batch_size 4."""
     rows = [np.full((1, 4), float(i), dtype=np.float32) for i in range(4)]
     results = [None] * 4
     done = threading.Semaphore(0)
@@ -55,10 +58,25 @@ def test_concurrent_calls_form_one_batch(server, client):
 
         return callback
 
-    for index, row in enumerate(rows):
-        client.async_infer("pt_batching", [_input("INPUT__0", row)], keep(index))
-    for _ in rows:
-        assert done.acquire(timeout=TIMEOUT)
+    # A subchannel pool of its own per client: one TCP connection each (grpcio would
+    # otherwise share one connection between channels to the same address).
+    clients = [
+        grpcclient.InferenceServerClient(
+            f"{server.host}:{server.grpc_port}",
+            channel_args=[("grpc.use_local_subchannel_pool", 1)],
+        )
+        for _ in rows
+    ]
+    try:
+        for c in clients:
+            c.infer("pt_dtypes", _dtype_inputs(np.random.default_rng(0), rows=1))
+        for index, (c, row) in enumerate(zip(clients, rows)):
+            c.async_infer("pt_batching", [_input("INPUT__0", row)], keep(index))
+        for _ in rows:
+            assert done.acquire(timeout=TIMEOUT)
+    finally:
+        for c in clients:
+            c.close()
     model = torch.jit.load(str(server.repository / "pt_batching" / "1" / "model.pt"))
     with torch.inference_mode():
         expected = model(torch.from_numpy(np.concatenate(rows)))[0].numpy()
@@ -69,18 +87,27 @@ def test_concurrent_calls_form_one_batch(server, client):
     assert [entry["batch_size"] for entry in stats["model_stats"][0]["batch_stats"]] == [4]
 
 
-def test_every_supported_datatype_round_trips(client):
-    rng = np.random.default_rng(5)
+def _dtype_arrays(rng, rows=3):
+    """One [rows, 2] array per datatype of DTYPES, random over the type's whole range."""
     arrays = []
     for name, _dtype in DTYPES:
         if name == "BOOL":
-            arrays.append(rng.integers(0, 2, (3, 2)).astype(np.bool_))
+            arrays.append(rng.integers(0, 2, (rows, 2)).astype(np.bool_))
         elif name.startswith("FP"):
-            arrays.append(rng.standard_normal((3, 2)).astype(f"<f{int(name[2:]) // 8}"))
+            arrays.append(rng.standard_normal((rows, 2)).astype(f"<f{int(name[2:]) // 8}"))
         else:
             dtype = np.dtype(name.lower())
             info = np.iinfo(dtype)
-            arrays.append(rng.integers(info.min, info.max, (3, 2), endpoint=True, dtype=dtype))
+            arrays.append(rng.integers(info.min, info.max, (rows, 2), endpoint=True, dtype=dtype))
+    return arrays
+
+
+def _dtype_inputs(rng, rows=3):
+    return [_input(f"INPUT__{i}", array) for i, array in enumerate(_dtype_arrays(rng, rows))]
+
+
+def test_every_supported_datatype_round_trips(client):
+    arrays = _dtype_arrays(np.random.default_rng(5))
     result = client.infer(
         "pt_dtypes", [_input(f"INPUT__{i}", array) for i, array in enumerate(arrays)]
     )

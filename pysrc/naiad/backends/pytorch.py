@@ -191,6 +191,7 @@ class PyTorchBackend(Backend):
         else:
             self.device = torch.device("cpu")
 
+        self.config_path = Path(args["model_repository"]) / "config.pbtxt"
         filename = config.get("default_model_filename") or DEFAULT_MODEL_FILENAME
         self.path = path = Path(args["model_repository"]) / args["model_version"] / filename
         if not path.is_file():
@@ -315,7 +316,8 @@ class PyTorchBackend(Backend):
         if datatype not in TORCH_DTYPES and datatype != "TYPE_STRING":
             raise RuntimeError(
                 f"unsupported datatype {datatype} for {kind} '{tensor['name']}' for model "
-                f"'{self.name}'"
+                f"'{self.name}' ({self.config_path}; the pytorch backend takes "
+                "BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64 and STRING)"
             )
         if datatype == "TYPE_STRING":
             dims = (tensor.get("reshape") or {}).get("shape") if "reshape" in tensor else None

@@ -26,8 +26,17 @@ def batch_major(batch: Batch, batching: bool) -> list:
     names = batch.headers[0].input_names
     if tensors and all(name in tensors for name in names):
         return [tensors[name] for name in names]
+    per_request = batch.arrays
+    if any(header.input_names != names for header in batch.headers):
+        # A request that named its inputs in another order: its arrays by the first's order.
+        per_request = [
+            arrays
+            if header.input_names == names
+            else [arrays[header.input_names.index(name)] for name in names]
+            for header, arrays in zip(batch.headers, batch.arrays)
+        ]
     return [
-        _rows_together([arrays[index] for arrays in batch.arrays]) for index in range(len(first))
+        _rows_together([arrays[index] for arrays in per_request]) for index in range(len(first))
     ]
 
 
