@@ -18,9 +18,11 @@ namespace naiad {
 //              worker's tag for it, `desc_offset`/`size` a response block of one
 //              response (request_index 0) that the worker frees once read.
 //   kRefused   the core could not queue the worker's request `batch_id` (tag):
-//              `n_requests` is a SubmitResult, or a CompletionStatus when it was
-//              queued but failed without a final response.
+//              `n_requests` is a SubmitResult, or kRefusedQueued | a CompletionStatus
+//              (core.h's included) when it was queued but failed without a final
+//              response.
 enum class MessageKind : uint32_t { kBatch = 1, kStop = 2, kResponse = 3, kRefused = 4 };
+constexpr uint32_t kRefusedQueued = 0x100;
 
 struct BatchMessage {
   uint64_t batch_id;

@@ -206,7 +206,14 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
   bool left = false;  // completions for poll(): requests that failed here
   idle_.clear();
   for (const Instance* instance : model.instances) {
-    if (instance->up && !instance->busy) idle_.push_back(instance->id);
+    if (instance->up && instance->busy == 0) idle_.push_back(instance->id);
+  }
+  // Then the instances waiting on their own requests (BLS): they take batches nested
+  // in that wait, so no caller waits for its own instance.
+  for (const Instance* instance : model.instances) {
+    if (instance->up && instance->busy != 0 && takes_batch_locked(*instance)) {
+      idle_.push_back(instance->id);
+    }
   }
   placements_.clear();
   model.deadline_ns =
@@ -217,7 +224,7 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
     for (Instance* candidate : model.instances) {
       if (candidate->id == placement.instance) instance = candidate;
     }
-    if (instance == nullptr || !instance->up || instance->busy) {
+    if (instance == nullptr || !instance->up || !takes_batch_locked(*instance)) {
       // A scheduler bug must not wedge two batches on one channel: fail them.
       reject_locked(placement.requests, kCompletionWorkerFailed);
       left = true;
@@ -241,7 +248,7 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
     // One batch in flight per instance, but the ring may also hold responses to the
     // worker's own requests: a full ring queues the batch behind them, never drops it.
     send_to_worker_locked(*instance, message);
-    instance->busy = true;
+    ++instance->busy;
     batch.dispatch_ns = now;
     batch.answered.assign(batch.requests.size(), false);
     if (model.scheduler->preserve_ordering()) model.order.push_back(batch.id);
@@ -435,8 +442,18 @@ void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& me
     finish_locked(batch, message.status);
     in_flight_.erase(it);
     Instance* instance = find_instance_locked(instance_id);
-    if (instance != nullptr) instance->busy = false;
+    if (instance != nullptr && instance->busy != 0) --instance->busy;
   }
+}
+
+bool Core::takes_batch_locked(const Instance& instance) {
+  return instance.busy == 0 || (instance.routed != 0 && instance.busy < kMaxNestedBatches);
+}
+
+void Core::erase_route_locked(std::unordered_map<uint64_t, Route>::iterator route) {
+  Instance* submitter = find_instance_locked(route->second.instance_id);
+  if (submitter != nullptr && submitter->routed != 0) --submitter->routed;
+  routes_.erase(route);
 }
 
 void Core::send_to_worker_locked(Instance& instance, const BatchMessage& message) {
@@ -454,10 +471,10 @@ void Core::refuse_routed_locked(uint64_t request_id, uint32_t status) {
   if (route == routes_.end()) return;
   Instance* submitter = find_instance_locked(route->second.instance_id);
   if (submitter != nullptr) {
-    send_to_worker_locked(*submitter,
-                          BatchMessage{route->second.tag, 0, status, MessageKind::kRefused, 0});
+    send_to_worker_locked(*submitter, BatchMessage{route->second.tag, 0, kRefusedQueued | status,
+                                                   MessageKind::kRefused, 0});
   }
-  routes_.erase(route);
+  erase_route_locked(route);
 }
 
 bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
@@ -472,14 +489,26 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
     }
     return for_frontend;
   }
+  std::vector<uint64_t> stats;  // RoutedStats of the routed requests finished here
+  const uint64_t now = clock_();
   for (uint32_t r = 0; r < view->header->n_responses; ++r) {
     const ResponseRecord& record = view->records[r];
     if (record.request_index >= batch.requests.size()) continue;
-    const uint64_t id = batch.requests[record.request_index].id;
+    const QueuedRequest& queued = batch.requests[record.request_index];
+    const uint64_t id = queued.id;
     auto route = routes_.find(id);
     if (route == routes_.end()) {
       for_frontend = true;
       continue;
+    }
+    if ((record.flags & kResponseFinal) != 0 && (record.flags & kResponseError) == 0) {
+      if (stats.empty()) stats.assign(kRoutedStatsSize, 0);
+      stats[kRoutedCount] += 1;
+      stats[kRoutedRows] += queued.batch_size;
+      if (batch.dispatch_ns > queued.enqueue_ns) {
+        stats[kRoutedQueueNs] += batch.dispatch_ns - queued.enqueue_ns;
+      }
+      if (now > queued.enqueue_ns) stats[kRoutedRequestNs] += now - queued.enqueue_ns;
     }
     // The submitter gets the response in a block of its own (a copy: the block is
     // shared with the batch's other requests), tagged with the batch it is running so
@@ -503,7 +532,14 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
     write_response_block(arena_.base() + block, entries, view->header->timings);
     send_to_worker_locked(*submitter,
                           BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
-    if ((record.flags & kResponseFinal) != 0) routes_.erase(route);
+    if ((record.flags & kResponseFinal) != 0) erase_route_locked(route);
+  }
+  if (!stats.empty()) {
+    for (int t = 1; t < 4; ++t) stats[kRoutedComputeInputNs + t - 1] = view->header->timings[t];
+    bool whole = stats[kRoutedCount] == batch.requests.size();
+    stats[kRoutedWholeBatch] = whole ? 1 : 0;
+    done_.push_back(Completion{batch.id, kCompletionRouted, batch.instance_id, 0, 0,
+                               batch.dispatch_ns, std::move(stats)});
   }
   return for_frontend;
 }
@@ -539,6 +575,7 @@ void Core::take_submits_locked(Instance& instance) {
         arena_.free(block);
       } else {
         routes_[id] = Route{instance_id, message.tag};
+        ++instance.routed;
       }
     }
     if (refused != 0) {
@@ -610,13 +647,14 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
   for (auto route = routes_.begin(); route != routes_.end();) {
     route = route->second.instance_id == instance_id ? routes_.erase(route) : std::next(route);
   }
+  instance.routed = 0;
   if (find_locked(instance.model) == nullptr) {
     // Its model was removed and no process uses the channel any more.
     free_instance_locked(instance);
   } else {
     instance.up = false;
     instance.running = false;
-    instance.busy = false;
+    instance.busy = 0;
     instance.backlog.clear();
     ch->reset();
   }
@@ -636,7 +674,7 @@ void Core::instance_up(uint32_t instance_id) {
   // was reset when created and when the previous worker died (instance_down).
   instance->up = true;
   instance->running = true;
-  instance->busy = false;
+  instance->busy = 0;
   if (dispatch_locked(*model, clock_())) notify_frontend();
 }
 

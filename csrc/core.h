@@ -49,6 +49,21 @@ using Clock = std::function<uint64_t()>;
 // Completion statuses beyond channel.h's, for requests that never ran.
 constexpr int32_t kCompletionTimedOut = 3;   // queue timeout under REJECT
 constexpr int32_t kCompletionModelGone = 4;  // queued when its model was removed
+// Statistics only, for the frontend: requests workers submitted (BLS, ensemble steps)
+// that got their final response from instance `instance_id`. Nothing to answer or
+// free; `request_ids` carries kRoutedStatsSize numbers (RoutedStats order).
+constexpr int32_t kCompletionRouted = 5;
+enum RoutedStats : uint32_t {
+  kRoutedCount = 0,           // requests
+  kRoutedRows = 1,            // their batch items
+  kRoutedQueueNs = 2,         // summed time from queued to dispatched
+  kRoutedRequestNs = 3,       // summed time from queued to their final response
+  kRoutedComputeInputNs = 4,  // the batch's worker timings (ResponseHeader)
+  kRoutedComputeInferNs = 5,
+  kRoutedComputeOutputNs = 6,
+  kRoutedWholeBatch = 7,  // 1: every request of the batch was routed (an execution)
+  kRoutedStatsSize = 8,
+};
 
 struct Completion {
   uint64_t batch_id;  // 0 for requests that never ran
@@ -160,7 +175,12 @@ class Core {
     int wake_fd;
     bool up = false;       // takes new batches
     bool running = false;  // a worker process may use the channel (it may be stopping)
-    bool busy = false;
+    // Batches on it: one, or more while its worker waits for responses to its own
+    // requests (BLS, ensemble steps) and takes batches nested in that wait
+    // (takes_batch_locked), so a model that calls itself, or a caller whose only
+    // instance is busy, cannot deadlock.
+    uint32_t busy = 0;
+    uint32_t routed = 0;  // its own requests (routes_) not finished yet
     // Messages for the worker that found its ring full (responses to its own
     // requests): sent first in the next poll(); nothing is dropped.
     std::deque<BatchMessage> backlog;
@@ -209,6 +229,11 @@ class Core {
   // Tells the submitter of routed request `request_id` it failed (kRefused).
   void refuse_routed_locked(uint64_t request_id, uint32_t status);
   void send_to_worker_locked(Instance& instance, const BatchMessage& message);
+  // Whether the instance takes a batch now: idle, or waiting for its own requests'
+  // responses with fewer than kMaxNestedBatches batches on it.
+  static bool takes_batch_locked(const Instance& instance);
+  // Forgets a route, keeping its submitter's `routed` count.
+  void erase_route_locked(std::unordered_map<uint64_t, Route>::iterator route);
   // The batch is over: its inputs and descriptor go, and its requests that got no
   // final response fail with `status` (kCompletionWorkerFailed when it ran).
   void finish_locked(Batch& batch, int32_t status);
@@ -245,6 +270,8 @@ class Core {
   uint32_t next_instance_id_ = 0;
   std::unordered_map<uint64_t, Batch> in_flight_;
   std::unordered_map<uint64_t, Route> routes_;  // by request id
+  // Batches one instance may hold at once while it waits on its own requests.
+  static constexpr uint32_t kMaxNestedBatches = 16;
   // Ids of requests workers submit: a range of their own, apart from the frontend's.
   uint64_t next_routed_id_ = uint64_t{1} << 62;
   std::vector<Completion> done_;  // left for poll() by dispatch and the timer thread

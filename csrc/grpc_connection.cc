@@ -165,6 +165,30 @@ std::string GrpcConnection::take_output() {
 }
 
 bool GrpcConnection::send_message(uint32_t stream_id, std::string_view payload) {
+  return send_message(stream_id, &payload, 1);
+}
+
+namespace {
+
+// Appends bytes [from, to) of the concatenation of `parts` to `out`.
+void append_range(const std::string_view* parts, size_t n_parts, size_t from, size_t to,
+                  std::string* out) {
+  size_t start = 0;
+  for (size_t i = 0; i < n_parts && from < to; ++i) {
+    size_t end = start + parts[i].size();
+    if (from < end) {
+      size_t n = std::min(end, to) - from;
+      out->append(parts[i].data() + (from - start), n);
+      from += n;
+    }
+    start = end;
+  }
+}
+
+}  // namespace
+
+bool GrpcConnection::send_message(uint32_t stream_id, const std::string_view* parts,
+                                  size_t n_parts) {
   auto it = streams_.find(stream_id);
   if (closed_ || it == streams_.end() || it->second.finishing || it->second.discard) return false;
   Stream& s = it->second;
@@ -172,14 +196,21 @@ bool GrpcConnection::send_message(uint32_t stream_id, std::string_view payload) 
     s.outbound.clear();
     s.outbound_pos = 0;
   }
-  char prefix[5] = {0,  // not compressed: we answer with identity
-                    static_cast<char>(payload.size() >> 24),
-                    static_cast<char>(payload.size() >> 16), static_cast<char>(payload.size() >> 8),
-                    static_cast<char>(payload.size())};
+  size_t size = 0;
+  for (size_t i = 0; i < n_parts; ++i) size += parts[i].size();
+  // The 5-byte prefix is one more piece in front: not compressed, we answer with identity.
+  char prefix[5] = {0, static_cast<char>(size >> 24), static_cast<char>(size >> 16),
+                    static_cast<char>(size >> 8), static_cast<char>(size)};
+  std::vector<std::string_view> all;
+  all.reserve(n_parts + 1);
+  all.emplace_back(prefix, 5);
+  for (size_t i = 0; i < n_parts; ++i) all.push_back(parts[i]);
+  size_t total = 5 + size;
   if (!s.outbound.empty()) {  // behind earlier messages: queue it
-    s.outbound.append(prefix, 5);
-    s.outbound.append(payload.data(), payload.size());
-    queued_bytes_ += 5 + payload.size();
+    s.outbound.reserve(s.outbound.size() + total);
+    append_range(all.data(), all.size(), 0, total, &s.outbound);
+    queued_bytes_ += total;
+    copied_out_ += total;
     pump_stream(stream_id, s);
     return true;
   }
@@ -192,29 +223,22 @@ bool GrpcConnection::send_message(uint32_t stream_id, std::string_view payload) 
   }
   // What the windows allow goes straight from the caller's bytes into the output (one
   // copy, not two); only the rest waits in the stream's queue.
-  size_t total = 5 + payload.size();
   int64_t window = std::min(conn_send_window_, s.send_window);
   size_t now = window > 0 ? std::min<size_t>(total, static_cast<size_t>(window)) : 0;
   output_.reserve(output_.size() + now + 9 * (now / peer_max_frame_size_ + 1));
   for (size_t pos = 0; pos < now;) {
     size_t n = std::min<size_t>(now - pos, peer_max_frame_size_);
     write_frame_header(kData, 0, stream_id, n);
-    size_t end = pos + n;
-    if (pos < 5) output_.append(prefix + pos, std::min<size_t>(end, 5) - pos);
-    if (end > 5) {
-      size_t from = pos > 5 ? pos - 5 : 0;
-      output_.append(payload.data() + from, end - 5 - from);
-    }
-    pos = end;
+    append_range(all.data(), all.size(), pos, pos + n, &output_);
+    pos += n;
   }
   conn_send_window_ -= static_cast<int64_t>(now);
   s.send_window -= static_cast<int64_t>(now);
   if (now < total) {
-    if (now < 5) s.outbound.append(prefix + now, 5 - now);
-    size_t from = now > 5 ? now - 5 : 0;
-    s.outbound.append(payload.data() + from, payload.size() - from);
+    append_range(all.data(), all.size(), now, total, &s.outbound);
     queued_bytes_ += total - now;
   }
+  copied_out_ += total;
   return true;
 }
 
@@ -272,6 +296,7 @@ bool GrpcConnection::pump_stream(uint32_t stream_id, Stream& s) {
     size_t n = std::min<size_t>(
         {s.outbound.size() - s.outbound_pos, static_cast<size_t>(window), peer_max_frame_size_});
     write_frame(kData, 0, stream_id, std::string_view(s.outbound).substr(s.outbound_pos, n));
+    copied_out_ += n;
     s.outbound_pos += n;
     conn_send_window_ -= n;
     s.send_window -= n;
@@ -393,6 +418,7 @@ void GrpcConnection::receive(const char* data, size_t size, std::vector<Event>* 
     }
     size_t n = std::min(need - input_.size(), in.size());
     input_.append(in.data(), n);
+    copied_in_ += n;
     in.remove_prefix(n);
     if (input_.size() < need) return;
     std::string frame;
@@ -423,6 +449,7 @@ void GrpcConnection::receive(const char* data, size_t size, std::vector<Event>* 
       }
     }
     input_.assign(in.data(), in.size());
+    copied_in_ += in.size();
   }
 }
 
@@ -562,6 +589,7 @@ void GrpcConnection::on_data(uint8_t flags, uint32_t stream_id, std::string_view
     return;
   }
   s.inbound.append(payload.data(), payload.size());
+  copied_in_ += payload.size();
   take_messages(stream_id, s, events);
 }
 
@@ -602,6 +630,7 @@ void GrpcConnection::take_messages(uint32_t stream_id, Stream& s, std::vector<Ev
       pos = 0;
     } else {
       e.message.assign(s.inbound, pos + 5, length);
+      copied_in_ += length;
       pos += 5 + length;
     }
     events->push_back(std::move(e));

@@ -104,6 +104,11 @@ class GrpcConnection {
   // Queues one gRPC message on a call (response headers go first, once). False when
   // the stream is gone (cancelled, reset, or the connection closed): drop the answer.
   bool send_message(uint32_t stream_id, std::string_view payload);
+  // The same, for a message given as pieces to send one after the other (e.g. a
+  // response's own bytes and its tensors in the result block, grpc_infer_message.h's
+  // infer_response_parts): the pieces are copied once, straight into the frames, or
+  // into the stream's queue for what the flow-control windows do not allow yet.
+  bool send_message(uint32_t stream_id, const std::string_view* parts, size_t n_parts);
   // Ends a call with grpc-status / grpc-message trailers, after its queued messages.
   bool finish(uint32_t stream_id, int status, std::string_view message);
   // Cancels a call from our side (RST_STREAM with `code`), e.g. at its deadline.
@@ -114,7 +119,13 @@ class GrpcConnection {
 
   // Bytes to write to the peer, in order (moved out).
   std::string take_output();
+  // The same, swapped into `out` (whatever `out` held is dropped).
+  void take_output(std::string* out) {
+    out->clear();
+    out->swap(output_);
+  }
   bool has_output() const { return !output_.empty(); }
+  size_t output_size() const { return output_.size(); }
 
   // A connection error was sent (GOAWAY): write the output, then close the socket.
   bool closed() const { return closed_; }
@@ -123,6 +134,12 @@ class GrpcConnection {
   size_t open_streams() const { return streams_.size(); }
   // Bytes queued on streams waiting for the peer's flow-control window.
   size_t queued_bytes() const { return queued_bytes_; }
+  // Bytes of gRPC messages copied inside the connection (the copy count a test checks):
+  // in, a frame carried to the next receive() and a message put together from its DATA
+  // frames; out, a message into the frames or into a stream's queue, and from that
+  // queue into frames.
+  uint64_t copied_in() const { return copied_in_; }
+  uint64_t copied_out() const { return copied_out_; }
   // Why the connection was closed ("" when it was not).
   const std::string& error() const { return error_; }
 
@@ -203,6 +220,8 @@ class GrpcConnection {
   uint32_t goaway_last_stream_ = 0x7fffffff;
   int64_t resets_net_ = 0;  // client resets of unanswered calls minus calls answered
   size_t queued_bytes_ = 0;
+  uint64_t copied_in_ = 0;
+  uint64_t copied_out_ = 0;
   std::map<uint32_t, Stream> streams_;  // open streams, by id (ordered: fair pumping)
 };
 

@@ -361,4 +361,51 @@ void write_infer_response(const ResponseToWrite& response, char* out, bool strea
   }
 }
 
+void infer_response_parts(const ResponseToWrite& response, bool streamed, std::string* scratch,
+                          std::vector<std::string_view>* parts) {
+  // Everything but the tensors' bytes goes into scratch; where a tensor goes, a part
+  // boundary. Written with the same Writer as write_infer_response, so the bytes match.
+  size_t tensors = 0;
+  for (const OutputToWrite& o : response.outputs) tensors += o.size;
+  size_t total = infer_response_size(response, streamed);
+  scratch->resize(total - tensors);
+  std::vector<size_t> cuts;  // scratch offsets where output i's data goes
+  cuts.reserve(response.outputs.size());
+  // The message without tensor bytes: the same fields, lengths as if they were there.
+  Writer w{scratch->data()};
+  if (streamed) {
+    w.key(2, kLength);
+    w.varint(body_size(response));
+  }
+  if (!response.model_name.empty()) w.bytes(1, response.model_name);
+  if (!response.model_version.empty()) w.bytes(2, response.model_version);
+  if (!response.id.empty()) w.bytes(3, response.id);
+  for (const OutputToWrite& o : response.outputs) {
+    w.key(5, kLength);
+    w.varint(output_size(o));
+    if (!o.name.empty()) w.bytes(1, o.name);
+    if (!o.datatype.empty()) w.bytes(2, o.datatype);
+    if (!o.shape.empty()) {
+      w.key(3, kLength);
+      w.varint(shape_size(o.shape));
+      for (int64_t d : o.shape) w.varint(static_cast<uint64_t>(d));
+    }
+  }
+  for (const OutputToWrite& o : response.outputs) {
+    w.key(6, kLength);
+    w.varint(o.size);
+    cuts.push_back(static_cast<size_t>(w.p - scratch->data()));
+  }
+  parts->clear();
+  std::string_view all(*scratch);
+  size_t from = 0;
+  for (size_t i = 0; i < response.outputs.size(); ++i) {
+    parts->push_back(all.substr(from, cuts[i] - from));
+    const OutputToWrite& o = response.outputs[i];
+    parts->push_back(std::string_view(reinterpret_cast<const char*>(o.data), o.size));
+    from = cuts[i];
+  }
+  parts->push_back(all.substr(from));
+}
+
 }  // namespace naiad::grpc

@@ -81,4 +81,12 @@ struct ResponseToWrite {
 size_t infer_response_size(const ResponseToWrite& response, bool streamed = false);
 void write_infer_response(const ResponseToWrite& response, char* out, bool streamed = false);
 
+// The same bytes as write_infer_response, as pieces to send one after the other, so a
+// connection copies the tensors once, from the result block into its frames: the
+// message's own bytes (tags, lengths, names, shapes) are written into `scratch`, and
+// `parts` alternates views into `scratch` with views of each output's data. `parts`
+// views `scratch` and the outputs' data: both must outlive its use.
+void infer_response_parts(const ResponseToWrite& response, bool streamed, std::string* scratch,
+                          std::vector<std::string_view>* parts);
+
 }  // namespace naiad::grpc

@@ -214,6 +214,22 @@ void GrpcResponseWriter::write(const InferResponse& response, char* out) const {
   grpc::write_infer_response(to_write(response, &scratch), out);
 }
 
+size_t GrpcResponseWriter::stream_size(const InferResponse& response) const {
+  std::vector<std::string> scratch;
+  return grpc::infer_response_size(to_write(response, &scratch), true);
+}
+
+void GrpcResponseWriter::stream_write(const InferResponse& response, char* out) const {
+  std::vector<std::string> scratch;
+  grpc::write_infer_response(to_write(response, &scratch), out, true);
+}
+
+void GrpcResponseWriter::parts(const InferResponse& response, bool streamed, std::string* scratch,
+                               std::vector<std::string_view>* parts) const {
+  std::vector<std::string> strings;  // unescaped names: written into `scratch`, not viewed
+  grpc::infer_response_parts(to_write(response, &strings), streamed, scratch, parts);
+}
+
 std::string grpc_error_message(const InferResponse& response) {
   return unescape_json(response.error_message);
 }

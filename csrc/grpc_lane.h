@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "framer.h"
 #include "kserve_codec.h"
@@ -30,6 +31,14 @@ class GrpcResponseWriter final : public ResponseWriter {
  public:
   size_t size(const InferResponse& response) const override;
   void write(const InferResponse& response, char* out) const override;
+  // As a ModelStreamInferResponse (the answer of one request on a ModelStreamInfer call).
+  size_t stream_size(const InferResponse& response) const;
+  void stream_write(const InferResponse& response, char* out) const;
+  // The same bytes as pieces for GrpcConnection::send_message, the tensors as views into
+  // the result block (grpc::infer_response_parts): a large answer is copied once, from
+  // the block into the frames.
+  void parts(const InferResponse& response, bool streamed, std::string* scratch,
+             std::vector<std::string_view>* parts) const;
 };
 
 // The plain text of an error answer's message (the result block keeps JSON escapes).

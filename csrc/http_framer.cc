@@ -30,7 +30,9 @@ void write_http(const InferResponse& response, size_t json_size, size_t body_siz
   out.put(status_line(http_status_of(response.error)));
   out.put("Content-Length: ");
   out.number(body_size);
-  if (response.error != ErrorKind::kNone || response.outputs.empty()) {
+  bool binary = false;
+  for (const ResponseOutput& output : response.outputs) binary |= !output.json;
+  if (response.error != ErrorKind::kNone || !binary) {
     out.put("\r\nContent-Type: application/json\r\n\r\n");
   } else {
     out.put("\r\nContent-Type: application/octet-stream\r\nInference-Header-Content-Length: ");
@@ -105,10 +107,12 @@ size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
     const char* start = reinterpret_cast<const char*>(data + consumed);
     ScannedRequest request;
     if (scan_request(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
-    if (!request.has_header_length) break;
+    // Without Inference-Header-Content-Length the whole body is JSON.
+    const size_t header_length =
+        request.has_header_length ? request.header_length : request.body_size;
     Taken& one = taken->emplace_back();
     if (!submit_to(request.target, data + consumed + request.body_offset, request.body_size,
-                   request.header_length, now_ns, &one)) {
+                   header_length, now_ns, &one)) {
       taken->pop_back();
       break;
     }

@@ -2,8 +2,9 @@
 // in received bytes (http_scan.h), routes them by URL to a codec model, reads their
 // KServe REST bodies (kserve_json.h) and queues them through the KServe codec
 // (kserve_codec.h); writes complete keep-alive HTTP responses (HttpResponseWriter).
-// The common request is what perf_analyzer and tritonclient send by default: binary
-// inputs after a JSON header, binary outputs. One the validator refuses is answered at
+// The common requests: what perf_analyzer and tritonclient send by default (binary
+// inputs after a JSON header, binary outputs) and plain KServe v2 JSON (tensors as JSON
+// `data` in and out, or any mix). One the validator refuses is answered at
 // once with Triton's 400; everything else goes to the Python front end (httptools and
 // the general path), which gives Triton's exact errors.
 //
@@ -26,7 +27,8 @@
 namespace naiad {
 
 // KServe REST over HTTP/1.1: status line, Content-Length, Content-Type and, with binary
-// outputs, Inference-Header-Content-Length; keep-alive (no Connection header).
+// outputs, Inference-Header-Content-Length (JSON outputs only: application/json);
+// keep-alive (no Connection header).
 class HttpResponseWriter final : public ResponseWriter {
  public:
   size_t size(const InferResponse& response) const override;

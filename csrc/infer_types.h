@@ -59,6 +59,14 @@ struct ParsedRequest {
   std::string_view parameters;  // the raw request parameters (a JSON object), or empty
   uint32_t priority = 0;        // the `priority` parameter, 0: the model's default
   uint64_t timeout_us = 0;      // the `timeout` parameter, 0: none
+  // JSON outputs (KServe REST): output_json[i] says output_names[i] goes back as JSON
+  // `data` rather than binary; json_unlisted says so of every output when none is
+  // listed. Framers without JSON data (gRPC) leave them empty / false.
+  std::vector<uint8_t> output_json;
+  bool json_unlisted = false;
+  // Wire bytes the reader made from JSON `data`: inputs' `data` may point into it (a
+  // vector, whose bytes stay put when the request is moved; do not copy one).
+  std::vector<uint8_t> converted;
 
   // Set by validate_request():
   std::vector<uint32_t> outputs;  // output_names as indices into ModelSpec::outputs
@@ -92,6 +100,7 @@ struct ResponseOutput {
   std::string_view shape;         // the dims as a JSON array text: "[1,16]"
   const uint8_t* data = nullptr;  // the tensor in wire layout, in the result block
   uint64_t size = 0;
+  bool json = false;  // goes back as JSON `data` (KServe REST), not as binary
 };
 
 // A response, protocol-neutral: what a framer serializes. Views point into the result

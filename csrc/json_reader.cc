@@ -106,6 +106,115 @@ bool JsonReader::raw_string(std::string_view* out) {
   return false;
 }
 
+namespace {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return c - 'A' + 10;
+}
+
+void put_utf8(uint32_t code, std::string* out) {
+  if (code < 0x80) {
+    out->push_back(static_cast<char>(code));
+  } else if (code < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (code >> 6)));
+    out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
+  } else if (code < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (code >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (code >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((code >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
+  }
+}
+
+}  // namespace
+
+bool JsonReader::string_into(std::string* out) {
+  if (!consume('"')) return false;
+  while (p_ < end_) {
+    unsigned char c = static_cast<unsigned char>(*p_);
+    if (c == '"') {
+      ++p_;
+      return true;
+    }
+    if (c < 0x20) return false;
+    if (c != '\\') {
+      size_t length = utf8_length(reinterpret_cast<const unsigned char*>(p_),
+                                  reinterpret_cast<const unsigned char*>(end_));
+      if (length == 0) return false;
+      out->append(p_, length);
+      p_ += length;
+      continue;
+    }
+    if (end_ - p_ < 2) return false;
+    char e = p_[1];
+    p_ += 2;
+    switch (e) {
+      case '"':
+      case '\\':
+      case '/':
+        out->push_back(e);
+        continue;
+      case 'b':
+        out->push_back('\b');
+        continue;
+      case 'f':
+        out->push_back('\f');
+        continue;
+      case 'n':
+        out->push_back('\n');
+        continue;
+      case 'r':
+        out->push_back('\r');
+        continue;
+      case 't':
+        out->push_back('\t');
+        continue;
+      case 'u':
+        break;
+      default:
+        return false;
+    }
+    auto hex4 = [&](uint32_t* code) {
+      if (end_ - p_ < 4) return false;
+      uint32_t value = 0;
+      for (int i = 0; i < 4; ++i) {
+        if (!is_hex(p_[i])) return false;
+        value = (value << 4) | static_cast<uint32_t>(hex_value(p_[i]));
+      }
+      p_ += 4;
+      *code = value;
+      return true;
+    };
+    uint32_t code;
+    if (!hex4(&code)) return false;
+    if (code >= 0xDC00 && code <= 0xDFFF) return false;  // a low surrogate alone
+    if (code >= 0xD800 && code <= 0xDBFF) {
+      uint32_t low;
+      if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u') return false;
+      p_ += 2;
+      if (!hex4(&low) || low < 0xDC00 || low > 0xDFFF) return false;
+      code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+    }
+    put_utf8(code, out);
+  }
+  return false;
+}
+
+bool JsonReader::number(std::string_view* text, bool* integral) {
+  skip_whitespace();
+  const char* start = p_;
+  if (!skip_number()) return false;
+  *text = std::string_view(start, static_cast<size_t>(p_ - start));
+  *integral = text->find_first_of(".eE") == std::string_view::npos;
+  return true;
+}
+
 bool JsonReader::uint(uint64_t* out) {
   skip_whitespace();
   const char* start = p_;

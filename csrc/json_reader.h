@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace naiad {
@@ -24,14 +25,24 @@ class JsonReader {
   // Any valid JSON string, its text between the quotes with escapes kept as they are,
   // for copying into another JSON document unchanged.
   bool raw_string(std::string_view* out);
+  // Any valid JSON string, unescaped: its UTF-8 bytes appended to `out`. A \u escape
+  // of a surrogate must be a high one followed by a low one (a pair).
+  bool string_into(std::string* out);
   // A non-negative integer without fraction or exponent, at most 18 digits.
   bool uint(uint64_t* out);
+  // Any JSON number: its text, and whether it has neither fraction nor exponent.
+  bool number(std::string_view* text, bool* integral);
   bool boolean(bool* out);
   // Any JSON value, nested at most `kMaxDepth` deep. `start` (optional) gets where it
   // began, after whitespace.
   bool skip_value(const char** start = nullptr);
   // Only whitespace is left.
   bool at_end();
+  // Skips whitespace; the next byte, or 0 at the end.
+  char peek() {
+    skip_whitespace();
+    return p_ < end_ ? *p_ : '\0';
+  }
 
   // Walks an object whose keys are plain strings: `on_member(key)` reads each value.
   // False if the object is malformed or `on_member` returns false.

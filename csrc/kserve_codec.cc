@@ -1,5 +1,7 @@
 #include "kserve_codec.h"
 
+#include "error_status.h"
+#include "kserve_json.h"
 #include "request_block.h"
 #include "request_validator.h"
 
@@ -24,23 +26,7 @@ ErrorKind error_kind_of_triton_code(int64_t code) {
   }
 }
 
-int http_status_of(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kNone:
-      return 200;
-    case ErrorKind::kNotFound:
-      return 404;
-    case ErrorKind::kInvalidArgument:
-    case ErrorKind::kAlreadyExists:
-      return 400;
-    case ErrorKind::kUnavailable:
-      return 503;
-    case ErrorKind::kUnsupported:
-      return 501;
-    default:
-      return 500;
-  }
-}
+int http_status_of(ErrorKind kind) { return error_status_of(kind).http_status; }
 
 uint32_t KServeCodec::add_model(ModelSpec model) {
   models_.push_back(std::move(model));
@@ -75,6 +61,8 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   recipe.model = model_index;
   recipe.id.assign(request.id.data(), request.id.size());
   recipe.outputs = std::move(request.outputs);
+  recipe.json = std::move(request.output_json);
+  recipe.json_all = request.json_unlisted;
   recipe.batch_size = request.batch_size;
   recipe.submit_ns = now_ns;
   return SubmitOutcome::kQueued;
@@ -113,15 +101,31 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
       response.parameters = outcome.parameters;
       for (size_t j = 0; j < outcome.output_count; ++j) {
         const ResultOutput& output = result.outputs[outcome.first_output + j];
+        bool json = recipe.json_all;
         if (!recipe.outputs.empty()) {
           bool wanted = false;
-          for (uint32_t requested : recipe.outputs) {
-            if (model.outputs[requested] == output.name) wanted = true;
+          for (size_t k = 0; k < recipe.outputs.size(); ++k) {
+            if (model.outputs[recipe.outputs[k]] == output.name) {
+              wanted = true;
+              json = k < recipe.json.size() && recipe.json[k];
+            }
           }
           if (!wanted) continue;
         }
-        response.outputs.push_back(ResponseOutput{output.name, output.datatype, output.shape,
-                                                  block + output.offset, output.size});
+        ResponseOutput out{output.name,           output.datatype, output.shape,
+                           block + output.offset, output.size,     json};
+        if (json) {
+          // What the general path answers when it cannot write an output as JSON.
+          std::string_view refusal = json_output_error(out, &response.error);
+          if (!refusal.empty()) {
+            response.error_message = refusal;
+            response.id.clear();
+            response.outputs.clear();
+            response.parameters = {};
+            break;
+          }
+        }
+        response.outputs.push_back(out);
       }
     }
     in_flight_.erase(found);

@@ -79,6 +79,9 @@ class KServeCodec {
     uint32_t model = 0;
     std::string id;
     std::vector<uint32_t> outputs;  // indices into ModelSpec::outputs; empty: all
+    // JSON outputs (ParsedRequest::output_json, json_unlisted), in the same order.
+    std::vector<uint8_t> json;
+    bool json_all = false;
     uint32_t batch_size = 1;
     uint64_t submit_ns = 0;
   };

@@ -73,7 +73,8 @@ void WorkerEndpoint::post(const CompletionMessage& message) {
   wake_frontend();
 }
 
-SubmitResult WorkerEndpoint::submit(uint64_t model, uint64_t tag, const SubmitRequest& request) {
+SubmitResult WorkerEndpoint::submit(uint64_t model, uint64_t tag, const SubmitRequest& request,
+                                    bool wake) {
   ScratchArray<const uint8_t*> sources(request.inputs.size());
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     if (request.inputs[i].kind != InputKind::kInline) return SubmitResult::kUnsupportedInput;
@@ -90,7 +91,7 @@ SubmitResult WorkerEndpoint::submit(uint64_t model, uint64_t tag, const SubmitRe
     wake_frontend();
     usleep(50);
   }
-  wake_frontend();
+  if (wake) wake_frontend();
   return SubmitResult::kOk;
 }
 

@@ -41,7 +41,12 @@ class WorkerEndpoint {
   // inputs are copied into a block of the arena, which the core takes over. Its
   // responses come back from next() as kResponse messages carrying `tag` (kRefused
   // if it cannot be served). kArenaFull or kUnsupportedInput: nothing was sent.
-  SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request);
+  // `wake` false leaves waking the frontend to a later wake() (several submits, one
+  // wake-up: the core then takes them in one poll and may batch them together).
+  SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request, bool wake = true);
+  // Wakes the frontend for what this worker left on its rings (unless a wake is
+  // already pending).
+  void wake() { wake_frontend(); }
 
   Arena& arena() { return arena_; }
 

@@ -29,8 +29,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scenarios import MODELS, SCENARIOS, Scenario, reference, select  # noqa: E402
+from scenarios import DEPENDS, MODELS, SCENARIOS, Scenario, reference, select  # noqa: E402
 from servers import PERF, TOOLS, NaiadServer, Server, TritonServer  # noqa: E402
+from wrk_load import run_wrk  # noqa: E402
 
 REPO_ROOT = PERF.parent
 MODELS_DIR = PERF / "models"
@@ -113,7 +114,9 @@ def build_repository(dest: Path, scenarios: list[Scenario]) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for model in sorted({s.model for s in scenarios}):
+    models = {s.model for s in scenarios}
+    models |= {d for s in scenarios for d in DEPENDS.get(s.model, ())}
+    for model in sorted(models):
         if model_missing(model) is None:
             shutil.copytree(MODELS_DIR / model, dest / model)
     return dest
@@ -122,7 +125,8 @@ def build_repository(dest: Path, scenarios: list[Scenario]) -> Path:
 def model_missing(model: str) -> str | None:
     root = MODELS_DIR / model
     backend = MODELS[model][1]
-    if backend == "python" and not (root / "1" / "model.py").exists():
+    ensemble = 'platform: "ensemble"' in (root / "config.pbtxt").read_text()
+    if backend == "python" and not ensemble and not (root / "1" / "model.py").exists():
         return f"{root}/1/model.py missing"
     if backend == "onnxruntime" and not (root / "1" / "model.onnx").exists():
         return "no 1/model.onnx in perf/models/add_sub_onnx (not generated yet)"
@@ -353,6 +357,49 @@ def run_perf_analyzer(
     return rows[0], client_cpu, ""
 
 
+# perf_analyzer's CSV has no average latency column: its parts add up to it.
+_LATENCY_PARTS = (
+    "Client Send",
+    "Network+Server Send/Recv",
+    "Server Queue",
+    "Server Compute Input",
+    "Server Compute Infer",
+    "Server Compute Output",
+    "Client Recv",
+)
+
+
+def average_latency_us(row: dict) -> float:
+    try:
+        return float(sum(float(row[part]) for part in _LATENCY_PARTS))
+    except (KeyError, ValueError):
+        return 0.0
+
+
+def run_wrk_point(
+    server: Server, scenario: Scenario, concurrency: int, settings: Settings, client_cpus
+) -> tuple[dict, float, str]:
+    """wrk for the scenario's windows, as run_perf_analyzer reports: (a row with
+    perf_analyzer's column names, client CPU seconds, error text or '')."""
+    seconds = max(1.0, settings.windows * settings.window_ms / 1000)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        result = run_wrk(server.http_url, scenario.body, concurrency, seconds, client_cpus)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        return {}, 0.0, f"wrk failed: {exc}"
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if result["errors"] or not result["rps"]:
+        return {}, client_cpu, f"wrk: {result['errors']} non-200 answers of {result['requests']}"
+    row = {
+        "Inferences/Second": result["rps"],
+        "p50 latency": result["p50_us"],
+        "p99 latency": result["p99_us"],
+        "Avg latency": result["avg_us"],
+    }
+    return row, client_cpu, ""
+
+
 # ---------------------------------------------------------------------------- one server
 
 
@@ -432,7 +479,10 @@ def measure(server, s: Scenario, c: int, settings, round_no, out, cpus, log) -> 
     cpu0, t0 = server.cpu_seconds(), time.monotonic()
     csv_path = out / "csv" / f"{server.label}-r{round_no}-{s.name}-c{c}.csv"
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    row, client_cpu, error = run_perf_analyzer(server, s, c, settings, client_cpus, csv_path)
+    if s.client == "wrk":
+        row, client_cpu, error = run_wrk_point(server, s, c, settings, client_cpus)
+    else:
+        row, client_cpu, error = run_perf_analyzer(server, s, c, settings, client_cpus, csv_path)
     wall = time.monotonic() - t0
     server_cpu = server.cpu_seconds() - cpu0
     after = server.statistics(s.model)
@@ -443,7 +493,7 @@ def measure(server, s: Scenario, c: int, settings, round_no, out, cpus, log) -> 
     point.throughput = float(row["Inferences/Second"])
     point.p50_us = float(row["p50 latency"])
     point.p99_us = float(row["p99 latency"])
-    point.avg_us = float(row.get("Avg latency") or 0)
+    point.avg_us = float(row.get("Avg latency") or 0) or average_latency_us(row)
     point.server_cpu_pct = 100.0 * server_cpu / wall
     point.client_cpu_pct = 100.0 * client_cpu / wall
     delta = stats_delta(before, after)

@@ -18,6 +18,9 @@ MODELS = {
     "mlp_onnx": ({"INPUT": (16,)}, "onnxruntime"),
     # a small conv classifier (tools/build_onnx_models.py): model compute dominates
     "conv_onnx": ({"INPUT": (3, 64, 64)}, "onnxruntime"),
+    # Pipelines (issue 13): an ensemble of two Python models, a BLS model calling add_sub.
+    "ensemble_add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
+    "bls_add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
 }
 # model -> bytes of one request's largest output, where it is not the size of INPUT0
 _OUTPUT_BYTES = {"mlp_onnx": 10 * 4, "conv_onnx": 10 * 4}
@@ -35,9 +38,16 @@ def _onnx_reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.n
     return dict(zip(names, session.run(names, inputs)))
 
 
+# model -> the models it calls, copied into the benchmark repository with it.
+DEPENDS = {"ensemble_add_sub": ("add_sub",), "bls_add_sub": ("add_sub",)}
+
+
 def reference(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """What the model must answer: used both to check a server and as the in-process limit."""
-    if model in ("add_sub", "add_sub_onnx"):
+    if model == "ensemble_add_sub":  # add_sub twice: (a + b) + (a - b), (a + b) - (a - b)
+        a, b = inputs["INPUT0"], inputs["INPUT1"]
+        return {"OUTPUT0": (a + b) + (a - b), "OUTPUT1": (a + b) - (a - b)}
+    if model in ("add_sub", "add_sub_onnx", "bls_add_sub"):
         a, b = inputs["INPUT0"], inputs["INPUT1"]
         return {"OUTPUT0": a + b, "OUTPUT1": a - b}
     if model in ("mlp_onnx", "conv_onnx"):
@@ -59,6 +69,10 @@ class Scenario:
     shm: str = "none"  # "none" | "system"
     description: str = ""
     extra_args: tuple[str, ...] = field(default=())
+    # "perf_analyzer", or "wrk": a light client (perf/wrk_load.py) sending one fixed
+    # add_sub request, `body` "binary" (tritonclient's) or "json" (plain KServe v2)
+    client: str = "perf_analyzer"
+    body: str = "binary"
 
     @property
     def key(self) -> str:
@@ -136,6 +150,38 @@ SCENARIOS: list[Scenario] = [
         description="identity on FP32 [3,224,224] with tensors in system shared memory (HTTP control)",
     ),
     Scenario(
+        "add_sub_http_json",
+        1,
+        "add_sub",
+        "http",
+        (1, 8),
+        description="add_sub over HTTP with JSON tensors in and out (perf_analyzer "
+        "--input-tensor-format=json --output-tensor-format=json)",
+        extra_args=("--input-tensor-format=json", "--output-tensor-format=json"),
+    ),
+    Scenario(
+        "add_sub_wrk_json",
+        1,
+        "add_sub",
+        "http",
+        (8,),
+        description="add_sub, one plain KServe v2 JSON request (JSON data in, JSON outputs) "
+        "sent by wrk -t1",
+        client="wrk",
+        body="json",
+    ),
+    Scenario(
+        "add_sub_wrk_binary",
+        1,
+        "add_sub",
+        "http",
+        (8, 64),
+        description="add_sub, tritonclient's binary request sent by wrk -t1: server capacity "
+        "with a light client",
+        client="wrk",
+        body="binary",
+    ),
+    Scenario(
         "add_sub_onnx_http",
         1,
         "add_sub_onnx",
@@ -157,9 +203,30 @@ SCENARIOS: list[Scenario] = [
         1,
         "conv_onnx",
         "http",
-        (1, 16),
+        (16,),
         description="a small conv classifier (FP32 [3,64,64] -> [10], ~22 M multiply-adds per "
         "image, onnxruntime backend, dynamic batching) over HTTP, binary tensors",
+    ),
+]
+
+SCENARIOS += [
+    Scenario(
+        "ensemble_add_sub_http",
+        1,
+        "ensemble_add_sub",
+        "http",
+        (8,),
+        description="an ensemble of two Python models (add_sub, then add_sub on its outputs) "
+        "over HTTP, binary tensors",
+    ),
+    Scenario(
+        "bls_add_sub_http",
+        1,
+        "bls_add_sub",
+        "http",
+        (8,),
+        description="a Python model calling add_sub through BLS (async_exec per request of "
+        "its batch) over HTTP, binary tensors",
     ),
 ]
 

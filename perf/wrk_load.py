@@ -125,6 +125,7 @@ def run_wrk(
         env["NAIAD_WRK_BODY"] = str(body_path)
         cmd = [
             wrk_path(),
+            "--latency",
             f"-t{threads}",
             f"-c{connections}",
             f"-d{max(1, round(seconds))}s",
@@ -158,10 +159,24 @@ def run_wrk(
     elapsed = 0.0
     if total:
         elapsed = float(total.group(2)) / (1000 if total.group(3) == "ms" else 1)
+    average = re.search(r"Latency\s+([\d.]+)(us|ms|s)\b", out)
     return {
+        "avg_us": _microseconds(average.group(1), average.group(2)) if average else 0.0,
+        "p50_us": _percentile(out, "50"),
+        "p99_us": _percentile(out, "99"),
         "rps": float(rps.group(1)) if rps else 0.0,
         "requests": int(total.group(1)) if total else 0,
         "seconds": elapsed,
         "errors": int(errors.group(1)) if errors else 0,
         "output": out,
     }
+
+
+def _microseconds(value: str, unit: str) -> float:
+    return float(value) * {"us": 1.0, "ms": 1e3, "s": 1e6}[unit]
+
+
+def _percentile(out: str, which: str) -> float:
+    """A percentile of wrk --latency's distribution, in microseconds (0 if absent)."""
+    found = re.search(rf"^\s+{which}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+    return _microseconds(found.group(1), found.group(2)) if found else 0.0

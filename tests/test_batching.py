@@ -329,8 +329,13 @@ def _shaped(server, shape: list[int], delay_ms: int | None = None) -> Result:
             {"name": "DELAY_MS", "datatype": "INT32", "shape": [shape[0], 1], "data": [delay_ms]}
         )
     start = time.monotonic()
+    # JSON tensors take the fast lane too; a Content-Encoding (identity: the body as it
+    # is) keeps these on the general path, beside _shaped_binary's lane requests.
     response = requests.post(
-        f"{server.url}/v2/models/batch_shapes/infer", json={"inputs": inputs}, timeout=TIMEOUT
+        f"{server.url}/v2/models/batch_shapes/infer",
+        json={"inputs": inputs},
+        headers={"Content-Encoding": "identity"},
+        timeout=TIMEOUT,
     )
     return Result(response, start, time.monotonic())
 

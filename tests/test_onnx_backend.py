@@ -216,6 +216,13 @@ def test_autocomplete_without_batch_dimension(server, client):
     )
 
 
+def test_scalar_model_with_auto_completed_dims(server, client):
+    config = _config(server, "onnx_auto_scalar")
+    assert (config["max_batch_size"], _io(config, "input")) == (0, [("X", "TYPE_FP32", [1], False)])
+    result = _infer(client, "onnx_auto_scalar", {"X": np.array([2.5], np.float32)})
+    assert result.as_numpy("Y").tolist() == [-2.5]
+
+
 def test_autocomplete_every_datatype(server):
     config = _config(server, "onnx_identity_all")
     types = {name: datatype for name, datatype, _, _ in _io(config, "input")}
@@ -635,3 +642,24 @@ def test_backend_config_default_max_batch_size(tmp_path):
             autocomplete.configure(True, ["onnxruntime,default-max-batch-size"])
     finally:
         autocomplete.configure(True)
+
+
+def test_batch_of_scalars_takes_the_empty_reshape(tmp_path):
+    from naiad.backends.base import Batch, RequestHeader
+
+    folder = onnx_support.write_model(
+        tmp_path, "m", onnx_support.add_sub(shape=("batch",)), None, {}
+    )
+    config = _to_json(autocomplete.load_completed_config(folder, "m"))
+    assert config["max_batch_size"] == 4
+    assert [(i["dims"], i.get("reshape")) for i in config["input"]] == [([1], {"shape": []})] * 2
+    backend = _backend(folder)
+    a = np.array([[1.0], [2.0], [3.0]], np.float32)
+    headers = [
+        RequestHeader("", (("INPUT0", "FP32", (1, 1)), ("INPUT1", "FP32", (1, 1))), [], {}),
+        RequestHeader("", (("INPUT0", "FP32", (2, 1)), ("INPUT1", "FP32", (2, 1))), [], {}),
+    ]
+    batch = Batch(headers, [[a[:1], a[:1]], [a[1:], a[1:]]], {"INPUT0": a, "INPUT1": a})
+    first, second = backend.execute(batch)
+    assert first.outputs[0][1].tolist() == [[2.0]]
+    assert second.outputs[0][1].tolist() == [[4.0], [6.0]]

@@ -10,8 +10,10 @@ worker's side of one instance channel. Every call that copies tensor data or may
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from cpython.buffer cimport (PyBUF_C_CONTIGUOUS, PyBUF_SIMPLE, PyBUF_WRITE, PyBuffer_Release,
-                             PyObject_GetBuffer)
+from cpython.buffer cimport (
+    PyBUF_C_CONTIGUOUS, PyBUF_SIMPLE, PyBUF_WRITE, PyBuffer_FillInfo, PyBuffer_Release,
+    PyObject_GetBuffer
+)
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdio cimport snprintf
@@ -49,6 +51,7 @@ cdef extern from "channel.h" namespace "naiad":
         uint64_t desc_offset
         uint32_t n_requests
         MessageKind kind
+        uint64_t size
 
 
 cdef extern from "dynamic_batcher.h" namespace "naiad":
@@ -164,6 +167,7 @@ cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
     int32_t kCompletionModelGone
+    int32_t kCompletionRouted
 
     cdef cppclass ModelHandle:
         uint64_t value
@@ -279,6 +283,15 @@ cdef extern from "infer_types.h" namespace "naiad":
     int http_status_of(ErrorKind kind)
 
 
+cdef extern from "error_status.h" namespace "naiad":
+    cdef cppclass ErrorStatus:
+        ErrorKind kind
+        int http_status
+        int grpc_code
+
+    const ErrorStatus& error_status_of(ErrorKind kind)
+
+
 cdef extern from "request_validator.h" namespace "naiad":
     cbool validate_request(const CModelSpec& model, ParsedRequest* request,
                            string* error) except + nogil
@@ -351,6 +364,10 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
     cdef cppclass CWorkerEndpoint "naiad::WorkerEndpoint":
         CWorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd) except +
         BatchMessage next() nogil
+        cbool try_next(BatchMessage* message) nogil
+        SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request,
+                            cbool wake) except + nogil
+        void wake() nogil
         void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                       int32_t status) nogil
         cbool respond(uint64_t batch_id, const vector[ResponseEntry]& responses,
@@ -364,6 +381,10 @@ COMPLETION_WORKER_FAILED = 1
 COMPLETION_INSTANCE_DIED = 2
 COMPLETION_TIMED_OUT = kCompletionTimedOut
 COMPLETION_MODEL_GONE = kCompletionModelGone
+# Statistics of requests workers submitted (BLS, ensemble steps), nothing to answer: the
+# completion's request ids are [count, rows, queue ns, request ns, compute input ns,
+# compute infer ns, compute output ns, whole batch] (csrc/core.h RoutedStats).
+COMPLETION_ROUTED = kCompletionRouted
 
 # Core.submit results.
 SUBMIT_OK = 0
@@ -371,6 +392,15 @@ SUBMIT_ARENA_FULL = 1
 SUBMIT_QUEUE_FULL = 2
 SUBMIT_MODEL_GONE = 3
 SUBMIT_UNSUPPORTED_INPUT = 4
+
+# WorkerEndpoint.wait message kinds (channel.h MessageKind).
+MESSAGE_BATCH = 1
+MESSAGE_STOP = 2
+MESSAGE_RESPONSE = 3
+MESSAGE_REFUSED = 4
+# A MESSAGE_REFUSED status with this bit is a COMPLETION_* status (queued, then failed);
+# without it a SUBMIT_* result (never queued).
+REFUSED_QUEUED = 0x100
 
 # Response flags (csrc/ipc_schema.h ResponseRecord.flags).
 RESPONSE_FINAL = kResponseFinal
@@ -785,9 +815,9 @@ cdef tuple _request_view(const uint8_t* base, uint64_t offset):
     return metadata, tuple([(slots[i].offset, slots[i].size) for i in range(header.n_inputs)])
 
 
-# Error kinds (csrc/infer_types.h ErrorKind), and the one table of their HTTP statuses
-# and of the pb_utils.TritonError codes a worker reports (csrc/kserve_codec.cc): the
-# lane and the general path both answer through it.
+# Error kinds (csrc/infer_types.h ErrorKind), the one table of their HTTP statuses and
+# gRPC codes (csrc/error_status.h), and the pb_utils.TritonError codes a worker reports
+# (csrc/kserve_codec.cc): the lanes and the general paths all answer through them.
 ERROR_UNKNOWN = 1
 ERROR_INTERNAL = 2
 ERROR_NOT_FOUND = 3
@@ -799,7 +829,13 @@ ERROR_ALREADY_EXISTS = 7
 
 def http_status_of_kind(uint8_t kind):
     """Triton's HTTP status for an error of `kind` (ERROR_*)."""
-    return http_status_of(<ErrorKind>kind)
+    return error_status_of(<ErrorKind>kind).http_status
+
+
+def grpc_code_of_kind(uint8_t kind):
+    """Triton's gRPC status code for an error of `kind` (ERROR_*), from the same table
+    (csrc/error_status.h)."""
+    return error_status_of(<ErrorKind>kind).grpc_code
 
 
 def error_kind_of_code(int64_t code):
@@ -1142,6 +1178,87 @@ cdef class WorkerEndpoint:
                                    for i in range(header.n_tensors)]
         return False, message.batch_id, requests, batch_tensors
 
+    def wait(self, bint block=True):
+        """The next message of any kind (BLS: a worker waiting for its own requests'
+        responses keeps reading its channel), or None when `block` is False and there
+        is none:
+          (MESSAGE_BATCH, batch_id, requests, tensors)  as next() gives a batch
+          (MESSAGE_STOP, 0, None, None)
+          (MESSAGE_RESPONSE, tag, block offset, block size)  a response block of one
+              response to the request submitted as `tag`, ours to free
+          (MESSAGE_REFUSED, tag, status, None)  it failed without a final response:
+              a SUBMIT_* result, or REFUSED_QUEUED | a COMPLETION_* status"""
+        cdef BatchMessage message
+        cdef cbool got = True
+        if block:
+            with nogil:
+                message = self._endpoint.next()
+        else:
+            got = self._endpoint.try_next(&message)
+            if not got:
+                return None
+        if message.kind == MessageKind.kStop:
+            return MESSAGE_STOP, 0, None, None
+        if message.kind == MessageKind.kResponse:
+            return MESSAGE_RESPONSE, message.batch_id, message.desc_offset, message.size
+        if message.kind == MessageKind.kRefused:
+            return MESSAGE_REFUSED, message.batch_id, message.n_requests, None
+        cdef const uint8_t* base = self._endpoint.arena().base()
+        cdef const BatchHeader* header = <const BatchHeader*>(base + message.desc_offset)
+        cdef const BatchRequest* records = <const BatchRequest*>(
+            base + message.desc_offset + batch_requests_offset())
+        cdef const BatchTensor* tensors = <const BatchTensor*>(
+            base + message.desc_offset + batch_tensors_offset(header.n_requests))
+        cdef list requests = []
+        cdef uint32_t i
+        for i in range(header.n_requests):
+            requests.append(_request_view(base, records[i].block_offset))
+        cdef list batch_tensors = [(tensors[i].offset, tensors[i].size)
+                                   for i in range(header.n_tensors)]
+        return MESSAGE_BATCH, message.batch_id, requests, batch_tensors
+
+    def submit(self, uint64_t model, uint64_t tag, ModelSpec spec, str request_id,
+               list inputs, outputs, bytes parameters, uint32_t priority=0,
+               uint64_t timeout_us=0, bint wake=True):
+        """A request of this worker's own (BLS, an ensemble step) for the model whose
+        core handle is `model`, named `tag`: validated against `spec` by the one
+        validator, laid out as the frontend lays requests out (layout_request_block)
+        and handed to the core on the channel; its responses come back from wait().
+        `inputs` are InputTensor-like records (name, datatype, shape, data: a buffer,
+        an arena slice included). Returns a SUBMIT_* result, or Triton's message (str)
+        when the request is invalid (nothing sent). `wake` False: the frontend is woken
+        by a later wake() (submits sent together are taken together)."""
+        cdef _RequestView view = _RequestView(request_id, inputs, outputs)
+        cdef string error
+        if not validate_request(spec.spec, &view.request, &error):
+            return error.decode("utf-8", "replace")
+        cdef string id_json = json_view_text(view.request.id)
+        view.request.id = string_view(id_json.data(), id_json.size())
+        view.request.parameters = string_view(PyBytes_AS_STRING(parameters),
+                                              PyBytes_GET_SIZE(parameters))
+        cdef RequestBlock block
+        cdef SubmitRequest request
+        cdef SubmitResult result
+        with nogil:
+            layout_request_block(spec.spec, view.request, &block)
+            request.metadata = string_view(block.metadata.data(), block.metadata.size())
+            request.inputs = block.inputs
+            request.options.batch_size = view.request.batch_size
+            request.options.priority = priority
+            request.options.timeout_us = timeout_us
+            request.options.shape_key = view.request.shape_key
+            request.options.input_order = block.input_order
+            result = self._endpoint.submit(model, tag, request, wake)
+        return <int>result
+
+    def wake(self):
+        """Wakes the frontend for the submits sent with wake=False."""
+        self._endpoint.wake()
+
+    def free(self, uint64_t offset):
+        """Frees a block of the arena (a response block wait() handed over)."""
+        self._endpoint.arena().free(offset)
+
     def alloc(self, uint64_t size, uint64_t tag):
         """Offset of a new block in the arena, 0 when there is no room."""
         cdef uint64_t offset
@@ -1215,16 +1332,61 @@ cdef extern from "grpc_connection.h" namespace "naiad::h2":
         CGrpcConnection(const H2Limits& limits) except +
         void receive(const char* data, size_t size, vector[H2Event]* events) except + nogil
         cbool send_message(uint32_t stream_id, string_view payload) except +
+        cbool send_parts "send_message"(uint32_t stream_id, const string_view* parts,
+                                        size_t n_parts) except + nogil
         cbool finish(uint32_t stream_id, int status, string_view message) except +
         void reset(uint32_t stream_id, uint32_t code) except +
         void shutdown() except +
         string take_output() except +
+        void take_output_into "take_output"(string* out) except +
         cbool has_output()
+        size_t output_size()
+        uint64_t copied_in()
+        uint64_t copied_out()
         cbool closed()
         cbool done()
         size_t open_streams()
         size_t queued_bytes()
         const string& error()
+
+
+cdef class OwnedBytes:
+    """Bytes that C++ produced, handed to Python without a copy (the buffer protocol,
+    read-only): a received gRPC message, or output for the socket. bytes(o) copies."""
+
+    cdef string data
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        PyBuffer_FillInfo(buffer, self, <void*>self.data.data(), self.data.size(), 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+    def __len__(self):
+        return self.data.size()
+
+    def __bytes__(self):
+        return PyBytes_FromStringAndSize(self.data.data(), self.data.size())
+
+
+# Output at least this large goes to the socket as a view of the C++ buffer (no copy);
+# smaller output is cheaper as a bytes object.
+cdef size_t _OUTPUT_VIEW_MIN = 65536
+
+
+cdef extern from "<malloc.h>" nogil:
+    int mallopt(int param, int value)
+    int M_MMAP_THRESHOLD
+    int M_TRIM_THRESHOLD
+
+
+def keep_large_blocks():
+    """Makes glibc's malloc keep freed blocks of up to 32 MiB for reuse instead of
+    returning them to the kernel. Without it, each large message (a 602 KB tensor's
+    request, answer and frames) lands on fresh pages, and the page faults cost more than
+    the copies themselves (measured: ~430 faults per identity_fp32 request and about a
+    quarter of the throughput; with it, fewer than 1). Returns True when glibc took both."""
+    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 64 << 20))
 
 
 # Event kinds as GrpcConnection.receive reports them.
@@ -1238,10 +1400,12 @@ cdef class GrpcConnection:
     """One HTTP/2 connection carrying gRPC calls, as bytes in and bytes out.
 
     `receive(data)` returns events: (GRPC_CALL, stream, path, timeout_us or -1,
-    grpc-encoding str), (GRPC_MESSAGE, stream, message
-    bytes, compressed), (GRPC_HALF_CLOSE, stream), (GRPC_CANCEL, stream, code).
-    `take_output()` returns the bytes to write (b"" when none). Called only from the
-    event loop thread that owns the socket; the C++ object has no locks."""
+    grpc-encoding str), (GRPC_MESSAGE, stream, message as OwnedBytes (the buffer the
+    connection put the message together in, not a copy), compressed),
+    (GRPC_HALF_CLOSE, stream), (GRPC_CANCEL, stream, code).
+    `take_output()` returns the bytes to write (b"" when none; a large output as a
+    memoryview of the C++ buffer). Called only from the event loop thread that owns the
+    socket; the C++ object has no locks."""
 
     cdef CGrpcConnection* _conn
 
@@ -1266,12 +1430,13 @@ cdef class GrpcConnection:
         cdef list out = []
         cdef size_t i
         cdef H2Event* e
+        cdef OwnedBytes message
         for i in range(events.size()):
             e = &events[i]
             if e.kind == H2EventKind.kMessage:
-                out.append((GRPC_MESSAGE, e.stream_id,
-                            PyBytes_FromStringAndSize(e.message.data(), e.message.size()),
-                            e.compressed))
+                message = OwnedBytes.__new__(OwnedBytes)
+                message.data.swap(e.message)
+                out.append((GRPC_MESSAGE, e.stream_id, message, e.compressed))
             elif e.kind == H2EventKind.kCall:
                 # The call's metadata stays in C++: no method reads it yet.
                 out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
@@ -1308,8 +1473,18 @@ cdef class GrpcConnection:
     def take_output(self):
         if not self._conn.has_output():
             return b""
+        cdef OwnedBytes owned
+        if self._conn.output_size() >= _OUTPUT_VIEW_MIN:
+            owned = OwnedBytes.__new__(OwnedBytes)
+            self._conn.take_output_into(&owned.data)
+            return memoryview(owned)
         cdef string out = self._conn.take_output()
         return PyBytes_FromStringAndSize(out.data(), out.size())
+
+    @property
+    def copied(self):
+        """(bytes of messages copied in, out) inside the connection (the copy count)."""
+        return self._conn.copied_in(), self._conn.copied_out()
 
     @property
     def closed(self):
@@ -1336,6 +1511,10 @@ cdef extern from "grpc_lane.h" namespace "naiad":
     cdef cppclass GrpcResponseWriter:
         size_t size(const InferResponse& response) nogil
         void write(const InferResponse& response, char* out) nogil
+        size_t stream_size(const InferResponse& response) nogil
+        void stream_write(const InferResponse& response, char* out) nogil
+        void parts(const InferResponse& response, cbool streamed, string* scratch,
+                   vector[string_view]* parts) except + nogil
 
     string grpc_error_message(const InferResponse& response) except +
 
@@ -1359,6 +1538,10 @@ cdef class GrpcLane:
     cdef CGrpcLane* _lane
     cdef FastLane _http
     cdef GrpcResponseWriter _writer
+    # The answers of the block complete() read last, for the GrpcAnswer objects it
+    # returned; `_generation` changes when they are released (before the block is freed).
+    cdef vector[Answer] _answers
+    cdef uint64_t _generation
 
     def __cinit__(self, FastLane http):
         self._http = http
@@ -1374,13 +1557,18 @@ cdef class GrpcLane:
     def remove_model(self, uint32_t lane_model):
         self._lane.remove_model(lane_model)
 
-    def submit(self, bytes message, uint64_t now_ns):
-        """Queues a serialized ModelInferRequest if the fast path takes it:
+    def submit(self, message, uint64_t now_ns):
+        """Queues a serialized ModelInferRequest (bytes, or the OwnedBytes a
+        GrpcConnection received) if the fast path takes it:
         (lane_model, request_id, batch_size, None), or (lane_model, 0, 0, message) when
         the validator refused it (INVALID_ARGUMENT with that message); None: the general
         path's."""
-        cdef string_view view = string_view(PyBytes_AS_STRING(message),
-                                            PyBytes_GET_SIZE(message))
+        cdef string_view view
+        if type(message) is OwnedBytes:
+            view = string_view((<OwnedBytes>message).data.data(),
+                               (<OwnedBytes>message).data.size())
+        else:
+            view = string_view(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message))
         cdef GrpcTaken taken
         cdef cbool took
         with nogil:
@@ -1392,22 +1580,27 @@ cdef class GrpcLane:
         return taken.model, taken.request_id, taken.batch_size, None
 
     def complete(self, uint64_t offset, uint64_t size, list request_ids, set grpc_ids,
-                 uint64_t dispatch_ns, uint64_t end_ns):
+                 uint64_t dispatch_ns, uint64_t end_ns, set streamed=None):
         """As FastLane.complete (`request_ids`: the whole batch, in order), for a batch
         with gRPC requests among the lane's: those in `grpc_ids` are answered with the
-        ModelInferResponse bytes, or (error kind, message) when they failed; the others
-        with their HTTP response bytes, as FastLane.complete does; `finals` as there."""
+        ModelInferResponse (ModelStreamInferResponse for those in `streamed`): bytes, or
+        for a large one a GrpcAnswer that GrpcAnswer.send writes straight from the result
+        block, valid until release_answers(); or (error kind, message) when they failed.
+        The others get their HTTP response bytes, as FastLane.complete does; `finals` as
+        there."""
         if offset == 0 or offset > self._http._arena_size or \
                 size > self._http._arena_size - offset:
             return None
+        self.release_answers()
         cdef vector[uint64_t] ids = request_ids
-        cdef vector[Answer] answers
         cdef uint64_t timings[4]
         cdef cbool readable
         with nogil:
             readable = self._http._lane.codec().complete(
-                self._http._base + offset, size, ids, dispatch_ns, end_ns, &answers, timings)
+                self._http._base + offset, size, ids, dispatch_ns, end_ns, &self._answers,
+                timings)
         if not readable:
+            self._answers.clear()
             return None
         # Which requests got their final response in this block, as FastLane.complete.
         cdef ResponseBlockView view
@@ -1419,23 +1612,68 @@ cdef class GrpcLane:
                     finals.append(ids[view.records[r].request_index])
         cdef const HttpResponseWriter* http = &self._http._lane.writer()
         cdef list out = []
-        cdef size_t i
+        cdef size_t i, n
         cdef bytes payload
-        cdef cbool ok
-        for i in range(answers.size()):
-            ok = answers[i].response.error == ErrorKind.kNone
-            if answers[i].response.request_id not in grpc_ids:
-                payload = PyBytes_FromStringAndSize(NULL, http.size(answers[i].response))
-                http.write(answers[i].response, PyBytes_AS_STRING(payload))
+        cdef cbool ok, in_stream
+        cdef GrpcAnswer large
+        cdef Answer* a
+        for i in range(self._answers.size()):
+            a = &self._answers[i]
+            ok = a.response.error == ErrorKind.kNone
+            if a.response.request_id not in grpc_ids:
+                payload = PyBytes_FromStringAndSize(NULL, http.size(a.response))
+                http.write(a.response, PyBytes_AS_STRING(payload))
                 answer = payload
             elif ok:
-                payload = PyBytes_FromStringAndSize(NULL,
-                                                    self._writer.size(answers[i].response))
-                self._writer.write(answers[i].response, PyBytes_AS_STRING(payload))
-                answer = payload
+                in_stream = streamed is not None and a.response.request_id in streamed
+                n = self._writer.stream_size(a.response) if in_stream else \
+                    self._writer.size(a.response)
+                if n >= _OUTPUT_VIEW_MIN:
+                    large = GrpcAnswer.__new__(GrpcAnswer)
+                    large.lane = self
+                    large.index = i
+                    large.generation = self._generation
+                    large.streamed = in_stream
+                    answer = large
+                else:
+                    payload = PyBytes_FromStringAndSize(NULL, n)
+                    if in_stream:
+                        self._writer.stream_write(a.response, PyBytes_AS_STRING(payload))
+                    else:
+                        self._writer.write(a.response, PyBytes_AS_STRING(payload))
+                    answer = payload
             else:
-                answer = (<int>answers[i].response.error,
-                          grpc_error_message(answers[i].response).decode("utf-8", "replace"))
-            out.append((answers[i].response.request_id, ok, answers[i].batch_size,
-                        answers[i].request_ns, answers[i].queue_ns, answer))
+                answer = (<int>a.response.error,
+                          grpc_error_message(a.response).decode("utf-8", "replace"))
+            out.append((a.response.request_id, ok, a.batch_size,
+                        a.request_ns, a.queue_ns, answer))
         return [timings[0], timings[1], timings[2], timings[3]], out, finals
+
+    def release_answers(self):
+        """Ends the GrpcAnswers of the last complete(): call before its block is freed."""
+        self._answers.clear()
+        self._generation += 1
+
+
+cdef class GrpcAnswer:
+    """A large gRPC answer still in its result block (GrpcLane.complete)."""
+
+    cdef GrpcLane lane
+    cdef size_t index
+    cdef uint64_t generation
+    cdef cbool streamed
+
+    def send(self, GrpcConnection conn, uint32_t stream_id):
+        """Queues the answer on `stream_id`, copied once from the result block into the
+        connection's frames; False when the stream is gone."""
+        cdef GrpcLane lane = self.lane
+        if lane._generation != self.generation or self.index >= lane._answers.size():
+            raise RuntimeError("a gRPC answer sent after its result block was released")
+        cdef string scratch
+        cdef vector[string_view] parts
+        cdef cbool sent
+        with nogil:
+            lane._writer.parts(lane._answers[self.index].response, self.streamed, &scratch,
+                               &parts)
+            sent = conn._conn.send_parts(stream_id, parts.data(), parts.size())
+        return sent

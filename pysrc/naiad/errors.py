@@ -1,8 +1,8 @@
 """Errors that travel from any layer to a protocol front end.
 
 Each has an error kind (Triton's TRITONSERVER_Error_Code kinds, csrc/infer_types.h);
-its HTTP status comes from the core's one table (csrc/kserve_codec.cc), the one the
-infer fast lane answers with, and the gRPC front end maps the same kinds to gRPC codes.
+its HTTP status and its gRPC code come from the core's one table (csrc/error_status.h),
+the one the infer fast lanes answer with.
 """
 
 from naiad import _core
@@ -46,10 +46,16 @@ class Unsupported(NaiadError):
     http_status = _core.http_status_of_kind(kind)
 
 
+class AlreadyExists(NaiadError):
+    # HTTP 400 as an invalid argument; gRPC keeps ALREADY_EXISTS (csrc/error_status.h).
+    kind = _core.ERROR_ALREADY_EXISTS
+    http_status = _core.http_status_of_kind(kind)
+
+
 _ERROR_OF_KIND = {
     _core.ERROR_NOT_FOUND: NotFound,
     _core.ERROR_INVALID_ARGUMENT: InvalidArgument,
-    _core.ERROR_ALREADY_EXISTS: InvalidArgument,
+    _core.ERROR_ALREADY_EXISTS: AlreadyExists,
     _core.ERROR_UNAVAILABLE: Unavailable,
     _core.ERROR_UNSUPPORTED: Unsupported,
 }

@@ -7,7 +7,8 @@ under the name `triton_python_backend_utils` before it imports a model.
 
 What differs from Triton, on purpose:
 
-- BLS (`InferenceRequest.exec` / `async_exec`, `load_model`, ...) and decoupled models
+- BLS requests (`InferenceRequest.exec` / `async_exec`) go through the server's core
+  (`naiad.worker.bls`); `load_model` / `unload_model` from a model and decoupled models
   (`InferenceRequest.get_response_sender`) are not supported yet; they raise a
   `TritonModelException` that says so.
 - `MetricFamily` / `Metric` keep their values in the model's process; they are not exported
@@ -447,10 +448,6 @@ def _parameters_json(parameters) -> str:
     return json.dumps(parameters)
 
 
-_BLS_UNSUPPORTED = (
-    "BLS is not supported yet: InferenceRequest.exec() and async_exec() cannot call "
-    "another model from a Python model in Naiad"
-)
 _DECOUPLED_UNSUPPORTED = (
     "decoupled models are not supported yet: InferenceRequest.get_response_sender() "
     "is unavailable in Naiad"
@@ -600,10 +597,18 @@ class InferenceRequest:
         raise TritonModelException(_DECOUPLED_UNSUPPORTED)
 
     def exec(self, decoupled=False):
-        raise TritonModelException(_BLS_UNSUPPORTED)
+        """Runs the request on `model_name` through the server (BLS): the
+        InferenceResponse (errors in it: `has_error()`), or with `decoupled` an
+        iterator of them."""
+        from naiad.worker import bls
+
+        return bls.execute(self, decoupled)
 
     def async_exec(self, decoupled=False):
-        raise TritonModelException(_BLS_UNSUPPORTED)
+        """As exec(), awaitable; requests awaited together run concurrently."""
+        from naiad.worker import bls
+
+        return bls.execute_async(self, decoupled)
 
     def __repr__(self):
         return (
@@ -663,9 +668,13 @@ class InferenceResponseSender:
         raise TritonModelException(_DECOUPLED_UNSUPPORTED)
 
 
-class ResponseIterator:
-    def __init__(self, *args, **kwargs):
-        raise TritonModelException(_BLS_UNSUPPORTED)
+def __getattr__(name):
+    # ResponseIterator lives with the BLS client (naiad.worker.bls).
+    if name == "ResponseIterator":
+        from naiad.worker import bls
+
+        return bls.ResponseIterator
+    raise AttributeError(name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -733,7 +742,10 @@ def unload_model(model_name, unload_dependents=False):
 
 
 def is_model_ready(model_name, model_version=""):
-    raise TritonModelException("is_model_ready() from a Python model is not supported yet")
+    """Whether the server serves `model_name` (at `model_version`) and it is ready."""
+    from naiad.worker import bls
+
+    return bls.is_model_ready(model_name, model_version)
 
 
 # --------------------------------------------------------------------------------------------

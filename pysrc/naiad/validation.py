@@ -31,7 +31,7 @@ def _datatype_name(config_type: int) -> str:
 class RequestValidator:
     """Validates requests for one model version; build it once, call per request."""
 
-    __slots__ = ("model_name", "max_batch_size", "spec")
+    __slots__ = ("model_name", "max_batch_size", "spec", "spec_args")
 
     def __init__(self, config, model_name: str = "", model_version: int = 0):
         self.model_name = model_name or config.name
@@ -53,13 +53,15 @@ class RequestValidator:
                     -1 in dims and not model_input.allow_ragged_batch,
                 )
             )
-        self.spec = _core.ModelSpec(
+        # What the spec is built from: workers rebuild it (scheduling/directory.py).
+        self.spec_args = (
             self.model_name,
             str(model_version),
             self.max_batch_size,
             inputs,
             [output.name for output in config.output],
         )
+        self.spec = _core.ModelSpec(*self.spec_args)
 
     def __call__(self, request: InferRequest) -> int:
         return self.validate(request)

@@ -500,3 +500,50 @@ TEST(h2_message_split_inside_its_prefix_arrives_whole) {
     CHECK(s.conn.queued_bytes() == 0 && s.conn.open_streams() == 0);
   }
 }
+
+// The copies of a large message's bytes inside the connection, counted: in, one (its
+// DATA frames put together into the message the caller gets); out, one (the caller's
+// pieces straight into DATA frames) while the windows allow, and a second only for what
+// has to wait in the stream's queue.
+TEST(grpc_large_messages_copied_once_each_way) {
+  Session s;
+  s.send(hello({{0x4, 4u << 20}}));  // INITIAL_WINDOW_SIZE: room for the whole answer
+  s.send(window_update(0, 4u << 20));
+  std::string big(602112, 'q');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  s.send(headers(1, request_block("/s/m")) + data_frames(1, grpc_message(big), true));
+  CHECK(s.events.size() == 3 && s.events[1].message == big);
+  CHECK(s.conn.copied_in() == big.size() + 5);
+  // The answer as pieces (a head, the tensor, a tail), as a result block gives them.
+  std::string head = "head", tail = "tail";
+  std::string_view parts[3] = {head, big, tail};
+  uint64_t before = s.conn.copied_out();
+  CHECK(s.conn.send_message(1, parts, 3));
+  CHECK(s.conn.copied_out() - before == 5 + head.size() + big.size() + tail.size());
+  CHECK(s.conn.queued_bytes() == 0);
+  CHECK(s.conn.finish(1, 0, ""));
+  s.flush();
+  std::string got;
+  for (auto& f : s.frames) {
+    if (f.type == 0x0 && f.stream == 1) got += f.payload;
+  }
+  CHECK(got == grpc_message(head + big + tail));
+  // Split by the window: what waits is copied a second time, and only that.
+  Session w;
+  w.send(hello());  // default windows: 65535
+  w.send(headers(1, request_block("/s/m"), true));
+  before = w.conn.copied_out();
+  CHECK(w.conn.send_message(1, parts, 3));
+  size_t total = 5 + head.size() + big.size() + tail.size();
+  CHECK(w.conn.queued_bytes() == total - 65535);
+  CHECK(w.conn.finish(1, 0, ""));
+  w.send(window_update(0, 1 << 20));
+  w.send(window_update(1, 1 << 20));
+  CHECK(w.conn.queued_bytes() == 0);
+  CHECK(w.conn.copied_out() - before == total + (total - 65535));
+  got.clear();
+  for (auto& f : w.frames) {
+    if (f.type == 0x0 && f.stream == 1) got += f.payload;
+  }
+  CHECK(got == grpc_message(head + big + tail));
+}

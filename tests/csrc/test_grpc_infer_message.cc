@@ -128,4 +128,16 @@ TEST(grpc_writes_the_response_protobuf_writes) {
   std::string streamed(infer_response_size(response, true), '\0');
   write_infer_response(response, streamed.data(), true);
   CHECK(streamed == std::string("\x12\x8a\x01", 3) + kResponse);
+  // As pieces: the same bytes, the tensors as views of their data (not copies).
+  for (bool stream : {false, true}) {
+    std::string scratch;
+    std::vector<std::string_view> parts;
+    infer_response_parts(response, stream, &scratch, &parts);
+    CHECK(parts.size() == 5);
+    CHECK(parts[1].data() == fp32.data() && parts[1].size() == fp32.size());
+    CHECK(parts[3].data() == bytes_output.data());
+    std::string joined;
+    for (std::string_view p : parts) joined.append(p.data(), p.size());
+    CHECK(joined == (stream ? streamed : out));
+  }
 }

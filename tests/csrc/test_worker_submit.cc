@@ -62,6 +62,16 @@ std::string input_of(WorkerEndpoint& worker, const BatchMessage& message, uint32
   return std::string(reinterpret_cast<const char*>(arena.base() + slots[0].offset), slots[0].size);
 }
 
+// What poll() leaves for the frontend to answer: the statistics of routed requests
+// (kCompletionRouted) left out.
+std::vector<Completion> answers(std::vector<Completion> all) {
+  std::vector<Completion> out;
+  for (Completion& c : all) {
+    if (c.status != kCompletionRouted) out.push_back(std::move(c));
+  }
+  return out;
+}
+
 ResponseEntry answer(uint32_t index, const std::string& output, bool final = true) {
   ResponseEntry entry;
   entry.request_index = index;
@@ -91,10 +101,10 @@ TEST(a_worker_submits_a_request_and_gets_its_responses) {
   // The caller's model calls the target model with its own request.
   const std::string bls_input = "bls";
   CHECK(m.caller_worker->submit(m.target.value, 77, m.request(0, bls_input)) == SubmitResult::kOk);
-  CHECK(m.core.poll().empty());  // queued on the target, whose instance is busy
+  CHECK(answers(m.core.poll()).empty());  // queued on the target, whose instance is busy
   const std::string fe_out = "FE!", bls_out = "BLS";
   CHECK(m.target_worker->respond(first_target.batch_id, {answer(0, fe_out)}, kTimings, true));
-  std::vector<Completion> frontend = m.core.poll();  // also dispatches the BLS request
+  std::vector<Completion> frontend = answers(m.core.poll());  // also dispatches the BLS request
   CHECK(frontend.size() == 1 && frontend[0].request_ids == std::vector<uint64_t>{2});
   for (const Completion& c : frontend) m.core.arena().free(c.result_offset);
 
@@ -105,7 +115,13 @@ TEST(a_worker_submits_a_request_and_gets_its_responses) {
   CHECK(m.target_worker->respond(second_target.batch_id, {answer(0, bls_out, false)}, kTimings,
                                  false));
   CHECK(m.target_worker->respond(second_target.batch_id, {answer(0, bls_out)}, kTimings, true));
-  CHECK(m.core.poll().empty());
+  // Nothing to answer; the target's statistics count the routed request (and its batch).
+  std::vector<Completion> stats = m.core.poll();
+  CHECK(stats.size() == 1 && stats[0].status == kCompletionRouted);
+  CHECK(stats[0].request_ids.size() == kRoutedStatsSize);
+  CHECK(stats[0].request_ids[kRoutedCount] == 1 && stats[0].request_ids[kRoutedRows] == 1);
+  CHECK(stats[0].request_ids[kRoutedWholeBatch] == 1);
+  CHECK(stats[0].request_ids[kRoutedComputeInferNs] == kTimings[2]);
 
   for (int k = 0; k < 2; ++k) {
     BatchMessage response = m.caller_worker->next();
@@ -120,7 +136,7 @@ TEST(a_worker_submits_a_request_and_gets_its_responses) {
   }
   // The caller answers its client.
   CHECK(m.caller_worker->respond(caller_batch.batch_id, {answer(0, bls_out)}, kTimings, true));
-  std::vector<Completion> done = m.core.poll();
+  std::vector<Completion> done = answers(m.core.poll());
   CHECK(done.size() == 1 && done[0].request_ids == std::vector<uint64_t>{1});
   for (const Completion& c : done) m.core.arena().free(c.result_offset);
   CHECK(m.core.in_flight() == 0);
@@ -137,21 +153,21 @@ TEST(a_worker_request_that_cannot_be_served_is_refused_not_lost) {
   BatchMessage caller_batch = m.caller_worker->next();
   // An unknown model (no such handle): refused at once, as gone.
   CHECK(m.caller_worker->submit(99, 5, m.request(0, input)) == SubmitResult::kOk);
-  m.core.poll();
+  answers(m.core.poll());
   BatchMessage refused = m.caller_worker->next();
   CHECK(refused.kind == MessageKind::kRefused && refused.batch_id == 5);
   CHECK(refused.n_requests == static_cast<uint32_t>(SubmitResult::kModelGone));
   // A target that ends its batch without a final response: the submitter hears it.
   CHECK(m.caller_worker->submit(m.target.value, 6, m.request(0, input)) == SubmitResult::kOk);
-  m.core.poll();
+  answers(m.core.poll());
   BatchMessage target_batch = m.target_worker->next();
   m.target_worker->complete(target_batch.batch_id, 0, 0, kCompletionOk);
-  CHECK(m.core.poll().empty());
+  CHECK(answers(m.core.poll()).empty());
   BatchMessage failed = m.caller_worker->next();
   CHECK(failed.kind == MessageKind::kRefused && failed.batch_id == 6);
-  CHECK(failed.n_requests == static_cast<uint32_t>(kCompletionWorkerFailed));
+  CHECK(failed.n_requests == (kRefusedQueued | static_cast<uint32_t>(kCompletionWorkerFailed)));
   m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
-  CHECK(m.core.poll().size() == 1);
+  CHECK(answers(m.core.poll()).size() == 1);
 }
 
 TEST(a_dead_submitter_leaves_nothing_behind) {
@@ -178,7 +194,7 @@ TEST(responses_beyond_the_ring_wait_for_the_submitter_and_are_not_lost) {
   m.core.flush();
   BatchMessage caller_batch = m.caller_worker->next();
   CHECK(m.caller_worker->submit(m.target.value, 9, m.request(0, input)) == SubmitResult::kOk);
-  m.core.poll();
+  answers(m.core.poll());
   BatchMessage target_batch = m.target_worker->next();
   // Twice the ring's capacity of responses, while the caller reads none of them.
   const int total = 2 * static_cast<int>(kRingCapacity);
@@ -191,7 +207,7 @@ TEST(responses_beyond_the_ring_wait_for_the_submitter_and_are_not_lost) {
   int received = 0;
   bool final = false;
   for (int spin = 0; spin < 100000 && !final; ++spin) {
-    m.core.poll();  // routes responses, and sends what waited behind a full ring
+    answers(m.core.poll());  // routes responses, and sends what waited behind a full ring
     BatchMessage response;
     if (!m.caller_worker->try_next(&response)) {
       if (spin % 2 == 1) std::this_thread::yield();  // let the target post
@@ -209,5 +225,48 @@ TEST(responses_beyond_the_ring_wait_for_the_submitter_and_are_not_lost) {
   target.join();
   CHECK(received == total);
   m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
-  CHECK(m.core.poll().size() == 1);
+  CHECK(answers(m.core.poll()).size() == 1);
+}
+
+TEST(a_model_that_calls_itself_gets_the_call_nested_on_its_busy_instance) {
+  TwoModels m;
+  ArenaStats baseline = m.core.arena().stats();
+  m.core.instance_up(m.caller_instance);
+  const std::string input = "abc";
+  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage outer = m.caller_worker->next();
+  CHECK(outer.kind == MessageKind::kBatch);
+  // Its only instance is busy with `outer`, which waits for this request: the core
+  // hands it to the same instance, nested.
+  CHECK(m.caller_worker->submit(m.caller.value, 11, m.request(0, input)) == SubmitResult::kOk);
+  CHECK(answers(m.core.poll()).empty());
+  BatchMessage inner = m.caller_worker->next();
+  CHECK(inner.kind == MessageKind::kBatch && inner.batch_id != outer.batch_id);
+  CHECK(input_of(*m.caller_worker, inner, 0) == "abc");
+  CHECK(m.core.in_flight() == 2);
+  // The inner batch answers: its response goes to the outer one's wait.
+  const std::string out = "IN!";
+  CHECK(m.caller_worker->respond(inner.batch_id, {answer(0, out)}, kTimings, true));
+  CHECK(answers(m.core.poll()).empty());
+  BatchMessage response = m.caller_worker->next();
+  CHECK(response.kind == MessageKind::kResponse && response.batch_id == 11);
+  m.caller_worker->arena().free(response.desc_offset);
+  // No request of its own in flight: a busy instance takes nothing more.
+  CHECK(m.core.submit(m.caller, m.request(2, input)) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage none;
+  CHECK(!m.caller_worker->try_next(&none));
+  CHECK(m.caller_worker->respond(outer.batch_id, {answer(0, out)}, kTimings, true));
+  std::vector<Completion> done = answers(m.core.poll());  // answers 1, dispatches 2
+  CHECK(done.size() == 1 && done[0].request_ids == std::vector<uint64_t>{1});
+  for (const Completion& c : done) m.core.arena().free(c.result_offset);
+  BatchMessage next = m.caller_worker->next();
+  CHECK(next.kind == MessageKind::kBatch && input_of(*m.caller_worker, next, 0) == "abc");
+  CHECK(m.caller_worker->respond(next.batch_id, {answer(0, out)}, kTimings, true));
+  done = answers(m.core.poll());
+  CHECK(done.size() == 1 && done[0].request_ids == std::vector<uint64_t>{2});
+  for (const Completion& c : done) m.core.arena().free(c.result_offset);
+  CHECK(m.core.in_flight() == 0);
+  CHECK(m.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
 }

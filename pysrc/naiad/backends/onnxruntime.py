@@ -507,6 +507,22 @@ class OnnxRuntimeBackend(Backend):
             for io in config.get("output", [])
             if io.get("reshape") is not None
         }
+        if self.max_batch_size == 0:
+            # Scalars (shape []) in the model: as Triton, a scalar input is fed with no
+            # dims whatever the request's [1], and a scalar output gets the config's dims.
+            self.reshapes.update(
+                {node.name: [] for node in self.session.get_inputs() if node.shape == []}
+            )
+            dims = {
+                io["name"]: [int(d) for d in io.get("dims", [])] for io in config.get("output", [])
+            }
+            self.output_reshapes.update(
+                {
+                    node.name: dims.get(node.name, [1])
+                    for node in self.session.get_outputs()
+                    if node.shape == []
+                }
+            )
         self.string_inputs = {
             name for name, dtype in self.input_dtypes.items() if dtype == np.object_
         }
@@ -684,7 +700,7 @@ def auto_complete_config(config: dict, model_dir: Path) -> dict:
             f"autofill failed for model '{config.get('name', '')}': model does not support "
             f"batching while non-zero max_batch_size is specified (model file {path})"
         )
-    if not config.get("input"):
+    if not inputs:  # as Triton: batch inputs count as inputs given
         config["input"] = _complete_ios(in_infos, max_batch_size)
     if not outputs:
         config["output"] = _complete_ios(out_infos, max_batch_size)

@@ -184,6 +184,16 @@ def auto_complete_config(model_repository: str, model_version: str, model_config
     return result.as_dict()
 
 
+def _run_nested(coroutine, running: asyncio.AbstractEventLoop):
+    loop = asyncio.new_event_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+        asyncio.events._set_running_loop(running)
+
+
 class PythonModelBackend(Backend):
     """One instance of a Triton Python model, loaded and initialized."""
 
@@ -254,6 +264,11 @@ class PythonModelBackend(Backend):
         """Run a coroutine returned by an async model method to completion."""
         if not asyncio.iscoroutine(value):
             return value
+        running = asyncio.events._get_running_loop()
+        if running is not None:
+            # A batch nested in a BLS wait of an async execute (worker/bls.py): it runs
+            # to completion on a loop of its own while the outer one is suspended.
+            return _run_nested(value, running)
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(value)

@@ -180,6 +180,8 @@ class GrpcProtocol(asyncio.Protocol):
             return
         if compressed:
             data = inflate(data, call.encoding)
+        elif call.path != MODEL_INFER:
+            data = bytes(data)  # the general path's parsers want bytes; ModelInfer's lane not
         if call.path == STREAM_INFER:
             self._stream_request(stream, call, data)
         elif call.message is not None:
@@ -201,7 +203,8 @@ class GrpcProtocol(asyncio.Protocol):
         if call.path == MODEL_INFER and self._submit_fast(stream, call.message):
             return
         message_class, handler = self.service.unary[call.path]
-        request = call.message if message_class is None else parse(message_class, call.message)
+        message = call.message if type(call.message) is bytes else bytes(call.message)
+        request = message if message_class is None else parse(message_class, message)
         result = handler(request)
         if type(result) is tuple:  # (future, finish): an inference or a load in flight
             future, finish = result
@@ -256,8 +259,13 @@ class GrpcProtocol(asyncio.Protocol):
         self._schedule_flush()
 
     def _answer(self, stream: int, response) -> None:
-        payload = response if type(response) is bytes else response.SerializeToString()
-        self.conn.send_message(stream, payload)
+        kind = type(response)
+        if kind is bytes:
+            self.conn.send_message(stream, response)
+        elif kind is _core.GrpcAnswer:  # a large answer, written from its result block
+            response.send(self.conn, stream)
+        else:
+            self.conn.send_message(stream, response.SerializeToString())
         self._finish(stream, status.OK, "")
 
     def _fail(self, stream: int, exc: BaseException) -> None:

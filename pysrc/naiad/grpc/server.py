@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from naiad import _core
 from naiad.grpc.protocol import GrpcProtocol
 from naiad.grpc.service import Service
 
@@ -38,6 +39,8 @@ async def start_grpc_server(
 ) -> GrpcServer:
     """Serve GRPCInferenceService (and grpc.health.v1.Health/Check) for `manager`."""
     loop = asyncio.get_running_loop()
+    # Large messages reuse freed memory instead of faulting in fresh pages each time.
+    _core.keep_large_blocks()
     service = Service(manager)
     arrivals = getattr(manager, "arrivals", None)
     connections: set = set()

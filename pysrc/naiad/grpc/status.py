@@ -1,8 +1,11 @@
-"""gRPC status codes and the mapping from Naiad's error kinds (naiad.errors)."""
+"""gRPC status codes, and the status of an exception: a NaiadError's error kind maps to
+its gRPC code through the core's one table (csrc/error_status.h, beside the HTTP
+column), read through _core."""
 
 from __future__ import annotations
 
-from naiad.errors import Internal, InvalidArgument, NaiadError, NotFound, Unavailable, Unsupported
+from naiad import _core
+from naiad.errors import NaiadError
 
 OK = 0
 CANCELLED = 1
@@ -15,14 +18,6 @@ RESOURCE_EXHAUSTED = 8
 UNIMPLEMENTED = 12
 INTERNAL = 13
 UNAVAILABLE = 14
-
-_CODE_OF_KIND = (
-    (NotFound, NOT_FOUND),
-    (InvalidArgument, INVALID_ARGUMENT),
-    (Unavailable, UNAVAILABLE),
-    (Unsupported, UNIMPLEMENTED),
-    (Internal, INTERNAL),
-)
 
 
 class GrpcError(Exception):
@@ -39,8 +34,5 @@ def status_of(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, GrpcError):
         return exc.code, exc.message
     if isinstance(exc, NaiadError):
-        for kind, code in _CODE_OF_KIND:
-            if isinstance(exc, kind):
-                return code, exc.message
-        return INTERNAL, exc.message
+        return _core.grpc_code_of_kind(exc.kind), exc.message
     return INTERNAL, str(exc) or type(exc).__name__

@@ -79,6 +79,21 @@ class _Slot:
         protocol = self.protocol
         if protocol.closed:
             return
+        pending = protocol.pending
+        if (
+            exc is None
+            and type(http) is bytes
+            and len(pending) == 1
+            and pending[0] is self
+            and not protocol._eof
+        ):
+            # The common case (no pipelining): the only reply owed goes out at once.
+            pending.clear()
+            protocol._set_waiting(False)
+            protocol.transport.write(http)
+            if protocol.reading_paused and not protocol.writing_paused:
+                protocol._resume_reading()
+            return
         self.reply = http if exc is None else exception_reply(exc)
         protocol._flush()
 
@@ -334,7 +349,8 @@ class HttpProtocol(asyncio.Protocol):
     def _lane_slot(self):
         """A reply slot for a request the fast lane took; returns where its answer goes."""
         slot = _Slot(None, True, False, False, self)
-        self._set_waiting(True)
+        if not self._waiting:
+            self._set_waiting(True)
         self.pending.append(slot)
         if len(self.pending) >= MAX_PIPELINE:
             self._pause_reading()

@@ -98,7 +98,9 @@ class Router:
         if submit_fast is None or type(body) is not bytes or "content-encoding" in headers:
             return False
         header_length = headers.get("inference-header-content-length")
-        if header_length is None or not header_length.isdigit():
+        if header_length is None:  # a JSON body: the lane reads JSON tensor data too
+            return submit_fast(url, body, len(body), new_on_done)
+        if not header_length.isdigit():
             return False
         return submit_fast(url, body, int(header_length), new_on_done)
 

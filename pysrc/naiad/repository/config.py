@@ -136,6 +136,8 @@ def complete_model_config(config: ModelConfig, model_name: str) -> None:
 
 
 def _complete_instance_groups(config: ModelConfig) -> None:
+    if config.platform == "ensemble":
+        return  # an ensemble has no instances of its own in Triton's config
     # Triton's normalization: KIND_AUTO resolved against this host's GPUs, default names,
     # counts and GPU lists (repository/instance_groups.py).
     normalize_instance_groups(config)
@@ -158,6 +160,12 @@ def validate_model_config(config: ModelConfig) -> None:
         raise ConfigError(group_error)
     if config.HasField("dynamic_batching"):
         _validate_dynamic_batching(config)
+    if config.platform == "ensemble":
+        from naiad.repository.ensemble import check_structure
+
+        reason = check_structure(config)
+        if reason is not None:
+            raise ConfigError(reason)
 
 
 def _validate_tensors(kind: str, tensors, model_name: str) -> None:

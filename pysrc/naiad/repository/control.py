@@ -66,8 +66,8 @@ class ModelControl:
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """A client's unload request: only in explicit mode. Unloading a model that is not
-        loaded succeeds, as in Triton. Naiad has no ensembles yet, so no model depends on
-        another and `unload_dependents` changes nothing."""
+        loaded succeeds, as in Triton. `unload_dependents` changes nothing yet: an
+        ensemble whose composing model goes stays loaded and is not ready."""
         if self.mode != "explicit":
             raise Unavailable(_NOT_EXPLICIT)
         await self.apply_unload(name)
@@ -144,7 +144,11 @@ class ModelControl:
             raise InvalidArgument(
                 f"load failed for model '{name}': "
                 + "".join(
-                    f"version {m.version} is at UNAVAILABLE state: {m.reason};\n" for m in failed
+                    # An ensemble whose composing models do not fit: Triton's plain reason.
+                    f"{m.reason}\n"
+                    if getattr(m, "graph_failed", False)
+                    else f"version {m.version} is at UNAVAILABLE state: {m.reason};\n"
+                    for m in failed
                 )
             )
         versions = {**keep, **{m.version: m for m in started}}

@@ -32,6 +32,8 @@ from naiad.repository.catalog import Catalog
 from naiad.repository.control import ModelControl
 from naiad.repository.metadata import server_metadata
 from naiad.scheduling.arrivals import ArrivalTracker
+from naiad.scheduling.directory import ModelDirectory
+from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
@@ -110,12 +112,15 @@ class ModelManager:
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self._pending: dict[int, _Pending] = {}
+        self._instance_models: dict[int, LoadedModel] = {}  # for routed requests' stats
         self._live = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
         self.arrivals = ArrivalTracker()  # updated by the front ends' connections
         self._serving: dict[str, LoadedModel] = {}  # name -> highest ready version
         self.control = ModelControl(self, self.catalog, control_mode, load_threads, drain_timeout)
+        # name/version -> core handle, for workers' own requests (BLS, ensemble steps).
+        self.directory = ModelDirectory(self)
 
     # -- lifecycle -----------------------------------------------------------------
     async def load_all(self, load_models: list[str] | None = None) -> bool:
@@ -166,6 +171,8 @@ class ModelManager:
         """A LoadedModel registered with the core and the lane (not started), or a stand-in
         that says why it could not even be registered."""
         try:
+            if is_ensemble(entry.config):
+                return EnsembleModel(self, entry, version, entry.config)
             return LoadedModel(self, entry, version, entry.config)
         except Exception as exc:  # no room for its channels, out of eventfds...
             return UnloadableModel(entry, version, str(exc))
@@ -185,6 +192,13 @@ class ModelManager:
         for model in old.values():
             if versions.get(model.version) is not model and model.lane_id is not None:
                 self.lane.remove_model(model.lane_id)  # the routes left to it go
+        self.models_changed()
+
+    def models_changed(self) -> None:
+        """The served models or their states changed: workers' directory follows."""
+        directory = getattr(self, "directory", None)
+        if directory is not None:
+            directory.update()
 
     def withdraw(self, name: str) -> None:
         """`name` takes no new request, on either path; its requests in flight finish."""
@@ -192,6 +206,7 @@ class ModelManager:
         for model in self.models.get(name, {}).values():
             if model.lane_id is not None:
                 self.lane.remove_model(model.lane_id)
+        self.models_changed()
 
     def uses_path(self, path: Path) -> bool:
         """Whether a loaded version still runs from folder `path`."""
@@ -232,6 +247,7 @@ class ModelManager:
         for pending in pendings:
             pending.fail(Unavailable("server is shutting down"))
         loop.remove_reader(self.core.notify_fd)
+        self.directory.close()
 
     # -- queries for the front ends ------------------------------------------------
     def server_live(self) -> bool:
@@ -468,6 +484,9 @@ class ModelManager:
                 self._fail_unanswered(completion[-1])
 
     def _complete(self, _batch, status, _instance, offset, size, dispatch_ns, request_ids):
+        if status == _core.COMPLETION_ROUTED:
+            self._record_routed(_instance, request_ids)
+            return
         try:
             get = self._pending.get
             pendings = [get(request_id) for request_id in request_ids]
@@ -489,6 +508,24 @@ class ModelManager:
         finally:
             if offset:
                 self.core.free(offset)
+
+    def _record_routed(self, instance_id: int, numbers: list) -> None:
+        """Statistics of requests workers submitted (BLS, ensemble steps) that instance
+        `instance_id` answered: counted for its model as Triton counts them."""
+        model = self._instance_models.get(instance_id)
+        if model is None:
+            for versions in self.models.values():
+                for candidate in versions.values():
+                    for instance in getattr(candidate, "instances", ()):
+                        self._instance_models[instance.instance_id] = candidate
+            model = self._instance_models.get(instance_id)
+        if model is None or len(numbers) < 8:
+            return
+        count, rows, queue_ns, request_ns, c_input, c_infer, c_output, whole = numbers[:8]
+        timings = [0, c_input, c_infer, c_output]
+        model.stats.record_successes(count, rows, request_ns, queue_ns, timings)
+        if whole:
+            model.stats.record_execution(rows, timings)
 
     def _fail_unanswered(self, request_ids: list) -> None:
         """Fails the requests among `request_ids` that are still waiting for an answer."""
@@ -541,12 +578,14 @@ class ModelManager:
                 if pending.grpc:  # (error kind, message): the gRPC front end's status
                     http = error_of_kind(*http)
             try:
-                if type(http) is bytes:
+                if ok or type(http) is bytes:  # gRPC: bytes or a GrpcAnswer
                     pending.on_done(http, None)
                 else:
                     pending.on_done(None, http)
             except Exception:  # that client's connection; the others still get theirs
                 log.exception("sending the response of request %d failed", request_id)
+        if grpc_ids:
+            self.grpc_lane.release_answers()  # GrpcAnswers end before the block is freed
         if successes:
             stats.record_successes(successes, inferences, request_ns, queue_ns, timings)
         # A lane request whose final response is in the block is answered now; one without

@@ -50,7 +50,7 @@ class LoadedModel:
         self.lane_id: int | None = None
         self.instances: list[Instance] = []
         try:
-            self.core_model = self.core.add_model(config)
+            self.core_model = self.core.add_model(self._core_config())
             # The lane validates with the same spec and validator as the general path.
             self.lane_id = manager.lane.add_model(self.core_model, self._validate.spec)
             manager.register_lane_model(self, self.lane_id)
@@ -60,10 +60,18 @@ class LoadedModel:
             self.release()
             raise
 
+    def _core_config(self):
+        """The config the core schedules the model by (an ensemble's differs)."""
+        return self.config
+
+    def _instance_groups(self):
+        """The instance groups to start workers for (an ensemble has its own)."""
+        return self.config.instance_group
+
     def _create_instances(self) -> None:
         instances = self.instances  # filled as created, so release() finds each
         config_json = json.dumps(self._config_json)
-        for group in self.config.instance_group:
+        for group in self._instance_groups():
             kind = _KIND_NAMES.get(group.kind, "CPU")
             devices = list(group.gpus) if group.kind == 1 and group.gpus else [0]
             for device in devices:
@@ -127,6 +135,7 @@ class LoadedModel:
         self.state = state
         if self.lane_id is not None:
             self.manager.lane.set_accepting(self.lane_id, state == READY)
+        self.manager.models_changed()
 
     @property
     def ready(self) -> bool:

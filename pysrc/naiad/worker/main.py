@@ -30,6 +30,7 @@ from naiad import _core, datatypes
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
 from naiad.gc_tuning import settle_after_startup
+from naiad.worker import bls
 
 _PR_SET_PDEATHSIG = 1
 
@@ -281,6 +282,19 @@ def _yield_to_frontend() -> None:
         pass
 
 
+def _serve(channel, backend: Backend) -> None:
+    """Runs batches until stopped: a backend with its own loop (the ensemble
+    scheduler's `serve`) runs it; the others run in a Worker, which also runs the
+    batches that arrive nested while a model waits for its own requests (BLS)."""
+    serve = getattr(backend, "serve", None)
+    if serve is not None:
+        serve(channel)
+        return
+    worker = Worker(channel, backend)
+    channel.run_batch = worker._run_batch
+    worker.run()
+
+
 def main(argv=None) -> int:
     options = _parse_args(sys.argv[1:] if argv is None else argv)
     _die_with_parent()
@@ -295,6 +309,8 @@ def main(argv=None) -> int:
         endpoint = _core.WorkerEndpoint(
             options.arena_fd, options.channel_offset, options.wake_fd, options.notify_fd
         )
+        # The channel with the BLS client on top (worker/bls.py): models' own requests.
+        endpoint = bls.attach(endpoint)
         backend = load_backend(args)
         from naiad.worker.warmup import run_warmup
 
@@ -306,7 +322,7 @@ def main(argv=None) -> int:
     settle_after_startup()
     _report(options.control_fd, {"status": "ready"})
     _start_heartbeat(options.control_fd)
-    Worker(endpoint, backend).run()
+    _serve(endpoint, backend)
     # The frontend learns that this worker is done from its exit (a pidfd).
     backend.finalize()
     return 0

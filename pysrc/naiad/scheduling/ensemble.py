@@ -1,0 +1,199 @@
+"""Ensemble models (`platform: "ensemble"`) in the control plane: the graph check at load
+and readiness that follows the composing models.
+
+Where the orchestration lives, and why: each ensemble has one worker process running
+`backends/ensemble.py`, which sends every step to the core as a request of its own
+(the BLS path: channel.h SubmitMessage), so each step goes through its model's own
+queue and batcher, and intermediate tensors go from response block to request block
+inside the shared arena. Doing it in the C++ core instead would spare one hop through
+that worker's ring per step; the core has no per-request graph state today, and the
+measured cost of the Python hop is in perf/README.md (ensemble scenarios).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from naiad.protos import model_config_pb2
+from naiad.repository.ensemble import check_structure
+from naiad.scheduling.model import LOADING, READY, UNAVAILABLE, LoadedModel
+
+ENSEMBLE_PLATFORM = "ensemble"
+
+_KIND_CPU = model_config_pb2.ModelInstanceGroup.KIND_CPU
+
+
+def is_ensemble(config) -> bool:
+    return config.platform == ENSEMBLE_PLATFORM
+
+
+def _type_name(data_type: int) -> str:
+    return model_config_pb2.DataType.Name(data_type)
+
+
+def _dims(tensor) -> list[int]:
+    return [int(d) for d in tensor.dims]
+
+
+def _compatible(a: list[int], b: list[int]) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
+
+
+def _shape_text(dims: list[int], batching: bool) -> str:
+    return "[" + ",".join(str(d) for d in ([-1] if batching else []) + dims) + "]"
+
+
+def _compatible_text(a: str, b: str) -> bool:
+    left = [int(x) for x in a.strip("[]").split(",") if x]
+    right = [int(x) for x in b.strip("[]").split(",") if x]
+    return _compatible(left, right)
+
+
+def check_ensemble(config, find) -> str | None:
+    """Why the ensemble `config` cannot be served, or None, with Triton 2.51's messages.
+    `find(name, version)` gives the composing model's config (a ModelConfig) or raises
+    LookupError with the reason. After `check_structure`: each step's model and
+    version are loaded, its mapped tensors are inputs and outputs of that model, and
+    every tensor has one datatype and shape wherever it is used."""
+    reason = check_structure(config)
+    if reason is not None:
+        return reason
+    name = config.name
+    steps = list(config.ensemble_scheduling.step)
+    configs = []
+    for step in steps:
+        try:
+            configs.append(find(step.model_name, int(step.model_version)))
+        except LookupError as exc:
+            return str(exc)
+    batching = config.max_batch_size > 0
+    # tensor -> (datatype, shape text, the model it is inferred from)
+    known: dict[str, tuple[int, str, str]] = {}
+    for tensor in (*config.input, *config.output):
+        known[tensor.name] = (tensor.data_type, _shape_text(_dims(tensor), batching), name)
+
+    def agree(tensor: str, data_type: int, shape: str, model: str) -> str | None:
+        seen = known.get(tensor)
+        if seen is None:
+            known[tensor] = (data_type, shape, model)
+            return None
+        if seen[0] != data_type:
+            return (
+                f"in ensemble {name}, ensemble tensor {tensor}: inconsistent data type: "
+                f"{_type_name(seen[0])} is inferred from model {seen[2]} while "
+                f"{_type_name(data_type)} is inferred from model {model}"
+            )
+        if seen[1] != shape and not _compatible_text(seen[1], shape):
+            return (
+                f"in ensemble {name}, ensemble tensor {tensor}: inconsistent shape: "
+                f"{seen[1]} is inferred from model {seen[2]} while {shape} is inferred from "
+                f"model {model}"
+            )
+        return None
+
+    for step, model in zip(steps, configs):
+        step_batching = model.max_batch_size > 0
+        model_inputs = {t.name: t for t in model.input}
+        model_outputs = {t.name: t for t in model.output}
+        for model_input, tensor in step.input_map.items():
+            if model_input not in model_inputs:
+                return (
+                    f"in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing "
+                    f"input {model_input} in model {step.model_name}"
+                )
+        for model_output, tensor in step.output_map.items():
+            if model_output not in model_outputs:
+                return (
+                    f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing "
+                    f"output {model_output} in model {step.model_name}"
+                )
+        for mapping, tensors in ((step.input_map, model_inputs), (step.output_map, model_outputs)):
+            for model_tensor, tensor in mapping.items():
+                found = tensors[model_tensor]
+                shape = _shape_text(_dims(found), step_batching)
+                reason = agree(tensor, found.data_type, shape, step.model_name)
+                if reason is not None:
+                    return reason
+    return None
+
+
+class EnsembleModel(LoadedModel):
+    """An ensemble version: one scheduler worker (backends/ensemble.py), its graph checked
+    once its composing models have loaded, ready only while they are."""
+
+    # Ensemble requests that one scheduler execution may take together (they still run
+    # their steps each on their own, so this only spares per-batch overhead).
+    BATCH_REQUESTS = 64
+
+    def _core_config(self):
+        config = model_config_pb2.ModelConfig()
+        config.CopyFrom(self.config)
+        config.max_batch_size = max(config.max_batch_size, 1) * self.BATCH_REQUESTS
+        config.dynamic_batching.SetInParent()
+        return config
+
+    def _instance_groups(self):
+        group = model_config_pb2.ModelInstanceGroup(name=self.name, kind=_KIND_CPU, count=1)
+        return [group]
+
+    def composing(self) -> list[tuple[str, int]]:
+        return [(s.model_name, int(s.model_version)) for s in self.config.ensemble_scheduling.step]
+
+    def _find(self, name: str, version: int):
+        versions = self.manager.models.get(name) or {}
+        ready = [m for m in versions.values() if m.ready]
+        if not ready:
+            raise LookupError(
+                f"ensemble {self.name} contains models that are not available or ambiguous: {name}"
+            )
+        if version < 0:
+            return max(ready, key=lambda m: m.version).config
+        model = versions.get(version)
+        if model is None or not model.ready:
+            raise LookupError(
+                f"ensemble '{self.name}' depends on '{name}' whose required version {version} "
+                "is not loaded."
+            )
+        return model.config
+
+    async def load(self) -> None:
+        # Composing models loading at the same time (start-up) load first.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 600.0
+        while loop.time() < deadline:
+            loading = [
+                name
+                for name, _v in self.composing()
+                if any(m.state == LOADING for m in (self.manager.models.get(name) or {}).values())
+            ]
+            if not loading:
+                break
+            await asyncio.sleep(0.05)
+        reason = check_ensemble(self.config, self._find)
+        if reason is not None:
+            self.graph_failed = True  # control.py words the load's failure as Triton
+            self._set_state(UNAVAILABLE)
+            self.reason = reason
+            self.release()
+            return
+        await super().load()
+
+    def _composing_ready(self) -> bool:
+        for name, version in self.composing():
+            versions = self.manager.models.get(name) or {}
+            if version < 0:
+                if not any(m.ready for m in versions.values()):
+                    return False
+            elif not (versions.get(version) is not None and versions[version].ready):
+                return False
+        return True
+
+    @property
+    def ready(self) -> bool:
+        return self.state == READY and self._composing_ready()
+
+    @property
+    def healthy(self) -> bool:
+        return self.ready and not self.instances_down

@@ -1,0 +1,539 @@
+"""A worker's own requests to other models (BLS; ensemble steps), through the core.
+
+A Python model's `pb_utils.InferenceRequest(...).exec()` lands here. The request is
+validated against the target's config and laid out in the arena exactly as the
+frontend lays out a client's request (`_core.WorkerEndpoint.submit`: the one validator,
+`layout_request_block`), then handed to the core on the channel's `to_core` ring
+(channel.h SubmitMessage). The core queues it on the target model like any other
+request, so it batches with direct traffic, and routes its responses back to this
+worker as kResponse messages (kRefused when it failed without one) on the same ring
+the worker receives batches on.
+
+While it waits, the worker keeps reading that ring (`Channel.pump`): responses go to
+the calls they answer, and a batch (the core gives an instance that waits for its own
+requests batches nested in the wait: csrc/core.h `takes_batch_locked`) runs at once,
+nested. So a model that calls itself, or whose caller's only instance is busy, or
+calls that nest, never deadlock.
+
+Names resolve through the frontend's model directory (scheduling/directory.py).
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import numpy as np
+import orjson
+
+from naiad import _core, datatypes
+from naiad.scheduling.directory import ENVIRONMENT_VARIABLE
+from naiad.types import InputTensor, RequestedOutput
+
+# pb_utils.TritonError codes (backends/base.py has the same numbers).
+INTERNAL = 1
+NOT_FOUND = 2
+INVALID_ARG = 3
+UNAVAILABLE = 4
+
+
+class CallError(Exception):
+    """A request that could not be sent or failed without a response: the message and
+    Triton error code its InferenceResponse carries."""
+
+    def __init__(self, message: str, code: int = INTERNAL):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class Directory:
+    """The worker's copy of the model directory, read again on a miss."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+        self.models: dict = {}
+        self._specs: dict = {}  # (handle) -> _core.ModelSpec
+
+    def reload(self) -> None:
+        """Reads the table again (only on a miss or a refused handle: rare)."""
+        if not self.path:
+            return
+        try:
+            with open(self.path, "rb") as f:
+                table = orjson.loads(f.read())
+        except (OSError, ValueError):
+            return
+        self.models = table.get("models", {})
+
+    def resolve(self, name: str, version: int, fresh: bool = False):
+        """(handle, ModelSpec, decoupled) of `name` at `version` (-1: the one served by
+        default); CallError with Triton's message when there is none ready."""
+        if fresh:
+            self.reload()
+        found = self._lookup(name, version)
+        # A miss or a not-ready entry may be this worker's copy lagging behind a load:
+        # read the table again before answering "not ready".
+        if (found is None or isinstance(found, CallError)) and not fresh:
+            self.reload()
+            found = self._lookup(name, version)
+        if isinstance(found, CallError):
+            raise found
+        if found is None:
+            raise _not_ready(name)
+        handle = found["handle"]
+        spec = self._specs.get(handle)
+        if spec is None:
+            name_, version_, max_batch_size, inputs, outputs = found["spec"]
+            spec = self._specs[handle] = _core.ModelSpec(
+                name_, version_, max_batch_size, [tuple(i) for i in inputs], list(outputs)
+            )
+        return handle, spec, found.get("decoupled", False)
+
+    def _lookup(self, name: str, version: int):
+        model = self.models.get(name)
+        if not model or not model.get("versions"):
+            return None
+        versions = model["versions"]
+        if version is None or version < 0:
+            serving = model.get("serving")
+            if serving is None:
+                return _not_ready(name)
+            entry = versions.get(str(serving))
+            return entry if entry is not None and entry["ready"] else None
+        entry = versions.get(str(version))
+        if entry is None or not entry["ready"]:
+            return _not_ready(name)
+        return entry
+
+
+def _submit_error(model_name: str, message: str) -> CallError:
+    """A request the server would not take, as Triton's Python backend words it."""
+    return CallError(f"Model {model_name} - Error when running inference: {message}", INTERNAL)
+
+
+def _not_ready(model_name: str) -> CallError:
+    """Triton's words for a BLS request to a model (or version) not served."""
+    return _submit_error(
+        model_name,
+        f"Failed for execute the inference request. Model '{model_name}' is not ready.",
+    )
+
+
+def refusal(model_name: str, status: int) -> CallError:
+    """The error of a request the core refused (MESSAGE_REFUSED `status`)."""
+    if status & _core.REFUSED_QUEUED:
+        status &= ~_core.REFUSED_QUEUED
+        if status == _core.COMPLETION_TIMED_OUT:
+            return CallError("Request timeout expired", UNAVAILABLE)
+        if status == _core.COMPLETION_MODEL_GONE:
+            return CallError(
+                f"Request for unknown model: '{model_name}' is not at ready state", UNAVAILABLE
+            )
+        if status == _core.COMPLETION_INSTANCE_DIED:
+            return CallError(
+                f"Failed to process the request(s) for model '{model_name}': the model "
+                "instance's worker process exited while running it; it is being restarted"
+            )
+        return CallError(
+            f"Failed to process the request(s) for model '{model_name}': the worker could "
+            "not run the batch (see the server log)"
+        )
+    if status == _core.SUBMIT_QUEUE_FULL:
+        return _submit_error(model_name, "Exceeds maximum queue size")
+    if status == _core.SUBMIT_ARENA_FULL:
+        return _submit_error(model_name, "the shared-memory arena has no room for the request")
+    if status == _core.SUBMIT_MODEL_GONE:
+        return _not_ready(model_name)
+    return _submit_error(model_name, "the request's inputs cannot be read")
+
+
+class Call:
+    """One request in flight: what the core sent back for it so far. `on_response(call,
+    offset, read)` (when set) takes each response block as it comes (`read`: its
+    read_outputs) and frees it; otherwise (offset, read) pairs are kept in `blocks` for
+    the caller to take and free."""
+
+    __slots__ = ("tag", "model_name", "done", "blocks", "error", "on_response", "on_done", "retry")
+
+    def __init__(self, tag: int, model_name: str, on_response=None, on_done=None):
+        self.tag = tag
+        self.model_name = model_name
+        self.done = False
+        self.blocks: list = []  # (offset, size) of response blocks not taken yet
+        self.error: CallError | None = None
+        self.on_response = on_response
+        self.on_done = on_done
+        self.retry = None  # sends it again once, when the core refused a stale handle
+
+
+class Channel:
+    """The worker's channel with the BLS client on top: `next()` as the endpoint's for
+    the worker loop, `pump()` while a model waits for its own requests."""
+
+    def __init__(self, endpoint):
+        self.endpoint = endpoint
+        self.arena = endpoint.arena
+        self.directory = Directory(os.environ.get(ENVIRONMENT_VARIABLE))
+        self.calls: dict[int, Call] = {}
+        self._next_tag = 1
+        self._stop = False
+        # Runs a batch that arrives nested in a wait: (batch_id, blocks, tensors).
+        self.run_batch = None
+        # The worker loop's calls, bound once (no __getattr__ per batch).
+        self.respond = endpoint.respond
+        self.complete = endpoint.complete
+        self.alloc = endpoint.alloc
+
+    def __getattr__(self, name):  # complete, respond, alloc, ...: the endpoint's
+        return getattr(self.endpoint, name)
+
+    def next(self):
+        """The worker loop's next batch or stop, as WorkerEndpoint.next; messages for
+        calls that are over (their caller gave up) are freed."""
+        if self._stop:
+            return True, 0, [], []
+        while True:
+            kind, ident, first, second = self.endpoint.wait()
+            if kind == _core.MESSAGE_BATCH:
+                return False, ident, first, second
+            if kind == _core.MESSAGE_STOP:
+                return True, 0, [], []
+            self._deliver(kind, ident, first, second)
+
+    # -- calls ------------------------------------------------------------------------
+    def submit(
+        self,
+        model_name: str,
+        version: int,
+        request_id: str,
+        inputs: list,
+        outputs: list | None,
+        parameters: dict | None,
+        timeout_us: int = 0,
+        priority: int = 0,
+        on_response=None,
+        on_done=None,
+    ) -> Call:
+        """Sends a request; its Call is done at once (with `error`) when it could not be
+        sent. `inputs`: InputTensor records (their data may be arena slices)."""
+        tag = self._next_tag
+        self._next_tag += 1
+        call = Call(tag, model_name, on_response, on_done)
+        params = orjson.dumps(parameters) if parameters else b"{}"
+        requested = _requested(outputs)
+
+        def send(fresh: bool) -> Call:
+            try:
+                handle, spec, _decoupled = self.directory.resolve(model_name, version, fresh)
+            except CallError as exc:
+                return self._finish(call, exc)
+            # The frontend is woken once, before this worker blocks (pump, serve).
+            result = self.endpoint.submit(
+                handle,
+                tag,
+                spec,
+                request_id,
+                inputs,
+                requested,
+                params,
+                priority,
+                timeout_us,
+                False,
+            )
+            if type(result) is str:
+                return self._finish(call, _submit_error(model_name, result))
+            if result != _core.SUBMIT_OK:
+                return self._finish(call, refusal(model_name, result))
+            self.calls[tag] = call
+            return call
+
+        # The handle in this worker's copy of the directory may be stale (the model was
+        # reloaded since): the core then refuses it as gone, and it is sent once more
+        # with the directory read afresh (_deliver).
+        call.retry = send
+        return send(False)
+
+    def _finish(self, call: Call, error: CallError | None) -> Call:
+        call.retry = None
+        call.error = error
+        call.done = True
+        if call.on_done is not None:
+            call.on_done(call)
+        return call
+
+    def pump(self, until) -> None:
+        """Reads the channel until `until()` is true: responses go to their calls, a
+        nested batch runs at once, a stop is kept for the worker loop."""
+        endpoint = self.endpoint
+        wait = endpoint.wait
+        while not until():
+            message = wait(False)
+            if message is None:  # nothing there: wake the frontend for our submits, block
+                endpoint.wake()
+                message = wait()
+            kind, ident, first, second = message
+            if kind == _core.MESSAGE_BATCH:
+                if self.run_batch is None:  # nothing to run it: fail it, never hang
+                    self.endpoint.complete(ident, 0, 0, _core.COMPLETION_WORKER_FAILED)
+                    continue
+                try:
+                    self.run_batch(ident, first, second)
+                except Exception:
+                    traceback.print_exc()
+                    self.endpoint.complete(ident, 0, 0, _core.COMPLETION_WORKER_FAILED)
+            elif kind == _core.MESSAGE_STOP:
+                self._stop = True
+            else:
+                self._deliver(kind, ident, first, second)
+
+    def _deliver(self, kind: int, tag: int, first, second) -> None:
+        call = self.calls.get(tag)
+        if kind == _core.MESSAGE_RESPONSE:
+            if call is None:
+                self.endpoint.free(first)
+                return
+            read = read_outputs(self.arena, first, second)
+            final = any(flags & _core.RESPONSE_FINAL for flags, *_rest in read)
+            if call.on_response is not None:
+                call.on_response(call, first, read)
+            else:
+                call.blocks.append((first, read))
+            if final:
+                del self.calls[tag]
+                self._finish(call, None)
+            return
+        if call is not None:  # refused
+            del self.calls[tag]
+            retry = call.retry
+            call.retry = None
+            if first == _core.SUBMIT_MODEL_GONE and retry is not None:
+                retry(True)
+                return
+            self._finish(call, refusal(call.model_name, first))
+
+
+_REQUESTED: dict = {}
+
+
+def _requested(outputs) -> list | None:
+    """RequestedOutput records for output names, kept per tuple of names."""
+    if not outputs:
+        return None
+    key = tuple(outputs)
+    found = _REQUESTED.get(key)
+    if found is None:
+        found = _REQUESTED[key] = [RequestedOutput(name) for name in outputs]
+    return found
+
+
+def read_outputs(arena, offset: int, size: int) -> list:
+    """The responses of a block: [(flags, error_code, outcome dict, [(name, datatype,
+    shape, arena offset, nbytes)])]."""
+    read = _core.read_response_block(arena, offset, size)
+    if read is None:
+        return [
+            (_core.RESPONSE_FINAL | _core.RESPONSE_ERROR, INTERNAL, {"error": "unreadable"}, [])
+        ]
+    out = []
+    for _index, flags, code, json, slots in read[1]:
+        outcome = orjson.loads(json) if json else {}
+        tensors = [
+            (name, datatype, shape, start, nbytes)
+            for (name, datatype, shape), (start, nbytes) in zip(outcome.get("outputs") or (), slots)
+        ]
+        out.append((flags, code, outcome, tensors))
+    return out
+
+
+def array_of(arena, datatype: str, shape, start: int, nbytes: int) -> np.ndarray:
+    """An output tensor copied out of the arena as numpy."""
+    if datatype == "BYTES":
+        return datatypes.deserialize_bytes(
+            bytes(arena[start : start + nbytes]), datatypes.element_count(shape)
+        ).reshape(shape)
+    dtype = datatypes.numpy_dtype(datatype)
+    return np.frombuffer(arena, dtype, datatypes.element_count(shape), start).reshape(shape).copy()
+
+
+def input_of(name: str, array: np.ndarray, datatype: str) -> InputTensor:
+    """An InputTensor over a numpy array's bytes (wire layout; BYTES serialized)."""
+    if datatype == "BYTES":
+        data = datatypes.serialize_bytes(array)
+    else:
+        if not array.flags.c_contiguous or array.dtype.byteorder == ">":
+            array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        data = memoryview(array).cast("B") if array.nbytes else b""
+    return InputTensor(name, datatype, list(array.shape), data)
+
+
+# The worker's channel once main() attached it; None outside a worker.
+channel: Channel | None = None
+
+
+def attach(endpoint) -> Channel:
+    global channel
+    channel = Channel(endpoint)
+    return channel
+
+
+# -- pb_utils.InferenceRequest.exec / async_exec -----------------------------------------
+
+
+def _pb_utils():
+    from naiad import triton_python_backend_utils
+
+    return triton_python_backend_utils
+
+
+def _channel() -> Channel:
+    if channel is None:
+        raise _pb_utils().TritonModelException(
+            "BLS requests can only be made from a model running in a Naiad worker"
+        )
+    return channel
+
+
+def _start(request) -> Call:
+    pb = _pb_utils()
+    chan = _channel()
+    inputs = []
+    for tensor in request._inputs:
+        if tensor._device_tensor is not None:
+            raise pb.TritonModelException(
+                f"input '{tensor._name}' is in GPU memory; Naiad's BLS requests take host "
+                "tensors only (yet)"
+            )
+        wire = pb.WIRE_OF_TRITON_TYPE.get(tensor._triton_dtype, "BYTES")
+        inputs.append(input_of(tensor._name, tensor._array, wire))
+    parameters = orjson.loads(request._parameters) if request._parameters not in ("", "{}") else {}
+    correlation = request._correlation_id
+    if correlation:
+        parameters["sequence_id"] = correlation
+    if request._flags & 1:
+        parameters["sequence_start"] = True
+    if request._flags & 2:
+        parameters["sequence_end"] = True
+    return chan.submit(
+        request._model_name,
+        request._model_version,
+        request._request_id,
+        inputs,
+        list(request._requested_output_names) or None,
+        parameters,
+        timeout_us=max(int(request._timeout), 0),
+    )
+
+
+def _response(chan: Channel, call: Call, offset: int, read: list):
+    """The pb_utils.InferenceResponse of a response block (`read`: read_outputs of it;
+    the block is freed here)."""
+    pb = _pb_utils()
+    try:
+        flags, code, outcome, tensors = read[0]
+        if flags & _core.RESPONSE_ERROR:
+            return pb.InferenceResponse(error=pb.TritonError(outcome.get("error", ""), code))
+        outputs = [
+            pb.Tensor._from_server(
+                name,
+                array_of(chan.arena, datatype, shape, start, nbytes),
+                pb.TRITON_TYPE_OF_WIRE[datatype],
+            )
+            for name, datatype, shape, start, nbytes in tensors
+        ]
+        return pb.InferenceResponse(outputs, parameters=outcome.get("parameters") or None)
+    finally:
+        chan.endpoint.free(offset)
+
+
+def _error_response(error: CallError):
+    pb = _pb_utils()
+    return pb.InferenceResponse(error=pb.TritonError(error.message, error.code))
+
+
+def _final_response(call: Call):
+    """A done non-decoupled call's InferenceResponse: its last response, or its error."""
+    chan = _channel()
+    if call.error is not None:
+        for offset, _read in call.blocks:
+            chan.endpoint.free(offset)
+        return _error_response(call.error)
+    responses = [_response(chan, call, offset, read) for offset, read in call.blocks]
+    call.blocks = []
+    if not responses:
+        return _error_response(CallError(f"model '{call.model_name}' sent no response"))
+    return responses[-1]
+
+
+def execute(request, decoupled: bool = False):
+    """InferenceRequest.exec(): the response, or (decoupled) an iterator of them."""
+    call = _start(request)
+    if decoupled:
+        return ResponseIterator(call)
+    _channel().pump(lambda: call.done)
+    return _final_response(call)
+
+
+class _Pending:
+    """What async_exec returns: the request is already sent; awaiting it reads the
+    channel until its response is in (other calls' responses meanwhile go to them, so
+    several awaited together run concurrently)."""
+
+    __slots__ = ("call", "decoupled")
+
+    def __init__(self, call: Call, decoupled: bool):
+        self.call = call
+        self.decoupled = decoupled
+
+    def __await__(self):
+        if self.decoupled:
+            return ResponseIterator(self.call)
+        if not self.call.done:
+            _channel().pump(lambda: self.call.done)
+        return _final_response(self.call)
+        yield  # a generator: `await` takes it
+
+
+def execute_async(request, decoupled: bool = False):
+    """InferenceRequest.async_exec(): an awaitable of what exec() returns."""
+    return _Pending(_start(request), decoupled)
+
+
+class ResponseIterator:
+    """exec(decoupled=True): each response as it arrives, the last one flagged final
+    (it may have no outputs, as in Triton)."""
+
+    def __init__(self, call: Call):
+        self.call = call
+        self._error_sent = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        call = self.call
+        chan = _channel()
+        if not call.blocks and not call.done:
+            chan.pump(lambda: call.blocks or call.done)
+        if call.blocks:
+            offset, read = call.blocks.pop(0)
+            return _response(chan, call, offset, read)
+        if call.error is not None and not self._error_sent:
+            self._error_sent = True
+            return _error_response(call.error)
+        raise StopIteration
+
+    def cancel(self):
+        """Triton's ResponseIterator.cancel(): not supported for Naiad's BLS yet."""
+        return None
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """pb_utils.is_model_ready(): from the model directory, read afresh."""
+    chan = _channel()
+    try:
+        version = int(model_version) if str(model_version) else -1
+        chan.directory.resolve(model_name, version, fresh=True)
+    except (CallError, ValueError):
+        return False
+    return True

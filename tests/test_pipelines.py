@@ -1,0 +1,346 @@
+"""Ensembles and BLS, black-box over HTTP (tests/grpc_clients/test_grpc_pipelines.py has
+the gRPC side).
+
+One `naiad serve` on add_sub (model_repository), the BLS model `bls` (its request
+parameter `mode` picks what it calls: tests/pipeline_models/bls/1/model.py), the ensemble
+`ensemble_add_sub` (add_sub twice: OUTPUT0 = 2 * INPUT0, OUTPUT1 = 2 * INPUT1),
+slow_add_sub (0.3 s per execution, one instance) and ensembles that must not load.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.http as httpclient
+from server_harness import EXAMPLE_MODELS, NaiadServer
+
+PIPELINE_MODELS = Path(__file__).resolve().parent / "pipeline_models"
+TIMEOUT = 30
+
+A = np.arange(16, dtype=np.float32).reshape(1, 16)
+B = np.full((1, 16), 3.0, dtype=np.float32)
+
+_ENSEMBLE_HEADER = """platform: "ensemble"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+        { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+"""
+
+
+def _step(model="add_sub", version=-1, inputs=None, outputs=None) -> str:
+    inputs = inputs or {"INPUT0": "INPUT0", "INPUT1": "INPUT1"}
+    outputs = outputs or {"OUTPUT0": "OUTPUT0"}
+    text = f'{{ model_name: "{model}" model_version: {version} '
+    text += " ".join(f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items())
+    text += " " + " ".join(f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items())
+    return text + " }"
+
+
+# Ensembles that must not load, and Triton 2.51's reason for each (checked against it).
+BAD_ENSEMBLES = {
+    "e_unknown": (
+        [_step(model="nope")],
+        "ensemble e_unknown contains models that are not available or ambiguous: nope",
+    ),
+    "e_version": (
+        [_step(version=3)],
+        "ensemble 'e_version' depends on 'add_sub' whose required version 3 is not loaded.",
+    ),
+    "e_double": (
+        [_step(), _step()],
+        "ensemble tensor 'OUTPUT0' can appear in an output map only once for ensemble "
+        "'e_double' step 1",
+    ),
+    "e_unused": (
+        [_step(inputs={"INPUT0": "INPUT0", "INPUT1": "INPUT0"})],
+        "ensemble input 'INPUT1' for ensemble e_unused' is not used",
+    ),
+    "e_unwritten": (
+        [_step(outputs={"OUTPUT1": "other"})],
+        "ensemble output 'OUTPUT0' for ensemble e_unwritten' is not used",
+    ),
+    "e_cycle": (
+        [
+            _step(inputs={"INPUT0": "INPUT0", "INPUT1": "b"}, outputs={"OUTPUT0": "a"}),
+            _step(
+                inputs={"INPUT0": "a", "INPUT1": "INPUT1"},
+                outputs={"OUTPUT0": "b", "OUTPUT1": "OUTPUT0"},
+            ),
+        ],
+        "output 'OUTPUT0' for ensemble 'e_cycle' is not written: at least one of its "
+        "depending tensors, 'b', is not connected",
+    ),
+    "e_badinput": (
+        [_step(inputs={"INPUT0": "INPUT0", "NOPE": "INPUT1"})],
+        "in ensemble e_badinput, ensemble tensor INPUT1 is mapping to non-existing input NOPE "
+        "in model add_sub",
+    ),
+    "e_dtype": (
+        [_step()],
+        "in ensemble e_dtype, ensemble tensor INPUT0: inconsistent data type: TYPE_INT32 is "
+        "inferred from model e_dtype while TYPE_FP32 is inferred from model add_sub",
+    ),
+    "e_shape": (
+        [_step()],
+        "in ensemble e_shape, ensemble tensor INPUT0: inconsistent shape: [-1,8] is inferred "
+        "from model e_shape while [-1,16] is inferred from model add_sub",
+    ),
+}
+
+
+def build_repository(dest: Path, bad: bool = True) -> Path:
+    shutil.copytree(EXAMPLE_MODELS / "add_sub", dest / "add_sub")
+    for name in ("bls", "ensemble_add_sub", "slow_add_sub"):
+        shutil.copytree(PIPELINE_MODELS / name, dest / name)
+    if not bad:
+        return dest
+    for name, (steps, _reason) in BAD_ENSEMBLES.items():
+        header = _ENSEMBLE_HEADER
+        if name == "e_dtype":
+            header = header.replace("TYPE_FP32 dims: [ 16 ] },", "TYPE_INT32 dims: [ 16 ] },", 1)
+        if name == "e_shape":
+            header = header.replace("dims: [ 16 ] },", "dims: [ 8 ] },", 1)
+        (dest / name / "1").mkdir(parents=True)
+        (dest / name / "config.pbtxt").write_text(
+            f'name: "{name}"\n{header}ensemble_scheduling {{ step [ {", ".join(steps)} ] }}\n'
+        )
+    return dest
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    repository = build_repository(tmp_path_factory.mktemp("pipelines-repository"))
+    server = NaiadServer(
+        repository,
+        log_dir=tmp_path_factory.mktemp("pipelines"),
+        name="pipelines",
+        extra_args=["--exit-on-error=false", "--strict-readiness=false"],
+    )
+    server.start(wait="ready", timeout=120)
+    yield server
+    server.stop()
+
+
+def infer(server, model: str, parameters: dict | None = None, a=A, b=B):
+    body = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "shape": list(a.shape),
+                "datatype": "FP32",
+                "data": a.ravel().tolist(),
+            },
+            {
+                "name": "INPUT1",
+                "shape": list(b.shape),
+                "datatype": "FP32",
+                "data": b.ravel().tolist(),
+            },
+        ]
+    }
+    if parameters:
+        body["parameters"] = parameters
+    response = requests.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=TIMEOUT)
+    payload = response.json()
+    outputs = {
+        o["name"]: np.array(o["data"], dtype=np.float32).reshape(o["shape"])
+        for o in payload.get("outputs", [])
+    }
+    return response.status_code, payload, outputs
+
+
+def arena_blocks(server) -> int:
+    return requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()["blocks_in_use"]
+
+
+def test_ensemble_runs_its_steps_in_order(server):
+    status, _payload, outputs = infer(server, "ensemble_add_sub")
+    assert status == 200
+    np.testing.assert_array_equal(outputs["OUTPUT0"], 2 * A)
+    np.testing.assert_array_equal(outputs["OUTPUT1"], 2 * B)
+
+
+def test_ensemble_requested_output_only(server):
+    client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+    inputs = [
+        httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+        httpclient.InferInput("INPUT1", [1, 16], "FP32"),
+    ]
+    inputs[0].set_data_from_numpy(A, binary_data=True)
+    inputs[1].set_data_from_numpy(B, binary_data=True)
+    result = client.infer(
+        "ensemble_add_sub", inputs, outputs=[httpclient.InferRequestedOutput("OUTPUT1")]
+    )
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), 2 * B)
+    assert result.as_numpy("OUTPUT0") is None
+
+
+def test_ensemble_metadata_and_config(server):
+    metadata = requests.get(f"{server.url}/v2/models/ensemble_add_sub", timeout=TIMEOUT).json()
+    assert metadata["platform"] == "ensemble"
+    config = requests.get(f"{server.url}/v2/models/ensemble_add_sub/config", timeout=TIMEOUT).json()
+    assert [s["model_name"] for s in config["ensemble_scheduling"]["step"]] == ["add_sub"] * 2
+    assert "instance_group" not in config or not config["instance_group"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "decoupled", "self", "nested"])
+def test_bls_calls_add_sub(server, mode):
+    status, payload, outputs = infer(server, "bls", {"mode": mode})
+    assert status == 200, payload
+    np.testing.assert_array_equal(outputs["OUTPUT0"], A + B)
+    np.testing.assert_array_equal(outputs["OUTPUT1"], A - B)
+
+
+def test_bls_calls_an_ensemble(server):
+    status, payload, outputs = infer(server, "bls", {"mode": "ensemble"})
+    assert status == 200, payload
+    np.testing.assert_array_equal(outputs["OUTPUT0"], 2 * A)
+    np.testing.assert_array_equal(outputs["OUTPUT1"], 2 * B)
+
+
+@pytest.mark.parametrize(
+    "parameters,message",
+    [
+        (
+            {"mode": "target", "target": "nope"},
+            "Model nope - Error when running inference: Failed for execute the inference "
+            "request. Model 'nope' is not ready.",
+        ),
+        (
+            {"mode": "target", "target": "add_sub", "version": 7},
+            "Model add_sub - Error when running inference: Failed for execute the inference "
+            "request. Model 'add_sub' is not ready.",
+        ),
+        (
+            {"mode": "bad_input"},
+            "Model add_sub - Error when running inference: [request id: <id_unknown>] expected "
+            "2 inputs but got 1 inputs for model 'add_sub'. Got input(s) ['INPUT0'], but missing "
+            "required input(s) ['INPUT1']. Please provide all required input(s).",
+        ),
+    ],
+)
+def test_bls_errors_come_back_as_triton_words_them(server, parameters, message):
+    # The model returns response.error() as its own error (status from its code: INTERNAL).
+    status, payload, _ = infer(server, "bls", parameters)
+    assert (status, payload) == (500, {"error": message})
+
+
+def test_bls_error_of_the_called_model_keeps_its_code(server):
+    status, payload, _ = infer(server, "bls", {"mode": "call_fail"})
+    assert (status, payload) == (400, {"error": "bls failed on purpose"})
+
+
+def test_bls_version_selection(server):
+    status, payload, outputs = infer(
+        server, "bls", {"mode": "target", "target": "add_sub", "version": 1}
+    )
+    assert status == 200, payload
+    np.testing.assert_array_equal(outputs["OUTPUT0"], A + B)
+
+
+def test_bls_timeout_in_the_called_models_queue(server):
+    # slow_add_sub's one instance is busy for 0.3 s; the BLS request may wait 1 ms.
+    busy = threading.Thread(target=infer, args=(server, "slow_add_sub"))
+    busy.start()
+    time.sleep(0.1)
+    try:
+        start = time.monotonic()
+        status, payload, _ = infer(
+            server, "bls", {"mode": "timeout", "target": "slow_add_sub", "timeout": 1000}
+        )
+        assert (status, payload) == (503, {"error": "Request timeout expired"})
+        assert time.monotonic() - start < 0.25  # refused at its deadline, not when served
+    finally:
+        busy.join()
+
+
+def test_concurrent_bls_and_ensemble_traffic_leaves_the_arena_as_it_was(server):
+    infer(server, "bls")  # every worker warm
+    before = arena_blocks(server)
+    modes = ["sync", "async", "self", "nested", "ensemble", "decoupled"] * 6
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda m: infer(server, "bls", {"mode": m}), modes))
+        results += list(pool.map(lambda _: infer(server, "ensemble_add_sub"), range(24)))
+    assert all(status == 200 for status, _p, _o in results), [p for s, p, _o in results if s != 200]
+    deadline = time.monotonic() + 5
+    while arena_blocks(server) != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert arena_blocks(server) == before
+
+
+@pytest.mark.parametrize("name", sorted(BAD_ENSEMBLES))
+def test_bad_ensembles_are_unavailable_with_tritons_reason(server, name):
+    index = requests.post(f"{server.url}/v2/repository/index", timeout=TIMEOUT).json()
+    entry = next(e for e in index if e["name"] == name)
+    assert entry["state"] == "UNAVAILABLE"
+    assert entry["reason"] == BAD_ENSEMBLES[name][1]
+    assert requests.get(f"{server.url}/v2/models/{name}/ready", timeout=TIMEOUT).status_code == 400
+
+
+def test_unloading_a_composing_model_makes_the_ensemble_unready(tmp_path):
+    repository = build_repository(tmp_path / "repository", bad=False)
+    with NaiadServer(
+        repository,
+        log_dir=tmp_path,
+        name="pipelines-explicit",
+        extra_args=["--model-control-mode=explicit", "--load-model=*"],
+    ) as server:
+        ready = f"{server.url}/v2/models/ensemble_add_sub/ready"
+        assert requests.get(ready, timeout=TIMEOUT).status_code == 200
+        assert infer(server, "bls")[0] == 200  # bls knows add_sub's handle from now on
+        unload = requests.post(f"{server.url}/v2/repository/models/add_sub/unload", timeout=TIMEOUT)
+        assert unload.status_code == 200
+        assert requests.get(ready, timeout=TIMEOUT).status_code == 400
+        status, _payload, _ = infer(server, "ensemble_add_sub")
+        assert status != 200
+        load = requests.post(f"{server.url}/v2/repository/models/add_sub/load", timeout=TIMEOUT)
+        assert load.status_code == 200
+        assert requests.get(ready, timeout=TIMEOUT).status_code == 200
+        # The reloaded add_sub has a new core handle: workers that knew the old one
+        # (the ensemble's, bls's) find the new one.
+        assert infer(server, "ensemble_add_sub")[0] == 200
+        assert infer(server, "bls")[0] == 200
+
+
+def _success_count(server, model: str) -> int:
+    stats = requests.get(f"{server.url}/v2/models/{model}/stats", timeout=TIMEOUT).json()
+    return stats["model_stats"][0]["inference_stats"]["success"]["count"]
+
+
+def test_statistics_count_each_step_and_bls_call_on_the_called_model(server):
+    # As Triton: add_sub's statistics count the requests an ensemble's steps and BLS
+    # calls send it; the ensemble and the BLS model count their own requests.
+    before = {m: _success_count(server, m) for m in ("add_sub", "ensemble_add_sub", "bls")}
+    for _ in range(3):
+        assert infer(server, "ensemble_add_sub")[0] == 200
+        assert infer(server, "bls")[0] == 200
+    after = {m: _success_count(server, m) for m in before}
+    assert after["add_sub"] - before["add_sub"] == 3 * 2 + 3
+    assert after["ensemble_add_sub"] - before["ensemble_add_sub"] == 3
+    assert after["bls"] - before["bls"] == 3
+    stats = requests.get(f"{server.url}/v2/models/add_sub/stats", timeout=TIMEOUT).json()
+    entry = stats["model_stats"][0]
+    assert entry["execution_count"] >= 1
+    assert (
+        entry["inference_stats"]["compute_infer"]["count"]
+        == entry["inference_stats"]["success"]["count"]
+    )
+
+
+def test_metrics_follow_the_statistics_of_steps_and_bls_calls(server):
+    assert infer(server, "ensemble_add_sub")[0] == 200
+    text = requests.get(f"http://{server.host}:{server.metrics_port}/metrics", timeout=TIMEOUT).text
+    line = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("nv_inference_request_success{") and 'model="add_sub"' in line
+    )
+    assert float(line.rsplit(" ", 1)[1]) == _success_count(server, "add_sub")

@@ -1,0 +1,104 @@
+"""Differential: ensembles and BLS on Naiad and on the real Triton 2.51, same repository,
+same requests: the same outputs, status codes and messages, the same load answers for
+ensembles that must not load, and the same statistics counts on the composing model.
+Skips, saying why, when Triton is not installed (`make perf-tools`).
+
+Left out on purpose (Triton 2.51 hangs or differs, README "Differences"): a model
+calling itself, a BLS timeout.
+"""
+
+from __future__ import annotations
+
+import pytest
+import requests
+from server_harness import NaiadServer
+from test_pipelines import BAD_ENSEMBLES, build_repository, infer
+from triton_peer import TritonPeer, find_triton
+
+pytestmark = [
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(
+        find_triton() is None,
+        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
+    ),
+]
+
+TIMEOUT = 30
+LOADED = ["add_sub", "bls", "ensemble_add_sub"]
+ARGS = ["--model-control-mode=explicit", *(f"--load-model={m}" for m in LOADED)]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    repository = build_repository(tmp_path_factory.mktemp("pipelines-diff"))
+    logs = tmp_path_factory.mktemp("pipelines-diff-logs")
+    with NaiadServer(repository, log_dir=logs, name="naiad-diff", extra_args=ARGS) as naiad:
+        with TritonPeer(repository, logs, ARGS) as triton:
+            yield naiad, triton
+
+
+REQUESTS = [
+    ("ensemble_add_sub", None),
+    ("bls", {"mode": "sync"}),
+    ("bls", {"mode": "async"}),
+    ("bls", {"mode": "decoupled"}),
+    ("bls", {"mode": "ensemble"}),
+    ("bls", {"mode": "target", "target": "add_sub", "version": 1}),
+    ("bls", {"mode": "target", "target": "nope"}),
+    ("bls", {"mode": "target", "target": "add_sub", "version": 7}),
+    ("bls", {"mode": "bad_input"}),
+    ("bls", {"mode": "fail"}),
+]
+
+
+def _add_sub_successes(server) -> int:
+    stats = requests.get(f"{server.url}/v2/models/add_sub/stats", timeout=TIMEOUT).json()
+    return stats["model_stats"][0]["inference_stats"]["success"]["count"]
+
+
+def test_same_answers_and_statistics(servers):
+    naiad, triton = servers
+    counts = [_add_sub_successes(s) for s in servers]
+    for model, parameters in REQUESTS:
+        n_status, n_payload, n_outputs = infer(naiad, model, parameters)
+        t_status, t_payload, t_outputs = infer(triton, model, parameters)
+        assert n_status == t_status, (model, parameters, n_payload, t_payload)
+        if n_status != 200:
+            assert n_payload == t_payload, (model, parameters)
+            continue
+        assert sorted(n_outputs) == sorted(t_outputs)
+        for name in n_outputs:
+            assert (n_outputs[name] == t_outputs[name]).all(), (model, parameters, name)
+    # add_sub ran the same requests on both: ensemble steps and BLS calls included.
+    assert [_add_sub_successes(s) - c for s, c in zip(servers, counts)] == [8, 8]
+
+
+@pytest.mark.parametrize("name", sorted(BAD_ENSEMBLES))
+def test_bad_ensembles_answer_the_load_as_triton(servers, name):
+    answers = [
+        requests.post(f"{s.url}/v2/repository/models/{name}/load", timeout=TIMEOUT) for s in servers
+    ]
+    n, t = answers
+    assert n.status_code == t.status_code
+    if n.status_code == 400:  # the composing models do not fit: the same message
+        assert n.json() == t.json()
+    else:  # a structural error: Triton's words, Naiad adds the reason (README)
+        assert n.json()["error"].startswith(t.json()["error"])
+        assert n.json()["error"].endswith(BAD_ENSEMBLES[name][1])
+
+
+def test_unloading_a_composing_model_makes_the_ensemble_unready_on_both(servers):
+    for server in servers:
+        ready = f"{server.url}/v2/models/ensemble_add_sub/ready"
+        assert requests.get(ready, timeout=TIMEOUT).status_code == 200
+    answers = [
+        requests.post(f"{s.url}/v2/repository/models/add_sub/unload", timeout=TIMEOUT).status_code
+        for s in servers
+    ]
+    assert answers == [200, 200]
+    statuses = [infer(s, "ensemble_add_sub")[0] for s in servers]
+    assert all(status != 200 for status in statuses)
+    for server in servers:
+        requests.post(f"{server.url}/v2/repository/models/add_sub/load", timeout=TIMEOUT)
+    statuses = [infer(s, "ensemble_add_sub")[0] for s in servers]
+    assert statuses == [200, 200], [infer(s, "ensemble_add_sub")[1] for s in servers]
