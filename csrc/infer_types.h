@@ -77,6 +77,11 @@ struct ParsedRequest {
   // Where the worker writes them: the request block's `regions` JSON
   // (pysrc/naiad/worker/shm_outputs.py), or empty when none.
   std::string_view output_regions;
+  // Sequence batching: `sequence_id` (a number, or a string in `sequence_key`) and
+  // `sequence_start` / `sequence_end` as submit_request.h's kSequenceFlag* bits.
+  uint64_t sequence_id = 0;
+  std::string_view sequence_key;
+  uint32_t sequence_flags = 0;
   // JSON outputs (KServe REST): output_json[i] says output_names[i] goes back as JSON
   // `data` rather than binary; json_unlisted says so of every output when none is
   // listed. Framers without JSON data (gRPC) leave them empty / false.
