@@ -54,6 +54,9 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   submit.options.timeout_us = request.timeout_us;
   submit.options.shape_key = request.shape_key;
   submit.options.input_order = block.input_order;
+  submit.options.sequence_id = request.sequence_id;
+  submit.options.sequence_key = request.sequence_key;
+  submit.options.sequence_flags = request.sequence_flags;
   if (core_.submit(model.core_model_id, submit) != SubmitResult::kOk) {
     return SubmitOutcome::kFallback;
   }

@@ -14,7 +14,7 @@ import logging
 import zlib
 
 from naiad import _core
-from naiad.grpc import status
+from naiad.grpc import decoupled, status
 from naiad.grpc.service import (
     MODEL_INFER,
     STREAM_INFER,
@@ -75,6 +75,9 @@ class GrpcProtocol(asyncio.Protocol):
         self.transport = None
         self.conn = _core.GrpcConnection(max_message_size=MAX_MESSAGE_SIZE)
         self.calls: dict[int, _Call] = {}
+        # ModelStreamInfer on decoupled models: the core's ids of each stream's requests
+        # in flight, cancelled when the stream is reset (grpc/decoupled.py).
+        self.stream_requests: dict[int, set] = {}
         self._flush_scheduled = False
         # The batcher's hint (scheduling/arrivals.py): inference calls in flight and the
         # most there ever were at once on this connection.
@@ -102,6 +105,8 @@ class GrpcProtocol(asyncio.Protocol):
             if call.timer is not None:
                 call.timer.cancel()
         self.calls.clear()
+        for stream in list(self.stream_requests):
+            decoupled.cancel_stream(self, stream)
         if self._counted:
             self.arrivals.open -= 1
             if self._waiting:
@@ -289,11 +294,15 @@ class GrpcProtocol(asyncio.Protocol):
         call = self.calls.pop(stream, None)
         if call is not None and call.timer is not None:
             call.timer.cancel()
+        if stream in self.stream_requests:  # the client reset the stream
+            decoupled.cancel_stream(self, stream)
 
     def _expire(self, stream: int) -> None:
         if stream in self.calls:
             self._finish(stream, status.DEADLINE_EXCEEDED, _DEADLINE_MESSAGE)
             self._flush()
+        if stream in self.stream_requests:  # its decoupled requests answer nobody now
+            decoupled.cancel_stream(self, stream)
 
     # -- ModelStreamInfer: many requests on one stream, each answered on its own -------
     def _stream_request(self, stream: int, call: _Call, data) -> None:
@@ -305,6 +314,11 @@ class GrpcProtocol(asyncio.Protocol):
             request_id = message.id
             request = to_infer_request(message)
             model = self.service.manager.get(request.model_name, request.model_version)
+            if getattr(model, "decoupled", False):  # 0..N responses (grpc/decoupled.py)
+                decoupled.submit_stream(self, stream, call, model, request)
+                call.in_flight += 1
+                self._track(1)
+                return
             future = model.submit(request)
         except Exception as exc:
             self._stream_error(stream, request_id, exc)
@@ -369,6 +383,18 @@ class GrpcProtocol(asyncio.Protocol):
             self.conn.send_message(
                 stream, pb.ModelStreamInferResponse(infer_response=response).SerializeToString()
             )
+        if call.half_closed and call.in_flight == 0:
+            self._finish(stream, status.OK, "")
+        self._schedule_flush()
+
+    def stream_request_done(self, stream: int) -> None:
+        """A decoupled request of `stream` had its final response: the stream ends once
+        the client half-closed and nothing is in flight."""
+        self._track(-1)
+        call = self.calls.get(stream)
+        if call is None:
+            return
+        call.in_flight -= 1
         if call.half_closed and call.in_flight == 0:
             self._finish(stream, status.OK, "")
         self._schedule_flush()
