@@ -164,6 +164,26 @@ InstanceEndpoint Core::endpoint(uint32_t instance_id) const {
 
 // --- the data path ---
 
+namespace {
+
+SubmitResult submit_result_of(EnqueueResult result) {
+  switch (result) {
+    case EnqueueResult::kOk:
+      return SubmitResult::kOk;
+    case EnqueueResult::kQueueFull:
+      return SubmitResult::kQueueFull;
+    case EnqueueResult::kSequenceBatchSize:
+      return SubmitResult::kSequenceBatchSize;
+    case EnqueueResult::kNoSequenceId:
+      return SubmitResult::kNoSequenceId;
+    case EnqueueResult::kSequenceNotStarted:
+      return SubmitResult::kSequenceNotStarted;
+  }
+  return SubmitResult::kQueueFull;
+}
+
+}  // namespace
+
 SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
   // Where each input's bytes are: inline, or a region the registry maps.
   ScratchArray<const uint8_t*> sources(request.inputs.size());
@@ -193,8 +213,8 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
     Model* model = find_locked(handle);
     if (model == nullptr) {
       result = SubmitResult::kModelGone;
-    } else if (model->scheduler->enqueue(queued, options, clock_()) == EnqueueResult::kQueueFull) {
-      result = SubmitResult::kQueueFull;
+    } else {
+      result = submit_result_of(model->scheduler->enqueue(queued, options, clock_()));
     }
   }
   if (result != SubmitResult::kOk) assembler_.release(offset);
@@ -591,8 +611,10 @@ void Core::take_submits_locked(Instance& instance) {
       options.priority = message.priority;
       options.timeout_us = message.timeout_us;
       options.shape_key = message.shape_key;
-      if (model->scheduler->enqueue(request, options, clock_()) == EnqueueResult::kQueueFull) {
-        refused = static_cast<uint32_t>(SubmitResult::kQueueFull);
+      const SubmitResult queued =
+          submit_result_of(model->scheduler->enqueue(request, options, clock_()));
+      if (queued != SubmitResult::kOk) {
+        refused = static_cast<uint32_t>(queued);
         arena_.free(block);
       } else {
         routes_[id] = Route{instance_id, message.tag};

@@ -37,7 +37,9 @@ struct RequestHeader {
   uint32_t metadata_size;
   uint32_t batch_size;   // rows the request adds to a batch (its inputs' first dim)
   uint64_t input_order;  // which config inputs, in order (core.h input_order_key)
-  uint64_t reserved;
+  // Set at dispatch by a sequence batcher (sequence_batch_scheduler.h), else 0: bit 63
+  // set, bits 0-31 the sequence's slot on its instance, bit 32 START, bit 33 END.
+  uint64_t sequence;
   // kRequestCancelled: set by Core::cancel while the request runs, read by the worker
   // (request.is_cancelled()); accessed atomically only (request_cancelled below).
   uint64_t flags;

@@ -27,9 +27,20 @@ struct QueuedRequest {
   uint64_t shape_key;   // requests with different keys never share a batch
   uint64_t enqueue_ns;  // when it entered the queue
   uint64_t timeout_ns;  // absolute deadline in the queue, 0 = none
+  // What a sequence batcher tells the worker (ipc_schema.h RequestHeader::sequence);
+  // the batch assembler writes it into the request block at dispatch. 0: none.
+  uint64_t sequence = 0;
 };
 
-enum class EnqueueResult { kOk, kQueueFull };
+// kSequence*: refused by a sequence batcher, as Triton refuses it (a request of more
+// than one row, one without a correlation id, one of a sequence never started).
+enum class EnqueueResult {
+  kOk,
+  kQueueFull,
+  kSequenceBatchSize,
+  kNoSequenceId,
+  kSequenceNotStarted
+};
 
 // A batch the scheduler formed: `requests` run together on instance `instance`.
 struct Placement {

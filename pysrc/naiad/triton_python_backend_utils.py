@@ -275,11 +275,12 @@ class Tensor:
     __slots__ = ("_name", "_array", "_triton_dtype", "_device_tensor", "_device_id")
 
     def __init__(self, name, numpy_array):
-        if not isinstance(name, str):
+        # The exact types first: the common case costs one comparison each.
+        if type(name) is not str and not isinstance(name, str):
             raise TypeError(f"Tensor name must be a str, got {type(name).__name__}")
-        if name == "":
+        if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
-        if not isinstance(numpy_array, np.ndarray):
+        if type(numpy_array) is not np.ndarray and not isinstance(numpy_array, np.ndarray):
             numpy_array = np.asarray(numpy_array)
         # Most outputs are of a plain numeric dtype: one dict lookup.
         triton_dtype = _TRITON_TYPE_OF_NUMPY.get(numpy_array.dtype)
@@ -734,6 +735,12 @@ def __getattr__(name):
 
 def get_input_tensor_by_name(inference_request, name):
     """The request's input Tensor called `name`, or None."""
+    if type(inference_request) is InferenceRequest:
+        # A model calls this for every input of every request: the fields directly.
+        for tensor in inference_request._inputs:
+            if (tensor._name if type(tensor) is Tensor else tensor.name()) == name:
+                return tensor
+        return None
     for tensor in inference_request.inputs():
         if tensor.name() == name:
             return tensor

@@ -37,6 +37,7 @@ from naiad.scheduling.arrivals import ArrivalTracker
 from naiad.scheduling.directory import ModelDirectory
 from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
+from naiad.scheduling.sequence import refusal as sequence_refusal
 from naiad.scheduling.streaming import StreamPending
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
@@ -65,6 +66,11 @@ class _Pending:
     def fail(self, exc: Exception) -> None:
         if not self.future.done():
             self.future.set_exception(exc)
+
+
+# _LanePending.grpc: not gRPC, a ModelInfer call, a request on a ModelStreamInfer call.
+_GRPC_UNARY = 1
+_GRPC_STREAM = 2
 
 
 class _LanePending:
@@ -351,6 +357,7 @@ class ModelManager:
         request,
         priority: int = 0,
         timeout_us: int = 0,
+        sequence: tuple | None = None,
         on_response=None,
     ):
         """Validates `request` (an InferRequest the general path parsed) with the one
@@ -372,11 +379,16 @@ class ModelManager:
             parameters,
             priority,
             timeout_us,
+            sequence,
         )
         if type(result) is str:
             raise InvalidArgument(result)
         code, batch_size, size = result
         if code != _core.SUBMIT_OK:
+            if sequence is not None:
+                refused = sequence_refusal(code, model.name, sequence)
+                if refused is not None:
+                    raise refused
             if code == _core.SUBMIT_QUEUE_FULL:
                 # Triton words it so and, unlike a queue timeout, counts no failure.
                 raise Unavailable(f"{log_prefix(request.id)}Exceeds maximum queue size")
@@ -429,10 +441,13 @@ class ModelManager:
         self._track_lane([taken], submit_ns, new_on_done)
         return True
 
-    def submit_grpc(self, message: bytes, on_done) -> bool:
+    def submit_grpc(self, message, on_done, stream: bool = False) -> bool:
         """Queues a serialized ModelInferRequest through the gRPC fast path if it takes
-        it; False leaves it to the general path. `on_done(response_bytes, None)` gets the
-        ModelInferResponse, `on_done(None, exc)` the error (the validator's at once)."""
+        it; False leaves it to the general path. `on_done(response, None)` gets the
+        ModelInferResponse (bytes, or a _core.GrpcAnswer to send from the result block),
+        `on_done(None, exc)` the error (the validator's at once). With `stream` (a
+        ModelStreamInfer request) the response is a ModelStreamInferResponse, and each
+        response before the last comes as `on_done(response, None, False)`."""
         submit_ns = _core.now_ns()
         taken = self.grpc_lane.submit(message, submit_ns)
         if taken is None:
@@ -443,7 +458,13 @@ class ModelManager:
             on_done(None, InvalidArgument(error))
             return True
         self._pending[request_id] = _LanePending(
-            self, self._lane_models[lane_model], request_id, batch_size, submit_ns, on_done, True
+            self,
+            self._lane_models[lane_model],
+            request_id,
+            batch_size,
+            submit_ns,
+            on_done,
+            _GRPC_STREAM if stream else _GRPC_UNARY,
         )
         self.lane_requests += 1
         self._schedule_flush()
@@ -590,9 +611,13 @@ class ModelManager:
         (one codec answers both, so a batch is read once); returns the timings."""
         grpc_ids = {p.request_id for p in lane if p.grpc}
         if grpc_ids:
+            streamed = {p.request_id for p in lane if p.grpc == _GRPC_STREAM} or None
             result = self.grpc_lane.complete(
-                offset, size, request_ids, grpc_ids, dispatch_ns, end_ns
+                offset, size, request_ids, grpc_ids, dispatch_ns, end_ns, streamed
             )
+            if streamed is not None and result is not None:
+                self._send_stream_partials(result[3])  # before the finals: in block order
+                result = result[:3]
         else:
             result = self.lane.complete(offset, size, request_ids, dispatch_ns, end_ns)
         if result is None:
@@ -640,6 +665,22 @@ class ModelManager:
             )
             self._fail_unanswered(lost)
         return timings
+
+    def _send_stream_partials(self, partials: list) -> None:
+        """The responses before the last of ModelStreamInfer requests (a decoupled
+        model's): each goes out at once; the request stays pending until its final one."""
+        get = self._pending.get
+        for request_id, ok, answer in partials:
+            pending = get(request_id)
+            if pending is None:
+                continue
+            try:
+                if ok:
+                    pending.on_done(answer, None, False)
+                else:
+                    pending.on_done(None, error_of_kind(*answer), False)
+            except Exception:
+                log.exception("sending a response of request %d failed", request_id)
 
     def _answer_general(self, pendings, offset, size, dispatch_ns, end_ns):
         """Resolves the general path's requests of a batch from its response block

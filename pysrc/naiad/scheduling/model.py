@@ -10,6 +10,7 @@ from naiad.errors import InvalidArgument, Unavailable, Unsupported
 from naiad.repository.config import config_to_json
 from naiad.repository.metadata import model_metadata
 from naiad.scheduling.instance import Instance
+from naiad.scheduling.sequence import sequence_of
 from naiad.scheduling.stats import ModelStats
 from naiad.types import InferRequest
 from naiad.validation import RequestValidator
@@ -49,6 +50,7 @@ class LoadedModel:
         self.instances_down: set[str] = set()
         self.stats = ModelStats(self.name, version)
         self._validate = RequestValidator(config, self.name, version)
+        self.sequence_batching = config.HasField("sequence_batching")
         self._config_json = config_to_json(config)
         self._metadata = model_metadata(config, entry.versions)
         # What registers the model with the core, the fast lane and the manager's lane
@@ -183,8 +185,26 @@ class LoadedModel:
         except InvalidArgument:
             self._validate.check(request)  # the validator's error comes first
             raise
+        if self.sequence_batching:
+            return self._submit_sequence(request, priority, timeout_us, on_response)
         return self.manager.submit(
-            self, self._validate.spec, request, priority, timeout_us, on_response
+            self, self._validate.spec, request, priority, timeout_us, on_response=on_response
+        )
+
+    def _submit_sequence(
+        self, request: InferRequest, priority: int, timeout_us: int, on_response=None
+    ):
+        """A request to a sequence model: its correlation id and flags go to the core's
+        sequence batcher (scheduling/sequence.py)."""
+        sequence = sequence_of(request.parameters)
+        return self.manager.submit(
+            self,
+            self._validate.spec,
+            request,
+            priority,
+            timeout_us,
+            sequence=sequence,
+            on_response=on_response,
         )
 
 

@@ -31,6 +31,7 @@ from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
 from naiad.gc_tuning import settle_after_startup
 from naiad.worker import bls, decoupled
+from naiad.worker import sequence as sequence_batching
 
 _PR_SET_PDEATHSIG = 1
 
@@ -256,6 +257,8 @@ class Worker:
         # covers checking the results, not building the block (respond_results does that
         # in C++, with the copy into the arena).
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
+        if len(_OUTPUT_NAMES) > 4096:  # a model inventing output names
+            _OUTPUT_NAMES.clear()
         # One response block: every request's final response, and the batch ends.
         if not self.endpoint.respond_results(
             batch_id, results, timings, True, Response, _FAST_WIRE, _OUTPUT_NAMES, _wire_one
@@ -317,6 +320,7 @@ def main(argv=None) -> int:
         # The channel with the BLS client on top (worker/bls.py): models' own requests.
         endpoint = bls.attach(endpoint)
         backend = load_backend(args)
+        backend = sequence_batching.wrap(backend, args, endpoint)
         from naiad.worker.warmup import run_warmup
 
         run_warmup(backend, args)  # model_warmup samples, before the model is READY
