@@ -390,6 +390,8 @@ class GrpcProtocol(asyncio.Protocol):
         except BaseException as exc:
             self._stream_error(stream, finish.request.id, exc)
         else:
+            # One response, the request's last: Triton marks it so on a stream.
+            response.parameters[decoupled.FINAL_PARAMETER].bool_param = True
             self.conn.send_message(
                 stream, pb.ModelStreamInferResponse(infer_response=response).SerializeToString()
             )
