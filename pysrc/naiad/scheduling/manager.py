@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -420,7 +421,14 @@ class ModelManager:
         self._pending[request_id] = _Pending(
             request_id, model, future, request, batch_size, submit_ns
         )
+        future.add_done_callback(partial(self._future_done, request_id))
         return future
+
+    def _future_done(self, request_id: int, future) -> None:
+        """A front end cancelled the future of request `request_id` (its client went
+        away): the core drops or flags the request."""
+        if future.cancelled():
+            self.cancel(request_id)
 
     def cancel(self, request_id: int) -> None:
         """The client of request `request_id` went away (a cancelled gRPC call or
