@@ -27,6 +27,7 @@ void write_request(uint8_t* base, uint64_t block, const SubmitRequest& request,
                           static_cast<uint32_t>(request.metadata.size()),
                           request.options.batch_size,
                           request.options.input_order,
+                          0,
                           0};
   auto* slots = reinterpret_cast<InputSlot*>(base + block + sizeof(RequestHeader));
   if (!request.metadata.empty()) {

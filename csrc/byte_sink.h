@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <string_view>
 
 namespace naiad {
@@ -48,6 +49,27 @@ class ByteWriter {
  private:
   char* start_;
   char* p_;
+};
+
+// Appends to a string: for a message whose text is costly to produce twice (JSON
+// numbers), written once and then sized and copied.
+class StringSink {
+ public:
+  explicit StringSink(std::string* out) : out_(out), start_(out->size()) {}
+  void put(std::string_view text) { out_->append(text.data(), text.size()); }
+  void put(char c) { out_->push_back(c); }
+  void put(const uint8_t* data, size_t size) {
+    if (size != 0) out_->append(reinterpret_cast<const char*>(data), size);
+  }
+  void number(uint64_t value) {
+    char buffer[24];
+    out_->append(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
+  }
+  size_t size() const { return out_->size() - start_; }
+
+ private:
+  std::string* out_;
+  size_t start_;
 };
 
 }  // namespace naiad

@@ -248,6 +248,13 @@ std::string grpc_error_message(const InferResponse& response) {
   return unescape_json(response.error_message);
 }
 
+std::string grpc_request_id(std::string_view message) {
+  grpc::InferRequestView view;
+  std::string error;
+  if (!grpc::read_infer_request(message, &view, &error)) return std::string();
+  return std::string(view.id);
+}
+
 void GrpcLane::add_route(const std::string& name, const std::string& version, uint32_t model) {
   routes_[{name, version}] = model;
 }

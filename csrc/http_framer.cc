@@ -54,9 +54,27 @@ BodySize body_size(const InferResponse& response) {
   return size;
 }
 
+bool has_json_outputs(const InferResponse& response) {
+  if (response.error != ErrorKind::kNone) return false;
+  for (const ResponseOutput& output : response.outputs) {
+    if (output.json) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 size_t HttpResponseWriter::size(const InferResponse& response) const {
+  if (has_json_outputs(response)) {
+    body_.clear();
+    StringSink sink(&body_);
+    body_json_size_ = write_response_body(response, sink);
+    body_for_ = &response;
+    body_request_ = response.request_id;
+    ByteCounter head;
+    write_http(response, body_json_size_, body_.size(), head);
+    return head.size() + body_.size();
+  }
   BodySize body = body_size(response);
   ByteCounter head;
   write_http(response, body.json, body.total, head);
@@ -64,8 +82,15 @@ size_t HttpResponseWriter::size(const InferResponse& response) const {
 }
 
 void HttpResponseWriter::write(const InferResponse& response, char* out) const {
-  BodySize body = body_size(response);
   ByteWriter writer(out);
+  if (body_for_ == &response && body_request_ == response.request_id &&
+      has_json_outputs(response)) {
+    body_for_ = nullptr;
+    write_http(response, body_json_size_, body_.size(), writer);
+    writer.put(body_);
+    return;
+  }
+  BodySize body = body_size(response);
   write_http(response, body.json, body.total, writer);
   write_response_body(response, writer);
 }

@@ -29,11 +29,22 @@ namespace naiad {
 // KServe REST over HTTP/1.1: status line, Content-Length, Content-Type and, with binary
 // outputs, Inference-Header-Content-Length (JSON outputs only: application/json);
 // keep-alive (no Connection header).
+//
+// A response with JSON outputs has its body written once, by size(), and kept for the
+// write() of the same response that follows (formatting numbers is what costs); the
+// writer is used by one thread at a time, as the lane.
 class HttpResponseWriter final : public ResponseWriter {
  public:
   size_t size(const InferResponse& response) const override;
   void write(const InferResponse& response, char* out) const override;
   std::string text(const InferResponse& response) const;  // tests and benchmarks
+
+ private:
+  // The body size() wrote for the response at `body_for_` (JSON outputs only).
+  mutable const InferResponse* body_for_ = nullptr;
+  mutable uint64_t body_request_ = 0;
+  mutable std::string body_;
+  mutable size_t body_json_size_ = 0;
 };
 
 class HttpLane {

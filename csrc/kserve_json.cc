@@ -744,5 +744,6 @@ size_t write_response_body(const InferResponse& response, Sink& sink) {
 
 template size_t write_response_body<ByteCounter>(const InferResponse&, ByteCounter&);
 template size_t write_response_body<ByteWriter>(const InferResponse&, ByteWriter&);
+template size_t write_response_body<StringSink>(const InferResponse&, StringSink&);
 
 }  // namespace naiad

@@ -57,5 +57,6 @@ size_t write_response_body(const InferResponse& response, Sink& sink);
 
 extern template size_t write_response_body<ByteCounter>(const InferResponse&, ByteCounter&);
 extern template size_t write_response_body<ByteWriter>(const InferResponse&, ByteWriter&);
+extern template size_t write_response_body<StringSink>(const InferResponse&, StringSink&);
 
 }  // namespace naiad

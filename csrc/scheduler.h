@@ -76,6 +76,13 @@ class Scheduler {
   virtual bool preserve_ordering() const = 0;
   // Removes and returns every queued request: the model is being removed.
   virtual std::vector<QueuedRequest> drain() = 0;
+  // Removes queued request `request_id` into `out` (the client cancelled it); false
+  // when it is not queued here. A scheduler that cannot remove one leaves it queued.
+  virtual bool cancel(uint64_t request_id, QueuedRequest* out) {
+    (void)request_id;
+    (void)out;
+    return false;
+  }
 };
 
 }  // namespace naiad

@@ -91,6 +91,7 @@ cdef extern from "ipc_schema.h" namespace "naiad":
         uint64_t size
 
     uint64_t request_metadata_offset(uint32_t n_inputs)
+    cbool request_cancelled(const RequestHeader* header) nogil
 
     cdef struct BatchHeader:
         uint32_t n_requests
@@ -167,6 +168,12 @@ cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
     int32_t kCompletionModelGone
+    int32_t kCompletionCancelled
+
+    cdef enum class CancelResult(int32_t):
+        kUnknown
+        kDropped
+        kFlagged
     int32_t kCompletionRouted
 
     cdef cppclass ModelHandle:
@@ -237,6 +244,7 @@ cdef extern from "core.h" namespace "naiad":
         void instance_up(uint32_t instance_id) except + nogil
         void stop_instance(uint32_t instance_id) except + nogil
         size_t in_flight() except + nogil
+        CancelResult cancel(uint64_t request_id) except + nogil
 
 
 cdef extern from "sequence_batch_scheduler.h" namespace "naiad":
@@ -353,6 +361,7 @@ cdef extern from "kserve_codec.h" namespace "naiad":
         uint64_t request_ns
         uint64_t queue_ns
         InferResponse response
+        cbool final
 
     cdef cppclass KServeCodec:
         uint32_t add_model(CModelSpec model) except +
@@ -362,6 +371,10 @@ cdef extern from "kserve_codec.h" namespace "naiad":
                        const vector[uint64_t]& request_ids, uint64_t dispatch_ns,
                        uint64_t end_ns, vector[Answer]* answers,
                        uint64_t* timings) except + nogil
+        cbool complete_partial "complete"(
+            const uint8_t* block, uint64_t block_size, const vector[uint64_t]& request_ids,
+            uint64_t dispatch_ns, uint64_t end_ns, vector[Answer]* answers,
+            uint64_t* timings, cbool partial) except + nogil
         void forget(uint64_t request_id)
         size_t in_flight()
 
@@ -405,6 +418,10 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
                       int32_t status) nogil
         cbool respond(uint64_t batch_id, const vector[ResponseEntry]& responses,
                       const uint64_t* timings, cbool batch_done) except + nogil
+        cbool respond_open "respond"(uint64_t batch_id, const vector[ResponseEntry]& responses,
+                                     const uint64_t* timings, cbool batch_done,
+                                     cbool keep_open) except + nogil
+        void end_batch(uint64_t batch_id, cbool keep_open) nogil
         Arena& arena() nogil
 
 
@@ -414,6 +431,12 @@ COMPLETION_WORKER_FAILED = 1
 COMPLETION_INSTANCE_DIED = 2
 COMPLETION_TIMED_OUT = kCompletionTimedOut
 COMPLETION_MODEL_GONE = kCompletionModelGone
+COMPLETION_CANCELLED = kCompletionCancelled
+
+# Core.cancel results.
+CANCEL_UNKNOWN = 0
+CANCEL_DROPPED = 1
+CANCEL_FLAGGED = 2
 # Statistics of requests workers submitted (BLS, ensemble steps), nothing to answer: the
 # completion's request ids are [count, rows, queue ns, request ns, compute input ns,
 # compute infer ns, compute output ns, whole batch] (csrc/core.h RoutedStats).
@@ -653,6 +676,15 @@ cdef class Core:
 
     def in_flight(self):
         return self._core.in_flight()
+
+    def cancel(self, uint64_t request_id):
+        """The client went away: a queued request is dropped (it completes with
+        COMPLETION_CANCELLED through poll), a running one is flagged for its worker
+        (request.is_cancelled()). Returns CANCEL_UNKNOWN, CANCEL_DROPPED or CANCEL_FLAGGED."""
+        cdef CancelResult result
+        with nogil:
+            result = self._core.cancel(request_id)
+        return <int>result
 
     def arena_stats(self):
         cdef ArenaStats s = self._core.arena().stats()
@@ -1208,7 +1240,11 @@ cdef class WorkerEndpoint:
 
     cdef CWorkerEndpoint* _endpoint
     cdef readonly object arena
-    cdef uint64_t _batch_desc  # the descriptor of the batch next() or wait() returned last
+    # The descriptor of the batch next() or wait() returned last (decoupled models read
+    # its request blocks: request_blocks()).
+    cdef readonly uint64_t batch_desc
+    # The same, for sequence_words() (which clears it: once per batch).
+    cdef uint64_t _batch_desc
 
     def __cinit__(self, int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd):
         self._endpoint = new CWorkerEndpoint(arena_fd, channel_offset, wake_fd, notify_fd)
@@ -1230,6 +1266,7 @@ cdef class WorkerEndpoint:
             if message.kind == MessageKind.kStop:
                 return True, message.batch_id, [], []
             if message.kind == MessageKind.kBatch:
+                self.batch_desc = message.desc_offset
                 break
             # A response to a request this worker submitted (BLS): Python models do
             # not submit requests yet, so none is awaited; its block is ours to free.
@@ -1275,6 +1312,7 @@ cdef class WorkerEndpoint:
             return MESSAGE_RESPONSE, message.batch_id, message.desc_offset, message.size
         if message.kind == MessageKind.kRefused:
             return MESSAGE_REFUSED, message.batch_id, message.n_requests, None
+        self.batch_desc = message.desc_offset
         cdef const uint8_t* base = self._endpoint.arena().base()
         cdef const BatchHeader* header = <const BatchHeader*>(base + message.desc_offset)
         cdef const BatchRequest* records = <const BatchRequest*>(
@@ -1373,6 +1411,44 @@ cdef class WorkerEndpoint:
         with nogil:
             posted = self._endpoint.respond(batch_id, entries, c_timings, batch_done)
         return posted
+
+    # -- decoupled models: responses at any time, from any thread (csrc/channel.h
+    # kPostKeepOpen); posts are serialized in C++.
+    def respond_open(self, uint64_t batch_id, list responses, list timings, bint batch_done,
+                     bint keep_open):
+        """As respond(); with `batch_done`, `keep_open` keeps the batch's requests
+        without a final response open for responses posted later."""
+        cdef vector[ResponseEntry] entries
+        cdef uint64_t c_timings[4]
+        cdef list keep = _response_entries(responses, timings, &entries, c_timings)
+        cdef cbool posted
+        with nogil:
+            posted = self._endpoint.respond_open(batch_id, entries, c_timings, batch_done,
+                                                 keep_open)
+        return posted
+
+    def end_batch(self, uint64_t batch_id, bint keep_open):
+        """Ends the batch without a response block (the instance takes its next one);
+        `keep_open`: its unanswered requests stay open, else they fail."""
+        with nogil:
+            self._endpoint.end_batch(batch_id, keep_open)
+
+    def request_blocks(self, uint64_t desc_offset):
+        """The arena offsets of the request blocks of the batch whose descriptor is at
+        `desc_offset` (batch_desc), in batch order."""
+        cdef const uint8_t* base = self._endpoint.arena().base()
+        cdef const BatchHeader* header = <const BatchHeader*>(base + desc_offset)
+        cdef const BatchRequest* records = <const BatchRequest*>(
+            base + desc_offset + batch_requests_offset())
+        cdef uint32_t i
+        return [records[i].block_offset for i in range(header.n_requests)]
+
+    def request_cancelled(self, uint64_t block_offset):
+        """Whether the core flagged the request whose block is at `block_offset` as
+        cancelled by its client (Core.cancel). Valid while the request is open."""
+        cdef const RequestHeader* header = <const RequestHeader*>(
+            self._endpoint.arena().base() + block_offset)
+        return request_cancelled(header)
 
     def respond_results(self, uint64_t batch_id, list results, list timings, bint batch_done,
                         type response_type, dict wire_of, dict names, fallback):
@@ -1606,6 +1682,7 @@ cdef extern from "grpc_lane.h" namespace "naiad":
                    vector[string_view]* parts) except + nogil
 
     string grpc_error_message(const InferResponse& response) except +
+    string c_grpc_request_id "naiad::grpc_request_id"(string_view message) except +
 
     cdef cppclass GrpcTaken "naiad::GrpcLane::Taken":
         uint32_t model
@@ -1676,7 +1753,9 @@ cdef class GrpcLane:
         for a large one a GrpcAnswer that GrpcAnswer.send writes straight from the result
         block, valid until release_answers(); or (error kind, message) when they failed.
         The others get their HTTP response bytes, as FastLane.complete does; `finals` as
-        there."""
+        there. With `streamed`, the block is read record by record: a streamed request's
+        responses before its final one (kResponseFinal unset: a decoupled model's) come
+        in a fourth list, `partials`, of (request_id, ok, answer), in block order."""
         if offset == 0 or offset > self._http._arena_size or \
                 size > self._http._arena_size - offset:
             return None
@@ -1684,10 +1763,11 @@ cdef class GrpcLane:
         cdef vector[uint64_t] ids = request_ids
         cdef uint64_t timings[4]
         cdef cbool readable
+        cdef cbool partial = streamed is not None
         with nogil:
-            readable = self._http._lane.codec().complete(
+            readable = self._http._lane.codec().complete_partial(
                 self._http._base + offset, size, ids, dispatch_ns, end_ns, &self._answers,
-                timings)
+                timings, partial)
         if not readable:
             self._answers.clear()
             return None
@@ -1701,6 +1781,7 @@ cdef class GrpcLane:
                     finals.append(ids[view.records[r].request_index])
         cdef const HttpResponseWriter* http = &self._http._lane.writer()
         cdef list out = []
+        cdef list partials = []
         cdef size_t i, n
         cdef bytes payload
         cdef cbool ok, in_stream
@@ -1709,12 +1790,14 @@ cdef class GrpcLane:
         for i in range(self._answers.size()):
             a = &self._answers[i]
             ok = a.response.error == ErrorKind.kNone
+            in_stream = partial and a.response.request_id in streamed
+            if not a.final and not in_stream:
+                continue  # one answer per request: the final one
             if a.response.request_id not in grpc_ids:
                 payload = PyBytes_FromStringAndSize(NULL, http.size(a.response))
                 http.write(a.response, PyBytes_AS_STRING(payload))
                 answer = payload
             elif ok:
-                in_stream = streamed is not None and a.response.request_id in streamed
                 n = self._writer.stream_size(a.response) if in_stream else \
                     self._writer.size(a.response)
                 if n >= _OUTPUT_VIEW_MIN:
@@ -1734,14 +1817,28 @@ cdef class GrpcLane:
             else:
                 answer = (<int>a.response.error,
                           grpc_error_message(a.response).decode("utf-8", "replace"))
+            if not a.final:
+                partials.append((a.response.request_id, ok, answer))
+                continue
             out.append((a.response.request_id, ok, a.batch_size,
                         a.request_ns, a.queue_ns, answer))
+        if partial:
+            return [timings[0], timings[1], timings[2], timings[3]], out, finals, partials
         return [timings[0], timings[1], timings[2], timings[3]], out, finals
 
     def release_answers(self):
         """Ends the GrpcAnswers of the last complete(): call before its block is freed."""
         self._answers.clear()
         self._generation += 1
+
+
+def grpc_request_id(message):
+    """The id of a serialized ModelInferRequest (bytes or OwnedBytes); "" when none."""
+    cdef const unsigned char[:] view = message
+    if view.shape[0] == 0:
+        return ""
+    return c_grpc_request_id(string_view(<const char*>&view[0], view.shape[0])).decode(
+        "utf-8", "replace")
 
 
 cdef class GrpcAnswer:

@@ -315,6 +315,35 @@ TEST(json_and_binary_outputs_share_a_response) {
   CHECK(body.find("\"data\":[1.0,2.0]") != std::string::npos);
 }
 
+TEST(http_writer_formats_a_json_body_once_and_never_mixes_responses) {
+  const float a[] = {1.5f, 2.5f};
+  const float b[] = {7.0f};
+  InferResponse first;
+  first.request_id = 1;
+  first.model_name = "m";
+  first.model_version = "1";
+  first.outputs.push_back(
+      ResponseOutput{"O", "FP32", "[2]", reinterpret_cast<const uint8_t*>(a), 8, true});
+  InferResponse second = first;
+  second.request_id = 2;
+  second.outputs[0] =
+      ResponseOutput{"O", "FP32", "[1]", reinterpret_cast<const uint8_t*>(b), 4, true};
+  HttpResponseWriter writer;
+  // size(first), size(second), then write(first): first's own bytes, not second's.
+  std::string one(writer.size(first), '\0');
+  std::string two(writer.size(second), '\0');
+  writer.write(first, one.data());
+  writer.write(second, two.data());
+  CHECK(one.find("\"data\":[1.5,2.5]") != std::string::npos && one.back() == '}');
+  CHECK(two.find("\"data\":[7.0]") != std::string::npos && two.back() == '}');
+  CHECK(one == writer.text(first) && two == writer.text(second));
+  // A binary response after a JSON one is unaffected.
+  InferResponse binary = first;
+  binary.outputs[0].json = false;
+  std::string raw = writer.text(binary);
+  CHECK(raw.compare(raw.size() - 8, 8, reinterpret_cast<const char*>(a), 8) == 0);
+}
+
 TEST(json_output_errors_are_the_general_paths) {
   const uint8_t bytes[6] = {};
   ErrorKind kind;

@@ -193,9 +193,9 @@ class Channel:
         # Runs a batch that arrives nested in a wait: (batch_id, blocks, tensors).
         self.run_batch = None
         # The worker loop's calls, bound once (no __getattr__ per batch).
-        self.respond = endpoint.respond
-        self.complete = endpoint.complete
-        self.alloc = endpoint.alloc
+        for name in ("respond", "respond_results", "complete", "alloc"):
+            if hasattr(endpoint, name):
+                setattr(self, name, getattr(endpoint, name))
 
     def __getattr__(self, name):  # complete, respond, alloc, ...: the endpoint's
         return getattr(self.endpoint, name)

@@ -30,7 +30,7 @@ from naiad import _core, datatypes
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
 from naiad.gc_tuning import settle_after_startup
-from naiad.worker import bls
+from naiad.worker import bls, decoupled
 from naiad.worker import sequence as sequence_batching
 
 _PR_SET_PDEATHSIG = 1
@@ -222,6 +222,8 @@ class Worker:
         self.endpoint = endpoint
         self.arena = endpoint.arena
         self.backend = backend
+        # A decoupled model answers through a stream, at any time (worker/decoupled.py).
+        self.decoupled = bool(getattr(backend, "decoupled", False))
 
     def run(self) -> None:
         while True:
@@ -241,6 +243,9 @@ class Worker:
         batch = _batch(self.arena, blocks)
         if self.backend.batch_tensors:  # framework backends take the inputs whole
             batch.tensors = batch_inputs(self.arena, blocks, tensors)
+        if self.decoupled:
+            decoupled.run_batch(self, batch_id, batch, [start])
+            return
         infer_start = _core.now_ns()
         results = self.backend.execute(batch)
         infer_end = _core.now_ns()
@@ -252,6 +257,8 @@ class Worker:
         # covers checking the results, not building the block (respond_results does that
         # in C++, with the copy into the arena).
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
+        if len(_OUTPUT_NAMES) > 4096:  # a model inventing output names
+            _OUTPUT_NAMES.clear()
         # One response block: every request's final response, and the batch ends.
         if not self.endpoint.respond_results(
             batch_id, results, timings, True, Response, _FAST_WIRE, _OUTPUT_NAMES, _wire_one
