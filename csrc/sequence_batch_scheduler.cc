@@ -29,11 +29,6 @@ SequenceBatchScheduler::SequenceBatchScheduler(const SequenceConfig& config) : c
     slots_per_instance_ = config_.max_candidate_sequences;
   }
   std::sort(config_.preferred_batch_sizes.begin(), config_.preferred_batch_sizes.end());
-  dynamic_config_.dynamic_batching = true;
-  dynamic_config_.max_batch_size = config_.max_batch_size;
-  dynamic_config_.preferred_batch_sizes = config_.preferred_batch_sizes;
-  dynamic_config_.max_queue_delay_us = config_.max_queue_delay_us;
-  dynamic_config_.preserve_ordering = config_.preserve_ordering;
 }
 
 EnqueueResult SequenceBatchScheduler::enqueue(const QueuedRequest& request,
@@ -60,10 +55,8 @@ EnqueueResult SequenceBatchScheduler::enqueue(const QueuedRequest& request,
   // the earlier sequence never ended; the worker resets the state at the START.
   if (found != active_.end() && found->second.batcher >= 0) {
     const Where where = found->second;
-    Batcher& b = batchers_[static_cast<size_t>(where.batcher)];
-    b.slots[where.slot].queue.push_back(queued);
+    batchers_[static_cast<size_t>(where.batcher)].slots[where.slot].queue.push_back(queued);
     if (end) active_.erase(found);
-    feed(b, where.slot, now_ns);
     return EnqueueResult::kOk;
   }
   Backlog* entry;
@@ -93,7 +86,6 @@ void SequenceBatchScheduler::add_batchers(const std::vector<uint32_t>& idle) {
     Batcher& b = batchers_.emplace_back();
     b.instance = instance;
     b.slots.resize(slots_per_instance_);
-    if (config_.oldest) b.dynamic = std::make_unique<DynamicBatcher>(dynamic_config_);
   }
 }
 
@@ -101,7 +93,6 @@ void SequenceBatchScheduler::bind(uint32_t batcher, uint32_t slot, Backlog& entr
   Slot& s = batchers_[batcher].slots[slot];
   s.busy = true;
   s.release = false;
-  s.in_batcher = false;
   s.queue = std::move(entry.queue);
   if (!entry.ended) {
     Where& where = active_[entry.key];
@@ -200,38 +191,41 @@ uint64_t SequenceBatchScheduler::form_direct(Batcher& b, uint64_t now_ns, bool a
   return 0;
 }
 
-void SequenceBatchScheduler::feed(Batcher& b, uint32_t slot, uint64_t now_ns) {
-  Slot& s = b.slots[slot];
-  if (!config_.oldest || s.in_batcher || s.queue.empty()) return;
-  QueuedRequest request = s.queue.front();
-  request.sequence = (request.sequence & ~uint64_t{0xffffffff}) | slot;
-  b.dynamic->enqueue(request, 0, 0, now_ns);
-  s.in_batcher = true;
-}
-
-void SequenceBatchScheduler::feed_all(uint64_t now_ns) {
-  if (!config_.oldest) return;
-  for (Batcher& b : batchers_) {
-    for (uint32_t slot = 0; slot < b.slots.size(); ++slot) feed(b, slot, now_ns);
-  }
-}
-
 uint64_t SequenceBatchScheduler::form_oldest(Batcher& b, uint64_t now_ns, bool arrivals_possible,
                                              Placement* out) {
-  // Each sequence's next request is in the dynamic batcher (feed): it forms the batch.
-  std::vector<QueuedRequest> batch;
-  std::vector<QueuedRequest> rejected;  // stays empty: no queue policy here
-  const uint64_t wait = b.dynamic->next_batch(now_ns, &batch, &rejected, arrivals_possible);
-  for (const QueuedRequest& request : batch) {
-    const uint32_t slot = static_cast<uint32_t>(request.sequence);
-    b.slots[slot].in_batcher = false;
-    take(b, slot, out);
+  // The candidates: the next request of each sequence, oldest first.
+  std::vector<std::pair<uint64_t, uint32_t>> candidates;  // (enqueue_ns, slot)
+  for (uint32_t slot = 0; slot < b.slots.size(); ++slot) {
+    if (!b.slots[slot].queue.empty()) {
+      candidates.emplace_back(b.slots[slot].queue.front().enqueue_ns, slot);
+    }
   }
-  // The next requests of those sequences join the batcher, for a later batch.
-  for (const QueuedRequest& request : batch) {
-    feed(b, static_cast<uint32_t>(request.sequence), now_ns);
+  if (candidates.empty()) return 0;
+  std::sort(candidates.begin(), candidates.end());
+  const uint64_t shape = b.slots[candidates.front().second].queue.front().shape_key;
+  size_t n = 0;  // candidates that can share the oldest one's batch, in order
+  for (const auto& c : candidates) {
+    if (b.slots[c.second].queue.front().shape_key == shape) candidates[n++] = c;
   }
-  return batch.empty() ? wait : 0;
+  candidates.resize(n);
+  size_t size = std::min<size_t>(n, config_.max_batch_size);
+  const uint64_t delay_ns = config_.max_queue_delay_us * 1000;
+  const uint64_t due = candidates.front().first + delay_ns;
+  const bool waited = delay_ns == 0 || !arrivals_possible || now_ns >= due;
+  if (size < config_.max_batch_size) {
+    // The largest preferred size that is there; else wait for the delay.
+    size_t preferred = 0;
+    for (uint32_t p : config_.preferred_batch_sizes) {
+      if (p <= size) preferred = p;
+    }
+    if (preferred != 0) {
+      size = preferred;
+    } else if (!waited) {
+      return due;
+    }
+  }
+  for (size_t i = 0; i < size; ++i) take(b, candidates[i].second, out);
+  return 0;
 }
 
 void SequenceBatchScheduler::release_slots() {
@@ -258,7 +252,6 @@ uint64_t SequenceBatchScheduler::schedule(uint64_t now_ns, const std::vector<uin
     release_slots();
   }
   uint64_t next = next_reap_ns_;
-  feed_all(now_ns);  // sequences given a slot just now
   for (uint32_t instance : idle) {
     Batcher& b = batchers_[batcher_of_[instance]];
     Placement& placement = placements->emplace_back();
@@ -270,7 +263,6 @@ uint64_t SequenceBatchScheduler::schedule(uint64_t now_ns, const std::vector<uin
   }
   // Slots an END freed go to the backlog now, for the next batch.
   release_slots();
-  feed_all(now_ns);
   return next;
 }
 
@@ -281,7 +273,6 @@ std::vector<QueuedRequest> SequenceBatchScheduler::drain() {
       all.insert(all.end(), s.queue.begin(), s.queue.end());
       s = Slot{};
     }
-    if (b.dynamic) b.dynamic->drain();  // copies of the slots' fronts
   }
   for (Backlog& entry : backlog_) all.insert(all.end(), entry.queue.begin(), entry.queue.end());
   backlog_.clear();

@@ -10,10 +10,9 @@
 //   position i; a request's slot goes down to the worker (ipc_schema.h
 //   RequestHeader::sequence), which fills the gaps with not-ready requests as Triton
 //   does. max_queue_delay_microseconds / minimum_slot_utilization may hold a batch.
-// - oldest: the next request of each of the instance's sequences (one at a time per
-//   sequence) goes into the instance's own dynamic batcher (dynamic_batcher.h, Triton's
-//   policy: max_batch_size, preferred_batch_size, max_queue_delay_microseconds), which
-//   forms the batches, as in Triton.
+// - oldest: the next request of each of the instance's sequences is a candidate; the
+//   oldest candidates form a batch (max_batch_size, preferred_batch_size,
+//   max_queue_delay_microseconds), as Triton's dynamic batcher would.
 // - A sequence idle for max_sequence_idle_microseconds (no request since) loses its
 //   correlation id mapping, and its slot once its queued requests ran; a later request
 //   without START is refused as Triton refuses it.
@@ -27,12 +26,10 @@
 #include <cstdint>
 #include <deque>
 #include <list>
-#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "dynamic_batcher.h"
 #include "scheduler.h"
 
 namespace naiad {
@@ -76,15 +73,13 @@ class SequenceBatchScheduler final : public Scheduler {
 
  private:
   struct Slot {
-    bool busy = false;        // a sequence holds it
-    bool release = false;     // give it up once `queue` is empty (idle, ended)
-    bool in_batcher = false;  // oldest: the queue's front is in the dynamic batcher
+    bool busy = false;     // a sequence holds it
+    bool release = false;  // give it up once `queue` is empty (idle, ended)
     std::deque<QueuedRequest> queue;
   };
   struct Batcher {
     uint32_t instance;
     std::vector<Slot> slots;
-    std::unique_ptr<DynamicBatcher> dynamic;  // oldest only
   };
   struct Backlog {
     std::string key;
@@ -102,10 +97,6 @@ class SequenceBatchScheduler final : public Scheduler {
   void fill_slots();
   // Frees the slots given up whose queue ran empty, then fills free slots.
   void release_slots();
-  // oldest: hands slot `slot`'s next request to the instance's dynamic batcher, and
-  // every slot's (feed_all).
-  void feed(Batcher& b, uint32_t slot, uint64_t now_ns);
-  void feed_all(uint64_t now_ns);
   void bind(uint32_t batcher, uint32_t slot, Backlog& entry);
   // Forgets idle correlation ids; returns the next time one may become idle.
   uint64_t reap(uint64_t now_ns);
@@ -117,7 +108,6 @@ class SequenceBatchScheduler final : public Scheduler {
 
   SequenceConfig config_;
   uint32_t slots_per_instance_;
-  BatcherConfig dynamic_config_;  // oldest: each instance's dynamic batcher
   std::vector<Batcher> batchers_;
   std::unordered_map<uint32_t, uint32_t> batcher_of_;    // instance id -> index
   std::unordered_map<std::string, Where> active_;        // correlation key -> where

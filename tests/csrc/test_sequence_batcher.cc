@@ -229,11 +229,10 @@ TEST(sequence_oldest_batches_across_sequences_oldest_first) {
   std::vector<Placement> batches = h.run(10, {0});
   CHECK(batches.size() == 1 && batches[0].requests.size() == 2);
   CHECK(batches[0].requests[0].id == 1 && batches[0].requests[1].id == 2);
-  // One candidate left, below max batch, no preferred size: held for the delay, from
-  // when it joined the instance's dynamic batcher (its slot was given at 10).
+  // One candidate left, below max batch, no preferred size: held for the delay.
   uint64_t hold = 0;
   CHECK(h.run(20, {0}, &hold).empty());
-  CHECK(hold == 10 + 1000 * 1000);  // its delay counts from when it joined the batcher
+  CHECK(hold == 3 + 1000 * 1000);
   batches = h.run(hold, {0});
   CHECK(batches.size() == 1 && batches[0].requests[0].id == 3);
   // A sequence never has two requests in one batch.
