@@ -187,3 +187,32 @@ def test_grpc_answers_as_triton(server, client, tmp_path):
                     pass
                 time.sleep(0.2)
             assert calls(client) == calls(theirs)
+
+
+def test_grpc_decoupled_sequence_model_gets_its_controls(server):
+    """A decoupled model with sequence batching over ModelStreamInfer: each request's
+    responses carry the control inputs the model saw."""
+    import queue
+
+    answers: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            for step, flags in enumerate(({"sequence_start": True}, {}, {"sequence_end": True})):
+                client.async_stream_infer(
+                    "seq_decoupled", [_input(grpcclient, 2)], sequence_id=77, **flags
+                )
+                got = []
+                for _ in range(2):
+                    result, error = answers.get(timeout=TIMEOUT)
+                    assert error is None, error
+                    got.append(
+                        (
+                            result.as_numpy("OUTPUT").reshape(-1).tolist(),
+                            result.as_numpy("CTRL").reshape(-1).tolist(),
+                        )
+                    )
+                expected_ctrl = [[1, 0, 1], [0, 0, 1], [0, 1, 1]][step]
+                assert got == [([0], expected_ctrl), ([1], expected_ctrl)]
+        finally:
+            client.stop_stream()

@@ -121,6 +121,8 @@ class SequenceBackend(Backend):
         batching = config.get("sequence_batching", {})
         self.batched = int(config.get("max_batch_size", 0) or 0) > 0
         self.direct = "oldest" not in batching
+        policy = config.get("model_transaction_policy") or {}
+        self.decoupled = bool(policy.get("decoupled", False))
         self.control_shape = (1, 1) if self.batched else (1,)
         self.controls = []
         for entry in batching.get("control_input", []):
@@ -151,7 +153,7 @@ class SequenceBackend(Backend):
         out.inputs = tuple(header.inputs) + tuple(extra)
         out.input_names = tuple(name for name, _, _ in out.inputs)
         out.input_datatypes = tuple(datatype for _, datatype, _ in out.inputs)
-        if header.requested_outputs:
+        if header.requested_outputs and not self.decoupled:
             # The model must still produce the state outputs the server keeps.
             out.requested_outputs = list(header.requested_outputs) + sorted(self.state_outputs)
         if len(self._headers) > 1024:
@@ -256,6 +258,22 @@ class SequenceBackend(Backend):
                 self._release(slot)
             out[index] = result
         return out
+
+    def execute_decoupled(self, batch: Batch, stream) -> None:
+        """A decoupled sequence model: the control inputs, and the state inputs as
+        their initial value (its responses go out through `stream` as it sends them,
+        so state outputs are not taken back; README "Not yet")."""
+        words = self.endpoint.sequence_words()
+        if len(words) != len(batch.headers) or not all(word & _VALID for word in words):
+            self.inner.execute_decoupled(batch, stream)
+            return
+        headers, arrays = [], []
+        for header, own, word in zip(batch.headers, batch.arrays, words):
+            extra = self._controls(word, header.correlation_id, True)
+            extra += [state.initial.copy() for state in self.states]
+            headers.append(self._header(header))
+            arrays.append(list(own) + extra)
+        self.inner.execute_decoupled(Batch(headers, arrays), stream)
 
     def finalize(self) -> None:
         for slot in list(self.slot_states):
