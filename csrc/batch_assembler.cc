@@ -27,6 +27,7 @@ void write_request(uint8_t* base, uint64_t block, const SubmitRequest& request,
                           static_cast<uint32_t>(request.metadata.size()),
                           request.options.batch_size,
                           request.options.input_order,
+                          0,
                           0};
   auto* slots = reinterpret_cast<InputSlot*>(base + block + sizeof(RequestHeader));
   if (!request.metadata.empty()) {
@@ -298,6 +299,7 @@ uint64_t BatchAssembler::describe(uint64_t batch_id, const std::vector<QueuedReq
   auto* records = arena_.at<BatchRequest>(desc + batch_requests_offset());
   for (uint32_t k = 0; k < n_requests; ++k) {
     records[k] = BatchRequest{requests[k].id, requests[k].offset, requests[k].batch_size, rows};
+    arena_.at<RequestHeader>(requests[k].offset)->sequence = requests[k].sequence;
     rows += requests[k].batch_size;
   }
   auto* out = arena_.at<BatchTensor>(desc + batch_tensors_offset(n_requests));

@@ -53,13 +53,18 @@ struct SubmitMessage {
 // response then fail.
 constexpr uint32_t kPostResponses = 1;  // result_offset/result_size: a response block
 constexpr uint32_t kPostBatchDone = 2;
+// With kPostBatchDone: the instance is free, but the requests without a final response
+// stay open (a decoupled model answers them later, from any thread): the core keeps
+// them, and their inputs, until each got its final response or was failed. Without
+// it they fail at once.
+constexpr uint32_t kPostKeepOpen = 4;
 
 struct CompletionMessage {
   uint64_t batch_id;
   uint64_t result_offset;
   uint64_t result_size;
   int32_t status;
-  uint32_t flags;  // kPostResponses | kPostBatchDone
+  uint32_t flags;  // kPostResponses | kPostBatchDone | kPostKeepOpen
 };
 
 enum CompletionStatus : int32_t {

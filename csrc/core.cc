@@ -164,6 +164,26 @@ InstanceEndpoint Core::endpoint(uint32_t instance_id) const {
 
 // --- the data path ---
 
+namespace {
+
+SubmitResult submit_result_of(EnqueueResult result) {
+  switch (result) {
+    case EnqueueResult::kOk:
+      return SubmitResult::kOk;
+    case EnqueueResult::kQueueFull:
+      return SubmitResult::kQueueFull;
+    case EnqueueResult::kSequenceBatchSize:
+      return SubmitResult::kSequenceBatchSize;
+    case EnqueueResult::kNoSequenceId:
+      return SubmitResult::kNoSequenceId;
+    case EnqueueResult::kSequenceNotStarted:
+      return SubmitResult::kSequenceNotStarted;
+  }
+  return SubmitResult::kQueueFull;
+}
+
+}  // namespace
+
 SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
   // Where each input's bytes are: inline, or a region the registry maps.
   ScratchArray<const uint8_t*> sources(request.inputs.size());
@@ -193,8 +213,8 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
     Model* model = find_locked(handle);
     if (model == nullptr) {
       result = SubmitResult::kModelGone;
-    } else if (model->scheduler->enqueue(queued, options, clock_()) == EnqueueResult::kQueueFull) {
-      result = SubmitResult::kQueueFull;
+    } else {
+      result = submit_result_of(model->scheduler->enqueue(queued, options, clock_()));
     }
   }
   if (result != SubmitResult::kOk) assembler_.release(offset);
@@ -399,7 +419,15 @@ void Core::deliver_locked(ModelHandle handle, uint64_t batch_id, Completion* don
 
 void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& message) {
   auto it = in_flight_.find(message.batch_id);
-  if (it == in_flight_.end()) return;  // already failed by instance_down
+  if (it == in_flight_.end()) {
+    // The batch is over: failed by instance_down (whose blocks went with it, and whose
+    // channel was reset, so nothing stale arrives from there) or every request already
+    // had its final response. A block posted after that answers nobody: freed.
+    if ((message.flags & kPostResponses) != 0 && message.result_offset != 0) {
+      arena_.free(message.result_offset);
+    }
+    return;
+  }
   Batch& batch = it->second;
   const bool batch_over = (message.flags & kPostBatchDone) != 0;
   if ((message.flags & kPostResponses) != 0 && message.result_offset != 0) {
@@ -433,16 +461,29 @@ void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& me
       done.request_ids.reserve(n);
       for (const QueuedRequest& r : batch.requests) done.request_ids.push_back(r.id);
       // The block is the frontend's now, not the batch's: a later instance_down of a
-      // batch still running must not reclaim it.
-      if (!batch_over) arena_.set_tag(message.result_offset, 0);
+      // batch still running (or kept open) must not reclaim it.
+      if (!batch_over || batch.ended || (message.flags & kPostKeepOpen) != 0) {
+        arena_.set_tag(message.result_offset, 0);
+      }
       deliver_locked(batch.model, batch.id, &done, false);
     }
   }
-  if (batch_over) {
-    finish_locked(batch, message.status);
-    in_flight_.erase(it);
+  const bool keep_open = batch_over && message.status == kCompletionOk &&
+                         (message.flags & kPostKeepOpen) != 0 && !batch.ended;
+  if (batch_over && !batch.ended) {
+    // The instance is free for its next batch, whatever stays open.
     Instance* instance = find_instance_locked(instance_id);
     if (instance != nullptr && instance->busy != 0) --instance->busy;
+  }
+  if (keep_open) batch.ended = true;
+  bool all_answered = true;
+  for (bool answered : batch.answered) all_answered &= answered;
+  // A batch kept open ends with its last final response (responses posted after it
+  // are not the batch's: the worker broke the contract, and they are dropped above
+  // only once the batch is gone).
+  if ((batch_over && !keep_open) || (batch.ended && all_answered)) {
+    finish_locked(batch, batch_over && !keep_open ? message.status : kCompletionOk);
+    in_flight_.erase(it);
   }
 }
 
@@ -570,8 +611,10 @@ void Core::take_submits_locked(Instance& instance) {
       options.priority = message.priority;
       options.timeout_us = message.timeout_us;
       options.shape_key = message.shape_key;
-      if (model->scheduler->enqueue(request, options, clock_()) == EnqueueResult::kQueueFull) {
-        refused = static_cast<uint32_t>(SubmitResult::kQueueFull);
+      const SubmitResult queued =
+          submit_result_of(model->scheduler->enqueue(request, options, clock_()));
+      if (queued != SubmitResult::kOk) {
+        refused = static_cast<uint32_t>(queued);
         arena_.free(block);
       } else {
         routes_[id] = Route{instance_id, message.tag};
@@ -689,6 +732,37 @@ void Core::stop_locked(Instance& instance) {
   send_to_worker_locked(instance, message);
   instance.up = false;  // takes no new batches
   signal_eventfd(instance.wake_fd);
+}
+
+CancelResult Core::cancel(uint64_t request_id) {
+  bool left = false;
+  CancelResult result = CancelResult::kUnknown;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (ModelSlot& slot : models_) {
+      if (!slot.model) continue;
+      QueuedRequest queued;
+      if (slot.model->scheduler->cancel(request_id, &queued)) {
+        std::vector<QueuedRequest> dropped{queued};
+        reject_locked(dropped, kCompletionCancelled);
+        left = true;
+        result = CancelResult::kDropped;
+        break;
+      }
+    }
+    if (result == CancelResult::kUnknown) {
+      for (auto& flight : in_flight_) {
+        const Batch& batch = flight.second;
+        for (size_t i = 0; i < batch.requests.size(); ++i) {
+          if (batch.requests[i].id != request_id || batch.answered[i]) continue;
+          mark_request_cancelled(arena_.at<RequestHeader>(batch.requests[i].offset));
+          result = CancelResult::kFlagged;
+        }
+      }
+    }
+  }
+  if (left) notify_frontend();
+  return result;
 }
 
 size_t Core::in_flight() {

@@ -49,6 +49,15 @@ using Clock = std::function<uint64_t()>;
 // Completion statuses beyond channel.h's, for requests that never ran.
 constexpr int32_t kCompletionTimedOut = 3;   // queue timeout under REJECT
 constexpr int32_t kCompletionModelGone = 4;  // queued when its model was removed
+constexpr int32_t kCompletionCancelled = 6;  // cancelled (Core::cancel) before it ran
+
+// What Core::cancel found.
+enum class CancelResult : int32_t {
+  kUnknown = 0,  // not queued nor running: finished, or never submitted
+  kDropped = 1,  // was queued: removed, its completion (kCompletionCancelled) left for poll()
+  kFlagged = 2,  // is running: its block is flagged (request_cancelled) for the worker
+};
+
 // Statistics only, for the frontend: requests workers submitted (BLS, ensemble steps)
 // that got their final response from instance `instance_id`. Nothing to answer or
 // free; `request_ids` carries kRoutedStatsSize numbers (RoutedStats order).
@@ -155,8 +164,17 @@ class Core {
   // Asks the worker to finalize and exit after the batch it is running.
   void stop_instance(uint32_t instance_id);
 
-  // Batches on instances now. Any thread (tests, statistics).
+  // Batches on instances now, and batches whose worker ended them with requests kept
+  // open (kPostKeepOpen) that still wait for final responses. Any thread (tests,
+  // statistics).
   size_t in_flight();
+
+  // --- cancellation (frontend thread: a client went away) ---
+  // A queued request is removed from its scheduler and completes with
+  // kCompletionCancelled; a running one (or one kept open after its batch) is flagged
+  // in its request block so the worker sees it (request.is_cancelled()); its answer
+  // still comes from the worker.
+  CancelResult cancel(uint64_t request_id);
 
  private:
   struct Batch {
@@ -167,6 +185,9 @@ class Core {
     uint64_t dispatch_ns;
     std::vector<QueuedRequest> requests;
     std::vector<bool> answered;  // a final response was posted for request i
+    // The worker ended the batch (its instance is free) but kept requests open
+    // (kPostKeepOpen): the batch lives on until each request got its final response.
+    bool ended = false;
   };
   struct Instance {
     uint32_t id;

@@ -26,6 +26,9 @@ class DynamicBatchScheduler final : public Scheduler {
   uint32_t max_batch_rows() const override { return max_rows_; }
   bool preserve_ordering() const override { return batcher_.preserve_ordering(); }
   std::vector<QueuedRequest> drain() override { return batcher_.drain(); }
+  bool cancel(uint64_t request_id, QueuedRequest* out) override {
+    return batcher_.remove(request_id, out);
+  }
 
  private:
   DynamicBatcher batcher_;

@@ -159,4 +159,19 @@ std::vector<QueuedRequest> DynamicBatcher::drain() {
   return all;
 }
 
+bool DynamicBatcher::remove(uint64_t request_id, QueuedRequest* out) {
+  for (Level& level : levels_) {
+    for (std::deque<QueuedRequest>* queue : {&level.queue, &level.delayed}) {
+      for (auto it = queue->begin(); it != queue->end(); ++it) {
+        if (it->id != request_id) continue;
+        *out = *it;
+        queue->erase(it);
+        --queued_;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 }  // namespace naiad

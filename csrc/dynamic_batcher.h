@@ -69,6 +69,9 @@ class DynamicBatcher {
   bool preserve_ordering() const { return config_.preserve_ordering; }
   // Removes and returns every queued request (the model is being removed).
   std::vector<QueuedRequest> drain();
+  // Removes request `request_id` from whichever queue holds it (cancelled); false when
+  // none does.
+  bool remove(uint64_t request_id, QueuedRequest* out);
 
  private:
   struct Level {

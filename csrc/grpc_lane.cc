@@ -166,6 +166,20 @@ bool take_parameters(const std::vector<grpc::Parameter>& parameters, ParsedReque
     uint64_t as_uint = p.kind == grpc::Parameter::Kind::kUint64
                            ? p.uint64_value
                            : static_cast<uint64_t>(p.int64_value);
+    if (p.key == "sequence_id") {
+      if (is_uint) {
+        out->sequence_id = as_uint;
+      } else if (p.kind == grpc::Parameter::Kind::kString) {
+        out->sequence_key = p.string_value;
+      } else {
+        return false;
+      }
+    } else if (p.key == "sequence_start" || p.key == "sequence_end") {
+      if (p.kind != grpc::Parameter::Kind::kBool) return false;
+      if (p.bool_value) {
+        out->sequence_flags |= p.key == "sequence_start" ? kSequenceFlagStart : kSequenceFlagEnd;
+      }
+    }
     if (p.key == "priority" || p.key == "timeout") {
       if (!is_uint || (p.key == "priority" && as_uint > UINT32_MAX)) return false;
       if (p.key == "priority") {
@@ -232,6 +246,13 @@ void GrpcResponseWriter::parts(const InferResponse& response, bool streamed, std
 
 std::string grpc_error_message(const InferResponse& response) {
   return unescape_json(response.error_message);
+}
+
+std::string grpc_request_id(std::string_view message) {
+  grpc::InferRequestView view;
+  std::string error;
+  if (!grpc::read_infer_request(message, &view, &error)) return std::string();
+  return std::string(view.id);
 }
 
 void GrpcLane::add_route(const std::string& name, const std::string& version, uint32_t model) {

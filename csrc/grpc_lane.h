@@ -44,6 +44,10 @@ class GrpcResponseWriter final : public ResponseWriter {
 // The plain text of an error answer's message (the result block keeps JSON escapes).
 std::string grpc_error_message(const InferResponse& response);
 
+// The `id` of a serialized ModelInferRequest ("" when it has none or is not readable):
+// what a ModelStreamInfer error answer carries.
+std::string grpc_request_id(std::string_view message);
+
 class GrpcLane {
  public:
   explicit GrpcLane(KServeCodec& codec) : codec_(codec) {}

@@ -59,6 +59,11 @@ struct ParsedRequest {
   std::string_view parameters;  // the raw request parameters (a JSON object), or empty
   uint32_t priority = 0;        // the `priority` parameter, 0: the model's default
   uint64_t timeout_us = 0;      // the `timeout` parameter, 0: none
+  // Sequence batching: `sequence_id` (a number, or a string in `sequence_key`) and
+  // `sequence_start` / `sequence_end` as submit_request.h's kSequenceFlag* bits.
+  uint64_t sequence_id = 0;
+  std::string_view sequence_key;
+  uint32_t sequence_flags = 0;
   // JSON outputs (KServe REST): output_json[i] says output_names[i] goes back as JSON
   // `data` rather than binary; json_unlisted says so of every output when none is
   // listed. Framers without JSON data (gRPC) leave them empty / false.

@@ -37,8 +37,24 @@ struct RequestHeader {
   uint32_t metadata_size;
   uint32_t batch_size;   // rows the request adds to a batch (its inputs' first dim)
   uint64_t input_order;  // which config inputs, in order (core.h input_order_key)
-  uint64_t reserved;
+  // Set at dispatch by a sequence batcher (sequence_batch_scheduler.h), else 0: bit 63
+  // set, bits 0-31 the sequence's slot on its instance, bit 32 START, bit 33 END.
+  uint64_t sequence;
+  // kRequestCancelled: set by Core::cancel while the request runs, read by the worker
+  // (request.is_cancelled()); accessed atomically only (request_cancelled below).
+  uint64_t flags;
 };
+
+constexpr uint64_t kRequestCancelled = 1;
+
+// The request's flags word, read and written atomically: the core sets it while the
+// worker may read it, from another process.
+inline void mark_request_cancelled(RequestHeader* header) {
+  __atomic_fetch_or(&header->flags, kRequestCancelled, __ATOMIC_RELEASE);
+}
+inline bool request_cancelled(const RequestHeader* header) {
+  return (__atomic_load_n(&header->flags, __ATOMIC_ACQUIRE) & kRequestCancelled) != 0;
+}
 
 struct InputSlot {
   uint64_t offset;  // arena offset of the input's bytes
@@ -49,7 +65,7 @@ inline uint64_t request_metadata_offset(uint32_t n_inputs) {
   return sizeof(RequestHeader) + uint64_t{n_inputs} * sizeof(InputSlot);
 }
 
-static_assert(sizeof(RequestHeader) == 32, "RequestHeader layout");
+static_assert(sizeof(RequestHeader) == 40, "RequestHeader layout");
 static_assert(sizeof(InputSlot) == 16, "InputSlot layout");
 
 // ---- Batch descriptor: one per dispatched batch, at BatchMessage::desc_offset -------

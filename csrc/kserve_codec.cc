@@ -54,6 +54,9 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   submit.options.timeout_us = request.timeout_us;
   submit.options.shape_key = request.shape_key;
   submit.options.input_order = block.input_order;
+  submit.options.sequence_id = request.sequence_id;
+  submit.options.sequence_key = request.sequence_key;
+  submit.options.sequence_flags = request.sequence_flags;
   if (core_.submit(model.core_model_id, submit) != SubmitResult::kOk) {
     return SubmitOutcome::kFallback;
   }
@@ -70,7 +73,8 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
 
 bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
                            const std::vector<uint64_t>& request_ids, uint64_t dispatch_ns,
-                           uint64_t end_ns, std::vector<Answer>* answers, uint64_t timings[4]) {
+                           uint64_t end_ns, std::vector<Answer>* answers, uint64_t timings[4],
+                           bool partial) {
   ResultBlock result;
   if (!parse_result_block(block, block_size, &result)) return false;
   for (const ResultOutcome& outcome : result.outcomes) {
@@ -79,13 +83,14 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
   for (int i = 0; i < 4; ++i) timings[i] = result.timings[i];
   for (const ResultOutcome& outcome : result.outcomes) {
     // HTTP answers once: a non-final response of a decoupled model has no HTTP form yet.
-    if (!outcome.final) continue;
+    if (!outcome.final && !partial) continue;
     const uint64_t request_id = request_ids[outcome.request_index];
     auto found = in_flight_.find(request_id);
     if (found == in_flight_.end()) continue;
     Recipe& recipe = found->second;
     const ModelSpec& model = models_[recipe.model];
     Answer answer;
+    answer.final = outcome.final;
     answer.batch_size = recipe.batch_size;
     answer.request_ns = end_ns - recipe.submit_ns;
     answer.queue_ns = dispatch_ns > recipe.submit_ns ? dispatch_ns - recipe.submit_ns : 0;
@@ -95,7 +100,7 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
       response.error = error_kind_of_triton_code(outcome.code);
       response.error_message = outcome.message;
     } else {
-      response.id = std::move(recipe.id);
+      response.id = outcome.final ? std::move(recipe.id) : recipe.id;
       response.model_name = model.name_json;
       response.model_version = model.version;
       response.parameters = outcome.parameters;
@@ -128,7 +133,7 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
         response.outputs.push_back(out);
       }
     }
-    in_flight_.erase(found);
+    if (outcome.final) in_flight_.erase(found);
     answers->push_back(std::move(answer));
   }
   return true;

@@ -58,15 +58,18 @@ class KServeCodec {
     uint64_t request_ns = 0;  // submit to end
     uint64_t queue_ns = 0;    // submit to dispatch
     InferResponse response;   // views into the result block: serialize before it is freed
+    bool final = true;        // the request's last response (kResponseFinal)
   };
   // Answers the codec's requests among `request_ids`, the requests of a batch, from
   // the response block (ipc_schema.h) at `block`: one answer per final response, by
   // its request_index (HTTP answers once; a non-final response of a decoupled model
   // has no HTTP form yet). False: the block could not be read (the caller fails the
-  // requests, see forget()).
+  // requests, see forget()). With `partial` (a framer that streams, gRPC's
+  // ModelStreamInfer), non-final responses are answered too, in block order, with
+  // `final` false; the request stays the codec's until its final one.
   bool complete(const uint8_t* block, uint64_t block_size, const std::vector<uint64_t>& request_ids,
                 uint64_t dispatch_ns, uint64_t end_ns, std::vector<Answer>* answers,
-                uint64_t timings[4]);
+                uint64_t timings[4], bool partial = false);
 
   bool owns(uint64_t request_id) const { return in_flight_.count(request_id) != 0; }
   // The request was answered another way (failed batch, shutdown).

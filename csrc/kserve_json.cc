@@ -160,6 +160,7 @@ bool read_parameters(JsonReader& reader, ParsedRequest* out, bool* binary_output
   JsonReader probe = reader;
   if (!probe.skip_value(&start)) return false;
   bool has_binary = false, has_priority = false, has_timeout = false;
+  bool has_sequence_id = false, has_start = false, has_end = false;
   bool ok = reader.object([&](std::string_view key) {
     if (key == "binary_data_output") {
       return once(&has_binary, [&] { return reader.boolean(binary_output); });
@@ -173,6 +174,20 @@ bool read_parameters(JsonReader& reader, ParsedRequest* out, bool* binary_output
       });
     }
     if (key == "timeout") return once(&has_timeout, [&] { return reader.uint(&out->timeout_us); });
+    if (key == "sequence_id") {
+      return once(&has_sequence_id, [&] {
+        return reader.uint(&out->sequence_id) || reader.plain_string(&out->sequence_key);
+      });
+    }
+    if (key == "sequence_start" || key == "sequence_end") {
+      const uint32_t flag = key == "sequence_start" ? kSequenceFlagStart : kSequenceFlagEnd;
+      return once(flag == kSequenceFlagStart ? &has_start : &has_end, [&] {
+        bool value;
+        if (!reader.boolean(&value)) return false;
+        if (value) out->sequence_flags |= flag;
+        return true;
+      });
+    }
     // A custom parameter: a string, number or bool passes to the model as written;
     // null, objects and arrays get the general path's error.
     const char* value = nullptr;

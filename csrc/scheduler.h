@@ -27,9 +27,20 @@ struct QueuedRequest {
   uint64_t shape_key;   // requests with different keys never share a batch
   uint64_t enqueue_ns;  // when it entered the queue
   uint64_t timeout_ns;  // absolute deadline in the queue, 0 = none
+  // What a sequence batcher tells the worker (ipc_schema.h RequestHeader::sequence);
+  // the batch assembler writes it into the request block at dispatch. 0: none.
+  uint64_t sequence = 0;
 };
 
-enum class EnqueueResult { kOk, kQueueFull };
+// kSequence*: refused by a sequence batcher, as Triton refuses it (a request of more
+// than one row, one without a correlation id, one of a sequence never started).
+enum class EnqueueResult {
+  kOk,
+  kQueueFull,
+  kSequenceBatchSize,
+  kNoSequenceId,
+  kSequenceNotStarted
+};
 
 // A batch the scheduler formed: `requests` run together on instance `instance`.
 struct Placement {
@@ -65,6 +76,13 @@ class Scheduler {
   virtual bool preserve_ordering() const = 0;
   // Removes and returns every queued request: the model is being removed.
   virtual std::vector<QueuedRequest> drain() = 0;
+  // Removes queued request `request_id` into `out` (the client cancelled it); false
+  // when it is not queued here. A scheduler that cannot remove one leaves it queued.
+  virtual bool cancel(uint64_t request_id, QueuedRequest* out) {
+    (void)request_id;
+    (void)out;
+    return false;
+  }
 };
 
 }  // namespace naiad

@@ -28,7 +28,16 @@ struct SubmitOptions {
   // Which config inputs the request's inputs are, in order (input_order_key): only
   // requests with equal keys have their inputs joined into batch tensors.
   uint64_t input_order = 0;
+  // Sequence batching: the `sequence_id` parameter, a number or (`sequence_key` not
+  // empty) a string, valid during submit(); `sequence_start` / `sequence_end` as
+  // kSequenceFlagStart / kSequenceFlagEnd.
+  uint64_t sequence_id = 0;
+  std::string_view sequence_key;
+  uint32_t sequence_flags = 0;
 };
+
+constexpr uint32_t kSequenceFlagStart = 1;  // Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_*
+constexpr uint32_t kSequenceFlagEnd = 2;
 
 // The input_order of a request whose inputs are the model's config inputs
 // `indices[0..n)`, in that order. _core.input_order_key computes the same.
@@ -68,7 +77,10 @@ enum class SubmitResult {
   kArenaFull = 1,
   kQueueFull = 2,
   kModelGone = 3,
-  kUnsupportedInput = 4
+  kUnsupportedInput = 4,
+  kSequenceBatchSize = 5,   // EnqueueResult::kSequenceBatchSize
+  kNoSequenceId = 6,        // EnqueueResult::kNoSequenceId
+  kSequenceNotStarted = 7,  // EnqueueResult::kSequenceNotStarted
 };
 
 }  // namespace naiad

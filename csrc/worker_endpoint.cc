@@ -54,17 +54,24 @@ void WorkerEndpoint::complete(uint64_t batch_id, uint64_t result_offset, uint64_
 }
 
 bool WorkerEndpoint::respond(uint64_t batch_id, const std::vector<ResponseEntry>& responses,
-                             const uint64_t timings[4], bool batch_done) {
+                             const uint64_t timings[4], bool batch_done, bool keep_open) {
   const uint64_t size = response_block_size(responses);
   const uint64_t offset = arena_.alloc(size, batch_id);
   if (offset == 0) return false;
   write_response_block(arena_.base() + offset, responses, timings);
-  uint32_t flags = kPostResponses | (batch_done ? kPostBatchDone : 0);
+  uint32_t flags = kPostResponses | (batch_done ? kPostBatchDone : 0) |
+                   (batch_done && keep_open ? kPostKeepOpen : 0);
   post(CompletionMessage{batch_id, offset, size, kCompletionOk, flags});
   return true;
 }
 
+void WorkerEndpoint::end_batch(uint64_t batch_id, bool keep_open) {
+  post(CompletionMessage{batch_id, 0, 0, kCompletionOk,
+                         kPostBatchDone | (keep_open ? kPostKeepOpen : 0)});
+}
+
 void WorkerEndpoint::post(const CompletionMessage& message) {
+  std::lock_guard<std::mutex> lock(post_mutex_);
   while (!channel_->to_frontend.push(message)) {
     // Full: the frontend has been woken for what is there; wait for it to drain.
     wake_frontend();

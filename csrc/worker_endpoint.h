@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "arena.h"
@@ -29,11 +30,18 @@ class WorkerEndpoint {
   // status; wakes the frontend unless a wake is already pending.
   void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size, int32_t status);
   // Writes `responses` into a new response block (tagged with the batch, so a dead
-  // worker's blocks are reclaimed) and posts it; `batch_done` also ends the batch.
+  // worker's blocks are reclaimed) and posts it; `batch_done` also ends the batch,
+  // `keep_open` (with it) keeps its requests without a final response open for
+  // responses posted later (decoupled models, channel.h kPostKeepOpen).
   // False when the arena has no room (nothing was posted).
   bool respond(uint64_t batch_id, const std::vector<ResponseEntry>& responses,
-               const uint64_t timings[4], bool batch_done);
-  // Posts one message; waits while the ring is full (the frontend drains it).
+               const uint64_t timings[4], bool batch_done, bool keep_open = false);
+  // Ends the batch without responses: the instance is free, its requests without a
+  // final response stay open (keep_open) or fail.
+  void end_batch(uint64_t batch_id, bool keep_open);
+  // Posts one message; waits while the ring is full (the frontend drains it). Any
+  // thread: posts are serialized (the ring has one producer), so a decoupled model
+  // may answer from threads of its own.
   void post(const CompletionMessage& message);
 
   // Submits a request to the core for the model whose ModelHandle value is `model`
@@ -57,6 +65,7 @@ class WorkerEndpoint {
   Arena arena_;
   Channel* channel_;
   uint64_t current_batch_ = 0;  // the batch running: tags what it allocates
+  std::mutex post_mutex_;       // one producer at a time on to_frontend
   int wake_fd_;
   int notify_fd_;
 };

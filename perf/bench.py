@@ -505,7 +505,8 @@ def measure(server, s: Scenario, c: int, settings, round_no, out, cpus, log) -> 
     point.limit_throughput = limit_throughput(s.model, point.batches, server_cpus)
     log(
         f"  {server.label:>8} {s.key:<24} c={c:<3} {point.throughput:9.1f} inf/s  "
-        f"p50 {point.p50_us / 1e3:7.2f} ms  p99 {point.p99_us / 1e3:7.2f} ms  "
+        f"p50 {point.p50_us / 1e3:7.2f} ms  avg {point.avg_us / 1e3:7.2f} ms  "
+        f"p99 {point.p99_us / 1e3:7.2f} ms  "
         f"batch {point.avg_batch:5.2f}  cpu srv {point.server_cpu_pct:3.0f}% "
         f"cli {point.client_cpu_pct:3.0f}%"
     )
@@ -637,6 +638,7 @@ def aggregate(raw: dict) -> dict:
             for f in (
                 "throughput",
                 "p50_us",
+                "avg_us",
                 "p99_us",
                 "avg_batch",
                 "queue_us",
@@ -670,10 +672,10 @@ def render(raw: dict, table: dict, ratio_pair: tuple[str, str] | None) -> str:
     lines = []
     head = ["scenario", "conc"]
     for label in labels:
-        head += [f"{label} inf/s", f"{label} p50 ms", f"{label} p99 ms"]
+        head += [f"{label} inf/s", f"{label} p50 ms", f"{label} avg ms", f"{label} p99 ms"]
     if ratio_pair:
         a, b = ratio_pair
-        head += [f"{a}/{b} inf/s", f"{a}/{b} p99"]
+        head += [f"{a}/{b} inf/s", f"{a}/{b} avg", f"{a}/{b} p99"]
     head += ["limit inf/s"] + [f"{label} % limit" for label in labels]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join("---" for _ in head) + "|")
@@ -693,15 +695,17 @@ def render(raw: dict, table: dict, ratio_pair: tuple[str, str] | None) -> str:
                         fmt(r["throughput"])
                         + (f" ±{r['spread_pct']:.0f}%" if r["rounds"] > 1 else ""),
                         fmt(r["p50_us"] / 1e3, 2),
+                        fmt(r.get("avg_us", 0) / 1e3, 2),
                         fmt(r["p99_us"] / 1e3, 2),
                     ]
                 else:
-                    cells += [r.get("status", "-"), "-", "-"]
+                    cells += [r.get("status", "-"), "-", "-", "-"]
                     skipped.append(f"- {sc['key']} c={c} on {label}: {r.get('reason', '?')}")
             if ratio_pair:
                 ra, rb = rows[ratio_pair[0]], rows[ratio_pair[1]]
                 cells += [
                     ratio(ra.get("throughput", 0), rb.get("throughput", 0)),
+                    ratio(ra.get("avg_us", 0), rb.get("avg_us", 0)),
                     ratio(ra.get("p99_us", 0), rb.get("p99_us", 0)),
                 ]
             limits = [r["limit_throughput"] for r in rows.values() if r.get("status") == "ok"]

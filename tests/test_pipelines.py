@@ -98,7 +98,7 @@ BAD_ENSEMBLES = {
 
 def build_repository(dest: Path, bad: bool = True) -> Path:
     shutil.copytree(EXAMPLE_MODELS / "add_sub", dest / "add_sub")
-    for name in ("bls", "ensemble_add_sub", "slow_add_sub"):
+    for name in ("bls", "ensemble_add_sub", "ensemble_bls", "slow_add_sub"):
         shutil.copytree(PIPELINE_MODELS / name, dest / name)
     if not bad:
         return dest
@@ -166,6 +166,25 @@ def test_ensemble_runs_its_steps_in_order(server):
     assert status == 200
     np.testing.assert_array_equal(outputs["OUTPUT0"], 2 * A)
     np.testing.assert_array_equal(outputs["OUTPUT1"], 2 * B)
+
+
+@pytest.mark.parametrize("mode", ["sync", "ensemble"])
+def test_ensemble_with_a_bls_step(server, mode):
+    # The step's model calls add_sub (or the other ensemble) itself; the ensemble
+    # request's parameters reach the step.
+    status, payload, outputs = infer(server, "ensemble_bls", {"mode": mode})
+    assert status == 200, payload
+    expected = (2 * A, 2 * B) if mode == "ensemble" else (A + B, A - B)
+    np.testing.assert_array_equal(outputs["SUM"], expected[0])
+    np.testing.assert_array_equal(outputs["DIFFERENCE"], expected[1])
+
+
+def test_ensemble_step_error_is_the_requests_error(server):
+    status, payload, _ = infer(server, "ensemble_bls", {"mode": "fail"})
+    assert (status, payload) == (
+        400,
+        {"error": "in ensemble 'ensemble_bls', bls failed on purpose"},
+    )
 
 
 def test_ensemble_requested_output_only(server):
@@ -266,10 +285,13 @@ def test_concurrent_bls_and_ensemble_traffic_leaves_the_arena_as_it_was(server):
     infer(server, "bls")  # every worker warm
     before = arena_blocks(server)
     modes = ["sync", "async", "self", "nested", "ensemble", "decoupled"] * 6
+    failing = [("bls", {"mode": "target", "target": "nope"}), ("ensemble_bls", {"mode": "fail"})]
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda m: infer(server, "bls", {"mode": m}), modes))
         results += list(pool.map(lambda _: infer(server, "ensemble_add_sub"), range(24)))
+        errors = list(pool.map(lambda call: infer(server, *call), failing * 6))
     assert all(status == 200 for status, _p, _o in results), [p for s, p, _o in results if s != 200]
+    assert all(status in (400, 500) for status, _p, _o in errors)
     deadline = time.monotonic() + 5
     while arena_blocks(server) != before and time.monotonic() < deadline:
         time.sleep(0.05)

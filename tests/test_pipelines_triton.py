@@ -24,7 +24,7 @@ pytestmark = [
 ]
 
 TIMEOUT = 30
-LOADED = ["add_sub", "bls", "ensemble_add_sub"]
+LOADED = ["add_sub", "bls", "ensemble_add_sub", "ensemble_bls"]
 ARGS = ["--model-control-mode=explicit", *(f"--load-model={m}" for m in LOADED)]
 
 
@@ -48,6 +48,8 @@ REQUESTS = [
     ("bls", {"mode": "target", "target": "add_sub", "version": 7}),
     ("bls", {"mode": "bad_input"}),
     ("bls", {"mode": "fail"}),
+    ("ensemble_bls", {"mode": "sync"}),
+    ("ensemble_bls", {"mode": "fail"}),
 ]
 
 
@@ -70,7 +72,7 @@ def test_same_answers_and_statistics(servers):
         for name in n_outputs:
             assert (n_outputs[name] == t_outputs[name]).all(), (model, parameters, name)
     # add_sub ran the same requests on both: ensemble steps and BLS calls included.
-    assert [_add_sub_successes(s) - c for s, c in zip(servers, counts)] == [8, 8]
+    assert [_add_sub_successes(s) - c for s, c in zip(servers, counts)] == [9, 9]
 
 
 @pytest.mark.parametrize("name", sorted(BAD_ENSEMBLES))

@@ -226,7 +226,8 @@ def test_requested_outputs_only(client):
     assert names == ["OUTPUT__1"]
 
 
-def test_config_shows_normalized_instance_group(server):
+def test_config_shows_auto_completed_backend_and_normalized_instance_group(server):
+    """pt_named's config.pbtxt names no backend: auto-complete takes it from model.pt."""
     config = requests.get(f"{server.url}/v2/models/pt_named/config", timeout=TIMEOUT).json()
     assert config["backend"] == "pytorch" and config["platform"] == "pytorch_libtorch"
     assert config["default_model_filename"] == "model.pt"

@@ -266,3 +266,24 @@ def test_engine_served_with_auto_completed_config(tmp_path):
         assert reply.status_code == 400  # more than max_batch_size, refused before the model
     finally:
         server.stop()
+
+
+def test_completed_config_is_a_valid_model_config():
+    """What the auto-complete framework hands the hook (the config as Triton's JSON) and
+    reads back (protobuf's JSON parser): every key the completion writes is a config field."""
+    from google.protobuf import json_format
+    from naiad.repository.config import ModelConfig, complete_model_config, config_to_json
+
+    config = ModelConfig(platform="tensorrt_plan")
+    complete_model_config(config, "m")
+    engine = EngineDescription(
+        [
+            *_engine().tensors,
+            TensorDescription("scalar", True, "TYPE_INT32", (-1,), profiles=[((1,), (1,), (8,))]),
+        ]
+    )
+    completed = complete_config(config_to_json(config), engine)
+    result = json_format.ParseDict(completed, ModelConfig())
+    assert result.max_batch_size == 8 and result.HasField("dynamic_batching")
+    scalar = next(tensor for tensor in result.input if tensor.name == "scalar")
+    assert list(scalar.dims) == [1] and scalar.HasField("reshape") and not scalar.reshape.shape

@@ -149,9 +149,10 @@ MODELS = {
         + ONE_THREAD,
         Identities,
     ),
-    # Config order differs from forward()'s: the names decide.
+    # Config order differs from forward()'s: the names decide. No backend or platform: the
+    # server's auto-complete finds them from 1/model.pt, as Triton's does.
     "pt_named": (
-        'platform: "pytorch_libtorch"\nmax_batch_size: 4\n'
+        "max_batch_size: 4\n"
         + _io("input", [("subtrahend", "FP32", [2]), ("minuend", "FP32", [2])])
         + _io("output", [("difference", "FP32", [2])])
         + ONE_THREAD,

@@ -91,6 +91,7 @@ cdef extern from "ipc_schema.h" namespace "naiad":
         uint64_t size
 
     uint64_t request_metadata_offset(uint32_t n_inputs)
+    cbool request_cancelled(const RequestHeader* header) nogil
 
     cdef struct BatchHeader:
         uint32_t n_requests
@@ -167,6 +168,12 @@ cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
     int32_t kCompletionModelGone
+    int32_t kCompletionCancelled
+
+    cdef enum class CancelResult(int32_t):
+        kUnknown
+        kDropped
+        kFlagged
     int32_t kCompletionRouted
 
     cdef cppclass ModelHandle:
@@ -185,6 +192,9 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t timeout_us
         uint64_t shape_key
         uint64_t input_order
+        uint64_t sequence_id
+        string_view sequence_key
+        uint32_t sequence_flags
 
     cdef cppclass SubmitRequest:
         uint64_t request_id
@@ -200,6 +210,9 @@ cdef extern from "core.h" namespace "naiad":
         kQueueFull
         kModelGone
         kUnsupportedInput
+        kSequenceBatchSize
+        kNoSequenceId
+        kSequenceNotStarted
 
     cdef cppclass Completion:
         uint64_t batch_id
@@ -231,6 +244,34 @@ cdef extern from "core.h" namespace "naiad":
         void instance_up(uint32_t instance_id) except + nogil
         void stop_instance(uint32_t instance_id) except + nogil
         size_t in_flight() except + nogil
+        CancelResult cancel(uint64_t request_id) except + nogil
+
+
+cdef extern from "sequence_batch_scheduler.h" namespace "naiad":
+    cdef cppclass SequenceConfig:
+        cbool oldest
+        uint32_t max_batch_size
+        uint64_t max_sequence_idle_us
+        uint64_t max_queue_delay_us
+        float minimum_slot_utilization
+        uint32_t max_candidate_sequences
+        vector[uint32_t] preferred_batch_sizes
+        cbool preserve_ordering
+
+
+cdef extern from *:
+    """
+    #include <memory>
+    static naiad::ModelHandle naiad_add_sequence_model(naiad::Core* core,
+                                                       const naiad::SequenceConfig& config) {
+      return core->add_model(std::make_unique<naiad::SequenceBatchScheduler>(config));
+    }
+    static uint64_t naiad_request_sequence(const uint8_t* base, uint64_t block) {
+      return reinterpret_cast<const naiad::RequestHeader*>(base + block)->sequence;
+    }
+    """
+    ModelHandle naiad_add_sequence_model(CCore* core, const SequenceConfig& config) except +
+    uint64_t naiad_request_sequence(const uint8_t* base, uint64_t block) nogil
 
 
 cdef extern from "infer_types.h" namespace "naiad":
@@ -320,6 +361,7 @@ cdef extern from "kserve_codec.h" namespace "naiad":
         uint64_t request_ns
         uint64_t queue_ns
         InferResponse response
+        cbool final
 
     cdef cppclass KServeCodec:
         uint32_t add_model(CModelSpec model) except +
@@ -329,6 +371,10 @@ cdef extern from "kserve_codec.h" namespace "naiad":
                        const vector[uint64_t]& request_ids, uint64_t dispatch_ns,
                        uint64_t end_ns, vector[Answer]* answers,
                        uint64_t* timings) except + nogil
+        cbool complete_partial "complete"(
+            const uint8_t* block, uint64_t block_size, const vector[uint64_t]& request_ids,
+            uint64_t dispatch_ns, uint64_t end_ns, vector[Answer]* answers,
+            uint64_t* timings, cbool partial) except + nogil
         void forget(uint64_t request_id)
         size_t in_flight()
 
@@ -372,6 +418,10 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
                       int32_t status) nogil
         cbool respond(uint64_t batch_id, const vector[ResponseEntry]& responses,
                       const uint64_t* timings, cbool batch_done) except + nogil
+        cbool respond_open "respond"(uint64_t batch_id, const vector[ResponseEntry]& responses,
+                                     const uint64_t* timings, cbool batch_done,
+                                     cbool keep_open) except + nogil
+        void end_batch(uint64_t batch_id, cbool keep_open) nogil
         Arena& arena() nogil
 
 
@@ -381,6 +431,12 @@ COMPLETION_WORKER_FAILED = 1
 COMPLETION_INSTANCE_DIED = 2
 COMPLETION_TIMED_OUT = kCompletionTimedOut
 COMPLETION_MODEL_GONE = kCompletionModelGone
+COMPLETION_CANCELLED = kCompletionCancelled
+
+# Core.cancel results.
+CANCEL_UNKNOWN = 0
+CANCEL_DROPPED = 1
+CANCEL_FLAGGED = 2
 # Statistics of requests workers submitted (BLS, ensemble steps), nothing to answer: the
 # completion's request ids are [count, rows, queue ns, request ns, compute input ns,
 # compute infer ns, compute output ns, whole batch] (csrc/core.h RoutedStats).
@@ -392,6 +448,10 @@ SUBMIT_ARENA_FULL = 1
 SUBMIT_QUEUE_FULL = 2
 SUBMIT_MODEL_GONE = 3
 SUBMIT_UNSUPPORTED_INPUT = 4
+# Refused by the sequence batcher (csrc/sequence_batch_scheduler.h), as Triton refuses.
+SUBMIT_SEQUENCE_BATCH_SIZE = 5
+SUBMIT_NO_SEQUENCE_ID = 6
+SUBMIT_SEQUENCE_NOT_STARTED = 7
 
 # WorkerEndpoint.wait message kinds (channel.h MessageKind).
 MESSAGE_BATCH = 1
@@ -448,6 +508,28 @@ cdef BatcherConfig _batcher_config(config):
     return c
 
 
+cdef SequenceConfig _sequence_config(config):
+    """The sequence batcher's policy from a ModelConfig with sequence_batching, with
+    Triton's default idle time (1 s)."""
+    cdef SequenceConfig c
+    batching = config.sequence_batching
+    c.max_batch_size = max(config.max_batch_size, 1)
+    c.max_sequence_idle_us = batching.max_sequence_idle_microseconds or 1000000
+    c.oldest = batching.HasField("oldest")
+    if c.oldest:
+        oldest = batching.oldest
+        c.max_candidate_sequences = max(oldest.max_candidate_sequences, 0)
+        c.max_queue_delay_us = oldest.max_queue_delay_microseconds
+        c.preserve_ordering = oldest.preserve_ordering
+        for size in oldest.preferred_batch_size:
+            if size > 0:
+                c.preferred_batch_sizes.push_back(size)
+    else:
+        c.max_queue_delay_us = batching.direct.max_queue_delay_microseconds
+        c.minimum_slot_utilization = batching.direct.minimum_slot_utilization
+    return c
+
+
 cdef ModelHandle _handle(uint64_t value):
     cdef ModelHandle handle
     handle.value = value
@@ -499,6 +581,8 @@ cdef class Core:
     def add_model(self, config):
         """Registers a model under the scheduling policy of `config` (a ModelConfig
         message). Returns its handle, an int that goes stale once removed."""
+        if config.HasField("sequence_batching"):
+            return naiad_add_sequence_model(self._core, _sequence_config(config)).value
         return self._core.add_model(_batcher_config(config)).value
 
     def remove_model(self, uint64_t model):
@@ -592,6 +676,15 @@ cdef class Core:
 
     def in_flight(self):
         return self._core.in_flight()
+
+    def cancel(self, uint64_t request_id):
+        """The client went away: a queued request is dropped (it completes with
+        COMPLETION_CANCELLED through poll), a running one is flagged for its worker
+        (request.is_cancelled()). Returns CANCEL_UNKNOWN, CANCEL_DROPPED or CANCEL_FLAGGED."""
+        cdef CancelResult result
+        with nogil:
+            result = self._core.cancel(request_id)
+        return <int>result
 
     def arena_stats(self):
         cdef ArenaStats s = self._core.arena().stats()
@@ -903,13 +996,15 @@ cdef class ModelSpec:
 
     def submit(self, Core core, uint64_t core_model, uint64_t core_request_id,
                str request_id, list inputs, outputs, bytes parameters, uint32_t priority,
-               uint64_t timeout_us):
+               uint64_t timeout_us, tuple sequence=None):
         """Validates a request the Python general path parsed (as `validate`), lays out
         its block for the worker with the lane's layout_request_block
         (csrc/request_block.h) and queues it on `core`. `parameters`: the request
         parameters as a JSON object. Returns (SUBMIT_* result, batch_size, block size),
         or Triton's message (str) when the request is invalid (nothing queued). The
-        block size is what the request takes in the arena: its metadata and inputs."""
+        block size is what the request takes in the arena: its metadata and inputs.
+        `sequence`: (correlation id int, correlation id str as UTF-8 bytes or b"",
+        START|END flags) for a sequence model."""
         cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
         if not validate_request(self.spec, &view.request, &error):
@@ -925,6 +1020,13 @@ cdef class ModelSpec:
         cdef SubmitResult result
         cdef uint64_t size = 0
         cdef size_t i
+        cdef bytes sequence_key = b""
+        if sequence is not None:
+            submit.options.sequence_id = sequence[0]
+            sequence_key = sequence[1]
+            submit.options.sequence_key = string_view(PyBytes_AS_STRING(sequence_key),
+                                                      PyBytes_GET_SIZE(sequence_key))
+            submit.options.sequence_flags = sequence[2]
         with nogil:
             layout_request_block(self.spec, view.request, &block)
             submit.request_id = core_request_id
@@ -1138,6 +1240,11 @@ cdef class WorkerEndpoint:
 
     cdef CWorkerEndpoint* _endpoint
     cdef readonly object arena
+    # The descriptor of the batch next() or wait() returned last (decoupled models read
+    # its request blocks: request_blocks()).
+    cdef readonly uint64_t batch_desc
+    # The same, for sequence_words() (which clears it: once per batch).
+    cdef uint64_t _batch_desc
 
     def __cinit__(self, int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd):
         self._endpoint = new CWorkerEndpoint(arena_fd, channel_offset, wake_fd, notify_fd)
@@ -1159,6 +1266,7 @@ cdef class WorkerEndpoint:
             if message.kind == MessageKind.kStop:
                 return True, message.batch_id, [], []
             if message.kind == MessageKind.kBatch:
+                self.batch_desc = message.desc_offset
                 break
             # A response to a request this worker submitted (BLS): Python models do
             # not submit requests yet, so none is awaited; its block is ours to free.
@@ -1176,6 +1284,7 @@ cdef class WorkerEndpoint:
             requests.append(_request_view(base, records[i].block_offset))
         cdef list batch_tensors = [(tensors[i].offset, tensors[i].size)
                                    for i in range(header.n_tensors)]
+        self._batch_desc = message.desc_offset
         return False, message.batch_id, requests, batch_tensors
 
     def wait(self, bint block=True):
@@ -1203,6 +1312,7 @@ cdef class WorkerEndpoint:
             return MESSAGE_RESPONSE, message.batch_id, message.desc_offset, message.size
         if message.kind == MessageKind.kRefused:
             return MESSAGE_REFUSED, message.batch_id, message.n_requests, None
+        self.batch_desc = message.desc_offset
         cdef const uint8_t* base = self._endpoint.arena().base()
         cdef const BatchHeader* header = <const BatchHeader*>(base + message.desc_offset)
         cdef const BatchRequest* records = <const BatchRequest*>(
@@ -1215,6 +1325,7 @@ cdef class WorkerEndpoint:
             requests.append(_request_view(base, records[i].block_offset))
         cdef list batch_tensors = [(tensors[i].offset, tensors[i].size)
                                    for i in range(header.n_tensors)]
+        self._batch_desc = message.desc_offset
         return MESSAGE_BATCH, message.batch_id, requests, batch_tensors
 
     def submit(self, uint64_t model, uint64_t tag, ModelSpec spec, str request_id,
@@ -1259,6 +1370,22 @@ cdef class WorkerEndpoint:
         """Frees a block of the arena (a response block wait() handed over)."""
         self._endpoint.arena().free(offset)
 
+    def sequence_words(self):
+        """For each request of the batch next() returned last, what the sequence batcher
+        set in its block (csrc/ipc_schema.h RequestHeader.sequence): 0, or bit 63 with
+        the sequence's slot in bits 0-31 and START / END in bits 32 / 33. Once per
+        batch: a second call (or one before any batch) returns []."""
+        if self._batch_desc == 0:
+            return []
+        cdef const uint8_t* base = self._endpoint.arena().base()
+        cdef const BatchHeader* header = <const BatchHeader*>(base + self._batch_desc)
+        cdef const BatchRequest* records = <const BatchRequest*>(
+            base + self._batch_desc + batch_requests_offset())
+        cdef uint32_t i
+        self._batch_desc = 0
+        return [naiad_request_sequence(base, records[i].block_offset)
+                for i in range(header.n_requests)]
+
     def alloc(self, uint64_t size, uint64_t tag):
         """Offset of a new block in the arena, 0 when there is no room."""
         cdef uint64_t offset
@@ -1284,6 +1411,44 @@ cdef class WorkerEndpoint:
         with nogil:
             posted = self._endpoint.respond(batch_id, entries, c_timings, batch_done)
         return posted
+
+    # -- decoupled models: responses at any time, from any thread (csrc/channel.h
+    # kPostKeepOpen); posts are serialized in C++.
+    def respond_open(self, uint64_t batch_id, list responses, list timings, bint batch_done,
+                     bint keep_open):
+        """As respond(); with `batch_done`, `keep_open` keeps the batch's requests
+        without a final response open for responses posted later."""
+        cdef vector[ResponseEntry] entries
+        cdef uint64_t c_timings[4]
+        cdef list keep = _response_entries(responses, timings, &entries, c_timings)
+        cdef cbool posted
+        with nogil:
+            posted = self._endpoint.respond_open(batch_id, entries, c_timings, batch_done,
+                                                 keep_open)
+        return posted
+
+    def end_batch(self, uint64_t batch_id, bint keep_open):
+        """Ends the batch without a response block (the instance takes its next one);
+        `keep_open`: its unanswered requests stay open, else they fail."""
+        with nogil:
+            self._endpoint.end_batch(batch_id, keep_open)
+
+    def request_blocks(self, uint64_t desc_offset):
+        """The arena offsets of the request blocks of the batch whose descriptor is at
+        `desc_offset` (batch_desc), in batch order."""
+        cdef const uint8_t* base = self._endpoint.arena().base()
+        cdef const BatchHeader* header = <const BatchHeader*>(base + desc_offset)
+        cdef const BatchRequest* records = <const BatchRequest*>(
+            base + desc_offset + batch_requests_offset())
+        cdef uint32_t i
+        return [records[i].block_offset for i in range(header.n_requests)]
+
+    def request_cancelled(self, uint64_t block_offset):
+        """Whether the core flagged the request whose block is at `block_offset` as
+        cancelled by its client (Core.cancel). Valid while the request is open."""
+        cdef const RequestHeader* header = <const RequestHeader*>(
+            self._endpoint.arena().base() + block_offset)
+        return request_cancelled(header)
 
     def respond_results(self, uint64_t batch_id, list results, list timings, bint batch_done,
                         type response_type, dict wire_of, dict names, fallback):
@@ -1517,6 +1682,7 @@ cdef extern from "grpc_lane.h" namespace "naiad":
                    vector[string_view]* parts) except + nogil
 
     string grpc_error_message(const InferResponse& response) except +
+    string c_grpc_request_id "naiad::grpc_request_id"(string_view message) except +
 
     cdef cppclass GrpcTaken "naiad::GrpcLane::Taken":
         uint32_t model
@@ -1587,7 +1753,9 @@ cdef class GrpcLane:
         for a large one a GrpcAnswer that GrpcAnswer.send writes straight from the result
         block, valid until release_answers(); or (error kind, message) when they failed.
         The others get their HTTP response bytes, as FastLane.complete does; `finals` as
-        there."""
+        there. With `streamed`, the block is read record by record: a streamed request's
+        responses before its final one (kResponseFinal unset: a decoupled model's) come
+        in a fourth list, `partials`, of (request_id, ok, answer), in block order."""
         if offset == 0 or offset > self._http._arena_size or \
                 size > self._http._arena_size - offset:
             return None
@@ -1595,10 +1763,11 @@ cdef class GrpcLane:
         cdef vector[uint64_t] ids = request_ids
         cdef uint64_t timings[4]
         cdef cbool readable
+        cdef cbool partial = streamed is not None
         with nogil:
-            readable = self._http._lane.codec().complete(
+            readable = self._http._lane.codec().complete_partial(
                 self._http._base + offset, size, ids, dispatch_ns, end_ns, &self._answers,
-                timings)
+                timings, partial)
         if not readable:
             self._answers.clear()
             return None
@@ -1612,6 +1781,7 @@ cdef class GrpcLane:
                     finals.append(ids[view.records[r].request_index])
         cdef const HttpResponseWriter* http = &self._http._lane.writer()
         cdef list out = []
+        cdef list partials = []
         cdef size_t i, n
         cdef bytes payload
         cdef cbool ok, in_stream
@@ -1620,12 +1790,14 @@ cdef class GrpcLane:
         for i in range(self._answers.size()):
             a = &self._answers[i]
             ok = a.response.error == ErrorKind.kNone
+            in_stream = partial and a.response.request_id in streamed
+            if not a.final and not in_stream:
+                continue  # one answer per request: the final one
             if a.response.request_id not in grpc_ids:
                 payload = PyBytes_FromStringAndSize(NULL, http.size(a.response))
                 http.write(a.response, PyBytes_AS_STRING(payload))
                 answer = payload
             elif ok:
-                in_stream = streamed is not None and a.response.request_id in streamed
                 n = self._writer.stream_size(a.response) if in_stream else \
                     self._writer.size(a.response)
                 if n >= _OUTPUT_VIEW_MIN:
@@ -1645,14 +1817,28 @@ cdef class GrpcLane:
             else:
                 answer = (<int>a.response.error,
                           grpc_error_message(a.response).decode("utf-8", "replace"))
+            if not a.final:
+                partials.append((a.response.request_id, ok, answer))
+                continue
             out.append((a.response.request_id, ok, a.batch_size,
                         a.request_ns, a.queue_ns, answer))
+        if partial:
+            return [timings[0], timings[1], timings[2], timings[3]], out, finals, partials
         return [timings[0], timings[1], timings[2], timings[3]], out, finals
 
     def release_answers(self):
         """Ends the GrpcAnswers of the last complete(): call before its block is freed."""
         self._answers.clear()
         self._generation += 1
+
+
+def grpc_request_id(message):
+    """The id of a serialized ModelInferRequest (bytes or OwnedBytes); "" when none."""
+    cdef const unsigned char[:] view = message
+    if view.shape[0] == 0:
+        return ""
+    return c_grpc_request_id(string_view(<const char*>&view[0], view.shape[0])).decode(
+        "utf-8", "replace")
 
 
 cdef class GrpcAnswer:

@@ -41,6 +41,14 @@ class Internal(NaiadError):
     http_status = _core.http_status_of_kind(kind)
 
 
+class Cancelled(NaiadError):
+    """The client cancelled the request (Core.cancel dropped it before it ran). Its
+    client is gone (a reset stream, a closed connection), so no status reaches anyone."""
+
+    kind = _core.ERROR_INTERNAL
+    http_status = _core.http_status_of_kind(kind)
+
+
 class Unsupported(NaiadError):
     kind = _core.ERROR_UNSUPPORTED
     http_status = _core.http_status_of_kind(kind)

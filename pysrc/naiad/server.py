@@ -73,6 +73,7 @@ async def serve(options) -> int:
 
     servers = []
     if options.allow_http:
+        from naiad.http.generate_routes import register_generate_routes
         from naiad.http.naiad_routes import register_naiad_routes
         from naiad.http.repository_routes import register_repository_routes
         from naiad.http.routes import Router
@@ -81,6 +82,7 @@ async def serve(options) -> int:
         router = Router(manager)
         register_naiad_routes(router, manager)
         register_repository_routes(router, manager)
+        register_generate_routes(router, manager)
         servers.append(
             await start_http_server(manager, options.host, options.http_port, router=router)
         )

@@ -8,9 +8,9 @@ under the name `triton_python_backend_utils` before it imports a model.
 What differs from Triton, on purpose:
 
 - BLS requests (`InferenceRequest.exec` / `async_exec`) go through the server's core
-  (`naiad.worker.bls`); `load_model` / `unload_model` from a model and decoupled models
-  (`InferenceRequest.get_response_sender`) are not supported yet; they raise a
-  `TritonModelException` that says so.
+  (`naiad.worker.bls`); `load_model` / `unload_model` from a model are not supported yet;
+  they raise a `TritonModelException` that says so. `InferenceRequest.get_response_sender`
+  is available to decoupled models only.
 - `MetricFamily` / `Metric` keep their values in the model's process; they are not exported
   on the metrics endpoint yet.
 - `Logger` writes Triton-formatted lines to stderr; verbose lines appear when the
@@ -450,8 +450,8 @@ def _parameters_json(parameters) -> str:
 
 
 _DECOUPLED_UNSUPPORTED = (
-    "decoupled models are not supported yet: InferenceRequest.get_response_sender() "
-    "is unavailable in Naiad"
+    "InferenceRequest.get_response_sender() is available to decoupled models only "
+    "(model_transaction_policy { decoupled: true }) in Naiad"
 )
 
 
@@ -585,8 +585,15 @@ class InferenceRequest:
     def trace(self):
         return self._trace
 
+    # Set by the Python backend on the requests of a running model: a callable that
+    # says whether the client cancelled the request (a flag the core sets in shared
+    # memory), and a decoupled model's response sender.
+    _cancel_probe = None
+    _response_sender = None
+
     def is_cancelled(self):
-        return False
+        probe = self._cancel_probe
+        return False if probe is None else bool(probe())
 
     def set_release_flags(self, flags):
         self._release_flags = int(flags)
@@ -595,7 +602,10 @@ class InferenceRequest:
         return self._release_flags
 
     def get_response_sender(self):
-        raise TritonModelException(_DECOUPLED_UNSUPPORTED)
+        sender = self._response_sender
+        if sender is None:
+            raise TritonModelException(_DECOUPLED_UNSUPPORTED)
+        return sender
 
     def exec(self, decoupled=False):
         """Runs the request on `model_name` through the server (BLS): the
@@ -663,10 +673,50 @@ class InferenceResponse:
 
 
 class InferenceResponseSender:
-    """Decoupled models' response sender; not available yet (see get_response_sender)."""
+    """A decoupled model's way to answer a request: `request.get_response_sender()`.
 
-    def __init__(self, *args, **kwargs):
-        raise TritonModelException(_DECOUPLED_UNSUPPORTED)
+    `send(response=None, flags=0)` sends one response; the request's last send carries
+    `flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL` (with a response, or None for the flag
+    alone). Any thread may send, during execute() or after it returned. The server
+    builds these (`_stream` is the backend's per-request stream)."""
+
+    def __init__(self, _stream=None):
+        if _stream is None:
+            raise TritonModelException(
+                "InferenceResponseSender objects are made by the server: use "
+                "request.get_response_sender()"
+            )
+        self._stream = _stream
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def send(self, response=None, flags=0):
+        flags = int(flags)
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonModelException(
+                "Unable to send response. Unsupported flag provided, only "
+                "TRITONSERVER_RESPONSE_COMPLETE_FINAL is supported"
+            )
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if response is None and not final:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(
+                f"Expected an 'InferenceResponse' object, found type '{type(response)}'."
+            )
+        with self._lock:
+            if self._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
+            if final:
+                self._closed = True
+        self._stream.send(response, final)
+
+    def is_cancelled(self):
+        return self._stream.cancelled()
 
 
 def __getattr__(name):

@@ -179,3 +179,85 @@ TEST(grpc_lane_error_messages_are_plain_text) {
   response.error_message = "bad \\\"x\\\" \\u00e9\\n";
   CHECK(grpc_error_message(response) == "bad \"x\" \xc3\xa9\n");
 }
+
+// ModelStreamInfer's writer goes record by record: a decoupled model's responses before
+// the last (kResponseFinal unset) are answered each as one ModelStreamInferResponse with
+// the request's id, and the request stays the codec's until its final record; without
+// `partial` (unary RPCs, HTTP) only the final record is answered.
+TEST(grpc_stream_answers_record_by_record_until_final) {
+  for (bool partial : {true, false}) {
+    Fixture f;
+    GrpcLane::Taken taken;
+    CHECK(f.grpc.submit(add_sub_request(1, "stream-7"), 1000, &taken));
+    const std::string one = "0123456789abcdef", two = "ghijklmnopqrstuv",
+                      three = "wxyzWXYZ01234567";
+    const char* json = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,4]]]}";
+    std::vector<ResponseEntry> entries(3);
+    const std::string* data[3] = {&one, &two, &three};
+    for (int i = 0; i < 3; ++i) {
+      entries[i].flags = i == 2 ? kResponseFinal : 0;
+      entries[i].json = json;
+      entries[i].outputs.push_back(OutputBytes{data[i]->data(), data[i]->size()});
+    }
+    uint64_t timings[4] = {1, 2, 3, 4};
+    std::string block(response_block_size(entries), '\0');
+    write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
+    std::vector<KServeCodec::Answer> answers;
+    uint64_t got_timings[4];
+    CHECK(f.http.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
+                                  {taken.request_id}, 1500, 4000, &answers, got_timings, partial));
+    CHECK(answers.size() == (partial ? 3u : 1u));
+    GrpcResponseWriter writer;
+    for (size_t i = 0; i < answers.size(); ++i) {
+      size_t record = partial ? i : 2;
+      CHECK(answers[i].final == (record == 2));
+      std::string out(writer.stream_size(answers[i].response), '\0');
+      writer.stream_write(answers[i].response, out.data());
+      grpc::ResponseToWrite expected;
+      expected.model_name = "add_sub";
+      expected.model_version = "1";
+      expected.id = "stream-7";
+      expected.outputs.push_back(
+          {"OUTPUT0", "FP32", {1, 4}, reinterpret_cast<const uint8_t*>(data[record]->data()), 16});
+      std::string want(grpc::infer_response_size(expected, true), '\0');
+      grpc::write_infer_response(expected, want.data(), true);
+      CHECK(out == want);
+      // The same bytes as pieces, the tensor viewed in the block, for send_message.
+      std::string scratch;
+      std::vector<std::string_view> parts;
+      writer.parts(answers[i].response, true, &scratch, &parts);
+      std::string joined;
+      for (std::string_view p : parts) joined.append(p.data(), p.size());
+      CHECK(joined == want);
+    }
+    CHECK(!f.http.codec().owns(taken.request_id));  // answered: its final record was read
+  }
+}
+
+// A request whose final record has not come yet stays in flight across blocks.
+TEST(grpc_stream_request_stays_in_flight_until_its_final_record) {
+  Fixture f;
+  GrpcLane::Taken taken;
+  CHECK(f.grpc.submit(add_sub_request(1, "later"), 1000, &taken));
+  const std::string bytes16 = "0123456789abcdef";
+  std::vector<ResponseEntry> entries(1);
+  entries[0].flags = 0;
+  entries[0].json = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,4]]]}";
+  entries[0].outputs.push_back(OutputBytes{bytes16.data(), bytes16.size()});
+  uint64_t timings[4] = {1, 2, 3, 4};
+  std::string block(response_block_size(entries), '\0');
+  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
+  std::vector<KServeCodec::Answer> answers;
+  uint64_t got[4];
+  CHECK(f.http.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
+                                {taken.request_id}, 1500, 4000, &answers, got, true));
+  CHECK(answers.size() == 1 && !answers[0].final && answers[0].response.id == "later");
+  CHECK(f.http.codec().owns(taken.request_id));
+  entries[0].flags = kResponseFinal;
+  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
+  answers.clear();
+  CHECK(f.http.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
+                                {taken.request_id}, 1500, 4000, &answers, got, true));
+  CHECK(answers.size() == 1 && answers[0].final && answers[0].response.id == "later");
+  CHECK(!f.http.codec().owns(taken.request_id));
+}

@@ -184,7 +184,7 @@ class EnsembleBackend(Backend):
         def on_done(call, request=request):
             request.running -= 1
             if call.error is not None and request.error is None:
-                request.error = (call.error.message, call.error.code)
+                request.error = (self._step_error(call.error.message), call.error.code)
             self._advance(request)
 
         self.channel.submit(
@@ -204,12 +204,16 @@ class EnsembleBackend(Backend):
         for flags, code, outcome, tensors in read:
             if flags & _core.RESPONSE_ERROR:
                 if request.error is None:
-                    request.error = (outcome.get("error", ""), code)
+                    request.error = (self._step_error(outcome.get("error", "")), code)
                 continue
             for name, datatype, shape, start, nbytes in tensors:
                 target = step.outputs.get(name)
                 if target is not None:
                     request.tensors[target] = (datatype, shape, arena[start : start + nbytes])
+
+    def _step_error(self, message: str) -> str:
+        """A step's error as the ensemble's request gets it (Triton's wording)."""
+        return f"in ensemble '{self.name}', {message}"
 
     def _finish(self, request: _Request) -> None:
         request.done = True

@@ -215,6 +215,9 @@ class PythonModelBackend(Backend):
         # InferenceRequest.model_version() is an int in Triton.
         self._version_number = int(self.version) if self.version.isdigit() else -1
         self.model_config: dict = config
+        # model_transaction_policy { decoupled: true }: the worker calls
+        # execute_decoupled() and the model answers through response senders.
+        self.decoupled: bool = pb_utils.using_decoupled_model_transaction_policy(config)
         self.model_path: str = _model_file(self.name, model_dir, self.version, config)
 
         # Triton hands initialize() a dict of strings, model_config as JSON text.
@@ -364,6 +367,55 @@ class PythonModelBackend(Backend):
                 )
         return [self._result(req, resp) for req, resp in zip(requests, returned)]
 
+    # -- decoupled models --------------------------------------------------------------------
+
+    def execute_decoupled(self, batch: Batch, stream) -> None:
+        """Run a decoupled model on a batch: each request gets a response sender that
+        sends through `stream` (worker/decoupled.py BatchStream), during execute() or
+        later from any thread. If execute() fails, every request not finished yet ends
+        with the error; a request released without its final response ends with an
+        error too (_RequestStream.__del__)."""
+        tensor = pb_utils.Tensor._from_server
+        make = pb_utils.InferenceRequest._from_server
+        triton_type = pb_utils.TRITON_TYPE_OF_WIRE.__getitem__
+        sender = pb_utils.InferenceResponseSender
+        requests = []
+        for index, (header, arrays) in enumerate(zip(batch.headers, batch.arrays)):
+            types = map(triton_type, header.input_datatypes)
+            request = make(
+                header.id,
+                header.correlation_id,
+                list(map(tensor, header.input_names, arrays, types)),
+                header.requested_outputs,
+                self.name,
+                self._version_number,
+                header.parameters_json,
+                header.timeout_us,
+                header.flags,
+            )
+            request_stream = _RequestStream(self, stream, index, header.requested_outputs)
+            request._response_sender = sender(request_stream)
+            request._cancel_probe = request_stream.cancelled
+            requests.append(request)
+        try:
+            returned = self.model.execute(requests)
+            if asyncio.iscoroutine(returned):
+                returned = self._await(returned)
+        except Exception as exc:
+            text = (
+                f"Failed to process the request(s) for model '{self.name}', message: "
+                f"{_describe(exc, self.model_path)}"
+            )
+            pb_utils.Logger.log_error(f"{text}\n{traceback.format_exc()}")
+            stream.fail_open(text)
+            return
+        if returned is not None:
+            stream.fail_open(
+                f"Failed to process the request(s) for model '{self.name}', message: Python "
+                f"model '{self.name}' is using the decoupled mode and the execute function "
+                "must return None."
+            )
+
     def _failure(self, message: str, code: int = pb_utils.TritonError.INTERNAL) -> RequestError:
         return RequestError(
             f"Failed to process the request(s) for model '{self.name}', message: {message}", code
@@ -426,3 +478,51 @@ class PythonModelBackend(Backend):
         finally:
             if self._loop is not None and not self._loop.is_closed():
                 self._loop.close()
+
+
+class _Requested:
+    """What `PythonModelBackend._result` reads of a request, without the request: a
+    response stream must not keep its request (and the request its sender) alive."""
+
+    __slots__ = ("_requested_output_names", "_release_flags")
+
+    def __init__(self, requested_output_names):
+        self._requested_output_names = requested_output_names
+        self._release_flags = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
+
+
+class _RequestStream:
+    """One request of a decoupled model: what its response sender sends through. It
+    lives as long as the request or its sender; when both are gone without the final
+    response, the request ends with an error so its client is not left waiting."""
+
+    __slots__ = ("backend", "stream", "index", "requested")
+
+    def __init__(self, backend, stream, index: int, requested_output_names):
+        self.backend = backend
+        self.stream = stream
+        self.index = index
+        self.requested = _Requested(requested_output_names)
+
+    def send(self, response, final: bool) -> None:
+        result = None if response is None else self.backend._result(self.requested, response)
+        self.stream.send(self.index, result, final)
+
+    def cancelled(self) -> bool:
+        return self.stream.cancelled(self.index)
+
+    def __del__(self):
+        try:
+            if not self.stream.is_final(self.index):
+                backend = self.backend
+                self.stream.send(
+                    self.index,
+                    RequestError(
+                        f"Failed to process the request(s) for model '{backend.name}', "
+                        "message: the model released the request without sending a response "
+                        "flagged TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+                    ),
+                    True,
+                )
+        except Exception:  # never raise from a finalizer
+            pass

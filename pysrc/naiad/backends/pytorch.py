@@ -153,11 +153,18 @@ def auto_complete_config(config: dict, model_dir: Path) -> dict:
 
 
 class PyTorchBackend(Backend):
+    batch_tensors = True  # the worker hands over the batch-major input tensors (Batch.tensors)
+
     def __init__(self, args: dict):
         config = json.loads(args["model_config"])
         self.name = name = args["model_name"]
         torch = self.torch = _import_torch(name)
         self.config = config
+        # torch dtype -> config data_type, for checking outputs.
+        self.config_of_dtype = {
+            getattr(torch, torch_name): config_type
+            for config_type, torch_name in TORCH_DTYPES.items()
+        }
         self.max_batch_size = int(config.get("max_batch_size") or 0)
         self.inference_mode = _bool_parameter(config, "INFERENCE_MODE", True)
         self.cache_cleaning = _bool_parameter(config, "ENABLE_CACHE_CLEANING", False)
@@ -436,9 +443,7 @@ class PyTorchBackend(Backend):
                     ] * count
                 array = np.array([item.encode("utf-8") for item in value], dtype=object)
             elif isinstance(value, self.torch.Tensor):
-                provided = _CONFIG_OF_TORCH.get(
-                    str(value.dtype).replace("torch.", ""), "TYPE_INVALID"
-                )
+                provided = self.config_of_dtype.get(value.dtype, "TYPE_INVALID")
                 expected = self.output_dtypes[name]
                 if provided != expected:
                     return [
@@ -488,10 +493,6 @@ class PyTorchBackend(Backend):
         self.model = None
         if self.stream is not None:
             self.torch.cuda.empty_cache()
-
-
-# torch dtype name -> config data_type.
-_CONFIG_OF_TORCH = {torch_name: config for config, torch_name in TORCH_DTYPES.items()}
 
 
 def _first_line(exc: BaseException) -> str:

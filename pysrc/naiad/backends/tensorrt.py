@@ -370,6 +370,8 @@ def auto_complete_config(config: dict, model_dir: Path) -> dict:
 
 
 class TensorRTBackend(Backend):
+    batch_tensors = True  # the worker hands over the batch-major input tensors (Batch.tensors)
+
     def __init__(self, args: dict):
         config = json.loads(args["model_config"])
         self.name = name = args["model_name"]

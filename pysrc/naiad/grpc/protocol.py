@@ -14,7 +14,7 @@ import logging
 import zlib
 
 from naiad import _core
-from naiad.grpc import status
+from naiad.grpc import decoupled, status
 from naiad.grpc.service import (
     MODEL_INFER,
     STREAM_INFER,
@@ -62,7 +62,7 @@ class _Call:
         self.encoding = encoding
         self.message = None  # the request message of a unary call
         self.timer = None  # deadline handle
-        self.in_flight = 0  # streamed requests not answered yet
+        self.in_flight = 0  # streamed requests not answered (finally) yet
         self.half_closed = False
 
 
@@ -75,6 +75,9 @@ class GrpcProtocol(asyncio.Protocol):
         self.transport = None
         self.conn = _core.GrpcConnection(max_message_size=MAX_MESSAGE_SIZE)
         self.calls: dict[int, _Call] = {}
+        # ModelStreamInfer on decoupled models: the core's ids of each stream's requests
+        # in flight, cancelled when the stream is reset (grpc/decoupled.py).
+        self.stream_requests: dict[int, set] = {}
         self._flush_scheduled = False
         # The batcher's hint (scheduling/arrivals.py): inference calls in flight and the
         # most there ever were at once on this connection.
@@ -102,6 +105,8 @@ class GrpcProtocol(asyncio.Protocol):
             if call.timer is not None:
                 call.timer.cancel()
         self.calls.clear()
+        for stream in list(self.stream_requests):
+            decoupled.cancel_stream(self, stream)
         if self._counted:
             self.arrivals.open -= 1
             if self._waiting:
@@ -127,7 +132,7 @@ class GrpcProtocol(asyncio.Protocol):
                 elif kind == _core.GRPC_HALF_CLOSE:
                     self._on_half_close(event[1])
                 else:
-                    self._drop(event[1])
+                    self._on_reset(event[1], event[2])
             except Exception as exc:  # a call's failure never takes the connection down
                 self._fail(event[1], exc)
         self._flush()
@@ -180,8 +185,8 @@ class GrpcProtocol(asyncio.Protocol):
             return
         if compressed:
             data = inflate(data, call.encoding)
-        elif call.path != MODEL_INFER:
-            data = bytes(data)  # the general path's parsers want bytes; ModelInfer's lane not
+        elif call.path != MODEL_INFER and call.path != STREAM_INFER:
+            data = bytes(data)  # the control plane's parsers want bytes; the infer lane not
         if call.path == STREAM_INFER:
             self._stream_request(stream, call, data)
         elif call.message is not None:
@@ -278,24 +283,42 @@ class GrpcProtocol(asyncio.Protocol):
             call.timer.cancel()
         self.conn.finish(stream, code, message)
 
+    def _on_reset(self, stream: int, code: int) -> None:
+        """The client reset the call (RST_STREAM), or the connection answered it early
+        (a stream error): nothing more is sent on it. The hook for cancellation: the
+        requests it has in flight keep running and their answers are dropped (the
+        decoupled branch calls Core::cancel for them here)."""
+        self._drop(stream)
+
     def _drop(self, stream: int) -> None:
         call = self.calls.pop(stream, None)
         if call is not None and call.timer is not None:
             call.timer.cancel()
+        if stream in self.stream_requests:  # the client reset the stream
+            decoupled.cancel_stream(self, stream)
 
     def _expire(self, stream: int) -> None:
         if stream in self.calls:
             self._finish(stream, status.DEADLINE_EXCEEDED, _DEADLINE_MESSAGE)
             self._flush()
+        if stream in self.stream_requests:  # its decoupled requests answer nobody now
+            decoupled.cancel_stream(self, stream)
 
     # -- ModelStreamInfer: many requests on one stream, each answered on its own -------
-    def _stream_request(self, stream: int, call: _Call, data: bytes) -> None:
+    def _stream_request(self, stream: int, call: _Call, data) -> None:
+        if self._stream_fast(stream, call, data):
+            return
         request_id = ""
         try:
-            message = parse(pb.ModelInferRequest, data)
+            message = parse(pb.ModelInferRequest, bytes(data))
             request_id = message.id
             request = to_infer_request(message)
             model = self.service.manager.get(request.model_name, request.model_version)
+            if getattr(model, "decoupled", False):  # 0..N responses (grpc/decoupled.py)
+                decoupled.submit_stream(self, stream, call, model, request)
+                call.in_flight += 1
+                self._track(1)
+                return
             future = model.submit(request)
         except Exception as exc:
             self._stream_error(stream, request_id, exc)
@@ -304,6 +327,47 @@ class GrpcProtocol(asyncio.Protocol):
         self._track(1)
         finish = InferFinisher(model, request)
         future.add_done_callback(lambda f: self._stream_done(stream, f, finish))
+
+    def _stream_fast(self, stream: int, call: _Call, data) -> bool:
+        """A streamed request through the C++ fast path (raw contents), answered with
+        ModelStreamInferResponse bytes built in C++ from the result block, response by
+        response: `final` False for those before the request's last (a decoupled
+        model's), which leave the request in flight. False: the general path's."""
+        call.in_flight += 1  # before: a refusal is answered inside submit_grpc
+        self._track(1)
+        try:
+            taken = self.service.manager.submit_grpc(
+                data,
+                lambda payload, exc, final=True: self._stream_fast_done(
+                    stream, data, payload, exc, final
+                ),
+                stream=True,
+            )
+        except Exception:  # the general path answers it (with the error, if any)
+            log.exception("the gRPC fast path failed on a streamed request")
+            taken = False
+        if not taken:
+            call.in_flight -= 1
+            self._track(-1)
+        return taken
+
+    def _stream_fast_done(self, stream: int, data, payload, exc, final: bool) -> None:
+        if final:
+            self._track(-1)
+        call = self.calls.get(stream)
+        if call is None:
+            return  # reset by the client, or past its deadline
+        if exc is not None:
+            self._stream_error(stream, _core.grpc_request_id(data), exc)
+        elif type(payload) is bytes:
+            self.conn.send_message(stream, payload)
+        else:  # a large answer, written from its result block
+            payload.send(self.conn, stream)
+        if final:
+            call.in_flight -= 1
+            if call.half_closed and call.in_flight == 0:
+                self._finish(stream, status.OK, "")
+        self._schedule_flush()
 
     def _stream_done(self, stream: int, future, finish) -> None:
         self._track(-1)
@@ -319,6 +383,18 @@ class GrpcProtocol(asyncio.Protocol):
             self.conn.send_message(
                 stream, pb.ModelStreamInferResponse(infer_response=response).SerializeToString()
             )
+        if call.half_closed and call.in_flight == 0:
+            self._finish(stream, status.OK, "")
+        self._schedule_flush()
+
+    def stream_request_done(self, stream: int) -> None:
+        """A decoupled request of `stream` had its final response: the stream ends once
+        the client half-closed and nothing is in flight."""
+        self._track(-1)
+        call = self.calls.get(stream)
+        if call is None:
+            return
+        call.in_flight -= 1
         if call.half_closed and call.in_flight == 0:
             self._finish(stream, status.OK, "")
         self._schedule_flush()

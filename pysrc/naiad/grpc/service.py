@@ -20,6 +20,7 @@ from naiad.grpc import status
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request, to_infer_response
 from naiad.protos import grpc_service_pb2 as pb
+from naiad.scheduling.model import DECOUPLED_GRPC_INFER
 
 log = logging.getLogger("naiad.grpc")
 
@@ -207,6 +208,8 @@ class Service:
         ModelInferResponse or raises."""
         request = to_infer_request(message)
         model = self.manager.get(request.model_name, request.model_version)
+        if getattr(model, "decoupled", False):
+            raise GrpcError(status.UNIMPLEMENTED, DECOUPLED_GRPC_INFER)
         future = model.submit(request)
         return future, InferFinisher(model, request)
 

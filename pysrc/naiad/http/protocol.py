@@ -27,6 +27,7 @@ from naiad.http.routes import (
     HttpRequest,
     Reply,
     Router,
+    StreamedReply,
     error_reply,
     exception_reply,
     internal_error_reply,
@@ -178,6 +179,9 @@ class HttpProtocol(asyncio.Protocol):
         for task in self.tasks:
             task.cancel()
         self.tasks.clear()
+        for slot in self.pending:
+            if type(slot.reply) is StreamedReply:  # its client went away mid-stream
+                slot.reply.abort()
         self.pending.clear()
 
     def eof_received(self) -> bool:
@@ -326,6 +330,12 @@ class HttpProtocol(asyncio.Protocol):
         except Exception as exc:  # a handler bug must not kill the connection silently
             result = internal_error_reply(exc)
         head_only = method == "HEAD"
+        if type(result) is StreamedReply:  # a body in chunks, written as they come
+            self._set_waiting(True)
+            self.pending.append(_Slot(result, keep_alive, head_only, http10))
+            result.protocol = self
+            self._flush()
+            return
         if isinstance(result, Reply):
             if not self.pending:
                 self._write(result, keep_alive, head_only, http10)
@@ -378,6 +388,16 @@ class HttpProtocol(asyncio.Protocol):
     def _flush(self) -> None:
         pending = self.pending
         while pending and pending[0].reply is not None and not self.closed:
+            if type(pending[0].reply) is StreamedReply:
+                if not pending[0].reply.write_to(self.transport, pending[0].keep_alive):
+                    break  # more of its body is coming; the replies behind it wait
+                if not pending[0].keep_alive:
+                    self.closed = True
+                    self.transport.close()
+                pending.popleft()
+                if not pending:
+                    self._set_waiting(False)
+                continue
             slot = pending.popleft()
             if not pending:
                 self._set_waiting(False)

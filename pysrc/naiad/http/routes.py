@@ -23,6 +23,7 @@ from naiad.http.codec import (
     parse_header_length,
     parse_infer_request,
 )
+from naiad.scheduling.model import DECOUPLED_HTTP_INFER
 
 __all__ = ["HttpRequest", "Reply", "Router"]
 
@@ -57,6 +58,77 @@ class Reply:
         self.body = body
 
 
+class StreamedReply:
+    """A reply whose body comes in pieces, as HTTP/1.1 chunks (Server-Sent Events of
+    the generate extension, http/generate_routes.py). The protocol writes what has come
+    each time `write_to` is called and holds the replies behind it until it ends.
+
+    `start(status)` sets the status once the first piece is known; `push(data)` adds a
+    chunk; `end()` closes the body. `on_abort` is called when the connection closes
+    before the body ended (the client went away)."""
+
+    __slots__ = ("status", "headers", "chunks", "ended", "started", "protocol", "on_abort")
+
+    def __init__(self, headers: bytes, on_abort=None):
+        self.status = 0  # not known yet: nothing is written before start()
+        self.headers = headers
+        self.chunks: list = []
+        self.ended = False
+        self.started = False  # the head was written
+        self.protocol = None  # the connection's protocol, once it holds the reply
+        self.on_abort = on_abort
+
+    def start(self, status: int) -> None:
+        if not self.status:
+            self.status = status
+
+    def push(self, data: bytes) -> None:
+        self.chunks.append(b"%x\r\n%s\r\n" % (len(data), data))
+        self._wake()
+
+    def end(self) -> None:
+        if not self.status:
+            self.status = 200
+        self.ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        protocol = self.protocol
+        if protocol is not None and not protocol.closed:
+            protocol._flush()
+
+    def write_to(self, transport, keep_alive: bool) -> bool:
+        """Writes what came since the last call; True once the whole body is out."""
+        if not self.status or transport is None:
+            return False
+        out = []
+        if not self.started:
+            self.started = True
+            status_line = b"HTTP/1.1 %d %s\r\n" % (self.status, _REASONS.get(self.status, b""))
+            connection = b"" if keep_alive else b"Connection: close\r\n"
+            out.append(
+                b"%s%sTransfer-Encoding: chunked\r\n%s\r\n"
+                % (status_line, self.headers, connection)
+            )
+        out.extend(self.chunks)
+        self.chunks.clear()
+        if self.ended:
+            out.append(b"0\r\n\r\n")
+        if out:
+            transport.write(b"".join(out))
+        return self.ended
+
+    def abort(self) -> None:
+        """The connection closed with the body unfinished."""
+        self.protocol = None
+        if not self.ended and self.on_abort is not None:
+            self.ended = True
+            self.on_abort()
+
+
+_REASONS = {200: b"OK", 400: b"Bad Request", 500: b"Internal Server Error"}
+
+
 ReplyOrAwaitable = Union[Reply, Awaitable[Reply]]
 Handler = Callable[[HttpRequest, list], ReplyOrAwaitable]
 
@@ -81,6 +153,8 @@ class Router:
     def __init__(self, manager):
         self.manager = manager
         self._extra: dict[str, Handler] = {}
+        # /v2/models/{m}[/versions/{v}]/{action} served by other modules (generate).
+        self._model_actions: dict[str, Callable] = {}
         # Looked up once: it runs for every read of every connection.
         self._take_http_requests = getattr(manager, "take_http_requests", None)
 
@@ -107,6 +181,11 @@ class Router:
     def register(self, segment: str, handler: Handler) -> None:
         """Serve `/v2/<segment>...` with `handler(request, parts)` (parts: path split on '/')."""
         self._extra[segment] = handler
+
+    def register_model_action(self, action: str, handler: Callable) -> None:
+        """Serve POST `/v2/models/{m}[/versions/{v}]/{action}` with
+        `handler(request, name, version)`."""
+        self._model_actions[action] = handler
 
     def dispatch(self, request: HttpRequest) -> ReplyOrAwaitable:
         try:
@@ -160,7 +239,12 @@ class Router:
         if n == i + 1:
             action = parts[i]
             if action not in _MODEL_ACTIONS:
-                return _NOT_FOUND
+                extra = self._model_actions.get(action)
+                if extra is None:
+                    return _NOT_FOUND
+                if method != "POST":
+                    return _METHOD_NOT_ALLOWED
+                return extra(request, name, version)
         elif n != i:
             return _NOT_FOUND
 
@@ -191,6 +275,8 @@ class Router:
 
     def _infer(self, request: HttpRequest, name: str, version: str) -> Awaitable[Reply]:
         model = self.manager.get(name, version)
+        if getattr(model, "decoupled", False):  # Triton answers so, as text/plain
+            return error_reply(501, DECOUPLED_HTTP_INFER, TEXT)
         headers = request.headers
         body = request.body
         encoding = headers.get("content-encoding")

@@ -19,6 +19,7 @@ import orjson
 
 from naiad import _core
 from naiad.errors import (
+    Cancelled,
     Internal,
     InvalidArgument,
     NaiadError,
@@ -35,6 +36,8 @@ from naiad.scheduling.arrivals import ArrivalTracker
 from naiad.scheduling.directory import ModelDirectory
 from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
+from naiad.scheduling.sequence import refusal as sequence_refusal
+from naiad.scheduling.streaming import StreamPending
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
 
@@ -49,6 +52,7 @@ class _Pending:
 
     __slots__ = ("request_id", "model", "future", "request", "batch_size", "submit_ns")
     lane = False
+    stream = False
 
     def __init__(self, request_id, model, future, request, batch_size, submit_ns):
         self.request_id = request_id
@@ -63,6 +67,11 @@ class _Pending:
             self.future.set_exception(exc)
 
 
+# _LanePending.grpc: not gRPC, a ModelInfer call, a request on a ModelStreamInfer call.
+_GRPC_UNARY = 1
+_GRPC_STREAM = 2
+
+
 class _LanePending:
     """A request of the fast lane: `on_done(http_bytes, None)` gets its whole response,
     or `on_done(None, exc)` the error when it never ran. A gRPC request (`grpc`) gets
@@ -70,6 +79,7 @@ class _LanePending:
 
     __slots__ = ("model", "request_id", "batch_size", "submit_ns", "on_done", "manager", "grpc")
     lane = True
+    stream = False
 
     def __init__(self, manager, model, request_id, batch_size, submit_ns, on_done, grpc=False):
         self.manager = manager
@@ -222,6 +232,8 @@ class ModelManager:
         would carry escaped or split stay with the full parser."""
         if not self.fast_lane or not _PLAIN_NAME.fullmatch(name):
             return
+        if any(getattr(m, "decoupled", False) for m in self.models.get(name, {}).values()):
+            return  # infer on a decoupled model is refused by the general path (501)
         for version, model in self.models.get(name, {}).items():
             if model.lane_id is not None and model.ready:
                 self.lane.add_route(f"/v2/models/{name}/versions/{version}/infer", model.lane_id)
@@ -337,11 +349,22 @@ class ModelManager:
         return {"model_stats": [m.stats.to_json() for m in models]}
 
     # -- the data path -------------------------------------------------------------
-    def submit(self, model: LoadedModel, spec, request, priority: int = 0, timeout_us: int = 0):
+    def submit(
+        self,
+        model: LoadedModel,
+        spec,
+        request,
+        priority: int = 0,
+        timeout_us: int = 0,
+        sequence: tuple | None = None,
+        on_response=None,
+    ):
         """Validates `request` (an InferRequest the general path parsed) with the one
         validator, lays out its block as the lane does and queues it (spec.submit);
-        returns the future of its InferResponse. Raises NaiadError when it is invalid
-        or cannot be queued."""
+        returns the future of its InferResponse. With `on_response`, each of its
+        responses goes there instead (scheduling/streaming.py) and the core's request id
+        is returned (for `cancel`). Raises NaiadError when it is invalid or cannot be
+        queued."""
         request_id = self.core.new_request_id()
         submit_ns = _core.now_ns()
         parameters = orjson.dumps(request.parameters) if request.parameters else b"{}"
@@ -355,11 +378,16 @@ class ModelManager:
             parameters,
             priority,
             timeout_us,
+            sequence,
         )
         if type(result) is str:
             raise InvalidArgument(result)
         code, batch_size, size = result
         if code != _core.SUBMIT_OK:
+            if sequence is not None:
+                refused = sequence_refusal(code, model.name, sequence)
+                if refused is not None:
+                    raise refused
             if code == _core.SUBMIT_QUEUE_FULL:
                 # Triton words it so and, unlike a queue timeout, counts no failure.
                 raise Unavailable(f"{log_prefix(request.id)}Exceeds maximum queue size")
@@ -374,13 +402,25 @@ class ModelManager:
                 f"model '{model.name}': the shared-memory arena has no room for a request "
                 f"of {size} bytes"
             )
+        self.general_requests += 1
+        self._schedule_flush()
+        if on_response is not None:
+            self._pending[request_id] = StreamPending(
+                request_id, model, request, batch_size, submit_ns, on_response
+            )
+            return request_id
         future = self._loop.create_future()
         self._pending[request_id] = _Pending(
             request_id, model, future, request, batch_size, submit_ns
         )
-        self.general_requests += 1
-        self._schedule_flush()
         return future
+
+    def cancel(self, request_id: int) -> None:
+        """The client of request `request_id` went away (a cancelled gRPC call or
+        stream, a closed HTTP connection): a queued request is dropped (answered
+        CANCELLED), a running one sees `request.is_cancelled()`."""
+        if request_id in self._pending:
+            self.core.cancel(request_id)
 
     def submit_fast(self, url: bytes, body: bytes, header_length: int, new_on_done) -> bool:
         """Queues an infer body the HTTP parser put together through the fast lane, if
@@ -393,10 +433,13 @@ class ModelManager:
         self._track_lane([taken], submit_ns, new_on_done)
         return True
 
-    def submit_grpc(self, message: bytes, on_done) -> bool:
+    def submit_grpc(self, message, on_done, stream: bool = False) -> bool:
         """Queues a serialized ModelInferRequest through the gRPC fast path if it takes
-        it; False leaves it to the general path. `on_done(response_bytes, None)` gets the
-        ModelInferResponse, `on_done(None, exc)` the error (the validator's at once)."""
+        it; False leaves it to the general path. `on_done(response, None)` gets the
+        ModelInferResponse (bytes, or a _core.GrpcAnswer to send from the result block),
+        `on_done(None, exc)` the error (the validator's at once). With `stream` (a
+        ModelStreamInfer request) the response is a ModelStreamInferResponse, and each
+        response before the last comes as `on_done(response, None, False)`."""
         submit_ns = _core.now_ns()
         taken = self.grpc_lane.submit(message, submit_ns)
         if taken is None:
@@ -407,7 +450,13 @@ class ModelManager:
             on_done(None, InvalidArgument(error))
             return True
         self._pending[request_id] = _LanePending(
-            self, self._lane_models[lane_model], request_id, batch_size, submit_ns, on_done, True
+            self,
+            self._lane_models[lane_model],
+            request_id,
+            batch_size,
+            submit_ns,
+            on_done,
+            _GRPC_STREAM if stream else _GRPC_UNARY,
         )
         self.lane_requests += 1
         self._schedule_flush()
@@ -492,6 +541,8 @@ class ModelManager:
             pendings = [get(request_id) for request_id in request_ids]
             live = [p for p in pendings if p is not None]
             if not live:
+                if offset and status == _core.COMPLETION_OK:
+                    self._late_execution(_instance, offset, size, len(request_ids))
                 return
             end_ns = _core.now_ns()
             if status != _core.COMPLETION_OK:
@@ -503,7 +554,7 @@ class ModelManager:
                 timings = self._answer_lane(lane, offset, size, request_ids, dispatch_ns, end_ns)
             if len(lane) != len(live):
                 timings = self._answer_general(pendings, offset, size, dispatch_ns, end_ns)
-            if timings is not None:
+            if timings is not None and timings[0]:  # streamed responses carry none
                 live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
         finally:
             if offset:
@@ -552,9 +603,13 @@ class ModelManager:
         (one codec answers both, so a batch is read once); returns the timings."""
         grpc_ids = {p.request_id for p in lane if p.grpc}
         if grpc_ids:
+            streamed = {p.request_id for p in lane if p.grpc == _GRPC_STREAM} or None
             result = self.grpc_lane.complete(
-                offset, size, request_ids, grpc_ids, dispatch_ns, end_ns
+                offset, size, request_ids, grpc_ids, dispatch_ns, end_ns, streamed
             )
+            if streamed is not None and result is not None:
+                self._send_stream_partials(result[3])  # before the finals: in block order
+                result = result[:3]
         else:
             result = self.lane.complete(offset, size, request_ids, dispatch_ns, end_ns)
         if result is None:
@@ -603,6 +658,22 @@ class ModelManager:
             self._fail_unanswered(lost)
         return timings
 
+    def _send_stream_partials(self, partials: list) -> None:
+        """The responses before the last of ModelStreamInfer requests (a decoupled
+        model's): each goes out at once; the request stays pending until its final one."""
+        get = self._pending.get
+        for request_id, ok, answer in partials:
+            pending = get(request_id)
+            if pending is None:
+                continue
+            try:
+                if ok:
+                    pending.on_done(answer, None, False)
+                else:
+                    pending.on_done(None, error_of_kind(*answer), False)
+            except Exception:
+                log.exception("sending a response of request %d failed", request_id)
+
     def _answer_general(self, pendings, offset, size, dispatch_ns, end_ns):
         """Resolves the general path's requests of a batch from its response block
         (csrc/ipc_schema.h, read through _core); returns the timings."""
@@ -619,9 +690,14 @@ class ModelManager:
         # one in this block gets it in a later block, or fails when the batch ends (the
         # core's completion for it): it stays pending until then.
         for index, flags, code, json, slots in responses:
+            pending = pendings[index]
+            if pending is not None and pending.stream:
+                self._deliver_stream(
+                    pending, flags, code, json, slots, timings, dispatch_ns, end_ns
+                )
+                continue
             if not flags & _core.RESPONSE_FINAL:
                 continue
-            pending = pendings[index]
             if pending is not None and not pending.lane:
                 error = code if flags & _core.RESPONSE_ERROR else None
                 outcome = orjson.loads(json)
@@ -657,11 +733,50 @@ class ModelManager:
         self._pending.pop(pending.request_id, None)
         future.set_result(response)
 
+    def _late_execution(self, instance_id: int, offset: int, size: int, batch_size: int) -> None:
+        """A decoupled model's batch ended after its requests all had their final
+        responses: its end block (no responses, the timings) still counts an execution."""
+        read = _core.read_response_block(self.core.arena, offset, size)
+        if read is None or read[1] or not read[0][0]:
+            return
+        for versions in self.models.values():
+            for model in versions.values():
+                if not getattr(model, "decoupled", False):
+                    continue
+                if any(i.instance_id == instance_id for i in model.instances):
+                    model.stats.record_execution(batch_size, read[0])
+                    return
+
+    def _deliver_stream(
+        self, pending, flags, code, json, slots, timings, dispatch_ns, end_ns
+    ) -> None:
+        """Hands one response of a streamed request to its consumer; the request is
+        over (and counted) at its final one."""
+        final = bool(flags & _core.RESPONSE_FINAL)
+        error = code if flags & _core.RESPONSE_ERROR else None
+        if final:
+            self._pending.pop(pending.request_id, None)
+            model = pending.model
+            if error is None:
+                model.stats.record_success(
+                    pending.batch_size,
+                    end_ns - pending.submit_ns,
+                    dispatch_ns - pending.submit_ns,
+                    timings,
+                )
+            else:
+                model.stats.record_failure(end_ns - pending.submit_ns)
+        pending.deliver(flags, error, json, slots, self.core.arena, final)
+
     def _fail_batch(self, pendings: list, status: int, end_ns: int) -> None:
         pop = self._pending.pop
         for pending in pendings:
             pop(pending.request_id, None)
             model = pending.model
+            if status == _core.COMPLETION_CANCELLED:
+                model.stats.record_failure(end_ns - pending.submit_ns, "CANCELED")
+                pending.fail(Cancelled("Request was cancelled"))
+                continue
             if status == _core.COMPLETION_TIMED_OUT:
                 model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")
                 pending.fail(Unavailable("Request timeout expired"))

@@ -6,10 +6,11 @@ import asyncio
 import json
 import logging
 
-from naiad.errors import InvalidArgument, Unavailable
+from naiad.errors import InvalidArgument, Unavailable, Unsupported
 from naiad.repository.config import config_to_json
 from naiad.repository.metadata import model_metadata
 from naiad.scheduling.instance import Instance
+from naiad.scheduling.sequence import sequence_of
 from naiad.scheduling.stats import ModelStats
 from naiad.types import InferRequest
 from naiad.validation import RequestValidator
@@ -18,6 +19,10 @@ log = logging.getLogger("naiad")
 
 LOADING, READY, UNAVAILABLE = "LOADING", "READY", "UNAVAILABLE"
 UNLOADING = "UNLOADING"  # no new requests; those in flight finish before it is released
+
+# Triton's answers to a one-response infer call on a decoupled model.
+DECOUPLED_HTTP_INFER = "HTTP end point doesn't support models with decoupled transaction policy"
+DECOUPLED_GRPC_INFER = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 
 _KIND_NAMES = {0: "MODEL", 1: "GPU", 2: "CPU", 3: "MODEL"}  # ModelInstanceGroup.Kind
 
@@ -29,6 +34,9 @@ class LoadedModel:
         self.name = entry.name
         self.version = version
         self.config = config
+        # model_transaction_policy { decoupled: true }: 0..N responses per request,
+        # served by streaming front ends only (submit with on_response).
+        self.decoupled = bool(config.model_transaction_policy.decoupled)
         self.path = entry.path
         self.versions = entry.versions
         self.state = LOADING
@@ -42,6 +50,7 @@ class LoadedModel:
         self.instances_down: set[str] = set()
         self.stats = ModelStats(self.name, version)
         self._validate = RequestValidator(config, self.name, version)
+        self.sequence_batching = config.HasField("sequence_batching")
         self._config_json = config_to_json(config)
         self._metadata = model_metadata(config, entry.versions)
         # What registers the model with the core, the fast lane and the manager's lane
@@ -159,10 +168,14 @@ class LoadedModel:
     def config_json(self) -> dict:
         return self._config_json
 
-    def submit(self, request: InferRequest) -> asyncio.Future:
+    def submit(self, request: InferRequest, on_response=None) -> asyncio.Future:
         """Validates and queues `request`; the future resolves to its InferResponse.
+        With `on_response`, every response goes there instead (scheduling/streaming.py)
+        and the core's request id comes back (ModelManager.cancel).
 
         Raises NaiadError at once for a request that cannot be queued."""
+        if self.decoupled and on_response is None:
+            raise Unsupported(DECOUPLED_HTTP_INFER)
         if self.state != READY:
             raise Unavailable(
                 f"Request for unknown model: '{self.name}' version {self.version} is not ready"
@@ -172,7 +185,27 @@ class LoadedModel:
         except InvalidArgument:
             self._validate.check(request)  # the validator's error comes first
             raise
-        return self.manager.submit(self, self._validate.spec, request, priority, timeout_us)
+        if self.sequence_batching:
+            return self._submit_sequence(request, priority, timeout_us, on_response)
+        return self.manager.submit(
+            self, self._validate.spec, request, priority, timeout_us, on_response=on_response
+        )
+
+    def _submit_sequence(
+        self, request: InferRequest, priority: int, timeout_us: int, on_response=None
+    ):
+        """A request to a sequence model: its correlation id and flags go to the core's
+        sequence batcher (scheduling/sequence.py)."""
+        sequence = sequence_of(request.parameters)
+        return self.manager.submit(
+            self,
+            self._validate.spec,
+            request,
+            priority,
+            timeout_us,
+            sequence=sequence,
+            on_response=on_response,
+        )
 
 
 class UnloadableModel:

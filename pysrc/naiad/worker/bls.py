@@ -145,7 +145,19 @@ def refusal(model_name: str, status: int) -> CallError:
         return _submit_error(model_name, "the shared-memory arena has no room for the request")
     if status == _core.SUBMIT_MODEL_GONE:
         return _not_ready(model_name)
+    if status in _SEQUENCE_REFUSALS:
+        # The worker's submit path carries no correlation id yet (README "Not yet").
+        return _submit_error(
+            model_name, "a model with sequence batching cannot be called from a model yet"
+        )
     return _submit_error(model_name, "the request's inputs cannot be read")
+
+
+_SEQUENCE_REFUSALS = (
+    _core.SUBMIT_SEQUENCE_BATCH_SIZE,
+    _core.SUBMIT_NO_SEQUENCE_ID,
+    _core.SUBMIT_SEQUENCE_NOT_STARTED,
+)
 
 
 class Call:
@@ -181,9 +193,9 @@ class Channel:
         # Runs a batch that arrives nested in a wait: (batch_id, blocks, tensors).
         self.run_batch = None
         # The worker loop's calls, bound once (no __getattr__ per batch).
-        self.respond = endpoint.respond
-        self.complete = endpoint.complete
-        self.alloc = endpoint.alloc
+        for name in ("respond", "respond_results", "complete", "alloc"):
+            if hasattr(endpoint, name):
+                setattr(self, name, getattr(endpoint, name))
 
     def __getattr__(self, name):  # complete, respond, alloc, ...: the endpoint's
         return getattr(self.endpoint, name)

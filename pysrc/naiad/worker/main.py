@@ -30,7 +30,8 @@ from naiad import _core, datatypes
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
 from naiad.gc_tuning import settle_after_startup
-from naiad.worker import bls
+from naiad.worker import bls, decoupled
+from naiad.worker import sequence as sequence_batching
 
 _PR_SET_PDEATHSIG = 1
 
@@ -221,6 +222,8 @@ class Worker:
         self.endpoint = endpoint
         self.arena = endpoint.arena
         self.backend = backend
+        # A decoupled model answers through a stream, at any time (worker/decoupled.py).
+        self.decoupled = bool(getattr(backend, "decoupled", False))
 
     def run(self) -> None:
         while True:
@@ -240,6 +243,9 @@ class Worker:
         batch = _batch(self.arena, blocks)
         if self.backend.batch_tensors:  # framework backends take the inputs whole
             batch.tensors = batch_inputs(self.arena, blocks, tensors)
+        if self.decoupled:
+            decoupled.run_batch(self, batch_id, batch, [start])
+            return
         infer_start = _core.now_ns()
         results = self.backend.execute(batch)
         infer_end = _core.now_ns()
@@ -314,6 +320,7 @@ def main(argv=None) -> int:
         # The channel with the BLS client on top (worker/bls.py): models' own requests.
         endpoint = bls.attach(endpoint)
         backend = load_backend(args)
+        backend = sequence_batching.wrap(backend, args, endpoint)
         from naiad.worker.warmup import run_warmup
 
         run_warmup(backend, args)  # model_warmup samples, before the model is READY

@@ -1,0 +1,111 @@
+"""Decoupled models in the worker: responses at any time, from any thread.
+
+A decoupled model (`model_transaction_policy { decoupled: true }`) answers each request
+with 0..N responses, the last one flagged final, during `execute` or after it returned,
+from the worker's thread or from threads of its own. The worker gives its backend one
+`BatchStream` per batch; the backend sends through it. Each response goes to the core at
+once in a response block of its own (csrc/ipc_schema.h), and when `execute` returns the
+batch ends with its requests kept open (csrc/channel.h kPostKeepOpen): the instance
+takes its next batch while the earlier requests keep streaming. The core keeps an open
+request's block (inputs, cancel flag) until its final response.
+
+Posting is thread-safe: WorkerEndpoint serializes posts on the single-producer ring.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import orjson
+
+from naiad import _core
+from naiad.backends.base import RequestError, Response
+
+_NO_TIMINGS = [0, 0, 0, 0]  # a streamed response is no execution of its own
+
+
+def _encoder():
+    """The worker's one encoder of results into wire responses (worker/main.py; it
+    imports this module, so it is looked up once it is loaded)."""
+    global _wire_results
+    if _wire_results is None:
+        from naiad.worker.main import _wire_results
+    return _wire_results
+
+
+_wire_results = None
+
+
+class BatchStream:
+    """The responses of one batch's requests (index = position in the batch)."""
+
+    __slots__ = ("endpoint", "batch_id", "blocks", "final", "lock", "__weakref__")
+
+    def __init__(self, endpoint, batch_id: int, blocks: list):
+        self.endpoint = endpoint
+        self.batch_id = batch_id
+        self.blocks = blocks  # each request's block offset: its cancel flag
+        self.final = [False] * len(blocks)
+        self.lock = threading.Lock()
+
+    def is_final(self, index: int) -> bool:
+        return self.final[index]
+
+    def send(self, index: int, result: Response | RequestError | None, final: bool) -> bool:
+        """Posts one response of request `index` (None with `final`: only the final
+        flag, no response). False when the request was already final (nothing sent)."""
+        with self.lock:
+            if self.final[index]:
+                return False
+            if final:
+                self.final[index] = True
+        if result is None:
+            wire = (index, _core.RESPONSE_FINAL, 0, b'{"empty":true}', ())
+        else:
+            _, flags, code, json, buffers = _encoder()([result])[0]
+            if not final:  # an error response need not end the request either
+                flags &= ~_core.RESPONSE_FINAL
+            wire = (index, flags, code, json, buffers)
+        if not self.endpoint.respond_open(self.batch_id, [wire], _NO_TIMINGS, False, False):
+            # No room in the arena for this response: the request ends with an error
+            # (a small block), so its client is not left waiting.
+            with self.lock:
+                self.final[index] = True
+            message = "the shared-memory arena has no room for the model's response"
+            error = (
+                index,
+                _core.RESPONSE_FINAL | _core.RESPONSE_ERROR,
+                1,
+                orjson.dumps({"error": message}),
+                (),
+            )
+            self.endpoint.respond_open(self.batch_id, [error], _NO_TIMINGS, False, False)
+        return True
+
+    def cancelled(self, index: int) -> bool:
+        """Whether the client cancelled request `index` (the core's flag in its block)."""
+        if self.final[index]:
+            return False  # its block may be gone already
+        return self.endpoint.request_cancelled(self.blocks[index])
+
+    def fail_open(self, message: str, code: int = 1) -> None:
+        """Ends every request not final yet with error `message`."""
+        for index in range(len(self.blocks)):
+            if not self.final[index]:
+                self.send(index, RequestError(message, code), True)
+
+
+def run_batch(worker, batch_id: int, batch, timings: list) -> None:
+    """Runs one batch of a decoupled model: the backend's `execute_decoupled(batch,
+    stream)` sends through the stream (now or later); then the batch ends with an
+    empty response block carrying the timings (statistics) and its unanswered
+    requests kept open."""
+    endpoint = worker.endpoint
+    stream = BatchStream(endpoint, batch_id, endpoint.request_blocks(endpoint.batch_desc))
+    infer_start = _core.now_ns()
+    worker.backend.execute_decoupled(batch, stream)
+    infer_end = _core.now_ns()
+    start = timings[0]
+    timings = [start, infer_start - start, infer_end - infer_start, 0]
+    if not endpoint.respond_open(batch_id, [], timings, True, True):
+        endpoint.end_batch(batch_id, True)

@@ -1,0 +1,241 @@
+"""Decoupled models over gRPC with tritonclient.grpc: ModelStreamInfer carries each
+request's 0..N responses in order (many requests in flight on one stream),
+`triton_final_response` on every response (and an empty final response when asked
+for with `enable_empty_final_response`), errors as `error_message` with the stream
+kept open; ModelInfer answers UNIMPLEMENTED; a stream
+the client cancels cancels its requests (the model sees request.is_cancelled()).
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+from server_harness import NaiadServer, make_repository
+from tritonclient.utils import InferenceServerException
+
+DECOUPLED_MODELS = Path(__file__).resolve().parent.parent / "decoupled_models"
+TIMEOUT = 10
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grpc_decoupled")
+    repository = make_repository(
+        root / "models",
+        {"repeat": DECOUPLED_MODELS / "repeat", "text_echo": DECOUPLED_MODELS / "text_echo"},
+    )
+    server = NaiadServer(repository, log_dir=root).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(server):
+    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
+        yield client
+
+
+def _n(value: int):
+    tensor = grpcclient.InferInput("N", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+    return [tensor]
+
+
+class Stream:
+    """A started stream and what its callback received: (OUT or None, parameters, id)
+    or ("error", message)."""
+
+    def __init__(self, client):
+        self.client = client
+        self.queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: self.queue.put((result, error)))
+
+    def send(self, n: int, mode: str = "thread", request_id: str = "", empty: bool = False):
+        self.client.async_stream_infer(
+            "repeat",
+            _n(n),
+            request_id=request_id,
+            parameters={"mode": mode},
+            enable_empty_final_response=empty,
+        )
+
+    def take(self, count: int) -> list:
+        out = []
+        for _ in range(count):
+            result, error = self.queue.get(timeout=TIMEOUT)
+            if error is not None:
+                out.append(("error", error.message()))
+                continue
+            response = result.get_response()
+            values = result.as_numpy("OUT")
+            final = response.parameters.get("triton_final_response")
+            out.append(
+                (
+                    None if values is None else int(values[0]),
+                    None if final is None else final.bool_param,
+                    response.id,
+                )
+            )
+        return out
+
+    def nothing_more(self, wait: float = 0.3) -> bool:
+        try:
+            self.queue.get(timeout=wait)
+        except queue.Empty:
+            return True
+        return False
+
+
+def _settled(server) -> None:
+    deadline = time.monotonic() + 5
+    while True:
+        arena = requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()
+        if arena["requests_in_flight"] == 0 and arena["blocks_in_use"] == 2:
+            return
+        assert time.monotonic() < deadline, arena
+        time.sleep(0.05)
+
+
+def test_model_infer_on_a_decoupled_model_is_unimplemented(client, server):
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("repeat", _n(3))
+    assert info.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert info.value.message() == (
+        "ModelInfer RPC doesn't support models with decoupled transaction policy"
+    )
+    _settled(server)
+
+
+@pytest.mark.parametrize("mode", ["thread", "inline"])
+def test_stream_responses_in_order(client, server, mode):
+    stream = Stream(client)
+    stream.send(30, mode, "r1")
+    assert stream.take(30) == [(i, i == 29 and mode == "inline", "r1") for i in range(30)]
+    assert stream.nothing_more()  # the final flag alone is not sent unless asked for
+    client.stop_stream()
+    _settled(server)
+
+
+def test_empty_final_response_when_asked(client, server):
+    stream = Stream(client)
+    stream.send(2, "thread", "a", empty=True)
+    assert stream.take(3) == [(0, False, "a"), (1, False, "a"), (None, True, "a")]
+    stream.send(2, "inline", "b", empty=True)
+    assert stream.take(2) == [(0, False, "b"), (1, True, "b")]
+    stream.send(0, "inline", "c", empty=True)
+    assert stream.take(1) == [(None, True, "c")]
+    assert stream.nothing_more()
+    client.stop_stream()
+
+
+def test_many_requests_in_flight_on_one_stream(client, server):
+    stream = Stream(client)
+    for k in range(8):
+        stream.send(20, "thread", f"q{k}")
+    got = stream.take(8 * 20)
+    for k in range(8):
+        mine = [value for value, _, rid in got if rid == f"q{k}"]
+        assert mine == list(range(20))
+    client.stop_stream()
+    _settled(server)
+
+
+@pytest.mark.parametrize(
+    "mode, error",
+    [
+        ("error_last", "bad things"),
+        ("raise", "RuntimeError: the model failed mid-stream"),
+        ("no_final", "without sending a response flagged TRITONSERVER_RESPONSE_COMPLETE_FINAL"),
+    ],
+)
+def test_a_stream_that_goes_wrong_ends_with_an_error_and_the_stream_stays_usable(
+    client, server, mode, error
+):
+    stream = Stream(client)
+    stream.send(3, mode, "bad")
+    got = stream.take(4)
+    assert got[:3] == [(i, False, "bad") for i in range(3)]
+    assert got[3][0] == "error" and error in got[3][1]
+    stream.send(2, "inline", "next")
+    assert stream.take(2) == [(0, False, "next"), (1, True, "next")]
+    client.stop_stream()
+    _settled(server)
+
+
+def test_unknown_model_on_a_stream_is_an_error_message(client):
+    stream = Stream(client)
+    client.async_stream_infer("nosuch", _n(1), request_id="z")
+    assert stream.take(1) == [("error", "Request for unknown model: 'nosuch' is not found")]
+    client.stop_stream()
+
+
+def test_a_model_that_is_not_decoupled_streams_one_response(client):
+    stream = Stream(client)
+    text = grpcclient.InferInput("text_input", [1], "BYTES")
+    text.set_data_from_numpy(np.array([b"hi"], dtype=np.object_))
+    client.async_stream_infer("text_echo", [text], request_id="t")
+    result, error = stream.queue.get(timeout=TIMEOUT)
+    assert error is None
+    assert result.as_numpy("text_output").tolist() == [b"hi"]
+    client.stop_stream()
+
+
+def _cancelled_count(client) -> int:
+    stream = Stream(client)
+    stream.send(0, "cancelled")
+    count = stream.take(1)[0][0]
+    client.stop_stream()
+    return count
+
+
+def test_cancelling_the_stream_cancels_its_running_request(client, server):
+    before = _cancelled_count(client)
+    stream = Stream(client)
+    stream.send(0, "until_cancelled", "long")
+    assert stream.take(1)[0][0] == 0  # it is streaming
+    client.stop_stream(cancel_requests=True)  # RST_STREAM
+    deadline = time.monotonic() + 5
+    while _cancelled_count(client) == before:
+        assert time.monotonic() < deadline, "the model never saw the cancellation"
+        time.sleep(0.05)
+    _settled(server)
+
+
+def _executed(client) -> int:
+    stream = Stream(client)
+    stream.send(0, "executed")
+    count = stream.take(1)[0][0]
+    client.stop_stream()
+    return count
+
+
+def test_a_queued_request_of_a_cancelled_stream_never_runs(server):
+    url = f"{server.host}:{server.grpc_port}"
+    with (
+        grpcclient.InferenceServerClient(url) as busy,
+        grpcclient.InferenceServerClient(url) as other,
+    ):
+        before = _executed(busy)
+        blocking = Stream(busy)
+        blocking.send(1500, "block", "busy")  # the only instance sleeps 1.5 s in execute
+        time.sleep(0.3)
+        queued = Stream(other)
+        queued.send(3, "inline", "queued")  # waits in the queue
+        time.sleep(0.2)
+        other.stop_stream(cancel_requests=True)  # RST_STREAM: the core drops it
+        assert blocking.take(1) == [(0, True, "busy")]
+        busy.stop_stream()
+        # Only the blocking request and the two counting ones ran.
+        assert _executed(busy) == before + 2
+    _settled(server)
+    metrics = requests.get(f"http://{server.host}:{server.metrics_port}/metrics", timeout=TIMEOUT)
+    assert (
+        'nv_inference_request_failure{model="repeat",reason="CANCELED",version="1"} 1\n'
+        in metrics.text
+    )

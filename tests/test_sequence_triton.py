@@ -1,0 +1,137 @@
+"""The sequence batcher against the real Triton 2.51 (tests/triton_peer.py): the same
+requests to both servers on the same repository (tests/sequence_models), the same
+status codes, error messages, control inputs and statistics.
+
+Not compared, on purpose (README "Differences from Triton"): OUTPUT after a sequence's
+first request, since Triton 2.51's Python backend ignores a model's state outputs (its
+state input stays the initial state) where Naiad carries them; string correlation ids
+(Triton 2.51 fails every request of a TYPE_STRING CORRID model and gives a uint64
+CORRID control an undocumented number for a string id).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import requests
+from server_harness import NaiadServer
+from test_sequence import TIMEOUT, build_repository, infer
+from triton_peer import TritonPeer, find_triton
+
+pytestmark = [
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(
+        find_triton() is None,
+        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    repository = build_repository(tmp_path_factory.mktemp("sequence-repository"))
+    logs = tmp_path_factory.mktemp("sequence-triton")
+    with NaiadServer(repository, log_dir=logs, name="naiad") as naiad:
+        with TritonPeer(repository, logs, []) as triton:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if requests.get(triton.url + "/v2/health/ready", timeout=5).status_code == 200:
+                    break
+                time.sleep(0.2)
+            yield naiad.url, triton.url
+
+
+# (label, model, value, parameters): sent in order to both servers.
+STEPS = [
+    ("no id", "seq_direct", 1, {}),
+    ("zero id", "seq_direct", 1, {"sequence_id": 0, "sequence_start": True}),
+    ("empty id", "seq_direct", 1, {"sequence_id": "", "sequence_start": True}),
+    ("not started", "seq_direct", 1, {"sequence_id": 7}),
+    ("start", "seq_direct", 1, {"sequence_id": 7, "sequence_start": True}),
+    ("middle", "seq_direct", 2, {"sequence_id": 7}),
+    ("end", "seq_direct", 3, {"sequence_id": 7, "sequence_end": True}),
+    ("after end", "seq_direct", 4, {"sequence_id": 7}),
+    (
+        "start and end",
+        "seq_direct",
+        9,
+        {"sequence_id": 8, "sequence_start": True, "sequence_end": True},
+    ),
+    ("negative id", "seq_direct", 9, {"sequence_id": -3, "sequence_start": True}),
+    ("float id", "seq_direct", 9, {"sequence_id": 1.5, "sequence_start": True}),
+    ("start not bool", "seq_direct", 9, {"sequence_id": 3, "sequence_start": 1}),
+    ("oldest start", "seq_oldest", 5, {"sequence_id": 70, "sequence_start": True}),
+    ("oldest end", "seq_oldest", 6, {"sequence_id": 70, "sequence_end": True}),
+    ("oldest after end", "seq_oldest", 6, {"sequence_id": 70}),
+    ("no batching start", "seq_nobatch", 1, {"sequence_id": 5, "sequence_start": True}),
+    ("no batching end", "seq_nobatch", 2, {"sequence_id": 5, "sequence_end": True}),
+]
+
+# Outputs compared on success: everything but the running sum after the first request.
+COMPARED = ("CTRL", "CORRID_OUT", "SLOTS")
+
+
+def _comparable(label, result):
+    status, body = result
+    if status != 200:
+        return status, body
+    kept = {name: body[name] for name in COMPARED}
+    if label.endswith("start") or label == "start and end":
+        kept["OUTPUT"] = body["OUTPUT"]
+    return status, kept
+
+
+def test_sequence_requests_answer_as_triton(servers):
+    naiad, triton = servers
+    for label, model, value, parameters in STEPS:
+        ours = _comparable(label, infer(naiad, model, value, **parameters))
+        theirs = _comparable(label, infer(triton, model, value, **parameters))
+        assert ours == theirs, label
+
+
+def test_batch_of_two_and_unexpected_outputs_answer_as_triton(servers):
+    naiad, triton = servers
+    assert infer(naiad, "seq_direct", 1, batch=2, sequence_id=13, sequence_start=True) == infer(
+        triton, "seq_direct", 1, batch=2, sequence_id=13, sequence_start=True
+    )
+    body = {
+        "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}],
+        "outputs": [{"name": "OUTPUT_STATE"}],
+        "parameters": {"sequence_id": 11, "sequence_start": True},
+    }
+    answers = [
+        requests.post(f"{url}/v2/models/seq_direct/infer", json=body, timeout=TIMEOUT)
+        for url in (naiad, triton)
+    ]
+    assert answers[0].status_code == answers[1].status_code == 400
+    assert answers[0].json() == answers[1].json()
+
+
+def test_idle_release_answers_as_triton(servers):
+    naiad, triton = servers
+    for url in (naiad, triton):
+        assert infer(url, "seq_idle", 1, sequence_id=21, sequence_start=True)[0] == 200
+    time.sleep(0.8)  # 300 ms idle
+    assert infer(naiad, "seq_idle", 1, sequence_id=21) == infer(
+        triton, "seq_idle", 1, sequence_id=21
+    )
+    for url in (naiad, triton):
+        assert infer(url, "seq_idle", 1, sequence_id=21, sequence_start=True)[0] == 200
+
+
+def test_statistics_count_as_triton(servers):
+    naiad, triton = servers
+    counts = []
+    for url in (naiad, triton):
+        stats = requests.get(f"{url}/v2/models/seq_direct/stats", timeout=TIMEOUT).json()
+        entry = stats["model_stats"][0]
+        counts.append(
+            (
+                entry["inference_count"],
+                entry["execution_count"],
+                entry["inference_stats"]["success"]["count"],
+                entry["inference_stats"]["fail"]["count"],
+            )
+        )
+    assert counts[0] == counts[1]
