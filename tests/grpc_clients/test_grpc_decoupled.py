@@ -100,10 +100,12 @@ class Stream:
 
 
 def _settled(server) -> None:
+    # 5 blocks at rest: the models' channels and the shm registry's region table
+    # (csrc/shm_registry.cc), as tests/test_decoupled.py counts them.
     deadline = time.monotonic() + 5
     while True:
         arena = requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()
-        if arena["requests_in_flight"] == 0 and arena["blocks_in_use"] == 4:
+        if arena["requests_in_flight"] == 0 and arena["blocks_in_use"] == 5:
             return
         assert time.monotonic() < deadline, arena
         time.sleep(0.05)
