@@ -37,7 +37,8 @@ void write_request(uint8_t* base, uint64_t block, const SubmitRequest& request,
   for (uint32_t i = 0; i < n; ++i) {
     const uint64_t size = request.inputs[i].size;
     slots[i] = InputSlot{input_offsets[i], size};
-    if (size != 0) std::memcpy(base + input_offsets[i], sources[i], size);
+    // A null source is room only (a CUDA input the worker fills).
+    if (size != 0 && sources[i] != nullptr) std::memcpy(base + input_offsets[i], sources[i], size);
   }
 }
 

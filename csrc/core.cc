@@ -193,6 +193,10 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
       sources[i] = static_cast<const uint8_t*>(input.data);
     } else if (input.kind == InputKind::kSystemShm && regions_ != nullptr) {
       sources[i] = regions_->map(input.kind, input.region, input.offset, input.size);
+    } else if (input.kind == InputKind::kCudaIpc && regions_ != nullptr &&
+               regions_->device_range(input.region, input.offset, input.size)) {
+      sources[i] = nullptr;  // room only: the worker owning the device fills it
+      continue;
     } else {
       // CUDA IPC bytes never come to the frontend: the worker owning the device opens
       // the handle. That path arrives with the shared-memory issue.

@@ -83,6 +83,36 @@ std::string unescape_json(std::string_view text) {
   return out;
 }
 
+// Triton's shm parameters of a tensor: shared_memory_region (string) and
+// shared_memory_byte_size, optional shared_memory_offset (non-negative integers).
+// False for anything else (the general path answers).
+bool shm_parameters(const std::vector<grpc::Parameter>& parameters, std::string_view* region,
+                    uint64_t* offset, uint64_t* size) {
+  bool has_region = false, has_size = false;
+  auto number = [](const grpc::Parameter& p, uint64_t* out) {
+    if (p.kind == grpc::Parameter::Kind::kUint64) {
+      *out = p.uint64_value;
+      return true;
+    }
+    if (p.kind == grpc::Parameter::Kind::kInt64 && p.int64_value >= 0) {
+      *out = static_cast<uint64_t>(p.int64_value);
+      return true;
+    }
+    return false;
+  };
+  for (const grpc::Parameter& p : parameters) {
+    if (p.key == "shared_memory_region" && p.kind == grpc::Parameter::Kind::kString) {
+      *region = p.string_value;
+      has_region = true;
+    } else if (p.key == "shared_memory_byte_size" && number(p, size)) {
+      has_size = true;
+    } else if (!(p.key == "shared_memory_offset" && number(p, offset))) {
+      return false;
+    }
+  }
+  return has_region && has_size;
+}
+
 bool needs_unescape(std::string_view text) { return text.find('\\') != std::string_view::npos; }
 
 // "[1,16]" -> {1, 16}. The worker writes shapes as a JSON array of integers.
@@ -272,9 +302,9 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
   auto route =
       routes_.find(std::make_pair(std::string(view.model_name), std::string(view.model_version)));
   if (route == routes_.end()) return false;
-  // Raw contents only, one per input; no input parameters (shared memory) and no
-  // output parameters (classification): anything else is the general path's.
-  if (view.raw_input_contents.size() != view.inputs.size() || view.inputs.empty()) return false;
+  // Raw contents, one per input not in a client shm region; no other input or output
+  // parameters (classification): anything else is the general path's.
+  if (view.inputs.empty()) return false;
   // Ids are plain text in the request block's JSON; one needing escapes goes the
   // general way (as on the HTTP lane).
   for (char c : view.id) {
@@ -283,19 +313,36 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
   ParsedRequest request;
   request.id = view.id;
   request.inputs.reserve(view.inputs.size());
+  size_t raw = 0;  // raw_input_contents holds the inputs not in shm, in order
   for (size_t i = 0; i < view.inputs.size(); ++i) {
     const grpc::InferInputView& in = view.inputs[i];
-    if (in.has_contents || !in.parameters.empty()) return false;
+    if (in.has_contents) return false;
     RequestInput input;
     input.name = in.name;
     input.datatype = in.datatype;
     input.shape = in.shape;
-    input.data = reinterpret_cast<const uint8_t*>(view.raw_input_contents[i].data());
-    input.size = view.raw_input_contents[i].size();
+    if (!in.parameters.empty()) {
+      // Triton's shm parameters (the codec resolves the region); nothing else here.
+      if (!shm_parameters(in.parameters, &input.shm_region, &input.shm_offset, &input.size)) {
+        return false;
+      }
+      input.in_shm = true;
+    } else {
+      if (raw >= view.raw_input_contents.size()) return false;
+      input.data = reinterpret_cast<const uint8_t*>(view.raw_input_contents[raw].data());
+      input.size = view.raw_input_contents[raw].size();
+      ++raw;
+    }
     request.inputs.push_back(std::move(input));
   }
+  if (raw != view.raw_input_contents.size()) return false;
   for (const grpc::RequestedOutputView& o : view.outputs) {
-    if (!o.parameters.empty()) return false;
+    if (!o.parameters.empty()) {
+      OutputRegion shm;
+      if (!shm_parameters(o.parameters, &shm.region, &shm.offset, &shm.size)) return false;
+      shm.output = request.output_names.size();
+      request.output_shm.push_back(shm);
+    }
     request.output_names.push_back(o.name);
   }
   std::string parameters;

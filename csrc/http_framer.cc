@@ -31,7 +31,7 @@ void write_http(const InferResponse& response, size_t json_size, size_t body_siz
   out.put("Content-Length: ");
   out.number(body_size);
   bool binary = false;
-  for (const ResponseOutput& output : response.outputs) binary |= !output.json;
+  for (const ResponseOutput& output : response.outputs) binary |= !output.json && !output.in_shm;
   if (response.error != ErrorKind::kNone || !binary) {
     out.put("\r\nContent-Type: application/json\r\n\r\n");
   } else {

@@ -48,6 +48,19 @@ struct RequestInput {
   const uint8_t* data = nullptr;  // the tensor in wire layout (BYTES: u32 length, bytes, ...)
   uint64_t size = 0;
   uint32_t spec = 0;  // index into ModelSpec::inputs; set by validate_request()
+  // Triton's shm extension: the tensor is `size` bytes at `shm_offset` of the client's
+  // region `shm_region` (a reader sets these; the codec resolves them into `data`).
+  bool in_shm = false;
+  std::string_view shm_region;
+  uint64_t shm_offset = 0;
+};
+
+// A requested output the client placed in one of its shm regions.
+struct OutputRegion {
+  size_t output = 0;  // index into ParsedRequest::output_names
+  std::string_view region;
+  uint64_t offset = 0;
+  uint64_t size = 0;
 };
 
 // A request as any framer hands it to the validator and the codec.
@@ -59,6 +72,11 @@ struct ParsedRequest {
   std::string_view parameters;  // the raw request parameters (a JSON object), or empty
   uint32_t priority = 0;        // the `priority` parameter, 0: the model's default
   uint64_t timeout_us = 0;      // the `timeout` parameter, 0: none
+  // Requested outputs in client shm regions (a reader sets these).
+  std::vector<OutputRegion> output_shm;
+  // Where the worker writes them: the request block's `regions` JSON
+  // (pysrc/naiad/worker/shm_outputs.py), or empty when none.
+  std::string_view output_regions;
   // Sequence batching: `sequence_id` (a number, or a string in `sequence_key`) and
   // `sequence_start` / `sequence_end` as submit_request.h's kSequenceFlag* bits.
   uint64_t sequence_id = 0;
@@ -105,7 +123,8 @@ struct ResponseOutput {
   std::string_view shape;         // the dims as a JSON array text: "[1,16]"
   const uint8_t* data = nullptr;  // the tensor in wire layout, in the result block
   uint64_t size = 0;
-  bool json = false;  // goes back as JSON `data` (KServe REST), not as binary
+  bool json = false;    // goes back as JSON `data` (KServe REST), not as binary
+  bool in_shm = false;  // written into the client's shm region: metadata only, no data
 };
 
 // A response, protocol-neutral: what a framer serializes. Views point into the result

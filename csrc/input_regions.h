@@ -19,6 +19,12 @@ class InputRegions {
   // the GIL released on the submitting thread; the bytes must stay mapped until
   // submit() returns (the core copies them).
   virtual const uint8_t* map(InputKind kind, uint64_t region, uint64_t offset, uint64_t size) = 0;
+  // True when [offset, offset + size) lies inside CUDA region `region`: such bytes
+  // stay on the device; the core reserves room for them in the request block and the
+  // worker owning the device fills it (pysrc/naiad/cuda_ipc.py).
+  virtual bool device_range(uint64_t /*region*/, uint64_t /*offset*/, uint64_t /*size*/) {
+    return false;
+  }
 };
 
 }  // namespace naiad

@@ -1,5 +1,7 @@
 #include "kserve_codec.h"
 
+#include <unistd.h>
+
 #include "error_status.h"
 #include "kserve_json.h"
 #include "request_block.h"
@@ -42,9 +44,51 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
                                   uint64_t now_ns, std::string* error) {
   if (model_index >= models_.size() || !accepting_[model_index]) return SubmitOutcome::kFallback;
   const ModelSpec& model = models_[model_index];
-  if (!validate_request(model, &request, error)) return SubmitOutcome::kInvalid;
+  // Tensors in client shm regions: resolved and pinned (shm_registry.h), or the
+  // general path answers with Triton's error.
+  std::vector<uint64_t> pins;
+  std::vector<RegionRef> shm_inputs;
+  std::string regions_json;
+  bool has_shm = !request.output_shm.empty();
+  for (const RequestInput& input : request.inputs) has_shm = has_shm || input.in_shm;
+  if (has_shm && !resolve_shm(model, request, &pins, &shm_inputs, &regions_json)) {
+    return SubmitOutcome::kFallback;
+  }
+  if (!validate_request(model, &request, error)) {
+    unpin(pins);
+    return SubmitOutcome::kInvalid;
+  }
   RequestBlock block;
+  if (has_shm) {
+    // The outputs' JSON names the model's (escaped) names: built after validation.
+    regions_json.clear();
+    if (!request.output_shm.empty()) {
+      regions_json = "{\"outputs\":{";
+      for (size_t i = 0; i < request.output_shm.size(); ++i) {
+        const RegionRef& ref = shm_inputs[request.inputs.size() + i];
+        if (i) regions_json += ',';
+        regions_json += '"';
+        regions_json += model.outputs_json[request.outputs[request.output_shm[i].output]];
+        regions_json += "\":[" + std::to_string(ref.id) + ",1,\"/proc/" +
+                        std::to_string(::getpid()) + "/fd/" + std::to_string(ref.fd) + "\"," +
+                        std::to_string(ref.region_offset) + "," + std::to_string(ref.region_size) +
+                        "," + std::to_string(ref.object_offset - ref.region_offset) + "," +
+                        std::to_string(ref.size) + "]";
+      }
+      regions_json += "},\"cuda_inputs\":[]}";
+    }
+    request.output_regions = regions_json;
+  }
   layout_request_block(model, request, &block);
+  for (size_t i = 0; i < request.inputs.size() && has_shm; ++i) {
+    if (!request.inputs[i].in_shm) continue;
+    // A typed source: the core copies it out of the registry's mapping, once.
+    const RegionRef& ref = shm_inputs[i];
+    block.inputs[i].kind = InputKind::kSystemShm;
+    block.inputs[i].region = ref.id;
+    block.inputs[i].offset = ref.object_offset - ref.region_offset;
+    block.inputs[i].data = nullptr;
+  }
   SubmitRequest submit;
   submit.request_id = request_id;
   submit.metadata = block.metadata;
@@ -58,9 +102,20 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   submit.options.sequence_key = request.sequence_key;
   submit.options.sequence_flags = request.sequence_flags;
   if (core_.submit(model.core_model_id, submit) != SubmitResult::kOk) {
+    unpin(pins);
     return SubmitOutcome::kFallback;
   }
   Recipe& recipe = in_flight_[request_id];
+  if (has_shm) {
+    // Inputs were copied by submit(): only the output regions stay pinned.
+    for (size_t i = 0; i < request.inputs.size(); ++i) {
+      if (request.inputs[i].in_shm) regions_->release(shm_inputs[i].id);
+    }
+    for (size_t i = 0; i < request.output_shm.size(); ++i) {
+      recipe.shm_outputs.push_back(request.outputs[request.output_shm[i].output]);
+      recipe.pins.push_back(shm_inputs[request.inputs.size() + i].id);
+    }
+  }
   recipe.model = model_index;
   recipe.id.assign(request.id.data(), request.id.size());
   recipe.outputs = std::move(request.outputs);
@@ -119,7 +174,16 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
         }
         ResponseOutput out{output.name,           output.datatype, output.shape,
                            block + output.offset, output.size,     json};
-        if (json) {
+        bool in_shm = false;
+        for (uint32_t shm_output : recipe.shm_outputs) {
+          if (model.outputs[shm_output] == output.name) in_shm = true;
+        }
+        if (in_shm) {
+          out.in_shm = true;  // in the client's region: metadata only
+          out.json = false;
+          out.data = block;  // (no bytes: a valid pointer for writers that copy 0)
+          out.size = 0;
+        } else if (json) {
           // What the general path answers when it cannot write an output as JSON.
           std::string_view refusal = json_output_error(out, &response.error);
           if (!refusal.empty()) {
@@ -133,8 +197,56 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
         response.outputs.push_back(out);
       }
     }
-    if (outcome.final) in_flight_.erase(found);
+    if (outcome.final) {
+      unpin(recipe.pins);  // the last response: the output regions are written
+      in_flight_.erase(found);
+    }
     answers->push_back(std::move(answer));
+  }
+  return true;
+}
+
+void KServeCodec::forget(uint64_t request_id) {
+  auto found = in_flight_.find(request_id);
+  if (found == in_flight_.end()) return;
+  unpin(found->second.pins);
+  in_flight_.erase(found);
+}
+
+void KServeCodec::unpin(const std::vector<uint64_t>& pins) {
+  for (uint64_t id : pins) regions_->release(id);
+}
+
+bool KServeCodec::resolve_shm(const ModelSpec& /*model*/, ParsedRequest& request,
+                              std::vector<uint64_t>* pins, std::vector<RegionRef>* refs,
+                              std::string* regions_json) {
+  (void)regions_json;
+  if (regions_ == nullptr) return false;
+  std::string error;
+  refs->resize(request.inputs.size() + request.output_shm.size());
+  auto take = [&](std::string_view region, uint64_t offset, uint64_t size, RegionRef* ref) {
+    if (regions_->resolve(region, offset, size, ref, &error) != ErrorKind::kNone) return false;
+    pins->push_back(ref->id);
+    // System memory only here; CUDA regions take the general path.
+    return ref->kind == InputKind::kSystemShm;
+  };
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    RequestInput& input = request.inputs[i];
+    if (!input.in_shm) continue;
+    if (!take(input.shm_region, input.shm_offset, input.size, &(*refs)[i])) {
+      unpin(*pins);
+      pins->clear();
+      return false;
+    }
+    input.data = (*refs)[i].data;
+  }
+  for (size_t i = 0; i < request.output_shm.size(); ++i) {
+    const OutputRegion& output = request.output_shm[i];
+    if (!take(output.region, output.offset, output.size, &(*refs)[request.inputs.size() + i])) {
+      unpin(*pins);
+      pins->clear();
+      return false;
+    }
   }
   return true;
 }

@@ -23,6 +23,7 @@
 #include "core.h"
 #include "infer_types.h"
 #include "result_block.h"
+#include "shm_registry.h"
 
 namespace naiad {
 
@@ -44,6 +45,10 @@ class KServeCodec {
   void set_accepting(uint32_t model, bool accepting);
   size_t model_count() const { return models_.size(); }
   const ModelSpec& model(uint32_t model) const { return models_[model]; }
+
+  // Client shm regions (Triton's extension): tensors a reader marked `in_shm` are
+  // resolved here; null: such requests go to the general path. Must outlive the codec.
+  void set_regions(ShmRegistry* regions) { regions_ = regions; }
 
   // Request ids for the core, unique across every framer and the general path.
   uint64_t new_request_id() { return core_.new_request_id(); }
@@ -73,7 +78,7 @@ class KServeCodec {
 
   bool owns(uint64_t request_id) const { return in_flight_.count(request_id) != 0; }
   // The request was answered another way (failed batch, shutdown).
-  void forget(uint64_t request_id) { in_flight_.erase(request_id); }
+  void forget(uint64_t request_id);
   size_t in_flight() const { return in_flight_.size(); }
 
  private:
@@ -87,9 +92,20 @@ class KServeCodec {
     bool json_all = false;
     uint32_t batch_size = 1;
     uint64_t submit_ns = 0;
+    // Outputs the worker writes into client shm regions (indices into
+    // ModelSpec::outputs) and the regions pinned until the answer (ShmRegistry).
+    std::vector<uint32_t> shm_outputs;
+    std::vector<uint64_t> pins;
   };
+  // Resolves and pins the request's shm tensors (inputs: `data` points into the
+  // registry's mapping; outputs: `regions_json` for the worker). False: the general
+  // path answers (unknown region, out of bounds, CUDA, no registry), nothing pinned.
+  bool resolve_shm(const ModelSpec& model, ParsedRequest& request, std::vector<uint64_t>* pins,
+                   std::vector<RegionRef>* inputs, std::string* regions_json);
+  void unpin(const std::vector<uint64_t>& pins);
 
   Core& core_;
+  ShmRegistry* regions_ = nullptr;
   std::vector<ModelSpec> models_;
   std::vector<bool> accepting_;
   std::unordered_map<uint64_t, Recipe> in_flight_;

@@ -41,17 +41,37 @@ bool element_count(const std::vector<int64_t>& shape, uint64_t* count) {
   return true;
 }
 
-// {"binary_data_size": N} or {}; anything else in an input's parameters (shared
-// memory, unknown keys) is for the general path.
-bool read_input_parameters(JsonReader& reader, bool* has_size, uint64_t* binary_size) {
-  return reader.object([&](std::string_view key) {
-    return key == "binary_data_size" && once(has_size, [&] { return reader.uint(binary_size); });
+// {"binary_data_size": N} or {}, or Triton's shm parameters (shared_memory_region,
+// _offset, _byte_size: region and size both; the tensor's bytes are in the client's
+// region, resolved by the codec); anything else in an input's parameters (unknown keys)
+// is for the general path.
+bool read_input_parameters(JsonReader& reader, bool* has_size, uint64_t* binary_size,
+                           RequestInput* input, bool* has_shm_size) {
+  bool has_region = false, has_offset = false;
+  bool ok = reader.object([&](std::string_view key) {
+    if (key == "binary_data_size") return once(has_size, [&] { return reader.uint(binary_size); });
+    if (key == "shared_memory_region") {
+      return once(&has_region, [&] { return reader.plain_string(&input->shm_region); });
+    }
+    if (key == "shared_memory_offset") {
+      return once(&has_offset, [&] { return reader.uint(&input->shm_offset); });
+    }
+    if (key == "shared_memory_byte_size") {
+      return once(has_shm_size, [&] { return reader.uint(&input->size); });
+    }
+    return false;
   });
+  if (ok && (has_region || has_offset || *has_shm_size)) {
+    input->in_shm = true;
+    return has_region && *has_shm_size && !*has_size;
+  }
+  return ok;
 }
 
 // An input as read: its JSON `data` is converted once the datatype and shape are known
 // (they may come after it).
 struct InputRead {
+  bool has_shm_size = false;  // Triton's shm parameters (RequestInput::in_shm)
   bool has_size = false;
   uint64_t binary_size = 0;
   bool has_data = false;
@@ -68,7 +88,8 @@ bool read_input(JsonReader& reader, RequestInput* input, InputRead* read) {
     if (key == "shape") return once(&has_shape, [&] { return read_shape(reader, &input->shape); });
     if (key == "parameters") {
       return once(&has_parameters, [&] {
-        return read_input_parameters(reader, &read->has_size, &read->binary_size);
+        return read_input_parameters(reader, &read->has_size, &read->binary_size, input,
+                                     &read->has_shm_size);
       });
     }
     if (key == "data") {
@@ -79,8 +100,11 @@ bool read_input(JsonReader& reader, RequestInput* input, InputRead* read) {
     }
     return reader.skip_value();
   });
+  if (!ok || !has_name || !has_datatype || !has_shape) return false;
+  // In a client shm region: neither `data` nor `binary_data_size` (checked above).
+  if (input->in_shm) return !read->has_data;
   // Exactly one of `data` and `binary_data_size`, as the general path requires.
-  return ok && has_name && has_datatype && has_shape && read->has_size != read->has_data;
+  return read->has_size != read->has_data;
 }
 
 bool read_inputs(JsonReader& reader, const uint8_t* body, size_t body_size, uint64_t* data_offset,
@@ -92,7 +116,9 @@ bool read_inputs(JsonReader& reader, const uint8_t* body, size_t body_size, uint
     RequestInput input;
     InputRead read;
     if (!read_input(reader, &input, &read)) return false;
-    if (read.has_data) {
+    if (input.in_shm) {  // its bytes are in a client region (the codec resolves it)
+      converted_at.push_back(SIZE_MAX);
+    } else if (read.has_data) {
       uint64_t count = 0;
       if (!element_count(input.shape, &count)) return false;
       const size_t start = out->converted.size();
@@ -119,13 +145,27 @@ bool read_inputs(JsonReader& reader, const uint8_t* body, size_t body_size, uint
   return true;
 }
 
-// {"name": ..., "parameters": {"binary_data": bool}}: binary or JSON outputs; others
-// (classification, shared memory) are the general path's.
-bool read_output(JsonReader& reader, std::string_view* name, bool* json) {
+// {"name": ..., "parameters": {"binary_data": bool}}: binary or JSON outputs, or
+// outputs in a client shm region ({"shared_memory_region", "shared_memory_byte_size"
+// [, "shared_memory_offset"]}, not with binary_data true); others (classification) are
+// the general path's.
+bool read_output(JsonReader& reader, std::string_view* name, bool* json, OutputRegion* shm,
+                 bool* in_shm) {
   bool has_name = false, has_parameters = false, has_binary = false, binary = false;
+  bool has_region = false, has_offset = false, has_size = false;
   auto parameters = [&] {
     return reader.object([&](std::string_view key) {
-      return key == "binary_data" && once(&has_binary, [&] { return reader.boolean(&binary); });
+      if (key == "binary_data") return once(&has_binary, [&] { return reader.boolean(&binary); });
+      if (key == "shared_memory_region") {
+        return once(&has_region, [&] { return reader.plain_string(&shm->region); });
+      }
+      if (key == "shared_memory_offset") {
+        return once(&has_offset, [&] { return reader.uint(&shm->offset); });
+      }
+      if (key == "shared_memory_byte_size") {
+        return once(&has_size, [&] { return reader.uint(&shm->size); });
+      }
+      return false;
     });
   };
   bool ok = reader.object([&](std::string_view key) {
@@ -134,6 +174,11 @@ bool read_output(JsonReader& reader, std::string_view* name, bool* json) {
     return reader.skip_value();
   });
   *json = !binary;
+  if (ok && (has_region || has_offset || has_size)) {
+    *in_shm = true;
+    *json = false;
+    return has_name && has_region && has_size && !binary;  // the general path words the rest
+  }
   return ok && has_name;
 }
 
@@ -142,9 +187,15 @@ bool read_outputs(JsonReader& reader, ParsedRequest* out) {
   return reader.array([&] {
     std::string_view name;
     bool json = false;
-    if (!read_output(reader, &name, &json)) return false;
+    OutputRegion shm;
+    bool in_shm = false;
+    if (!read_output(reader, &name, &json, &shm, &in_shm)) return false;
     for (std::string_view seen : out->output_names) {
       if (seen == name) return false;  // the general path decides what a repeat means
+    }
+    if (in_shm) {
+      shm.output = out->output_names.size();
+      out->output_shm.push_back(shm);
     }
     out->output_names.push_back(name);
     out->output_json.push_back(json);
@@ -724,6 +775,10 @@ size_t write_response_body(const InferResponse& response, Sink& sink) {
     sink.put(output.datatype);
     sink.put("\",\"shape\":");
     sink.put(output.shape);
+    if (output.in_shm) {  // in the client's shm region: metadata only, as Triton
+      sink.put('}');
+      continue;
+    }
     if (output.json) {
       sink.put(",\"data\":");
       put_json_data(sink, output);
@@ -737,7 +792,7 @@ size_t write_response_body(const InferResponse& response, Sink& sink) {
   sink.put("]}");
   const size_t json_size = sink.size() - start;
   for (const ResponseOutput& output : response.outputs) {
-    if (!output.json) sink.put(output.data, output.size);
+    if (!output.json && !output.in_shm) sink.put(output.data, output.size);
   }
   return json_size;
 }

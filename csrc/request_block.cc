@@ -56,6 +56,10 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
   } else {
     header += request.parameters;
   }
+  if (!request.output_regions.empty()) {
+    header += ",\"regions\":";
+    header += request.output_regions;
+  }
   header += '}';
 
   out->metadata = std::move(header);

@@ -150,6 +150,15 @@ SCENARIOS: list[Scenario] = [
         description="identity on FP32 [3,224,224] with tensors in system shared memory (HTTP control)",
     ),
     Scenario(
+        "identity_fp32_grpc_shm",
+        1,
+        "identity_fp32",
+        "grpc",
+        (4,),
+        shm="system",
+        description="identity on FP32 [3,224,224] with tensors in system shared memory over gRPC",
+    ),
+    Scenario(
         "add_sub_http_json",
         1,
         "add_sub",

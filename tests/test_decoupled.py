@@ -10,8 +10,10 @@ instance keeps serving and nothing stays in the arena.
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -37,6 +39,7 @@ def server(tmp_path_factory):
             "repeat": DECOUPLED_MODELS / "repeat",
             "text_echo": DECOUPLED_MODELS / "text_echo",
             "bls_stream": DECOUPLED_MODELS / "bls_stream",
+            "sleeper": None,  # tests/models: two instances, SECONDS of sleep per execution
         },
     )
     server = NaiadServer(repository, log_dir=root).start()
@@ -72,12 +75,12 @@ def _generate(server, model: str, body, path: str = "") -> requests.Response:
 
 
 def _settled(server) -> None:
-    """Nothing in flight and only the instance channels in the arena (three models, one
-    instance each), within a few seconds."""
+    """Nothing in flight and only the instance channels in the arena (five instances),
+    within a few seconds."""
     deadline = time.monotonic() + 5
     while True:
         arena = requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()
-        if arena["requests_in_flight"] == 0 and arena["blocks_in_use"] == 3:
+        if arena["requests_in_flight"] == 0 and arena["blocks_in_use"] == 5:
             return
         assert time.monotonic() < deadline, arena
         time.sleep(0.05)
@@ -347,3 +350,40 @@ def test_bls_reads_a_decoupled_models_stream(server):
     assert r.status_code == 200
     assert r.json() == {"VALUES": list(range(7)), "model_name": "bls_stream", "model_version": "1"}
     _settled(server)
+
+
+def _sleep_request(seconds: float) -> bytes:
+    """A general-path infer request for sleeper (gzip: the fast lane leaves it)."""
+    body = json.dumps(
+        {"inputs": [{"name": "SECONDS", "datatype": "FP32", "shape": [1, 1], "data": [seconds]}]}
+    ).encode()
+    packed = gzip.compress(body)
+    return (
+        b"POST /v2/models/sleeper/infer HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(packed), packed)
+    )
+
+
+def test_closing_the_connection_drops_a_queued_infer_request(server):
+    metrics_url = f"http://{server.host}:{server.metrics_port}/metrics"
+    canceled = 'nv_inference_request_failure{model="sleeper",reason="CANCELED",version="1"} '
+    busy = [socket.create_connection((server.host, server.http_port)) for _ in range(2)]
+    try:
+        for sock in busy:  # both instances sleep 1 s
+            sock.sendall(_sleep_request(1.0))
+        time.sleep(0.3)
+        with socket.create_connection((server.host, server.http_port)) as queued:
+            queued.sendall(_sleep_request(0.0))
+            time.sleep(0.2)  # it waits in the queue; the client goes away (a reset: a
+            # FIN alone is a half-close, after which the server still answers)
+            queued.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        for sock in busy:
+            sock.settimeout(TIMEOUT)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
+    finally:
+        for sock in busy:
+            sock.close()
+    _settled(server)
+    text = requests.get(metrics_url, timeout=TIMEOUT).text
+    assert canceled + "1\n" in text
+    assert 'nv_inference_request_success{model="sleeper",version="1"} 2\n' in text

@@ -307,6 +307,7 @@ cdef extern from "infer_types.h" namespace "naiad":
         vector[RequestInput] inputs
         vector[string_view] output_names
         string_view parameters
+        string_view output_regions
         uint32_t priority
         uint64_t timeout_us
         uint32_t batch_size
@@ -996,7 +997,7 @@ cdef class ModelSpec:
 
     def submit(self, Core core, uint64_t core_model, uint64_t core_request_id,
                str request_id, list inputs, outputs, bytes parameters, uint32_t priority,
-               uint64_t timeout_us, tuple sequence=None):
+               uint64_t timeout_us, tuple sequence=None, bytes regions=b""):
         """Validates a request the Python general path parsed (as `validate`), lays out
         its block for the worker with the lane's layout_request_block
         (csrc/request_block.h) and queues it on `core`. `parameters`: the request
@@ -1014,12 +1015,16 @@ cdef class ModelSpec:
         view.request.id = string_view(id_json.data(), id_json.size())
         view.request.parameters = string_view(PyBytes_AS_STRING(parameters),
                                               PyBytes_GET_SIZE(parameters))
+        # Outputs written into client shm regions (naiad/shm.py), for the worker.
+        view.request.output_regions = string_view(PyBytes_AS_STRING(regions),
+                                                  PyBytes_GET_SIZE(regions))
         cdef RequestBlock block
         cdef ModelHandle handle = _handle(core_model)
         cdef SubmitRequest submit
         cdef SubmitResult result
         cdef uint64_t size = 0
         cdef size_t i
+        cdef RegionRef ref
         cdef bytes sequence_key = b""
         if sequence is not None:
             submit.options.sequence_id = sequence[0]
@@ -1029,6 +1034,19 @@ cdef class ModelSpec:
             submit.options.sequence_flags = sequence[2]
         with nogil:
             layout_request_block(self.spec, view.request, &block)
+        # Inputs in client shm regions go to the core as typed sources: it copies them
+        # out of the registry's mapping (bounds checked again), once; CUDA ones are
+        # room only, filled by the worker that owns the device.
+        for i in range(min(block.inputs.size(), len(inputs))):
+            data = inputs[i].data
+            if type(data) is RegionRef:
+                ref = <RegionRef>data
+                block.inputs[i].kind = ref.ref.kind
+                block.inputs[i].region = ref.ref.id
+                block.inputs[i].offset = ref.ref.object_offset - ref.ref.region_offset \
+                    if ref.ref.kind == InputKind.kSystemShm else ref.ref.object_offset
+                block.inputs[i].data = NULL
+        with nogil:
             submit.request_id = core_request_id
             submit.metadata = string_view(block.metadata.data(), block.metadata.size())
             submit.inputs = block.inputs
@@ -1069,6 +1087,15 @@ cdef class _RequestView:
             item.name = _utf8_view(tensor.name)
             item.datatype = _utf8_view(tensor.datatype)
             item.shape = tensor.shape
+            if type(tensor.data) is RegionRef and (<RegionRef>tensor.data).ref.kind != InputKind.kSystemShm:
+                # A CUDA region's bytes stay on the device: the size is what is checked
+                # (naiad/shm.py refuses BYTES there, whose elements would be read).
+                PyObject_GetBuffer(b"", &self.buffers[i], PyBUF_SIMPLE)
+                self.held += 1
+                item.data = NULL
+                item.size = (<RegionRef>tensor.data).ref.size
+                self.request.inputs.push_back(item)
+                continue
             PyObject_GetBuffer(tensor.data, &self.buffers[i], PyBUF_SIMPLE)
             self.held += 1
             item.data = <const uint8_t*>self.buffers[i].buf
@@ -1863,3 +1890,261 @@ cdef class GrpcAnswer:
                                &parts)
             sent = conn._conn.send_parts(stream_id, parts.data(), parts.size())
         return sent
+
+# --- shared-memory regions (csrc/shm_registry.h): Triton's system and CUDA shm ---
+
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
+
+cdef extern from "shm_registry.h" namespace "naiad":
+    cdef cppclass RegionStatus:
+        string name
+        InputKind kind
+        string key
+        uint64_t offset
+        uint64_t byte_size
+        int64_t device_id
+        string raw_handle
+
+    cdef cppclass CRegionRef "naiad::RegionRef":
+        uint64_t id
+        InputKind kind
+        uint8_t* data
+        int fd
+        uint64_t object_offset
+        uint64_t size
+        uint64_t region_offset
+        uint64_t region_size
+        int64_t device_id
+        string raw_handle
+
+    cdef cppclass CShmRegistry "naiad::ShmRegistry":
+        CShmRegistry(Arena* arena) except +
+        uint64_t table_offset()
+        ErrorKind register_system(string_view name, string_view key, uint64_t offset,
+                                  uint64_t byte_size, string* error) except +
+        ErrorKind register_cuda(string_view name, string_view raw_handle, int64_t device_id,
+                                uint64_t byte_size, string* error) except +
+        ErrorKind unregister(InputKind kind, string_view name, string* error) except +
+        ErrorKind status(InputKind kind, string_view name, vector[RegionStatus]* out,
+                         string* error) except +
+        ErrorKind resolve(string_view name, uint64_t offset, uint64_t size, CRegionRef* ref,
+                          string* error) except +
+        void release(uint64_t id)
+        size_t mapped()
+        uint64_t copies()
+        uint64_t copied_bytes()
+
+    void attach_registry(CCore& core, CShmRegistry* registry)
+    uint64_t gathered_bytes(CCore& core)
+    size_t kCudaIpcHandleBytes
+    uint32_t kRegionTableSlots
+
+cdef extern from "kserve_codec.h" namespace "naiad":
+    cdef cppclass KServeCodecShm "naiad::KServeCodec":
+        void set_regions(CShmRegistry* regions)
+
+
+SHM_SYSTEM = <int>InputKind.kSystemShm
+SHM_CUDA = <int>InputKind.kCudaIpc
+CUDA_IPC_HANDLE_BYTES = kCudaIpcHandleBytes
+
+
+cdef inline string_view _bytes_view(bytes data):
+    return string_view(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+
+
+cdef class ShmRegistry:
+    """The region registry of `core` (csrc/shm_registry.h); the core reads system-shm
+    inputs through it. Methods return (error kind, message) on failure, None on success
+    (errors.py turns kinds into exceptions)."""
+
+    cdef CShmRegistry* _registry
+    cdef Core _core  # the core holds a pointer to us: we outlive it only through this
+    cdef list _lanes  # FastLanes whose codec resolves shm tensors through us
+
+    def __cinit__(self, Core core):
+        self._registry = new CShmRegistry(&core._core.arena())
+        self._core = core
+        attach_registry(core._core[0], self._registry)
+
+    def __dealloc__(self):
+        cdef FastLane lane
+        if self._lanes:
+            for lane in self._lanes:
+                (<KServeCodecShm*>&lane._lane.codec()).set_regions(NULL)
+        if self._core is not None and self._core._core != NULL:
+            attach_registry(self._core._core[0], NULL)
+        del self._registry
+
+    def attach_lane(self, FastLane lane):
+        """The lane's codec (HTTP and gRPC lanes share it) takes requests whose tensors
+        are in system shm regions (kserve_codec.h)."""
+        if self._lanes is None:
+            self._lanes = []
+        self._lanes.append(lane)
+        (<KServeCodecShm*>&lane._lane.codec()).set_regions(self._registry)
+
+    @property
+    def table_offset(self):
+        """Arena offset of the live-region table the workers read."""
+        return self._registry.table_offset()
+
+    def mapped(self):
+        """Regions whose mapping is held (registered, or unregistered but in use)."""
+        return self._registry.mapped()
+
+    def stats(self):
+        """Copy counters: inputs the core copied out of regions (one copy each, into
+        the batch), and bytes the assembler gathered into batch tensors (any input)."""
+        return {
+            "regions_mapped": self._registry.mapped(),
+            "input_copies": self._registry.copies(),
+            "input_bytes": self._registry.copied_bytes(),
+            "gathered_bytes": gathered_bytes(self._core._core[0]),
+        }
+
+    def register_system(self, str name, str key, uint64_t offset, uint64_t byte_size):
+        cdef string error
+        cdef bytes n = name.encode(), k = key.encode()
+        cdef ErrorKind kind = self._registry.register_system(
+            _bytes_view(n), _bytes_view(k), offset, byte_size, &error)
+        return None if kind == ErrorKind.kNone else (<int>kind, error.decode("utf-8", "replace"))
+
+    def register_cuda(self, str name, bytes raw_handle, int64_t device_id, uint64_t byte_size):
+        cdef string error
+        cdef bytes n = name.encode()
+        cdef ErrorKind kind = self._registry.register_cuda(
+            _bytes_view(n), _bytes_view(raw_handle), device_id, byte_size, &error)
+        return None if kind == ErrorKind.kNone else (<int>kind, error.decode("utf-8", "replace"))
+
+    def unregister(self, int kind, str name):
+        cdef string error
+        cdef bytes n = name.encode()
+        cdef ErrorKind result = self._registry.unregister(<InputKind>kind, _bytes_view(n), &error)
+        return None if result == ErrorKind.kNone else (<int>result, error.decode("utf-8", "replace"))
+
+    def status(self, int kind, str name):
+        """[(name, key, offset, byte_size, device_id, raw_handle)] or (kind, message)."""
+        cdef string error
+        cdef vector[RegionStatus] out
+        cdef bytes n = name.encode()
+        cdef ErrorKind result = self._registry.status(<InputKind>kind, _bytes_view(n), &out, &error)
+        if result != ErrorKind.kNone:
+            return (<int>result, error.decode("utf-8", "replace"))
+        return [(s.name.decode("utf-8", "replace"), s.key.decode("utf-8", "replace"), s.offset,
+                 s.byte_size, s.device_id, <bytes>s.raw_handle) for s in out]
+
+    def resolve(self, str name, uint64_t offset, uint64_t size):
+        """A RegionRef over [offset, offset + size) of region `name`, holding a reference
+        on the region until it goes; or (kind, message)."""
+        cdef string error
+        cdef bytes n = name.encode()
+        ref = RegionRef.__new__(RegionRef)
+        cdef ErrorKind result = self._registry.resolve(_bytes_view(n), offset, size,
+                                                       &(<RegionRef>ref).ref, &error)
+        if result != ErrorKind.kNone:
+            return (<int>result, error.decode("utf-8", "replace"))
+        (<RegionRef>ref).registry = self
+        return ref
+
+
+cdef class RegionRef:
+    """A tensor's bytes in a registered region, pinned: the region stays mapped while
+    this object lives (ShmRegistry.release at its end). System regions expose the bytes
+    through the buffer protocol (read-only): the core copies them once, into the batch."""
+
+    cdef CRegionRef ref
+    cdef ShmRegistry registry
+
+    def __dealloc__(self):
+        if self.registry is not None:
+            self.registry._registry.release(self.ref.id)
+            self.registry = None
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        if self.ref.kind != InputKind.kSystemShm:
+            raise BufferError("a CUDA shared-memory region has no host bytes")
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("a shared-memory input is read-only")
+        buffer.buf = <void*>self.ref.data if self.ref.data != NULL else <void*>&_EMPTY_BYTE
+        buffer.len = self.ref.size
+        buffer.readonly = 1
+        buffer.itemsize = 1
+        if flags & PyBUF_FORMAT:
+            buffer.format = b"B"
+        else:
+            buffer.format = NULL
+        buffer.ndim = 1
+        buffer.shape = NULL
+        buffer.strides = NULL
+        buffer.suboffsets = NULL
+        buffer.internal = NULL
+        buffer.obj = self
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+    def __len__(self):
+        return self.ref.size
+
+    @property
+    def id(self):
+        return self.ref.id
+
+    @property
+    def kind(self):
+        return <int>self.ref.kind
+
+    @property
+    def size(self):
+        return self.ref.size
+
+    @property
+    def fd(self):
+        return self.ref.fd
+
+    @property
+    def object_offset(self):
+        return self.ref.object_offset
+
+    @property
+    def region_offset(self):
+        return self.ref.region_offset
+
+    @property
+    def region_size(self):
+        return self.ref.region_size
+
+    @property
+    def device_id(self):
+        return self.ref.device_id
+
+    @property
+    def raw_handle(self):
+        return <bytes>self.ref.raw_handle
+
+
+cdef uint8_t _EMPTY_BYTE = 0
+
+
+def region_table(arena, uint64_t offset):
+    """(epoch, set of live region ids) from the RegionTable at `offset` of `arena` (a
+    worker's view)."""
+    cdef const uint8_t[::1] view = arena
+    if offset == 0 or offset + sizeof(uint64_t) * (1 + kRegionTableSlots) > <uint64_t>view.shape[0]:
+        return 0, set()
+    cdef const uint64_t* words = <const uint64_t*>(&view[0] + offset)
+    cdef uint64_t epoch = words[0]
+    cdef set live = set()
+    cdef uint32_t i
+    for i in range(kRegionTableSlots):
+        if words[1 + i] != 0:
+            live.add(words[1 + i])
+    return epoch, live
+
+
+def region_table_epoch(arena, uint64_t offset):
+    cdef const uint8_t[::1] view = arena
+    if offset == 0 or offset + sizeof(uint64_t) > <uint64_t>view.shape[0]:
+        return 0
+    return (<const uint64_t*>(&view[0] + offset))[0]

@@ -72,26 +72,30 @@ async def serve(options) -> int:
         poller.start()
 
     servers = []
+    # gRPC listens before HTTP (as Triton starts them): once /v2/health/ready answers,
+    # the gRPC port takes connections too.
+    if options.allow_grpc:
+        from naiad.grpc.server import start_grpc_server
+
+        servers.append(await start_grpc_server(manager, options.host, options.grpc_port))
+        log.info("Started GRPCInferenceService at %s:%d", options.host, options.grpc_port)
     if options.allow_http:
         from naiad.http.generate_routes import register_generate_routes
         from naiad.http.naiad_routes import register_naiad_routes
         from naiad.http.repository_routes import register_repository_routes
         from naiad.http.routes import Router
         from naiad.http.server import start_http_server
+        from naiad.http.shm_routes import register_shm_routes
 
         router = Router(manager)
         register_naiad_routes(router, manager)
         register_repository_routes(router, manager)
+        register_shm_routes(router, manager)
         register_generate_routes(router, manager)
         servers.append(
             await start_http_server(manager, options.host, options.http_port, router=router)
         )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)
-    if options.allow_grpc:
-        from naiad.grpc.server import start_grpc_server
-
-        servers.append(await start_grpc_server(manager, options.host, options.grpc_port))
-        log.info("Started GRPCInferenceService at %s:%d", options.host, options.grpc_port)
     if options.allow_metrics:
         from naiad.metrics import start_metrics_server
 

@@ -12,11 +12,14 @@ import queue
 import time
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer, make_repository
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pbg
 from tritonclient.utils import InferenceServerException
 
 DECOUPLED_MODELS = Path(__file__).resolve().parent.parent / "decoupled_models"
@@ -28,7 +31,11 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpc_decoupled")
     repository = make_repository(
         root / "models",
-        {"repeat": DECOUPLED_MODELS / "repeat", "text_echo": DECOUPLED_MODELS / "text_echo"},
+        {
+            "repeat": DECOUPLED_MODELS / "repeat",
+            "text_echo": DECOUPLED_MODELS / "text_echo",
+            "sleeper": None,  # tests/models: two instances, SECONDS of sleep per execution
+        },
     )
     server = NaiadServer(repository, log_dir=root).start()
     yield server
@@ -96,7 +103,7 @@ def _settled(server) -> None:
     deadline = time.monotonic() + 5
     while True:
         arena = requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()
-        if arena["requests_in_flight"] == 0 and arena["blocks_in_use"] == 2:
+        if arena["requests_in_flight"] == 0 and arena["blocks_in_use"] == 4:
             return
         assert time.monotonic() < deadline, arena
         time.sleep(0.05)
@@ -239,3 +246,28 @@ def test_a_queued_request_of_a_cancelled_stream_never_runs(server):
         'nv_inference_request_failure{model="repeat",reason="CANCELED",version="1"} 1\n'
         in metrics.text
     )
+
+
+def _sleep_call(stub, seconds: float):
+    """A ModelInfer call on sleeper with typed contents (the general path)."""
+    request = pb.ModelInferRequest(model_name="sleeper")
+    tensor = request.inputs.add(name="SECONDS", datatype="FP32", shape=[1, 1])
+    tensor.contents.fp32_contents.append(seconds)
+    return stub.ModelInfer.future(request, timeout=TIMEOUT)
+
+
+def test_a_reset_model_infer_call_drops_its_queued_request(server):
+    metrics_url = f"http://{server.host}:{server.metrics_port}/metrics"
+    with grpc.insecure_channel(f"{server.host}:{server.grpc_port}") as channel:
+        stub = pbg.GRPCInferenceServiceStub(channel)
+        busy = [_sleep_call(stub, 1.0) for _ in range(2)]  # both instances sleep 1 s
+        time.sleep(0.3)
+        queued = _sleep_call(stub, 0.0)
+        time.sleep(0.2)
+        assert queued.cancel()  # RST_STREAM while it waits in the queue
+        for call in busy:
+            assert call.result().outputs[0].name == "OUTPUT0"
+    _settled(server)
+    text = requests.get(metrics_url, timeout=TIMEOUT).text
+    assert 'nv_inference_request_failure{model="sleeper",reason="CANCELED",version="1"} 1\n' in text
+    assert 'nv_inference_request_success{model="sleeper",version="1"} 2\n' in text

@@ -201,12 +201,17 @@ def test_features_not_built_yet_say_so(client):
     assert client.get_cuda_shared_memory_status(as_json=True) == {}
     client.unregister_system_shared_memory("r")  # nothing registered: a no-op, as Triton
     client.unregister_cuda_shared_memory("r")
-    err = _error(lambda: client.register_system_shared_memory("r", "/k", 16))
-    assert err.status() == "StatusCode.UNAVAILABLE"
-    assert "not supported by Naiad yet" in err.message()
-    err = _error(lambda: client.register_cuda_shared_memory("r", b"eA==", 0, 16))
-    assert err.status() == "StatusCode.UNAVAILABLE"
-    assert "not supported by Naiad yet" in err.message()
+    # Shared memory is served (tests/grpc_clients/test_grpc_shm.py): a missing key is
+    # Triton's INTERNAL; CUDA without a GPU its INVALID_ARGUMENT.
+    err = _error(lambda: client.register_system_shared_memory("r", "/naiad_no_key", 16))
+    assert err.status() == "StatusCode.INTERNAL"
+    assert err.message() == "Unable to open shared memory region: '/naiad_no_key'"
+    from naiad import cuda_ipc
+
+    if cuda_ipc.unavailable_reason(0) is not None:
+        err = _error(lambda: client.register_cuda_shared_memory("r", b"eA==", 0, 16))
+        assert err.status() == "StatusCode.INVALID_ARGUMENT"
+        assert err.message().startswith("failed to register shared memory region: invalid args")
     err = _error(lambda: client.get_trace_settings())
     assert err.status() == "StatusCode.UNAVAILABLE" and "tracing" in err.message()
     err = _error(lambda: client.get_log_settings())

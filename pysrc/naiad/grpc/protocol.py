@@ -78,6 +78,8 @@ class GrpcProtocol(asyncio.Protocol):
         # ModelStreamInfer on decoupled models: the core's ids of each stream's requests
         # in flight, cancelled when the stream is reset (grpc/decoupled.py).
         self.stream_requests: dict[int, set] = {}
+        # General-path ModelInfer calls in flight: their futures, cancelled on a reset.
+        self.infer_futures: dict[int, object] = {}
         self._flush_scheduled = False
         # The batcher's hint (scheduling/arrivals.py): inference calls in flight and the
         # most there ever were at once on this connection.
@@ -107,6 +109,9 @@ class GrpcProtocol(asyncio.Protocol):
         self.calls.clear()
         for stream in list(self.stream_requests):
             decoupled.cancel_stream(self, stream)
+        for future in self.infer_futures.values():
+            future.cancel()
+        self.infer_futures.clear()
         if self._counted:
             self.arrivals.open -= 1
             if self._waiting:
@@ -216,6 +221,7 @@ class GrpcProtocol(asyncio.Protocol):
             infer = call.path == MODEL_INFER
             if infer:
                 self._track(1)
+                self.infer_futures[stream] = future  # cancelled if the call is reset
             future.add_done_callback(lambda f: self._call_done(stream, f, finish, infer))
             return
         self._answer(stream, result)
@@ -253,6 +259,7 @@ class GrpcProtocol(asyncio.Protocol):
     def _call_done(self, stream: int, future, finish, infer: bool) -> None:
         if infer:
             self._track(-1)
+            self.infer_futures.pop(stream, None)
         if stream not in self.calls:
             return  # cancelled or past its deadline
         try:
@@ -296,6 +303,9 @@ class GrpcProtocol(asyncio.Protocol):
             call.timer.cancel()
         if stream in self.stream_requests:  # the client reset the stream
             decoupled.cancel_stream(self, stream)
+        future = self.infer_futures.pop(stream, None)
+        if future is not None:  # a ModelInfer call of the general path: the manager
+            future.cancel()  # cancels its request in the core
 
     def _expire(self, stream: int) -> None:
         if stream in self.calls:
@@ -380,6 +390,8 @@ class GrpcProtocol(asyncio.Protocol):
         except BaseException as exc:
             self._stream_error(stream, finish.request.id, exc)
         else:
+            # One response, the request's last: Triton marks it so on a stream.
+            response.parameters[decoupled.FINAL_PARAMETER].bool_param = True
             self.conn.send_message(
                 stream, pb.ModelStreamInferResponse(infer_response=response).SerializeToString()
             )

@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from naiad.errors import NaiadError, NotFound, Unavailable
-from naiad.grpc import status
+from naiad.grpc import shm_rpcs, status
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request, to_infer_response
 from naiad.protos import grpc_service_pb2 as pb
@@ -159,43 +159,26 @@ class Service:
         future = asyncio.ensure_future(self.manager.unload_model(request.model_name, dependents))
         return future, _Empty(pb.RepositoryModelUnloadResponse)
 
-    # -- shared memory, trace and log settings: not built yet --------------------------
+    # -- shared memory (naiad/shm.py through grpc/shm_rpcs.py) ---------------------------
     def system_shm_status(self, request):
-        if request.name:  # nothing is ever registered
-            raise GrpcError(
-                status.NOT_FOUND,
-                f"Unable to find system shared memory region: '{request.name}'",
-            )
-        return pb.SystemSharedMemoryStatusResponse()
+        return shm_rpcs.system_status(self.manager, request)
 
     def system_shm_register(self, request):
-        raise GrpcError(
-            status.UNAVAILABLE,
-            f"failed to register system shared memory region: '{request.name}': system "
-            "shared memory is not supported by Naiad yet",
-        )
+        return shm_rpcs.system_register(self.manager, request)
 
     def system_shm_unregister(self, request):
-        return pb.SystemSharedMemoryUnregisterResponse()
+        return shm_rpcs.system_unregister(self.manager, request)
 
     def cuda_shm_status(self, request):
-        if request.name:
-            raise GrpcError(
-                status.NOT_FOUND,
-                f"Unable to find cuda shared memory region: '{request.name}'",
-            )
-        return pb.CudaSharedMemoryStatusResponse()
+        return shm_rpcs.cuda_status(self.manager, request)
 
     def cuda_shm_register(self, request):
-        raise GrpcError(
-            status.UNAVAILABLE,
-            f"failed to register CUDA shared memory region: '{request.name}': CUDA shared "
-            "memory is not supported by Naiad yet",
-        )
+        return shm_rpcs.cuda_register(self.manager, request)
 
     def cuda_shm_unregister(self, request):
-        return pb.CudaSharedMemoryUnregisterResponse()
+        return shm_rpcs.cuda_unregister(self.manager, request)
 
+    # -- trace and log settings: not built yet ------------------------------------------
     def trace_setting(self, request):
         raise GrpcError(status.UNAVAILABLE, "the server does not support tracing")
 

@@ -14,6 +14,7 @@ import struct
 
 import numpy as np
 
+from naiad import shm
 from naiad.errors import InvalidArgument
 from naiad.http.codec import classify
 from naiad.protos import grpc_service_pb2 as pb
@@ -98,14 +99,16 @@ def to_infer_request(message: pb.ModelInferRequest) -> InferRequest:
     raw = message.raw_input_contents
     n_raw = len(raw)
     inputs = []
-    for index, tensor in enumerate(message.inputs):
+    index = -1  # raw_input_contents holds the inputs not in shared memory, in order
+    for tensor in message.inputs:
         params = parameters_of(tensor.parameters)
-        if "shared_memory_region" in params:
-            raise InvalidArgument(
-                f"input '{tensor.name}' for model '{model_name}' names shared memory region "
-                f"'{params['shared_memory_region']}': shared memory is not supported by "
-                "Naiad yet"
+        if "shared_memory_region" in params or "shared_memory_byte_size" in params:
+            data = shm.input_from_parameters(tensor.name, params, datatype=tensor.datatype)
+            inputs.append(
+                InputTensor(tensor.name, tensor.datatype, list(tensor.shape), data, params)
             )
+            continue
+        index += 1
         typed = tensor.HasField("contents")
         if n_raw:
             if typed:
@@ -127,7 +130,7 @@ def to_infer_request(message: pb.ModelInferRequest) -> InferRequest:
                 f"'{model_name}' in request."
             )
         inputs.append(InputTensor(tensor.name, tensor.datatype, list(tensor.shape), data, params))
-    if n_raw > len(inputs):
+    if n_raw > index + 1:
         raise InvalidArgument(
             f"raw_input_contents has {n_raw} entries for model '{model_name}' but the "
             f"request has {len(inputs)} inputs"
@@ -135,6 +138,13 @@ def to_infer_request(message: pb.ModelInferRequest) -> InferRequest:
     outputs = None
     if message.outputs:
         outputs = [RequestedOutput(o.name, parameters_of(o.parameters)) for o in message.outputs]
+        for output in outputs:
+            if "shared_memory_region" in output.parameters:  # the worker writes it there
+                if "classification" in output.parameters:
+                    raise InvalidArgument(
+                        "output can't set both 'shared_memory_region' and 'classification'"
+                    )
+                shm.output_from_parameters(output.name, output.parameters)
     return InferRequest(
         model_name,
         message.model_version,
@@ -171,5 +181,8 @@ def to_infer_response(
         tensor.name = output.name
         tensor.datatype = output.datatype
         tensor.shape.extend(output.shape)
+        if requested is not None and shm.REF_KEY in params:
+            message.raw_output_contents.append(b"")  # in the client's region (as Triton)
+            continue
         message.raw_output_contents.append(bytes(output.data))
     return message

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from naiad import shm
 from naiad.datatypes import WIRE_DATATYPES, element_size, numpy_dtype
 from naiad.errors import Internal, InvalidArgument, NaiadError
 from naiad.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
@@ -246,9 +247,8 @@ def parse_infer_request(
                 )
             data = view[offset:end]
             offset = end
-        elif has_shm:
-            region = params.get("shared_memory_region")
-            raise InvalidArgument(f"Unable to find system shared memory region: '{region}'")
+        elif has_shm:  # a RegionRef: the core copies from the client's region
+            data = shm.input_from_parameters(name, params, http=True, datatype=datatype)
         else:
             data = _json_to_wire(name, datatype, shape, item["data"])
         inputs.append(InputTensor(name, datatype, shape, data, params))
@@ -273,6 +273,8 @@ def parse_infer_request(
                         "Unable to parse 'parameters': attempt to access JSON non-object as object"
                     )
                 _check_output_parameters(oparams)
+                if "shared_memory_region" in oparams:  # the worker writes it there
+                    shm.output_from_parameters(name, oparams, http=True)
             else:
                 oparams = {}
             outputs.append(RequestedOutput(name, oparams))
@@ -484,6 +486,11 @@ def encode_infer_response(
             if params is None:
                 continue  # not requested
             if params:
+                if shm.REF_KEY in params:  # written into the client's region: no data
+                    out_json.append(
+                        {"name": output.name, "datatype": output.datatype, "shape": output.shape}
+                    )
+                    continue
                 binary = params.get("binary_data", False) is True
                 classes = params.get("classification")
                 if classes:

@@ -65,7 +65,7 @@ class _Slot:
     """A reply owed on a connection, in request order. `reply` is a Reply, or the
     complete response bytes from the infer fast lane."""
 
-    __slots__ = ("reply", "keep_alive", "head_only", "http10", "protocol")
+    __slots__ = ("reply", "keep_alive", "head_only", "http10", "protocol", "future")
 
     def __init__(self, reply, keep_alive: bool, head_only: bool, http10: bool, protocol=None):
         self.reply = reply
@@ -73,6 +73,7 @@ class _Slot:
         self.head_only = head_only
         self.http10 = http10
         self.protocol = protocol
+        self.future = None  # a general-path request's: cancelled if the client goes away
 
     def deliver(self, http, exc) -> None:
         """The fast lane's answer: the response bytes, or the error of a request that
@@ -182,6 +183,8 @@ class HttpProtocol(asyncio.Protocol):
         for slot in self.pending:
             if type(slot.reply) is StreamedReply:  # its client went away mid-stream
                 slot.reply.abort()
+            elif slot.future is not None and not slot.future.done():
+                slot.future.cancel()  # the manager cancels the request in the core
         self.pending.clear()
 
     def eof_received(self) -> bool:
@@ -346,6 +349,7 @@ class HttpProtocol(asyncio.Protocol):
         self._set_waiting(True)
         self.pending.append(slot)
         if isinstance(result, Deferred):
+            slot.future = result.future
             result.future.add_done_callback(
                 lambda future, s=slot, finish=result.finish: self._deferred_done(future, s, finish)
             )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -38,6 +39,8 @@ from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
 from naiad.scheduling.sequence import refusal as sequence_refusal
 from naiad.scheduling.streaming import StreamPending
+from naiad.shm import SharedMemory
+from naiad.shm import block_regions as shm_block_regions
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
 
@@ -115,6 +118,10 @@ class ModelManager:
         self.core = _core.Core(arena_bytes)
         self.lane = _core.FastLane(self.core)
         self.grpc_lane = _core.GrpcLane(self.lane)  # the same codec, for gRPC ModelInfer
+        # Client shared-memory regions (Triton's shm extensions); the core reads
+        # inputs through it. Before any worker starts: they inherit its table offset.
+        self.shm = SharedMemory(self.core)
+        self.shm.registry.attach_lane(self.lane)  # the lanes take shm tensors too
         # Requests queued through the fast lane and through the general path.
         self.lane_requests = 0
         self.general_requests = 0
@@ -379,6 +386,7 @@ class ModelManager:
             priority,
             timeout_us,
             sequence,
+            regions=shm_block_regions(request),
         )
         if type(result) is str:
             raise InvalidArgument(result)
@@ -413,7 +421,14 @@ class ModelManager:
         self._pending[request_id] = _Pending(
             request_id, model, future, request, batch_size, submit_ns
         )
+        future.add_done_callback(partial(self._future_done, request_id))
         return future
+
+    def _future_done(self, request_id: int, future) -> None:
+        """A front end cancelled the future of request `request_id` (its client went
+        away): the core drops or flags the request."""
+        if future.cancelled():
+            self.cancel(request_id)
 
     def cancel(self, request_id: int) -> None:
         """The client of request `request_id` went away (a cancelled gRPC call or

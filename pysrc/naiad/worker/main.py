@@ -30,7 +30,7 @@ from naiad import _core, datatypes
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
 from naiad.gc_tuning import settle_after_startup
-from naiad.worker import bls, decoupled
+from naiad.worker import bls, decoupled, shm_outputs
 from naiad.worker import sequence as sequence_batching
 
 _PR_SET_PDEATHSIG = 1
@@ -81,7 +81,7 @@ class _Layout:
     metadata's order. Where the inputs' bytes are comes with each batch (the request
     block's slots)."""
 
-    __slots__ = ("header", "placements")
+    __slots__ = ("header", "placements", "regions")
 
     def __init__(self, metadata: bytes):
         header = orjson.loads(metadata)
@@ -93,6 +93,7 @@ class _Layout:
             (None if datatype == "BYTES" else _INPUT_DTYPES[datatype], shape)
             for _name, datatype, shape in inputs
         )
+        self.regions = shm_outputs.note_layout(header)  # client shm regions, or None
 
 
 # Metadata bytes -> _Layout. A client sends the same request (same id, names and
@@ -108,6 +109,10 @@ def _layout(metadata: bytes) -> _Layout:
             _LAYOUTS.clear()
         layout = _LAYOUTS[metadata] = _Layout(metadata)
     return layout
+
+
+def _regions_of(metadata: bytes):
+    return _layout(metadata).regions
 
 
 def _batch(arena, blocks: list) -> Batch:
@@ -240,6 +245,8 @@ class Worker:
         """`tensors`: the batch-major input tensors (see `batch_inputs`), which the
         requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
+        if shm_outputs.active:  # CUDA-shm inputs: filled from the client's device memory
+            shm_outputs.fill_cuda_inputs(self.arena, blocks, _regions_of)
         batch = _batch(self.arena, blocks)
         if self.backend.batch_tensors:  # framework backends take the inputs whole
             batch.tensors = batch_inputs(self.arena, blocks, tensors)
@@ -260,9 +267,17 @@ class Worker:
         if len(_OUTPUT_NAMES) > 4096:  # a model inventing output names
             _OUTPUT_NAMES.clear()
         # One response block: every request's final response, and the batch ends.
-        if not self.endpoint.respond_results(
-            batch_id, results, timings, True, Response, _FAST_WIRE, _OUTPUT_NAMES, _wire_one
-        ):
+        if shm_outputs.active and any(_regions_of(metadata) for metadata, _slots in blocks):
+            # Outputs the client placed in shm regions are written there, not in the block.
+            responses = shm_outputs.place_outputs(
+                self.arena, blocks, _wire_results(results), _regions_of
+            )
+            posted = self.endpoint.respond(batch_id, responses, timings, True)
+        else:
+            posted = self.endpoint.respond_results(
+                batch_id, results, timings, True, Response, _FAST_WIRE, _OUTPUT_NAMES, _wire_one
+            )
+        if not posted:
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
 
 

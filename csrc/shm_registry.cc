@@ -1,0 +1,320 @@
+#include "shm_registry.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+namespace naiad {
+
+namespace {
+
+std::string quoted(std::string_view text) {
+  std::string out = "'";
+  out.append(text.data(), text.size());
+  out += "'";
+  return out;
+}
+
+const char* kind_word(InputKind kind) { return kind == InputKind::kCudaIpc ? "cuda" : "system"; }
+
+const char* kind_title(InputKind kind) { return kind == InputKind::kCudaIpc ? "CUDA" : "system"; }
+
+}  // namespace
+
+bool valid_shm_key(std::string_view key) {
+  if (!key.empty() && key.front() == '/') key.remove_prefix(1);
+  if (key.empty() || key.size() > NAME_MAX) return false;
+  if (key == "." || key == "..") return false;
+  for (char c : key) {
+    if (c == '/' || c == '\0') return false;
+  }
+  return true;
+}
+
+ShmRegistry::ShmRegistry(Arena* arena) : arena_(arena) {
+  if (arena_ != nullptr) {
+    table_offset_ = arena_->alloc(sizeof(RegionTable));
+    if (table_offset_ != 0) {
+      RegionTable* t = table();
+      t->epoch.store(0, std::memory_order_relaxed);
+      for (auto& slot : t->live) slot.store(0, std::memory_order_relaxed);
+    }
+  }
+}
+
+ShmRegistry::~ShmRegistry() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [id, region] : regions_) {
+    if (region.map_base != nullptr) ::munmap(region.map_base, region.map_length);
+    if (region.fd >= 0) ::close(region.fd);
+  }
+  regions_.clear();
+  names_.clear();
+  if (table_offset_ != 0) arena_->free(table_offset_);
+}
+
+RegionTable* ShmRegistry::table() const {
+  return table_offset_ != 0 ? arena_->at<RegionTable>(table_offset_) : nullptr;
+}
+
+ErrorKind ShmRegistry::check_new_locked(std::string_view name, std::string* error) {
+  if (names_.find(name) != names_.end()) {
+    *error = "shared memory region " + quoted(name) + " already in manager";
+    return ErrorKind::kAlreadyExists;
+  }
+  return ErrorKind::kNone;
+}
+
+ShmRegistry::Region* ShmRegistry::add_locked(Region region, std::string* error) {
+  RegionTable* t = table();
+  if (t != nullptr) {
+    uint32_t slot = 0;
+    while (slot < kRegionTableSlots && t->live[slot].load(std::memory_order_relaxed) != 0) ++slot;
+    if (slot == kRegionTableSlots) {
+      *error = "failed to register shared memory region " + quoted(region.status.name) + ": " +
+               std::to_string(kRegionTableSlots) + " regions are in use, the most Naiad serves";
+      return nullptr;
+    }
+    region.slot = slot;
+  }
+  region.id = next_id_++;
+  if (t != nullptr) {
+    t->live[region.slot].store(region.id, std::memory_order_release);
+    t->epoch.fetch_add(1, std::memory_order_release);
+  }
+  names_.emplace(region.status.name, region.id);
+  uint64_t id = region.id;
+  return &regions_.emplace(id, std::move(region)).first->second;
+}
+
+ErrorKind ShmRegistry::register_system(std::string_view name, std::string_view key, uint64_t offset,
+                                       uint64_t byte_size, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ErrorKind kind = check_new_locked(name, error);
+  if (kind != ErrorKind::kNone) return kind;
+  const std::string open_error = "Unable to open shared memory region: " + quoted(key);
+  if (!valid_shm_key(key)) {
+    *error = open_error;
+    return ErrorKind::kInternal;
+  }
+  std::string key_text(key);
+  // Read-only: the frontend only reads inputs; workers open the object for writing.
+  int fd = ::shm_open(key_text.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = open_error;
+    return ErrorKind::kInternal;
+  }
+  struct stat info;
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    *error = open_error;
+    return ErrorKind::kInternal;
+  }
+  const uint64_t object_size = static_cast<uint64_t>(info.st_size);
+  if (offset > object_size || byte_size > object_size - offset) {
+    ::close(fd);
+    *error = "failed to register shared memory region " + quoted(name) + ": invalid args (offset " +
+             std::to_string(offset) + " + byte_size " + std::to_string(byte_size) + " > size " +
+             std::to_string(object_size) + " of " + quoted(key) + ")";
+    return ErrorKind::kInvalidArgument;
+  }
+  if (byte_size == 0) {  // an empty mapping: Triton 2.51's words (mmap's EINVAL)
+    ::close(fd);
+    *error = "failed to register shared memory region " + quoted(name) +
+             ": unable to process address spaceInvalid argument";
+    return ErrorKind::kInvalidArgument;
+  }
+  Region region;
+  region.status.name = std::string(name);
+  region.status.kind = InputKind::kSystemShm;
+  region.status.key = key_text;
+  region.status.offset = offset;
+  region.status.byte_size = byte_size;
+  region.fd = fd;
+  {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t start = offset - offset % page;
+    region.map_length = offset + byte_size - start;
+    void* base =
+        ::mmap(nullptr, region.map_length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
+    if (base == MAP_FAILED) {
+      ::close(fd);
+      *error = "Invalid shared memory region: " + quoted(key);
+      return ErrorKind::kInternal;
+    }
+    region.map_base = static_cast<uint8_t*>(base);
+    region.data = region.map_base + (offset - start);
+  }
+  if (add_locked(std::move(region), error) == nullptr) {
+    if (region.map_base != nullptr) ::munmap(region.map_base, region.map_length);
+    ::close(fd);
+    return ErrorKind::kInternal;
+  }
+  return ErrorKind::kNone;
+}
+
+ErrorKind ShmRegistry::register_cuda(std::string_view name, std::string_view raw_handle,
+                                     int64_t device_id, uint64_t byte_size, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ErrorKind kind = check_new_locked(name, error);
+  if (kind != ErrorKind::kNone) return kind;
+  if (raw_handle.size() != kCudaIpcHandleBytes) {
+    *error = "failed to register CUDA shared memory region " + quoted(name) + ": raw_handle has " +
+             std::to_string(raw_handle.size()) + " bytes, a cudaIpcMemHandle_t has " +
+             std::to_string(kCudaIpcHandleBytes);
+    return ErrorKind::kInvalidArgument;
+  }
+  Region region;
+  region.status.name = std::string(name);
+  region.status.kind = InputKind::kCudaIpc;
+  region.status.byte_size = byte_size;
+  region.status.device_id = device_id;
+  region.status.raw_handle = std::string(raw_handle);
+  if (add_locked(std::move(region), error) == nullptr) return ErrorKind::kInternal;
+  return ErrorKind::kNone;
+}
+
+void ShmRegistry::drop_name_locked(Region& region) {
+  region.registered = false;
+  names_.erase(region.status.name);
+  if (region.refs == 0) free_locked(region.id);
+}
+
+void ShmRegistry::free_locked(uint64_t id) {
+  auto found = regions_.find(id);
+  if (found == regions_.end()) return;
+  Region& region = found->second;
+  if (region.map_base != nullptr) ::munmap(region.map_base, region.map_length);
+  if (region.fd >= 0) ::close(region.fd);
+  RegionTable* t = table();
+  if (t != nullptr && region.slot < kRegionTableSlots) {
+    t->live[region.slot].store(0, std::memory_order_release);
+    t->epoch.fetch_add(1, std::memory_order_release);
+  }
+  regions_.erase(found);
+}
+
+ErrorKind ShmRegistry::unregister(InputKind kind, std::string_view name, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!name.empty()) {
+    auto found = names_.find(name);
+    if (found == names_.end()) return ErrorKind::kNone;  // Triton: nothing to do, success
+    Region& region = regions_.at(found->second);
+    if (region.status.kind != kind) {
+      *error = "shared memory region " + quoted(name) + " is registered as " +
+               kind_title(region.status.kind) + " shared memory, not " + kind_title(kind) +
+               " shared memory";
+      return ErrorKind::kInvalidArgument;
+    }
+    drop_name_locked(region);
+    return ErrorKind::kNone;
+  }
+  std::vector<uint64_t> ids;
+  for (const auto& [region_name, id] : names_) {
+    if (regions_.at(id).status.kind == kind) ids.push_back(id);
+  }
+  for (uint64_t id : ids) drop_name_locked(regions_.at(id));
+  return ErrorKind::kNone;
+}
+
+ErrorKind ShmRegistry::status(InputKind kind, std::string_view name, std::vector<RegionStatus>* out,
+                              std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!name.empty()) {
+    auto found = names_.find(name);
+    if (found == names_.end() || regions_.at(found->second).status.kind != kind) {
+      *error = std::string("Unable to find ") + kind_word(kind) +
+               " shared memory region: " + quoted(name);
+      return ErrorKind::kNotFound;
+    }
+    out->push_back(regions_.at(found->second).status);
+    return ErrorKind::kNone;
+  }
+  for (const auto& [region_name, id] : names_) {
+    const Region& region = regions_.at(id);
+    if (region.status.kind == kind) out->push_back(region.status);
+  }
+  return ErrorKind::kNone;
+}
+
+ErrorKind ShmRegistry::resolve(std::string_view name, uint64_t offset, uint64_t size,
+                               RegionRef* ref, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = names_.find(name);
+  if (found == names_.end()) {
+    *error = "Unable to find shared memory region: " + quoted(name);
+    return ErrorKind::kNotFound;
+  }
+  Region& region = regions_.at(found->second);
+  const uint64_t region_size = region.status.byte_size;
+  if (offset > region_size || size > region_size - offset) {
+    *error = "Invalid offset + byte size for shared memory region: " + quoted(name) + " (offset " +
+             std::to_string(offset) + " + byte size " + std::to_string(size) + " > region size " +
+             std::to_string(region_size) + ")";
+    return ErrorKind::kInvalidArgument;
+  }
+  ++region.refs;
+  ref->id = region.id;
+  ref->kind = region.status.kind;
+  ref->size = size;
+  ref->data = region.data != nullptr ? region.data + offset : nullptr;
+  ref->fd = region.fd;
+  ref->region_offset = region.status.offset;
+  ref->region_size = region_size;
+  ref->object_offset = region.status.offset + offset;
+  ref->device_id = region.status.device_id;
+  ref->raw_handle = region.status.raw_handle;
+  if (ref->kind == InputKind::kCudaIpc) ref->object_offset = offset;
+  return ErrorKind::kNone;
+}
+
+bool ShmRegistry::acquire(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = regions_.find(id);
+  if (found == regions_.end()) return false;
+  ++found->second.refs;
+  return true;
+}
+
+void ShmRegistry::release(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = regions_.find(id);
+  if (found == regions_.end() || found->second.refs == 0) return;
+  if (--found->second.refs == 0 && !found->second.registered) free_locked(id);
+}
+
+const uint8_t* ShmRegistry::map(InputKind kind, uint64_t region_id, uint64_t offset,
+                                uint64_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = regions_.find(region_id);
+  if (found == regions_.end()) return nullptr;
+  const Region& region = found->second;
+  if (kind != InputKind::kSystemShm || region.status.kind != InputKind::kSystemShm) return nullptr;
+  const uint64_t region_size = region.status.byte_size;
+  if (offset > region_size || size > region_size - offset) return nullptr;
+  if (region.data == nullptr) return nullptr;
+  copies_.fetch_add(1, std::memory_order_relaxed);  // the caller copies these bytes once
+  copied_bytes_.fetch_add(size, std::memory_order_relaxed);
+  return region.data + offset;
+}
+
+bool ShmRegistry::device_range(uint64_t region_id, uint64_t offset, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = regions_.find(region_id);
+  if (found == regions_.end() || found->second.status.kind != InputKind::kCudaIpc) return false;
+  const uint64_t region_size = found->second.status.byte_size;
+  return offset <= region_size && size <= region_size - offset;
+}
+
+size_t ShmRegistry::mapped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return regions_.size();
+}
+
+}  // namespace naiad

@@ -1,0 +1,164 @@
+// The shared-memory region registry: Triton's system and CUDA shared-memory extensions.
+//
+// A client registers a region by name: a system one is a POSIX shared-memory object
+// (`key`, as shm_open names it) with an offset and a byte size; a CUDA one is a
+// cudaIpcMemHandle_t (its 64 bytes), a device and a byte size. Requests then name the
+// region and an offset and size inside it for each tensor that travels that way.
+//
+// What the registry guarantees:
+//  - A system region is opened and mapped ONCE, at registration, after the checks:
+//    the key names an existing object (no '/' after the leading one, not "." or ".."),
+//    and offset + byte_size fits the object's real size (fstat). Its fd stays open so
+//    that the workers can map the same object (`/proc/<pid>/fd/<fd>`) even after the
+//    client unlinked it; both go at unregister.
+//  - A region in use is never unmapped under a user: every user holds a reference
+//    (acquire/release; a RegionPin in C++). Unregistering removes the name at once
+//    (new requests find nothing) and releases the mapping and fd when the last
+//    reference goes. So unregister never waits and never fails because of requests
+//    in flight; they finish with the region they started with.
+//  - Workers learn which regions are still alive from a table in the shared arena
+//    (RegionTable): a region id stays in it while the region is registered or
+//    referenced; a worker maps an id once and drops its mapping when the id leaves the
+//    table (pysrc/naiad/worker/shm_outputs.py).
+//
+// Status codes and messages follow Triton 2.51 (checked by tests/test_shm_triton.py);
+// where Triton's message names no numbers, Naiad appends them in parentheses.
+//
+// Threads: every method takes the registry's mutex; map() and acquire() may be called
+// from any thread (the frontend's event loop in practice, several threads in tests).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "arena.h"
+#include "infer_types.h"
+#include "input_regions.h"
+
+namespace naiad {
+
+// Region ids that are alive, for the workers: a slot holds an id or 0. `epoch` moves
+// on after every change (release order: the slots first), so a worker compares one
+// word per batch.
+constexpr uint32_t kRegionTableSlots = 1024;
+struct RegionTable {
+  std::atomic<uint64_t> epoch;
+  std::atomic<uint64_t> live[kRegionTableSlots];
+};
+
+constexpr size_t kCudaIpcHandleBytes = 64;  // sizeof(cudaIpcMemHandle_t)
+
+struct RegionStatus {
+  std::string name;
+  InputKind kind = InputKind::kSystemShm;
+  std::string key;  // system: the shm_open key
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+  int64_t device_id = 0;   // CUDA
+  std::string raw_handle;  // CUDA: the cudaIpcMemHandle_t bytes
+};
+
+// Where a request's tensor is, once resolved: the region's id and, for system memory,
+// the mapped bytes and what a worker needs to map the same object.
+struct RegionRef {
+  uint64_t id = 0;
+  InputKind kind = InputKind::kSystemShm;
+  uint8_t* data = nullptr;     // system: the tensor's first byte in the frontend's mapping
+  int fd = -1;                 // system: the frontend's fd of the object
+  uint64_t object_offset = 0;  // the tensor's offset in the object (region offset + offset)
+  uint64_t size = 0;
+  uint64_t region_offset = 0;  // the region's offset in the object, and its byte size
+  uint64_t region_size = 0;
+  int64_t device_id = 0;   // CUDA
+  std::string raw_handle;  // CUDA
+};
+
+class ShmRegistry : public InputRegions {
+ public:
+  // `arena`: where the workers' RegionTable lives (null: no table, tests).
+  explicit ShmRegistry(Arena* arena = nullptr);
+  ~ShmRegistry() override;  // unmaps and closes everything
+  ShmRegistry(const ShmRegistry&) = delete;
+  ShmRegistry& operator=(const ShmRegistry&) = delete;
+
+  // Arena offset of the RegionTable, 0 when none.
+  uint64_t table_offset() const { return table_offset_; }
+
+  // kNone on success; else the error kind and Triton's message.
+  ErrorKind register_system(std::string_view name, std::string_view key, uint64_t offset,
+                            uint64_t byte_size, std::string* error);
+  ErrorKind register_cuda(std::string_view name, std::string_view raw_handle, int64_t device_id,
+                          uint64_t byte_size, std::string* error);
+  // Unregisters `name` (empty: every region of `kind`). Unknown names are not an error.
+  ErrorKind unregister(InputKind kind, std::string_view name, std::string* error);
+  // The regions of `kind` (all, or the one named); unknown name: kNotFound.
+  ErrorKind status(InputKind kind, std::string_view name, std::vector<RegionStatus>* out,
+                   std::string* error);
+
+  // Resolves [offset, offset + size) of the region named `name` for a request's
+  // tensor and takes a reference on it (release(ref.id) when the request is done).
+  // Errors: unknown region (kNotFound), range outside the region (kInvalidArgument).
+  ErrorKind resolve(std::string_view name, uint64_t offset, uint64_t size, RegionRef* ref,
+                    std::string* error);
+  // References on a region by id; acquire() fails (false) for an id already released.
+  bool acquire(uint64_t id);
+  void release(uint64_t id);
+
+  // InputRegions: the mapped bytes of a live system region by id, bounds checked.
+  const uint8_t* map(InputKind kind, uint64_t region, uint64_t offset, uint64_t size) override;
+  bool device_range(uint64_t region, uint64_t offset, uint64_t size) override;
+
+  // For tests and /proc checks: regions whose mapping is still held (registered or
+  // referenced), and mappings released so far.
+  size_t mapped() const;
+  // Copies the core made out of client regions (map() calls) and their bytes.
+  uint64_t copies() const { return copies_.load(std::memory_order_relaxed); }
+  uint64_t copied_bytes() const { return copied_bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Region {
+    uint64_t id = 0;
+    RegionStatus status;
+    bool registered = true;  // false once unregistered: gone when refs reach 0
+    uint64_t refs = 0;
+    int fd = -1;
+    uint8_t* map_base = nullptr;  // page-aligned mmap start
+    uint64_t map_length = 0;
+    uint8_t* data = nullptr;  // the region's first byte (map_base + page remainder)
+    uint32_t slot = UINT32_MAX;
+  };
+
+  ErrorKind check_new_locked(std::string_view name, std::string* error);
+  Region* add_locked(Region region, std::string* error);
+  void drop_name_locked(Region& region);
+  void free_locked(uint64_t id);  // unmaps, closes and forgets (refs == 0, unregistered)
+  RegionTable* table() const;
+
+  Arena* arena_;
+  uint64_t table_offset_ = 0;
+  std::atomic<uint64_t> copies_{0};
+  std::atomic<uint64_t> copied_bytes_{0};
+  mutable std::mutex mutex_;
+  // --- guarded by mutex_ ---
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, Region> regions_;        // by id: registered or still referenced
+  std::map<std::string, uint64_t, std::less<>> names_;  // registered names, sorted
+};
+
+// Checks a shm_open key as Naiad accepts it: one leading '/' (optional, as shm_open),
+// then a non-empty name without '/', not "." or "..", no NUL, at most NAME_MAX bytes.
+bool valid_shm_key(std::string_view key);
+
+// The core reads kSystemShm inputs through `registry` (which must outlive it).
+inline void attach_registry(Core& core, ShmRegistry* registry) { core.set_input_regions(registry); }
+// Bytes the core's assembler gathered into batch tensors (a second copy), for the
+// copy counters of /v2/naiad/shm.
+inline uint64_t gathered_bytes(Core& core) { return core.assembler().gathered_bytes(); }
+
+}  // namespace naiad
