@@ -212,17 +212,16 @@ uint64_t SequenceBatchScheduler::form_oldest(Batcher& b, uint64_t now_ns, bool a
   const uint64_t delay_ns = config_.max_queue_delay_us * 1000;
   const uint64_t due = candidates.front().first + delay_ns;
   const bool waited = delay_ns == 0 || !arrivals_possible || now_ns >= due;
-  if (size < config_.max_batch_size) {
-    // The largest preferred size that is there; else wait for the delay.
+  if (size < config_.max_batch_size && !waited) {
+    // Below the largest batch and within the delay: the largest preferred size that is
+    // there goes now, else the batch waits for the delay. Once the oldest candidate
+    // waited the delay (an instance busy meanwhile), everything there goes.
     size_t preferred = 0;
     for (uint32_t p : config_.preferred_batch_sizes) {
       if (p <= size) preferred = p;
     }
-    if (preferred != 0) {
-      size = preferred;
-    } else if (!waited) {
-      return due;
-    }
+    if (preferred == 0) return due;
+    size = preferred;
   }
   for (size_t i = 0; i < size; ++i) take(b, candidates[i].second, out);
   return 0;

@@ -11,8 +11,9 @@
 //   RequestHeader::sequence), which fills the gaps with not-ready requests as Triton
 //   does. max_queue_delay_microseconds / minimum_slot_utilization may hold a batch.
 // - oldest: the next request of each of the instance's sequences is a candidate; the
-//   oldest candidates form a batch (max_batch_size, preferred_batch_size,
-//   max_queue_delay_microseconds), as Triton's dynamic batcher would.
+//   oldest candidates form a batch: up to max_batch_size once the oldest waited
+//   max_queue_delay_microseconds, else the largest preferred_batch_size there is, else
+//   the batch waits.
 // - A sequence idle for max_sequence_idle_microseconds (no request since) loses its
 //   correlation id mapping, and its slot once its queued requests ran; a later request
 //   without START is refused as Triton refuses it.

@@ -333,3 +333,18 @@ TEST(sequence_parameters_on_the_http_lane) {
   CHECK(!read("{\"sequence_start\":1}", &request));
   CHECK(!read("{\"sequence_id\":1,\"sequence_id\":2}", &request));
 }
+
+TEST(sequence_oldest_after_the_delay_takes_everything_there) {
+  SequenceConfig config;
+  config.oldest = true;
+  config.max_batch_size = 4;
+  config.max_candidate_sequences = 4;
+  config.max_queue_delay_us = 1000;
+  config.preferred_batch_sizes = {2};
+  Harness h(config);
+  for (uint64_t corrid = 1; corrid <= 3; ++corrid)
+    CHECK(h.send(corrid, 1, 0) == EnqueueResult::kOk);
+  // The instance was busy past the delay: the three go together, not a preferred two.
+  std::vector<Placement> batches = h.run(2 * kMs, {0});
+  CHECK(batches.size() == 1 && batches[0].requests.size() == 3);
+}
