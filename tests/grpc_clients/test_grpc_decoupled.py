@@ -277,3 +277,41 @@ def test_a_reset_model_infer_call_drops_its_queued_request(server):
     text = requests.get(metrics_url, timeout=TIMEOUT).text
     assert 'nv_inference_request_failure{model="sleeper",reason="CANCELED",version="1"} 1\n' in text
     assert 'nv_inference_request_success{model="sleeper",version="1"} 2\n' in text
+
+
+def _metric(text: str, line_prefix: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(line_prefix):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _raw_sleep_call(stub, seconds: float):
+    """A ModelInfer call on sleeper with raw contents (the C++ fast path)."""
+    request = pb.ModelInferRequest(model_name="sleeper")
+    request.inputs.add(name="SECONDS", datatype="FP32", shape=[1, 1])
+    request.raw_input_contents.append(np.array([[seconds]], dtype=np.float32).tobytes())
+    return stub.ModelInfer.future(request, timeout=TIMEOUT)
+
+
+def test_a_reset_fast_path_call_drops_its_queued_request(server):
+    metrics_url = f"http://{server.host}:{server.metrics_port}/metrics"
+    cancelled = 'nv_inference_request_failure{model="sleeper",reason="CANCELED",version="1"}'
+    succeeded = 'nv_inference_request_success{model="sleeper",version="1"}'
+    before = requests.get(metrics_url, timeout=TIMEOUT).text
+    lane_before = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+    with grpc.insecure_channel(f"{server.host}:{server.grpc_port}") as channel:
+        stub = pbg.GRPCInferenceServiceStub(channel)
+        busy = [_raw_sleep_call(stub, 1.0) for _ in range(2)]  # both instances sleep 1 s
+        time.sleep(0.3)
+        queued = _raw_sleep_call(stub, 0.0)
+        time.sleep(0.2)
+        assert queued.cancel()  # RST_STREAM while it waits in the queue
+        for call in busy:
+            assert call.result().outputs[0].name == "OUTPUT0"
+    _settled(server)
+    lane_after = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+    assert lane_after["lane_requests"] - lane_before["lane_requests"] == 3, lane_after
+    after = requests.get(metrics_url, timeout=TIMEOUT).text
+    assert _metric(after, cancelled) - _metric(before, cancelled) == 1
+    assert _metric(after, succeeded) - _metric(before, succeeded) == 2

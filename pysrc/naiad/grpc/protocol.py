@@ -75,8 +75,9 @@ class GrpcProtocol(asyncio.Protocol):
         self.transport = None
         self.conn = _core.GrpcConnection(max_message_size=MAX_MESSAGE_SIZE)
         self.calls: dict[int, _Call] = {}
-        # ModelStreamInfer on decoupled models: the core's ids of each stream's requests
-        # in flight, cancelled when the stream is reset (grpc/decoupled.py).
+        # The core's ids of each call's requests in flight (ModelStreamInfer requests,
+        # fast-path ModelInfer calls), cancelled in the core when the client resets the
+        # call or the connection ends (grpc/decoupled.py cancel_stream).
         self.stream_requests: dict[int, set] = {}
         # General-path ModelInfer calls in flight: their futures, cancelled on a reset.
         self.infer_futures: dict[int, object] = {}
@@ -230,15 +231,19 @@ class GrpcProtocol(asyncio.Protocol):
         """The C++ fast path (csrc/grpc_lane.h): raw contents, from message bytes to
         response bytes without Python per tensor. False: the general path's."""
         self._track(1)
-        taken = self.service.manager.submit_grpc(
+        request_id = self.service.manager.submit_grpc(
             message, lambda payload, exc: self._fast_done(stream, payload, exc)
         )
-        if not taken:
+        if request_id is None:
             self._track(-1)
-        return taken
+            return False
+        if request_id and stream in self.calls:  # queued: a reset cancels it in the core
+            self.stream_requests[stream] = {request_id}
+        return True
 
     def _fast_done(self, stream: int, payload, exc) -> None:
         self._track(-1)
+        self.stream_requests.pop(stream, None)
         if stream not in self.calls:
             return  # cancelled or past its deadline
         if exc is not None:
@@ -292,9 +297,8 @@ class GrpcProtocol(asyncio.Protocol):
 
     def _on_reset(self, stream: int, code: int) -> None:
         """The client reset the call (RST_STREAM), or the connection answered it early
-        (a stream error): nothing more is sent on it. The hook for cancellation: the
-        requests it has in flight keep running and their answers are dropped (the
-        decoupled branch calls Core::cancel for them here)."""
+        (a stream error): nothing more is sent on it, and its requests in flight are
+        cancelled in the core (dropped if queued, `is_cancelled()` if running)."""
         self._drop(stream)
 
     def _drop(self, stream: int) -> None:
@@ -345,25 +349,35 @@ class GrpcProtocol(asyncio.Protocol):
         model's), which leave the request in flight. False: the general path's."""
         call.in_flight += 1  # before: a refusal is answered inside submit_grpc
         self._track(1)
+        queued = [0]  # the core's id, once known (a refusal answers before it is)
         try:
-            taken = self.service.manager.submit_grpc(
+            request_id = self.service.manager.submit_grpc(
                 data,
                 lambda payload, exc, final=True: self._stream_fast_done(
-                    stream, data, payload, exc, final
+                    stream, data, payload, exc, final, queued[0]
                 ),
                 stream=True,
             )
         except Exception:  # the general path answers it (with the error, if any)
             log.exception("the gRPC fast path failed on a streamed request")
-            taken = False
-        if not taken:
+            request_id = None
+        if request_id is None:
             call.in_flight -= 1
             self._track(-1)
-        return taken
+            return False
+        if request_id:  # queued: a reset of the stream cancels it in the core
+            queued[0] = request_id
+            self.stream_requests.setdefault(stream, set()).add(request_id)
+        return True
 
-    def _stream_fast_done(self, stream: int, data, payload, exc, final: bool) -> None:
+    def _stream_fast_done(
+        self, stream: int, data, payload, exc, final: bool, request_id: int
+    ) -> None:
         if final:
             self._track(-1)
+            ids = self.stream_requests.get(stream)
+            if ids is not None:
+                ids.discard(request_id)
         call = self.calls.get(stream)
         if call is None:
             return  # reset by the client, or past its deadline

@@ -448,22 +448,24 @@ class ModelManager:
         self._track_lane([taken], submit_ns, new_on_done)
         return True
 
-    def submit_grpc(self, message, on_done, stream: bool = False) -> bool:
+    def submit_grpc(self, message, on_done, stream: bool = False) -> int | None:
         """Queues a serialized ModelInferRequest through the gRPC fast path if it takes
-        it; False leaves it to the general path. `on_done(response, None)` gets the
-        ModelInferResponse (bytes, or a _core.GrpcAnswer to send from the result block),
-        `on_done(None, exc)` the error (the validator's at once). With `stream` (a
-        ModelStreamInfer request) the response is a ModelStreamInferResponse, and each
-        response before the last comes as `on_done(response, None, False)`."""
+        it; None leaves it to the general path. Otherwise returns the core's request id
+        (for `cancel` when the client resets the call), or 0 for a request refused at
+        once. `on_done(response, None)` gets the ModelInferResponse (bytes, or a
+        _core.GrpcAnswer to send from the result block), `on_done(None, exc)` the error
+        (the validator's at once). With `stream` (a ModelStreamInfer request) the
+        response is a ModelStreamInferResponse, and each response before the last comes
+        as `on_done(response, None, False)`."""
         submit_ns = _core.now_ns()
         taken = self.grpc_lane.submit(message, submit_ns)
         if taken is None:
-            return False
+            return None
         lane_model, request_id, batch_size, error = taken
         if error is not None:
             self.lane_refused += 1
             on_done(None, InvalidArgument(error))
-            return True
+            return 0
         self._pending[request_id] = _LanePending(
             self,
             self._lane_models[lane_model],
@@ -475,7 +477,7 @@ class ModelManager:
         )
         self.lane_requests += 1
         self._schedule_flush()
-        return True
+        return request_id
 
     def take_http_requests(self, data: bytes, max_body: int, new_on_done) -> int:
         """Queues the plain infer requests at the start of received HTTP bytes through
