@@ -284,3 +284,12 @@ class NaiadServer:
 
     def __repr__(self) -> str:
         return f"NaiadServer({self.repository}, url={self.url}, pid={getattr(self.process, 'pid', None)})"
+
+
+def metric_value(text: str, series: str) -> float:
+    """The value of Prometheus series `series` (name and labels, as the exposition
+    writes them) in `text`, 0 when absent."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

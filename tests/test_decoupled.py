@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from server_harness import NaiadServer, make_repository
+from server_harness import NaiadServer, make_repository, metric_value
 
 TIMEOUT = 10
 DECOUPLED_MODELS = Path(__file__).resolve().parent / "decoupled_models"
@@ -391,3 +391,43 @@ def test_closing_the_connection_drops_a_queued_infer_request(server):
     text = requests.get(metrics_url, timeout=TIMEOUT).text
     assert canceled + "1\n" in text
     assert 'nv_inference_request_success{model="sleeper",version="1"} 2\n' in text
+
+
+def _lane_sleep_request(seconds: float) -> bytes:
+    """A plain JSON infer request for sleeper: the C++ fast lane takes it."""
+    body = json.dumps(
+        {"inputs": [{"name": "SECONDS", "datatype": "FP32", "shape": [1, 1], "data": [seconds]}]}
+    ).encode()
+    return b"POST /v2/models/sleeper/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+
+
+def test_closing_the_connection_drops_a_queued_fast_lane_request(server):
+    metrics_url = f"http://{server.host}:{server.metrics_port}/metrics"
+    canceled = 'nv_inference_request_failure{model="sleeper",reason="CANCELED",version="1"}'
+    succeeded = 'nv_inference_request_success{model="sleeper",version="1"}'
+    before = requests.get(metrics_url, timeout=TIMEOUT).text
+    lanes_before = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+    busy = [socket.create_connection((server.host, server.http_port)) for _ in range(2)]
+    try:
+        for sock in busy:  # both instances sleep 1 s
+            sock.sendall(_lane_sleep_request(1.0))
+        time.sleep(0.3)
+        with socket.create_connection((server.host, server.http_port)) as queued:
+            queued.sendall(_lane_sleep_request(0.0))
+            time.sleep(0.2)  # it waits in the queue; the client resets the connection
+            queued.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        for sock in busy:
+            sock.settimeout(TIMEOUT)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
+    finally:
+        for sock in busy:
+            sock.close()
+    _settled(server)
+    lanes_after = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+    assert lanes_after["lane_requests"] - lanes_before["lane_requests"] == 3, lanes_after
+    after = requests.get(metrics_url, timeout=TIMEOUT).text
+    assert metric_value(after, canceled) - metric_value(before, canceled) == 1
+    assert metric_value(after, succeeded) - metric_value(before, succeeded) == 2

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
-from server_harness import NaiadServer, make_repository
+from server_harness import NaiadServer, make_repository, metric_value
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 from tritonclient.utils import InferenceServerException
@@ -279,13 +279,6 @@ def test_a_reset_model_infer_call_drops_its_queued_request(server):
     assert 'nv_inference_request_success{model="sleeper",version="1"} 2\n' in text
 
 
-def _metric(text: str, line_prefix: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(line_prefix):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def _raw_sleep_call(stub, seconds: float):
     """A ModelInfer call on sleeper with raw contents (the C++ fast path)."""
     request = pb.ModelInferRequest(model_name="sleeper")
@@ -313,5 +306,5 @@ def test_a_reset_fast_path_call_drops_its_queued_request(server):
     lane_after = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
     assert lane_after["lane_requests"] - lane_before["lane_requests"] == 3, lane_after
     after = requests.get(metrics_url, timeout=TIMEOUT).text
-    assert _metric(after, cancelled) - _metric(before, cancelled) == 1
-    assert _metric(after, succeeded) - _metric(before, succeeded) == 2
+    assert metric_value(after, cancelled) - metric_value(before, cancelled) == 1
+    assert metric_value(after, succeeded) - metric_value(before, succeeded) == 2

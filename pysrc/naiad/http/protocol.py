@@ -65,7 +65,15 @@ class _Slot:
     """A reply owed on a connection, in request order. `reply` is a Reply, or the
     complete response bytes from the infer fast lane."""
 
-    __slots__ = ("reply", "keep_alive", "head_only", "http10", "protocol", "future")
+    __slots__ = (
+        "reply",
+        "keep_alive",
+        "head_only",
+        "http10",
+        "protocol",
+        "future",
+        "request_id",
+    )
 
     def __init__(self, reply, keep_alive: bool, head_only: bool, http10: bool, protocol=None):
         self.reply = reply
@@ -74,6 +82,7 @@ class _Slot:
         self.http10 = http10
         self.protocol = protocol
         self.future = None  # a general-path request's: cancelled if the client goes away
+        self.request_id = 0  # a fast-lane request's id in the core: cancelled likewise
 
     def deliver(self, http, exc) -> None:
         """The fast lane's answer: the response bytes, or the error of a request that
@@ -185,6 +194,8 @@ class HttpProtocol(asyncio.Protocol):
                 slot.reply.abort()
             elif slot.future is not None and not slot.future.done():
                 slot.future.cancel()  # the manager cancels the request in the core
+            elif slot.request_id and slot.reply is None:  # a fast-lane request not answered
+                self.router.manager.cancel(slot.request_id)
         self.pending.clear()
 
     def eof_received(self) -> bool:
@@ -360,9 +371,11 @@ class HttpProtocol(asyncio.Protocol):
         if len(self.pending) >= MAX_PIPELINE:
             self._pause_reading()
 
-    def _lane_slot(self):
-        """A reply slot for a request the fast lane took; returns where its answer goes."""
+    def _lane_slot(self, request_id: int = 0):
+        """A reply slot for a request the fast lane took (`request_id`: its id in the
+        core, 0 when it was refused at once); returns where its answer goes."""
         slot = _Slot(None, True, False, False, self)
+        slot.request_id = request_id
         if not self._waiting:
             self._set_waiting(True)
         self.pending.append(slot)

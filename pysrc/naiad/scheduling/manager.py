@@ -482,7 +482,9 @@ class ModelManager:
     def take_http_requests(self, data: bytes, max_body: int, new_on_done) -> int:
         """Queues the plain infer requests at the start of received HTTP bytes through
         the fast lane; returns how many bytes they took (the rest is for the HTTP
-        parser). `new_on_done()` is called once per request taken, in order, for the
+        parser). `new_on_done(request_id)` is called once per request taken, in order
+        (with the core's id of a queued request, for `cancel`; 0 for one refused at
+        once), for the
         callback its answer goes to: `on_done(http_bytes, None)` gets the complete
         response, `on_done(None, exc)` the error of a request that never ran."""
         submit_ns = _core.now_ns()
@@ -500,11 +502,16 @@ class ModelManager:
         queued = 0
         for lane_model, request_id, batch_size, reply in taken:
             if reply is not None:
-                new_on_done()(reply, None)
+                new_on_done(0)(reply, None)
                 self.lane_refused += 1
                 continue
             pendings[request_id] = _LanePending(
-                self, models[lane_model], request_id, batch_size, submit_ns, new_on_done()
+                self,
+                models[lane_model],
+                request_id,
+                batch_size,
+                submit_ns,
+                new_on_done(request_id),
             )
             queued += 1
         if queued:
