@@ -21,10 +21,11 @@ METRICS_PORT ?= 8002
 $(STAMP): $(CORE_SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test]'
 	# PyTorch for the TorchScript example and the pytorch backend's tests, pinned: an
 	# unpinned torch resolves to a multi-GB CUDA build (the `torch` extra leaves it open).
-	$(PIP) install -q 'torch==2.13.0'
+	# One resolution with the test extra, so torch's setuptools floor and the extra's
+	# ceiling (tritonclient's shared_memory needs pkg_resources) are met together.
+	$(PIP) install -q -e '.[test]' 'torch==2.13.0'
 	touch $(STAMP)
 
 install: $(STAMP)
