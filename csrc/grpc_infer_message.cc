@@ -327,15 +327,10 @@ struct Writer {
   }
 };
 
-}  // namespace
-
-size_t infer_response_size(const ResponseToWrite& response, bool streamed) {
-  size_t n = body_size(response);
-  return streamed ? field_size(n) : n;
-}
-
-void write_infer_response(const ResponseToWrite& response, char* out, bool streamed) {
-  Writer w{out};
+// Everything of a response before its raw_output_contents: the stream wrapper's key and
+// length, the names and id, each output's metadata. Both writers below start with it,
+// so the bytes they produce cannot drift apart.
+void write_response_head(Writer& w, const ResponseToWrite& response, bool streamed) {
   if (streamed) {
     w.key(2, kLength);  // ModelStreamInferResponse.infer_response
     w.varint(body_size(response));
@@ -354,6 +349,18 @@ void write_infer_response(const ResponseToWrite& response, char* out, bool strea
       for (int64_t d : o.shape) w.varint(static_cast<uint64_t>(d));
     }
   }
+}
+
+}  // namespace
+
+size_t infer_response_size(const ResponseToWrite& response, bool streamed) {
+  size_t n = body_size(response);
+  return streamed ? field_size(n) : n;
+}
+
+void write_infer_response(const ResponseToWrite& response, char* out, bool streamed) {
+  Writer w{out};
+  write_response_head(w, response, streamed);
   for (const OutputToWrite& o : response.outputs) {
     w.key(6, kLength);
     w.varint(o.size);
@@ -373,24 +380,7 @@ void infer_response_parts(const ResponseToWrite& response, bool streamed, std::s
   cuts.reserve(response.outputs.size());
   // The message without tensor bytes: the same fields, lengths as if they were there.
   Writer w{scratch->data()};
-  if (streamed) {
-    w.key(2, kLength);
-    w.varint(body_size(response));
-  }
-  if (!response.model_name.empty()) w.bytes(1, response.model_name);
-  if (!response.model_version.empty()) w.bytes(2, response.model_version);
-  if (!response.id.empty()) w.bytes(3, response.id);
-  for (const OutputToWrite& o : response.outputs) {
-    w.key(5, kLength);
-    w.varint(output_size(o));
-    if (!o.name.empty()) w.bytes(1, o.name);
-    if (!o.datatype.empty()) w.bytes(2, o.datatype);
-    if (!o.shape.empty()) {
-      w.key(3, kLength);
-      w.varint(shape_size(o.shape));
-      for (int64_t d : o.shape) w.varint(static_cast<uint64_t>(d));
-    }
-  }
+  write_response_head(w, response, streamed);
   for (const OutputToWrite& o : response.outputs) {
     w.key(6, kLength);
     w.varint(o.size);
