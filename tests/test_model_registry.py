@@ -70,6 +70,8 @@ def _blocks(manager: ModelManager) -> int:
 def test_failed_load_leaves_nothing_registered(tmp_path):
     async def main():
         manager = ModelManager(_repository(tmp_path), arena_bytes=1 << 24)
+        # What the arena holds before any model (the shared-memory region table).
+        baseline = _blocks(manager)
         assert not await manager.load_all()
         bad = manager.models["bad_init"][1]
         good = manager.models["add_sub"][1]
@@ -77,9 +79,9 @@ def test_failed_load_leaves_nothing_registered(tmp_path):
         assert bad.core_model is None and bad.lane_id is None
         assert list(manager._lane_models.values()) == [good]
         # Only add_sub's instance channel is left in the arena.
-        assert _blocks(manager) == len(good.instances) == 1
+        assert _blocks(manager) - baseline == len(good.instances) == 1
         await manager.shutdown(5.0)
-        assert _blocks(manager) == 0
+        assert _blocks(manager) == baseline
         assert manager._lane_models == {}
 
     asyncio.run(main())
@@ -88,13 +90,17 @@ def test_failed_load_leaves_nothing_registered(tmp_path):
 def test_release_fails_queued_requests_and_drops_lane_routes(tmp_path):
     async def main():
         manager = ModelManager(_repository(tmp_path), arena_bytes=1 << 24)
+        baseline = _blocks(manager)
         await manager.load_all()
         model = manager.get("add_sub")
         handle = model.core_model
         body, header_length = _add_sub_lane_body()
         answers = []
         assert manager.submit_fast(
-            ADD_SUB_URL, body, header_length, lambda: lambda http, exc: answers.append(exc)
+            ADD_SUB_URL,
+            body,
+            header_length,
+            lambda _request_id: lambda http, exc: answers.append(exc),
         )
         futures = [model.submit(_add_sub_request()) for _ in range(3)]
         # Released before the event loop runs the flush: all four are still queued.
@@ -104,12 +110,12 @@ def test_release_fails_queued_requests_and_drops_lane_routes(tmp_path):
                 await asyncio.wait_for(future, 5.0)
         assert len(answers) == 1 and isinstance(answers[0], Unavailable)
         # The lane no longer routes to it, and the stale handle queues nothing.
-        assert not manager.submit_fast(ADD_SUB_URL, body, header_length, lambda: None)
+        assert not manager.submit_fast(ADD_SUB_URL, body, header_length, lambda _id: None)
         assert manager.lane.in_flight() == 0
         with pytest.raises(Unavailable, match="version 1 is not ready"):
             model.submit(_add_sub_request())
         assert manager.core.submit(handle, 1, b"{}", [bytes(8)], 1) == _core.SUBMIT_MODEL_GONE
         await manager.shutdown(5.0)
-        assert _blocks(manager) == 0
+        assert _blocks(manager) == baseline
 
     asyncio.run(main())
