@@ -1293,26 +1293,14 @@ cdef class WorkerEndpoint:
             if message.kind == MessageKind.kStop:
                 return True, message.batch_id, [], []
             if message.kind == MessageKind.kBatch:
-                self.batch_desc = message.desc_offset
                 break
-            # A response to a request this worker submitted (BLS): Python models do
-            # not submit requests yet, so none is awaited; its block is ours to free.
+            # A response to a request this worker submitted (BLS): a worker waiting
+            # for one reads its channel with wait(), so none is awaited here; its
+            # block is ours to free.
             if message.kind == MessageKind.kResponse and message.desc_offset != 0:
                 self._endpoint.arena().free(message.desc_offset)
-        cdef const uint8_t* base = self._endpoint.arena().base()
-        cdef const BatchHeader* header = <const BatchHeader*>(base + message.desc_offset)
-        cdef const BatchRequest* records = <const BatchRequest*>(
-            base + message.desc_offset + batch_requests_offset())
-        cdef const BatchTensor* tensors = <const BatchTensor*>(
-            base + message.desc_offset + batch_tensors_offset(header.n_requests))
-        cdef list requests = []
-        cdef uint32_t i
-        for i in range(header.n_requests):
-            requests.append(_request_view(base, records[i].block_offset))
-        cdef list batch_tensors = [(tensors[i].offset, tensors[i].size)
-                                   for i in range(header.n_tensors)]
-        self._batch_desc = message.desc_offset
-        return False, message.batch_id, requests, batch_tensors
+        requests, tensors = self._take_batch(message.desc_offset)
+        return False, message.batch_id, requests, tensors
 
     def wait(self, bint block=True):
         """The next message of any kind (BLS: a worker waiting for its own requests'
@@ -1339,21 +1327,25 @@ cdef class WorkerEndpoint:
             return MESSAGE_RESPONSE, message.batch_id, message.desc_offset, message.size
         if message.kind == MessageKind.kRefused:
             return MESSAGE_REFUSED, message.batch_id, message.n_requests, None
-        self.batch_desc = message.desc_offset
+        requests, tensors = self._take_batch(message.desc_offset)
+        return MESSAGE_BATCH, message.batch_id, requests, tensors
+
+    cdef tuple _take_batch(self, uint64_t desc_offset):
+        """The batch whose descriptor is at `desc_offset`, as next() and wait() give it:
+        (requests, tensors); remembered for request_blocks() and sequence_words()."""
+        self.batch_desc = desc_offset
+        self._batch_desc = desc_offset
         cdef const uint8_t* base = self._endpoint.arena().base()
-        cdef const BatchHeader* header = <const BatchHeader*>(base + message.desc_offset)
+        cdef const BatchHeader* header = <const BatchHeader*>(base + desc_offset)
         cdef const BatchRequest* records = <const BatchRequest*>(
-            base + message.desc_offset + batch_requests_offset())
+            base + desc_offset + batch_requests_offset())
         cdef const BatchTensor* tensors = <const BatchTensor*>(
-            base + message.desc_offset + batch_tensors_offset(header.n_requests))
+            base + desc_offset + batch_tensors_offset(header.n_requests))
         cdef list requests = []
         cdef uint32_t i
         for i in range(header.n_requests):
             requests.append(_request_view(base, records[i].block_offset))
-        cdef list batch_tensors = [(tensors[i].offset, tensors[i].size)
-                                   for i in range(header.n_tensors)]
-        self._batch_desc = message.desc_offset
-        return MESSAGE_BATCH, message.batch_id, requests, batch_tensors
+        return requests, [(tensors[i].offset, tensors[i].size) for i in range(header.n_tensors)]
 
     def submit(self, uint64_t model, uint64_t tag, ModelSpec spec, str request_id,
                list inputs, outputs, bytes parameters, uint32_t priority=0,
