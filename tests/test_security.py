@@ -18,13 +18,13 @@ import json
 import random
 import socket
 import struct
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
+from security_support import SECRET_ENV, SECRET_VALUE, broken_models, leaks_in
 from server_harness import NaiadServer, make_repository
 
 SECURITY_MODELS = Path(__file__).resolve().parent / "security_models"
@@ -192,38 +192,6 @@ def test_a_request_never_sees_another_requests_tensors(tmp_path):
 
 # -- error messages keep the host's paths and secrets to themselves ----------------------
 
-SECRET_ENV = "NAIAD_TEST_CLOUD_KEY"
-SECRET_VALUE = "sk-live-6b0d9f0e1c2a4d7e"
-
-
-def _broken_models(repo: Path) -> None:
-    """Models that fail to load, each in its own way."""
-    (repo / "bad_config").mkdir()
-    (repo / "bad_config" / "config.pbtxt").write_text(
-        'name: "bad_config"\nbackend: "python"\nnope {'
-    )
-    (repo / "no_model_file" / "1").mkdir(parents=True)
-    (repo / "no_model_file" / "config.pbtxt").write_text(
-        'name: "no_model_file"\nbackend: "python"\nmax_batch_size: 0\n'
-        'input [{ name: "X", data_type: TYPE_FP32, dims: [1] }]\n'
-        'output [{ name: "Y", data_type: TYPE_FP32, dims: [1] }]\n'
-    )
-    (repo / "bad_onnx" / "1").mkdir(parents=True)
-    (repo / "bad_onnx" / "1" / "model.onnx").write_bytes(b"not an onnx file")
-    (repo / "bad_onnx" / "config.pbtxt").write_text('name: "bad_onnx"\nbackend: "onnxruntime"\n')
-    (repo / "init_fails" / "1").mkdir(parents=True)
-    (repo / "init_fails" / "config.pbtxt").write_text(
-        (repo / "no_model_file" / "config.pbtxt").read_text().replace("no_model_file", "init_fails")
-    )
-    (repo / "init_fails" / "1" / "model.py").write_text(
-        "class TritonPythonModel:\n"
-        "    def initialize(self, args):\n"
-        "        open(args['model_repository'] + '/weights.bin')\n"
-        "\n"
-        "    def execute(self, requests):\n"
-        "        return []\n"
-    )
-
 
 def _error_bodies(server: NaiadServer) -> list[tuple[str, int, str]]:
     """(what, status, body) of every failing call a client can make over HTTP."""
@@ -287,9 +255,9 @@ def _error_bodies(server: NaiadServer) -> list[tuple[str, int, str]]:
 
 
 def test_error_messages_name_no_host_path_or_secret(tmp_path, monkeypatch):
-    host_dir = tmp_path / "host-private-HOSTMARK"
+    host_dir = tmp_path / "host-private-7f3a"
     repo = make_repository(host_dir / "models", ["add_sub"])
-    _broken_models(repo)
+    broken_models(repo)
     monkeypatch.setenv(SECRET_ENV, SECRET_VALUE)
     server = NaiadServer(
         repo,
@@ -298,19 +266,10 @@ def test_error_messages_name_no_host_path_or_secret(tmp_path, monkeypatch):
     )
     with server.start():
         bodies = _error_bodies(server)
-    leaks = [
-        str(host_dir),
-        "HOSTMARK",
-        SECRET_VALUE,
-        sys.prefix,
-        str(Path.home()) + "/",
-        "Traceback",
-    ]
     found = [
         (what, status, needle, body[:400])
         for what, status, body in bodies
-        for needle in leaks
-        if needle in body
+        for needle in leaks_in(body, host_dir)
     ]
     assert found == []
     # The calls did fail, and the failures still say which file is wrong (relative to the
