@@ -15,7 +15,7 @@ and checks:
 - after shutdown: exit code 0, no process of the server left, no new object in /dev/shm, no
   `naiad-model-*` folder left in the temp dir.
 
-Writes samples.csv, summary.json and (when matplotlib imports) soak.png into --out.
+Writes samples.jsonl (as it goes), samples.csv, summary.json and (when matplotlib imports) soak.png into --out.
 
     .venv/bin/python perf/soak.py --requests 1000000 --out perf/results/soak
     perf/.tools/venv/bin/python perf/soak.py ...   # same, with matplotlib for the plot
@@ -169,6 +169,9 @@ def run(args) -> dict:
             )
         started = time.monotonic()
         names: dict[int, str] = {}
+        # Each sample is also written as it is taken, so a long run shows progress (and keeps
+        # what it measured if it is stopped): one JSON object a line.
+        progress = open(out / "samples.jsonl", "w")
         while True:
             time.sleep(args.sample_secs)
             answered, failed = _answered(server, ["add_sub"])
@@ -188,6 +191,8 @@ def run(args) -> dict:
                 if fds is not None:
                     row[f"fds_{name}"] = fds
             rows.append(row)
+            progress.write(json.dumps(row) + "\n")
+            progress.flush()
             if answered >= args.requests:
                 break
             if any(p.poll() is not None for p in loads):
@@ -196,6 +201,7 @@ def run(args) -> dict:
             if row["seconds"] > args.max_seconds:
                 summary["timed_out"] = True
                 break
+        progress.close()
         summary["seconds"] = rows[-1]["seconds"]
         summary["rate"] = round(rows[-1]["answered"] / max(rows[-1]["seconds"], 1e-9))
         for p in loads:
