@@ -40,7 +40,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--host",
         "--http-address",
         default="0.0.0.0",
-        help="address the HTTP server binds (default 0.0.0.0, as Triton)",
+        help="address the HTTP server binds (default 0.0.0.0, as Triton); also the "
+        "gRPC and metrics servers' address unless --grpc-address / --metrics-address say "
+        "otherwise",
+    )
+    serve.add_argument(
+        "--grpc-address",
+        default=None,
+        help="address the gRPC server binds (default: --http-address's)",
+    )
+    serve.add_argument(
+        "--metrics-address",
+        default=None,
+        help="address the metrics server binds (default: --http-address's)",
     )
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--grpc-port", type=int, default=8001)

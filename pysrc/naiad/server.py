@@ -77,8 +77,9 @@ async def serve(options) -> int:
     if options.allow_grpc:
         from naiad.grpc.server import start_grpc_server
 
-        servers.append(await start_grpc_server(manager, options.host, options.grpc_port))
-        log.info("Started GRPCInferenceService at %s:%d", options.host, options.grpc_port)
+        grpc_address = options.grpc_address or options.host
+        servers.append(await start_grpc_server(manager, grpc_address, options.grpc_port))
+        log.info("Started GRPCInferenceService at %s:%d", grpc_address, options.grpc_port)
     if options.allow_http:
         from naiad.http.generate_routes import register_generate_routes
         from naiad.http.naiad_routes import register_naiad_routes
@@ -99,8 +100,9 @@ async def serve(options) -> int:
     if options.allow_metrics:
         from naiad.metrics import start_metrics_server
 
-        servers.append(await start_metrics_server(manager, options.host, options.metrics_port))
-        log.info("Started Metrics Service at %s:%d", options.host, options.metrics_port)
+        metrics_address = options.metrics_address or options.host
+        servers.append(await start_metrics_server(manager, metrics_address, options.metrics_port))
+        log.info("Started Metrics Service at %s:%d", metrics_address, options.metrics_port)
 
     settle_after_startup()
     await stop.wait()

@@ -11,12 +11,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from naiad.repository.redact import PathRedactor
+
 __all__ = ["Catalog", "check_model_name", "folder_stamp", "version_stamp"]
 
 
 class Catalog:
     def __init__(self, repositories: list[Path]):
         self.repositories = [Path(r) for r in repositories]
+        # What a client may read of the paths in a load error (redact.py).
+        self.for_client = PathRedactor(self.repositories).for_client
 
     def scan(self) -> tuple[dict[str, Path], dict[str, str]]:
         """(name -> model folder, name -> why it cannot be served) over every repository.

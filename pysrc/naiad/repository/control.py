@@ -142,13 +142,15 @@ class ModelControl:
             for model in failed:
                 log.error("failed to load '%s' version %d: %s", name, model.version, model.reason)
             raise InvalidArgument(
-                f"load failed for model '{name}': "
-                + "".join(
-                    # An ensemble whose composing models do not fit: Triton's plain reason.
-                    f"{m.reason}\n"
-                    if getattr(m, "graph_failed", False)
-                    else f"version {m.version} is at UNAVAILABLE state: {m.reason};\n"
-                    for m in failed
+                self.catalog.for_client(
+                    f"load failed for model '{name}': "
+                    + "".join(
+                        # An ensemble whose composing models do not fit: Triton's plain reason.
+                        f"{m.reason}\n"
+                        if getattr(m, "graph_failed", False)
+                        else f"version {m.version} is at UNAVAILABLE state: {m.reason};\n"
+                        for m in failed
+                    )
                 )
             )
         versions = {**keep, **{m.version: m for m in started}}
@@ -197,7 +199,11 @@ class ModelControl:
         if not serving and (name in folders or name in duplicates):
             self.failures[name] = reason
         log.error("failed to load '%s': %s", name, reason)
-        raise Internal(f"failed to load '{name}', failed to poll from model repository: {reason}")
+        raise Internal(
+            self.catalog.for_client(
+                f"failed to load '{name}', failed to poll from model repository: {reason}"
+            )
+        )
 
     async def _start(self, model: LoadedModel) -> None:
         """Loads `model` (READY, or UNAVAILABLE with the reason)."""
@@ -246,10 +252,16 @@ class ModelControl:
         for name in names:
             versions = models.get(name)
             if versions:
-                entries.extend(versions[v].entry() for v in sorted(versions))
+                for version in sorted(versions):
+                    entry = versions[version].entry()
+                    if "reason" in entry:
+                        entry["reason"] = self.catalog.for_client(entry["reason"])
+                    entries.append(entry)
             elif name in self.failures or name in duplicates:
                 reason = self.failures.get(name) or duplicates[name]
-                entries.append({"name": name, "state": UNAVAILABLE, "reason": reason})
+                entries.append(
+                    {"name": name, "state": UNAVAILABLE, "reason": self.catalog.for_client(reason)}
+                )
             else:
                 entries.append({"name": name})
         if ready_only:
