@@ -196,3 +196,9 @@ def test_pb_utils_logger_follows_the_settings(capsys):
     logger.log_verbose("verbose shown")
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("I") and lines[0].endswith('"verbose shown"')
+
+
+def test_a_log_file_that_cannot_be_opened_changes_nothing():
+    with pytest.raises(OSError):
+        triton_log.apply({"log_file": "/nonexistent-dir/naiad.log"})
+    assert triton_log.settings()["log_file"] == ""

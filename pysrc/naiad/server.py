@@ -15,24 +15,22 @@ from naiad.scheduling.manager import ModelManager, format_load_table
 log = logging.getLogger("naiad")
 
 
-def _configure_logging(options) -> bool:
+def _configure_logging(options) -> None:
     """The server log from tritonserver's --log-* flags (workers get it from the frontend)."""
-    try:
-        triton_log.apply(
-            {
-                "log_file": options.log_file,
-                "log_info": options.log_info,
-                "log_warning": options.log_warning,
-                "log_error": options.log_error,
-                "log_verbose_level": max(0, options.log_verbose),
-                "log_format": options.log_format,
-            }
-        )
-    except OSError as exc:
-        print(f"error: --log-file={options.log_file}: {exc.strerror}", file=sys.stderr)
-        return False
+    settings = {
+        "log_info": options.log_info,
+        "log_warning": options.log_warning,
+        "log_error": options.log_error,
+        "log_verbose_level": max(0, options.log_verbose),
+        "log_format": options.log_format,
+    }
+    triton_log.apply(settings)
     triton_log.install()
-    return True
+    try:
+        triton_log.apply({"log_file": options.log_file})
+    except OSError as exc:
+        # Triton logs to stderr when it cannot open the file (silently; we say so).
+        log.warning("cannot open --log-file=%s (%s): logging to stderr", options.log_file, exc)
 
 
 async def serve(options) -> int:
@@ -155,8 +153,7 @@ async def serve(options) -> int:
 
 
 def run(options) -> int:
-    if not _configure_logging(options):
-        return 1
+    _configure_logging(options)
     try:
         import uvloop
     except ImportError:  # uvloop is a dependency; this keeps odd platforms running

@@ -214,8 +214,10 @@ def test_features_not_built_yet_say_so(client):
         assert err.message().startswith("failed to register shared memory region: invalid args")
     err = _error(lambda: client.get_trace_settings())
     assert err.status() == "StatusCode.UNAVAILABLE" and "tracing" in err.message()
-    err = _error(lambda: client.get_log_settings())
-    assert err.status() == "StatusCode.UNAVAILABLE" and "logging" in err.message()
+    # Log settings are served (tests/test_logging_extension.py, test_logmetrics_triton.py).
+    assert client.get_log_settings(as_json=True)["settings"]["log_format"] == {
+        "string_param": "default"
+    }
 
 
 def test_unknown_service_or_method_is_unimplemented(stub):
