@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 import time
 
+import grpc
 import pytest
 import requests
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from naiad.protos import grpc_service_pb2 as pb
+from naiad.protos import grpc_service_pb2_grpc as pbg
 from server_harness import NaiadServer
-from tritonclient.utils import InferenceServerException
 
 TIMEOUT = 30
 
@@ -133,17 +134,26 @@ def test_log_file_and_settings_changed_at_run_time(file_server):
         "verbose b": ("I", "ISO8601", server.pid),
     }
 
-    # gRPC's LogSettings changes the same settings.
-    grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-    grpc.update_log_settings({"log_info": False, "log_format": "default"})
-    answer = grpc.get_log_settings(as_json=True)["settings"]
-    assert answer["log_info"] == {"bool_param": False}
-    assert answer["log_format"] == {"string_param": "default"}
-    assert answer["log_verbose_level"] == {"uint32_param": 1}
-    assert answer["log_file"] == {"string_param": str(log_file)}
-    with pytest.raises(InferenceServerException) as refused:
-        grpc.update_log_settings({"log_file": "/tmp/elsewhere.log"})
-    assert "log file location can not be updated through network protocol" in str(refused.value)
+    # gRPC's LogSettings changes the same settings (tritonclient.grpc's own calls are in
+    # tests/grpc_clients/test_grpc_server.py; its modules cannot share this process).
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        stub = pbg.GRPCInferenceServiceStub(channel)
+        request = pb.LogSettingsRequest()
+        request.settings["log_info"].bool_param = False
+        request.settings["log_format"].string_param = "default"
+        answer = stub.LogSettings(request, timeout=TIMEOUT).settings
+        assert answer["log_info"].bool_param is False
+        assert answer["log_format"].string_param == "default"
+        assert answer["log_verbose_level"].uint32_param == 1
+        assert answer["log_file"].string_param == str(log_file)
+        request = pb.LogSettingsRequest()
+        request.settings["log_file"].string_param = "/tmp/elsewhere.log"
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.LogSettings(request, timeout=TIMEOUT)
+        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert refused.value.details() == (
+            "log file location can not be updated through network protocol"
+        )
     _infer(server.url, "c")
     lines = _model_lines(log_file.read_text, "c", 2)
     assert lines == {

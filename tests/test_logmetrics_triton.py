@@ -8,9 +8,11 @@ from __future__ import annotations
 import grpc
 import pytest
 import requests
+from model_control_support import add_sub_json_request
+from naiad.protos import grpc_service_pb2 as service_pb2
+from naiad.protos import grpc_service_pb2_grpc as service_pb2_grpc
 from server_harness import NaiadServer, make_repository
 from triton_peer import TritonPeer, find_triton
-from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -116,6 +118,8 @@ def test_logging_http_answers_match_triton(servers):
 
 
 def _grpc_settings(port: int, settings: dict):
+    # Naiad's generated modules (wire-compatible with Triton's): tritonclient.grpc's cannot
+    # share a process with them (tests/grpc_clients/conftest.py says why).
     request = service_pb2.LogSettingsRequest()
     for name, setting in settings.items():
         value = request.settings[name]  # present, with no field set when None
@@ -148,14 +152,9 @@ def test_logging_grpc_answers_match_triton(servers):
 
 
 def _add_sub(url: str) -> None:
-    data = list(range(16))
-    body = {
-        "inputs": [
-            {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": data},
-            {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": data},
-        ]
-    }
-    assert requests.post(url + "/v2/models/add_sub/infer", json=body, timeout=30).ok
+    assert requests.post(
+        url + "/v2/models/add_sub/infer", json=add_sub_json_request(1.0), timeout=30
+    ).ok
 
 
 def _families(text: str) -> list[tuple]:

@@ -22,6 +22,7 @@ from naiad.metrics import HostGauges, Poller, TritonCollector, render
 from naiad.scheduling.stats import ModelStats
 from prometheus_client.parser import text_string_to_metric_families
 from server_harness import NaiadServer, make_repository
+from test_metrics import FakeManager, FakeModel, _add_sub_request, _samples
 
 TIMEOUT = 30
 
@@ -32,23 +33,6 @@ class FakeClock:
 
     def __call__(self):
         return self.now
-
-
-class FakeModel:
-    def __init__(self, name, version):
-        self.name, self.version = name, version
-        self.ready = self.ready_once = True
-        self.stats = ModelStats(name, version)
-
-
-class FakeManager:
-    def __init__(self, *models):
-        self.models = {}
-        for model in models:
-            self.models.setdefault(model.name, {})[model.version] = model
-
-    def pending_count(self, model):
-        return 0
 
 
 def _host(**kwargs):
@@ -296,23 +280,10 @@ def test_no_gpu_no_gpu_families():
 
 
 def _add_sub(url: str) -> None:
-    data = list(range(16))
-    body = {
-        "inputs": [
-            {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": data},
-            {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": data},
-        ]
-    }
-    assert requests.post(url + "/v2/models/add_sub/infer", json=body, timeout=TIMEOUT).ok
-
-
-def _samples(text: str) -> dict:
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out[key] = value
-    return out
+    response = requests.post(
+        url + "/v2/models/add_sub/infer", json=_add_sub_request(), timeout=TIMEOUT
+    )
+    assert response.ok
 
 
 def test_real_server_summaries_count_the_requests(tmp_path):
