@@ -114,6 +114,20 @@ def test_logging_http_answers_match_triton(servers):
         ours, theirs = _logging(naiad.url, body), _logging(triton.url, body)
         if ours != theirs:
             differences.append(f"{body!r}: naiad {ours} / triton {theirs}")
+    for method, path in (
+        ("GET", "/v2/logging/more"),
+        ("GET", "/v2/logging/"),
+        ("PUT", "/v2/logging"),
+    ):
+        ours, theirs = (
+            requests.request(method, url + path, timeout=30) for url in (naiad.url, triton.url)
+        )
+        if (ours.status_code, ours.headers["Content-Type"], ours.text) != (
+            theirs.status_code,
+            theirs.headers["Content-Type"],
+            theirs.text,
+        ):
+            differences.append(f"{method} {path}: naiad {ours.text} / triton {theirs.text}")
     assert differences == [], "\n".join(differences)
 
 

@@ -8,14 +8,14 @@ import orjson
 
 from naiad import triton_log
 from naiad.http.codec import _json_error
-from naiad.http.routes import HttpRequest, Reply, Router, error_reply, json_reply
+from naiad.http.routes import TEXT, HttpRequest, Reply, Router, error_reply, json_reply
 from naiad.scheduling.instance import send_log_settings
 
 
 def register_logging_routes(router: Router) -> None:
     def handle(request: HttpRequest, parts: list) -> Reply:
         if len(parts) != 3:
-            return error_reply(404, "Not Found")
+            return error_reply(404, "Not Found", TEXT)  # Triton's, as text/plain
         if request.method not in ("GET", "POST"):
             return error_reply(405, "Method Not Allowed")
         if request.method == "GET":
