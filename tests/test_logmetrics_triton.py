@@ -5,6 +5,9 @@ not installed (`make perf-tools`, or /work/shared/peers)."""
 
 from __future__ import annotations
 
+import re
+import time
+
 import grpc
 import pytest
 import requests
@@ -12,6 +15,7 @@ from model_control_support import add_sub_json_request
 from naiad.protos import grpc_service_pb2 as service_pb2
 from naiad.protos import grpc_service_pb2_grpc as service_pb2_grpc
 from server_harness import NaiadServer, make_repository
+from test_logging_extension import LOGGER_CONFIG, LOGGER_MODEL
 from triton_peer import TritonPeer, find_triton
 
 pytestmark = [
@@ -91,6 +95,9 @@ GRPC_STEPS = [
 def servers(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("logmetrics")
     repository = make_repository(tmp_path / "models", ["add_sub"])
+    (repository / "logger" / "1").mkdir(parents=True)
+    (repository / "logger" / "config.pbtxt").write_text(LOGGER_CONFIG)
+    (repository / "logger" / "1" / "model.py").write_text(LOGGER_MODEL)
     naiad = NaiadServer(repository, log_dir=tmp_path, extra_args=ARGS).start()
     try:
         with TritonPeer(repository, tmp_path, ARGS) as triton:
@@ -211,3 +218,52 @@ def _value(text: str, prefix: str) -> str:
         if line.startswith(prefix + " "):
             return line.rsplit(" ", 1)[1]
     raise AssertionError(f"no {prefix} in the page")
+
+
+_STAMPS = (
+    (re.compile(r"^([IWE])\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ "), r"\1<MMDD hh:mm:ss.us> <pid> "),
+    (re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ([IWE]) \d+ "), r"<ISO8601> \1 <pid> "),
+)
+
+
+def _model_lines(read, tag: str) -> list[str]:
+    """The logger model's lines for `tag` in the server's output, time and pid masked."""
+    deadline = time.monotonic() + 30
+    while True:
+        lines = [line for line in read().splitlines() if line.endswith(f' {tag}"')]
+        if len(lines) >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    masked = []
+    for line in lines:
+        for pattern, mask in _STAMPS:
+            line = pattern.sub(mask, line)
+        masked.append(line)
+    return masked
+
+
+def test_model_log_lines_look_like_tritons(servers):
+    naiad, triton = servers
+    reads = (naiad.stderr_text, lambda: triton.log_path.read_text(errors="replace"))
+    for number, settings in enumerate(
+        (
+            {
+                "log_verbose_level": 0,
+                "log_info": True,
+                "log_warning": True,
+                "log_format": "default",
+            },
+            {"log_verbose_level": 1, "log_warning": False, "log_format": "ISO8601"},
+        )
+    ):
+        tag = f"t{number}"
+        outputs = []
+        for server, read in zip((naiad, triton), reads):
+            assert requests.post(server.url + "/v2/logging", json=settings, timeout=30).ok
+            body = {"inputs": [{"name": "TAG", "datatype": "BYTES", "shape": [1], "data": [tag]}]}
+            reply = requests.post(server.url + "/v2/models/logger/infer", json=body, timeout=30)
+            assert reply.ok, reply.text
+            outputs.append(_model_lines(read, tag))
+        assert outputs[0] == outputs[1]
+        assert len(outputs[0]) == 3
+    requests.post(naiad.url + "/v2/logging", json={"log_format": "default"}, timeout=30)
