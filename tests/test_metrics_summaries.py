@@ -363,3 +363,30 @@ def test_gpu_metrics_on_a_gpu_host(tmp_path):
             )
     for sample in families["nv_gpu_memory_total_bytes"].samples:
         assert sample.value > 0
+
+
+def test_metrics_flags_parse_as_tritonservers():
+    from naiad.cli import build_parser
+
+    parse = build_parser().parse_args
+    options = parse(["serve", "--model-repository=m"])
+    assert options.metrics_config == [] and options.metrics_interval_ms == 2000
+    assert options.pinned_memory_pool_byte_size == 268435456
+    options = parse(
+        [
+            "serve",
+            "--model-repository=m",
+            "--metrics-config=summary_latencies=true",
+            "--metrics-config",
+            "summary_quantiles=0.5:0.05,0.9:0.01",
+            "--metrics-interval-ms=250",
+            "--pinned-memory-pool-byte-size=0",
+        ]
+    )
+    assert options.metrics_config == [
+        "summary_latencies=true",
+        "summary_quantiles=0.5:0.05,0.9:0.01",
+    ]
+    assert (options.metrics_interval_ms, options.pinned_memory_pool_byte_size) == (250, 0)
+    config = parse_metrics_config(options.metrics_config)
+    assert config.summary_latencies and config.quantiles == ((0.5, 0.05), (0.9, 0.01))

@@ -202,3 +202,41 @@ def test_a_log_file_that_cannot_be_opened_changes_nothing():
     with pytest.raises(OSError):
         triton_log.apply({"log_file": "/nonexistent-dir/naiad.log"})
     assert triton_log.settings()["log_file"] == ""
+
+
+def test_log_flags_parse_as_tritonservers():
+    from naiad.cli import build_parser
+
+    parse = build_parser().parse_args
+    options = parse(["serve", "--model-repository=m"])
+    assert (options.log_verbose, options.log_info, options.log_warning, options.log_error) == (
+        0,
+        True,
+        True,
+        True,
+    )
+    assert (options.log_format, options.log_file) == ("default", "")
+    options = parse(
+        [
+            "serve",
+            "--model-repository=m",
+            "--log-verbose=true",
+            "--log-info=false",
+            "--log-warning",
+            "0",
+            "--log-error=off",
+            "--log-format=ISO8601",
+            "--log-file=/tmp/x.log",
+        ]
+    )
+    assert (options.log_verbose, options.log_info, options.log_warning, options.log_error) == (
+        1,
+        False,
+        False,
+        False,
+    )
+    assert (options.log_format, options.log_file) == ("ISO8601", "/tmp/x.log")
+    assert parse(["serve", "--model-repository=m", "--log-verbose=3"]).log_verbose == 3
+    for bad in ("--log-format=iso8601", "--log-verbose=loud", "--log-info=maybe"):
+        with pytest.raises(SystemExit):
+            parse(["serve", "--model-repository=m", bad])
