@@ -119,8 +119,11 @@ class Summary:
         self._open = array("d")
         self._closed: deque = deque()  # (sorted values, weights) of closed sub-windows
 
-    def observe(self, value, times: int = 1) -> None:
-        self._rotate()
+    def observe(self, value, times: int = 1, now: float | None = None) -> None:
+        if now is None:
+            now = self._clock()
+        if now - self._opened >= self._span:
+            self._rotate(now)
         self.count += times
         self.sum += value * times
         if times == 1:
@@ -128,8 +131,7 @@ class Summary:
         else:
             self._open.extend([value] * times)
 
-    def _rotate(self) -> None:
-        now = self._clock()
+    def _rotate(self, now: float) -> None:
         if now - self._opened < self._span:
             return
         if now - self._opened >= MAX_AGE_SECONDS + self._span:  # idle past the window
@@ -160,7 +162,7 @@ class Summary:
 
     def values(self) -> list[tuple[float, float]]:
         """(quantile, value) for each configured quantile; NaN with nothing in the window."""
-        self._rotate()
+        self._rotate(self._clock())
         parts = [values for values, _ in self._closed]
         weights = [w for _, w in self._closed]
         if self._open:
@@ -186,20 +188,23 @@ class Summary:
 class LatencySummaries:
     """The five summaries of one model version (Triton's names in naiad/metrics.py)."""
 
-    __slots__ = ("request", "queue", "compute_input", "compute_infer", "compute_output")
+    __slots__ = ("request", "queue", "compute_input", "compute_infer", "compute_output", "_clock")
 
     def __init__(self, quantiles=DEFAULT_QUANTILES, clock=time.monotonic):
-        for name in self.__slots__:
+        self._clock = clock
+        for name in self.__slots__[:5]:
             setattr(self, name, Summary(quantiles, clock))
 
     def observe(self, request_ns: int, queue_ns: int, timings, times: int = 1) -> None:
         """One successful request (or `times` alike); timings = [_, input, infer, output]
-        ns of its batch. Whole microseconds, as Triton observes them."""
-        self.request.observe(request_ns // 1000, times)
-        self.queue.observe(queue_ns // 1000, times)
-        self.compute_input.observe(timings[1] // 1000, times)
-        self.compute_infer.observe(timings[2] // 1000, times)
-        self.compute_output.observe(timings[3] // 1000, times)
+        ns of its batch. Whole microseconds, as Triton observes them. One clock reading
+        serves the five."""
+        now = self._clock()
+        self.request.observe(request_ns // 1000, times, now)
+        self.queue.observe(queue_ns // 1000, times, now)
+        self.compute_input.observe(timings[1] // 1000, times, now)
+        self.compute_infer.observe(timings[2] // 1000, times, now)
+        self.compute_output.observe(timings[3] // 1000, times, now)
 
 
 def new_summaries() -> LatencySummaries | None:
