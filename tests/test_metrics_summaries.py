@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import random
+import time
 import types
 
 import pytest
@@ -390,3 +391,21 @@ def test_metrics_flags_parse_as_tritonservers():
     assert (options.metrics_interval_ms, options.pinned_memory_pool_byte_size) == (250, 0)
     config = parse_metrics_config(options.metrics_config)
     assert config.summary_latencies and config.quantiles == ((0.5, 0.05), (0.9, 0.01))
+
+
+def test_poller_reads_every_half_interval():
+    reads = []
+    host = HostGauges(
+        cpu_reader=lambda: reads.append(1) or (len(reads), 1), memory_reader=lambda: None
+    )
+    reads.clear()
+    poller = Poller(host, 40).start()  # --metrics-interval-ms=40: a read every 20 ms
+    try:
+        time.sleep(0.5)
+    finally:
+        poller.stop()
+    assert poller.seconds == 0.02
+    assert 5 <= len(reads) <= 27, len(reads)  # a loaded machine reads less often, never more
+    count = len(reads)
+    time.sleep(0.1)
+    assert len(reads) <= count + 1  # stopped
