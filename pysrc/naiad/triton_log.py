@@ -141,12 +141,8 @@ def update(request: dict, grpc: bool = False) -> dict:
     verbose level, format) until the first bad one, which raises Triton's error (a
     naiad.errors.NaiadError); the ones before it stay applied, as in Triton."""
     s = _state
-    if grpc:
-        if "log_file" in request:
-            raise _refuse(
-                "Unsupported", "log file location can not be updated through network protocol"
-            )
-    elif request.get("log_file") is not None:
+    # gRPC refuses a log_file of any kind, even empty; HTTP one that is not null.
+    if ("log_file" in request) if grpc else (request.get("log_file") is not None):
         raise _refuse(
             "Unsupported", "log file location can not be updated through network protocol"
         )
