@@ -211,6 +211,9 @@ class FakeNvml(types.SimpleNamespace):
     def nvmlDeviceGetHandleByIndex(self, index):
         return index
 
+    def nvmlDeviceGetName(self, handle):
+        return b"NVIDIA H200"
+
     def nvmlDeviceGetUUID(self, handle):
         return f"GPU-0000000{handle}-aaaa-bbbb-cccc-dddddddddddd"
 

@@ -95,6 +95,7 @@ def open_gpus(nvml=None) -> NvmlGpus | None:
     if not handles:
         return None
     gpus = NvmlGpus(nvml, handles)
-    for number, uuid in enumerate(gpus.uuids):
-        log.info("Collecting metrics for GPU %d: %s", number, uuid)
+    for number, handle in enumerate(handles):  # Triton's words, with the device's name
+        name = gpus._value(nvml.nvmlDeviceGetName, handle, default=gpus.uuids[number])
+        log.info("Collecting metrics for GPU %d: %s", number, NvmlGpus._text(name))
     return gpus
