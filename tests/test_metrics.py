@@ -53,6 +53,10 @@ TRITON_HEADERS = """\
 # TYPE nv_inference_compute_output_duration_us counter
 # HELP nv_inference_pending_request_count Instantaneous number of pending requests awaiting execution per-model.
 # TYPE nv_inference_pending_request_count gauge
+# HELP nv_pinned_memory_pool_total_bytes Pinned memory pool total memory size, in bytes
+# TYPE nv_pinned_memory_pool_total_bytes gauge
+# HELP nv_pinned_memory_pool_used_bytes Pinned memory pool used memory size, in bytes
+# TYPE nv_pinned_memory_pool_used_bytes gauge
 # HELP nv_cpu_utilization CPU utilization rate [0.0 - 1.0]
 # TYPE nv_cpu_utilization gauge
 # HELP nv_cpu_memory_total_bytes CPU total memory (RAM), in bytes
@@ -143,6 +147,8 @@ def test_collector_families_types_and_no_total_suffix():
             assert sample.name == family.name
     gauges = {
         "nv_inference_pending_request_count",
+        "nv_pinned_memory_pool_total_bytes",
+        "nv_pinned_memory_pool_used_bytes",
         "nv_cpu_utilization",
         "nv_cpu_memory_total_bytes",
         "nv_cpu_memory_used_bytes",

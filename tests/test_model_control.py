@@ -464,7 +464,7 @@ def test_explicit_reload_follows_version_folders_and_policy(tmp_path):
         (repo / "add_sub" / "3" / "model.py").write_text(ADD_SUB_MODEL)
         assert load(server.url, "add_sub").status_code == 200
         assert [e["version"] for e in index(server.url, ready=True)] == ["1", "3"]
-        assert "loading: add_sub versions 3\n" in server.stderr_text()
+        assert 'loading: add_sub versions 3"\n' in server.stderr_text()
         assert _infer(server.url, "add_sub", version="1").status_code == 200
         assert _infer(server.url, "add_sub", version="3").status_code == 200
         assert _infer(server.url, "add_sub", version="2").status_code in (400, 404)

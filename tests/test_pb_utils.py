@@ -294,11 +294,11 @@ def test_logger_writes_to_stderr(capsys):
     logger.log("plain", pb_utils.Logger.LogLevel.INFO)
     err = capsys.readouterr().err
     lines = err.splitlines()
-    assert lines[0].startswith("I") and lines[0].endswith("] info line")
+    assert lines[0].startswith("I") and lines[0].endswith('] "info line"')
     assert "test_pb_utils.py:" in lines[0]
-    assert lines[1].startswith("W") and lines[1].endswith("] warn line")
-    assert lines[2].startswith("E") and lines[2].endswith("] error line")
-    assert lines[3].endswith("] plain")
+    assert lines[1].startswith("W") and lines[1].endswith('] "warn line"')
+    assert lines[2].startswith("E") and lines[2].endswith('] "error line"')
+    assert lines[3].endswith('] "plain"')
 
 
 def test_logger_verbose_follows_the_verbose_level(capsys):
@@ -308,6 +308,6 @@ def test_logger_verbose_follows_the_verbose_level(capsys):
     pb_utils.set_log_verbose(1)
     try:
         pb_utils.Logger.log_verbose("shown")
-        assert capsys.readouterr().err.endswith("] shown\n")
+        assert capsys.readouterr().err.endswith('] "shown"\n')
     finally:
         pb_utils.set_log_verbose(0)

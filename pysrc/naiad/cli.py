@@ -23,6 +23,14 @@ def _size(text: str) -> int:
     return int(text)
 
 
+def _int_bool(text: str) -> int:
+    # tritonserver's --log-verbose: true/false or a level
+    value = text.strip().lower()
+    if value in ("true", "false"):
+        return int(value == "true")
+    return int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="naiad", description="A Triton-compatible inference server"
@@ -60,7 +68,33 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--allow-http", type=_bool, default=True)
     serve.add_argument("--allow-grpc", type=_bool, default=True)
     serve.add_argument("--allow-metrics", type=_bool, default=True)
-    serve.add_argument("--log-verbose", type=int, default=0)
+    # Logging, as tritonserver's flags (naiad/triton_log.py); /v2/logging changes them live.
+    serve.add_argument("--log-verbose", type=_int_bool, default=0)
+    serve.add_argument("--log-info", type=_bool, default=True)
+    serve.add_argument("--log-warning", type=_bool, default=True)
+    serve.add_argument("--log-error", type=_bool, default=True)
+    serve.add_argument("--log-format", choices=["default", "ISO8601"], default="default")
+    serve.add_argument("--log-file", default="", help="append the log here, not to stderr")
+    # Metrics, as tritonserver's flags (naiad/metrics.py).
+    serve.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        help="<setting>=<value> (repeatable), as Triton: summary_latencies=true, "
+        "counter_latencies=false, summary_quantiles=<q>:<error>,...",
+    )
+    serve.add_argument(
+        "--metrics-interval-ms",
+        type=int,
+        default=2000,
+        help="how often CPU, GPU and pinned-memory gauges are read (default 2000, as Triton)",
+    )
+    serve.add_argument(
+        "--pinned-memory-pool-byte-size",
+        type=int,
+        default=268435456,
+        help="reported as nv_pinned_memory_pool_total_bytes (default 256 MiB, as Triton)",
+    )
     serve.add_argument(
         "--exit-on-error",
         type=_bool,

@@ -91,6 +91,12 @@ def _visible(indices: list[int]) -> list[int] | None:
     return chosen
 
 
+def visible_nvml_indices(indices: list[int]) -> list[int]:
+    """The NVML device indices this process's CUDA sees, in CUDA's order."""
+    visible = _visible(sorted(indices))
+    return sorted(indices) if visible is None else visible
+
+
 def _devices_from_nvml() -> tuple[Device, ...]:
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
@@ -112,8 +118,7 @@ def _devices_from_nvml() -> tuple[Device, ...]:
                 )
             ):
                 capabilities[index] = (major.value, minor.value)
-        visible = _visible(sorted(capabilities))
-        order = sorted(capabilities) if visible is None else visible
+        order = visible_nvml_indices(list(capabilities))
         return tuple(
             Device(cuda_index, *capabilities[nvml_index])
             for cuda_index, nvml_index in enumerate(order)

@@ -1,7 +1,17 @@
 """Prometheus metrics on `--metrics-port` at `GET /metrics`, named as Triton 2.51 names them.
 
 Nothing here runs on the inference path: `TritonCollector` reads the per-model statistics the
-manager keeps anyway (`LoadedModel.stats`, `manager.pending_count`) and /proc, at scrape time.
+manager keeps anyway (`LoadedModel.stats`, `manager.pending_count`, and the latency summaries
+of naiad/latency_summary.py when `--metrics-config summary_latencies=true`) at scrape time.
+The host gauges (CPU, memory, pinned memory pool, GPUs through NVML: naiad/gpu_metrics.py)
+are what `HostGauges.poll()` read last: a `Poller` thread reads them every
+`--metrics-interval-ms` / 2, as Triton's polling thread does; without one (a collector made
+on its own) each scrape reads them.
+
+Families come in Triton's order, which is prometheus-cpp's: every counter family, then
+every gauge family, then the summaries, each group in the order Triton registers them; a
+family without samples (GPU metrics on a host without GPUs, the duration counters with
+`counter_latencies=false`) is left out.
 
 It is a `prometheus_client` collector (it can be registered in any `CollectorRegistry`), but
 the page is rendered by `render()` rather than `prometheus_client.generate_latest`, because
@@ -18,15 +28,19 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from naiad import latency_summary
 from naiad.http.protocol import HttpProtocol
 from naiad.http.routes import Reply, error_reply
 
 __all__ = [
     "TritonCollector",
+    "HostGauges",
+    "Poller",
     "render",
     "MetricsRouter",
     "start_metrics_server",
@@ -80,7 +94,39 @@ _COUNTERS = (
         "(does not include cached requests)",
     ),
 )
+# The counters --metrics-config counter_latencies=false turns off (Triton's "latency" ones).
+_LATENCY_COUNTERS = frozenset(name for name, _ in _COUNTERS[4:])
+# (name, help, LatencySummaries attribute) of the summaries, in Triton's order.
+_SUMMARIES = (
+    (
+        "nv_inference_request_summary_us",
+        "Summary of inference request duration in microseconds (includes cached requests)",
+        "request",
+    ),
+    (
+        "nv_inference_queue_summary_us",
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+        "queue",
+    ),
+    # Triton's help texts of the compute summaries are its counters' ("Cumulative ...").
+    ("nv_inference_compute_input_summary_us", _COUNTERS[6][1], "compute_input"),
+    ("nv_inference_compute_infer_summary_us", _COUNTERS[7][1], "compute_infer"),
+    ("nv_inference_compute_output_summary_us", _COUNTERS[8][1], "compute_output"),
+)
 _PENDING_HELP = "Instantaneous number of pending requests awaiting execution per-model."
+_PINNED_TOTAL_HELP = "Pinned memory pool total memory size, in bytes"
+_PINNED_USED_HELP = "Pinned memory pool used memory size, in bytes"
+# (name, help, GpuReading field) of the GPU gauges, in Triton's order.
+_GPU_GAUGES = (
+    ("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", "utilization"),
+    ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "memory_total"),
+    ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "memory_used"),
+    ("nv_gpu_power_usage", "GPU power usage in watts", "power_usage"),
+    ("nv_gpu_power_limit", "GPU power management limit in watts", "power_limit"),
+)
+_ENERGY_HELP = "GPU energy consumption in joules since the Triton Server started"
+# Triton's --pinned-memory-pool-byte-size default.
+DEFAULT_PINNED_POOL_BYTES = 268435456
 _CPU_UTIL_HELP = "CPU utilization rate [0.0 - 1.0]"
 _MEM_TOTAL_HELP = "CPU total memory (RAM), in bytes"
 _MEM_USED_HELP = "CPU used memory (RAM), in bytes"
@@ -171,18 +217,99 @@ def _reported_models(manager):
                 yield name, str(version), model
 
 
-class TritonCollector(Collector):
-    """Triton's inference and CPU metric families, read from `manager` at collect time."""
+class HostGauges:
+    """The gauges Triton polls rather than counts: CPU, memory, pinned pool, GPUs.
 
-    def __init__(self, manager, *, cpu_reader=read_cpu_times, memory_reader=read_memory):
-        self.manager = manager
+    Naiad has no pinned memory pool of its own (host<->device copies go through the
+    shared arena, page-locked in GPU workers): the pool's total is the configured
+    --pinned-memory-pool-byte-size and nothing is ever used from it, which is what Triton
+    2.51 reports on a host where its pool could not be allocated."""
+
+    def __init__(
+        self,
+        *,
+        cpu_reader=read_cpu_times,
+        memory_reader=read_memory,
+        pinned_pool_bytes: int = DEFAULT_PINNED_POOL_BYTES,
+        gpus=None,
+    ):
         self._cpu = _CpuUtilization(cpu_reader)
         self._memory_reader = memory_reader
+        self.pinned_total = pinned_pool_bytes
+        self.gpus = gpus  # gpu_metrics.NvmlGpus or None
+        self.cpu_utilization = 0.0
+        self.memory = None
+        self.gpu_readings = []
+        self._lock = threading.Lock()
+
+    def poll(self) -> None:
+        utilization = self._cpu.update()
+        memory = self._memory_reader()
+        readings = self.gpus.read() if self.gpus is not None else []
+        with self._lock:
+            self.cpu_utilization = utilization
+            self.memory = memory
+            self.gpu_readings = readings
+
+    def snapshot(self):
+        with self._lock:
+            return self.cpu_utilization, self.memory, self.gpu_readings
+
+
+class Poller:
+    """Polls `host` every `interval_ms` / 2 on a daemon thread (Triton's polling loop
+    sleeps half the metrics interval between two reads)."""
+
+    def __init__(self, host: HostGauges, interval_ms: int):
+        self.host = host
+        self.seconds = max(interval_ms, 1) / 2000.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="naiad-metrics-poll", daemon=True)
+
+    def start(self) -> Poller:
+        self.host.poll()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.seconds):
+            try:
+                self.host.poll()
+            except Exception:  # a reading that failed once: the next poll tries again
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class TritonCollector(Collector):
+    """Triton's inference, pinned memory, GPU and CPU families, read from `manager`."""
+
+    def __init__(
+        self,
+        manager,
+        *,
+        cpu_reader=read_cpu_times,
+        memory_reader=read_memory,
+        config: latency_summary.MetricsConfig | None = None,
+        host: HostGauges | None = None,
+    ):
+        self.manager = manager
+        self.config = config or latency_summary.current()
+        # Without a host given (and a Poller on it), every scrape reads the host itself.
+        self._poll_on_collect = host is None
+        self.host = host or HostGauges(cpu_reader=cpu_reader, memory_reader=memory_reader)
 
     def collect(self):
         models = list(_reported_models(self.manager))
-        families = {name: _family(name, doc, "counter") for name, doc in _COUNTERS}
+        counter_latencies = self.config.counter_latencies
+        families = {
+            name: _family(name, doc, "counter")
+            for name, doc in _COUNTERS
+            if counter_latencies or name not in _LATENCY_COUNTERS
+        }
         pending = _family("nv_inference_pending_request_count", _PENDING_HELP, "gauge")
+        summaries = {name: _family(name, doc, "summary") for name, doc, _ in _SUMMARIES}
         for name, version, model in models:
             labels = {"model": name, "version": version}
             stats = model.stats
@@ -212,17 +339,45 @@ class TritonCollector(Collector):
                 ("nv_inference_compute_infer_duration_us", stats.compute_infer.ns // 1000),
                 ("nv_inference_compute_output_duration_us", stats.compute_output.ns // 1000),
             ):
-                families[metric].add_sample(metric, labels, value)
+                family = families.get(metric)
+                if family is not None:
+                    family.add_sample(metric, labels, value)
             pending.add_sample(
                 "nv_inference_pending_request_count", labels, self.manager.pending_count(model)
             )
+            kept = getattr(stats, "summaries", None)
+            if kept is not None:
+                for metric, _doc, attr in _SUMMARIES:
+                    _add_summary(summaries[metric], metric, labels, getattr(kept, attr))
+
+        if self._poll_on_collect:
+            self.host.poll()
+        cpu_utilization, memory, gpus = self.host.snapshot()
         yield from families.values()
+        if gpus:
+            energy = _family("nv_energy_consumption", _ENERGY_HELP, "counter")
+            for reading in gpus:
+                energy.add_sample(
+                    "nv_energy_consumption", {"gpu_uuid": reading.uuid}, reading.energy
+                )
+            yield energy
         yield pending
+        for metric, doc, value in (
+            ("nv_pinned_memory_pool_total_bytes", _PINNED_TOTAL_HELP, self.host.pinned_total),
+            ("nv_pinned_memory_pool_used_bytes", _PINNED_USED_HELP, 0),
+        ):
+            family = _family(metric, doc, "gauge")
+            family.add_sample(metric, {}, value)
+            yield family
+        for metric, doc, field in _GPU_GAUGES if gpus else ():
+            family = _family(metric, doc, "gauge")
+            for reading in gpus:
+                family.add_sample(metric, {"gpu_uuid": reading.uuid}, getattr(reading, field))
+            yield family
 
         utilization = _family("nv_cpu_utilization", _CPU_UTIL_HELP, "gauge")
-        utilization.add_sample("nv_cpu_utilization", {}, self._cpu.update())
+        utilization.add_sample("nv_cpu_utilization", {}, cpu_utilization)
         yield utilization
-        memory = self._memory_reader()
         if memory is not None:
             total, used = memory
             family = _family("nv_cpu_memory_total_bytes", _MEM_TOTAL_HELP, "gauge")
@@ -231,6 +386,17 @@ class TritonCollector(Collector):
             family = _family("nv_cpu_memory_used_bytes", _MEM_USED_HELP, "gauge")
             family.add_sample("nv_cpu_memory_used_bytes", {}, used)
             yield family
+        for family in summaries.values():
+            if family.samples:
+                yield family
+
+
+def _add_summary(family: Metric, name: str, labels: dict, summary) -> None:
+    # prometheus-cpp's order: _count, _sum, then one sample per quantile.
+    family.add_sample(name + "_count", labels, summary.count)
+    family.add_sample(name + "_sum", labels, summary.sum)
+    for quantile, value in summary.values():
+        family.add_sample(name, {**labels, "quantile": _format_value(quantile)}, value)
 
 
 # -- text exposition, as Triton (prometheus-cpp) writes it -----------------------------------
@@ -256,10 +422,17 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
+def _label_order(item) -> tuple:
+    # Labels by name, as Triton's std::map keeps them; a summary's quantile comes last.
+    return (item[0] == "quantile", item[0])
+
+
 def render(collector) -> bytes:
     """The Prometheus text exposition of `collector` (or a registry), names kept exactly."""
     out = []
     for family in collector.collect():
+        if not family.samples:
+            continue  # prometheus-cpp writes no HELP/TYPE for a family without samples
         out.append(f"# HELP {family.name} {_escape_help(family.documentation)}\n")
         typ = "untyped" if family.type == "unknown" else family.type
         out.append(f"# TYPE {family.name} {typ}\n")
@@ -267,7 +440,7 @@ def render(collector) -> bytes:
             if sample.labels:
                 labels = ",".join(
                     f'{key}="{_escape_label(str(value))}"'
-                    for key, value in sorted(sample.labels.items())
+                    for key, value in sorted(sample.labels.items(), key=_label_order)
                 )
                 out.append(f"{sample.name}{{{labels}}} {_format_value(sample.value)}\n")
             else:
@@ -296,13 +469,47 @@ class MetricsRouter:
 
 
 async def start_metrics_server(
-    manager, host: str, port: int, *, collector: TritonCollector | None = None
+    manager,
+    host: str,
+    port: int,
+    *,
+    collector: TritonCollector | None = None,
+    interval_ms: int | None = None,
+    pinned_pool_bytes: int = DEFAULT_PINNED_POOL_BYTES,
 ) -> asyncio.Server:
-    """Serve Triton's metrics for `manager` at http://host:port/metrics on the running loop."""
+    """Serve Triton's metrics for `manager` at http://host:port/metrics on the running loop.
+
+    With `interval_ms`, a Poller thread reads the host gauges (and the GPUs, where NVML
+    finds any) at that interval; it stops with the server."""
     loop = asyncio.get_running_loop()
-    router = MetricsRouter(collector or TritonCollector(manager))
+    poller = None
+    if collector is None:
+        gauges = None
+        if interval_ms is not None:
+            from naiad.gpu_metrics import open_gpus
+
+            gauges = HostGauges(pinned_pool_bytes=pinned_pool_bytes, gpus=open_gpus())
+            poller = Poller(gauges, interval_ms).start()
+        collector = TritonCollector(manager, host=gauges)
+    router = MetricsRouter(collector)
 
     def factory() -> HttpProtocol:
         return HttpProtocol(router, loop, max_body_size=1 << 16)
 
-    return await loop.create_server(factory, host, port, reuse_address=True)
+    server = await loop.create_server(factory, host, port, reuse_address=True)
+    return server if poller is None else _PolledServer(server, poller)
+
+
+class _PolledServer:
+    """The metrics server with its Poller: closing it stops the polling too."""
+
+    def __init__(self, server, poller: Poller):
+        self._server = server
+        self._poller = poller
+
+    def close(self) -> None:
+        self._poller.stop()
+        self._server.close()
+
+    def __getattr__(self, name):
+        return getattr(self._server, name)

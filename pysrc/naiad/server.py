@@ -4,23 +4,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
 
+from naiad import triton_log
 from naiad.gc_tuning import settle_after_startup
 from naiad.scheduling.manager import ModelManager, format_load_table
 
 log = logging.getLogger("naiad")
 
 
-def _configure_logging(verbose: int) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose > 0 else logging.INFO,
-        format="%(asctime)s %(levelname).1s naiad] %(message)s",
-        stream=sys.stderr,
-    )
+def _configure_logging(options) -> None:
+    """The server log from tritonserver's --log-* flags (workers get it from the frontend)."""
+    settings = {
+        "log_info": options.log_info,
+        "log_warning": options.log_warning,
+        "log_error": options.log_error,
+        "log_verbose_level": max(0, options.log_verbose),
+        "log_format": options.log_format,
+    }
+    triton_log.apply(settings)
+    triton_log.install()
+    try:
+        triton_log.apply({"log_file": options.log_file})
+    except OSError as exc:
+        # Triton logs to stderr when it cannot open the file (silently; we say so).
+        log.warning("cannot open --log-file=%s (%s): logging to stderr", options.log_file, exc)
 
 
 async def serve(options) -> int:
@@ -29,7 +39,16 @@ async def serve(options) -> int:
         if not repository.is_dir():
             log.error("failed to stat model repository path '%s'", repository)
             return 1
+    from naiad import latency_summary
     from naiad.repository import autocomplete
+
+    try:
+        latency_summary.configure(
+            latency_summary.parse_metrics_config(options.metrics_config, warn=log.error)
+        )
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 1
 
     try:
         autocomplete.configure(
@@ -55,7 +74,9 @@ async def serve(options) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     all_loaded = await manager.load_all(options.load_model)
-    print(format_load_table(manager.load_table), file=sys.stderr, flush=True)
+    triton_log.write_table(
+        __file__, sys._getframe().f_lineno, format_load_table(manager.load_table)
+    )
     if stop.is_set():
         log.info("Stopping: a signal arrived while the models loaded")
         await manager.shutdown(options.exit_timeout_secs)
@@ -82,6 +103,7 @@ async def serve(options) -> int:
         log.info("Started GRPCInferenceService at %s:%d", grpc_address, options.grpc_port)
     if options.allow_http:
         from naiad.http.generate_routes import register_generate_routes
+        from naiad.http.logging_routes import register_logging_routes
         from naiad.http.naiad_routes import register_naiad_routes
         from naiad.http.repository_routes import register_repository_routes
         from naiad.http.routes import Router
@@ -93,6 +115,7 @@ async def serve(options) -> int:
         register_repository_routes(router, manager)
         register_shm_routes(router, manager)
         register_generate_routes(router, manager)
+        register_logging_routes(router)
         servers.append(
             await start_http_server(manager, options.host, options.http_port, router=router)
         )
@@ -101,7 +124,15 @@ async def serve(options) -> int:
         from naiad.metrics import start_metrics_server
 
         metrics_address = options.metrics_address or options.host
-        servers.append(await start_metrics_server(manager, metrics_address, options.metrics_port))
+        servers.append(
+            await start_metrics_server(
+                manager,
+                metrics_address,
+                options.metrics_port,
+                interval_ms=options.metrics_interval_ms,
+                pinned_pool_bytes=options.pinned_memory_pool_byte_size,
+            )
+        )
         log.info("Started Metrics Service at %s:%d", metrics_address, options.metrics_port)
 
     settle_after_startup()
@@ -124,9 +155,7 @@ async def serve(options) -> int:
 
 
 def run(options) -> int:
-    _configure_logging(options.log_verbose)
-    # Workers inherit it: pb_utils.Logger.log_verbose prints only above 0, as in Triton.
-    os.environ["NAIAD_LOG_VERBOSE"] = str(options.log_verbose)
+    _configure_logging(options)
     try:
         import uvloop
     except ImportError:  # uvloop is a dependency; this keeps odd platforms running

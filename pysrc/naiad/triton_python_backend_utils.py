@@ -13,8 +13,9 @@ What differs from Triton, on purpose:
   is available to decoupled models only.
 - `MetricFamily` / `Metric` keep their values in the model's process; they are not exported
   on the metrics endpoint yet.
-- `Logger` writes Triton-formatted lines to stderr; verbose lines appear when the
-  `NAIAD_LOG_VERBOSE` environment variable (or `set_log_verbose`) is above 0.
+- `Logger` writes to the server's log (naiad.triton_log): its file or stderr, its format,
+  each severity only while the server's log settings have it on (they follow
+  `POST /v2/logging` at run time).
 """
 
 from __future__ import annotations
@@ -22,14 +23,12 @@ from __future__ import annotations
 import enum
 import inspect
 import json
-import os
-import sys
 import threading
-import time
 
 import numpy as np
 
 from naiad import datatypes as _datatypes
+from naiad import triton_log
 
 # --------------------------------------------------------------------------------------------
 # Datatypes
@@ -941,22 +940,18 @@ class ModelConfig:
 # Logging
 # --------------------------------------------------------------------------------------------
 
-_log_verbose = 0
-try:
-    _log_verbose = int(os.environ.get("NAIAD_LOG_VERBOSE", "0") or 0)
-except ValueError:
-    _log_verbose = 0
-_log_lock = threading.Lock()
-
 
 def set_log_verbose(level):
-    """Show Logger.log_verbose lines when level > 0 (the server's --log-verbose)."""
-    global _log_verbose
-    _log_verbose = int(level)
+    """Show Logger.log_verbose lines when level > 0 (the server's log_verbose_level; a
+    worker follows the server's settings by itself, naiad/triton_log.py)."""
+    triton_log.apply({"log_verbose_level": int(level)})
 
 
 class Logger:
-    """Triton's model logger: Logger.log_info(msg), log_warn, log_error, log_verbose, log."""
+    """Triton's model logger: Logger.log_info(msg), log_warn, log_error, log_verbose, log.
+
+    Lines go to the server's log (its file or stderr) in its current format, each
+    severity only while the server has it on, as Triton's Python backend does."""
 
     class LogLevel(enum.IntEnum):
         INFO = 0
@@ -969,32 +964,22 @@ class Logger:
     ERROR = LogLevel.ERROR
     VERBOSE = LogLevel.VERBOSE
 
-    _LETTERS = {0: "I", 1: "W", 2: "E", 3: "I"}
+    _SEVERITIES = {0: triton_log.INFO, 1: triton_log.WARNING, 2: triton_log.ERROR, 3: "V"}
 
     @staticmethod
     def log(message, level=LogLevel.INFO):
-        level = int(level)
-        if level == Logger.LogLevel.VERBOSE and _log_verbose <= 0:
+        severity = Logger._SEVERITIES.get(int(level), triton_log.INFO)
+        if not triton_log.enabled(severity):
             return
         frame = inspect.currentframe()
         caller = frame.f_back if frame is not None else None
         while caller is not None and caller.f_globals.get("__name__") == __name__:
             caller = caller.f_back
-        where = (
-            f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
-            if caller is not None
-            else "model.py:0"
-        )
-        now = time.time()
-        stamp = time.strftime("%m%d %H:%M:%S", time.localtime(now))
-        micros = int((now % 1) * 1_000_000)
-        line = (
-            f"{Logger._LETTERS.get(level, 'I')}{stamp}.{micros:06d} {os.getpid()} {where}] "
-            f"{message}\n"
-        )
-        with _log_lock:
-            sys.stderr.write(line)
-            sys.stderr.flush()
+        if caller is None:
+            path, line = "model.py", 0
+        else:
+            path, line = caller.f_code.co_filename, caller.f_lineno
+        triton_log.write(severity, path, line, str(message))
 
     @staticmethod
     def log_info(message):

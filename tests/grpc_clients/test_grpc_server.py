@@ -214,8 +214,28 @@ def test_features_not_built_yet_say_so(client):
         assert err.message().startswith("failed to register shared memory region: invalid args")
     err = _error(lambda: client.get_trace_settings())
     assert err.status() == "StatusCode.UNAVAILABLE" and "tracing" in err.message()
-    err = _error(lambda: client.get_log_settings())
-    assert err.status() == "StatusCode.UNAVAILABLE" and "logging" in err.message()
+    # Log settings are served (tests/test_logging_extension.py, test_logmetrics_triton.py).
+    assert client.get_log_settings(as_json=True)["settings"]["log_format"] == {
+        "string_param": "default"
+    }
+
+
+def test_log_settings_through_tritonclient(client):
+    try:
+        answer = client.update_log_settings({"log_verbose_level": 1, "log_warning": False})
+        assert answer.settings["log_verbose_level"].uint32_param == 1
+        assert answer.settings["log_warning"].bool_param is False
+        settings = client.get_log_settings(as_json=True)["settings"]
+        assert settings["log_info"] == {"bool_param": True}
+        assert settings["log_file"] == {"string_param": ""}
+        err = _error(lambda: client.update_log_settings({"log_file": "/tmp/x.log"}))
+        assert err.status() == "StatusCode.UNIMPLEMENTED"
+        assert err.message() == "log file location can not be updated through network protocol"
+        err = _error(lambda: client.update_log_settings({"log_format": "iso"}))
+        assert err.status() == "StatusCode.INVALID_ARGUMENT"
+        assert err.message() == "invalid argument for log_format, got: iso"
+    finally:
+        client.update_log_settings({"log_verbose_level": 0, "log_warning": True})
 
 
 def test_unknown_service_or_method_is_unimplemented(stub):

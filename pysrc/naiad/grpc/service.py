@@ -15,11 +15,13 @@ from collections.abc import Callable
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
+from naiad import triton_log
 from naiad.errors import NaiadError, NotFound, Unavailable
 from naiad.grpc import shm_rpcs, status
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request, to_infer_response
 from naiad.protos import grpc_service_pb2 as pb
+from naiad.scheduling.instance import send_log_settings
 from naiad.scheduling.model import DECOUPLED_GRPC_INFER
 
 log = logging.getLogger("naiad.grpc")
@@ -178,12 +180,25 @@ class Service:
     def cuda_shm_unregister(self, request):
         return shm_rpcs.cuda_unregister(self.manager, request)
 
-    # -- trace and log settings: not built yet ------------------------------------------
+    # -- trace settings: not built yet; log settings (naiad/triton_log.py) --------------
     def trace_setting(self, request):
         raise GrpcError(status.UNAVAILABLE, "the server does not support tracing")
 
     def log_settings(self, request):
-        raise GrpcError(status.UNAVAILABLE, "the server does not support dynamic logging")
+        settings = {
+            name: (value.WhichOneof("parameter_choice"), _setting_content(value))
+            for name, value in request.settings.items()
+        }
+        try:
+            if settings:
+                triton_log.update(settings, grpc=True)
+        finally:
+            send_log_settings()  # what was applied before a refused setting too
+        response = pb.LogSettingsResponse()
+        for name, value in triton_log.settings().items():
+            field = {bool: "bool_param", int: "uint32_param", str: "string_param"}[type(value)]
+            setattr(response.settings[name], field, value)
+        return response
 
     # -- inference -------------------------------------------------------------------
     def model_infer(self, message):
@@ -195,6 +210,11 @@ class Service:
             raise GrpcError(status.UNIMPLEMENTED, DECOUPLED_GRPC_INFER)
         future = model.submit(request)
         return future, InferFinisher(model, request)
+
+
+def _setting_content(value):
+    kind = value.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(value, kind)
 
 
 class _Empty:

@@ -2,7 +2,9 @@
 
 The worker inherits the arena, its wake eventfd, the frontend's notify eventfd and
 the write end of a control pipe, on which it says `ready` (or why it failed) once the
-model is loaded. A pidfd tells the event loop the moment the process dies.
+model is loaded, and the read end of a settings pipe, on which the frontend writes the
+server's log settings when it starts and after each change (`send_log_settings`,
+naiad/triton_log.py). A pidfd tells the event loop the moment the process dies.
 """
 
 from __future__ import annotations
@@ -13,8 +15,22 @@ import logging
 import os
 import subprocess
 import sys
+import weakref
+
+from naiad import triton_log
 
 log = logging.getLogger("naiad")
+
+# Every instance whose worker has a settings pipe open (send_log_settings writes to them).
+_FOLLOWING: weakref.WeakSet = weakref.WeakSet()
+
+
+def send_log_settings() -> None:
+    """Tells every running worker the server's current log settings (after a change)."""
+    line = triton_log.settings_line()
+    for instance in list(_FOLLOWING):
+        instance._send_settings(line)
+
 
 # A worker that keeps dying (or keeps failing to start again) is restarted with a growing
 # pause, never in a tight loop; a worker that stayed up this long starts the count anew.
@@ -40,6 +56,7 @@ class Instance:
         self.name = args["model_instance_name"]
         self.process: subprocess.Popen | None = None
         self._control_fd = -1
+        self._settings_fd = -1  # write end of the worker's settings pipe
         self._pidfd = -1
         self._stopping = False
         self._restarts = 0
@@ -61,6 +78,10 @@ class Instance:
     async def _start(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         read_fd, write_fd = os.pipe()
+        settings_read, settings_write = os.pipe()
+        # The worker reads this line before it loads the model: initialize() logs too.
+        os.write(settings_write, triton_log.settings_line())
+        os.set_blocking(settings_write, False)
         core = self.core
         command = [
             sys.executable,
@@ -71,6 +92,7 @@ class Instance:
             f"--wake-fd={self.wake_fd}",
             f"--notify-fd={core.notify_fd}",
             f"--control-fd={write_fd}",
+            f"--settings-fd={settings_read}",
         ]
         # From here until instance_down the core keeps the channel the worker maps.
         core.instance_starting(self.instance_id)
@@ -78,15 +100,26 @@ class Instance:
             self.process = subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE,
-                pass_fds=(core.arena_fd, self.wake_fd, core.notify_fd, write_fd),
+                pass_fds=(
+                    core.arena_fd,
+                    self.wake_fd,
+                    core.notify_fd,
+                    write_fd,
+                    settings_read,
+                ),
                 env=_worker_env(),
             )
         except BaseException:
             os.close(read_fd)
+            os.close(settings_write)
             core.instance_down(self.instance_id)  # no process was started
             raise
         finally:
             os.close(write_fd)
+            os.close(settings_read)
+        self._close_settings()
+        self._settings_fd = settings_write
+        _FOLLOWING.add(self)
         self.process.stdin.write(json.dumps(self.args).encode())
         self.process.stdin.close()
         self._control_fd = read_fd
@@ -124,6 +157,25 @@ class Instance:
                 return {}
             buffer += chunk
         return json.loads(buffer.split(b"\n", 1)[0])
+
+    def _send_settings(self, line: bytes) -> None:
+        if self._settings_fd < 0:
+            return
+        try:
+            os.write(self._settings_fd, line)  # one short line: written whole or not at all
+        except BlockingIOError:
+            log.warning(
+                "instance '%s' has not read its log settings; it keeps the previous ones",
+                self.name,
+            )
+        except OSError:  # the worker is gone: _on_exit closes the pipe
+            pass
+
+    def _close_settings(self) -> None:
+        _FOLLOWING.discard(self)
+        if self._settings_fd >= 0:
+            os.close(self._settings_fd)
+            self._settings_fd = -1
 
     def _on_beat(self) -> None:
         try:
@@ -171,6 +223,7 @@ class Instance:
             loop.remove_reader(self._control_fd)
             os.close(self._control_fd)
             self._control_fd = -1
+        self._close_settings()
         failed = self.core.instance_down(self.instance_id)
         self.model.manager.on_completions(failed)
         if not self._exited.done():

@@ -643,6 +643,8 @@ class ModelManager:
         pop = self._pending.pop
         stats = lane[0].model.stats
         successes = inferences = request_ns = queue_ns = 0
+        # Per-request durations only for the latency summaries (off unless configured).
+        each = None if stats.summaries is None else []
         for request_id, ok, batch_size, took_ns, queued_ns, http in replies:
             pending = pop(request_id, None)
             if pending is None:  # answered already (failed, or the server is stopping)
@@ -652,6 +654,8 @@ class ModelManager:
                 inferences += batch_size
                 request_ns += took_ns
                 queue_ns += queued_ns
+                if each is not None:
+                    each.append((took_ns, queued_ns))
             else:
                 stats.record_failure(took_ns)
                 if pending.grpc:  # (error kind, message): the gRPC front end's status
@@ -666,7 +670,7 @@ class ModelManager:
         if grpc_ids:
             self.grpc_lane.release_answers()  # GrpcAnswers end before the block is freed
         if successes:
-            stats.record_successes(successes, inferences, request_ns, queue_ns, timings)
+            stats.record_successes(successes, inferences, request_ns, queue_ns, timings, each)
         # A lane request whose final response is in the block is answered now; one without
         # gets it in a later block or fails when the batch ends (it stays pending).
         pending = self._pending

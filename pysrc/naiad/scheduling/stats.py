@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+from naiad.latency_summary import new_summaries
+
 
 class Duration:
     __slots__ = ("count", "ns")
@@ -50,6 +52,8 @@ class ModelStats:
         self.batches: dict[int, BatchStats] = {}
         # Failures by Triton's metric reason: REJECTED, CANCELED, BACKEND, OTHER.
         self.failures_by_reason: dict[str, int] = {}
+        # Triton's latency summaries (--metrics-config summary_latencies=true), else None.
+        self.summaries = new_summaries()
 
     def record_execution(self, batch_size: int, timings: list[int]) -> None:
         """One batch ran: timings = [start, compute_input, compute_infer, compute_output]."""
@@ -67,10 +71,25 @@ class ModelStats:
         self.record_successes(1, batch_size, request_ns, queue_ns, timings)
 
     def record_successes(
-        self, count: int, inference_count: int, request_ns: int, queue_ns: int, timings: list
+        self,
+        count: int,
+        inference_count: int,
+        request_ns: int,
+        queue_ns: int,
+        timings: list,
+        each: list | None = None,
     ) -> None:
         """`count` requests of one batch succeeded, with `inference_count` batch items and
-        these summed durations; each request carries its batch's compute times."""
+        these summed durations; each request carries its batch's compute times. `each`:
+        the (request ns, queue ns) of every one of them, for the summaries (without it
+        they observe the mean `count` times: the routed requests' totals)."""
+        summaries = self.summaries
+        if summaries is not None:
+            if each is None:
+                summaries.observe(request_ns // count, queue_ns // count, timings, count)
+            else:
+                for took_ns, queued_ns in each:
+                    summaries.observe(took_ns, queued_ns, timings)
         self.success.add(request_ns, count)
         self.queue.add(queue_ns, count)
         for duration, ns in zip(self._computes, timings[1:4]):

@@ -26,7 +26,7 @@ import traceback
 import numpy as np
 import orjson
 
-from naiad import _core, datatypes
+from naiad import _core, datatypes, triton_log
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
 from naiad.gc_tuning import settle_after_startup
@@ -43,6 +43,8 @@ def _parse_args(argv):
     parser.add_argument("--wake-fd", type=int, required=True)
     parser.add_argument("--notify-fd", type=int, required=True)
     parser.add_argument("--control-fd", type=int, required=True)
+    # The server's log settings: one JSON line now, another after each change.
+    parser.add_argument("--settings-fd", type=int, default=-1)
     return parser.parse_args(argv)
 
 
@@ -328,6 +330,9 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     args = json.loads(sys.stdin.read())
+    triton_log.install()
+    if options.settings_fd >= 0:
+        triton_log.follow(options.settings_fd)
     try:
         endpoint = _core.WorkerEndpoint(
             options.arena_fd, options.channel_offset, options.wake_fd, options.notify_fd
