@@ -77,7 +77,15 @@ async def serve(options) -> int:
     if options.allow_grpc:
         from naiad.grpc.server import start_grpc_server
 
-        servers.append(await start_grpc_server(manager, options.host, options.grpc_port))
+        servers.append(
+            await start_grpc_server(
+                manager,
+                options.host,
+                options.grpc_port,
+                restrictions=getattr(options, "grpc_restrictions", None),
+                forward=getattr(options, "grpc_forward", None),
+            )
+        )
         log.info("Started GRPCInferenceService at %s:%d", options.host, options.grpc_port)
     if options.allow_http:
         from naiad.http.generate_routes import register_generate_routes
@@ -87,7 +95,11 @@ async def serve(options) -> int:
         from naiad.http.server import start_http_server
         from naiad.http.shm_routes import register_shm_routes
 
-        router = Router(manager)
+        router = Router(
+            manager,
+            getattr(options, "http_restrictions", None),
+            getattr(options, "http_forward", None),
+        )
         register_naiad_routes(router, manager)
         register_repository_routes(router, manager)
         register_shm_routes(router, manager)
