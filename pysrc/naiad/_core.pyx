@@ -382,6 +382,21 @@ cdef extern from "kserve_codec.h" namespace "naiad":
 
 cdef extern from "http_scan.h" namespace "naiad":
     size_t incomplete_request_size(const char* data, size_t size, size_t max_body) nogil
+    cdef enum class ResponseEncoding "naiad::ResponseEncoding":
+        kIdentity
+        kGzip
+        kDeflate
+    ResponseEncoding c_response_encoding "naiad::response_encoding"(string_view value) nogil
+
+
+cdef extern from "classification.h" namespace "naiad":
+    cdef cppclass Classification "naiad::Classification":
+        string data
+        vector[int64_t] shape
+    cbool c_classify "naiad::classify"(
+        string_view datatype, const uint8_t* data, size_t size, const vector[int64_t]& shape,
+        cbool batching, uint64_t count, const vector[string]& labels, Classification* out,
+        string* error) except +
 
 
 cdef extern from "http_framer.h" namespace "naiad":
@@ -945,6 +960,38 @@ def http_request_size(data, size_t offset, size_t max_body):
         return 0
     return incomplete_request_size(<const char*>&view[offset], view.shape[0] - offset,
                                    max_body)
+
+
+RESPONSE_IDENTITY = 0
+RESPONSE_GZIP = 1
+RESPONSE_DEFLATE = 2
+
+
+def response_encoding(str accept_encoding):
+    """The response encoding Triton picks for an Accept-Encoding value (csrc/http_scan.h):
+    RESPONSE_IDENTITY, RESPONSE_GZIP or RESPONSE_DEFLATE."""
+    cdef bytes value = accept_encoding.encode("latin-1", "replace")
+    return <int>c_response_encoding(string_view(PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)))
+
+
+def classify(str datatype, data, list shape, cbool batching, uint64_t count, labels):
+    """Triton's classification of an output (csrc/classification.h): (BYTES tensor bytes,
+    shape). `labels`: the output's label lines, as bytes. ValueError with Triton's
+    message for a datatype without an order."""
+    raw = memoryview(data).cast("B")
+    cdef size_t size = raw.nbytes
+    cdef const uint8_t[::1] view = raw if size else memoryview(b"\0")  # never empty
+    cdef vector[int64_t] dims = shape
+    cdef vector[string] names
+    for label in labels:  # bytes: the label file's lines
+        names.push_back(label)
+    cdef bytes wire = datatype.encode()
+    cdef Classification out
+    cdef string error
+    if not c_classify(string_view(PyBytes_AS_STRING(wire), PyBytes_GET_SIZE(wire)), &view[0],
+                      size, dims, batching, count, names, &out, &error):
+        raise ValueError(error.decode("utf-8", "replace"))
+    return PyBytes_FromStringAndSize(out.data.data(), out.data.size()), list(out.shape)
 
 
 def log_prefix(str request_id):
@@ -1584,7 +1631,7 @@ cdef class GrpcConnection:
     """One HTTP/2 connection carrying gRPC calls, as bytes in and bytes out.
 
     `receive(data)` returns events: (GRPC_CALL, stream, path, timeout_us or -1,
-    grpc-encoding str), (GRPC_MESSAGE, stream, message as OwnedBytes (the buffer the
+    grpc-encoding str[, metadata: ((name, value) str pairs) when `want_metadata`]), (GRPC_MESSAGE, stream, message as OwnedBytes (the buffer the
     connection put the message together in, not a copy), compressed),
     (GRPC_HALF_CLOSE, stream), (GRPC_CANCEL, stream, code).
     `take_output()` returns the bytes to write (b"" when none; a large output as a
@@ -1592,6 +1639,9 @@ cdef class GrpcConnection:
     socket; the C++ object has no locks."""
 
     cdef CGrpcConnection* _conn
+    # The front end reads call metadata (restricted protocols, header forwarding): only
+    # then do calls carry it out of C++.
+    cdef public cbool want_metadata
 
     def __cinit__(self, uint32_t max_concurrent_streams=128,
                   uint64_t max_message_size=0x7fffffff,
@@ -1622,9 +1672,14 @@ cdef class GrpcConnection:
                 message.data.swap(e.message)
                 out.append((GRPC_MESSAGE, e.stream_id, message, e.compressed))
             elif e.kind == H2EventKind.kCall:
-                # The call's metadata stays in C++: no method reads it yet.
-                out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
-                            e.timeout_us, e.encoding.decode("ascii", "replace")))
+                if self.want_metadata:
+                    out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
+                                e.timeout_us, e.encoding.decode("ascii", "replace"),
+                                tuple([(h.name.decode("latin-1"), h.value.decode("latin-1"))
+                                       for h in e.metadata])))
+                else:  # the metadata stays in C++
+                    out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
+                                e.timeout_us, e.encoding.decode("ascii", "replace")))
             elif e.kind == H2EventKind.kHalfClose:
                 out.append((GRPC_HALF_CLOSE, e.stream_id))
             else:

@@ -170,11 +170,61 @@ def build_parser() -> argparse.ArgumentParser:
         help="Naiad's own: false sends every infer request through the general Python "
         "path (differential tests, diagnosis); answers are the same either way",
     )
+    _add_access_flags(serve)
     return parser
+
+
+def _add_access_flags(serve) -> None:
+    # Restricted APIs and header forwarding, as tritonserver (naiad/restrictions.py).
+    serve.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="<apis>:<key>=<value>",
+        help="answer the comma-separated API categories over HTTP only to requests with "
+        "header <key>: <value> (repeatable); categories: health, metadata, inference, "
+        "shared-memory, model-config, model-repository, statistics, trace, logging",
+    )
+    serve.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="<protocols>:<key>=<value>",
+        help="the same for gRPC: calls need metadata triton-grpc-protocol-<key>: <value>",
+    )
+    serve.add_argument(
+        "--http-header-forward-pattern",
+        default="",
+        help="request headers whose name matches this regex (any case) reach the model "
+        "as request parameters",
+    )
+    serve.add_argument(
+        "--grpc-header-forward-pattern",
+        default="",
+        help="the same for the metadata of gRPC inference calls",
+    )
+
+
+def _parse_access_flags(options) -> None:
+    from naiad.restrictions import GRPC_KEY_PREFIX, forward_pattern, parse_restrictions
+
+    options.http_restrictions = parse_restrictions(
+        options.http_restricted_api, "http-restricted-api"
+    )
+    options.grpc_restrictions = parse_restrictions(
+        options.grpc_restricted_protocol, "grpc-restricted-protocol", GRPC_KEY_PREFIX, "protocol"
+    )
+    options.http_forward = forward_pattern(options.http_header_forward_pattern)
+    options.grpc_forward = forward_pattern(options.grpc_header_forward_pattern)
 
 
 def main(argv=None) -> int:
     options = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        _parse_access_flags(options)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if options.load_model and options.model_control_mode != "explicit":
         # Triton ignores them outside explicit mode; say so rather than surprise.
         print(

@@ -99,7 +99,15 @@ async def serve(options) -> int:
         from naiad.grpc.server import start_grpc_server
 
         grpc_address = options.grpc_address or options.host
-        servers.append(await start_grpc_server(manager, grpc_address, options.grpc_port))
+        servers.append(
+            await start_grpc_server(
+                manager,
+                grpc_address,
+                options.grpc_port,
+                restrictions=getattr(options, "grpc_restrictions", None),
+                forward=getattr(options, "grpc_forward", None),
+            )
+        )
         log.info("Started GRPCInferenceService at %s:%d", grpc_address, options.grpc_port)
     if options.allow_http:
         from naiad.http.generate_routes import register_generate_routes
@@ -110,7 +118,11 @@ async def serve(options) -> int:
         from naiad.http.server import start_http_server
         from naiad.http.shm_routes import register_shm_routes
 
-        router = Router(manager)
+        router = Router(
+            manager,
+            getattr(options, "http_restrictions", None),
+            getattr(options, "http_forward", None),
+        )
         register_naiad_routes(router, manager)
         register_repository_routes(router, manager)
         register_shm_routes(router, manager)

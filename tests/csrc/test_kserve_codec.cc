@@ -574,6 +574,48 @@ TEST(http_scan_leaves_everything_else_to_the_parser) {
   CHECK(scan(http_post("/x", body, 4), nullptr, 9) == ScanResult::kOther);  // over max body
 }
 
+TEST(http_scan_leaves_compressed_responses_to_the_general_path) {
+  const std::string body = "0123456789";
+  // Asked for gzip or deflate: the general path compresses the answer.
+  for (const char* header : {"Accept-Encoding: gzip\r\n", "accept-encoding: gzip, deflate\r\n",
+                             "Accept-Encoding: br, deflate;q=0.5\r\n"}) {
+    CHECK(scan(http_post("/x", body, 4, header)) == ScanResult::kOther);
+  }
+  // What Triton answers uncompressed stays on the lane.
+  for (const char* header : {"Accept-Encoding: identity\r\n", "Accept-Encoding: br\r\n",
+                             "Accept-Encoding: GZIP\r\n", "Accept-Encoding: gzip;q=0\r\n"}) {
+    CHECK(scan(http_post("/x", body, 4, header)) == ScanResult::kRequest);
+  }
+}
+
+TEST(response_encoding_follows_tritons_accept_encoding_rule) {
+  using naiad::response_encoding;
+  using naiad::ResponseEncoding;
+  struct Case {
+    const char* value;
+    ResponseEncoding expected;
+  } cases[] = {
+      // The answers of a real Triton 2.51 to these Accept-Encoding values.
+      {"gzip", ResponseEncoding::kGzip},
+      {"deflate", ResponseEncoding::kDeflate},
+      {"br", ResponseEncoding::kIdentity},
+      {"gzip;q=0.5, deflate;q=0.8", ResponseEncoding::kDeflate},
+      {"gzip; q=0.5, deflate", ResponseEncoding::kDeflate},  // "gzip; q=0.5" is no type
+      {"identity;q=1, gzip;q=1", ResponseEncoding::kIdentity},
+      {"GZIP", ResponseEncoding::kIdentity},
+      {"gzip, deflate, br", ResponseEncoding::kGzip},
+      {" gzip", ResponseEncoding::kGzip},
+      {"gzip ", ResponseEncoding::kIdentity},
+      {"*", ResponseEncoding::kIdentity},
+      {"deflate;q=0, gzip;q=0", ResponseEncoding::kIdentity},
+      {"x;q=abc, gzip", ResponseEncoding::kGzip},
+      {"gzip;q=abc", ResponseEncoding::kIdentity},
+      {"", ResponseEncoding::kIdentity},
+      {",,deflate,", ResponseEncoding::kDeflate},
+  };
+  for (const Case& c : cases) CHECK(response_encoding(c.value) == c.expected);
+}
+
 TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
   LaneFixture f;
   f.lane.add_route("/v2/models/add_sub/infer", f.lane_model);

@@ -23,6 +23,7 @@ import httptools
 
 from naiad import _core
 from naiad.http.routes import (
+    FORWARDED,
     Deferred,
     HttpRequest,
     Reply,
@@ -48,6 +49,7 @@ SMALL_JOIN = 16 << 10  # a reply this small goes out as one joined bytes object
 _WANTED_HEADERS = {
     b"content-length": "content-length",
     b"content-encoding": "content-encoding",
+    b"accept-encoding": "accept-encoding",
     b"inference-header-content-length": "inference-header-content-length",
     b"expect": "expect",
 }
@@ -135,6 +137,8 @@ class HttpProtocol(asyncio.Protocol):
         "_eof",
         "_collect",
         "_collected",
+        "_wanted",
+        "_forward",
     )
 
     def __init__(
@@ -169,6 +173,15 @@ class HttpProtocol(asyncio.Protocol):
         self._in_message = False  # the parser holds part of a request
         self._eof = False  # the client half-closed; close once every reply is out
         self._take_http = getattr(router, "take_http", None)
+        # The headers the router reads: ours, plus those restricted APIs name, plus any
+        # that match the header forward pattern (None: no pattern, nothing to test).
+        extra = getattr(router, "wanted_headers", None)
+        self._wanted = (
+            {**_WANTED_HEADERS, **{k.encode(): v for k, v in extra.items()}}
+            if extra
+            else _WANTED_HEADERS
+        )
+        self._forward = getattr(router, "forward", None)
         self._collect: bytearray | None = None  # a plain request arriving in pieces
         self._collected = 0
 
@@ -279,9 +292,13 @@ class HttpProtocol(asyncio.Protocol):
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        key = _WANTED_HEADERS.get(name.lower())
+        key = self._wanted.get(name.lower())
         if key is not None:
             self._headers[key] = value.decode("latin-1")
+        if self._forward is not None:
+            text = name.decode("latin-1")
+            if self._forward.search(text):
+                self._headers.setdefault(FORWARDED, []).append((text, value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
         length = self._headers.get("content-length")

@@ -8,6 +8,7 @@ import logging
 
 from naiad.errors import InvalidArgument, Unavailable, Unsupported
 from naiad.repository.config import config_to_json
+from naiad.repository.labels import output_labels
 from naiad.repository.metadata import model_metadata
 from naiad.scheduling.instance import Instance
 from naiad.scheduling.sequence import sequence_of
@@ -53,6 +54,8 @@ class LoadedModel:
         self.sequence_batching = config.HasField("sequence_batching")
         self._config_json = config_to_json(config)
         self._metadata = model_metadata(config, entry.versions)
+        # Classification names classes after these (label_filename of an output).
+        self.labels = output_labels(config, entry.path)
         # What registers the model with the core, the fast lane and the manager's lane
         # table; release() undoes each, also when one of them fails here.
         self.core_model: int | None = None  # the core's handle
