@@ -45,9 +45,12 @@ void cache_key(const ModelSpec& model, const ParsedRequest& request, std::string
     put<uint64_t>(key, input->size);
     if (input->size) key->append(reinterpret_cast<const char*>(input->data), input->size);
   }
-  // The outputs asked for (none: all), as the validator resolved them.
+  // The outputs asked for, as the validator resolved them; every output listed is the
+  // same request as none listed.
   std::vector<uint32_t> outputs(request.outputs);
   std::sort(outputs.begin(), outputs.end());
+  outputs.erase(std::unique(outputs.begin(), outputs.end()), outputs.end());
+  if (outputs.size() == model.outputs.size()) outputs.clear();
   put<uint32_t>(key, static_cast<uint32_t>(outputs.size()));
   for (uint32_t output : outputs) put<uint32_t>(key, output);
 }

@@ -26,7 +26,7 @@ struct Request {
 };
 
 void make_request(Request* r, const ModelSpec& model, uint8_t fill, int batch = 1,
-                  bool swap_inputs = false, const char* only_output = nullptr) {
+                  bool swap_inputs = false, std::vector<const char*> outputs = {}) {
   r->input0.assign(64 * batch, fill);
   r->input1.assign(64 * batch, static_cast<uint8_t>(fill + 1));
   r->parsed = ParsedRequest();
@@ -41,7 +41,7 @@ void make_request(Request* r, const ModelSpec& model, uint8_t fill, int batch = 
     input.size = bytes.size();
     r->parsed.inputs.push_back(input);
   }
-  if (only_output != nullptr) r->parsed.output_names.push_back(only_output);
+  for (const char* output : outputs) r->parsed.output_names.push_back(output);
   std::string error;
   CHECK(validate_request(model, &r->parsed, &error));
 }
@@ -111,8 +111,11 @@ TEST(cache_key_holds_the_inputs_shapes_and_requested_outputs) {
   make_request(&as_one, model, 1, 1);
   as_one.parsed.inputs[0].shape = {2, 8};  // (not valid for add_sub: the key still differs)
   CHECK(key_of(model, two) != key_of(model, a) && key_of(model, as_one) != key_of(model, a));
-  make_request(&b, model, 1, 1, false, "OUTPUT1");
+  make_request(&b, model, 1, 1, false, {"OUTPUT1"});
   CHECK(key_of(model, a) != key_of(model, b));
+  // Every output listed asks what none listed does.
+  make_request(&b, model, 1, 1, false, {"OUTPUT1", "OUTPUT0"});
+  CHECK(key_of(model, a) == key_of(model, b));
   ModelSpec version2 = add_sub_model();
   version2.version = "2";
   CHECK(key_of(model, a) != key_of(version2, a));
