@@ -80,6 +80,32 @@ _COUNTERS = (
         "(does not include cached requests)",
     ),
 )
+# Per-model response cache counters, after the inference counters (Triton's order), for
+# the models whose config enables the cache (with or without the server's cache).
+_CACHE_COUNTERS = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model"),
+    ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds"),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model"),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+    ),
+)
+# The local cache's own gauges, last on the page (Triton registers them when it loads
+# the cache), when the server has a cache.
+_CACHE_GAUGES = (
+    ("nv_cache_util", "Cache utilization [0.0 - 1.0]"),
+    ("nv_cache_num_entries", "Number of responses stored in response cache"),
+    ("nv_cache_num_hits", "Number of cache hits in response cache"),
+    ("nv_cache_num_misses", "Number of cache misses in response cache"),
+    ("nv_cache_num_lookups", "Number of cache lookups in response cache"),
+    ("nv_cache_num_evictions", "Number of cache evictions in response cache"),
+    (
+        "nv_cache_lookup_duration",
+        "Total cache lookup duration (hit and miss), in microseconds",
+    ),
+    ("nv_cache_insertion_duration", "Total cache insertion duration, in microseconds"),
+)
 _PENDING_HELP = "Instantaneous number of pending requests awaiting execution per-model."
 _CPU_UTIL_HELP = "CPU utilization rate [0.0 - 1.0]"
 _MEM_TOTAL_HELP = "CPU total memory (RAM), in bytes"
@@ -171,6 +197,13 @@ def _reported_models(manager):
                 yield name, str(version), model
 
 
+def _uses_cache(model) -> bool:
+    """Whether the model's config enables the response cache (Triton then reports its
+    per-model cache counters, zero without the server's cache)."""
+    config = getattr(model, "config", None)
+    return config is not None and config.response_cache.enable
+
+
 class TritonCollector(Collector):
     """Triton's inference and CPU metric families, read from `manager` at collect time."""
 
@@ -182,12 +215,14 @@ class TritonCollector(Collector):
     def collect(self):
         models = list(_reported_models(self.manager))
         families = {name: _family(name, doc, "counter") for name, doc in _COUNTERS}
+        cache_families = [_family(name, doc, "counter") for name, doc in _CACHE_COUNTERS]
         pending = _family("nv_inference_pending_request_count", _PENDING_HELP, "gauge")
         for name, version, model in models:
             labels = {"model": name, "version": version}
             stats = model.stats
+            success, queue, cache_hit, cache_miss = stats.reported()
             families["nv_inference_request_success"].add_sample(
-                "nv_inference_request_success", labels, stats.success.count
+                "nv_inference_request_success", labels, success.count
             )
             by_reason = stats.failures_by_reason
             failure = families["nv_inference_request_failure"]
@@ -206,17 +241,27 @@ class TritonCollector(Collector):
             for metric, value in (
                 ("nv_inference_count", stats.inference_count),
                 ("nv_inference_exec_count", stats.execution_count),
-                ("nv_inference_request_duration_us", stats.success.ns // 1000),
-                ("nv_inference_queue_duration_us", stats.queue.ns // 1000),
+                ("nv_inference_request_duration_us", success.ns // 1000),
+                ("nv_inference_queue_duration_us", queue.ns // 1000),
                 ("nv_inference_compute_input_duration_us", stats.compute_input.ns // 1000),
                 ("nv_inference_compute_infer_duration_us", stats.compute_infer.ns // 1000),
                 ("nv_inference_compute_output_duration_us", stats.compute_output.ns // 1000),
             ):
                 families[metric].add_sample(metric, labels, value)
+            if _uses_cache(model):
+                values = (
+                    cache_hit.count,
+                    cache_hit.ns // 1000,
+                    cache_miss.count,
+                    cache_miss.ns // 1000,
+                )
+                for family, value in zip(cache_families, values):
+                    family.add_sample(family.name, labels, value)
             pending.add_sample(
                 "nv_inference_pending_request_count", labels, self.manager.pending_count(model)
             )
         yield from families.values()
+        yield from (family for family in cache_families if family.samples)
         yield pending
 
         utilization = _family("nv_cpu_utilization", _CPU_UTIL_HELP, "gauge")
@@ -231,6 +276,24 @@ class TritonCollector(Collector):
             family = _family("nv_cpu_memory_used_bytes", _MEM_USED_HELP, "gauge")
             family.add_sample("nv_cpu_memory_used_bytes", {}, used)
             yield family
+        lane = getattr(self.manager, "lane", None)
+        totals = lane.cache_totals() if lane is not None else None
+        if totals is not None:
+            capacity = totals["capacity"]
+            values = (
+                totals["used"] / capacity if capacity else 0.0,
+                totals["entries"],
+                totals["hits"],
+                totals["misses"],
+                totals["lookups"],
+                totals["evictions"],
+                totals["lookup_ns"] // 1000,
+                totals["insert_ns"] // 1000,
+            )
+            for (name, documentation), value in zip(_CACHE_GAUGES, values):
+                family = _family(name, documentation, "gauge")
+                family.add_sample(name, {}, value)
+                yield family
 
 
 # -- text exposition, as Triton (prometheus-cpp) writes it -----------------------------------
