@@ -10,6 +10,8 @@ path), which use the one C++ cache."""
 
 from __future__ import annotations
 
+import queue
+
 import numpy as np
 import pytest
 import requests
@@ -157,6 +159,27 @@ def test_json_and_grpc_requests_share_the_entry(server, client):
         grpc.close()
     # Hits: JSON, gRPC, gRPC again; one miss (the gRPC request with new inputs).
     assert counts(server) == tuple(x + d for x, d in zip(before, (1, 1, 4, 3, 1)))
+
+
+def test_streamed_requests_hit(server):
+    """ModelStreamInfer requests of a model that is not decoupled: a hit is answered with
+    its ModelStreamInferResponse (by the C++ lane, or the general path)."""
+    results = queue.Queue()
+    grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    before = counts(server)
+    try:
+        grpc.start_stream(callback=lambda result, error: results.put((result, error)))
+        tensors, total, _ = grpc_inputs(900.0)
+        for index in range(2):
+            grpc.async_stream_infer(MODEL, grpc_inputs(900.0)[0], request_id=f"s-{index}")
+            result, error = results.get(timeout=TIMEOUT)
+            assert error is None
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), total)
+            assert result.get_response().id == f"s-{index}"
+        grpc.stop_stream()
+    finally:
+        grpc.close()
+    assert counts(server) == tuple(x + d for x, d in zip(before, (1, 1, 2, 1, 1)))
 
 
 def test_requested_outputs_are_part_of_the_key(server, client):

@@ -383,7 +383,8 @@ class ModelManager:
         regions = shm_block_regions(request)
         cache = None
         if model.response_cache and sequence is None and on_response is None and not regions:
-            # Outputs in client regions, CUDA inputs and streamed requests bypass it.
+            # Outputs in client regions and CUDA inputs bypass it, and requests whose
+            # responses go to a consumer (decoupled models', the generate extension's).
             looked = self.lane.cache_lookup(
                 model.lane_id, request.id, request.inputs, request.outputs, submit_ns
             )
