@@ -286,6 +286,30 @@ TEST(lane_answers_a_hit_from_the_cache_as_its_miss) {
   CHECK(
       lane.submit_to("/v2/models/plain/infer", bytes, body.size(), header.size(), 8000, &uncached));
   CHECK(uncached.request_id != 0 && cache.totals().lookups == 4);
-  lane.codec().forget(other.request_id);
   lane.codec().forget(uncached.request_id);
+
+  // A failed request is not kept and counts no miss (Triton 2.51 keeps the failure as an
+  // empty response and answers the next ones with it as successes).
+  ResponseEntry failed;
+  failed.flags = kResponseFinal | kResponseError;
+  failed.error_code = 3;
+  failed.json = "{\"error\":\"no\"}";
+  std::vector<ResponseEntry> failures{failed};
+  std::string error_block(response_block_size(failures), '\0');
+  write_response_block(reinterpret_cast<uint8_t*>(&error_block[0]), failures, timings);
+  answers.clear();
+  CHECK(lane.codec().complete(reinterpret_cast<const uint8_t*>(error_block.data()),
+                              error_block.size(), {other.request_id}, 7500, 9000, &answers,
+                              timings));
+  CHECK(answers.size() == 1 && answers[0].response.error == ErrorKind::kInvalidArgument);
+  CHECK(cache.totals().entries == 1 && cache.counters(lane_model).misses == 1);
+  // Nor is the result of a model that stopped taking requests (unloading).
+  body[header.size() + 5] = '\x03';
+  HttpLane::Taken late;
+  CHECK(lane.submit_to("/v2/models/add_sub/infer", bytes, body.size(), header.size(), 9500, &late));
+  lane.remove_model(lane_model);
+  answers.clear();
+  CHECK(lane.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
+                              {late.request_id}, 9600, 9700, &answers, timings));
+  CHECK(answers.size() == 1 && cache.totals().entries == 1);
 }
