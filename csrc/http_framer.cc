@@ -154,7 +154,15 @@ bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t bo
   if (!read_infer_header(body, body_size, header_size, &request)) return false;
   std::string error;
   uint64_t request_id = codec_.new_request_id();
-  switch (codec_.submit(route->second, request, request_id, now_ns, &error)) {
+  CachedAnswer cached;
+  switch (codec_.submit(route->second, request, request_id, now_ns, &error, &cached)) {
+    case SubmitOutcome::kCached:
+      // A response cache hit: answered now, from the entry, as complete() would.
+      taken->model = route->second;
+      taken->request_id = 0;
+      taken->batch_size = cached.batch_size;
+      taken->reply = writer_.text(cached.response);
+      return true;
     case SubmitOutcome::kQueued:
       taken->model = route->second;
       taken->request_id = request_id;

@@ -63,9 +63,10 @@ class HttpLane {
   struct Taken {
     uint32_t model = 0;
     uint64_t request_id = 0;  // 0 when answered at once (`reply`)
-    uint32_t batch_size = 0;
+    uint32_t batch_size = 0;  // 0 for a refused request
     // An invalid request is answered at once: its complete HTTP response (Triton's
-    // 400 with the validator's message, as the general path would answer).
+    // 400 with the validator's message, as the general path would answer). So is a
+    // response cache hit (kserve_codec.h kCached), with its batch size.
     std::string reply;
   };
   // Takes an infer body sent to URL `target` (as sent) if it is a route and the codec

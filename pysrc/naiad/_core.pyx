@@ -20,6 +20,7 @@ from libc.stdio cimport snprintf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
+from libcpp.memory cimport shared_ptr
 from libcpp.string_view cimport string_view
 from libcpp.vector cimport vector
 
@@ -294,6 +295,7 @@ cdef extern from "infer_types.h" namespace "naiad":
         vector[InputSpec] inputs
         vector[string] outputs
         vector[string] outputs_json
+        cbool response_cache
 
     cdef cppclass RequestInput:
         string_view name
@@ -317,9 +319,18 @@ cdef extern from "infer_types.h" namespace "naiad":
         kNone
         kInternal
 
+    cdef cppclass ResponseOutput:
+        string_view name
+        string_view datatype
+        string_view shape
+        const uint8_t* data
+        uint64_t size
+
     cdef cppclass InferResponse:
         uint64_t request_id
         ErrorKind error
+        string_view parameters
+        vector[ResponseOutput] outputs
 
     ErrorKind error_kind_of_triton_code(int64_t code)
     int http_status_of(ErrorKind kind)
@@ -356,7 +367,42 @@ cdef extern from "request_block.h" namespace "naiad":
                               RequestBlock* out) except + nogil
 
 
+cdef extern from "response_cache.h" namespace "naiad":
+    cdef cppclass CacheEntry:
+        pass
+
+    cdef cppclass CacheModelCounters:
+        uint64_t hits
+        uint64_t hit_ns
+        uint64_t hit_request_ns
+        uint64_t hit_queue_ns
+        uint64_t misses
+        uint64_t miss_ns
+
+    cdef cppclass CacheTotals:
+        uint64_t capacity
+        uint64_t used
+        uint64_t entries
+        uint64_t lookups
+        uint64_t hits
+        uint64_t misses
+        uint64_t evictions
+        uint64_t lookup_ns
+        uint64_t insert_ns
+
+    cdef cppclass ResponseCache:
+        ResponseCache(uint64_t capacity) except +
+        void drop_owner(uint32_t owner) except +
+        CacheModelCounters counters(uint32_t owner)
+        CacheTotals totals()
+
+
 cdef extern from "kserve_codec.h" namespace "naiad":
+    cdef cppclass CachedAnswer:
+        shared_ptr[const CacheEntry] entry
+        InferResponse response
+        uint32_t batch_size
+
     cdef cppclass Answer "naiad::KServeCodec::Answer":
         uint32_t batch_size
         uint64_t request_ns
@@ -378,6 +424,12 @@ cdef extern from "kserve_codec.h" namespace "naiad":
             uint64_t* timings, cbool partial) except + nogil
         void forget(uint64_t request_id)
         size_t in_flight()
+        void set_cache(ResponseCache* cache)
+        const CModelSpec& model(uint32_t model)
+        cbool lookup_cached(uint32_t model, const ParsedRequest& request, uint64_t now_ns,
+                            CachedAnswer* cached, string* key, uint64_t* lookup_ns) except + nogil
+        cbool insert_cached(uint32_t model, string key, uint64_t lookup_ns, const uint8_t* block,
+                            uint64_t block_size, uint32_t request_index) except + nogil
 
 
 cdef extern from "http_scan.h" namespace "naiad":
@@ -1167,6 +1219,10 @@ cdef tuple _taken(HttpTaken& taken):
     return taken.model, taken.request_id, taken.batch_size, reply
 
 
+cdef inline bytes _view_bytes(string_view text):
+    return PyBytes_FromStringAndSize(text.data(), text.size())
+
+
 cdef inline string_view _utf8_view(str text) except *:
     """A view of `text`'s UTF-8 form, cached in the str object itself (no copy)."""
     cdef Py_ssize_t size
@@ -1186,6 +1242,7 @@ cdef class FastLane:
     cdef Core _core
     cdef const uint8_t* _base
     cdef uint64_t _arena_size
+    cdef ResponseCache* _cache
 
     def __cinit__(self, Core core):
         self._core = core
@@ -1195,13 +1252,106 @@ cdef class FastLane:
 
     def __dealloc__(self):
         del self._lane
+        del self._cache
 
-    def add_model(self, uint64_t core_model, ModelSpec spec):
+    def add_model(self, uint64_t core_model, ModelSpec spec, bint response_cache=False):
         """Serves `spec` (queued on the core's model `core_model`, a handle); returns the
-        lane id."""
+        lane id. `response_cache`: its requests use the response cache (enable_cache)."""
         cdef CModelSpec model = spec.spec
         model.core_model_id = _handle(core_model)
+        model.response_cache = response_cache and self._cache != NULL
         return self._lane.codec().add_model(model)
+
+    # -- the response cache (csrc/response_cache.h), one for every path and model ---
+    def enable_cache(self, uint64_t capacity):
+        """Creates the response cache of `capacity` bytes (--cache-config local,size=N),
+        before any model is added."""
+        if self._cache == NULL:
+            self._cache = new ResponseCache(capacity)
+            self._lane.codec().set_cache(self._cache)
+
+    @property
+    def cache_enabled(self):
+        return self._cache != NULL
+
+    def cache_totals(self):
+        """The cache as Triton's local cache reports it (nv_cache_* gauges), or None."""
+        if self._cache == NULL:
+            return None
+        cdef CacheTotals t = self._cache.totals()
+        return {"capacity": t.capacity, "used": t.used, "entries": t.entries,
+                "lookups": t.lookups, "hits": t.hits, "misses": t.misses,
+                "evictions": t.evictions, "lookup_ns": t.lookup_ns, "insert_ns": t.insert_ns}
+
+    def cache_counters(self, uint32_t lane_model):
+        """(hits, hit_ns, hit_request_ns, hit_queue_ns, misses, miss_ns) of lane model
+        `lane_model` (Triton's cache statistics of that model version)."""
+        if self._cache == NULL:
+            return (0, 0, 0, 0, 0, 0)
+        cdef CacheModelCounters c = self._cache.counters(lane_model)
+        return (c.hits, c.hit_ns, c.hit_request_ns, c.hit_queue_ns, c.misses, c.miss_ns)
+
+    def drop_cached(self, uint32_t lane_model):
+        """The model version is unloaded: its cache entries go."""
+        if self._cache != NULL:
+            self._cache.drop_owner(lane_model)
+
+    def cache_lookup(self, uint32_t lane_model, str request_id, list inputs, outputs,
+                     uint64_t submit_ns):
+        """The general path's lookup, after the one validator: a request (as
+        ModelSpec.submit takes it) of lane model `lane_model` that arrived at
+        `submit_ns`. Returns Triton's message (str) when it is invalid, None when the
+        model does not cache, (True, outcome JSON bytes, [output bytes]) on a hit (the
+        JSON as a worker's response: {"outputs": [[name, datatype, shape]],
+        "parameters": {...}}; counted in C++), or (False, key, lookup_ns) on a miss:
+        what cache_insert takes once it is answered."""
+        cdef _RequestView view = _RequestView(request_id, inputs, outputs)
+        cdef string error
+        cdef string key
+        cdef uint64_t lookup_ns = 0
+        cdef CachedAnswer cached
+        cdef cbool hit
+        cdef const CModelSpec* spec = &self._lane.codec().model(lane_model)
+        with nogil:
+            if not validate_request(spec[0], &view.request, &error):
+                hit = False
+                key.clear()
+            else:
+                error.clear()
+                hit = self._lane.codec().lookup_cached(lane_model, view.request, submit_ns,
+                                                       &cached, &key, &lookup_ns)
+        if error.size():
+            return error.decode("utf-8", "replace")
+        if not hit:
+            if key.size() == 0:
+                return None
+            return False, PyBytes_FromStringAndSize(key.data(), key.size()), lookup_ns
+        cdef list parts = []
+        cdef list tensors = []
+        cdef size_t i
+        cdef const ResponseOutput* o
+        for i in range(cached.response.outputs.size()):
+            o = &cached.response.outputs[i]
+            parts.append(b'["' + _view_bytes(o.name) + b'","' + _view_bytes(o.datatype) +
+                         b'",' + _view_bytes(o.shape) + b']')
+            tensors.append(PyBytes_FromStringAndSize(<const char*>o.data, o.size))
+        parameters = _view_bytes(cached.response.parameters)
+        json = b'{"outputs":[' + b",".join(parts) + b'],"parameters":' + \
+            (parameters if parameters else b"{}") + b"}"
+        return True, json, tensors
+
+    def cache_insert(self, uint32_t lane_model, bytes key, uint64_t lookup_ns, uint64_t offset,
+                     uint64_t size, uint32_t request_index):
+        """Keeps the result of a general-path miss (cache_lookup's key and cost): the
+        final response of request `request_index` in the response block at `offset`."""
+        if offset == 0 or offset > self._arena_size or size > self._arena_size - offset:
+            return False
+        cdef string c_key = key
+        cdef cbool read
+        with nogil:
+            read = self._lane.codec().insert_cached(lane_model, c_key, lookup_ns,
+                                                    self._base + offset, size, request_index)
+        return read
 
     def add_route(self, str target, uint32_t lane_model):
         """Infer requests for URL `target` (as sent) go to `lane_model` in take_http."""
@@ -1763,6 +1913,7 @@ cdef extern from "grpc_lane.h" namespace "naiad":
         uint64_t request_id
         uint32_t batch_size
         string error
+        CachedAnswer cached
 
     cdef cppclass CGrpcLane "naiad::GrpcLane":
         CGrpcLane(KServeCodec& codec)
@@ -1797,12 +1948,13 @@ cdef class GrpcLane:
     def remove_model(self, uint32_t lane_model):
         self._lane.remove_model(lane_model)
 
-    def submit(self, message, uint64_t now_ns):
+    def submit(self, message, uint64_t now_ns, bint stream=False):
         """Queues a serialized ModelInferRequest (bytes, or the OwnedBytes a
         GrpcConnection received) if the fast path takes it:
         (lane_model, request_id, batch_size, None), or (lane_model, 0, 0, message) when
-        the validator refused it (INVALID_ARGUMENT with that message); None: the general
-        path's."""
+        the validator refused it (INVALID_ARGUMENT with that message), or
+        (lane_model, 0, batch_size, response bytes) for a response cache hit (a
+        ModelStreamInferResponse with `stream`); None: the general path's."""
         cdef string_view view
         if type(message) is OwnedBytes:
             view = string_view((<OwnedBytes>message).data.data(),
@@ -1815,6 +1967,16 @@ cdef class GrpcLane:
             took = self._lane.submit(view, now_ns, &taken)
         if not took:
             return None
+        cdef bytes payload
+        if taken.cached.entry:
+            if stream:
+                payload = PyBytes_FromStringAndSize(
+                    NULL, self._writer.stream_size(taken.cached.response))
+                self._writer.stream_write(taken.cached.response, PyBytes_AS_STRING(payload))
+            else:
+                payload = PyBytes_FromStringAndSize(NULL, self._writer.size(taken.cached.response))
+                self._writer.write(taken.cached.response, PyBytes_AS_STRING(payload))
+            return taken.model, 0, taken.batch_size, payload
         if taken.request_id == 0:
             return taken.model, 0, 0, taken.error.decode("utf-8", "replace")
         return taken.model, taken.request_id, taken.batch_size, None

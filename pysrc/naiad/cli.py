@@ -164,6 +164,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes of the shared-memory arena for tensors in flight (default 1G)",
     )
     serve.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        help="<cache>,<setting>=<value> (repeatable), as Triton: local,size=N turns on the "
+        "response cache of N bytes for models with response_cache { enable: true }",
+    )
+    serve.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        default=None,
+        help="deprecated in Triton: as --cache-config local,size=N",
+    )
+    serve.add_argument(
+        "--cache-directory",
+        "--cache-dir",
+        default="/opt/tritonserver/caches",
+        help="accepted for Triton's command lines; the local cache is built in",
+    )
+    serve.add_argument(
         "--fast-lane",
         type=_bool,
         default=True,
@@ -237,6 +256,13 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    from naiad.cache_config import CacheConfigError, cache_size
+
+    try:
+        options.cache_size = cache_size(options.cache_config, options.response_cache_byte_size)
+    except CacheConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     from naiad.server import run
 
     return run(options)

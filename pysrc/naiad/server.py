@@ -66,6 +66,7 @@ async def serve(options) -> int:
         strict_readiness=options.strict_readiness,
         drain_timeout=options.exit_timeout_secs,
         fast_lane=options.fast_lane,
+        cache_size=getattr(options, "cache_size", None),
     )
     # From here a SIGINT/SIGTERM (to us or to the whole process group, workers included,
     # which ignore it) stops the server cleanly, also while the models load.

@@ -53,17 +53,18 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 class _Pending:
     """A request of the general path: its future resolves to an InferResponse."""
 
-    __slots__ = ("request_id", "model", "future", "request", "batch_size", "submit_ns")
+    __slots__ = ("request_id", "model", "future", "request", "batch_size", "submit_ns", "cache")
     lane = False
     stream = False
 
-    def __init__(self, request_id, model, future, request, batch_size, submit_ns):
+    def __init__(self, request_id, model, future, request, batch_size, submit_ns, cache=None):
         self.request_id = request_id
         self.model = model
         self.future = future
         self.request = request
         self.batch_size = batch_size
         self.submit_ns = submit_ns
+        self.cache = cache  # a response cache miss: (key, lookup_ns) for cache_insert
 
     def fail(self, exc: Exception) -> None:
         if not self.future.done():
@@ -109,6 +110,7 @@ class ModelManager:
         strict_readiness: bool = True,
         drain_timeout: float = 30.0,
         fast_lane: bool = True,
+        cache_size: int | None = None,
     ):
         repositories = [repository] if isinstance(repository, (str, Path)) else list(repository)
         self.repository = Path(repositories[0])
@@ -117,6 +119,8 @@ class ModelManager:
         self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.core = _core.Core(arena_bytes)
         self.lane = _core.FastLane(self.core)
+        if cache_size is not None:  # --cache-config local,size=N: one cache, every path
+            self.lane.enable_cache(cache_size)
         self.grpc_lane = _core.GrpcLane(self.lane)  # the same codec, for gRPC ModelInfer
         # Client shared-memory regions (Triton's shm extensions); the core reads
         # inputs through it. Before any worker starts: they inherit its table offset.
@@ -126,6 +130,7 @@ class ModelManager:
         self.lane_requests = 0
         self.general_requests = 0
         self.lane_refused = 0  # invalid requests the lane answered with the validator's error
+        self.lane_cached = 0  # requests the lanes answered from the response cache
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self._pending: dict[int, _Pending] = {}
@@ -341,6 +346,7 @@ class ModelManager:
             "lane_requests": self.lane_requests,
             "general_requests": self.general_requests,
             "lane_refused": self.lane_refused,
+            "lane_cached": self.lane_cached,
             "lane_in_flight": self.lane.in_flight(),
         }
 
@@ -374,6 +380,23 @@ class ModelManager:
         queued."""
         request_id = self.core.new_request_id()
         submit_ns = _core.now_ns()
+        regions = shm_block_regions(request)
+        cache = None
+        if model.response_cache and sequence is None and on_response is None and not regions:
+            # Outputs in client regions and CUDA inputs bypass it, and requests whose
+            # responses go to a consumer (decoupled models', the generate extension's).
+            looked = self.lane.cache_lookup(
+                model.lane_id, request.id, request.inputs, request.outputs, submit_ns
+            )
+            if type(looked) is str:
+                raise InvalidArgument(looked)
+            if looked is not None:
+                if looked[0]:  # a hit: answered now, counted in C++
+                    future = self._loop.create_future()
+                    outcome = orjson.loads(looked[1])
+                    future.set_result(_infer_response(model, request.id, outcome, looked[2]))
+                    return future
+                cache = looked[1:]
         parameters = orjson.dumps(request.parameters) if request.parameters else b"{}"
         result = spec.submit(
             self.core,
@@ -386,7 +409,7 @@ class ModelManager:
             priority,
             timeout_us,
             sequence,
-            regions=shm_block_regions(request),
+            regions=regions,
         )
         if type(result) is str:
             raise InvalidArgument(result)
@@ -419,7 +442,7 @@ class ModelManager:
             return request_id
         future = self._loop.create_future()
         self._pending[request_id] = _Pending(
-            request_id, model, future, request, batch_size, submit_ns
+            request_id, model, future, request, batch_size, submit_ns, cache
         )
         future.add_done_callback(partial(self._future_done, request_id))
         return future
@@ -458,11 +481,15 @@ class ModelManager:
         response is a ModelStreamInferResponse, and each response before the last comes
         as `on_done(response, None, False)`."""
         submit_ns = _core.now_ns()
-        taken = self.grpc_lane.submit(message, submit_ns)
+        taken = self.grpc_lane.submit(message, submit_ns, stream)
         if taken is None:
             return None
         lane_model, request_id, batch_size, error = taken
         if error is not None:
+            if type(error) is bytes:  # a response cache hit: its response
+                self.lane_cached += 1
+                on_done(error, None)
+                return 0
             self.lane_refused += 1
             on_done(None, InvalidArgument(error))
             return 0
@@ -501,9 +528,12 @@ class ModelManager:
         pendings = self._pending
         queued = 0
         for lane_model, request_id, batch_size, reply in taken:
-            if reply is not None:
+            if reply is not None:  # refused (batch size 0) or a response cache hit
                 new_on_done(0)(reply, None)
-                self.lane_refused += 1
+                if batch_size:
+                    self.lane_cached += 1
+                else:
+                    self.lane_refused += 1
                 continue
             pendings[request_id] = _LanePending(
                 self,
@@ -728,6 +758,11 @@ class ModelManager:
                 continue
             if pending is not None and not pending.lane:
                 error = code if flags & _core.RESPONSE_ERROR else None
+                if pending.cache is not None and pending.model.lane_id is not None:
+                    key, lookup_ns = pending.cache  # a miss: its result goes in the cache
+                    self.lane.cache_insert(
+                        pending.model.lane_id, key, lookup_ns, offset, size, index
+                    )
                 outcome = orjson.loads(json)
                 self._resolve(pending, outcome, error, arena, slots, timings, dispatch_ns, end_ns)
         return timings
@@ -744,17 +779,8 @@ class ModelManager:
             future.set_exception(error_of_triton_code(code, outcome.get("error", "")))
             return
         # Copied out so the response block can be freed at once.
-        outputs = [
-            OutputTensor(name, datatype, shape, bytes(arena[start : start + nbytes]))
-            for (name, datatype, shape), (start, nbytes) in zip(outcome["outputs"], slots)
-        ]
-        response = InferResponse(
-            model.name,
-            str(model.version),
-            pending.request.id,
-            outputs,
-            outcome.get("parameters") or {},
-        )
+        tensors = [bytes(arena[start : start + nbytes]) for start, nbytes in slots]
+        response = _infer_response(model, pending.request.id, outcome, tensors)
         model.stats.record_success(
             pending.batch_size, end_ns - pending.submit_ns, dispatch_ns - pending.submit_ns, timings
         )
@@ -827,6 +853,18 @@ class ModelManager:
                     "could not run the batch (see the server log)"
                 )
             pending.fail(Internal(message))
+
+
+def _infer_response(model, request_id: str, outcome: dict, tensors: list) -> InferResponse:
+    """The general path's response from a worker's outcome JSON ({"outputs": [[name,
+    datatype, shape]], "parameters"}) and the output bytes, or a cache entry's."""
+    outputs = [
+        OutputTensor(name, datatype, shape, data)
+        for (name, datatype, shape), data in zip(outcome["outputs"], tensors)
+    ]
+    return InferResponse(
+        model.name, str(model.version), request_id, outputs, outcome.get("parameters") or {}
+    )
 
 
 def _not_ready_message(model: LoadedModel) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from functools import partial
 
 from naiad.errors import InvalidArgument, Unavailable, Unsupported
 from naiad.repository.config import config_to_json
@@ -61,10 +62,18 @@ class LoadedModel:
         self.core_model: int | None = None  # the core's handle
         self.lane_id: int | None = None
         self.instances: list[Instance] = []
+        self.response_cache = False
         try:
             self.core_model = self.core.add_model(self._core_config())
             # The lane validates with the same spec and validator as the general path.
-            self.lane_id = manager.lane.add_model(self.core_model, self._validate.spec)
+            self.lane_id = manager.lane.add_model(
+                self.core_model, self._validate.spec, config.response_cache.enable
+            )
+            # response_cache { enable: true } with the server's cache (--cache-config):
+            # both paths look up and fill the one C++ cache under this lane id.
+            self.response_cache = bool(config.response_cache.enable) and manager.lane.cache_enabled
+            if self.response_cache:
+                self.stats.cache_counters = partial(manager.lane.cache_counters, self.lane_id)
             manager.register_lane_model(self, self.lane_id)
             manager.lane.set_accepting(self.lane_id, False)  # until READY
             self._create_instances()
@@ -137,6 +146,7 @@ class LoadedModel:
         if self.lane_id is not None:
             self.manager.lane.remove_model(self.lane_id)
             self.manager.grpc_lane.remove_model(self.lane_id)
+            self.manager.lane.drop_cached(self.lane_id)  # a reload may answer differently
             self.manager.unregister_lane_model(self.lane_id)
             self.lane_id = None
         if self.core_model is not None:
