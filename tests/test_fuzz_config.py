@@ -14,10 +14,14 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_harness import REPO_ROOT
-
 from naiad.protos import model_config_pb2
-from naiad.repository.config import ConfigError, config_to_json, load_model_config, parse_model_config
+from naiad.repository.config import (
+    ConfigError,
+    config_to_json,
+    load_model_config,
+    parse_model_config,
+)
+from server_harness import REPO_ROOT
 
 SEED_CONFIGS = sorted(
     path.read_text()
@@ -25,7 +29,11 @@ SEED_CONFIGS = sorted(
     for path in REPO_ROOT.glob(pattern)
 )
 FIELD_NAMES = sorted(
-    {f.name for m in (model_config_pb2.ModelConfig, model_config_pb2.ModelInput) for f in m.DESCRIPTOR.fields}
+    {
+        f.name
+        for m in (model_config_pb2.ModelConfig, model_config_pb2.ModelInput)
+        for f in m.DESCRIPTOR.fields
+    }
     | {f.name for f in model_config_pb2.ModelDynamicBatching.DESCRIPTOR.fields}
     | {f.name for f in model_config_pb2.ModelInstanceGroup.DESCRIPTOR.fields}
 )
@@ -33,7 +41,9 @@ TOKENS = ["{", "}", "[", "]", ":", ",", '"', "'", "\\", "<", ">", "#", "\n", "-"
 VALUES = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
     st.floats(allow_nan=True).map(repr),
-    st.sampled_from(["TYPE_FP32", "TYPE_STRING", "KIND_GPU", "true", "nan", "-inf", "0x1f", "1e999"]),
+    st.sampled_from(
+        ["TYPE_FP32", "TYPE_STRING", "KIND_GPU", "true", "nan", "-inf", "0x1f", "1e999"]
+    ),
     st.text(max_size=12).map(lambda s: '"' + s.replace('"', '\\"') + '"'),
     st.text(alphabet="\\\"'xu0123456789abcdefn\x00\udcff", max_size=8).map(lambda s: '"' + s + '"'),
 )
@@ -71,8 +81,13 @@ def built_config(draw) -> str:
         if draw(st.booleans()):
             parts.append(f"{name}: {draw(VALUES)}")
         else:
-            inner = " ".join(f"{draw(st.sampled_from(FIELD_NAMES))}: {draw(VALUES)}" for _ in range(draw(st.integers(0, 3))))
-            parts.append(f"{name} [ {{ {inner} }} ]" if draw(st.booleans()) else f"{name} {{ {inner} }}")
+            inner = " ".join(
+                f"{draw(st.sampled_from(FIELD_NAMES))}: {draw(VALUES)}"
+                for _ in range(draw(st.integers(0, 3)))
+            )
+            parts.append(
+                f"{name} [ {{ {inner} }} ]" if draw(st.booleans()) else f"{name} {{ {inner} }}"
+            )
     return "\n".join(parts)
 
 
@@ -99,7 +114,7 @@ def check_loads_or_config_error(content: str | bytes) -> None:
         assert config_to_json(config)["name"] == "fuzzed"
 
 
-FUZZ = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FUZZ
@@ -108,7 +123,7 @@ def test_any_config_text_loads_or_names_its_error(text):
     check_loads_or_config_error(text)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=300) | damaged_config().map(lambda t: t.encode() + b"\xff\xfe"))
 def test_any_config_bytes_load_or_name_their_error(data):
     check_loads_or_config_error(data)

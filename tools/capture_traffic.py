@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import shutil
 import socket
 import subprocess
@@ -62,7 +63,9 @@ class RecordingProxy:
             recorded = bytearray()
             with self._lock:
                 self.connections.append((self.label, recorded))
-            threading.Thread(target=self._pump, args=(client, server, recorded), daemon=True).start()
+            threading.Thread(
+                target=self._pump, args=(client, server, recorded), daemon=True
+            ).start()
             threading.Thread(target=self._pump, args=(server, client, None), daemon=True).start()
 
     @staticmethod
@@ -114,7 +117,7 @@ def run_tritonclient_http(url: str) -> None:
             i.set_data_from_numpy(a, binary_data=binary)
         outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)]
         client.infer("add_sub", inputs, outputs=outputs, request_id="req-1")
-        client.infer("add_sub", inputs, model_version="1", parameters={"priority": 1})
+        client.infer("add_sub", inputs, model_version="1", priority=1, timeout=100000)
     strings = np.array([[b"hello", b"", "é".encode()]], dtype=np.object_)
     for binary in (True, False):
         i = httpclient.InferInput("INPUT0", [1, 3], "BYTES")
@@ -131,7 +134,7 @@ def run_tritonclient_grpc(url: str) -> None:
     inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
     for i in inputs:
         i.set_data_from_numpy(a)
-    client.infer("add_sub", inputs, request_id="g-1", parameters={"priority": 2})
+    client.infer("add_sub", inputs, request_id="g-1", priority=2)
     client.infer("add_sub", inputs, outputs=[grpcclient.InferRequestedOutput("OUTPUT1")])
     i = grpcclient.InferInput("INPUT0", [1, 2], "BYTES")
     i.set_data_from_numpy(np.array([[b"ab", b"c"]], dtype=np.object_))
@@ -141,10 +144,14 @@ def run_tritonclient_grpc(url: str) -> None:
 
 def run_curl(url: str) -> None:
     infer = f"http://{url}/v2/models/add_sub/infer"
-    body = (
-        '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,16],"data":[%s]},'
-        '{"name":"INPUT1","datatype":"FP32","shape":[1,16],"data":[%s]}]}'
-    ) % (",".join(["1.5"] * 16), ",".join(["2"] * 16))
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": [1.5] * 16},
+                {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": [2] * 16},
+            ]
+        }
+    )
     for extra in ([], ["-H", "Transfer-Encoding: chunked"]):
         subprocess.run(["curl", "-s", "-o", "/dev/null", *extra, "-d", body, infer], check=True)
     subprocess.run(["curl", "-s", "-o", "/dev/null", "-d", '{"inputs":[', infer], check=True)
@@ -194,7 +201,10 @@ def main() -> None:
         grpc = RecordingProxy(server.grpc_port)
         http_url, grpc_url = f"127.0.0.1:{http.port}", f"127.0.0.1:{grpc.port}"
         for label, run in (
-            ("tritonclient", lambda: (run_tritonclient_http(http_url), run_tritonclient_grpc(grpc_url))),
+            (
+                "tritonclient",
+                lambda: (run_tritonclient_http(http_url), run_tritonclient_grpc(grpc_url)),
+            ),
             ("curl", lambda: run_curl(http_url)),
             ("perf_analyzer", lambda: run_perf_analyzer(http_url, grpc_url)),
         ):

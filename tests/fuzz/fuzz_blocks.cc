@@ -28,8 +28,9 @@ namespace {
 void write_seeds(const std::string& dir) {
   const std::string a = "AAAAAAAA", b(64, 'b'), strings = std::string("\x03\0\0\0abc", 7);
   std::vector<std::string> seeds = {
-      result_block({ok_entry(0, "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2]],[\"OUTPUT1\",\"FP32\","
-                                "[1,2]]],\"parameters\":{\"p\":1}}",
+      result_block({ok_entry(0,
+                             "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2]],[\"OUTPUT1\",\"FP32\","
+                             "[1,2]]],\"parameters\":{\"p\":1}}",
                              {&a, &a})}),
       result_block({ok_entry(0, "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,16]]]}", {&b}),
                     error_entry(1, "{\"error\":\"bad \\\"x\\\"\"}", 3),
@@ -75,7 +76,8 @@ void check_response_block(const uint8_t* block, size_t size) {
       write_response_block(out, {entry}, timings);
       ResponseBlockView again;
       FUZZ_CHECK(view_response_block(out, response_block_size({entry}), &again));
-      FUZZ_CHECK(again.header->n_responses == 1 && again.json(again.records[0]) == view.json(record));
+      FUZZ_CHECK(again.header->n_responses == 1 &&
+                 again.json(again.records[0]) == view.json(record));
     }
   }
 

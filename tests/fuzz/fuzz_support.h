@@ -17,12 +17,12 @@
 #include "lane_support.h"
 
 // The contract is broken: report where and stop (libFuzzer saves the input).
-#define FUZZ_CHECK(cond)                                                              \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
+#define FUZZ_CHECK(cond)                                                               \
+  do {                                                                                 \
+    if (!(cond)) {                                                                     \
       std::fprintf(stderr, "%s:%d: contract broken: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                   \
-    }                                                                                 \
+      std::abort();                                                                    \
+    }                                                                                  \
   } while (0)
 
 namespace naiad::fuzz {
@@ -64,7 +64,8 @@ struct Lanes {
   KServeCodec& codec() { return fixture.lane.codec(); }
 
   // Answers queued requests as a worker would (one response each, with the model's
-  // outputs of one row), or fails them with a model error every third call. Returns the answers (views into `block`).
+  // outputs of one row), or fails them with a model error every third call. Returns the answers
+  // (views into `block`).
   std::vector<KServeCodec::Answer> answer(const std::vector<uint64_t>& ids,
                                           const std::vector<uint32_t>& models, std::string* block) {
     // 64 bytes each: 16 FP32, or 4 BYTES elements of 12 bytes (u32 length + bytes).
@@ -78,7 +79,8 @@ struct Lanes {
     std::vector<ResponseEntry> entries;
     for (size_t i = 0; i < ids.size(); ++i) {
       if (++answered_ % 3 == 0) {
-        entries.push_back(error_entry(static_cast<uint32_t>(i), "{\"error\":\"model \\\"x\\\"\"}", 3));
+        entries.push_back(
+            error_entry(static_cast<uint32_t>(i), "{\"error\":\"model \\\"x\\\"\"}", 3));
         continue;
       }
       const ModelSpec& model = codec().model(models[i]);
@@ -96,8 +98,8 @@ struct Lanes {
     *block = result_block(entries);
     std::vector<KServeCodec::Answer> answers;
     uint64_t timings[4];
-    bool read = codec().complete(reinterpret_cast<const uint8_t*>(block->data()), block->size(), ids,
-                                 0, 0, &answers, timings);
+    bool read = codec().complete(reinterpret_cast<const uint8_t*>(block->data()), block->size(),
+                                 ids, 0, 0, &answers, timings);
     FUZZ_CHECK(read);  // the writer's own blocks always read back
     FUZZ_CHECK(answers.size() == ids.size());
     return answers;

@@ -16,6 +16,7 @@ fails if there is any, or if a request failed.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -39,7 +40,9 @@ ROUNDS = 60  # each round: 5 HTTP, 2 gRPC, 1 shm request
 
 def runtime(name: str) -> str:
     lib = "libasan.so" if name == "asan" else "libtsan.so"
-    path = subprocess.run(["gcc", f"-print-file-name={lib}"], capture_output=True, text=True).stdout.strip()
+    path = subprocess.run(
+        ["gcc", f"-print-file-name={lib}"], capture_output=True, text=True
+    ).stdout.strip()
     if not Path(path).is_absolute():
         raise SystemExit(f"gcc has no {lib}")
     return path
@@ -61,10 +64,14 @@ def sanitizer_env(name: str, work: Path) -> dict[str, str]:
     reports = f"log_path={work / 'report'}"
     env = {"LD_PRELOAD": runtime(name), "PYTHONMALLOC": "malloc"}
     if name == "asan":
-        env["ASAN_OPTIONS"] = f"{reports}:detect_leaks=0:abort_on_error=1:allocator_may_return_null=1"
+        env["ASAN_OPTIONS"] = (
+            f"{reports}:detect_leaks=0:abort_on_error=1:allocator_may_return_null=1"
+        )
         env["UBSAN_OPTIONS"] = f"{reports}:print_stacktrace=1:halt_on_error=1"
     else:
-        env["TSAN_OPTIONS"] = f"{reports}:suppressions={HERE / 'tsan.supp'}:halt_on_error=0:report_signal_unsafe=0"
+        env["TSAN_OPTIONS"] = (
+            f"{reports}:suppressions={HERE / 'tsan.supp'}:halt_on_error=0:report_signal_unsafe=0"
+        )
     return env
 
 
@@ -78,7 +85,10 @@ def http_rounds(url: str) -> int:
             inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
             for i in inputs:
                 i.set_data_from_numpy(a + r, binary_data=binary)
-            outputs = [httpclient.InferRequestedOutput(o, binary_data=binary) for o in ("OUTPUT0", "OUTPUT1")]
+            outputs = [
+                httpclient.InferRequestedOutput(o, binary_data=binary)
+                for o in ("OUTPUT0", "OUTPUT1")
+            ]
             result = client.infer("add_sub", inputs, outputs=outputs)
             assert np.array_equal(result.as_numpy("OUTPUT0"), 2 * (a + r)), "add_sub answered wrong"
             sent += 1
@@ -93,13 +103,20 @@ def http_rounds(url: str) -> int:
 
 def raw_chunked(url: str, r: int) -> int:
     """A JSON request with a chunked body: the fast lane leaves it to the general path."""
-    body = (
-        '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,16],"data":[%s]},'
-        '{"name":"INPUT1","datatype":"FP32","shape":[1,16],"data":[%s]}]}'
-    ) % (",".join([str(r)] * 16), ",".join(["1"] * 16))
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": [r] * 16},
+                {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": [1] * 16},
+            ]
+        }
+    )
     half = len(body) // 2
     chunks = f"{half:x}\r\n{body[:half]}\r\n{len(body) - half:x}\r\n{body[half:]}\r\n0\r\n\r\n"
-    request = "POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
+    request = (
+        "POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + chunks
+    )
     assert exchange(url, request.encode()).startswith(b"HTTP/1.1 200"), "chunked request failed"
     return 1
 
@@ -107,7 +124,10 @@ def raw_chunked(url: str, r: int) -> int:
 def raw_bad(url: str) -> int:
     """A refused request (wrong datatype): the validator's 400 on the fast lane."""
     body = b'{"inputs":[{"name":"INPUT0","datatype":"INT8","shape":[1,16],"data":[1]}]}'
-    request = b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    request = (
+        b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(body), body)
+    )
     assert exchange(url, request).startswith(b"HTTP/1.1 400"), "a bad request was not refused"
     return 1
 
@@ -182,7 +202,14 @@ def main() -> None:
     )
     os.environ.update(sanitizer_env(name, work))
     os.environ["PYTHONPATH"] = str(site)
-    args = ["--model-control-mode", "explicit", "--load-model", "add_sub", "--load-model", "identity_bytes"]
+    args = [
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "add_sub",
+        "--load-model",
+        "identity_bytes",
+    ]
     with NaiadServer(repository, log_dir=work, extra_args=args) as server:
         for var in ("LD_PRELOAD", "PYTHONPATH"):
             os.environ.pop(var)  # the clients below and their tools run as usual
