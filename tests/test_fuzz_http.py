@@ -200,9 +200,7 @@ HEADER_VALUE = st.sampled_from(
 
 @st.composite
 def http_request(draw) -> bytes:
-    method = draw(
-        st.sampled_from(["POST"] * 6 + ["GET", "PUT", "OPTIONS", "DELETE", "P0ST", ""])
-    )
+    method = draw(st.sampled_from(["POST"] * 6 + ["GET", "PUT", "OPTIONS", "DELETE", "P0ST", ""]))
     target = draw(st.sampled_from(TARGETS) | st.text(alphabet="/%abv2_?#0123456789", max_size=30))
     version = draw(
         st.sampled_from(
@@ -298,7 +296,9 @@ def check_reply(status: int, headers: dict[str, str], body: bytes) -> None:
     )
     if status >= 400 and body:
         # Triton's body, JSON even where Triton labels it text/plain (unknown routes).
-        assert headers.get("content-type", "").startswith(("application/json", "text/plain")), headers
+        assert headers.get("content-type", "").startswith(("application/json", "text/plain")), (
+            headers
+        )
         error = json.loads(body)
         assert isinstance(error.get("error"), str) and error["error"], body
     if status == 200 and "inference-header-content-length" in headers:
