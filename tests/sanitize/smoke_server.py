@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent))
 
-from server_harness import EXAMPLE_MODELS, NaiadServer, make_repository  # noqa: E402
+from server_harness import EXAMPLE_MODELS, NaiadServer, descendants, make_repository  # noqa: E402
 from shm_support import Region  # noqa: E402
 
 ROUNDS = 60  # each round: 5 HTTP, 2 gRPC, 1 shm request
@@ -123,12 +123,20 @@ def raw_chunked(url: str, r: int) -> int:
 
 def raw_bad(url: str) -> int:
     """A refused request (wrong datatype): the validator's 400 on the fast lane."""
-    body = b'{"inputs":[{"name":"INPUT0","datatype":"INT8","shape":[1,16],"data":[1]}]}'
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": n, "datatype": "INT8", "shape": [1, 16], "data": [1] * 16}
+                for n in ("INPUT0", "INPUT1")
+            ]
+        }
+    ).encode()
     request = (
-        b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-        % (len(body), body)
+        b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+        % len(body)
     )
-    assert exchange(url, request).startswith(b"HTTP/1.1 400"), "a bad request was not refused"
+    reply = exchange(url, request + body)
+    assert reply.startswith(b"HTTP/1.1 400"), f"a bad request was not refused: {reply[:300]!r}"
     return 1
 
 
@@ -197,6 +205,7 @@ def main() -> None:
     for old in work.glob("report*"):
         old.unlink()
     site = overlay(core_so, work)
+    shutil.rmtree(work / "models", ignore_errors=True)
     repository = make_repository(
         work / "models", {model: EXAMPLE_MODELS / model for model in ("add_sub", "identity_bytes")}
     )
@@ -211,6 +220,10 @@ def main() -> None:
         "identity_bytes",
     ]
     with NaiadServer(repository, log_dir=work, extra_args=args) as server:
+        # The server and its workers run the sanitized core, under the sanitizer's runtime.
+        for pid in (server.pid, *descendants(server.pid)):
+            maps = Path(f"/proc/{pid}/maps").read_text()
+            assert str(core_so.resolve()) in maps and Path(runtime(name)).name in maps, pid
         for var in ("LD_PRELOAD", "PYTHONPATH"):
             os.environ.pop(var)  # the clients below and their tools run as usual
         http_url, grpc_url = f"127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}"
