@@ -101,7 +101,7 @@ void check_response_block(const uint8_t* block, size_t size) {
       const InferResponse& response = answer.response;
       fuzz::check_http_response(lanes.fixture.lane.writer().text(response));
       if (response.error != ErrorKind::kNone) {
-        FUZZ_CHECK(!grpc_error_message(response).empty());
+        grpc_error_message(response);  // the model's message, unescaped (it may be empty)
         continue;
       }
       GrpcResponseWriter writer;

@@ -25,6 +25,15 @@
     }                                                                                  \
   } while (0)
 
+// The same, showing the bytes at fault.
+#define FUZZ_CHECK_IN(cond, text)                                                         \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      std::fprintf(stderr, "in: %.*s\n", static_cast<int>((text).size()), (text).data()); \
+      FUZZ_CHECK(cond);                                                                   \
+    }                                                                                     \
+  } while (0)
+
 namespace naiad::fuzz {
 
 constexpr size_t kMaxBody = 1 << 16;
@@ -117,14 +126,16 @@ inline bool is_json(std::string_view body) {
   return reader.skip_value() && reader.at_end();
 }
 
-// `body` is Triton's error body: {"error":"<message>"}, a non-empty message.
+// `body` is Triton's error body: {"error":"<message>"} (a model's error may have an
+// empty message: it is passed on as the model gave it).
 inline bool is_error_body(std::string_view body) {
   JsonReader reader(body.data(), body.size());
   std::string message;
+  int members = 0;
   bool ok = reader.object([&](std::string_view key) {
-    return key == "error" && message.empty() && reader.string_into(&message);
+    return key == "error" && ++members == 1 && reader.string_into(&message);
   });
-  return ok && reader.at_end() && !message.empty();
+  return ok && reader.at_end() && members == 1;
 }
 
 // Checks `text` is one complete HTTP/1.1 response, nothing after it: a status line, header
@@ -166,10 +177,10 @@ inline int check_http_response(std::string_view text) {
   }
   FUZZ_CHECK(lengths == 1);
   if (status >= 400) {
-    FUZZ_CHECK(json_type && is_error_body(body));
+    FUZZ_CHECK_IN(json_type && is_error_body(body), text);
   } else {
     FUZZ_CHECK(status == 200);
-    FUZZ_CHECK(is_json(body.substr(0, header_length)));
+    FUZZ_CHECK_IN(is_json(body.substr(0, header_length)), text);
   }
   return status;
 }
