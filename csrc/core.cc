@@ -14,6 +14,7 @@
 
 #include "dynamic_batch_scheduler.h"
 #include "ipc_schema.h"
+#include "request_block.h"
 #include "response_block.h"
 #include "scratch_array.h"
 
@@ -596,9 +597,8 @@ void Core::take_submits_locked(Instance& instance) {
   while (ch->to_core.pop(&message)) {
     uint32_t refused = 0;
     const uint64_t block = message.block_offset;
-    const bool readable = block >= sizeof(ArenaHeader) && block < arena_.size() &&
-                          arena_.size() - block >= sizeof(RequestHeader) &&
-                          arena_.at<RequestHeader>(block)->magic == kRequestMagic;
+    const bool readable =
+        request_block_fits(arena_.base(), arena_.size(), arena_.header()->heap_begin, block);
     Model* model = readable ? find_locked(ModelHandle{message.model}) : nullptr;
     if (!readable) {
       refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
