@@ -279,7 +279,8 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
     in_flight_.emplace(batch.id, std::move(batch));
   }
   if (!rejected.empty()) {
-    reject_locked(rejected, kCompletionTimedOut);
+    const bool sequence = model.scheduler->reject_reason() == RejectReason::kSequenceTimeout;
+    reject_locked(rejected, sequence ? kCompletionSequenceTimedOut : kCompletionTimedOut);
     left = true;
   }
   if (model.deadline_ns != 0 && (timer_deadline_ == 0 || model.deadline_ns < timer_deadline_)) {
