@@ -280,7 +280,8 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
     in_flight_.emplace(batch.id, std::move(batch));
   }
   if (!rejected.empty()) {
-    reject_locked(rejected, kCompletionTimedOut);
+    const bool sequence = model.scheduler->reject_reason() == RejectReason::kSequenceTimeout;
+    reject_locked(rejected, sequence ? kCompletionSequenceTimedOut : kCompletionTimedOut);
     left = true;
   }
   if (model.deadline_ns != 0 && (timer_deadline_ == 0 || model.deadline_ns < timer_deadline_)) {
@@ -633,10 +634,14 @@ void Core::take_submits_locked(Instance& instance) {
 }
 
 std::vector<Completion> Core::poll(bool arrivals_possible) {
-  // Clear the flag before draining: anything left after this point signals again,
-  // so nothing is left behind unannounced.
-  arena_.header()->notify_pending.store(0, std::memory_order_seq_cst);
+  // Drain the eventfd, then re-arm the flag, then read the rings. A post whose
+  // exchange came before the re-arm is in the rings read below; one after it finds the
+  // flag 0 and signals again. Re-arming first would lose a wake-up: a post between the
+  // re-arm and the drain signals, the drain eats it, and the flag stays 1 with the
+  // eventfd empty, so no post ever signals again (tests/csrc/test_wakeups.cc).
   drain_eventfd(notify_fd_);
+  arena_.header()->notify_pending.store(0, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& entry : instances_) {
     Instance& instance = entry.second;

@@ -50,6 +50,8 @@ using Clock = std::function<uint64_t()>;
 constexpr int32_t kCompletionTimedOut = 3;   // queue timeout under REJECT
 constexpr int32_t kCompletionModelGone = 4;  // queued when its model was removed
 constexpr int32_t kCompletionCancelled = 6;  // cancelled (Core::cancel) before it ran
+// Its sequence waited in the sequence batcher's backlog past a request's `timeout`.
+constexpr int32_t kCompletionSequenceTimedOut = 7;
 
 // What Core::cancel found.
 enum class CancelResult : int32_t {

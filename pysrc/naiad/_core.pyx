@@ -170,6 +170,7 @@ cdef extern from "core.h" namespace "naiad":
     int32_t kCompletionTimedOut
     int32_t kCompletionModelGone
     int32_t kCompletionCancelled
+    int32_t kCompletionSequenceTimedOut
 
     cdef enum class CancelResult(int32_t):
         kUnknown
@@ -500,6 +501,7 @@ COMPLETION_INSTANCE_DIED = 2
 COMPLETION_TIMED_OUT = kCompletionTimedOut
 COMPLETION_MODEL_GONE = kCompletionModelGone
 COMPLETION_CANCELLED = kCompletionCancelled
+COMPLETION_SEQUENCE_TIMED_OUT = kCompletionSequenceTimedOut
 
 # Core.cancel results.
 CANCEL_UNKNOWN = 0

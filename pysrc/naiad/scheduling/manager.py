@@ -37,6 +37,7 @@ from naiad.scheduling.arrivals import ArrivalTracker
 from naiad.scheduling.directory import ModelDirectory
 from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
+from naiad.scheduling.sequence import SEQUENCE_TIMEOUT
 from naiad.scheduling.sequence import refusal as sequence_refusal
 from naiad.scheduling.streaming import StreamPending
 from naiad.shm import SharedMemory
@@ -834,6 +835,10 @@ class ModelManager:
             if status == _core.COMPLETION_TIMED_OUT:
                 model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")
                 pending.fail(Unavailable("Request timeout expired"))
+                continue
+            if status == _core.COMPLETION_SEQUENCE_TIMED_OUT:  # waited in the backlog
+                model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")
+                pending.fail(Unavailable(SEQUENCE_TIMEOUT))
                 continue
             if status == _core.COMPLETION_MODEL_GONE:
                 model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")

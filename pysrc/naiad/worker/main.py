@@ -253,7 +253,12 @@ class Worker:
         if self.backend.batch_tensors:  # framework backends take the inputs whole
             batch.tensors = batch_inputs(self.arena, blocks, tensors)
         if self.decoupled:
-            decoupled.run_batch(self, batch_id, batch, [start])
+            regions = None
+            if shm_outputs.active:  # outputs in client regions, written response by response
+                regions = [_regions_of(metadata) for metadata, _slots in blocks]
+                if not any(regions):
+                    regions = None
+            decoupled.run_batch(self, batch_id, batch, [start], regions)
             return
         infer_start = _core.now_ns()
         results = self.backend.execute(batch)
