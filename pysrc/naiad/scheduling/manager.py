@@ -109,6 +109,7 @@ class ModelManager:
         strict_readiness: bool = True,
         drain_timeout: float = 30.0,
         fast_lane: bool = True,
+        rate_limit: tuple[bool, list] = (False, []),
     ):
         repositories = [repository] if isinstance(repository, (str, Path)) else list(repository)
         self.repository = Path(repositories[0])
@@ -116,6 +117,8 @@ class ModelManager:
         self.strict_readiness = strict_readiness
         self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.core = _core.Core(arena_bytes)
+        # (execution_count, [rate_limit.RateLimitResource]): --rate-limit and its resources.
+        self.core.configure_rate_limiter(*rate_limit)
         self.lane = _core.FastLane(self.core)
         self.grpc_lane = _core.GrpcLane(self.lane)  # the same codec, for gRPC ModelInfer
         # Client shared-memory regions (Triton's shm extensions); the core reads
