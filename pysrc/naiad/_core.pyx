@@ -165,6 +165,29 @@ cdef extern from "input_regions.h" namespace "naiad":
         kCudaIpc
 
 
+cdef extern from "rate_limiter.h" namespace "naiad":
+    cdef int32_t kEveryDevice
+
+    cdef cppclass RateLimitResource:
+        string name
+        cbool is_global "global"
+        uint32_t count
+
+    cdef cppclass InstanceRateLimit:
+        int32_t device
+        uint32_t priority
+        vector[RateLimitResource] resources
+
+    cdef cppclass ServerResource:
+        string name
+        uint32_t count
+        int32_t device
+
+    cdef cppclass RateLimiterConfig:
+        cbool execution_count
+        vector[ServerResource] resources
+
+
 cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
@@ -236,7 +259,8 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t new_request_id() nogil
         ModelHandle add_model(const BatcherConfig& config) except +
         cbool remove_model(ModelHandle model) except +
-        uint32_t add_instance(ModelHandle model) except +
+        void configure_rate_limiter(const RateLimiterConfig& config) except +
+        uint32_t add_instance(ModelHandle model, const InstanceRateLimit& limits) except +
         InstanceEndpoint endpoint(uint32_t instance_id) except +
         SubmitResult submit(ModelHandle model, const SubmitRequest& request) except + nogil
         void flush(cbool arrivals_possible) except + nogil
@@ -662,9 +686,35 @@ cdef class Core:
         False: already removed."""
         return self._core.remove_model(_handle(model))
 
-    def add_instance(self, uint64_t model):
-        """Returns (instance_id, channel_offset, wake_fd)."""
-        cdef uint32_t instance_id = self._core.add_instance(_handle(model))
+    def configure_rate_limiter(self, bint execution_count, list resources):
+        """tritonserver's --rate-limit (execution_count or off) and --rate-limit-resource:
+        `resources` holds objects with `name`, `count` and `device` (None: every device),
+        as cli.RateLimitResource. Before any instance is added."""
+        cdef RateLimiterConfig config
+        cdef ServerResource given
+        config.execution_count = execution_count
+        for resource in resources:
+            given.name = resource.name.encode()
+            given.count = resource.count
+            given.device = kEveryDevice if resource.device is None else resource.device
+            config.resources.push_back(given)
+        self._core.configure_rate_limiter(config)
+
+    def add_instance(self, uint64_t model, int device=0, rate_limiter=None):
+        """Returns (instance_id, channel_offset, wake_fd). `rate_limiter` is the instance
+        group's ModelRateLimiter message (None: none); when rate limiting is on and its
+        resources cannot be met, raises ValueError with Triton's message."""
+        cdef InstanceRateLimit limits
+        cdef RateLimitResource needed
+        limits.device = device
+        if rate_limiter is not None:
+            limits.priority = rate_limiter.priority
+            for resource in rate_limiter.resources:
+                needed.name = resource.name.encode()
+                needed.is_global = getattr(resource, "global")
+                needed.count = resource.count
+                limits.resources.push_back(needed)
+        cdef uint32_t instance_id = self._core.add_instance(_handle(model), limits)
         cdef InstanceEndpoint ep = self._core.endpoint(instance_id)
         return instance_id, ep.channel_offset, ep.wake_fd
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from naiad.rate_limit import parse_rate_limit, parse_rate_limit_resource
+
 
 def _bool(text: str) -> bool:
     value = text.strip().lower()
@@ -156,6 +158,22 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=4,
         help="model versions loaded at the same time (default 4, as Triton)",
+    )
+    serve.add_argument(
+        "--rate-limit",
+        type=parse_rate_limit,
+        default="off",
+        help="execution_count: an instance runs a batch only when the rate_limiter "
+        "resources of its instance group are free, by priority; off (the default, as "
+        "Triton): rate_limiter configs are ignored",
+    )
+    serve.add_argument(
+        "--rate-limit-resource",
+        type=parse_rate_limit_resource,
+        action="append",
+        default=[],
+        help="<name>:<count>[:<device>] (repeatable), as Triton: the copies of a "
+        "resource available (default: the most any instance asks for)",
     )
     serve.add_argument(
         "--arena-size",

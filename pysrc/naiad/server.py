@@ -67,6 +67,7 @@ async def serve(options) -> int:
         drain_timeout=options.exit_timeout_secs,
         fast_lane=options.fast_lane,
         cache_size=getattr(options, "cache_size", None),
+        rate_limit=(options.rate_limit == "execution_count", options.rate_limit_resource),
     )
     # From here a SIGINT/SIGTERM (to us or to the whole process group, workers included,
     # which ignore it) stops the server cleanly, also while the models load.

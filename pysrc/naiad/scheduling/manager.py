@@ -112,6 +112,7 @@ class ModelManager:
         drain_timeout: float = 30.0,
         fast_lane: bool = True,
         cache_size: int | None = None,
+        rate_limit: tuple[bool, list] = (False, []),
     ):
         repositories = [repository] if isinstance(repository, (str, Path)) else list(repository)
         self.repository = Path(repositories[0])
@@ -119,6 +120,8 @@ class ModelManager:
         self.strict_readiness = strict_readiness
         self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.core = _core.Core(arena_bytes)
+        # (execution_count, [rate_limit.RateLimitResource]): --rate-limit and its resources.
+        self.core.configure_rate_limiter(*rate_limit)
         self.lane = _core.FastLane(self.core)
         if cache_size is not None:  # --cache-config local,size=N: one cache, every path
             self.lane.enable_cache(cache_size)

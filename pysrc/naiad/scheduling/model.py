@@ -95,9 +95,15 @@ class LoadedModel:
         for group in self._instance_groups():
             kind = _KIND_NAMES.get(group.kind, "CPU")
             devices = list(group.gpus) if group.kind == 1 and group.gpus else [0]
+            limits = group.rate_limiter if group.HasField("rate_limiter") else None
             for device in devices:
                 for index in range(max(group.count, 1)):
-                    instance_id, channel_offset, wake_fd = self.core.add_instance(self.core_model)
+                    try:
+                        instance_id, channel_offset, wake_fd = self.core.add_instance(
+                            self.core_model, device, limits
+                        )
+                    except ValueError as exc:  # the rate limiter's refusal, Triton's words
+                        raise InvalidArgument(f"Invalid argument: {exc}") from None
                     args = {
                         "model_config": config_json,
                         "model_instance_kind": kind,
