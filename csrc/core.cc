@@ -774,4 +774,14 @@ size_t Core::in_flight() {
   return in_flight_.size();
 }
 
+uint64_t Core::running_since(uint32_t instance_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t oldest = 0;
+  for (const auto& [id, batch] : in_flight_) {
+    if (batch.instance_id != instance_id || batch.ended) continue;
+    if (oldest == 0 || batch.dispatch_ns < oldest) oldest = batch.dispatch_ns;
+  }
+  return oldest;
+}
+
 }  // namespace naiad

@@ -168,6 +168,11 @@ class Core {
   // open (kPostKeepOpen) that still wait for final responses. Any thread (tests,
   // statistics).
   size_t in_flight();
+  // When the oldest batch the instance is still running was dispatched (now_ns()'s
+  // clock), 0 when it runs none: the frontend's execution timeout
+  // (scheduling/instance.py) kills a worker whose execute() does not return. Batches
+  // the worker ended with requests kept open (decoupled) are not running.
+  uint64_t running_since(uint32_t instance_id);
 
   // --- cancellation (frontend thread: a client went away) ---
   // A queued request is removed from its scheduler and completes with

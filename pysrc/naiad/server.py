@@ -80,6 +80,7 @@ async def serve(options) -> int:
         servers.append(await start_grpc_server(manager, options.host, options.grpc_port))
         log.info("Started GRPCInferenceService at %s:%d", options.host, options.grpc_port)
     if options.allow_http:
+        from naiad.http.connection_limits import ConnectionLimits
         from naiad.http.generate_routes import register_generate_routes
         from naiad.http.naiad_routes import register_naiad_routes
         from naiad.http.repository_routes import register_repository_routes
@@ -93,7 +94,18 @@ async def serve(options) -> int:
         register_shm_routes(router, manager)
         register_generate_routes(router, manager)
         servers.append(
-            await start_http_server(manager, options.host, options.http_port, router=router)
+            await start_http_server(
+                manager,
+                options.host,
+                options.http_port,
+                router=router,
+                max_body_size=options.http_max_input_size,
+                limits=ConnectionLimits(
+                    options.http_client_timeout_secs,
+                    options.http_idle_timeout_secs,
+                    options.http_max_connections,
+                ),
+            )
         )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)
     if options.allow_metrics:
