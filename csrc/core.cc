@@ -913,4 +913,14 @@ size_t Core::rate_limit_staged() {
   return rate_limiter_.staged_count();
 }
 
+uint64_t Core::running_since(uint32_t instance_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t oldest = 0;
+  for (const auto& [id, batch] : in_flight_) {
+    if (batch.instance_id != instance_id || batch.ended) continue;
+    if (oldest == 0 || batch.dispatch_ns < oldest) oldest = batch.dispatch_ns;
+  }
+  return oldest;
+}
+
 }  // namespace naiad

@@ -62,7 +62,7 @@ constexpr int32_t kCompletionTimedOut = 3;   // queue timeout under REJECT
 constexpr int32_t kCompletionModelGone = 4;  // queued when its model was removed
 constexpr int32_t kCompletionCancelled = 6;  // cancelled (Core::cancel) before it ran
 // Its sequence waited in the sequence batcher's backlog past a request's `timeout`.
-constexpr int32_t kCompletionSequenceTimedOut = 7;
+constexpr int32_t kCompletionSequenceTimedOut = 8;  // 7 is channel.h's kCompletionArenaFull
 
 // What Core::cancel found.
 enum class CancelResult : int32_t {
@@ -191,6 +191,11 @@ class Core {
   // `device` (kGlobalResource for a global one), and batches waiting for resources.
   uint32_t rate_limit_available(const std::string& name, int32_t device);
   size_t rate_limit_staged();
+  // When the oldest batch the instance is still running was dispatched (now_ns()'s
+  // clock), 0 when it runs none: the frontend's execution timeout
+  // (scheduling/instance.py) kills a worker whose execute() does not return. Batches
+  // the worker ended with requests kept open (decoupled) are not running.
+  uint64_t running_since(uint32_t instance_id);
 
   // --- cancellation (frontend thread: a client went away) ---
   // A queued request is removed from its scheduler and completes with

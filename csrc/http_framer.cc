@@ -126,9 +126,10 @@ void HttpLane::remove_model(uint32_t model) {
 }
 
 size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
-                           std::vector<Taken>* taken) {
+                           std::vector<Taken>* taken, size_t max_requests) {
   size_t consumed = 0;
-  while (consumed < size) {
+  const size_t limit = taken->size() + max_requests;
+  while (consumed < size && taken->size() < limit) {
     const char* start = reinterpret_cast<const char*>(data + consumed);
     ScannedRequest request;
     if (scan_request(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;

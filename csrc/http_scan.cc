@@ -9,7 +9,6 @@ namespace naiad {
 
 namespace {
 
-constexpr size_t kMaxHead = 64 * 1024;
 constexpr size_t kMaxDigits = 15;
 
 bool is_token_char(unsigned char c) {
@@ -54,7 +53,7 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
   size_t prefix = size < kMethod.size() ? size : kMethod.size();
   if (std::string_view(data, prefix) != kMethod.substr(0, prefix)) return ScanResult::kOther;
   const char* head_end = nullptr;
-  size_t limit = size < kMaxHead ? size : kMaxHead;
+  size_t limit = size < kHttpMaxHead ? size : kHttpMaxHead;
   for (size_t i = 3; i < limit; ++i) {
     if (data[i] == '\n' && data[i - 1] == '\r' && data[i - 2] == '\n' && data[i - 3] == '\r') {
       head_end = data + i + 1;
@@ -62,7 +61,7 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
     }
   }
   if (head_end == nullptr) {
-    return size < kMaxHead ? ScanResult::kIncomplete : ScanResult::kOther;
+    return size < kHttpMaxHead ? ScanResult::kIncomplete : ScanResult::kOther;
   }
   std::string_view head(data, static_cast<size_t>(head_end - data) - 2);  // ends in one CRLF
 

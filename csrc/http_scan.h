@@ -10,6 +10,15 @@
 
 namespace naiad {
 
+// The longest request head (request line and headers) taken, by the lane and by the
+// front end's parser alike (the general path reads it as _core.HTTP_MAX_HEAD): a
+// longer one is refused with 431.
+constexpr size_t kHttpMaxHead = 64 * 1024;
+// The most requests one HTTP/1.1 connection has in flight (read, not yet answered):
+// the lane takes no more (HttpLane::take_http) and the front end reads no further
+// until answers make room (_core.HTTP_MAX_PIPELINE).
+constexpr size_t kHttpMaxPipeline = 64;
+
 struct ScannedRequest {
   std::string_view target;  // the request-target, as sent
   size_t body_offset = 0;   // from the start of the request

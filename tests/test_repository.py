@@ -264,6 +264,18 @@ def test_explicit_name_must_match_directory(tmp_path):
             "max_batch_size: 4" + IO + "dynamic_batching { priority_levels: 2 }",
             "default priority level must be in range [1, 2] for m",
         ),
+        (
+            IO
+            + 'parameters: { key: "NAIAD_EXECUTION_TIMEOUT_SECONDS" value: { string_value: "0" } }',
+            "parameter 'NAIAD_EXECUTION_TIMEOUT_SECONDS' of model m must be a positive number "
+            "of seconds, got '0'",
+        ),
+        (
+            IO
+            + 'parameters: { key: "NAIAD_WORKER_MEMORY_LIMIT_BYTES" value: { string_value: "2G" } }',
+            "parameter 'NAIAD_WORKER_MEMORY_LIMIT_BYTES' of model m must be a positive number "
+            "of bytes, got '2G'",
+        ),
     ],
 )
 def test_validation_errors(tmp_path, text, expected):

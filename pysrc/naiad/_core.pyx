@@ -194,6 +194,7 @@ cdef extern from "core.h" namespace "naiad":
     int32_t kCompletionModelGone
     int32_t kCompletionCancelled
     int32_t kCompletionSequenceTimedOut
+    int32_t kCompletionArenaFull  # channel.h, through core.h
 
     cdef enum class CancelResult(int32_t):
         kUnknown
@@ -270,6 +271,7 @@ cdef extern from "core.h" namespace "naiad":
         void instance_up(uint32_t instance_id) except + nogil
         void stop_instance(uint32_t instance_id) except + nogil
         size_t in_flight() except + nogil
+        uint64_t running_since(uint32_t instance_id) except + nogil
         CancelResult cancel(uint64_t request_id) except + nogil
 
 
@@ -474,6 +476,11 @@ cdef extern from "classification.h" namespace "naiad":
         string_view datatype, const uint8_t* data, size_t size, const vector[int64_t]& shape,
         cbool batching, uint64_t count, const vector[string]& labels, Classification* out,
         string* error) except +
+    size_t kHttpMaxHead
+    size_t kHttpMaxPipeline
+
+HTTP_MAX_HEAD = kHttpMaxHead  # csrc/http_scan.h
+HTTP_MAX_PIPELINE = kHttpMaxPipeline
 
 
 cdef extern from "http_framer.h" namespace "naiad":
@@ -494,7 +501,7 @@ cdef extern from "http_framer.h" namespace "naiad":
         void add_route(const string& target, uint32_t model) except +
         void remove_model(uint32_t model) except +
         size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
-                         vector[HttpTaken]* taken) except + nogil
+                         vector[HttpTaken]* taken, size_t max_requests) except + nogil
         cbool submit_to(string_view target, const uint8_t* body, size_t body_size,
                         size_t header_size, uint64_t now_ns, HttpTaken* taken) except + nogil
 
@@ -526,6 +533,7 @@ COMPLETION_TIMED_OUT = kCompletionTimedOut
 COMPLETION_MODEL_GONE = kCompletionModelGone
 COMPLETION_CANCELLED = kCompletionCancelled
 COMPLETION_SEQUENCE_TIMED_OUT = kCompletionSequenceTimedOut
+COMPLETION_ARENA_FULL = kCompletionArenaFull
 
 # Core.cancel results.
 CANCEL_UNKNOWN = 0
@@ -796,6 +804,12 @@ cdef class Core:
 
     def in_flight(self):
         return self._core.in_flight()
+
+    def running_since(self, uint32_t instance_id):
+        """now_ns() when the oldest batch the instance runs was dispatched; 0: none."""
+        with nogil:
+            since = self._core.running_since(instance_id)
+        return since
 
     def cancel(self, uint64_t request_id):
         """The client went away: a queued request is dropped (it completes with
@@ -1417,7 +1431,7 @@ cdef class FastLane:
         """The model is gone: its routes are dropped and the lane takes nothing for it."""
         self._lane.remove_model(lane_model)
 
-    def take_http(self, data, size_t max_body, uint64_t now_ns):
+    def take_http(self, data, size_t max_body, uint64_t now_ns, size_t max_requests=<size_t>-1):
         """Takes the complete plain infer requests at the start of received HTTP bytes
         (bytes or bytearray): (bytes taken, [(lane_model, request_id, batch_size, reply)]
         in order). `reply` is None for a queued request, or the complete HTTP response
@@ -1438,7 +1452,7 @@ cdef class FastLane:
         cdef vector[HttpTaken] taken
         cdef size_t consumed
         with nogil:
-            consumed = self._lane.take_http(start, size, max_body, now_ns, &taken)
+            consumed = self._lane.take_http(start, size, max_body, now_ns, &taken, max_requests)
         cdef list out = []
         cdef size_t i
         for i in range(taken.size()):

@@ -201,6 +201,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="accepted for Triton's command lines; the local cache is built in",
     )
     serve.add_argument(
+        "--http-max-input-size",
+        type=_size,
+        default=1 << 30,
+        help="largest HTTP request body in bytes, else 413 (default 1G; later "
+        "tritonserver releases have this flag, default 64M; Triton 2.51 has no limit)",
+    )
+    serve.add_argument(
+        "--http-client-timeout-secs",
+        type=int,
+        default=60,
+        help="Naiad's own: a request's head must arrive within it and its body not pause "
+        "longer, else 408 and close (slow clients); 0: never (default 60)",
+    )
+    serve.add_argument(
+        "--http-idle-timeout-secs",
+        type=int,
+        default=0,
+        help="Naiad's own: close a keep-alive connection idle that long (default 0: never, "
+        "as Triton)",
+    )
+    serve.add_argument(
+        "--http-max-connections",
+        type=int,
+        default=0,
+        help="Naiad's own: a connection past this many gets 503 and is closed (default 0: "
+        "no limit, as Triton)",
+    )
+    serve.add_argument(
         "--fast-lane",
         type=_bool,
         default=True,

@@ -112,6 +112,7 @@ async def serve(options) -> int:
         )
         log.info("Started GRPCInferenceService at %s:%d", grpc_address, options.grpc_port)
     if options.allow_http:
+        from naiad.http.connection_limits import ConnectionLimits
         from naiad.http.generate_routes import register_generate_routes
         from naiad.http.logging_routes import register_logging_routes
         from naiad.http.naiad_routes import register_naiad_routes
@@ -131,7 +132,18 @@ async def serve(options) -> int:
         register_generate_routes(router, manager)
         register_logging_routes(router)
         servers.append(
-            await start_http_server(manager, options.host, options.http_port, router=router)
+            await start_http_server(
+                manager,
+                options.host,
+                options.http_port,
+                router=router,
+                max_body_size=options.http_max_input_size,
+                limits=ConnectionLimits(
+                    options.http_client_timeout_secs,
+                    options.http_idle_timeout_secs,
+                    options.http_max_connections,
+                ),
+            )
         )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)
     if options.allow_metrics:

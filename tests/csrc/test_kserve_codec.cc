@@ -606,6 +606,14 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
         "HTTP/1.1 400 Bad Request\r\nContent-Length: " + std::to_string(error_body.size()) +
             "\r\nContent-Type: application/json\r\n\r\n" + error_body);
   CHECK(queued_blocks(f.core) == 4);
+
+  // At most max_requests (the connection's room under kHttpMaxPipeline): the rest is
+  // left untaken, for the front end to hold until answers make room.
+  std::string three = good + good + good;
+  taken.clear();
+  CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(three.data()), three.size(), 1 << 20, 7,
+                         &taken, 2) == 2 * good.size());
+  CHECK(taken.size() == 2 && queued_blocks(f.core) == 6);
 }
 
 TEST(fast_lane_routes_follow_removed_models) {

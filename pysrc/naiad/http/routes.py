@@ -182,12 +182,13 @@ class Router:
             # whose headers say whether one may still take the lane (infer_fast).
             self.take_http = None
 
-    def take_http(self, data: bytes, max_body: int, new_on_done) -> int:
+    def take_http(self, data: bytes, max_body: int, new_on_done, max_requests: int) -> int:
         """Hands received bytes to the infer fast lane first: it takes the plain infer
-        requests at the front (ModelManager.take_http_requests). Returns the bytes taken."""
+        requests at the front, at most `max_requests` (ModelManager.take_http_requests).
+        Returns the bytes taken."""
         if self._take_http_requests is None:
             return 0
-        return self._take_http_requests(data, max_body, new_on_done)
+        return self._take_http_requests(data, max_body, new_on_done, max_requests)
 
     def infer_fast(self, url: bytes, headers: dict, body, new_on_done) -> bool:
         """Sends a request the parser put together through the infer fast lane when the

@@ -510,16 +510,16 @@ class ModelManager:
         self._schedule_flush()
         return request_id
 
-    def take_http_requests(self, data: bytes, max_body: int, new_on_done) -> int:
+    def take_http_requests(self, data: bytes, max_body: int, new_on_done, max_requests) -> int:
         """Queues the plain infer requests at the start of received HTTP bytes through
-        the fast lane; returns how many bytes they took (the rest is for the HTTP
-        parser). `new_on_done(request_id)` is called once per request taken, in order
+        the fast lane, at most `max_requests`; returns how many bytes they took (the rest
+        is for the HTTP parser). `new_on_done(request_id)` is called once per request taken, in order
         (with the core's id of a queued request, for `cancel`; 0 for one refused at
         once), for the
         callback its answer goes to: `on_done(http_bytes, None)` gets the complete
         response, `on_done(None, exc)` the error of a request that never ran."""
         submit_ns = _core.now_ns()
-        consumed, taken = self.lane.take_http(data, max_body, submit_ns)
+        consumed, taken = self.lane.take_http(data, max_body, submit_ns, max_requests)
         if taken:
             self._track_lane(taken, submit_ns, new_on_done)
         return consumed
@@ -573,16 +573,17 @@ class ModelManager:
     def _drain(self) -> None:
         self.on_completions(self.core.poll(self.arrivals.possible()))
 
-    def on_completions(self, completions: list) -> None:
+    def on_completions(self, completions: list, reason: str | None = None) -> None:
         """Answers the requests of completed batches and frees their result blocks.
 
         A request stays in `_pending` until the moment it is answered. So whatever goes
         wrong while one completion is answered (an unreadable result block, a bug), the
         requests it left unanswered get an internal error and the other completions are
-        answered as usual: no client waits forever."""
+        answered as usual: no client waits forever. `reason`: what failed requests
+        are told instead of the status's own words."""
         for completion in completions:
             try:
-                self._complete(*completion)
+                self._complete(*completion, reason=reason)
             except Exception:
                 log.exception(
                     "answering the requests of a completed batch failed; those not answered "
@@ -590,7 +591,9 @@ class ModelManager:
                 )
                 self._fail_unanswered(completion[-1])
 
-    def _complete(self, _batch, status, _instance, offset, size, dispatch_ns, request_ids):
+    def _complete(
+        self, _batch, status, _instance, offset, size, dispatch_ns, request_ids, reason=None
+    ):
         if status == _core.COMPLETION_ROUTED:
             self._record_routed(_instance, request_ids)
             return
@@ -604,7 +607,7 @@ class ModelManager:
                 return
             end_ns = _core.now_ns()
             if status != _core.COMPLETION_OK:
-                self._fail_batch(live, status, end_ns)
+                self._fail_batch(live, status, end_ns, reason)
                 return
             timings = None
             lane = [p for p in live if p.lane]
@@ -826,7 +829,7 @@ class ModelManager:
                 model.stats.record_failure(end_ns - pending.submit_ns)
         pending.deliver(flags, error, json, slots, self.core.arena, final)
 
-    def _fail_batch(self, pendings: list, status: int, end_ns: int) -> None:
+    def _fail_batch(self, pendings: list, status: int, end_ns: int, reason=None) -> None:
         pop = self._pending.pop
         for pending in pendings:
             pop(pending.request_id, None)
@@ -850,7 +853,17 @@ class ModelManager:
                 pending.fail(Unavailable(reason))
                 continue
             model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
-            if status == _core.COMPLETION_INSTANCE_DIED:
+            if reason is not None:
+                message = reason
+            elif status == _core.COMPLETION_ARENA_FULL:
+                pending.fail(
+                    Unavailable(
+                        f"Failed to process the request(s) for model '{model.name}': the "
+                        "shared-memory arena has no room for the batch's outputs (--arena-size)"
+                    )
+                )
+                continue
+            elif status == _core.COMPLETION_INSTANCE_DIED:
                 message = (
                     f"Failed to process the request(s) for model '{model.name}': the model "
                     "instance's worker process exited while running it; it is being restarted"
