@@ -37,12 +37,12 @@ serve: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/clang-format --dry-run --Werror csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h perf/*.cc perf/*.h
+	$(VENV)/bin/clang-format --dry-run --Werror csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h tests/fuzz/*.cc tests/fuzz/*.h perf/*.cc perf/*.h
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
-	$(VENV)/bin/clang-format -i csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h perf/*.cc perf/*.h
+	$(VENV)/bin/clang-format -i csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h tests/fuzz/*.cc tests/fuzz/*.h perf/*.cc perf/*.h
 
 build/test_core: $(CORE_TEST_DEPS)
 	mkdir -p build
@@ -81,7 +81,9 @@ test-python: $(STAMP) deploy-tools grpc-tools
 	$(PY) -m pytest -q
 	NAIAD_GRPC_CLIENT_TESTS=1 $(PY) -m pytest -q tests/grpc_clients
 
-test: lint test-core test-core-sanitize test-python
+test: lint test-core test-core-sanitize test-fuzz test-server-sanitize test-python
+
+include tests/fuzz/fuzz.mk tests/sanitize/sanitize.mk
 
 clean:
 	rm -rf build $(VENV) pysrc/naiad/*.so pysrc/naiad/_core.cpp pysrc/naiad/protos/*_pb2*.py

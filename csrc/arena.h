@@ -23,7 +23,8 @@ struct ArenaHeader {
   uint64_t blocks_in_use;
   pthread_mutex_t mutex;
   // Set by a worker when it has written the frontend's eventfd and cleared by the
-  // frontend before it drains completions: one wake-up per burst, not per batch.
+  // frontend after it drained the eventfd and before it reads the rings
+  // (Core::poll): one wake-up per burst, not per batch.
   alignas(64) std::atomic<uint32_t> notify_pending;
 };
 

@@ -71,6 +71,8 @@ enum CompletionStatus : int32_t {
   kCompletionOk = 0,
   kCompletionWorkerFailed = 1,  // the worker raised outside the model or ran out of arena
   kCompletionInstanceDied = 2,  // the worker process died with the batch in flight
+  kCompletionArenaFull = 7,     // the arena had no room for the batch's responses
+  // 3..6 and 8 are the core's own statuses (core.h), for requests that never ran.
 };
 
 template <typename T, uint32_t Capacity>

@@ -14,6 +14,7 @@
 
 #include "dynamic_batch_scheduler.h"
 #include "ipc_schema.h"
+#include "request_block.h"
 #include "response_block.h"
 #include "scratch_array.h"
 
@@ -112,6 +113,10 @@ bool Core::remove_model(ModelHandle handle) {
       }
     }
     for (Instance* instance : model->instances) {
+      if (instance->staged) {
+        drop_staged_locked(*instance, kCompletionModelGone);  // it never ran: as queued
+        left = true;
+      }
       if (instance->running) {
         instance->model = ModelHandle{};
         stop_locked(*instance);
@@ -123,24 +128,39 @@ bool Core::remove_model(ModelHandle handle) {
     slot.model.reset();
     if (++slot.generation == 0) slot.generation = 1;  // 0 would make a null handle valid
     free_slots_.push_back(handle.slot());
+    // Its staged batches and instances are gone: others may go first now.
+    left |= run_staged_locked();
   }
   if (left) notify_frontend();
   return true;
 }
 
-uint32_t Core::add_instance(ModelHandle handle) {
+void Core::configure_rate_limiter(const RateLimiterConfig& config) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!instances_.empty()) throw std::logic_error("rate limiter configured after instances");
+  rate_limiter_ = RateLimiter(config);
+}
+
+uint32_t Core::add_instance(ModelHandle handle, const InstanceRateLimit& limits) {
   std::lock_guard<std::mutex> lock(mutex_);
   Model* model = find_locked(handle);
   if (model == nullptr) throw std::out_of_range("unknown model");
-  uint64_t offset = arena_.alloc(sizeof(Channel));
-  if (offset == 0) throw std::runtime_error("arena has no room for an instance channel");
-  arena_.at<Channel>(offset)->reset();
-  int wake_fd = eventfd(0, EFD_CLOEXEC);
-  if (wake_fd < 0) {
-    arena_.free(offset);
-    throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  const uint32_t id = next_instance_id_;
+  if (rate_limiter_.enabled()) {
+    std::string refused = rate_limiter_.add_instance(id, limits);
+    if (!refused.empty()) throw std::invalid_argument(refused);
   }
-  uint32_t id = next_instance_id_++;
+  uint64_t offset = arena_.alloc(sizeof(Channel));
+  int wake_fd = offset == 0 ? -1 : eventfd(0, EFD_CLOEXEC);
+  if (wake_fd < 0) {
+    const int error = errno;
+    rate_limiter_.remove_instance(id);
+    if (offset == 0) throw std::runtime_error("arena has no room for an instance channel");
+    arena_.free(offset);
+    throw std::runtime_error(std::string("eventfd: ") + std::strerror(error));
+  }
+  arena_.at<Channel>(offset)->reset();
+  ++next_instance_id_;
   Instance& instance = instances_[id];
   instance.id = id;
   instance.model = handle;
@@ -151,6 +171,7 @@ uint32_t Core::add_instance(ModelHandle handle) {
 }
 
 void Core::free_instance_locked(Instance& instance) {
+  rate_limiter_.remove_instance(instance.id);
   if (instance.wake_fd >= 0) ::close(instance.wake_fd);
   arena_.free(instance.channel_offset);
   instances_.erase(instance.id);
@@ -228,10 +249,13 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
 bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
   std::vector<QueuedRequest> rejected;
   bool left = false;  // completions for poll(): requests that failed here
+  const bool limited = rate_limiter_.enabled();
   idle_.clear();
   for (const Instance* instance : model.instances) {
     if (instance->up && instance->busy == 0) idle_.push_back(instance->id);
   }
+  // Rate limiting: the idle instance that ran least (weighted by priority) goes first.
+  if (limited) rate_limiter_.order(idle_.begin(), idle_.end());
   // Then the instances waiting on their own requests (BLS): they take batches nested
   // in that wait, so no caller waits for its own instance.
   for (const Instance* instance : model.instances) {
@@ -242,6 +266,7 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
   placements_.clear();
   model.deadline_ns =
       model.scheduler->schedule(now, idle_, arrivals_possible, &placements_, &rejected);
+  bool staged = false;
   for (Placement& placement : placements_) {
     if (placement.requests.empty()) continue;
     Instance* instance = nullptr;
@@ -254,32 +279,21 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
       left = true;
       continue;
     }
-    Batch batch;
-    batch.requests = std::move(placement.requests);
-    batch.id = next_batch_id_++;
-    batch.model = instance->model;
-    batch.instance_id = instance->id;
-    // The descriptor, with the batch tensors (gathered here when not contiguous).
-    batch.desc_offset = assembler_.describe(batch.id, batch.requests);
-    if (batch.desc_offset == 0) {
-      // Not even room for the descriptor: the requests fail rather than wait forever.
-      reject_locked(batch.requests, kCompletionWorkerFailed);
-      left = true;
+    if (limited && instance->busy == 0) {
+      // It waits for its resources; a nested batch runs under those already held.
+      instance->staged = true;
+      instance->staged_requests = std::move(placement.requests);
+      ++instance->busy;
+      rate_limiter_.stage(instance->id);
+      staged = true;
       continue;
     }
-    BatchMessage message{batch.id, batch.desc_offset, static_cast<uint32_t>(batch.requests.size()),
-                         MessageKind::kBatch, 0};
-    // One batch in flight per instance, but the ring may also hold responses to the
-    // worker's own requests: a full ring queues the batch behind them, never drops it.
-    send_to_worker_locked(*instance, message);
-    ++instance->busy;
-    batch.dispatch_ns = now;
-    batch.answered.assign(batch.requests.size(), false);
-    if (model.scheduler->preserve_ordering()) model.order.push_back(batch.id);
-    in_flight_.emplace(batch.id, std::move(batch));
+    left |= start_batch_locked(model, *instance, placement.requests, now, false);
   }
+  if (staged) left |= run_staged_locked();
   if (!rejected.empty()) {
-    reject_locked(rejected, kCompletionTimedOut);
+    const bool sequence = model.scheduler->reject_reason() == RejectReason::kSequenceTimeout;
+    reject_locked(rejected, sequence ? kCompletionSequenceTimedOut : kCompletionTimedOut);
     left = true;
   }
   if (model.deadline_ns != 0 && (timer_deadline_ == 0 || model.deadline_ns < timer_deadline_)) {
@@ -287,6 +301,85 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
     timer_cv_.notify_one();
   }
   return left;
+}
+
+bool Core::start_batch_locked(Model& model, Instance& instance,
+                              std::vector<QueuedRequest>& requests, uint64_t now, bool counted) {
+  Batch batch;
+  batch.requests = std::move(requests);
+  batch.id = next_batch_id_++;
+  batch.model = instance.model;
+  batch.instance_id = instance.id;
+  // The descriptor, with the batch tensors (gathered here when not contiguous).
+  batch.desc_offset = assembler_.describe(batch.id, batch.requests);
+  if (batch.desc_offset == 0) {
+    // Not even room for the descriptor: the requests fail rather than wait forever.
+    reject_locked(batch.requests, kCompletionWorkerFailed);
+    if (counted) {
+      // Only run_staged_locked starts counted batches: its loop tries the next one.
+      instance.busy = 0;
+      rate_limiter_.release(instance.id);
+    }
+    return true;
+  }
+  BatchMessage message{batch.id, batch.desc_offset, static_cast<uint32_t>(batch.requests.size()),
+                       MessageKind::kBatch, 0};
+  // One batch in flight per instance, but the ring may also hold responses to the
+  // worker's own requests: a full ring queues the batch behind them, never drops it.
+  send_to_worker_locked(instance, message);
+  if (!counted) ++instance.busy;
+  batch.dispatch_ns = now;
+  batch.answered.assign(batch.requests.size(), false);
+  if (model.scheduler->preserve_ordering()) model.order.push_back(batch.id);
+  in_flight_.emplace(batch.id, std::move(batch));
+  return false;
+}
+
+bool Core::run_staged_locked() {
+  bool left = false;
+  uint32_t id = 0;
+  while (rate_limiter_.next(&id)) {
+    Instance* instance = find_instance_locked(id);
+    if (instance == nullptr || !instance->staged) {  // cannot be: staged ones are dropped
+      rate_limiter_.release(id);
+      continue;
+    }
+    instance->staged = false;
+    std::vector<QueuedRequest> requests = std::move(instance->staged_requests);
+    instance->staged_requests.clear();
+    Model* model = find_locked(instance->model);
+    if (model == nullptr) {  // cannot be either: remove_model drops its staged batches
+      reject_locked(requests, kCompletionModelGone);
+      instance->busy = 0;
+      rate_limiter_.release(id);
+      left = true;
+      continue;
+    }
+    left |= start_batch_locked(*model, *instance, requests, clock_(), true);
+  }
+  return left;
+}
+
+void Core::drop_staged_locked(Instance& instance, int32_t status) {
+  if (!instance.staged) return;
+  reject_locked(instance.staged_requests, status);
+  instance.staged = false;
+  instance.busy = 0;
+  rate_limiter_.unstage(instance.id);
+}
+
+bool Core::instance_idle_locked(Instance& instance) {
+  if (!rate_limiter_.holds(instance.id)) return false;
+  rate_limiter_.release(instance.id);
+  // As Triton's release: the instance is staged again at once when its model has
+  // work, so it contends with its new rank rather than letting every waiting
+  // instance go first (what makes priority 2 get half the executions).
+  Model* model = find_locked(instance.model);
+  bool left = false;
+  if (model != nullptr && instance.up && !model->scheduler->empty()) {
+    left = dispatch_locked(*model, clock_());
+  }
+  return run_staged_locked() || left;
 }
 
 bool Core::dispatch_all_locked(bool arrivals_possible) {
@@ -477,7 +570,9 @@ void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& me
   if (batch_over && !batch.ended) {
     // The instance is free for its next batch, whatever stays open.
     Instance* instance = find_instance_locked(instance_id);
-    if (instance != nullptr && instance->busy != 0) --instance->busy;
+    if (instance != nullptr && instance->busy != 0 && --instance->busy == 0) {
+      instance_idle_locked(*instance);
+    }
   }
   if (keep_open) batch.ended = true;
   bool all_answered = true;
@@ -492,7 +587,8 @@ void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& me
 }
 
 bool Core::takes_batch_locked(const Instance& instance) {
-  return instance.busy == 0 || (instance.routed != 0 && instance.busy < kMaxNestedBatches);
+  return instance.busy == 0 ||
+         (instance.routed != 0 && !instance.staged && instance.busy < kMaxNestedBatches);
 }
 
 void Core::erase_route_locked(std::unordered_map<uint64_t, Route>::iterator route) {
@@ -596,9 +692,8 @@ void Core::take_submits_locked(Instance& instance) {
   while (ch->to_core.pop(&message)) {
     uint32_t refused = 0;
     const uint64_t block = message.block_offset;
-    const bool readable = block >= sizeof(ArenaHeader) && block < arena_.size() &&
-                          arena_.size() - block >= sizeof(RequestHeader) &&
-                          arena_.at<RequestHeader>(block)->magic == kRequestMagic;
+    const bool readable =
+        request_block_fits(arena_.base(), arena_.size(), arena_.header()->heap_begin, block);
     Model* model = readable ? find_locked(ModelHandle{message.model}) : nullptr;
     if (!readable) {
       refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
@@ -633,10 +728,14 @@ void Core::take_submits_locked(Instance& instance) {
 }
 
 std::vector<Completion> Core::poll(bool arrivals_possible) {
-  // Clear the flag before draining: anything left after this point signals again,
-  // so nothing is left behind unannounced.
-  arena_.header()->notify_pending.store(0, std::memory_order_seq_cst);
+  // Drain the eventfd, then re-arm the flag, then read the rings. A post whose
+  // exchange came before the re-arm is in the rings read below; one after it finds the
+  // flag 0 and signals again. Re-arming first would lose a wake-up: a post between the
+  // re-arm and the drain signals, the drain eats it, and the flag stays 1 with the
+  // eventfd empty, so no post ever signals again (tests/csrc/test_wakeups.cc).
   drain_eventfd(notify_fd_);
+  arena_.header()->notify_pending.store(0, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& entry : instances_) {
     Instance& instance = entry.second;
@@ -677,6 +776,8 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
   // Completions the worker posted before it died are real results.
   CompletionMessage message;
   while (ch->to_frontend.pop(&message)) take_message_locked(instance_id, message);
+  // A batch waiting for resources never reached the worker: it fails with the others.
+  drop_staged_locked(instance, kCompletionInstanceDied);
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     if (it->second.instance_id != instance_id) {
       ++it;
@@ -695,6 +796,8 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
     route = route->second.instance_id == instance_id ? routes_.erase(route) : std::next(route);
   }
   instance.routed = 0;
+  // What it held comes back (it died mid-batch); free_instance_locked forgets it too.
+  rate_limiter_.release(instance_id);
   if (find_locked(instance.model) == nullptr) {
     // Its model was removed and no process uses the channel any more.
     free_instance_locked(instance);
@@ -705,6 +808,7 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
     instance.backlog.clear();
     ch->reset();
   }
+  run_staged_locked();
   std::vector<Completion> out;
   out.swap(done_);
   return out;
@@ -736,6 +840,13 @@ void Core::stop_locked(Instance& instance) {
   send_to_worker_locked(instance, message);
   instance.up = false;  // takes no new batches
   signal_eventfd(instance.wake_fd);
+  if (instance.staged) {
+    // Sent now it would follow the stop message and never run: it fails as queued
+    // requests of a model going away do.
+    drop_staged_locked(instance, kCompletionModelGone);
+    run_staged_locked();
+    notify_frontend();
+  }
 }
 
 CancelResult Core::cancel(uint64_t request_id) {
@@ -749,6 +860,24 @@ CancelResult Core::cancel(uint64_t request_id) {
       if (slot.model->scheduler->cancel(request_id, &queued)) {
         std::vector<QueuedRequest> dropped{queued};
         reject_locked(dropped, kCompletionCancelled);
+        left = true;
+        result = CancelResult::kDropped;
+        break;
+      }
+    }
+    for (auto it = instances_.begin(); result == CancelResult::kUnknown && it != instances_.end();
+         ++it) {
+      Instance& instance = it->second;
+      std::vector<QueuedRequest>& staged = instance.staged_requests;
+      for (size_t i = 0; i < staged.size(); ++i) {
+        if (staged[i].id != request_id) continue;
+        std::vector<QueuedRequest> dropped{staged[i]};
+        staged.erase(staged.begin() + static_cast<std::ptrdiff_t>(i));
+        reject_locked(dropped, kCompletionCancelled);
+        if (staged.empty()) {
+          drop_staged_locked(instance, kCompletionCancelled);
+          run_staged_locked();
+        }
         left = true;
         result = CancelResult::kDropped;
         break;
@@ -772,6 +901,26 @@ CancelResult Core::cancel(uint64_t request_id) {
 size_t Core::in_flight() {
   std::lock_guard<std::mutex> lock(mutex_);
   return in_flight_.size();
+}
+
+uint32_t Core::rate_limit_available(const std::string& name, int32_t device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return rate_limiter_.available(name, device);
+}
+
+size_t Core::rate_limit_staged() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return rate_limiter_.staged_count();
+}
+
+uint64_t Core::running_since(uint32_t instance_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t oldest = 0;
+  for (const auto& [id, batch] : in_flight_) {
+    if (batch.instance_id != instance_id || batch.ended) continue;
+    if (oldest == 0 || batch.dispatch_ns < oldest) oldest = batch.dispatch_ns;
+  }
+  return oldest;
 }
 
 }  // namespace naiad

@@ -9,8 +9,17 @@
 // (queue delay, queue timeouts) is dispatched by the core's timer thread at its
 // deadline, precisely, which an event loop's millisecond timers could not do.
 //
-// Locking: one mutex (mutex_) guards the registry, the schedulers, the instances and
-// the batches in flight; every public method takes it, so any thread may call any
+// Rate limiting (rate_limiter.h, tritonserver's --rate-limit=execution_count): one
+// RateLimiter for every model, guarded by mutex_ like the schedulers. A batch the
+// scheduler formed for an idle instance is staged there (the instance counts as busy,
+// the batch is not yet described in the arena) until the limiter allocates the
+// instance's resources; it is then sent. The resources come back when the instance
+// has no batch left (its batch ended, failed, or its worker died), and staged batches
+// are tried again. Batches nested in a BLS wait run under the resources the instance
+// already holds. Off (the default), none of this runs: one flag on the dispatch path.
+//
+// Locking: one mutex (mutex_) guards the registry, the schedulers, the rate limiter,
+// the instances and the batches in flight; every public method takes it, so any thread may call any
 // method (the frontend calls them from its event-loop thread only, the C++ tests from
 // several). Work that needs no shared state (copying a request into its block)
 // happens before the lock is taken. The arena has its own process-shared lock.
@@ -27,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -37,6 +47,7 @@
 #include "channel.h"
 #include "dynamic_batcher.h"
 #include "input_regions.h"
+#include "rate_limiter.h"
 #include "response_block.h"
 #include "scheduler.h"
 #include "submit_request.h"
@@ -50,6 +61,8 @@ using Clock = std::function<uint64_t()>;
 constexpr int32_t kCompletionTimedOut = 3;   // queue timeout under REJECT
 constexpr int32_t kCompletionModelGone = 4;  // queued when its model was removed
 constexpr int32_t kCompletionCancelled = 6;  // cancelled (Core::cancel) before it ran
+// Its sequence waited in the sequence batcher's backlog past a request's `timeout`.
+constexpr int32_t kCompletionSequenceTimedOut = 8;  // 7 is channel.h's kCompletionArenaFull
 
 // What Core::cancel found.
 enum class CancelResult : int32_t {
@@ -122,9 +135,15 @@ class Core {
   // started on it (instance_starting()), else at its instance_down(). False: the
   // handle was already stale.
   bool remove_model(ModelHandle model);
+  // Sets --rate-limit and --rate-limit-resource; before any instance is added
+  // (std::logic_error after).
+  void configure_rate_limiter(const RateLimiterConfig& config);
   // Creates an instance's channel; it takes batches once instance_up() is called.
-  // Throws std::out_of_range for a stale handle.
-  uint32_t add_instance(ModelHandle model);
+  // Throws std::out_of_range for a stale handle, and std::invalid_argument with
+  // Triton's message when rate limiting is on and `limits` cannot be met (its
+  // resources exceed what --rate-limit-resource gives, or a name is both global and
+  // per device); `limits` is ignored when rate limiting is off.
+  uint32_t add_instance(ModelHandle model, const InstanceRateLimit& limits = {});
   // Throws std::out_of_range for an instance that was freed.
   InstanceEndpoint endpoint(uint32_t instance_id) const;
 
@@ -168,6 +187,15 @@ class Core {
   // open (kPostKeepOpen) that still wait for final responses. Any thread (tests,
   // statistics).
   size_t in_flight();
+  // Rate limiting, for tests and statistics: copies of resource `name` free on
+  // `device` (kGlobalResource for a global one), and batches waiting for resources.
+  uint32_t rate_limit_available(const std::string& name, int32_t device);
+  size_t rate_limit_staged();
+  // When the oldest batch the instance is still running was dispatched (now_ns()'s
+  // clock), 0 when it runs none: the frontend's execution timeout
+  // (scheduling/instance.py) kills a worker whose execute() does not return. Batches
+  // the worker ended with requests kept open (decoupled) are not running.
+  uint64_t running_since(uint32_t instance_id);
 
   // --- cancellation (frontend thread: a client went away) ---
   // A queued request is removed from its scheduler and completes with
@@ -202,6 +230,10 @@ class Core {
     // instance is busy, cannot deadlock.
     uint32_t busy = 0;
     uint32_t routed = 0;  // its own requests (routes_) not finished yet
+    // Rate limiting: a batch formed for it that waits for its resources (rate_limiter_
+    // has it staged; `busy` counts it, so no scheduler offers the instance again).
+    bool staged = false;
+    std::vector<QueuedRequest> staged_requests;
     // Messages for the worker that found its ring full (responses to its own
     // requests): sent first in the next poll(); nothing is dropped.
     std::deque<BatchMessage> backlog;
@@ -238,6 +270,17 @@ class Core {
   // Dispatches for one model; returns true if it left anything for poll().
   bool dispatch_locked(Model& model, uint64_t now, bool arrivals_possible = true);
   bool dispatch_all_locked(bool arrivals_possible);
+  // Describes and sends `requests` as a batch on `instance`; `counted`: its `busy`
+  // already counts it (a staged batch). True if it left completions for poll().
+  bool start_batch_locked(Model& model, Instance& instance, std::vector<QueuedRequest>& requests,
+                          uint64_t now, bool counted);
+  // Sends the staged batches the rate limiter lets run now, in its order.
+  bool run_staged_locked();
+  // The instance's staged batch goes (its requests fail with `status`), unstaged.
+  void drop_staged_locked(Instance& instance, int32_t status);
+  // The instance has no batch left: the resources it holds come back, staged batches
+  // are tried again.
+  bool instance_idle_locked(Instance& instance);
   // Dispatches the models whose held batch or queue timeout is due at `now`.
   bool dispatch_due_locked(uint64_t now);
   // A message a worker posted (responses, batch done) for one of its batches.
@@ -291,6 +334,7 @@ class Core {
   uint32_t next_instance_id_ = 0;
   std::unordered_map<uint64_t, Batch> in_flight_;
   std::unordered_map<uint64_t, Route> routes_;  // by request id
+  RateLimiter rate_limiter_;                    // off unless configure_rate_limiter()
   // Batches one instance may hold at once while it waits on its own requests.
   static constexpr uint32_t kMaxNestedBatches = 16;
   // Ids of requests workers submit: a range of their own, apart from the frontend's.

@@ -349,7 +349,13 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
   if (!take_parameters(view.parameters, &request, &parameters)) return false;
   request.parameters = parameters;
   uint64_t request_id = codec_.new_request_id();
-  switch (codec_.submit(route->second, request, request_id, now_ns, &taken->error)) {
+  switch (
+      codec_.submit(route->second, request, request_id, now_ns, &taken->error, &taken->cached)) {
+    case SubmitOutcome::kCached:
+      taken->model = route->second;
+      taken->request_id = 0;
+      taken->batch_size = taken->cached.batch_size;
+      return true;
     case SubmitOutcome::kQueued:
       taken->model = route->second;
       taken->request_id = request_id;

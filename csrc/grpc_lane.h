@@ -62,6 +62,8 @@ class GrpcLane {
     uint64_t request_id = 0;  // 0 when refused at once (`error`)
     uint32_t batch_size = 0;
     std::string error;  // the validator's message: INVALID_ARGUMENT
+    // A response cache hit (request_id 0, `cached.entry` set): the answer to write.
+    CachedAnswer cached;
   };
   // Takes a serialized ModelInferRequest if it is for a route, has raw contents only
   // and the codec queues it or refuses it. False: the general path's.

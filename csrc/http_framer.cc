@@ -126,9 +126,10 @@ void HttpLane::remove_model(uint32_t model) {
 }
 
 size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
-                           std::vector<Taken>* taken) {
+                           std::vector<Taken>* taken, size_t max_requests) {
   size_t consumed = 0;
-  while (consumed < size) {
+  const size_t limit = taken->size() + max_requests;
+  while (consumed < size && taken->size() < limit) {
     const char* start = reinterpret_cast<const char*>(data + consumed);
     ScannedRequest request;
     if (scan_request(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
@@ -154,7 +155,15 @@ bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t bo
   if (!read_infer_header(body, body_size, header_size, &request)) return false;
   std::string error;
   uint64_t request_id = codec_.new_request_id();
-  switch (codec_.submit(route->second, request, request_id, now_ns, &error)) {
+  CachedAnswer cached;
+  switch (codec_.submit(route->second, request, request_id, now_ns, &error, &cached)) {
+    case SubmitOutcome::kCached:
+      // A response cache hit: answered now, from the entry, as complete() would.
+      taken->model = route->second;
+      taken->request_id = 0;
+      taken->batch_size = cached.batch_size;
+      taken->reply = writer_.text(cached.response);
+      return true;
     case SubmitOutcome::kQueued:
       taken->model = route->second;
       taken->request_id = request_id;

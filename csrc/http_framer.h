@@ -63,9 +63,10 @@ class HttpLane {
   struct Taken {
     uint32_t model = 0;
     uint64_t request_id = 0;  // 0 when answered at once (`reply`)
-    uint32_t batch_size = 0;
+    uint32_t batch_size = 0;  // 0 for a refused request
     // An invalid request is answered at once: its complete HTTP response (Triton's
-    // 400 with the validator's message, as the general path would answer).
+    // 400 with the validator's message, as the general path would answer). So is a
+    // response cache hit (kserve_codec.h kCached), with its batch size.
     std::string reply;
   };
   // Takes an infer body sent to URL `target` (as sent) if it is a route and the codec
@@ -75,9 +76,11 @@ class HttpLane {
                  uint64_t now_ns, Taken* taken);
   // Takes the complete plain infer requests at the start of received HTTP bytes
   // (http_scan.h), in order, up to the first it does not take. Returns how many bytes
-  // they took; the rest is for the front end's full parser.
+  // they took; the rest is for the front end's full parser. At most `max_requests`
+  // (the connection's room under kHttpMaxPipeline): the front end holds the rest
+  // unread until answers make room.
   size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
-                   std::vector<Taken>* taken);
+                   std::vector<Taken>* taken, size_t max_requests = SIZE_MAX);
 
  private:
   KServeCodec codec_;

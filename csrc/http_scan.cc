@@ -1,12 +1,14 @@
 #include "http_scan.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace naiad {
 
 namespace {
 
-constexpr size_t kMaxHead = 64 * 1024;
 constexpr size_t kMaxDigits = 15;
 
 bool is_token_char(unsigned char c) {
@@ -51,7 +53,7 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
   size_t prefix = size < kMethod.size() ? size : kMethod.size();
   if (std::string_view(data, prefix) != kMethod.substr(0, prefix)) return ScanResult::kOther;
   const char* head_end = nullptr;
-  size_t limit = size < kMaxHead ? size : kMaxHead;
+  size_t limit = size < kHttpMaxHead ? size : kHttpMaxHead;
   for (size_t i = 3; i < limit; ++i) {
     if (data[i] == '\n' && data[i - 1] == '\r' && data[i - 2] == '\n' && data[i - 3] == '\r') {
       head_end = data + i + 1;
@@ -59,7 +61,7 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
     }
   }
   if (head_end == nullptr) {
-    return size < kMaxHead ? ScanResult::kIncomplete : ScanResult::kOther;
+    return size < kHttpMaxHead ? ScanResult::kIncomplete : ScanResult::kOther;
   }
   std::string_view head(data, static_cast<size_t>(head_end - data) - 2);  // ends in one CRLF
 
@@ -111,6 +113,9 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
     } else if (equals_lower(name, "transfer-encoding") || equals_lower(name, "content-encoding") ||
                equals_lower(name, "expect") || equals_lower(name, "upgrade")) {
       return ScanResult::kOther;
+    } else if (name.size() == 15 && equals_lower(name, "accept-encoding")) {
+      // A compressed answer is the general path's (no client of the lane asks for one).
+      if (response_encoding(value) != ResponseEncoding::kIdentity) return ScanResult::kOther;
     }
   }
   if (!has_length || length > max_body) return ScanResult::kOther;
@@ -127,6 +132,51 @@ size_t incomplete_request_size(const char* data, size_t size, size_t max_body) {
   ScannedRequest request;
   if (scan_request(data, size, max_body, &request) != ScanResult::kIncomplete) return 0;
   return request.total;
+}
+
+ResponseEncoding response_encoding(std::string_view accept_encoding) {
+  ResponseEncoding chosen = ResponseEncoding::kIdentity;
+  double chosen_weight = 0;
+  size_t offset = 0;
+  while (offset <= accept_encoding.size()) {
+    size_t comma = accept_encoding.find(',', offset);
+    if (comma == std::string_view::npos) comma = accept_encoding.size();
+    std::string_view entry = accept_encoding.substr(offset, comma - offset);
+    offset = comma + 1;
+    size_t start = entry.find_first_not_of(' ');
+    size_t weight_at = entry.find(";q=");
+    if (start == std::string_view::npos ||
+        (weight_at != std::string_view::npos && start >= weight_at)) {
+      continue;
+    }
+    std::string_view type = entry.substr(
+        start, weight_at == std::string_view::npos ? std::string_view::npos : weight_at - start);
+    double weight = 1;
+    if (weight_at != std::string_view::npos) {
+      // As std::stod: a number at the start (after spaces), else the entry is skipped;
+      // out of range too.
+      std::string number(entry.substr(weight_at + 3));
+      char* end = nullptr;
+      errno = 0;
+      weight = std::strtod(number.c_str(), &end);
+      if (end == number.c_str() || errno == ERANGE) continue;
+    }
+    ResponseEncoding kind;
+    if (type == "identity") {
+      kind = ResponseEncoding::kIdentity;
+    } else if (type == "gzip") {
+      kind = ResponseEncoding::kGzip;
+    } else if (type == "deflate") {
+      kind = ResponseEncoding::kDeflate;
+    } else {
+      continue;
+    }
+    if (weight > chosen_weight) {
+      chosen = kind;
+      chosen_weight = weight;
+    }
+  }
+  return chosen;
 }
 
 }  // namespace naiad

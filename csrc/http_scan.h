@@ -10,6 +10,15 @@
 
 namespace naiad {
 
+// The longest request head (request line and headers) taken, by the lane and by the
+// front end's parser alike (the general path reads it as _core.HTTP_MAX_HEAD): a
+// longer one is refused with 431.
+constexpr size_t kHttpMaxHead = 64 * 1024;
+// The most requests one HTTP/1.1 connection has in flight (read, not yet answered):
+// the lane takes no more (HttpLane::take_http) and the front end reads no further
+// until answers make room (_core.HTTP_MAX_PIPELINE).
+constexpr size_t kHttpMaxPipeline = 64;
+
 struct ScannedRequest {
   std::string_view target;  // the request-target, as sent
   size_t body_offset = 0;   // from the start of the request
@@ -28,7 +37,8 @@ enum class ScanResult {
 // A plain request: `POST <target> HTTP/1.1`, well-formed header lines, a single
 // Content-Length of at most `max_body` bytes, and none of the headers that change how
 // the body or connection is handled (Transfer-Encoding, Content-Encoding, Expect,
-// Upgrade, Connection other than keep-alive). kIncomplete with the head all there
+// Upgrade, Connection other than keep-alive, an Accept-Encoding that asks for a
+// compressed response: the general path compresses it). kIncomplete with the head all there
 // still fills `out` (its `total` says how many bytes the whole request takes).
 ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedRequest* out);
 
@@ -36,5 +46,13 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
 // body has not all arrived yet, else 0: a front end that knows it can collect the
 // rest in one buffer of that size instead of joining pieces.
 size_t incomplete_request_size(const char* data, size_t size, size_t max_body);
+
+enum class ResponseEncoding { kIdentity = 0, kGzip = 1, kDeflate = 2 };
+
+// The response encoding Triton picks for an Accept-Encoding value: the comma-separated
+// entry with the highest `;q=` weight (1 without one; the first of equal weights) among
+// "identity", "gzip" and "deflate", exactly spelled; others and malformed weights are
+// skipped. The one rule for the scanner and the Python front end (through _core.pyx).
+ResponseEncoding response_encoding(std::string_view accept_encoding);
 
 }  // namespace naiad

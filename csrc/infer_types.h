@@ -37,6 +37,8 @@ struct ModelSpec {
   std::vector<InputSpec> inputs;
   std::vector<std::string> outputs;
   std::vector<std::string> outputs_json;  // the same, escaped for a JSON string
+  // response_cache { enable: true } with the server's cache on (response_cache.h).
+  bool response_cache = false;
 };
 
 // One input of a request, as a framer's reader found it. Views point into the

@@ -41,7 +41,7 @@ void KServeCodec::set_accepting(uint32_t model, bool accepting) {
 }
 
 SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, uint64_t request_id,
-                                  uint64_t now_ns, std::string* error) {
+                                  uint64_t now_ns, std::string* error, CachedAnswer* cached) {
   if (model_index >= models_.size() || !accepting_[model_index]) return SubmitOutcome::kFallback;
   const ModelSpec& model = models_[model_index];
   // Tensors in client shm regions: resolved and pinned (shm_registry.h), or the
@@ -57,6 +57,13 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   if (!validate_request(model, &request, error)) {
     unpin(pins);
     return SubmitOutcome::kInvalid;
+  }
+  std::string cache_key;
+  uint64_t lookup_ns = 0;
+  if (cached != nullptr && request.output_shm.empty() &&
+      lookup_cached(model_index, request, now_ns, cached, &cache_key, &lookup_ns)) {
+    unpin(pins);  // shm inputs were read for the key; nothing is queued
+    return SubmitOutcome::kCached;
   }
   RequestBlock block;
   if (has_shm) {
@@ -123,7 +130,118 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   recipe.json_all = request.json_unlisted;
   recipe.batch_size = request.batch_size;
   recipe.submit_ns = now_ns;
+  recipe.cache_key = std::move(cache_key);
+  recipe.lookup_ns = lookup_ns;
   return SubmitOutcome::kQueued;
+}
+
+bool KServeCodec::lookup_cached(uint32_t model_index, const ParsedRequest& request, uint64_t now_ns,
+                                CachedAnswer* cached, std::string* key, uint64_t* lookup_ns) {
+  key->clear();
+  *lookup_ns = 0;
+  if (cache_ == nullptr || model_index >= models_.size()) return false;
+  const ModelSpec& model = models_[model_index];
+  if (!model.response_cache) return false;
+  cache_key(model, request, key);
+  ResponseCache::Found found = cache_->lookup(*key);
+  *lookup_ns = found.end_ns - found.start_ns;
+  if (!found.entry) return false;
+  Recipe recipe;  // what this request asks of the answer
+  recipe.outputs = request.outputs;
+  recipe.json = request.output_json;
+  recipe.json_all = request.json_unlisted;
+  InferResponse& response = cached->response;
+  response = InferResponse();
+  response.id.assign(request.id.data(), request.id.size());
+  response.model_name = model.name_json;
+  response.model_version = model.version;
+  const CacheEntry& entry = *found.entry;
+  answer_outputs(model, recipe, entry.outputs.data(), entry.outputs.size(), entry.data(),
+                 entry.parameters, &response);
+  cached->entry = std::move(found.entry);
+  cached->batch_size = request.batch_size;
+  key->clear();
+  // Triton's hit statistics: the request ends when the lookup does; it queued from its
+  // arrival to the lookup's start.
+  cache_->count_hit(model_index, *lookup_ns, found.end_ns > now_ns ? found.end_ns - now_ns : 0,
+                    found.start_ns > now_ns ? found.start_ns - now_ns : 0);
+  return true;
+}
+
+void KServeCodec::keep_result(uint32_t model_index, Recipe& recipe, const ResultBlock& result,
+                              const ResultOutcome& outcome, const uint8_t* block) {
+  // Only successful responses are kept, as in Triton; an error counts no miss. Nor is
+  // the result of a model that stopped taking requests (unloading: its entries are
+  // dropped, and a reload must not find this one).
+  if (recipe.cache_key.empty() || cache_ == nullptr || outcome.error) return;
+  if (model_index >= accepting_.size() || !accepting_[model_index]) return;
+  const uint64_t start_ns = monotonic_ns();
+  auto entry =
+      CacheEntry::from_result(std::move(recipe.cache_key), model_index, result, outcome, block);
+  uint64_t insert_ns = 0;
+  // A key another request filled meanwhile is no miss of this one (Triton's ALREADY_EXISTS).
+  if (cache_->insert(std::move(entry), start_ns, &insert_ns) != ResponseCache::Inserted::kExists) {
+    cache_->count_miss(model_index, recipe.lookup_ns + insert_ns);
+  }
+}
+
+bool KServeCodec::insert_cached(uint32_t model_index, std::string key, uint64_t lookup_ns,
+                                const uint8_t* block, uint64_t block_size, uint32_t request_index) {
+  ResultBlock result;
+  if (!parse_result_block(block, block_size, &result)) return false;
+  Recipe recipe;
+  recipe.cache_key = std::move(key);
+  recipe.lookup_ns = lookup_ns;
+  for (const ResultOutcome& outcome : result.outcomes) {
+    if (outcome.request_index == request_index && outcome.final) {
+      keep_result(model_index, recipe, result, outcome, block);
+      break;
+    }
+  }
+  return true;
+}
+
+void KServeCodec::answer_outputs(const ModelSpec& model, const Recipe& recipe,
+                                 const ResultOutput* outputs, size_t count, const uint8_t* base,
+                                 std::string_view parameters, InferResponse* response) const {
+  response->parameters = parameters;
+  for (size_t j = 0; j < count; ++j) {
+    const ResultOutput& output = outputs[j];
+    bool json = recipe.json_all;
+    if (!recipe.outputs.empty()) {
+      bool wanted = false;
+      for (size_t k = 0; k < recipe.outputs.size(); ++k) {
+        if (model.outputs[recipe.outputs[k]] == output.name) {
+          wanted = true;
+          json = k < recipe.json.size() && recipe.json[k];
+        }
+      }
+      if (!wanted) continue;
+    }
+    ResponseOutput out{output.name,          output.datatype, output.shape,
+                       base + output.offset, output.size,     json};
+    bool in_shm = false;
+    for (uint32_t shm_output : recipe.shm_outputs) {
+      if (model.outputs[shm_output] == output.name) in_shm = true;
+    }
+    if (in_shm) {
+      out.in_shm = true;  // in the client's region: metadata only
+      out.json = false;
+      out.data = base;  // (no bytes: a valid pointer for writers that copy 0)
+      out.size = 0;
+    } else if (json) {
+      // What the general path answers when it cannot write an output as JSON.
+      std::string_view refusal = json_output_error(out, &response->error);
+      if (!refusal.empty()) {
+        response->error_message = refusal;
+        response->id.clear();
+        response->outputs.clear();
+        response->parameters = {};
+        return;
+      }
+    }
+    response->outputs.push_back(out);
+  }
 }
 
 bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
@@ -158,46 +276,11 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
       response.id = outcome.final ? std::move(recipe.id) : recipe.id;
       response.model_name = model.name_json;
       response.model_version = model.version;
-      response.parameters = outcome.parameters;
-      for (size_t j = 0; j < outcome.output_count; ++j) {
-        const ResultOutput& output = result.outputs[outcome.first_output + j];
-        bool json = recipe.json_all;
-        if (!recipe.outputs.empty()) {
-          bool wanted = false;
-          for (size_t k = 0; k < recipe.outputs.size(); ++k) {
-            if (model.outputs[recipe.outputs[k]] == output.name) {
-              wanted = true;
-              json = k < recipe.json.size() && recipe.json[k];
-            }
-          }
-          if (!wanted) continue;
-        }
-        ResponseOutput out{output.name,           output.datatype, output.shape,
-                           block + output.offset, output.size,     json};
-        bool in_shm = false;
-        for (uint32_t shm_output : recipe.shm_outputs) {
-          if (model.outputs[shm_output] == output.name) in_shm = true;
-        }
-        if (in_shm) {
-          out.in_shm = true;  // in the client's region: metadata only
-          out.json = false;
-          out.data = block;  // (no bytes: a valid pointer for writers that copy 0)
-          out.size = 0;
-        } else if (json) {
-          // What the general path answers when it cannot write an output as JSON.
-          std::string_view refusal = json_output_error(out, &response.error);
-          if (!refusal.empty()) {
-            response.error_message = refusal;
-            response.id.clear();
-            response.outputs.clear();
-            response.parameters = {};
-            break;
-          }
-        }
-        response.outputs.push_back(out);
-      }
+      answer_outputs(model, recipe, result.outputs.data() + outcome.first_output,
+                     outcome.output_count, block, outcome.parameters, &response);
     }
     if (outcome.final) {
+      keep_result(recipe.model, recipe, result, outcome, block);
       unpin(recipe.pins);  // the last response: the output regions are written
       in_flight_.erase(found);
     }

@@ -22,6 +22,7 @@
 
 #include "core.h"
 #include "infer_types.h"
+#include "response_cache.h"
 #include "result_block.h"
 #include "shm_registry.h"
 
@@ -31,6 +32,15 @@ enum class SubmitOutcome {
   kQueued,    // on the core: the answer comes from complete()
   kInvalid,   // the validator refused it: `error` holds Triton's message (HTTP 400)
   kFallback,  // not taken (model not ready, core full): the general path answers it
+  kCached,    // answered from the response cache (response_cache.h): see CachedAnswer
+};
+
+// A request answered from the response cache: `response`'s views point into `entry`
+// (and the codec's model table), which this keeps alive until it is serialized.
+struct CachedAnswer {
+  std::shared_ptr<const CacheEntry> entry;
+  InferResponse response;
+  uint32_t batch_size = 1;
 };
 
 class KServeCodec {
@@ -50,13 +60,36 @@ class KServeCodec {
   // resolved here; null: such requests go to the general path. Must outlive the codec.
   void set_regions(ShmRegistry* regions) { regions_ = regions; }
 
+  // The response cache the models with `ModelSpec::response_cache` use (null: none).
+  // Must outlive the codec. See lookup_cached() and insert_cached().
+  void set_cache(ResponseCache* cache) { cache_ = cache; }
+  ResponseCache* cache() const { return cache_; }
+
   // Request ids for the core, unique across every framer and the general path.
   uint64_t new_request_id() { return core_.new_request_id(); }
 
   // Validates `request` for `model` and queues it under `request_id`. Nothing is kept
-  // unless kQueued. `request`'s views must stay valid for the call only.
+  // unless kQueued. `request`'s views must stay valid for the call only. With `cached`
+  // (a framer that can answer at once), a request of a model with the response cache
+  // is looked up first: a hit is kCached, answered in `*cached` without queueing, and
+  // a miss queued as usual, its result kept in the cache by complete(). Requests with
+  // outputs in client shm regions are neither looked up nor kept (the worker writes
+  // those tensors into the client's region, not the result block).
   SubmitOutcome submit(uint32_t model, ParsedRequest& request, uint64_t request_id, uint64_t now_ns,
-                       std::string* error);
+                       std::string* error, CachedAnswer* cached = nullptr);
+
+  // The cache's part of a validated request of `model` submitted at `now_ns`, for
+  // every path (submit() and the Python general path): true on a hit, `*cached` filled
+  // and the hit counted (Triton's success, queue and cache_hit statistics); false on a
+  // miss, with `*key` the key to keep its result under and `*lookup_ns` what looking
+  // cost (both for insert_cached). `*key` is left empty when the model does not cache.
+  bool lookup_cached(uint32_t model, const ParsedRequest& request, uint64_t now_ns,
+                     CachedAnswer* cached, std::string* key, uint64_t* lookup_ns);
+  // Keeps the result of a missed request: response `request_index`'s final response
+  // in the response block at `block`, if it succeeded, and counts the miss (lookup +
+  // insert, as Triton). False when the block cannot be read.
+  bool insert_cached(uint32_t model, std::string key, uint64_t lookup_ns, const uint8_t* block,
+                     uint64_t block_size, uint32_t request_index);
 
   struct Answer {
     uint32_t batch_size = 1;
@@ -96,7 +129,19 @@ class KServeCodec {
     // ModelSpec::outputs) and the regions pinned until the answer (ShmRegistry).
     std::vector<uint32_t> shm_outputs;
     std::vector<uint64_t> pins;
+    // A miss of the response cache: the key its result is kept under, and the lookup's
+    // cost (empty key: not cached).
+    std::string cache_key;
+    uint64_t lookup_ns = 0;
   };
+  // Fills `response`'s outputs and parameters from a result's `outputs` (offsets from
+  // `base`): those `recipe` asks for, binary or JSON as it asks. An output that cannot
+  // go back as JSON makes the response that error.
+  void answer_outputs(const ModelSpec& model, const Recipe& recipe, const ResultOutput* outputs,
+                      size_t count, const uint8_t* base, std::string_view parameters,
+                      InferResponse* response) const;
+  void keep_result(uint32_t model, Recipe& recipe, const ResultBlock& result,
+                   const ResultOutcome& outcome, const uint8_t* block);
   // Resolves and pins the request's shm tensors (inputs: `data` points into the
   // registry's mapping; outputs: `regions_json` for the worker). False: the general
   // path answers (unknown region, out of bounds, CUDA, no registry), nothing pinned.
@@ -106,6 +151,7 @@ class KServeCodec {
 
   Core& core_;
   ShmRegistry* regions_ = nullptr;
+  ResponseCache* cache_ = nullptr;
   std::vector<ModelSpec> models_;
   std::vector<bool> accepting_;
   std::unordered_map<uint64_t, Recipe> in_flight_;

@@ -1,6 +1,9 @@
 #include "request_block.h"
 
 #include <charconv>
+#include <cstring>
+
+#include "ipc_schema.h"
 
 namespace naiad {
 
@@ -74,6 +77,30 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
     if (n_order < kMaxInputs) order[n_order++] = static_cast<uint32_t>(input.spec);
   }
   out->input_order = input_order_key(order, n_order);
+}
+
+bool request_block_fits(const uint8_t* base, uint64_t arena_size, uint64_t heap_begin,
+                        uint64_t block) {
+  if (block < heap_begin || block >= arena_size || arena_size - block < sizeof(RequestHeader)) {
+    return false;
+  }
+  RequestHeader header;
+  std::memcpy(&header, base + block, sizeof header);
+  const uint64_t room = arena_size - block;
+  const uint64_t metadata = request_metadata_offset(header.n_inputs);
+  if (header.magic != kRequestMagic || metadata > room || header.metadata_size > room - metadata) {
+    return false;
+  }
+  for (uint32_t i = 0; i < header.n_inputs; ++i) {
+    InputSlot slot;
+    std::memcpy(&slot, base + block + sizeof(RequestHeader) + uint64_t{i} * sizeof(InputSlot),
+                sizeof slot);
+    if (slot.offset < heap_begin || slot.offset > arena_size ||
+        slot.size > arena_size - slot.offset) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace naiad

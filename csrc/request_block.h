@@ -23,4 +23,12 @@ struct RequestBlock {
 // are written as they are, so they must be JSON text (a string's inside, an object).
 void layout_request_block(const ModelSpec& model, const ParsedRequest& request, RequestBlock* out);
 
+// A request block another process wrote (a worker's BLS request, Core's to_core ring),
+// read before anything trusts it: true when it starts with kRequestMagic at or after
+// `heap_begin` and its header, slots and metadata, and every slot's bytes, lie inside
+// the `arena_size` bytes at `base`. A block that fails is refused unread (a worker
+// that writes it anyway after the check only hurts its own requests' bytes).
+bool request_block_fits(const uint8_t* base, uint64_t arena_size, uint64_t heap_begin,
+                        uint64_t block);
+
 }  // namespace naiad

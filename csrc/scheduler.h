@@ -48,6 +48,11 @@ struct Placement {
   std::vector<QueuedRequest> requests;
 };
 
+// Why schedule() rejected requests: their own queue timeout expired (the dynamic
+// batcher's REJECT policy), or the timeout of the sequence they belong to did, in the
+// sequence batcher's backlog (Triton fails the whole backlogged sequence).
+enum class RejectReason { kQueueTimeout, kSequenceTimeout };
+
 class Scheduler {
  public:
   virtual ~Scheduler() = default;
@@ -67,6 +72,8 @@ class Scheduler {
                             std::vector<QueuedRequest>* rejected) = 0;
 
   virtual bool empty() const = 0;
+  // What the requests schedule() rejects failed of.
+  virtual RejectReason reject_reason() const { return RejectReason::kQueueTimeout; }
   // The most requests one batch of this scheduler holds: the core stages their inputs
   // batch-major, in rows for batches that large (batch_assembler.h). 0 or 1: each
   // request is laid out in a block of its own.

@@ -71,6 +71,11 @@ EnqueueResult SequenceBatchScheduler::enqueue(const QueuedRequest& request,
     found = active_.emplace(key_, where).first;
   }
   entry->queue.push_back(queued);
+  if (options.timeout_us != 0) {
+    const uint64_t deadline = now_ns + options.timeout_us * 1000;
+    if (entry->expires_ns == 0 || deadline < entry->expires_ns) entry->expires_ns = deadline;
+    if (next_expiry_ns_ == 0 || deadline < next_expiry_ns_) next_expiry_ns_ = deadline;
+  }
   if (end) {
     // Later requests with this id belong to another sequence.
     entry->ended = true;
@@ -112,6 +117,28 @@ void SequenceBatchScheduler::fill_slots() {
       backlog_.pop_front();
     }
   }
+}
+
+uint64_t SequenceBatchScheduler::expire_backlog(uint64_t now_ns,
+                                                std::vector<QueuedRequest>* rejected) {
+  uint64_t next = 0;
+  for (auto it = backlog_.begin(); it != backlog_.end();) {
+    if (it->expires_ns == 0 || it->expires_ns > now_ns) {
+      if (it->expires_ns != 0 && (next == 0 || it->expires_ns < next)) next = it->expires_ns;
+      ++it;
+      continue;
+    }
+    queued_ -= it->queue.size();
+    rejected->insert(rejected->end(), it->queue.begin(), it->queue.end());
+    // Its correlation id is unknown now (unless a later sequence took it over).
+    auto found = active_.find(it->key);
+    if (found != active_.end() && found->second.batcher < 0 && found->second.backlog == it) {
+      active_.erase(found);
+      last_seen_.erase(it->key);
+    }
+    it = backlog_.erase(it);
+  }
+  return next;
 }
 
 uint64_t SequenceBatchScheduler::reap(uint64_t now_ns) {
@@ -243,14 +270,19 @@ void SequenceBatchScheduler::release_slots() {
 uint64_t SequenceBatchScheduler::schedule(uint64_t now_ns, const std::vector<uint32_t>& idle,
                                           bool arrivals_possible,
                                           std::vector<Placement>* placements,
-                                          std::vector<QueuedRequest>* /*rejected*/) {
+                                          std::vector<QueuedRequest>* rejected) {
   add_batchers(idle);
   release_slots();
+  // After the slots freed up to now went to the backlog: those sequences made it.
+  if (next_expiry_ns_ != 0 && now_ns >= next_expiry_ns_) {
+    next_expiry_ns_ = expire_backlog(now_ns, rejected);
+  }
   if (next_reap_ns_ != 0 && now_ns >= next_reap_ns_) {
     next_reap_ns_ = reap(now_ns);
     release_slots();
   }
   uint64_t next = next_reap_ns_;
+  if (next_expiry_ns_ != 0 && (next == 0 || next_expiry_ns_ < next)) next = next_expiry_ns_;
   for (uint32_t instance : idle) {
     Batcher& b = batchers_[batcher_of_[instance]];
     Placement& placement = placements->emplace_back();
@@ -278,6 +310,7 @@ std::vector<QueuedRequest> SequenceBatchScheduler::drain() {
   active_.clear();
   last_seen_.clear();
   next_reap_ns_ = 0;
+  next_expiry_ns_ = 0;
   queued_ = 0;
   return all;
 }

@@ -14,6 +14,10 @@
 //   oldest candidates form a batch: up to max_batch_size once the oldest waited
 //   max_queue_delay_microseconds, else the largest preferred_batch_size there is, else
 //   the batch waits.
+// - A sequence waiting in the backlog past the `timeout` of one of its requests (from
+//   its arrival) fails whole: schedule() rejects every request it holds there
+//   (RejectReason::kSequenceTimeout), and its correlation id is forgotten, as Triton's
+//   reaper does. A sequence holding a slot has no such deadline.
 // - A sequence idle for max_sequence_idle_microseconds (no request since) loses its
 //   correlation id mapping, and its slot once its queued requests ran; a later request
 //   without START is refused as Triton refuses it.
@@ -64,6 +68,7 @@ class SequenceBatchScheduler final : public Scheduler {
                     std::vector<Placement>* placements,
                     std::vector<QueuedRequest>* rejected) override;
   bool empty() const override { return queued_ == 0; }
+  RejectReason reject_reason() const override { return RejectReason::kSequenceTimeout; }
   uint32_t max_batch_rows() const override { return config_.max_batch_size; }
   bool preserve_ordering() const override { return config_.oldest && config_.preserve_ordering; }
   std::vector<QueuedRequest> drain() override;
@@ -84,7 +89,8 @@ class SequenceBatchScheduler final : public Scheduler {
   };
   struct Backlog {
     std::string key;
-    bool ended = false;  // its END request is in `queue`
+    bool ended = false;       // its END request is in `queue`
+    uint64_t expires_ns = 0;  // the earliest deadline its requests' timeouts give; 0: none
     std::deque<QueuedRequest> queue;
   };
   struct Where {           // a live correlation id: its slot, or its backlog entry
@@ -99,6 +105,8 @@ class SequenceBatchScheduler final : public Scheduler {
   // Frees the slots given up whose queue ran empty, then fills free slots.
   void release_slots();
   void bind(uint32_t batcher, uint32_t slot, Backlog& entry);
+  // Rejects the backlogged sequences whose deadline passed; returns the next deadline.
+  uint64_t expire_backlog(uint64_t now_ns, std::vector<QueuedRequest>* rejected);
   // Forgets idle correlation ids; returns the next time one may become idle.
   uint64_t reap(uint64_t now_ns);
   // The batch for batcher `b`; 0 or the time the policy holds it until.
@@ -115,8 +123,9 @@ class SequenceBatchScheduler final : public Scheduler {
   std::list<Backlog> backlog_;                           // sequences waiting for a slot
   std::unordered_map<std::string, uint64_t> last_seen_;  // key -> last enqueue (ns)
   uint64_t next_reap_ns_ = 0;                            // 0: nothing to reap
-  size_t queued_ = 0;                                    // requests held, all queues
-  std::string key_;                                      // scratch
+  uint64_t next_expiry_ns_ = 0;  // earliest backlog deadline (maybe gone since); 0: none
+  size_t queued_ = 0;            // requests held, all queues
+  std::string key_;              // scratch
 };
 
 }  // namespace naiad

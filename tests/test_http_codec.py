@@ -438,10 +438,12 @@ def test_classification():
         OutputTensor("P", "INT32", [3], np.array([5, 9, 1], np.int32).tobytes()), 5, batching=False
     )
     assert result.shape == [3]
-    assert [bytes(x).decode() for x in _split_bytes(result.data)] == [
-        "9.000000:1",
-        "5.000000:0",
-        "1.000000:2",
+    # Integers print as integers (std::to_string, as Triton 2.51 answers).
+    assert [bytes(x).decode() for x in _split_bytes(result.data)] == ["9:1", "5:0", "1:2"]
+    labelled = classify(out, 1, batching=True, labels={"P": [b"a", b"b", b""]})
+    assert [bytes(x).decode() for x in _split_bytes(labelled.data)] == [
+        "0.700000:1:b",
+        "3.000000:0:a",
     ]
 
 

@@ -264,6 +264,18 @@ def test_explicit_name_must_match_directory(tmp_path):
             "max_batch_size: 4" + IO + "dynamic_batching { priority_levels: 2 }",
             "default priority level must be in range [1, 2] for m",
         ),
+        (
+            IO
+            + 'parameters: { key: "NAIAD_EXECUTION_TIMEOUT_SECONDS" value: { string_value: "0" } }',
+            "parameter 'NAIAD_EXECUTION_TIMEOUT_SECONDS' of model m must be a positive number "
+            "of seconds, got '0'",
+        ),
+        (
+            IO
+            + 'parameters: { key: "NAIAD_WORKER_MEMORY_LIMIT_BYTES" value: { string_value: "2G" } }',
+            "parameter 'NAIAD_WORKER_MEMORY_LIMIT_BYTES' of model m must be a positive number "
+            "of bytes, got '2G'",
+        ),
     ],
 )
 def test_validation_errors(tmp_path, text, expected):
@@ -382,7 +394,7 @@ def test_model_metadata_unbatched_keeps_dims_and_platform(tmp_path):
 def test_server_metadata():
     metadata = server_metadata()
     assert metadata["name"] == "naiad"
-    assert metadata["extensions"] == SUPPORTED_EXTENSIONS
+    assert sorted(metadata["extensions"]) == sorted(SUPPORTED_EXTENSIONS)
     assert "binary_tensor_data" in metadata["extensions"]
 
 

@@ -278,6 +278,44 @@ def test_a_model_without_batching_and_a_data_file_initial_state(server):
     assert infer(url, "seq_nobatch", 0, sequence_id=2, sequence_end=True)[0] == 200
 
 
+def backlog_timeout(url: str) -> list:
+    """On seq_nobatch (one slot): sequence 31 holds the slot; sequence 32 waits in the
+    backlog with a 300 ms `timeout` on its START (a second request of it joins without
+    one), sequence 33 behind it without. What each request answered, in order."""
+
+    def answer(*args, **parameters):
+        status, body = infer(url, "seq_nobatch", *args, **parameters)
+        return status, body if status != 200 else "ok"
+
+    out = [answer(1, sequence_id=31, sequence_start=True)]
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(answer, 1, sequence_id=32, sequence_start=True, timeout=300000)
+        time.sleep(0.05)
+        second = pool.submit(answer, 1, sequence_id=32)
+        time.sleep(0.05)
+        behind = pool.submit(answer, 1, sequence_id=33, sequence_start=True)
+        out += [first.result(timeout=TIMEOUT), second.result(timeout=TIMEOUT)]
+        out.append(answer(1, sequence_id=32))  # its id is forgotten
+        assert not behind.done()
+        out.append(answer(1, sequence_id=31, sequence_end=True))
+        out.append(behind.result(timeout=TIMEOUT))  # the freed slot is its
+    out.append(answer(1, sequence_id=33, sequence_end=True))
+    return out
+
+
+def test_a_sequence_waiting_past_its_timeout_fails_whole(server):
+    """Triton 2.51's backlog timeout (tests/test_sequence_triton.py compares): every
+    request of the sequence gets 503, its id is forgotten, the one behind goes on."""
+    expired = (503, "timeout of the corresponding sequence has been expired")
+    not_started = (
+        400,
+        "inference request for sequence 32 to model 'seq_nobatch' must specify the START "
+        "flag on the first request of the sequence",
+    )
+    ok = (200, "ok")
+    assert backlog_timeout(server.url) == [ok, expired, expired, not_started, ok, ok, ok]
+
+
 def test_a_bls_call_to_a_sequence_model_is_refused_with_a_reason(server):
     """Not done yet: the worker's submit path carries no correlation id (README)."""
     body = {"inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}]}

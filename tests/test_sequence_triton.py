@@ -16,7 +16,7 @@ import time
 import pytest
 import requests
 from server_harness import NaiadServer
-from test_sequence import TIMEOUT, build_repository, infer
+from test_sequence import TIMEOUT, backlog_timeout, build_repository, infer
 from triton_peer import TritonPeer, find_triton
 
 pytestmark = [
@@ -118,6 +118,21 @@ def test_idle_release_answers_as_triton(servers):
     )
     for url in (naiad, triton):
         assert infer(url, "seq_idle", 1, sequence_id=21, sequence_start=True)[0] == 200
+
+
+def _failures(url: str, model: str) -> int:
+    stats = requests.get(f"{url}/v2/models/{model}/stats", timeout=TIMEOUT).json()
+    return stats["model_stats"][0]["inference_stats"]["fail"]["count"]
+
+
+def test_backlog_timeout_answers_as_triton(servers):
+    """A backlogged sequence past a request's timeout: the same answers, and the same
+    failures counted."""
+    naiad, triton = servers
+    before = [_failures(url, "seq_nobatch") for url in (naiad, triton)]
+    assert backlog_timeout(naiad) == backlog_timeout(triton)
+    after = [_failures(url, "seq_nobatch") for url in (naiad, triton)]
+    assert after[0] - before[0] == after[1] - before[1] == 2
 
 
 def test_statistics_count_as_triton(servers):

@@ -20,6 +20,7 @@ from libc.stdio cimport snprintf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
+from libcpp.memory cimport shared_ptr
 from libcpp.string_view cimport string_view
 from libcpp.vector cimport vector
 
@@ -164,11 +165,36 @@ cdef extern from "input_regions.h" namespace "naiad":
         kCudaIpc
 
 
+cdef extern from "rate_limiter.h" namespace "naiad":
+    cdef int32_t kEveryDevice
+
+    cdef cppclass RateLimitResource:
+        string name
+        cbool is_global "global"
+        uint32_t count
+
+    cdef cppclass InstanceRateLimit:
+        int32_t device
+        uint32_t priority
+        vector[RateLimitResource] resources
+
+    cdef cppclass ServerResource:
+        string name
+        uint32_t count
+        int32_t device
+
+    cdef cppclass RateLimiterConfig:
+        cbool execution_count
+        vector[ServerResource] resources
+
+
 cdef extern from "core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
     int32_t kCompletionModelGone
     int32_t kCompletionCancelled
+    int32_t kCompletionSequenceTimedOut
+    int32_t kCompletionArenaFull  # channel.h, through core.h
 
     cdef enum class CancelResult(int32_t):
         kUnknown
@@ -234,7 +260,8 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t new_request_id() nogil
         ModelHandle add_model(const BatcherConfig& config) except +
         cbool remove_model(ModelHandle model) except +
-        uint32_t add_instance(ModelHandle model) except +
+        void configure_rate_limiter(const RateLimiterConfig& config) except +
+        uint32_t add_instance(ModelHandle model, const InstanceRateLimit& limits) except +
         InstanceEndpoint endpoint(uint32_t instance_id) except +
         SubmitResult submit(ModelHandle model, const SubmitRequest& request) except + nogil
         void flush(cbool arrivals_possible) except + nogil
@@ -244,6 +271,7 @@ cdef extern from "core.h" namespace "naiad":
         void instance_up(uint32_t instance_id) except + nogil
         void stop_instance(uint32_t instance_id) except + nogil
         size_t in_flight() except + nogil
+        uint64_t running_since(uint32_t instance_id) except + nogil
         CancelResult cancel(uint64_t request_id) except + nogil
 
 
@@ -294,6 +322,7 @@ cdef extern from "infer_types.h" namespace "naiad":
         vector[InputSpec] inputs
         vector[string] outputs
         vector[string] outputs_json
+        cbool response_cache
 
     cdef cppclass RequestInput:
         string_view name
@@ -317,9 +346,18 @@ cdef extern from "infer_types.h" namespace "naiad":
         kNone
         kInternal
 
+    cdef cppclass ResponseOutput:
+        string_view name
+        string_view datatype
+        string_view shape
+        const uint8_t* data
+        uint64_t size
+
     cdef cppclass InferResponse:
         uint64_t request_id
         ErrorKind error
+        string_view parameters
+        vector[ResponseOutput] outputs
 
     ErrorKind error_kind_of_triton_code(int64_t code)
     int http_status_of(ErrorKind kind)
@@ -356,7 +394,42 @@ cdef extern from "request_block.h" namespace "naiad":
                               RequestBlock* out) except + nogil
 
 
+cdef extern from "response_cache.h" namespace "naiad":
+    cdef cppclass CacheEntry:
+        pass
+
+    cdef cppclass CacheModelCounters:
+        uint64_t hits
+        uint64_t hit_ns
+        uint64_t hit_request_ns
+        uint64_t hit_queue_ns
+        uint64_t misses
+        uint64_t miss_ns
+
+    cdef cppclass CacheTotals:
+        uint64_t capacity
+        uint64_t used
+        uint64_t entries
+        uint64_t lookups
+        uint64_t hits
+        uint64_t misses
+        uint64_t evictions
+        uint64_t lookup_ns
+        uint64_t insert_ns
+
+    cdef cppclass ResponseCache:
+        ResponseCache(uint64_t capacity) except +
+        void drop_owner(uint32_t owner) except +
+        CacheModelCounters counters(uint32_t owner)
+        CacheTotals totals()
+
+
 cdef extern from "kserve_codec.h" namespace "naiad":
+    cdef cppclass CachedAnswer:
+        shared_ptr[const CacheEntry] entry
+        InferResponse response
+        uint32_t batch_size
+
     cdef cppclass Answer "naiad::KServeCodec::Answer":
         uint32_t batch_size
         uint64_t request_ns
@@ -378,10 +451,36 @@ cdef extern from "kserve_codec.h" namespace "naiad":
             uint64_t* timings, cbool partial) except + nogil
         void forget(uint64_t request_id)
         size_t in_flight()
+        void set_cache(ResponseCache* cache)
+        const CModelSpec& model(uint32_t model)
+        cbool lookup_cached(uint32_t model, const ParsedRequest& request, uint64_t now_ns,
+                            CachedAnswer* cached, string* key, uint64_t* lookup_ns) except + nogil
+        cbool insert_cached(uint32_t model, string key, uint64_t lookup_ns, const uint8_t* block,
+                            uint64_t block_size, uint32_t request_index) except + nogil
 
 
 cdef extern from "http_scan.h" namespace "naiad":
     size_t incomplete_request_size(const char* data, size_t size, size_t max_body) nogil
+    cdef enum class ResponseEncoding "naiad::ResponseEncoding":
+        kIdentity
+        kGzip
+        kDeflate
+    ResponseEncoding c_response_encoding "naiad::response_encoding"(string_view value) nogil
+
+
+cdef extern from "classification.h" namespace "naiad":
+    cdef cppclass Classification "naiad::Classification":
+        string data
+        vector[int64_t] shape
+    cbool c_classify "naiad::classify"(
+        string_view datatype, const uint8_t* data, size_t size, const vector[int64_t]& shape,
+        cbool batching, uint64_t count, const vector[string]& labels, Classification* out,
+        string* error) except +
+    size_t kHttpMaxHead
+    size_t kHttpMaxPipeline
+
+HTTP_MAX_HEAD = kHttpMaxHead  # csrc/http_scan.h
+HTTP_MAX_PIPELINE = kHttpMaxPipeline
 
 
 cdef extern from "http_framer.h" namespace "naiad":
@@ -402,7 +501,7 @@ cdef extern from "http_framer.h" namespace "naiad":
         void add_route(const string& target, uint32_t model) except +
         void remove_model(uint32_t model) except +
         size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
-                         vector[HttpTaken]* taken) except + nogil
+                         vector[HttpTaken]* taken, size_t max_requests) except + nogil
         cbool submit_to(string_view target, const uint8_t* body, size_t body_size,
                         size_t header_size, uint64_t now_ns, HttpTaken* taken) except + nogil
 
@@ -433,6 +532,8 @@ COMPLETION_INSTANCE_DIED = 2
 COMPLETION_TIMED_OUT = kCompletionTimedOut
 COMPLETION_MODEL_GONE = kCompletionModelGone
 COMPLETION_CANCELLED = kCompletionCancelled
+COMPLETION_SEQUENCE_TIMED_OUT = kCompletionSequenceTimedOut
+COMPLETION_ARENA_FULL = kCompletionArenaFull
 
 # Core.cancel results.
 CANCEL_UNKNOWN = 0
@@ -593,9 +694,35 @@ cdef class Core:
         False: already removed."""
         return self._core.remove_model(_handle(model))
 
-    def add_instance(self, uint64_t model):
-        """Returns (instance_id, channel_offset, wake_fd)."""
-        cdef uint32_t instance_id = self._core.add_instance(_handle(model))
+    def configure_rate_limiter(self, bint execution_count, list resources):
+        """tritonserver's --rate-limit (execution_count or off) and --rate-limit-resource:
+        `resources` holds objects with `name`, `count` and `device` (None: every device),
+        as cli.RateLimitResource. Before any instance is added."""
+        cdef RateLimiterConfig config
+        cdef ServerResource given
+        config.execution_count = execution_count
+        for resource in resources:
+            given.name = resource.name.encode()
+            given.count = resource.count
+            given.device = kEveryDevice if resource.device is None else resource.device
+            config.resources.push_back(given)
+        self._core.configure_rate_limiter(config)
+
+    def add_instance(self, uint64_t model, int device=0, rate_limiter=None):
+        """Returns (instance_id, channel_offset, wake_fd). `rate_limiter` is the instance
+        group's ModelRateLimiter message (None: none); when rate limiting is on and its
+        resources cannot be met, raises ValueError with Triton's message."""
+        cdef InstanceRateLimit limits
+        cdef RateLimitResource needed
+        limits.device = device
+        if rate_limiter is not None:
+            limits.priority = rate_limiter.priority
+            for resource in rate_limiter.resources:
+                needed.name = resource.name.encode()
+                needed.is_global = getattr(resource, "global")
+                needed.count = resource.count
+                limits.resources.push_back(needed)
+        cdef uint32_t instance_id = self._core.add_instance(_handle(model), limits)
         cdef InstanceEndpoint ep = self._core.endpoint(instance_id)
         return instance_id, ep.channel_offset, ep.wake_fd
 
@@ -677,6 +804,12 @@ cdef class Core:
 
     def in_flight(self):
         return self._core.in_flight()
+
+    def running_since(self, uint32_t instance_id):
+        """now_ns() when the oldest batch the instance runs was dispatched; 0: none."""
+        with nogil:
+            since = self._core.running_since(instance_id)
+        return since
 
     def cancel(self, uint64_t request_id):
         """The client went away: a queued request is dropped (it completes with
@@ -947,6 +1080,38 @@ def http_request_size(data, size_t offset, size_t max_body):
                                    max_body)
 
 
+RESPONSE_IDENTITY = 0
+RESPONSE_GZIP = 1
+RESPONSE_DEFLATE = 2
+
+
+def response_encoding(str accept_encoding):
+    """The response encoding Triton picks for an Accept-Encoding value (csrc/http_scan.h):
+    RESPONSE_IDENTITY, RESPONSE_GZIP or RESPONSE_DEFLATE."""
+    cdef bytes value = accept_encoding.encode("latin-1", "replace")
+    return <int>c_response_encoding(string_view(PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)))
+
+
+def classify(str datatype, data, list shape, cbool batching, uint64_t count, labels):
+    """Triton's classification of an output (csrc/classification.h): (BYTES tensor bytes,
+    shape). `labels`: the output's label lines, as bytes. ValueError with Triton's
+    message for a datatype without an order."""
+    raw = memoryview(data).cast("B")
+    cdef size_t size = raw.nbytes
+    cdef const uint8_t[::1] view = raw if size else memoryview(b"\0")  # never empty
+    cdef vector[int64_t] dims = shape
+    cdef vector[string] names
+    for label in labels:  # bytes: the label file's lines
+        names.push_back(label)
+    cdef bytes wire = datatype.encode()
+    cdef Classification out
+    cdef string error
+    if not c_classify(string_view(PyBytes_AS_STRING(wire), PyBytes_GET_SIZE(wire)), &view[0],
+                      size, dims, batching, count, names, &out, &error):
+        raise ValueError(error.decode("utf-8", "replace"))
+    return PyBytes_FromStringAndSize(out.data.data(), out.data.size()), list(out.shape)
+
+
 def log_prefix(str request_id):
     """Triton's LogRequest() prefix, '[request id: <id>] ' ('<id_unknown>' when empty),
     as the validator's messages carry it."""
@@ -1120,6 +1285,10 @@ cdef tuple _taken(HttpTaken& taken):
     return taken.model, taken.request_id, taken.batch_size, reply
 
 
+cdef inline bytes _view_bytes(string_view text):
+    return PyBytes_FromStringAndSize(text.data(), text.size())
+
+
 cdef inline string_view _utf8_view(str text) except *:
     """A view of `text`'s UTF-8 form, cached in the str object itself (no copy)."""
     cdef Py_ssize_t size
@@ -1139,6 +1308,7 @@ cdef class FastLane:
     cdef Core _core
     cdef const uint8_t* _base
     cdef uint64_t _arena_size
+    cdef ResponseCache* _cache
 
     def __cinit__(self, Core core):
         self._core = core
@@ -1148,13 +1318,106 @@ cdef class FastLane:
 
     def __dealloc__(self):
         del self._lane
+        del self._cache
 
-    def add_model(self, uint64_t core_model, ModelSpec spec):
+    def add_model(self, uint64_t core_model, ModelSpec spec, bint response_cache=False):
         """Serves `spec` (queued on the core's model `core_model`, a handle); returns the
-        lane id."""
+        lane id. `response_cache`: its requests use the response cache (enable_cache)."""
         cdef CModelSpec model = spec.spec
         model.core_model_id = _handle(core_model)
+        model.response_cache = response_cache and self._cache != NULL
         return self._lane.codec().add_model(model)
+
+    # -- the response cache (csrc/response_cache.h), one for every path and model ---
+    def enable_cache(self, uint64_t capacity):
+        """Creates the response cache of `capacity` bytes (--cache-config local,size=N),
+        before any model is added."""
+        if self._cache == NULL:
+            self._cache = new ResponseCache(capacity)
+            self._lane.codec().set_cache(self._cache)
+
+    @property
+    def cache_enabled(self):
+        return self._cache != NULL
+
+    def cache_totals(self):
+        """The cache as Triton's local cache reports it (nv_cache_* gauges), or None."""
+        if self._cache == NULL:
+            return None
+        cdef CacheTotals t = self._cache.totals()
+        return {"capacity": t.capacity, "used": t.used, "entries": t.entries,
+                "lookups": t.lookups, "hits": t.hits, "misses": t.misses,
+                "evictions": t.evictions, "lookup_ns": t.lookup_ns, "insert_ns": t.insert_ns}
+
+    def cache_counters(self, uint32_t lane_model):
+        """(hits, hit_ns, hit_request_ns, hit_queue_ns, misses, miss_ns) of lane model
+        `lane_model` (Triton's cache statistics of that model version)."""
+        if self._cache == NULL:
+            return (0, 0, 0, 0, 0, 0)
+        cdef CacheModelCounters c = self._cache.counters(lane_model)
+        return (c.hits, c.hit_ns, c.hit_request_ns, c.hit_queue_ns, c.misses, c.miss_ns)
+
+    def drop_cached(self, uint32_t lane_model):
+        """The model version is unloaded: its cache entries go."""
+        if self._cache != NULL:
+            self._cache.drop_owner(lane_model)
+
+    def cache_lookup(self, uint32_t lane_model, str request_id, list inputs, outputs,
+                     uint64_t submit_ns):
+        """The general path's lookup, after the one validator: a request (as
+        ModelSpec.submit takes it) of lane model `lane_model` that arrived at
+        `submit_ns`. Returns Triton's message (str) when it is invalid, None when the
+        model does not cache, (True, outcome JSON bytes, [output bytes]) on a hit (the
+        JSON as a worker's response: {"outputs": [[name, datatype, shape]],
+        "parameters": {...}}; counted in C++), or (False, key, lookup_ns) on a miss:
+        what cache_insert takes once it is answered."""
+        cdef _RequestView view = _RequestView(request_id, inputs, outputs)
+        cdef string error
+        cdef string key
+        cdef uint64_t lookup_ns = 0
+        cdef CachedAnswer cached
+        cdef cbool hit
+        cdef const CModelSpec* spec = &self._lane.codec().model(lane_model)
+        with nogil:
+            if not validate_request(spec[0], &view.request, &error):
+                hit = False
+                key.clear()
+            else:
+                error.clear()
+                hit = self._lane.codec().lookup_cached(lane_model, view.request, submit_ns,
+                                                       &cached, &key, &lookup_ns)
+        if error.size():
+            return error.decode("utf-8", "replace")
+        if not hit:
+            if key.size() == 0:
+                return None
+            return False, PyBytes_FromStringAndSize(key.data(), key.size()), lookup_ns
+        cdef list parts = []
+        cdef list tensors = []
+        cdef size_t i
+        cdef const ResponseOutput* o
+        for i in range(cached.response.outputs.size()):
+            o = &cached.response.outputs[i]
+            parts.append(b'["' + _view_bytes(o.name) + b'","' + _view_bytes(o.datatype) +
+                         b'",' + _view_bytes(o.shape) + b']')
+            tensors.append(PyBytes_FromStringAndSize(<const char*>o.data, o.size))
+        parameters = _view_bytes(cached.response.parameters)
+        json = b'{"outputs":[' + b",".join(parts) + b'],"parameters":' + \
+            (parameters if parameters else b"{}") + b"}"
+        return True, json, tensors
+
+    def cache_insert(self, uint32_t lane_model, bytes key, uint64_t lookup_ns, uint64_t offset,
+                     uint64_t size, uint32_t request_index):
+        """Keeps the result of a general-path miss (cache_lookup's key and cost): the
+        final response of request `request_index` in the response block at `offset`."""
+        if offset == 0 or offset > self._arena_size or size > self._arena_size - offset:
+            return False
+        cdef string c_key = key
+        cdef cbool read
+        with nogil:
+            read = self._lane.codec().insert_cached(lane_model, c_key, lookup_ns,
+                                                    self._base + offset, size, request_index)
+        return read
 
     def add_route(self, str target, uint32_t lane_model):
         """Infer requests for URL `target` (as sent) go to `lane_model` in take_http."""
@@ -1168,7 +1431,7 @@ cdef class FastLane:
         """The model is gone: its routes are dropped and the lane takes nothing for it."""
         self._lane.remove_model(lane_model)
 
-    def take_http(self, data, size_t max_body, uint64_t now_ns):
+    def take_http(self, data, size_t max_body, uint64_t now_ns, size_t max_requests=<size_t>-1):
         """Takes the complete plain infer requests at the start of received HTTP bytes
         (bytes or bytearray): (bytes taken, [(lane_model, request_id, batch_size, reply)]
         in order). `reply` is None for a queued request, or the complete HTTP response
@@ -1189,7 +1452,7 @@ cdef class FastLane:
         cdef vector[HttpTaken] taken
         cdef size_t consumed
         with nogil:
-            consumed = self._lane.take_http(start, size, max_body, now_ns, &taken)
+            consumed = self._lane.take_http(start, size, max_body, now_ns, &taken, max_requests)
         cdef list out = []
         cdef size_t i
         for i in range(taken.size()):
@@ -1584,7 +1847,7 @@ cdef class GrpcConnection:
     """One HTTP/2 connection carrying gRPC calls, as bytes in and bytes out.
 
     `receive(data)` returns events: (GRPC_CALL, stream, path, timeout_us or -1,
-    grpc-encoding str), (GRPC_MESSAGE, stream, message as OwnedBytes (the buffer the
+    grpc-encoding str[, metadata: ((name, value) str pairs) when `want_metadata`]), (GRPC_MESSAGE, stream, message as OwnedBytes (the buffer the
     connection put the message together in, not a copy), compressed),
     (GRPC_HALF_CLOSE, stream), (GRPC_CANCEL, stream, code).
     `take_output()` returns the bytes to write (b"" when none; a large output as a
@@ -1592,6 +1855,9 @@ cdef class GrpcConnection:
     socket; the C++ object has no locks."""
 
     cdef CGrpcConnection* _conn
+    # The front end reads call metadata (restricted protocols, header forwarding): only
+    # then do calls carry it out of C++.
+    cdef public cbool want_metadata
 
     def __cinit__(self, uint32_t max_concurrent_streams=128,
                   uint64_t max_message_size=0x7fffffff,
@@ -1622,9 +1888,14 @@ cdef class GrpcConnection:
                 message.data.swap(e.message)
                 out.append((GRPC_MESSAGE, e.stream_id, message, e.compressed))
             elif e.kind == H2EventKind.kCall:
-                # The call's metadata stays in C++: no method reads it yet.
-                out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
-                            e.timeout_us, e.encoding.decode("ascii", "replace")))
+                if self.want_metadata:
+                    out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
+                                e.timeout_us, e.encoding.decode("ascii", "replace"),
+                                tuple([(h.name.decode("latin-1"), h.value.decode("latin-1"))
+                                       for h in e.metadata])))
+                else:  # the metadata stays in C++
+                    out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
+                                e.timeout_us, e.encoding.decode("ascii", "replace")))
             elif e.kind == H2EventKind.kHalfClose:
                 out.append((GRPC_HALF_CLOSE, e.stream_id))
             else:
@@ -1708,6 +1979,7 @@ cdef extern from "grpc_lane.h" namespace "naiad":
         uint64_t request_id
         uint32_t batch_size
         string error
+        CachedAnswer cached
 
     cdef cppclass CGrpcLane "naiad::GrpcLane":
         CGrpcLane(KServeCodec& codec)
@@ -1742,12 +2014,13 @@ cdef class GrpcLane:
     def remove_model(self, uint32_t lane_model):
         self._lane.remove_model(lane_model)
 
-    def submit(self, message, uint64_t now_ns):
+    def submit(self, message, uint64_t now_ns, bint stream=False):
         """Queues a serialized ModelInferRequest (bytes, or the OwnedBytes a
         GrpcConnection received) if the fast path takes it:
         (lane_model, request_id, batch_size, None), or (lane_model, 0, 0, message) when
-        the validator refused it (INVALID_ARGUMENT with that message); None: the general
-        path's."""
+        the validator refused it (INVALID_ARGUMENT with that message), or
+        (lane_model, 0, batch_size, response bytes) for a response cache hit (a
+        ModelStreamInferResponse with `stream`); None: the general path's."""
         cdef string_view view
         if type(message) is OwnedBytes:
             view = string_view((<OwnedBytes>message).data.data(),
@@ -1760,6 +2033,16 @@ cdef class GrpcLane:
             took = self._lane.submit(view, now_ns, &taken)
         if not took:
             return None
+        cdef bytes payload
+        if taken.cached.entry:
+            if stream:
+                payload = PyBytes_FromStringAndSize(
+                    NULL, self._writer.stream_size(taken.cached.response))
+                self._writer.stream_write(taken.cached.response, PyBytes_AS_STRING(payload))
+            else:
+                payload = PyBytes_FromStringAndSize(NULL, self._writer.size(taken.cached.response))
+                self._writer.write(taken.cached.response, PyBytes_AS_STRING(payload))
+            return taken.model, 0, taken.batch_size, payload
         if taken.request_id == 0:
             return taken.model, 0, 0, taken.error.decode("utf-8", "replace")
         return taken.model, taken.request_id, taken.batch_size, None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from naiad.rate_limit import parse_rate_limit, parse_rate_limit_resource
+
 
 def _bool(text: str) -> bool:
     value = text.strip().lower()
@@ -158,10 +160,73 @@ def build_parser() -> argparse.ArgumentParser:
         help="model versions loaded at the same time (default 4, as Triton)",
     )
     serve.add_argument(
+        "--rate-limit",
+        type=parse_rate_limit,
+        default="off",
+        help="execution_count: an instance runs a batch only when the rate_limiter "
+        "resources of its instance group are free, by priority; off (the default, as "
+        "Triton): rate_limiter configs are ignored",
+    )
+    serve.add_argument(
+        "--rate-limit-resource",
+        type=parse_rate_limit_resource,
+        action="append",
+        default=[],
+        help="<name>:<count>[:<device>] (repeatable), as Triton: the copies of a "
+        "resource available (default: the most any instance asks for)",
+    )
+    serve.add_argument(
         "--arena-size",
         type=_size,
         default=1 << 30,
         help="bytes of the shared-memory arena for tensors in flight (default 1G)",
+    )
+    serve.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        help="<cache>,<setting>=<value> (repeatable), as Triton: local,size=N turns on the "
+        "response cache of N bytes for models with response_cache { enable: true }",
+    )
+    serve.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        default=None,
+        help="deprecated in Triton: as --cache-config local,size=N",
+    )
+    serve.add_argument(
+        "--cache-directory",
+        "--cache-dir",
+        default="/opt/tritonserver/caches",
+        help="accepted for Triton's command lines; the local cache is built in",
+    )
+    serve.add_argument(
+        "--http-max-input-size",
+        type=_size,
+        default=1 << 30,
+        help="largest HTTP request body in bytes, else 413 (default 1G; later "
+        "tritonserver releases have this flag, default 64M; Triton 2.51 has no limit)",
+    )
+    serve.add_argument(
+        "--http-client-timeout-secs",
+        type=int,
+        default=60,
+        help="Naiad's own: a request's head must arrive within it and its body not pause "
+        "longer, else 408 and close (slow clients); 0: never (default 60)",
+    )
+    serve.add_argument(
+        "--http-idle-timeout-secs",
+        type=int,
+        default=0,
+        help="Naiad's own: close a keep-alive connection idle that long (default 0: never, "
+        "as Triton)",
+    )
+    serve.add_argument(
+        "--http-max-connections",
+        type=int,
+        default=0,
+        help="Naiad's own: a connection past this many gets 503 and is closed (default 0: "
+        "no limit, as Triton)",
     )
     serve.add_argument(
         "--fast-lane",
@@ -170,11 +235,61 @@ def build_parser() -> argparse.ArgumentParser:
         help="Naiad's own: false sends every infer request through the general Python "
         "path (differential tests, diagnosis); answers are the same either way",
     )
+    _add_access_flags(serve)
     return parser
+
+
+def _add_access_flags(serve) -> None:
+    # Restricted APIs and header forwarding, as tritonserver (naiad/restrictions.py).
+    serve.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="<apis>:<key>=<value>",
+        help="answer the comma-separated API categories over HTTP only to requests with "
+        "header <key>: <value> (repeatable); categories: health, metadata, inference, "
+        "shared-memory, model-config, model-repository, statistics, trace, logging",
+    )
+    serve.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="<protocols>:<key>=<value>",
+        help="the same for gRPC: calls need metadata triton-grpc-protocol-<key>: <value>",
+    )
+    serve.add_argument(
+        "--http-header-forward-pattern",
+        default="",
+        help="request headers whose name matches this regex (any case) reach the model "
+        "as request parameters",
+    )
+    serve.add_argument(
+        "--grpc-header-forward-pattern",
+        default="",
+        help="the same for the metadata of gRPC inference calls",
+    )
+
+
+def _parse_access_flags(options) -> None:
+    from naiad.restrictions import GRPC_KEY_PREFIX, forward_pattern, parse_restrictions
+
+    options.http_restrictions = parse_restrictions(
+        options.http_restricted_api, "http-restricted-api"
+    )
+    options.grpc_restrictions = parse_restrictions(
+        options.grpc_restricted_protocol, "grpc-restricted-protocol", GRPC_KEY_PREFIX, "protocol"
+    )
+    options.http_forward = forward_pattern(options.http_header_forward_pattern)
+    options.grpc_forward = forward_pattern(options.grpc_header_forward_pattern)
 
 
 def main(argv=None) -> int:
     options = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        _parse_access_flags(options)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if options.load_model and options.model_control_mode != "explicit":
         # Triton ignores them outside explicit mode; say so rather than surprise.
         print(
@@ -187,6 +302,13 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    from naiad.cache_config import CacheConfigError, cache_size
+
+    try:
+        options.cache_size = cache_size(options.cache_config, options.response_cache_byte_size)
+    except CacheConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     from naiad.server import run
 
     return run(options)

@@ -113,6 +113,32 @@ _SUMMARIES = (
     ("nv_inference_compute_infer_summary_us", _COUNTERS[7][1], "compute_infer"),
     ("nv_inference_compute_output_summary_us", _COUNTERS[8][1], "compute_output"),
 )
+# Per-model response cache counters, after the inference counters (Triton's order), for
+# the models whose config enables the cache (with or without the server's cache).
+_CACHE_COUNTERS = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model"),
+    ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds"),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model"),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+    ),
+)
+# The local cache's own gauges, last on the page (Triton registers them when it loads
+# the cache), when the server has a cache.
+_CACHE_GAUGES = (
+    ("nv_cache_util", "Cache utilization [0.0 - 1.0]"),
+    ("nv_cache_num_entries", "Number of responses stored in response cache"),
+    ("nv_cache_num_hits", "Number of cache hits in response cache"),
+    ("nv_cache_num_misses", "Number of cache misses in response cache"),
+    ("nv_cache_num_lookups", "Number of cache lookups in response cache"),
+    ("nv_cache_num_evictions", "Number of cache evictions in response cache"),
+    (
+        "nv_cache_lookup_duration",
+        "Total cache lookup duration (hit and miss), in microseconds",
+    ),
+    ("nv_cache_insertion_duration", "Total cache insertion duration, in microseconds"),
+)
 _PENDING_HELP = "Instantaneous number of pending requests awaiting execution per-model."
 _PINNED_TOTAL_HELP = "Pinned memory pool total memory size, in bytes"
 _PINNED_USED_HELP = "Pinned memory pool used memory size, in bytes"
@@ -217,6 +243,13 @@ def _reported_models(manager):
                 yield name, str(version), model
 
 
+def _uses_cache(model) -> bool:
+    """Whether the model's config enables the response cache (Triton then reports its
+    per-model cache counters, zero without the server's cache)."""
+    config = getattr(model, "config", None)
+    return config is not None and config.response_cache.enable
+
+
 class HostGauges:
     """The gauges Triton polls rather than counts: CPU, memory, pinned pool, GPUs.
 
@@ -310,11 +343,13 @@ class TritonCollector(Collector):
         }
         pending = _family("nv_inference_pending_request_count", _PENDING_HELP, "gauge")
         summaries = {name: _family(name, doc, "summary") for name, doc, _ in _SUMMARIES}
+        cache_families = [_family(name, doc, "counter") for name, doc in _CACHE_COUNTERS]
         for name, version, model in models:
             labels = {"model": name, "version": version}
             stats = model.stats
+            success, queue, cache_hit, cache_miss = stats.reported()
             families["nv_inference_request_success"].add_sample(
-                "nv_inference_request_success", labels, stats.success.count
+                "nv_inference_request_success", labels, success.count
             )
             by_reason = stats.failures_by_reason
             failure = families["nv_inference_request_failure"]
@@ -333,8 +368,8 @@ class TritonCollector(Collector):
             for metric, value in (
                 ("nv_inference_count", stats.inference_count),
                 ("nv_inference_exec_count", stats.execution_count),
-                ("nv_inference_request_duration_us", stats.success.ns // 1000),
-                ("nv_inference_queue_duration_us", stats.queue.ns // 1000),
+                ("nv_inference_request_duration_us", success.ns // 1000),
+                ("nv_inference_queue_duration_us", queue.ns // 1000),
                 ("nv_inference_compute_input_duration_us", stats.compute_input.ns // 1000),
                 ("nv_inference_compute_infer_duration_us", stats.compute_infer.ns // 1000),
                 ("nv_inference_compute_output_duration_us", stats.compute_output.ns // 1000),
@@ -342,6 +377,15 @@ class TritonCollector(Collector):
                 family = families.get(metric)
                 if family is not None:
                     family.add_sample(metric, labels, value)
+            if _uses_cache(model):
+                values = (
+                    cache_hit.count,
+                    cache_hit.ns // 1000,
+                    cache_miss.count,
+                    cache_miss.ns // 1000,
+                )
+                for family, value in zip(cache_families, values):
+                    family.add_sample(family.name, labels, value)
             pending.add_sample(
                 "nv_inference_pending_request_count", labels, self.manager.pending_count(model)
             )
@@ -354,6 +398,7 @@ class TritonCollector(Collector):
             self.host.poll()
         cpu_utilization, memory, gpus = self.host.snapshot()
         yield from families.values()
+        yield from (family for family in cache_families if family.samples)
         if gpus:
             energy = _family("nv_energy_consumption", _ENERGY_HELP, "counter")
             for reading in gpus:
@@ -386,6 +431,24 @@ class TritonCollector(Collector):
             family = _family("nv_cpu_memory_used_bytes", _MEM_USED_HELP, "gauge")
             family.add_sample("nv_cpu_memory_used_bytes", {}, used)
             yield family
+        lane = getattr(self.manager, "lane", None)
+        totals = lane.cache_totals() if lane is not None else None
+        if totals is not None:
+            capacity = totals["capacity"]
+            values = (
+                totals["used"] / capacity if capacity else 0.0,
+                totals["entries"],
+                totals["hits"],
+                totals["misses"],
+                totals["lookups"],
+                totals["evictions"],
+                totals["lookup_ns"] // 1000,
+                totals["insert_ns"] // 1000,
+            )
+            for (name, documentation), value in zip(_CACHE_GAUGES, values):
+                family = _family(name, documentation, "gauge")
+                family.add_sample(name, {}, value)
+                yield family
         for family in summaries.values():
             if family.samples:
                 yield family

@@ -66,6 +66,8 @@ async def serve(options) -> int:
         strict_readiness=options.strict_readiness,
         drain_timeout=options.exit_timeout_secs,
         fast_lane=options.fast_lane,
+        cache_size=getattr(options, "cache_size", None),
+        rate_limit=(options.rate_limit == "execution_count", options.rate_limit_resource),
     )
     # From here a SIGINT/SIGTERM (to us or to the whole process group, workers included,
     # which ignore it) stops the server cleanly, also while the models load.
@@ -99,9 +101,18 @@ async def serve(options) -> int:
         from naiad.grpc.server import start_grpc_server
 
         grpc_address = options.grpc_address or options.host
-        servers.append(await start_grpc_server(manager, grpc_address, options.grpc_port))
+        servers.append(
+            await start_grpc_server(
+                manager,
+                grpc_address,
+                options.grpc_port,
+                restrictions=getattr(options, "grpc_restrictions", None),
+                forward=getattr(options, "grpc_forward", None),
+            )
+        )
         log.info("Started GRPCInferenceService at %s:%d", grpc_address, options.grpc_port)
     if options.allow_http:
+        from naiad.http.connection_limits import ConnectionLimits
         from naiad.http.generate_routes import register_generate_routes
         from naiad.http.logging_routes import register_logging_routes
         from naiad.http.naiad_routes import register_naiad_routes
@@ -110,14 +121,29 @@ async def serve(options) -> int:
         from naiad.http.server import start_http_server
         from naiad.http.shm_routes import register_shm_routes
 
-        router = Router(manager)
+        router = Router(
+            manager,
+            getattr(options, "http_restrictions", None),
+            getattr(options, "http_forward", None),
+        )
         register_naiad_routes(router, manager)
         register_repository_routes(router, manager)
         register_shm_routes(router, manager)
         register_generate_routes(router, manager)
         register_logging_routes(router)
         servers.append(
-            await start_http_server(manager, options.host, options.http_port, router=router)
+            await start_http_server(
+                manager,
+                options.host,
+                options.http_port,
+                router=router,
+                max_body_size=options.http_max_input_size,
+                limits=ConnectionLimits(
+                    options.http_client_timeout_secs,
+                    options.http_idle_timeout_secs,
+                    options.http_max_connections,
+                ),
+            )
         )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)
     if options.allow_metrics:

@@ -184,8 +184,11 @@ TEST(core_instance_down_fails_in_flight_and_reclaims_worker_blocks) {
   ArenaStats baseline = core.arena().stats();
   core.instance_up(instance);
   CHECK(submit_bytes(core, model, 5, "payload"));
+  CHECK(core.running_since(instance) == 0);  // queued, not running
   core.flush();
   CHECK(core.in_flight() == 1);
+  // The execution timeout's clock (scheduling/instance.py) starts at the dispatch.
+  CHECK(core.running_since(instance) != 0);
   // A worker that took the batch, allocated its result, then died.
   InstanceEndpoint ep = core.endpoint(instance);
   WorkerEndpoint dying(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
@@ -197,6 +200,7 @@ TEST(core_instance_down_fails_in_flight_and_reclaims_worker_blocks) {
   CHECK(failed.size() == 1);
   CHECK(failed[0].status == kCompletionInstanceDied);
   CHECK(failed[0].request_ids == std::vector<uint64_t>{5});
+  CHECK(core.running_since(instance) == 0);
   CHECK(core.arena().stats().blocks_in_use == baseline.blocks_in_use);
   // Queued work waits for the restarted instance instead of being lost.
   CHECK(submit_bytes(core, model, 6, "later"));

@@ -15,6 +15,7 @@
 #include "ipc_schema.h"
 #include "json_reader.h"
 #include "kserve_json.h"
+#include "lane_support.h"
 #include "request_block.h"
 #include "request_validator.h"
 #include "response_block.h"
@@ -24,18 +25,6 @@
 using namespace naiad;
 
 namespace {
-
-// A body: the JSON header, then `binary` bytes of input data.
-struct Body {
-  std::string bytes;
-  size_t header_size;
-};
-
-Body make_body(const std::string& json, size_t binary) {
-  Body body{json, json.size()};
-  for (size_t i = 0; i < binary; ++i) body.bytes.push_back(static_cast<char>(i & 0xFF));
-  return body;
-}
 
 const char* kInput =
     "{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[%d,16],"
@@ -285,34 +274,6 @@ TEST(request_block_matches_the_worker_layout) {
 
 namespace {
 
-// A response block as the worker writes it (WorkerEndpoint::respond).
-std::string result_block(const std::vector<ResponseEntry>& entries,
-                         const uint64_t (&timings)[4] = {10, 20, 30, 40}) {
-  std::string block(response_block_size(entries), '\0');
-  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
-  return block;
-}
-
-ResponseEntry ok_entry(uint32_t index, std::string_view json,
-                       const std::vector<const std::string*>& outputs) {
-  ResponseEntry entry;
-  entry.request_index = index;
-  entry.json = json;
-  for (const std::string* output : outputs) {
-    entry.outputs.push_back(OutputBytes{output->data(), output->size()});
-  }
-  return entry;
-}
-
-ResponseEntry error_entry(uint32_t index, std::string_view json, int32_t code) {
-  ResponseEntry entry;
-  entry.request_index = index;
-  entry.flags = kResponseFinal | kResponseError;
-  entry.error_code = code;
-  entry.json = json;
-  return entry;
-}
-
 const std::string kAs = "AAAAAAAA", kBs = "BBBBBBBB";
 
 // Request 0 answered with both outputs, request 1 with an INVALID_ARG error.
@@ -370,33 +331,6 @@ TEST(result_block_rejects_damage) {
 }
 
 namespace {
-
-// A core without a timer thread, with add_sub registered in the core and the codec.
-struct LaneFixture {
-  explicit LaneFixture(uint64_t arena_bytes = 1 << 20)
-      : core(arena_bytes, nullptr, false), lane(core) {
-    BatcherConfig config;
-    config.max_batch_size = 8;
-    model = add_sub_model();
-    model.core_model_id = core.add_model(config);
-    lane_model = lane.codec().add_model(model);
-  }
-  // Reads and queues `body` under `request_id`.
-  SubmitOutcome submit(const Body& body, uint64_t request_id, std::string* error = nullptr) {
-    ParsedRequest request;
-    std::string ignored;
-    if (!read_infer_header(reinterpret_cast<const uint8_t*>(body.bytes.data()), body.bytes.size(),
-                           body.header_size, &request)) {
-      return SubmitOutcome::kFallback;
-    }
-    return lane.codec().submit(lane_model, request, request_id, 1000,
-                               error != nullptr ? error : &ignored);
-  }
-  Core core;
-  HttpLane lane;
-  ModelSpec model;
-  uint32_t lane_model = 0;
-};
 
 // The fixture's core has no instance: every block in its arena is a queued request's.
 uint64_t queued_blocks(Core& core) { return core.arena().stats().blocks_in_use; }
@@ -574,6 +508,48 @@ TEST(http_scan_leaves_everything_else_to_the_parser) {
   CHECK(scan(http_post("/x", body, 4), nullptr, 9) == ScanResult::kOther);  // over max body
 }
 
+TEST(http_scan_leaves_compressed_responses_to_the_general_path) {
+  const std::string body = "0123456789";
+  // Asked for gzip or deflate: the general path compresses the answer.
+  for (const char* header : {"Accept-Encoding: gzip\r\n", "accept-encoding: gzip, deflate\r\n",
+                             "Accept-Encoding: br, deflate;q=0.5\r\n"}) {
+    CHECK(scan(http_post("/x", body, 4, header)) == ScanResult::kOther);
+  }
+  // What Triton answers uncompressed stays on the lane.
+  for (const char* header : {"Accept-Encoding: identity\r\n", "Accept-Encoding: br\r\n",
+                             "Accept-Encoding: GZIP\r\n", "Accept-Encoding: gzip;q=0\r\n"}) {
+    CHECK(scan(http_post("/x", body, 4, header)) == ScanResult::kRequest);
+  }
+}
+
+TEST(response_encoding_follows_tritons_accept_encoding_rule) {
+  using naiad::response_encoding;
+  using naiad::ResponseEncoding;
+  struct Case {
+    const char* value;
+    ResponseEncoding expected;
+  } cases[] = {
+      // The answers of a real Triton 2.51 to these Accept-Encoding values.
+      {"gzip", ResponseEncoding::kGzip},
+      {"deflate", ResponseEncoding::kDeflate},
+      {"br", ResponseEncoding::kIdentity},
+      {"gzip;q=0.5, deflate;q=0.8", ResponseEncoding::kDeflate},
+      {"gzip; q=0.5, deflate", ResponseEncoding::kDeflate},  // "gzip; q=0.5" is no type
+      {"identity;q=1, gzip;q=1", ResponseEncoding::kIdentity},
+      {"GZIP", ResponseEncoding::kIdentity},
+      {"gzip, deflate, br", ResponseEncoding::kGzip},
+      {" gzip", ResponseEncoding::kGzip},
+      {"gzip ", ResponseEncoding::kIdentity},
+      {"*", ResponseEncoding::kIdentity},
+      {"deflate;q=0, gzip;q=0", ResponseEncoding::kIdentity},
+      {"x;q=abc, gzip", ResponseEncoding::kGzip},
+      {"gzip;q=abc", ResponseEncoding::kIdentity},
+      {"", ResponseEncoding::kIdentity},
+      {",,deflate,", ResponseEncoding::kDeflate},
+  };
+  for (const Case& c : cases) CHECK(response_encoding(c.value) == c.expected);
+}
+
 TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
   LaneFixture f;
   f.lane.add_route("/v2/models/add_sub/infer", f.lane_model);
@@ -630,6 +606,14 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
         "HTTP/1.1 400 Bad Request\r\nContent-Length: " + std::to_string(error_body.size()) +
             "\r\nContent-Type: application/json\r\n\r\n" + error_body);
   CHECK(queued_blocks(f.core) == 4);
+
+  // At most max_requests (the connection's room under kHttpMaxPipeline): the rest is
+  // left untaken, for the front end to hold until answers make room.
+  std::string three = good + good + good;
+  taken.clear();
+  CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(three.data()), three.size(), 1 << 20, 7,
+                         &taken, 2) == 2 * good.size());
+  CHECK(taken.size() == 2 && queued_blocks(f.core) == 6);
 }
 
 TEST(fast_lane_routes_follow_removed_models) {

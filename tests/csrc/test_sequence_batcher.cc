@@ -38,13 +38,28 @@ struct Harness {
     ++next_id;
     return scheduler.enqueue(request, options, now);
   }
-  // The batches for the idle instances; `hold` gets what schedule() returned.
+  // A request with the `timeout` parameter (microseconds).
+  EnqueueResult send_timed(uint64_t corrid, uint32_t flags, uint64_t now, uint64_t timeout_us,
+                           uint64_t* id = nullptr) {
+    QueuedRequest request{next_id, 0, 0, 1, 0, 0, 0};
+    SubmitOptions options;
+    options.sequence_id = corrid;
+    options.sequence_flags = flags;
+    options.timeout_us = timeout_us;
+    if (id != nullptr) *id = next_id;
+    ++next_id;
+    return scheduler.enqueue(request, options, now);
+  }
+  // The batches for the idle instances; `hold` gets what schedule() returned, `rejected`
+  // the requests it rejected.
   std::vector<Placement> run(uint64_t now, const std::vector<uint32_t>& idle,
-                             uint64_t* hold = nullptr, bool arrivals = true) {
+                             uint64_t* hold = nullptr, bool arrivals = true,
+                             std::vector<QueuedRequest>* rejected = nullptr) {
     std::vector<Placement> placements;
-    std::vector<QueuedRequest> rejected;
-    uint64_t wait = scheduler.schedule(now, idle, arrivals, &placements, &rejected);
+    std::vector<QueuedRequest> dropped;
+    uint64_t wait = scheduler.schedule(now, idle, arrivals, &placements, &dropped);
     if (hold != nullptr) *hold = wait;
+    if (rejected != nullptr) *rejected = dropped;
     return placements;
   }
 };
@@ -56,6 +71,21 @@ SequenceConfig direct(uint32_t max_batch, uint64_t idle_us = 1000000) {
   config.max_batch_size = max_batch;
   config.max_sequence_idle_us = idle_us;
   return config;
+}
+
+// A one-input request of sequence `corrid` (flags: START 1, END 2) through the core.
+SubmitResult submit_sequence(Core& core, ModelHandle model, uint64_t id, uint64_t corrid,
+                             uint32_t flags, uint64_t timeout_us = 0) {
+  SubmitRequest request;
+  request.request_id = id;
+  InputSource input;
+  input.data = "abcd";
+  input.size = 4;
+  request.inputs.push_back(input);
+  request.options.sequence_id = corrid;
+  request.options.sequence_flags = flags;
+  request.options.timeout_us = timeout_us;
+  return core.submit(model, request);
 }
 
 }  // namespace
@@ -158,6 +188,42 @@ TEST(sequence_backlog_waits_for_a_slot_and_takes_the_first_freed) {
   CHECK(batches.size() == 1 && batches[0].requests[0].id == 4);  // corrid 3's START|END
   CHECK(h.scheduler.empty() && h.scheduler.backlog_sequences() == 0);
   CHECK(h.scheduler.active_sequences() == 0);
+}
+
+// Triton 2.51: a backlogged sequence whose request timeout passes fails whole (503
+// "timeout of the corresponding sequence has been expired"), its id is forgotten, and
+// the sequences behind it keep their place.
+TEST(sequence_backlog_timeout_rejects_the_whole_sequence) {
+  Harness h(direct(1, 10000000));
+  const uint64_t kUs = 1000;
+  uint64_t b1, b2, c1;
+  CHECK(h.send(1, 1, 0) == EnqueueResult::kOk);                   // the only slot
+  CHECK(h.send_timed(2, 1, 0, 2000, &b1) == EnqueueResult::kOk);  // backlog, 2 ms
+  CHECK(h.send_timed(2, 0, kMs, 0, &b2) == EnqueueResult::kOk);   // joins it, no timeout
+  CHECK(h.send_timed(3, 1, kMs, 0, &c1) == EnqueueResult::kOk);   // backlog, no timeout
+  CHECK(h.send_timed(4, 1, kMs, 5000) == EnqueueResult::kOk);     // backlog, 6 ms
+  uint64_t hold = 0;
+  std::vector<QueuedRequest> rejected;
+  std::vector<Placement> batches = h.run(kMs, {0}, &hold, true, &rejected);
+  CHECK(batches.size() == 1 && batches[0].requests[0].id == 1 && rejected.empty());
+  CHECK(hold == 2 * kMs);  // the earliest deadline: the timer looks then
+  batches = h.run(2 * kMs - kUs, {}, &hold, true, &rejected);
+  CHECK(rejected.empty() && h.scheduler.backlog_sequences() == 3);
+  batches = h.run(2 * kMs, {}, &hold, true, &rejected);
+  CHECK(rejected.size() == 2 && rejected[0].id == b1 && rejected[1].id == b2);
+  CHECK(h.scheduler.backlog_sequences() == 2 && hold == 6 * kMs);
+  CHECK(h.send(2, 0, 3 * kMs) == EnqueueResult::kSequenceNotStarted);
+  // Sequence 1 ends: sequence 3 gets the slot (it had no deadline), then 4 is on time.
+  CHECK(h.send(1, 2, 3 * kMs) == EnqueueResult::kOk);
+  batches = h.run(3 * kMs, {0}, &hold, true, &rejected);
+  CHECK(rejected.empty() && batches.size() == 1);
+  batches = h.run(3 * kMs, {0}, &hold, true, &rejected);
+  CHECK(batches.size() == 1 && batches[0].requests[0].id == c1);
+  CHECK(h.scheduler.backlog_sequences() == 1);
+  // A sequence holding a slot has no deadline: 3 keeps it; 4 expires in the backlog.
+  batches = h.run(7 * kMs, {0}, &hold, true, &rejected);
+  CHECK(rejected.size() == 1 && h.scheduler.backlog_sequences() == 0 && h.scheduler.empty());
+  CHECK(h.send(3, 2, 7 * kMs) == EnqueueResult::kOk);
 }
 
 TEST(sequence_idle_sequence_is_released_and_refused) {
@@ -278,15 +344,7 @@ TEST(sequence_scheduler_in_the_core) {
   uint32_t a = core.add_instance(model);
   core.instance_up(a);
   auto submit = [&](uint64_t id, uint64_t corrid, uint32_t flags) {
-    SubmitRequest request;
-    request.request_id = id;
-    InputSource input;
-    input.data = "abcd";
-    input.size = 4;
-    request.inputs.push_back(input);
-    request.options.sequence_id = corrid;
-    request.options.sequence_flags = flags;
-    return core.submit(model, request);
+    return submit_sequence(core, model, id, corrid, flags);
   };
   CHECK(submit(1, 0, 1) == SubmitResult::kNoSequenceId);
   CHECK(submit(2, 5, 0) == SubmitResult::kSequenceNotStarted);
@@ -305,6 +363,31 @@ TEST(sequence_scheduler_in_the_core) {
   core.tick();  // sequence 5 and 6 idle out
   CHECK(submit(5, 5, 0) == SubmitResult::kSequenceNotStarted);
   CHECK(submit(6, 6, 2) == SubmitResult::kSequenceNotStarted);
+}
+
+// Through the core: a backlogged sequence's deadline comes from the core's timer
+// (tick()), and its requests complete as kCompletionSequenceTimedOut.
+TEST(sequence_backlog_timeout_in_the_core) {
+  uint64_t now = 0;
+  Core core(1 << 22, [&now] { return now; }, false);
+  ModelHandle model = core.add_model(std::make_unique<SequenceBatchScheduler>(direct(1)));
+  uint32_t a = core.add_instance(model);
+  core.instance_up(a);
+  auto submit = [&](uint64_t id, uint64_t corrid, uint64_t timeout_us) {
+    return submit_sequence(core, model, id, corrid, 1, timeout_us);  // START
+  };
+  CHECK(submit(1, 5, 0) == SubmitResult::kOk);     // runs (no worker: it stays running)
+  CHECK(submit(2, 6, 1000) == SubmitResult::kOk);  // backlog, 1 ms
+  core.flush();
+  now = kMs - 1;
+  core.tick();
+  CHECK(core.poll().empty());
+  now = kMs;
+  core.tick();
+  std::vector<Completion> done = core.poll();
+  CHECK(done.size() == 1 && done[0].status == kCompletionSequenceTimedOut);
+  CHECK(done[0].request_ids == std::vector<uint64_t>{2});
+  CHECK(submit(3, 6, 0) == SubmitResult::kOk);  // a START: a new sequence 6
 }
 
 // The HTTP lane's reader takes the sequence parameters for the scheduler; a value of

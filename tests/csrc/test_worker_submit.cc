@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "channel.h"
 #include "core.h"
 #include "ipc_schema.h"
 #include "response_block.h"
@@ -269,4 +270,41 @@ TEST(a_model_that_calls_itself_gets_the_call_nested_on_its_busy_instance) {
   for (const Completion& c : done) m.core.arena().free(c.result_offset);
   CHECK(m.core.in_flight() == 0);
   CHECK(m.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+}
+
+// A worker's block whose slots or metadata lie outside the arena is refused unread: the
+// core batches nothing of it and no worker is handed bytes past the arena's end.
+TEST(a_worker_request_block_reaching_outside_the_arena_is_refused) {
+  TwoModels m;
+  m.core.instance_up(m.caller_instance);
+  m.core.instance_up(m.target_instance);
+  CHECK(m.core.submit(m.caller, m.request(1, "abc")) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage caller_batch = m.caller_worker->next();
+  Arena& arena = m.caller_worker->arena();
+  Channel* channel = arena.at<Channel>(m.core.endpoint(m.caller_instance).channel_offset);
+  const InputSlot past_end{arena.size() - 8, 4096};
+  const RequestHeader bad[] = {
+      RequestHeader{kRequestMagic, 1, 0, 1, 0, 0, 0},           // its slot: past the end
+      RequestHeader{kRequestMagic, 0x10000000, 0, 1, 0, 0, 0},  // slots past the end
+      RequestHeader{kRequestMagic, 0, 0xFFFFFFFF, 1, 0, 0, 0},  // metadata past the end
+  };
+  uint64_t tag = 10;
+  for (const RequestHeader& header : bad) {
+    const uint64_t block = arena.alloc(256, 0);
+    CHECK(block != 0);
+    *arena.at<RequestHeader>(block) = header;
+    *arena.at<InputSlot>(block + sizeof(RequestHeader)) = past_end;
+    CHECK(channel->to_core.push(SubmitMessage{tag, block, m.target.value, 0, 0, 0, 0}));
+    answers(m.core.poll());
+    BatchMessage refused = m.caller_worker->next();
+    CHECK(refused.kind == MessageKind::kRefused && refused.batch_id == tag);
+    CHECK(refused.n_requests == static_cast<uint32_t>(SubmitResult::kUnsupportedInput));
+    arena.free(block);
+    ++tag;
+  }
+  BatchMessage none;
+  CHECK(!m.target_worker->try_next(&none));  // nothing reached the target
+  m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionOk);
+  CHECK(answers(m.core.poll()).size() == 1);
 }

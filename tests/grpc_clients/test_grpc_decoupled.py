@@ -18,6 +18,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer, make_repository, metric_value
+from shm_support import Region
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 from tritonclient.utils import InferenceServerException
@@ -308,3 +309,75 @@ def test_a_reset_fast_path_call_drops_its_queued_request(server):
     after = requests.get(metrics_url, timeout=TIMEOUT).text
     assert metric_value(after, cancelled) - metric_value(before, cancelled) == 1
     assert metric_value(after, succeeded) - metric_value(before, succeeded) == 2
+
+
+def shm_stream(url: str, mode: str, byte_size: int) -> tuple[list, list]:
+    """One request on a stream (repeat, N = 3) with OUT placed in a client region of
+    byte_size bytes at offset 8: what each response brought (outputs' names and shapes,
+    raw contents, final flag; or the error message) until the final one, and the
+    region's first four int32 afterwards."""
+    with grpcclient.InferenceServerClient(url) as client, Region("g_dec", 64) as region:
+        region.write([np.full([16], -1, np.int32)])
+        client.unregister_system_shared_memory("dec")
+        client.register_system_shared_memory("dec", region.key, 64)
+        try:
+            answers: queue.Queue = queue.Queue()
+            client.start_stream(callback=lambda result, error: answers.put((result, error)))
+            out = grpcclient.InferRequestedOutput("OUT")
+            out.set_shared_memory("dec", byte_size, offset=8)
+            client.async_stream_infer(
+                "repeat",
+                _n(3),
+                request_id="s",
+                parameters={"mode": mode},
+                outputs=[out],
+                enable_empty_final_response=True,
+            )
+            got = []
+            # An error response carries no final flag the client can read: 3 of them
+            # (inline: the last one was final) or 3 and the final flag alone (thread).
+            while len(got) < 4:
+                try:
+                    result, error = answers.get(timeout=1 if len(got) >= 3 else TIMEOUT)
+                except queue.Empty:
+                    break
+                if error is not None:
+                    got.append(("error", error.message()))
+                    continue
+                response = result.get_response()
+                final = response.parameters["triton_final_response"].bool_param
+                outputs = [(o.name, list(o.shape)) for o in response.outputs]
+                got.append((outputs, list(response.raw_output_contents), final))
+                if final:
+                    break
+            client.stop_stream()
+            return got, region.read(np.int32, [4]).tolist()
+        finally:
+            client.unregister_system_shared_memory("dec")
+
+
+_TOO_SMALL = (
+    "error",
+    "shared memory size specified with the request for output 'OUT' (2 bytes) should be at "
+    "least 4 bytes to hold the results",
+)
+
+
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_outputs_in_a_client_region_are_written_there_response_by_response(server, mode):
+    """Issue 10: each response a decoupled model sends writes OUT into the client's
+    region and carries its metadata only (raw contents empty), as Triton 2.51 does
+    (tests/grpc_clients/test_grpc_decoupled_triton.py compares); a region too small
+    makes each response Triton's error and the stream still ends."""
+    url = f"{server.host}:{server.grpc_port}"
+    got, region = shm_stream(url, mode, 4)
+    metadata = ([("OUT", [1])], [b""])
+    expected = [(*metadata, False), (*metadata, False), (*metadata, mode == "inline")]
+    if mode == "thread":
+        expected.append(([], [], True))  # the final flag alone, asked for
+    assert got == expected
+    assert region == [-1, -1, 2, -1]  # the last response's OUT, at offset 8
+    got, region = shm_stream(url, mode, 2)
+    assert got == [_TOO_SMALL] * 3 + ([([], [], True)] if mode == "thread" else [])
+    assert region == [-1, -1, -1, -1]
+    _settled(server)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer, make_repository
-from test_grpc_decoupled import Stream
+from test_grpc_decoupled import Stream, shm_stream
 from triton_peer import TritonPeer, find_triton
 from tritonclient.utils import InferenceServerException
 
@@ -69,6 +69,15 @@ def _streamed(url: str, sends: list, count: int) -> list:
 def test_same_stream_as_triton(urls, sends, count):
     naiad, triton = urls
     assert _streamed(naiad, sends, count) == _streamed(triton, sends, count)
+
+
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+@pytest.mark.parametrize("byte_size", [4, 2])
+def test_outputs_in_a_client_region_as_triton(urls, mode, byte_size):
+    """Each response writes OUT into the region and carries metadata only; too small a
+    region: Triton's error on each response (issue 10)."""
+    naiad, triton = urls
+    assert shm_stream(naiad, mode, byte_size) == shm_stream(triton, mode, byte_size)
 
 
 def _infer_error(url: str) -> tuple:

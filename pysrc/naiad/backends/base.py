@@ -202,6 +202,9 @@ class Backend:
 
     # True: the worker fills `Batch.tensors` (the batch-major input arrays by name).
     batch_tensors = False
+    # True once the model ran out of memory (MemoryError): the worker answers the batch,
+    # then exits and the frontend starts a fresh one.
+    out_of_memory = False
 
     def execute(self, batch: Batch) -> list[Result]:
         """One Response or RequestError per request of `batch`, in its order."""

@@ -335,6 +335,8 @@ class PythonModelBackend(Backend):
             if type(returned) is not list:  # an async execute's coroutine, or a mistake
                 returned = self._await(returned)
         except Exception as exc:
+            # The worker answers this batch, then exits to be restarted (worker.main).
+            self.out_of_memory = isinstance(exc, MemoryError)
             return self._batch_error(
                 _describe(exc, self.model_path), count, detail=traceback.format_exc()
             )

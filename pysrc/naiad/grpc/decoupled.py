@@ -79,7 +79,7 @@ def _message(model, request, batching, flags, response, error, final) -> bytes |
         infer.id = request.id
         infer.parameters[FINAL_PARAMETER].bool_param = True
         return out.SerializeToString()
-    infer = to_infer_response(response, request, batching)
+    infer = to_infer_response(response, request, batching, getattr(model, "labels", None))
     infer.parameters[FINAL_PARAMETER].bool_param = final  # always, as Triton
     # ModelStreamInferResponse{infer_response (field 2) = infer}, without copying the
     # message into a wrapper first.

@@ -26,6 +26,7 @@ from naiad.grpc.service import (
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request
 from naiad.protos import grpc_service_pb2 as pb
+from naiad.restrictions import GRPC_CATEGORIES, Restrictions, add_forwarded
 
 log = logging.getLogger("naiad.grpc")
 
@@ -55,7 +56,7 @@ def inflate(data: bytes, encoding: str, limit: int = MAX_MESSAGE_SIZE) -> bytes:
 
 
 class _Call:
-    __slots__ = ("path", "encoding", "message", "timer", "in_flight", "half_closed")
+    __slots__ = ("path", "encoding", "message", "timer", "in_flight", "half_closed", "forwarded")
 
     def __init__(self, path: str, encoding: str):
         self.path = path
@@ -64,6 +65,7 @@ class _Call:
         self.timer = None  # deadline handle
         self.in_flight = 0  # streamed requests not answered (finally) yet
         self.half_closed = False
+        self.forwarded = None  # metadata for the model (--grpc-header-forward-pattern)
 
 
 class GrpcProtocol(asyncio.Protocol):
@@ -74,6 +76,11 @@ class GrpcProtocol(asyncio.Protocol):
         self.connections = connections
         self.transport = None
         self.conn = _core.GrpcConnection(max_message_size=MAX_MESSAGE_SIZE)
+        # Restricted protocols and header forwarding read call metadata; without them
+        # the connection does not hand it out (naiad/restrictions.py).
+        self._restrictions = service.restrictions
+        self._forward = service.forward
+        self.conn.want_metadata = bool(self._restrictions) or self._forward is not None
         self.calls: dict[int, _Call] = {}
         # The core's ids of each call's requests in flight (ModelStreamInfer requests,
         # fast-path ModelInfer calls), cancelled in the core when the client resets the
@@ -134,7 +141,12 @@ class GrpcProtocol(asyncio.Protocol):
                 if kind == _core.GRPC_MESSAGE:
                     self._on_message(event[1], event[2], event[3])
                 elif kind == _core.GRPC_CALL:
-                    self._on_call(event[1], event[2], event[3], event[4])
+                    forwarded = None
+                    if len(event) > 5:  # its metadata: restrictions, forwarding
+                        forwarded = self._admit(event[1], event[2], event[5])
+                        if forwarded is False:
+                            continue
+                    self._on_call(event[1], event[2], event[3], event[4], forwarded)
                 elif kind == _core.GRPC_HALF_CLOSE:
                     self._on_half_close(event[1])
                 else:
@@ -173,11 +185,28 @@ class GrpcProtocol(asyncio.Protocol):
             self.transport.close()
 
     # -- calls -----------------------------------------------------------------------
-    def _on_call(self, stream: int, path: str, timeout_us: int, encoding: str) -> None:
+    def _admit(self, stream: int, path: str, metadata: tuple):
+        """A call's metadata: False when refused (UNAVAILABLE, Triton's message: a
+        restricted protocol without its key and value), else the (name, value) pairs an
+        inference call forwards to the model (None when none)."""
+        category = GRPC_CATEGORIES.get(path)
+        rule = self._restrictions.rule(category) if category else None
+        if rule is not None and (rule[0], rule[1]) not in metadata:
+            self.conn.finish(stream, status.UNAVAILABLE, Restrictions.grpc_denial(rule[0]))
+            return False
+        forward = self._forward
+        if forward is None or category != "inference":
+            return None
+        return [(name, value) for name, value in metadata if forward.search(name)] or None
+
+    def _on_call(
+        self, stream: int, path: str, timeout_us: int, encoding: str, forwarded=None
+    ) -> None:
         if path != STREAM_INFER and path not in self.service.unary:
             self.conn.finish(stream, status.UNIMPLEMENTED, "")  # grpc++ says nothing more
             return
         call = _Call(path, encoding)
+        call.forwarded = forwarded
         self.calls[stream] = call
         if timeout_us >= 0:
             call.timer = self.loop.call_later(timeout_us / 1e6, self._expire, stream)
@@ -211,12 +240,13 @@ class GrpcProtocol(asyncio.Protocol):
             return
         if call.message is None:
             raise GrpcError(status.UNIMPLEMENTED, "no request message on a unary call")
-        if call.path == MODEL_INFER and self._submit_fast(stream, call.message):
+        forwarded = call.forwarded  # parameters the C++ path does not add: the general path
+        if call.path == MODEL_INFER and not forwarded and self._submit_fast(stream, call.message):
             return
         message_class, handler = self.service.unary[call.path]
         message = call.message if type(call.message) is bytes else bytes(call.message)
         request = message if message_class is None else parse(message_class, message)
-        result = handler(request)
+        result = handler(request, forwarded) if forwarded else handler(request)
         if type(result) is tuple:  # (future, finish): an inference or a load in flight
             future, finish = result
             infer = call.path == MODEL_INFER
@@ -320,13 +350,15 @@ class GrpcProtocol(asyncio.Protocol):
 
     # -- ModelStreamInfer: many requests on one stream, each answered on its own -------
     def _stream_request(self, stream: int, call: _Call, data) -> None:
-        if self._stream_fast(stream, call, data):
+        if not call.forwarded and self._stream_fast(stream, call, data):
             return
         request_id = ""
         try:
             message = parse(pb.ModelInferRequest, bytes(data))
             request_id = message.id
             request = to_infer_request(message)
+            if call.forwarded:
+                add_forwarded(request, call.forwarded)
             model = self.service.manager.get(request.model_name, request.model_version)
             if getattr(model, "decoupled", False):  # 0..N responses (grpc/decoupled.py)
                 decoupled.submit_stream(self, stream, call, model, request)

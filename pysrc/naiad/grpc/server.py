@@ -35,13 +35,22 @@ class GrpcServer:
 
 
 async def start_grpc_server(
-    manager, host: str, port: int, *, backlog: int = 1024, reuse_port: bool = False
+    manager,
+    host: str,
+    port: int,
+    *,
+    backlog: int = 1024,
+    reuse_port: bool = False,
+    restrictions=None,
+    forward=None,
 ) -> GrpcServer:
-    """Serve GRPCInferenceService (and grpc.health.v1.Health/Check) for `manager`."""
+    """Serve GRPCInferenceService (and grpc.health.v1.Health/Check) for `manager`;
+    `restrictions` and `forward`: --grpc-restricted-protocol and
+    --grpc-header-forward-pattern (naiad/restrictions.py)."""
     loop = asyncio.get_running_loop()
     # Large messages reuse freed memory instead of faulting in fresh pages each time.
     _core.keep_large_blocks()
-    service = Service(manager)
+    service = Service(manager, restrictions, forward)
     arrivals = getattr(manager, "arrivals", None)
     connections: set = set()
 

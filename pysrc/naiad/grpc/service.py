@@ -21,6 +21,7 @@ from naiad.grpc import shm_rpcs, status
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request, to_infer_response
 from naiad.protos import grpc_service_pb2 as pb
+from naiad.restrictions import Restrictions, add_forwarded
 from naiad.scheduling.instance import send_log_settings
 from naiad.scheduling.model import DECOUPLED_GRPC_INFER
 
@@ -43,8 +44,10 @@ def parse(message_class, data: bytes):
 
 
 class Service:
-    def __init__(self, manager):
+    def __init__(self, manager, restrictions: Restrictions | None = None, forward=None):
         self.manager = manager
+        self.restrictions = restrictions or Restrictions()
+        self.forward = forward  # --grpc-header-forward-pattern, compiled, or None
         # path -> (request class, handler(request message) -> response message | future)
         self.unary: dict[str, tuple[type | None, Callable]] = {
             SERVICE + "ServerLive": (pb.ServerLiveRequest, self.server_live),
@@ -201,10 +204,12 @@ class Service:
         return response
 
     # -- inference -------------------------------------------------------------------
-    def model_infer(self, message):
+    def model_infer(self, message, forwarded=None):
         """Submits the request; returns (future, finish) where finish(future) gives the
-        ModelInferResponse or raises."""
+        ModelInferResponse or raises. `forwarded`: call metadata for the model."""
         request = to_infer_request(message)
+        if forwarded:
+            add_forwarded(request, forwarded)
         model = self.manager.get(request.model_name, request.model_version)
         if getattr(model, "decoupled", False):
             raise GrpcError(status.UNIMPLEMENTED, DECOUPLED_GRPC_INFER)
@@ -241,7 +246,9 @@ class InferFinisher:
         response = future.result()  # raises the request's error
         config = getattr(self.model, "config", None)
         batching = config is None or config.max_batch_size > 0
-        return to_infer_response(response, self.request, batching)
+        return to_infer_response(
+            response, self.request, batching, getattr(self.model, "labels", None)
+        )
 
 
 def error_of(exc: BaseException) -> tuple[int, str]:

@@ -139,6 +139,17 @@ def to_infer_request(message: pb.ModelInferRequest) -> InferRequest:
     if message.outputs:
         outputs = [RequestedOutput(o.name, parameters_of(o.parameters)) for o in message.outputs]
         for output in outputs:
+            classes = output.parameters.get("classification")
+            if classes is not None:
+                # Triton's checks of class_count (tritonclient sets it only when > 0).
+                if type(classes) is not int:
+                    raise InvalidArgument(
+                        "invalid value type for 'classification' parameter, expected int64_param"
+                    )
+                if classes <= 0:
+                    raise InvalidArgument(
+                        "invalid value for 'classification' parameter, expected >= 0"
+                    )
             if "shared_memory_region" in output.parameters:  # the worker writes it there
                 if "classification" in output.parameters:
                     raise InvalidArgument(
@@ -156,7 +167,7 @@ def to_infer_request(message: pb.ModelInferRequest) -> InferRequest:
 
 
 def to_infer_response(
-    response: InferResponse, request: InferRequest, batching: bool
+    response: InferResponse, request: InferRequest, batching: bool, labels: dict | None = None
 ) -> pb.ModelInferResponse:
     """ModelInferResponse with every output in raw_output_contents (as Triton answers)."""
     message = pb.ModelInferResponse(
@@ -176,7 +187,7 @@ def to_infer_response(
                 continue
             classes = params.get("classification")
             if classes:
-                output = classify(output, classes, batching)
+                output = classify(output, classes, batching, labels)
         tensor = message.outputs.add()
         tensor.name = output.name
         tensor.datatype = output.datatype

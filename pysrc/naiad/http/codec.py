@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from naiad import shm
+from naiad import _core, shm
 from naiad.datatypes import WIRE_DATATYPES, element_size, numpy_dtype
 from naiad.errors import Internal, InvalidArgument, NaiadError
 from naiad.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
@@ -85,6 +85,25 @@ def decompress(body, encoding: str):
     except zlib.error as exc:
         raise InvalidArgument(f"failed to decompress the request body: {exc}") from None
     raise UnsupportedEncoding("Unsupported compression type")
+
+
+_CONTENT_ENCODING = {
+    _core.RESPONSE_GZIP: (31, b"Content-Encoding: gzip\r\n"),  # zlib's gzip wrapper
+    _core.RESPONSE_DEFLATE: (15, b"Content-Encoding: deflate\r\n"),  # the zlib format
+}
+
+
+def compress_body(parts: list, compression: int) -> tuple[list, bytes]:
+    """A response body compressed as Accept-Encoding asked (_core.response_encoding), at
+    zlib's default level as Triton does (the same bytes): (parts, Content-Encoding
+    header line). An empty body stays as it is, without the header (Triton's too)."""
+    wbits, header = _CONTENT_ENCODING[compression]
+    if not any(len(part) for part in parts):
+        return parts, b""
+    compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, wbits)
+    out = [compressor.compress(part) for part in parts]
+    out.append(compressor.flush())
+    return out, header
 
 
 def parse_header_length(value, content_length: int) -> int:
@@ -422,29 +441,19 @@ def _raw_request(view: memoryview, model_name: str, model_version: str, config) 
 # Responses
 
 
-def classify(output: OutputTensor, count: int, batching: bool) -> OutputTensor:
-    """Triton's classification extension: the top `count` "value:index" strings per batch item."""
-    dtype = _NUMPY.get(output.datatype)
-    if dtype is None:
-        raise InvalidArgument(
-            f"class result not available for output due to unsupported type '{output.datatype}'"
+def classify(
+    output: OutputTensor, count: int, batching: bool, labels: dict | None = None
+) -> OutputTensor:
+    """Triton's classification extension (csrc/classification.h): the top `count`
+    "value:index[:label]" strings per batch item, as a BYTES output."""
+    lines = labels.get(output.name, ()) if labels else ()
+    try:
+        data, shape = _core.classify(
+            output.datatype, output.data, list(output.shape), batching, count, lines
         )
-    values = np.frombuffer(output.data, dtype=dtype)
-    if batching and output.shape:
-        rows = values.reshape(output.shape[0], -1) if values.size else values.reshape(0, 0)
-    else:
-        rows = values.reshape(1, -1)
-    k = min(count, rows.shape[1]) if rows.ndim == 2 else 0
-    pack = _U32.pack
-    parts = []
-    for row in rows:
-        order = np.argsort(-row.astype(np.float64), kind="stable")[:k]
-        for index in order:
-            text = f"{float(row[index]):f}:{int(index)}".encode()
-            parts.append(pack(len(text)))
-            parts.append(text)
-    shape = [rows.shape[0], k] if batching and output.shape else [k]
-    return OutputTensor(output.name, "BYTES", shape, b"".join(parts))
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+    return OutputTensor(output.name, "BYTES", shape, data)
 
 
 def _bytes_to_json(data) -> list:
@@ -462,7 +471,10 @@ def _bytes_to_json(data) -> list:
 
 
 def encode_infer_response(
-    response: InferResponse, request: InferRequest | None = None, batching: bool = True
+    response: InferResponse,
+    request: InferRequest | None = None,
+    batching: bool = True,
+    labels: dict | None = None,
 ) -> tuple[list, int | None]:
     """Encode a response: (body parts, json header length or None when all JSON).
 
@@ -494,7 +506,7 @@ def encode_infer_response(
                 binary = params.get("binary_data", False) is True
                 classes = params.get("classification")
                 if classes:
-                    output = classify(output, classes, batching)
+                    output = classify(output, classes, batching, labels)
             else:
                 binary = False
         if binary:

@@ -3,7 +3,9 @@
 - keep-alive; pipelined requests are answered in order (each request takes a slot in a FIFO;
   replies that finish early wait for the ones before them)
 - Content-Length and chunked request bodies (the parser's callbacks assemble them)
-- a body size limit: 413 and close
+- a body size limit (`--http-max-input-size`): 413 and close
+- the connection limits of connection_limits.py: a client too slow to send a request or
+  read its answers (408, close), idle connections, a maximum number of connections
 - unparseable HTTP: 400 and close
 - `Expect: 100-continue` is answered right away so clients like curl don't stall
 - a plain request that arrives in pieces is collected into one buffer of its size
@@ -22,7 +24,9 @@ from http import HTTPStatus
 import httptools
 
 from naiad import _core
+from naiad.http.connection_limits import ConnectionLimits
 from naiad.http.routes import (
+    FORWARDED,
     Deferred,
     HttpRequest,
     Reply,
@@ -36,18 +40,24 @@ from naiad.http.routes import (
 __all__ = ["HttpProtocol", "DEFAULT_MAX_BODY_SIZE"]
 
 DEFAULT_MAX_BODY_SIZE = 1 << 30  # 1 GiB
-MAX_PIPELINE = 64  # pending replies per connection before we stop reading
+# Requests one connection has in flight (read, not answered yet), the lane's limit too:
+# past it the connection is not read, and what it sent is held unparsed (`_held`).
+MAX_PIPELINE = _core.HTTP_MAX_PIPELINE
 LINGER_SECONDS = 2.0  # how long to drain input after an error reply before closing
 # A request arriving in pieces is collected whole into a buffer of its size when it is
 # at most MAX_COLLECT bytes and either small or a quarter of it has arrived: a client
 # cannot make the server allocate much by announcing a body it does not send.
 MAX_COLLECT = 64 << 20
+# A head still incomplete after this many bytes is refused (431): HTTP_MAX_HEAD plus
+# one read of uvloop's (256 KiB) that may hold earlier requests too.
+_HEAD_GUARD = _core.HTTP_MAX_HEAD + (256 << 10)
 SMALL_COLLECT = 1 << 20
 SMALL_JOIN = 16 << 10  # a reply this small goes out as one joined bytes object
 
 _WANTED_HEADERS = {
     b"content-length": "content-length",
     b"content-encoding": "content-encoding",
+    b"accept-encoding": "accept-encoding",
     b"inference-header-content-length": "inference-header-content-length",
     b"expect": "expect",
 }
@@ -135,6 +145,16 @@ class HttpProtocol(asyncio.Protocol):
         "_eof",
         "_collect",
         "_collected",
+        "_wanted",
+        "_forward",
+        "limits",
+        "last_data",
+        "begun_at",
+        "paused_at",
+        "_head_done",
+        "_head_size",
+        "_head_fed",
+        "_held",
     )
 
     def __init__(
@@ -143,6 +163,7 @@ class HttpProtocol(asyncio.Protocol):
         loop=None,
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         arrivals=None,
+        limits: ConnectionLimits | None = None,
     ):
         self.router = router
         # The batcher's hint (scheduling/arrivals.py): once it has sent a request that
@@ -169,16 +190,46 @@ class HttpProtocol(asyncio.Protocol):
         self._in_message = False  # the parser holds part of a request
         self._eof = False  # the client half-closed; close once every reply is out
         self._take_http = getattr(router, "take_http", None)
+        # The headers the router reads: ours, plus those restricted APIs name, plus any
+        # that match the header forward pattern (None: no pattern, nothing to test).
+        extra = getattr(router, "wanted_headers", None)
+        self._wanted = (
+            {**_WANTED_HEADERS, **{k.encode(): v for k, v in extra.items()}}
+            if extra
+            else _WANTED_HEADERS
+        )
+        self._forward = getattr(router, "forward", None)
         self._collect: bytearray | None = None  # a plain request arriving in pieces
         self._collected = 0
+        # Ticks of the limits' sweep: bytes last received, the request head begun, the
+        # client stopped reading (pause_writing).
+        self.limits = limits or _NO_LIMITS
+        self.last_data = self.begun_at = self.paused_at = self.limits.tick
+        self._head_done = False
+        self._head_size = 0  # bytes of the request line and headers parsed so far
+        self._head_fed = 0  # bytes fed to the parser while it held a partial head
+        self._held: bytes | None = None  # received past MAX_PIPELINE, taken once room
 
     # -- asyncio.Protocol -----------------------------------------------------------------
 
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.parser = httptools.HttpRequestParser(self)
+        if not self.limits.admit(self):
+            self.no_more = True
+            self._write(
+                error_reply(
+                    503,
+                    f"the server has reached its maximum of {self.limits.max_connections} "
+                    "connections (--http-max-connections)",
+                ),
+                False,
+                False,
+                False,
+            )
 
     def connection_lost(self, exc) -> None:
+        self.limits.connections.discard(self)
         if self._counted:
             self._set_waiting(False)
             self._counted = False
@@ -207,17 +258,31 @@ class HttpProtocol(asyncio.Protocol):
         return True
 
     def data_received(self, data: bytes) -> None:
+        self.last_data = self.limits.tick
         if self.no_more:
             return
+        if self._held is not None:  # still no room: keep the order
+            self._held += data
+            return
+        self._process(data)
+
+    def _process(self, data: bytes) -> None:
         if self._collect is not None:
             data = self._collect_more(data)
             if not data or self.no_more:
                 return
         if not self._in_message and self._take_http is not None and type(data) is bytes:
+            room = MAX_PIPELINE - len(self.pending)
+            if room <= 0:
+                self._hold(data)
+                return
             # The infer fast lane takes the plain infer requests at the front without a
             # Python call each; the parser gets what is left.
-            consumed = self._take_http(data, self.max_body_size, self._lane_slot)
+            consumed = self._take_http(data, self.max_body_size, self._lane_slot, room)
             if consumed == len(data):
+                return
+            if len(self.pending) >= MAX_PIPELINE:  # the lane stopped for want of room
+                self._hold(data[consumed:])
                 return
             wanted = _core.http_request_size(data, consumed, self.max_body_size)
             rest = len(data) - consumed
@@ -231,6 +296,17 @@ class HttpProtocol(asyncio.Protocol):
                 data = data[consumed:]
         self._feed(data)
 
+    def _hold(self, data: bytes) -> None:
+        """Keeps bytes that found no room; taken when answers make room (_take_held)."""
+        self._held = data
+        self._pause_reading()
+
+    def _take_held(self) -> None:
+        if self._held is None or self.closed or len(self.pending) >= MAX_PIPELINE:
+            return
+        data, self._held = self._held, None
+        self._process(data)  # also after the client half-closed: it sent them before
+
     def _collect_more(self, data: bytes):
         """Adds received bytes to the request being collected; once it is whole, hands
         it to the lane or else the parser. Returns the bytes after it, if any."""
@@ -243,7 +319,8 @@ class HttpProtocol(asyncio.Protocol):
             return None
         self._collect = None
         rest = data[taken:] if taken < len(data) else None
-        consumed = self._take_http(collect, self.max_body_size, self._lane_slot)
+        room = max(MAX_PIPELINE - len(self.pending), 1)  # a single request
+        consumed = self._take_http(collect, self.max_body_size, self._lane_slot, room)
         if consumed != len(collect):
             self._feed(collect)
         return rest
@@ -255,9 +332,17 @@ class HttpProtocol(asyncio.Protocol):
             self._fail(400, "Unsupported upgrade request.")
         except httptools.HttpParserError:
             self._fail(400, "Invalid HTTP request received.")
+        if self._in_message and not self._head_done and not self.no_more:
+            # The parser buffers a header until its line ends: bound what a head that
+            # never ends holds (one read of slack, as the bytes before it in the chunk
+            # may belong to the previous request).
+            self._head_fed += len(data)
+            if self._head_fed > _HEAD_GUARD:
+                self._fail(431, self._head_too_large())
 
     def pause_writing(self) -> None:
         self.writing_paused = True
+        self.paused_at = self.limits.tick
         self._pause_reading()
 
     def resume_writing(self) -> None:
@@ -274,16 +359,26 @@ class HttpProtocol(asyncio.Protocol):
         self._body = []
         self._body_size = 0
         self.discard = self.no_more
+        self.begun_at = self.limits.tick
+        self._head_done = False
+        self._head_size = self._head_fed = 0
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        key = _WANTED_HEADERS.get(name.lower())
+        self._count_head(len(name) + len(value) + 4)  # ": " and CRLF
+        key = self._wanted.get(name.lower())
         if key is not None:
             self._headers[key] = value.decode("latin-1")
+        if self._forward is not None:
+            text = name.decode("latin-1")
+            if self._forward.search(text):
+                self._headers.setdefault(FORWARDED, []).append((text, value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        self._head_done = True
         length = self._headers.get("content-length")
         if length is not None:
             try:
@@ -291,7 +386,7 @@ class HttpProtocol(asyncio.Protocol):
             except ValueError:
                 too_large = False
             if too_large:
-                self._fail(413, "Request Entity Too Large")
+                self._fail(413, self._too_large(length))
                 return
         expect = self._headers.get("expect")
         if expect is not None and expect.lower() == "100-continue" and self.transport:
@@ -303,7 +398,7 @@ class HttpProtocol(asyncio.Protocol):
         self._body_size += len(body)
         if self._body_size > self.max_body_size:
             self._body = []
-            self._fail(413, "Request Entity Too Large")
+            self._fail(413, self._too_large(f"more than {self.max_body_size}"))
             return
         self._body.append(body)
 
@@ -419,7 +514,13 @@ class HttpProtocol(asyncio.Protocol):
             if not pending:
                 self._set_waiting(False)
             self._write(slot.reply, slot.keep_alive, slot.head_only, slot.http10)
-        if self._eof and not pending and self.transport is not None and not self.closed:
+        if (
+            self._eof
+            and not pending
+            and self._held is None
+            and self.transport is not None
+            and not self.closed
+        ):
             self.closed = True
             self.transport.close()
             return
@@ -476,6 +577,36 @@ class HttpProtocol(asyncio.Protocol):
             self._waiting = waiting
             self.arrivals.waiting += 1 if waiting else -1
 
+    def _count_head(self, size: int) -> None:
+        self._head_size += size
+        if self._head_size > _core.HTTP_MAX_HEAD and not self.no_more:
+            self._fail(431, self._head_too_large())
+
+    @staticmethod
+    def _head_too_large() -> str:
+        return f"the request head exceeds {_core.HTTP_MAX_HEAD} bytes"
+
+    def _too_large(self, size) -> str:
+        return (
+            f"request body of {size} bytes exceeds the maximum allowed input size of "
+            f"{self.max_body_size} bytes; use --http-max-input-size to increase the limit"
+        )
+
+    # -- the connection limits' sweep -----------------------------------------------------
+
+    def holds_partial_request(self) -> bool:
+        return self._in_message or self._collect is not None
+
+    def in_head(self) -> bool:
+        return self._in_message and not self._head_done
+
+    def time_out(self, timeout: int) -> None:
+        self._collect = None
+        self._fail(
+            408,
+            f"the request did not arrive within {timeout}s (--http-client-timeout-secs)",
+        )
+
     def _fail(self, status: int, message: str) -> None:
         """Answer `status` after any replies still owed, then close."""
         self.no_more = True
@@ -492,6 +623,19 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.pause_reading()
 
     def _resume_reading(self) -> None:
+        if self._held is not None:
+            # Answers made room: the held bytes first, from the loop (not inside the
+            # reply being written), then reading again unless they fill it anew.
+            self.loop.call_soon(self._take_held_and_read)
+            return
         if self.reading_paused and self.transport is not None:
             self.reading_paused = False
             self.transport.resume_reading()
+
+    def _take_held_and_read(self) -> None:
+        self._take_held()
+        if self._held is None and len(self.pending) < MAX_PIPELINE and not self.writing_paused:
+            self._resume_reading()
+
+
+_NO_LIMITS = ConnectionLimits(client_timeout=0)  # never started: no sweep

@@ -16,12 +16,20 @@ from typing import Union
 
 import orjson
 
+from naiad import _core
 from naiad.errors import NaiadError, NotFound, Unavailable
 from naiad.http.codec import (
+    compress_body,
     decompress,
     encode_infer_response,
     parse_header_length,
     parse_infer_request,
+)
+from naiad.restrictions import (
+    MODEL_ACTION_CATEGORIES,
+    SECTION_CATEGORIES,
+    Restrictions,
+    add_forwarded,
 )
 from naiad.scheduling.model import DECOUPLED_HTTP_INFER
 
@@ -149,21 +157,38 @@ _MODEL_NOT_READY = error_reply(400, "Model version not ready", TEXT)
 _MODEL_ACTIONS = frozenset(("infer", "ready", "config", "stats"))
 
 
+FORWARDED = ":forwarded"  # HttpRequest.headers key of the headers to forward (no name has ':')
+
+
 class Router:
-    def __init__(self, manager):
+    def __init__(self, manager, restrictions: Restrictions | None = None, forward=None):
         self.manager = manager
         self._extra: dict[str, Handler] = {}
         # /v2/models/{m}[/versions/{v}]/{action} served by other modules (generate).
         self._model_actions: dict[str, Callable] = {}
         # Looked up once: it runs for every read of every connection.
         self._take_http_requests = getattr(manager, "take_http_requests", None)
+        # --http-restricted-api and --http-header-forward-pattern (naiad/restrictions.py).
+        self.restrictions = restrictions or Restrictions()
+        self.forward = forward  # a compiled pattern, or None
+        # The header names the protocol keeps for us, lower-cased.
+        self.wanted_headers = {
+            header.lower(): header.lower() for header, _ in self.restrictions.rules.values()
+        }
+        inference = self.restrictions.rule("inference")
+        self._infer_rule = (inference[0].lower(), inference[1]) if inference else None
+        if inference is not None or forward is not None:
+            # The lane reads no header it does not know: requests go through the parser,
+            # whose headers say whether one may still take the lane (infer_fast).
+            self.take_http = None
 
-    def take_http(self, data: bytes, max_body: int, new_on_done) -> int:
+    def take_http(self, data: bytes, max_body: int, new_on_done, max_requests: int) -> int:
         """Hands received bytes to the infer fast lane first: it takes the plain infer
-        requests at the front (ModelManager.take_http_requests). Returns the bytes taken."""
+        requests at the front, at most `max_requests` (ModelManager.take_http_requests).
+        Returns the bytes taken."""
         if self._take_http_requests is None:
             return 0
-        return self._take_http_requests(data, max_body, new_on_done)
+        return self._take_http_requests(data, max_body, new_on_done, max_requests)
 
     def infer_fast(self, url: bytes, headers: dict, body, new_on_done) -> bool:
         """Sends a request the parser put together through the infer fast lane when the
@@ -171,6 +196,14 @@ class Router:
         submit_fast = getattr(self.manager, "submit_fast", None)
         if submit_fast is None or type(body) is not bytes or "content-encoding" in headers:
             return False
+        if FORWARDED in headers:
+            return False  # parameters for the model: the general path adds them
+        rule = self._infer_rule
+        if rule is not None and headers.get(rule[0]) != rule[1]:
+            return False  # the general path answers 403
+        accept = headers.get("accept-encoding")
+        if accept and _core.response_encoding(accept) != _core.RESPONSE_IDENTITY:
+            return False  # the general path compresses the answer
         header_length = headers.get("inference-header-content-length")
         if header_length is None:  # a JSON body: the lane reads JSON tensor data too
             return submit_fast(url, body, len(body), new_on_done)
@@ -189,9 +222,33 @@ class Router:
 
     def dispatch(self, request: HttpRequest) -> ReplyOrAwaitable:
         try:
+            if self.restrictions:
+                denied = self._denied(request)
+                if denied is not None:
+                    return denied
             return self._dispatch(request)
         except NaiadError as exc:
             return error_reply(exc.http_status, exc.message)
+
+    def _denied(self, request: HttpRequest) -> Reply | None:
+        """Triton's 403 when the path's category is restricted and the request lacks the
+        header or its value; None lets it through. Paths that are not found have none."""
+        parts = request.path.split("/")
+        n = len(parts)
+        if n < 2 or parts[0] or parts[1] != "v2":
+            return None
+        if n == 2:
+            category = "metadata"
+        elif parts[2] == "models":
+            category = _model_path_category(parts)
+        elif _exact_path(parts):
+            category = SECTION_CATEGORIES.get(parts[2])
+        else:
+            category = None  # Triton's 404: not one of its paths
+        rule = self.restrictions.rule(category) if category else None
+        if rule is None or request.headers.get(rule[0].lower()) == rule[1]:
+            return None
+        return error_reply(403, Restrictions.http_denial(rule[0]), TEXT)
 
     def _dispatch(self, request: HttpRequest) -> ReplyOrAwaitable:
         parts = request.path.split("/")
@@ -288,8 +345,43 @@ class Router:
         infer_request = parse_infer_request(
             body, name, version, header_length, getattr(model, "config", None)
         )
+        forwarded = headers.get(FORWARDED)
+        if forwarded:  # --http-header-forward-pattern: string parameters, named as sent
+            add_forwarded(infer_request, forwarded)
         # No task per request, only a callback on the request's future.
-        return Deferred(model.submit(infer_request), _InferReplyEncoder(model, infer_request))
+        encoding = headers.get("accept-encoding")
+        compression = _core.response_encoding(encoding) if encoding else _core.RESPONSE_IDENTITY
+        return Deferred(
+            model.submit(infer_request), _InferReplyEncoder(model, infer_request, compression)
+        )
+
+
+def _exact_path(parts: list) -> bool:
+    # The sections Triton matches whole: /v2/health/(live|ready), /v2/trace/setting,
+    # /v2/logging; the others by prefix.
+    section, n = parts[2], len(parts)
+    if section == "health":
+        return n == 4 and parts[3] in ("live", "ready")
+    if section == "trace":
+        return n == 4 and parts[3] == "setting"
+    if section == "logging":
+        return n == 3
+    return True
+
+
+def _model_path_category(parts: list) -> str | None:
+    # /v2/models/stats | /v2/models/{m}[/versions/{v}][/{action}[/setting]]
+    n = len(parts)
+    if n == 4 and parts[3] == "stats":
+        return "statistics"
+    i = 6 if n > 5 and parts[4] == "versions" else 4
+    if n == i:
+        return "metadata"
+    if n == i + 2 and parts[i] == "trace" and parts[i + 1] == "setting" and i == 4:
+        return "trace"
+    if n == i + 1 and parts[i] != "trace":
+        return MODEL_ACTION_CATEGORIES.get(parts[i])
+    return None
 
 
 class Deferred:
@@ -303,29 +395,41 @@ class Deferred:
 
 
 class _InferReplyEncoder:
-    __slots__ = ("model", "request")
+    __slots__ = ("model", "request", "compression")
 
-    def __init__(self, model, request):
+    def __init__(self, model, request, compression: int = _core.RESPONSE_IDENTITY):
         self.model = model
         self.request = request
+        self.compression = compression  # what Accept-Encoding asked for
 
     def __call__(self, future) -> Reply:
         exc = future.exception()
         if exc is not None:
             return exception_reply(exc)
-        return _infer_reply(self.model, self.request, future.result())
+        return _infer_reply(self.model, self.request, future.result(), self.compression)
 
 
-def _infer_reply(model, infer_request, response) -> Reply:
+def _infer_reply(
+    model, infer_request, response, compression: int = _core.RESPONSE_IDENTITY
+) -> Reply:
     try:
         config = getattr(model, "config", None)
         batching = config is None or config.max_batch_size > 0
-        parts, header_length = encode_infer_response(response, infer_request, batching)
+        parts, header_length = encode_infer_response(
+            response, infer_request, batching, getattr(model, "labels", None)
+        )
     except NaiadError as exc:
-        return error_reply(exc.http_status, exc.message)
-    if header_length is None:
-        return Reply(200, JSON, parts)
-    return Reply(200, OCTET + b"Inference-Header-Content-Length: %d\r\n" % header_length, parts)
+        # Triton fails a response it cannot write (classification of a BOOL output,
+        # FP16 as JSON) as text/plain.
+        return error_reply(exc.http_status, exc.message, TEXT)
+    headers = JSON if header_length is None else OCTET
+    if header_length is not None:
+        # The length of the JSON before compression, as Triton says it.
+        headers += b"Inference-Header-Content-Length: %d\r\n" % header_length
+    if compression != _core.RESPONSE_IDENTITY:
+        parts, coding = compress_body(parts, compression)
+        headers += coding
+    return Reply(200, headers, parts)
 
 
 def exception_reply(exc: BaseException) -> Reply:

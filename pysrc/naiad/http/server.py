@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from naiad.http.connection_limits import ConnectionLimits
 from naiad.http.protocol import DEFAULT_MAX_BODY_SIZE, HttpProtocol
 from naiad.http.routes import Router
 
@@ -19,6 +20,7 @@ async def start_http_server(
     router: Router | None = None,
     reuse_port: bool = False,
     backlog: int = 1024,
+    limits: ConnectionLimits | None = None,
 ) -> asyncio.Server:
     """Serve KServe v2 + Triton's HTTP extensions for `manager` on host:port.
 
@@ -27,9 +29,11 @@ async def start_http_server(
     router = router or Router(manager)
 
     arrivals = getattr(manager, "arrivals", None)
+    limits = limits or ConnectionLimits()
+    limits.start(loop)
 
     def factory() -> HttpProtocol:
-        return HttpProtocol(router, loop, max_body_size, arrivals)
+        return HttpProtocol(router, loop, max_body_size, arrivals, limits)
 
     return await loop.create_server(
         factory, host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=backlog

@@ -15,9 +15,11 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
 
+from naiad.cache_config import model_cache_refusal
 from naiad.errors import InvalidArgument
 from naiad.protos import model_config_pb2
 from naiad.repository.instance_groups import instance_group_error, normalize_instance_groups
+from naiad.repository.worker_limits import worker_limits_error
 
 ModelConfig = model_config_pb2.ModelConfig
 ModelInstanceGroup = model_config_pb2.ModelInstanceGroup
@@ -160,6 +162,12 @@ def validate_model_config(config: ModelConfig) -> None:
         raise ConfigError(group_error)
     if config.HasField("dynamic_batching"):
         _validate_dynamic_batching(config)
+    cache_refusal = model_cache_refusal(config)  # response_cache where Triton refuses it
+    if cache_refusal is not None:
+        raise ConfigError(cache_refusal)
+    limits_error = worker_limits_error(config)  # Naiad's own parameters
+    if limits_error:
+        raise ConfigError(limits_error)
     if config.platform == "ensemble":
         from naiad.repository.ensemble import check_structure
 

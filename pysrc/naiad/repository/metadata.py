@@ -10,9 +10,32 @@ from naiad.datatypes import wire_of_config
 from naiad.protos import model_config_pb2
 
 # Triton protocol extensions Naiad implements; front ends append as they add more.
+# tests/test_extensions.py checks that each one listed has its routes answering.
 SUPPORTED_EXTENSIONS = ["binary_tensor_data", "model_configuration", "parameters", "statistics"]
 SUPPORTED_EXTENSIONS.append("sequence")  # the sequence batcher (scheduling/sequence.py)
+SUPPORTED_EXTENSIONS.append("classification")  # csrc/classification.h
+# /v2/repository/... (http/repository_routes.py). Not "model_repository(unload_dependents)":
+# the parameter changes nothing yet (repository/control.py).
+SUPPORTED_EXTENSIONS.append("model_repository")
+SUPPORTED_EXTENSIONS.append("schedule_policy")  # priority levels, queue policy (core)
 SUPPORTED_EXTENSIONS.append("logging")  # /v2/logging, gRPC LogSettings (naiad/triton_log.py)
+
+# The order Triton 2.51 lists them in, which server_metadata keeps.
+_TRITON_ORDER = (
+    "classification",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+)
 
 
 def model_metadata(config: model_config_pb2.ModelConfig, versions: list[int]) -> dict:
@@ -45,5 +68,9 @@ def server_metadata() -> dict:
     return {
         "name": "naiad",
         "version": naiad.__version__,
-        "extensions": list(SUPPORTED_EXTENSIONS),
+        "extensions": sorted(SUPPORTED_EXTENSIONS, key=_extension_rank),
     }
+
+
+def _extension_rank(name: str) -> int:
+    return _TRITON_ORDER.index(name) if name in _TRITON_ORDER else len(_TRITON_ORDER)

@@ -5,6 +5,8 @@ the write end of a control pipe, on which it says `ready` (or why it failed) onc
 model is loaded, and the read end of a settings pipe, on which the frontend writes the
 server's log settings when it starts and after each change (`send_log_settings`,
 naiad/triton_log.py). A pidfd tells the event loop the moment the process dies.
+A worker that runs one batch longer than its model's execution timeout
+(repository/worker_limits.py) is killed, its requests fail saying so, and it restarts.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import subprocess
 import sys
 import weakref
 
-from naiad import triton_log
+from naiad import _core, triton_log
+from naiad.repository.worker_limits import EXECUTION_TIMEOUT_KEY, worker_limits
 
 log = logging.getLogger("naiad")
 
@@ -66,6 +69,11 @@ class Instance:
         self._hung = False
         self._watchdog: asyncio.TimerHandle | None = None
         self._exited: asyncio.Future | None = None
+        self.limits = worker_limits(model.config)
+        self._timed_out = False  # killed by the execution timeout: its requests say so
+        # The watchdog also enforces the execution timeout, at a quarter of it.
+        timeout = self.limits.execution_timeout_s
+        self._watch_every = min(1.0, timeout / 4) if timeout else 1.0
 
     async def start(self, timeout: float = 300.0) -> None:
         """Starts the worker and waits until its model is loaded; raises WorkerStartError."""
@@ -93,7 +101,11 @@ class Instance:
             f"--notify-fd={core.notify_fd}",
             f"--control-fd={write_fd}",
             f"--settings-fd={settings_read}",
+            # Not read by the worker: `ps` and /proc tell which model a worker serves.
+            f"--instance={self.model.name}/{self.name}",
         ]
+        if self.limits.memory_limit_bytes:
+            command.append(f"--memory-limit={self.limits.memory_limit_bytes}")
         # From here until instance_down the core keeps the channel the worker maps.
         core.instance_starting(self.instance_id)
         try:
@@ -139,7 +151,7 @@ class Instance:
         core.instance_up(self.instance_id)
         self._started_at = self._last_beat = loop.time()
         loop.add_reader(read_fd, self._on_beat)
-        self._watchdog = loop.call_later(1.0, self._watch)
+        self._watchdog = loop.call_later(self._watch_every, self._watch)
 
     async def _read_control(self) -> dict:
         """The next JSON line from the worker, or {} when it closed the pipe (it died)."""
@@ -191,6 +203,8 @@ class Instance:
         """Marks the model not ready while this worker is silent, ready again when it
         beats (a frozen worker is not killed: it may be in a long call that holds the GIL)."""
         loop = asyncio.get_running_loop()
+        if self._execution_timed_out():
+            return  # killed: _on_exit fails its batch and restarts it
         silent = loop.time() - self._last_beat
         if silent > _HANG_SECONDS and self.name not in self.model.instances_down:
             log.error(
@@ -205,7 +219,32 @@ class Instance:
             log.info("instance '%s' of model '%s' answers again", self.name, self.model.name)
             self.model.instances_down.discard(self.name)
             self._hung = False
-        self._watchdog = loop.call_later(1.0, self._watch)
+        self._watchdog = loop.call_later(self._watch_every, self._watch)
+
+    def _execution_timed_out(self) -> bool:
+        """Kills the worker when its oldest running batch has run past the model's
+        execution timeout; True when it did."""
+        timeout = self.limits.execution_timeout_s
+        if not timeout or self._timed_out:
+            return self._timed_out
+        since = self.core.running_since(self.instance_id)
+        if not since:
+            return False
+        running = (_core.now_ns() - since) / 1e9
+        if running <= timeout:
+            return False
+        log.error(
+            "instance '%s' of model '%s' has run a batch for %.1fs, past its execution "
+            "timeout of %gs (%s): killing it",
+            self.name,
+            self.model.name,
+            running,
+            timeout,
+            EXECUTION_TIMEOUT_KEY,
+        )
+        self._timed_out = True
+        self._kill()
+        return True
 
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()
@@ -225,7 +264,16 @@ class Instance:
             self._control_fd = -1
         self._close_settings()
         failed = self.core.instance_down(self.instance_id)
-        self.model.manager.on_completions(failed)
+        reason = None
+        if self._timed_out:
+            self._timed_out = False
+            reason = (
+                f"Failed to process the request(s) for model '{self.model.name}': the model "
+                f"instance ran longer than its execution timeout of "
+                f"{self.limits.execution_timeout_s:g}s ({EXECUTION_TIMEOUT_KEY}) and was "
+                "killed; it is being restarted"
+            )
+        self.model.manager.on_completions(failed, reason)
         if not self._exited.done():
             self._exited.set_result(returncode)
         manager = self.model.manager

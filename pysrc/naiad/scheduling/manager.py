@@ -37,6 +37,7 @@ from naiad.scheduling.arrivals import ArrivalTracker
 from naiad.scheduling.directory import ModelDirectory
 from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
+from naiad.scheduling.sequence import SEQUENCE_TIMEOUT
 from naiad.scheduling.sequence import refusal as sequence_refusal
 from naiad.scheduling.streaming import StreamPending
 from naiad.shm import SharedMemory
@@ -53,17 +54,18 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 class _Pending:
     """A request of the general path: its future resolves to an InferResponse."""
 
-    __slots__ = ("request_id", "model", "future", "request", "batch_size", "submit_ns")
+    __slots__ = ("request_id", "model", "future", "request", "batch_size", "submit_ns", "cache")
     lane = False
     stream = False
 
-    def __init__(self, request_id, model, future, request, batch_size, submit_ns):
+    def __init__(self, request_id, model, future, request, batch_size, submit_ns, cache=None):
         self.request_id = request_id
         self.model = model
         self.future = future
         self.request = request
         self.batch_size = batch_size
         self.submit_ns = submit_ns
+        self.cache = cache  # a response cache miss: (key, lookup_ns) for cache_insert
 
     def fail(self, exc: Exception) -> None:
         if not self.future.done():
@@ -109,6 +111,8 @@ class ModelManager:
         strict_readiness: bool = True,
         drain_timeout: float = 30.0,
         fast_lane: bool = True,
+        cache_size: int | None = None,
+        rate_limit: tuple[bool, list] = (False, []),
     ):
         repositories = [repository] if isinstance(repository, (str, Path)) else list(repository)
         self.repository = Path(repositories[0])
@@ -116,7 +120,11 @@ class ModelManager:
         self.strict_readiness = strict_readiness
         self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.core = _core.Core(arena_bytes)
+        # (execution_count, [rate_limit.RateLimitResource]): --rate-limit and its resources.
+        self.core.configure_rate_limiter(*rate_limit)
         self.lane = _core.FastLane(self.core)
+        if cache_size is not None:  # --cache-config local,size=N: one cache, every path
+            self.lane.enable_cache(cache_size)
         self.grpc_lane = _core.GrpcLane(self.lane)  # the same codec, for gRPC ModelInfer
         # Client shared-memory regions (Triton's shm extensions); the core reads
         # inputs through it. Before any worker starts: they inherit its table offset.
@@ -126,6 +134,7 @@ class ModelManager:
         self.lane_requests = 0
         self.general_requests = 0
         self.lane_refused = 0  # invalid requests the lane answered with the validator's error
+        self.lane_cached = 0  # requests the lanes answered from the response cache
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self._pending: dict[int, _Pending] = {}
@@ -341,6 +350,7 @@ class ModelManager:
             "lane_requests": self.lane_requests,
             "general_requests": self.general_requests,
             "lane_refused": self.lane_refused,
+            "lane_cached": self.lane_cached,
             "lane_in_flight": self.lane.in_flight(),
         }
 
@@ -374,6 +384,23 @@ class ModelManager:
         queued."""
         request_id = self.core.new_request_id()
         submit_ns = _core.now_ns()
+        regions = shm_block_regions(request)
+        cache = None
+        if model.response_cache and sequence is None and on_response is None and not regions:
+            # Outputs in client regions and CUDA inputs bypass it, and requests whose
+            # responses go to a consumer (decoupled models', the generate extension's).
+            looked = self.lane.cache_lookup(
+                model.lane_id, request.id, request.inputs, request.outputs, submit_ns
+            )
+            if type(looked) is str:
+                raise InvalidArgument(looked)
+            if looked is not None:
+                if looked[0]:  # a hit: answered now, counted in C++
+                    future = self._loop.create_future()
+                    outcome = orjson.loads(looked[1])
+                    future.set_result(_infer_response(model, request.id, outcome, looked[2]))
+                    return future
+                cache = looked[1:]
         parameters = orjson.dumps(request.parameters) if request.parameters else b"{}"
         result = spec.submit(
             self.core,
@@ -386,7 +413,7 @@ class ModelManager:
             priority,
             timeout_us,
             sequence,
-            regions=shm_block_regions(request),
+            regions=regions,
         )
         if type(result) is str:
             raise InvalidArgument(result)
@@ -419,7 +446,7 @@ class ModelManager:
             return request_id
         future = self._loop.create_future()
         self._pending[request_id] = _Pending(
-            request_id, model, future, request, batch_size, submit_ns
+            request_id, model, future, request, batch_size, submit_ns, cache
         )
         future.add_done_callback(partial(self._future_done, request_id))
         return future
@@ -458,11 +485,15 @@ class ModelManager:
         response is a ModelStreamInferResponse, and each response before the last comes
         as `on_done(response, None, False)`."""
         submit_ns = _core.now_ns()
-        taken = self.grpc_lane.submit(message, submit_ns)
+        taken = self.grpc_lane.submit(message, submit_ns, stream)
         if taken is None:
             return None
         lane_model, request_id, batch_size, error = taken
         if error is not None:
+            if type(error) is bytes:  # a response cache hit: its response
+                self.lane_cached += 1
+                on_done(error, None)
+                return 0
             self.lane_refused += 1
             on_done(None, InvalidArgument(error))
             return 0
@@ -479,16 +510,16 @@ class ModelManager:
         self._schedule_flush()
         return request_id
 
-    def take_http_requests(self, data: bytes, max_body: int, new_on_done) -> int:
+    def take_http_requests(self, data: bytes, max_body: int, new_on_done, max_requests) -> int:
         """Queues the plain infer requests at the start of received HTTP bytes through
-        the fast lane; returns how many bytes they took (the rest is for the HTTP
-        parser). `new_on_done(request_id)` is called once per request taken, in order
+        the fast lane, at most `max_requests`; returns how many bytes they took (the rest
+        is for the HTTP parser). `new_on_done(request_id)` is called once per request taken, in order
         (with the core's id of a queued request, for `cancel`; 0 for one refused at
         once), for the
         callback its answer goes to: `on_done(http_bytes, None)` gets the complete
         response, `on_done(None, exc)` the error of a request that never ran."""
         submit_ns = _core.now_ns()
-        consumed, taken = self.lane.take_http(data, max_body, submit_ns)
+        consumed, taken = self.lane.take_http(data, max_body, submit_ns, max_requests)
         if taken:
             self._track_lane(taken, submit_ns, new_on_done)
         return consumed
@@ -501,9 +532,12 @@ class ModelManager:
         pendings = self._pending
         queued = 0
         for lane_model, request_id, batch_size, reply in taken:
-            if reply is not None:
+            if reply is not None:  # refused (batch size 0) or a response cache hit
                 new_on_done(0)(reply, None)
-                self.lane_refused += 1
+                if batch_size:
+                    self.lane_cached += 1
+                else:
+                    self.lane_refused += 1
                 continue
             pendings[request_id] = _LanePending(
                 self,
@@ -539,16 +573,17 @@ class ModelManager:
     def _drain(self) -> None:
         self.on_completions(self.core.poll(self.arrivals.possible()))
 
-    def on_completions(self, completions: list) -> None:
+    def on_completions(self, completions: list, reason: str | None = None) -> None:
         """Answers the requests of completed batches and frees their result blocks.
 
         A request stays in `_pending` until the moment it is answered. So whatever goes
         wrong while one completion is answered (an unreadable result block, a bug), the
         requests it left unanswered get an internal error and the other completions are
-        answered as usual: no client waits forever."""
+        answered as usual: no client waits forever. `reason`: what failed requests
+        are told instead of the status's own words."""
         for completion in completions:
             try:
-                self._complete(*completion)
+                self._complete(*completion, reason=reason)
             except Exception:
                 log.exception(
                     "answering the requests of a completed batch failed; those not answered "
@@ -556,7 +591,9 @@ class ModelManager:
                 )
                 self._fail_unanswered(completion[-1])
 
-    def _complete(self, _batch, status, _instance, offset, size, dispatch_ns, request_ids):
+    def _complete(
+        self, _batch, status, _instance, offset, size, dispatch_ns, request_ids, reason=None
+    ):
         if status == _core.COMPLETION_ROUTED:
             self._record_routed(_instance, request_ids)
             return
@@ -570,7 +607,7 @@ class ModelManager:
                 return
             end_ns = _core.now_ns()
             if status != _core.COMPLETION_OK:
-                self._fail_batch(live, status, end_ns)
+                self._fail_batch(live, status, end_ns, reason)
                 return
             timings = None
             lane = [p for p in live if p.lane]
@@ -728,6 +765,11 @@ class ModelManager:
                 continue
             if pending is not None and not pending.lane:
                 error = code if flags & _core.RESPONSE_ERROR else None
+                if pending.cache is not None and pending.model.lane_id is not None:
+                    key, lookup_ns = pending.cache  # a miss: its result goes in the cache
+                    self.lane.cache_insert(
+                        pending.model.lane_id, key, lookup_ns, offset, size, index
+                    )
                 outcome = orjson.loads(json)
                 self._resolve(pending, outcome, error, arena, slots, timings, dispatch_ns, end_ns)
         return timings
@@ -744,17 +786,8 @@ class ModelManager:
             future.set_exception(error_of_triton_code(code, outcome.get("error", "")))
             return
         # Copied out so the response block can be freed at once.
-        outputs = [
-            OutputTensor(name, datatype, shape, bytes(arena[start : start + nbytes]))
-            for (name, datatype, shape), (start, nbytes) in zip(outcome["outputs"], slots)
-        ]
-        response = InferResponse(
-            model.name,
-            str(model.version),
-            pending.request.id,
-            outputs,
-            outcome.get("parameters") or {},
-        )
+        tensors = [bytes(arena[start : start + nbytes]) for start, nbytes in slots]
+        response = _infer_response(model, pending.request.id, outcome, tensors)
         model.stats.record_success(
             pending.batch_size, end_ns - pending.submit_ns, dispatch_ns - pending.submit_ns, timings
         )
@@ -796,7 +829,7 @@ class ModelManager:
                 model.stats.record_failure(end_ns - pending.submit_ns)
         pending.deliver(flags, error, json, slots, self.core.arena, final)
 
-    def _fail_batch(self, pendings: list, status: int, end_ns: int) -> None:
+    def _fail_batch(self, pendings: list, status: int, end_ns: int, reason=None) -> None:
         pop = self._pending.pop
         for pending in pendings:
             pop(pending.request_id, None)
@@ -809,6 +842,10 @@ class ModelManager:
                 model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")
                 pending.fail(Unavailable("Request timeout expired"))
                 continue
+            if status == _core.COMPLETION_SEQUENCE_TIMED_OUT:  # waited in the backlog
+                model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")
+                pending.fail(Unavailable(SEQUENCE_TIMEOUT))
+                continue
             if status == _core.COMPLETION_MODEL_GONE:
                 model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
                 # At shutdown every model goes: say why, as for the requests that outlive it.
@@ -816,7 +853,17 @@ class ModelManager:
                 pending.fail(Unavailable(reason))
                 continue
             model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
-            if status == _core.COMPLETION_INSTANCE_DIED:
+            if reason is not None:
+                message = reason
+            elif status == _core.COMPLETION_ARENA_FULL:
+                pending.fail(
+                    Unavailable(
+                        f"Failed to process the request(s) for model '{model.name}': the "
+                        "shared-memory arena has no room for the batch's outputs (--arena-size)"
+                    )
+                )
+                continue
+            elif status == _core.COMPLETION_INSTANCE_DIED:
                 message = (
                     f"Failed to process the request(s) for model '{model.name}': the model "
                     "instance's worker process exited while running it; it is being restarted"
@@ -827,6 +874,18 @@ class ModelManager:
                     "could not run the batch (see the server log)"
                 )
             pending.fail(Internal(message))
+
+
+def _infer_response(model, request_id: str, outcome: dict, tensors: list) -> InferResponse:
+    """The general path's response from a worker's outcome JSON ({"outputs": [[name,
+    datatype, shape]], "parameters"}) and the output bytes, or a cache entry's."""
+    outputs = [
+        OutputTensor(name, datatype, shape, data)
+        for (name, datatype, shape), data in zip(outcome["outputs"], tensors)
+    ]
+    return InferResponse(
+        model.name, str(model.version), request_id, outputs, outcome.get("parameters") or {}
+    )
 
 
 def _not_ready_message(model: LoadedModel) -> str:

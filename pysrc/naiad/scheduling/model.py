@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from functools import partial
 
 from naiad.errors import InvalidArgument, Unavailable, Unsupported
 from naiad.repository.config import config_to_json
+from naiad.repository.labels import output_labels
 from naiad.repository.metadata import model_metadata
 from naiad.scheduling.instance import Instance
 from naiad.scheduling.sequence import sequence_of
@@ -53,15 +55,25 @@ class LoadedModel:
         self.sequence_batching = config.HasField("sequence_batching")
         self._config_json = config_to_json(config)
         self._metadata = model_metadata(config, entry.versions)
+        # Classification names classes after these (label_filename of an output).
+        self.labels = output_labels(config, entry.path)
         # What registers the model with the core, the fast lane and the manager's lane
         # table; release() undoes each, also when one of them fails here.
         self.core_model: int | None = None  # the core's handle
         self.lane_id: int | None = None
         self.instances: list[Instance] = []
+        self.response_cache = False
         try:
             self.core_model = self.core.add_model(self._core_config())
             # The lane validates with the same spec and validator as the general path.
-            self.lane_id = manager.lane.add_model(self.core_model, self._validate.spec)
+            self.lane_id = manager.lane.add_model(
+                self.core_model, self._validate.spec, config.response_cache.enable
+            )
+            # response_cache { enable: true } with the server's cache (--cache-config):
+            # both paths look up and fill the one C++ cache under this lane id.
+            self.response_cache = bool(config.response_cache.enable) and manager.lane.cache_enabled
+            if self.response_cache:
+                self.stats.cache_counters = partial(manager.lane.cache_counters, self.lane_id)
             manager.register_lane_model(self, self.lane_id)
             manager.lane.set_accepting(self.lane_id, False)  # until READY
             self._create_instances()
@@ -83,9 +95,15 @@ class LoadedModel:
         for group in self._instance_groups():
             kind = _KIND_NAMES.get(group.kind, "CPU")
             devices = list(group.gpus) if group.kind == 1 and group.gpus else [0]
+            limits = group.rate_limiter if group.HasField("rate_limiter") else None
             for device in devices:
                 for index in range(max(group.count, 1)):
-                    instance_id, channel_offset, wake_fd = self.core.add_instance(self.core_model)
+                    try:
+                        instance_id, channel_offset, wake_fd = self.core.add_instance(
+                            self.core_model, device, limits
+                        )
+                    except ValueError as exc:  # the rate limiter's refusal, Triton's words
+                        raise InvalidArgument(f"Invalid argument: {exc}") from None
                     args = {
                         "model_config": config_json,
                         "model_instance_kind": kind,
@@ -134,6 +152,7 @@ class LoadedModel:
         if self.lane_id is not None:
             self.manager.lane.remove_model(self.lane_id)
             self.manager.grpc_lane.remove_model(self.lane_id)
+            self.manager.lane.drop_cached(self.lane_id)  # a reload may answer differently
             self.manager.unregister_lane_model(self.lane_id)
             self.lane_id = None
         if self.core_model is not None:

@@ -10,6 +10,9 @@ from naiad.errors import Internal, InvalidArgument, NaiadError
 
 _UINT64_MAX = (1 << 64) - 1
 START, END = 1, 2  # csrc/submit_request.h kSequenceFlagStart / kSequenceFlagEnd
+# Triton's message (UNAVAILABLE) for the requests of a sequence that waited in the
+# backlog past a request's `timeout` (the core's kCompletionSequenceTimedOut).
+SEQUENCE_TIMEOUT = "timeout of the corresponding sequence has been expired"
 
 
 class ParameterError(Internal):

@@ -1,7 +1,9 @@
 """Per-model-version statistics in the shape of Triton's statistics extension.
 
 inference_stats count requests (each request carries its batch's compute times, as
-Triton does); batch_stats count executions per batch size.
+Triton does); batch_stats count executions per batch size. Response cache hits and
+misses are counted in C++ (csrc/response_cache.h, read through `cache_counters`) and
+folded in here, where the statistics and the metrics read them.
 """
 
 from __future__ import annotations
@@ -54,6 +56,24 @@ class ModelStats:
         self.failures_by_reason: dict[str, int] = {}
         # Triton's latency summaries (--metrics-config summary_latencies=true), else None.
         self.summaries = new_summaries()
+        # The model's response cache counters, when it uses the cache: a callable giving
+        # (hits, hit_ns, hit_request_ns, hit_queue_ns, misses, miss_ns).
+        self.cache_counters = None
+
+    def reported(self) -> tuple[Duration, Duration, Duration, Duration]:
+        """(success, queue, cache_hit, cache_miss) as Triton reports them: a hit is a
+        success whose queue time ends at its lookup; a miss's lookup and insert add to
+        its request's success duration (InferenceStatsAggregator::UpdateSuccessCache*).
+        inference_count and execution_count leave hits out."""
+        if self.cache_counters is None:
+            return self.success, self.queue, Duration(), Duration()
+        hits, hit_ns, hit_request_ns, hit_queue_ns, misses, miss_ns = self.cache_counters()
+        success, queue, hit, miss = Duration(), Duration(), Duration(), Duration()
+        success.add(self.success.ns + hit_request_ns + miss_ns, self.success.count + hits)
+        queue.add(self.queue.ns + hit_queue_ns, self.queue.count + hits)
+        hit.add(hit_ns, hits)
+        miss.add(miss_ns, misses)
+        return success, queue, hit, miss
 
     def record_execution(self, batch_size: int, timings: list[int]) -> None:
         """One batch ran: timings = [start, compute_input, compute_infer, compute_output]."""
@@ -103,7 +123,7 @@ class ModelStats:
         self.last_inference_ms = int(time.time() * 1000)
 
     def to_json(self) -> dict:
-        empty = Duration().to_json()
+        success, queue, cache_hit, cache_miss = self.reported()
         return {
             "name": self.name,
             "version": str(self.version),
@@ -111,14 +131,14 @@ class ModelStats:
             "inference_count": self.inference_count,
             "execution_count": self.execution_count,
             "inference_stats": {
-                "success": self.success.to_json(),
+                "success": success.to_json(),
                 "fail": self.fail.to_json(),
-                "queue": self.queue.to_json(),
+                "queue": queue.to_json(),
                 "compute_input": self.compute_input.to_json(),
                 "compute_infer": self.compute_infer.to_json(),
                 "compute_output": self.compute_output.to_json(),
-                "cache_hit": empty,
-                "cache_miss": empty,
+                "cache_hit": cache_hit.to_json(),
+                "cache_miss": cache_miss.to_json(),
             },
             "response_stats": {},
             "batch_stats": [

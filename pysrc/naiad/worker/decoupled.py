@@ -20,6 +20,7 @@ import orjson
 
 from naiad import _core
 from naiad.backends.base import RequestError, Response
+from naiad.worker import shm_outputs
 
 _NO_TIMINGS = [0, 0, 0, 0]  # a streamed response is no execution of its own
 
@@ -39,12 +40,15 @@ _wire_results = None
 class BatchStream:
     """The responses of one batch's requests (index = position in the batch)."""
 
-    __slots__ = ("endpoint", "batch_id", "blocks", "final", "lock", "__weakref__")
+    __slots__ = ("endpoint", "batch_id", "blocks", "regions", "final", "lock", "__weakref__")
 
-    def __init__(self, endpoint, batch_id: int, blocks: list):
+    def __init__(self, endpoint, batch_id: int, blocks: list, regions: list | None = None):
         self.endpoint = endpoint
         self.batch_id = batch_id
         self.blocks = blocks  # each request's block offset: its cancel flag
+        # Each request's client shm regions (its block's `regions`), None without any:
+        # its outputs placed there are written there, response by response.
+        self.regions = regions
         self.final = [False] * len(blocks)
         self.lock = threading.Lock()
 
@@ -66,6 +70,15 @@ class BatchStream:
             if not final:  # an error response need not end the request either
                 flags &= ~_core.RESPONSE_FINAL
             wire = (index, flags, code, json, buffers)
+            if self.regions is not None and self.regions[index]:
+                # Outputs placed in the client's regions go there; a region too small
+                # makes this response an error, and the stream goes on.
+                try:
+                    wire = shm_outputs.place_response(wire, self.regions[index])
+                except Exception as exc:  # the region could not be written: say so
+                    message = f"writing an output into its shared memory region failed: {exc}"
+                    error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
+                    wire = (index, error_flags, 1, orjson.dumps({"error": message}), ())
         if not self.endpoint.respond_open(self.batch_id, [wire], _NO_TIMINGS, False, False):
             # No room in the arena for this response: the request ends with an error
             # (a small block), so its client is not left waiting.
@@ -95,13 +108,18 @@ class BatchStream:
                 self.send(index, RequestError(message, code), True)
 
 
-def run_batch(worker, batch_id: int, batch, timings: list) -> None:
+def run_batch(worker, batch_id: int, batch, timings: list, regions: list | None = None) -> None:
     """Runs one batch of a decoupled model: the backend's `execute_decoupled(batch,
     stream)` sends through the stream (now or later); then the batch ends with an
     empty response block carrying the timings (statistics) and its unanswered
-    requests kept open."""
+    requests kept open. `regions`: each request's client shm regions (outputs placed
+    in them are written there), or None when none has any."""
     endpoint = worker.endpoint
-    stream = BatchStream(endpoint, batch_id, endpoint.request_blocks(endpoint.batch_desc))
+    if regions is not None:
+        shm_outputs.REGIONS.start(endpoint.arena)
+        shm_outputs.REGIONS.sweep()
+    blocks = endpoint.request_blocks(endpoint.batch_desc)
+    stream = BatchStream(endpoint, batch_id, blocks, regions)
     infer_start = _core.now_ns()
     worker.backend.execute_decoupled(batch, stream)
     infer_end = _core.now_ns()

@@ -17,6 +17,7 @@ import argparse
 import ctypes
 import json
 import os
+import resource
 import signal
 import sys
 import threading
@@ -45,6 +46,9 @@ def _parse_args(argv):
     parser.add_argument("--control-fd", type=int, required=True)
     # The server's log settings: one JSON line now, another after each change.
     parser.add_argument("--settings-fd", type=int, default=-1)
+    # NAIAD_WORKER_MEMORY_LIMIT_BYTES (repository/worker_limits.py), 0: none.
+    parser.add_argument("--memory-limit", type=int, default=0)
+    parser.add_argument("--instance", default="")  # model/instance, for ps (unused)
     return parser.parse_args(argv)
 
 
@@ -239,9 +243,13 @@ class Worker:
                 return
             try:
                 self._run_batch(batch_id, blocks, tensors)
-            except Exception:
+            except Exception as exc:
                 traceback.print_exc()
                 self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
+                if isinstance(exc, MemoryError):
+                    _exit_out_of_memory()
+            if self.backend.out_of_memory:
+                _exit_out_of_memory()
 
     def _run_batch(self, batch_id: int, blocks: list, tensors: list) -> None:
         """`tensors`: the batch-major input tensors (see `batch_inputs`), which the
@@ -253,7 +261,12 @@ class Worker:
         if self.backend.batch_tensors:  # framework backends take the inputs whole
             batch.tensors = batch_inputs(self.arena, blocks, tensors)
         if self.decoupled:
-            decoupled.run_batch(self, batch_id, batch, [start])
+            regions = None
+            if shm_outputs.active:  # outputs in client regions, written response by response
+                regions = [_regions_of(metadata) for metadata, _slots in blocks]
+                if not any(regions):
+                    regions = None
+            decoupled.run_batch(self, batch_id, batch, [start], regions)
             return
         infer_start = _core.now_ns()
         results = self.backend.execute(batch)
@@ -268,19 +281,41 @@ class Worker:
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
         if len(_OUTPUT_NAMES) > 4096:  # a model inventing output names
             _OUTPUT_NAMES.clear()
-        # One response block: every request's final response, and the batch ends.
+        # One response block: every request's final response, and the batch ends, but
+        # for a worker that ran out of memory and exits next (run): its batch stays
+        # open so that no new batch is sent to it, which only its death would fail.
+        done = not self.backend.out_of_memory
         if shm_outputs.active and any(_regions_of(metadata) for metadata, _slots in blocks):
             # Outputs the client placed in shm regions are written there, not in the block.
             responses = shm_outputs.place_outputs(
                 self.arena, blocks, _wire_results(results), _regions_of
             )
-            posted = self.endpoint.respond(batch_id, responses, timings, True)
+            posted = self.endpoint.respond(batch_id, responses, timings, done)
         else:
             posted = self.endpoint.respond_results(
-                batch_id, results, timings, True, Response, _FAST_WIRE, _OUTPUT_NAMES, _wire_one
+                batch_id, results, timings, done, Response, _FAST_WIRE, _OUTPUT_NAMES, _wire_one
             )
         if not posted:
-            self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
+            self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_ARENA_FULL)
+
+
+# The exit status of a worker that ran out of memory: the frontend restarts it.
+EXIT_OUT_OF_MEMORY = 3
+
+
+def _exit_out_of_memory() -> None:
+    """After a MemoryError in the model (its batch answered with it), a fresh process:
+    what the model half-built is gone, and the frontend restarts the worker."""
+    sys.stderr.write("naiad worker: the model ran out of memory; exiting to be restarted\n")
+    sys.stderr.flush()
+    os._exit(EXIT_OUT_OF_MEMORY)
+
+
+def _limit_memory(limit: int) -> None:
+    """RLIMIT_DATA: the worker's private memory (heap, anonymous mappings), not the shared
+    arena it maps nor its libraries' code, so the limit is what the model allocates."""
+    if limit > 0:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
 def _die_with_parent() -> None:
@@ -324,6 +359,7 @@ def main(argv=None) -> int:
     options = _parse_args(sys.argv[1:] if argv is None else argv)
     _die_with_parent()
     _yield_to_frontend()
+    _limit_memory(options.memory_limit)
     # The frontend owns shutdown: it asks through the channel. A Ctrl-C in the
     # terminal, or a supervisor's SIGTERM to the process group, reaches us too; the
     # frontend handles it for us (and we die with it: _die_with_parent).

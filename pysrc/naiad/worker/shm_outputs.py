@@ -30,7 +30,6 @@ import orjson
 from naiad import _core
 
 SYSTEM = _core.SHM_SYSTEM
-_FINAL_ERROR = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
 _INTERNAL_CODE = 1  # TRITONSERVER_ERROR_INTERNAL: HTTP 500, gRPC INTERNAL
 
 # True once a request block with `regions` was seen (the worker's hot path checks it).
@@ -145,43 +144,44 @@ def place_outputs(arena, blocks: list, responses: list, regions_of) -> list:
     fit its region fails its request with Triton's message."""
     REGIONS.start(arena)
     REGIONS.sweep()
-    out = []
-    for response in responses:
-        index, flags, code, json, buffers = response
-        regions = regions_of(blocks[index][0])
-        wanted = regions.get("outputs") if regions else None
-        if not wanted or flags & _core.RESPONSE_ERROR:
-            out.append(response)
-            continue
-        outcome = orjson.loads(json)
-        buffers = list(buffers)
-        error = None
-        for j, (name, _datatype, _shape) in enumerate(outcome.get("outputs", ())):
-            place = wanted.get(name)
-            if place is None:
-                continue
-            region_id, kind, where, arg, map_length, offset, size = place
-            data = buffers[j]
-            nbytes = data.nbytes if isinstance(data, memoryview) else len(data)
-            if nbytes > size:
-                error = (
-                    f"shared memory size specified with the request for output '{name}' "
-                    f"({size} bytes) should be at least {nbytes} bytes to hold the results"
-                )
-                break
-            if kind == SYSTEM:
-                target = REGIONS.view(region_id, where, arg, map_length)
-                target[offset : offset + nbytes] = memoryview(data).cast("B")
-            else:
-                from naiad import cuda_ipc
+    return [place_response(r, regions_of(blocks[r[0]][0])) for r in responses]
 
-                cuda_ipc.copy_to_region(
-                    region_id, base64.b64decode(where), arg, offset, np.frombuffer(data, np.uint8)
-                )
-            REGIONS.writes += 1
-            buffers[j] = b""
-        if error is not None:
-            out.append((index, _FINAL_ERROR, _INTERNAL_CODE, orjson.dumps({"error": error}), ()))
+
+def place_response(response: tuple, regions: dict | None) -> tuple:
+    """One wire response (request_index, flags, code, JSON, buffers) with the outputs its
+    request placed in shm `regions` (its block's `regions`) written there and left out
+    (size 0). An output that does not fit makes it an error response with Triton's
+    message, final only if the response was (a decoupled model's stream goes on). The
+    caller has started REGIONS (place_outputs, or a decoupled batch's BatchStream)."""
+    index, flags, code, json, buffers = response
+    wanted = regions.get("outputs") if regions else None
+    if not wanted or flags & _core.RESPONSE_ERROR:
+        return response
+    outcome = orjson.loads(json)
+    buffers = list(buffers)
+    for j, (name, _datatype, _shape) in enumerate(outcome.get("outputs", ())):
+        place = wanted.get(name)
+        if place is None:
+            continue
+        region_id, kind, where, arg, map_length, offset, size = place
+        data = buffers[j]
+        nbytes = data.nbytes if isinstance(data, memoryview) else len(data)
+        if nbytes > size:
+            error = (
+                f"shared memory size specified with the request for output '{name}' "
+                f"({size} bytes) should be at least {nbytes} bytes to hold the results"
+            )
+            error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
+            return (index, error_flags, _INTERNAL_CODE, orjson.dumps({"error": error}), ())
+        if kind == SYSTEM:
+            target = REGIONS.view(region_id, where, arg, map_length)
+            target[offset : offset + nbytes] = memoryview(data).cast("B")
         else:
-            out.append((index, flags, code, json, buffers))
-    return out
+            from naiad import cuda_ipc
+
+            cuda_ipc.copy_to_region(
+                region_id, base64.b64decode(where), arg, offset, np.frombuffer(data, np.uint8)
+            )
+        REGIONS.writes += 1
+        buffers[j] = b""
+    return (index, flags, code, json, buffers)

@@ -1,0 +1,166 @@
+// libFuzzer target: the bytes a client sends on one HTTP/2 connection, through the gRPC
+// connection (grpc_connection, hpack), the ModelInferRequest reader
+// (grpc_infer_message) and the gRPC lane over the codec, answered as the front end
+// answers: the lane's refusal as INVALID_ARGUMENT, a queued request with its response
+// (or the model's error), anything else UNIMPLEMENTED. The input is fed in pieces of
+// sizes that depend on its length only. Seeds: tests/fuzz/corpus/grpc, connections of
+// tritonclient.grpc and perf_analyzer (tools/capture_traffic.py).
+// The contract: the output is whole, well-formed frames whose header blocks decode; a
+// call answered with an error gets trailers carrying that grpc-status; streams stay
+// within the advertised limit; a connection error ends in GOAWAY.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "error_status.h"
+#include "fuzz_support.h"
+#include "grpc_connection.h"
+#include "grpc_infer_message.h"
+#include "h2_client.h"
+
+using namespace naiad;
+
+namespace {
+
+constexpr char kInfer[] = "/inference.GRPCInferenceService/ModelInfer";
+
+struct Call {
+  std::string path;
+  bool refused = false;
+  std::string error;
+  uint64_t request_id = 0;
+  uint32_t model = 0;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  h2::Limits limits;
+  limits.max_concurrent_streams = 8;
+  limits.max_message_size = 1 << 16;
+  h2::GrpcConnection conn(limits);
+  fuzz::Lanes lanes;
+  h2test::Reader reader;
+  std::map<uint32_t, Call> calls;
+  std::map<uint32_t, int> error_status;  // streams we finished with an error, without data
+  std::vector<h2::Event> events;
+  std::vector<h2test::Frame> frames;
+  uint64_t state = size * 0x9E3779B97F4A7C15ULL + 1;
+  size_t pos = 0;
+  while (pos < size) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    size_t n = std::min<size_t>(size - pos, 1 + state % 512);
+    events.clear();
+    conn.receive(reinterpret_cast<const char*>(data) + pos, n, &events);
+    pos += n;
+    std::vector<uint64_t> ids;
+    std::vector<uint32_t> models;
+    std::vector<uint32_t> streams;
+    for (h2::Event& e : events) {
+      switch (e.kind) {
+        case h2::EventKind::kCall:
+          calls[e.stream_id].path = e.path;
+          break;
+        case h2::EventKind::kMessage: {
+          auto it = calls.find(e.stream_id);
+          FUZZ_CHECK(it != calls.end());
+          Call& call = it->second;
+          FUZZ_CHECK(e.message.size() <= limits.max_message_size);
+          if (call.path != kInfer || call.request_id != 0 || call.refused) break;
+          grpc::InferRequestView view;
+          std::string error;
+          if (!grpc::read_infer_request(e.message, &view, &error)) {
+            FUZZ_CHECK(!error.empty());
+            call.refused = true;
+            call.error = "malformed ModelInferRequest";
+            break;
+          }
+          GrpcLane::Taken taken;
+          if (e.compressed || !lanes.grpc.submit(e.message, 1, &taken)) break;
+          if (taken.request_id == 0) {
+            FUZZ_CHECK(!taken.error.empty());
+            call.refused = true;
+            call.error = taken.error;
+          } else {
+            call.request_id = taken.request_id;
+            call.model = taken.model;
+          }
+          break;
+        }
+        case h2::EventKind::kHalfClose: {
+          auto it = calls.find(e.stream_id);
+          if (it == calls.end()) break;
+          Call& call = it->second;
+          if (call.request_id != 0) {
+            ids.push_back(call.request_id);
+            models.push_back(call.model);
+            streams.push_back(e.stream_id);
+            break;
+          }
+          const int status = call.refused ? 3 : 12;  // INVALID_ARGUMENT, UNIMPLEMENTED
+          if (conn.finish(e.stream_id, status, call.refused ? call.error : "not served here")) {
+            error_status[e.stream_id] = status;
+          }
+          calls.erase(it);
+          break;
+        }
+        case h2::EventKind::kCancel: {
+          auto it = calls.find(e.stream_id);
+          if (it != calls.end() && it->second.request_id != 0) {
+            lanes.codec().forget(it->second.request_id);
+          }
+          if (it != calls.end()) calls.erase(it);
+          error_status.erase(e.stream_id);
+          break;
+        }
+      }
+    }
+    // The queued calls answered as the front end answers them.
+    std::string block;
+    std::vector<KServeCodec::Answer> answers = lanes.answer(ids, models, &block);
+    for (size_t i = 0; i < answers.size(); ++i) {
+      const InferResponse& response = answers[i].response;
+      if (response.error != ErrorKind::kNone) {
+        int status = error_status_of(response.error).grpc_code;
+        if (conn.finish(streams[i], status, grpc_error_message(response))) {
+          error_status[streams[i]] = status;
+        }
+      } else {
+        std::string scratch;
+        std::vector<std::string_view> parts;
+        GrpcResponseWriter().parts(response, false, &scratch, &parts);
+        conn.send_message(streams[i], parts.data(), parts.size());
+        conn.finish(streams[i], 0, "");
+      }
+      calls.erase(streams[i]);
+    }
+    FUZZ_CHECK(conn.open_streams() <= limits.max_concurrent_streams);
+    for (h2test::Frame& f : reader.read(conn.take_output())) frames.push_back(std::move(f));
+  }
+  for (h2test::Frame& f : reader.read(conn.take_output())) frames.push_back(std::move(f));
+  for (auto& [stream, call] : calls) {
+    if (call.request_id != 0) lanes.codec().forget(call.request_id);
+  }
+
+  FUZZ_CHECK(reader.pending.empty() && reader.block.empty());  // whole frames, whole blocks
+  std::map<uint32_t, std::string> trailers;
+  bool goaway = false;
+  for (const h2test::Frame& f : frames) {
+    FUZZ_CHECK(f.type <= 0x9 && f.type != 0x2 && f.type != 0x5);  // no PRIORITY, PUSH_PROMISE
+    if (f.type == 0x7) goaway = true;
+    FUZZ_CHECK(f.type != 0x0 || f.payload.size() <= (1u << 24) - 1);
+    if ((f.type == 0x1 || f.type == 0x9) && (f.flags & 0x4)) {
+      FUZZ_CHECK(!f.headers.empty());
+      if (f.flags & 0x1) trailers[f.stream] = h2test::header_value(f, "grpc-status");
+    }
+  }
+  FUZZ_CHECK(!conn.closed() || goaway);
+  for (auto& [stream, status] : error_status) {
+    FUZZ_CHECK(trailers.count(stream) && trailers[stream] == std::to_string(status));
+  }
+  FUZZ_CHECK(lanes.codec().in_flight() == 0);
+  return 0;
+}

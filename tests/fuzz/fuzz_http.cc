@@ -1,0 +1,64 @@
+// libFuzzer target: received HTTP/1.1 bytes through the infer fast lane (http_scan,
+// http_framer, kserve_json, the validator and the codec, BYTES length prefixes), as the
+// front end hands them over. Seeds: tests/fuzz/corpus/http (tools/capture_traffic.py).
+// The contract: the lane takes whole requests from the start, back to back, and
+// nothing after the first it leaves (the front end's parser gets the rest untouched);
+// each taken request is queued or answered at once with a well-formed 400 carrying
+// Triton's {"error"} body; a queued request's answer is a well-formed HTTP response.
+#include <cstdint>
+#include <vector>
+
+#include "fuzz_support.h"
+#include "http_scan.h"
+
+using namespace naiad;
+using naiad::fuzz::check_http_response;
+using naiad::fuzz::kMaxBody;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::Lanes lanes;
+  std::vector<HttpLane::Taken> taken;
+  const size_t consumed = lanes.fixture.lane.take_http(data, size, kMaxBody, 1, &taken);
+  FUZZ_CHECK(consumed <= size);
+  size_t pos = 0;
+  std::vector<uint64_t> ids;
+  std::vector<uint32_t> models;
+  for (const HttpLane::Taken& t : taken) {
+    ScannedRequest request;
+    const char* at = reinterpret_cast<const char*>(data) + pos;
+    FUZZ_CHECK(scan_request(at, size - pos, kMaxBody, &request) == ScanResult::kRequest);
+    pos += request.total;
+    if (t.request_id == 0) {
+      FUZZ_CHECK(check_http_response(t.reply) == 400);
+    } else {
+      FUZZ_CHECK(t.reply.empty() && lanes.codec().owns(t.request_id));
+      FUZZ_CHECK(t.batch_size <= 8);  // the model's max_batch_size
+      ids.push_back(t.request_id);
+      models.push_back(t.model);
+    }
+  }
+  FUZZ_CHECK(pos == consumed);
+
+  // What is left: the scanner's view of it is self-consistent. (An
+  // Inference-Header-Content-Length past the body is the reader's to refuse, not the
+  // scanner's.)
+  const char* rest = reinterpret_cast<const char*>(data) + consumed;
+  ScannedRequest request;
+  ScanResult result = scan_request(rest, size - consumed, kMaxBody, &request);
+  if (result == ScanResult::kRequest) {
+    FUZZ_CHECK(request.total <= size - consumed && request.body_size <= kMaxBody);
+    FUZZ_CHECK(request.body_offset + request.body_size == request.total);
+  }
+  size_t incomplete = incomplete_request_size(rest, size - consumed, kMaxBody);
+  FUZZ_CHECK(incomplete == 0 || incomplete > size - consumed);
+
+  // The queued requests answered, as a worker would: each a complete response.
+  std::string block;
+  for (const KServeCodec::Answer& answer : lanes.answer(ids, models, &block)) {
+    std::string text = lanes.fixture.lane.writer().text(answer.response);
+    FUZZ_CHECK(text.size() == lanes.fixture.lane.writer().size(answer.response));
+    check_http_response(text);
+  }
+  FUZZ_CHECK(lanes.codec().in_flight() == 0);
+  return 0;
+}

@@ -1,0 +1,18 @@
+"""Sleeps in execute and answers with its execution window (CLOCK_MONOTONIC, the same
+clock in every process of the host), so a test sees which executions overlapped."""
+
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+SLEEP_S = 0.15
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        start = time.monotonic()
+        time.sleep(SLEEP_S)
+        end = time.monotonic()
+        window = np.array([start, end], dtype=np.float64)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("WINDOW", window)]) for _ in requests]

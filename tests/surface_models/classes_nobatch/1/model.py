@@ -1,0 +1,1 @@
+../../classes/1/model.py
