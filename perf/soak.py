@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import http.client
 import json
 import os
 import shutil
@@ -39,7 +40,7 @@ from pathlib import Path
 
 PERF = Path(__file__).resolve().parent
 sys.path.insert(0, str(PERF))
-from servers import NaiadServer, http_get  # noqa: E402
+from servers import NaiadServer  # noqa: E402
 
 ROOT = PERF.parent
 KINDS = ("http_binary", "http_json", "grpc", "http_shm", "grpc_shm")
@@ -75,21 +76,43 @@ def _proc_name(pid: int) -> str:
     return "worker" if "naiad.worker" in text else f"pid{pid}"
 
 
-def _answered(server: NaiadServer, models: list[str]) -> tuple[int, int]:
-    ok = failed = 0
-    for model in models:
-        stats = server.statistics(model) or {}
+class _Probe:
+    """The sampler's own keep-alive connection to the server. A new connection per sample
+    would churn the frontend's heap (each connection's buffers), which glibc keeps up to
+    its trim threshold (`_core.pyx` raises it to 64 MiB): RSS would grow with the
+    sampling, not with the load."""
+
+    def __init__(self, server: NaiadServer) -> None:
+        self.port = server.http_port
+        self.conn: http.client.HTTPConnection | None = None
+
+    def get(self, path: str) -> dict | None:
+        for _ in range(2):
+            try:
+                if self.conn is None:
+                    self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+                self.conn.request("GET", path)
+                response = self.conn.getresponse()
+                body = response.read()
+                return json.loads(body) if response.status == 200 else None
+            except (OSError, http.client.HTTPException):
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+        return None
+
+    def answered(self, model: str) -> tuple[int, int]:
+        stats = ((self.get(f"/v2/models/{model}/stats") or {}).get("model_stats") or [{}])[0]
         infer = stats.get("inference_stats", {})
-        ok += infer.get("success", {}).get("count", 0)
-        failed += infer.get("fail", {}).get("count", 0)
-    return ok, failed
+        return infer.get("success", {}).get("count", 0), infer.get("fail", {}).get("count", 0)
 
+    def arena_used(self) -> int:
+        return int((self.get("/v2/naiad/arena") or {}).get("bytes_in_use", -1))
 
-def _arena_used(server: NaiadServer) -> int:
-    status, body = http_get(f"http://{server.http_url}/v2/naiad/arena")
-    if status != 200:
-        return -1
-    return int(json.loads(body).get("bytes_in_use", -1))
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 def _median(values: list[float]) -> float:
@@ -150,7 +173,8 @@ def run(args) -> dict:
     summary: dict = {"requests_target": args.requests, "kinds": list(args.kinds)}
     rows: list[dict] = []
     try:
-        idle_arena = _arena_used(server)
+        probe = _Probe(server)
+        idle_arena = probe.arena_used()
         for kind in args.kinds:
             loads.append(
                 subprocess.Popen(
@@ -175,12 +199,12 @@ def run(args) -> dict:
         progress = open(out / "samples.jsonl", "w")
         while True:
             time.sleep(args.sample_secs)
-            answered, failed = _answered(server, ["add_sub"])
+            answered, failed = probe.answered("add_sub")
             row = {
                 "seconds": round(time.monotonic() - started, 2),
                 "answered": answered,
                 "failed": failed,
-                "arena_used": _arena_used(server),
+                "arena_used": probe.arena_used(),
             }
             for pid in sorted(server.group_pids()):
                 name = names.setdefault(
@@ -218,10 +242,11 @@ def run(args) -> dict:
         summary["generators"] = generators
         # Idle again: what the arena held for requests in flight must be back.
         deadline = time.monotonic() + 10
-        while (arena := _arena_used(server)) != idle_arena and time.monotonic() < deadline:
+        while (arena := probe.arena_used()) != idle_arena and time.monotonic() < deadline:
             time.sleep(0.2)
         summary["arena_idle_before"], summary["arena_idle_after"] = idle_arena, arena
-        summary["answered"], summary["failed"] = _answered(server, ["add_sub"])
+        summary["answered"], summary["failed"] = probe.answered("add_sub")
+        probe.close()
     finally:
         for p in loads:
             if p.poll() is None:
