@@ -195,6 +195,7 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t sequence_id
         string_view sequence_key
         uint32_t sequence_flags
+        cbool traced
 
     cdef cppclass SubmitRequest:
         uint64_t request_id
@@ -227,6 +228,10 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t channel_offset
         int wake_fd
 
+    cdef cppclass TraceStamps "naiad::TraceStamps":
+        uint64_t request_start_ns
+        uint64_t queue_start_ns
+
     cdef cppclass CCore "naiad::Core":
         CCore(uint64_t arena_bytes) except +
         Arena& arena() nogil
@@ -245,6 +250,7 @@ cdef extern from "core.h" namespace "naiad":
         void stop_instance(uint32_t instance_id) except + nogil
         size_t in_flight() except + nogil
         CancelResult cancel(uint64_t request_id) except + nogil
+        cbool take_trace_stamps(uint64_t request_id, TraceStamps* stamps) except + nogil
 
 
 cdef extern from "sequence_batch_scheduler.h" namespace "naiad":
@@ -378,6 +384,10 @@ cdef extern from "kserve_codec.h" namespace "naiad":
             uint64_t* timings, cbool partial) except + nogil
         void forget(uint64_t request_id)
         size_t in_flight()
+        string client_id(uint64_t request_id)
+        void set_trace_rate(uint32_t model, uint32_t rate)
+        cbool sample_trace(uint32_t model)
+        vector[uint64_t] take_traced()
 
 
 cdef extern from "http_scan.h" namespace "naiad":
@@ -686,6 +696,17 @@ cdef class Core:
         with nogil:
             result = self._core.cancel(request_id)
         return <int>result
+
+    def take_trace_stamps(self, uint64_t request_id):
+        """(request start ns, queue start ns) of traced request `request_id`, once;
+        None when it has none (tracing/tracer.py)."""
+        cdef TraceStamps stamps
+        cdef cbool found
+        with nogil:
+            found = self._core.take_trace_stamps(request_id, &stamps)
+        if not found:
+            return None
+        return stamps.request_start_ns, stamps.queue_start_ns
 
     def arena_stats(self):
         cdef ArenaStats s = self._core.arena().stats()
@@ -997,7 +1018,8 @@ cdef class ModelSpec:
 
     def submit(self, Core core, uint64_t core_model, uint64_t core_request_id,
                str request_id, list inputs, outputs, bytes parameters, uint32_t priority,
-               uint64_t timeout_us, tuple sequence=None, bytes regions=b""):
+               uint64_t timeout_us, tuple sequence=None, bytes regions=b"",
+               bint traced=False):
         """Validates a request the Python general path parsed (as `validate`), lays out
         its block for the worker with the lane's layout_request_block
         (csrc/request_block.h) and queues it on `core`. `parameters`: the request
@@ -1005,7 +1027,8 @@ cdef class ModelSpec:
         or Triton's message (str) when the request is invalid (nothing queued). The
         block size is what the request takes in the arena: its metadata and inputs.
         `sequence`: (correlation id int, correlation id str as UTF-8 bytes or b"",
-        START|END flags) for a sequence model."""
+        START|END flags) for a sequence model. `traced`: the request was sampled for
+        tracing (Core.take_trace_stamps)."""
         cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
         if not validate_request(self.spec, &view.request, &error):
@@ -1055,6 +1078,7 @@ cdef class ModelSpec:
             submit.options.timeout_us = timeout_us
             submit.options.shape_key = view.request.shape_key
             submit.options.input_order = block.input_order
+            submit.options.traced = traced
             result = core._core.submit(handle, submit)
             size = block.metadata.size()
             for i in range(block.inputs.size()):
@@ -1257,6 +1281,23 @@ cdef class FastLane:
     def forget(self, uint64_t request_id):
         """The request was answered another way (failed batch, shutdown)."""
         self._lane.codec().forget(request_id)
+
+    def set_trace_rate(self, uint32_t lane_model, uint32_t rate):
+        """Traces 1 in `rate` requests of the lane's model (0: none); the count starts over."""
+        self._lane.codec().set_trace_rate(lane_model, rate)
+
+    def sample_trace(self, uint32_t lane_model):
+        """The lane's sampler, for a request of the model the general path takes."""
+        return self._lane.codec().sample_trace(lane_model)
+
+    def take_traced(self):
+        """The ids of the traced requests the lanes queued since the last call."""
+        return self._lane.codec().take_traced()
+
+    def client_id(self, uint64_t request_id):
+        """The client's id of lane request `request_id` in flight ('' when unknown);
+        for traced requests only (tracing/)."""
+        return self._lane.codec().client_id(request_id).decode("utf-8", "replace")
 
     def in_flight(self):
         return self._lane.codec().in_flight()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from naiad.tracing import options as tracing_options
+
 
 def _bool(text: str) -> bool:
     value = text.strip().lower()
@@ -124,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Naiad's own: false sends every infer request through the general Python "
         "path (differential tests, diagnosis); answers are the same either way",
     )
+    tracing_options.add_arguments(serve)
     return parser
 
 
@@ -141,6 +144,11 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        options.trace = tracing_options.setting_from(options)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     from naiad.server import run
 
     return run(options)

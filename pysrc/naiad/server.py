@@ -11,6 +11,7 @@ from pathlib import Path
 
 from naiad.gc_tuning import settle_after_startup
 from naiad.scheduling.manager import ModelManager, format_load_table
+from naiad.tracing.options import tracer_for
 
 log = logging.getLogger("naiad")
 
@@ -48,6 +49,7 @@ async def serve(options) -> int:
         drain_timeout=options.exit_timeout_secs,
         fast_lane=options.fast_lane,
     )
+    manager.set_tracer(tracer_for(options))
     # From here a SIGINT/SIGTERM (to us or to the whole process group, workers included,
     # which ignore it) stops the server cleanly, also while the models load.
     stop = asyncio.Event()
@@ -86,12 +88,14 @@ async def serve(options) -> int:
         from naiad.http.routes import Router
         from naiad.http.server import start_http_server
         from naiad.http.shm_routes import register_shm_routes
+        from naiad.http.trace_routes import register_trace_routes
 
         router = Router(manager)
         register_naiad_routes(router, manager)
         register_repository_routes(router, manager)
         register_shm_routes(router, manager)
         register_generate_routes(router, manager)
+        register_trace_routes(router, manager)
         servers.append(
             await start_http_server(manager, options.host, options.http_port, router=router)
         )

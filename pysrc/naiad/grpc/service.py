@@ -15,12 +15,13 @@ from collections.abc import Callable
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from naiad.errors import NaiadError, NotFound, Unavailable
+from naiad.errors import InvalidArgument, NaiadError, NotFound, Unavailable
 from naiad.grpc import shm_rpcs, status
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request, to_infer_response
 from naiad.protos import grpc_service_pb2 as pb
 from naiad.scheduling.model import DECOUPLED_GRPC_INFER
+from naiad.tracing.settings import update_from_grpc
 
 log = logging.getLogger("naiad.grpc")
 
@@ -180,7 +181,18 @@ class Service:
 
     # -- trace and log settings: not built yet ------------------------------------------
     def trace_setting(self, request):
-        raise GrpcError(status.UNAVAILABLE, "the server does not support tracing")
+        # The rules are tracing/settings.py's; each value goes back as a string list.
+        settings = self.manager.tracer.settings
+        model = request.model_name
+        if model and not self.manager.model_ready(model):
+            raise InvalidArgument(f"Request for unknown model : {model}")
+        if request.settings:
+            settings.update(model, update_from_grpc(request.settings))
+        response = pb.TraceSettingResponse()
+        for key, value in settings.get(model).to_json().items():
+            values = value if isinstance(value, list) else [value]
+            response.settings[key].value.extend(values)
+        return response
 
     def log_settings(self, request):
         raise GrpcError(status.UNAVAILABLE, "the server does not support dynamic logging")

@@ -155,6 +155,8 @@ class Router:
         self._extra: dict[str, Handler] = {}
         # /v2/models/{m}[/versions/{v}]/{action} served by other modules (generate).
         self._model_actions: dict[str, Callable] = {}
+        # /v2/models/{m}/{a}/{b} (no version) served by other modules: (a, b) -> handler.
+        self._model_paths: dict[tuple, Callable] = {}
         # Looked up once: it runs for every read of every connection.
         self._take_http_requests = getattr(manager, "take_http_requests", None)
 
@@ -186,6 +188,11 @@ class Router:
         """Serve POST `/v2/models/{m}[/versions/{v}]/{action}` with
         `handler(request, name, version)`."""
         self._model_actions[action] = handler
+
+    def register_model_path(self, path: tuple, handler: Callable) -> None:
+        """Serve `/v2/models/{m}/<path[0]>/<path[1]>` (any method) with
+        `handler(request, name)`: the trace extension's per-model setting."""
+        self._model_paths[path] = handler
 
     def dispatch(self, request: HttpRequest) -> ReplyOrAwaitable:
         try:
@@ -245,6 +252,8 @@ class Router:
                 if method != "POST":
                     return _METHOD_NOT_ALLOWED
                 return extra(request, name, version)
+        elif n == 6 and i == 4 and (parts[4], parts[5]) in self._model_paths:
+            return self._model_paths[parts[4], parts[5]](request, name)
         elif n != i:
             return _NOT_FOUND
 

@@ -12,6 +12,7 @@ from naiad.protos import model_config_pb2
 # Triton protocol extensions Naiad implements; front ends append as they add more.
 SUPPORTED_EXTENSIONS = ["binary_tensor_data", "model_configuration", "parameters", "statistics"]
 SUPPORTED_EXTENSIONS.append("sequence")  # the sequence batcher (scheduling/sequence.py)
+SUPPORTED_EXTENSIONS.append("trace")  # trace settings and trace files (tracing/)
 
 
 def model_metadata(config: model_config_pb2.ModelConfig, versions: list[int]) -> dict:
