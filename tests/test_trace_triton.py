@@ -179,3 +179,58 @@ def test_trace_file_has_the_shape_of_triton(tmp_path):
     ours = _shape(json.loads(naiad_file.read_text()))
     assert set(ours) == {"http-1", "grpc-1"}
     assert ours == theirs
+
+
+def _chunks(trace_file) -> list:
+    """[(file suffix, request ids in it)] of the indexed trace files, in index order."""
+    out = []
+    index = 0
+    while (path := trace_file.parent / f"{trace_file.name}.{index}").exists():
+        records = json.loads(path.read_text())
+        out.append((index, [r["request_id"] for r in records if "model_name" in r]))
+        index += 1
+    return out
+
+
+def _ten_requests(http_port: int) -> None:
+    data = np.ones((1, 16), dtype=np.float32)
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
+    inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(data)
+    for i in range(10):
+        client.infer("add_sub", inputs, request_id=f"r{i}")
+    client.close()
+
+
+def test_rate_count_and_log_frequency_as_triton(tmp_path):
+    """trace_rate 2, trace_count 3, log_frequency 2: the 2nd, 4th and 6th requests are
+    traced, in trace_file.0 (two) and trace_file.1 (the last, written at shutdown)."""
+    repository = make_repository(tmp_path / "repo", ["add_sub"])
+    flags = [
+        "--trace-config",
+        "level=TIMESTAMPS",
+        "--trace-config",
+        "rate=2",
+        "--trace-config",
+        "count=3",
+        "--trace-config",
+        "triton,log-frequency=2",
+    ]
+    triton_file = tmp_path / "t" / "trace.json"
+    naiad_file = tmp_path / "n" / "trace.json"
+    triton_file.parent.mkdir()
+    naiad_file.parent.mkdir()
+    with TritonPeer(repository, tmp_path, _flags(triton_file, *flags)) as triton:
+        _ten_requests(triton.http_port)
+        after = requests.get(triton.url + "/v2/trace/setting", timeout=10).json()
+        triton.process.send_signal(signal.SIGTERM)
+        triton.process.wait(60)
+    server = NaiadServer(repository, log_dir=tmp_path, extra_args=_flags(naiad_file, *flags))
+    with server:
+        _ten_requests(server.http_port)
+        ours_after = requests.get(server.url + "/v2/trace/setting", timeout=10).json()
+        assert server.stop() == 0
+    assert _chunks(naiad_file) == _chunks(triton_file) == [(0, ["r1", "r3"]), (1, ["r5"])]
+    assert ours_after["trace_count"] == after["trace_count"] == "0"
+    assert not naiad_file.exists() and not triton_file.exists()
