@@ -1524,10 +1524,26 @@ cdef class WorkerEndpoint:
 
 # --- gRPC over HTTP/2 (csrc/grpc_connection.h): one object per client connection ---
 
+# Trace mode opentelemetry: calls report their `traceparent` metadata (tracing/otel.py).
+cdef bint _read_traceparent = False
+
+
+def read_grpc_traceparent(bint on):
+    global _read_traceparent
+    _read_traceparent = on
+
 cdef extern from "hpack.h" namespace "naiad::hpack":
     cdef cppclass HpackHeader "naiad::hpack::Header":
         string name
         string value
+
+
+cdef object _traceparent(const vector[HpackHeader]& metadata):
+    cdef size_t i
+    for i in range(metadata.size()):
+        if metadata[i].name == b"traceparent":
+            return metadata[i].value.decode("ascii", "replace")
+    return None
 
 
 cdef extern from "grpc_connection.h" namespace "naiad::h2":
@@ -1663,9 +1679,11 @@ cdef class GrpcConnection:
                 message.data.swap(e.message)
                 out.append((GRPC_MESSAGE, e.stream_id, message, e.compressed))
             elif e.kind == H2EventKind.kCall:
-                # The call's metadata stays in C++: no method reads it yet.
+                # The call's metadata stays in C++, but for a traceparent in trace mode
+                # opentelemetry (read_grpc_traceparent).
                 out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
-                            e.timeout_us, e.encoding.decode("ascii", "replace")))
+                            e.timeout_us, e.encoding.decode("ascii", "replace"),
+                            _traceparent(e.metadata) if _read_traceparent else None))
             elif e.kind == H2EventKind.kHalfClose:
                 out.append((GRPC_HALF_CLOSE, e.stream_id))
             else:

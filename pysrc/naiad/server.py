@@ -49,7 +49,11 @@ async def serve(options) -> int:
         drain_timeout=options.exit_timeout_secs,
         fast_lane=options.fast_lane,
     )
-    manager.set_tracer(tracer_for(options))
+    try:
+        manager.set_tracer(tracer_for(options))
+    except ValueError as exc:  # trace mode opentelemetry without the SDK installed
+        log.error("%s", exc)
+        return 1
     # From here a SIGINT/SIGTERM (to us or to the whole process group, workers included,
     # which ignore it) stops the server cleanly, also while the models load.
     stop = asyncio.Event()

@@ -55,7 +55,7 @@ def inflate(data: bytes, encoding: str, limit: int = MAX_MESSAGE_SIZE) -> bytes:
 
 
 class _Call:
-    __slots__ = ("path", "encoding", "message", "timer", "in_flight", "half_closed")
+    __slots__ = ("path", "encoding", "message", "timer", "in_flight", "half_closed", "traceparent")
 
     def __init__(self, path: str, encoding: str):
         self.path = path
@@ -64,6 +64,7 @@ class _Call:
         self.timer = None  # deadline handle
         self.in_flight = 0  # streamed requests not answered (finally) yet
         self.half_closed = False
+        self.traceparent = None
 
 
 class GrpcProtocol(asyncio.Protocol):
@@ -134,7 +135,7 @@ class GrpcProtocol(asyncio.Protocol):
                 if kind == _core.GRPC_MESSAGE:
                     self._on_message(event[1], event[2], event[3])
                 elif kind == _core.GRPC_CALL:
-                    self._on_call(event[1], event[2], event[3], event[4])
+                    self._on_call(event[1], event[2], event[3], event[4], event[5])
                 elif kind == _core.GRPC_HALF_CLOSE:
                     self._on_half_close(event[1])
                 else:
@@ -173,11 +174,12 @@ class GrpcProtocol(asyncio.Protocol):
             self.transport.close()
 
     # -- calls -----------------------------------------------------------------------
-    def _on_call(self, stream: int, path: str, timeout_us: int, encoding: str) -> None:
+    def _on_call(self, stream: int, path: str, timeout_us: int, encoding: str, traceparent) -> None:
         if path != STREAM_INFER and path not in self.service.unary:
             self.conn.finish(stream, status.UNIMPLEMENTED, "")  # grpc++ says nothing more
             return
         call = _Call(path, encoding)
+        call.traceparent = traceparent  # only in trace mode opentelemetry
         self.calls[stream] = call
         if timeout_us >= 0:
             call.timer = self.loop.call_later(timeout_us / 1e6, self._expire, stream)
@@ -211,12 +213,16 @@ class GrpcProtocol(asyncio.Protocol):
             return
         if call.message is None:
             raise GrpcError(status.UNIMPLEMENTED, "no request message on a unary call")
-        if call.path == MODEL_INFER and self._submit_fast(stream, call.message):
+        traced = call.traceparent is not None  # the general path reads it (tracing/otel.py)
+        if call.path == MODEL_INFER and not traced and self._submit_fast(stream, call.message):
             return
         message_class, handler = self.service.unary[call.path]
         message = call.message if type(call.message) is bytes else bytes(call.message)
         request = message if message_class is None else parse(message_class, message)
-        result = handler(request)
+        if traced and call.path == MODEL_INFER:
+            result = self.service.model_infer(request, call.traceparent)
+        else:
+            result = handler(request)
         if type(result) is tuple:  # (future, finish): an inference or a load in flight
             future, finish = result
             infer = call.path == MODEL_INFER

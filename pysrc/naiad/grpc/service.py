@@ -198,10 +198,12 @@ class Service:
         raise GrpcError(status.UNAVAILABLE, "the server does not support dynamic logging")
 
     # -- inference -------------------------------------------------------------------
-    def model_infer(self, message):
+    def model_infer(self, message, traceparent=None):
         """Submits the request; returns (future, finish) where finish(future) gives the
-        ModelInferResponse or raises."""
+        ModelInferResponse or raises. `traceparent`: the call's, in trace mode
+        opentelemetry."""
         request = to_infer_request(message)
+        request.traceparent = traceparent
         model = self.manager.get(request.model_name, request.model_version)
         if getattr(model, "decoupled", False):
             raise GrpcError(status.UNIMPLEMENTED, DECOUPLED_GRPC_INFER)

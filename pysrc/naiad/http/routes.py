@@ -159,11 +159,17 @@ class Router:
         self._model_paths: dict[tuple, Callable] = {}
         # Looked up once: it runs for every read of every connection.
         self._take_http_requests = getattr(manager, "take_http_requests", None)
+        # Trace mode opentelemetry: requests with a traceparent go the general path,
+        # which reads it (tracing/otel.py). None in every other mode.
+        tracer = getattr(manager, "tracer", None)
+        self._otel = tracer if tracer is not None and tracer.opentelemetry else None
 
     def take_http(self, data: bytes, max_body: int, new_on_done) -> int:
         """Hands received bytes to the infer fast lane first: it takes the plain infer
         requests at the front (ModelManager.take_http_requests). Returns the bytes taken."""
         if self._take_http_requests is None:
+            return 0
+        if self._otel is not None and self._otel.active and _has_traceparent(data):
             return 0
         return self._take_http_requests(data, max_body, new_on_done)
 
@@ -172,6 +178,8 @@ class Router:
         lane takes it (ModelManager.submit_fast); False leaves it to `dispatch`."""
         submit_fast = getattr(self.manager, "submit_fast", None)
         if submit_fast is None or type(body) is not bytes or "content-encoding" in headers:
+            return False
+        if self._otel is not None and self._otel.active and "traceparent" in headers:
             return False
         header_length = headers.get("inference-header-content-length")
         if header_length is None:  # a JSON body: the lane reads JSON tensor data too
@@ -297,8 +305,18 @@ class Router:
         infer_request = parse_infer_request(
             body, name, version, header_length, getattr(model, "config", None)
         )
+        if self._otel is not None:
+            infer_request.traceparent = headers.get("traceparent")
         # No task per request, only a callback on the request's future.
         return Deferred(model.submit(infer_request), _InferReplyEncoder(model, infer_request))
+
+
+def _has_traceparent(data) -> bool:
+    """Whether received bytes may hold a traceparent header (any letter case of its
+    first letter; header names are case-insensitive, propagators send lower case)."""
+    if type(data) is not bytes:
+        data = bytes(data)
+    return b"raceparent" in data or b"RACEPARENT" in data
 
 
 class Deferred:

@@ -42,6 +42,7 @@ from naiad.scheduling.streaming import StreamPending
 from naiad.shm import SharedMemory
 from naiad.shm import block_regions as shm_block_regions
 from naiad.tracing import tracer as tracer_protocol
+from naiad.tracing.otel import parse_traceparent
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
 
@@ -274,7 +275,7 @@ class ModelManager:
         loop.remove_reader(self.core.notify_fd)
         self.directory.close()
         if self.tracer is not None:
-            self.tracer.settings.close()
+            self.tracer.close()
 
     # -- queries for the front ends ------------------------------------------------
     def server_live(self) -> bool:
@@ -383,13 +384,17 @@ class ModelManager:
         request_id = self.core.new_request_id()
         submit_ns = _core.now_ns()
         parameters = orjson.dumps(request.parameters) if request.parameters else b"{}"
-        setting = None
+        setting = parent = None
         tracer = self.tracer
         if tracer is not None and tracer.active:
             if model.lane_id is None:
                 setting = tracer.sample(model.name)
             elif self.lane.sample_trace(model.lane_id):
                 setting = tracer.admit(model.name)
+            if tracer.opentelemetry:
+                parent = parse_traceparent(request.traceparent)
+                if setting is None and parent is not None:
+                    setting = tracer.forced(model.name)
         result = spec.submit(
             self.core,
             model.core_model,
@@ -430,8 +435,8 @@ class ModelManager:
         self._schedule_flush()
         if setting is not None:
             trace = tracer.start(setting, model.name, model.version, request.id, 0, submit_ns)
-            if trace is not None:
-                self._traces[request_id] = trace
+            trace.parent = parent
+            self._traces[request_id] = trace
         if on_response is not None:
             self._pending[request_id] = StreamPending(
                 request_id, model, request, batch_size, submit_ns, on_response
@@ -548,6 +553,7 @@ class ModelManager:
     def set_tracer(self, tracer) -> None:
         self.tracer = tracer
         tracer.on_change = self._apply_trace_settings
+        _core.read_grpc_traceparent(tracer.opentelemetry)
         self._apply_trace_settings()
 
     def _apply_trace_settings(self) -> None:
@@ -568,11 +574,9 @@ class ModelManager:
                 continue
             model = pending.model
             client_id = self.lane.client_id(request_id)
-            trace = tracer.start(
+            self._traces[request_id] = tracer.start(
                 setting, model.name, model.version, client_id, protocol, read_ns, stamps
             )
-            if trace is not None:
-                self._traces[request_id] = trace
 
     def _finish_trace(self, request_id: int, timings, end_ns: int, sent=None) -> None:
         trace = self._traces.pop(request_id, None)

@@ -27,7 +27,7 @@ import itertools
 
 import orjson
 
-from naiad.tracing.settings import LEVEL_TIMESTAMPS, MODE_TRITON, TraceSettings
+from naiad.tracing.settings import LEVEL_OFF, LEVEL_TIMESTAMPS, MODE_OPENTELEMETRY, TraceSettings
 
 HTTP = 1
 GRPC = 2
@@ -44,6 +44,7 @@ class Trace:
         "read_ns",
         "request_start_ns",
         "queue_start_ns",
+        "parent",
     )
 
     def __init__(self, trace_id, setting, model, version, request_id, protocol, read_ns, stamps):
@@ -56,6 +57,7 @@ class Trace:
         self.read_ns = read_ns
         # The core's (request start, queue start); the read time where it has none.
         self.request_start_ns, self.queue_start_ns = stamps or (read_ns, read_ns)
+        self.parent = None  # (trace id, span id, flags) of the client's span (otel.py)
 
 
 class Tracer:
@@ -66,6 +68,13 @@ class Tracer:
         self.settings = settings
         self._ids = itertools.count(1)
         self.active = False
+        # The mode is fixed at start (Triton takes no trace_mode update).
+        self.opentelemetry = settings.global_setting.mode == MODE_OPENTELEMETRY
+        self.exporter = None
+        if self.opentelemetry:
+            from naiad.tracing.otel import OtelExporter
+
+            self.exporter = OtelExporter(settings.global_setting.config)
         self.on_change = None  # the manager's: pushes each model's rate to the sampler
         settings._on_change = self._changed
         self._changed()
@@ -90,6 +99,12 @@ class Tracer:
             self._changed()
         return setting
 
+    def forced(self, model: str):
+        """The setting a request with a valid traceparent is traced with in mode
+        opentelemetry whatever the rate says (Triton's force_sample), or None."""
+        setting = self.settings.get(model)
+        return setting if self.opentelemetry and setting.level != LEVEL_OFF else None
+
     def sample(self, model: str):
         """The Python sampler, for a request of a model the lanes do not serve."""
         setting = self.settings.get(model)
@@ -109,17 +124,23 @@ class Tracer:
         read_ns: int,
         stamps=None,
     ):
-        """A Trace for a request admitted under `setting` (None: the mode writes no
-        file; OpenTelemetry spans are tracing/otel.py's)."""
-        if setting.mode != MODE_TRITON:
-            return None
+        """A Trace for a request admitted under `setting`."""
         trace_id = next(self._ids)
         return Trace(trace_id, setting, model, version, request_id, protocol, read_ns, stamps)
 
     def finish(self, trace: Trace, timings, end_ns: int, sent=None) -> None:
         """Writes the trace: `timings` the batch's worker timings (None when it never
         ran), `sent` (start, end) of writing the response, None when not known."""
-        trace.setting.write(records(trace, timings, end_ns, sent))
+        if self.exporter is not None:
+            self.exporter.export(trace, timings, end_ns, sent)
+        else:
+            trace.setting.write(records(trace, timings, end_ns, sent))
+
+    def close(self) -> None:
+        """The server stops: files are completed, queued spans exported."""
+        self.settings.close()
+        if self.exporter is not None:
+            self.exporter.close()
 
 
 def records(trace: Trace, timings, end_ns: int, sent) -> bytes:
