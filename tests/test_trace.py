@@ -1,7 +1,7 @@
 """The trace extension on Naiad alone: the timestamps of a trace are in the order the
 events happen and inside the client's own view of the request, the general path is
 traced too, and settings changed at run time take effect (the comparisons with the
-real Triton are in test_trace_triton.py)."""
+real Triton are in grpc_clients/test_grpc_trace_triton.py)."""
 
 from __future__ import annotations
 
