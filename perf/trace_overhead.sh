@@ -10,7 +10,7 @@ ROUNDS=${1:-2}
 TREE=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/repo" && cp -r "$TREE/perf/models/add_sub" "$WORK/repo/"
+mkdir -p "$WORK/repo" && cp -rL "$TREE/perf/models/add_sub" "$WORK/repo/"
 PA=${PERF_ANALYZER:-perf_analyzer}
 run_one() {  # $1: label, then the server's trace flags
   local label=$1; shift
