@@ -206,6 +206,8 @@ SubmitResult submit_result_of(EnqueueResult result) {
 }  // namespace
 
 SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
+  // Tracing off: one predictable branch here and one under the lock.
+  const uint64_t request_start_ns = request.options.traced ? clock_() : 0;
   // Where each input's bytes are: inline, or a region the registry maps.
   ScratchArray<const uint8_t*> sources(request.inputs.size());
   for (size_t i = 0; i < request.inputs.size(); ++i) {
@@ -239,11 +241,24 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
     if (model == nullptr) {
       result = SubmitResult::kModelGone;
     } else {
-      result = submit_result_of(model->scheduler->enqueue(queued, options, clock_()));
+      const uint64_t now = clock_();
+      result = submit_result_of(model->scheduler->enqueue(queued, options, now));
+      if (options.traced && result == SubmitResult::kOk) {
+        traced_[request.request_id] = TraceStamps{request_start_ns, now};
+      }
     }
   }
   if (result != SubmitResult::kOk) assembler_.release(offset);
   return result;
+}
+
+bool Core::take_trace_stamps(uint64_t request_id, TraceStamps* stamps) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = traced_.find(request_id);
+  if (found == traced_.end()) return false;
+  *stamps = found->second;
+  traced_.erase(found);
+  return true;
 }
 
 bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {

@@ -97,6 +97,13 @@ struct Completion {
   std::vector<uint64_t> request_ids;
 };
 
+// When a traced request (SubmitOptions::traced) began its submit and entered its
+// model's queue (monotonic ns), the trace file's REQUEST_START and QUEUE_START.
+struct TraceStamps {
+  uint64_t request_start_ns = 0;
+  uint64_t queue_start_ns = 0;
+};
+
 struct InstanceEndpoint {
   uint64_t channel_offset;
   int wake_fd;  // the worker blocks on it; the frontend signals it
@@ -203,6 +210,12 @@ class Core {
   // in its request block so the worker sees it (request.is_cancelled()); its answer
   // still comes from the worker.
   CancelResult cancel(uint64_t request_id);
+
+  // --- tracing (frontend thread) ---
+  // The stamps of traced request `request_id`, forgotten once read; false when it has
+  // none (never traced, or read already). The frontend reads every traced request's
+  // stamps once it is answered or failed, so none stay behind.
+  bool take_trace_stamps(uint64_t request_id, TraceStamps* stamps);
 
  private:
   struct Batch {
@@ -333,8 +346,9 @@ class Core {
   std::unordered_map<uint32_t, Instance> instances_;
   uint32_t next_instance_id_ = 0;
   std::unordered_map<uint64_t, Batch> in_flight_;
-  std::unordered_map<uint64_t, Route> routes_;  // by request id
-  RateLimiter rate_limiter_;                    // off unless configure_rate_limiter()
+  std::unordered_map<uint64_t, Route> routes_;        // by request id
+  std::unordered_map<uint64_t, TraceStamps> traced_;  // traced requests, by request id
+  RateLimiter rate_limiter_;                          // off unless configure_rate_limiter()
   // Batches one instance may hold at once while it waits on its own requests.
   static constexpr uint32_t kMaxNestedBatches = 16;
   // Ids of requests workers submit: a range of their own, apart from the frontend's.

@@ -33,7 +33,20 @@ int http_status_of(ErrorKind kind) { return error_status_of(kind).http_status; }
 uint32_t KServeCodec::add_model(ModelSpec model) {
   models_.push_back(std::move(model));
   accepting_.push_back(true);
+  trace_rate_.push_back(0);
+  trace_seen_.push_back(0);
   return static_cast<uint32_t>(models_.size() - 1);
+}
+
+void KServeCodec::set_trace_rate(uint32_t model, uint32_t rate) {
+  if (model >= trace_rate_.size()) return;
+  trace_rate_[model] = rate;
+  trace_seen_[model] = 0;
+}
+
+bool KServeCodec::sample_trace(uint32_t model) {
+  if (model >= trace_rate_.size() || trace_rate_[model] == 0) return false;
+  return ++trace_seen_[model] % trace_rate_[model] == 0;
 }
 
 void KServeCodec::set_accepting(uint32_t model, bool accepting) {
@@ -108,10 +121,12 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   submit.options.sequence_id = request.sequence_id;
   submit.options.sequence_key = request.sequence_key;
   submit.options.sequence_flags = request.sequence_flags;
+  if (trace_rate_[model_index] != 0) submit.options.traced = sample_trace(model_index);
   if (core_.submit(model.core_model_id, submit) != SubmitResult::kOk) {
     unpin(pins);
     return SubmitOutcome::kFallback;
   }
+  if (submit.options.traced) traced_.push_back(request_id);
   Recipe& recipe = in_flight_[request_id];
   if (has_shm) {
     // Inputs were copied by submit(): only the output regions stay pinned.

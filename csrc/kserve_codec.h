@@ -65,6 +65,18 @@ class KServeCodec {
   void set_cache(ResponseCache* cache) { cache_ = cache; }
   ResponseCache* cache() const { return cache_; }
 
+  // Trace extension: 1 in `rate` requests of `model` is traced (0: none), counted as
+  // Triton's sampler counts them (every request offered, whichever path takes it);
+  // a new rate starts the count over. sample_trace() is that sampler, for the general
+  // path; the lane's own sampled and queued requests wait in take_traced().
+  void set_trace_rate(uint32_t model, uint32_t rate);
+  bool sample_trace(uint32_t model);
+  std::vector<uint64_t> take_traced() {
+    std::vector<uint64_t> taken;
+    taken.swap(traced_);
+    return taken;
+  }
+
   // Request ids for the core, unique across every framer and the general path.
   uint64_t new_request_id() { return core_.new_request_id(); }
 
@@ -110,6 +122,12 @@ class KServeCodec {
                 uint64_t timings[4], bool partial = false);
 
   bool owns(uint64_t request_id) const { return in_flight_.count(request_id) != 0; }
+  // The client's id ("id" of the request) of a request in flight, empty when unknown:
+  // read only for requests being traced (tracing/), never on the untraced path.
+  std::string client_id(uint64_t request_id) const {
+    auto found = in_flight_.find(request_id);
+    return found == in_flight_.end() ? std::string() : found->second.id;
+  }
   // The request was answered another way (failed batch, shutdown).
   void forget(uint64_t request_id);
   size_t in_flight() const { return in_flight_.size(); }
@@ -155,6 +173,11 @@ class KServeCodec {
   std::vector<ModelSpec> models_;
   std::vector<bool> accepting_;
   std::unordered_map<uint64_t, Recipe> in_flight_;
+  // Tracing, per model: the sampling rate (0: off) and the requests counted since it
+  // was set; and the ids of traced requests queued since the last take_traced().
+  std::vector<uint32_t> trace_rate_;
+  std::vector<uint32_t> trace_seen_;
+  std::vector<uint64_t> traced_;
 };
 
 }  // namespace naiad

@@ -34,6 +34,9 @@ struct SubmitOptions {
   uint64_t sequence_id = 0;
   std::string_view sequence_key;
   uint32_t sequence_flags = 0;
+  // Trace extension: the request was sampled for tracing; the core keeps when it began
+  // and when it was queued for Core::take_trace_stamps (tracing off: always false).
+  bool traced = false;
 };
 
 constexpr uint32_t kSequenceFlagStart = 1;  // Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_*

@@ -221,6 +221,7 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t sequence_id
         string_view sequence_key
         uint32_t sequence_flags
+        cbool traced
 
     cdef cppclass SubmitRequest:
         uint64_t request_id
@@ -253,6 +254,10 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t channel_offset
         int wake_fd
 
+    cdef cppclass TraceStamps "naiad::TraceStamps":
+        uint64_t request_start_ns
+        uint64_t queue_start_ns
+
     cdef cppclass CCore "naiad::Core":
         CCore(uint64_t arena_bytes) except +
         Arena& arena() nogil
@@ -273,6 +278,7 @@ cdef extern from "core.h" namespace "naiad":
         size_t in_flight() except + nogil
         uint64_t running_since(uint32_t instance_id) except + nogil
         CancelResult cancel(uint64_t request_id) except + nogil
+        cbool take_trace_stamps(uint64_t request_id, TraceStamps* stamps) except + nogil
 
 
 cdef extern from "sequence_batch_scheduler.h" namespace "naiad":
@@ -457,6 +463,10 @@ cdef extern from "kserve_codec.h" namespace "naiad":
                             CachedAnswer* cached, string* key, uint64_t* lookup_ns) except + nogil
         cbool insert_cached(uint32_t model, string key, uint64_t lookup_ns, const uint8_t* block,
                             uint64_t block_size, uint32_t request_index) except + nogil
+        string client_id(uint64_t request_id)
+        void set_trace_rate(uint32_t model, uint32_t rate)
+        cbool sample_trace(uint32_t model)
+        vector[uint64_t] take_traced()
 
 
 cdef extern from "http_scan.h" namespace "naiad":
@@ -820,6 +830,17 @@ cdef class Core:
             result = self._core.cancel(request_id)
         return <int>result
 
+    def take_trace_stamps(self, uint64_t request_id):
+        """(request start ns, queue start ns) of traced request `request_id`, once;
+        None when it has none (tracing/tracer.py)."""
+        cdef TraceStamps stamps
+        cdef cbool found
+        with nogil:
+            found = self._core.take_trace_stamps(request_id, &stamps)
+        if not found:
+            return None
+        return stamps.request_start_ns, stamps.queue_start_ns
+
     def arena_stats(self):
         cdef ArenaStats s = self._core.arena().stats()
         return {"bytes_in_use": s.bytes_in_use, "blocks_in_use": s.blocks_in_use,
@@ -1162,7 +1183,8 @@ cdef class ModelSpec:
 
     def submit(self, Core core, uint64_t core_model, uint64_t core_request_id,
                str request_id, list inputs, outputs, bytes parameters, uint32_t priority,
-               uint64_t timeout_us, tuple sequence=None, bytes regions=b""):
+               uint64_t timeout_us, tuple sequence=None, bytes regions=b"",
+               bint traced=False):
         """Validates a request the Python general path parsed (as `validate`), lays out
         its block for the worker with the lane's layout_request_block
         (csrc/request_block.h) and queues it on `core`. `parameters`: the request
@@ -1170,7 +1192,8 @@ cdef class ModelSpec:
         or Triton's message (str) when the request is invalid (nothing queued). The
         block size is what the request takes in the arena: its metadata and inputs.
         `sequence`: (correlation id int, correlation id str as UTF-8 bytes or b"",
-        START|END flags) for a sequence model."""
+        START|END flags) for a sequence model. `traced`: the request was sampled for
+        tracing (Core.take_trace_stamps)."""
         cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
         if not validate_request(self.spec, &view.request, &error):
@@ -1220,6 +1243,7 @@ cdef class ModelSpec:
             submit.options.timeout_us = timeout_us
             submit.options.shape_key = view.request.shape_key
             submit.options.input_order = block.input_order
+            submit.options.traced = traced
             result = core._core.submit(handle, submit)
             size = block.metadata.size()
             for i in range(block.inputs.size()):
@@ -1521,6 +1545,23 @@ cdef class FastLane:
         """The request was answered another way (failed batch, shutdown)."""
         self._lane.codec().forget(request_id)
 
+    def set_trace_rate(self, uint32_t lane_model, uint32_t rate):
+        """Traces 1 in `rate` requests of the lane's model (0: none); the count starts over."""
+        self._lane.codec().set_trace_rate(lane_model, rate)
+
+    def sample_trace(self, uint32_t lane_model):
+        """The lane's sampler, for a request of the model the general path takes."""
+        return self._lane.codec().sample_trace(lane_model)
+
+    def take_traced(self):
+        """The ids of the traced requests the lanes queued since the last call."""
+        return self._lane.codec().take_traced()
+
+    def client_id(self, uint64_t request_id):
+        """The client's id of lane request `request_id` in flight ('' when unknown);
+        for traced requests only (tracing/)."""
+        return self._lane.codec().client_id(request_id).decode("utf-8", "replace")
+
     def in_flight(self):
         return self._lane.codec().in_flight()
 
@@ -1746,10 +1787,26 @@ cdef class WorkerEndpoint:
 
 # --- gRPC over HTTP/2 (csrc/grpc_connection.h): one object per client connection ---
 
+# Trace mode opentelemetry: calls report their `traceparent` metadata (tracing/otel.py).
+cdef bint _read_traceparent = False
+
+
+def read_grpc_traceparent(bint on):
+    global _read_traceparent
+    _read_traceparent = on
+
 cdef extern from "hpack.h" namespace "naiad::hpack":
     cdef cppclass HpackHeader "naiad::hpack::Header":
         string name
         string value
+
+
+cdef object _traceparent(const vector[HpackHeader]& metadata):
+    cdef size_t i
+    for i in range(metadata.size()):
+        if metadata[i].name == b"traceparent":
+            return metadata[i].value.decode("ascii", "replace")
+    return None
 
 
 cdef extern from "grpc_connection.h" namespace "naiad::h2":
@@ -1847,7 +1904,8 @@ cdef class GrpcConnection:
     """One HTTP/2 connection carrying gRPC calls, as bytes in and bytes out.
 
     `receive(data)` returns events: (GRPC_CALL, stream, path, timeout_us or -1,
-    grpc-encoding str[, metadata: ((name, value) str pairs) when `want_metadata`]), (GRPC_MESSAGE, stream, message as OwnedBytes (the buffer the
+    grpc-encoding str, traceparent str or None[, metadata: ((name, value) str pairs) when
+    `want_metadata`]), (GRPC_MESSAGE, stream, message as OwnedBytes (the buffer the
     connection put the message together in, not a copy), compressed),
     (GRPC_HALF_CLOSE, stream), (GRPC_CANCEL, stream, code).
     `take_output()` returns the bytes to write (b"" when none; a large output as a
@@ -1888,14 +1946,20 @@ cdef class GrpcConnection:
                 message.data.swap(e.message)
                 out.append((GRPC_MESSAGE, e.stream_id, message, e.compressed))
             elif e.kind == H2EventKind.kCall:
+                # The call's metadata stays in C++, but for a traceparent in trace mode
+                # opentelemetry (read_grpc_traceparent) and, when `want_metadata`
+                # (restrictions, header forwarding), all of it as a 7th item.
+                traceparent = _traceparent(e.metadata) if _read_traceparent else None
                 if self.want_metadata:
                     out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
                                 e.timeout_us, e.encoding.decode("ascii", "replace"),
+                                traceparent,
                                 tuple([(h.name.decode("latin-1"), h.value.decode("latin-1"))
                                        for h in e.metadata])))
-                else:  # the metadata stays in C++
+                else:
                     out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
-                                e.timeout_us, e.encoding.decode("ascii", "replace")))
+                                e.timeout_us, e.encoding.decode("ascii", "replace"),
+                                traceparent))
             elif e.kind == H2EventKind.kHalfClose:
                 out.append((GRPC_HALF_CLOSE, e.stream_id))
             else:

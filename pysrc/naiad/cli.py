@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from naiad.rate_limit import parse_rate_limit, parse_rate_limit_resource
+from naiad.tracing import options as tracing_options
 
 
 def _bool(text: str) -> bool:
@@ -236,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         "path (differential tests, diagnosis); answers are the same either way",
     )
     _add_access_flags(serve)
+    tracing_options.add_arguments(serve)
     return parser
 
 
@@ -307,6 +309,11 @@ def main(argv=None) -> int:
     try:
         options.cache_size = cache_size(options.cache_config, options.response_cache_byte_size)
     except CacheConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        options.trace = tracing_options.setting_from(options)
+    except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     from naiad.server import run

@@ -11,6 +11,7 @@ from pathlib import Path
 from naiad import triton_log
 from naiad.gc_tuning import settle_after_startup
 from naiad.scheduling.manager import ModelManager, format_load_table
+from naiad.tracing.options import tracer_for
 
 log = logging.getLogger("naiad")
 
@@ -69,6 +70,11 @@ async def serve(options) -> int:
         cache_size=getattr(options, "cache_size", None),
         rate_limit=(options.rate_limit == "execution_count", options.rate_limit_resource),
     )
+    try:
+        manager.set_tracer(tracer_for(options))
+    except ValueError as exc:  # trace mode opentelemetry without the SDK installed
+        log.error("%s", exc)
+        return 1
     # From here a SIGINT/SIGTERM (to us or to the whole process group, workers included,
     # which ignore it) stops the server cleanly, also while the models load.
     stop = asyncio.Event()
@@ -120,6 +126,7 @@ async def serve(options) -> int:
         from naiad.http.routes import Router
         from naiad.http.server import start_http_server
         from naiad.http.shm_routes import register_shm_routes
+        from naiad.http.trace_routes import register_trace_routes
 
         router = Router(
             manager,
@@ -131,6 +138,7 @@ async def serve(options) -> int:
         register_shm_routes(router, manager)
         register_generate_routes(router, manager)
         register_logging_routes(router)
+        register_trace_routes(router, manager)
         servers.append(
             await start_http_server(
                 manager,

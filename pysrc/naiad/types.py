@@ -38,6 +38,9 @@ class InferRequest:
     inputs: list[InputTensor]
     outputs: list[RequestedOutput] | None = None  # None: every output
     parameters: dict[str, Any] = field(default_factory=dict)
+    # The W3C traceparent the request came with (HTTP header, gRPC metadata), read only
+    # in trace mode opentelemetry (tracing/otel.py); None otherwise.
+    traceparent: str | None = None
 
 
 @dataclass(slots=True)

@@ -212,8 +212,10 @@ def test_features_not_built_yet_say_so(client):
         err = _error(lambda: client.register_cuda_shared_memory("r", b"eA==", 0, 16))
         assert err.status() == "StatusCode.INVALID_ARGUMENT"
         assert err.message().startswith("failed to register shared memory region: invalid args")
-    err = _error(lambda: client.get_trace_settings())
-    assert err.status() == "StatusCode.UNAVAILABLE" and "tracing" in err.message()
+    # Tracing is served (test_grpc_trace_triton.py): off by default, as Triton.
+    settings = client.get_trace_settings(as_json=True)["settings"]
+    assert settings["trace_level"] == {"value": ["OFF"]}
+    assert settings["trace_rate"] == {"value": ["1000"]}
     # Log settings are served (tests/test_logging_extension.py, test_logmetrics_triton.py).
     assert client.get_log_settings(as_json=True)["settings"]["log_format"] == {
         "string_param": "default"

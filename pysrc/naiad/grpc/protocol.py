@@ -56,7 +56,16 @@ def inflate(data: bytes, encoding: str, limit: int = MAX_MESSAGE_SIZE) -> bytes:
 
 
 class _Call:
-    __slots__ = ("path", "encoding", "message", "timer", "in_flight", "half_closed", "forwarded")
+    __slots__ = (
+        "path",
+        "encoding",
+        "message",
+        "timer",
+        "in_flight",
+        "half_closed",
+        "forwarded",
+        "traceparent",
+    )
 
     def __init__(self, path: str, encoding: str):
         self.path = path
@@ -66,6 +75,7 @@ class _Call:
         self.in_flight = 0  # streamed requests not answered (finally) yet
         self.half_closed = False
         self.forwarded = None  # metadata for the model (--grpc-header-forward-pattern)
+        self.traceparent = None
 
 
 class GrpcProtocol(asyncio.Protocol):
@@ -142,11 +152,11 @@ class GrpcProtocol(asyncio.Protocol):
                     self._on_message(event[1], event[2], event[3])
                 elif kind == _core.GRPC_CALL:
                     forwarded = None
-                    if len(event) > 5:  # its metadata: restrictions, forwarding
-                        forwarded = self._admit(event[1], event[2], event[5])
+                    if len(event) > 6:  # its metadata: restrictions, forwarding
+                        forwarded = self._admit(event[1], event[2], event[6])
                         if forwarded is False:
                             continue
-                    self._on_call(event[1], event[2], event[3], event[4], forwarded)
+                    self._on_call(event[1], event[2], event[3], event[4], event[5], forwarded)
                 elif kind == _core.GRPC_HALF_CLOSE:
                     self._on_half_close(event[1])
                 else:
@@ -200,13 +210,14 @@ class GrpcProtocol(asyncio.Protocol):
         return [(name, value) for name, value in metadata if forward.search(name)] or None
 
     def _on_call(
-        self, stream: int, path: str, timeout_us: int, encoding: str, forwarded=None
+        self, stream: int, path: str, timeout_us: int, encoding: str, traceparent, forwarded=None
     ) -> None:
         if path != STREAM_INFER and path not in self.service.unary:
             self.conn.finish(stream, status.UNIMPLEMENTED, "")  # grpc++ says nothing more
             return
         call = _Call(path, encoding)
         call.forwarded = forwarded
+        call.traceparent = traceparent  # only in trace mode opentelemetry
         self.calls[stream] = call
         if timeout_us >= 0:
             call.timer = self.loop.call_later(timeout_us / 1e6, self._expire, stream)
@@ -241,12 +252,21 @@ class GrpcProtocol(asyncio.Protocol):
         if call.message is None:
             raise GrpcError(status.UNIMPLEMENTED, "no request message on a unary call")
         forwarded = call.forwarded  # parameters the C++ path does not add: the general path
-        if call.path == MODEL_INFER and not forwarded and self._submit_fast(stream, call.message):
+        traced = call.traceparent is not None  # the general path reads it (tracing/otel.py)
+        if (
+            call.path == MODEL_INFER
+            and not forwarded
+            and not traced
+            and self._submit_fast(stream, call.message)
+        ):
             return
         message_class, handler = self.service.unary[call.path]
         message = call.message if type(call.message) is bytes else bytes(call.message)
         request = message if message_class is None else parse(message_class, message)
-        result = handler(request, forwarded) if forwarded else handler(request)
+        if call.path == MODEL_INFER and (forwarded or traced):
+            result = self.service.model_infer(request, forwarded, call.traceparent)
+        else:
+            result = handler(request)
         if type(result) is tuple:  # (future, finish): an inference or a load in flight
             future, finish = result
             infer = call.path == MODEL_INFER

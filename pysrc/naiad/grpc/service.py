@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from naiad import triton_log
-from naiad.errors import NaiadError, NotFound, Unavailable
+from naiad.errors import InvalidArgument, NaiadError, NotFound, Unavailable
 from naiad.grpc import shm_rpcs, status
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request, to_infer_response
@@ -24,6 +24,7 @@ from naiad.protos import grpc_service_pb2 as pb
 from naiad.restrictions import Restrictions, add_forwarded
 from naiad.scheduling.instance import send_log_settings
 from naiad.scheduling.model import DECOUPLED_GRPC_INFER
+from naiad.tracing.settings import update_from_grpc
 
 log = logging.getLogger("naiad.grpc")
 
@@ -185,7 +186,18 @@ class Service:
 
     # -- trace settings: not built yet; log settings (naiad/triton_log.py) --------------
     def trace_setting(self, request):
-        raise GrpcError(status.UNAVAILABLE, "the server does not support tracing")
+        # The rules are tracing/settings.py's; each value goes back as a string list.
+        settings = self.manager.tracer.settings
+        model = request.model_name
+        if model and not self.manager.model_ready(model):
+            raise InvalidArgument(f"Request for unknown model : {model}")
+        if request.settings:
+            settings.update(model, update_from_grpc(request.settings))
+        response = pb.TraceSettingResponse()
+        for key, value in settings.get(model).to_json().items():
+            values = value if isinstance(value, list) else [value]
+            response.settings[key].value.extend(values)
+        return response
 
     def log_settings(self, request):
         settings = {
@@ -204,12 +216,14 @@ class Service:
         return response
 
     # -- inference -------------------------------------------------------------------
-    def model_infer(self, message, forwarded=None):
+    def model_infer(self, message, forwarded=None, traceparent=None):
         """Submits the request; returns (future, finish) where finish(future) gives the
-        ModelInferResponse or raises. `forwarded`: call metadata for the model."""
+        ModelInferResponse or raises. `forwarded`: call metadata for the model;
+        `traceparent`: the call's, in trace mode opentelemetry."""
         request = to_infer_request(message)
         if forwarded:
             add_forwarded(request, forwarded)
+        request.traceparent = traceparent
         model = self.manager.get(request.model_name, request.model_version)
         if getattr(model, "decoupled", False):
             raise GrpcError(status.UNIMPLEMENTED, DECOUPLED_GRPC_INFER)

@@ -60,6 +60,7 @@ _WANTED_HEADERS = {
     b"accept-encoding": "accept-encoding",
     b"inference-header-content-length": "inference-header-content-length",
     b"expect": "expect",
+    b"traceparent": "traceparent",  # trace mode opentelemetry (tracing/otel.py)
 }
 
 _STATUS_LINES = {

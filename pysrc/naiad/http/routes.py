@@ -166,6 +166,8 @@ class Router:
         self._extra: dict[str, Handler] = {}
         # /v2/models/{m}[/versions/{v}]/{action} served by other modules (generate).
         self._model_actions: dict[str, Callable] = {}
+        # /v2/models/{m}/{a}/{b} (no version) served by other modules: (a, b) -> handler.
+        self._model_paths: dict[tuple, Callable] = {}
         # Looked up once: it runs for every read of every connection.
         self._take_http_requests = getattr(manager, "take_http_requests", None)
         # --http-restricted-api and --http-header-forward-pattern (naiad/restrictions.py).
@@ -181,12 +183,18 @@ class Router:
             # The lane reads no header it does not know: requests go through the parser,
             # whose headers say whether one may still take the lane (infer_fast).
             self.take_http = None
+        # Trace mode opentelemetry: requests with a traceparent go the general path,
+        # which reads it (tracing/otel.py). None in every other mode.
+        tracer = getattr(manager, "tracer", None)
+        self._otel = tracer if tracer is not None and tracer.opentelemetry else None
 
     def take_http(self, data: bytes, max_body: int, new_on_done, max_requests: int) -> int:
         """Hands received bytes to the infer fast lane first: it takes the plain infer
         requests at the front, at most `max_requests` (ModelManager.take_http_requests).
         Returns the bytes taken."""
         if self._take_http_requests is None:
+            return 0
+        if self._otel is not None and self._otel.active and _has_traceparent(data):
             return 0
         return self._take_http_requests(data, max_body, new_on_done, max_requests)
 
@@ -204,6 +212,8 @@ class Router:
         accept = headers.get("accept-encoding")
         if accept and _core.response_encoding(accept) != _core.RESPONSE_IDENTITY:
             return False  # the general path compresses the answer
+        if self._otel is not None and self._otel.active and "traceparent" in headers:
+            return False
         header_length = headers.get("inference-header-content-length")
         if header_length is None:  # a JSON body: the lane reads JSON tensor data too
             return submit_fast(url, body, len(body), new_on_done)
@@ -219,6 +229,11 @@ class Router:
         """Serve POST `/v2/models/{m}[/versions/{v}]/{action}` with
         `handler(request, name, version)`."""
         self._model_actions[action] = handler
+
+    def register_model_path(self, path: tuple, handler: Callable) -> None:
+        """Serve `/v2/models/{m}/<path[0]>/<path[1]>` (any method) with
+        `handler(request, name)`: the trace extension's per-model setting."""
+        self._model_paths[path] = handler
 
     def dispatch(self, request: HttpRequest) -> ReplyOrAwaitable:
         try:
@@ -302,6 +317,8 @@ class Router:
                 if method != "POST":
                     return _METHOD_NOT_ALLOWED
                 return extra(request, name, version)
+        elif n == 6 and i == 4 and (parts[4], parts[5]) in self._model_paths:
+            return self._model_paths[parts[4], parts[5]](request, name)
         elif n != i:
             return _NOT_FOUND
 
@@ -348,6 +365,8 @@ class Router:
         forwarded = headers.get(FORWARDED)
         if forwarded:  # --http-header-forward-pattern: string parameters, named as sent
             add_forwarded(infer_request, forwarded)
+        if self._otel is not None:
+            infer_request.traceparent = headers.get("traceparent")
         # No task per request, only a callback on the request's future.
         encoding = headers.get("accept-encoding")
         compression = _core.response_encoding(encoding) if encoding else _core.RESPONSE_IDENTITY
@@ -382,6 +401,14 @@ def _model_path_category(parts: list) -> str | None:
     if n == i + 1 and parts[i] != "trace":
         return MODEL_ACTION_CATEGORIES.get(parts[i])
     return None
+
+
+def _has_traceparent(data) -> bool:
+    """Whether received bytes may hold a traceparent header (any letter case of its
+    first letter; header names are case-insensitive, propagators send lower case)."""
+    if type(data) is not bytes:
+        data = bytes(data)
+    return b"raceparent" in data or b"RACEPARENT" in data
 
 
 class Deferred:

@@ -18,6 +18,7 @@ SUPPORTED_EXTENSIONS.append("classification")  # csrc/classification.h
 # the parameter changes nothing yet (repository/control.py).
 SUPPORTED_EXTENSIONS.append("model_repository")
 SUPPORTED_EXTENSIONS.append("schedule_policy")  # priority levels, queue policy (core)
+SUPPORTED_EXTENSIONS.append("trace")  # trace settings and trace files (tracing/)
 SUPPORTED_EXTENSIONS.append("logging")  # /v2/logging, gRPC LogSettings (naiad/triton_log.py)
 
 # The order Triton 2.51 lists them in, which server_metadata keeps.

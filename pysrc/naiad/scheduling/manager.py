@@ -42,6 +42,8 @@ from naiad.scheduling.sequence import refusal as sequence_refusal
 from naiad.scheduling.streaming import StreamPending
 from naiad.shm import SharedMemory
 from naiad.shm import block_regions as shm_block_regions
+from naiad.tracing import tracer as tracer_protocol
+from naiad.tracing.otel import parse_traceparent
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
 
@@ -138,6 +140,11 @@ class ModelManager:
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self._pending: dict[int, _Pending] = {}
+        # Trace extension (tracing/): the tracer the server set, and the traces of
+        # sampled requests in flight by request id. With no sampling setting active the
+        # data path checks only `tracer.active` per loop turn and `_traces` per batch.
+        self.tracer = None
+        self._traces: dict = {}
         self._instance_models: dict[int, LoadedModel] = {}  # for routed requests' stats
         self._live = True
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -276,6 +283,8 @@ class ModelManager:
             pending.fail(Unavailable("server is shutting down"))
         loop.remove_reader(self.core.notify_fd)
         self.directory.close()
+        if self.tracer is not None:
+            self.tracer.close()
 
     # -- queries for the front ends ------------------------------------------------
     def server_live(self) -> bool:
@@ -402,6 +411,17 @@ class ModelManager:
                     return future
                 cache = looked[1:]
         parameters = orjson.dumps(request.parameters) if request.parameters else b"{}"
+        setting = parent = None
+        tracer = self.tracer
+        if tracer is not None and tracer.active:
+            if model.lane_id is None:
+                setting = tracer.sample(model.name)
+            elif self.lane.sample_trace(model.lane_id):
+                setting = tracer.admit(model.name)
+            if tracer.opentelemetry:
+                parent = parse_traceparent(request.traceparent)
+                if setting is None and parent is not None:
+                    setting = tracer.forced(model.name)
         result = spec.submit(
             self.core,
             model.core_model,
@@ -414,6 +434,7 @@ class ModelManager:
             timeout_us,
             sequence,
             regions=regions,
+            traced=setting is not None,
         )
         if type(result) is str:
             raise InvalidArgument(result)
@@ -439,6 +460,10 @@ class ModelManager:
             )
         self.general_requests += 1
         self._schedule_flush()
+        if setting is not None:
+            trace = tracer.start(setting, model.name, model.version, request.id, 0, submit_ns)
+            trace.parent = parent
+            self._traces[request_id] = trace
         if on_response is not None:
             self._pending[request_id] = StreamPending(
                 request_id, model, request, batch_size, submit_ns, on_response
@@ -508,6 +533,9 @@ class ModelManager:
         )
         self.lane_requests += 1
         self._schedule_flush()
+        tracer = self.tracer
+        if tracer is not None and tracer.active:
+            self._start_lane_traces(submit_ns, tracer_protocol.GRPC)
         return request_id
 
     def take_http_requests(self, data: bytes, max_body: int, new_on_done, max_requests) -> int:
@@ -551,10 +579,53 @@ class ModelManager:
         if queued:
             self.lane_requests += queued
             self._schedule_flush()
+            tracer = self.tracer
+            if tracer is not None and tracer.active:
+                self._start_lane_traces(submit_ns, tracer_protocol.HTTP)
+
+    # -- tracing (tracing/): the lanes' sampler is in C++, the rest here ----------------
+    def set_tracer(self, tracer) -> None:
+        self.tracer = tracer
+        tracer.on_change = self._apply_trace_settings
+        _core.read_grpc_traceparent(tracer.opentelemetry)
+        self._apply_trace_settings()
+
+    def _apply_trace_settings(self) -> None:
+        """Gives the lanes' sampler each model's rate (0 while tracing is off for it)."""
+        for lane_id, model in self._lane_models.items():
+            self.lane.set_trace_rate(lane_id, self.tracer.rate_for(model.name))
+        if not self.tracer.active:
+            self._start_lane_traces(0, 0)  # sampled before the change: nothing left behind
+
+    def _start_lane_traces(self, read_ns: int, protocol: int) -> None:
+        """Starts the traces of the requests the lanes' sampler picked since last time."""
+        tracer = self.tracer
+        for request_id in self.lane.take_traced():
+            stamps = self.core.take_trace_stamps(request_id)
+            pending = self._pending.get(request_id)
+            setting = tracer.admit(pending.model.name) if pending is not None else None
+            if setting is None:
+                continue
+            model = pending.model
+            client_id = self.lane.client_id(request_id)
+            self._traces[request_id] = tracer.start(
+                setting, model.name, model.version, client_id, protocol, read_ns, stamps
+            )
+
+    def _finish_trace(self, request_id: int, timings, end_ns: int, sent=None) -> None:
+        trace = self._traces.pop(request_id, None)
+        if trace is None:
+            return
+        stamps = self.core.take_trace_stamps(request_id)
+        if stamps is not None:  # the general path's: known once it was queued
+            trace.request_start_ns, trace.queue_start_ns = stamps
+        self.tracer.finish(trace, timings, end_ns, sent)
 
     def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
         """`model` answers for the lane's model `lane_id` (take_http_requests)."""
         self._lane_models[lane_id] = model
+        if self.tracer is not None:
+            self.lane.set_trace_rate(lane_id, self.tracer.rate_for(model.name))
 
     def unregister_lane_model(self, lane_id: int) -> None:
         """The lane's model `lane_id` was removed; its requests in flight keep their model."""
@@ -682,10 +753,14 @@ class ModelManager:
         successes = inferences = request_ns = queue_ns = 0
         # Per-request durations only for the latency summaries (off unless configured).
         each = None if stats.summaries is None else []
+        traces = self._traces
         for request_id, ok, batch_size, took_ns, queued_ns, http in replies:
             pending = pop(request_id, None)
             if pending is None:  # answered already (failed, or the server is stopping)
                 continue
+            traced = traces and request_id in traces
+            if traced:
+                send_ns = _core.now_ns()
             if ok:
                 successes += 1
                 inferences += batch_size
@@ -704,6 +779,8 @@ class ModelManager:
                     pending.on_done(None, http)
             except Exception:  # that client's connection; the others still get theirs
                 log.exception("sending the response of request %d failed", request_id)
+            if traced:
+                self._finish_trace(request_id, timings, end_ns, (send_ns, _core.now_ns()))
         if grpc_ids:
             self.grpc_lane.release_answers()  # GrpcAnswers end before the block is freed
         if successes:
@@ -793,6 +870,8 @@ class ModelManager:
         )
         self._pending.pop(pending.request_id, None)
         future.set_result(response)
+        if self._traces:
+            self._finish_trace(pending.request_id, timings, end_ns)
 
     def _late_execution(self, instance_id: int, offset: int, size: int, batch_size: int) -> None:
         """A decoupled model's batch ended after its requests all had their final
@@ -833,6 +912,8 @@ class ModelManager:
         pop = self._pending.pop
         for pending in pendings:
             pop(pending.request_id, None)
+            if self._traces:  # a failed request's trace ends with it
+                self._finish_trace(pending.request_id, None, end_ns)
             model = pending.model
             if status == _core.COMPLETION_CANCELLED:
                 model.stats.record_failure(end_ns - pending.submit_ns, "CANCELED")

@@ -1,0 +1,160 @@
+"""Trace mode `opentelemetry`: a sampled request's trace as OpenTelemetry spans, exported
+over OTLP/HTTP (protobuf) by the OpenTelemetry SDK's batch span processor (the optional
+`tracing` extra: opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http).
+
+The spans are Triton 2.51's (src/tracer.cc), all of kind SERVER, from tracer
+"triton-server", with resource service.name=triton-inference-server plus each
+`--trace-config opentelemetry,resource=KEY=VALUE`:
+
+- "InferRequest": the request in the front end, a child of the client's span when the
+  request carried a W3C `traceparent` (HTTP header or gRPC metadata); events
+  HTTP_RECV_START/END or GRPC_WAITREAD_START/END, INFER_RESPONSE_COMPLETE and the
+  *_SEND_START/END pair;
+- "<model name>": its child, from REQUEST_START to REQUEST_END, with attributes
+  triton.model_name, triton.model_version, triton.trace_id, triton.trace_parent_id and
+  triton.request_id (when the request has an id), events REQUEST_START, QUEUE_START,
+  REQUEST_END;
+- "compute": the model span's child, from COMPUTE_START to COMPUTE_END, with the four
+  COMPUTE_* events.
+
+The timestamps are the same monotonic readings as the trace file's (tracer.py), moved
+to the wall clock by the offset between the two clocks when the trace is exported, as
+Triton moves its steady-clock readings.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
+
+def parse_traceparent(value: str | None):
+    """The (trace id, span id, flags) of a valid W3C traceparent, else None."""
+    if not value:
+        return None
+    match = _TRACEPARENT.match(value.strip())
+    if match is None:
+        return None
+    trace_id, span_id, flags = (int(group, 16) for group in match.groups())
+    if trace_id == 0 or span_id == 0:
+        return None
+    return trace_id, span_id, flags
+
+
+class OtelExporter:
+    """The SDK's provider and batch exporter for the mode's --trace-config options."""
+
+    def __init__(self, config: list):
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        except ImportError as exc:
+            raise ValueError(
+                "trace mode opentelemetry needs the OpenTelemetry SDK: pip install "
+                f"'naiad[tracing]' ({exc})"
+            ) from None
+        from opentelemetry import trace as trace_api
+
+        self._api = trace_api
+        url = "http://localhost:4318/v1/traces"  # the OTLP/HTTP default, as Triton's
+        attributes = {"service.name": "triton-inference-server"}
+        batch = {}
+        for key, value in config:
+            if key == "url":
+                url = str(value)
+            elif key == "resource":
+                name, _, text = str(value).partition("=")
+                attributes[name] = text
+            elif key == "bsp_max_queue_size":
+                batch["max_queue_size"] = int(value)
+            elif key == "bsp_schedule_delay":
+                batch["schedule_delay_millis"] = int(value)
+            elif key == "bsp_max_export_batch_size":
+                batch["max_export_batch_size"] = int(value)
+        if "max_export_batch_size" in batch and "max_queue_size" in batch:
+            batch["max_export_batch_size"] = min(
+                batch["max_export_batch_size"], batch["max_queue_size"]
+            )
+        self.provider = TracerProvider(resource=Resource.create(attributes))
+        self.provider.add_span_processor(
+            BatchSpanProcessor(OTLPSpanExporter(endpoint=url), **batch)
+        )
+        self._tracer = self.provider.get_tracer("triton-server")
+
+    def export(self, trace, timings, end_ns: int, sent) -> None:
+        api = self._api
+        offset = time.time_ns() - time.monotonic_ns()
+
+        def wall(ns: int) -> int:
+            return int(ns) + offset
+
+        server = api.SpanKind.SERVER
+        parent_context = None
+        if trace.parent is not None:
+            trace_id, span_id, flags = trace.parent
+            remote = api.SpanContext(
+                trace_id, span_id, is_remote=True, trace_flags=api.TraceFlags(flags)
+            )
+            parent_context = api.set_span_in_context(api.NonRecordingSpan(remote))
+        root = self._tracer.start_span(
+            "InferRequest", context=parent_context, kind=server, start_time=wall(trace.read_ns)
+        )
+        if trace.protocol == 1:  # HTTP (tracer.HTTP)
+            root.add_event("HTTP_RECV_START", timestamp=wall(trace.read_ns))
+            root.add_event("HTTP_RECV_END", timestamp=wall(trace.request_start_ns))
+        attributes = {
+            "triton.model_name": trace.model,
+            "triton.model_version": int(trace.version),
+            "triton.trace_id": trace.id,
+            "triton.trace_parent_id": 0,
+        }
+        if trace.request_id:
+            attributes["triton.request_id"] = trace.request_id
+        model_span = self._tracer.start_span(
+            trace.model,
+            context=api.set_span_in_context(root),
+            kind=server,
+            start_time=wall(trace.request_start_ns),
+            attributes=attributes,
+        )
+        model_span.add_event("REQUEST_START", timestamp=wall(trace.request_start_ns))
+        model_span.add_event("QUEUE_START", timestamp=wall(trace.queue_start_ns))
+        if timings is not None and timings[0]:
+            start, compute_input, compute_infer, compute_output = timings[:4]
+            stamps = (
+                ("COMPUTE_START", start),
+                ("COMPUTE_INPUT_END", start + compute_input),
+                ("COMPUTE_OUTPUT_START", start + compute_input + compute_infer),
+                ("COMPUTE_END", start + compute_input + compute_infer + compute_output),
+            )
+            compute = self._tracer.start_span(
+                "compute",
+                context=api.set_span_in_context(model_span),
+                kind=server,
+                start_time=wall(start),
+            )
+            for name, ns in stamps:
+                compute.add_event(name, timestamp=wall(ns))
+            compute.end(end_time=wall(stamps[-1][1]))
+        model_span.add_event("REQUEST_END", timestamp=wall(end_ns))
+        model_span.end(end_time=wall(end_ns))
+        if trace.protocol == 2:  # gRPC (tracer.GRPC)
+            root.add_event("GRPC_WAITREAD_START", timestamp=wall(trace.read_ns))
+            root.add_event("GRPC_WAITREAD_END", timestamp=wall(trace.read_ns))
+        if trace.protocol:
+            root.add_event("INFER_RESPONSE_COMPLETE", timestamp=wall(end_ns))
+        finished = end_ns
+        if sent is not None:
+            prefix = "HTTP" if trace.protocol == 1 else "GRPC"
+            root.add_event(f"{prefix}_SEND_START", timestamp=wall(sent[0]))
+            root.add_event(f"{prefix}_SEND_END", timestamp=wall(sent[1]))
+            finished = sent[1]
+        root.end(end_time=wall(finished))
+
+    def close(self) -> None:
+        """Exports what is still queued (the server stops)."""
+        self.provider.shutdown()

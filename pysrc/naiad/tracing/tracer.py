@@ -1,0 +1,184 @@
+"""Traces of sampled requests, in trace mode `triton` (Triton 2.51's JSON records).
+
+Sampling: the lanes' codec samples 1 in trace_rate requests of each model in C++
+(KServeCodec::set_trace_rate; the general path asks the same sampler), so with tracing
+off the data path pays one predictable branch per request and nothing in Python.
+trace_count is applied here, to the requests the sampler picked (Tracer.admit).
+
+A trace is written when its request is answered. Its timestamps are taken where each
+event happened, on CLOCK_MONOTONIC as Triton's steady clock:
+
+- HTTP_RECV_START, GRPC_WAITREAD_START/END: when the front end read the request's
+  bytes (the time handed to the lane with them);
+- HTTP_RECV_END and REQUEST_START: when the core's submit began (the request was
+  parsed and validated); QUEUE_START: when the core put it in its model's queue, under
+  its lock (Core::take_trace_stamps);
+- COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START, COMPUTE_END: the worker's own
+  clock readings for the batch, carried in the response block (ipc_schema.h
+  ResponseHeader timings: start and the three phase durations);
+- REQUEST_END, INFER_RESPONSE_COMPLETE: when the response reached the front end;
+- HTTP_SEND_START/END, GRPC_SEND_START/END: around handing the response bytes to the
+  connection.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import orjson
+
+from naiad.tracing.settings import LEVEL_OFF, LEVEL_TIMESTAMPS, MODE_OPENTELEMETRY, TraceSettings
+
+HTTP = 1
+GRPC = 2
+
+
+class Trace:
+    __slots__ = (
+        "id",
+        "setting",
+        "model",
+        "version",
+        "request_id",
+        "protocol",
+        "read_ns",
+        "request_start_ns",
+        "queue_start_ns",
+        "parent",
+    )
+
+    def __init__(self, trace_id, setting, model, version, request_id, protocol, read_ns, stamps):
+        self.id = trace_id
+        self.setting = setting
+        self.model = model
+        self.version = version
+        self.request_id = request_id
+        self.protocol = protocol  # HTTP, GRPC, or 0: the general path (no front-end times)
+        self.read_ns = read_ns
+        # The core's (request start, queue start); the read time where it has none.
+        self.request_start_ns, self.queue_start_ns = stamps or (read_ns, read_ns)
+        self.parent = None  # (trace id, span id, flags) of the client's span (otel.py)
+
+
+class Tracer:
+    """Applies the settings to sampled requests and writes their traces. `active` is
+    False while no setting can sample anything: the front ends then check only that."""
+
+    def __init__(self, settings: TraceSettings):
+        self.settings = settings
+        self._ids = itertools.count(1)
+        self.active = False
+        # The mode is fixed at start (Triton takes no trace_mode update).
+        self.opentelemetry = settings.global_setting.mode == MODE_OPENTELEMETRY
+        self.exporter = None
+        if self.opentelemetry:
+            from naiad.tracing.otel import OtelExporter
+
+            self.exporter = OtelExporter(settings.global_setting.config)
+        self.on_change = None  # the manager's: pushes each model's rate to the sampler
+        settings._on_change = self._changed
+        self._changed()
+
+    def _changed(self) -> None:
+        self.active = self.settings.any_active
+        if self.on_change is not None:
+            self.on_change()
+
+    def rate_for(self, model: str) -> int:
+        """The sampler's rate for `model`: 0 while its setting traces nothing."""
+        setting = self.settings.get(model)
+        return setting.rate if setting.active else 0
+
+    def admit(self, model: str):
+        """The setting a request the sampler picked is traced with (trace_count
+        applied), or None."""
+        setting = self.settings.get(model)
+        if not setting.admit():
+            return None
+        if not setting.active:  # its count ran out: the sampler stops for it
+            self._changed()
+        return setting
+
+    def forced(self, model: str):
+        """The setting a request with a valid traceparent is traced with in mode
+        opentelemetry whatever the rate says (Triton's force_sample), or None."""
+        setting = self.settings.get(model)
+        return setting if self.opentelemetry and setting.level != LEVEL_OFF else None
+
+    def sample(self, model: str):
+        """The Python sampler, for a request of a model the lanes do not serve."""
+        setting = self.settings.get(model)
+        if not setting.sample():
+            return None
+        if not setting.active:
+            self._changed()
+        return setting
+
+    def start(
+        self,
+        setting,
+        model: str,
+        version: int,
+        request_id: str,
+        protocol: int,
+        read_ns: int,
+        stamps=None,
+    ):
+        """A Trace for a request admitted under `setting`."""
+        trace_id = next(self._ids)
+        return Trace(trace_id, setting, model, version, request_id, protocol, read_ns, stamps)
+
+    def finish(self, trace: Trace, timings, end_ns: int, sent=None) -> None:
+        """Writes the trace: `timings` the batch's worker timings (None when it never
+        ran), `sent` (start, end) of writing the response, None when not known."""
+        if self.exporter is not None:
+            self.exporter.export(trace, timings, end_ns, sent)
+        else:
+            trace.setting.write(records(trace, timings, end_ns, sent))
+
+    def close(self) -> None:
+        """The server stops: files are completed, queued spans exported."""
+        self.settings.close()
+        if self.exporter is not None:
+            self.exporter.close()
+
+
+def records(trace: Trace, timings, end_ns: int, sent) -> bytes:
+    """The trace's records, comma-separated, as Triton writes them for one request."""
+    out = []
+    timestamps = bool(trace.setting.level & LEVEL_TIMESTAMPS)
+
+    def stamp(name: str, ns: int) -> None:
+        if timestamps:
+            out.append({"id": trace.id, "timestamps": [{"name": name, "ns": int(ns)}]})
+
+    if trace.protocol == HTTP:
+        stamp("HTTP_RECV_START", trace.read_ns)
+        stamp("HTTP_RECV_END", trace.request_start_ns)
+    out.append(
+        {
+            "id": trace.id,
+            "model_name": trace.model,
+            "model_version": trace.version,
+            "request_id": trace.request_id,
+        }
+    )
+    stamp("REQUEST_START", trace.request_start_ns)
+    stamp("QUEUE_START", trace.queue_start_ns)
+    if timings is not None and timings[0]:
+        start, compute_input, compute_infer, compute_output = timings[:4]
+        stamp("COMPUTE_START", start)
+        stamp("COMPUTE_INPUT_END", start + compute_input)
+        stamp("COMPUTE_OUTPUT_START", start + compute_input + compute_infer)
+        stamp("COMPUTE_END", start + compute_input + compute_infer + compute_output)
+    stamp("REQUEST_END", end_ns)
+    if trace.protocol == GRPC:
+        stamp("GRPC_WAITREAD_START", trace.read_ns)
+        stamp("GRPC_WAITREAD_END", trace.read_ns)
+    if trace.protocol:
+        stamp("INFER_RESPONSE_COMPLETE", end_ns)
+    if sent is not None:
+        prefix = "HTTP" if trace.protocol == HTTP else "GRPC"
+        stamp(f"{prefix}_SEND_START", sent[0])
+        stamp(f"{prefix}_SEND_END", sent[1])
+    return b",".join(orjson.dumps(record) for record in out)

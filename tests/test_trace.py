@@ -1,0 +1,118 @@
+"""The trace extension on Naiad alone: the timestamps of a trace are in the order the
+events happen and inside the client's own view of the request, the general path is
+traced too, and settings changed at run time take effect (the comparisons with the
+real Triton are in grpc_clients/test_grpc_trace_triton.py)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+
+import numpy as np
+import requests
+import tritonclient.http as httpclient
+from server_harness import NaiadServer, make_repository
+
+_ORDER = [
+    "HTTP_RECV_START",
+    "HTTP_RECV_END",
+    "REQUEST_START",
+    "QUEUE_START",
+    "COMPUTE_START",
+    "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START",
+    "COMPUTE_END",
+    "REQUEST_END",
+    "HTTP_SEND_START",
+    "HTTP_SEND_END",
+]
+
+
+def _body(request_id: str) -> bytes:
+    values = list(range(16))
+    return json.dumps(
+        {
+            "id": request_id,
+            "inputs": [
+                {"name": n, "datatype": "FP32", "shape": [1, 16], "data": values}
+                for n in ("INPUT0", "INPUT1")
+            ],
+        }
+    ).encode()
+
+
+def _traces(trace_file) -> dict:
+    """request id -> {timestamp name: ns} of each trace in the file."""
+    records = json.loads(trace_file.read_text())
+    by_id: dict = {}
+    for record in records:
+        by_id.setdefault(record["id"], {})
+        if "model_name" in record:
+            by_id[record["id"]]["request"] = record["request_id"]
+        for stamp in record.get("timestamps", []):
+            by_id[record["id"]][stamp["name"]] = stamp["ns"]
+    return {trace.pop("request"): trace for trace in by_id.values()}
+
+
+def test_timestamps_in_order_on_lane_and_general_path(tmp_path):
+    repository = make_repository(tmp_path / "repo", ["add_sub"])
+    trace_file = tmp_path / "trace.json"
+    flags = ["--trace-config", f"triton,file={trace_file}", "--trace-config", "level=TIMESTAMPS"]
+    flags += ["--trace-config", "rate=1"]
+    with NaiadServer(repository, log_dir=tmp_path, extra_args=flags) as server:
+        url = server.url + "/v2/models/add_sub/infer"
+        before = time.monotonic_ns()
+        assert requests.post(url, data=_body("lane"), timeout=30).status_code == 200
+        # A compressed body is not the lane's: the general path takes it.
+        gzipped = gzip.compress(_body("general"))
+        reply = requests.post(url, data=gzipped, headers={"Content-Encoding": "gzip"}, timeout=30)
+        assert reply.status_code == 200
+        after = time.monotonic_ns()
+        assert server.stop() == 0
+    traces = _traces(trace_file)
+    assert set(traces) == {"lane", "general"}
+    lane = traces["lane"]
+    assert lane.pop("INFER_RESPONSE_COMPLETE") == lane["REQUEST_END"]
+    assert list(lane) == _ORDER
+    stamps = [lane[name] for name in _ORDER]
+    assert stamps == sorted(stamps) and before <= stamps[0] and stamps[-1] <= after
+    general = traces["general"]
+    core_order = _ORDER[2:9]
+    assert list(general) == core_order
+    assert [general[n] for n in core_order] == sorted(general[n] for n in core_order)
+    assert lane["REQUEST_END"] < general["REQUEST_START"]
+
+
+def test_settings_changed_at_run_time(tmp_path):
+    repository = make_repository(tmp_path / "repo", ["add_sub"])
+    trace_file = tmp_path / "trace.json"
+    flags = ["--trace-config", f"triton,file={trace_file}"]  # level OFF: nothing traced
+    with NaiadServer(repository, log_dir=tmp_path, extra_args=flags) as server:
+        url = server.url + "/v2/models/add_sub/infer"
+        setting = server.url + "/v2/models/add_sub/trace/setting"
+        assert requests.post(url, data=_body("before"), timeout=30).status_code == 200
+        body = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "2"}
+        reply = requests.post(setting, json=body, timeout=10)
+        assert reply.json()["trace_level"] == ["TIMESTAMPS"]
+        for name in ("one", "two", "three"):
+            assert requests.post(url, data=_body(name), timeout=30).status_code == 200
+        assert requests.get(setting, timeout=10).json()["trace_count"] == "0"
+        # The global setting is still OFF: clearing the model's override stops it all.
+        requests.post(setting, json={"trace_level": None, "trace_count": None}, timeout=10)
+        requests.post(setting, json={"trace_rate": "1", "trace_count": "5"}, timeout=10)
+        assert requests.post(url, data=_body("off"), timeout=30).status_code == 200
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        assert client.get_trace_settings("add_sub")["trace_level"] == ["OFF"]
+        data = np.ones((1, 16), np.float32)
+        inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(data)
+        client.infer("add_sub", inputs, request_id="still-off")
+        client.close()
+        assert server.stop() == 0
+    # trace_count 2 with log_frequency 0 and rate 1: written as trace.json.0 when the
+    # count is used up, as Triton does.
+    chunk = trace_file.parent / "trace.json.0"
+    assert set(_traces(chunk)) == {"one", "two"}
+    assert not trace_file.exists()
