@@ -33,7 +33,8 @@ def exchange(url: str, request: bytes, timeout: float = 30.0) -> tuple[int, dict
             if not chunk:
                 break
             body += chunk
-    return int(lines[0].split()[1]), headers, body
+    # Pipelined requests' answers may arrive in one read: this one ends at its length.
+    return int(lines[0].split()[1]), headers, body[:length]
 
 
 def infer_request(model: str, doc: dict, headers: str = "") -> bytes:
