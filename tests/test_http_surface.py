@@ -1,4 +1,4 @@
-"""The HTTP surface on Naiad alone (tests/test_http_surface_triton.py compares it with
+"""The HTTP surface on Naiad alone (tests/grpc_clients/test_http_surface_triton.py compares it with
 Triton where Triton is installed): every extension the server lists has its routes
 answering; compressed answers, restricted inference and forwarded headers hold on
 requests the C++ lane would take; classification where Triton 2.51 crashes."""
