@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-__all__ = ["SECRET_ENV", "SECRET_VALUE", "broken_models", "leaks_in"]
+from server_harness import NaiadServer, make_repository
+
+__all__ = ["SECRET_ENV", "SECRET_VALUE", "broken_models", "leaks_in", "server_with_broken_models"]
 
 SECRET_ENV = "NAIAD_TEST_CLOUD_KEY"
 SECRET_VALUE = "sk-live-6b0d9f0e1c2a4d7e"
@@ -46,3 +48,16 @@ def leaks_in(text: str, host_dir: Path) -> list[str]:
     server's Python, the home folder, the secret, a traceback."""
     needles = [str(host_dir), host_dir.name, SECRET_VALUE, sys.prefix, str(Path.home()) + "/"]
     return [n for n in needles + ["Traceback"] if n in text]
+
+
+def server_with_broken_models(host_dir: Path, log_dir: Path, monkeypatch) -> NaiadServer:
+    """An explicit-mode server (not started) on a repository under `host_dir` holding
+    add_sub and the broken models, with the secret in its environment."""
+    repo = make_repository(host_dir / "models", ["add_sub"])
+    broken_models(repo)
+    monkeypatch.setenv(SECRET_ENV, SECRET_VALUE)
+    return NaiadServer(
+        repo,
+        log_dir=log_dir,
+        extra_args=["--model-control-mode", "explicit", "--load-model", "add_sub"],
+    )

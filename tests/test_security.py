@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
-from security_support import SECRET_ENV, SECRET_VALUE, broken_models, leaks_in
+from security_support import leaks_in, server_with_broken_models
 from server_harness import NaiadServer, make_repository
 
 SECURITY_MODELS = Path(__file__).resolve().parent / "security_models"
@@ -278,14 +278,7 @@ def _error_bodies(server: NaiadServer) -> list[tuple[str, int, str]]:
 
 def test_error_messages_name_no_host_path_or_secret(tmp_path, monkeypatch):
     host_dir = tmp_path / "host-private-7f3a"
-    repo = make_repository(host_dir / "models", ["add_sub"])
-    broken_models(repo)
-    monkeypatch.setenv(SECRET_ENV, SECRET_VALUE)
-    server = NaiadServer(
-        repo,
-        log_dir=tmp_path,
-        extra_args=["--model-control-mode", "explicit", "--load-model", "add_sub"],
-    )
+    server = server_with_broken_models(host_dir, tmp_path, monkeypatch)
     with server.start():
         bodies = _error_bodies(server)
     found = [

@@ -8,8 +8,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from security_support import SECRET_ENV, SECRET_VALUE, broken_models, leaks_in
-from server_harness import NaiadServer, make_repository
+from security_support import leaks_in, server_with_broken_models
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 from tritonclient.utils import InferenceServerException
@@ -19,14 +18,7 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_grpc_errors_name_no_host_path_or_secret(tmp_path, monkeypatch):
     host_dir = tmp_path / "host-private-91c2"
-    repo = make_repository(host_dir / "models", ["add_sub"])
-    broken_models(repo)
-    monkeypatch.setenv(SECRET_ENV, SECRET_VALUE)
-    server = NaiadServer(
-        repo,
-        log_dir=tmp_path,
-        extra_args=["--model-control-mode", "explicit", "--load-model", "add_sub"],
-    )
+    server = server_with_broken_models(host_dir, tmp_path, monkeypatch)
     messages: dict[str, str] = {}
     with (
         server.start(),

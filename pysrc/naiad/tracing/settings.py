@@ -31,6 +31,12 @@ MODE_TRITON = "triton"
 MODE_OPENTELEMETRY = "opentelemetry"
 
 _FIELDS = ("level", "rate", "count", "log_frequency")
+# The numeric settings: (the protocol's member name, the Setting field it sets).
+_NUMBER_SETTINGS = (
+    ("trace_rate", "rate"),
+    ("trace_count", "count"),
+    ("log_frequency", "log_frequency"),
+)
 _UINT32 = 1 << 32
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -221,11 +227,7 @@ def update_from_json(document) -> Update:
             level = parse_level_list(levels)
             if level is not None:
                 update.values["level"] = level
-    for member, field in (
-        ("trace_rate", "rate"),
-        ("trace_count", "count"),
-        ("log_frequency", "log_frequency"),
-    ):
+    for member, field in _NUMBER_SETTINGS:
         if member not in document:
             continue
         value = document[member]
@@ -251,11 +253,7 @@ def update_from_grpc(settings) -> Update:
             level = parse_level_list(values)
             if level is not None:
                 update.values["level"] = level
-    for member, field in (
-        ("trace_rate", "rate"),
-        ("trace_count", "count"),
-        ("log_frequency", "log_frequency"),
-    ):
+    for member, field in _NUMBER_SETTINGS:
         if member not in settings:
             continue
         values = list(settings[member].value)
