@@ -41,7 +41,8 @@ def _initial_load_s(server, model: str) -> float:
     for line in server.stderr_text().splitlines():
         for key, marker in (("start", f"loading: {model} "), ("end", f"loaded '{model}'")):
             if marker in line:
-                clock = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                # Triton's line head: I1201 21:25:18.463433 (severity, MMDD, time)
+                clock = datetime.datetime.strptime(line[1:21], "%m%d %H:%M:%S.%f")
                 stamps.setdefault(key, clock)
     return (stamps["end"] - stamps["start"]).total_seconds()
 
