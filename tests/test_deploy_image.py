@@ -154,7 +154,7 @@ def test_cpu_image_is_slim_python_and_gpu_image_is_cuda_runtime_with_gpu_extra()
     pyproject = (REPO_ROOT / "pyproject.toml").read_text()
     (gpu,) = re.findall(r"^gpu = \[(.*)\]$", pyproject, re.MULTILINE)
     names = {re.split(r"[<>=\[ ;]", requirement)[0] for requirement in json.loads(f"[{gpu}]")}
-    assert names == {"onnxruntime-gpu", "tensorrt", "cuda-python"}
+    assert names == {"onnxruntime-gpu", "tensorrt", "cuda-python", "nvidia-ml-py"}
 
 
 def test_both_images_build_from_the_same_sources():
