@@ -14,7 +14,8 @@ for target in "$@"; do
 	log=build/fuzz/$name.log
 	mkdir -p "$found"
 	[ -d "$seeds" ] || seeds=
-	if NAIAD_FUZZ_SEEDS=$found "$target" -max_total_time="$seconds" -timeout=10 \
+	# FUZZ_SEED: libFuzzer's -seed; 0 (the default) draws one, make test-fuzz fixes it.
+	if NAIAD_FUZZ_SEEDS=$found "$target" -seed="${FUZZ_SEED:-0}" -max_total_time="$seconds" -timeout=10 \
 		-rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
 		-artifact_prefix="build/fuzz/$name-" "$found" $seeds > "$log" 2>&1; then
 		runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
