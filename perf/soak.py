@@ -207,9 +207,10 @@ def run(args) -> dict:
                 "arena_used": probe.arena_used(),
             }
             for pid in sorted(server.group_pids()):
-                name = names.setdefault(
-                    pid, "frontend" if pid == server.proc.pid else f"{_proc_name(pid)}{pid}"
-                )
+                name = names.get(pid)
+                if name is None:  # a process's name is read from /proc once, not per sample
+                    name = "frontend" if pid == server.proc.pid else f"{_proc_name(pid)}{pid}"
+                    names[pid] = name
                 rss, fds = _proc_rss_kib(pid), _proc_fds(pid)
                 if rss is not None:
                     row[f"rss_{name}"] = rss
