@@ -160,3 +160,39 @@ class TritonPythonModel:
     assert server.wait_exit(60) == 0
     assert "a signal arrived while the models loaded" in server.stderr_text()
     assert finalized.read_text() == "f"
+
+
+def test_a_signal_to_the_group_while_a_worker_starts_does_not_kill_it(tmp_path, monkeypatch):
+    # The window this guards: a worker's interpreter is starting and has not yet reached the
+    # worker's main(), where it ignores SIGINT/SIGTERM. A sitecustomize that only the worker
+    # runs holds it there, so the signal lands inside that window every time.
+    site = tmp_path / "site"
+    site.mkdir()
+    starting = tmp_path / "worker-starting"
+    (site / "sitecustomize.py").write_text(
+        "import sys, time\n"
+        "if any(arg.startswith('--channel-offset=') for arg in sys.argv):\n"
+        f"    open({str(starting)!r}, 'w').close()\n"
+        "    time.sleep(2)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    repo = tmp_path / "models"
+    finalized = tmp_path / "finalized"
+    model = f"""
+class TritonPythonModel:
+    def execute(self, requests):
+        return []
+
+    def finalize(self):
+        open({str(finalized)!r}, "a").write("f")
+"""
+    write_model(repo, "plain", one_input_pbtxt("plain"), model)
+    server = NaiadServer(repo, log_dir=tmp_path).start(wait=None)
+    deadline = time.monotonic() + 60
+    while not starting.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert starting.exists(), server.stderr_text()
+    os.killpg(os.getpgid(server.pid), signal.SIGTERM)
+    assert server.wait_exit(60) == 0, server.stderr_text()
+    # The worker lived through the signal, loaded its model and was shut down in order.
+    assert finalized.read_text() == "f", server.stderr_text()

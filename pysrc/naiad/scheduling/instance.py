@@ -15,12 +15,14 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import weakref
 
 from naiad import _core, triton_log
 from naiad.repository.worker_limits import EXECUTION_TIMEOUT_KEY, worker_limits
+from naiad.worker.signals import WORKER_IGNORED_SIGNALS
 
 log = logging.getLogger("naiad")
 
@@ -108,6 +110,12 @@ class Instance:
             command.append(f"--memory-limit={self.limits.memory_limit_bytes}")
         # From here until instance_down the core keeps the channel the worker maps.
         core.instance_starting(self.instance_id)
+        # The worker ignores SIGINT/SIGTERM (the frontend owns shutdown), but only once
+        # its interpreter reaches main(): a signal to the process group before that would
+        # kill a starting worker. It starts with both blocked (a signal mask survives
+        # exec) and unblocks them after ignoring them; a signal that arrives meanwhile
+        # stays pending in the worker and is discarded there.
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_IGNORED_SIGNALS)
         try:
             self.process = subprocess.Popen(
                 command,
@@ -127,6 +135,7 @@ class Instance:
             core.instance_down(self.instance_id)  # no process was started
             raise
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
             os.close(write_fd)
             os.close(settings_read)
         self._close_settings()

@@ -33,6 +33,7 @@ from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Res
 from naiad.gc_tuning import settle_after_startup
 from naiad.worker import bls, decoupled, shm_outputs
 from naiad.worker import sequence as sequence_batching
+from naiad.worker.signals import ignore_shutdown_signals
 
 _PR_SET_PDEATHSIG = 1
 
@@ -360,11 +361,9 @@ def main(argv=None) -> int:
     _die_with_parent()
     _yield_to_frontend()
     _limit_memory(options.memory_limit)
-    # The frontend owns shutdown: it asks through the channel. A Ctrl-C in the
-    # terminal, or a supervisor's SIGTERM to the process group, reaches us too; the
-    # frontend handles it for us (and we die with it: _die_with_parent).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # The frontend owns shutdown: it asks through the channel, handles a Ctrl-C or a
+    # SIGTERM to the process group for us, and we die with it (_die_with_parent).
+    ignore_shutdown_signals()
     args = json.loads(sys.stdin.read())
     triton_log.install()
     if options.settings_fd >= 0:
