@@ -76,7 +76,9 @@ class TritonPeer:
                 if requests.get(self.url + "/v2/health/live", timeout=2).status_code == 200:
                     return self
             time.sleep(0.2)
-        raise TimeoutError("tritonserver did not become live")
+        # `with` runs no __exit__ when __enter__ raises: stop what was started here.
+        self.__exit__(None, None, None)
+        raise TimeoutError(f"tritonserver did not become live: {self.log_path.read_text()[-3000:]}")
 
     def __exit__(self, *exc) -> None:
         if self.process is None or self.process.poll() is not None:
