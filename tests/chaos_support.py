@@ -15,6 +15,7 @@ from collections import Counter
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from model_control_support import add_sub_client_inputs
 from tritonclient.utils import InferenceServerException
 
 # How long a client waits for an answer before the request counts as lost (hung).
@@ -94,14 +95,7 @@ class ClientLoad:
             client.close()
 
     def _one(self, module, client, protocol: str, value: float) -> None:
-        a = np.full((1, 16), value, dtype=np.float32)
-        b = np.ones((1, 16), dtype=np.float32)
-        inputs = [
-            module.InferInput("INPUT0", [1, 16], "FP32"),
-            module.InferInput("INPUT1", [1, 16], "FP32"),
-        ]
-        inputs[0].set_data_from_numpy(a)
-        inputs[1].set_data_from_numpy(b)
+        inputs = add_sub_client_inputs(module, value)
         extra = {"client_timeout": ANSWER_TIMEOUT_S} if protocol == "grpc" else {}
         with self._lock:
             self.sent += 1
@@ -116,7 +110,8 @@ class ClientLoad:
                 self.lost.append(f"{protocol}: {exc!r}")
             return
         elapsed = time.monotonic() - start
-        right = np.array_equal(result.as_numpy("OUTPUT0"), a + b)
+        expected = np.full((1, 16), value, dtype=np.float32) + np.ones((1, 16), np.float32)
+        right = np.array_equal(result.as_numpy("OUTPUT0"), expected)
         with self._lock:
             if right:
                 self.ok += 1

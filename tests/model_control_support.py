@@ -176,6 +176,18 @@ def add_sub_json_request(value: float) -> dict:
     }
 
 
+def add_sub_client_inputs(client_module, value: float) -> list:
+    """add_sub's inputs (INPUT0 = value, INPUT1 = 1, both [1, 16] FP32) for either client:
+    `client_module` is tritonclient.http or tritonclient.grpc."""
+    inputs = [
+        client_module.InferInput("INPUT0", [1, 16], "FP32"),
+        client_module.InferInput("INPUT1", [1, 16], "FP32"),
+    ]
+    inputs[0].set_data_from_numpy(np.full((1, 16), value, dtype=np.float32))
+    inputs[1].set_data_from_numpy(np.ones((1, 16), dtype=np.float32))
+    return inputs
+
+
 def add_sub_binary_request(value: float) -> tuple[bytes, dict]:
     """A binary infer body (the fast lane's kind of request) and its headers."""
     a = np.full((1, 16), value, dtype=np.float32).tobytes()

@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 
 import grpc
-import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
 from model_control_support import (
     ADD_SUB_MODEL,
+    add_sub_client_inputs,
     add_sub_config,
     add_sub_pbtxt,
     explicit_server,
@@ -52,15 +52,7 @@ def client(explicit):
 
 
 def _inputs(value: float):
-    a = np.full((1, 16), value, dtype=np.float32)
-    b = np.ones((1, 16), dtype=np.float32)
-    inputs = [
-        grpcclient.InferInput("INPUT0", [1, 16], "FP32"),
-        grpcclient.InferInput("INPUT1", [1, 16], "FP32"),
-    ]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
-    return inputs
+    return add_sub_client_inputs(grpcclient, value)
 
 
 def _add(client, model: str, value: float) -> float:
