@@ -118,6 +118,12 @@ build/lane_bench: $(wildcard csrc/*.cc csrc/*.h) perf/lane_bench.cc perf/bench_s
 	mkdir -p build
 	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*.cc perf/lane_bench.cc -o $@
 
+# A C++ I/O loop for lane connections, prototyped: CPU per request under wrk (issue 15).
+build/lane_io_bench: $(wildcard csrc/*.cc csrc/*.h) perf/lane_io_bench.cc perf/bench_support.h \
+		tests/csrc/add_sub_model.h
+	mkdir -p build
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*.cc perf/lane_io_bench.cc -o $@
+
 bench-core: build/core_bench build/lane_bench
 	build/core_bench 1
 	build/core_bench 8

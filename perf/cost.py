@@ -11,6 +11,13 @@ The server (this tree, built in place by `make install`; or --naiad-tree) is pin
 CPU 0 and wrk to the other CPUs, as in perf/bench.py. Each round starts a fresh server;
 the table gives every round and the median. `--server triton` measures the real Triton
 2.51 the same way (its model stub processes count as "worker").
+
+`--profile` also samples the server's processes with Linux `perf record` (cpu-clock,
+user and kernel) over the measured window and splits each process's µs per request by
+the code it ran in: the Python interpreter, the kernel, Naiad's C++ core, uvloop, numpy,
+libc/libstdc++, httptools, other. It says where the rest of a request's cost is (what a
+C++ I/O loop would take away, what it would not); perf's own sampling adds a little to
+the figures of a profiled round.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,6 +66,85 @@ def _counts(server, model: str) -> tuple[int, int]:
     return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
 
 
+# perf report's shared objects, grouped by what they are.
+_DSO_GROUPS = (
+    ("python", ("libpython", "python3")),
+    ("kernel", ("[kernel",)),
+    ("naiad core", ("_core.",)),
+    ("uvloop", ("loop.cpython",)),
+    ("numpy", ("_multiarray", "numpy")),
+    ("libc", ("libc.", "libstdc++", "libm.", "[vdso]", "ld-linux")),
+    ("httptools", ("httptools", "parser.cpython", "url_parser")),
+)
+PROFILE_GROUPS = tuple(name for name, _ in _DSO_GROUPS) + ("other",)
+
+
+def _dso_group(dso: str) -> str:
+    for name, prefixes in _DSO_GROUPS:
+        if any(dso.startswith(prefix) for prefix in prefixes):
+            return name
+    return "other"
+
+
+def _start_profiles(server, out: Path, index: int) -> dict:
+    """`perf record` on the frontend and on each worker, until _stop_profiles."""
+    if shutil.which("perf") is None:
+        raise RuntimeError("--profile needs Linux perf on PATH")
+    frontend = server.proc.pid
+    started = {}
+    for pid in server.group_pids():
+        role = "frontend" if pid == frontend else "worker"
+        data = out / f"perf-{index}-{role}-{pid}.data"
+        cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "1999", "-p", str(pid)]
+        proc = subprocess.Popen(
+            [*cmd, "-o", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        started[pid] = (role, data, proc)
+    time.sleep(0.3)  # perf attaches
+    return started
+
+
+def _stop_profiles(started: dict) -> dict:
+    """{"frontend": {group: share}, "worker": {group: share}}: each role's samples by
+    shared-object group, as fractions of that role's samples."""
+    counts: dict[str, dict[str, float]] = {"frontend": {}, "worker": {}}
+    for _role, _data, proc in started.values():
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    for role, data, _proc in started.values():
+        report = subprocess.run(
+            [
+                "perf",
+                "report",
+                "-i",
+                str(data),
+                "--stdio",
+                "-q",
+                "--sort",
+                "dso",
+                "--no-children",
+                "-g",
+                "none",
+                "-F",
+                "sample,dso",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        for line in report.stdout.splitlines():
+            parts = line.split(None, 1)
+            if len(parts) != 2 or not parts[0].isdigit():
+                continue
+            group = _dso_group(parts[1].strip())
+            counts[role][group] = counts[role].get(group, 0) + int(parts[0])
+    shares = {}
+    for role, by_group in counts.items():
+        total = sum(by_group.values()) or 1
+        shares[role] = {group: n / total for group, n in by_group.items()}
+    return shares
+
+
 def one_round(server, repo: Path, args, out: Path, index: int) -> dict:
     server.start(repo, [0] if os.cpu_count() > 1 else None, out / f"server-{index}.log")
     try:
@@ -64,6 +152,7 @@ def one_round(server, repo: Path, args, out: Path, index: int) -> dict:
         # Warm up (first batches, lazy imports), then measure.
         run_wrk(server.http_url, args.body, args.concurrency, 1, client_cpus)
         count0, exec0 = _counts(server, "add_sub")
+        profiles = _start_profiles(server, out, index) if args.profile else None
         before = _snapshot(server)
         started = time.monotonic()
         marks = {}
@@ -87,6 +176,7 @@ def one_round(server, repo: Path, args, out: Path, index: int) -> dict:
             client_cpus,
             until=enough,
         )
+        shares = _stop_profiles(profiles) if profiles is not None else None
         if "after" not in marks:
             raise RuntimeError(f"{args.requests} requests not reached in {args.max_seconds}s")
         after = marks["after"]
@@ -103,7 +193,18 @@ def one_round(server, repo: Path, args, out: Path, index: int) -> dict:
         worker_user += user - user0
         worker_kernel += kernel - kernel0
     us = 1e6 / requests
+    frontend_us = (after["frontend_user"] - before["frontend_user"]) * us + (
+        after["frontend_kernel"] - before["frontend_kernel"]
+    ) * us
+    profile = None
+    if shares is not None:
+        worker_total = (worker_user + worker_kernel) * us
+        profile = {
+            role: {g: share * total for g, share in shares[role].items()}
+            for role, total in (("frontend", frontend_us), ("worker", worker_total))
+        }
     return {
+        "profile": profile,
         "requests": requests,
         "errors": result["errors"],
         "rps": requests / elapsed,
@@ -149,6 +250,22 @@ def render(args, rounds: list[dict], label: str) -> str:
     if len(rounds) > 1:
         median = {k: statistics.median(r[k] for r in rounds) for k in keys}
         lines.append(row("median", median))
+    profiled = [r["profile"] for r in rounds if r.get("profile")]
+    if profiled:
+        lines += [
+            "",
+            "µs of CPU per request by where it ran (perf record, cpu-clock; median of rounds):",
+            "",
+            "| process | " + " | ".join(PROFILE_GROUPS) + " | total |",
+            "|---|" + "---|" * (len(PROFILE_GROUPS) + 1),
+        ]
+        for role in ("frontend", "worker"):
+            cells = [
+                statistics.median(p[role].get(g, 0.0) for p in profiled) for g in PROFILE_GROUPS
+            ]
+            lines.append(
+                f"| {role} | " + " | ".join(f"{c:.1f}" for c in cells) + f" | {sum(cells):.1f} |"
+            )
     return "\n".join(lines)
 
 
@@ -163,6 +280,11 @@ def main(argv=None) -> int:
     ap.add_argument("--naiad-tree", type=Path, default=REPO_ROOT)
     ap.add_argument("--naiad-python", type=Path, default=None)
     ap.add_argument("--json", action="store_true", help="print the rounds as JSON too")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="split each process's CPU by code (Python, kernel, C++ core, uvloop...) with perf",
+    )
     args = ap.parse_args(argv)
 
     if args.server == "triton":
