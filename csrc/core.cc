@@ -265,6 +265,13 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
   std::vector<QueuedRequest> rejected;
   bool left = false;  // completions for poll(): requests that failed here
   const bool limited = rate_limiter_.enabled();
+  // A batch staged for an instance waiting on its resources takes the requests that
+  // arrived meanwhile, as Triton's staged payload does, before any new batch forms.
+  if (limited) {
+    for (Instance* instance : model.instances) {
+      if (instance->staged) model.scheduler->grow(now, &instance->staged_requests, &rejected);
+    }
+  }
   idle_.clear();
   for (const Instance* instance : model.instances) {
     if (instance->up && instance->busy == 0) idle_.push_back(instance->id);

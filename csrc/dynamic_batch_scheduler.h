@@ -23,6 +23,10 @@ class DynamicBatchScheduler final : public Scheduler {
                     std::vector<Placement>* placements,
                     std::vector<QueuedRequest>* rejected) override;
   bool empty() const override { return batcher_.empty(); }
+  void grow(uint64_t now_ns, std::vector<QueuedRequest>* batch,
+            std::vector<QueuedRequest>* rejected) override {
+    batcher_.grow(now_ns, batch, rejected);
+  }
   uint32_t max_batch_rows() const override { return max_rows_; }
   bool preserve_ordering() const override { return batcher_.preserve_ordering(); }
   std::vector<QueuedRequest> drain() override { return batcher_.drain(); }

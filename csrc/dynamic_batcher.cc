@@ -76,6 +76,30 @@ uint64_t DynamicBatcher::expire(uint64_t now_ns, std::vector<QueuedRequest>* rej
   return apply_timeouts(now_ns, rejected);
 }
 
+void DynamicBatcher::grow(uint64_t now_ns, std::vector<QueuedRequest>* batch,
+                          std::vector<QueuedRequest>* rejected) {
+  if (!config_.dynamic_batching || batch->empty() || queued_ == 0) return;
+  apply_timeouts(now_ns, rejected);
+  uint32_t total = 0;
+  for (const QueuedRequest& r : *batch) total += std::max<uint32_t>(r.batch_size, 1);
+  const uint64_t shape_key = batch->front().shape_key;
+  // In the walk order of next_batch, from the fronts, until one does not fit.
+  for (Level& level : levels_) {
+    for (std::deque<QueuedRequest>* queue : {&level.queue, &level.delayed}) {
+      while (!queue->empty()) {
+        if (total >= max_preferred_) return;  // saturated
+        const QueuedRequest& r = queue->front();
+        const uint32_t size = std::max<uint32_t>(r.batch_size, 1);
+        if (total + size > max_preferred_ || r.shape_key != shape_key) return;
+        batch->push_back(r);
+        queue->pop_front();
+        --queued_;
+        total += size;
+      }
+    }
+  }
+}
+
 uint64_t DynamicBatcher::next_batch(uint64_t now_ns, std::vector<QueuedRequest>* batch,
                                     std::vector<QueuedRequest>* rejected, bool arrivals_possible) {
   uint64_t next_timeout = apply_timeouts(now_ns, rejected);

@@ -60,6 +60,13 @@ class DynamicBatcher {
   uint64_t next_batch(uint64_t now_ns, std::vector<QueuedRequest>* batch,
                       std::vector<QueuedRequest>* rejected, bool arrivals_possible = true);
 
+  // `batch` (formed by next_batch) has not run yet: appends the queued requests, in
+  // priority order, that fit it (its shape, at most the largest preferred batch size,
+  // or max_batch_size without preferred sizes), as Triton's batcher adds requests to a
+  // payload waiting in the rate limiter until it is saturated. No queue delay applies:
+  // the batch already waits. Expired requests go to `rejected` as in next_batch.
+  void grow(uint64_t now_ns, std::vector<QueuedRequest>* batch,
+            std::vector<QueuedRequest>* rejected);
   // Applies queue timeouts without forming a batch (no instance idle). Returns the
   // next timeout deadline, 0 if none.
   uint64_t expire(uint64_t now_ns, std::vector<QueuedRequest>* rejected);

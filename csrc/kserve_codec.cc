@@ -35,6 +35,7 @@ uint32_t KServeCodec::add_model(ModelSpec model) {
   accepting_.push_back(true);
   trace_rate_.push_back(0);
   trace_seen_.push_back(0);
+  trace_tensors_.push_back(0);
   return static_cast<uint32_t>(models_.size() - 1);
 }
 
@@ -43,6 +44,42 @@ void KServeCodec::set_trace_rate(uint32_t model, uint32_t rate) {
   trace_rate_[model] = rate;
   trace_seen_[model] = 0;
 }
+
+void KServeCodec::set_trace_tensors(uint32_t model, bool on) {
+  if (model < trace_tensors_.size()) trace_tensors_[model] = on;
+}
+
+KServeCodec::TensorRecords KServeCodec::take_trace_tensors(uint64_t request_id) {
+  TensorRecords taken;
+  auto found = tensor_records_.find(request_id);
+  if (found == tensor_records_.end()) return taken;
+  taken.swap(found->second);
+  tensor_records_.erase(found);
+  return taken;
+}
+
+namespace {
+
+// The dims of a response output's shape text ("[1,16]").
+std::vector<int64_t> shape_dims(std::string_view text) {
+  std::vector<int64_t> dims;
+  int64_t value = 0;
+  bool in_number = false;
+  for (char c : text) {
+    if (c >= '0' && c <= '9') {
+      value = value * 10 + (c - '0');
+      in_number = true;
+    } else if (in_number) {
+      dims.push_back(value);
+      value = 0;
+      in_number = false;
+    }
+  }
+  if (in_number) dims.push_back(value);
+  return dims;
+}
+
+}  // namespace
 
 bool KServeCodec::sample_trace(uint32_t model) {
   if (model >= trace_rate_.size() || trace_rate_[model] == 0) return false;
@@ -126,7 +163,17 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
     unpin(pins);
     return SubmitOutcome::kFallback;
   }
-  if (submit.options.traced) traced_.push_back(request_id);
+  if (submit.options.traced) {
+    traced_.push_back(request_id);
+    if (trace_tensors_[model_index]) {
+      TensorRecords& records = tensor_records_[request_id];
+      for (const RequestInput& input : request.inputs) {
+        records.emplace_back(TensorActivity::kQueueInput, std::string());
+        append_trace_tensor(&records.back().second, input.name, input.datatype, input.shape.data(),
+                            input.shape.size(), input.data, input.size);
+      }
+    }
+  }
   Recipe& recipe = in_flight_[request_id];
   if (has_shm) {
     // Inputs were copied by submit(): only the output regions stay pinned.
@@ -293,6 +340,7 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
       response.model_version = model.version;
       answer_outputs(model, recipe, result.outputs.data() + outcome.first_output,
                      outcome.output_count, block, outcome.parameters, &response);
+      if (!tensor_records_.empty()) record_outputs(response);
     }
     if (outcome.final) {
       keep_result(recipe.model, recipe, result, outcome, block);
@@ -304,7 +352,19 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
   return true;
 }
 
+void KServeCodec::record_outputs(const InferResponse& response) {
+  auto found = tensor_records_.find(response.request_id);
+  if (found == tensor_records_.end()) return;
+  for (const ResponseOutput& output : response.outputs) {
+    std::vector<int64_t> dims = shape_dims(output.shape);
+    found->second.emplace_back(TensorActivity::kBackendOutput, std::string());
+    append_trace_tensor(&found->second.back().second, output.name, output.datatype, dims.data(),
+                        dims.size(), output.data, output.size);
+  }
+}
+
 void KServeCodec::forget(uint64_t request_id) {
+  tensor_records_.erase(request_id);
   auto found = in_flight_.find(request_id);
   if (found == in_flight_.end()) return;
   unpin(found->second.pins);

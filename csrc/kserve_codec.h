@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core.h"
@@ -25,6 +26,7 @@
 #include "response_cache.h"
 #include "result_block.h"
 #include "shm_registry.h"
+#include "trace_tensor.h"
 
 namespace naiad {
 
@@ -76,6 +78,12 @@ class KServeCodec {
     taken.swap(traced_);
     return taken;
   }
+  // Trace level TENSORS for `model`: its traced requests keep their input tensors at
+  // submit and their outputs at complete (trace_tensor.h), until take_trace_tensors().
+  // Only traced requests pay for it.
+  void set_trace_tensors(uint32_t model, bool on);
+  using TensorRecords = std::vector<std::pair<TensorActivity, std::string>>;
+  TensorRecords take_trace_tensors(uint64_t request_id);
 
   // Request ids for the core, unique across every framer and the general path.
   uint64_t new_request_id() { return core_.new_request_id(); }
@@ -166,6 +174,8 @@ class KServeCodec {
   bool resolve_shm(const ModelSpec& model, ParsedRequest& request, std::vector<uint64_t>* pins,
                    std::vector<RegionRef>* inputs, std::string* regions_json);
   void unpin(const std::vector<uint64_t>& pins);
+  // A traced request's TENSOR_BACKEND_OUTPUT records, if it keeps tensors.
+  void record_outputs(const InferResponse& response);
 
   Core& core_;
   ShmRegistry* regions_ = nullptr;
@@ -178,6 +188,8 @@ class KServeCodec {
   std::vector<uint32_t> trace_rate_;
   std::vector<uint32_t> trace_seen_;
   std::vector<uint64_t> traced_;
+  std::vector<uint8_t> trace_tensors_;  // per model: its traced requests keep tensors
+  std::unordered_map<uint64_t, TensorRecords> tensor_records_;
 };
 
 }  // namespace naiad

@@ -72,6 +72,17 @@ class Scheduler {
                             std::vector<QueuedRequest>* rejected) = 0;
 
   virtual bool empty() const = 0;
+  // A batch formed for an instance still waits for its resources (the rate limiter):
+  // appends to it the queued requests that may join it now, as Triton's dynamic
+  // batcher grows the payload it staged until it runs. Appends to `rejected` the
+  // requests whose queue timeout expired. A scheduler whose batches cannot grow
+  // leaves it as it is.
+  virtual void grow(uint64_t now_ns, std::vector<QueuedRequest>* batch,
+                    std::vector<QueuedRequest>* rejected) {
+    (void)now_ns;
+    (void)batch;
+    (void)rejected;
+  }
   // What the requests schedule() rejects failed of.
   virtual RejectReason reject_reason() const { return RejectReason::kQueueTimeout; }
   // The most requests one batch of this scheduler holds: the core stages their inputs

@@ -206,6 +206,14 @@ def main(argv=None) -> int:
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--scenario", action="append", help="only these scenarios (repeatable)")
     ap.add_argument("--keep", action="store_true", help="keep the built snapshots")
+    ap.add_argument(
+        "--current-server-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="a `naiad serve` flag for the current tree's server only (repeatable), e.g. "
+        "to measure tracing on against off with --base HEAD",
+    )
     args = ap.parse_args(argv)
 
     repo = args.repo.resolve()
@@ -235,7 +243,7 @@ def main(argv=None) -> int:
         print("built both trees")
         servers = [
             NaiadServer(base_dir, python, "base"),
-            NaiadServer(cur_dir, python, "current"),
+            NaiadServer(cur_dir, python, "current", args.current_server_arg),
         ]
         settings = bench.Settings(args.window_ms, args.windows, args.pairs, args.scenario)
         raw = bench.run_interleaved(servers, settings, args.pairs, out)

@@ -191,11 +191,14 @@ class Server:
 class NaiadServer(Server):
     kind = "naiad"
 
-    def __init__(self, tree: Path, python: Path, label: str = "naiad") -> None:
+    def __init__(
+        self, tree: Path, python: Path, label: str = "naiad", extra_args: list[str] | None = None
+    ) -> None:
         super().__init__()
         self.tree = Path(tree)
         self.python = Path(python)
         self.label = label
+        self.extra_args = list(extra_args or [])  # more `naiad serve` flags
 
     def command(self, repo: Path) -> list[str]:
         return [
@@ -213,6 +216,7 @@ class NaiadServer(Server):
             str(self.grpc_port),
             "--metrics-port",
             str(self.metrics_port),
+            *self.extra_args,
         ]
 
     def env(self) -> dict[str, str]:

@@ -98,3 +98,27 @@ def _answer(url: str, action: str, model: str, body) -> tuple:
 def test_same_answer_as_triton(servers, action, model, body):
     naiad, triton = servers
     assert _answer(naiad, action, model, body) == _answer(triton, action, model, body)
+
+
+def _raw_answer(url: str, action: str, body: dict, accept: str) -> tuple:
+    """(status, Content-Encoding, the body's bytes as sent, not decoded)."""
+    r = requests.post(
+        f"{url}/v2/models/repeat/{action}",
+        data=json.dumps(body),
+        headers={"Accept-Encoding": accept},
+        timeout=TIMEOUT,
+        stream=True,
+    )
+    return r.status_code, r.headers.get("content-encoding"), r.raw.read(decode_content=False)
+
+
+@pytest.mark.parametrize("accept", ["gzip", "deflate", "gzip;q=0.5, deflate;q=0.8"])
+@pytest.mark.parametrize("action", ["generate", "generate_stream"])
+def test_generate_answers_uncompressed_as_triton(servers, action, accept):
+    """Triton 2.51 compresses /infer answers per Accept-Encoding but not the generate
+    extension's: both answer plain bytes and no Content-Encoding."""
+    naiad, triton = servers
+    body = {"N": 1 if action == "generate" else 2, "mode": "inline", "id": "z"}
+    theirs = _raw_answer(triton, action, body, accept)
+    assert theirs[1] is None and theirs[2].startswith((b"{", b"data: "))
+    assert _raw_answer(naiad, action, body, accept) == theirs

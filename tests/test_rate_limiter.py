@@ -22,13 +22,13 @@ pytestmark = pytest.mark.timeout(300)
 MODEL_PY = Path(__file__).parent / "rate_limit_models" / "model.py"
 
 
-def _config(name: str, resources: str, priority: int = 0) -> str:
+def _config(name: str, resources: str, priority: int = 0, more: str = "") -> str:
     limiter = f"rate_limiter {{ resources [ {resources} ] priority: {priority} }}"
     return (
         f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
         'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
         'output [ { name: "WINDOW" data_type: TYPE_FP64 dims: [ 2 ] } ]\n'
-        f"instance_group [ {{ count: 1 kind: KIND_CPU {limiter} }} ]\n"
+        f"instance_group [ {{ count: 1 kind: KIND_CPU {limiter} }} ]\n{more}"
     )
 
 
@@ -179,3 +179,51 @@ def test_a_model_without_resources_runs_beside_a_limited_one(tmp_path):
         windows = _windows(server.url, per_model=3)
     assert all(len(w) == 3 for w in windows.values())
     assert _overlaps(windows) > 0, windows
+
+
+def _staged_batch(url: str) -> tuple[int, list]:
+    """rl_hold runs 1 s holding R; meanwhile one request to rl_grow (its batch of one
+    waits for R), then five more. (rl_grow's execution count, its batch sizes)."""
+    client = httpclient.InferenceServerClient(url.removeprefix("http://"), concurrency=8)
+    try:
+        value = httpclient.InferInput("IN", [1, 1], "FP32")
+        value.set_data_from_numpy(np.zeros((1, 1), dtype=np.float32))
+        single = httpclient.InferInput("IN", [1], "FP32")
+        single.set_data_from_numpy(np.zeros(1, dtype=np.float32))
+        hold = client.async_infer("rl_hold", [single])
+        time.sleep(0.3)
+        pending = [client.async_infer("rl_grow", [value])]
+        time.sleep(0.2)
+        pending += [client.async_infer("rl_grow", [value]) for _ in range(5)]
+        hold.get_result()
+        for request in pending:
+            request.get_result()
+        stats = client.get_inference_statistics("rl_grow")["model_stats"][0]
+    finally:
+        client.close()
+    sizes = sorted(b["batch_size"] for b in stats["batch_stats"])
+    return int(stats["execution_count"]), sizes
+
+
+def test_a_staged_batch_grows_with_requests_that_arrive_meanwhile(tmp_path):
+    """As Triton's dynamic batcher grows the payload waiting in its rate limiter: the
+    six requests run as one batch once R is free (checked against Triton 2.51 where
+    it is installed)."""
+    root = tmp_path / "repository"
+    _repository(root, {"rl_hold": SHARED, "rl_grow": SHARED})
+    slow = 'parameters { key: "SLEEP_S" value { string_value: "1.0" } }\n'
+    (root / "rl_hold" / "config.pbtxt").write_text(_config("rl_hold", SHARED, more=slow))
+    grow = _config("rl_grow", SHARED, more="dynamic_batching { }\n")
+    grow = grow.replace("max_batch_size: 0", "max_batch_size: 8")
+    (root / "rl_grow" / "config.pbtxt").write_text(grow)
+    args = ["--rate-limit=execution_count"]
+    with NaiadServer(root, log_dir=tmp_path, extra_args=args) as server:
+        ours = _staged_batch(server.url)
+    assert ours == (1, [6])
+    if find_triton() is not None:
+        with TritonPeer(root, tmp_path, args) as triton:
+            deadline = time.monotonic() + 60
+            while not requests.get(triton.url + "/v2/health/ready", timeout=5).ok:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert _staged_batch(triton.url) == ours

@@ -119,3 +119,67 @@ def test_settings_changed_at_run_time(tmp_path):
     chunk = trace_file.parent / "trace.json.0"
     assert set(_traces(chunk)) == {"one", "two"}
     assert not trace_file.exists()
+
+
+def _tensor_records(trace_file) -> dict:
+    """request id -> sorted [(activity, tensor)] of each trace with a model record."""
+    records = json.loads(trace_file.read_text())
+    request_of = {r["id"]: r["request_id"] for r in records if "model_name" in r}
+    out: dict = {}
+    for record in records:
+        if "activity" in record and record["id"] in request_of:
+            out.setdefault(request_of[record["id"]], []).append(
+                (record["activity"], record["tensor"])
+            )
+    return {k: sorted(v, key=lambda item: (item[0], item[1]["name"])) for k, v in out.items()}
+
+
+def test_tensors_level_writes_each_tensor_on_lanes_and_general_path(tmp_path):
+    repository = make_repository(tmp_path / "repo", ["add_sub"])
+    trace_file = tmp_path / "trace.json"
+    flags = ["--trace-config", f"triton,file={trace_file}", "--trace-config", "rate=1"]
+    flags += ["--trace-config", "level=TIMESTAMPS", "--trace-config", "level=TENSORS"]
+    with NaiadServer(repository, log_dir=tmp_path, extra_args=flags) as server:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+        inputs[0].set_data_from_numpy(np.arange(16, dtype=np.float32).reshape(1, 16) / 3)
+        inputs[1].set_data_from_numpy(np.full((1, 16), 0.5, np.float32))
+        client.infer("add_sub", inputs, request_id="lane")  # binary: the lane
+        client.close()
+        gzipped = gzip.compress(_body("general"))
+        url = server.url + "/v2/models/add_sub/infer"
+        reply = requests.post(url, data=gzipped, headers={"Content-Encoding": "gzip"}, timeout=30)
+        assert reply.status_code == 200
+        # TENSORS alone: the tensors without the timestamps or the model's record.
+        reply = requests.post(server.url + "/v2/trace/setting", json={"trace_level": ["TENSORS"]})
+        assert reply.json()["trace_level"] == ["TENSORS"]
+        reply = requests.post(url, data=_body("alone"), headers={"Accept-Encoding": "identity"})
+        assert reply.status_code == 200
+        assert server.stop() == 0
+    thirds = np.arange(16, dtype=np.float32) / 3  # as the client sent them
+
+    def text(values) -> str:  # a C++ stream's float32 text: %g
+        return ",".join(f"{v:g}" for v in values)
+
+    def tensor(name, data):
+        return {"name": name, "data": data, "shape": "1,16", "dtype": "FP32"}
+
+    traces = _tensor_records(trace_file)
+    assert text(thirds[:4]) == "0,0.333333,0.666667,1"
+    assert traces["lane"] == [
+        ("TENSOR_BACKEND_OUTPUT", tensor("OUTPUT0", text(thirds + np.float32(0.5)))),
+        ("TENSOR_BACKEND_OUTPUT", tensor("OUTPUT1", text(thirds - np.float32(0.5)))),
+        ("TENSOR_QUEUE_INPUT", tensor("INPUT0", text(thirds))),
+        ("TENSOR_QUEUE_INPUT", tensor("INPUT1", ",".join(["0.5"] * 16))),
+    ]
+    counting = ",".join(str(i) for i in range(16))
+    assert traces["general"] == [
+        ("TENSOR_BACKEND_OUTPUT", tensor("OUTPUT0", ",".join(str(2 * i) for i in range(16)))),
+        ("TENSOR_BACKEND_OUTPUT", tensor("OUTPUT1", ",".join(["0"] * 16))),
+        ("TENSOR_QUEUE_INPUT", tensor("INPUT0", counting)),
+        ("TENSOR_QUEUE_INPUT", tensor("INPUT1", counting)),
+    ]
+    records = json.loads(trace_file.read_text())
+    alone = [r for r in records if r["id"] not in {x["id"] for x in records if "model_name" in x}]
+    assert {tuple(sorted(r)) for r in alone} == {("activity", "id", "tensor")}
+    assert sorted(r["tensor"]["name"] for r in alone) == ["INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1"]

@@ -22,6 +22,7 @@ from libcpp cimport bool as cbool
 from libcpp.string cimport string
 from libcpp.memory cimport shared_ptr
 from libcpp.string_view cimport string_view
+from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
 
@@ -467,6 +468,18 @@ cdef extern from "kserve_codec.h" namespace "naiad":
         void set_trace_rate(uint32_t model, uint32_t rate)
         cbool sample_trace(uint32_t model)
         vector[uint64_t] take_traced()
+        void set_trace_tensors(uint32_t model, cbool on)
+        vector[pair[TensorActivity, string]] take_trace_tensors(uint64_t request_id)
+
+
+cdef extern from "trace_tensor.h" namespace "naiad":
+    cdef enum class TensorActivity "naiad::TensorActivity":
+        kQueueInput
+        kBackendOutput
+    const char* tensor_activity_name(TensorActivity activity)
+    void append_trace_tensor(string* out, string_view name, string_view datatype,
+                             const int64_t* shape, size_t dims, const uint8_t* data,
+                             uint64_t size)
 
 
 cdef extern from "http_scan.h" namespace "naiad":
@@ -646,6 +659,24 @@ cdef ModelHandle _handle(uint64_t value):
     cdef ModelHandle handle
     handle.value = value
     return handle
+
+
+TENSOR_QUEUE_INPUT = tensor_activity_name(TensorActivity.kQueueInput).decode()
+TENSOR_BACKEND_OUTPUT = tensor_activity_name(TensorActivity.kBackendOutput).decode()
+
+
+def trace_tensor(str name, str datatype, shape, data):
+    """Triton's trace-file text of one tensor (csrc/trace_tensor.h), for the general
+    path's traced requests at level TENSORS; `data` in wire layout."""
+    cdef string out
+    cdef vector[int64_t] dims = [int(d) for d in shape]
+    cdef const uint8_t[::1] view = memoryview(data).cast("B") if len(data) else b"\0"
+    cdef bytes name_bytes = name.encode()
+    cdef bytes type_bytes = datatype.encode()
+    append_trace_tensor(&out, string_view(PyBytes_AS_STRING(name_bytes), len(name_bytes)),
+                        string_view(PyBytes_AS_STRING(type_bytes), len(type_bytes)),
+                        dims.data() if dims.size() else NULL, dims.size(), &view[0], len(data))
+    return out
 
 
 def now_ns():
@@ -1556,6 +1587,16 @@ cdef class FastLane:
     def take_traced(self):
         """The ids of the traced requests the lanes queued since the last call."""
         return self._lane.codec().take_traced()
+
+    def set_trace_tensors(self, uint32_t lane_model, cbool on):
+        """Trace level TENSORS for the lane's model: its traced requests keep their tensors."""
+        self._lane.codec().set_trace_tensors(lane_model, on)
+
+    def take_trace_tensors(self, uint64_t request_id):
+        """[(activity name, tensor text)] of lane request `request_id`, once (tracing/)."""
+        cdef vector[pair[TensorActivity, string]] taken = (
+            self._lane.codec().take_trace_tensors(request_id))
+        return [(tensor_activity_name(item.first).decode(), item.second) for item in taken]
 
     def client_id(self, uint64_t request_id):
         """The client's id of lane request `request_id` in flight ('' when unknown);

@@ -159,11 +159,12 @@ namespace {
 // the test; the core has no timer thread (the test decides when the policy runs).
 struct TwoModels {
   TwoModels(const RateLimiterConfig& config, const std::vector<RateLimitResource>& each,
-            uint32_t priority_a = 0, uint32_t priority_b = 0)
+            uint32_t priority_a = 0, uint32_t priority_b = 0,
+            const BatcherConfig& batcher_b = batching(1, false))
       : core(1 << 22, nullptr, false) {
     core.configure_rate_limiter(config);
     a = core.add_model(batching(1, false));
-    b = core.add_model(batching(1, false));
+    b = core.add_model(batcher_b);
     ia = core.add_instance(a, needs(each, priority_a));
     ib = core.add_instance(b, needs(each, priority_b));
     baseline = core.arena().stats();
@@ -303,6 +304,40 @@ TEST(core_rate_limit_cancel_and_remove_drop_staged_batches) {
   t.end(*t.wa, batch_a);
   CHECK(t.core.poll().size() == 1);
   CHECK(t.core.rate_limit_available("R", 0) == 1);
+}
+
+TEST(core_rate_limit_staged_batch_grows_with_requests_that_arrive_meanwhile) {
+  // B batches up to 4 rows (no preferred sizes, no queue delay): its batch of one waits
+  // for R while A runs, takes the requests that arrive meanwhile up to 4 rows, and the
+  // rest forms the next batch, as Triton's staged payload does.
+  TwoModels t(execution_count(), kOneR, 0, 0, batching(4, true));
+  CHECK(submit_bytes(t.core, t.a, 1, "a"));
+  CHECK(submit_bytes(t.core, t.b, 2, "b"));
+  t.core.flush();
+  uint64_t batch_a = t.wa->take();
+  CHECK(batch_a != 0 && t.core.rate_limit_staged() == 1);
+  CHECK(submit_bytes(t.core, t.b, 3, "b"));
+  t.core.flush();
+  CHECK(submit_bytes(t.core, t.b, 4, "b", 2));  // two rows: the batch is full at 4
+  CHECK(submit_bytes(t.core, t.b, 5, "b"));
+  t.core.flush();
+  CHECK(t.wb->take() == 0 && t.core.rate_limit_staged() == 1);
+  t.end(*t.wa, batch_a);
+  std::vector<Completion> done = t.core.poll();
+  CHECK(done.size() == 1 && done[0].request_ids == std::vector<uint64_t>{1});
+  uint64_t batch_b = t.wb->take();
+  CHECK(batch_b != 0);
+  t.end(*t.wb, batch_b);
+  done = t.core.poll();
+  CHECK(done.size() == 1 && (done[0].request_ids == std::vector<uint64_t>{2, 3, 4}));
+  uint64_t batch_b2 = t.wb->take();  // request 5: the next batch, R free again
+  CHECK(batch_b2 != 0);
+  t.end(*t.wb, batch_b2);
+  done = t.core.poll();
+  CHECK(done.size() == 1 && done[0].request_ids == std::vector<uint64_t>{5});
+  CHECK(t.core.rate_limit_available("R", 0) == 1);
+  CHECK(t.core.in_flight() == 0);
+  CHECK(t.core.arena().stats().blocks_in_use == t.baseline.blocks_in_use);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include "http_framer.h"
 #include "kserve_json.h"
 #include "testing.h"
+#include "trace_tensor.h"
 
 using namespace naiad;
 
@@ -91,4 +92,48 @@ TEST(core_keeps_no_stamps_for_a_refused_request) {
   CHECK(f.core.submit(gone, request) == SubmitResult::kModelGone);
   TraceStamps stamps;
   CHECK(!f.core.take_trace_stamps(77, &stamps));
+}
+
+namespace {
+
+std::string tensor_text(std::string_view datatype, std::vector<int64_t> shape,
+                        const std::string& bytes) {
+  std::string out;
+  append_trace_tensor(&out, "T", datatype, shape.data(), shape.size(),
+                      reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  return out;
+}
+
+template <typename T>
+std::string raw(std::vector<T> values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+}  // namespace
+
+TEST(trace_tensor_text_is_tritons_byte_for_byte) {
+  // Each expected text is what Triton 2.51 wrote for the same tensor (its trace file).
+  CHECK(tensor_text("FP32", {1, 5}, raw<float>({1e-7f, 123456789.0f, 0.1f, 1e20f, -2.5f})) ==
+        "{\"name\":\"T\",\"data\":\"1e-07,1.23457e+08,0.1,1e+20,-2.5\",\"shape\":\"1,5\","
+        "\"dtype\":\"FP32\"}");
+  CHECK(tensor_text("FP64", {1, 3}, raw<double>({3.141592653589793, 1e300, -0.0})) ==
+        "{\"name\":\"T\",\"data\":\"3.14159,1e+300,-0\",\"shape\":\"1,3\",\"dtype\":\"FP64\"}");
+  CHECK(tensor_text("BOOL", {1, 2}, raw<uint8_t>({1, 0})).find("\"data\":\"1,0\"") !=
+        std::string::npos);
+  // INT8 and UINT8 values are written as the characters of their bytes.
+  CHECK(tensor_text("UINT8", {1, 3}, "ABz").find("\"data\":\"A,B,z\"") != std::string::npos);
+  CHECK(tensor_text("INT16", {1, 2}, raw<int16_t>({-7, 9})).find("\"data\":\"-7,9\"") !=
+        std::string::npos);
+  CHECK(tensor_text("UINT64", {1}, raw<uint64_t>({18446744073709551615ull}))
+            .find("\"data\":\"18446744073709551615\"") != std::string::npos);
+  // BYTES elements between \" with their text as it is; FP16 has no data.
+  std::string bytes = raw<uint32_t>({6}) + "he\"llo" + raw<uint32_t>({3}) + "a\\b";
+  CHECK(tensor_text("BYTES", {1, 2}, bytes) ==
+        "{\"name\":\"T\",\"data\":\"\\\"he\"llo\\\",\\\"a\\b\\\"\",\"shape\":\"1,2\","
+        "\"dtype\":\"BYTES\"}");
+  CHECK(tensor_text("FP16", {1, 2}, raw<uint16_t>({0x3e00, 0x4000})) ==
+        "{\"name\":\"T\",\"data\":\"\",\"shape\":\"1,2\",\"dtype\":\"FP16\"}");
+  // A tensor shorter than its shape: the values stop where its bytes do.
+  CHECK(tensor_text("INT32", {1, 4}, raw<int32_t>({5, 6})).find("\"data\":\"5,6\"") !=
+        std::string::npos);
 }

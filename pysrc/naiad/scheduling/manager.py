@@ -44,6 +44,7 @@ from naiad.shm import SharedMemory
 from naiad.shm import block_regions as shm_block_regions
 from naiad.tracing import tracer as tracer_protocol
 from naiad.tracing.otel import parse_traceparent
+from naiad.tracing.tracer import tensor_texts
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
 
@@ -463,6 +464,8 @@ class ModelManager:
         if setting is not None:
             trace = tracer.start(setting, model.name, model.version, request.id, 0, submit_ns)
             trace.parent = parent
+            if trace.keeps_tensors and not tracer.opentelemetry:
+                trace.tensors = tensor_texts(_core.TENSOR_QUEUE_INPUT, request.inputs)
             self._traces[request_id] = trace
         if on_response is not None:
             self._pending[request_id] = StreamPending(
@@ -594,6 +597,7 @@ class ModelManager:
         """Gives the lanes' sampler each model's rate (0 while tracing is off for it)."""
         for lane_id, model in self._lane_models.items():
             self.lane.set_trace_rate(lane_id, self.tracer.rate_for(model.name))
+            self.lane.set_trace_tensors(lane_id, self.tracer.tensors_for(model.name))
         if not self.tracer.active:
             self._start_lane_traces(0, 0)  # sampled before the change: nothing left behind
 
@@ -605,6 +609,7 @@ class ModelManager:
             pending = self._pending.get(request_id)
             setting = tracer.admit(pending.model.name) if pending is not None else None
             if setting is None:
+                self.lane.take_trace_tensors(request_id)  # not traced after all: dropped
                 continue
             model = pending.model
             client_id = self.lane.client_id(request_id)
@@ -619,6 +624,8 @@ class ModelManager:
         stamps = self.core.take_trace_stamps(request_id)
         if stamps is not None:  # the general path's: known once it was queued
             trace.request_start_ns, trace.queue_start_ns = stamps
+        if trace.protocol and trace.keeps_tensors:  # a lane's: the codec kept them
+            trace.tensors = self.lane.take_trace_tensors(request_id)
         self.tracer.finish(trace, timings, end_ns, sent)
 
     def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
@@ -626,6 +633,7 @@ class ModelManager:
         self._lane_models[lane_id] = model
         if self.tracer is not None:
             self.lane.set_trace_rate(lane_id, self.tracer.rate_for(model.name))
+            self.lane.set_trace_tensors(lane_id, self.tracer.tensors_for(model.name))
 
     def unregister_lane_model(self, lane_id: int) -> None:
         """The lane's model `lane_id` was removed; its requests in flight keep their model."""
@@ -871,6 +879,9 @@ class ModelManager:
         self._pending.pop(pending.request_id, None)
         future.set_result(response)
         if self._traces:
+            trace = self._traces.get(pending.request_id)
+            if trace is not None and trace.keeps_tensors and not self.tracer.opentelemetry:
+                trace.tensors += tensor_texts(_core.TENSOR_BACKEND_OUTPUT, response.outputs)
             self._finish_trace(pending.request_id, timings, end_ns)
 
     def _late_execution(self, instance_id: int, offset: int, size: int, batch_size: int) -> None:

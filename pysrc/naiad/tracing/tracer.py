@@ -19,6 +19,12 @@ event happened, on CLOCK_MONOTONIC as Triton's steady clock:
 - REQUEST_END, INFER_RESPONSE_COMPLETE: when the response reached the front end;
 - HTTP_SEND_START/END, GRPC_SEND_START/END: around handing the response bytes to the
   connection.
+
+At level TENSORS a trace also holds its request's input tensors (TENSOR_QUEUE_INPUT)
+and its response's outputs (TENSOR_BACKEND_OUTPUT), each as Triton's text for it
+(csrc/trace_tensor.h): the lanes' codec keeps them for its traced requests, the general
+path makes them through _core.trace_tensor. Without TIMESTAMPS a trace is its tensor
+records alone, as in Triton.
 """
 
 from __future__ import annotations
@@ -27,7 +33,14 @@ import itertools
 
 import orjson
 
-from naiad.tracing.settings import LEVEL_OFF, LEVEL_TIMESTAMPS, MODE_OPENTELEMETRY, TraceSettings
+from naiad import _core
+from naiad.tracing.settings import (
+    LEVEL_OFF,
+    LEVEL_TENSORS,
+    LEVEL_TIMESTAMPS,
+    MODE_OPENTELEMETRY,
+    TraceSettings,
+)
 
 HTTP = 1
 GRPC = 2
@@ -45,6 +58,8 @@ class Trace:
         "request_start_ns",
         "queue_start_ns",
         "parent",
+        "tensors",
+        "parent_id",
     )
 
     def __init__(self, trace_id, setting, model, version, request_id, protocol, read_ns, stamps):
@@ -58,6 +73,12 @@ class Trace:
         # The core's (request start, queue start); the read time where it has none.
         self.request_start_ns, self.queue_start_ns = stamps or (read_ns, read_ns)
         self.parent = None  # (trace id, span id, flags) of the client's span (otel.py)
+        self.tensors = []  # [(activity name, tensor text)] at level TENSORS
+        self.parent_id = 0  # the trace id of the request that made this one (0: none)
+
+    @property
+    def keeps_tensors(self) -> bool:
+        return bool(self.setting.level & LEVEL_TENSORS)
 
 
 class Tracer:
@@ -83,6 +104,12 @@ class Tracer:
         self.active = self.settings.any_active
         if self.on_change is not None:
             self.on_change()
+
+    def tensors_for(self, model: str) -> bool:
+        """Whether `model`'s traced requests keep their tensors (level TENSORS; Triton's
+        mode opentelemetry writes none)."""
+        setting = self.settings.get(model)
+        return setting.active and bool(setting.level & LEVEL_TENSORS) and not self.opentelemetry
 
     def rate_for(self, model: str) -> int:
         """The sampler's rate for `model`: 0 while its setting traces nothing."""
@@ -143,6 +170,12 @@ class Tracer:
             self.exporter.close()
 
 
+def tensor_texts(activity: str, tensors) -> list:
+    """[(activity, Triton's text of the tensor)] for the general path's tensors (each
+    with name, datatype, shape and wire-layout data)."""
+    return [(activity, _core.trace_tensor(t.name, t.datatype, t.shape, t.data)) for t in tensors]
+
+
 def records(trace: Trace, timings, end_ns: int, sent) -> bytes:
     """The trace's records, comma-separated, as Triton writes them for one request."""
     out = []
@@ -155,16 +188,17 @@ def records(trace: Trace, timings, end_ns: int, sent) -> bytes:
     if trace.protocol == HTTP:
         stamp("HTTP_RECV_START", trace.read_ns)
         stamp("HTTP_RECV_END", trace.request_start_ns)
-    out.append(
-        {
-            "id": trace.id,
-            "model_name": trace.model,
-            "model_version": trace.version,
-            "request_id": trace.request_id,
-        }
-    )
+    if timestamps:  # Triton writes it with the REQUEST_START timestamp
+        record = {"id": trace.id, "model_name": trace.model, "model_version": trace.version}
+        if trace.request_id:  # as Triton: no field for an empty id
+            record["request_id"] = trace.request_id
+        if trace.parent_id:
+            record["parent_id"] = trace.parent_id
+        out.append(record)
     stamp("REQUEST_START", trace.request_start_ns)
     stamp("QUEUE_START", trace.queue_start_ns)
+    for activity, text in trace.tensors:
+        out.append(b'{"id":%d,"activity":"%s","tensor":%s}' % (trace.id, activity.encode(), text))
     if timings is not None and timings[0]:
         start, compute_input, compute_infer, compute_output = timings[:4]
         stamp("COMPUTE_START", start)
@@ -181,4 +215,6 @@ def records(trace: Trace, timings, end_ns: int, sent) -> bytes:
         prefix = "HTTP" if trace.protocol == HTTP else "GRPC"
         stamp(f"{prefix}_SEND_START", sent[0])
         stamp(f"{prefix}_SEND_END", sent[1])
-    return b",".join(orjson.dumps(record) for record in out)
+    # A tensor's text is Triton's, not always valid JSON (BYTES elements are not
+    # escaped): kept as bytes.
+    return b",".join(r if type(r) is bytes else orjson.dumps(r) for r in out)
