@@ -26,6 +26,27 @@ def region(tmp_path):
     os.close(fd)
 
 
+@pytest.fixture
+def posix_object():
+    """A POSIX shm object of `size` bytes as a client creates one: (key, fd); unlinked
+    after the test."""
+    import _posixshmem
+
+    made = []
+
+    def make(tag: str, size: int):
+        key = f"/naiad_{tag}_{os.getpid()}"
+        fd = _posixshmem.shm_open(key, os.O_CREAT | os.O_RDWR, 0o600)
+        made.append((key, fd))
+        os.ftruncate(fd, size)
+        return key, fd
+
+    yield make
+    for key, fd in made:
+        os.close(fd)
+        _posixshmem.shm_unlink(key)
+
+
 def _response(outputs, buffers):
     json = orjson.dumps({"outputs": outputs})
     return (0, _core.RESPONSE_FINAL, 0, json, buffers)
@@ -79,35 +100,26 @@ def test_cuda_output_and_input_calls(monkeypatch):
         shm_outputs.fill_cuda_inputs("arena", [(b"m", [(640, 8)])], lambda _m: regions)
 
 
-def test_released_regions_are_unmapped(region, monkeypatch):
-    path, _fd = region
+def test_released_regions_are_unmapped(posix_object):
     core = _core.Core(1 << 22)
     registry = _core.ShmRegistry(core)
-    key = f"/naiad_worker_{os.getpid()}"
-    import _posixshmem
-
-    shm_fd = _posixshmem.shm_open(key, os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        os.ftruncate(shm_fd, 4096)
-        assert registry.register_system("r", key, 0, 4096) is None
-        ref = registry.resolve("r", 0, 16)
-        regions = shm_outputs._Regions()
-        regions.table = registry.table_offset
-        regions.start(core.arena)
-        view = regions.view(ref.id, f"/proc/self/fd/{ref.fd}", 0, 4096)
-        view[:4] = b"abcd"
-        assert os.pread(shm_fd, 4, 0) == b"abcd"
-        assert ref.id in regions.maps
-        registry.unregister(_core.SHM_SYSTEM, "r")
-        regions.sweep()
-        assert ref.id in regions.maps  # still referenced by the request
-        del ref
-        regions.sweep()
-        assert regions.maps == {}
-        assert registry.mapped() == 0
-    finally:
-        os.close(shm_fd)
-        _posixshmem.shm_unlink(key)
+    key, shm_fd = posix_object("worker", 4096)
+    assert registry.register_system("r", key, 0, 4096) is None
+    ref = registry.resolve("r", 0, 16)
+    regions = shm_outputs._Regions()
+    regions.table = registry.table_offset
+    regions.start(core.arena)
+    view = regions.view(ref.id, f"/proc/self/fd/{ref.fd}", 0, 4096)
+    view[:4] = b"abcd"
+    assert os.pread(shm_fd, 4, 0) == b"abcd"
+    assert ref.id in regions.maps
+    registry.unregister(_core.SHM_SYSTEM, "r")
+    regions.sweep()
+    assert ref.id in regions.maps  # still referenced by the request
+    del ref
+    regions.sweep()
+    assert regions.maps == {}
+    assert registry.mapped() == 0
 
 
 class _FakeCudart:
@@ -253,43 +265,35 @@ def test_dead_cuda_regions_are_closed(cudart):
     assert cuda_ipc._opened == {}
 
 
-def test_system_input_read_in_place_from_the_live_region_table(monkeypatch):
+def test_system_input_read_in_place_from_the_live_region_table(monkeypatch, posix_object):
     core = _core.Core(1 << 22)
     registry = _core.ShmRegistry(core)
-    key = f"/naiad_inplace_{os.getpid()}"
-    import _posixshmem
+    key, shm_fd = posix_object("inplace", 8192)
+    os.pwrite(shm_fd, np.arange(4, dtype=np.float32).tobytes(), 4096 + 32)
+    assert registry.register_system("r", key, 4096, 4096) is None
+    ref = registry.resolve("r", 32, 16)
+    regions = shm_outputs._Regions()
+    regions.table = registry.table_offset
+    monkeypatch.setattr(shm_outputs, "REGIONS", regions)
+    from naiad.worker import main
 
-    shm_fd = _posixshmem.shm_open(key, os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        os.ftruncate(shm_fd, 8192)
-        os.pwrite(shm_fd, np.arange(4, dtype=np.float32).tobytes(), 4096 + 32)
-        assert registry.register_system("r", key, 4096, 4096) is None
-        ref = registry.resolve("r", 32, 16)
-        regions = shm_outputs._Regions()
-        regions.table = registry.table_offset
-        monkeypatch.setattr(shm_outputs, "REGIONS", regions)
-        from naiad.worker import main
-
-        array = main._input_array(core.arena, np.dtype(np.float32), (4,), (32, 16, ref.id))
-        np.testing.assert_array_equal(array, np.arange(4, dtype=np.float32))
-        assert not array.flags.writeable  # the client's bytes: read-only to the model
-        os.pwrite(shm_fd, np.full(4, 7, np.float32).tobytes(), 4096 + 32)
-        np.testing.assert_array_equal(array, np.full(4, 7, np.float32))  # in place
-        # Unregistered and released while the model still holds the array: the mapping
-        # stays until the array goes, then the sweep closes it.
-        registry.unregister(_core.SHM_SYSTEM, "r")
-        del ref
-        regions.sweep()
-        assert regions.maps == {} and len(regions.retired) == 1
-        assert array[0] == 7  # still valid
-        del array
-        regions.sweep()
-        assert regions.retired == []
-        with pytest.raises(LookupError):
-            regions.input_view(12345)
-    finally:
-        os.close(shm_fd)
-        _posixshmem.shm_unlink(key)
+    array = main._input_array(core.arena, np.dtype(np.float32), (4,), (32, 16, ref.id))
+    np.testing.assert_array_equal(array, np.arange(4, dtype=np.float32))
+    assert not array.flags.writeable  # the client's bytes: read-only to the model
+    os.pwrite(shm_fd, np.full(4, 7, np.float32).tobytes(), 4096 + 32)
+    np.testing.assert_array_equal(array, np.full(4, 7, np.float32))  # in place
+    # Unregistered and released while the model still holds the array: the mapping
+    # stays until the array goes, then the sweep closes it.
+    registry.unregister(_core.SHM_SYSTEM, "r")
+    del ref
+    regions.sweep()
+    assert regions.maps == {} and len(regions.retired) == 1
+    assert array[0] == 7  # still valid
+    del array
+    regions.sweep()
+    assert regions.retired == []
+    with pytest.raises(LookupError):
+        regions.input_view(12345)
 
 
 def test_backends_read_apart_are_those_without_batch_tensors():

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "batching_config.h"
 #include "core.h"
 #include "ipc_schema.h"
 #include "testing.h"
@@ -93,13 +94,7 @@ struct Fixture {
   std::unique_ptr<WorkerEndpoint> worker;
 };
 
-BatcherConfig batching(uint32_t max_batch_size, uint32_t priority_levels = 0) {
-  BatcherConfig config;
-  config.dynamic_batching = true;
-  config.max_batch_size = max_batch_size;
-  config.priority_levels = priority_levels;
-  return config;
-}
+using naiad_testing::batching;
 
 }  // namespace
 
