@@ -35,8 +35,15 @@ void write_request(uint8_t* base, uint64_t block, const SubmitRequest& request,
                 request.metadata.size());
   }
   for (uint32_t i = 0; i < n; ++i) {
-    const uint64_t size = request.inputs[i].size;
-    slots[i] = InputSlot{input_offsets[i], size};
+    const InputSource& input = request.inputs[i];
+    const uint64_t size = input.size;
+    slots[i] = InputSlot{input_offsets[i], size, 0, 0};
+    if (input.kind == InputKind::kSystemShm) {
+      // Still in the client's region: copied at dispatch only if the batch needs it.
+      slots[i].region = input.region;
+      slots[i].region_offset = input.offset;
+      continue;
+    }
     // A null source is room only (a CUDA input the worker fills).
     if (size != 0 && sources[i] != nullptr) std::memcpy(base + input_offsets[i], sources[i], size);
   }
@@ -188,7 +195,9 @@ uint64_t BatchAssembler::place(uint64_t model_key, const SubmitRequest& request,
     write_request(arena_.base(), block, request, sources, input_offsets.data());
   }
   uint64_t copied = 0;
-  for (const InputSource& input : request.inputs) copied += input.size;
+  for (const InputSource& input : request.inputs) {
+    if (input.kind != InputKind::kSystemShm) copied += input.size;
+  }
   placed_bytes_.fetch_add(copied, std::memory_order_relaxed);
   return block;
 }
@@ -241,24 +250,43 @@ size_t BatchAssembler::slabs() {
   return slabs_.size();
 }
 
-uint64_t BatchAssembler::describe(uint64_t batch_id, const std::vector<QueuedRequest>& requests) {
+bool BatchAssembler::copy_from_region(InputSlot& slot, uint8_t* target) {
+  const uint8_t* source = regions_ == nullptr ? nullptr
+                                              : regions_->map(InputKind::kSystemShm, slot.region,
+                                                              slot.region_offset, slot.size);
+  if (source == nullptr && slot.size != 0) return false;
+  if (slot.size != 0) std::memcpy(target, source, slot.size);
+  slot.region = 0;
+  slot.region_offset = 0;
+  return true;
+}
+
+uint64_t BatchAssembler::describe(uint64_t batch_id, const std::vector<QueuedRequest>& requests,
+                                  bool batch_tensors) {
   const uint32_t n_requests = static_cast<uint32_t>(requests.size());
+  uint8_t* base = arena_.base();
   // Batch tensors exist when every request has the same inputs in the same order.
   const RequestHeader& first = header_at(arena_, requests.front().offset);
   uint32_t n_tensors = first.n_inputs;
+  bool in_regions = false;  // an input still in a client region
   for (const QueuedRequest& r : requests) {
     const RequestHeader& header = header_at(arena_, r.offset);
     if (header.n_inputs != first.n_inputs || header.input_order != first.input_order) {
       n_tensors = 0;
-      break;
     }
+    const InputSlot* slots = slots_at(arena_, r.offset);
+    for (uint32_t i = 0; i < header.n_inputs && !in_regions; ++i) in_regions = slots[i].region != 0;
   }
-  // Contiguous: each input's rows follow one another in batch order.
+  // Read apart, in place: no batch tensor to build for such a model.
+  const bool in_place = n_requests == 1 || (!batch_tensors && in_regions);
+  if (in_place && n_requests > 1) n_tensors = 0;
+  // Contiguous: each input's rows follow one another in batch order (place() kept
+  // rows for inputs still in client regions too, so they count as any other).
   ScratchArray<BatchTensor> tensors(n_tensors);
   bool contiguous = true;
   for (uint32_t i = 0; i < n_tensors; ++i) {
     const InputSlot& head = slots_at(arena_, requests.front().offset)[i];
-    tensors[i] = BatchTensor{head.offset, head.size};
+    tensors[i] = BatchTensor{head.offset, head.size, 0, 0};
     for (uint32_t k = 1; k < n_requests; ++k) {
       const InputSlot& slot = slots_at(arena_, requests[k].offset)[i];
       if (slot.offset != tensors[i].offset + tensors[i].size) contiguous = false;
@@ -277,20 +305,55 @@ uint64_t BatchAssembler::describe(uint64_t batch_id, const std::vector<QueuedReq
   }
   const uint64_t desc = arena_.alloc(size, batch_id);
   if (desc == 0) return 0;
-  uint8_t* base = arena_.base();
+  if (in_place) {
+    // Alone, or read apart: inputs in client regions stay there; the worker reads them
+    // in place. (n_tensors is 0 unless the request is alone.)
+    for (const QueuedRequest& r : requests) {
+      const uint32_t n_inputs = header_at(arena_, r.offset).n_inputs;
+      const InputSlot* slots = slots_at(arena_, r.offset);
+      for (uint32_t i = 0; i < n_inputs; ++i) {
+        if (slots[i].region == 0) continue;
+        in_place_inputs_.fetch_add(1, std::memory_order_relaxed);
+        if (i < n_tensors) {
+          tensors[i].region = slots[i].region;
+          tensors[i].region_offset = slots[i].region_offset;
+        }
+      }
+    }
+  } else if (!gather) {
+    // Several requests: each input still in a client region is copied into its rows.
+    for (const QueuedRequest& r : requests) {
+      const uint32_t n_inputs = header_at(arena_, r.offset).n_inputs;
+      InputSlot* slots = slots_at(arena_, r.offset);
+      for (uint32_t i = 0; i < n_inputs; ++i) {
+        if (slots[i].region != 0 && !copy_from_region(slots[i], base + slots[i].offset)) {
+          arena_.free(desc);
+          return 0;
+        }
+      }
+    }
+  }
   if (gather) {
     // The second copy: each request's rows into the batch tensors, and its slots
-    // moved there so per-request views and the batch view share the bytes.
+    // moved there so per-request views and the batch view share the bytes. An input
+    // still in a client region is copied from there, its only copy.
     for (uint32_t i = 0; i < n_tensors; ++i) {
       uint64_t cursor = desc + gathered_at[i];
       tensors[i].offset = cursor;
       for (const QueuedRequest& r : requests) {
         InputSlot& slot = slots_at(arena_, r.offset)[i];
-        if (slot.size != 0) std::memcpy(base + cursor, base + slot.offset, slot.size);
+        if (slot.region != 0) {
+          if (!copy_from_region(slot, base + cursor)) {
+            arena_.free(desc);
+            return 0;
+          }
+        } else {
+          if (slot.size != 0) std::memcpy(base + cursor, base + slot.offset, slot.size);
+          gathered_bytes_ += slot.size;
+        }
         slot.offset = cursor;
         cursor += slot.size;
       }
-      gathered_bytes_ += tensors[i].size;
     }
     ++gathered_;
   } else if (n_tensors != 0) {

@@ -19,6 +19,16 @@
 // One-request batches never gather (their slots are the tensors), and models that
 // do not batch have no slab: each request is one block, inputs included.
 //
+// Inputs in a client's system shared-memory region (InputSource kSystemShm) are not
+// copied at submit: place() keeps rows for them as for any input and notes the region
+// in the slot (InputSlot::region). At dispatch, a batch of one request leaves them
+// there and the worker reads them in place (no copy); a batch of several copies each
+// one out of the region, once, into its rows (or straight into the gathered tensor).
+// A model whose workers never take the batch whole (the Python backend: each request's
+// arrays apart) reads them in place in any batch (Core::set_batch_tensors).
+// The submitter keeps the region referenced until the request is answered
+// (kserve_codec.h pins, Python's RegionRef), so the region outlives both reads.
+//
 // A slab is reference counted by the requests placed in it and freed when the last
 // is released, the open one too: an idle model holds nothing in the arena. Slabs belong to the
 // frontend; the only blocks a worker can leave behind are tagged with the batch id
@@ -40,6 +50,7 @@
 
 #include "arena.h"
 #include "dynamic_batcher.h"
+#include "ipc_schema.h"
 #include "submit_request.h"
 
 namespace naiad {
@@ -59,6 +70,8 @@ class BatchAssembler {
   static constexpr uint64_t kSlabBudget = uint64_t{16} << 20;
 
   explicit BatchAssembler(Arena& arena) : arena_(arena) {}
+  // Where slots with a region are read from at dispatch (Core::set_input_regions).
+  void set_regions(InputRegions* regions) { regions_ = regions; }
   BatchAssembler(const BatchAssembler&) = delete;
   BatchAssembler& operator=(const BatchAssembler&) = delete;
 
@@ -85,7 +98,11 @@ class BatchAssembler {
   // Writes the batch descriptor of `requests` (ipc_schema.h) into a block tagged
   // `batch_id`, joining their inputs into batch tensors, and returns its offset;
   // 0 when the arena has no room. Free it with arena.free() when the batch is done.
-  uint64_t describe(uint64_t batch_id, const std::vector<QueuedRequest>& requests);
+  // `batch_tensors` false (a model whose workers read each request apart): inputs in
+  // client regions stay there whatever the batch's size, and such a batch of several
+  // requests has no batch tensors (n_tensors 0).
+  uint64_t describe(uint64_t batch_id, const std::vector<QueuedRequest>& requests,
+                    bool batch_tensors = true);
 
   // Slabs allocated: each holds requests not yet released.
   size_t slabs();
@@ -95,6 +112,8 @@ class BatchAssembler {
   // Input bytes copied by place() (the first copy) and by describe() (the second).
   uint64_t placed_bytes() const { return placed_bytes_.load(std::memory_order_relaxed); }
   uint64_t gathered_bytes() const { return gathered_bytes_; }
+  // Inputs left in client regions for the worker to read in place (one-request batches).
+  uint64_t in_place_inputs() const { return in_place_inputs_.load(std::memory_order_relaxed); }
 
  private:
   struct Region {  // one input's rows in a slab
@@ -127,7 +146,13 @@ class BatchAssembler {
   // Drops the request's hold on its slab; false: the block is not in a slab.
   bool release_locked(uint64_t block_offset);
 
+  // Copies the slot's bytes out of its client region to `target`; false when the
+  // region cannot be read (cannot happen while the submitter holds its reference).
+  bool copy_from_region(InputSlot& slot, uint8_t* target);
+
   Arena& arena_;
+  InputRegions* regions_ = nullptr;
+  std::atomic<uint64_t> in_place_inputs_{0};
   std::mutex mutex_;
   std::unordered_map<uint64_t, Staging> models_;  // by model key
   std::map<uint64_t, Slab> slabs_;                // by arena offset: release() finds a block's slab

@@ -75,6 +75,12 @@ ModelHandle Core::add_model(const BatcherConfig& config) {
   return add_model(std::make_unique<DynamicBatchScheduler>(config));
 }
 
+void Core::set_batch_tensors(ModelHandle handle, bool batch_tensors) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Model* model = find_locked(handle);
+  if (model != nullptr) model->batch_tensors = batch_tensors;
+}
+
 Core::Model* Core::find_locked(ModelHandle handle) {
   uint32_t slot = handle.slot();
   if (slot >= models_.size()) return nullptr;
@@ -214,8 +220,12 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
     const InputSource& input = request.inputs[i];
     if (input.kind == InputKind::kInline) {
       sources[i] = static_cast<const uint8_t*>(input.data);
-    } else if (input.kind == InputKind::kSystemShm && regions_ != nullptr) {
-      sources[i] = regions_->map(input.kind, input.region, input.offset, input.size);
+    } else if (input.kind == InputKind::kSystemShm && regions_ != nullptr &&
+               regions_->host_range(input.region, input.offset, input.size)) {
+      // Left in the client's region: copied at dispatch if the request shares its
+      // batch, read in place by the worker if it runs alone (batch_assembler.h).
+      sources[i] = nullptr;
+      continue;
     } else if (input.kind == InputKind::kCudaIpc && regions_ != nullptr &&
                regions_->device_range(input.region, input.offset, input.size)) {
       sources[i] = nullptr;  // room only: the worker owning the device fills it
@@ -333,7 +343,7 @@ bool Core::start_batch_locked(Model& model, Instance& instance,
   batch.model = instance.model;
   batch.instance_id = instance.id;
   // The descriptor, with the batch tensors (gathered here when not contiguous).
-  batch.desc_offset = assembler_.describe(batch.id, batch.requests);
+  batch.desc_offset = assembler_.describe(batch.id, batch.requests, model.batch_tensors);
   if (batch.desc_offset == 0) {
     // Not even room for the descriptor: the requests fail rather than wait forever.
     reject_locked(batch.requests, kCompletionWorkerFailed);

@@ -134,6 +134,10 @@ class Core {
   ModelHandle add_model(std::unique_ptr<Scheduler> scheduler);
   // A model under Triton's dynamic batching policy (DynamicBatchScheduler).
   ModelHandle add_model(const BatcherConfig& config);
+  // False: the model's workers read each request's inputs apart (the Python backend),
+  // never the batch-major tensors, so inputs in client regions are read in place in
+  // batches of any size (batch_assembler.h). Default true (framework backends).
+  void set_batch_tensors(ModelHandle model, bool batch_tensors);
   // Removes the model: from now on its handle's submits return kModelGone. Its
   // queued requests complete with kCompletionModelGone, left for poll(). Its batches
   // in flight still complete through poll() (ordering is kept only among those
@@ -161,7 +165,10 @@ class Core {
   SubmitResult submit(ModelHandle model, const SubmitRequest& request);
   // Where region inputs (kSystemShm, kCudaIpc) are found; null: none are served.
   // Set before serving; the registry must outlive the core.
-  void set_input_regions(InputRegions* regions) { regions_ = regions; }
+  void set_input_regions(InputRegions* regions) {
+    regions_ = regions;
+    assembler_.set_regions(regions);
+  }
 
   // Dispatches what the schedulers let go to idle instances. `arrivals_possible` is
   // the frontend's word on whether any client could still send a request now (see
@@ -268,6 +275,7 @@ class Core {
       bool over = false;  // the batch is done: nothing more comes for it
     };
     std::unordered_map<uint64_t, Held> held;
+    bool batch_tensors = true;  // set_batch_tensors
   };
   // A registry slot; `generation` moves on when its model is removed, so old
   // handles stop matching.

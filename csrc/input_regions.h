@@ -15,10 +15,16 @@ class InputRegions {
  public:
   virtual ~InputRegions() = default;
   // The mapped bytes [offset, offset + size) of host region `region`, or nullptr when
-  // the region is unknown, not host memory, or the range is outside it. Called with
-  // the GIL released on the submitting thread; the bytes must stay mapped until
-  // submit() returns (the core copies them).
+  // the region is unknown, not host memory, or the range is outside it. The caller
+  // copies them once (the registry counts it): the assembler, at dispatch, into a
+  // batch of several requests. The submitter keeps the region referenced until its
+  // request is answered, so the bytes stay mapped until then.
   virtual const uint8_t* map(InputKind kind, uint64_t region, uint64_t offset, uint64_t size) = 0;
+  // True when [offset, offset + size) lies inside host region `region`: checked at
+  // submit; the bytes stay in the region until dispatch (InputSlot::region).
+  virtual bool host_range(uint64_t /*region*/, uint64_t /*offset*/, uint64_t /*size*/) {
+    return false;
+  }
   // True when [offset, offset + size) lies inside CUDA region `region`: such bytes
   // stay on the device; the core reserves room for them in the request block and the
   // worker owning the device fills it (pysrc/naiad/cuda_ipc.py).

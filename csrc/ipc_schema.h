@@ -57,8 +57,15 @@ inline bool request_cancelled(const RequestHeader* header) {
 }
 
 struct InputSlot {
-  uint64_t offset;  // arena offset of the input's bytes
+  uint64_t offset;  // arena offset of the input's bytes (or of the rows kept for them)
   uint64_t size;    // bytes (wire layout: raw little-endian, BYTES length-prefixed)
+  // 0: the bytes are at `offset`. Else the id of the client's system-shm region that
+  // holds them, at `region_offset` of it (shm_registry.h, bounds checked at submit):
+  // the core copies them into the rows at `offset` only when the request shares its
+  // batch (batch_assembler.h); a request that runs alone is read there in place by
+  // the worker, which maps the region (pysrc/naiad/worker/shm_outputs.py).
+  uint64_t region;
+  uint64_t region_offset;
 };
 
 inline uint64_t request_metadata_offset(uint32_t n_inputs) {
@@ -66,7 +73,7 @@ inline uint64_t request_metadata_offset(uint32_t n_inputs) {
 }
 
 static_assert(sizeof(RequestHeader) == 40, "RequestHeader layout");
-static_assert(sizeof(InputSlot) == 16, "InputSlot layout");
+static_assert(sizeof(InputSlot) == 32, "InputSlot layout");
 
 // ---- Batch descriptor: one per dispatched batch, at BatchMessage::desc_offset -------
 //
@@ -96,6 +103,9 @@ struct BatchRequest {
 struct BatchTensor {
   uint64_t offset;  // arena offset of the [rows, ...] tensor
   uint64_t size;    // bytes
+  // As InputSlot: a one-request batch's input still in its client region (its slot's).
+  uint64_t region;
+  uint64_t region_offset;
 };
 
 inline uint64_t batch_requests_offset() { return sizeof(BatchHeader); }
@@ -155,6 +165,6 @@ static_assert(sizeof(ResponseHeader) == 48, "ResponseHeader layout");
 static_assert(sizeof(ResponseRecord) == 32, "ResponseRecord layout");
 static_assert(sizeof(OutputSlot) == 16, "OutputSlot layout");
 static_assert(sizeof(BatchRequest) == 24, "BatchRequest layout");
-static_assert(sizeof(BatchTensor) == 16, "BatchTensor layout");
+static_assert(sizeof(BatchTensor) == 32, "BatchTensor layout");
 
 }  // namespace naiad

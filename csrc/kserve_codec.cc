@@ -139,7 +139,7 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   layout_request_block(model, request, &block);
   for (size_t i = 0; i < request.inputs.size() && has_shm; ++i) {
     if (!request.inputs[i].in_shm) continue;
-    // A typed source: the core copies it out of the registry's mapping, once.
+    // A typed source: left in the client's region (batch_assembler.h).
     const RegionRef& ref = shm_inputs[i];
     block.inputs[i].kind = InputKind::kSystemShm;
     block.inputs[i].region = ref.id;
@@ -176,13 +176,11 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   }
   Recipe& recipe = in_flight_[request_id];
   if (has_shm) {
-    // Inputs were copied by submit(): only the output regions stay pinned.
-    for (size_t i = 0; i < request.inputs.size(); ++i) {
-      if (request.inputs[i].in_shm) regions_->release(shm_inputs[i].id);
-    }
+    // Every region stays pinned until the answer: inputs are read at dispatch (copied
+    // into a shared batch) or in place by the worker, outputs written by it.
+    recipe.pins = std::move(pins);
     for (size_t i = 0; i < request.output_shm.size(); ++i) {
       recipe.shm_outputs.push_back(request.outputs[request.output_shm[i].output]);
-      recipe.pins.push_back(shm_inputs[request.inputs.size() + i].id);
     }
   }
   recipe.model = model_index;

@@ -43,7 +43,13 @@ ShmRegistry::ShmRegistry(Arena* arena) : arena_(arena) {
     if (table_offset_ != 0) {
       RegionTable* t = table();
       t->epoch.store(0, std::memory_order_relaxed);
-      for (auto& slot : t->live) slot.store(0, std::memory_order_relaxed);
+      t->frontend_pid = static_cast<uint64_t>(::getpid());
+      for (auto& slot : t->live) {
+        slot.id.store(0, std::memory_order_relaxed);
+        slot.fd = -1;
+        slot.object_offset = 0;
+        slot.byte_size = 0;
+      }
     }
   }
 }
@@ -75,7 +81,9 @@ ShmRegistry::Region* ShmRegistry::add_locked(Region region, std::string* error) 
   RegionTable* t = table();
   if (t != nullptr) {
     uint32_t slot = 0;
-    while (slot < kRegionTableSlots && t->live[slot].load(std::memory_order_relaxed) != 0) ++slot;
+    while (slot < kRegionTableSlots && t->live[slot].id.load(std::memory_order_relaxed) != 0) {
+      ++slot;
+    }
     if (slot == kRegionTableSlots) {
       *error = "failed to register shared memory region " + quoted(region.status.name) + ": " +
                std::to_string(kRegionTableSlots) + " regions are in use, the most Naiad serves";
@@ -85,7 +93,11 @@ ShmRegistry::Region* ShmRegistry::add_locked(Region region, std::string* error) 
   }
   region.id = next_id_++;
   if (t != nullptr) {
-    t->live[region.slot].store(region.id, std::memory_order_release);
+    RegionTableSlot& entry = t->live[region.slot];
+    entry.fd = region.fd;
+    entry.object_offset = region.status.offset;
+    entry.byte_size = region.status.byte_size;
+    entry.id.store(region.id, std::memory_order_release);
     t->epoch.fetch_add(1, std::memory_order_release);
   }
   names_.emplace(region.status.name, region.id);
@@ -194,7 +206,7 @@ void ShmRegistry::free_locked(uint64_t id) {
   if (region.fd >= 0) ::close(region.fd);
   RegionTable* t = table();
   if (t != nullptr && region.slot < kRegionTableSlots) {
-    t->live[region.slot].store(0, std::memory_order_release);
+    t->live[region.slot].id.store(0, std::memory_order_release);
     t->epoch.fetch_add(1, std::memory_order_release);
   }
   regions_.erase(found);
@@ -302,6 +314,14 @@ const uint8_t* ShmRegistry::map(InputKind kind, uint64_t region_id, uint64_t off
   copies_.fetch_add(1, std::memory_order_relaxed);  // the caller copies these bytes once
   copied_bytes_.fetch_add(size, std::memory_order_relaxed);
   return region.data + offset;
+}
+
+bool ShmRegistry::host_range(uint64_t region_id, uint64_t offset, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = regions_.find(region_id);
+  if (found == regions_.end() || found->second.status.kind != InputKind::kSystemShm) return false;
+  const uint64_t region_size = found->second.status.byte_size;
+  return found->second.data != nullptr && offset <= region_size && size <= region_size - offset;
 }
 
 bool ShmRegistry::device_range(uint64_t region_id, uint64_t offset, uint64_t size) {

@@ -43,14 +43,32 @@
 
 namespace naiad {
 
-// Region ids that are alive, for the workers: a slot holds an id or 0. `epoch` moves
-// on after every change (release order: the slots first), so a worker compares one
-// word per batch.
+// Region ids that are alive, for the workers: a slot holds an id or 0, and for a
+// system region where a worker maps it: the frontend's fd of the object (opened as
+// /proc/<frontend_pid>/fd/<fd>) and the registered range (object offset, byte size),
+// written before the id (release order). `epoch` moves on after every change, so a
+// worker compares one word per batch. A worker reading an input in place
+// (InputSlot::region) finds its region here by id.
 constexpr uint32_t kRegionTableSlots = 1024;
+struct RegionTableSlot {
+  std::atomic<uint64_t> id;
+  int64_t fd;  // -1: no host mapping (CUDA)
+  uint64_t object_offset;
+  uint64_t byte_size;
+};
 struct RegionTable {
   std::atomic<uint64_t> epoch;
-  std::atomic<uint64_t> live[kRegionTableSlots];
+  uint64_t frontend_pid;
+  RegionTableSlot live[kRegionTableSlots];
 };
+
+// A worker's reads of the table (the ids and epoch are atomics; _core.pyx calls these).
+inline uint64_t region_table_epoch_of(const RegionTable* table) {
+  return table->epoch.load(std::memory_order_acquire);
+}
+inline uint64_t region_table_id(const RegionTable* table, uint32_t slot) {
+  return table->live[slot].id.load(std::memory_order_acquire);
+}
 
 constexpr size_t kCudaIpcHandleBytes = 64;  // sizeof(cudaIpcMemHandle_t)
 
@@ -113,11 +131,13 @@ class ShmRegistry : public InputRegions {
   // InputRegions: the mapped bytes of a live system region by id, bounds checked.
   const uint8_t* map(InputKind kind, uint64_t region, uint64_t offset, uint64_t size) override;
   bool device_range(uint64_t region, uint64_t offset, uint64_t size) override;
+  bool host_range(uint64_t region, uint64_t offset, uint64_t size) override;
 
   // For tests and /proc checks: regions whose mapping is still held (registered or
   // referenced), and mappings released so far.
   size_t mapped() const;
-  // Copies the core made out of client regions (map() calls) and their bytes.
+  // Copies the core made out of client regions (map() calls: inputs of requests that
+  // shared a batch) and their bytes. Inputs read in place: BatchAssembler::in_place_inputs.
   uint64_t copies() const { return copies_.load(std::memory_order_relaxed); }
   uint64_t copied_bytes() const { return copied_bytes_.load(std::memory_order_relaxed); }
 
@@ -160,5 +180,7 @@ inline void attach_registry(Core& core, ShmRegistry* registry) { core.set_input_
 // Bytes the core's assembler gathered into batch tensors (a second copy), for the
 // copy counters of /v2/naiad/shm.
 inline uint64_t gathered_bytes(Core& core) { return core.assembler().gathered_bytes(); }
+// Inputs in client regions the workers read in place (requests that ran alone).
+inline uint64_t in_place_inputs(Core& core) { return core.assembler().in_place_inputs(); }
 
 }  // namespace naiad

@@ -58,3 +58,52 @@ def test_cuda_region_input_and_output(server):
         cudashm.destroy_shared_memory_region(handle_in)
         cudashm.destroy_shared_memory_region(handle_out)
         client.close()
+
+
+def test_gpu_model_reads_and_writes_cuda_regions_device_to_device(tmp_path):
+    """A KIND_GPU TorchScript model (x * 2): its input is read in place from the client's
+    CUDA region and its output copied device to device into another (worker side:
+    tests/test_shm_worker.py checks which copies are made without a GPU)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this PyTorch has no CUDA")
+    import tritonclient.http as httpclient
+    import tritonclient.utils.cuda_shared_memory as cudashm
+    from torch_models import _io, build_model
+
+    class Twice(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    config = (
+        'platform: "pytorch_libtorch"\nmax_batch_size: 4\n'
+        + _io("input", [("INPUT__0", "FP32", [8])])
+        + _io("output", [("OUTPUT__0", "FP32", [8])])
+        + "instance_group [ { count: 1, kind: KIND_GPU, gpus: [ 0 ] } ]\n"
+    )
+    build_model(tmp_path / "models", "pt_twice_gpu", config, Twice)
+    data = np.arange(16, dtype=np.float32).reshape(2, 8)
+    with NaiadServer(tmp_path / "models", log_dir=tmp_path, name="cuda-shm-gpu") as server:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        handle_in = cudashm.create_shared_memory_region("gin", data.nbytes, 0)
+        handle_out = cudashm.create_shared_memory_region("gout", data.nbytes, 0)
+        try:
+            cudashm.set_shared_memory_region(handle_in, [data])
+            client.register_cuda_shared_memory(
+                "gin", cudashm.get_raw_handle(handle_in), 0, data.nbytes
+            )
+            client.register_cuda_shared_memory(
+                "gout", cudashm.get_raw_handle(handle_out), 0, data.nbytes
+            )
+            inp = httpclient.InferInput("INPUT__0", [2, 8], "FP32")
+            inp.set_shared_memory("gin", data.nbytes)
+            out = httpclient.InferRequestedOutput("OUTPUT__0", binary_data=True)
+            out.set_shared_memory("gout", data.nbytes)
+            client.infer("pt_twice_gpu", [inp], outputs=[out])
+            got = cudashm.get_contents_as_numpy(handle_out, np.float32, [2, 8])
+            np.testing.assert_array_equal(got, data * 2)
+            client.unregister_cuda_shared_memory()
+        finally:
+            cudashm.destroy_shared_memory_region(handle_in)
+            cudashm.destroy_shared_memory_region(handle_out)
+            client.close()

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,13 +31,45 @@ from tritonclient.utils import InferenceServerException
 TIMEOUT = 20
 
 
+ONNX_IDENTITY_CONFIG = """name: "shm_onnx_identity"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] } ]
+dynamic_batching { }
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+
+def _models(tmp_path) -> Path:
+    """SHM_MODELS (Python models) plus an ONNX identity: a framework backend, which takes
+    each input as one batch-major tensor (the one copy into the batch)."""
+    from onnx import TensorProto, helper
+    from onnx_support import model, vi
+
+    repository = tmp_path / "models"
+    shutil.copytree(SHM_MODELS, repository)
+    folder = repository / "shm_onnx_identity"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(ONNX_IDENTITY_CONFIG)
+    (folder / "1" / "model.onnx").write_bytes(
+        model(
+            [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+            [vi("INPUT0", TensorProto.FLOAT, ["batch", 4])],
+            [vi("OUTPUT0", TensorProto.FLOAT, ["batch", 4])],
+        )
+    )
+    return repository
+
+
 @pytest.fixture(scope="module", params=["lane", "general"])
 def server(request, tmp_path_factory):
     """Every test twice: with the C++ fast lane (which takes shm requests) and with
     --fast-lane=false (the Python general path only)."""
     extra = [] if request.param == "lane" else ["--fast-lane=false"]
     log_dir = tmp_path_factory.mktemp(f"shm_{request.param}")
-    with NaiadServer(SHM_MODELS, log_dir=log_dir, extra_args=extra) as running:
+    models = _models(log_dir)
+    with NaiadServer(models, log_dir=log_dir, extra_args=extra) as running:
         running.lane = request.param == "lane"
         yield running
 
@@ -220,10 +255,29 @@ def test_inputs_and_outputs_in_shm(server, client):
         assert output == {"name": "OUTPUT0", "datatype": "FP32", "shape": [2, 4]}
         lanes = requests.get(server.url + "/v2/naiad/lanes", timeout=TIMEOUT).json()
         assert (lanes["lane_requests"] > 0) == server.lane
-        # One copy of the input (region -> batch), none gathered: the request ran alone.
-        assert after["input_copies"] - before["input_copies"] == 1
-        assert after["input_bytes"] - before["input_bytes"] == data.nbytes
+        # The request ran alone: its input was read in place by the worker, no copy.
+        assert after["input_copies"] - before["input_copies"] == 0
+        assert after["input_bytes"] - before["input_bytes"] == 0
+        assert after["inputs_in_place"] - before["inputs_in_place"] == 1
         assert after["gathered_bytes"] == before["gathered_bytes"]
+
+
+def test_model_without_batching_reads_input_in_place(server, client):
+    data = np.arange(4, dtype=np.float32)
+    with Region("nobatch", 4096) as region:
+        region.write([data], offset=128)
+        client.register_system_shared_memory("nb", region.key, 4096)
+        before = stats(server)
+        body = {
+            "inputs": [shm_input("INPUT0", "nb", 16, offset=128, shape=[4])],
+            "outputs": [shm_output("OUTPUT0", "nb", 16, offset=1024)],
+        }
+        reply = infer(server, "shm_nobatch", body)
+        assert reply.status_code == 200, reply.text
+        after = stats(server)
+        np.testing.assert_array_equal(region.read(np.float32, [4], offset=1024), data)
+        assert after["input_copies"] == before["input_copies"]
+        assert after["inputs_in_place"] - before["inputs_in_place"] == 1
 
 
 def test_offset_applied_once(server, client):
@@ -431,35 +485,135 @@ def test_bytes_in_shm(server, client):
 
 
 def test_batched_requests_each_in_its_region(server, client):
-    count = 8
-    with Region("batch", 64 * count) as region:
-        for i in range(count):
+    # A first request holds the only instance; the others queue meanwhile and run as
+    # one batch. A Python model reads each request's inputs apart: every input is read
+    # in place, batched or not, no copy (a framework model's batch: the test below).
+    count = 4
+    with Region("batch", 64 * (count + 1)) as region:
+        for i in range(count + 1):
             region.write([np.full(4, i, np.float32)], offset=64 * i)
-        client.register_system_shared_memory("bt", region.key, 64 * count)
+        client.register_system_shared_memory("bt", region.key, 64 * (count + 1))
         before = stats(server)
-        replies = [None] * count
+        executed_before = _executions(client, "shm_identity")
+        replies = [None] * (count + 1)
 
-        def send(i):
+        def send(i, parameters=None):
             body = {
                 "inputs": [shm_input("INPUT0", "bt", 16, offset=64 * i)],
                 "outputs": [shm_output("OUTPUT0", "bt", 16, offset=64 * i + 32)],
             }
+            if parameters:
+                body["parameters"] = parameters
             replies[i] = infer(server, "shm_identity", body)
 
-        threads = [threading.Thread(target=send, args=(i,)) for i in range(count)]
+        first = threading.Thread(target=send, args=(0, {"delay_ms": 800}))
+        first.start()
+        time.sleep(0.3)  # in the worker
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(1, count + 1)]
         for thread in threads:
             thread.start()
-        for thread in threads:
+        for thread in [first, *threads]:
             thread.join()
         assert all(r.status_code == 200 for r in replies), [r.text for r in replies]
-        for i in range(count):
+        for i in range(count + 1):
             np.testing.assert_array_equal(
                 region.read(np.float32, [4], offset=64 * i + 32), np.full(4, i, np.float32)
             )
         after = stats(server)
-        assert after["input_copies"] - before["input_copies"] == count  # one copy each
-        # FIFO batches are contiguous: nothing gathered (a second copy would show here).
+        executed = _executions(client, "shm_identity") - executed_before
+        assert executed == 2  # the first alone, then the queued ones in one batch
+        assert after["inputs_in_place"] - before["inputs_in_place"] == count + 1
+        assert after["input_copies"] == before["input_copies"]
         assert after["gathered_bytes"] == before["gathered_bytes"]
+
+
+def _executions(client, model: str) -> int:
+    return int(client.get_inference_statistics(model)["model_stats"][0]["execution_count"])
+
+
+def _pipelined(server, model: str, bodies: list) -> list:
+    """POSTs `bodies` to `model` in one write on one connection (the server reads them in
+    one turn and queues them together: they share a batch); returns (status, body)s."""
+    import json as jsonlib
+
+    request = b""
+    for body in bodies:
+        payload = jsonlib.dumps(body).encode()
+        request += (
+            f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+        ).encode() + payload
+    answers = []
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=TIMEOUT) as sock:
+        sock.sendall(request)
+        data = b""
+        while len(answers) < len(bodies):
+            head_end = data.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = data[:head_end].decode("latin-1")
+                length = 0
+                for line in head.split("\r\n")[1:]:
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                if len(data) >= head_end + 4 + length:
+                    status = int(head.split(" ")[1])
+                    answers.append((status, data[head_end + 4 : head_end + 4 + length]))
+                    data = data[head_end + 4 + length :]
+                    continue
+            chunk = sock.recv(65536)
+            assert chunk, "the server closed the connection"
+            data += chunk
+    return answers
+
+
+def test_framework_model_batch_copies_each_input_once(server, client):
+    # A framework backend takes each input as one [N, ...] tensor: requests that share a
+    # batch are copied once each, region -> batch tensor; none gathered.
+    count = 4
+    with Region("onnx_batch", 64 * count) as region:
+        for i in range(count):
+            region.write([np.full(4, i + 1, np.float32)], offset=64 * i)
+        client.register_system_shared_memory("ob", region.key, 64 * count)
+        bodies = [
+            {
+                "inputs": [shm_input("INPUT0", "ob", 16, offset=64 * i)],
+                "outputs": [shm_output("OUTPUT0", "ob", 16, offset=64 * i + 32)],
+            }
+            for i in range(count)
+        ]
+        before = stats(server)
+        executed_before = _executions(client, "shm_onnx_identity")
+        answers = _pipelined(server, "shm_onnx_identity", bodies)
+        after = stats(server)
+        assert [status for status, _ in answers] == [200] * count, answers
+        assert _executions(client, "shm_onnx_identity") - executed_before == 1  # one batch
+        for i in range(count):
+            np.testing.assert_array_equal(
+                region.read(np.float32, [4], offset=64 * i + 32), np.full(4, i + 1, np.float32)
+            )
+        assert after["input_copies"] - before["input_copies"] == count  # one copy each
+        assert after["input_bytes"] - before["input_bytes"] == 16 * count
+        assert after["inputs_in_place"] == before["inputs_in_place"]
+        assert after["gathered_bytes"] == before["gathered_bytes"]
+
+
+def test_framework_model_request_alone_reads_its_input_in_place(server, client):
+    data = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with Region("onnx_alone", 4096) as region:
+        region.write([data])
+        client.register_system_shared_memory("oa", region.key, 4096)
+        before = stats(server)
+        body = {
+            "inputs": [shm_input("INPUT0", "oa", 32, shape=[2, 4])],
+            "outputs": [shm_output("OUTPUT0", "oa", 32, offset=1024)],
+        }
+        reply = infer(server, "shm_onnx_identity", body)
+        assert reply.status_code == 200, reply.text
+        after = stats(server)
+        np.testing.assert_array_equal(region.read(np.float32, [2, 4], offset=1024), data)
+        assert after["input_copies"] == before["input_copies"]
+        assert after["inputs_in_place"] - before["inputs_in_place"] == 1
 
 
 # -- safety -----------------------------------------------------------------------------

@@ -91,6 +91,8 @@ cdef extern from "ipc_schema.h" namespace "naiad":
     cdef struct InputSlot:
         uint64_t offset
         uint64_t size
+        uint64_t region
+        uint64_t region_offset
 
     uint64_t request_metadata_offset(uint32_t n_inputs)
     cbool request_cancelled(const RequestHeader* header) nogil
@@ -110,6 +112,8 @@ cdef extern from "ipc_schema.h" namespace "naiad":
     cdef struct BatchTensor:
         uint64_t offset
         uint64_t size
+        uint64_t region
+        uint64_t region_offset
 
     uint64_t batch_requests_offset()
     uint64_t batch_tensors_offset(uint32_t n_requests)
@@ -265,6 +269,7 @@ cdef extern from "core.h" namespace "naiad":
         int notify_fd()
         uint64_t new_request_id() nogil
         ModelHandle add_model(const BatcherConfig& config) except +
+        void set_batch_tensors(ModelHandle model, cbool batch_tensors)
         cbool remove_model(ModelHandle model) except +
         void configure_rate_limiter(const RateLimiterConfig& config) except +
         uint32_t add_instance(ModelHandle model, const InstanceRateLimit& limits) except +
@@ -721,12 +726,19 @@ cdef class Core:
         """A request id, unique across the fast lane and the general path."""
         return self._core.new_request_id()
 
-    def add_model(self, config):
+    def add_model(self, config, bint batch_tensors=True):
         """Registers a model under the scheduling policy of `config` (a ModelConfig
-        message). Returns its handle, an int that goes stale once removed."""
+        message). Returns its handle, an int that goes stale once removed.
+        `batch_tensors` False: its workers read each request's inputs apart, so inputs
+        in client shm regions are read in place in any batch (Core::set_batch_tensors)."""
+        cdef ModelHandle handle
         if config.HasField("sequence_batching"):
-            return naiad_add_sequence_model(self._core, _sequence_config(config)).value
-        return self._core.add_model(_batcher_config(config)).value
+            handle = naiad_add_sequence_model(self._core, _sequence_config(config))
+        else:
+            handle = self._core.add_model(_batcher_config(config))
+        if not batch_tensors:
+            self._core.set_batch_tensors(handle, False)
+        return handle.value
 
     def remove_model(self, uint64_t model):
         """Removes the model: its submits answer SUBMIT_MODEL_GONE, its queued requests
@@ -1082,8 +1094,18 @@ def encode_results_block(list results, list timings, type response_type, dict wi
     return block
 
 
+cdef inline tuple _slot_tuple(uint64_t offset, uint64_t size, uint64_t region,
+                              uint64_t region_offset):
+    """(arena offset, size), or (offset in the region, size, region id) for bytes a
+    worker reads in place from a client's system-shm region (ipc_schema.h InputSlot)."""
+    if region == 0:
+        return (offset, size)
+    return (region_offset, size, region)
+
+
 cdef tuple _request_view(const uint8_t* base, uint64_t offset):
-    """(metadata bytes, ((input offset, size), ...)) of the request block at `offset`."""
+    """(metadata bytes, (slot, ...)) of the request block at `offset`, each slot as
+    _slot_tuple gives it."""
     cdef const RequestHeader* header = <const RequestHeader*>(base + offset)
     if header.magic != kRequestMagic:
         raise ValueError(f"no request block at arena offset {offset}")
@@ -1091,7 +1113,9 @@ cdef tuple _request_view(const uint8_t* base, uint64_t offset):
     cdef uint64_t start = offset + request_metadata_offset(header.n_inputs)
     metadata = PyBytes_FromStringAndSize(<const char*>(base + start), header.metadata_size)
     cdef uint32_t i
-    return metadata, tuple([(slots[i].offset, slots[i].size) for i in range(header.n_inputs)])
+    return metadata, tuple([
+        _slot_tuple(slots[i].offset, slots[i].size, slots[i].region, slots[i].region_offset)
+        for i in range(header.n_inputs)])
 
 
 # Error kinds (csrc/infer_types.h ErrorKind), the one table of their HTTP statuses and
@@ -1690,7 +1714,10 @@ cdef class WorkerEndpoint:
         cdef uint32_t i
         for i in range(header.n_requests):
             requests.append(_request_view(base, records[i].block_offset))
-        return requests, [(tensors[i].offset, tensors[i].size) for i in range(header.n_tensors)]
+        return requests, [
+            _slot_tuple(tensors[i].offset, tensors[i].size, tensors[i].region,
+                        tensors[i].region_offset)
+            for i in range(header.n_tensors)]
 
     def submit(self, uint64_t model, uint64_t tag, ModelSpec spec, str request_id,
                list inputs, outputs, bytes parameters, uint32_t priority=0,
@@ -2316,8 +2343,18 @@ cdef extern from "shm_registry.h" namespace "naiad":
 
     void attach_registry(CCore& core, CShmRegistry* registry)
     uint64_t gathered_bytes(CCore& core)
+    uint64_t in_place_inputs(CCore& core)
     size_t kCudaIpcHandleBytes
     uint32_t kRegionTableSlots
+    cdef struct RegionTableSlot:  # its id is an atomic: read through region_table_id
+        int64_t fd
+        uint64_t object_offset
+        uint64_t byte_size
+    cdef struct RegionTable:
+        uint64_t frontend_pid
+        RegionTableSlot live[1]
+    uint64_t region_table_epoch_of(const RegionTable* table)
+    uint64_t region_table_id(const RegionTable* table, uint32_t slot)
 
 cdef extern from "kserve_codec.h" namespace "naiad":
     cdef cppclass KServeCodecShm "naiad::KServeCodec":
@@ -2381,6 +2418,7 @@ cdef class ShmRegistry:
             "input_copies": self._registry.copies(),
             "input_bytes": self._registry.copied_bytes(),
             "gathered_bytes": gathered_bytes(self._core._core[0]),
+            "inputs_in_place": in_place_inputs(self._core._core[0]),
         }
 
     def register_system(self, str name, str key, uint64_t offset, uint64_t byte_size):
@@ -2507,24 +2545,55 @@ cdef class RegionRef:
 cdef uint8_t _EMPTY_BYTE = 0
 
 
+cdef const RegionTable* _region_table_at(arena, uint64_t offset) except? NULL:
+    cdef const uint8_t[::1] view = arena
+    if offset == 0 or offset + sizeof(RegionTable) > <uint64_t>view.shape[0]:
+        return NULL
+    return <const RegionTable*>(&view[0] + offset)
+
+
 def region_table(arena, uint64_t offset):
     """(epoch, set of live region ids) from the RegionTable at `offset` of `arena` (a
-    worker's view)."""
-    cdef const uint8_t[::1] view = arena
-    if offset == 0 or offset + sizeof(uint64_t) * (1 + kRegionTableSlots) > <uint64_t>view.shape[0]:
+    worker's view, csrc/shm_registry.h)."""
+    cdef const RegionTable* table = _region_table_at(arena, offset)
+    if table == NULL:
         return 0, set()
-    cdef const uint64_t* words = <const uint64_t*>(&view[0] + offset)
-    cdef uint64_t epoch = words[0]
+    cdef uint64_t epoch = region_table_epoch_of(table)
     cdef set live = set()
+    cdef uint64_t id
     cdef uint32_t i
     for i in range(kRegionTableSlots):
-        if words[1 + i] != 0:
-            live.add(words[1 + i])
+        id = region_table_id(table, i)
+        if id != 0:
+            live.add(id)
     return epoch, live
 
 
+def region_table_entry(arena, uint64_t offset, uint64_t region_id):
+    """Where a worker maps live system region `region_id`: (path of the frontend's fd of
+    the object, the region's offset in it, its byte size); None when the id is not in
+    the table (gone) or has no host mapping (CUDA)."""
+    cdef const RegionTable* table = _region_table_at(arena, offset)
+    if table == NULL or region_id == 0:
+        return None
+    cdef uint32_t i
+    cdef int64_t fd
+    cdef uint64_t object_offset, byte_size
+    for i in range(kRegionTableSlots):
+        if region_table_id(table, i) != region_id:
+            continue
+        fd = table.live[i].fd
+        object_offset = table.live[i].object_offset
+        byte_size = table.live[i].byte_size
+        # The fields were written before the id; a slot reused meanwhile changes its id.
+        if region_table_id(table, i) != region_id or fd < 0:
+            return None
+        return f"/proc/{table.frontend_pid}/fd/{fd}", object_offset, byte_size
+    return None
+
+
 def region_table_epoch(arena, uint64_t offset):
-    cdef const uint8_t[::1] view = arena
-    if offset == 0 or offset + sizeof(uint64_t) > <uint64_t>view.shape[0]:
+    cdef const RegionTable* table = _region_table_at(arena, offset)
+    if table == NULL:
         return 0
-    return (<const uint64_t*>(&view[0] + offset))[0]
+    return region_table_epoch_of(table)

@@ -2,11 +2,21 @@
 
 A client registers a `cudaIpcMemHandle_t` (64 bytes), the device it lives on and its
 byte size. The frontend keeps only that record (csrc/shm_registry.h); the worker that
-runs the request opens the handle (`cudaIpcOpenMemHandle`) once per region id and
-moves tensors between the client's device memory and the request's slot with
-`cudaMemcpy`: device to host for a host-side (KIND_CPU) model's inputs, host to device
-for its outputs. Handles are closed when the frontend drops the region from its
-live-region table (worker/shm_outputs.py sweeps).
+runs the request opens the handle (`cudaIpcOpenMemHandle`) once per region id, and
+tensors move as the model needs them:
+  - a GPU model (a backend with `device_inputs`, on the region's device) reads an input
+    in place: `device_view` wraps the client's device memory (`__cuda_array_interface__`),
+    no copy; a batch of several requests joins the pieces on the device (the backend);
+  - a host-side (KIND_CPU) model's input is copied device to host, once, into its slot
+    in the arena, which is pinned (cudaHostRegister) in this process first so the copy is
+    DMA;
+  - an output goes into the client's region device to device when the model left it on
+    the device (a `DeviceArray`), else host to device from its array.
+Handles are closed when the frontend drops the region from its live-region table
+(worker/shm_outputs.py sweeps).
+
+Every CUDA call goes through `_cudart()` (cuda-python's runtime module): the one seam
+that tests replace with a recorder where no GPU is present (tests/test_shm_worker.py).
 
 Without cuda-python or a GPU, registration answers as Triton 2.51 does where CUDA cannot
 open a handle: 400 "failed to register shared memory region: invalid args" (gRPC
@@ -69,31 +79,122 @@ def _pointer(region_id: int, handle: bytes, device: int) -> int:
         return pointer
 
 
+class DeviceArray:
+    """A tensor in device memory, described for `__cuda_array_interface__` (version 3):
+    a client region's bytes (`device_view`) or a model's output left on its device
+    (`of_torch`). `keep` holds what owns the memory (a torch tensor) while this lives."""
+
+    __slots__ = ("pointer", "dtype", "shape", "device", "keep")
+
+    def __init__(self, pointer: int, dtype, shape, device: int, keep=None):
+        import numpy as np
+
+        self.pointer = pointer
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(int(d) for d in shape)
+        self.device = device
+        self.keep = keep
+
+    @classmethod
+    def of_torch(cls, tensor, dtype):
+        """A contiguous CUDA torch tensor as a DeviceArray (`dtype`: its numpy dtype)."""
+        tensor = tensor.contiguous()
+        return cls(tensor.data_ptr(), dtype, tensor.shape, tensor.device.index, tensor)
+
+    @property
+    def nbytes(self) -> int:
+        count = 1
+        for d in self.shape:
+            count *= d
+        return count * self.dtype.itemsize
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.pointer, True),
+            "version": 3,
+            "strides": None,
+            "stream": None,  # the client's bytes are ready: the request arrived after them
+        }
+
+    def to_host(self):
+        """The same bytes as a host numpy array (one device-to-host copy)."""
+        import numpy as np
+
+        out = np.empty(self.shape, self.dtype)
+        if out.nbytes:
+            rt = _cudart()
+            _check(rt.cudaSetDevice(self.device))
+            _check(
+                rt.cudaMemcpy(
+                    out.ctypes.data,
+                    self.pointer,
+                    out.nbytes,
+                    rt.cudaMemcpyKind.cudaMemcpyDeviceToHost,
+                )
+            )
+        return out
+
+
+# Copies and in-place reads made by this process, by kind (tests read them).
+COUNTS = {"in_place": 0, "device_to_host": 0, "host_to_device": 0, "device_to_device": 0}
+
+
+def device_view(region_id, handle, device, offset, size, dtype, shape) -> DeviceArray:
+    """Client device memory [offset, offset + size) as a DeviceArray of `dtype` and
+    `shape`, read in place by a GPU model on `device` (no copy). The frontend checked the
+    range against the region and the tensor's byte size (csrc/shm_registry.h)."""
+    array = DeviceArray(_pointer(region_id, handle, device) + offset, dtype, shape, device)
+    if array.nbytes != size:
+        raise ValueError(f"CUDA shared memory input of {size} bytes viewed as {array.nbytes} bytes")
+    COUNTS["in_place"] += 1
+    return array
+
+
 def copy_from_region(region_id, handle, device, offset, arena, arena_offset, size) -> None:
-    """Client device memory [offset, offset + size) -> the arena at `arena_offset`."""
+    """Client device memory [offset, offset + size) -> the arena at `arena_offset`, by
+    DMA: the arena is pinned in this process first (gpu.pin_arena, once)."""
     import numpy as np
 
     if size == 0:
         return
+    gpu.pin_arena(arena, device)
     rt = _cudart()
     source = _pointer(region_id, handle, device) + offset
     target = np.frombuffer(arena, np.uint8, size, arena_offset)
     _check(
         rt.cudaMemcpy(target.ctypes.data, source, size, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost)
     )
+    COUNTS["device_to_host"] += 1
 
 
 def copy_to_region(region_id, handle, device, offset, data) -> None:
-    """`data` (a contiguous uint8 array on the host) -> client device memory at `offset`."""
+    """An output -> client device memory at `offset`: device to device from a
+    DeviceArray (a GPU model's output left on its device), else host to device from a
+    contiguous uint8 host array."""
     if data.nbytes == 0:
         return
     rt = _cudart()
     target = _pointer(region_id, handle, device) + offset
+    if isinstance(data, DeviceArray):
+        _check(
+            rt.cudaMemcpy(
+                target, data.pointer, data.nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice
+            )
+        )
+        # A device-to-device cudaMemcpy may return before it is done: the client reads
+        # the region once answered, so wait here.
+        _check(rt.cudaDeviceSynchronize())
+        COUNTS["device_to_device"] += 1
+        return
     _check(
         rt.cudaMemcpy(
             target, data.ctypes.data, data.nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice
         )
     )
+    COUNTS["host_to_device"] += 1
 
 
 def close_dead(live: set) -> None:

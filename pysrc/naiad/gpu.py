@@ -237,5 +237,7 @@ def pin_batch_arena(batch, device: int) -> bool:
                 try:
                     return pin_arena(base, device)
                 except (TypeError, ValueError):
-                    return False
+                    # Not the arena: a read-only view of a client's shm region (an
+                    # input read in place); the next array may be over the arena.
+                    continue
     return False

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "batching_config.h"
 #include "core.h"
 #include "ipc_schema.h"
 #include "response_block.h"
@@ -102,13 +103,7 @@ struct Fixture {
   std::string first, second;
 };
 
-BatcherConfig batching(uint32_t max_batch_size, uint32_t priority_levels = 0) {
-  BatcherConfig config;
-  config.dynamic_batching = true;
-  config.max_batch_size = max_batch_size;
-  config.priority_levels = priority_levels;
-  return config;
-}
+using naiad_testing::batching;
 
 std::string expected_tensor(const std::vector<uint64_t>& ids, size_t input) {
   std::string out;

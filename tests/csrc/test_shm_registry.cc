@@ -268,7 +268,7 @@ TEST(shm_worker_table_tracks_live_ids) {
     RegionTable* table = arena.at<RegionTable>(registry.table_offset());
     auto live = [&](uint64_t id) {
       for (auto& slot : table->live) {
-        if (slot.load() == id) return true;
+        if (slot.id.load() == id) return true;
       }
       return false;
     };

@@ -283,7 +283,7 @@ TEST(a_worker_request_block_reaching_outside_the_arena_is_refused) {
   BatchMessage caller_batch = m.caller_worker->next();
   Arena& arena = m.caller_worker->arena();
   Channel* channel = arena.at<Channel>(m.core.endpoint(m.caller_instance).channel_offset);
-  const InputSlot past_end{arena.size() - 8, 4096};
+  const InputSlot past_end{arena.size() - 8, 4096, 0, 0};
   const RequestHeader bad[] = {
       RequestHeader{kRequestMagic, 1, 0, 1, 0, 0, 0},           // its slot: past the end
       RequestHeader{kRequestMagic, 0x10000000, 0, 1, 0, 0, 0},  // slots past the end

@@ -27,6 +27,19 @@ _REGISTRY: dict[str, str] = {
 }
 
 
+# The backends above whose class leaves `Backend.batch_tensors` False: their workers read
+# each request's inputs apart (Batch.arrays), never the batch-major tensors, so the core
+# builds none from client shm regions for their models (Core::set_batch_tensors).
+# Named here so that the frontend need not import a backend module;
+# tests/test_shm_worker.py checks it against the classes.
+_READS_REQUESTS_APART = frozenset({"python", "ensemble"})
+
+
+def reads_requests_apart(name: str) -> bool:
+    """True when backend or platform `name` never takes the batch-major tensors."""
+    return name in _READS_REQUESTS_APART
+
+
 def backend_name(config: dict) -> str:
     """The name a model config selects its backend by: `backend`, else `platform`."""
     return config.get("backend") or config.get("platform") or ""

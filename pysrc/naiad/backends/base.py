@@ -149,14 +149,23 @@ class Batch:
 
     `tensors`: the batch's inputs as whole batch-major `[N, ...]` arrays over the arena
     by name (worker.main.batch_inputs), what a framework backend feeds its session in one
-    call; filled only for a backend whose `batch_tensors` is true, else an empty dict."""
+    call; filled only for a backend whose `batch_tensors` is true, else an empty dict.
 
-    __slots__ = ("headers", "arrays", "tensors")
+    `device_inputs`: for a backend with `device_inputs` true (a GPU backend), the inputs
+    the client placed in CUDA shared memory on its device, read in place, by (request
+    index, input index): `naiad.cuda_ipc.DeviceArray`s (`__cuda_array_interface__`);
+    their `arrays` entries then hold no data. Empty otherwise. `device_outputs`: the
+    (request index, output name) pairs such a backend may leave on its device, as
+    `DeviceArray`s, because the client placed them in CUDA shared memory there."""
+
+    __slots__ = ("headers", "arrays", "tensors", "device_inputs", "device_outputs")
 
     def __init__(self, headers: list[RequestHeader], arrays: list[list], tensors=None):
         self.headers = headers
         self.arrays = arrays
         self.tensors = tensors if tensors is not None else {}
+        self.device_inputs = {}
+        self.device_outputs = frozenset()
 
     def __len__(self) -> int:
         return len(self.headers)

@@ -28,7 +28,7 @@ import orjson
 from naiad import _core
 from naiad.backends.base import Backend
 from naiad.types import InputTensor
-from naiad.worker import bls
+from naiad.worker import bls, shm_outputs
 
 _FINAL = _core.RESPONSE_FINAL
 _FINAL_ERROR = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
@@ -140,8 +140,9 @@ class EnsembleBackend(Backend):
             header = orjson.loads(metadata)
             parameters = header.get("parameters") or {}
             request = _Request(batch, index, header["id"], parameters, header.get("outputs"))
-            for (name, datatype, shape), (offset, size) in zip(header["inputs"], slots):
-                request.tensors[name] = (datatype, shape, arena[offset : offset + size])
+            for (name, datatype, shape), slot in zip(header["inputs"], slots):
+                buffer, offset, size = shm_outputs.slot_buffer(arena, slot)
+                request.tensors[name] = (datatype, shape, buffer[offset : offset + size])
             request.waiting = list(self.steps)
             batch.requests.append(request)
         batch.left = len(batch.requests)

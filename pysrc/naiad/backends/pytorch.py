@@ -186,6 +186,9 @@ class PyTorchBackend(Backend):
         self.device_id = device_id = int(args.get("model_instance_device_id") or 0)
         self.stream = None
         self.pinned = False
+        # On a GPU: CUDA shared-memory inputs on this device come as device arrays read
+        # in place (Batch.device_inputs), outputs bound for such regions stay on it.
+        self.device_inputs = kind == "GPU"
         if kind == "GPU":
             if not torch.cuda.is_available():
                 raise RuntimeError(
@@ -355,7 +358,8 @@ class PyTorchBackend(Backend):
                 if self.stream is not None:
                     with torch.cuda.stream(self.stream):
                         returned = self._forward(arguments)
-                        returned = _to_host(torch, returned)
+                        if not batch.device_outputs:  # else _responses picks per output
+                            returned = _to_host(torch, returned)
                     self.stream.synchronize()
                 else:
                     returned = self._forward(arguments)
@@ -373,7 +377,12 @@ class PyTorchBackend(Backend):
         arrays = batch_major(batch, self.max_batch_size > 0)
         on_device = self.stream is not None
         values = {}
-        for name, array in zip(header.input_names, arrays):
+        for index, (name, array) in enumerate(zip(header.input_names, arrays)):
+            if batch.device_inputs and any(
+                (k, index) in batch.device_inputs for k in range(len(batch.arrays))
+            ):
+                values[name] = self._device_input(batch, index)
+                continue
             if name in self.input_strings or array.dtype == object:
                 values[name] = [
                     item.decode("utf-8") if isinstance(item, bytes) else str(item)
@@ -395,6 +404,24 @@ class PyTorchBackend(Backend):
                 raise ValueError(f"unexpected input '{name}'")
             ordered[position] = value
         return ordered
+
+    def _device_input(self, batch: Batch, index: int):
+        """Input `index` from CUDA shared memory: the client's device memory read in place
+        (one request), or its requests' pieces joined on the device (one device-to-device
+        copy; a piece on the host goes up first)."""
+        torch = self.torch
+        pieces = []
+        for k, arrays in enumerate(batch.arrays):
+            piece = batch.device_inputs.get((k, index))
+            if piece is not None:
+                pieces.append(torch.as_tensor(piece, device=self.device))
+            else:
+                with torch.cuda.stream(self.stream):
+                    pieces.append(torch.from_numpy(arrays[index]).to(self.device))
+        if len(pieces) == 1:
+            return pieces[0]
+        with torch.cuda.stream(self.stream):
+            return torch.cat(pieces) if self.max_batch_size > 0 else pieces[0]
 
     def _forward(self, arguments):
         if self.dict_input:
@@ -459,7 +486,12 @@ class PyTorchBackend(Backend):
                             f"output '{name}' is a scalar which is not supported.", INVALID_ARG
                         )
                     ] * count
-                array = value.detach().cpu().contiguous().numpy()
+                if value.is_cuda and all((k, name) in batch.device_outputs for k in range(count)):
+                    # Every request sends it to a CUDA region on this device: it stays
+                    # here and goes device to device (worker/shm_outputs.py).
+                    array = _OnDevice(value.detach().contiguous())
+                else:
+                    array = value.detach().cpu().contiguous().numpy()
             else:
                 return [
                     RequestError(
@@ -485,6 +517,11 @@ class PyTorchBackend(Backend):
                 for name, array in outputs.items()
                 if not wanted or name in wanted
             ]
+            if batch.device_outputs:
+                chosen = [
+                    (name, array.whole() if type(array) is _OnDevice else array)
+                    for name, array in chosen
+                ]
             results.append(Response(chosen))
             start += size
         return results
@@ -493,6 +530,29 @@ class PyTorchBackend(Backend):
         self.model = None
         if self.stream is not None:
             self.torch.cuda.empty_cache()
+
+
+class _OnDevice:
+    """An output left on the GPU for CUDA shared-memory regions: sliced by rows like an
+    array; `whole()` gives the cuda_ipc.DeviceArray the worker copies device to device."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    @property
+    def shape(self):
+        return tuple(self.tensor.shape)
+
+    def __getitem__(self, rows):
+        return _OnDevice(self.tensor[rows].contiguous())
+
+    def whole(self):
+        from naiad import cuda_ipc
+
+        dtype = self.tensor.new_empty(0, device="cpu").numpy().dtype
+        return cuda_ipc.DeviceArray.of_torch(self.tensor, dtype)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -7,6 +7,7 @@ import json
 import logging
 from functools import partial
 
+from naiad.backends import reads_requests_apart
 from naiad.errors import InvalidArgument, Unavailable, Unsupported
 from naiad.repository.config import config_to_json
 from naiad.repository.labels import output_labels
@@ -64,7 +65,11 @@ class LoadedModel:
         self.instances: list[Instance] = []
         self.response_cache = False
         try:
-            self.core_model = self.core.add_model(self._core_config())
+            core_config = self._core_config()
+            self.core_model = self.core.add_model(
+                core_config,
+                batch_tensors=not reads_requests_apart(core_config.backend or core_config.platform),
+            )
             # The lane validates with the same spec and validator as the general path.
             self.lane_id = manager.lane.add_model(
                 self.core_model, self._validate.spec, config.response_cache.enable

@@ -27,7 +27,7 @@ import traceback
 import numpy as np
 import orjson
 
-from naiad import _core, datatypes, triton_log
+from naiad import _core, cuda_ipc, datatypes, gpu, triton_log
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
 from naiad.gc_tuning import settle_after_startup
@@ -122,6 +122,10 @@ def _regions_of(metadata: bytes):
     return _layout(metadata).regions
 
 
+def _inputs_of(metadata: bytes):
+    return _layout(metadata).header.inputs
+
+
 def _batch(arena, blocks: list) -> Batch:
     """The batch's requests as the backend sees them: `blocks` are (metadata, input
     slots) per request (WorkerEndpoint.next), each slot the (arena offset, size) of an
@@ -135,15 +139,27 @@ def _batch(arena, blocks: list) -> Batch:
         headers.append(layout.header)
         arrays.append(
             [
-                np.ndarray(shape, dtype, arena, offset)
-                if dtype is not None
-                else datatypes.deserialize_bytes(
-                    arena[offset : offset + nbytes], datatypes.element_count(shape)
-                ).reshape(shape)
-                for (dtype, shape), (offset, nbytes) in zip(layout.placements, slots)
+                _input_array(arena, dtype, shape, slot)
+                for (dtype, shape), slot in zip(layout.placements, slots)
             ]
         )
     return Batch(headers, arrays)
+
+
+def _input_array(arena, dtype, shape, slot: tuple):
+    """One input as a numpy view: over the arena, or (a slot of three) read in place
+    from the client's shm region (shm_outputs.slot_buffer), read-only there."""
+    if len(slot) == 2:
+        buffer, (offset, nbytes) = arena, slot
+        if dtype is not None:
+            return np.ndarray(shape, dtype, buffer, offset)
+    else:
+        buffer, offset, nbytes = shm_outputs.slot_buffer(arena, slot)
+        if dtype is not None:
+            return shm_outputs.region_array(buffer, dtype, shape, offset)
+    return datatypes.deserialize_bytes(
+        buffer[offset : offset + nbytes], datatypes.element_count(shape)
+    ).reshape(shape)
 
 
 def batch_inputs(arena, blocks: list, tensors: list) -> dict:
@@ -162,8 +178,12 @@ def batch_inputs(arena, blocks: list, tensors: list) -> dict:
         ):
             continue
         rows = sum(layout.header.inputs[index][2][0] for layout in layouts) if shape else 0
-        offset, _size = tensors[index]
-        arrays[name] = np.ndarray((rows, *shape[1:]), _INPUT_DTYPES[datatype], arena, offset)
+        dtype = _INPUT_DTYPES[datatype]
+        if len(tensors[index]) == 2:
+            arrays[name] = np.ndarray((rows, *shape[1:]), dtype, arena, tensors[index][0])
+        else:  # one request's input read in place from its client region
+            buffer, offset, _size = shm_outputs.slot_buffer(arena, tensors[index])
+            arrays[name] = shm_outputs.region_array(buffer, dtype, (rows, *shape[1:]), offset)
     return arrays
 
 
@@ -193,6 +213,10 @@ def _wire_one(result) -> tuple:
     buffers = []
     for name, array in result.outputs:
         datatype = wire_of(array.dtype) or _wire_datatype(array.dtype)
+        if type(array) is cuda_ipc.DeviceArray:  # for a CUDA region: shm_outputs copies it
+            entries.append([name, datatype, array.shape])
+            buffers.append(array)
+            continue
         if datatype == "BYTES":
             buffer = datatypes.serialize_bytes(array)
         else:
@@ -236,6 +260,13 @@ class Worker:
         self.backend = backend
         # A decoupled model answers through a stream, at any time (worker/decoupled.py).
         self.decoupled = bool(getattr(backend, "decoupled", False))
+        # A GPU backend that reads inputs on its device: CUDA-shm inputs there stay
+        # there (cuda_ipc.device_view), no copy to the host.
+        self.input_device = (
+            getattr(backend, "device_id", None)
+            if getattr(backend, "device_inputs", False)
+            else None
+        )
 
     def run(self) -> None:
         while True:
@@ -256,9 +287,18 @@ class Worker:
         """`tensors`: the batch-major input tensors (see `batch_inputs`), which the
         requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
-        if shm_outputs.active:  # CUDA-shm inputs: filled from the client's device memory
-            shm_outputs.fill_cuda_inputs(self.arena, blocks, _regions_of)
+        device_inputs = None
+        if shm_outputs.active:  # CUDA-shm inputs: read in place on the GPU, or copied in
+            device_inputs = shm_outputs.fill_cuda_inputs(
+                self.arena, blocks, _regions_of, self.input_device, _inputs_of
+            )
         batch = _batch(self.arena, blocks)
+        if device_inputs:
+            batch.device_inputs = device_inputs
+        if self.input_device is not None and shm_outputs.active:
+            batch.device_outputs = shm_outputs.device_outputs(
+                blocks, _regions_of, self.input_device
+            )
         if self.backend.batch_tensors:  # framework backends take the inputs whole
             batch.tensors = batch_inputs(self.arena, blocks, tensors)
         if self.decoupled:
@@ -343,6 +383,14 @@ def _yield_to_frontend() -> None:
         pass
 
 
+def _pin_for_gpu(arena, args: dict) -> None:
+    """Where CUDA is present, a KIND_GPU instance's worker page-locks the arena
+    (cudaHostRegister, gpu.pin_arena) before its first batch: its host<->device copies,
+    CUDA shared-memory ones included, are then DMA. Without CUDA nothing happens."""
+    if args.get("model_instance_kind") == "GPU":
+        gpu.pin_arena(arena, int(args.get("model_instance_device_id") or 0))
+
+
 def _serve(channel, backend: Backend) -> None:
     """Runs batches until stopped: a backend with its own loop (the ensemble
     scheduler's `serve`) runs it; the others run in a Worker, which also runs the
@@ -375,6 +423,7 @@ def main(argv=None) -> int:
         # The channel with the BLS client on top (worker/bls.py): models' own requests.
         endpoint = bls.attach(endpoint)
         backend = load_backend(args)
+        _pin_for_gpu(endpoint.arena, args)
         backend = sequence_batching.wrap(backend, args, endpoint)
         from naiad.worker.warmup import run_warmup
 

@@ -1,5 +1,13 @@
-"""A worker's side of the shared-memory extensions: outputs written straight into the
-client's region, and CUDA inputs filled from the client's device memory.
+"""A worker's side of the shared-memory extensions: inputs read in place from the
+client's region, outputs written straight into it, and CUDA inputs filled from the
+client's device memory.
+
+An input of a request that runs alone stays in the client's system region
+(csrc/batch_assembler.h): its slot names the region id and the offset in it
+(`slot_buffer`), and the worker reads it through its own mapping of the region, found
+by id in the live-region table, no copy. The frontend keeps the id in the table until
+the request is answered, which is after the worker posted its response, so the
+mapping is valid for as long as the model runs on the request.
 
 A request block names its regions under `regions` (naiad/shm.py, `block_regions`):
   {"outputs": {name: [id, kind, where, device_or_map_offset, map_length, offset, size]},
@@ -27,7 +35,7 @@ import threading
 import numpy as np
 import orjson
 
-from naiad import _core
+from naiad import _core, datatypes
 
 SYSTEM = _core.SHM_SYSTEM
 _INTERNAL_CODE = 1  # TRITONSERVER_ERROR_INTERNAL: HTTP 500, gRPC INTERNAL
@@ -50,7 +58,10 @@ class _Regions:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.maps: dict[int, tuple[mmap.mmap, memoryview]] = {}
+        # id -> (mmap, its view of the region's bytes, the same read-only)
+        self.maps: dict[int, tuple[mmap.mmap, memoryview, memoryview]] = {}
+        # Mappings of dead regions that a model's arrays still export: closed later.
+        self.retired: list[tuple[mmap.mmap, memoryview, memoryview]] = []
         self.arena = None
         self.table = int(os.environ.get("NAIAD_SHM_TABLE", "0") or 0)
         self.epoch = None
@@ -62,27 +73,51 @@ class _Regions:
             self.arena = arena
 
     def view(self, region_id: int, where: str, map_offset: int, map_length: int) -> memoryview:
+        """A writable view of the region's bytes (an output's target)."""
+        return self._mapped(region_id, where, map_offset, map_length)[1]
+
+    def input_view(self, region_id: int) -> memoryview:
+        """A read-only view of live region `region_id` (an input read in place), mapped
+        from what the frontend's live-region table says about it."""
+        found = self.maps.get(region_id)
+        if found is not None:
+            return found[2]
+        entry = (
+            _core.region_table_entry(self.arena, self.table, region_id)
+            if self.table and self.arena is not None
+            else None
+        )
+        if entry is None:
+            raise LookupError(f"shared memory region {region_id} is no longer registered")
+        return self._mapped(region_id, *entry)[2]
+
+    def _mapped(self, region_id: int, where: str, map_offset: int, map_length: int):
         with self.lock:
             found = self.maps.get(region_id)
             if found is not None:
-                return found[1]
+                return found
             if not self._live(region_id):
                 raise LookupError(f"shared memory region {region_id} is no longer registered")
             page = mmap.ALLOCATIONGRANULARITY
             start = map_offset - map_offset % page
-            fd = os.open(where, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                fd = os.open(where, os.O_RDWR | os.O_CLOEXEC)
+                access = mmap.ACCESS_WRITE
+            except PermissionError:  # a client's read-only object: inputs only
+                fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC)
+                access = mmap.ACCESS_READ
             try:
                 mapping = mmap.mmap(
-                    fd, map_offset + map_length - start, mmap.MAP_SHARED, offset=start
+                    fd, map_offset + map_length - start, access=access, offset=start
                 )
             finally:
                 os.close(fd)
             view = memoryview(mapping)[map_offset - start :]
-            self.maps[region_id] = (mapping, view)
+            found = self.maps[region_id] = (mapping, view, view.toreadonly())
             if self.sweeper is None and self.table:
                 self.sweeper = threading.Thread(target=self._sweep_loop, daemon=True)
                 self.sweeper.start()
-            return view
+            return found
 
     def _live(self, region_id: int) -> bool:
         if not self.table or self.arena is None:
@@ -92,17 +127,18 @@ class _Regions:
     def sweep(self) -> None:
         """Unmaps the regions the frontend no longer keeps alive."""
         cuda = sys.modules.get("naiad.cuda_ipc")
-        if not self.table or self.arena is None or not (self.maps or (cuda and cuda._opened)):
+        if not self.table or self.arena is None:
+            return
+        if not (self.maps or self.retired or (cuda and cuda._opened)):
             return
         epoch = _core.region_table_epoch(self.arena, self.table)
-        if epoch == self.epoch:
+        if epoch == self.epoch and not self.retired:
             return
         with self.lock:
             epoch, live = _core.region_table(self.arena, self.table)
             for region_id in [r for r in self.maps if r not in live]:
-                mapping, view = self.maps.pop(region_id)
-                view.release()
-                mapping.close()
+                self.retired.append(self.maps.pop(region_id))
+            self.retired = [m for m in self.retired if not _close(m)]
             if cuda is not None:
                 cuda.close_dead(live)
             self.epoch = epoch
@@ -118,24 +154,89 @@ class _Regions:
                 pass
 
 
+def _close(mapped: tuple) -> bool:
+    """Unmaps a dead region's mapping; False while a model still holds an array over it
+    (numpy keeps the buffer exported): the mapping stays valid and is closed later."""
+    mapping, view, readonly = mapped
+    try:
+        readonly.release()
+        view.release()
+        mapping.close()
+    except BufferError:
+        return False
+    return True
+
+
 REGIONS = _Regions()
 
 
-def fill_cuda_inputs(arena, blocks: list, regions_of) -> None:
-    """Copies each CUDA-shm input from the client's device memory into its slot."""
+def slot_buffer(arena, slot: tuple) -> tuple:
+    """(buffer, offset, size) of an input slot as WorkerEndpoint.next gives it: bytes
+    in the arena (offset, size), or in a client's system-shm region, read in place
+    (offset in the region, size, region id: a request that ran alone; the core checked
+    the range against the region at submit, csrc/shm_registry.h)."""
+    if len(slot) == 2:
+        return arena, slot[0], slot[1]
+    offset, size, region_id = slot
+    REGIONS.start(arena)
+    return REGIONS.input_view(region_id), offset, size
+
+
+def region_array(view: memoryview, dtype, shape, offset: int) -> np.ndarray:
+    """An input's array over a region's view. np.frombuffer, not np.ndarray(buffer=):
+    the array then holds an export of the mapping, so a sweep cannot unmap the region
+    under a model that kept the array (the mapping waits in `retired`)."""
+    count = 1
+    for d in shape:
+        count *= d
+    return np.frombuffer(view, dtype, count, offset).reshape(shape)
+
+
+def fill_cuda_inputs(
+    arena, blocks: list, regions_of, device: int | None = None, inputs_of=None
+) -> dict:
+    """The batch's CUDA-shm inputs. With `device` (the worker's backend reads device
+    inputs, on that GPU; `inputs_of(metadata)` gives a request's (name, datatype, shape)
+    per input): an input on that device is read in place, returned as
+    {(request index, input index): cuda_ipc.DeviceArray} and its slot is left unfilled.
+    Every other one is copied from the client's device memory into its slot (device to
+    host, once)."""
     from naiad import cuda_ipc
 
-    for metadata, slots in blocks:
+    in_place = {}
+    for k, (metadata, slots) in enumerate(blocks):
         regions = regions_of(metadata)
         if not regions:
             continue
-        for index, region_id, handle, device, offset, size in regions.get("cuda_inputs", ()):
+        for index, region_id, handle, region_device, offset, size in regions.get("cuda_inputs", ()):
             slot_offset, slot_size = slots[index]
             if slot_size != size:
                 raise ValueError(f"CUDA input {index}: slot of {slot_size} bytes for {size}")
+            raw = base64.b64decode(handle)
+            if device is not None and region_device == device:
+                _name, datatype, shape = inputs_of(metadata)[index]
+                in_place[k, index] = cuda_ipc.device_view(
+                    region_id, raw, device, offset, size, datatypes.numpy_dtype(datatype), shape
+                )
+                continue
             cuda_ipc.copy_from_region(
-                region_id, base64.b64decode(handle), device, offset, arena, slot_offset, size
+                region_id, raw, region_device, offset, arena, slot_offset, size
             )
+    return in_place
+
+
+def device_outputs(blocks: list, regions_of, device: int) -> frozenset:
+    """(request index, output name) of the outputs the batch's requests placed in CUDA
+    regions on `device`: a GPU backend may leave those on the device."""
+    found = set()
+    for k, (metadata, _slots) in enumerate(blocks):
+        regions = regions_of(metadata)
+        if not regions:
+            continue
+        for name, place in (regions.get("outputs") or {}).items():
+            if place[1] != SYSTEM and place[3] == device:
+                found.add((k, name))
+    return frozenset(found)
 
 
 def place_outputs(arena, blocks: list, responses: list, regions_of) -> list:
@@ -165,7 +266,7 @@ def place_response(response: tuple, regions: dict | None) -> tuple:
             continue
         region_id, kind, where, arg, map_length, offset, size = place
         data = buffers[j]
-        nbytes = data.nbytes if isinstance(data, memoryview) else len(data)
+        nbytes = data.nbytes if hasattr(data, "nbytes") else len(data)
         if nbytes > size:
             error = (
                 f"shared memory size specified with the request for output '{name}' "
@@ -173,14 +274,21 @@ def place_response(response: tuple, regions: dict | None) -> tuple:
             )
             error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
             return (index, error_flags, _INTERNAL_CODE, orjson.dumps({"error": error}), ())
+        from naiad import cuda_ipc
+
+        device_output = isinstance(data, cuda_ipc.DeviceArray)
         if kind == SYSTEM:
             target = REGIONS.view(region_id, where, arg, map_length)
-            target[offset : offset + nbytes] = memoryview(data).cast("B")
+            host = data.to_host() if device_output else data
+            target[offset : offset + nbytes] = memoryview(host).cast("B")
         else:
-            from naiad import cuda_ipc
-
+            # A GPU model's output left on its device goes device to device.
             cuda_ipc.copy_to_region(
-                region_id, base64.b64decode(where), arg, offset, np.frombuffer(data, np.uint8)
+                region_id,
+                base64.b64decode(where),
+                arg,
+                offset,
+                data if device_output else np.frombuffer(data, np.uint8),
             )
         REGIONS.writes += 1
         buffers[j] = b""
