@@ -149,14 +149,24 @@ class Batch:
 
     `tensors`: the batch's inputs as whole batch-major `[N, ...]` arrays over the arena
     by name (worker.main.batch_inputs), what a framework backend feeds its session in one
-    call; filled only for a backend whose `batch_tensors` is true, else an empty dict."""
+    call; filled only for a backend whose `batch_tensors` is true, else an empty dict.
 
-    __slots__ = ("headers", "arrays", "tensors")
+    `reserve`: for a backend whose `places_outputs` is true, when the worker can take
+    outputs written in place (no client shm outputs), `reserve(outputs, rows)` lays out
+    the batch's response block before the model runs and returns it
+    (_core.ReservedResponse: each output's batch-major run in the arena; None when there
+    is no room), else None. A backend that wrote every request's outputs there sets
+    `placed` to that block (the worker posts it as it is) and still returns its results
+    (views of the block), or discards the block and answers the usual way."""
+
+    __slots__ = ("headers", "arrays", "tensors", "reserve", "placed")
 
     def __init__(self, headers: list[RequestHeader], arrays: list[list], tensors=None):
         self.headers = headers
         self.arrays = arrays
         self.tensors = tensors if tensors is not None else {}
+        self.reserve = None
+        self.placed = None
 
     def __len__(self) -> int:
         return len(self.headers)
@@ -202,6 +212,9 @@ class Backend:
 
     # True: the worker fills `Batch.tensors` (the batch-major input arrays by name).
     batch_tensors = False
+    # True: the backend can write outputs straight into the response block
+    # (`Batch.reserve`).
+    places_outputs = False
     # True once the model ran out of memory (MemoryError): the worker answers the batch,
     # then exits and the frontend starts a fresh one.
     out_of_memory = False
