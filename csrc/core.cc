@@ -565,6 +565,9 @@ void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& me
     const bool readable =
         view_response_block(arena_.base() + message.result_offset, message.result_size, &view);
     if (readable) {
+      std::atomic<uint64_t>& outputs =
+          (view.header->flags & kResponseOutputsInPlace) != 0 ? outputs_in_place_ : outputs_copied_;
+      outputs.fetch_add(view.header->n_outputs, std::memory_order_relaxed);
       for (uint32_t r = 0; r < view.header->n_responses; ++r) {
         const ResponseRecord& record = view.records[r];
         if ((record.flags & kResponseFinal) != 0 && record.request_index < n) {

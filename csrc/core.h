@@ -121,6 +121,10 @@ class Core {
   // Any thread, no lock: the arena is fixed for the core's life.
   Arena& arena() { return arena_; }
   BatchAssembler& assembler() { return assembler_; }
+  // Outputs of the response blocks workers posted: written in place by the model
+  // (kResponseOutputsInPlace) or copied in from its own buffers (statistics).
+  uint64_t outputs_in_place() const { return outputs_in_place_.load(std::memory_order_relaxed); }
+  uint64_t outputs_copied() const { return outputs_copied_.load(std::memory_order_relaxed); }
   // Workers and the timer thread signal this eventfd (non-blocking) when they leave
   // something for poll(). Any thread, no lock: fixed for the core's life.
   int notify_fd() const { return notify_fd_; }
@@ -339,6 +343,8 @@ class Core {
   InputRegions* regions_ = nullptr;  // set before serving, then only read
   int notify_fd_ = -1;
   std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<uint64_t> outputs_in_place_{0};
+  std::atomic<uint64_t> outputs_copied_{0};
 
   mutable std::mutex mutex_;
   // --- guarded by mutex_ ---

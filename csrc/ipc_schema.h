@@ -131,11 +131,15 @@ constexpr uint32_t kResponseMagic = 0x31505352;  // "RSP1"
 constexpr uint32_t kResponseFinal = 1;           // the request's last response
 constexpr uint32_t kResponseError = 2;           // the request failed: "error" in JSON
 
+// ResponseHeader.flags: the model wrote the outputs' bytes into the block itself
+// (response_block.h, output-major), none was copied in.
+constexpr uint32_t kResponseOutputsInPlace = 1;
+
 struct ResponseHeader {
   uint32_t magic;
   uint32_t n_responses;
   uint32_t n_outputs;
-  uint32_t reserved;
+  uint32_t flags;  // kResponseOutputsInPlace
   // Worker-side timings of the batch (ns): start, compute_input, compute_infer,
   // compute_output.
   uint64_t timings[4];

@@ -1,6 +1,7 @@
 #include "response_block.h"
 
 #include <cstring>
+#include <stdexcept>
 
 namespace naiad {
 
@@ -59,6 +60,71 @@ void write_response_block(uint8_t* block, const std::vector<ResponseEntry>& entr
       data_cursor += out.size;
     }
   }
+}
+
+namespace {
+
+// The output count every entry of an output-major block has.
+uint32_t outputs_per_entry(const std::vector<ResponseEntry>& entries) {
+  const size_t count = entries.empty() ? 0 : entries.front().outputs.size();
+  for (const ResponseEntry& entry : entries) {
+    if (entry.outputs.size() != count) {
+      throw std::invalid_argument(
+          "an output-major response block needs the same outputs in "
+          "every response");
+    }
+  }
+  return static_cast<uint32_t>(count);
+}
+
+}  // namespace
+
+uint64_t output_major_block_size(const std::vector<ResponseEntry>& entries) {
+  const uint32_t per_entry = outputs_per_entry(entries);
+  uint64_t end = json_end(entries);
+  for (uint32_t j = 0; j < per_entry; ++j) {
+    end = align_tensor(end);
+    for (const ResponseEntry& entry : entries) end += entry.outputs[j].size;
+  }
+  return end;
+}
+
+void layout_output_major_block(uint8_t* block, const std::vector<ResponseEntry>& entries,
+                               uint64_t* runs) {
+  const uint32_t per_entry = outputs_per_entry(entries);
+  const uint32_t n_responses = static_cast<uint32_t>(entries.size());
+  auto* header = reinterpret_cast<ResponseHeader*>(block);
+  *header = ResponseHeader{
+      kResponseMagic, n_responses, output_count(entries), kResponseOutputsInPlace, {0, 0, 0, 0}};
+  auto* records = reinterpret_cast<ResponseRecord*>(block + response_records_offset());
+  auto* slots = reinterpret_cast<OutputSlot*>(block + response_outputs_offset(n_responses));
+  uint64_t json_cursor =
+      response_outputs_offset(n_responses) + uint64_t{header->n_outputs} * sizeof(OutputSlot);
+  for (uint32_t r = 0; r < n_responses; ++r) {
+    const ResponseEntry& entry = entries[r];
+    // Its slots are the r-th group of per_entry; their offsets point into the runs.
+    records[r] =
+        ResponseRecord{entry.request_index, entry.flags,   entry.error_code,
+                       per_entry,           r * per_entry, static_cast<uint32_t>(entry.json.size()),
+                       json_cursor};
+    if (!entry.json.empty()) std::memcpy(block + json_cursor, entry.json.data(), entry.json.size());
+    json_cursor += entry.json.size();
+  }
+  uint64_t data_cursor = json_end(entries);
+  for (uint32_t j = 0; j < per_entry; ++j) {
+    data_cursor = align_tensor(data_cursor);
+    runs[j] = data_cursor;
+    for (uint32_t r = 0; r < n_responses; ++r) {
+      const uint64_t size = entries[r].outputs[j].size;
+      slots[r * per_entry + j] = OutputSlot{data_cursor, size};
+      data_cursor += size;
+    }
+  }
+}
+
+void set_response_timings(uint8_t* block, const uint64_t timings[4]) {
+  auto* header = reinterpret_cast<ResponseHeader*>(block);
+  for (int i = 0; i < 4; ++i) header->timings[i] = timings[i];
 }
 
 bool view_response_block(const uint8_t* block, uint64_t size, ResponseBlockView* out) {

@@ -32,6 +32,20 @@ uint64_t response_block_size(const std::vector<ResponseEntry>& entries);
 void write_response_block(uint8_t* block, const std::vector<ResponseEntry>& entries,
                           const uint64_t timings[4]);
 
+// Output-major blocks, for a model that writes its batch-major outputs in place: every
+// entry has the same outputs in the same order, and output j of all entries lies in one
+// run of bytes, entry after entry (the rows of a [N, ...] tensor in batch order), each
+// run 64-byte aligned. The entries' OutputBytes give sizes only. layout_output_major_block
+// writes the header (flagged kResponseOutputsInPlace, timings zero), records, JSON and
+// slots, leaves the outputs' bytes to the model, and stores each run's offset from the
+// block start in `runs` (one per output). Readers need nothing new: the slots say where
+// each output is. std::invalid_argument when the entries' output counts differ.
+uint64_t output_major_block_size(const std::vector<ResponseEntry>& entries);
+void layout_output_major_block(uint8_t* block, const std::vector<ResponseEntry>& entries,
+                               uint64_t* runs);
+// The worker-side timings of a block already written (see ResponseHeader).
+void set_response_timings(uint8_t* block, const uint64_t timings[4]);
+
 // A checked view of a block: every record's JSON and outputs lie inside it.
 struct ResponseBlockView {
   const uint8_t* block = nullptr;

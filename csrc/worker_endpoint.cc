@@ -65,6 +65,25 @@ bool WorkerEndpoint::respond(uint64_t batch_id, const std::vector<ResponseEntry>
   return true;
 }
 
+uint64_t WorkerEndpoint::reserve_output_major(uint64_t batch_id,
+                                              const std::vector<ResponseEntry>& responses,
+                                              uint64_t* runs, uint64_t* size) {
+  *size = output_major_block_size(responses);
+  const uint64_t offset = arena_.alloc(*size, batch_id);
+  if (offset == 0) return 0;
+  layout_output_major_block(arena_.base() + offset, responses, runs);
+  const size_t n_runs = responses.empty() ? 0 : responses.front().outputs.size();
+  for (size_t j = 0; j < n_runs; ++j) runs[j] += offset;
+  return offset;
+}
+
+void WorkerEndpoint::post_block(uint64_t batch_id, uint64_t offset, uint64_t size,
+                                const uint64_t timings[4], bool batch_done) {
+  set_response_timings(arena_.base() + offset, timings);
+  post(CompletionMessage{batch_id, offset, size, kCompletionOk,
+                         kPostResponses | (batch_done ? kPostBatchDone : 0)});
+}
+
 void WorkerEndpoint::end_batch(uint64_t batch_id, bool keep_open) {
   post(CompletionMessage{batch_id, 0, 0, kCompletionOk,
                          kPostBatchDone | (keep_open ? kPostKeepOpen : 0)});

@@ -36,6 +36,17 @@ class WorkerEndpoint {
   // False when the arena has no room (nothing was posted).
   bool respond(uint64_t batch_id, const std::vector<ResponseEntry>& responses,
                const uint64_t timings[4], bool batch_done, bool keep_open = false);
+  // An output-major response block (response_block.h) laid out in a new block of the
+  // arena, tagged with the batch, for the model to write its outputs into: its offset
+  // (0 when the arena has no room) and size; `runs` gets each output's run, as arena
+  // offsets. post_block() posts it once written (timings filled in then), or the caller
+  // frees it (arena().free).
+  uint64_t reserve_output_major(uint64_t batch_id, const std::vector<ResponseEntry>& responses,
+                                uint64_t* runs, uint64_t* size);
+  // Posts a response block written in place (reserve_output_major) as respond() posts
+  // its own.
+  void post_block(uint64_t batch_id, uint64_t offset, uint64_t size, const uint64_t timings[4],
+                  bool batch_done);
   // Ends the batch without responses: the instance is free, its requests without a
   // final response stay open (keep_open) or fail.
   void end_batch(uint64_t batch_id, bool keep_open);

@@ -16,7 +16,7 @@ MODELS = {
     "add_sub_onnx": ({"INPUT0": (16,), "INPUT1": (16,)}, "onnxruntime"),
     # the ONNX example of model_repository/ (perf/models/mlp_onnx links to it)
     "mlp_onnx": ({"INPUT": (16,)}, "onnxruntime"),
-    # a small conv classifier (tools/build_onnx_models.py): model compute dominates
+    # the conv classifier example (perf/models/conv_onnx links to it): model compute dominates
     "conv_onnx": ({"INPUT": (3, 64, 64)}, "onnxruntime"),
     # Pipelines (issue 13): an ensemble of two Python models, a BLS model calling add_sub.
     "ensemble_add_sub": ({"INPUT0": (16,), "INPUT1": (16,)}, "python"),
@@ -209,12 +209,13 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "conv_onnx_http",
-        1,
+        2,  # v1: a lighter model (22 M multiply-adds per image)
         "conv_onnx",
         "http",
         (16,),
-        description="a small conv classifier (FP32 [3,64,64] -> [10], ~22 M multiply-adds per "
-        "image, onnxruntime backend, dynamic batching) over HTTP, binary tensors",
+        description="the conv classifier example (model_repository/conv_onnx: FP32 "
+        "[3,64,64] -> [10], ~155 M multiply-adds per image, onnxruntime backend, dynamic "
+        "batching) over HTTP, binary tensors",
     ),
 ]
 

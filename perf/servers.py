@@ -114,18 +114,31 @@ class Server:
             return ""
 
     def group_pids(self) -> list[int]:
+        """The server's processes: its process group, and their descendants in groups of
+        their own (Naiad's workers have sessions of their own)."""
         if self.proc is None:
             return []
-        pids = []
+        group, parents = set(), {}
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
             try:
-                if os.getpgid(int(entry)) == self.proc.pid:
-                    pids.append(int(entry))
-            except OSError:
+                pid = int(entry)
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+                if os.getpgid(pid) == self.proc.pid:
+                    group.add(pid)
+            except (OSError, ValueError, IndexError):
                 continue
-        return pids
+        found = set(group)
+        added = True
+        while added:
+            added = False
+            for pid, parent in parents.items():
+                if parent in found and pid not in found:
+                    found.add(pid)
+                    added = True
+        return sorted(found)
 
     def cpu_seconds(self) -> float:
         """utime+stime of every live process of the server's group (and their reaped children)."""

@@ -252,7 +252,8 @@ def run(args) -> dict:
         for p in loads:
             if p.poll() is None:
                 p.kill()
-        pgid = server.proc.pid if server.proc else None
+        # The server's processes (workers have sessions of their own: not by group).
+        processes = server.group_pids()
         exit_code = None
         if server.proc is not None:
             server.proc.send_signal(signal.SIGTERM)
@@ -261,9 +262,9 @@ def run(args) -> dict:
             except subprocess.TimeoutExpired:
                 exit_code = "did not exit within 60 s"
         left = []
-        if pgid is not None:
+        if processes:
             time.sleep(0.5)
-            left = [int(e) for e in os.listdir("/proc") if e.isdigit() and _pgid(int(e)) == pgid]
+            left = [pid for pid in processes if Path(f"/proc/{pid}").exists()]
         server.stop()
         shutil.rmtree(repo, ignore_errors=True)
     summary["server_exit_code"] = exit_code
@@ -280,13 +281,6 @@ def run(args) -> dict:
         {p.name for p in tmp.glob("naiad-model-*")} - models_before
     )
     return _verdict(summary, rows, args, out)
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
 
 
 def _verdict(summary: dict, rows: list[dict], args, out: Path) -> dict:

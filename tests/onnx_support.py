@@ -30,6 +30,7 @@ ONNX_TYPES = {
     "FP64": TensorProto.DOUBLE,
     "BYTES": TensorProto.STRING,
 }
+FIXED_TYPES = {wire: elem for wire, elem in ONNX_TYPES.items() if wire != "BYTES"}
 
 
 def model(nodes, inputs, outputs, initializers=(), opsets=None) -> bytes:
@@ -56,10 +57,11 @@ def add_sub(shape=("batch", 16), elem=TensorProto.FLOAT) -> bytes:
     )
 
 
-def identity_all() -> bytes:
-    """IN_<T> -> OUT_<T> (Identity) for every datatype, batch dim first, then 3."""
+def identity_all(types=None) -> bytes:
+    """IN_<T> -> OUT_<T> (Identity) for every datatype (or `types`), batch dim first,
+    then 3."""
     nodes, ins, outs = [], [], []
-    for wire, elem in ONNX_TYPES.items():
+    for wire, elem in (types or ONNX_TYPES).items():
         nodes.append(helper.make_node("Identity", [f"IN_{wire}"], [f"OUT_{wire}"]))
         ins.append(vi(f"IN_{wire}", elem, ["batch", 3]))
         outs.append(vi(f"OUT_{wire}", elem, ["batch", 3]))
@@ -134,6 +136,10 @@ GOOD = {
     ),
     # every datatype, auto-completed (no config.pbtxt)
     "onnx_identity_all": (identity_all(), None, {}),
+    # every fixed-size datatype (no BYTES): outputs written in place into the response
+    "onnx_identity_fixed": (identity_all(FIXED_TYPES), None, {}),
+    # BYTES alone: copied into the response block (its size is known only once it ran)
+    "onnx_identity_text": (identity_all({"BYTES": TensorProto.STRING}), None, {}),
     # auto-complete: no config at all
     "onnx_auto": (add_sub(), None, {}),
     # auto-complete: only max_batch_size given (kept; dynamic batching added)
@@ -278,9 +284,10 @@ def write_model(root: Path, name: str, onnx_bytes, config, files) -> Path:
 
 
 def build_repository(root: Path, bad: bool = True, names=None) -> Path:
-    """mlp_onnx (the example) and GOOD (and BAD) models; `names`: only those of them."""
+    """mlp_onnx and conv_onnx (the examples) and GOOD (and BAD) models; `names`: only those of them."""
     root.mkdir(parents=True, exist_ok=True)
     shutil.copytree(EXAMPLE_MODELS / "mlp_onnx", root / "mlp_onnx")
+    shutil.copytree(EXAMPLE_MODELS / "conv_onnx", root / "conv_onnx")
     for name, spec in {**GOOD, **(BAD if bad else {})}.items():
         if names is None or name in names:
             write_model(root, name, *spec)

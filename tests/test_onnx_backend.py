@@ -62,7 +62,7 @@ def _infer(client, model, arrays: dict, outputs=None, asynchronous=False):
 
 
 def test_good_models_are_ready(index):
-    for name in [*onnx_support.GOOD, "mlp_onnx"]:
+    for name in [*onnx_support.GOOD, "mlp_onnx", "conv_onnx"]:
         assert index[name].get("state") == "READY", (name, index[name])
 
 
@@ -148,6 +148,60 @@ def test_every_datatype_round_trips(client):
             assert got.dtype == sent.dtype, wire
             np.testing.assert_array_equal(got, sent)
         assert result.get_output(f"OUT_{wire}")["datatype"] == wire
+
+
+def _output_counts(server) -> tuple[int, int]:
+    """(outputs written in place, outputs copied) into workers' response blocks so far."""
+    shm = requests.get(server.url + "/v2/naiad/shm", timeout=10).json()
+    return shm["outputs_in_place"], shm["outputs_copied"]
+
+
+def test_fixed_size_outputs_are_written_in_place_into_the_response_block(server, client):
+    # onnxruntime writes each output once, into the block the reply is read from: the
+    # core counts them from the blocks' headers. Every fixed-size datatype, 2 rows.
+    rng = np.random.default_rng(4)
+    arrays = {}
+    for wire in onnx_support.FIXED_TYPES:
+        dtype = bool if wire == "BOOL" else httpclient.triton_to_np_dtype(wire)
+        arrays[f"IN_{wire}"] = (rng.standard_normal((2, 3)) * 100).astype(dtype)
+    in_place, copied = _output_counts(server)
+    result = _infer(client, "onnx_identity_fixed", arrays)
+    for wire in onnx_support.FIXED_TYPES:
+        np.testing.assert_array_equal(result.as_numpy(f"OUT_{wire}"), arrays[f"IN_{wire}"])
+        assert result.get_output(f"OUT_{wire}")["shape"] == [2, 3]
+    after = _output_counts(server)
+    assert after == (in_place + len(onnx_support.FIXED_TYPES), copied), after
+    # Only the outputs asked for are bound and written.
+    result = _infer(client, "onnx_identity_fixed", arrays, outputs=["OUT_INT16", "OUT_FP64"])
+    np.testing.assert_array_equal(result.as_numpy("OUT_FP64"), arrays["IN_FP64"])
+    assert result.as_numpy("OUT_FP32") is None
+    assert _output_counts(server) == (after[0] + 2, copied)
+
+
+def test_bytes_outputs_are_copied_into_the_response_block(server, client):
+    in_place, copied = _output_counts(server)
+    text = np.array([[b"a", b"bc", b""]], dtype=object)
+    result = _infer(client, "onnx_identity_text", {"IN_BYTES": text})
+    assert result.as_numpy("OUT_BYTES").tolist() == text.tolist()
+    assert _output_counts(server) == (in_place, copied + 1)
+
+
+def test_conv_example_matches_onnxruntime_in_process(server, client):
+    import onnxruntime
+    from server_harness import EXAMPLE_MODELS
+
+    images = np.random.default_rng(5).standard_normal((3, 3, 64, 64)).astype(np.float32)
+    handles = [
+        _infer(client, "conv_onnx", {"INPUT": images[i : i + 1]}, asynchronous=True)
+        for i in range(3)
+    ]
+    results = [handle.get_result() for handle in handles]
+    session = onnxruntime.InferenceSession(str(EXAMPLE_MODELS / "conv_onnx/1/model.onnx"))
+    (logits,) = session.run(None, {"INPUT": images})
+    for i, result in enumerate(results):
+        np.testing.assert_allclose(
+            result.as_numpy("OUTPUT"), logits[i : i + 1], rtol=1e-4, atol=1e-5
+        )
 
 
 def test_a_shape_the_model_rejects_gets_tritons_error_and_the_instance_keeps_serving(

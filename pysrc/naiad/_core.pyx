@@ -268,6 +268,8 @@ cdef extern from "core.h" namespace "naiad":
         Arena& arena() nogil
         int notify_fd()
         uint64_t new_request_id() nogil
+        uint64_t outputs_in_place()
+        uint64_t outputs_copied()
         ModelHandle add_model(const BatcherConfig& config) except +
         void set_batch_tensors(ModelHandle model, cbool batch_tensors)
         cbool remove_model(ModelHandle model) except +
@@ -550,6 +552,10 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
                                      const uint64_t* timings, cbool batch_done,
                                      cbool keep_open) except + nogil
         void end_batch(uint64_t batch_id, cbool keep_open) nogil
+        uint64_t reserve_output_major(uint64_t batch_id, const vector[ResponseEntry]& responses,
+                                      uint64_t* runs, uint64_t* size) except + nogil
+        void post_block(uint64_t batch_id, uint64_t offset, uint64_t size,
+                        const uint64_t* timings, cbool batch_done) nogil
         Arena& arena() nogil
 
 
@@ -1853,6 +1859,108 @@ cdef class WorkerEndpoint:
             posted = self._endpoint.respond(batch_id, built.entries, built.timings, batch_done)
         return posted
 
+    def reserve_response(self, uint64_t batch_id, list outputs, list rows):
+        """A response block for the batch laid out before the model runs, so that the
+        model writes its outputs straight into it (csrc/response_block.h, output-major):
+        one final response per request, request i with `rows[i]` rows of every output;
+        `outputs` [(name, wire datatype, row dims, bytes per row), ...] in response
+        order. Output j of the whole batch is one [sum(rows), *row dims] run of bytes at
+        arena offset `runs[j]` of the ReservedResponse returned (None when the arena has
+        no room); post() it once written, or discard() it."""
+        cdef vector[ResponseEntry] entries
+        cdef vector[string] texts
+        cdef ResponseEntry entry
+        cdef OutputBytes output
+        cdef string text
+        cdef Py_ssize_t n = len(rows)
+        cdef Py_ssize_t index
+        cdef vector[uint64_t] runs
+        cdef uint64_t size = 0
+        cdef uint64_t offset
+        cdef int64_t count
+        heads = [b'["' + json_view_text(_utf8_view(name)) + b'","' + datatype.encode() + b'",['
+                 for name, datatype, _dims, _row_bytes in outputs]
+        tails = [b"".join(b"," + str(int(d)).encode() for d in dims) + b"]]"
+                 for _name, _datatype, dims, _row_bytes in outputs]
+        texts.reserve(n)  # the entries' JSON views point into these strings
+        entries.reserve(n)
+        runs.resize(max(len(outputs), 1))
+        for index in range(n):
+            count = rows[index]
+            text = b'{"outputs":['
+            entry.outputs.clear()
+            for j in range(len(outputs)):
+                if j:
+                    text.push_back(b',')
+                text.append(<string>heads[j])
+                text.append(<string>str(count).encode())
+                text.append(<string>tails[j])
+                output.data = NULL
+                output.size = <uint64_t>count * <uint64_t>outputs[j][3]
+                entry.outputs.push_back(output)
+            text.append(b']}')
+            texts.push_back(text)
+            entry.request_index = <uint32_t>index
+            entry.flags = kResponseFinal
+            entry.error_code = 0
+            entry.json = string_view(texts.back().data(), texts.back().size())
+            entries.push_back(entry)
+        with nogil:
+            offset = self._endpoint.reserve_output_major(batch_id, entries, runs.data(), &size)
+        if offset == 0:
+            return None
+        return ReservedResponse(self, batch_id, offset, size,
+                                [runs[j] for j in range(len(outputs))])
+
+    cdef void _post_block(self, uint64_t batch_id, uint64_t offset, uint64_t size,
+                          const uint64_t* timings, cbool batch_done):
+        with nogil:
+            self._endpoint.post_block(batch_id, offset, size, timings, batch_done)
+
+
+cdef class ReservedResponse:
+    """A batch's response block that the model writes its outputs into
+    (WorkerEndpoint.reserve_response): `runs` are the arena offsets of the outputs'
+    batch-major runs, `arena` the arena they lie in. Either post() or discard() it."""
+
+    cdef WorkerEndpoint _endpoint
+    cdef readonly uint64_t batch_id, offset, size
+    cdef readonly list runs
+    cdef bint _done
+
+    def __cinit__(self, WorkerEndpoint endpoint, uint64_t batch_id, uint64_t offset,
+                  uint64_t size, list runs):
+        self._endpoint = endpoint
+        self.batch_id = batch_id
+        self.offset = offset
+        self.size = size
+        self.runs = runs
+
+    @property
+    def arena(self):
+        return self._endpoint.arena
+
+    def post(self, list timings, bint batch_done):
+        """Posts the block (its outputs written) with the batch's timings; `batch_done`
+        also ends the batch, as respond()."""
+        cdef uint64_t c_timings[4]
+        cdef int i
+        if self._done:
+            raise RuntimeError("this response block was already posted or discarded")
+        for i in range(4):
+            c_timings[i] = timings[i]
+        self._done = True
+        self._endpoint._post_block(self.batch_id, self.offset, self.size, c_timings,
+                                   batch_done)
+
+    def discard(self):
+        """Frees the block unposted (the model failed; its requests are answered
+        another way)."""
+        if not self._done:
+            self._done = True
+            self._endpoint._endpoint.arena().free(self.offset)
+
+
 # --- gRPC over HTTP/2 (csrc/grpc_connection.h): one object per client connection ---
 
 # Trace mode opentelemetry: calls report their `traceparent` metadata (tracing/otel.py).
@@ -2412,13 +2520,17 @@ cdef class ShmRegistry:
 
     def stats(self):
         """Copy counters: inputs the core copied out of regions (one copy each, into
-        the batch), and bytes the assembler gathered into batch tensors (any input)."""
+        the batch), bytes the assembler gathered into batch tensors (any input), and the
+        outputs of workers' response blocks that the model wrote in place or that the
+        worker copied in."""
         return {
             "regions_mapped": self._registry.mapped(),
             "input_copies": self._registry.copies(),
             "input_bytes": self._registry.copied_bytes(),
             "gathered_bytes": gathered_bytes(self._core._core[0]),
             "inputs_in_place": in_place_inputs(self._core._core[0]),
+            "outputs_in_place": self._core._core[0].outputs_in_place(),
+            "outputs_copied": self._core._core[0].outputs_copied(),
         }
 
     def register_system(self, str name, str key, uint64_t offset, uint64_t byte_size):

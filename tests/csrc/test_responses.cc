@@ -5,7 +5,9 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,17 +60,23 @@ ResponseEntry response(uint32_t index, bool final, std::string_view json) {
   return entry;
 }
 
-}  // namespace
-
-TEST(a_request_gets_any_number_of_responses_then_the_batch_ends) {
-  Fixture f(4);
+// Requests 1 and 2 submitted and dispatched as one batch to the first worker: its message.
+BatchMessage batch_of_two(Fixture& f) {
   f.submit(1);
   f.submit(2);
   f.core.instance_up(f.ids[0]);
   f.core.flush();
-  WorkerEndpoint& worker = *f.workers[0];
-  BatchMessage message = worker.next();
+  BatchMessage message = f.workers[0]->next();
   CHECK(message.n_requests == 2);
+  return message;
+}
+
+}  // namespace
+
+TEST(a_request_gets_any_number_of_responses_then_the_batch_ends) {
+  Fixture f(4);
+  BatchMessage message = batch_of_two(f);
+  WorkerEndpoint& worker = *f.workers[0];
   const std::string partial = "{\"outputs\":[]}";
   // Request 0: three responses (two partial, one final); request 1: one final.
   CHECK(worker.respond(message.batch_id, {response(0, false, partial)}, kTimings, false));
@@ -226,4 +234,62 @@ TEST(lane_answers_each_request_from_its_final_response) {
   // A response for a request beyond the batch: unreadable.
   CHECK(!lane.complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(), {7}, 0, 0,
                        &replies, timings));
+}
+
+// A model writing its batch-major outputs in place: the block is laid out first
+// (reserve_output_major), each output of the whole batch one run of rows, and posted once
+// written; readers find every request's rows through its slots as in any block.
+TEST(an_output_major_block_is_written_in_place_and_read_as_any_block) {
+  Fixture f(4);
+  BatchMessage message = batch_of_two(f);
+  WorkerEndpoint& worker = *f.workers[0];
+  // Request 0 has 1 row, request 1 has 2; output A is 8 bytes a row, output B 4.
+  const std::string json0 = "{\"outputs\":[[\"A\",\"FP32\",[1,2]],[\"B\",\"INT32\",[1]]]}";
+  const std::string json1 = "{\"outputs\":[[\"A\",\"FP32\",[2,2]],[\"B\",\"INT32\",[2]]]}";
+  ResponseEntry first = response(0, true, json0);
+  first.outputs = {OutputBytes{nullptr, 8}, OutputBytes{nullptr, 4}};
+  ResponseEntry second = response(1, true, json1);
+  second.outputs = {OutputBytes{nullptr, 16}, OutputBytes{nullptr, 8}};
+  uint64_t runs[2] = {0, 0};
+  uint64_t size = 0;
+  const uint64_t offset =
+      worker.reserve_output_major(message.batch_id, {first, second}, runs, &size);
+  CHECK(offset != 0 && size == output_major_block_size({first, second}));
+  CHECK(runs[0] % 64 == 0 && runs[1] % 64 == 0 && runs[1] >= runs[0] + 24);
+  const float a[6] = {1, 2, 3, 4, 5, 6};  // the model's [3, 2] output A
+  const int32_t b[3] = {7, 8, 9};         // and its [3] output B
+  std::memcpy(worker.arena().base() + runs[0], a, sizeof(a));
+  std::memcpy(worker.arena().base() + runs[1], b, sizeof(b));
+  worker.post_block(message.batch_id, offset, size, kTimings, true);
+  std::vector<Completion> done = f.core.poll();
+  CHECK(done.size() == 1 && f.core.in_flight() == 0);
+  if (done.size() != 1) return;
+  CHECK(done[0].result_offset == offset && done[0].result_size == size);
+  ResponseBlockView view;
+  CHECK(view_response_block(f.core.arena().base() + offset, size, &view));
+  CHECK(view.header->n_responses == 2 && view.header->n_outputs == 4);
+  CHECK(view.header->timings[3] == 4);
+  CHECK(view.json(view.records[1]) == json1);
+  // Request 1's output A is rows 1..2 of the run, its B elements 1..2.
+  const OutputSlot& a1 = view.outputs[view.records[1].first_output];
+  const OutputSlot& b1 = view.outputs[view.records[1].first_output + 1];
+  CHECK(a1.offset == runs[0] - offset + 8 && a1.size == 16);
+  CHECK(b1.offset == runs[1] - offset + 4 && b1.size == 8);
+  CHECK(std::memcmp(view.block + a1.offset, a + 2, 16) == 0);
+  CHECK(std::memcmp(view.block + b1.offset, b + 1, 8) == 0);
+  f.core.arena().free(offset);
+  CHECK(f.core.assembler().slabs() == 0);
+}
+
+TEST(an_output_major_block_needs_the_same_outputs_in_every_response) {
+  ResponseEntry one = response(0, true, "{}");
+  one.outputs = {OutputBytes{nullptr, 4}};
+  ResponseEntry none = response(1, true, "{}");
+  bool refused = false;
+  try {
+    output_major_block_size({one, none});
+  } catch (const std::invalid_argument&) {
+    refused = true;
+  }
+  CHECK(refused);
 }

@@ -156,9 +156,25 @@ class Batch:
     index, input index): `naiad.cuda_ipc.DeviceArray`s (`__cuda_array_interface__`);
     their `arrays` entries then hold no data. Empty otherwise. `device_outputs`: the
     (request index, output name) pairs such a backend may leave on its device, as
-    `DeviceArray`s, because the client placed them in CUDA shared memory there."""
+    `DeviceArray`s, because the client placed them in CUDA shared memory there.
 
-    __slots__ = ("headers", "arrays", "tensors", "device_inputs", "device_outputs")
+    `reserve`: for a backend whose `places_outputs` is true, when the worker can take
+    outputs written in place (no client shm outputs), `reserve(outputs, rows)` lays out
+    the batch's response block before the model runs and returns it
+    (_core.ReservedResponse: each output's batch-major run in the arena; None when there
+    is no room), else None. A backend that wrote every request's outputs there sets
+    `placed` to that block (the worker posts it as it is) and still returns its results
+    (views of the block), or discards the block and answers the usual way."""
+
+    __slots__ = (
+        "headers",
+        "arrays",
+        "tensors",
+        "device_inputs",
+        "device_outputs",
+        "reserve",
+        "placed",
+    )
 
     def __init__(self, headers: list[RequestHeader], arrays: list[list], tensors=None):
         self.headers = headers
@@ -166,6 +182,8 @@ class Batch:
         self.tensors = tensors if tensors is not None else {}
         self.device_inputs = {}
         self.device_outputs = frozenset()
+        self.reserve = None
+        self.placed = None
 
     def __len__(self) -> int:
         return len(self.headers)
@@ -211,6 +229,9 @@ class Backend:
 
     # True: the worker fills `Batch.tensors` (the batch-major input arrays by name).
     batch_tensors = False
+    # True: the backend can write outputs straight into the response block
+    # (`Batch.reserve`).
+    places_outputs = False
     # True once the model ran out of memory (MemoryError): the worker answers the batch,
     # then exits and the frontend starts a fresh one.
     out_of_memory = False

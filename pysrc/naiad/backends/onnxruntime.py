@@ -13,8 +13,15 @@ Data path: the worker hands the batch's inputs as whole batch-major `[N, ...]` a
 the shared arena (`Batch.tensors`). On the CPU provider they go to `session.run` as they
 are: ONNX Runtime wraps a contiguous numpy array of the right dtype without copying, so it
 reads the arena in place. On a GPU instance they are bound with IOBinding
-(`bind_cpu_input`: one host-to-device copy). Outputs come back as numpy arrays over ORT's
-own buffers and each request gets its rows as a view; the worker copies them once into the
+(`bind_cpu_input`: one host-to-device copy).
+
+Outputs, on the CPU provider: when every output's shape follows from the batch size and
+the config dims (a batching model, fixed dims, no BYTES) and the worker offers it
+(`Batch.reserve`), the batch's response block is laid out before the run and each output
+is bound with IOBinding over its batch-major run in that block: onnxruntime writes the
+output once, where the reply is read from (`_run_in_place`). Otherwise (and on a GPU
+instance, where they come back to host memory) outputs are numpy arrays over ORT's own
+buffers, each request gets its rows as a view and the worker copies them once into the
 response block. BYTES inputs are decoded to str (ONNX strings are text; bytes that are
 not UTF-8 are replaced).
 
@@ -453,10 +460,42 @@ def validate_session(session, config: dict) -> None:
                 )
 
 
+class _PlacedOutput:
+    """An output onnxruntime can write straight into the response block: its shape is
+    [batch, *dims] with every dim fixed by the config."""
+
+    __slots__ = ("name", "spec", "dtype", "wire_dims", "model_dims")
+
+    def __init__(self, io: dict):
+        self.name = io["name"]
+        self.dtype = _NUMPY_OF_CONFIG[io["data_type"]]
+        self.wire_dims = tuple(int(d) for d in io.get("dims", []))  # what the client sees
+        self.model_dims = _tensor_dims(io)  # what the model produces (reshape)
+        row_bytes = self.dtype.itemsize * int(np.prod(self.wire_dims, dtype=np.int64))
+        # What WorkerEndpoint.reserve_response takes for it.
+        self.spec = (self.name, io["data_type"][len("TYPE_") :], self.wire_dims, row_bytes)
+
+
+def _placed_outputs(config: dict, max_batch_size: int) -> dict | None:
+    """name -> _PlacedOutput for each output of a batching model that can be written in
+    place: fixed dims and fixed-size elements (not BYTES). None when the model does not
+    batch (its shapes do not follow from a batch size)."""
+    if max_batch_size <= 0:
+        return None
+    placed = {}
+    for io in config.get("output", []):
+        dims = [*io.get("dims", []), *_tensor_dims(io)]
+        if io.get("data_type") in _NUMPY_OF_CONFIG and io["data_type"] != "TYPE_STRING":
+            if all(d >= 0 for d in dims):
+                placed[io["name"]] = _PlacedOutput(io)
+    return placed
+
+
 class OnnxRuntimeBackend(Backend):
     """One instance of an ONNX model: its session and how to feed it."""
 
     batch_tensors = True  # the worker fills Batch.tensors (batch-major arrays by name)
+    places_outputs = True  # outputs written into the response block (Batch.reserve)
 
     def __init__(self, args: dict):
         config = json.loads(args["model_config"])
@@ -527,6 +566,11 @@ class OnnxRuntimeBackend(Backend):
             name for name, dtype in self.input_dtypes.items() if dtype == np.object_
         }
         self.binding = self.session.io_binding()
+        self.placed_outputs = (
+            _placed_outputs(config, self.max_batch_size)
+            if self.device == "cpu" and not self.string_inputs
+            else None
+        )
         # RunOptions entries Triton's onnxruntime backend reads from `parameters`.
         self.run_options = None
         shrinkage = _parameter(config, "memory.enable_memory_arena_shrinkage")
@@ -538,6 +582,7 @@ class OnnxRuntimeBackend(Backend):
                 )
             except Exception as exc:
                 raise OnnxModelError(ort_message(exc)) from None
+        self._bind_output, self._run_binding = self._binding_calls()
 
     # -- execution ------------------------------------------------------------------------
     def _feeds(self, batch: Batch) -> dict:
@@ -580,6 +625,10 @@ class OnnxRuntimeBackend(Backend):
         except Exception as exc:
             message = f"failed to prepare the inputs of model '{self.name}': {exc}"
             return [RequestError(message, INVALID_ARG)] * len(batch)
+        if batch.reserve is not None and self.placed_outputs is not None:
+            results = self._run_in_place(batch, feeds)
+            if results is not None:
+                return results
         try:
             outputs = self._run(feeds)
         except Exception as exc:
@@ -609,6 +658,88 @@ class OnnxRuntimeBackend(Backend):
             # raises the same error with it (Triton's "onnx runtime error N: ...").
             return self.session.run(self.output_names, feeds, self.run_options)
         return [value.numpy() for value in binding.get_outputs()]
+
+    def _binding_calls(self):
+        """(bind_output(name, numpy type, shape, address), run()) over the session's
+        IOBinding. onnxruntime's Python wrappers build a device object and convert
+        arguments on every call (about 10 us per bound output, more than running a
+        small model), so the pybind objects under them are called directly where this
+        onnxruntime has them, and the public API otherwise."""
+        binding, session, options = self.binding, self.session, self.run_options
+        raw_binding = getattr(binding, "_iobinding", None)
+        raw_session = getattr(session, "_sess", None)
+        try:
+            from onnxruntime.capi import _pybind_state as capi
+
+            device = capi.OrtDevice(capi.OrtDevice.cpu(), capi.OrtDevice.default_memory(), 0)
+        except (ImportError, AttributeError):
+            raw_binding = None
+        if raw_binding is None or raw_session is None:
+
+            def bind_output(name, element_type, shape, address):
+                binding.bind_output(name, "cpu", 0, element_type, shape, address)
+
+            return bind_output, lambda: session.run_with_iobinding(binding, options)
+
+        def bind_output(name, element_type, shape, address):
+            raw_binding.bind_output(name, device, element_type, shape, address)
+
+        return bind_output, lambda: raw_session.run_with_iobinding(raw_binding, options)
+
+    def _run_in_place(self, batch: Batch, feeds: dict) -> list | None:
+        """Runs the batch with its outputs bound over their runs in the response block
+        that `batch.reserve` lays out, and sets `batch.placed`; the results are views of
+        the block. None (nothing reserved, or the block discarded) when that cannot be
+        done here: the requests ask for different outputs, an output asked for is BYTES
+        or has variable dims, the rows do not add up, the arena has no room, or
+        onnxruntime fails (the caller then runs the usual way,
+        which reports the error with ORT's status code)."""
+        headers = batch.headers
+        wanted = headers[0].requested_outputs
+        rows = []
+        for header in headers:
+            if header.requested_outputs != wanted:
+                return None
+            shape = header.inputs[0][2] if header.inputs else ()
+            rows.append(shape[0] if shape else 1)
+        total = sum(rows)
+        if any(array.shape[:1] != (total,) for array in feeds.values()):
+            return None
+        placed = self.placed_outputs
+        names = [name for name in self.output_names if not wanted or name in wanted]
+        if not names or any(name not in placed for name in names):
+            return None  # a BYTES output, or one whose dims vary: the usual way
+        chosen = [placed[name] for name in names]
+        block = batch.reserve([o.spec for o in chosen], rows)
+        if block is None:
+            return None
+        arena = block.arena
+        arrays = [
+            np.ndarray((total, *o.wire_dims), o.dtype, arena, run)
+            for o, run in zip(chosen, block.runs)
+        ]
+        binding = self.binding
+        bind_output = self._bind_output
+        try:
+            binding.clear_binding_inputs()
+            binding.clear_binding_outputs()
+            for name, array in feeds.items():
+                binding.bind_cpu_input(name, array)  # over the arena, not copied
+            for output, array in zip(chosen, arrays):
+                address = array.__array_interface__["data"][0]
+                bind_output(output.name, output.dtype.type, [total, *output.model_dims], address)
+            self._run_binding()
+        except Exception:
+            block.discard()
+            return None
+        batch.placed = block
+        results = []
+        row = 0
+        for count in rows:
+            end = row + count
+            results.append(Response([(o.name, array[row:end]) for o, array in zip(chosen, arrays)]))
+            row = end
+        return results
 
     def _split(self, batch: Batch, outputs: list) -> list:
         """Each request's rows of the batch's outputs (views, no copy), only the outputs

@@ -128,6 +128,13 @@ class Instance:
                     settings_read,
                 ),
                 env=_worker_env(),
+                # A session (so a scheduling autogroup) of its own: where the kernel
+                # groups by session, a worker sharing the frontend's group gets only part
+                # of that group's weight on its CPU while the frontend runs on another, and
+                # loses CPU to every other job there (perf/onnx_limit.py measured it). The
+                # worker ignores the group's signals anyway and dies with the frontend
+                # (PR_SET_PDEATHSIG), so nothing else changes.
+                start_new_session=True,
             )
         except BaseException:
             os.close(read_fd)

@@ -138,6 +138,9 @@ class ModelManager:
         self.general_requests = 0
         self.lane_refused = 0  # invalid requests the lane answered with the validator's error
         self.lane_cached = 0  # requests the lanes answered from the response cache
+        # Lane requests the HTTP protocol collected from several reads into one buffer
+        # first (http/protocol.py): one more host copy of their bytes.
+        self.lane_collected = 0
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self._pending: dict[int, _Pending] = {}
@@ -361,6 +364,7 @@ class ModelManager:
             "general_requests": self.general_requests,
             "lane_refused": self.lane_refused,
             "lane_cached": self.lane_cached,
+            "lane_collected": self.lane_collected,
             "lane_in_flight": self.lane.in_flight(),
         }
 
@@ -552,6 +556,8 @@ class ModelManager:
         submit_ns = _core.now_ns()
         consumed, taken = self.lane.take_http(data, max_body, submit_ns, max_requests)
         if taken:
+            if type(data) is bytearray:  # one request the protocol collected
+                self.lane_collected += len(taken)
             self._track_lane(taken, submit_ns, new_on_done)
         return consumed
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import os
 import resource
@@ -267,6 +268,13 @@ class Worker:
             if getattr(backend, "device_inputs", False)
             else None
         )
+        # A backend that writes its outputs into the response block itself (onnxruntime):
+        # the batch carries the way to lay that block out (Batch.reserve).
+        self.reserve_response = (
+            endpoint.reserve_response
+            if getattr(backend, "places_outputs", False) and not self.decoupled
+            else None
+        )
 
     def run(self) -> None:
         while True:
@@ -309,10 +317,15 @@ class Worker:
                     regions = None
             decoupled.run_batch(self, batch_id, batch, [start], regions)
             return
+        if self.reserve_response is not None and not shm_outputs.active:
+            batch.reserve = functools.partial(self.reserve_response, batch_id)
         infer_start = _core.now_ns()
         results = self.backend.execute(batch)
         infer_end = _core.now_ns()
+        placed = batch.placed
         if len(results) != len(blocks):
+            if placed is not None:
+                placed.discard()
             raise RuntimeError(
                 f"the backend answered {len(results)} of the batch's {len(blocks)} requests"
             )
@@ -326,6 +339,9 @@ class Worker:
         # for a worker that ran out of memory and exits next (run): its batch stays
         # open so that no new batch is sent to it, which only its death would fail.
         done = not self.backend.out_of_memory
+        if placed is not None:  # the outputs are in the block already: post it as it is
+            placed.post(timings, done)
+            return
         if shm_outputs.active and any(_regions_of(metadata) for metadata, _slots in blocks):
             # Outputs the client placed in shm regions are written there, not in the block.
             responses = shm_outputs.place_outputs(
