@@ -22,6 +22,7 @@ from libcpp cimport bool as cbool
 from libcpp.string cimport string
 from libcpp.memory cimport shared_ptr
 from libcpp.string_view cimport string_view
+from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
 
@@ -201,6 +202,7 @@ cdef extern from "core.h" namespace "naiad":
         kDropped
         kFlagged
     int32_t kCompletionRouted
+    uint32_t kNoInstance
 
     cdef cppclass ModelHandle:
         uint64_t value
@@ -264,6 +266,7 @@ cdef extern from "core.h" namespace "naiad":
         int notify_fd()
         uint64_t new_request_id() nogil
         ModelHandle add_model(const BatcherConfig& config) except +
+        ModelHandle add_ensemble() except +
         cbool remove_model(ModelHandle model) except +
         void configure_rate_limiter(const RateLimiterConfig& config) except +
         uint32_t add_instance(ModelHandle model, const InstanceRateLimit& limits) except +
@@ -367,6 +370,34 @@ cdef extern from "infer_types.h" namespace "naiad":
 
     ErrorKind error_kind_of_triton_code(int64_t code)
     int http_status_of(ErrorKind kind)
+
+
+cdef extern from "ensemble_graph.h" namespace "naiad":
+    cdef cppclass EnsembleStep:
+        ModelHandle model
+        CModelSpec spec
+        vector[pair[string, string]] inputs
+        vector[pair[string, string]] outputs
+
+
+cdef extern from *:
+    """
+    #include <memory>
+    #include "ensemble_graph.h"
+    static bool naiad_set_ensemble_graph(naiad::Core* core, naiad::ModelHandle model,
+                                         const std::string& name,
+                                         const std::vector<std::string>& outputs,
+                                         const std::vector<naiad::EnsembleStep>& steps) {
+      auto graph = std::make_shared<naiad::EnsembleGraph>();
+      graph->name = name;
+      graph->outputs = outputs;
+      graph->steps = steps;
+      return core->set_ensemble_graph(model, std::move(graph));
+    }
+    """
+    cbool naiad_set_ensemble_graph(CCore* core, ModelHandle model, const string& name,
+                                   const vector[string]& outputs,
+                                   const vector[EnsembleStep]& steps) except +
 
 
 cdef extern from "error_status.h" namespace "naiad":
@@ -553,6 +584,9 @@ CANCEL_FLAGGED = 2
 # completion's request ids are [count, rows, queue ns, request ns, compute input ns,
 # compute infer ns, compute output ns, whole batch] (csrc/core.h RoutedStats).
 COMPLETION_ROUTED = kCompletionRouted
+# A completion's instance id when no instance ran it; with COMPLETION_ROUTED, a worker's
+# request to an ensemble whose handle is the completion's batch id.
+NO_INSTANCE = kNoInstance
 
 # Core.submit results.
 SUBMIT_OK = 0
@@ -693,9 +727,38 @@ cdef class Core:
     def add_model(self, config):
         """Registers a model under the scheduling policy of `config` (a ModelConfig
         message). Returns its handle, an int that goes stale once removed."""
+        if config.platform == "ensemble":  # orchestrated in the core: no instances
+            return self._core.add_ensemble().value
         if config.HasField("sequence_batching"):
             return naiad_add_sequence_model(self._core, _sequence_config(config)).value
         return self._core.add_model(_batcher_config(config)).value
+
+    def set_ensemble_graph(self, uint64_t model, str name, list outputs, list steps):
+        """The graph ensemble `model` runs its requests by (csrc/ensemble_graph.h):
+        `steps` [(core handle, ModelSpec, [(model input, tensor)], [(model output,
+        tensor)])], `outputs` the ensemble's output names in config order. False when
+        the handle is stale."""
+        cdef vector[EnsembleStep] c_steps
+        cdef EnsembleStep step
+        cdef vector[string] c_outputs
+        cdef ModelSpec spec
+        cdef ModelHandle handle_value
+        for output in outputs:
+            c_outputs.push_back(output.encode())
+        for handle, spec, inputs, step_outputs in steps:
+            step.model.value = handle
+            step.spec = spec.spec
+            step.inputs.clear()
+            step.outputs.clear()
+            for model_input, tensor in inputs:
+                step.inputs.push_back(pair[string, string](model_input.encode(), tensor.encode()))
+            for model_output, tensor in step_outputs:
+                step.outputs.push_back(pair[string, string](model_output.encode(),
+                                                            tensor.encode()))
+            c_steps.push_back(step)
+        handle_value.value = model
+        return naiad_set_ensemble_graph(self._core, handle_value, name.encode(), c_outputs,
+                                        c_steps)
 
     def remove_model(self, uint64_t model):
         """Removes the model: its submits answer SUBMIT_MODEL_GONE, its queued requests
