@@ -135,7 +135,12 @@ SubmitResult EnsembleScheduler::start(uint64_t model, const QueuedRequest& reque
   uint32_t input = 0;
   JsonReader reader(metadata.data(), metadata.size());
   const bool read = reader.object([&](std::string_view key) {
-    if (key == "id") return reader.string_into(&run.id);
+    if (key == "id") {  // kept as JSON text: the steps' blocks carry it as it came
+      std::string_view id;
+      if (!reader.raw_string(&id)) return false;
+      run.id = std::string(id);
+      return true;
+    }
     if (key == "inputs") {
       return reader.array([&] {
         std::string name;
@@ -239,6 +244,9 @@ void EnsembleScheduler::send_step(Run& run, uint64_t request_id, size_t s) {
   parsed.parameters = run.parameters;
   parsed.priority = run.options.priority;
   parsed.timeout_us = run.options.timeout_us;
+  parsed.sequence_id = run.options.sequence_id;
+  parsed.sequence_key = run.options.sequence_key;
+  parsed.sequence_flags = run.options.sequence_flags;
   std::vector<std::vector<int64_t>> shapes(step.inputs.size());
   parsed.inputs.resize(step.inputs.size());
   for (size_t i = 0; i < step.inputs.size(); ++i) {
@@ -262,17 +270,7 @@ void EnsembleScheduler::send_step(Run& run, uint64_t request_id, size_t s) {
   RequestBlock laid;
   layout_request_block(step.spec, parsed, &laid);
   SubmitRequest request;
-  request.metadata = laid.metadata;
-  request.inputs = std::move(laid.inputs);
-  request.options.batch_size = parsed.batch_size;
-  request.options.priority = parsed.priority;
-  request.options.timeout_us = parsed.timeout_us;
-  request.options.shape_key = parsed.shape_key;
-  request.options.input_order = laid.input_order;
-  request.options.sequence_id = run.options.sequence_id;
-  request.options.sequence_key = run.options.sequence_key;
-  request.options.sequence_flags = run.options.sequence_flags;
-  request.request_id = host_.new_step_id();
+  submit_request_of(parsed, &laid, host_.new_step_id(), &request);
   const SubmitResult result = host_.queue_step(step.model, request);
   if (result != SubmitResult::kOk) {
     int32_t code = kCodeInternal;

@@ -141,7 +141,7 @@ class EnsembleScheduler {
     EnsembleOrigin origin;
     EnsembleOptions options;
     uint64_t start_ns = 0;
-    std::string id;                      // the client's request id, plain text
+    std::string id;                      // the client's request id, JSON string text
     std::string parameters;              // the request's parameters, a raw JSON object
     std::vector<std::string> requested;  // requested outputs; empty: all
     std::unordered_map<std::string, Tensor> tensors;

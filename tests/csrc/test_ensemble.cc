@@ -187,6 +187,25 @@ std::vector<std::pair<std::string, std::vector<float>>> outputs_of(Core& core, c
   return out;
 }
 
+struct Failure {
+  int64_t code = 0;
+  std::string message;
+};
+
+// Submits `request` to the ensemble, which must fail before any step runs; its error.
+Failure failure_of(Ensemble& e, const SubmitRequest& request) {
+  CHECK(e.core.submit(e.ensemble, request) == SubmitResult::kOk);
+  e.core.flush();
+  std::vector<Completion> done = e.poll();
+  CHECK(done.size() == 1);
+  ResultOutcome outcome;
+  outputs_of(e.core, done[0], &outcome);
+  CHECK(outcome.error);
+  Failure failure{outcome.code, std::string(outcome.message)};
+  e.core.arena().free(done[0].result_offset);
+  return failure;
+}
+
 }  // namespace
 
 TEST(an_ensemble_request_runs_its_steps_in_the_core_and_is_answered_once) {
@@ -266,17 +285,11 @@ TEST(a_step_whose_model_is_gone_fails_the_request_as_not_ready) {
   Ensemble e;
   const ArenaStats baseline = e.core.arena().stats();
   CHECK(e.core.remove_model(e.add_sub));
-  CHECK(e.core.submit(e.ensemble, e.request(1, kA, kB)) == SubmitResult::kOk);
-  e.core.flush();
-  std::vector<Completion> done = e.poll();
-  CHECK(done.size() == 1);
-  ResultOutcome outcome;
-  outputs_of(e.core, done[0], &outcome);
-  CHECK(outcome.error && outcome.code == 1);
-  CHECK(outcome.message ==
+  const Failure failure = failure_of(e, e.request(1, kA, kB));
+  CHECK(failure.code == 1);
+  CHECK(failure.message ==
         "in ensemble 'ensemble_add_sub', Model add_sub - Error when running inference: Failed "
         "for execute the inference request. Model 'add_sub' is not ready.");
-  e.core.arena().free(done[0].result_offset);
   e.core.instance_down(e.add_sub_instance);
   CHECK(e.core.arena().stats().blocks_in_use == baseline.blocks_in_use - 1);  // its channel
 }
@@ -372,17 +385,11 @@ TEST(an_ensemble_request_carries_its_correlation_id_and_flags_to_a_sequence_step
   Ensemble e(true, true);
   const ArenaStats baseline = e.core.arena().stats();
   // Without a correlation id the sequence batcher refuses the step, in its words.
-  CHECK(e.core.submit(e.ensemble, e.request(1, kA, kB)) == SubmitResult::kOk);
-  e.core.flush();
-  std::vector<Completion> done = e.poll();
-  CHECK(done.size() == 1);
-  ResultOutcome outcome;
-  outputs_of(e.core, done[0], &outcome);
-  CHECK(outcome.error && outcome.code == 3);
-  CHECK(outcome.message ==
+  Failure failure = failure_of(e, e.request(1, kA, kB));
+  CHECK(failure.code == 3);
+  CHECK(failure.message ==
         "in ensemble 'ensemble_add_sub', inference request to model 'add_sub' must specify a "
         "non-zero or non-empty correlation ID");
-  e.core.arena().free(done[0].result_offset);
   // Sequence 7, one request from START to END: each step (both on add_sub here) is
   // a sequence of its own from START to END, the request's flags on both.
   const uint32_t flags = kSequenceFlagStart | kSequenceFlagEnd;
@@ -391,6 +398,7 @@ TEST(an_ensemble_request_carries_its_correlation_id_and_flags_to_a_sequence_step
   request.options.sequence_flags = flags;
   CHECK(e.core.submit(e.ensemble, request) == SubmitResult::kOk);
   e.core.flush();
+  std::vector<Completion> done;
   for (int step = 0; step < 2; ++step) {
     uint64_t sequence = 0;
     CHECK(e.serve(nullptr, &sequence) == 1);
@@ -399,6 +407,7 @@ TEST(an_ensemble_request_carries_its_correlation_id_and_flags_to_a_sequence_step
     done = e.poll();
     CHECK(done.size() == static_cast<size_t>(step));
   }
+  ResultOutcome outcome;
   outputs_of(e.core, done[0], &outcome);
   CHECK(!outcome.error);
   e.core.arena().free(done[0].result_offset);
@@ -406,15 +415,9 @@ TEST(an_ensemble_request_carries_its_correlation_id_and_flags_to_a_sequence_step
   request = e.request(3, kA, kB);
   request.options.sequence_id = 8;
   request.options.sequence_flags = 0;
-  CHECK(e.core.submit(e.ensemble, request) == SubmitResult::kOk);
-  e.core.flush();
-  done = e.poll();
-  CHECK(done.size() == 1);
-  outputs_of(e.core, done[0], &outcome);
-  CHECK(outcome.error && outcome.message ==
-                             "in ensemble 'ensemble_add_sub', inference request for sequence 8 to "
-                             "model 'add_sub' must specify the START flag on the first request "
-                             "of the sequence");
-  e.core.arena().free(done[0].result_offset);
+  failure = failure_of(e, request);
+  CHECK(failure.message ==
+        "in ensemble 'ensemble_add_sub', inference request for sequence 8 to model 'add_sub' "
+        "must specify the START flag on the first request of the sequence");
   CHECK(e.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
 }
