@@ -261,6 +261,17 @@ bool BatchAssembler::copy_from_region(InputSlot& slot, uint8_t* target) {
   return true;
 }
 
+bool BatchAssembler::fill_from_regions(uint64_t block_offset) {
+  const RequestHeader& header = header_at(arena_, block_offset);
+  InputSlot* slots = slots_at(arena_, block_offset);
+  for (uint32_t i = 0; i < header.n_inputs; ++i) {
+    if (slots[i].region != 0 && !copy_from_region(slots[i], arena_.base() + slots[i].offset)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 uint64_t BatchAssembler::describe(uint64_t batch_id, const std::vector<QueuedRequest>& requests,
                                   bool batch_tensors) {
   const uint32_t n_requests = static_cast<uint32_t>(requests.size());

@@ -104,6 +104,12 @@ class BatchAssembler {
   uint64_t describe(uint64_t batch_id, const std::vector<QueuedRequest>& requests,
                     bool batch_tensors = true);
 
+  // Copies the inputs of the request block at `block_offset` still in client regions
+  // into the rows place() kept for them, for a consumer that reads the block itself
+  // rather than through a batch descriptor (an ensemble, ensemble_scheduler.h); false
+  // when a region cannot be read. The block is its request's alone: no lock is taken.
+  bool fill_from_regions(uint64_t block_offset);
+
   // Slabs allocated: each holds requests not yet released.
   size_t slabs();
   // How many batches found their tensors contiguous / had to gather (tests, stats).

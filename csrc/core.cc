@@ -81,6 +81,21 @@ void Core::set_batch_tensors(ModelHandle handle, bool batch_tensors) {
   if (model != nullptr) model->batch_tensors = batch_tensors;
 }
 
+ModelHandle Core::add_ensemble() {
+  const ModelHandle handle = add_model(std::make_unique<EnsembleQueue>());
+  std::lock_guard<std::mutex> lock(mutex_);
+  find_locked(handle)->ensemble = true;
+  return handle;
+}
+
+bool Core::set_ensemble_graph(ModelHandle handle, std::shared_ptr<const EnsembleGraph> graph) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Model* model = find_locked(handle);
+  if (model == nullptr || !model->ensemble) return false;
+  ensembles_.set_graph(handle.value, std::move(graph));
+  return true;
+}
+
 Core::Model* Core::find_locked(ModelHandle handle) {
   uint32_t slot = handle.slot();
   if (slot >= models_.size()) return nullptr;
@@ -99,6 +114,7 @@ bool Core::remove_model(ModelHandle handle) {
     std::lock_guard<std::mutex> lock(mutex_);
     Model* model = find_locked(handle);
     if (model == nullptr) return false;
+    if (model->ensemble) ensembles_.remove(handle.value);  // its running requests finish
     // Queued requests fail as model-gone; their rows and blocks are released with them
     // (reject_locked), then the model's open slab closes: it is freed once the rows of
     // its batches still in flight are released too.
@@ -193,6 +209,17 @@ InstanceEndpoint Core::endpoint(uint32_t instance_id) const {
 
 namespace {
 
+// What an ensemble request's steps are scheduled with (ensemble_scheduler.h).
+EnsembleOptions ensemble_options(const SubmitOptions& options) {
+  EnsembleOptions out;
+  out.priority = options.priority;
+  out.timeout_us = options.timeout_us;
+  out.sequence_id = options.sequence_id;
+  out.sequence_key = std::string(options.sequence_key);
+  out.sequence_flags = options.sequence_flags;
+  return out;
+}
+
 SubmitResult submit_result_of(EnqueueResult result) {
   switch (result) {
     case EnqueueResult::kOk:
@@ -250,6 +277,10 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
     Model* model = find_locked(handle);
     if (model == nullptr) {
       result = SubmitResult::kModelGone;
+    } else if (model->ensemble) {
+      ensemble_starts_.push_back(
+          EnsembleStart{handle.value, queued, {}, ensemble_options(options)});
+      if (options.traced) traced_[request.request_id] = TraceStamps{request_start_ns, clock_()};
     } else {
       const uint64_t now = clock_();
       result = submit_result_of(model->scheduler->enqueue(queued, options, now));
@@ -415,8 +446,8 @@ bool Core::instance_idle_locked(Instance& instance) {
 }
 
 bool Core::dispatch_all_locked(bool arrivals_possible) {
+  bool left = ensemble_starts_.empty() ? false : start_ensembles_locked();
   uint64_t now = clock_();
-  bool left = false;
   for (ModelSlot& slot : models_) {
     if (slot.model && !slot.model->scheduler->empty()) {
       left |= dispatch_locked(*slot.model, now, arrivals_possible);
@@ -645,6 +676,11 @@ void Core::send_to_worker_locked(Instance& instance, const BatchMessage& message
 void Core::refuse_routed_locked(uint64_t request_id, uint32_t status) {
   auto route = routes_.find(request_id);
   if (route == routes_.end()) return;
+  if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
+    routes_.erase(route);
+    ensembles_.step_refused(request_id, kRefusedQueued | status);
+    return;
+  }
   Instance* submitter = find_instance_locked(route->second.instance_id);
   if (submitter != nullptr) {
     send_to_worker_locked(*submitter, BatchMessage{route->second.tag, 0, kRefusedQueued | status,
@@ -685,6 +721,11 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
         stats[kRoutedQueueNs] += batch.dispatch_ns - queued.enqueue_ns;
       }
       if (now > queued.enqueue_ns) stats[kRoutedRequestNs] += now - queued.enqueue_ns;
+    }
+    if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
+      if ((record.flags & kResponseFinal) != 0) routes_.erase(route);
+      ensembles_.step_response(id, *view, r);
+      continue;
     }
     // The submitter gets the response in a block of its own (a copy: the block is
     // shared with the batch's other requests), tagged with the batch it is running so
@@ -735,6 +776,18 @@ void Core::take_submits_locked(Instance& instance) {
     } else if (model == nullptr) {
       refused = static_cast<uint32_t>(SubmitResult::kModelGone);
       arena_.free(block);
+    } else if (model->ensemble) {
+      arena_.set_tag(block, 0);
+      const uint64_t id = next_routed_id_++;
+      QueuedRequest request{
+          id, block, 0, arena_.at<RequestHeader>(block)->batch_size, message.shape_key, 0, 0};
+      EnsembleOptions carried;  // a worker's request carries no sequence yet
+      carried.priority = message.priority;
+      carried.timeout_us = message.timeout_us;
+      ensemble_starts_.push_back(
+          EnsembleStart{message.model, request, {instance_id, message.tag}, carried});
+      routes_[id] = Route{instance_id, message.tag};
+      ++instance.routed;
     } else {
       arena_.set_tag(block, 0);  // the core's now, whatever happens to the submitter
       const uint64_t id = next_routed_id_++;
@@ -885,17 +938,37 @@ void Core::stop_locked(Instance& instance) {
 }
 
 CancelResult Core::cancel(uint64_t request_id) {
-  bool left = false;
-  CancelResult result = CancelResult::kUnknown;
+  CancelResult result;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    const size_t before = done_.size();
+    result = cancel_locked(request_id);
+    if (done_.size() == before) return result;
+  }
+  notify_frontend();
+  return result;
+}
+
+CancelResult Core::cancel_locked(uint64_t request_id) {
+  CancelResult result = CancelResult::kUnknown;
+  // An ensemble request: waiting to start, or running its steps.
+  for (size_t i = 0; i < ensemble_starts_.size(); ++i) {
+    if (ensemble_starts_[i].request.id != request_id) continue;
+    const EnsembleStart start = ensemble_starts_[i];
+    ensemble_starts_.erase(ensemble_starts_.begin() + static_cast<std::ptrdiff_t>(i));
+    const uint64_t none[4] = {0, 0, 0, 0};
+    answer_ensemble(start.model, start.request, start.origin, {}, none, kCompletionCancelled);
+    release_request(start.request);
+    return CancelResult::kDropped;
+  }
+  if (ensembles_.cancel(request_id)) return CancelResult::kDropped;
+  {
     for (ModelSlot& slot : models_) {
       if (!slot.model) continue;
       QueuedRequest queued;
       if (slot.model->scheduler->cancel(request_id, &queued)) {
         std::vector<QueuedRequest> dropped{queued};
         reject_locked(dropped, kCompletionCancelled);
-        left = true;
         result = CancelResult::kDropped;
         break;
       }
@@ -913,7 +986,6 @@ CancelResult Core::cancel(uint64_t request_id) {
           drop_staged_locked(instance, kCompletionCancelled);
           run_staged_locked();
         }
-        left = true;
         result = CancelResult::kDropped;
         break;
       }
@@ -929,7 +1001,6 @@ CancelResult Core::cancel(uint64_t request_id) {
       }
     }
   }
-  if (left) notify_frontend();
   return result;
 }
 
@@ -956,6 +1027,145 @@ uint64_t Core::running_since(uint32_t instance_id) {
     if (oldest == 0 || batch.dispatch_ns < oldest) oldest = batch.dispatch_ns;
   }
   return oldest;
+}
+
+// --- ensembles (ensemble_scheduler.h) ---
+
+bool Core::start_ensembles_locked() {
+  const size_t before = done_.size();
+  std::vector<EnsembleStart> starts;
+  starts.swap(ensemble_starts_);
+  for (const EnsembleStart& start : starts) {
+    const uint64_t none[4] = {0, 0, 0, 0};
+    // The scheduler reads the block's inputs from the arena: those submit left in a
+    // client's region come in first (a batch would copy them at dispatch).
+    if (!assembler_.fill_from_regions(start.request.offset)) {
+      answer_ensemble(start.model, start.request, start.origin, {}, none,
+                      kCompletionWorkerFailed);  // cannot happen: the submitter holds it
+      release_request(start.request);
+      continue;
+    }
+    const SubmitResult result =
+        ensembles_.start(start.model, start.request, start.origin, start.options);
+    if (result == SubmitResult::kOk) continue;
+    // No graph: the ensemble is not served (removed, or its graph not set yet).
+    answer_ensemble(start.model, start.request, start.origin, {}, none, kCompletionModelGone);
+    release_request(start.request);
+  }
+  return done_.size() != before;
+}
+
+SubmitResult Core::queue_step(ModelHandle handle, const SubmitRequest& request) {
+  Model* model = find_locked(handle);
+  if (model == nullptr) return SubmitResult::kModelGone;
+  ScratchArray<const uint8_t*> sources(request.inputs.size());
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    sources[i] = static_cast<const uint8_t*>(request.inputs[i].data);
+  }
+  // The one copy of the step's inputs (from the ensemble's request or an earlier
+  // step's response) into its request block; the assembler's lock nests in ours.
+  const uint64_t offset = assembler_.place(handle.value, request, sources.data());
+  if (offset == 0) return SubmitResult::kArenaFull;
+  const SubmitOptions& options = request.options;
+  QueuedRequest queued{request.request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
+  if (model->ensemble) {  // an ensemble as a step: started from the next dispatch's top
+    ensemble_starts_.push_back(EnsembleStart{handle.value,
+                                             queued,
+                                             {EnsembleOrigin::kStep, request.request_id},
+                                             ensemble_options(options)});
+    return SubmitResult::kOk;
+  }
+  const SubmitResult result =
+      submit_result_of(model->scheduler->enqueue(queued, options, clock_()));
+  if (result != SubmitResult::kOk) {
+    assembler_.release(offset);
+    return result;
+  }
+  routes_[request.request_id] = Route{kEnsembleRoute, 0};
+  return result;
+}
+
+void Core::release_request(const QueuedRequest& request) {
+  std::vector<QueuedRequest> done{request};
+  assembler_.release(done);
+}
+
+void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
+                           const EnsembleOrigin& origin, const std::vector<ResponseEntry>& entries,
+                           const uint64_t timings[4], int32_t status) {
+  if (origin.instance == EnsembleOrigin::kStep) {  // a step of another ensemble
+    const uint64_t step_id = origin.tag;
+    if (status != kCompletionOk || entries.empty()) {
+      ensembles_.step_refused(step_id, kRefusedQueued | static_cast<uint32_t>(status));
+      return;
+    }
+    const uint64_t size = response_block_size(entries);
+    std::vector<uint8_t> block(size);
+    write_response_block(block.data(), entries, timings);
+    ResponseBlockView view;
+    if (view_response_block(block.data(), size, &view)) {
+      ensembles_.step_response(step_id, view, 0);
+    } else {
+      ensembles_.step_refused(step_id, kRefusedQueued | kCompletionWorkerFailed);
+    }
+    return;
+  }
+  const uint64_t size = entries.empty() ? 0 : response_block_size(entries);
+  if (origin.instance == EnsembleOrigin::kFrontend) {
+    uint64_t block = 0;
+    if (status == kCompletionOk && size != 0) {
+      block = arena_.alloc(size, 0);
+      if (block == 0) {
+        status = kCompletionArenaFull;
+      } else {
+        write_response_block(arena_.base() + block, entries, timings);
+      }
+    }
+    done_.push_back(Completion{block != 0 ? next_batch_id_++ : 0,
+                               status,
+                               kNoInstance,
+                               block,
+                               block != 0 ? size : 0,
+                               timings[0],
+                               {request.id}});
+    return;
+  }
+  // A worker's request: answered on its ring unless the worker died meanwhile.
+  auto route = routes_.find(request.id);
+  if (route == routes_.end()) return;
+  Instance* submitter = find_instance_locked(route->second.instance_id);
+  if (submitter == nullptr) {
+    erase_route_locked(route);
+    return;
+  }
+  uint64_t owner = 0;
+  for (const auto& flight : in_flight_) {
+    if (flight.second.instance_id == submitter->id) owner = flight.first;
+  }
+  const uint64_t block = status == kCompletionOk && size != 0 ? arena_.alloc(size, owner) : 0;
+  if (block == 0) {
+    const uint32_t failed =
+        status == kCompletionOk ? uint32_t{kCompletionArenaFull} : static_cast<uint32_t>(status);
+    send_to_worker_locked(*submitter, BatchMessage{route->second.tag, 0, kRefusedQueued | failed,
+                                                   MessageKind::kRefused, 0});
+  } else {
+    write_response_block(arena_.base() + block, entries, timings);
+    send_to_worker_locked(*submitter,
+                          BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
+    if ((entries[0].flags & kResponseError) == 0) {
+      // The ensemble's statistics count the request, as for a client's.
+      const uint64_t took = clock_() - timings[0];
+      std::vector<uint64_t> stats(kRoutedStatsSize, 0);
+      stats[kRoutedCount] = 1;
+      stats[kRoutedRows] = request.batch_size;
+      stats[kRoutedRequestNs] = took;
+      stats[kRoutedComputeInferNs] = timings[2];
+      stats[kRoutedWholeBatch] = 1;
+      done_.push_back(
+          Completion{model, kCompletionRouted, kNoInstance, 0, 0, timings[0], std::move(stats)});
+    }
+  }
+  erase_route_locked(route);
 }
 
 }  // namespace naiad

@@ -46,6 +46,7 @@
 #include "batch_assembler.h"
 #include "channel.h"
 #include "dynamic_batcher.h"
+#include "ensemble_scheduler.h"
 #include "input_regions.h"
 #include "rate_limiter.h"
 #include "response_block.h"
@@ -73,7 +74,9 @@ enum class CancelResult : int32_t {
 
 // Statistics only, for the frontend: requests workers submitted (BLS, ensemble steps)
 // that got their final response from instance `instance_id`. Nothing to answer or
-// free; `request_ids` carries kRoutedStatsSize numbers (RoutedStats order).
+// free; `request_ids` carries kRoutedStatsSize numbers (RoutedStats order). A worker's
+// request to an ensemble, answered by the core: `instance_id` is kNoInstance and
+// `batch_id` the ensemble's ModelHandle value.
 constexpr int32_t kCompletionRouted = 5;
 enum RoutedStats : uint32_t {
   kRoutedCount = 0,           // requests
@@ -86,6 +89,8 @@ enum RoutedStats : uint32_t {
   kRoutedWholeBatch = 7,  // 1: every request of the batch was routed (an execution)
   kRoutedStatsSize = 8,
 };
+
+constexpr uint32_t kNoInstance = 0xffffffffu;  // a Completion's instance_id: none ran it
 
 struct Completion {
   uint64_t batch_id;  // 0 for requests that never ran
@@ -109,7 +114,9 @@ struct InstanceEndpoint {
   int wake_fd;  // the worker blocks on it; the frontend signals it
 };
 
-class Core {
+// Core implements EnsembleHost for its EnsembleScheduler (ensemble_scheduler.h): the
+// ensemble orchestration calls those methods with mutex_ held.
+class Core : private EnsembleHost {
  public:
   // `clock` is injectable for tests; `timer_thread` false leaves held batches to
   // explicit tick() calls (deterministic tests).
@@ -142,6 +149,13 @@ class Core {
   // never the batch-major tensors, so inputs in client regions are read in place in
   // batches of any size (batch_assembler.h). Default true (framework backends).
   void set_batch_tensors(ModelHandle model, bool batch_tensors);
+  // An ensemble (ensemble_scheduler.h): no instances; its requests, from clients or
+  // workers, are orchestrated by the core's EnsembleScheduler once its graph is set.
+  // Until then they fail as for a removed model.
+  ModelHandle add_ensemble();
+  // The ensemble's graph, its steps resolved to handles and specs; set again when the
+  // served models change. False: the handle is stale or not an ensemble.
+  bool set_ensemble_graph(ModelHandle model, std::shared_ptr<const EnsembleGraph> graph);
   // Removes the model: from now on its handle's submits return kModelGone. Its
   // queued requests complete with kCompletionModelGone, left for poll(). Its batches
   // in flight still complete through poll() (ordering is kept only among those
@@ -269,6 +283,7 @@ class Core {
   };
   struct Model {
     std::unique_ptr<Scheduler> scheduler;
+    bool ensemble = false;             // requests go to ensembles_ (scheduler is an EnsembleQueue)
     std::vector<Instance*> instances;  // into instances_, in the order they were added
     uint64_t deadline_ns = 0;          // when the held batch or a queue timeout is due
     // preserve_ordering: batch ids in dispatch order, and completions waiting for
@@ -335,6 +350,22 @@ class Core {
   void free_instance_locked(Instance& instance);
   void notify_frontend();
   void timer_loop();
+  CancelResult cancel_locked(uint64_t request_id);
+
+  // --- EnsembleHost (ensemble_scheduler.h), with mutex_ held ---
+  Arena& ensemble_arena() override { return arena_; }
+  uint64_t ensemble_now() override { return clock_(); }
+  uint64_t new_step_id() override { return next_routed_id_++; }
+  SubmitResult queue_step(ModelHandle model, const SubmitRequest& request) override;
+  void cancel_step(uint64_t step_id) override { cancel_locked(step_id); }
+  void release_request(const QueuedRequest& request) override;
+  void answer_ensemble(uint64_t model, const QueuedRequest& request, const EnsembleOrigin& origin,
+                       const std::vector<ResponseEntry>& entries, const uint64_t timings[4],
+                       int32_t status) override;
+  // Starts the ensemble requests that arrived since the last dispatch (always from
+  // the top of a dispatch, so the EnsembleScheduler is never re-entered by a start).
+  // True if it left completions for poll().
+  bool start_ensembles_locked();
 
   // Set at construction, then only read: no lock.
   Clock clock_;
@@ -368,6 +399,18 @@ class Core {
   // Ids of requests workers submit: a range of their own, apart from the frontend's.
   uint64_t next_routed_id_ = uint64_t{1} << 62;
   std::vector<Completion> done_;  // left for poll() by dispatch and the timer thread
+  // Ensembles: requests waiting for start_ensembles_locked, and the orchestration.
+  // A step request's route has instance_id kEnsembleRoute (its responses go to
+  // ensembles_); a worker's request to an ensemble has an ordinary route.
+  struct EnsembleStart {
+    uint64_t model;
+    QueuedRequest request;
+    EnsembleOrigin origin;
+    EnsembleOptions options;
+  };
+  std::vector<EnsembleStart> ensemble_starts_;
+  EnsembleScheduler ensembles_{*this};
+  static constexpr uint32_t kEnsembleRoute = 0xffffffffu;
   // Scratch for dispatch_locked, kept to spare allocations on the hot path.
   std::vector<uint32_t> idle_;
   std::vector<Placement> placements_;

@@ -147,17 +147,7 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
     block.inputs[i].data = nullptr;
   }
   SubmitRequest submit;
-  submit.request_id = request_id;
-  submit.metadata = block.metadata;
-  submit.inputs = std::move(block.inputs);
-  submit.options.batch_size = request.batch_size;
-  submit.options.priority = request.priority;
-  submit.options.timeout_us = request.timeout_us;
-  submit.options.shape_key = request.shape_key;
-  submit.options.input_order = block.input_order;
-  submit.options.sequence_id = request.sequence_id;
-  submit.options.sequence_key = request.sequence_key;
-  submit.options.sequence_flags = request.sequence_flags;
+  submit_request_of(request, &block, request_id, &submit);
   if (trace_rate_[model_index] != 0) submit.options.traced = sample_trace(model_index);
   if (core_.submit(model.core_model_id, submit) != SubmitResult::kOk) {
     unpin(pins);

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <utility>
 
 #include "ipc_schema.h"
 
@@ -77,6 +78,21 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
     if (n_order < kMaxInputs) order[n_order++] = static_cast<uint32_t>(input.spec);
   }
   out->input_order = input_order_key(order, n_order);
+}
+
+void submit_request_of(const ParsedRequest& request, RequestBlock* block, uint64_t request_id,
+                       SubmitRequest* out) {
+  out->request_id = request_id;
+  out->metadata = block->metadata;
+  out->inputs = std::move(block->inputs);
+  out->options.batch_size = request.batch_size;
+  out->options.priority = request.priority;
+  out->options.timeout_us = request.timeout_us;
+  out->options.shape_key = request.shape_key;
+  out->options.input_order = block->input_order;
+  out->options.sequence_id = request.sequence_id;
+  out->options.sequence_key = request.sequence_key;
+  out->options.sequence_flags = request.sequence_flags;
 }
 
 bool request_block_fits(const uint8_t* base, uint64_t arena_size, uint64_t heap_begin,

@@ -23,6 +23,13 @@ struct RequestBlock {
 // are written as they are, so they must be JSON text (a string's inside, an object).
 void layout_request_block(const ModelSpec& model, const ParsedRequest& request, RequestBlock* out);
 
+// The SubmitRequest for Core::submit of a validated `request` laid out in `block`
+// (whose inputs move into it): the one place that turns the validator's and the
+// request's scheduling fields into SubmitOptions, for the codec and the ensemble
+// scheduler's steps. `traced` is the caller's.
+void submit_request_of(const ParsedRequest& request, RequestBlock* block, uint64_t request_id,
+                       SubmitRequest* out);
+
 // A request block another process wrote (a worker's BLS request, Core's to_core ring),
 // read before anything trusts it: true when it starts with kRequestMagic at or after
 // `heap_begin` and its header, slots and metadata, and every slot's bytes, lie inside

@@ -230,6 +230,14 @@ SCENARIOS += [
         "over HTTP, binary tensors",
     ),
     Scenario(
+        "ensemble_add_sub_grpc",
+        1,
+        "ensemble_add_sub",
+        "grpc",
+        (8,),
+        description="the same ensemble of two Python models over gRPC ModelInfer",
+    ),
+    Scenario(
         "bls_add_sub_http",
         1,
         "bls_add_sub",

@@ -326,3 +326,22 @@ def test_a_bls_call_to_a_sequence_model_is_refused_with_a_reason(server):
         "Model seq_direct - Error when running inference: a model with sequence batching "
         "cannot be called from a model yet"
     )
+
+
+def test_an_ensemble_carries_its_correlation_id_and_flags_to_a_sequence_step(server):
+    # seq_ensemble's one step is seq_direct: the ensemble request's sequence_id and
+    # START/END reach it, so the step's state carries from request to request.
+    url = server.url
+    status, error = infer(url, "seq_ensemble", 1)
+    assert status == 400 and "must specify a non-zero or non-empty correlation ID" in error
+    assert infer(url, "seq_ensemble", 4, sequence_id=31, sequence_start=True) == (
+        200,
+        {"OUTPUT": [4]},
+    )
+    assert infer(url, "seq_ensemble", 2, sequence_id=31) == (200, {"OUTPUT": [6]})
+    assert infer(url, "seq_ensemble", 3, sequence_id=31, sequence_end=True) == (
+        200,
+        {"OUTPUT": [9]},
+    )
+    status, error = infer(url, "seq_ensemble", 1, sequence_id=31)  # after END
+    assert status == 400 and "must specify the START flag" in error

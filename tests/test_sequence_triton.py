@@ -150,3 +150,16 @@ def test_statistics_count_as_triton(servers):
             )
         )
     assert counts[0] == counts[1]
+
+
+def test_an_ensemble_with_a_sequence_step_answers_as_triton(servers):
+    # The ensemble request's correlation id and flags reach its sequence step on both.
+    naiad, triton = servers
+    for value, parameters in [
+        (1, {}),
+        (1, {"sequence_id": 31}),
+        (4, {"sequence_id": 31, "sequence_start": True}),
+    ]:
+        ours = infer(naiad, "seq_ensemble", value, **parameters)
+        theirs = infer(triton, "seq_ensemble", value, **parameters)
+        assert ours == theirs, parameters

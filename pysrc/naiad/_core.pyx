@@ -206,6 +206,7 @@ cdef extern from "core.h" namespace "naiad":
         kDropped
         kFlagged
     int32_t kCompletionRouted
+    uint32_t kNoInstance
 
     cdef cppclass ModelHandle:
         uint64_t value
@@ -272,6 +273,7 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t outputs_copied()
         ModelHandle add_model(const BatcherConfig& config) except +
         void set_batch_tensors(ModelHandle model, cbool batch_tensors)
+        ModelHandle add_ensemble() except +
         cbool remove_model(ModelHandle model) except +
         void configure_rate_limiter(const RateLimiterConfig& config) except +
         uint32_t add_instance(ModelHandle model, const InstanceRateLimit& limits) except +
@@ -375,6 +377,34 @@ cdef extern from "infer_types.h" namespace "naiad":
 
     ErrorKind error_kind_of_triton_code(int64_t code)
     int http_status_of(ErrorKind kind)
+
+
+cdef extern from "ensemble_graph.h" namespace "naiad":
+    cdef cppclass EnsembleStep:
+        ModelHandle model
+        CModelSpec spec
+        vector[pair[string, string]] inputs
+        vector[pair[string, string]] outputs
+
+
+cdef extern from *:
+    """
+    #include <memory>
+    #include "ensemble_graph.h"
+    static bool naiad_set_ensemble_graph(naiad::Core* core, naiad::ModelHandle model,
+                                         const std::string& name,
+                                         const std::vector<std::string>& outputs,
+                                         const std::vector<naiad::EnsembleStep>& steps) {
+      auto graph = std::make_shared<naiad::EnsembleGraph>();
+      graph->name = name;
+      graph->outputs = outputs;
+      graph->steps = steps;
+      return core->set_ensemble_graph(model, std::move(graph));
+    }
+    """
+    cbool naiad_set_ensemble_graph(CCore* core, ModelHandle model, const string& name,
+                                   const vector[string]& outputs,
+                                   const vector[EnsembleStep]& steps) except +
 
 
 cdef extern from "error_status.h" namespace "naiad":
@@ -577,6 +607,9 @@ CANCEL_FLAGGED = 2
 # completion's request ids are [count, rows, queue ns, request ns, compute input ns,
 # compute infer ns, compute output ns, whole batch] (csrc/core.h RoutedStats).
 COMPLETION_ROUTED = kCompletionRouted
+# A completion's instance id when no instance ran it; with COMPLETION_ROUTED, a worker's
+# request to an ensemble whose handle is the completion's batch id.
+NO_INSTANCE = kNoInstance
 
 # Core.submit results.
 SUBMIT_OK = 0
@@ -738,6 +771,8 @@ cdef class Core:
         `batch_tensors` False: its workers read each request's inputs apart, so inputs
         in client shm regions are read in place in any batch (Core::set_batch_tensors)."""
         cdef ModelHandle handle
+        if config.platform == "ensemble":  # orchestrated in the core: no instances
+            return self._core.add_ensemble().value
         if config.HasField("sequence_batching"):
             handle = naiad_add_sequence_model(self._core, _sequence_config(config))
         else:
@@ -745,6 +780,33 @@ cdef class Core:
         if not batch_tensors:
             self._core.set_batch_tensors(handle, False)
         return handle.value
+
+    def set_ensemble_graph(self, uint64_t model, str name, list outputs, list steps):
+        """The graph ensemble `model` runs its requests by (csrc/ensemble_graph.h):
+        `steps` [(core handle, ModelSpec, [(model input, tensor)], [(model output,
+        tensor)])], `outputs` the ensemble's output names in config order. False when
+        the handle is stale."""
+        cdef vector[EnsembleStep] c_steps
+        cdef EnsembleStep step
+        cdef vector[string] c_outputs
+        cdef ModelSpec spec
+        cdef ModelHandle handle_value
+        for output in outputs:
+            c_outputs.push_back(output.encode())
+        for handle, spec, inputs, step_outputs in steps:
+            step.model.value = handle
+            step.spec = spec.spec
+            step.inputs.clear()
+            step.outputs.clear()
+            for model_input, tensor in inputs:
+                step.inputs.push_back(pair[string, string](model_input.encode(), tensor.encode()))
+            for model_output, tensor in step_outputs:
+                step.outputs.push_back(pair[string, string](model_output.encode(),
+                                                            tensor.encode()))
+            c_steps.push_back(step)
+        handle_value.value = model
+        return naiad_set_ensemble_graph(self._core, handle_value, name.encode(), c_outputs,
+                                        c_steps)
 
     def remove_model(self, uint64_t model):
         """Removes the model: its submits answer SUBMIT_MODEL_GONE, its queued requests

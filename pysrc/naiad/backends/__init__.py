@@ -23,7 +23,6 @@ _REGISTRY: dict[str, str] = {
     "pytorch_libtorch": "naiad.backends.pytorch:PyTorchBackend",
     "tensorrt": "naiad.backends.tensorrt:TensorRTBackend",
     "tensorrt_plan": "naiad.backends.tensorrt:TensorRTBackend",
-    "ensemble": "naiad.backends.ensemble:EnsembleBackend",
 }
 
 
@@ -51,7 +50,7 @@ def load_backend(args: dict) -> Backend:
     name = backend_name(json.loads(args["model_config"]))
     target = _REGISTRY.get(name)
     if target is None:
-        supported = ", ".join(sorted(n for n in _REGISTRY if n != "ensemble"))
+        supported = ", ".join(sorted(_REGISTRY))
         raise RuntimeError(
             f"backend '{name}' of model '{args['model_name']}' is not supported yet "
             f"(supported: {supported})"

@@ -1,26 +1,28 @@
-"""Ensemble models (`platform: "ensemble"`) in the control plane: the graph check at load
-and readiness that follows the composing models.
+"""Ensemble models (`platform: "ensemble"`) in the control plane: the graph check at load,
+the graph the core runs, and readiness that follows the composing models.
 
-Where the orchestration lives, and why: each ensemble has one worker process running
-`backends/ensemble.py`, which sends every step to the core as a request of its own
-(the BLS path: channel.h SubmitMessage), so each step goes through its model's own
-queue and batcher, and intermediate tensors go from response block to request block
-inside the shared arena. Doing it in the C++ core instead would spare one hop through
-that worker's ring per step; the core has no per-request graph state today, and the
-measured cost of the Python hop is in perf/README.md (ensemble scenarios).
+Where the orchestration lives: in the C++ core (csrc/ensemble_scheduler.h). An ensemble
+has no worker; the core queues each step on its model's own scheduler (so steps batch
+with direct traffic), keeps intermediate tensors in the arena, and answers the request
+through the completion path the lanes read. This module resolves each step's model and
+version to a core handle and validator spec (`EnsembleModel.refresh_graph`), again
+whenever the served models change, since a reload gives a model a new handle.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from naiad import _core
 from naiad.protos import model_config_pb2
 from naiad.repository.ensemble import check_structure
 from naiad.scheduling.model import LOADING, READY, UNAVAILABLE, LoadedModel
 
 ENSEMBLE_PLATFORM = "ensemble"
 
-_KIND_CPU = model_config_pb2.ModelInstanceGroup.KIND_CPU
+# The spec of a step whose model is not served (never validated against: the core
+# refuses such a step before).
+_EMPTY_SPEC = _core.ModelSpec("", "", 0, [], [])
 
 
 def is_ensemble(config) -> bool:
@@ -120,23 +122,40 @@ def check_ensemble(config, find) -> str | None:
 
 
 class EnsembleModel(LoadedModel):
-    """An ensemble version: one scheduler worker (backends/ensemble.py), its graph checked
+    """An ensemble version: orchestrated by the core (no instances), its graph checked
     once its composing models have loaded, ready only while they are."""
 
-    # Ensemble requests that one scheduler execution may take together (they still run
-    # their steps each on their own, so this only spares per-batch overhead).
-    BATCH_REQUESTS = 64
-
-    def _core_config(self):
-        config = model_config_pb2.ModelConfig()
-        config.CopyFrom(self.config)
-        config.max_batch_size = max(config.max_batch_size, 1) * self.BATCH_REQUESTS
-        config.dynamic_batching.SetInParent()
-        return config
+    graph_set = False  # the core has its graph (after the check at load)
+    carries_sequence = True  # its steps join the request's sequence, as in Triton
 
     def _instance_groups(self):
-        group = model_config_pb2.ModelInstanceGroup(name=self.name, kind=_KIND_CPU, count=1)
-        return [group]
+        return []
+
+    def _serving(self, name: str, version: int):
+        """The composing model version a step runs on now, or None."""
+        versions = self.manager.models.get(name) or {}
+        if version < 0:
+            ready = [m for m in versions.values() if m.ready]
+            return max(ready, key=lambda m: m.version) if ready else None
+        model = versions.get(version)
+        return model if model is not None and model.ready else None
+
+    def refresh_graph(self) -> None:
+        """Gives the core the graph with each step's current handle and spec (handle 0:
+        the step's model is not served, and the step fails as Triton's does)."""
+        if self.core_model is None or self.state == UNAVAILABLE:
+            return
+        steps = []
+        for step in self.config.ensemble_scheduling.step:
+            model = self._serving(step.model_name, int(step.model_version))
+            handle = 0 if model is None or model.core_model is None else model.core_model
+            spec = model._validate.spec if handle else _EMPTY_SPEC
+            steps.append(
+                (handle, spec, list(step.input_map.items()), list(step.output_map.items()))
+            )
+        outputs = [output.name for output in self.config.output]
+        self.core.set_ensemble_graph(self.core_model, self.name, outputs, steps)
+        self.graph_set = True
 
     def composing(self) -> list[tuple[str, int]]:
         return [(s.model_name, int(s.model_version)) for s in self.config.ensemble_scheduling.step]
@@ -178,6 +197,7 @@ class EnsembleModel(LoadedModel):
             self.reason = reason
             self.release()
             return
+        self.refresh_graph()
         await super().load()
 
     def _composing_ready(self) -> bool:

@@ -232,10 +232,15 @@ class ModelManager:
         self.models_changed()
 
     def models_changed(self) -> None:
-        """The served models or their states changed: workers' directory follows."""
+        """The served models or their states changed: workers' directory and the core's
+        ensemble graphs (steps name models by handle) follow."""
         directory = getattr(self, "directory", None)
         if directory is not None:
             directory.update()
+        for versions in self.models.values():
+            for model in versions.values():
+                if isinstance(model, EnsembleModel) and model.graph_set:
+                    model.refresh_graph()
 
     def withdraw(self, name: str) -> None:
         """`name` takes no new request, on either path; its requests in flight finish."""
@@ -680,7 +685,7 @@ class ModelManager:
         self, _batch, status, _instance, offset, size, dispatch_ns, request_ids, reason=None
     ):
         if status == _core.COMPLETION_ROUTED:
-            self._record_routed(_instance, request_ids)
+            self._record_routed(_instance, request_ids, _batch)
             return
         try:
             get = self._pending.get
@@ -706,9 +711,26 @@ class ModelManager:
             if offset:
                 self.core.free(offset)
 
-    def _record_routed(self, instance_id: int, numbers: list) -> None:
+    def _core_models(self) -> dict:
+        """Loaded model versions by core handle."""
+        return {
+            m.core_model: m
+            for versions in self.models.values()
+            for m in versions.values()
+            if m.core_model is not None
+        }
+
+    def _record_routed(self, instance_id: int, numbers: list, batch_id: int = 0) -> None:
         """Statistics of requests workers submitted (BLS, ensemble steps) that instance
         `instance_id` answered: counted for its model as Triton counts them."""
+        if instance_id == _core.NO_INSTANCE:  # a worker's request to an ensemble
+            model = self._core_models().get(batch_id)
+            if model is not None and len(numbers) >= 8:
+                count, rows, _queue_ns, request_ns, _in, c_infer, _out, _whole = numbers[:8]
+                timings = [0, 0, c_infer, 0]
+                model.stats.record_successes(count, rows, request_ns, 0, timings)
+                model.stats.record_execution(rows, timings)
+            return
         model = self._instance_models.get(instance_id)
         if model is None:
             for versions in self.models.values():

@@ -31,6 +31,10 @@ _KIND_NAMES = {0: "MODEL", 1: "GPU", 2: "CPU", 3: "MODEL"}  # ModelInstanceGroup
 
 
 class LoadedModel:
+    # The request's correlation id and flags go to the core though the model has no
+    # sequence batcher (an ensemble passes them on to its steps).
+    carries_sequence = False
+
     def __init__(self, manager, entry, version: int, config):
         self.manager = manager
         self.core = manager.core
@@ -209,7 +213,7 @@ class LoadedModel:
         except InvalidArgument:
             self._validate.check(request)  # the validator's error comes first
             raise
-        if self.sequence_batching:
+        if self.sequence_batching or self.carries_sequence:
             return self._submit_sequence(request, priority, timeout_us, on_response)
         return self.manager.submit(
             self, self._validate.spec, request, priority, timeout_us, on_response=on_response

@@ -1,4 +1,4 @@
-"""A worker's own requests to other models (BLS; ensemble steps), through the core.
+"""A worker's own requests to other models (BLS), through the core.
 
 A Python model's `pb_utils.InferenceRequest(...).exec()` lands here. The request is
 validated against the target's config and laid out in the arena exactly as the

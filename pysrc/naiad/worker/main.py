@@ -408,13 +408,8 @@ def _pin_for_gpu(arena, args: dict) -> None:
 
 
 def _serve(channel, backend: Backend) -> None:
-    """Runs batches until stopped: a backend with its own loop (the ensemble
-    scheduler's `serve`) runs it; the others run in a Worker, which also runs the
-    batches that arrive nested while a model waits for its own requests (BLS)."""
-    serve = getattr(backend, "serve", None)
-    if serve is not None:
-        serve(channel)
-        return
+    """Runs batches until stopped, in a Worker, which also runs the batches that arrive
+    nested while a model waits for its own requests (BLS)."""
     worker = Worker(channel, backend)
     channel.run_batch = worker._run_batch
     worker.run()

@@ -1,0 +1,421 @@
+#include "ensemble_scheduler.h"
+
+#include <cstring>
+
+#include "channel.h"
+#include "core.h"
+#include "ensemble_graph.h"
+#include "ipc_schema.h"
+#include "json_reader.h"
+#include "kserve_json.h"
+#include "request_block.h"
+#include "request_validator.h"
+#include "result_block.h"
+
+namespace naiad {
+
+namespace {
+
+// pb_utils.TritonError codes (backends/base.py): what a step's failure answers with.
+constexpr int32_t kCodeInternal = 1;
+constexpr int32_t kCodeInvalidArgument = 3;
+constexpr int32_t kCodeUnavailable = 4;
+
+// A JSON string's text (escapes kept) as plain text.
+std::string unescape(std::string_view raw) {
+  if (raw.find('\\') == std::string_view::npos) return std::string(raw);
+  std::string quoted;
+  quoted.reserve(raw.size() + 2);
+  quoted += '"';
+  quoted += raw;
+  quoted += '"';
+  std::string out;
+  JsonReader reader(quoted.data(), quoted.size());
+  if (!reader.string_into(&out)) return std::string(raw);
+  return out;
+}
+
+// "[1,16]" as dims; false when it is not an array of non-negative integers.
+bool parse_shape(std::string_view text, std::vector<int64_t>* out) {
+  out->clear();
+  JsonReader reader(text.data(), text.size());
+  return reader.array([&] {
+    uint64_t dim = 0;
+    if (!reader.uint(&dim)) return false;
+    out->push_back(static_cast<int64_t>(dim));
+    return true;
+  });
+}
+
+// A request the step's model refused, as the caller of a BLS request hears it
+// (worker/bls.py refusal(), Triton's Python backend's words).
+std::string refusal_message(const std::string& model, uint32_t status, int32_t* code,
+                            const EnsembleOptions* sequence = nullptr) {
+  *code = kCodeInternal;
+  const std::string prefix = "Model " + model + " - Error when running inference: ";
+  if ((status & kRefusedQueued) != 0) {
+    const int32_t completion = static_cast<int32_t>(status & ~kRefusedQueued);
+    if (completion == kCompletionTimedOut) {
+      *code = kCodeUnavailable;
+      return "Request timeout expired";
+    }
+    if (completion == kCompletionModelGone) {
+      *code = kCodeUnavailable;
+      return "Request for unknown model: '" + model + "' is not at ready state";
+    }
+    if (completion == kCompletionCancelled) return "Request was cancelled";
+    if (completion == kCompletionInstanceDied) {
+      return "Failed to process the request(s) for model '" + model +
+             "': the model instance's worker process exited while running it; it is being "
+             "restarted";
+    }
+    return "Failed to process the request(s) for model '" + model +
+           "': the worker could not run the batch (see the server log)";
+  }
+  switch (static_cast<SubmitResult>(status)) {
+    case SubmitResult::kQueueFull:
+      return prefix + "Exceeds maximum queue size";
+    case SubmitResult::kArenaFull:
+      return prefix + "the shared-memory arena has no room for the request";
+    case SubmitResult::kModelGone:
+      return prefix + "Failed for execute the inference request. Model '" + model +
+             "' is not ready.";
+    // The sequence batcher's refusals, in its words (scheduling/sequence.py refusal).
+    case SubmitResult::kSequenceBatchSize:
+      *code = kCodeInvalidArgument;
+      return "inference request to model '" + model +
+             "' must specify batch-size 1 due to requirements of sequence batcher";
+    case SubmitResult::kNoSequenceId:
+      *code = kCodeInvalidArgument;
+      return "inference request to model '" + model +
+             "' must specify a non-zero or non-empty correlation ID";
+    case SubmitResult::kSequenceNotStarted: {
+      *code = kCodeInvalidArgument;
+      std::string corrid;
+      if (sequence != nullptr) {
+        corrid = sequence->sequence_key.empty() ? std::to_string(sequence->sequence_id)
+                                                : sequence->sequence_key;
+      }
+      return "inference request for sequence " + corrid + " to model '" + model +
+             "' must specify the START flag on the first request of the sequence";
+    }
+    default:
+      return prefix + "the request's inputs cannot be read";
+  }
+}
+
+}  // namespace
+
+void EnsembleScheduler::set_graph(uint64_t model, std::shared_ptr<const EnsembleGraph> graph) {
+  graphs_[model] = std::move(graph);
+}
+
+SubmitResult EnsembleScheduler::start(uint64_t model, const QueuedRequest& request,
+                                      const EnsembleOrigin& origin,
+                                      const EnsembleOptions& options) {
+  auto graph = graphs_.find(model);
+  if (graph == graphs_.end()) return SubmitResult::kModelGone;
+  Arena& arena = host_.ensemble_arena();
+  const uint8_t* block = arena.base() + request.offset;
+  RequestHeader header;
+  std::memcpy(&header, block, sizeof header);
+  const std::string_view metadata(
+      reinterpret_cast<const char*>(block + request_metadata_offset(header.n_inputs)),
+      header.metadata_size);
+
+  Run run;
+  run.model = model;
+  run.graph = graph->second;
+  run.request = request;
+  run.origin = origin;
+  run.options = options;
+  run.start_ns = host_.ensemble_now();
+  run.sent.assign(run.graph->steps.size(), false);
+  // The block's metadata, as layout_request_block wrote it.
+  uint32_t input = 0;
+  JsonReader reader(metadata.data(), metadata.size());
+  const bool read = reader.object([&](std::string_view key) {
+    if (key == "id") {  // kept as JSON text: the steps' blocks carry it as it came
+      std::string_view id;
+      if (!reader.raw_string(&id)) return false;
+      run.id = std::string(id);
+      return true;
+    }
+    if (key == "inputs") {
+      return reader.array([&] {
+        std::string name;
+        std::string_view datatype;
+        const char* shape = nullptr;
+        if (!reader.consume('[') || !reader.string_into(&name) || !reader.consume(',') ||
+            !reader.raw_string(&datatype) || !reader.consume(',') || !reader.skip_value(&shape)) {
+          return false;
+        }
+        const char* shape_end = reader.position();
+        if (!reader.consume(']') || input >= header.n_inputs) return false;
+        InputSlot slot;
+        std::memcpy(&slot, block + sizeof(RequestHeader) + uint64_t{input} * sizeof(InputSlot),
+                    sizeof slot);
+        ++input;
+        Tensor& tensor = run.tensors[name];
+        tensor.datatype = std::string(datatype);
+        tensor.shape = std::string(shape, static_cast<size_t>(shape_end - shape));
+        tensor.offset = slot.offset;
+        tensor.size = slot.size;
+        return true;
+      });
+    }
+    if (key == "outputs") {
+      if (reader.peek() == 'n') return reader.skip_value();
+      return reader.array([&] {
+        run.requested.emplace_back();
+        return reader.string_into(&run.requested.back());
+      });
+    }
+    if (key == "parameters") {
+      const char* start = nullptr;
+      if (!reader.skip_value(&start)) return false;
+      run.parameters.assign(start, static_cast<size_t>(reader.position() - start));
+      return true;
+    }
+    return reader.skip_value();
+  });
+  const uint64_t id = request.id;
+  Run& placed = runs_[id] = std::move(run);
+  if (!read) fail(placed, "the request block could not be read", kCodeInternal);
+  advance(id);
+  return SubmitResult::kOk;
+}
+
+void EnsembleScheduler::fail(Run& run, const std::string& message, int32_t code) {
+  fail_raw(run, json_string_text(message), code);
+}
+
+void EnsembleScheduler::fail_raw(Run& run, std::string_view raw_message, int32_t code) {
+  if (!run.error_json.empty()) return;  // the first error is the request's
+  run.error_json = "{\"error\":\"in ensemble '" + json_string_text(run.graph->name) + "', ";
+  run.error_json += raw_message;
+  run.error_json += "\"}";
+  run.error_code = code;
+}
+
+void EnsembleScheduler::advance(uint64_t request_id) {
+  auto found = runs_.find(request_id);
+  if (found == runs_.end()) return;
+  Run& run = found->second;
+  const std::vector<EnsembleStep>& steps = run.graph->steps;
+  if (run.error_json.empty() && !run.cancelled) {
+    for (size_t s = 0; s < steps.size(); ++s) {
+      if (run.sent[s]) continue;
+      bool ready = true;
+      for (const auto& mapping : steps[s].inputs) ready &= run.tensors.count(mapping.second) != 0;
+      if (!ready) continue;
+      send_step(run, request_id, s);
+      if (!run.error_json.empty()) break;
+    }
+  }
+  if (!run.steps.empty()) return;  // answered when its running steps are done
+  if (run.error_json.empty() && !run.cancelled) {
+    std::string waiting;
+    for (size_t s = 0; s < steps.size(); ++s) {
+      if (run.sent[s]) continue;
+      if (!waiting.empty()) waiting += ", ";
+      waiting += "'" + steps[s].spec.name + "'";
+    }
+    if (!waiting.empty()) {
+      fail(run, "step(s) " + waiting + " never received all their inputs", kCodeInternal);
+    }
+  }
+  finish(request_id);
+}
+
+void EnsembleScheduler::send_step(Run& run, uint64_t request_id, size_t s) {
+  run.sent[s] = true;
+  const EnsembleStep& step = run.graph->steps[s];
+  if (step.model.value == 0) {  // the control plane found no version of it served
+    int32_t code = kCodeInternal;
+    const std::string message =
+        refusal_message(step.spec.name, static_cast<uint32_t>(SubmitResult::kModelGone), &code);
+    fail(run, message, code);
+    return;
+  }
+  Arena& arena = host_.ensemble_arena();
+  ParsedRequest parsed;
+  parsed.id = run.id;
+  parsed.parameters = run.parameters;
+  parsed.priority = run.options.priority;
+  parsed.timeout_us = run.options.timeout_us;
+  parsed.sequence_id = run.options.sequence_id;
+  parsed.sequence_key = run.options.sequence_key;
+  parsed.sequence_flags = run.options.sequence_flags;
+  std::vector<std::vector<int64_t>> shapes(step.inputs.size());
+  parsed.inputs.resize(step.inputs.size());
+  for (size_t i = 0; i < step.inputs.size(); ++i) {
+    const Tensor& tensor = run.tensors.at(step.inputs[i].second);
+    RequestInput& in = parsed.inputs[i];
+    in.name = step.inputs[i].first;
+    in.datatype = tensor.datatype;
+    if (!parse_shape(tensor.shape, &in.shape)) {
+      fail(run, "tensor '" + step.inputs[i].second + "' has an unreadable shape", kCodeInternal);
+      return;
+    }
+    in.data = arena.base() + tensor.offset;
+    in.size = tensor.size;
+  }
+  for (const auto& mapping : step.outputs) parsed.output_names.push_back(mapping.first);
+  std::string error;
+  if (!validate_request(step.spec, &parsed, &error)) {
+    fail(run, error, kCodeInvalidArgument);
+    return;
+  }
+  RequestBlock laid;
+  layout_request_block(step.spec, parsed, &laid);
+  SubmitRequest request;
+  submit_request_of(parsed, &laid, host_.new_step_id(), &request);
+  const SubmitResult result = host_.queue_step(step.model, request);
+  if (result != SubmitResult::kOk) {
+    int32_t code = kCodeInternal;
+    const std::string message =
+        refusal_message(step.spec.name, static_cast<uint32_t>(result), &code, &run.options);
+    fail(run, message, code);
+    return;
+  }
+  run.steps.push_back(request.request_id);
+  step_of_[request.request_id] = StepRef{request_id, static_cast<uint32_t>(s)};
+}
+
+void EnsembleScheduler::forget_step(Run& run, uint64_t step_id) {
+  step_of_.erase(step_id);
+  for (size_t i = 0; i < run.steps.size(); ++i) {
+    if (run.steps[i] == step_id) {
+      run.steps.erase(run.steps.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  }
+}
+
+void EnsembleScheduler::step_response(uint64_t step_id, const ResponseBlockView& view,
+                                      uint32_t index) {
+  auto ref = step_of_.find(step_id);
+  if (ref == step_of_.end()) return;
+  const uint64_t request_id = ref->second.request_id;
+  Run& run = runs_.at(request_id);
+  const EnsembleStep& step = run.graph->steps[ref->second.step];
+  const bool final = (view.records[index].flags & kResponseFinal) != 0;
+  if (final) forget_step(run, step_id);
+  // The response in a block of the request's own: the batch's block is shared with
+  // its other requests and goes once they are answered.
+  Arena& arena = host_.ensemble_arena();
+  std::vector<ResponseEntry> entries{entry_of(view, index)};
+  const uint64_t size = response_block_size(entries);
+  const uint64_t block = arena.alloc(size, 0);
+  ResultBlock result;
+  if (block == 0) {
+    fail(run,
+         "the shared-memory arena has no room for the outputs of step '" + step.spec.name + "'",
+         kCodeUnavailable);
+  } else {
+    write_response_block(arena.base() + block, entries, view.header->timings);
+    run.blocks.push_back(block);
+    if (!parse_result_block(arena.base() + block, size, &result) || result.outcomes.empty()) {
+      fail(run, "the response of step '" + step.spec.name + "' could not be read", kCodeInternal);
+    } else {
+      const ResultOutcome& outcome = result.outcomes[0];
+      if (outcome.error) {
+        fail_raw(run, outcome.message, static_cast<int32_t>(outcome.code));
+      } else {
+        for (size_t o = 0; o < outcome.output_count; ++o) {
+          const ResultOutput& output = result.outputs[outcome.first_output + o];
+          const std::string name = unescape(output.name);
+          for (const auto& mapping : step.outputs) {
+            if (mapping.first != name) continue;
+            Tensor& tensor = run.tensors[mapping.second];
+            tensor.datatype = unescape(output.datatype);
+            tensor.shape = std::string(output.shape);
+            tensor.offset = block + output.offset;
+            tensor.size = output.size;
+          }
+        }
+      }
+    }
+  }
+  if (final) advance(request_id);
+}
+
+void EnsembleScheduler::step_refused(uint64_t step_id, uint32_t status) {
+  auto ref = step_of_.find(step_id);
+  if (ref == step_of_.end()) return;
+  const uint64_t request_id = ref->second.request_id;
+  Run& run = runs_.at(request_id);
+  const EnsembleStep& step = run.graph->steps[ref->second.step];
+  forget_step(run, step_id);
+  if (!run.cancelled) {
+    int32_t code = kCodeInternal;
+    const std::string message = refusal_message(step.spec.name, status, &code);
+    fail(run, message, code);
+  }
+  advance(request_id);
+}
+
+void EnsembleScheduler::finish(uint64_t request_id) {
+  auto found = runs_.find(request_id);
+  if (found == runs_.end()) return;
+  // Out of the table first: answering may re-enter (an ensemble that is a step of
+  // another answers as that step's response).
+  Run run = std::move(found->second);
+  runs_.erase(found);
+  const uint64_t end = host_.ensemble_now();
+  const uint64_t timings[4] = {run.start_ns, 0, end > run.start_ns ? end - run.start_ns : 0, 0};
+  std::vector<ResponseEntry> entries;
+  std::string json;
+  int32_t status = kCompletionOk;
+  Arena& arena = host_.ensemble_arena();
+  if (run.cancelled) {
+    status = kCompletionCancelled;
+  } else {
+    ResponseEntry entry;
+    entry.request_index = 0;
+    if (run.error_json.empty()) {
+      const std::vector<std::string>& names =
+          run.requested.empty() ? run.graph->outputs : run.requested;
+      json = "{\"outputs\":[";
+      for (size_t i = 0; i < names.size(); ++i) {
+        auto tensor = run.tensors.find(names[i]);
+        if (tensor == run.tensors.end()) {
+          fail(run, "no step produced output '" + names[i] + "'", kCodeInternal);
+          break;
+        }
+        if (i) json += ',';
+        json += "[\"" + json_string_text(names[i]) + "\",\"" + tensor->second.datatype + "\"," +
+                tensor->second.shape + "]";
+        entry.outputs.push_back(
+            OutputBytes{arena.base() + tensor->second.offset, tensor->second.size});
+      }
+      json += "]}";
+    }
+    if (!run.error_json.empty()) {
+      entry.outputs.clear();
+      entry.flags = kResponseFinal | kResponseError;
+      entry.error_code = run.error_code;
+      json = run.error_json;
+    } else {
+      entry.flags = kResponseFinal;
+    }
+    entry.json = json;
+    entries.push_back(std::move(entry));
+  }
+  host_.answer_ensemble(run.model, run.request, run.origin, entries, timings, status);
+  for (uint64_t block : run.blocks) arena.free(block);
+  host_.release_request(run.request);
+}
+
+bool EnsembleScheduler::cancel(uint64_t request_id) {
+  auto found = runs_.find(request_id);
+  if (found == runs_.end()) return false;
+  found->second.cancelled = true;
+  // A copy: a dropped step is refused at once (step_refused), which edits the list.
+  const std::vector<uint64_t> steps = found->second.steps;
+  for (uint64_t step : steps) host_.cancel_step(step);
+  return true;
+}
+
+}  // namespace naiad

@@ -1,0 +1,174 @@
+// Ensembles (`platform: "ensemble"`) orchestrated in the core. An ensemble has no
+// instances: when one of its requests arrives (from a client, or from a worker's BLS
+// call), the core hands it to the EnsembleScheduler, which queues every step whose
+// inputs exist as a request of its own on that step's model (through the model's own
+// Scheduler, so steps batch with direct traffic). When a step's response comes back
+// the scheduler maps its outputs to ensemble tensors and queues the steps now
+// complete; once nothing runs, it writes the ensemble's response block and the core
+// answers the original request through the completion path the lanes already read
+// (or routes it to the worker that called). Tensors never leave the arena: a step's
+// response is kept in a block of the request's own (one copy out of the batch's
+// shared response block), the next step's inputs are copied once from there into its
+// request block (Core's assembler), and the ensemble's outputs once into its response.
+//
+// The graph was checked at load, with Triton's messages, by the control plane
+// (scheduling/ensemble.py), which also resolves each step's model and version to a
+// core handle and the validator's spec, and sets them again whenever the served
+// models change (a reload gives a new handle; an unloaded model leaves a stale one,
+// and the step then fails as Triton's does for a model not ready).
+//
+// Threads: the core calls every method with its mutex held (core.h); the scheduler
+// calls back into the core only through EnsembleHost, whose methods expect that lock
+// held. No lock of its own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "arena.h"
+#include "response_block.h"
+#include "scheduler.h"
+#include "submit_request.h"
+
+namespace naiad {
+
+struct EnsembleGraph;  // ensemble_graph.h: the steps, their models and tensor maps
+
+// Who gets an ensemble request's answer: the frontend, the worker instance that
+// submitted it (under its tag; Core keeps it as a route, gone if the worker dies), or
+// another ensemble it is a step of (tag: the step's request id).
+struct EnsembleOrigin {
+  static constexpr uint32_t kFrontend = 0xffffffffu;
+  static constexpr uint32_t kStep = 0xfffffffeu;
+  uint32_t instance = kFrontend;
+  uint64_t tag = 0;
+};
+
+// How an ensemble request asks to be scheduled; its steps ask the same, as Triton's
+// ensemble scheduler passes them on: priority, timeout, and the correlation id and
+// START/END flags (a step on a sequence model joins the request's sequence).
+struct EnsembleOptions {
+  uint32_t priority = 0;
+  uint64_t timeout_us = 0;
+  uint64_t sequence_id = 0;
+  std::string sequence_key;  // a string correlation id, or empty
+  uint32_t sequence_flags = 0;
+};
+
+// What the scheduler asks of the core, with the core's mutex held.
+class EnsembleHost {
+ public:
+  virtual ~EnsembleHost() = default;
+  virtual Arena& ensemble_arena() = 0;
+  virtual uint64_t ensemble_now() = 0;
+  // An id for a step request, apart from the frontend's.
+  virtual uint64_t new_step_id() = 0;
+  // Lays out and queues `request` (its id from new_step_id) on `model`'s scheduler, its
+  // responses routed to step_response / step_refused. An ensemble model's request
+  // starts later (never inside this call), so the scheduler is never re-entered here.
+  virtual SubmitResult queue_step(ModelHandle model, const SubmitRequest& request) = 0;
+  // Drops a queued step or flags a running one (Core::cancel).
+  virtual void cancel_step(uint64_t step_id) = 0;
+  // The ensemble request's block goes (it was the core's, as any queued request's).
+  virtual void release_request(const QueuedRequest& request) = 0;
+  // Answers ensemble request `request_id` of model `model` (`entries`: its one final
+  // response, written into a new block by the host) or fails it with `status`
+  // (entries empty: kCompletionCancelled, kCompletionModelGone...).
+  virtual void answer_ensemble(uint64_t model, const QueuedRequest& request,
+                               const EnsembleOrigin& origin,
+                               const std::vector<ResponseEntry>& entries, const uint64_t timings[4],
+                               int32_t status) = 0;
+};
+
+// The core's Scheduler for an ensemble model: holds nothing (its requests go to the
+// EnsembleScheduler at submit), so generic code (dispatch, drain, cancel) passes it by.
+class EnsembleQueue : public Scheduler {
+ public:
+  EnqueueResult enqueue(const QueuedRequest&, const SubmitOptions&, uint64_t) override {
+    return EnqueueResult::kOk;  // never called: Core::submit starts ensembles itself
+  }
+  uint64_t schedule(uint64_t, const std::vector<uint32_t>&, bool, std::vector<Placement>*,
+                    std::vector<QueuedRequest>*) override {
+    return 0;
+  }
+  bool empty() const override { return true; }
+  bool preserve_ordering() const override { return false; }
+  std::vector<QueuedRequest> drain() override { return {}; }
+};
+
+class EnsembleScheduler {
+ public:
+  explicit EnsembleScheduler(EnsembleHost& host) : host_(host) {}
+
+  // The graph of ensemble model `model` (a ModelHandle value); replaces the earlier
+  // one for requests that start from now on.
+  void set_graph(uint64_t model, std::shared_ptr<const EnsembleGraph> graph);
+  // The model is removed: new requests find no graph; those running finish.
+  void remove(uint64_t model) { graphs_.erase(model); }
+
+  // A request for ensemble `model` (its block laid out for the ensemble's spec) starts
+  // its first steps; the block is the scheduler's from now on (kOk), else untouched.
+  // kModelGone: no graph set (not loaded yet).
+  SubmitResult start(uint64_t model, const QueuedRequest& request, const EnsembleOrigin& origin,
+                     const EnsembleOptions& options);
+
+  // A response of step request `step_id` (record `index` of `view`); `final`: its last.
+  void step_response(uint64_t step_id, const ResponseBlockView& view, uint32_t index);
+  // Step request `step_id` ended without a final response: refused at submit or
+  // dispatch (`status`: Core's kRefusedQueued | CompletionStatus), failed, cancelled.
+  void step_refused(uint64_t step_id, uint32_t status);
+
+  // Ensemble request `request_id` is cancelled: its queued steps are dropped, its
+  // running ones flagged; it then fails as cancelled. False when it is not running here.
+  bool cancel(uint64_t request_id);
+  size_t running() const { return runs_.size(); }
+
+ private:
+  struct Tensor {
+    std::string datatype;
+    std::string shape;    // JSON array text, "[1,16]"
+    uint64_t offset = 0;  // the bytes, in the arena
+    uint64_t size = 0;
+  };
+  struct Run {
+    uint64_t model = 0;
+    std::shared_ptr<const EnsembleGraph> graph;
+    QueuedRequest request;
+    EnsembleOrigin origin;
+    EnsembleOptions options;
+    uint64_t start_ns = 0;
+    std::string id;                      // the client's request id, JSON string text
+    std::string parameters;              // the request's parameters, a raw JSON object
+    std::vector<std::string> requested;  // requested outputs; empty: all
+    std::unordered_map<std::string, Tensor> tensors;
+    std::vector<uint64_t> blocks;  // step responses kept for their tensors
+    std::vector<bool> sent;        // per step
+    std::vector<uint64_t> steps;   // step requests not finished
+    std::string error_json;        // {"error": ...} once failed
+    int32_t error_code = 0;
+    bool cancelled = false;
+  };
+
+  // Sends every step whose inputs exist; answers the request when nothing runs.
+  void advance(uint64_t request_id);
+  void send_step(Run& run, uint64_t request_id, size_t step);
+  void fail(Run& run, const std::string& message, int32_t code);
+  void fail_raw(Run& run, std::string_view raw_message, int32_t code);
+  void finish(uint64_t request_id);
+  void forget_step(Run& run, uint64_t step_id);
+
+  EnsembleHost& host_;
+  std::unordered_map<uint64_t, std::shared_ptr<const EnsembleGraph>> graphs_;
+  std::unordered_map<uint64_t, Run> runs_;  // by the ensemble request's id
+  struct StepRef {
+    uint64_t request_id;
+    uint32_t step;
+  };
+  std::unordered_map<uint64_t, StepRef> step_of_;  // step request id -> its run
+};
+
+}  // namespace naiad
