@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -135,8 +136,11 @@ struct InferResponse {
   uint64_t request_id = 0;  // the core's id
   ErrorKind error = ErrorKind::kNone;
   std::string_view error_message;  // raw JSON string text
-  std::string id;                  // the client's id, plain text, "" when none
-  std::string_view model_name;     // JSON-escaped (ModelSpec::name_json)
+  // Holds a message built at answer time that error_message views (on the heap, so a
+  // moved response keeps it valid); null for messages with longer-lived storage.
+  std::shared_ptr<const std::string> owned_error_message;
+  std::string id;               // the client's id, plain text, "" when none
+  std::string_view model_name;  // JSON-escaped (ModelSpec::name_json)
   std::string_view model_version;
   std::string_view parameters;          // the response parameters, a raw JSON object, or empty
   std::vector<ResponseOutput> outputs;  // those the client asked for, in result order

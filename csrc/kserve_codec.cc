@@ -171,6 +171,8 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
     recipe.pins = std::move(pins);
     for (size_t i = 0; i < request.output_shm.size(); ++i) {
       recipe.shm_outputs.push_back(request.outputs[request.output_shm[i].output]);
+      const RegionRef& ref = shm_inputs[request.inputs.size() + i];
+      recipe.shm_places.push_back({ref.id, ref.object_offset - ref.region_offset, ref.size});
     }
   }
   recipe.model = model_index;
@@ -251,6 +253,30 @@ bool KServeCodec::insert_cached(uint32_t model_index, std::string key, uint64_t 
   return true;
 }
 
+bool KServeCodec::write_shm_output(const Recipe::ShmPlace& place, const ResponseOutput& output,
+                                   InferResponse* response) const {
+  std::string message;
+  if (output.size > place.size) {
+    message = "shared memory size specified with the request for output '" +
+              json_string_text(output.name) + "' (" + std::to_string(place.size) +
+              " bytes) should be at least " + std::to_string(output.size) +
+              " bytes to hold the results";
+  } else if (regions_ == nullptr ||
+             !regions_->write(place.region, place.offset, output.data, output.size)) {
+    message = "failed to write output '" + json_string_text(output.name) +
+              "' into its shared memory region";
+  } else {
+    return true;
+  }
+  response->error = ErrorKind::kInternal;
+  response->owned_error_message = std::make_shared<const std::string>(std::move(message));
+  response->error_message = *response->owned_error_message;
+  response->id.clear();
+  response->outputs.clear();
+  response->parameters = {};
+  return false;
+}
+
 void KServeCodec::answer_outputs(const ModelSpec& model, const Recipe& recipe,
                                  const ResultOutput* outputs, size_t count, const uint8_t* base,
                                  std::string_view parameters, InferResponse* response) const {
@@ -271,8 +297,12 @@ void KServeCodec::answer_outputs(const ModelSpec& model, const Recipe& recipe,
     ResponseOutput out{output.name,          output.datatype, output.shape,
                        base + output.offset, output.size,     json};
     bool in_shm = false;
-    for (uint32_t shm_output : recipe.shm_outputs) {
-      if (model.outputs[shm_output] == output.name) in_shm = true;
+    for (size_t k = 0; k < recipe.shm_outputs.size() && !in_shm; ++k) {
+      if (model.outputs[recipe.shm_outputs[k]] != output.name) continue;
+      in_shm = true;
+      // A worker writes its outputs into the region and leaves none here; an ensemble's
+      // answer still holds them: the frontend writes them.
+      if (output.size != 0 && !write_shm_output(recipe.shm_places[k], out, response)) return;
     }
     if (in_shm) {
       out.in_shm = true;  // in the client's region: metadata only

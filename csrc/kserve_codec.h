@@ -154,6 +154,14 @@ class KServeCodec {
     // Outputs the worker writes into client shm regions (indices into
     // ModelSpec::outputs) and the regions pinned until the answer (ShmRegistry).
     std::vector<uint32_t> shm_outputs;
+    // Where each of shm_outputs goes, for an answer whose bytes reach the frontend (an
+    // ensemble's, which no worker writes): region id, offset in it, room.
+    struct ShmPlace {
+      uint64_t region = 0;
+      uint64_t offset = 0;
+      uint64_t size = 0;
+    };
+    std::vector<ShmPlace> shm_places;
     std::vector<uint64_t> pins;
     // A miss of the response cache: the key its result is kept under, and the lookup's
     // cost (empty key: not cached).
@@ -166,6 +174,11 @@ class KServeCodec {
   void answer_outputs(const ModelSpec& model, const Recipe& recipe, const ResultOutput* outputs,
                       size_t count, const uint8_t* base, std::string_view parameters,
                       InferResponse* response) const;
+  // Writes an output answered with its bytes into the client region `place` (an
+  // ensemble's answer); false: it does not fit or cannot be written, and `response` is
+  // that error, in Triton's words.
+  bool write_shm_output(const Recipe::ShmPlace& place, const ResponseOutput& output,
+                        InferResponse* response) const;
   void keep_result(uint32_t model, Recipe& recipe, const ResultBlock& result,
                    const ResultOutcome& outcome, const uint8_t* block);
   // Resolves and pins the request's shm tensors (inputs: `data` points into the

@@ -58,6 +58,7 @@ ShmRegistry::~ShmRegistry() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [id, region] : regions_) {
     if (region.map_base != nullptr) ::munmap(region.map_base, region.map_length);
+    if (region.write_base != nullptr) ::munmap(region.write_base, region.map_length);
     if (region.fd >= 0) ::close(region.fd);
   }
   regions_.clear();
@@ -203,6 +204,7 @@ void ShmRegistry::free_locked(uint64_t id) {
   if (found == regions_.end()) return;
   Region& region = found->second;
   if (region.map_base != nullptr) ::munmap(region.map_base, region.map_length);
+  if (region.write_base != nullptr) ::munmap(region.write_base, region.map_length);
   if (region.fd >= 0) ::close(region.fd);
   RegionTable* t = table();
   if (t != nullptr && region.slot < kRegionTableSlots) {
@@ -314,6 +316,32 @@ const uint8_t* ShmRegistry::map(InputKind kind, uint64_t region_id, uint64_t off
   copies_.fetch_add(1, std::memory_order_relaxed);  // the caller copies these bytes once
   copied_bytes_.fetch_add(size, std::memory_order_relaxed);
   return region.data + offset;
+}
+
+bool ShmRegistry::write(uint64_t region_id, uint64_t offset, const uint8_t* data, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = regions_.find(region_id);
+  if (found == regions_.end()) return false;
+  Region& region = found->second;
+  if (region.status.kind != InputKind::kSystemShm || region.map_base == nullptr) return false;
+  const uint64_t region_size = region.status.byte_size;
+  if (offset > region_size || size > region_size - offset) return false;
+  if (size == 0) return true;
+  if (region.write_base == nullptr) {
+    // The fd was opened read-only; its /proc path opens the same object for writing.
+    const std::string path = "/proc/self/fd/" + std::to_string(region.fd);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return false;
+    const uint64_t start =
+        region.status.offset - static_cast<uint64_t>(region.data - region.map_base);
+    void* base = ::mmap(nullptr, region.map_length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                        static_cast<off_t>(start));
+    ::close(fd);
+    if (base == MAP_FAILED) return false;
+    region.write_base = static_cast<uint8_t*>(base);
+  }
+  std::memcpy(region.write_base + (region.data - region.map_base) + offset, data, size);
+  return true;
 }
 
 bool ShmRegistry::host_range(uint64_t region_id, uint64_t offset, uint64_t size) {

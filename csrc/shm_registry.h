@@ -133,6 +133,12 @@ class ShmRegistry : public InputRegions {
   bool device_range(uint64_t region, uint64_t offset, uint64_t size) override;
   bool host_range(uint64_t region, uint64_t offset, uint64_t size) override;
 
+  // Writes `size` bytes at `offset` of live system region `region`, bounds checked, for
+  // an answer the frontend writes itself (an ensemble's: no worker holds its outputs).
+  // The frontend maps regions read-only for inputs; the first write maps the region
+  // writable too, kept until the region is freed. False: unknown, CUDA, out of bounds.
+  bool write(uint64_t region, uint64_t offset, const uint8_t* data, uint64_t size);
+
   // For tests and /proc checks: regions whose mapping is still held (registered or
   // referenced), and mappings released so far.
   size_t mapped() const;
@@ -148,7 +154,8 @@ class ShmRegistry : public InputRegions {
     bool registered = true;  // false once unregistered: gone when refs reach 0
     uint64_t refs = 0;
     int fd = -1;
-    uint8_t* map_base = nullptr;  // page-aligned mmap start
+    uint8_t* map_base = nullptr;    // page-aligned mmap start
+    uint8_t* write_base = nullptr;  // the same range mapped writable, on first write()
     uint64_t map_length = 0;
     uint8_t* data = nullptr;  // the region's first byte (map_base + page remainder)
     uint32_t slot = UINT32_MAX;

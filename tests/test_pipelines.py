@@ -20,6 +20,8 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 from server_harness import EXAMPLE_MODELS, NaiadServer
+from shm_support import Region
+from tritonclient.utils import InferenceServerException
 
 PIPELINE_MODELS = Path(__file__).resolve().parent / "pipeline_models"
 TIMEOUT = 30
@@ -366,3 +368,62 @@ def test_metrics_follow_the_statistics_of_steps_and_bls_calls(server):
         if line.startswith("nv_inference_request_success{") and 'model="add_sub"' in line
     )
     assert float(line.rsplit(" ", 1)[1]) == _success_count(server, "add_sub")
+
+
+def test_ensemble_reads_inputs_from_and_writes_outputs_to_client_shm(server):
+    # The core's ensemble scheduler reads the request block itself: inputs the lane left
+    # in the client's region (read in place by a worker that runs them alone) must come
+    # into the block first, or the steps compute on the rows' stale bytes.
+    client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+    size = A.nbytes
+    with Region("ens_in", 2 * size) as inputs, Region("ens_out", 2 * size) as outputs:
+        inputs.write([A, B])
+        client.register_system_shared_memory(inputs.name, inputs.key, 2 * size)
+        client.register_system_shared_memory(outputs.name, outputs.key, 2 * size)
+        try:
+            for _ in range(3):  # alone each time: the in-place case
+                infer_inputs = [
+                    httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+                    httpclient.InferInput("INPUT1", [1, 16], "FP32"),
+                ]
+                infer_inputs[0].set_shared_memory(inputs.name, size, offset=0)
+                infer_inputs[1].set_shared_memory(inputs.name, size, offset=size)
+                wanted = [
+                    httpclient.InferRequestedOutput("OUTPUT0"),
+                    httpclient.InferRequestedOutput("OUTPUT1"),
+                ]
+                wanted[0].set_shared_memory(outputs.name, size, offset=0)
+                wanted[1].set_shared_memory(outputs.name, size, offset=size)
+                client.infer("ensemble_add_sub", infer_inputs, outputs=wanted)
+                np.testing.assert_array_equal(outputs.read(np.float32, [1, 16]), 2 * A)
+                np.testing.assert_array_equal(outputs.read(np.float32, [1, 16], size), 2 * B)
+                outputs.write_bytes(bytes(2 * size))
+        finally:
+            client.unregister_system_shared_memory()
+            client.close()
+
+
+def test_ensemble_output_region_too_small_is_tritons_500(server):
+    client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+    size = A.nbytes
+    with Region("ens_small", size // 2) as small:
+        client.register_system_shared_memory(small.name, small.key, size // 2)
+        try:
+            wanted = httpclient.InferRequestedOutput("OUTPUT0")
+            wanted.set_shared_memory(small.name, size // 2)
+            infer_inputs = [
+                httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+                httpclient.InferInput("INPUT1", [1, 16], "FP32"),
+            ]
+            infer_inputs[0].set_data_from_numpy(A)
+            infer_inputs[1].set_data_from_numpy(B)
+            with pytest.raises(InferenceServerException) as info:
+                client.infer("ensemble_add_sub", infer_inputs, outputs=[wanted])
+            assert info.value.status() == "500"
+            assert info.value.message() == (
+                f"shared memory size specified with the request for output 'OUTPUT0' "
+                f"({size // 2} bytes) should be at least {size} bytes to hold the results"
+            )
+        finally:
+            client.unregister_system_shared_memory()
+            client.close()

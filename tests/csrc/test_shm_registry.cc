@@ -139,6 +139,38 @@ TEST(shm_offset_applied_once) {
   }
 }
 
+TEST(shm_write_lands_in_the_object_bounds_checked_and_unmapped_at_unregister) {
+  // An ensemble's answer is written into the client's region by the frontend itself.
+  ShmObject object(3 * 4096, "write");
+  ShmRegistry registry;
+  std::string error;
+  const size_t fds = open_fds();
+  CHECK(registry.register_system("w", object.key, 5000, 64, &error) == ErrorKind::kNone);
+  RegionRef ref;
+  CHECK(registry.resolve("w", 8, 16, &ref, &error) == ErrorKind::kNone);
+  const uint8_t bytes[4] = {0xde, 0xad, 0xbe, 0xef};
+  CHECK(registry.write(ref.id, 8, bytes, 4));
+  CHECK(registry.write(ref.id, 60, bytes, 4));   // the region's last bytes
+  CHECK(!registry.write(ref.id, 61, bytes, 4));  // one past its end
+  CHECK(!registry.write(ref.id, UINT64_MAX, bytes, 1));
+  CHECK(!registry.write(ref.id + 1000, 0, bytes, 1));  // no such region
+  // The region starts at object offset 5000 (applied once).
+  int fd = ::shm_open(object.key.c_str(), O_RDONLY, 0);
+  CHECK(fd >= 0);
+  uint8_t read_back[4] = {0, 0, 0, 0};
+  CHECK(::pread(fd, read_back, 4, 5008) == 4);
+  CHECK(std::memcmp(read_back, bytes, 4) == 0);
+  CHECK(::pread(fd, read_back, 4, 5060) == 4);
+  CHECK(std::memcmp(read_back, bytes, 4) == 0);
+  CHECK(::pread(fd, read_back, 1, 5007) == 1 && read_back[0] == static_cast<uint8_t>(5007));
+  ::close(fd);
+  registry.release(ref.id);
+  CHECK(registry.unregister(InputKind::kSystemShm, "w", &error) == ErrorKind::kNone);
+  // Both mappings and the fd are gone with the region.
+  CHECK(mappings_of(object.key) == 0);
+  CHECK(open_fds() == fds);
+}
+
 TEST(shm_resolve_bounds) {
   ShmObject object(4096, "bounds");
   ShmRegistry registry;

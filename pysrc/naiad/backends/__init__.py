@@ -28,10 +28,11 @@ _REGISTRY: dict[str, str] = {
 
 # The backends above whose class leaves `Backend.batch_tensors` False: their workers read
 # each request's inputs apart (Batch.arrays), never the batch-major tensors, so the core
-# builds none from client shm regions for their models (Core::set_batch_tensors).
+# builds none from client shm regions for their models (Core::set_batch_tensors). An
+# ensemble has no workers: the core reads its requests (BatchAssembler::fill_from_regions).
 # Named here so that the frontend need not import a backend module;
 # tests/test_shm_worker.py checks it against the classes.
-_READS_REQUESTS_APART = frozenset({"python", "ensemble"})
+_READS_REQUESTS_APART = frozenset({"python"})
 
 
 def reads_requests_apart(name: str) -> bool:
