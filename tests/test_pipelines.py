@@ -427,3 +427,18 @@ def test_ensemble_output_region_too_small_is_tritons_500(server):
         finally:
             client.unregister_system_shared_memory()
             client.close()
+
+
+def test_ensemble_shm_outputs_on_the_general_path(tmp_path):
+    # The same two cases where the Python general path answers (shm.write_returned_outputs).
+    repository = build_repository(tmp_path / "repository")
+    server = NaiadServer(
+        repository,
+        log_dir=tmp_path,
+        extra_args=["--exit-on-error=false", "--strict-readiness=false", "--fast-lane=false"],
+    ).start(wait="ready", timeout=120)
+    try:
+        test_ensemble_reads_inputs_from_and_writes_outputs_to_client_shm(server)
+        test_ensemble_output_region_too_small_is_tritons_500(server)
+    finally:
+        server.stop()

@@ -2510,6 +2510,7 @@ cdef extern from "shm_registry.h" namespace "naiad":
         size_t mapped()
         uint64_t copies()
         uint64_t copied_bytes()
+        cbool write(uint64_t region, uint64_t offset, const uint8_t* data, uint64_t size) nogil
 
     void attach_registry(CCore& core, CShmRegistry* registry)
     uint64_t gathered_bytes(CCore& core)
@@ -2678,6 +2679,19 @@ cdef class RegionRef:
 
     def __len__(self):
         return self.ref.size
+
+    def write(self, const uint8_t[::1] data):
+        """Writes `data` (at most `size` bytes) at this tensor's place in its system
+        region: an output whose bytes came back to the frontend (an ensemble's answer; a
+        worker writes its own). False when the region cannot be written."""
+        cdef uint64_t n = data.shape[0]
+        cdef const uint8_t* start = &data[0] if n else NULL
+        if self.registry is None or self.ref.kind != InputKind.kSystemShm or n > self.ref.size:
+            return False
+        with nogil:
+            written = self.registry._registry.write(
+                self.ref.id, self.ref.object_offset - self.ref.region_offset, start, n)
+        return written
 
     @property
     def id(self):

@@ -292,6 +292,30 @@ def expected_input_size(datatype: str, shape: list) -> int | None:
     return element_count(shape) * size
 
 
+def write_returned_outputs(request, response) -> None:
+    """Writes into their regions the outputs `request` placed in system shm whose bytes
+    came back in `response` (an ensemble's answer: no worker wrote them; a worker leaves
+    none), as the lanes do in C++ (KServeCodec::write_shm_output). Internal with Triton's
+    message when one does not fit."""
+    if not request.outputs:
+        return
+    for output in response.outputs:
+        data = output.data
+        if not len(data):
+            continue
+        for wanted in request.outputs:
+            ref = wanted.parameters.get(REF_KEY) if wanted.name == output.name else None
+            if ref is None:
+                continue
+            if len(data) > ref.size:
+                raise Internal(output_too_small(output.name, ref.size, len(data)))
+            if not ref.write(data):
+                raise Internal(
+                    f"failed to write output '{output.name}' into its shared memory region"
+                )
+            output.data = b""
+
+
 def output_too_small(output_name: str, region_size: int, needed: int) -> str:
     """Triton's message (HTTP 500, gRPC INTERNAL) when an output does not fit its region."""
     return (

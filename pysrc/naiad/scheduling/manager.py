@@ -42,6 +42,7 @@ from naiad.scheduling.sequence import refusal as sequence_refusal
 from naiad.scheduling.streaming import StreamPending
 from naiad.shm import SharedMemory
 from naiad.shm import block_regions as shm_block_regions
+from naiad.shm import write_returned_outputs as shm_write_returned_outputs
 from naiad.tracing import tracer as tracer_protocol
 from naiad.tracing.otel import parse_traceparent
 from naiad.tracing.tracer import tensor_texts
@@ -901,6 +902,14 @@ class ModelManager:
         # Copied out so the response block can be freed at once.
         tensors = [bytes(arena[start : start + nbytes]) for start, nbytes in slots]
         response = _infer_response(model, pending.request.id, outcome, tensors)
+        if isinstance(model, EnsembleModel):  # its outputs reach the frontend whole
+            try:
+                shm_write_returned_outputs(pending.request, response)
+            except Internal as exc:
+                model.stats.record_failure(end_ns - pending.submit_ns)
+                self._pending.pop(pending.request_id, None)
+                future.set_exception(exc)
+                return
         model.stats.record_success(
             pending.batch_size, end_ns - pending.submit_ns, dispatch_ns - pending.submit_ns, timings
         )
