@@ -10,6 +10,8 @@ CORE_SOURCES := $(wildcard csrc/*.cc csrc/*.h) pysrc/naiad/_core.pyx setup.py py
 CXX ?= g++
 CXXFLAGS_TEST := -std=c++17 -g -O1 -Wall -Wextra -pthread -Icsrc -Itests/csrc
 CORE_TEST_SOURCES := $(wildcard csrc/*.cc tests/csrc/*.cc)
+# Libraries the core links (zlib: csrc/http_compress.cc), as setup.py's extension.
+CORE_LIBS := -lz
 CORE_TEST_DEPS := $(CORE_TEST_SOURCES) $(wildcard csrc/*.h tests/csrc/*.h)
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
@@ -46,16 +48,16 @@ format: $(STAMP)
 
 build/test_core: $(CORE_TEST_DEPS)
 	mkdir -p build
-	$(CXX) $(CXXFLAGS_TEST) $(CORE_TEST_SOURCES) -o $@
+	$(CXX) $(CXXFLAGS_TEST) $(CORE_TEST_SOURCES) -o $@ $(CORE_LIBS)
 
 build/test_core_asan: $(CORE_TEST_DEPS)
 	mkdir -p build
 	$(CXX) $(CXXFLAGS_TEST) -fsanitize=address,undefined -fno-omit-frame-pointer \
-		$(CORE_TEST_SOURCES) -o $@
+		$(CORE_TEST_SOURCES) -o $@ $(CORE_LIBS)
 
 build/test_core_tsan: $(CORE_TEST_DEPS)
 	mkdir -p build
-	$(CXX) $(CXXFLAGS_TEST) -fsanitize=thread -Wno-tsan $(CORE_TEST_SOURCES) -o $@
+	$(CXX) $(CXXFLAGS_TEST) -fsanitize=thread -Wno-tsan $(CORE_TEST_SOURCES) -o $@ $(CORE_LIBS)
 
 test-core: build/test_core
 	build/test_core
@@ -110,19 +112,19 @@ perf-check-test: $(STAMP) perf-tools
 # The core's own cost per request (issue 4's microbenchmark), single thread.
 build/core_bench: $(wildcard csrc/*.cc csrc/*.h) perf/core_bench.cc perf/bench_support.h
 	mkdir -p build
-	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf csrc/*.cc perf/core_bench.cc -o $@
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf csrc/*.cc perf/core_bench.cc -o $@ $(CORE_LIBS)
 
 # The infer fast lane's C++ cost per request, HTTP bytes in to HTTP bytes out.
 build/lane_bench: $(wildcard csrc/*.cc csrc/*.h) perf/lane_bench.cc perf/bench_support.h \
 		tests/csrc/add_sub_model.h
 	mkdir -p build
-	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*.cc perf/lane_bench.cc -o $@
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*.cc perf/lane_bench.cc -o $@ $(CORE_LIBS)
 
 # A C++ I/O loop for lane connections, prototyped: CPU per request under wrk (issue 15).
 build/lane_io_bench: $(wildcard csrc/*.cc csrc/*.h) perf/lane_io_bench.cc perf/bench_support.h \
 		tests/csrc/add_sub_model.h
 	mkdir -p build
-	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*.cc perf/lane_io_bench.cc -o $@
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*.cc perf/lane_io_bench.cc -o $@ $(CORE_LIBS)
 
 bench-core: build/core_bench build/lane_bench
 	build/core_bench 1

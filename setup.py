@@ -31,6 +31,7 @@ def _extensions():
         "naiad._core",
         sources=["pysrc/naiad/_core.pyx", *CORE_SOURCES],
         include_dirs=["csrc"],
+        libraries=["z"],  # zlib: compressed HTTP answers (csrc/http_compress.cc)
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden"],
     )

@@ -1,6 +1,7 @@
 #include "http_framer.h"
 
 #include "byte_sink.h"
+#include "http_compress.h"
 #include "http_scan.h"
 #include "kserve_json.h"
 
@@ -25,20 +26,26 @@ std::string_view status_line(int status) {
   }
 }
 
+// The head, in the general path's order: Content-Length (of the body as sent),
+// Content-Type, Inference-Header-Content-Length (of the JSON before compression, as
+// Triton says it), Content-Encoding.
 template <typename Sink>
-void write_http(const InferResponse& response, size_t json_size, size_t body_size, Sink& out) {
+void write_http(const InferResponse& response, size_t json_size, size_t body_size,
+                ResponseEncoding coding, Sink& out) {
   out.put(status_line(http_status_of(response.error)));
   out.put("Content-Length: ");
   out.number(body_size);
   bool binary = false;
   for (const ResponseOutput& output : response.outputs) binary |= !output.json && !output.in_shm;
   if (response.error != ErrorKind::kNone || !binary) {
-    out.put("\r\nContent-Type: application/json\r\n\r\n");
+    out.put("\r\nContent-Type: application/json\r\n");
   } else {
     out.put("\r\nContent-Type: application/octet-stream\r\nInference-Header-Content-Length: ");
     out.number(json_size);
-    out.put("\r\n\r\n");
+    out.put("\r\n");
   }
+  out.put(content_encoding_line(coding));
+  out.put("\r\n");
 }
 
 struct BodySize {
@@ -62,42 +69,76 @@ bool has_json_outputs(const InferResponse& response) {
   return false;
 }
 
+// Only successful answers are compressed (Triton's too): errors go as they are.
+bool compresses(const InferResponse& response, ResponseEncoding encoding) {
+  return encoding != ResponseEncoding::kIdentity && response.error == ErrorKind::kNone;
+}
+
 }  // namespace
 
-size_t HttpResponseWriter::size(const InferResponse& response) const {
+size_t HttpResponseWriter::size(const InferResponse& response, ResponseEncoding encoding) const {
+  if (compresses(response, encoding)) {
+    plain_.clear();
+    StringSink sink(&plain_);
+    body_json_size_ = write_response_body(response, sink);
+    body_.clear();
+    body_coding_ = encoding;
+    if (!compress_body(encoding, plain_, &body_)) {
+      body_.swap(plain_);  // empty: sent as it is
+      body_coding_ = ResponseEncoding::kIdentity;
+    }
+    keep_body(response, encoding);
+    ByteCounter head;
+    write_http(response, body_json_size_, body_.size(), body_coding_, head);
+    return head.size() + body_.size();
+  }
   if (has_json_outputs(response)) {
     body_.clear();
     StringSink sink(&body_);
     body_json_size_ = write_response_body(response, sink);
-    body_for_ = &response;
-    body_request_ = response.request_id;
+    body_coding_ = ResponseEncoding::kIdentity;
+    keep_body(response, encoding);
     ByteCounter head;
-    write_http(response, body_json_size_, body_.size(), head);
+    write_http(response, body_json_size_, body_.size(), body_coding_, head);
     return head.size() + body_.size();
   }
   BodySize body = body_size(response);
   ByteCounter head;
-  write_http(response, body.json, body.total, head);
+  write_http(response, body.json, body.total, ResponseEncoding::kIdentity, head);
   return head.size() + body.total;
 }
 
-void HttpResponseWriter::write(const InferResponse& response, char* out) const {
+void HttpResponseWriter::write(const InferResponse& response, ResponseEncoding encoding,
+                               char* out) const {
   ByteWriter writer(out);
-  if (body_for_ == &response && body_request_ == response.request_id &&
-      has_json_outputs(response)) {
+  if (body_for_ == &response && body_request_ == response.request_id && body_asked_ == encoding &&
+      (compresses(response, encoding) || has_json_outputs(response))) {
     body_for_ = nullptr;
-    write_http(response, body_json_size_, body_.size(), writer);
+    write_http(response, body_json_size_, body_.size(), body_coding_, writer);
     writer.put(body_);
     return;
   }
+  if (compresses(response, encoding)) {
+    // write() without its size(): the compressed body is made first.
+    size(response, encoding);
+    write(response, encoding, out);
+    return;
+  }
   BodySize body = body_size(response);
-  write_http(response, body.json, body.total, writer);
+  write_http(response, body.json, body.total, ResponseEncoding::kIdentity, writer);
   write_response_body(response, writer);
 }
 
-std::string HttpResponseWriter::text(const InferResponse& response) const {
-  std::string out(size(response), '\0');
-  write(response, out.data());
+void HttpResponseWriter::keep_body(const InferResponse& response, ResponseEncoding asked) const {
+  body_for_ = &response;
+  body_request_ = response.request_id;
+  body_asked_ = asked;
+}
+
+std::string HttpResponseWriter::text(const InferResponse& response,
+                                     ResponseEncoding encoding) const {
+  std::string out(size(response, encoding), '\0');
+  write(response, encoding, out.data());
   return out;
 }
 
@@ -138,7 +179,7 @@ size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
         request.has_header_length ? request.header_length : request.body_size;
     Taken& one = taken->emplace_back();
     if (!submit_to(request.target, data + consumed + request.body_offset, request.body_size,
-                   header_length, now_ns, &one)) {
+                   header_length, now_ns, &one, request.encoding)) {
       taken->pop_back();
       break;
     }
@@ -148,7 +189,8 @@ size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
 }
 
 bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t body_size,
-                         size_t header_size, uint64_t now_ns, Taken* taken) {
+                         size_t header_size, uint64_t now_ns, Taken* taken,
+                         ResponseEncoding encoding) {
   auto route = routes_.find(target);
   if (route == routes_.end()) return false;
   ParsedRequest request;
@@ -162,17 +204,18 @@ bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t bo
       taken->model = route->second;
       taken->request_id = 0;
       taken->batch_size = cached.batch_size;
-      taken->reply = writer_.text(cached.response);
+      taken->reply = writer_.text(cached.response, encoding);
       return true;
     case SubmitOutcome::kQueued:
       taken->model = route->second;
       taken->request_id = request_id;
       taken->batch_size = request.batch_size;
       taken->reply.clear();
+      if (encoding != ResponseEncoding::kIdentity) encodings_[request_id] = encoding;
       return true;
     case SubmitOutcome::kInvalid: {
       // The general path would parse the same request and get the same message from
-      // the same validator: answer it here.
+      // the same validator: answer it here (uncompressed, as every error).
       InferResponse response;
       response.error = ErrorKind::kInvalidArgument;
       std::string message = json_string_text(error);

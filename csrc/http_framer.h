@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "framer.h"
+#include "http_scan.h"
 #include "kserve_codec.h"
 
 namespace naiad {
@@ -30,20 +31,40 @@ namespace naiad {
 // outputs, Inference-Header-Content-Length (JSON outputs only: application/json);
 // keep-alive (no Connection header).
 //
-// A response with JSON outputs has its body written once, by size(), and kept for the
-// write() of the same response that follows (formatting numbers is what costs); the
-// writer is used by one thread at a time, as the lane.
+// A successful answer to a request that asked for gzip or deflate (response_encoding)
+// has its body compressed (http_compress.h) and says so in Content-Encoding, exactly as
+// the general path; errors are not compressed.
+//
+// A response with JSON outputs or a compressed body has its body written once, by
+// size(), and kept for the write() of the same response that follows (formatting
+// numbers and compressing are what cost); the writer is used by one thread at a time,
+// as the lane.
 class HttpResponseWriter final : public ResponseWriter {
  public:
-  size_t size(const InferResponse& response) const override;
-  void write(const InferResponse& response, char* out) const override;
-  std::string text(const InferResponse& response) const;  // tests and benchmarks
+  size_t size(const InferResponse& response) const override {
+    return size(response, ResponseEncoding::kIdentity);
+  }
+  void write(const InferResponse& response, char* out) const override {
+    write(response, ResponseEncoding::kIdentity, out);
+  }
+  // The answer to a request whose Accept-Encoding picked `encoding`.
+  size_t size(const InferResponse& response, ResponseEncoding encoding) const;
+  void write(const InferResponse& response, ResponseEncoding encoding, char* out) const;
+  // tests and benchmarks
+  std::string text(const InferResponse& response,
+                   ResponseEncoding encoding = ResponseEncoding::kIdentity) const;
 
  private:
-  // The body size() wrote for the response at `body_for_` (JSON outputs only).
+  void keep_body(const InferResponse& response, ResponseEncoding asked) const;
+
+  // The body size() wrote for the response at `body_for_` (JSON outputs or compressed),
+  // asked for with `body_asked_` and sent with `body_coding_`.
   mutable const InferResponse* body_for_ = nullptr;
   mutable uint64_t body_request_ = 0;
+  mutable ResponseEncoding body_asked_ = ResponseEncoding::kIdentity;
+  mutable ResponseEncoding body_coding_ = ResponseEncoding::kIdentity;
   mutable std::string body_;
+  mutable std::string plain_;  // a compressed body before compression
   mutable size_t body_json_size_ = 0;
 };
 
@@ -71,9 +92,12 @@ class HttpLane {
   };
   // Takes an infer body sent to URL `target` (as sent) if it is a route and the codec
   // queues it (it gets the next request id) or the validator refuses it (`reply`).
-  // False: the general path's.
+  // False: the general path's. `encoding`: what the request's Accept-Encoding picked
+  // (response_encoding); a cache hit's `reply` is compressed with it, a queued
+  // request's answer too (take_encoding), a refusal never.
   bool submit_to(std::string_view target, const uint8_t* body, size_t body_size, size_t header_size,
-                 uint64_t now_ns, Taken* taken);
+                 uint64_t now_ns, Taken* taken,
+                 ResponseEncoding encoding = ResponseEncoding::kIdentity);
   // Takes the complete plain infer requests at the start of received HTTP bytes
   // (http_scan.h), in order, up to the first it does not take. Returns how many bytes
   // they took; the rest is for the front end's full parser. At most `max_requests`
@@ -82,12 +106,31 @@ class HttpLane {
   size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
                    std::vector<Taken>* taken, size_t max_requests = SIZE_MAX);
 
+  // The encoding the answer of queued request `request_id` is written with (writer()),
+  // asked once, when its answer is: the lane keeps it no longer.
+  ResponseEncoding take_encoding(uint64_t request_id) {
+    if (encodings_.empty()) return ResponseEncoding::kIdentity;
+    auto found = encodings_.find(request_id);
+    if (found == encodings_.end()) return ResponseEncoding::kIdentity;
+    ResponseEncoding encoding = found->second;
+    encodings_.erase(found);
+    return encoding;
+  }
+  // The request was answered another way (failed batch, shutdown): the codec and the
+  // lane forget it.
+  void forget(uint64_t request_id) {
+    encodings_.erase(request_id);
+    codec_.forget(request_id);
+  }
+
  private:
   KServeCodec codec_;
   HttpResponseWriter writer_;
   // The route keys point into these; a list, so removing one leaves the others put.
   std::list<std::string> targets_;
   std::unordered_map<std::string_view, uint32_t> routes_;
+  // The queued requests whose answers are to be compressed (identity ones are not kept).
+  std::unordered_map<uint64_t, ResponseEncoding> encodings_;
 };
 
 }  // namespace naiad

@@ -114,8 +114,7 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
                equals_lower(name, "expect") || equals_lower(name, "upgrade")) {
       return ScanResult::kOther;
     } else if (name.size() == 15 && equals_lower(name, "accept-encoding")) {
-      // A compressed answer is the general path's (no client of the lane asks for one).
-      if (response_encoding(value) != ResponseEncoding::kIdentity) return ScanResult::kOther;
+      request.encoding = response_encoding(value);  // the last one, as httptools' reader
     }
   }
   if (!has_length || length > max_body) return ScanResult::kOther;

@@ -19,6 +19,8 @@ constexpr size_t kHttpMaxHead = 64 * 1024;
 // until answers make room (_core.HTTP_MAX_PIPELINE).
 constexpr size_t kHttpMaxPipeline = 64;
 
+enum class ResponseEncoding { kIdentity = 0, kGzip = 1, kDeflate = 2 };
+
 struct ScannedRequest {
   std::string_view target;  // the request-target, as sent
   size_t body_offset = 0;   // from the start of the request
@@ -26,6 +28,7 @@ struct ScannedRequest {
   bool has_header_length = false;
   size_t header_length = 0;  // Inference-Header-Content-Length
   size_t total = 0;          // bytes the request takes, head and body
+  ResponseEncoding encoding = ResponseEncoding::kIdentity;  // what Accept-Encoding picked
 };
 
 enum class ScanResult {
@@ -37,8 +40,8 @@ enum class ScanResult {
 // A plain request: `POST <target> HTTP/1.1`, well-formed header lines, a single
 // Content-Length of at most `max_body` bytes, and none of the headers that change how
 // the body or connection is handled (Transfer-Encoding, Content-Encoding, Expect,
-// Upgrade, Connection other than keep-alive, an Accept-Encoding that asks for a
-// compressed response: the general path compresses it). kIncomplete with the head all there
+// Upgrade, Connection other than keep-alive). `encoding` is what the (last)
+// Accept-Encoding picks, as the front end's parser reads it. kIncomplete with the head all there
 // still fills `out` (its `total` says how many bytes the whole request takes).
 ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedRequest* out);
 
@@ -46,8 +49,6 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
 // body has not all arrived yet, else 0: a front end that knows it can collect the
 // rest in one buffer of that size instead of joining pieces.
 size_t incomplete_request_size(const char* data, size_t size, size_t max_body);
-
-enum class ResponseEncoding { kIdentity = 0, kGzip = 1, kDeflate = 2 };
 
 // The response encoding Triton picks for an Accept-Encoding value: the comma-separated
 // entry with the highest `;q=` weight (1 without one; the first of equal weights) among

@@ -103,12 +103,15 @@ def run_wrk(
     cpus: list[int] | None = None,
     threads: int = 1,
     until=None,
+    extra_headers: dict[str, str] | None = None,
 ) -> dict:
     """One wrk run against http://`url`/v2/models/add_sub/infer with `connections`
     connections for `seconds`: {"rps", "errors", "requests", "seconds", "output"}.
     `until`: a callable polled every 0.1 s; once it returns true wrk is interrupted (it
-    then reports what it did so far) and `seconds` is only a cap."""
+    then reports what it did so far) and `seconds` is only a cap. `extra_headers` go
+    with each request (Accept-Encoding: perf/compressed_lane.py)."""
     body, headers = add_sub_body(kind)
+    headers = {**headers, **(extra_headers or {})}
     with tempfile.TemporaryDirectory(prefix="naiad-wrk-") as tmp:
         body_path = Path(tmp) / "body"
         body_path.write_bytes(body)

@@ -190,15 +190,21 @@ def _lanes(url: str) -> dict:
     return json.loads(_get(url, "/v2/naiad/lanes")[2])
 
 
-def test_compressed_and_plain_answers_take_the_right_path(server):
+def test_compressed_and_plain_answers_take_the_lane(server):
     before = _lanes(server.url)
-    exchange(server.url, infer_request("classes", FP32))
-    exchange(server.url, infer_request("classes", FP32, "Accept-Encoding: gzip\r\n"))
+    _, plain_headers, plain = exchange(server.url, infer_request("classes", FP32))
+    _, headers, body = exchange(
+        server.url, infer_request("classes", FP32, "Accept-Encoding: gzip\r\n")
+    )
     after = _lanes(server.url)
-    # The plain one took the lane even with a forward pattern set (no header matched);
-    # the compressed one the general path.
-    assert after["lane_requests"] == before["lane_requests"] + 1
-    assert after["general_requests"] == before["general_requests"] + 1
+    # Both took the lane even with a forward pattern set (no header matched: they went
+    # through the parser, which hands the lane the Accept-Encoding); the lane compressed
+    # the second.
+    assert after["lane_requests"] == before["lane_requests"] + 2
+    assert after["general_requests"] == before["general_requests"]
+    assert "content-encoding" not in plain_headers
+    assert headers["content-encoding"] == "gzip"
+    assert gzip.decompress(body) == plain
 
 
 def _wait_ready_with(url: str, headers: str) -> None:

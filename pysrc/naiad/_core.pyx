@@ -543,10 +543,20 @@ HTTP_MAX_HEAD = kHttpMaxHead  # csrc/http_scan.h
 HTTP_MAX_PIPELINE = kHttpMaxPipeline
 
 
+cdef extern from "http_compress.h" namespace "naiad":
+    string_view c_content_encoding_line "naiad::content_encoding_line"(
+        ResponseEncoding encoding) nogil
+    cbool c_compress_body "naiad::compress_body"(
+        ResponseEncoding encoding, const string_view* parts, size_t count,
+        string* out) except + nogil
+
+
 cdef extern from "http_framer.h" namespace "naiad":
     cdef cppclass HttpResponseWriter:
         size_t size(const InferResponse& response) nogil
         void write(const InferResponse& response, char* out) nogil
+        size_t size(const InferResponse& response, ResponseEncoding encoding) nogil
+        void write(const InferResponse& response, ResponseEncoding encoding, char* out) nogil
 
     cdef cppclass HttpTaken "naiad::HttpLane::Taken":
         uint32_t model
@@ -563,7 +573,10 @@ cdef extern from "http_framer.h" namespace "naiad":
         size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
                          vector[HttpTaken]* taken, size_t max_requests) except + nogil
         cbool submit_to(string_view target, const uint8_t* body, size_t body_size,
-                        size_t header_size, uint64_t now_ns, HttpTaken* taken) except + nogil
+                        size_t header_size, uint64_t now_ns, HttpTaken* taken,
+                        ResponseEncoding encoding) except + nogil
+        ResponseEncoding take_encoding(uint64_t request_id) nogil
+        void forget(uint64_t request_id) nogil
 
 
 cdef extern from "worker_endpoint.h" namespace "naiad":
@@ -1229,6 +1242,53 @@ RESPONSE_GZIP = 1
 RESPONSE_DEFLATE = 2
 
 
+cdef inline ResponseEncoding _encoding(int encoding) except *:
+    if encoding == <int>ResponseEncoding.kGzip:
+        return ResponseEncoding.kGzip
+    if encoding == <int>ResponseEncoding.kDeflate:
+        return ResponseEncoding.kDeflate
+    if encoding == <int>ResponseEncoding.kIdentity:
+        return ResponseEncoding.kIdentity
+    raise ValueError(f"no response encoding {encoding}")
+
+
+def content_encoding_line(int encoding):
+    """The Content-Encoding header line (bytes, with CRLF) of an answer compressed
+    with `encoding` (csrc/http_compress.h); b"" for identity."""
+    return _view_bytes(c_content_encoding_line(_encoding(encoding)))
+
+
+def compress_body(parts, int encoding):
+    """The body made of `parts` (bytes-like, in order) compressed with `encoding`
+    (RESPONSE_GZIP or RESPONSE_DEFLATE) by the fast lane's compressor
+    (csrc/http_compress.h), as bytes; None when nothing is compressed (an empty body,
+    or identity)."""
+    cdef ResponseEncoding c_encoding = _encoding(encoding)
+    cdef Py_ssize_t n = len(parts)
+    cdef Py_buffer* buffers = <Py_buffer*>PyMem_Malloc(max(n, 1) * sizeof(Py_buffer))
+    if buffers == NULL:
+        raise MemoryError()
+    cdef vector[string_view] views
+    cdef Py_ssize_t held = 0, i
+    cdef string out
+    cdef cbool compressed
+    try:
+        for part in parts:
+            PyObject_GetBuffer(part, &buffers[held], PyBUF_SIMPLE)
+            held += 1
+            views.push_back(string_view(<const char*>buffers[held - 1].buf,
+                                        buffers[held - 1].len))
+        with nogil:
+            compressed = c_compress_body(c_encoding, views.data(), views.size(), &out)
+    finally:
+        for i in range(held):
+            PyBuffer_Release(&buffers[i])
+        PyMem_Free(buffers)
+    if not compressed:
+        return None
+    return PyBytes_FromStringAndSize(out.data(), out.size())
+
+
 def response_encoding(str accept_encoding):
     """The response encoding Triton picks for an Accept-Encoding value (csrc/http_scan.h):
     RESPONSE_IDENTITY, RESPONSE_GZIP or RESPONSE_DEFLATE."""
@@ -1606,19 +1666,24 @@ cdef class FastLane:
             out.append(_taken(taken[i]))
         return consumed, out
 
-    def submit_to(self, bytes target, bytes body, size_t header_size, uint64_t now_ns):
+    def submit_to(self, bytes target, bytes body, size_t header_size, uint64_t now_ns,
+                  int encoding=0):
         """Queues an infer body the HTTP parser put together, sent to URL `target`, if
         that is a lane route and the lane takes the body: (lane_model, request_id,
         batch_size, reply) as in take_http, or None for the general path (also when the
-        core refused it: the general path reports that the usual way)."""
+        core refused it: the general path reports that the usual way). `encoding`:
+        response_encoding() of the request's Accept-Encoding; its answer is compressed
+        so."""
         cdef string_view c_target = string_view(PyBytes_AS_STRING(target),
                                                 PyBytes_GET_SIZE(target))
         cdef const uint8_t* data = <const uint8_t*>PyBytes_AS_STRING(body)
         cdef size_t size = PyBytes_GET_SIZE(body)
         cdef HttpTaken taken
         cdef cbool queued
+        cdef ResponseEncoding c_encoding = _encoding(encoding)
         with nogil:
-            queued = self._lane.submit_to(c_target, data, size, header_size, now_ns, &taken)
+            queued = self._lane.submit_to(c_target, data, size, header_size, now_ns, &taken,
+                                          c_encoding)
         if not queued:
             return None
         return _taken(taken)
@@ -1656,9 +1721,11 @@ cdef class FastLane:
         cdef list out = []
         cdef size_t i
         cdef bytes http
+        cdef ResponseEncoding coding
         for i in range(answers.size()):
-            http = PyBytes_FromStringAndSize(NULL, writer.size(answers[i].response))
-            writer.write(answers[i].response, PyBytes_AS_STRING(http))
+            coding = self._lane.take_encoding(answers[i].response.request_id)
+            http = PyBytes_FromStringAndSize(NULL, writer.size(answers[i].response, coding))
+            writer.write(answers[i].response, coding, PyBytes_AS_STRING(http))
             out.append((answers[i].response.request_id,
                         answers[i].response.error == ErrorKind.kNone, answers[i].batch_size,
                         answers[i].request_ns, answers[i].queue_ns, http))
@@ -1666,7 +1733,7 @@ cdef class FastLane:
 
     def forget(self, uint64_t request_id):
         """The request was answered another way (failed batch, shutdown)."""
-        self._lane.codec().forget(request_id)
+        self._lane.forget(request_id)
 
     def set_trace_rate(self, uint32_t lane_model, uint32_t rate):
         """Traces 1 in `rate` requests of the lane's model (0: none); the count starts over."""
@@ -2389,6 +2456,7 @@ cdef class GrpcLane:
         cdef size_t i, n
         cdef bytes payload
         cdef cbool ok, in_stream
+        cdef ResponseEncoding coding
         cdef GrpcAnswer large
         cdef Answer* a
         for i in range(self._answers.size()):
@@ -2398,8 +2466,9 @@ cdef class GrpcLane:
             if not a.final and not in_stream:
                 continue  # one answer per request: the final one
             if a.response.request_id not in grpc_ids:
-                payload = PyBytes_FromStringAndSize(NULL, http.size(a.response))
-                http.write(a.response, PyBytes_AS_STRING(payload))
+                coding = self._http._lane.take_encoding(a.response.request_id)
+                payload = PyBytes_FromStringAndSize(NULL, http.size(a.response, coding))
+                http.write(a.response, coding, PyBytes_AS_STRING(payload))
                 answer = payload
             elif ok:
                 n = self._writer.stream_size(a.response) if in_stream else \

@@ -508,17 +508,28 @@ TEST(http_scan_leaves_everything_else_to_the_parser) {
   CHECK(scan(http_post("/x", body, 4), nullptr, 9) == ScanResult::kOther);  // over max body
 }
 
-TEST(http_scan_leaves_compressed_responses_to_the_general_path) {
+TEST(http_scan_reads_the_answer_encoding) {
   const std::string body = "0123456789";
-  // Asked for gzip or deflate: the general path compresses the answer.
-  for (const char* header : {"Accept-Encoding: gzip\r\n", "accept-encoding: gzip, deflate\r\n",
-                             "Accept-Encoding: br, deflate;q=0.5\r\n"}) {
-    CHECK(scan(http_post("/x", body, 4, header)) == ScanResult::kOther);
-  }
-  // What Triton answers uncompressed stays on the lane.
-  for (const char* header : {"Accept-Encoding: identity\r\n", "Accept-Encoding: br\r\n",
-                             "Accept-Encoding: GZIP\r\n", "Accept-Encoding: gzip;q=0\r\n"}) {
-    CHECK(scan(http_post("/x", body, 4, header)) == ScanResult::kRequest);
+  ScannedRequest out;
+  // The lane takes requests that ask for gzip or deflate and says which was picked.
+  struct Case {
+    const char* header;
+    ResponseEncoding expected;
+  } cases[] = {
+      {"Accept-Encoding: gzip\r\n", ResponseEncoding::kGzip},
+      {"accept-encoding: gzip, deflate\r\n", ResponseEncoding::kGzip},
+      {"Accept-Encoding: br, deflate;q=0.5\r\n", ResponseEncoding::kDeflate},
+      {"Accept-Encoding: identity\r\n", ResponseEncoding::kIdentity},
+      {"Accept-Encoding: br\r\n", ResponseEncoding::kIdentity},
+      {"Accept-Encoding: GZIP\r\n", ResponseEncoding::kIdentity},
+      {"Accept-Encoding: gzip;q=0\r\n", ResponseEncoding::kIdentity},
+      {"", ResponseEncoding::kIdentity},
+      // Two of them: the last, as the front end's parser keeps it.
+      {"Accept-Encoding: gzip\r\nAccept-Encoding: deflate\r\n", ResponseEncoding::kDeflate},
+  };
+  for (const Case& c : cases) {
+    CHECK(scan(http_post("/x", body, 4, c.header), &out) == ScanResult::kRequest);
+    CHECK(out.encoding == c.expected);
   }
 }
 

@@ -27,7 +27,7 @@ build/fuzz/obj/%.o: csrc/%.cc $(wildcard csrc/*.h) | fuzz-tools
 	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer-no-link,$(FUZZ_SAN) -c $< -o $@
 
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.cc $(FUZZ_CORE_OBJS) $(wildcard tests/fuzz/*.h tests/csrc/*.h)
-	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer,$(FUZZ_SAN) $< $(FUZZ_CORE_OBJS) -o $@
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer,$(FUZZ_SAN) $< $(FUZZ_CORE_OBJS) -o $@ $(CORE_LIBS)
 
 # Kept: a target rebuilds without recompiling the core.
 .SECONDARY: $(FUZZ_CORE_OBJS)

@@ -4,7 +4,8 @@
 // The contract: the lane takes whole requests from the start, back to back, and
 // nothing after the first it leaves (the front end's parser gets the rest untouched);
 // each taken request is queued or answered at once with a well-formed 400 carrying
-// Triton's {"error"} body; a queued request's answer is a well-formed HTTP response.
+// Triton's {"error"} body; a queued request's answer is a well-formed HTTP response,
+// compressed or not as its Accept-Encoding asked.
 #include <cstdint>
 #include <vector>
 
@@ -52,11 +53,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t incomplete = incomplete_request_size(rest, size - consumed, kMaxBody);
   FUZZ_CHECK(incomplete == 0 || incomplete > size - consumed);
 
-  // The queued requests answered, as a worker would: each a complete response.
+  // The queued requests answered, as a worker would: each a complete response, compressed
+  // when its Accept-Encoding asked (the encoding the lane kept, asked once).
   std::string block;
   for (const KServeCodec::Answer& answer : lanes.answer(ids, models, &block)) {
-    std::string text = lanes.fixture.lane.writer().text(answer.response);
-    FUZZ_CHECK(text.size() == lanes.fixture.lane.writer().size(answer.response));
+    const ResponseEncoding coding = lanes.fixture.lane.take_encoding(answer.response.request_id);
+    FUZZ_CHECK(lanes.fixture.lane.take_encoding(answer.response.request_id) ==
+               ResponseEncoding::kIdentity);
+    std::string text = lanes.fixture.lane.writer().text(answer.response, coding);
+    FUZZ_CHECK(text.size() == lanes.fixture.lane.writer().size(answer.response, coding));
     check_http_response(text);
   }
   FUZZ_CHECK(lanes.codec().in_flight() == 0);

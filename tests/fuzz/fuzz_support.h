@@ -6,6 +6,8 @@
 // JSON body or grpc-status, and what a lane does not take is left to the general path.
 #pragma once
 
+#include <zlib.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -142,6 +144,28 @@ inline bool is_error_body(std::string_view body) {
 // lines, one Content-Length that counts the body exactly; an error status carries a JSON
 // {"error": ...} body, a 200 a JSON header (Inference-Header-Content-Length of it, binary
 // outputs after). Returns the status.
+// A compressed body inflated (window bits 31: gzip, 15: the zlib format); a stream that
+// does not end where the body does fails the check.
+inline std::string inflated_body(std::string_view body, int window_bits) {
+  z_stream stream{};
+  FUZZ_CHECK(inflateInit2(&stream, window_bits) == Z_OK);
+  std::string out;
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(body.data()));
+  stream.avail_in = static_cast<uInt>(body.size());
+  int status = Z_OK;
+  while (status == Z_OK) {
+    char buffer[4096];
+    stream.next_out = reinterpret_cast<Bytef*>(buffer);
+    stream.avail_out = sizeof(buffer);
+    status = inflate(&stream, Z_NO_FLUSH);
+    out.append(buffer, sizeof(buffer) - stream.avail_out);
+  }
+  const bool whole = status == Z_STREAM_END && stream.avail_in == 0;
+  inflateEnd(&stream);
+  FUZZ_CHECK(whole);
+  return out;
+}
+
 inline int check_http_response(std::string_view text) {
   FUZZ_CHECK(text.substr(0, 9) == "HTTP/1.1 " && text.size() > 14);
   FUZZ_CHECK(text[12] == ' ');
@@ -156,7 +180,9 @@ inline int check_http_response(std::string_view text) {
   std::string_view body = text.substr(head_end + 4);
   int lengths = 0;
   bool json_type = false;
-  size_t header_length = body.size();
+  std::string_view header_length_value;
+  std::string plain;  // the body uncompressed, when it is compressed
+  int window_bits = 0;
   for (size_t pos = line_end + 2; pos < head_end + 2;) {
     size_t end = text.find("\r\n", pos);
     std::string_view line = text.substr(pos, end - pos);
@@ -170,12 +196,25 @@ inline int check_http_response(std::string_view text) {
     } else if (name == "Content-Type") {
       json_type = value == "application/json";
     } else if (name == "Inference-Header-Content-Length") {
-      header_length = std::strtoull(std::string(value).c_str(), nullptr, 10);
-      FUZZ_CHECK(value == std::to_string(header_length) && header_length <= body.size());
+      header_length_value = value;
+    } else if (name == "Content-Encoding") {
+      FUZZ_CHECK(window_bits == 0 && (value == "gzip" || value == "deflate"));
+      window_bits = value == "gzip" ? 31 : 15;
     }
     pos = end + 2;
   }
   FUZZ_CHECK(lengths == 1);
+  if (window_bits != 0) {
+    FUZZ_CHECK(status == 200);  // errors are never compressed
+    plain = inflated_body(body, window_bits);
+    body = plain;
+  }
+  size_t header_length = body.size();
+  if (!header_length_value.empty()) {
+    header_length = std::strtoull(std::string(header_length_value).c_str(), nullptr, 10);
+    FUZZ_CHECK(header_length_value == std::to_string(header_length) &&
+               header_length <= body.size());
+  }
   if (status >= 400) {
     FUZZ_CHECK_IN(json_type && is_error_body(body), text);
   } else {

@@ -24,7 +24,7 @@ build/sanitize/$(1)/obj/_core.o: $$(STAMP) $(wildcard csrc/*.h)
 
 build/sanitize/$(1)/_core.so: build/sanitize/$(1)/obj/_core.o \
 		$(patsubst csrc/%.cc,build/sanitize/$(1)/obj/%.o,$(wildcard csrc/*.cc))
-	$$(CXX) -shared $$(SAN_FLAGS_$(1)) $$^ -o $$@
+	$$(CXX) -shared $$(SAN_FLAGS_$(1)) $$^ -o $$@ $$(CORE_LIBS)
 endef
 $(foreach s,$(SAN_NAMES),$(eval $(call san_core,$(s))))
 

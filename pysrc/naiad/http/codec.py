@@ -88,22 +88,20 @@ def decompress(body, encoding: str):
 
 
 _CONTENT_ENCODING = {
-    _core.RESPONSE_GZIP: (31, b"Content-Encoding: gzip\r\n"),  # zlib's gzip wrapper
-    _core.RESPONSE_DEFLATE: (15, b"Content-Encoding: deflate\r\n"),  # the zlib format
+    encoding: _core.content_encoding_line(encoding)
+    for encoding in (_core.RESPONSE_GZIP, _core.RESPONSE_DEFLATE)
 }
 
 
 def compress_body(parts: list, compression: int) -> tuple[list, bytes]:
-    """A response body compressed as Accept-Encoding asked (_core.response_encoding), at
-    zlib's default level as Triton does (the same bytes): (parts, Content-Encoding
-    header line). An empty body stays as it is, without the header (Triton's too)."""
-    wbits, header = _CONTENT_ENCODING[compression]
-    if not any(len(part) for part in parts):
+    """A response body compressed as Accept-Encoding asked (_core.response_encoding) by
+    the fast lane's compressor (csrc/http_compress.h: zlib's default level as Triton,
+    the same bytes): (parts, Content-Encoding header line). An empty body stays as it
+    is, without the header (Triton's too)."""
+    body = _core.compress_body(parts, compression)
+    if body is None:
         return parts, b""
-    compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, wbits)
-    out = [compressor.compress(part) for part in parts]
-    out.append(compressor.flush())
-    return out, header
+    return [body], _CONTENT_ENCODING[compression]
 
 
 def parse_header_length(value, content_length: int) -> int:

@@ -210,16 +210,16 @@ class Router:
         if rule is not None and headers.get(rule[0]) != rule[1]:
             return False  # the general path answers 403
         accept = headers.get("accept-encoding")
-        if accept and _core.response_encoding(accept) != _core.RESPONSE_IDENTITY:
-            return False  # the general path compresses the answer
+        # The lane compresses the answer as the general path would.
+        encoding = _core.response_encoding(accept) if accept else _core.RESPONSE_IDENTITY
         if self._otel is not None and self._otel.active and "traceparent" in headers:
             return False
         header_length = headers.get("inference-header-content-length")
         if header_length is None:  # a JSON body: the lane reads JSON tensor data too
-            return submit_fast(url, body, len(body), new_on_done)
+            return submit_fast(url, body, len(body), new_on_done, encoding)
         if not header_length.isdigit():
             return False
-        return submit_fast(url, body, int(header_length), new_on_done)
+        return submit_fast(url, body, int(header_length), new_on_done, encoding)
 
     def register(self, segment: str, handler: Handler) -> None:
         """Serve `/v2/<segment>...` with `handler(request, parts)` (parts: path split on '/')."""

@@ -502,12 +502,15 @@ class ModelManager:
         if request_id in self._pending:
             self.core.cancel(request_id)
 
-    def submit_fast(self, url: bytes, body: bytes, header_length: int, new_on_done) -> bool:
+    def submit_fast(
+        self, url: bytes, body: bytes, header_length: int, new_on_done, encoding: int = 0
+    ) -> bool:
         """Queues an infer body the HTTP parser put together through the fast lane, if
         `url` is one of the lane's infer URLs and the lane takes the body. False leaves
-        the request to the general path. `new_on_done` as in take_http_requests."""
+        the request to the general path. `new_on_done` as in take_http_requests;
+        `encoding` (_core.response_encoding of its Accept-Encoding) compresses the answer."""
         submit_ns = _core.now_ns()
-        taken = self.lane.submit_to(url, body, header_length, submit_ns)
+        taken = self.lane.submit_to(url, body, header_length, submit_ns, encoding)
         if taken is None:
             return False
         self._track_lane([taken], submit_ns, new_on_done)
