@@ -257,10 +257,7 @@ bool KServeCodec::write_shm_output(const Recipe::ShmPlace& place, const Response
                                    InferResponse* response) const {
   std::string message;
   if (output.size > place.size) {
-    message = "shared memory size specified with the request for output '" +
-              json_string_text(output.name) + "' (" + std::to_string(place.size) +
-              " bytes) should be at least " + std::to_string(output.size) +
-              " bytes to hold the results";
+    message = json_string_text(output_too_small_message(output.name, place.size, output.size));
   } else if (regions_ == nullptr ||
              !regions_->write(place.region, place.offset, output.data, output.size)) {
     message = "failed to write output '" + json_string_text(output.name) +

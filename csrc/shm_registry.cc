@@ -27,6 +27,13 @@ const char* kind_title(InputKind kind) { return kind == InputKind::kCudaIpc ? "C
 
 }  // namespace
 
+std::string output_too_small_message(std::string_view output_name, uint64_t region_size,
+                                     uint64_t needed) {
+  return "shared memory size specified with the request for output '" + std::string(output_name) +
+         "' (" + std::to_string(region_size) + " bytes) should be at least " +
+         std::to_string(needed) + " bytes to hold the results";
+}
+
 bool valid_shm_key(std::string_view key) {
   if (!key.empty() && key.front() == '/') key.remove_prefix(1);
   if (key.empty() || key.size() > NAME_MAX) return false;

@@ -182,6 +182,12 @@ class ShmRegistry : public InputRegions {
 // then a non-empty name without '/', not "." or "..", no NUL, at most NAME_MAX bytes.
 bool valid_shm_key(std::string_view key);
 
+// Triton's message (HTTP 500, gRPC INTERNAL) when an output of `needed` bytes does not
+// fit the `region_size` bytes its request gave it: the lanes' (KServeCodec) and, through
+// _core, the workers' and the general path's (naiad/shm.py).
+std::string output_too_small_message(std::string_view output_name, uint64_t region_size,
+                                     uint64_t needed);
+
 // The core reads kSystemShm inputs through `registry` (which must outlive it).
 inline void attach_registry(Core& core, ShmRegistry* registry) { core.set_input_regions(registry); }
 // Bytes the core's assembler gathered into batch tensors (a second copy), for the

@@ -2542,6 +2542,8 @@ cdef class GrpcAnswer:
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
 
 cdef extern from "shm_registry.h" namespace "naiad":
+    string output_too_small_message(string_view output_name, uint64_t region_size,
+                                    uint64_t needed)
     cdef cppclass RegionStatus:
         string name
         InputKind kind
@@ -2854,3 +2856,11 @@ def region_table_epoch(arena, uint64_t offset):
     if table == NULL:
         return 0
     return region_table_epoch_of(table)
+
+
+def shm_output_too_small(str output_name, uint64_t region_size, uint64_t needed):
+    """Triton's message when an output does not fit its shm region
+    (csrc/shm_registry.h output_too_small_message, the lanes' too)."""
+    cdef bytes name = output_name.encode()
+    return output_too_small_message(string_view(PyBytes_AS_STRING(name), len(name)),
+                                    region_size, needed).decode()

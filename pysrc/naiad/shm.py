@@ -317,8 +317,6 @@ def write_returned_outputs(request, response) -> None:
 
 
 def output_too_small(output_name: str, region_size: int, needed: int) -> str:
-    """Triton's message (HTTP 500, gRPC INTERNAL) when an output does not fit its region."""
-    return (
-        f"shared memory size specified with the request for output '{output_name}' "
-        f"({region_size} bytes) should be at least {needed} bytes to hold the results"
-    )
+    """Triton's message (HTTP 500, gRPC INTERNAL) when an output does not fit its region:
+    one text for the lanes and Python (csrc/shm_registry.h)."""
+    return _core.shm_output_too_small(output_name, region_size, needed)
