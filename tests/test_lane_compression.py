@@ -20,6 +20,7 @@ import zlib
 import numpy as np
 import pytest
 import requests
+from surface_support import tensor
 from test_fast_lane import (
     RawConnection,
     add_sub_case,
@@ -63,10 +64,6 @@ def json_infer(path: str, document: dict) -> bytes:
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(text)}\r\n\r\n"
     ).encode() + text
-
-
-def tensor(name: str, datatype: str, shape: list, data: list) -> dict:
-    return {"name": name, "datatype": datatype, "shape": shape, "data": data}
 
 
 def requests_by_kind():
