@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core.h"
+#include "response_block.h"
 #include "worker_endpoint.h"
 
 namespace naiad {
@@ -32,5 +35,21 @@ struct OneInstanceCore {
   ModelHandle model;
   WorkerEndpoint* worker = nullptr;
 };
+
+// The response block a worker writes for `batch` add_sub requests ([1,16] FP32 OUTPUT0
+// and OUTPUT1 each): what the lane benchmarks complete their requests with.
+inline std::string add_sub_result_block(uint32_t batch) {
+  static const std::string output(64, '\x02');
+  std::vector<ResponseEntry> entries(batch);
+  for (uint32_t i = 0; i < batch; ++i) {
+    entries[i].request_index = i;
+    entries[i].json = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,16]],[\"OUTPUT1\",\"FP32\",[1,16]]]}";
+    entries[i].outputs = {{output.data(), 64}, {output.data(), 64}};
+  }
+  const uint64_t timings[4] = {1, 2, 3, 4};
+  std::string block(response_block_size(entries), '\0');
+  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
+  return block;
+}
 
 }  // namespace naiad

@@ -34,21 +34,6 @@ std::string perf_analyzer_request() {
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
-// The response block a worker writes for `batch` add_sub requests.
-std::string result_block(uint32_t batch) {
-  static const std::string output(64, '\x02');
-  std::vector<ResponseEntry> entries(batch);
-  for (uint32_t i = 0; i < batch; ++i) {
-    entries[i].request_index = i;
-    entries[i].json = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,16]],[\"OUTPUT1\",\"FP32\",[1,16]]]}";
-    entries[i].outputs = {{output.data(), 64}, {output.data(), 64}};
-  }
-  const uint64_t timings[4] = {1, 2, 3, 4};
-  std::string block(response_block_size(entries), '\0');
-  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
-  return block;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,7 +49,7 @@ int main(int argc, char** argv) {
 
   std::string received;
   for (uint32_t i = 0; i < batch; ++i) received += perf_analyzer_request();
-  const std::string result = result_block(batch);
+  const std::string result = add_sub_result_block(batch);
   std::vector<HttpLane::Taken> taken;
   std::vector<KServeCodec::Answer> answers;
   std::string response;

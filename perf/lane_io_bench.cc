@@ -33,21 +33,6 @@ using namespace naiad;
 
 namespace {
 
-// The response block a worker writes for `batch` add_sub requests (as lane_bench.cc).
-std::string result_block(uint32_t batch) {
-  static const std::string output(64, '\x02');
-  std::vector<ResponseEntry> entries(batch);
-  for (uint32_t i = 0; i < batch; ++i) {
-    entries[i].request_index = i;
-    entries[i].json = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,16]],[\"OUTPUT1\",\"FP32\",[1,16]]]}";
-    entries[i].outputs = {{output.data(), 64}, {output.data(), 64}};
-  }
-  const uint64_t timings[4] = {1, 2, 3, 4};
-  std::string block(response_block_size(entries), '\0');
-  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
-  return block;
-}
-
 struct Connection {
   int fd = -1;
   std::string in;
@@ -73,7 +58,7 @@ int main(int argc, char** argv) {
   HttpLane lane(core);
   lane.add_route("/v2/models/add_sub/infer", lane.codec().add_model(model));
   std::vector<std::string> blocks(max_batch + 1);
-  for (uint32_t n = 1; n <= max_batch; ++n) blocks[n] = result_block(n);
+  for (uint32_t n = 1; n <= max_batch; ++n) blocks[n] = add_sub_result_block(n);
 
   int listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
   int one = 1;
