@@ -255,18 +255,12 @@ bool KServeCodec::insert_cached(uint32_t model_index, std::string key, uint64_t 
 
 bool KServeCodec::write_shm_output(const Recipe::ShmPlace& place, const ResponseOutput& output,
                                    InferResponse* response) const {
-  std::string message;
-  if (output.size > place.size) {
-    message = json_string_text(output_too_small_message(output.name, place.size, output.size));
-  } else if (regions_ == nullptr ||
-             !regions_->write(place.region, place.offset, output.data, output.size)) {
-    message = "failed to write output '" + json_string_text(output.name) +
-              "' into its shared memory region";
-  } else {
-    return true;
-  }
+  // A recipe has shm places only when resolve_shm found its regions in regions_.
+  std::string message = regions_->write_output(place.region, place.offset, place.size, output.name,
+                                               output.data, output.size);
+  if (message.empty()) return true;
   response->error = ErrorKind::kInternal;
-  response->owned_error_message = std::make_shared<const std::string>(std::move(message));
+  response->owned_error_message = std::make_shared<const std::string>(json_string_text(message));
   response->error_message = *response->owned_error_message;
   response->id.clear();
   response->outputs.clear();

@@ -351,6 +351,17 @@ bool ShmRegistry::write(uint64_t region_id, uint64_t offset, const uint8_t* data
   return true;
 }
 
+std::string ShmRegistry::write_output(uint64_t region, uint64_t offset, uint64_t place_size,
+                                      std::string_view output_name, const uint8_t* data,
+                                      uint64_t size) {
+  if (size > place_size) return output_too_small_message(output_name, place_size, size);
+  if (!write(region, offset, data, size)) {
+    return "failed to write output '" + std::string(output_name) +
+           "' into its shared memory region";
+  }
+  return {};
+}
+
 bool ShmRegistry::host_range(uint64_t region_id, uint64_t offset, uint64_t size) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = regions_.find(region_id);

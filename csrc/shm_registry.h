@@ -138,6 +138,12 @@ class ShmRegistry : public InputRegions {
   // The frontend maps regions read-only for inputs; the first write maps the region
   // writable too, kept until the region is freed. False: unknown, CUDA, out of bounds.
   bool write(uint64_t region, uint64_t offset, const uint8_t* data, uint64_t size);
+  // An output's bytes into the place a request gave it (`place_size` bytes at `offset` of
+  // `region`): the one fit check and write of the frontend's paths, the lanes and the
+  // general path. Empty on success, else the error the answer carries (HTTP 500, gRPC
+  // INTERNAL): Triton's output-too-small message, or that the region cannot be written.
+  std::string write_output(uint64_t region, uint64_t offset, uint64_t place_size,
+                           std::string_view output_name, const uint8_t* data, uint64_t size);
 
   // For tests and /proc checks: regions whose mapping is still held (registered or
   // referenced), and mappings released so far.

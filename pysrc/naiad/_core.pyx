@@ -2582,6 +2582,8 @@ cdef extern from "shm_registry.h" namespace "naiad":
         uint64_t copies()
         uint64_t copied_bytes()
         cbool write(uint64_t region, uint64_t offset, const uint8_t* data, uint64_t size) nogil
+        string write_output(uint64_t region, uint64_t offset, uint64_t place_size,
+                            string_view output_name, const uint8_t* data, uint64_t size) nogil
 
     void attach_registry(CCore& core, CShmRegistry* registry)
     uint64_t gathered_bytes(CCore& core)
@@ -2751,18 +2753,23 @@ cdef class RegionRef:
     def __len__(self):
         return self.ref.size
 
-    def write(self, const uint8_t[::1] data):
-        """Writes `data` (at most `size` bytes) at this tensor's place in its system
-        region: an output whose bytes came back to the frontend (an ensemble's answer; a
-        worker writes its own). False when the region cannot be written."""
+    def write_output(self, str output_name, const uint8_t[::1] data):
+        """Writes `data` at this tensor's place in its system region: an output whose
+        bytes came back to the frontend (an ensemble's answer; a worker writes its own).
+        None on success, else the error the answer carries (ShmRegistry::write_output:
+        Triton's output-too-small message, the lanes' too)."""
         cdef uint64_t n = data.shape[0]
         cdef const uint8_t* start = &data[0] if n else NULL
-        if self.registry is None or self.ref.kind != InputKind.kSystemShm or n > self.ref.size:
-            return False
+        cdef bytes name = output_name.encode()
+        cdef string_view name_view = string_view(PyBytes_AS_STRING(name), len(name))
+        cdef string error
+        if self.registry is None:
+            raise ValueError("write_output on a released region reference")
         with nogil:
-            written = self.registry._registry.write(
-                self.ref.id, self.ref.object_offset - self.ref.region_offset, start, n)
-        return written
+            error = self.registry._registry.write_output(
+                self.ref.id, self.ref.object_offset - self.ref.region_offset, self.ref.size,
+                name_view, start, n)
+        return error.decode() if error.size() else None
 
     @property
     def id(self):

@@ -307,12 +307,9 @@ def write_returned_outputs(request, response) -> None:
             ref = wanted.parameters.get(REF_KEY) if wanted.name == output.name else None
             if ref is None:
                 continue
-            if len(data) > ref.size:
-                raise Internal(output_too_small(output.name, ref.size, len(data)))
-            if not ref.write(data):
-                raise Internal(
-                    f"failed to write output '{output.name}' into its shared memory region"
-                )
+            error = ref.write_output(output.name, data)
+            if error is not None:
+                raise Internal(error)
             output.data = b""
 
 

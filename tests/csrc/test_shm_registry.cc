@@ -154,6 +154,12 @@ TEST(shm_write_lands_in_the_object_bounds_checked_and_unmapped_at_unregister) {
   CHECK(!registry.write(ref.id, 61, bytes, 4));  // one past its end
   CHECK(!registry.write(ref.id, UINT64_MAX, bytes, 1));
   CHECK(!registry.write(ref.id + 1000, 0, bytes, 1));  // no such region
+  // An output's place: what fits is written; too big for its place, Triton's message.
+  CHECK(registry.write_output(ref.id, 8, 4, "OUT", bytes, 4).empty());
+  CHECK(registry.write_output(ref.id, 8, 3, "OUT", bytes, 4) ==
+        output_too_small_message("OUT", 3, 4));
+  CHECK(registry.write_output(ref.id + 1000, 0, 4, "OUT", bytes, 4) ==
+        "failed to write output 'OUT' into its shared memory region");
   // The region starts at object offset 5000 (applied once).
   int fd = ::shm_open(object.key.c_str(), O_RDONLY, 0);
   CHECK(fd >= 0);
