@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "json_reader.h"
+#include "unaligned.h"
 
 namespace naiad {
 
@@ -523,13 +524,6 @@ std::string_view json_output_error(const ResponseOutput& output, ErrorKind* kind
 
 namespace {
 
-template <typename T>
-T get_value(const uint8_t* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
-
 template <typename Sink, typename T>
 void put_integer_text(Sink& sink, T value) {
   char buffer[24];
@@ -677,7 +671,7 @@ void put_json_data(Sink& sink, const ResponseOutput& output) {
     uint64_t offset = 0;
     bool first = true;
     while (offset + 4 <= output.size) {
-      uint64_t length = get_value<uint32_t>(p + offset);
+      uint64_t length = load_unaligned<uint32_t>(p + offset);
       offset += 4;
       if (length > output.size - offset) length = output.size - offset;
       if (!first) sink.put(',');
@@ -700,39 +694,39 @@ void put_json_data(Sink& sink, const ResponseOutput& output) {
         break;
       case Kind::kFloat:
         if (type.size == 4) {
-          put_float_text(sink, get_value<float>(at));
+          put_float_text(sink, load_unaligned<float>(at));
         } else {
-          put_float_text(sink, get_value<double>(at));
+          put_float_text(sink, load_unaligned<double>(at));
         }
         break;
       case Kind::kSigned:
         switch (type.size) {
           case 1:
-            put_integer_text(sink, get_value<int8_t>(at));
+            put_integer_text(sink, load_unaligned<int8_t>(at));
             break;
           case 2:
-            put_integer_text(sink, get_value<int16_t>(at));
+            put_integer_text(sink, load_unaligned<int16_t>(at));
             break;
           case 4:
-            put_integer_text(sink, get_value<int32_t>(at));
+            put_integer_text(sink, load_unaligned<int32_t>(at));
             break;
           default:
-            put_integer_text(sink, get_value<int64_t>(at));
+            put_integer_text(sink, load_unaligned<int64_t>(at));
         }
         break;
       default:
         switch (type.size) {
           case 1:
-            put_integer_text(sink, get_value<uint8_t>(at));
+            put_integer_text(sink, load_unaligned<uint8_t>(at));
             break;
           case 2:
-            put_integer_text(sink, get_value<uint16_t>(at));
+            put_integer_text(sink, load_unaligned<uint16_t>(at));
             break;
           case 4:
-            put_integer_text(sink, get_value<uint32_t>(at));
+            put_integer_text(sink, load_unaligned<uint32_t>(at));
             break;
           default:
-            put_integer_text(sink, get_value<uint64_t>(at));
+            put_integer_text(sink, load_unaligned<uint64_t>(at));
         }
     }
   }

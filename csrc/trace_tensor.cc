@@ -3,16 +3,11 @@
 #include <cstdio>
 #include <cstring>
 
+#include "unaligned.h"
+
 namespace naiad {
 
 namespace {
-
-template <typename T>
-T load(const uint8_t* at) {
-  T value;
-  std::memcpy(&value, at, sizeof(T));
-  return value;
-}
 
 // The elements of a fixed-size type, each written by `put`, comma separated.
 template <typename T, typename Put>
@@ -21,7 +16,7 @@ void append_values(std::string* out, const uint8_t* data, uint64_t size, uint64_
   if (count > fit) count = fit;
   for (uint64_t e = 0; e < count; ++e) {
     if (e) out->push_back(',');
-    put(out, load<T>(data + e * sizeof(T)));
+    put(out, load_unaligned<T>(data + e * sizeof(T)));
   }
 }
 
@@ -39,7 +34,7 @@ void append_bytes(std::string* out, const uint8_t* data, uint64_t size, uint64_t
   uint64_t offset = 0;
   for (uint64_t e = 0; e < count && data != nullptr; ++e) {
     if (offset + 4 > size) return;
-    const uint32_t length = load<uint32_t>(data + offset);
+    const uint32_t length = load_unaligned<uint32_t>(data + offset);
     offset += 4;
     if (offset + length > size) return;
     *out += "\\\"";
