@@ -14,6 +14,7 @@
 #include "ipc_schema.h"
 #include "kserve_json.h"
 #include "response_block.h"
+#include "response_cache.h"
 
 namespace naiad {
 
@@ -57,14 +58,19 @@ inline ResponseEntry error_entry(uint32_t index, std::string_view json, int32_t 
   return entry;
 }
 
-// A core without a timer thread, with add_sub registered in the core and the codec.
+// A core without a timer thread, with add_sub registered in the core and the codec;
+// with `cache`, the codec looks requests up in it and add_sub has `response_cache`.
 struct LaneFixture {
-  explicit LaneFixture(uint64_t arena_bytes = 1 << 20)
+  explicit LaneFixture(uint64_t arena_bytes = 1 << 20, ResponseCache* cache = nullptr)
       : core(arena_bytes, nullptr, false), lane(core) {
     BatcherConfig config;
     config.max_batch_size = 8;
     model = add_sub_model();
     model.core_model_id = core.add_model(config);
+    if (cache != nullptr) {
+      lane.codec().set_cache(cache);
+      model.response_cache = true;
+    }
     lane_model = lane.codec().add_model(model);
   }
   // Reads and queues `body` under `request_id`.

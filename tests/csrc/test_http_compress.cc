@@ -247,36 +247,28 @@ TEST(lane_leaves_errors_uncompressed_and_forgets_encodings) {
 }
 
 TEST(lane_compresses_cache_hits_at_take_time) {
-  Core core(1 << 20, nullptr, false);
-  HttpLane lane(core);
   ResponseCache cache(1 << 20);
-  lane.codec().set_cache(&cache);
-  BatcherConfig config;
-  config.max_batch_size = 8;
-  ModelSpec model = add_sub_model();
-  model.core_model_id = core.add_model(config);
-  model.response_cache = true;
-  const uint32_t lane_model = lane.codec().add_model(model);
-  lane.add_route(kTarget, lane_model);
+  LaneFixture f(1 << 20, &cache);
+  f.lane.add_route(kTarget, f.lane_model);
 
   const Body body = add_sub_body(false);
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(body.bytes.data());
   HttpLane::Taken miss;
-  CHECK(lane.submit_to(kTarget, bytes, body.bytes.size(), body.header_size, 1000, &miss));
+  CHECK(f.lane.submit_to(kTarget, bytes, body.bytes.size(), body.header_size, 1000, &miss));
   const std::string out0(64, 'a'), out1(64, 'b');
   const std::string block = add_sub_result(out0, out1);
   std::vector<KServeCodec::Answer> answers;
   uint64_t timings[4];
-  CHECK(lane.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
-                              {miss.request_id}, 1500, 4000, &answers, timings));
-  const Http plain = split(lane.writer().text(answers[0].response));
+  CHECK(f.lane.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
+                                {miss.request_id}, 1500, 4000, &answers, timings));
+  const Http plain = split(f.lane.writer().text(answers[0].response));
   CHECK(cache.totals().entries == 1);
 
   // Hits, through the scanner and through submit_to: compressed as asked.
   std::string request = post(body, "Accept-Encoding: gzip\r\n");
   std::vector<HttpLane::Taken> taken;
-  CHECK(lane.take_http(reinterpret_cast<const uint8_t*>(request.data()), request.size(), 1 << 20,
-                       5000, &taken) == request.size());
+  CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(request.data()), request.size(), 1 << 20,
+                         5000, &taken) == request.size());
   CHECK(taken.size() == 1 && taken[0].request_id == 0 && taken[0].batch_size == 1);
   Http hit = split(taken[0].reply);
   CHECK(header_value(hit.head, "Content-Encoding") == "gzip");
@@ -284,10 +276,10 @@ TEST(lane_compresses_cache_hits_at_take_time) {
         header_value(plain.head, "Inference-Header-Content-Length"));
   CHECK(inflated(hit.body, 31) == plain.body);
   HttpLane::Taken deflated;
-  CHECK(lane.submit_to(kTarget, bytes, body.bytes.size(), body.header_size, 6000, &deflated,
-                       ResponseEncoding::kDeflate));
+  CHECK(f.lane.submit_to(kTarget, bytes, body.bytes.size(), body.header_size, 6000, &deflated,
+                         ResponseEncoding::kDeflate));
   hit = split(deflated.reply);
   CHECK(header_value(hit.head, "Content-Encoding") == "deflate");
   CHECK(inflated(hit.body, 15) == plain.body);
-  CHECK(cache.counters(lane_model).hits == 2);
+  CHECK(cache.counters(f.lane_model).hits == 2);
 }

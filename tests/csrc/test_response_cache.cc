@@ -10,6 +10,7 @@
 #include "core.h"
 #include "http_framer.h"
 #include "kserve_json.h"
+#include "lane_support.h"
 #include "request_validator.h"
 #include "response_block.h"
 #include "response_cache.h"
@@ -54,16 +55,7 @@ std::string key_of(const ModelSpec& model, const Request& r) {
 
 // A result block: one final response with `outputs` as `json` lists them.
 std::string block_of(std::string_view json, const std::vector<const std::string*>& outputs) {
-  ResponseEntry entry;
-  entry.json = json;
-  for (const std::string* output : outputs) {
-    entry.outputs.push_back(OutputBytes{output->data(), output->size()});
-  }
-  std::vector<ResponseEntry> entries{entry};
-  std::string block(response_block_size(entries), '\0');
-  const uint64_t timings[4] = {1, 2, 3, 4};
-  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
-  return block;
+  return naiad::result_block({ok_entry(0, json, outputs)}, {1, 2, 3, 4});
 }
 
 // add_sub's two [1,16] outputs and a response parameter.
@@ -220,17 +212,9 @@ TEST(cache_callers_on_several_threads) {
 }
 
 TEST(lane_answers_a_hit_from_the_cache_as_its_miss) {
-  Core core(1 << 20, nullptr, false);
-  HttpLane lane(core);
   ResponseCache cache(1 << 20);
-  lane.codec().set_cache(&cache);
-  BatcherConfig config;
-  config.max_batch_size = 8;
-  ModelSpec model = add_sub_model();
-  model.core_model_id = core.add_model(config);
-  model.response_cache = true;
-  const uint32_t lane_model = lane.codec().add_model(model);
-  lane.add_route("/v2/models/add_sub/infer", lane_model);
+  LaneFixture f(1 << 20, &cache);
+  f.lane.add_route("/v2/models/add_sub/infer", f.lane_model);
 
   std::string header =
       "{\"id\":\"one\",\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,16],"
@@ -239,7 +223,8 @@ TEST(lane_answers_a_hit_from_the_cache_as_its_miss) {
   std::string body = header + std::string(128, '\x01');
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(body.data());
   HttpLane::Taken miss;
-  CHECK(lane.submit_to("/v2/models/add_sub/infer", bytes, body.size(), header.size(), 1000, &miss));
+  CHECK(
+      f.lane.submit_to("/v2/models/add_sub/infer", bytes, body.size(), header.size(), 1000, &miss));
   CHECK(miss.request_id != 0 && miss.reply.empty());
   CHECK(cache.totals().lookups == 1 && cache.totals().misses == 1);
 
@@ -247,19 +232,20 @@ TEST(lane_answers_a_hit_from_the_cache_as_its_miss) {
   std::string block = result_block(out0, out1);
   std::vector<KServeCodec::Answer> answers;
   uint64_t timings[4];
-  CHECK(lane.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
-                              {miss.request_id}, 1500, 4000, &answers, timings));
+  CHECK(f.lane.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
+                                {miss.request_id}, 1500, 4000, &answers, timings));
   CHECK(answers.size() == 1);
-  const std::string answered = lane.writer().text(answers[0].response);
-  CHECK(cache.totals().entries == 1 && cache.counters(lane_model).misses == 1);
+  const std::string answered = f.lane.writer().text(answers[0].response);
+  CHECK(cache.totals().entries == 1 && cache.counters(f.lane_model).misses == 1);
 
   // The same request again: answered at once, byte for byte as the miss, nothing queued.
-  const uint64_t blocks = core.arena().stats().blocks_in_use;
+  const uint64_t blocks = f.core.arena().stats().blocks_in_use;
   HttpLane::Taken hit;
-  CHECK(lane.submit_to("/v2/models/add_sub/infer", bytes, body.size(), header.size(), 5000, &hit));
+  CHECK(
+      f.lane.submit_to("/v2/models/add_sub/infer", bytes, body.size(), header.size(), 5000, &hit));
   CHECK(hit.request_id == 0 && hit.batch_size == 1 && hit.reply == answered);
-  CHECK(core.arena().stats().blocks_in_use == blocks);
-  CacheModelCounters counted = cache.counters(lane_model);
+  CHECK(f.core.arena().stats().blocks_in_use == blocks);
+  CacheModelCounters counted = cache.counters(f.lane_model);
   CHECK(counted.hits == 1 && counted.hit_request_ns >= counted.hit_ns);
 
   // JSON outputs of the same request: the same entry, written as JSON.
@@ -267,30 +253,30 @@ TEST(lane_answers_a_hit_from_the_cache_as_its_miss) {
       header.substr(0, header.size() - 1) + ",\"parameters\":{\"binary_data_output\":false}}";
   std::string json_body = json_header + std::string(128, '\x01');
   HttpLane::Taken as_json;
-  CHECK(lane.submit_to("/v2/models/add_sub/infer",
-                       reinterpret_cast<const uint8_t*>(json_body.data()), json_body.size(),
-                       json_header.size(), 6000, &as_json));
+  CHECK(f.lane.submit_to("/v2/models/add_sub/infer",
+                         reinterpret_cast<const uint8_t*>(json_body.data()), json_body.size(),
+                         json_header.size(), 6000, &as_json));
   CHECK(as_json.request_id == 0);
   CHECK(as_json.reply.find("Content-Type: application/json") != std::string::npos);
   CHECK(as_json.reply.find("\"parameters\":{\"p\":7}") != std::string::npos);
-  CHECK(cache.counters(lane_model).hits == 2);
+  CHECK(cache.counters(f.lane_model).hits == 2);
 
   // Another input misses; a model without the cache never looks.
   body[header.size() + 5] = '\x02';
   HttpLane::Taken other;
-  CHECK(
-      lane.submit_to("/v2/models/add_sub/infer", bytes, body.size(), header.size(), 7000, &other));
+  CHECK(f.lane.submit_to("/v2/models/add_sub/infer", bytes, body.size(), header.size(), 7000,
+                         &other));
   CHECK(other.request_id != 0 && cache.totals().misses == 2);
   ModelSpec plain = add_sub_model();
-  plain.core_model_id = model.core_model_id;
-  const uint32_t plain_model = lane.codec().add_model(plain);
-  lane.add_route("/v2/models/plain/infer", plain_model);
+  plain.core_model_id = f.model.core_model_id;
+  const uint32_t plain_model = f.lane.codec().add_model(plain);
+  f.lane.add_route("/v2/models/plain/infer", plain_model);
   HttpLane::Taken uncached;
   body[header.size() + 5] = '\x01';
-  CHECK(
-      lane.submit_to("/v2/models/plain/infer", bytes, body.size(), header.size(), 8000, &uncached));
+  CHECK(f.lane.submit_to("/v2/models/plain/infer", bytes, body.size(), header.size(), 8000,
+                         &uncached));
   CHECK(uncached.request_id != 0 && cache.totals().lookups == 4);
-  lane.codec().forget(uncached.request_id);
+  f.lane.codec().forget(uncached.request_id);
 
   // A failed request is not kept and counts no miss (Triton 2.51 keeps the failure as an
   // empty response and answers the next ones with it as successes).
@@ -302,18 +288,19 @@ TEST(lane_answers_a_hit_from_the_cache_as_its_miss) {
   std::string error_block(response_block_size(failures), '\0');
   write_response_block(reinterpret_cast<uint8_t*>(&error_block[0]), failures, timings);
   answers.clear();
-  CHECK(lane.codec().complete(reinterpret_cast<const uint8_t*>(error_block.data()),
-                              error_block.size(), {other.request_id}, 7500, 9000, &answers,
-                              timings));
+  CHECK(f.lane.codec().complete(reinterpret_cast<const uint8_t*>(error_block.data()),
+                                error_block.size(), {other.request_id}, 7500, 9000, &answers,
+                                timings));
   CHECK(answers.size() == 1 && answers[0].response.error == ErrorKind::kInvalidArgument);
-  CHECK(cache.totals().entries == 1 && cache.counters(lane_model).misses == 1);
+  CHECK(cache.totals().entries == 1 && cache.counters(f.lane_model).misses == 1);
   // Nor is the result of a model that stopped taking requests (unloading).
   body[header.size() + 5] = '\x03';
   HttpLane::Taken late;
-  CHECK(lane.submit_to("/v2/models/add_sub/infer", bytes, body.size(), header.size(), 9500, &late));
-  lane.remove_model(lane_model);
+  CHECK(
+      f.lane.submit_to("/v2/models/add_sub/infer", bytes, body.size(), header.size(), 9500, &late));
+  f.lane.remove_model(f.lane_model);
   answers.clear();
-  CHECK(lane.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
-                              {late.request_id}, 9600, 9700, &answers, timings));
+  CHECK(f.lane.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
+                                {late.request_id}, 9600, 9700, &answers, timings));
   CHECK(answers.size() == 1 && cache.totals().entries == 1);
 }
