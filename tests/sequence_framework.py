@@ -32,6 +32,22 @@ _CONTROLS = """  control_input [
 """
 
 
+def _sequence_batching(strategy: str, **names) -> str:
+    """The config's sequence_batching block: the strategy (a 20 ms window, so that
+    concurrent sequences share batches) and the controls and state under `names`."""
+    window = (
+        "  oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 20000 }\n"
+        if strategy == "oldest"
+        else "  direct { max_queue_delay_microseconds: 20000 }\n"
+    )
+    return (
+        "sequence_batching {\n  max_sequence_idle_microseconds: 5000000\n"
+        + window
+        + _CONTROLS.format(**names)
+        + "}\n"
+    )
+
+
 def accumulator_onnx(batched: bool = True) -> bytes:
     """The accumulator as an ONNX graph: [batch, 1] tensors (or [1] with `batched`
     false)."""
@@ -87,13 +103,8 @@ def onnx_config(name: str, strategy: str, batched: bool = True, instances: int =
         f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: {4 if batched else 0}\n'
         'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
         f"output [ {', '.join(outputs)} ]\n"
-        "sequence_batching {\n  max_sequence_idle_microseconds: 5000000\n"
-        + (
-            "  oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 20000 }\n"
-            if strategy == "oldest"
-            else "  direct { max_queue_delay_microseconds: 20000 }\n"
-        )
-        + _CONTROLS.format(
+        + _sequence_batching(
+            strategy,
             start="START",
             end="END",
             ready="READY",
@@ -102,8 +113,7 @@ def onnx_config(name: str, strategy: str, batched: bool = True, instances: int =
             state_in="STATE_IN",
             state_out="STATE_OUT",
         )
-        + "}\n"
-        f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
+        + f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
         'parameters { key: "intra_op_thread_count" value { string_value: "1" } }\n'
     )
 
@@ -117,13 +127,8 @@ def torch_config(name: str, strategy: str) -> str:
         '  { name: "CTRL__1" data_type: TYPE_FP32 dims: [ 3 ] },\n'
         '  { name: "CORRID_OUT__2" data_type: TYPE_INT64 dims: [ 1 ] }\n'
         "]\n"
-        "sequence_batching {\n  max_sequence_idle_microseconds: 5000000\n"
-        + (
-            "  oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 20000 }\n"
-            if strategy == "oldest"
-            else "  direct { max_queue_delay_microseconds: 20000 }\n"
-        )
-        + _CONTROLS.format(
+        + _sequence_batching(
+            strategy,
             start="START__1",
             end="END__2",
             ready="READY__3",
@@ -132,8 +137,7 @@ def torch_config(name: str, strategy: str) -> str:
             state_in="STATE_IN__5",
             state_out="STATE_OUT__3",
         )
-        + "}\n"
-        "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+        + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
         'parameters { key: "INTRA_OP_THREAD_COUNT" value { string_value: "1" } }\n'
     )
 

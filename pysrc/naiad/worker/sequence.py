@@ -167,6 +167,8 @@ class SequenceBackend(Backend):
         self._sequence_of_slot: dict[int, int] = {}
         self._sequence_numbers = itertools.count(1)
         self._headers: dict = {}  # (id(header), header) -> header with the extra inputs
+        self.corrid_controls = [c for c in self.controls if c.kind == "corrid"]
+        self._columns: dict = {}  # flags per position -> control columns (_flag_columns)
 
     # -- the extra inputs ----------------------------------------------------------
     def _header(self, header: RequestHeader) -> RequestHeader:
@@ -252,7 +254,8 @@ class SequenceBackend(Backend):
                 offset = self.endpoint.alloc(max(array.nbytes, 1), 0)
                 if offset == 0:
                     raise MemoryError("the shared-memory arena has no room for a sequence state")
-            np.ndarray(array.shape, state.dtype, self.arena, offset)[...] = array
+            if array.nbytes:  # a byte copy into the block (cheaper than an array view)
+                self.arena[offset : offset + array.nbytes] = array.reshape(-1).view(np.uint8)
             stored[state.input_name] = (offset, array.nbytes, array.shape)
         return kept
 
@@ -316,27 +319,26 @@ class SequenceBackend(Backend):
             for name in names:
                 parts = [batch.arrays[s][batch.headers[s].input_names.index(name)] for s in sources]
                 inputs[name] = np.concatenate(parts) if self.batched else parts[0]
-        ready = np.array([index >= 0 for index, _ in positions], dtype=bool)
-        flags_of = np.array([words[s] for s in sources], dtype=np.uint64) & np.uint64(3 << 32)
-        flags = {
-            "ready": ready,
-            "start": ready & (flags_of & np.uint64(_START) != 0),
-            "end": ready & (flags_of & np.uint64(_END) != 0),
-        }
-        corrids = [
-            batch.headers[index].correlation_id if index >= 0 else 0 for index, _ in positions
-        ]
-        shape = (n, 1) if self.batched else (1,)
-        extra = {control.name: control.column(flags, corrids, shape) for control in self.controls}
+        # Per position: its START / END bits, or 4 for a not-ready request.
+        key = tuple((words[index] >> 32) & 3 if index >= 0 else 4 for index, _ in positions)
+        extra = self._flag_columns(key)
+        if self.corrid_controls:
+            corrids = [
+                batch.headers[index].correlation_id if index >= 0 else 0 for index, _ in positions
+            ]
+            shape = (n, 1) if self.batched else (1,)
+            for control in self.corrid_controls:
+                extra[control.name] = control.column(None, corrids, shape)
         if self.states:
             per_position = []
-            for (index, slot), start in zip(positions, flags["start"]):
+            for (index, slot), bits in zip(positions, key):
                 if index < 0:
                     per_position.append([state.initial for state in self.states])
                     continue
+                start = bool(bits & 1)
                 if start:  # a new sequence: nothing of the slot's last one stays
                     self._release(slot)
-                per_position.append(self._state_inputs(slot, bool(start)))
+                per_position.append(self._state_inputs(slot, start))
             for k, state in enumerate(self.states):
                 parts = [row[k] for row in per_position]
                 extra[state.input_name] = np.concatenate(parts) if self.batched else parts[0]
@@ -351,6 +353,29 @@ class SequenceBackend(Backend):
             arrays.append(list(batch.arrays[s]) + rows)
         results = self.inner.execute(Batch(headers, arrays, inputs))
         return self._finish(batch, words, positions, results)
+
+    def _flag_columns(self, key: tuple) -> dict:
+        """The START / END / READY control columns of a batch whose positions have the
+        flags `key` (per position its START | END << 1 bits, 4: not ready): built once
+        per pattern (a few recur: most batches start and end nothing), then shared."""
+        columns = self._columns.get(key)
+        if columns is None:
+            ready = np.array([bits != 4 for bits in key], dtype=bool)
+            flags = {
+                "ready": ready,
+                "start": np.array([bits != 4 and bool(bits & 1) for bits in key], dtype=bool),
+                "end": np.array([bits != 4 and bool(bits & 2) for bits in key], dtype=bool),
+            }
+            shape = (len(key), 1) if self.batched else (1,)
+            columns = {
+                control.name: control.column(flags, None, shape)
+                for control in self.controls
+                if control.kind != "corrid"
+            }
+            if len(self._columns) > 256:
+                self._columns.clear()
+            self._columns[key] = columns
+        return dict(columns)
 
     def _finish(self, batch: Batch, words: list, positions: list, results: list) -> list:
         """The batch's results from the model's: the not-ready requests' dropped, the
