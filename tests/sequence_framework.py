@@ -33,12 +33,12 @@ _CONTROLS = """  control_input [
 
 
 def _sequence_batching(strategy: str, **names) -> str:
-    """The config's sequence_batching block: the strategy (a 20 ms window, so that
+    """The config's sequence_batching block: the strategy (a 50 ms window, so that
     concurrent sequences share batches) and the controls and state under `names`."""
     window = (
-        "  oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 20000 }\n"
+        "  oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 50000 }\n"
         if strategy == "oldest"
-        else "  direct { max_queue_delay_microseconds: 20000 }\n"
+        else "  direct { max_queue_delay_microseconds: 50000 }\n"
     )
     return (
         "sequence_batching {\n  max_sequence_idle_microseconds: 5000000\n"
