@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -327,3 +328,28 @@ def test_pytorch_input_count_counts_controls_and_states(tmp_path):
     assert str(error.value).startswith(
         "unable to load model 'm', configuration expects 5 inputs, model provides 6"
     )
+
+
+def test_a_sequence_state_lives_in_the_arena_until_end(server):
+    """The state of a framework model's sequence is one block of the shared arena from
+    START to END (seq_onnx_nobatch: one slot, its earlier sequences ended)."""
+    url = server.url
+
+    def blocks(expected=None):
+        """The arena's blocks in use, once they settle at `expected` (a request's own
+        blocks may be freed a moment after its answer) or after 2 s."""
+        deadline = time.monotonic() + 2
+        while True:
+            arena = requests.get(f"{url}/v2/naiad/arena", timeout=TIMEOUT).json()
+            if expected in (None, arena["blocks_in_use"]) or time.monotonic() > deadline:
+                return arena["blocks_in_use"]
+            time.sleep(0.05)
+
+    before = blocks()
+    model = "seq_onnx_nobatch"
+    assert infer(url, model, 3, sequence_id=901, sequence_start=True)[1]["OUTPUT"] == [3.0]
+    assert blocks(before + 1) == before + 1
+    assert infer(url, model, 4, sequence_id=901)[1]["OUTPUT"] == [7.0]
+    assert blocks(before + 1) == before + 1  # the same block, rewritten
+    assert infer(url, model, 5, sequence_id=901, sequence_end=True)[1]["OUTPUT"] == [12.0]
+    assert blocks(before) == before
