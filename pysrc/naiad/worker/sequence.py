@@ -145,6 +145,9 @@ class SequenceBackend(Backend):
         # control and state inputs come to it batch-major too (_execute_whole).
         self.whole = bool(getattr(inner, "batch_tensors", False))
         self.batch_tensors = self.whole  # the worker fills Batch.tensors for it
+        # CUDA shared-memory tensors go through host memory (the worker copies them):
+        # the batches built here do not carry in-place device inputs or outputs.
+        self.device_inputs = False
         self.control_shape = (1, 1) if self.batched else (1,)
         self.controls = [
             _Control(spec, self.control_shape) for spec in sequence_io.controls(config)
