@@ -216,3 +216,36 @@ def test_grpc_decoupled_sequence_model_gets_its_controls(server):
                 assert got == [([0], expected_ctrl), ([1], expected_ctrl)]
         finally:
             client.stop_stream()
+
+
+def test_grpc_decoupled_sequence_model_keeps_the_state_of_its_last_response(server):
+    """seq_decoupled_state answers each request twice, the second time (final) from a
+    thread after execute() returned; each response carries a state output: the
+    sequence's next request gets the last one's, and the client sees none of them."""
+    import queue
+
+    answers: queue.Queue = queue.Queue()
+    outputs = [grpcclient.InferRequestedOutput("OUTPUT")]
+    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            for corrid in (88, 89):  # the second sequence starts from zero again
+                got = []
+                for step, value in enumerate((1, 2, 3)):
+                    flags = {"sequence_start": step == 0, "sequence_end": step == 2}
+                    client.async_stream_infer(
+                        "seq_decoupled_state",
+                        [_input(grpcclient, value)],
+                        outputs=outputs if step == 1 else None,
+                        sequence_id=corrid,
+                        **flags,
+                    )
+                    for _ in range(2):
+                        result, error = answers.get(timeout=TIMEOUT)
+                        assert error is None, error
+                        names = [o.name for o in result.get_response().outputs]
+                        assert names == ["OUTPUT"]
+                        got.append(result.as_numpy("OUTPUT").reshape(-1).tolist()[0])
+                assert got == [1, 2, 4, 6, 9, 12], corrid
+        finally:
+            client.stop_stream()

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from naiad.backends import sequence_io
 from naiad.backends.base import INTERNAL, INVALID_ARG, Backend, Batch, RequestError, Response
 
 # Triton's --backend-config=onnxruntime,default-max-batch-size default (tritonserver sets 4).
@@ -407,15 +408,90 @@ def _compare_dims(model, tensor, model_shape, dims, max_batch_size, exact) -> No
         )
 
 
+# Config data type -> the ONNX type name Triton's onnxruntime backend words it with
+# (OnnxDataTypeName); the others are the config name without TYPE_.
+_ONNX_TYPE_NAMES = {
+    "TYPE_FP16": "FLOAT16",
+    "TYPE_FP32": "FLOAT",
+    "TYPE_FP64": "DOUBLE",
+    "TYPE_BF16": "BFLOAT16",
+    "TYPE_STRING": "STRING",
+}
+
+
+def _onnx_type_name(config_type: str) -> str:
+    if config_type == "TYPE_INVALID":
+        return "UNDEFINED"
+    return _ONNX_TYPE_NAMES.get(config_type, config_type.removeprefix("TYPE_"))
+
+
+def _validate_controls(config: dict, inputs: dict, model: str, max_batch_size: int) -> int:
+    """Triton's ValidateBooleanSequenceControl / ValidateTypedSequenceControl: each
+    sequence control is a model input of dims [1] (after the batch dimension) and the
+    control's datatype. Returns how many there are."""
+    controls = sequence_io.controls(config)
+    by_kind = {control.kind: control for control in controls}
+    for kind in sequence_io.KINDS:
+        control = by_kind.get(kind)
+        if control is None:
+            continue
+        info = inputs.get(control.name)
+        if info is None:
+            raise OnnxModelError(
+                f"configuration specified sequence control '{control.name}', but model does "
+                "not provide that input"
+            )
+        model_type, model_shape = info
+        dims = model_shape[1:] if max_batch_size > 0 else model_shape
+        if dims != [1]:
+            raise OnnxModelError(
+                f"unable to load model '{model}', sequence control '{control.name}' in model "
+                f"has dims {_shape_str(dims)} but dims [1] is expected"
+            )
+        if model_type != control.data_type:
+            raise OnnxModelError(
+                f"unable to load model '{model}', sequence control '{control.name}', the "
+                f"model expects data-type {_onnx_type_name(model_type)} but the model "
+                f"configuration specifies data-type {control.data_type}"
+            )
+    return len(controls)
+
+
+def _validate_states(config: dict, inputs: dict, outputs: dict, model: str) -> None:
+    """Each implicit state's input and output are the model's, of the state's datatype.
+    (Triton counts the state inputs and finds a wrong name or type only when a request
+    runs: this refuses that model at load, with the reason.)"""
+    for state in sequence_io.states(config):
+        for kind, name, infos in (
+            ("input", state.input_name, inputs),
+            ("output", state.output_name, outputs),
+        ):
+            info = infos.get(name)
+            if info is None:
+                allowed = ", ".join(sorted(infos))
+                raise OnnxModelError(
+                    f"unexpected inference {kind} state '{name}', allowed {kind}s are: {allowed}"
+                )
+            if info[0] != state.data_type:
+                raise OnnxModelError(
+                    f"unable to load model '{model}', configuration expects datatype "
+                    f"{state.data_type} for {kind} state '{name}', model provides {info[0]}"
+                )
+
+
 def validate_session(session, config: dict) -> None:
     """The checks of Triton's onnxruntime backend (ValidateInputs / ValidateOutputs):
-    counts, names, data types and dims of the config against the model."""
+    counts, names, data types and dims of the config against the model; for a sequence
+    model its control inputs first, and its state inputs counted."""
     model = config.get("name", "")
     max_batch_size = int(config.get("max_batch_size", 0) or 0)
     inputs = _io_infos(session.get_inputs())
     outputs = _io_infos(session.get_outputs())
     configured = config.get("input", [])
     expected = len(configured) + len(config.get("batch_input", []))
+    if "sequence_batching" in config:
+        expected += _validate_controls(config, inputs, model, max_batch_size)
+        expected += len(sequence_io.states(config))
     if len(inputs) != expected:
         raise OnnxModelError(
             f"unable to load model '{model}', configuration expects {expected} inputs, "
@@ -458,6 +534,8 @@ def validate_session(session, config: dict) -> None:
                     "provide 1 in the model configuration when the model doesn't support "
                     f"batching. Model configuration provided: {_shape_str(dims)}."
                 )
+    if "sequence_batching" in config:
+        _validate_states(config, inputs, outputs, model)
 
 
 class _PlacedOutput:
@@ -533,6 +611,12 @@ class OnnxRuntimeBackend(Backend):
         self.input_dtypes = {
             io["name"]: _NUMPY_OF_CONFIG[io["data_type"]] for io in config.get("input", [])
         }
+        # A sequence model's control and state inputs (worker/sequence.py feeds them).
+        for control in sequence_io.controls(config):
+            self.input_dtypes[control.name] = _NUMPY_OF_CONFIG[control.data_type]
+        states = sequence_io.states(config)
+        for state in states:
+            self.input_dtypes[state.input_name] = _NUMPY_OF_CONFIG[state.data_type]
         self.reshapes = {
             io["name"]: [int(d) for d in io["reshape"].get("shape", [])]
             for io in config.get("input", [])
@@ -540,6 +624,10 @@ class OnnxRuntimeBackend(Backend):
         }
         self.output_names = [io["name"] for io in config.get("output", [])] or [
             node.name for node in self.session.get_outputs()
+        ]
+        # The state outputs run too: the sequence's next state (worker/sequence.py).
+        self.output_names += [
+            s.output_name for s in states if s.output_name not in self.output_names
         ]
         self.output_reshapes = {
             io["name"]: [int(d) for d in io.get("dims", [])]

@@ -197,6 +197,10 @@ def _run_nested(coroutine, running: asyncio.AbstractEventLoop):
 class PythonModelBackend(Backend):
     """One instance of a Triton Python model, loaded and initialized."""
 
+    # Outputs a response keeps whatever the client asked for: a decoupled sequence
+    # model's state outputs, which worker/sequence.py takes out of each response.
+    kept_outputs: frozenset = frozenset()
+
     def __init__(self, args: dict):
         try:
             config = _parse_config(args.get("model_config", "{}"))
@@ -456,7 +460,7 @@ class PythonModelBackend(Backend):
                     names = ", ".join(f"'{name}'" for name in missing)
                     noun = "output" if len(missing) == 1 else "outputs"
                     return self._failure(f"requested {noun} {names} not produced by the model")
-                wanted = set(requested)
+                wanted = self.kept_outputs.union(requested)
                 outputs = [tensor for tensor in outputs if tensor._name in wanted]
                 pairs = [(tensor._name, tensor._array) for tensor in outputs]
         for tensor in outputs:

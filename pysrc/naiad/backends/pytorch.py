@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from naiad import gpu
+from naiad.backends import sequence_io
 from naiad.backends.base import INTERNAL, INVALID_ARG, Backend, Batch, RequestError, Response
 from naiad.backends.tensors import batch_major
 
@@ -249,9 +250,15 @@ class PyTorchBackend(Backend):
                         f"supported (model '{name}', '{self.path}')."
                     )
                 forward_arguments.append(argument.name)
-            if len(arguments) != len(inputs):
+        # A sequence model's control inputs, each bound by its <name>__<index>, checked
+        # before the count as Triton does.
+        control_positions = self._control_positions()
+        states = sequence_io.states(config)
+        expected = len(inputs) + len(control_positions) + len(states)
+        if not self.dict_input:
+            if len(arguments) != expected:
                 raise RuntimeError(
-                    f"unable to load model '{name}', configuration expects {len(inputs)} "
+                    f"unable to load model '{name}', configuration expects {expected} "
                     f"inputs, model provides {len(arguments)} (forward() of '{self.path}' "
                     f"takes {', '.join(forward_arguments) or 'no arguments'})"
                 )
@@ -268,19 +275,84 @@ class PyTorchBackend(Backend):
                 name,
             )
         self.input_positions = tensor_positions(names, self.input_convention, forward_arguments)
+        self.input_positions.update(control_positions)
+        self.input_positions.update(self._state_input_positions(states, forward_arguments))
         if not self.dict_input:
+            taken: dict[int, str] = {}
             for tensor_name, position in self.input_positions.items():
-                if position >= len(names):
+                if position in taken:
+                    raise RuntimeError(
+                        f"inputs '{taken[position]}' and '{tensor_name}' of model '{name}' "
+                        f"are both forward() argument {position}"
+                    )
+                taken[position] = tensor_name
+                if position >= expected:
                     raise RuntimeError(
                         f"input '{tensor_name}' of model '{name}' is forward() argument "
                         f"{position} by the <name>__<index> convention, but forward() of "
-                        f"'{self.path}' takes {len(names)} inputs"
+                        f"'{self.path}' takes {expected} inputs"
                     )
         self.input_strings = set()
         for tensor in inputs:
             self._check_datatype(tensor, "input")
             if tensor.get("data_type") == "TYPE_STRING":
                 self.input_strings.add(tensor["name"])
+        for state in states:
+            if state.data_type not in TORCH_DTYPES and state.data_type != "TYPE_STRING":
+                raise RuntimeError(
+                    f"unsupported datatype {state.data_type} for input state "
+                    f"'{state.input_name}' for model '{name}'"
+                )
+
+    def _control_positions(self) -> dict[str, int]:
+        """Control input name -> forward() argument: Triton's pytorch backend binds a
+        sequence control by its `<name>__<index>` whatever the inputs' convention, and
+        a CORRID control must have a datatype torch has."""
+        positions = {}
+        for control in sequence_io.controls(self.config):
+            index = _index_part(control.name)
+            if index is None or not _is_index(index):
+                raise RuntimeError(
+                    f"input '{control.name}' does not follow <name>__<index> naming convention."
+                )
+            if control.kind == sequence_io.CORRID and control.data_type not in TORCH_DTYPES:
+                raise RuntimeError(
+                    f"input '{control.name}' type '{control.data_type}' is not supported by "
+                    "PyTorch."
+                )
+            positions[control.name] = int(index or 0)
+        return positions
+
+    def _state_input_positions(self, states: list, forward_arguments: list) -> dict[str, int]:
+        """State input name -> forward() argument, by the convention of the config's
+        inputs: a forward() argument of its name, or its `<name>__<index>`. (Under the
+        config's order Triton binds state i to argument i, the place of input i: that
+        model is refused here, with the reason.)"""
+        positions = {}
+        if self.dict_input:
+            return {state.input_name: 0 for state in states}
+        for state in states:
+            name = state.input_name
+            if self.input_convention == FORWARD_ARGUMENT and name in forward_arguments:
+                positions[name] = forward_arguments.index(name)
+                continue
+            index = _index_part(name)
+            if self.input_convention == NAMED_INDEX and index is not None and _is_index(index):
+                positions[name] = int(index or 0)
+                continue
+            raise RuntimeError(
+                f"state input '{name}' of model '{self.name}' cannot be bound to a forward() "
+                f"argument: the inputs bind by {self.input_convention}, so it must be "
+                + (
+                    "a forward() argument of that name"
+                    if self.input_convention == FORWARD_ARGUMENT
+                    else "named <name>__<index>"
+                    if self.input_convention == NAMED_INDEX
+                    else "bound with the inputs named as forward() arguments or "
+                    "<name>__<index>, not by the configuration's order"
+                )
+            )
+        return positions
 
     def _bind_outputs(self) -> None:
         outputs = self.config.get("output") or []
@@ -295,6 +367,23 @@ class PyTorchBackend(Backend):
         for tensor in outputs:
             self._check_datatype(tensor, "output")
             self.output_dtypes[tensor["name"]] = tensor.get("data_type")
+        # A state output is bound by its <name>__<index> (Triton enforces that convention
+        # for states): what forward() returns there is the sequence's next state.
+        for state in sequence_io.states(self.config):
+            name = state.output_name
+            index = _index_part(name)
+            if index is None or not _is_index(index):
+                raise RuntimeError(
+                    f"output state '{name}' of model '{self.name}' does not follow "
+                    "<name>__<index> naming convention."
+                )
+            if state.data_type not in TORCH_DTYPES and state.data_type != "TYPE_STRING":
+                raise RuntimeError(
+                    f"unsupported datatype {state.data_type} for state '{name}' for model "
+                    f"'{self.name}'"
+                )
+            self.output_positions[name] = int(index or 0)
+            self.output_dtypes[name] = state.data_type
         # Where forward()'s return type says how many outputs it gives, a config that asks
         # for more is refused now rather than on every request (Triton finds out at run time).
         returned = self._returned_count()
