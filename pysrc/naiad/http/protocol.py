@@ -502,7 +502,11 @@ class HttpProtocol(asyncio.Protocol):
             return None
         slot = _LaneSlot(None, self, request_id)
         if not self._waiting:
-            self._set_waiting(True)
+            if self._counted:  # _set_waiting(True), inlined: once per request
+                self._waiting = True
+                self.arrivals.waiting += 1
+            else:
+                self._set_waiting(True)
         self.pending.append(slot)
         if len(self.pending) >= MAX_PIPELINE:
             self._pause_reading()
