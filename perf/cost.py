@@ -6,10 +6,12 @@ server formed (its statistics: inferences / executions).
 
     .venv/bin/python perf/cost.py --requests 50000 --concurrency 8 --body binary
     .venv/bin/python perf/cost.py --requests 30000 --concurrency 8 --body json --rounds 3
+    .venv/bin/python perf/cost.py --requests 60000 --concurrency 8 --pipeline 8
 
 The server (this tree, built in place by `make install`; or --naiad-tree) is pinned to
 CPU 0 and wrk to the other CPUs, as in perf/bench.py. Each round starts a fresh server;
-the table gives every round and the median. `--server triton` measures the real Triton
+the table gives every round and the median. `--pipeline N`: each wrk connection sends N
+requests back to back before reading their answers (HTTP pipelining). `--server triton` measures the real Triton
 2.51 the same way (its model stub processes count as "worker").
 
 `--profile` also samples the server's processes with Linux `perf record` (cpu-clock,
@@ -150,7 +152,9 @@ def one_round(server, repo: Path, args, out: Path, index: int) -> dict:
     try:
         client_cpus = list(range(1, os.cpu_count())) or None
         # Warm up (first batches, lazy imports), then measure.
-        run_wrk(server.http_url, args.body, args.concurrency, 1, client_cpus)
+        run_wrk(
+            server.http_url, args.body, args.concurrency, 1, client_cpus, pipeline=args.pipeline
+        )
         count0, exec0 = _counts(server, "add_sub")
         profiles = _start_profiles(server, out, index) if args.profile else None
         before = _snapshot(server)
@@ -175,6 +179,7 @@ def one_round(server, repo: Path, args, out: Path, index: int) -> dict:
             args.max_seconds,
             client_cpus,
             until=enough,
+            pipeline=args.pipeline,
         )
         shares = _stop_profiles(profiles) if profiles is not None else None
         if "after" not in marks:
@@ -228,8 +233,9 @@ def render(args, rounds: list[dict], label: str) -> str:
         "worker_kernel_us",
     )
     lines = [
-        f"{label}: add_sub, {args.body} body, wrk c={args.concurrency}, "
-        f"{args.requests} requests per round, server on CPU 0",
+        f"{label}: add_sub, {args.body} body, wrk c={args.concurrency}"
+        + (f" pipelined {args.pipeline} deep" if args.pipeline > 1 else "")
+        + f", {args.requests} requests per round, server on CPU 0",
         "",
         "| round | infer/s | avg batch | frontend user µs/req | frontend kernel µs/req "
         "| worker µs/req (user + kernel) | total µs/req | errors |",
@@ -275,6 +281,9 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--body", choices=BODIES, default="binary")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument(
+        "--pipeline", type=int, default=1, help="requests each connection sends before reading"
+    )
     ap.add_argument("--max-seconds", type=float, default=60.0, help="cap on one round's wrk run")
     ap.add_argument("--server", choices=("naiad", "triton"), default="naiad")
     ap.add_argument("--naiad-tree", type=Path, default=REPO_ROOT)

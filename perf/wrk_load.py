@@ -85,6 +85,17 @@ response = function(status, headers, body)
     if bad == 1 then io.stderr:write("non-200: " .. status .. " " .. body .. "\\n") end
   end
 end
+%(pipeline)s"""
+
+# With a pipeline depth above 1 each connection sends that many requests back to back
+# before it reads their answers (wrk counts each answer).
+_LUA_PIPELINE = """
+init = function(args)
+  local requests = {}
+  for i = 1, %d do requests[i] = wrk.format() end
+  pipelined = table.concat(requests)
+end
+request = function() return pipelined end
 """
 
 
@@ -104,12 +115,14 @@ def run_wrk(
     threads: int = 1,
     until=None,
     extra_headers: dict[str, str] | None = None,
+    pipeline: int = 1,
 ) -> dict:
     """One wrk run against http://`url`/v2/models/add_sub/infer with `connections`
     connections for `seconds`: {"rps", "errors", "requests", "seconds", "output"}.
     `until`: a callable polled every 0.1 s; once it returns true wrk is interrupted (it
     then reports what it did so far) and `seconds` is only a cap. `extra_headers` go
-    with each request (Accept-Encoding: perf/compressed_lane.py)."""
+    with each request (Accept-Encoding: perf/compressed_lane.py). `pipeline`: requests
+    each connection sends before reading their answers."""
     body, headers = add_sub_body(kind)
     headers = {**headers, **(extra_headers or {})}
     with tempfile.TemporaryDirectory(prefix="naiad-wrk-") as tmp:
@@ -121,7 +134,8 @@ def run_wrk(
             % {
                 "headers": "\n".join(
                     f'wrk.headers["{name}"] = "{value}"' for name, value in headers.items()
-                )
+                ),
+                "pipeline": _LUA_PIPELINE % pipeline if pipeline > 1 else "",
             }
         )
         env = dict(os.environ)

@@ -10,7 +10,9 @@ path), which use the one C++ cache."""
 
 from __future__ import annotations
 
+import json
 import queue
+import socket
 
 import numpy as np
 import pytest
@@ -341,3 +343,64 @@ def test_cache_flags_as_tritonserver_reads_them():
         with pytest.raises(CacheConfigError) as raised:
             cache_size(list(configs), byte_size)
         assert str(raised.value) == message
+
+
+def _json_request(port: int, base: float) -> bytes:
+    body = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "datatype": "FP32",
+                    "shape": [1, 16],
+                    "data": [base + i for i in range(16)],
+                },
+                {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": [2.0] * 16},
+            ]
+        }
+    ).encode()
+    head = (
+        f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _read_answers(sock: socket.socket, count: int) -> list[dict]:
+    """`count` Content-Length framed responses from `sock`, in order: their JSON bodies."""
+    buffer = b""
+    answers = []
+    while len(answers) < count:
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            chunk = sock.recv(65536)
+            assert chunk, "the server closed the connection"
+            buffer += chunk
+            continue
+        head = buffer[:end].decode("latin-1").lower()
+        assert head.startswith("http/1.1 200"), head
+        length = int(head.split("content-length:")[1].split("\r\n")[0])
+        while len(buffer) < end + 4 + length:
+            buffer += sock.recv(65536)
+        answers.append(json.loads(buffer[end + 4 : end + 4 + length]))
+        buffer = buffer[end + 4 + length :]
+    return answers
+
+
+def test_pipelined_hits_wait_behind_misses_in_order(server):
+    """Hits sent behind misses on one connection, in one write, come back after them, in
+    request order, with their own outputs."""
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=TIMEOUT) as sock:
+        sock.sendall(_json_request(server.http_port, 300.0))  # now cached
+        _read_answers(sock, 1)
+        before = counts(server)
+        bases = (301.0, 300.0, 302.0, 300.0, 300.0)  # miss, hit, miss, hit, hit
+        sock.sendall(b"".join(_json_request(server.http_port, base) for base in bases))
+        answers = _read_answers(sock, len(bases))
+    for base, answer in zip(bases, answers):
+        outputs = {o["name"]: o["data"] for o in answer["outputs"]}
+        assert outputs["OUTPUT0"] == [base + i + 2.0 for i in range(16)]
+        assert outputs["OUTPUT1"] == [base + i - 2.0 for i in range(16)]
+    after = counts(server)
+    # (inferences, successes, hits, misses): the misses ran, the hits did not.
+    assert [after[i] - before[i] for i in (0, 2, 3, 4)] == [2, 5, 3, 2]

@@ -1,7 +1,9 @@
 """A lean HTTP/1.1 server protocol over httptools (modelled on uvicorn's httptools_impl).
 
 - keep-alive; pipelined requests are answered in order (each request takes a slot in a FIFO;
-  replies that finish early wait for the ones before them)
+  replies that finish early wait for the ones before them); the fast lane's answers due in
+  one wake-up go out in one write, and those it gives at once (cache hits, refusals) in
+  one write with the read that brought them, without a slot when none is owed before them
 - Content-Length and chunked request bodies (the parser's callbacks assemble them)
 - a body size limit (`--http-max-input-size`): 413 and close
 - the connection limits of connection_limits.py: a client too slow to send a request or
@@ -73,27 +75,33 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class _Slot:
-    """A reply owed on a connection, in request order. `reply` is a Reply, or the
-    complete response bytes from the infer fast lane."""
+    """A reply owed on a connection, in request order: a Reply, once known."""
 
-    __slots__ = (
-        "reply",
-        "keep_alive",
-        "head_only",
-        "http10",
-        "protocol",
-        "future",
-        "request_id",
-    )
+    __slots__ = ("reply", "keep_alive", "head_only", "http10", "future")
+    request_id = 0  # not a fast-lane request
 
-    def __init__(self, reply, keep_alive: bool, head_only: bool, http10: bool, protocol=None):
+    def __init__(self, reply, keep_alive: bool, head_only: bool, http10: bool):
         self.reply = reply
         self.keep_alive = keep_alive
         self.head_only = head_only
         self.http10 = http10
-        self.protocol = protocol
         self.future = None  # a general-path request's: cancelled if the client goes away
-        self.request_id = 0  # a fast-lane request's id in the core: cancelled likewise
+
+
+class _LaneSlot:
+    """The reply owed to a request the fast lane took: the complete response bytes once
+    answered (or the Reply of its error). Lane requests are keep-alive HTTP/1.1 POSTs."""
+
+    __slots__ = ("reply", "protocol", "request_id")
+    keep_alive = True
+    head_only = False
+    http10 = False
+    future = None
+
+    def __init__(self, reply, protocol, request_id: int):
+        self.reply = reply
+        self.protocol = protocol
+        self.request_id = request_id  # its id in the core: cancelled if the client goes away
 
     def deliver(self, http, exc) -> None:
         """The fast lane's answer: the response bytes, or the error of a request that
@@ -102,22 +110,22 @@ class _Slot:
         if protocol.closed:
             return
         pending = protocol.pending
-        if (
-            exc is None
-            and type(http) is bytes
-            and len(pending) == 1
-            and pending[0] is self
-            and not protocol._eof
-        ):
+        if exc is None and type(http) is bytes and len(pending) == 1 and not protocol._eof:
             # The common case (no pipelining): the only reply owed goes out at once.
             pending.clear()
-            protocol._set_waiting(False)
+            if protocol._waiting:
+                protocol._waiting = False
+                protocol.arrivals.waiting -= 1
             protocol.transport.write(http)
             if protocol.reading_paused and not protocol.writing_paused:
                 protocol._resume_reading()
             return
         self.reply = http if exc is None else exception_reply(exc)
-        protocol._flush()
+        if pending and pending[0] is self:
+            # Pipelined: the answers of this wake-up that are due go out together, in
+            # one write, once the completions are all delivered (_flush_soon).
+            protocol._flush_soon()
+        # Else an earlier reply is still owed: this one goes out after it.
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -156,6 +164,8 @@ class HttpProtocol(asyncio.Protocol):
         "_head_size",
         "_head_fed",
         "_held",
+        "_out",
+        "_flush_due",
     )
 
     def __init__(
@@ -210,6 +220,10 @@ class HttpProtocol(asyncio.Protocol):
         self._head_size = 0  # bytes of the request line and headers parsed so far
         self._head_fed = 0  # bytes fed to the parser while it held a partial head
         self._held: bytes | None = None  # received past MAX_PIPELINE, taken once room
+        # Answers the lane gave at once (cache hits, refusals) during one take, with no
+        # reply owed before them: written together when the take returns (_write_out).
+        self._out: list = []
+        self._flush_due = False  # a _flush is scheduled (_flush_soon)
 
     # -- asyncio.Protocol -----------------------------------------------------------------
 
@@ -280,6 +294,8 @@ class HttpProtocol(asyncio.Protocol):
             # The infer fast lane takes the plain infer requests at the front without a
             # Python call each; the parser gets what is left.
             consumed = self._take_http(data, self.max_body_size, self._lane_slot, room)
+            if self._out:
+                self._write_out()
             if consumed == len(data):
                 return
             if len(self.pending) >= MAX_PIPELINE:  # the lane stopped for want of room
@@ -322,6 +338,8 @@ class HttpProtocol(asyncio.Protocol):
         rest = data[taken:] if taken < len(data) else None
         room = max(MAX_PIPELINE - len(self.pending), 1)  # a single request
         consumed = self._take_http(collect, self.max_body_size, self._lane_slot, room)
+        if self._out:
+            self._write_out()
         if consumed != len(collect):
             self._feed(collect)
         return rest
@@ -424,6 +442,8 @@ class HttpProtocol(asyncio.Protocol):
             # The infer fast lane, for a request that came in pieces: the response
             # comes back whole, as bytes.
             if self.router.infer_fast(url, self._headers, body, self._lane_slot):
+                if self._out:
+                    self._write_out()
                 return
         path, _, query = url.partition(b"?")
         request = HttpRequest(
@@ -467,19 +487,52 @@ class HttpProtocol(asyncio.Protocol):
         if len(self.pending) >= MAX_PIPELINE:
             self._pause_reading()
 
-    def _lane_slot(self, request_id: int = 0):
+    def _lane_slot(self, request_id: int = 0, reply: bytes | None = None):
         """A reply slot for a request the fast lane took (`request_id`: its id in the
-        core, 0 when it was refused at once); returns where its answer goes."""
-        slot = _Slot(None, True, False, False, self)
-        slot.request_id = request_id
+        core); returns where its answer goes. With `reply` (request_id 0: the lane
+        answered it at once, a cache hit or a refusal) it returns None: the reply goes
+        out when the take returns if none is owed before it, else after those."""
+        if reply is not None:
+            if not self.pending:
+                self._out.append(reply)  # no slot, no callback: _write_out sends it
+                return None
+            self.pending.append(_LaneSlot(reply, self, 0))
+            if len(self.pending) >= MAX_PIPELINE:
+                self._pause_reading()
+            return None
+        slot = _LaneSlot(None, self, request_id)
         if not self._waiting:
-            self._set_waiting(True)
+            if self._counted:  # _set_waiting(True), inlined: once per request
+                self._waiting = True
+                self.arrivals.waiting += 1
+            else:
+                self._set_waiting(True)
         self.pending.append(slot)
         if len(self.pending) >= MAX_PIPELINE:
             self._pause_reading()
         return slot.deliver
 
     # -- replies --------------------------------------------------------------------------
+
+    def _write_out(self) -> None:
+        """Sends the answers the lane gave at once during a take, in one write."""
+        out = self._out
+        self._out = []
+        if self.transport is None or self.closed:
+            return
+        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _flush_soon(self) -> None:
+        """Writes the replies due from the loop, once, after the callbacks now running
+        (the completions of one wake-up): pipelined answers go out in one write."""
+        if not self._flush_due:
+            self._flush_due = True
+            self.loop.call_soon(self._due_flush)
+
+    def _due_flush(self) -> None:
+        self._flush_due = False
+        if not self.closed:
+            self._flush()
 
     def _task_done(self, task, slot: _Slot) -> None:
         self.tasks.discard(task)
@@ -512,9 +565,25 @@ class HttpProtocol(asyncio.Protocol):
                     self._set_waiting(False)
                 continue
             slot = pending.popleft()
+            reply = slot.reply
+            if type(reply) is bytes and pending and type(pending[0].reply) is bytes:
+                # Lane answers due one after another (pipelined): one write.
+                replies = [reply]
+                size = len(reply)
+                while pending and type(pending[0].reply) is bytes:
+                    reply = pending.popleft().reply
+                    replies.append(reply)
+                    size += len(reply)
+                if not pending:
+                    self._set_waiting(False)
+                if size <= SMALL_JOIN:
+                    self.transport.write(b"".join(replies))
+                else:
+                    self.transport.writelines(replies)
+                continue
             if not pending:
                 self._set_waiting(False)
-            self._write(slot.reply, slot.keep_alive, slot.head_only, slot.http10)
+            self._write(reply, slot.keep_alive, slot.head_only, slot.http10)
         if (
             self._eof
             and not pending

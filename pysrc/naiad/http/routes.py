@@ -187,6 +187,9 @@ class Router:
         # which reads it (tracing/otel.py). None in every other mode.
         tracer = getattr(manager, "tracer", None)
         self._otel = tracer if tracer is not None and tracer.opentelemetry else None
+        if self._otel is None and self._take_http_requests is not None and self.take_http:
+            # Nothing to check per read: the protocol calls the manager itself.
+            self.take_http = self._take_http_requests
 
     def take_http(self, data: bytes, max_body: int, new_on_done, max_requests: int) -> int:
         """Hands received bytes to the infer fast lane first: it takes the plain infer

@@ -557,11 +557,11 @@ class ModelManager:
     def take_http_requests(self, data: bytes, max_body: int, new_on_done, max_requests) -> int:
         """Queues the plain infer requests at the start of received HTTP bytes through
         the fast lane, at most `max_requests`; returns how many bytes they took (the rest
-        is for the HTTP parser). `new_on_done(request_id)` is called once per request taken, in order
-        (with the core's id of a queued request, for `cancel`; 0 for one refused at
-        once), for the
-        callback its answer goes to: `on_done(http_bytes, None)` gets the complete
-        response, `on_done(None, exc)` the error of a request that never ran."""
+        is for the HTTP parser). Once per request taken, in order: `new_on_done(request_id)`
+        for a queued one (the core's id, for `cancel`) returns the callback its answer
+        goes to: `on_done(http_bytes, None)` gets the complete response, `on_done(None,
+        exc)` the error of a request that never ran; `new_on_done(0, http_bytes)` gives
+        the complete response of one the lane answered at once (a cache hit, a refusal)."""
         submit_ns = _core.now_ns()
         consumed, taken = self.lane.take_http(data, max_body, submit_ns, max_requests)
         if taken:
@@ -579,7 +579,7 @@ class ModelManager:
         queued = 0
         for lane_model, request_id, batch_size, reply in taken:
             if reply is not None:  # refused (batch size 0) or a response cache hit
-                new_on_done(0)(reply, None)
+                new_on_done(0, reply)  # answered at once, by the caller
                 if batch_size:
                     self.lane_cached += 1
                 else:
