@@ -58,3 +58,44 @@ def test_requests_are_views_of_the_batch_tensors():
     endpoint.complete(batch_id, 0, 0, _core.COMPLETION_OK)
     assert [c[6] for c in core.poll()] == [[1, 2, 3]]
     del batch, request, arrays, view
+
+
+def test_requests_of_one_layout_are_rows_of_the_batch_tensors():
+    # A client sending the same request again and again: the requests share one layout
+    # and the worker cuts their views from the batch tensors in one call each.
+    core = _core.Core(1 << 22)
+    config = mc.ModelConfig(name="m", max_batch_size=8)
+    config.dynamic_batching.SetInParent()
+    model = core.add_model(config)
+    instance, channel_offset, wake_fd = core.add_instance(model)
+    endpoint = _core.WorkerEndpoint(
+        os.dup(core.arena_fd), channel_offset, os.dup(wake_fd), os.dup(core.notify_fd)
+    )
+    order = _core.input_order_key([0, 1])
+    sent = []
+    for k in range(3):
+        a = np.arange(8, dtype=np.float32).reshape(2, 4) + 100 * k
+        b = np.full((2, 4), k, dtype=np.int32)
+        sent.append((a, b))
+        result = core.submit(model, k + 1, _metadata("same", [2, 4]), [a, b], 2, input_order=order)
+        assert result == _core.SUBMIT_OK
+    core.instance_up(instance)
+    core.flush()
+    is_stop, batch_id, blocks, tensors = endpoint.next()
+    assert not is_stop and len(blocks) == 3 and len(tensors) == 2
+    arrays = batch_inputs(endpoint.arena, blocks, tensors)
+    batch = _batch(endpoint.arena, blocks, tensors)
+    assert batch.headers[0] is batch.headers[2]
+    for request, (a, b) in zip(batch.requests, sent):
+        assert request.arrays[0].shape == (2, 4) and request.arrays[0].dtype == np.float32
+        np.testing.assert_array_equal(request.arrays[0], a)
+        np.testing.assert_array_equal(request.arrays[1], b)
+        assert np.shares_memory(request.arrays[0], arrays["INPUT0"])
+        assert np.shares_memory(request.arrays[1], arrays["INPUT1"])
+    # The same views as the per-request path gives.
+    for mine, theirs in zip(batch.arrays, _batch(endpoint.arena, blocks).arrays):
+        for view, other in zip(mine, theirs):
+            assert view.__array_interface__ == other.__array_interface__
+    endpoint.complete(batch_id, 0, 0, _core.COMPLETION_OK)
+    assert [c[6] for c in core.poll()] == [[1, 2, 3]]
+    del batch, request, arrays

@@ -1077,6 +1077,7 @@ cdef class _ResultEntries:
         cdef char number[24]
         cdef int length
         cdef bint fast
+        cdef Py_buffer* taken
         self.keep = []
         for index in range(4):
             self.timings[index] = timings[index]
@@ -1121,16 +1122,18 @@ cdef class _ResultEntries:
                     text.append(b'","')
                     text.append(<string>datatype)
                     text.append(b'",[')
-                    dims = 0
-                    for dim in array.shape:
+                    # The shape from the buffer just taken (PyBUF_C_CONTIGUOUS fills it),
+                    # not array.shape: no tuple of ints per output.
+                    taken = &self.buffers[self.held - 1]
+                    for dims in range(taken.ndim):
                         if dims:
                             text.push_back(b',')
-                        length = snprintf(number, sizeof(number), "%lld", <long long>dim)
+                        length = snprintf(number, sizeof(number), "%lld",
+                                          <long long>taken.shape[dims])
                         text.append(number, length)
-                        dims += 1
                     text.append(b']]')
-                    output.size = self.buffers[self.held - 1].len
-                    output.data = self.buffers[self.held - 1].buf if output.size else NULL
+                    output.size = taken.len
+                    output.data = taken.buf if output.size else NULL
                     entry.outputs.push_back(output)
                 if fast:
                     text.append(b']}')

@@ -109,6 +109,12 @@ WIRE_OF_TRITON_TYPE = {
 }
 TRITON_TYPE_OF_WIRE = {wire: value for value, wire in WIRE_OF_TRITON_TYPE.items()}
 
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
 
 def triton_to_numpy_type(data_type):
     """TRITONSERVER_DataType value (11) -> numpy type (np.float32); None if there is none."""
@@ -519,9 +525,9 @@ class InferenceRequest:
     @classmethod
     def _from_server(
         cls,
+        inputs,
         request_id,
         correlation_id,
-        inputs,
         requested_output_names,
         model_name,
         model_version,
@@ -530,23 +536,22 @@ class InferenceRequest:
         flags,
     ):
         """A request the frontend already validated (the worker's hot path): the same
-        object the public constructor makes, without re-checking each field.
-        `parameters` is already the JSON string `parameters()` returns; `timeout` is in
-        microseconds, `correlation_id` an int or a str, as the client sent them, and
-        `flags` the TRITONSERVER_REQUEST_FLAG_SEQUENCE_* bits."""
+        object the public constructor makes, without re-checking each field. The
+        inputs come first: the rest is the same for every request of one header, so a
+        caller keeps it as one tuple. `parameters` is already the JSON string
+        `parameters()` returns; `timeout` is in microseconds, `correlation_id` an int
+        or a str, as the client sent them, and `flags` the
+        TRITONSERVER_REQUEST_FLAG_SEQUENCE_* bits."""
         request = cls.__new__(cls)
+        request._inputs = inputs
         request._request_id = request_id
         request._correlation_id = correlation_id
-        request._inputs = inputs
         request._requested_output_names = requested_output_names
         request._model_name = model_name
         request._model_version = model_version
         request._flags = flags
         request._timeout = timeout
-        request._preferred_memory = None
-        request._trace = _UNTRACED
         request._parameters = parameters
-        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return request
 
     def inputs(self):
@@ -583,6 +588,12 @@ class InferenceRequest:
 
     def trace(self):
         return self._trace
+
+    # What a request the server built has (_from_server): class-level, so that each of
+    # the requests a model receives does not store them again.
+    _preferred_memory = None
+    _trace = _UNTRACED
+    _release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     # Set by the Python backend on the requests of a running model: a callable that
     # says whether the client cancelled the request (a flag the core sets in shared
@@ -631,31 +642,33 @@ class InferenceRequest:
 class InferenceResponse:
     """InferenceResponse(output_tensors=[], error=None, parameters=None)."""
 
+    # A model builds one per request: what most responses have is class-level.
+    _error = None
+    _parameters = "{}"
+    # What the server sends the client; None when there is nothing to send.
+    _parameters_dict = None
+
     def __init__(self, output_tensors=None, error=None, parameters=None):
         if output_tensors is None:
             output_tensors = []
-        if not isinstance(output_tensors, (list, tuple)):
+        elif type(output_tensors) is not list and not isinstance(output_tensors, (list, tuple)):
             raise TritonModelException('"output_tensors" must be a list.')
         for tensor in output_tensors:
-            if not isinstance(tensor, Tensor):
+            if type(tensor) is not Tensor and not isinstance(tensor, Tensor):
                 raise TritonModelException(
                     f"output_tensors must hold pb_utils.Tensor objects, found type {type(tensor)}"
                 )
-        if error is not None and not isinstance(error, TritonError):
-            if isinstance(error, str):
-                error = TritonError(error)
-            else:
-                raise TritonModelException(
-                    f"error must be a pb_utils.TritonError, found type {type(error)}"
-                )
         self._output_tensors = list(output_tensors)
-        self._error = error
-        if parameters is None:
-            self._parameters = "{}"
-            self._parameters_dict = None
-        else:
+        if error is not None:
+            if not isinstance(error, TritonError):
+                if not isinstance(error, str):
+                    raise TritonModelException(
+                        f"error must be a pb_utils.TritonError, found type {type(error)}"
+                    )
+                error = TritonError(error)
+            self._error = error
+        if parameters is not None:
             self._parameters = _parameters_json(parameters)
-            # What the server sends the client; None when there is nothing to send.
             self._parameters_dict = json.loads(self._parameters) or None
 
     def output_tensors(self):
@@ -1051,14 +1064,3 @@ class MetricFamily:
         if self.kind == MetricKind.HISTOGRAM and buckets is None:
             raise TritonModelException("A histogram metric needs buckets")
         return Metric(self, labels, buckets)
-
-
-# --------------------------------------------------------------------------------------------
-# Constants
-# --------------------------------------------------------------------------------------------
-
-TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
-TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
-TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
-TRITONSERVER_REQUEST_RELEASE_ALL = 1
-TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2

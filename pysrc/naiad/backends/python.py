@@ -34,6 +34,7 @@ import importlib.machinery
 import importlib.util
 import itertools
 import json
+import operator
 import os
 import re
 import sys
@@ -49,6 +50,10 @@ __all__ = ["ModelLoadError", "PythonModelBackend", "auto_complete_config"]
 DEFAULT_MODEL_FILENAME = "model.py"
 
 _module_ids = itertools.count()
+
+# A pb_utils.Tensor's fields, read in C by map() (PythonModelBackend._result).
+_name_of = operator.attrgetter("_name")
+_array_of = operator.attrgetter("_array")
 
 
 class ModelLoadError(NaiadError):
@@ -234,8 +239,8 @@ class PythonModelBackend(Backend):
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._finalized = False
-        # RequestHeader -> its inputs' pb_utils types (see execute).
-        self._triton_types: dict = {}
+        # RequestHeader -> what its requests get of it (see _header_plan).
+        self._plans: dict = {}
 
         self.module, model_class = _import_model(self.name, self.version, self.model_path)
         pb_utils._set_model_dir(os.path.dirname(os.path.abspath(self.model_path)))
@@ -288,12 +293,26 @@ class PythonModelBackend(Backend):
         error = RequestError(text)
         return [error] * count
 
-    def _header_types(self, header) -> tuple:
-        if len(self._triton_types) >= 1024:
-            self._triton_types.clear()
-        types = tuple(pb_utils.TRITON_TYPE_OF_WIRE[wire] for wire in header.input_datatypes)
-        self._triton_types[header] = types
-        return types
+    def _header_plan(self, header) -> tuple:
+        """What every request of `header` gets: its input names, their pb_utils types,
+        and InferenceRequest._from_server's arguments after the inputs."""
+        if len(self._plans) >= 1024:
+            self._plans.clear()
+        plan = self._plans[header] = (
+            header.input_names,
+            tuple(pb_utils.TRITON_TYPE_OF_WIRE[wire] for wire in header.input_datatypes),
+            (
+                header.id,
+                header.correlation_id,
+                header.requested_outputs,
+                self.name,
+                self._version_number,
+                header.parameters_json,
+                header.timeout_us,
+                header.flags,
+            ),
+        )
+        return plan
 
     def execute(self, batch: Batch) -> list[Result]:
         """Run the model on a batch; per request, a Response or a RequestError.
@@ -302,30 +321,17 @@ class PythonModelBackend(Backend):
         wrap the batch's arrays (no copy)."""
         tensor = pb_utils.Tensor._from_server
         request = pb_utils.InferenceRequest._from_server
-        types_of = self._triton_types
-        name = self.name
-        version = self._version_number
+        plans = self._plans
         requests = []
         for header, arrays in zip(batch.headers, batch.arrays):
-            # Headers are shared by the requests that carry the same one: their inputs'
-            # pb_utils types are looked up once per header.
-            types = types_of.get(header)
-            if types is None:
-                types = self._header_types(header)
+            # Headers are shared by the requests that carry the same one: what a
+            # request takes of its header is gathered once per header.
+            plan = plans.get(header)
+            if plan is None:
+                plan = self._header_plan(header)
+            names, types, fields = plan
             # map() rather than a comprehension: no frame of its own per request.
-            requests.append(
-                request(
-                    header.id,
-                    header.correlation_id,
-                    list(map(tensor, header.input_names, arrays, types)),
-                    header.requested_outputs,
-                    name,
-                    version,
-                    header.parameters_json,
-                    header.timeout_us,
-                    header.flags,
-                )
-            )
+            requests.append(request(list(map(tensor, names, arrays, types)), *fields))
         return self.execute_requests(requests)
 
     def execute_requests(self, requests: list[pb_utils.InferenceRequest]) -> list[Result]:
@@ -383,22 +389,11 @@ class PythonModelBackend(Backend):
         error too (_RequestStream.__del__)."""
         tensor = pb_utils.Tensor._from_server
         make = pb_utils.InferenceRequest._from_server
-        triton_type = pb_utils.TRITON_TYPE_OF_WIRE.__getitem__
         sender = pb_utils.InferenceResponseSender
         requests = []
         for index, (header, arrays) in enumerate(zip(batch.headers, batch.arrays)):
-            types = map(triton_type, header.input_datatypes)
-            request = make(
-                header.id,
-                header.correlation_id,
-                list(map(tensor, header.input_names, arrays, types)),
-                header.requested_outputs,
-                self.name,
-                self._version_number,
-                header.parameters_json,
-                header.timeout_us,
-                header.flags,
-            )
+            names, types, fields = self._plans.get(header) or self._header_plan(header)
+            request = make(list(map(tensor, names, arrays, types)), *fields)
             request_stream = _RequestStream(self, stream, index, header.requested_outputs)
             request._response_sender = sender(request_stream)
             request._cancel_probe = request_stream.cancelled
@@ -446,10 +441,10 @@ class PythonModelBackend(Backend):
             )
 
         outputs = response._output_tensors
-        pairs = [(tensor._name, tensor._array) for tensor in outputs]
+        # map() over the fields rather than comprehensions: no frame of their own.
+        names = list(map(_name_of, outputs))
         requested = request._requested_output_names
-        if len(pairs) > 1 or requested:
-            names = [name for name, _ in pairs]
+        if len(names) > 1 or requested:
             seen = set(names)
             if len(seen) != len(names):
                 duplicate = next(name for name in names if names.count(name) > 1)
@@ -462,7 +457,7 @@ class PythonModelBackend(Backend):
                     return self._failure(f"requested {noun} {names} not produced by the model")
                 wanted = self.kept_outputs.union(requested)
                 outputs = [tensor for tensor in outputs if tensor._name in wanted]
-                pairs = [(tensor._name, tensor._array) for tensor in outputs]
+                names = list(map(_name_of, outputs))
         for tensor in outputs:
             if tensor._device_tensor is not None:
                 # Results travel through the arena, in host memory.
@@ -470,6 +465,7 @@ class PythonModelBackend(Backend):
                     f"output '{tensor._name}' is in GPU memory; Naiad returns outputs from "
                     "host memory only (yet)"
                 )
+        pairs = list(zip(names, map(_array_of, outputs)))
         return Response(pairs, response._parameters_dict)
 
     def finalize(self) -> None:

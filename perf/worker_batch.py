@@ -1,0 +1,125 @@
+"""The Python backend's batch path in one process, without the ring: CPU time per request
+of what a worker does with a batch of add_sub requests once it has it, split into building
+the backend's Batch (worker.main._batch: the inputs' numpy views), the backend's execute
+(pb_utils requests, the model's execute, the results checked) and writing the response
+block (_core.encode_results_block, the C++ writer respond_results uses).
+
+    .venv/bin/python perf/worker_batch.py --batch 8 --batch 48
+    PYTHONPATH=/other/tree/pysrc .venv/bin/python perf/worker_batch.py   # another tree
+
+CPU time of this thread (time.thread_time_ns), not wall time, so that a shared machine's
+other processes inflate it less; the best of --repeat runs of --iterations batches. The
+requests share one header and their inputs lie row after row in one batch-major tensor,
+as the core lays out a batch of identical requests (csrc/ipc_schema.h). It leaves out the
+ring, the wake-ups and the cold caches of a worker that shares a core with its frontend:
+perf/cost.py measures the whole worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import orjson
+from naiad import _core
+from naiad.backends.base import Response
+from naiad.backends.python import PythonModelBackend
+from naiad.worker import main as worker
+
+MODEL_DIR = Path(__file__).resolve().parent / "models" / "add_sub"
+ROW_BYTES = 16 * 4  # add_sub's [1, 16] FP32 input
+
+
+def _backend() -> PythonModelBackend:
+    config = {
+        "name": "add_sub",
+        "max_batch_size": 64,
+        "input": [
+            {"name": name, "data_type": "TYPE_FP32", "dims": [16]} for name in ("INPUT0", "INPUT1")
+        ],
+        "output": [
+            {"name": name, "data_type": "TYPE_FP32", "dims": [16]}
+            for name in ("OUTPUT0", "OUTPUT1")
+        ],
+    }
+    return PythonModelBackend(
+        {
+            "model_config": json.dumps(config),
+            "model_instance_kind": "CPU",
+            "model_instance_name": "add_sub_0_0",
+            "model_instance_device_id": "0",
+            "model_repository": str(MODEL_DIR),
+            "model_version": "1",
+            "model_name": "add_sub",
+        }
+    )
+
+
+def measure(backend, size: int, iterations: int, repeat: int) -> dict:
+    """Best µs per request of each step, over `repeat` runs of `iterations` batches."""
+    arena = memoryview(bytearray(1 << 20))
+    metadata = orjson.dumps(
+        {
+            "id": "",
+            "inputs": [["INPUT0", "FP32", [1, 16]], ["INPUT1", "FP32", [1, 16]]],
+            "outputs": [],
+            "parameters": {},
+        }
+    )
+    starts = (4096, 4096 + size * ROW_BYTES)
+    blocks = [
+        (bytes(metadata), tuple((start + i * ROW_BYTES, ROW_BYTES) for start in starts))
+        for i in range(size)
+    ]
+    tensors = [(start, size * ROW_BYTES) for start in starts]
+    timings = [0, 0, 0, 0]
+    best = {"batch": float("inf"), "execute": float("inf"), "encode": float("inf")}
+    clock = time.thread_time_ns
+    for _ in range(repeat):
+        spent = dict.fromkeys(best, 0)
+        for _ in range(iterations):
+            t0 = clock()
+            batch = worker._batch(arena, blocks, tensors)
+            t1 = clock()
+            results = backend.execute(batch)
+            t2 = clock()
+            _core.encode_results_block(
+                results,
+                timings,
+                Response,
+                worker._FAST_WIRE,
+                worker._OUTPUT_NAMES,
+                worker._wire_one,
+            )
+            t3 = clock()
+            spent["batch"] += t1 - t0
+            spent["execute"] += t2 - t1
+            spent["encode"] += t3 - t2
+        for step, ns in spent.items():
+            best[step] = min(best[step], ns / iterations / size / 1000)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, action="append", help="requests per batch (repeatable)")
+    ap.add_argument("--iterations", type=int, default=2000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    backend = _backend()
+    print("| batch | build Batch | execute | response block | total µs CPU / request |")
+    print("|---|---|---|---|---|")
+    for size in args.batch or [8, 48]:
+        measure(backend, size, 200, 1)  # warm up
+        best = measure(backend, size, args.iterations, args.repeat)
+        total = sum(best.values())
+        print(
+            f"| {size} | {best['batch']:.2f} | {best['execute']:.2f} | {best['encode']:.2f} "
+            f"| {total:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
