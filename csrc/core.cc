@@ -446,7 +446,11 @@ bool Core::instance_idle_locked(Instance& instance) {
 }
 
 bool Core::dispatch_all_locked(bool arrivals_possible) {
-  bool left = ensemble_starts_.empty() ? false : start_ensembles_locked();
+  // Starting an ensemble may start another (a step that is an ensemble: queue_step
+  // leaves it in ensemble_starts_): until none is left, or it would wait for the next
+  // request to arrive.
+  bool left = false;
+  while (!ensemble_starts_.empty()) left |= start_ensembles_locked();
   uint64_t now = clock_();
   for (ModelSlot& slot : models_) {
     if (slot.model && !slot.model->scheduler->empty()) {
@@ -1137,6 +1141,7 @@ void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
       ensembles_.step_refused(step_id, kRefusedQueued | static_cast<uint32_t>(status));
       return;
     }
+    if ((entries[0].flags & kResponseError) == 0) count_ensemble_locked(model, request, timings);
     const uint64_t size = response_block_size(entries);
     std::vector<uint8_t> block(size);
     write_response_block(block.data(), entries, timings);
@@ -1190,20 +1195,23 @@ void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
     write_response_block(arena_.base() + block, entries, timings);
     send_to_worker_locked(*submitter,
                           BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
-    if ((entries[0].flags & kResponseError) == 0) {
-      // The ensemble's statistics count the request, as for a client's.
-      const uint64_t took = clock_() - timings[0];
-      std::vector<uint64_t> stats(kRoutedStatsSize, 0);
-      stats[kRoutedCount] = 1;
-      stats[kRoutedRows] = request.batch_size;
-      stats[kRoutedRequestNs] = took;
-      stats[kRoutedComputeInferNs] = timings[2];
-      stats[kRoutedWholeBatch] = 1;
-      done_.push_back(
-          Completion{model, kCompletionRouted, kNoInstance, 0, 0, timings[0], std::move(stats)});
-    }
+    if ((entries[0].flags & kResponseError) == 0) count_ensemble_locked(model, request, timings);
   }
   erase_route_locked(route);
+}
+
+void Core::count_ensemble_locked(uint64_t model, const QueuedRequest& request,
+                                 const uint64_t timings[4]) {
+  // The ensemble's statistics count the request, as for a client's.
+  const uint64_t took = clock_() - timings[0];
+  std::vector<uint64_t> stats(kRoutedStatsSize, 0);
+  stats[kRoutedCount] = 1;
+  stats[kRoutedRows] = request.batch_size;
+  stats[kRoutedRequestNs] = took;
+  stats[kRoutedComputeInferNs] = timings[2];
+  stats[kRoutedWholeBatch] = 1;
+  done_.push_back(
+      Completion{model, kCompletionRouted, kNoInstance, 0, 0, timings[0], std::move(stats)});
 }
 
 }  // namespace naiad

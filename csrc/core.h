@@ -359,6 +359,10 @@ class Core : private EnsembleHost {
   // A worker's cancel of its request `tag` (channel.h SubmitKind::kCancel): the routed
   // request is cancelled as a client's is; a tag no longer routed is ignored.
   void cancel_routed_locked(uint32_t instance_id, uint64_t tag);
+  // Statistics for an ensemble request answered to a worker or to an outer ensemble
+  // (kCompletionRouted, kNoInstance): the ensemble counts it as a client's.
+  void count_ensemble_locked(uint64_t model, const QueuedRequest& request,
+                             const uint64_t timings[4]);
 
   // --- EnsembleHost (ensemble_scheduler.h), with mutex_ held ---
   Arena& ensemble_arena() override { return arena_; }
