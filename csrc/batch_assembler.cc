@@ -60,17 +60,22 @@ InputSlot* slots_at(const Arena& arena, uint64_t block) {
 }  // namespace
 
 uint64_t place_standalone(Arena& arena, const SubmitRequest& request, const uint8_t* const* sources,
-                          uint64_t tag) {
+                          uint64_t tag, std::string_view trailer, uint64_t* trailer_offset) {
   ScratchArray<uint64_t> input_offsets(request.inputs.size());
   uint64_t size = block_bytes_of(request);
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     input_offsets[i] = size;
     size = align_tensor(size + request.inputs[i].size);
   }
+  const uint64_t trailer_at = size;
+  size += trailer.size();
   const uint64_t block = arena.alloc(size, tag);
   if (block == 0) return 0;
   for (size_t i = 0; i < request.inputs.size(); ++i) input_offsets[i] += block;
   write_request(arena.base(), block, request, sources, input_offsets.data());
+  if (!trailer.empty())
+    std::memcpy(arena.base() + block + trailer_at, trailer.data(), trailer.size());
+  if (trailer_offset != nullptr) *trailer_offset = block + trailer_at;
   return block;
 }
 

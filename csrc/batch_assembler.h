@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -57,9 +58,12 @@ namespace naiad {
 
 // Lays `request` out in a block of its own (RequestHeader, slots, metadata, then each
 // input aligned), allocated with `tag`: requests without a slab, and the requests a
-// worker submits (BLS). Returns the block offset, 0 when the arena has no room.
+// worker submits (BLS). `trailer` bytes (a BLS call's string correlation id) are
+// copied after the inputs, at the arena offset `*trailer_offset` gets. Returns the
+// block offset, 0 when the arena has no room.
 uint64_t place_standalone(Arena& arena, const SubmitRequest& request, const uint8_t* const* sources,
-                          uint64_t tag);
+                          uint64_t tag, std::string_view trailer = {},
+                          uint64_t* trailer_offset = nullptr);
 
 class BatchAssembler {
  public:

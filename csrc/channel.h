@@ -32,17 +32,29 @@ struct BatchMessage {
   uint64_t size;  // kResponse: the response block's bytes
 };
 
-// A request a worker submits to the core (BLS): the worker laid it out in the arena
-// (ipc_schema.h request block, inputs inside it) and names it by `tag`; its responses
-// come back as kResponse messages with that tag.
+// What a worker sends the core on to_core (BLS):
+//   kSubmit  a request: the worker laid it out in the arena (ipc_schema.h request
+//            block, inputs inside it) and names it by `tag`; its responses come back
+//            as kResponse messages with that tag.
+//   kCancel  cancels the worker's request `tag` (ResponseIterator.cancel()) as a
+//            client's cancellation does (Core::cancel): dropped while queued, flagged
+//            for request.is_cancelled() while it runs; only `tag` is read.
+enum class SubmitKind : uint32_t { kSubmit = 0, kCancel = 1 };
+
 struct SubmitMessage {
   uint64_t tag;
   uint64_t block_offset;
   uint64_t model;  // the target's ModelHandle value (stale: refused as kModelGone)
   uint32_t priority;
-  uint32_t reserved;
+  uint32_t sequence_flags;  // kSequenceFlagStart | kSequenceFlagEnd (submit_request.h)
   uint64_t timeout_us;
   uint64_t shape_key;
+  // The correlation id: a number, or a string of `sequence_key_size` bytes at arena
+  // offset `sequence_key_offset` (inside the request block, after its inputs).
+  uint64_t sequence_id;
+  uint64_t sequence_key_offset;
+  uint32_t sequence_key_size;
+  SubmitKind kind;
 };
 
 // What a worker posts for a batch: responses (a response block, ipc_schema.h, with

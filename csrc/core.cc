@@ -446,7 +446,11 @@ bool Core::instance_idle_locked(Instance& instance) {
 }
 
 bool Core::dispatch_all_locked(bool arrivals_possible) {
-  bool left = ensemble_starts_.empty() ? false : start_ensembles_locked();
+  // Starting an ensemble may start another (a step that is an ensemble: queue_step
+  // leaves it in ensemble_starts_): until none is left, or it would wait for the next
+  // request to arrive.
+  bool left = false;
+  while (!ensemble_starts_.empty()) left |= start_ensembles_locked();
   uint64_t now = clock_();
   for (ModelSlot& slot : models_) {
     if (slot.model && !slot.model->scheduler->empty()) {
@@ -713,14 +717,21 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
       for_frontend = true;
       continue;
     }
-    if ((record.flags & kResponseFinal) != 0 && (record.flags & kResponseError) == 0) {
+    if ((record.flags & kResponseFinal) != 0) {
       if (stats.empty()) stats.assign(kRoutedStatsSize, 0);
-      stats[kRoutedCount] += 1;
-      stats[kRoutedRows] += queued.batch_size;
-      if (batch.dispatch_ns > queued.enqueue_ns) {
-        stats[kRoutedQueueNs] += batch.dispatch_ns - queued.enqueue_ns;
+      const uint64_t took = now > queued.enqueue_ns ? now - queued.enqueue_ns : 0;
+      if ((record.flags & kResponseError) != 0) {
+        stats[kRoutedFailed] += 1;
+        stats[kRoutedFailedRows] += queued.batch_size;
+        stats[kRoutedFailedNs] += took;
+      } else {
+        stats[kRoutedCount] += 1;
+        stats[kRoutedRows] += queued.batch_size;
+        if (batch.dispatch_ns > queued.enqueue_ns) {
+          stats[kRoutedQueueNs] += batch.dispatch_ns - queued.enqueue_ns;
+        }
+        stats[kRoutedRequestNs] += took;
       }
-      if (now > queued.enqueue_ns) stats[kRoutedRequestNs] += now - queued.enqueue_ns;
     }
     if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
       if ((record.flags & kResponseFinal) != 0) routes_.erase(route);
@@ -753,7 +764,7 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
   }
   if (!stats.empty()) {
     for (int t = 1; t < 4; ++t) stats[kRoutedComputeInputNs + t - 1] = view->header->timings[t];
-    bool whole = stats[kRoutedCount] == batch.requests.size();
+    bool whole = stats[kRoutedCount] + stats[kRoutedFailed] == batch.requests.size();
     stats[kRoutedWholeBatch] = whole ? 1 : 0;
     done_.push_back(Completion{batch.id, kCompletionRouted, batch.instance_id, 0, 0,
                                batch.dispatch_ns, std::move(stats)});
@@ -766,13 +777,29 @@ void Core::take_submits_locked(Instance& instance) {
   Channel* ch = channel(instance);
   SubmitMessage message;
   while (ch->to_core.pop(&message)) {
+    if (message.kind == SubmitKind::kCancel) {
+      cancel_routed_locked(instance_id, message.tag);
+      continue;
+    }
     uint32_t refused = 0;
     const uint64_t block = message.block_offset;
-    const bool readable =
-        request_block_fits(arena_.base(), arena_.size(), arena_.header()->heap_begin, block);
+    const uint64_t heap_begin = arena_.header()->heap_begin;
+    const bool readable = request_block_fits(arena_.base(), arena_.size(), heap_begin, block);
+    // A string correlation id lies in the block, after its inputs.
+    const uint64_t key_offset = message.sequence_key_offset;
+    const uint64_t key_size = message.sequence_key_size;
+    const bool key_readable = key_size == 0 || (key_offset > block && key_offset <= arena_.size() &&
+                                                key_size <= arena_.size() - key_offset);
+    const std::string_view key =
+        key_size == 0 || !key_readable
+            ? std::string_view()
+            : std::string_view(reinterpret_cast<const char*>(arena_.base() + key_offset), key_size);
     Model* model = readable ? find_locked(ModelHandle{message.model}) : nullptr;
     if (!readable) {
       refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
+    } else if (!key_readable) {
+      refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
+      arena_.free(block);
     } else if (model == nullptr) {
       refused = static_cast<uint32_t>(SubmitResult::kModelGone);
       arena_.free(block);
@@ -781,9 +808,12 @@ void Core::take_submits_locked(Instance& instance) {
       const uint64_t id = next_routed_id_++;
       QueuedRequest request{
           id, block, 0, arena_.at<RequestHeader>(block)->batch_size, message.shape_key, 0, 0};
-      EnsembleOptions carried;  // a worker's request carries no sequence yet
+      EnsembleOptions carried;
       carried.priority = message.priority;
       carried.timeout_us = message.timeout_us;
+      carried.sequence_id = message.sequence_id;
+      carried.sequence_key = std::string(key);
+      carried.sequence_flags = message.sequence_flags;
       ensemble_starts_.push_back(
           EnsembleStart{message.model, request, {instance_id, message.tag}, carried});
       routes_[id] = Route{instance_id, message.tag};
@@ -798,6 +828,9 @@ void Core::take_submits_locked(Instance& instance) {
       options.priority = message.priority;
       options.timeout_us = message.timeout_us;
       options.shape_key = message.shape_key;
+      options.sequence_id = message.sequence_id;
+      options.sequence_key = key;
+      options.sequence_flags = message.sequence_flags;
       const SubmitResult queued =
           submit_result_of(model->scheduler->enqueue(request, options, clock_()));
       if (queued != SubmitResult::kOk) {
@@ -812,6 +845,15 @@ void Core::take_submits_locked(Instance& instance) {
       send_to_worker_locked(instance,
                             BatchMessage{message.tag, 0, refused, MessageKind::kRefused, 0});
     }
+  }
+}
+
+void Core::cancel_routed_locked(uint32_t instance_id, uint64_t tag) {
+  // Few of a worker's requests are in flight at once: a scan finds the one.
+  for (const auto& route : routes_) {
+    if (route.second.instance_id != instance_id || route.second.tag != tag) continue;
+    cancel_locked(route.first);
+    return;
   }
 }
 
@@ -1099,6 +1141,7 @@ void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
       ensembles_.step_refused(step_id, kRefusedQueued | static_cast<uint32_t>(status));
       return;
     }
+    if ((entries[0].flags & kResponseError) == 0) count_ensemble_locked(model, request, timings);
     const uint64_t size = response_block_size(entries);
     std::vector<uint8_t> block(size);
     write_response_block(block.data(), entries, timings);
@@ -1152,20 +1195,23 @@ void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
     write_response_block(arena_.base() + block, entries, timings);
     send_to_worker_locked(*submitter,
                           BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
-    if ((entries[0].flags & kResponseError) == 0) {
-      // The ensemble's statistics count the request, as for a client's.
-      const uint64_t took = clock_() - timings[0];
-      std::vector<uint64_t> stats(kRoutedStatsSize, 0);
-      stats[kRoutedCount] = 1;
-      stats[kRoutedRows] = request.batch_size;
-      stats[kRoutedRequestNs] = took;
-      stats[kRoutedComputeInferNs] = timings[2];
-      stats[kRoutedWholeBatch] = 1;
-      done_.push_back(
-          Completion{model, kCompletionRouted, kNoInstance, 0, 0, timings[0], std::move(stats)});
-    }
+    if ((entries[0].flags & kResponseError) == 0) count_ensemble_locked(model, request, timings);
   }
   erase_route_locked(route);
+}
+
+void Core::count_ensemble_locked(uint64_t model, const QueuedRequest& request,
+                                 const uint64_t timings[4]) {
+  // The ensemble's statistics count the request, as for a client's.
+  const uint64_t took = clock_() - timings[0];
+  std::vector<uint64_t> stats(kRoutedStatsSize, 0);
+  stats[kRoutedCount] = 1;
+  stats[kRoutedRows] = request.batch_size;
+  stats[kRoutedRequestNs] = took;
+  stats[kRoutedComputeInferNs] = timings[2];
+  stats[kRoutedWholeBatch] = 1;
+  done_.push_back(
+      Completion{model, kCompletionRouted, kNoInstance, 0, 0, timings[0], std::move(stats)});
 }
 
 }  // namespace naiad

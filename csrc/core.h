@@ -79,7 +79,7 @@ enum class CancelResult : int32_t {
 // `batch_id` the ensemble's ModelHandle value.
 constexpr int32_t kCompletionRouted = 5;
 enum RoutedStats : uint32_t {
-  kRoutedCount = 0,           // requests
+  kRoutedCount = 0,           // requests that succeeded
   kRoutedRows = 1,            // their batch items
   kRoutedQueueNs = 2,         // summed time from queued to dispatched
   kRoutedRequestNs = 3,       // summed time from queued to their final response
@@ -87,7 +87,12 @@ enum RoutedStats : uint32_t {
   kRoutedComputeInferNs = 5,
   kRoutedComputeOutputNs = 6,
   kRoutedWholeBatch = 7,  // 1: every request of the batch was routed (an execution)
-  kRoutedStatsSize = 8,
+  // Requests whose final response was an error (the called model failed them), their
+  // batch items and summed time from queued to that response: the model's failures.
+  kRoutedFailed = 8,
+  kRoutedFailedRows = 9,
+  kRoutedFailedNs = 10,
+  kRoutedStatsSize = 11,
 };
 
 constexpr uint32_t kNoInstance = 0xffffffffu;  // a Completion's instance_id: none ran it
@@ -351,6 +356,13 @@ class Core : private EnsembleHost {
   void notify_frontend();
   void timer_loop();
   CancelResult cancel_locked(uint64_t request_id);
+  // A worker's cancel of its request `tag` (channel.h SubmitKind::kCancel): the routed
+  // request is cancelled as a client's is; a tag no longer routed is ignored.
+  void cancel_routed_locked(uint32_t instance_id, uint64_t tag);
+  // Statistics for an ensemble request answered to a worker or to an outer ensemble
+  // (kCompletionRouted, kNoInstance): the ensemble counts it as a client's.
+  void count_ensemble_locked(uint64_t model, const QueuedRequest& request,
+                             const uint64_t timings[4]);
 
   // --- EnsembleHost (ensemble_scheduler.h), with mutex_ held ---
   Arena& ensemble_arena() override { return arena_; }

@@ -108,17 +108,43 @@ SubmitResult WorkerEndpoint::submit(uint64_t model, uint64_t tag, const SubmitRe
   }
   // Tagged with the running batch until the core takes it: if this worker dies
   // first, Core::instance_down reclaims it with the batch.
-  const uint64_t block = place_standalone(arena_, request, sources.data(), current_batch_);
-  if (block == 0) return SubmitResult::kArenaFull;
   const SubmitOptions& options = request.options;
-  SubmitMessage message{
-      tag, block, model, options.priority, 0, options.timeout_us, options.shape_key};
+  uint64_t key_offset = 0;
+  const uint64_t block = place_standalone(arena_, request, sources.data(), current_batch_,
+                                          options.sequence_key, &key_offset);
+  if (block == 0) return SubmitResult::kArenaFull;
+  SubmitMessage message{tag,
+                        block,
+                        model,
+                        options.priority,
+                        options.sequence_flags,
+                        options.timeout_us,
+                        options.shape_key,
+                        options.sequence_id,
+                        options.sequence_key.empty() ? 0 : key_offset,
+                        static_cast<uint32_t>(options.sequence_key.size()),
+                        SubmitKind::kSubmit};
+  push_to_core(message);
+  if (wake) wake_frontend();
+  return SubmitResult::kOk;
+}
+
+void WorkerEndpoint::cancel(uint64_t tag) {
+  SubmitMessage message{};
+  message.tag = tag;
+  message.kind = SubmitKind::kCancel;
+  push_to_core(message);
+  wake_frontend();
+}
+
+void WorkerEndpoint::push_to_core(const SubmitMessage& message) {
+  // to_core has one producer: a model's threads (a decoupled model's sender threads
+  // may call other models too) take turns.
+  std::lock_guard<std::mutex> lock(submit_mutex_);
   while (!channel_->to_core.push(message)) {
     wake_frontend();
     usleep(50);
   }
-  if (wake) wake_frontend();
-  return SubmitResult::kOk;
 }
 
 void WorkerEndpoint::wake_frontend() {

@@ -62,7 +62,12 @@ class WorkerEndpoint {
   // if it cannot be served). kArenaFull or kUnsupportedInput: nothing was sent.
   // `wake` false leaves waking the frontend to a later wake() (several submits, one
   // wake-up: the core then takes them in one poll and may batch them together).
+  // The request's correlation id and START/END flags (request.options.sequence_*)
+  // travel with it to the target's sequence batcher.
   SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request, bool wake = true);
+  // Cancels the request submitted as `tag` (channel.h SubmitKind::kCancel); a tag
+  // already answered is ignored by the core.
+  void cancel(uint64_t tag);
   // Wakes the frontend for what this worker left on its rings (unless a wake is
   // already pending).
   void wake() { wake_frontend(); }
@@ -72,11 +77,13 @@ class WorkerEndpoint {
  private:
   BatchMessage pop_next();
   void wake_frontend();
+  void push_to_core(const SubmitMessage& message);  // waits while to_core is full
 
   Arena arena_;
   Channel* channel_;
   uint64_t current_batch_ = 0;  // the batch running: tags what it allocates
   std::mutex post_mutex_;       // one producer at a time on to_frontend
+  std::mutex submit_mutex_;     // and on to_core
   int wake_fd_;
   int notify_fd_;
 };

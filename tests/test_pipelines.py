@@ -4,11 +4,16 @@ the gRPC side).
 One `naiad serve` on add_sub (model_repository), the BLS model `bls` (its request
 parameter `mode` picks what it calls: tests/pipeline_models/bls/1/model.py), the ensemble
 `ensemble_add_sub` (add_sub twice: OUTPUT0 = 2 * INPUT0, OUTPUT1 = 2 * INPUT1),
-slow_add_sub (0.3 s per execution, one instance) and ensembles that must not load.
+slow_add_sub (0.3 s per execution, one instance) and ensembles that must not load; and
+for BLS calls to sequence models, cancelled BLS streams and nested or decoupled
+ensembles: seq_echo (and seq_echo_string, its TYPE_STRING-CORRID twin), ens_seq_echo,
+bls_sequence, bls_cancel, the decoupled `repeat` (tests/decoupled_models), int_double,
+ens_decoupled, ens_nested and ens_nested_deep (each folder's config says what it is).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -24,6 +29,18 @@ from shm_support import Region
 from tritonclient.utils import InferenceServerException
 
 PIPELINE_MODELS = Path(__file__).resolve().parent / "pipeline_models"
+DECOUPLED_MODELS = Path(__file__).resolve().parent / "decoupled_models"
+# Models of the BLS-sequence, BLS-cancel and nested/decoupled-ensemble tests.
+MORE_MODELS = (
+    "seq_echo",
+    "ens_seq_echo",
+    "bls_sequence",
+    "bls_cancel",
+    "int_double",
+    "ens_decoupled",
+    "ens_nested",
+    "ens_nested_deep",
+)
 TIMEOUT = 30
 
 A = np.arange(16, dtype=np.float32).reshape(1, 16)
@@ -100,8 +117,16 @@ BAD_ENSEMBLES = {
 
 def build_repository(dest: Path, bad: bool = True) -> Path:
     shutil.copytree(EXAMPLE_MODELS / "add_sub", dest / "add_sub")
-    for name in ("bls", "ensemble_add_sub", "ensemble_bls", "slow_add_sub"):
+    for name in ("bls", "ensemble_add_sub", "ensemble_bls", "slow_add_sub", *MORE_MODELS):
         shutil.copytree(PIPELINE_MODELS / name, dest / name)
+    shutil.copytree(DECOUPLED_MODELS / "repeat", dest / "repeat")
+    # seq_echo with a TYPE_STRING correlation id control.
+    (dest / "seq_echo_string" / "1").mkdir(parents=True)
+    shutil.copy(dest / "seq_echo" / "1" / "model.py", dest / "seq_echo_string" / "1")
+    config = (dest / "seq_echo" / "config.pbtxt").read_text()
+    (dest / "seq_echo_string" / "config.pbtxt").write_text(
+        config.replace('"seq_echo"', '"seq_echo_string"').replace("TYPE_UINT64", "TYPE_STRING")
+    )
     if not bad:
         return dest
     for name, (steps, _reason) in BAD_ENSEMBLES.items():
@@ -442,3 +467,213 @@ def test_ensemble_shm_outputs_on_the_general_path(tmp_path):
         test_ensemble_output_region_too_small_is_tritons_500(server)
     finally:
         server.stop()
+
+
+# -- BLS calls to sequence models ---------------------------------------------------------
+
+_NO_ID = "inference request to model '{}' must specify a non-zero or non-empty correlation ID"
+_NOT_STARTED = (
+    "inference request for sequence {} to model '{}' must specify the START flag on the first "
+    "request of the sequence"
+)
+_BLS_PREFIX = "Model seq_echo - Error when running inference: "
+
+
+def _echo(total: int, start: int, end: int, corrid) -> tuple:
+    return 200, {"TOTAL": [total], "CTRL": [start, end], "CORRID_OUT": [str(corrid)]}
+
+
+# (INPUT, bls_sequence's parameters, its answer): sent in order; Triton 2.51 answers the
+# same (tests/test_pipelines_triton.py). Two sequences interleave; the last ones go
+# through the ensemble ens_seq_echo, whose step seq_echo joins the call's sequence.
+BLS_SEQUENCE_STEPS = [
+    (1, {}, (500, _BLS_PREFIX + _NO_ID.format("seq_echo"))),
+    (1, {"corrid": 5}, (500, _BLS_PREFIX + _NOT_STARTED.format(5, "seq_echo"))),
+    (1, {"corrid": 5, "start": True}, _echo(1, 1, 0, 5)),
+    (2, {"corrid": 5}, _echo(3, 0, 0, 5)),
+    (10, {"corrid": 6, "start": True}, _echo(10, 1, 0, 6)),
+    (3, {"corrid": 5, "end": True}, _echo(6, 0, 1, 5)),
+    (4, {"corrid": 5}, (500, _BLS_PREFIX + _NOT_STARTED.format(5, "seq_echo"))),
+    (4, {"corrid": 6, "end": True}, _echo(14, 0, 1, 6)),
+    (1, {"target": "ens_seq_echo", "corrid": 9, "start": True}, _echo(1, 1, 0, 9)),
+    (2, {"target": "ens_seq_echo", "corrid": 9, "end": True}, _echo(3, 0, 1, 9)),
+    (
+        2,
+        {"target": "ens_seq_echo"},
+        (500, "in ensemble 'ens_seq_echo', " + _NO_ID.format("seq_echo")),
+    ),
+    (
+        2,
+        {"target": "ens_seq_echo", "corrid": 9},
+        (500, "in ensemble 'ens_seq_echo', " + _NOT_STARTED.format(9, "seq_echo")),
+    ),
+]
+
+
+def bls_sequence(server, value: int, parameters: dict) -> tuple:
+    """bls_sequence's answer: (200, {output: data}) or (status, error message)."""
+    body = {
+        "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [value]}],
+        "parameters": parameters,
+    }
+    response = requests.post(
+        f"{server.url}/v2/models/bls_sequence/infer", json=body, timeout=TIMEOUT
+    )
+    payload = response.json()
+    if response.status_code != 200:
+        return response.status_code, payload.get("error")
+    return 200, {o["name"]: o["data"] for o in payload["outputs"]}
+
+
+def test_bls_calls_drive_a_sequence_model_and_an_ensembles_sequence_step(server):
+    for value, parameters, expected in BLS_SEQUENCE_STEPS:
+        assert bls_sequence(server, value, parameters) == expected, (value, parameters)
+
+
+def test_bls_calls_carry_a_string_correlation_id(server):
+    # Not compared with Triton: its 2.51 fails every request of a TYPE_STRING CORRID model.
+    target = {"target": "seq_echo_string"}
+    steps = [
+        (1, {"corrid": "abc", "start": True}, _echo(1, 1, 0, "abc")),
+        (2, {"corrid": "abc"}, _echo(3, 0, 0, "abc")),
+        (5, {"corrid": "abd", "start": True}, _echo(5, 1, 0, "abd")),
+        (3, {"corrid": "abc", "end": True}, _echo(6, 0, 1, "abc")),
+        (
+            1,
+            {"corrid": "abc"},
+            (
+                500,
+                "Model seq_echo_string - Error when running inference: "
+                + _NOT_STARTED.format("abc", "seq_echo_string"),
+            ),
+        ),
+        (1, {"corrid": "abd", "end": True}, _echo(6, 0, 1, "abd")),
+    ]
+    for value, parameters, expected in steps:
+        assert bls_sequence(server, value, {**target, **parameters}) == expected, parameters
+
+
+# -- ResponseIterator.cancel() ------------------------------------------------------------
+
+
+def _bls_cancel(server, n: int, asynchronous: bool = False) -> tuple[int, str]:
+    """bls_cancel's (RECEIVED, ERROR): it cancels its stream from repeat after n responses."""
+    body = {"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [n]}]}
+    if asynchronous:
+        body["parameters"] = {"async": True}
+    response = requests.post(f"{server.url}/v2/models/bls_cancel/infer", json=body, timeout=TIMEOUT)
+    assert response.status_code == 200, response.text
+    outputs = {o["name"]: o["data"][0] for o in response.json()["outputs"]}
+    return outputs["RECEIVED"], outputs["ERROR"]
+
+
+def _repeat(server, mode: str, n: int = 0) -> dict:
+    response = requests.post(
+        f"{server.url}/v2/models/repeat/generate", json={"N": [n], "mode": mode}, timeout=TIMEOUT
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["exec", "async_exec"])
+def test_cancelling_a_bls_stream_reaches_the_called_models_is_cancelled(server, asynchronous):
+    cancelled = _repeat(server, "cancelled")["OUT"]
+    start = time.monotonic()
+    received, error = _bls_cancel(server, 3, asynchronous)
+    # repeat (until_cancelled) streams every 10 ms for 10 s unless its request is
+    # cancelled; cancelled, it sends the final flag alone.
+    assert time.monotonic() - start < 5
+    assert 3 <= received < 100 and error == ""
+    assert _repeat(server, "cancelled")["OUT"] == cancelled + 1
+
+
+def test_cancelling_a_queued_bls_stream_drops_it(server):
+    executed = _repeat(server, "executed")["OUT"]  # requests repeat's execute saw
+    # repeat's one instance sleeps 1.5 s in execute: the BLS request waits in its queue.
+    busy = threading.Thread(target=_repeat, args=(server, "block", 1500))
+    busy.start()
+    time.sleep(0.3)
+    try:
+        received, error = _bls_cancel(server, 0)
+        assert (received, error) == (0, "Request was cancelled")
+    finally:
+        busy.join()
+    # The cancelled request never ran: repeat saw the busy request and this one since.
+    assert _repeat(server, "executed")["OUT"] == executed + 2
+
+
+# -- failed BLS calls in the called model's statistics -------------------------------------
+
+
+def model_counts(server, model: str) -> tuple[int, int, int]:
+    """(successes, failures, executions) of a model's statistics."""
+    stats = requests.get(f"{server.url}/v2/models/{model}/stats", timeout=TIMEOUT).json()
+    entry = stats["model_stats"][0]
+    inference = entry["inference_stats"]
+    return inference["success"]["count"], inference["fail"]["count"], entry["execution_count"]
+
+
+def test_a_bls_call_the_called_model_fails_is_its_failure(server):
+    # As Triton 2.51: int_double's execute raised for the call: one failure, one execution.
+    before = model_counts(server, "int_double")
+    status, payload, _ = infer(server, "bls", {"mode": "raise_target"})
+    assert status == 500 and "int_double takes no negative X" in payload["error"], payload
+    successes, failures, executions = before
+    assert model_counts(server, "int_double") == (successes, failures + 1, executions + 1)
+
+
+def test_a_bls_call_refused_before_the_called_model_is_not_its_failure(server):
+    # As Triton 2.51: a call with a bad shape never reaches add_sub's statistics.
+    before = model_counts(server, "add_sub")
+    status, payload, _ = infer(server, "bls", {"mode": "bad_shape"})
+    assert status == 500
+    assert payload["error"].startswith(
+        "Model add_sub - Error when running inference: [request id: <id_unknown>] unexpected "
+        "shape for input 'INPUT1' for model 'add_sub'. Expected [-1,16], got [1,8]."
+    )
+    assert model_counts(server, "add_sub") == before
+
+
+# -- ensembles of ensembles, an ensemble with a decoupled step -----------------------------
+
+
+@pytest.mark.parametrize("model", ["ens_nested", "ens_nested_deep"])
+def test_an_ensemble_of_ensembles(server, model):
+    names = ("add_sub", "ensemble_add_sub", "ens_nested", model)
+    before = {name: _success_count(server, name) for name in names}
+    status, payload, outputs = infer(server, model)
+    assert status == 200, payload
+    np.testing.assert_array_equal(outputs["OUTPUT0"], 2 * A + 2 * B)
+    np.testing.assert_array_equal(outputs["OUTPUT1"], 2 * A - 2 * B)
+    after = {name: _success_count(server, name) for name in names}
+    # Each level counts the request once (as Triton does); add_sub ran three steps.
+    assert after["add_sub"] - before["add_sub"] == 3
+    assert after["ensemble_add_sub"] - before["ensemble_add_sub"] == 1
+    assert after["ens_nested"] - before["ens_nested"] == 1
+    assert after[model] - before[model] == 1
+
+
+def test_an_ensemble_of_ensembles_fails_with_its_inner_steps_error(server):
+    body = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [0] * 16}]}
+    response = requests.post(f"{server.url}/v2/models/ens_nested/infer", json=body, timeout=TIMEOUT)
+    assert response.status_code == 400
+    assert "expected 2 inputs but got 1 inputs for model 'ens_nested'" in response.json()["error"]
+
+
+def test_an_ensemble_with_a_decoupled_step_over_http(server):
+    # Triton 2.51's answer: /infer refuses a decoupled ensemble. Its generate_stream
+    # answer ends with the last response of the decoupled step run through int_double
+    # (Y = 2 * 2); Triton streams the earlier ones too (README "Not yet").
+    n = [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]
+    response = requests.post(
+        f"{server.url}/v2/models/ens_decoupled/infer", json={"inputs": n}, timeout=TIMEOUT
+    )
+    assert (response.status_code, response.json()) == (
+        501,
+        {"error": "HTTP end point doesn't support models with decoupled transaction policy"},
+    )
+    url = f"{server.url}/v2/models/ens_decoupled/generate_stream"
+    response = requests.post(url, json={"N": [3]}, timeout=TIMEOUT)
+    assert response.status_code == 200
+    events = [line for line in response.text.split("\n\n") if line]
+    assert json.loads(events[-1].removeprefix("data: "))["Y"] == 4

@@ -3,8 +3,9 @@ same requests: the same outputs, status codes and messages, the same load answer
 ensembles that must not load, and the same statistics counts on the composing model.
 Skips, saying why, when Triton is not installed (`make perf-tools`).
 
-Left out on purpose (Triton 2.51 hangs or differs, README "Differences"): a model
-calling itself, a BLS timeout.
+Left out on purpose (Triton 2.51 hangs, differs or lacks it, README "Differences"): a
+model calling itself, a BLS timeout, ResponseIterator.cancel() (python_backend 25.05+),
+string correlation ids (Triton 2.51 fails every request of a TYPE_STRING CORRID model).
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from __future__ import annotations
 import pytest
 import requests
 from server_harness import NaiadServer
-from test_pipelines import BAD_ENSEMBLES, build_repository, infer
+from test_pipelines import (
+    BAD_ENSEMBLES,
+    BLS_SEQUENCE_STEPS,
+    bls_sequence,
+    build_repository,
+    infer,
+    model_counts,
+)
 from triton_peer import TritonPeer, find_triton
 
 pytestmark = [
@@ -24,7 +32,20 @@ pytestmark = [
 ]
 
 TIMEOUT = 30
-LOADED = ["add_sub", "bls", "ensemble_add_sub", "ensemble_bls"]
+LOADED = [
+    "add_sub",
+    "bls",
+    "ensemble_add_sub",
+    "ensemble_bls",
+    "seq_echo",
+    "ens_seq_echo",
+    "bls_sequence",
+    "int_double",
+    "repeat",
+    "ens_decoupled",
+    "ens_nested",
+    "ens_nested_deep",
+]
 ARGS = ["--model-control-mode=explicit", *(f"--load-model={m}" for m in LOADED)]
 
 
@@ -50,6 +71,9 @@ REQUESTS = [
     ("bls", {"mode": "fail"}),
     ("ensemble_bls", {"mode": "sync"}),
     ("ensemble_bls", {"mode": "fail"}),
+    ("bls", {"mode": "bad_shape"}),
+    ("ens_nested", None),
+    ("ens_nested_deep", None),
 ]
 
 
@@ -71,8 +95,37 @@ def test_same_answers_and_statistics(servers):
         assert sorted(n_outputs) == sorted(t_outputs)
         for name in n_outputs:
             assert (n_outputs[name] == t_outputs[name]).all(), (model, parameters, name)
-    # add_sub ran the same requests on both: ensemble steps and BLS calls included.
-    assert [_add_sub_successes(s) - c for s, c in zip(servers, counts)] == [9, 9]
+    # add_sub ran the same requests on both: ensemble steps (nested ones too) and BLS
+    # calls included.
+    assert [_add_sub_successes(s) - c for s, c in zip(servers, counts)] == [15, 15]
+
+
+def test_bls_calls_to_a_sequence_model_answer_as_triton(servers):
+    for value, parameters, expected in BLS_SEQUENCE_STEPS:
+        answers = [bls_sequence(s, value, parameters) for s in servers]
+        assert answers == [expected, expected], (value, parameters)
+
+
+def test_failed_bls_calls_count_in_the_called_models_statistics_as_triton(servers):
+    changes = []
+    for server in servers:
+        before = {m: model_counts(server, m) for m in ("int_double", "add_sub")}
+        for mode in ("raise_target", "bad_shape"):
+            assert infer(server, "bls", {"mode": mode})[0] == 500
+        after = {m: model_counts(server, m) for m in before}
+        changes.append({m: tuple(a - b for a, b in zip(after[m], before[m])) for m in before})
+    # int_double failed the call (one failure, one execution); add_sub never saw its own.
+    assert changes == [{"int_double": (0, 1, 1), "add_sub": (0, 0, 0)}] * 2
+
+
+def test_a_decoupled_ensemble_is_refused_by_infer_as_triton(servers):
+    n = {"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]}
+    answers = [
+        requests.post(f"{s.url}/v2/models/ens_decoupled/infer", json=n, timeout=TIMEOUT)
+        for s in servers
+    ]
+    assert [a.status_code for a in answers] == [501, 501]
+    assert answers[0].json() == answers[1].json()
 
 
 @pytest.mark.parametrize("name", sorted(BAD_ENSEMBLES))

@@ -316,16 +316,13 @@ def test_a_sequence_waiting_past_its_timeout_fails_whole(server):
     assert backlog_timeout(server.url) == [ok, expired, expired, not_started, ok, ok, ok]
 
 
-def test_a_bls_call_to_a_sequence_model_is_refused_with_a_reason(server):
-    """Not done yet: the worker's submit path carries no correlation id (README)."""
+def test_a_bls_call_reaches_a_sequence_model(server):
+    """seq_caller's call to seq_direct carries its correlation id and flags (BLS calls
+    to sequence models in full: tests/test_pipelines.py)."""
     body = {"inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}]}
     response = requests.post(f"{server.url}/v2/models/seq_caller/infer", json=body, timeout=TIMEOUT)
     assert response.status_code == 200, response.text
-    error = response.json()["outputs"][0]["data"][0]
-    assert error == (
-        "Model seq_direct - Error when running inference: a model with sequence batching "
-        "cannot be called from a model yet"
-    )
+    assert response.json()["outputs"][0]["data"][0] == ""
 
 
 def test_an_ensemble_carries_its_correlation_id_and_flags_to_a_sequence_step(server):

@@ -586,6 +586,7 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
         cbool try_next(BatchMessage* message) nogil
         SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request,
                             cbool wake) except + nogil
+        void cancel(uint64_t tag) nogil
         void wake() nogil
         void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                       int32_t status) nogil
@@ -1859,7 +1860,7 @@ cdef class WorkerEndpoint:
 
     def submit(self, uint64_t model, uint64_t tag, ModelSpec spec, str request_id,
                list inputs, outputs, bytes parameters, uint32_t priority=0,
-               uint64_t timeout_us=0, bint wake=True):
+               uint64_t timeout_us=0, bint wake=True, tuple sequence=None):
         """A request of this worker's own (BLS, an ensemble step) for the model whose
         core handle is `model`, named `tag`: validated against `spec` by the one
         validator, laid out as the frontend lays requests out (layout_request_block)
@@ -1867,7 +1868,9 @@ cdef class WorkerEndpoint:
         `inputs` are InputTensor-like records (name, datatype, shape, data: a buffer,
         an arena slice included). Returns a SUBMIT_* result, or Triton's message (str)
         when the request is invalid (nothing sent). `wake` False: the frontend is woken
-        by a later wake() (submits sent together are taken together)."""
+        by a later wake() (submits sent together are taken together). `sequence`:
+        (correlation id int, correlation id str as UTF-8 bytes or b"", START|END
+        flags), for the target's sequence batcher (or an ensemble's sequence steps)."""
         cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
         if not validate_request(spec.spec, &view.request, &error):
@@ -1879,6 +1882,13 @@ cdef class WorkerEndpoint:
         cdef RequestBlock block
         cdef SubmitRequest request
         cdef SubmitResult result
+        cdef bytes sequence_key = b""
+        if sequence is not None:
+            request.options.sequence_id = sequence[0]
+            sequence_key = sequence[1]
+            request.options.sequence_key = string_view(PyBytes_AS_STRING(sequence_key),
+                                                       PyBytes_GET_SIZE(sequence_key))
+            request.options.sequence_flags = sequence[2]
         with nogil:
             layout_request_block(spec.spec, view.request, &block)
             request.metadata = string_view(block.metadata.data(), block.metadata.size())
@@ -1890,6 +1900,13 @@ cdef class WorkerEndpoint:
             request.options.input_order = block.input_order
             result = self._endpoint.submit(model, tag, request, wake)
         return <int>result
+
+    def cancel(self, uint64_t tag):
+        """Cancels this worker's request `tag` (ResponseIterator.cancel()): the core
+        drops it while queued (its submitter gets it refused as COMPLETION_CANCELLED)
+        or flags it for request.is_cancelled() while it runs."""
+        with nogil:
+            self._endpoint.cancel(tag)
 
     def wake(self):
         """Wakes the frontend for the submits sent with wake=False."""

@@ -13,6 +13,7 @@
 #include "core.h"
 #include "ipc_schema.h"
 #include "response_block.h"
+#include "sequence_batch_scheduler.h"
 #include "testing.h"
 #include "worker_endpoint.h"
 
@@ -295,7 +296,11 @@ TEST(a_worker_request_block_reaching_outside_the_arena_is_refused) {
     CHECK(block != 0);
     *arena.at<RequestHeader>(block) = header;
     *arena.at<InputSlot>(block + sizeof(RequestHeader)) = past_end;
-    CHECK(channel->to_core.push(SubmitMessage{tag, block, m.target.value, 0, 0, 0, 0}));
+    SubmitMessage message{};
+    message.tag = tag;
+    message.block_offset = block;
+    message.model = m.target.value;
+    CHECK(channel->to_core.push(message));
     answers(m.core.poll());
     BatchMessage refused = m.caller_worker->next();
     CHECK(refused.kind == MessageKind::kRefused && refused.batch_id == tag);
@@ -306,5 +311,160 @@ TEST(a_worker_request_block_reaching_outside_the_arena_is_refused) {
   BatchMessage none;
   CHECK(!m.target_worker->try_next(&none));  // nothing reached the target
   m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionOk);
+  CHECK(answers(m.core.poll()).size() == 1);
+}
+
+namespace {
+
+// A sequence model (direct, one slot) next to TwoModels', its instance up.
+ModelHandle add_sequence_target(TwoModels& m, uint32_t* instance,
+                                std::unique_ptr<WorkerEndpoint>* worker) {
+  ModelHandle handle = m.core.add_model(std::make_unique<SequenceBatchScheduler>(SequenceConfig{}));
+  *instance = m.core.add_instance(handle);
+  *worker = m.attach(*instance);
+  m.core.instance_up(*instance);
+  return handle;
+}
+
+// The sequence word the batcher set in request `index` of a batch.
+uint64_t sequence_word_of(WorkerEndpoint& worker, const BatchMessage& message, uint32_t index) {
+  Arena& arena = worker.arena();
+  const auto* records = arena.at<BatchRequest>(message.desc_offset + batch_requests_offset());
+  return arena.at<RequestHeader>(records[index].block_offset)->sequence;
+}
+
+}  // namespace
+
+TEST(a_worker_request_carries_its_correlation_id_and_flags_to_the_sequence_batcher) {
+  TwoModels m;
+  m.core.instance_up(m.caller_instance);
+  uint32_t seq_instance = 0;
+  std::unique_ptr<WorkerEndpoint> seq_worker;
+  ModelHandle seq = add_sequence_target(m, &seq_instance, &seq_worker);
+  const std::string input = "abc";
+  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage caller_batch = m.caller_worker->next();
+  // No correlation id, then one that does not start: refused as the batcher refuses.
+  CHECK(m.caller_worker->submit(seq.value, 1, m.request(0, input)) == SubmitResult::kOk);
+  answers(m.core.poll());
+  BatchMessage refused = m.caller_worker->next();
+  CHECK(refused.kind == MessageKind::kRefused && refused.batch_id == 1);
+  CHECK(refused.n_requests == static_cast<uint32_t>(SubmitResult::kNoSequenceId));
+  SubmitRequest later = m.request(0, input);
+  later.options.sequence_key = "a string id";
+  CHECK(m.caller_worker->submit(seq.value, 2, later) == SubmitResult::kOk);
+  answers(m.core.poll());
+  refused = m.caller_worker->next();
+  CHECK(refused.n_requests == static_cast<uint32_t>(SubmitResult::kSequenceNotStarted));
+  // A string id with START, then the same id with END: one sequence, on its slot.
+  const char* flags_of[2] = {"start", "end"};
+  for (uint32_t k = 0; k < 2; ++k) {
+    SubmitRequest step = m.request(0, flags_of[k]);
+    step.options.sequence_key = "a string id";
+    step.options.sequence_flags = k == 0 ? kSequenceFlagStart : kSequenceFlagEnd;
+    CHECK(m.caller_worker->submit(seq.value, 10 + k, step) == SubmitResult::kOk);
+    answers(m.core.poll());
+    BatchMessage batch = seq_worker->next();
+    CHECK(batch.kind == MessageKind::kBatch && batch.n_requests == 1);
+    CHECK(input_of(*seq_worker, batch, 0) == flags_of[k]);
+    const uint64_t word = sequence_word_of(*seq_worker, batch, 0);
+    CHECK((word & kSequenceValid) != 0);
+    CHECK((word & kSequenceStartBit) != 0 == (k == 0));
+    CHECK((word & kSequenceEndBit) != 0 == (k == 1));
+    CHECK(seq_worker->respond(batch.batch_id, {answer(0, "OUT")}, kTimings, true));
+    answers(m.core.poll());
+    BatchMessage response = m.caller_worker->next();
+    CHECK(response.kind == MessageKind::kResponse && response.batch_id == 10 + k);
+    m.caller_worker->arena().free(response.desc_offset);
+  }
+  // A numeric id reaches it too.
+  SubmitRequest numeric = m.request(0, input);
+  numeric.options.sequence_id = 42;
+  numeric.options.sequence_flags = kSequenceFlagStart | kSequenceFlagEnd;
+  CHECK(m.caller_worker->submit(seq.value, 20, numeric) == SubmitResult::kOk);
+  answers(m.core.poll());
+  BatchMessage batch = seq_worker->next();
+  CHECK(batch.kind == MessageKind::kBatch);
+  CHECK(seq_worker->respond(batch.batch_id, {answer(0, "OUT")}, kTimings, true));
+  answers(m.core.poll());
+  BatchMessage response = m.caller_worker->next();
+  CHECK(response.kind == MessageKind::kResponse && response.batch_id == 20);
+  m.caller_worker->arena().free(response.desc_offset);
+  m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
+  CHECK(answers(m.core.poll()).size() == 1);
+}
+
+TEST(a_worker_cancels_its_request_queued_or_running) {
+  TwoModels m;
+  ArenaStats baseline = m.core.arena().stats();
+  m.core.instance_up(m.caller_instance);
+  m.core.instance_up(m.target_instance);
+  const std::string input = "abc";
+  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
+  CHECK(m.core.submit(m.target, m.request(2, input)) == SubmitResult::kOk);  // keeps it busy
+  m.core.flush();
+  BatchMessage caller_batch = m.caller_worker->next();
+  BatchMessage busy = m.target_worker->next();
+  // Queued behind the busy instance: cancelled, it is dropped and refused as cancelled.
+  CHECK(m.caller_worker->submit(m.target.value, 7, m.request(0, input)) == SubmitResult::kOk);
+  answers(m.core.poll());
+  m.caller_worker->cancel(7);
+  answers(m.core.poll());
+  BatchMessage refused = m.caller_worker->next();
+  CHECK(refused.kind == MessageKind::kRefused && refused.batch_id == 7);
+  CHECK(refused.n_requests == (kRefusedQueued | static_cast<uint32_t>(kCompletionCancelled)));
+  CHECK(m.target_worker->respond(busy.batch_id, {answer(0, "OUT")}, kTimings, true));
+  for (const Completion& c : answers(m.core.poll())) m.core.arena().free(c.result_offset);
+  // Running: its block is flagged for request.is_cancelled(); its answer still comes.
+  CHECK(m.caller_worker->submit(m.target.value, 8, m.request(0, input)) == SubmitResult::kOk);
+  answers(m.core.poll());
+  BatchMessage running = m.target_worker->next();
+  CHECK(running.kind == MessageKind::kBatch);
+  Arena& arena = m.target_worker->arena();
+  const auto* records = arena.at<BatchRequest>(running.desc_offset + batch_requests_offset());
+  const auto* header = arena.at<RequestHeader>(records[0].block_offset);
+  CHECK(!request_cancelled(header));
+  m.caller_worker->cancel(8);
+  answers(m.core.poll());
+  CHECK(request_cancelled(header));
+  m.caller_worker->cancel(99);  // no such request: ignored
+  answers(m.core.poll());
+  CHECK(m.target_worker->respond(running.batch_id, {answer(0, "OUT")}, kTimings, true));
+  answers(m.core.poll());
+  BatchMessage response = m.caller_worker->next();
+  CHECK(response.kind == MessageKind::kResponse && response.batch_id == 8);
+  m.caller_worker->arena().free(response.desc_offset);
+  m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
+  for (const Completion& c : answers(m.core.poll())) m.core.arena().free(c.result_offset);
+  CHECK(m.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+}
+
+TEST(a_worker_request_the_target_fails_counts_as_its_failure) {
+  TwoModels m;
+  m.core.instance_up(m.caller_instance);
+  m.core.instance_up(m.target_instance);
+  const std::string input = "abc";
+  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage caller_batch = m.caller_worker->next();
+  CHECK(m.caller_worker->submit(m.target.value, 3, m.request(0, input)) == SubmitResult::kOk);
+  answers(m.core.poll());
+  BatchMessage batch = m.target_worker->next();
+  ResponseEntry failed;
+  failed.request_index = 0;
+  failed.flags = kResponseFinal | kResponseError;
+  failed.error_code = 1;
+  failed.json = "{\"error\":\"it failed\"}";
+  CHECK(m.target_worker->respond(batch.batch_id, {failed}, kTimings, true));
+  std::vector<Completion> stats = m.core.poll();
+  CHECK(stats.size() == 1 && stats[0].status == kCompletionRouted);
+  CHECK(stats[0].request_ids[kRoutedCount] == 0 && stats[0].request_ids[kRoutedFailed] == 1);
+  CHECK(stats[0].request_ids[kRoutedFailedRows] == 1);
+  CHECK(stats[0].request_ids[kRoutedWholeBatch] == 1);  // an execution of the target
+  BatchMessage response = m.caller_worker->next();
+  CHECK(response.kind == MessageKind::kResponse && response.batch_id == 3);
+  m.caller_worker->arena().free(response.desc_offset);
+  m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
   CHECK(answers(m.core.poll()).size() == 1);
 }

@@ -209,6 +209,9 @@ class ModelControl:
         """Loads `model` (READY, or UNAVAILABLE with the reason)."""
         if model.state == UNAVAILABLE:
             return  # could not even be registered
+        composing_loaded = getattr(model, "composing_loaded", None)  # an ensemble
+        if composing_loaded is not None:
+            await composing_loaded()  # holding no slot: its composing models need them
         async with self._load_slots:
             await model.load()
 

@@ -177,8 +177,10 @@ class EnsembleModel(LoadedModel):
             )
         return model.config
 
-    async def load(self) -> None:
-        # Composing models loading at the same time (start-up) load first.
+    async def composing_loaded(self) -> None:
+        """Returns once no composing model is LOADING (at start-up they load at the same
+        time). The repository calls it before taking a load slot: an ensemble waiting
+        in one would keep its composing models (an inner ensemble's too) from theirs."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 600.0
         while loop.time() < deadline:
@@ -190,6 +192,9 @@ class EnsembleModel(LoadedModel):
             if not loading:
                 break
             await asyncio.sleep(0.05)
+
+    async def load(self) -> None:
+        await self.composing_loaded()  # composing models loading at the same time first
         reason = check_ensemble(self.config, self._find)
         if reason is not None:
             self.graph_failed = True  # control.py words the load's failure as Triton

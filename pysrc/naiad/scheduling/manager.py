@@ -729,7 +729,7 @@ class ModelManager:
         `instance_id` answered: counted for its model as Triton counts them."""
         if instance_id == _core.NO_INSTANCE:  # a worker's request to an ensemble
             model = self._core_models().get(batch_id)
-            if model is not None and len(numbers) >= 8:
+            if model is not None and len(numbers) >= 11:
                 count, rows, _queue_ns, request_ns, _in, c_infer, _out, _whole = numbers[:8]
                 timings = [0, 0, c_infer, 0]
                 model.stats.record_successes(count, rows, request_ns, 0, timings)
@@ -742,13 +742,19 @@ class ModelManager:
                     for instance in getattr(candidate, "instances", ()):
                         self._instance_models[instance.instance_id] = candidate
             model = self._instance_models.get(instance_id)
-        if model is None or len(numbers) < 8:
+        if model is None or len(numbers) < 11:
             return
         count, rows, queue_ns, request_ns, c_input, c_infer, c_output, whole = numbers[:8]
+        failed, failed_rows, failed_ns = numbers[8:11]
         timings = [0, c_input, c_infer, c_output]
-        model.stats.record_successes(count, rows, request_ns, queue_ns, timings)
+        if count:
+            model.stats.record_successes(count, rows, request_ns, queue_ns, timings)
+        # Those the model failed are its failures, as a client's (Triton counts a BLS
+        # call its backend failed on the called model).
+        for _ in range(failed):
+            model.stats.record_failure(failed_ns // failed)
         if whole:
-            model.stats.record_execution(rows, timings)
+            model.stats.record_execution(rows + failed_rows, timings)
 
     def _fail_unanswered(self, request_ids: list) -> None:
         """Fails the requests among `request_ids` that are still waiting for an answer."""

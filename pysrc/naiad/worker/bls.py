@@ -27,6 +27,7 @@ import numpy as np
 import orjson
 
 from naiad import _core, datatypes
+from naiad.scheduling import sequence as sequences
 from naiad.scheduling.directory import ENVIRONMENT_VARIABLE
 from naiad.types import InputTensor, RequestedOutput
 
@@ -35,6 +36,7 @@ INTERNAL = 1
 NOT_FOUND = 2
 INVALID_ARG = 3
 UNAVAILABLE = 4
+CANCELLED = 7
 
 
 class CallError(Exception):
@@ -120,12 +122,16 @@ def _not_ready(model_name: str) -> CallError:
     )
 
 
-def refusal(model_name: str, status: int) -> CallError:
-    """The error of a request the core refused (MESSAGE_REFUSED `status`)."""
+def refusal(model_name: str, status: int, sequence: tuple = (0, b"", 0)) -> CallError:
+    """The error of a request the core refused (MESSAGE_REFUSED `status`); `sequence`:
+    the request's (correlation id, string correlation id, flags), for the sequence
+    batcher's messages."""
     if status & _core.REFUSED_QUEUED:
         status &= ~_core.REFUSED_QUEUED
         if status == _core.COMPLETION_TIMED_OUT:
             return CallError("Request timeout expired", UNAVAILABLE)
+        if status == _core.COMPLETION_CANCELLED:  # ResponseIterator.cancel() while queued
+            return CallError("Request was cancelled", CANCELLED)
         if status == _core.COMPLETION_MODEL_GONE:
             return CallError(
                 f"Request for unknown model: '{model_name}' is not at ready state", UNAVAILABLE
@@ -145,19 +151,10 @@ def refusal(model_name: str, status: int) -> CallError:
         return _submit_error(model_name, "the shared-memory arena has no room for the request")
     if status == _core.SUBMIT_MODEL_GONE:
         return _not_ready(model_name)
-    if status in _SEQUENCE_REFUSALS:
-        # The worker's submit path carries no correlation id yet (README "Not yet").
-        return _submit_error(
-            model_name, "a model with sequence batching cannot be called from a model yet"
-        )
+    refused = sequences.refusal(status, model_name, sequence)
+    if refused is not None:  # the sequence batcher's, in Triton's words
+        return _submit_error(model_name, refused.message)
     return _submit_error(model_name, "the request's inputs cannot be read")
-
-
-_SEQUENCE_REFUSALS = (
-    _core.SUBMIT_SEQUENCE_BATCH_SIZE,
-    _core.SUBMIT_NO_SEQUENCE_ID,
-    _core.SUBMIT_SEQUENCE_NOT_STARTED,
-)
 
 
 class Call:
@@ -166,11 +163,23 @@ class Call:
     read_outputs) and frees it; otherwise (offset, read) pairs are kept in `blocks` for
     the caller to take and free."""
 
-    __slots__ = ("tag", "model_name", "done", "blocks", "error", "on_response", "on_done", "retry")
+    __slots__ = (
+        "tag",
+        "model_name",
+        "sequence",
+        "done",
+        "blocks",
+        "error",
+        "on_response",
+        "on_done",
+        "retry",
+    )
 
-    def __init__(self, tag: int, model_name: str, on_response=None, on_done=None):
+    def __init__(self, tag: int, model_name: str, on_response=None, on_done=None, sequence=None):
         self.tag = tag
         self.model_name = model_name
+        # (correlation id, string correlation id as UTF-8, START|END flags), or None
+        self.sequence = sequence
         self.done = False
         self.blocks: list = []  # (offset, size) of response blocks not taken yet
         self.error: CallError | None = None
@@ -226,12 +235,15 @@ class Channel:
         priority: int = 0,
         on_response=None,
         on_done=None,
+        sequence: tuple | None = None,
     ) -> Call:
         """Sends a request; its Call is done at once (with `error`) when it could not be
-        sent. `inputs`: InputTensor records (their data may be arena slices)."""
+        sent. `inputs`: InputTensor records (their data may be arena slices);
+        `sequence`: its (correlation id, string correlation id, flags), as
+        scheduling.sequence.sequence_of gives them."""
         tag = self._next_tag
         self._next_tag += 1
-        call = Call(tag, model_name, on_response, on_done)
+        call = Call(tag, model_name, on_response, on_done, sequence)
         params = orjson.dumps(parameters) if parameters else b"{}"
         requested = _requested(outputs)
 
@@ -252,11 +264,12 @@ class Channel:
                 priority,
                 timeout_us,
                 False,
+                sequence,
             )
             if type(result) is str:
                 return self._finish(call, _submit_error(model_name, result))
             if result != _core.SUBMIT_OK:
-                return self._finish(call, refusal(model_name, result))
+                return self._finish(call, refusal(model_name, result, sequence or (0, b"", 0)))
             self.calls[tag] = call
             return call
 
@@ -322,7 +335,13 @@ class Channel:
             if first == _core.SUBMIT_MODEL_GONE and retry is not None:
                 retry(True)
                 return
-            self._finish(call, refusal(call.model_name, first))
+            self._finish(call, refusal(call.model_name, first, call.sequence or (0, b"", 0)))
+
+    def cancel(self, call: Call) -> None:
+        """Cancels a call still in flight (ResponseIterator.cancel()); its responses, a
+        cancellation error among them, keep coming until the final one."""
+        if not call.done:
+            self.endpoint.cancel(call.tag)
 
 
 _REQUESTED: dict = {}
@@ -419,13 +438,19 @@ def _start(request) -> Call:
         wire = pb.WIRE_OF_TRITON_TYPE.get(tensor._triton_dtype, "BYTES")
         inputs.append(input_of(tensor._name, tensor._array, wire))
     parameters = orjson.loads(request._parameters) if request._parameters not in ("", "{}") else {}
+    # The correlation id and flags go to the core's sequence batcher, and, as request
+    # parameters, to the called model (request.correlation_id(), request.flags()).
     correlation = request._correlation_id
     if correlation:
         parameters["sequence_id"] = correlation
-    if request._flags & 1:
+    if request._flags & sequences.START:
         parameters["sequence_start"] = True
-    if request._flags & 2:
+    if request._flags & sequences.END:
         parameters["sequence_end"] = True
+    try:
+        sequence = sequences.sequence_of(parameters)
+    except sequences.ParameterError as exc:
+        raise pb.TritonModelException(f"correlation_id {correlation!r}: {exc}") from None
     return chan.submit(
         request._model_name,
         request._model_version,
@@ -434,6 +459,7 @@ def _start(request) -> Call:
         list(request._requested_output_names) or None,
         parameters,
         timeout_us=max(int(request._timeout), 0),
+        sequence=sequence if sequence != (0, b"", 0) else None,
     )
 
 
@@ -536,8 +562,11 @@ class ResponseIterator:
         raise StopIteration
 
     def cancel(self):
-        """Triton's ResponseIterator.cancel(): not supported for Naiad's BLS yet."""
-        return None
+        """Cancels the request (python_backend's ResponseIterator.cancel(), from its
+        25.05 release): queued, it is dropped and the iterator ends with a "Request was
+        cancelled" error; running, the called model's request.is_cancelled() turns
+        true. The responses sent meanwhile, and the final one, still come."""
+        _channel().cancel(self.call)
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:

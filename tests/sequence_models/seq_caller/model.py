@@ -1,4 +1,5 @@
-"""Calls seq_direct through BLS with a correlation id and returns the error it gets."""
+"""Calls seq_direct through BLS with correlation id 7, START and END (a sequence of one
+request, so no slot stays taken) and returns the error it gets ("" when none)."""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -14,7 +15,8 @@ class TritonPythonModel:
                 requested_output_names=["OUTPUT"],
                 inputs=[pb_utils.Tensor("INPUT", value.reshape(1, 1))],
                 correlation_id=7,
-                flags=pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
+                flags=pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+                | pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
             )
             answer = call.exec()
             error = answer.error().message() if answer.has_error() else ""

@@ -11,6 +11,8 @@ Naiad and on Triton alike):
   target          exec() on the model named by parameter `target` (version `version`,
                   -1 by default): its error (unknown model, bad version...) is returned
   bad_input       exec() on add_sub without INPUT1: the validator's error is returned
+  bad_shape       exec() on add_sub with INPUT1 of 8 elements (16 expected): its error
+  raise_target    exec() on int_double with X = -1 (its execute raises): the error
   timeout         exec() on the model `target` with timeout=`timeout` us
   fail            answers with an error of its own (code INVALID_ARG)
   call_fail       exec() on this model with mode fail: the error comes back
@@ -18,6 +20,7 @@ Naiad and on Triton alike):
 
 import json
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
@@ -76,6 +79,18 @@ class TritonPythonModel:
                 ).exec()
             elif mode == "bad_input":
                 response = _call("add_sub", inputs[:1]).exec()
+            elif mode == "bad_shape":
+                short = pb_utils.Tensor("INPUT1", in1[:, :8].copy())
+                response = _call("add_sub", [inputs[0], short]).exec()
+            elif mode == "raise_target":
+                x = pb_utils.Tensor("X", np.array([-1], dtype=np.int32))
+                response = pb_utils.InferenceRequest(
+                    model_name="int_double", requested_output_names=["Y"], inputs=[x]
+                ).exec()
+                if not response.has_error():
+                    response = pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError("int_double did not fail")
+                    )
             elif mode == "timeout":
                 response = _call(
                     params.get("target", "add_sub"), inputs, timeout=int(params.get("timeout", 1))
