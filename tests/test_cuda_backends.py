@@ -528,3 +528,48 @@ def test_a_malformed_cuda_bytes_input_fails_its_request_and_the_batch_runs_on(cu
     assert answered[0] == 1 and not answered[1] & _core.RESPONSE_ERROR
     assert orjson.loads(answered[3])["outputs"] == [["OUT", "BYTES", [1, 2]]]
     assert bytes(answered[4][0]) == good
+
+
+class _DecoupledEndpoint(_Endpoint):
+    """The endpoint as a decoupled batch posts through it (respond_open)."""
+
+    batch_desc = 0
+
+    def request_blocks(self, desc):
+        return [100, 200]
+
+    def respond_open(self, batch_id, responses, timings, batch_done, keep_open):
+        self.responded.extend(responses)
+        return True
+
+    def request_cancelled(self, block):
+        return False
+
+
+class _DecoupledEcho(_Echo):
+    decoupled = True
+
+    def execute_decoupled(self, batch, stream):
+        for index, result in enumerate(self.execute(batch)[: len(batch)]):
+            stream.send(index, result, True)
+
+
+def test_a_decoupled_model_answers_the_malformed_request_and_streams_the_other(cudart, monkeypatch):
+    monkeypatch.setattr(shm_outputs, "active", True)
+    good, bad = _strings(b"xy", b"z"), _strings(b"ab") + b"\x09\x00"
+    arena = bytearray(1 << 16)
+    arena[1024 : 1024 + len(good)] = good
+    arena[2048 : 2048 + len(bad)] = bad
+    handle = base64.b64encode(HANDLE).decode()
+    blocks = [
+        (_bytes_metadata("bad", [0, 3, handle, 0, 16, len(bad)]), [(2048, len(bad))]),
+        (_bytes_metadata("ok", [0, 3, handle, 0, 0, len(good)]), [(1024, len(good))]),
+    ]
+    endpoint, backend = _DecoupledEndpoint(arena), _DecoupledEcho()
+    worker_main.Worker(endpoint, backend, "strings", True)._run_batch(7, blocks, [])
+    assert backend.batches == [["ok"]]
+    # The model's response 0 of its batch of one is the batch's request 1.
+    by_index = {response[0]: response for response in endpoint.responded}
+    assert sorted(by_index) == [0, 1]
+    assert by_index[0][2] == 3 and b"[request id: bad]" in by_index[0][3]
+    assert not by_index[1][1] & _core.RESPONSE_ERROR and bytes(by_index[1][4][0]) == good

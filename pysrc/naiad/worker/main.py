@@ -338,7 +338,8 @@ class Worker:
         if self.decoupled:
             regions = None
             if shm_outputs.active:  # outputs in client regions, written response by response
-                regions = [_regions_of(metadata) for metadata, _slots in blocks]
+                # By the batch's request index, as the stream answers them.
+                regions = [_regions_of(metadata) for metadata, _slots in answered]
                 if not any(regions):
                     regions = None
             decoupled.run_batch(self, batch_id, batch, [start], regions, failed, answered)
