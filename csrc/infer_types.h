@@ -56,6 +56,10 @@ struct RequestInput {
   bool in_shm = false;
   std::string_view shm_region;
   uint64_t shm_offset = 0;
+  // The bytes are in a client's CUDA region (`data` null, `size` set): as Triton 2.51,
+  // a BYTES tensor's elements are then checked where its bytes reach the host (the
+  // worker, after its device-to-host copy: check_bytes_input), not here.
+  bool on_device = false;
 };
 
 // A requested output the client placed in one of its shm regions.

@@ -117,15 +117,15 @@ std::string count_error(const ModelSpec& model, const ParsedRequest& request, si
 }
 
 // Counts a BYTES tensor's elements as Triton does, with its messages when malformed.
-bool count_strings(const RequestInput& input, const ModelSpec& model, const ParsedRequest& request,
-                   uint64_t* count, std::string* error) {
+bool count_strings(const RequestInput& input, std::string_view model_name,
+                   std::string_view request_id, uint64_t* count, std::string* error) {
   uint64_t offset = 0;
   *count = 0;
   while (offset < input.size) {
     const uint64_t left = input.size - offset;
     if (left < 4) {
-      *error = log_prefix(request.id) + "incomplete string length indicator for inference input " +
-               quote(input.name) + " for model " + quote(model.name) + ", expecting 4 bytes but " +
+      *error = log_prefix(request_id) + "incomplete string length indicator for inference input " +
+               quote(input.name) + " for model " + quote(model_name) + ", expecting 4 bytes but " +
                "only " + std::to_string(left) +
                " bytes available. Please make sure the string length indicator is in one buffer.";
       return false;
@@ -141,6 +141,50 @@ bool count_strings(const RequestInput& input, const ModelSpec& model, const Pars
     }
     offset += length;
     ++*count;
+  }
+  return true;
+}
+
+// The element count (times `factor`) of dims [first, rank) of `shape`, in 64 bits;
+// `overflow` when it does not fit (then it cannot match, and only a message needs its
+// exact value: text()).
+struct ExpectedCount {
+  const int64_t* shape;
+  size_t first, rank;
+  uint64_t factor;
+  uint64_t value = 0;
+  bool overflow = false;
+
+  ExpectedCount(const int64_t* shape_, size_t first_, size_t rank_, uint64_t factor_)
+      : shape(shape_), first(first_), rank(rank_), factor(factor_), value(factor_) {
+    for (size_t d = first; d < rank; ++d) {
+      overflow |= __builtin_mul_overflow(value, static_cast<uint64_t>(shape[d]), &value);
+    }
+  }
+  std::string text() const {
+    Count exact(factor);
+    for (size_t d = first; d < rank; ++d) exact.multiply(static_cast<uint64_t>(shape[d]));
+    return exact.text();
+  }
+};
+
+// A BYTES input's elements against the count of its shape from dim `first` on.
+bool check_strings(const RequestInput& input, std::string_view model_name,
+                   std::string_view request_id, size_t first, std::string* error) {
+  const ExpectedCount expected(input.shape.data(), first, input.shape.size(), 1);
+  uint64_t strings = 0;
+  if (!count_strings(input, model_name, request_id, &strings, error)) return false;
+  if (!expected.overflow && strings > expected.value) {
+    *error = log_prefix(request_id) + "unexpected number of string elements " +
+             std::to_string(strings) + " for inference input " + quote(input.name) + " for model " +
+             quote(model_name) + ", expecting " + expected.text();
+    return false;
+  }
+  if (expected.overflow || strings < expected.value) {
+    *error = log_prefix(request_id) + "expected " + expected.text() +
+             " string elements for inference input " + quote(input.name) + " for model " +
+             quote(model_name) + ", got " + std::to_string(strings);
+    return false;
   }
   return true;
 }
@@ -172,43 +216,19 @@ bool check_input(const ModelSpec& model, const ParsedRequest& request, const Req
   }
   // Triton's ShapeWithBatchDim prepends the batch only when it is non-zero.
   const size_t first = skip == 1 && batch == 0 ? 1 : 0;
-  const uint64_t factor = spec.element_size != 0 ? spec.element_size : 1;
-  // The expected count in 64 bits; `overflow` when it does not fit (then it cannot
-  // match, and only the message needs its exact value).
-  uint64_t expected = factor;
-  bool overflow = false;
-  for (size_t d = first; d < rank; ++d) {
-    overflow |= __builtin_mul_overflow(expected, static_cast<uint64_t>(shape[d]), &expected);
-  }
-  auto expected_text = [&] {
-    Count exact(factor);
-    for (size_t d = first; d < rank; ++d) exact.multiply(static_cast<uint64_t>(shape[d]));
-    return exact.text();
-  };
   if (spec.element_size != 0) {
-    if (overflow || expected != input.size) {
+    const ExpectedCount expected(shape, first, rank, spec.element_size);
+    if (expected.overflow || expected.value != input.size) {
       *error = log_prefix(request.id) + "input byte size mismatch for input " + quote(input.name) +
-               " for model " + quote(model.name) + ". Expected " + expected_text() + ", got " +
+               " for model " + quote(model.name) + ". Expected " + expected.text() + ", got " +
                std::to_string(input.size);
       return false;
     }
     return true;
   }
-  uint64_t strings = 0;
-  if (!count_strings(input, model, request, &strings, error)) return false;
-  if (!overflow && strings > expected) {
-    *error = log_prefix(request.id) + "unexpected number of string elements " +
-             std::to_string(strings) + " for inference input " + quote(input.name) + " for model " +
-             quote(model.name) + ", expecting " + expected_text();
-    return false;
-  }
-  if (overflow || strings < expected) {
-    *error = log_prefix(request.id) + "expected " + expected_text() +
-             " string elements for inference input " + quote(input.name) + " for model " +
-             quote(model.name) + ", got " + std::to_string(strings);
-    return false;
-  }
-  return true;
+  // Triton 2.51 leaves the elements of a tensor in GPU memory to the backend.
+  if (input.on_device) return true;
+  return check_strings(input, model.name, request.id, first, error);
 }
 
 }  // namespace
@@ -218,6 +238,19 @@ std::string log_prefix(std::string_view request_id) {
   out += request_id.empty() ? std::string_view("<id_unknown>") : request_id;
   out += "] ";
   return out;
+}
+
+bool check_bytes_input(std::string_view model_name, std::string_view request_id,
+                       std::string_view input_name, const int64_t* shape, size_t rank,
+                       bool batching, const uint8_t* data, uint64_t size, std::string* error) {
+  RequestInput input;
+  input.name = input_name;
+  input.shape.assign(shape, shape + rank);
+  input.data = data;
+  input.size = size;
+  // Triton's ShapeWithBatchDim prepends the batch only when it is non-zero.
+  const size_t first = batching && rank > 0 && shape[0] == 0 ? 1 : 0;
+  return check_strings(input, model_name, request_id, first, error);
 }
 
 int64_t count_bytes_elements(const uint8_t* data, uint64_t size) {

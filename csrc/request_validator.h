@@ -29,6 +29,14 @@ namespace naiad {
 // invalid-argument error, HTTP 400).
 bool validate_request(const ModelSpec& model, ParsedRequest* request, std::string* error);
 
+// A BYTES tensor's elements (u32 length, bytes, ...) checked against the count its
+// `shape` gives, with Triton's messages: the check validate_request makes, for the bytes
+// of an input a worker copied from a client's CUDA region (RequestInput::on_device).
+// `batching`: the model batches (a zero first dim is then not counted, as Triton).
+bool check_bytes_input(std::string_view model_name, std::string_view request_id,
+                       std::string_view input_name, const int64_t* shape, size_t rank,
+                       bool batching, const uint8_t* data, uint64_t size, std::string* error);
+
 // The elements of a BYTES tensor (u32 length, bytes, ...), or -1 when malformed.
 int64_t count_bytes_elements(const uint8_t* data, uint64_t size);
 

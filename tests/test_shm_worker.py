@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import os
 
+import cuda_recorder
 import numpy as np
 import orjson
 import pytest
@@ -122,66 +123,12 @@ def test_released_regions_are_unmapped(posix_object):
     assert registry.mapped() == 0
 
 
-class _FakeCudart:
-    """cuda-python's runtime as cuda_ipc calls it, recording each call: handles open at
-    0x7000_0000 (+0x1000 per handle), every call succeeds."""
-
-    class cudaError_t:  # noqa: N801 (cuda-python's names)
-        cudaSuccess = 0
-
-    class cudaMemcpyKind:  # noqa: N801
-        cudaMemcpyDeviceToHost = "D2H"
-        cudaMemcpyHostToDevice = "H2D"
-        cudaMemcpyDeviceToDevice = "D2D"
-
-    class cudaIpcMemHandle_t:  # noqa: N801
-        reserved = None
-
-    cudaIpcMemLazyEnablePeerAccess = 1
-
-    def __init__(self):
-        self.calls = []
-        self.opened = 0
-
-    def cudaSetDevice(self, device):  # noqa: N802
-        self.calls.append(("set_device", device))
-        return (0,)
-
-    def cudaIpcOpenMemHandle(self, handle, flags):  # noqa: N802
-        self.calls.append(("open", bytes(handle.reserved)))
-        self.opened += 1
-        return (0, 0x7000_0000 + 0x1000 * (self.opened - 1))
-
-    def cudaIpcCloseMemHandle(self, pointer):  # noqa: N802
-        self.calls.append(("close", pointer))
-        return (0,)
-
-    def cudaMemcpy(self, target, source, size, kind):  # noqa: N802
-        self.calls.append(("memcpy", kind, target, source, size))
-        return (0,)
-
-    def cudaDeviceSynchronize(self):  # noqa: N802
-        self.calls.append(("synchronize",))
-        return (0,)
-
-    def cudaGetErrorName(self, error):  # noqa: N802
-        return (0, b"cudaErrorFake")
-
-
 @pytest.fixture
 def cudart(monkeypatch):
-    fake = _FakeCudart()
-    monkeypatch.setattr(cuda_ipc, "_cudart", lambda: fake)
-    monkeypatch.setattr(cuda_ipc, "_opened", {})
-    monkeypatch.setattr(cuda_ipc, "COUNTS", dict.fromkeys(cuda_ipc.COUNTS, 0))
-    pinned = []
-    monkeypatch.setattr(cuda_ipc.gpu, "pin_arena", lambda arena, device: pinned.append(device))
-    fake.pinned = pinned
-    return fake
+    return cuda_recorder.install(monkeypatch)
 
 
-def _memcpys(fake):
-    return [call for call in fake.calls if call[0] == "memcpy"]
+_memcpys = cuda_recorder.memcpys
 
 
 def test_gpu_model_reads_a_cuda_input_in_place(cudart):
@@ -244,6 +191,7 @@ def test_device_output_goes_device_to_device_and_host_output_host_to_device(cuda
         "device_to_host": 0,
         "host_to_device": 1,
         "device_to_device": 1,
+        "written_in_place": 0,
     }
 
 

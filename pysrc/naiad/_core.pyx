@@ -346,6 +346,7 @@ cdef extern from "infer_types.h" namespace "naiad":
         vector[int64_t] shape
         const uint8_t* data
         uint64_t size
+        cbool on_device
 
     cdef cppclass ParsedRequest:
         string_view id
@@ -420,6 +421,10 @@ cdef extern from "request_validator.h" namespace "naiad":
     cbool validate_request(const CModelSpec& model, ParsedRequest* request,
                            string* error) except + nogil
     string c_log_prefix "naiad::log_prefix"(string_view request_id) except +
+    cbool c_check_bytes_input "naiad::check_bytes_input"(
+        string_view model_name, string_view request_id, string_view input_name,
+        const int64_t* shape, size_t rank, cbool batching, const uint8_t* data, uint64_t size,
+        string* error) except + nogil
 
 
 cdef extern from "kserve_json.h" namespace "naiad":
@@ -1465,12 +1470,16 @@ cdef class _RequestView:
             item.shape = tensor.shape
             if type(tensor.data) is RegionRef and (<RegionRef>tensor.data).ref.kind != InputKind.kSystemShm:
                 # A CUDA region's bytes stay on the device: the size is what is checked
-                # (naiad/shm.py refuses BYTES there, whose elements would be read).
+                # here; a BYTES tensor's elements are checked by the worker once it has
+                # copied them to the host (check_bytes_input), as Triton leaves them to
+                # the backend.
                 PyObject_GetBuffer(b"", &self.buffers[i], PyBUF_SIMPLE)
                 self.held += 1
                 item.data = NULL
                 item.size = (<RegionRef>tensor.data).ref.size
+                item.on_device = True
                 self.request.inputs.push_back(item)
+                item.on_device = False
                 continue
             PyObject_GetBuffer(tensor.data, &self.buffers[i], PyBUF_SIMPLE)
             self.held += 1
@@ -2883,6 +2892,27 @@ def region_table_epoch(arena, uint64_t offset):
     if table == NULL:
         return 0
     return region_table_epoch_of(table)
+
+
+def check_bytes_input(str model_name, str request_id, str input_name, tuple shape,
+                      bint batching, buffer, uint64_t offset, uint64_t size):
+    """The validator's BYTES check (csrc/request_validator.h check_bytes_input) over
+    `size` bytes at `offset` of `buffer`: None, or Triton's message. For an input the
+    worker copied to the host from a client's CUDA region."""
+    cdef const uint8_t[::1] view = buffer
+    if offset + size > <uint64_t>view.shape[0]:
+        raise ValueError(f"{size} bytes at {offset} past a buffer of {view.shape[0]}")
+    cdef vector[int64_t] dims = [int(d) for d in shape]
+    cdef string_view model = _utf8_view(model_name)
+    cdef string_view rid = _utf8_view(request_id)
+    cdef string_view name = _utf8_view(input_name)
+    cdef string error
+    cdef const uint8_t* data = &view[0] + offset if view.shape[0] else NULL
+    cdef cbool ok
+    with nogil:
+        ok = c_check_bytes_input(model, rid, name, dims.data(), dims.size(), batching, data,
+                                 size, &error)
+    return None if ok else error.decode("utf-8", "replace")
 
 
 def shm_output_too_small(str output_name, uint64_t region_size, uint64_t needed):

@@ -11,7 +11,12 @@ tensors move as the model needs them:
     in the arena, which is pinned (cudaHostRegister) in this process first so the copy is
     DMA;
   - an output goes into the client's region device to device when the model left it on
-    the device (a `DeviceArray`), else host to device from its array.
+    the device (a `DeviceArray`), else host to device from its array; a GPU backend
+    that wrote it straight into the region (onnxruntime's IOBinding, TensorRT's tensor
+    addresses bound to an `OutputTarget`) returns a DeviceArray at the target itself,
+    and nothing is copied;
+  - a batch of several requests joins its device inputs on the device
+    (`join_on_device`: device to device, host pieces host to device).
 Handles are closed when the frontend drops the region from its live-region table
 (worker/shm_outputs.py sweeps).
 
@@ -108,6 +113,28 @@ class DeviceArray:
             count *= d
         return count * self.dtype.itemsize
 
+    def __getitem__(self, rows: slice) -> DeviceArray:
+        """Rows [start, stop) along the first dimension (a request's part of a batch's
+        output), the same memory: no copy."""
+        start, stop, step = rows.indices(self.shape[0])
+        if step != 1:
+            raise ValueError("a DeviceArray is sliced by a contiguous row range only")
+        row_bytes = self.nbytes // self.shape[0] if self.shape[0] else 0
+        return DeviceArray(
+            self.pointer + start * row_bytes,
+            self.dtype,
+            (max(stop - start, 0), *self.shape[1:]),
+            self.device,
+            self.keep,
+        )
+
+    def reshape(self, shape) -> DeviceArray:
+        """The same contiguous bytes with another shape of as many elements."""
+        reshaped = DeviceArray(self.pointer, self.dtype, shape, self.device, self.keep)
+        if reshaped.nbytes != self.nbytes:
+            raise ValueError(f"cannot reshape {list(self.shape)} to {list(shape)}")
+        return reshaped
+
     @property
     def __cuda_array_interface__(self) -> dict:
         return {
@@ -139,7 +166,64 @@ class DeviceArray:
 
 
 # Copies and in-place reads made by this process, by kind (tests read them).
-COUNTS = {"in_place": 0, "device_to_host": 0, "host_to_device": 0, "device_to_device": 0}
+COUNTS = {
+    "in_place": 0,
+    "device_to_host": 0,
+    "host_to_device": 0,
+    "device_to_device": 0,
+    "written_in_place": 0,  # outputs a GPU backend wrote straight into the client's region
+}
+
+
+class OutputTarget:
+    """The range [offset, offset + size) of a client's CUDA region on `device` that an
+    output goes to: a GPU backend may bind it as the output's memory (`pointer`, the
+    handle opened once per region) and return `written()`, so nothing is copied."""
+
+    __slots__ = ("region_id", "handle", "device", "offset", "size")
+
+    def __init__(self, region_id: int, handle: bytes, device: int, offset: int, size: int):
+        self.region_id = region_id
+        self.handle = handle
+        self.device = device
+        self.offset = offset
+        self.size = size
+
+    @property
+    def pointer(self) -> int:
+        return _pointer(self.region_id, self.handle, self.device) + self.offset
+
+    def written(self, dtype, shape) -> DeviceArray:
+        """The output the backend wrote at `pointer`, as the DeviceArray it returns."""
+        return DeviceArray(self.pointer, dtype, shape, self.device)
+
+
+def join_on_device(pieces: list, target: int, device: int, stream=None) -> None:
+    """The pieces of a batch's input, one after another, into device memory at
+    `target`: a DeviceArray (a client's CUDA region) device to device, a contiguous
+    host array (a request sent in the body or system shm, in the pinned arena) host to
+    device. On `stream` when given (stream-ordered before the model that reads them),
+    else done before returning."""
+    rt = _cudart()
+    _check(rt.cudaSetDevice(device))
+    at = target
+    for piece in pieces:
+        size = piece.nbytes
+        if size == 0:
+            continue
+        if isinstance(piece, DeviceArray):
+            source, kind = piece.pointer, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice
+            COUNTS["device_to_device"] += 1
+        else:
+            source, kind = piece.ctypes.data, rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+            COUNTS["host_to_device"] += 1
+        if stream is not None:
+            _check(rt.cudaMemcpyAsync(at, source, size, kind, stream))
+        else:
+            _check(rt.cudaMemcpy(at, source, size, kind))
+        at += size
+    if stream is None:
+        _check(rt.cudaDeviceSynchronize())
 
 
 def device_view(region_id, handle, device, offset, size, dtype, shape) -> DeviceArray:
@@ -179,6 +263,9 @@ def copy_to_region(region_id, handle, device, offset, data) -> None:
     rt = _cudart()
     target = _pointer(region_id, handle, device) + offset
     if isinstance(data, DeviceArray):
+        if data.pointer == target:  # the backend wrote it there (OutputTarget)
+            COUNTS["written_in_place"] += 1
+            return
         _check(
             rt.cudaMemcpy(
                 target, data.pointer, data.nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice

@@ -181,9 +181,7 @@ def current() -> SharedMemory | None:
     return _current
 
 
-def input_from_parameters(
-    tensor_name: str, params: dict, http: bool = False, datatype: str | None = None
-):
+def input_from_parameters(tensor_name: str, params: dict, http: bool = False):
     """An input's RegionRef from its shm parameters (Triton's errors; `http`: the HTTP
     front end's wording for malformed values)."""
     if http:
@@ -192,13 +190,9 @@ def input_from_parameters(
     shm = _current
     if shm is None:
         raise NotFound(f"Unable to find shared memory region: '{name}'")
-    ref = shm.resolve(name, offset, size)
-    if datatype == "BYTES" and ref.kind == CUDA:
-        raise InvalidArgument(
-            f"input '{tensor_name}': BYTES tensors in CUDA shared memory region '{name}' are "
-            "not supported by Naiad (their elements cannot be checked on the host)"
-        )
-    return ref
+    # A BYTES tensor in a CUDA region is checked element by element by the worker,
+    # after its copy to the host (worker/shm_outputs.py fill_cuda_inputs).
+    return shm.resolve(name, offset, size)
 
 
 def output_from_parameters(tensor_name: str, params: dict, http: bool = False):

@@ -218,6 +218,44 @@ TEST(validator_counts_bytes_elements) {
   CHECK(count_bytes_elements(reinterpret_cast<const uint8_t*>("\5\0\0\0ab"), 6) == -1);
 }
 
+TEST(validator_leaves_device_bytes_to_the_worker_which_checks_them_the_same_way) {
+  // A BYTES input in a client's CUDA region (no host bytes): only its size reaches the
+  // validator, which leaves the elements, as Triton 2.51 leaves GPU tensors to backends.
+  ModelSpec model = bytes_model();
+  Request on_device;
+  on_device.parsed.id = "d";
+  on_device.input("INPUT0", "BYTES", {1, 3}, "");
+  on_device.parsed.inputs[0].data = nullptr;
+  on_device.parsed.inputs[0].size = 40;
+  on_device.parsed.inputs[0].on_device = true;
+  CHECK(error_of(model, on_device) == "<valid>");
+  // The worker's check of the bytes it copied to the host gives the validator's messages.
+  const int64_t shape[] = {1, 3};
+  for (const std::string& data :
+       {strings({"abc", "x"}), strings({"a", "b", "c", "d"}), strings({"a", "b", "c"}),
+        std::string("\1\0\0\0a\1\0\0\0b\1\0\0\0c\2\0", 17), std::string("\5\0\0\0ab", 6)}) {
+    Request in_body;
+    in_body.parsed.id = "d";
+    in_body.input("INPUT0", "BYTES", {1, 3}, data);
+    std::string error;
+    const bool ok =
+        check_bytes_input("identity_bytes", "d", "INPUT0", shape, 2, true,
+                          reinterpret_cast<const uint8_t*>(data.data()), data.size(), &error);
+    CHECK((ok ? std::string("<valid>") : error) == error_of(model, in_body));
+  }
+  // A zero batch is not counted, as the validator's ShapeWithBatchDim.
+  const int64_t zero_batch[] = {0, 2};
+  const std::string two = strings({"a", "b"});
+  std::string error;
+  CHECK(check_bytes_input("m", "", "T", zero_batch, 2, true,
+                          reinterpret_cast<const uint8_t*>(two.data()), two.size(), &error));
+  CHECK(!check_bytes_input("m", "", "T", zero_batch, 2, false,
+                           reinterpret_cast<const uint8_t*>(two.data()), two.size(), &error));
+  CHECK(error ==
+        "[request id: <id_unknown>] unexpected number of string elements 2 for "
+        "inference input 'T' for model 'm', expecting 0");
+}
+
 TEST(validator_skips_the_batch_dim_of_shape_tensors) {
   ModelSpec model = add_sub_model(8);
   model.inputs[1].shape_tensor = true;

@@ -157,6 +157,9 @@ class Batch:
     their `arrays` entries then hold no data. Empty otherwise. `device_outputs`: the
     (request index, output name) pairs such a backend may leave on its device, as
     `DeviceArray`s, because the client placed them in CUDA shared memory there.
+    `output_targets`: the same pairs -> `naiad.cuda_ipc.OutputTarget`, the client's
+    device memory each goes to: a backend that writes an output there itself (bound as
+    the output's memory) returns `target.written(dtype, shape)` and nothing is copied.
 
     `reserve`: for a backend whose `places_outputs` is true, when the worker can take
     outputs written in place (no client shm outputs), `reserve(outputs, rows)` lays out
@@ -172,6 +175,7 @@ class Batch:
         "tensors",
         "device_inputs",
         "device_outputs",
+        "output_targets",
         "reserve",
         "placed",
     )
@@ -182,6 +186,7 @@ class Batch:
         self.tensors = tensors if tensors is not None else {}
         self.device_inputs = {}
         self.device_outputs = frozenset()
+        self.output_targets = {}
         self.reserve = None
         self.placed = None
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from naiad.backends import sequence_io
 from naiad.backends.base import INTERNAL, INVALID_ARG, Backend, Batch, RequestError, Response
+from naiad.backends.tensors import device_pieces
 
 # Triton's --backend-config=onnxruntime,default-max-batch-size default (tritonserver sets 4).
 DEFAULT_MAX_BATCH_SIZE = 4
@@ -654,11 +655,17 @@ class OnnxRuntimeBackend(Backend):
             name for name, dtype in self.input_dtypes.items() if dtype == np.object_
         }
         self.binding = self.session.io_binding()
+        # Outputs whose shape follows from the batch size and the config dims.
+        fixed_outputs = _placed_outputs(config, self.max_batch_size)
         self.placed_outputs = (
-            _placed_outputs(config, self.max_batch_size)
-            if self.device == "cpu" and not self.string_inputs
-            else None
+            fixed_outputs if self.device == "cpu" and not self.string_inputs else None
         )
+        # On the CUDA provider: CUDA shared-memory inputs on this device are bound in
+        # place (Batch.device_inputs) and outputs bound for such regions stay on it, or
+        # are written straight into the region when their shape is known
+        # (`fixed_outputs`): `_run_on_device`.
+        self.device_inputs = self.device == "cuda" and not self.string_inputs
+        self.fixed_outputs = fixed_outputs or {}
         # RunOptions entries Triton's onnxruntime backend reads from `parameters`.
         self.run_options = None
         shrinkage = _parameter(config, "memory.enable_memory_arena_shrinkage")
@@ -718,7 +725,10 @@ class OnnxRuntimeBackend(Backend):
             if results is not None:
                 return results
         try:
-            outputs = self._run(feeds)
+            if self.device_inputs and (batch.device_inputs or batch.output_targets):
+                outputs = self._run_on_device(batch, feeds)
+            else:
+                outputs = self._run(feeds)
         except Exception as exc:
             return [RequestError(ort_message(exc), INTERNAL)] * len(batch)
         return self._split(batch, outputs)
@@ -746,6 +756,89 @@ class OnnxRuntimeBackend(Backend):
             # raises the same error with it (Triton's "onnx runtime error N: ...").
             return self.session.run(self.output_names, feeds, self.run_options)
         return [value.numpy() for value in binding.get_outputs()]
+
+    def _run_on_device(self, batch: Batch, feeds: dict) -> list:
+        """A GPU batch with tensors in the client's CUDA shared memory (on this device),
+        through IOBinding: such an input is bound in place (`bind_input` over the
+        client's device pointer; a batch of several requests joins them on the device
+        first), the other inputs from the host. An output every request placed in a CUDA
+        region here is bound on the device: into the client's region itself when it is
+        one request's, of a shape known before the run, and fits (returned as
+        `target.written`, so the worker copies nothing), else where onnxruntime
+        allocates it (a DeviceArray the worker copies device to device). Other outputs
+        come back to the host. An error is raised as onnxruntime gives it."""
+        from naiad import cuda_ipc
+
+        ort = _import_ort()
+        binding = self.binding
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        device = self.device_id
+        joined = []  # OrtValues holding joined inputs until the run is over
+        for index, (name, array) in enumerate(feeds.items()):
+            pieces = device_pieces(batch, index, name)
+            if pieces is None:
+                binding.bind_cpu_input(name, np.ascontiguousarray(array))
+                continue
+            if len(pieces) == 1:
+                pointer = pieces[0].pointer
+            else:
+                value = ort.OrtValue.ortvalue_from_shape_and_type(
+                    list(array.shape), array.dtype.type, "cuda", device
+                )
+                joined.append(value)
+                pointer = value.data_ptr()
+                cuda_ipc.join_on_device(pieces, pointer, device)
+            binding.bind_input(name, "cuda", device, array.dtype.type, list(array.shape), pointer)
+        plan = self._device_output_plan(batch)
+        for name in self.output_names:
+            where = plan.get(name)
+            if where is None:
+                binding.bind_output(name, "cpu")
+            elif where is True:
+                binding.bind_output(name, "cuda", device)
+            else:
+                target, output, rows = where
+                shape = [rows, *output.model_dims]
+                binding.bind_output(name, "cuda", device, output.dtype.type, shape, target.pointer)
+        self.session.run_with_iobinding(binding, self.run_options)
+        binding.synchronize_outputs()  # in the client's region before it is answered
+        outputs = []
+        for name, value in zip(self.output_names, binding.get_outputs()):
+            where = plan.get(name)
+            if where is None:
+                outputs.append(value.numpy())
+            elif where is True:
+                dtype = _NUMPY_OF_CONFIG[_CONFIG_OF_ORT[value.data_type()]]
+                outputs.append(
+                    cuda_ipc.DeviceArray(value.data_ptr(), dtype, value.shape(), device, value)
+                )
+            else:
+                target, output, rows = where
+                outputs.append(target.written(output.dtype, [rows, *output.model_dims]))
+        return outputs
+
+    def _device_output_plan(self, batch: Batch) -> dict:
+        """Output name -> where it is bound: True (on the device, onnxruntime allocates)
+        or (target, _PlacedOutput, rows) for the client's region itself; absent: host."""
+        targets = batch.output_targets
+        if not targets:
+            return {}
+        count = len(batch)
+        plan = {}
+        for name in self.output_names:
+            if not all((k, name) in targets for k in range(count)):
+                continue
+            output = self.fixed_outputs.get(name)
+            if count == 1 and output is not None:
+                header = batch.headers[0]
+                rows = header.inputs[0][2][0] if header.inputs and header.inputs[0][2] else 1
+                size = rows * output.spec[3]
+                if size <= targets[0, name].size:
+                    plan[name] = (targets[0, name], output, rows)
+                    continue
+            plan[name] = True
+        return plan
 
     def _binding_calls(self):
         """(bind_output(name, numpy type, shape, address), run()) over the session's

@@ -31,7 +31,7 @@ import numpy as np
 
 from naiad import datatypes, gpu
 from naiad.backends.base import INTERNAL, Backend, Batch, RequestError, Response
-from naiad.backends.tensors import batch_major
+from naiad.backends.tensors import batch_major, device_pieces
 
 log = logging.getLogger("naiad")
 
@@ -383,8 +383,12 @@ class TensorRTBackend(Backend):
             raise RuntimeError(
                 f"unable to load model '{name}', TensorRT backend supports only GPU device{hint}"
             )
-        self.device = device = int(args.get("model_instance_device_id") or 0)
+        self.device = self.device_id = device = int(args.get("model_instance_device_id") or 0)
         self.pinned = False
+        # CUDA shared-memory inputs on this device come as device arrays and are bound
+        # in place (Batch.device_inputs); outputs bound for such regions stay on it or
+        # are written straight into the region (Batch.output_targets): `_run`.
+        self.device_inputs = True
         if device not in gpu.supported_gpus():
             raise RuntimeError(f"unable to load model '{name}': no CUDA device {device} here")
         _check(cudart.cudaSetDevice(device), f"cudaSetDevice({device})")
@@ -561,7 +565,7 @@ class TensorRTBackend(Backend):
         if profile is None:
             return [RequestError(self._shape_error(shapes), INTERNAL)] * count
         try:
-            outputs = self._run(self.contexts[profile], header.input_names, arrays)
+            outputs = self._run(self.contexts[profile], header.input_names, arrays, batch)
         except Exception as exc:
             return [RequestError(f"TensorRT execute failure: {exc}", INTERNAL)] * count
         batching = self.max_batch_size > 0
@@ -579,17 +583,33 @@ class TensorRTBackend(Backend):
             start += rows
         return results
 
-    def _run(self, context, names, arrays) -> dict:
+    def _run(self, context, names, arrays, batch: Batch | None = None) -> dict:
+        """Binds the inputs and outputs by address and runs the context on the stream.
+        An input from host memory is copied to the device once; one the client placed in
+        CUDA shared memory on this device is bound at the client's pointer (one
+        request's) or joined on the device (a batch of several). An output every request
+        placed in such a region stays on the device: bound at the client's pointer when
+        it is one request's and fits (returned as `target.written`: nothing copied
+        after), else in the instance's buffer, returned as a DeviceArray the worker
+        copies device to device. Other outputs come back to the host."""
+        from naiad import cuda_ipc
+
         cudart, stream = self.cudart, self.stream
         to_device = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
         to_host = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
-        for name, array in zip(names, arrays):
+        for index, (name, array) in enumerate(zip(names, arrays)):
             if not context.set_input_shape(name, array.shape):
                 raise RuntimeError(
                     f"trt failed to set binding dimension to {list(array.shape)} for input '{name}'"
                 )
+            pieces = device_pieces(batch, index, name) if batch is not None else None
+            if pieces is not None and len(pieces) == 1:
+                context.set_tensor_address(name, pieces[0].pointer)  # in place
+                continue
             pointer = self._buffer(name, array.nbytes)
-            if array.nbytes:
+            if pieces is not None:
+                cuda_ipc.join_on_device(pieces, pointer, self.device, stream)
+            elif array.nbytes:
                 _check(
                     cudart.cudaMemcpyAsync(
                         pointer, array.ctypes.data, array.nbytes, to_device, stream
@@ -597,25 +617,37 @@ class TensorRTBackend(Backend):
                     f"copy of input '{name}' to the device",
                 )
             context.set_tensor_address(name, pointer)
+        targets = batch.output_targets if batch is not None else {}
+        count = len(batch) if batch is not None else 1
         outputs = {}
         for name in self.output_names:
             shape = tuple(context.get_tensor_shape(name))
             if any(dim < 0 for dim in shape):
                 raise RuntimeError(f"output '{name}' has a data-dependent shape {list(shape)}")
-            host = np.empty(shape, self.output_dtypes[name])
-            pointer = self._buffer(name, host.nbytes)
+            dtype = self.output_dtypes[name]
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            on_device = bool(targets) and all((k, name) in targets for k in range(count))
+            if on_device and count == 1 and nbytes <= targets[0, name].size:
+                target = targets[0, name]
+                context.set_tensor_address(name, target.pointer)  # straight into it
+                outputs[name] = (target.written(dtype, shape), None)
+                continue
+            pointer = self._buffer(name, nbytes)
             context.set_tensor_address(name, pointer)
-            outputs[name] = (host, pointer)
+            if on_device:
+                outputs[name] = (cuda_ipc.DeviceArray(pointer, dtype, shape, self.device), None)
+            else:
+                outputs[name] = (np.empty(shape, dtype), pointer)
         if not context.execute_async_v3(int(stream)):
             raise RuntimeError("execute_async_v3 failed")
         for name, (host, pointer) in outputs.items():
-            if host.nbytes:
+            if pointer is not None and host.nbytes:
                 _check(
                     cudart.cudaMemcpyAsync(host.ctypes.data, pointer, host.nbytes, to_host, stream),
                     f"copy of output '{name}' from the device",
                 )
         _check(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
-        return {name: host for name, (host, _pointer) in outputs.items()}
+        return {name: array for name, (array, _pointer) in outputs.items()}
 
     def finalize(self) -> None:
         for pointer, _size in self.buffers.values():

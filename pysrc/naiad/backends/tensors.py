@@ -5,7 +5,8 @@ The core lays a batch's rows out one request after another in the arena (batch-m
 assembly), so the requests' input arrays are usually consecutive slices of one tensor:
 `batch_major` gives that tensor as a view, without a copy, and copies only when the
 rows are not consecutive. Where the worker hands the batch's tensors over itself
-(`Batch.tensors`, by input name), those are used as they are.
+(`Batch.tensors`, by input name), those are used as they are. `device_pieces` gives a
+GPU backend the parts of an input some requests placed in CUDA shared memory.
 """
 
 from __future__ import annotations
@@ -58,3 +59,24 @@ def _rows_together(parts: list) -> np.ndarray:
                 origin = np.frombuffer(base, np.uint8).__array_interface__["data"][0]
                 return np.ndarray((rows, *head.shape[1:]), head.dtype, base, address - origin)
     return np.concatenate(parts)
+
+
+def device_pieces(batch: Batch, index: int, name: str) -> list | None:
+    """Input `name` (the first request's input `index`) of each request, when at least one
+    request placed it in CUDA shared memory on the backend's device: that request's
+    DeviceArray, the others' host arrays (contiguous). None when none did."""
+    device_inputs = batch.device_inputs
+    if not device_inputs:
+        return None
+    pieces = []
+    found = False
+    for k, (header, arrays) in enumerate(zip(batch.headers, batch.arrays)):
+        names = header.input_names
+        position = index if index < len(names) and names[index] == name else names.index(name)
+        piece = device_inputs.get((k, position))
+        if piece is None:
+            piece = np.ascontiguousarray(arrays[position])
+        else:
+            found = True
+        pieces.append(piece)
+    return pieces if found else None

@@ -103,7 +103,7 @@ def to_infer_request(message: pb.ModelInferRequest) -> InferRequest:
     for tensor in message.inputs:
         params = parameters_of(tensor.parameters)
         if "shared_memory_region" in params or "shared_memory_byte_size" in params:
-            data = shm.input_from_parameters(tensor.name, params, datatype=tensor.datatype)
+            data = shm.input_from_parameters(tensor.name, params)
             inputs.append(
                 InputTensor(tensor.name, tensor.datatype, list(tensor.shape), data, params)
             )

@@ -265,7 +265,7 @@ def parse_infer_request(
             data = view[offset:end]
             offset = end
         elif has_shm:  # a RegionRef: the core copies from the client's region
-            data = shm.input_from_parameters(name, params, http=True, datatype=datatype)
+            data = shm.input_from_parameters(name, params, http=True)
         else:
             data = _json_to_wire(name, datatype, shape, item["data"])
         inputs.append(InputTensor(name, datatype, shape, data, params))

@@ -19,7 +19,7 @@ import threading
 import orjson
 
 from naiad import _core
-from naiad.backends.base import RequestError, Response
+from naiad.backends.base import INVALID_ARG, RequestError, Response
 from naiad.worker import shm_outputs
 
 _NO_TIMINGS = [0, 0, 0, 0]  # a streamed response is no execution of its own
@@ -108,22 +108,60 @@ class BatchStream:
                 self.send(index, RequestError(message, code), True)
 
 
-def run_batch(worker, batch_id: int, batch, timings: list, regions: list | None = None) -> None:
+def run_batch(
+    worker,
+    batch_id: int,
+    batch,
+    timings: list,
+    regions: list | None = None,
+    failed: dict | None = None,
+    answered: list | None = None,
+) -> None:
     """Runs one batch of a decoupled model: the backend's `execute_decoupled(batch,
     stream)` sends through the stream (now or later); then the batch ends with an
     empty response block carrying the timings (statistics) and its unanswered
     requests kept open. `regions`: each request's client shm regions (outputs placed
-    in them are written there), or None when none has any."""
+    in them are written there), or None when none has any. `failed`: request index ->
+    Triton's message for requests whose BYTES from a CUDA region were malformed
+    (answered with it, final); `batch` then holds the others, and `regions` is over
+    `answered`, the batch's blocks as they came."""
     endpoint = worker.endpoint
     if regions is not None:
         shm_outputs.REGIONS.start(endpoint.arena)
         shm_outputs.REGIONS.sweep()
     blocks = endpoint.request_blocks(endpoint.batch_desc)
     stream = BatchStream(endpoint, batch_id, blocks, regions)
+    target = stream
+    if failed:
+        for index, message in failed.items():
+            stream.send(index, RequestError(message, INVALID_ARG), True)
+        target = _Subset(stream, [k for k in range(len(answered)) if k not in failed])
     infer_start = _core.now_ns()
-    worker.backend.execute_decoupled(batch, stream)
+    if len(batch):
+        worker.backend.execute_decoupled(batch, target)
     infer_end = _core.now_ns()
     start = timings[0]
     timings = [start, infer_start - start, infer_end - infer_start, 0]
     if not endpoint.respond_open(batch_id, [], timings, True, True):
         endpoint.end_batch(batch_id, True)
+
+
+class _Subset:
+    """A BatchStream seen by a backend that runs only some of its requests (`keep`:
+    the batch index of each of them, in order)."""
+
+    def __init__(self, stream: BatchStream, keep: list):
+        self.stream = stream
+        self.keep = keep
+
+    def is_final(self, index: int) -> bool:
+        return self.stream.is_final(self.keep[index])
+
+    def send(self, index: int, result, final: bool) -> bool:
+        return self.stream.send(self.keep[index], result, final)
+
+    def cancelled(self, index: int) -> bool:
+        return self.stream.cancelled(self.keep[index])
+
+    def fail_open(self, message: str, code: int = 1) -> None:
+        self.stream.fail_open(message, code)

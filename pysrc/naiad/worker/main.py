@@ -280,10 +280,13 @@ _OUTPUT_NAMES: dict = {}
 
 
 class Worker:
-    def __init__(self, endpoint, backend: Backend):
+    def __init__(self, endpoint, backend: Backend, model_name: str = "", batching: bool = False):
         self.endpoint = endpoint
         self.arena = endpoint.arena
         self.backend = backend
+        # For the messages of BYTES inputs checked here (from CUDA regions: _bytes_error).
+        self.model_name = model_name
+        self.batching = batching
         # A decoupled model answers through a stream, at any time (worker/decoupled.py).
         self.decoupled = bool(getattr(backend, "decoupled", False))
         # A GPU backend that reads inputs on its device: CUDA-shm inputs there stay
@@ -321,26 +324,53 @@ class Worker:
         requests' inputs are views of; a framework backend takes them whole."""
         start = _core.now_ns()
         device_inputs = None
+        failed = None
         if shm_outputs.active:  # CUDA-shm inputs: read in place on the GPU, or copied in
+            failed = {}
             device_inputs = shm_outputs.fill_cuda_inputs(
-                self.arena, blocks, _regions_of, self.input_device, _inputs_of
+                self.arena,
+                blocks,
+                _regions_of,
+                self.input_device,
+                _inputs_of,
+                self._bytes_error,
+                failed,
             )
+        answered = blocks
+        if failed:
+            # Malformed BYTES from a CUDA region: those requests get Triton's message,
+            # the others run as a batch of their own (their batch-major tensors no
+            # longer hold only them: the backend joins their rows).
+            keep = [k for k in range(len(blocks)) if k not in failed]
+            blocks = [blocks[k] for k in keep]
+            tensors = []
+            new_index = {old: new for new, old in enumerate(keep)}
+            device_inputs = {
+                (new_index[k], index): array
+                for (k, index), array in device_inputs.items()
+                if k in new_index
+            }
         batch = _batch(self.arena, blocks, tensors)
         if device_inputs:
             batch.device_inputs = device_inputs
         if self.input_device is not None and shm_outputs.active:
-            batch.device_outputs = shm_outputs.device_outputs(
+            batch.output_targets = shm_outputs.output_targets(
                 blocks, _regions_of, self.input_device
             )
+            batch.device_outputs = frozenset(batch.output_targets)
         if self.backend.batch_tensors:  # framework backends take the inputs whole
             batch.tensors = batch_inputs(self.arena, blocks, tensors)
         if self.decoupled:
             regions = None
             if shm_outputs.active:  # outputs in client regions, written response by response
-                regions = [_regions_of(metadata) for metadata, _slots in blocks]
+                # By the batch's request index, as the stream answers them.
+                regions = [_regions_of(metadata) for metadata, _slots in answered]
                 if not any(regions):
                     regions = None
-            decoupled.run_batch(self, batch_id, batch, [start], regions)
+            decoupled.run_batch(self, batch_id, batch, [start], regions, failed, answered)
+            return
+        if failed:
+            self._answer_subset(batch_id, batch, answered, failed, start)
             return
         if self.reserve_response is not None and not shm_outputs.active:
             batch.reserve = functools.partial(self.reserve_response, batch_id)
@@ -380,6 +410,41 @@ class Worker:
         if not posted:
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_ARENA_FULL)
 
+    def _bytes_error(self, metadata: bytes, index: int, buffer, offset: int, size: int):
+        """Triton's message for a BYTES input whose bytes (copied from a CUDA region into
+        `buffer` at `offset`) are malformed, else None: the validator's check in C++."""
+        header = _layout(metadata).header
+        name, _datatype, shape = header.inputs[index]
+        return _core.check_bytes_input(
+            self.model_name, header.id, name, shape, self.batching, buffer, offset, size
+        )
+
+    def _answer_subset(self, batch_id: int, batch: Batch, blocks: list, failed: dict, start):
+        """Runs `batch` (the requests of `blocks` not in `failed`) and answers every
+        request of `blocks`: `failed` ones with their message (INVALID_ARG)."""
+        keep = [k for k in range(len(blocks)) if k not in failed]
+        responses = [
+            (k, _FINAL_ERROR, _INVALID_ARG, orjson.dumps({"error": message}), ())
+            for k, message in failed.items()
+        ]
+        infer_start = infer_end = _core.now_ns()
+        if keep:
+            results = self.backend.execute(batch)
+            infer_end = _core.now_ns()
+            if len(results) != len(keep):
+                raise RuntimeError(
+                    f"the backend answered {len(results)} of the batch's {len(keep)} requests"
+                )
+            responses += [(keep[r[0]], *r[1:]) for r in _wire_results(results)]
+        responses.sort(key=lambda response: response[0])
+        responses = shm_outputs.place_outputs(self.arena, blocks, responses, _regions_of)
+        timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
+        done = not self.backend.out_of_memory
+        if not self.endpoint.respond(batch_id, responses, timings, done):
+            self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_ARENA_FULL)
+
+
+_INVALID_ARG = 3  # TRITONSERVER_ERROR_INVALID_ARG: HTTP 400, gRPC INVALID_ARGUMENT
 
 # The exit status of a worker that ran out of memory: the frontend restarts it.
 EXIT_OUT_OF_MEMORY = 3
@@ -432,10 +497,12 @@ def _pin_for_gpu(arena, args: dict) -> None:
         gpu.pin_arena(arena, int(args.get("model_instance_device_id") or 0))
 
 
-def _serve(channel, backend: Backend) -> None:
+def _serve(channel, backend: Backend, args: dict) -> None:
     """Runs batches until stopped, in a Worker, which also runs the batches that arrive
     nested while a model waits for its own requests (BLS)."""
-    worker = Worker(channel, backend)
+    config = json.loads(args.get("model_config") or "{}")
+    batching = int(config.get("max_batch_size") or 0) > 0
+    worker = Worker(channel, backend, args.get("model_name", ""), batching)
     channel.run_batch = worker._run_batch
     worker.run()
 
@@ -471,7 +538,7 @@ def main(argv=None) -> int:
     settle_after_startup()
     _report(options.control_fd, {"status": "ready"})
     _start_heartbeat(options.control_fd)
-    _serve(endpoint, backend)
+    _serve(endpoint, backend, args)
     # The frontend learns that this worker is done from its exit (a pidfd).
     backend.finalize()
     return 0

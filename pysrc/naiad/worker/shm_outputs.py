@@ -194,14 +194,27 @@ def region_array(view: memoryview, dtype, shape, offset: int) -> np.ndarray:
 
 
 def fill_cuda_inputs(
-    arena, blocks: list, regions_of, device: int | None = None, inputs_of=None
+    arena,
+    blocks: list,
+    regions_of,
+    device: int | None = None,
+    inputs_of=None,
+    bytes_error=None,
+    errors: dict | None = None,
 ) -> dict:
     """The batch's CUDA-shm inputs. With `device` (the worker's backend reads device
     inputs, on that GPU; `inputs_of(metadata)` gives a request's (name, datatype, shape)
     per input): an input on that device is read in place, returned as
     {(request index, input index): cuda_ipc.DeviceArray} and its slot is left unfilled.
-    Every other one is copied from the client's device memory into its slot (device to
-    host, once)."""
+    Every other one, and every BYTES input (its elements are read on the host), is
+    copied from the client's device memory into its slot (device to host, once).
+
+    A BYTES input is then checked element by element, as the frontend checks one in
+    the body or in system shm: `bytes_error(metadata, input index, arena, offset, size)`
+    gives Triton's message for malformed bytes (the worker's `_bytes_error`, over the
+    validator's check in C++). The message goes into `errors` under the request index
+    (the worker answers that request with it and runs the others), or raises
+    ValueError without `errors`."""
     from naiad import cuda_ipc
 
     in_place = {}
@@ -214,8 +227,8 @@ def fill_cuda_inputs(
             if slot_size != size:
                 raise ValueError(f"CUDA input {index}: slot of {slot_size} bytes for {size}")
             raw = base64.b64decode(handle)
-            if device is not None and region_device == device:
-                _name, datatype, shape = inputs_of(metadata)[index]
+            _name, datatype, shape = inputs_of(metadata)[index] if inputs_of else (None,) * 3
+            if device is not None and region_device == device and datatype != "BYTES":
                 in_place[k, index] = cuda_ipc.device_view(
                     region_id, raw, device, offset, size, datatypes.numpy_dtype(datatype), shape
                 )
@@ -223,21 +236,39 @@ def fill_cuda_inputs(
             cuda_ipc.copy_from_region(
                 region_id, raw, region_device, offset, arena, slot_offset, size
             )
+            if datatype == "BYTES" and bytes_error is not None:
+                message = bytes_error(metadata, index, arena, slot_offset, size)
+                if message is not None:
+                    if errors is None:
+                        raise ValueError(message)
+                    errors.setdefault(k, message)
     return in_place
 
 
-def device_outputs(blocks: list, regions_of, device: int) -> frozenset:
-    """(request index, output name) of the outputs the batch's requests placed in CUDA
-    regions on `device`: a GPU backend may leave those on the device."""
-    found = set()
+def output_targets(blocks: list, regions_of, device: int) -> dict:
+    """{(request index, output name): cuda_ipc.OutputTarget} for the outputs the batch's
+    requests placed in CUDA regions on `device`: a GPU backend may leave those on the
+    device, or write them straight into the target."""
+    from naiad import cuda_ipc
+
+    found = {}
     for k, (metadata, _slots) in enumerate(blocks):
         regions = regions_of(metadata)
         if not regions:
             continue
         for name, place in (regions.get("outputs") or {}).items():
-            if place[1] != SYSTEM and place[3] == device:
-                found.add((k, name))
-    return frozenset(found)
+            region_id, kind, where, region_device, _length, offset, size = place
+            if kind != SYSTEM and region_device == device:
+                found[k, name] = cuda_ipc.OutputTarget(
+                    region_id, base64.b64decode(where), device, offset, size
+                )
+    return found
+
+
+def device_outputs(blocks: list, regions_of, device: int) -> frozenset:
+    """(request index, output name) of the outputs the batch's requests placed in CUDA
+    regions on `device` (the keys of `output_targets`)."""
+    return frozenset(output_targets(blocks, regions_of, device))
 
 
 def place_outputs(arena, blocks: list, responses: list, regions_of) -> list:
