@@ -40,9 +40,12 @@ struct SubmitMessage {
   uint64_t block_offset;
   uint64_t model;  // the target's ModelHandle value (stale: refused as kModelGone)
   uint32_t priority;
-  uint32_t reserved;
+  // Trace extension (trace=request.trace()): 1 + the index in batch `trace_batch` of
+  // the request whose trace this call continues as a child trace; 0: none.
+  uint32_t trace_index;
   uint64_t timeout_us;
   uint64_t shape_key;
+  uint64_t trace_batch;
 };
 
 // What a worker posts for a batch: responses (a response block, ipc_schema.h, with

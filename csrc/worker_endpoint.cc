@@ -100,7 +100,7 @@ void WorkerEndpoint::post(const CompletionMessage& message) {
 }
 
 SubmitResult WorkerEndpoint::submit(uint64_t model, uint64_t tag, const SubmitRequest& request,
-                                    bool wake) {
+                                    bool wake, uint64_t trace_batch, uint32_t trace_index) {
   ScratchArray<const uint8_t*> sources(request.inputs.size());
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     if (request.inputs[i].kind != InputKind::kInline) return SubmitResult::kUnsupportedInput;
@@ -111,8 +111,14 @@ SubmitResult WorkerEndpoint::submit(uint64_t model, uint64_t tag, const SubmitRe
   const uint64_t block = place_standalone(arena_, request, sources.data(), current_batch_);
   if (block == 0) return SubmitResult::kArenaFull;
   const SubmitOptions& options = request.options;
-  SubmitMessage message{
-      tag, block, model, options.priority, 0, options.timeout_us, options.shape_key};
+  SubmitMessage message{tag,
+                        block,
+                        model,
+                        options.priority,
+                        trace_index,
+                        options.timeout_us,
+                        options.shape_key,
+                        trace_batch};
   while (!channel_->to_core.push(message)) {
     wake_frontend();
     usleep(50);

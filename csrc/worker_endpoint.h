@@ -62,7 +62,9 @@ class WorkerEndpoint {
   // if it cannot be served). kArenaFull or kUnsupportedInput: nothing was sent.
   // `wake` false leaves waking the frontend to a later wake() (several submits, one
   // wake-up: the core then takes them in one poll and may batch them together).
-  SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request, bool wake = true);
+  // `trace_batch`, `trace_index`: SubmitMessage's (a call made with trace=).
+  SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request, bool wake = true,
+                      uint64_t trace_batch = 0, uint32_t trace_index = 0);
   // Wakes the frontend for what this worker left on its rings (unless a wake is
   // already pending).
   void wake() { wake_frontend(); }
