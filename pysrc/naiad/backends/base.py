@@ -174,6 +174,7 @@ class Batch:
         "device_outputs",
         "reserve",
         "placed",
+        "batch_id",
     )
 
     def __init__(self, headers: list[RequestHeader], arrays: list[list], tensors=None):
@@ -184,6 +185,7 @@ class Batch:
         self.device_outputs = frozenset()
         self.reserve = None
         self.placed = None
+        self.batch_id = 0  # the core's id of the batch (the worker's; 0 in tests)
 
     def __len__(self) -> int:
         return len(self.headers)

@@ -322,7 +322,12 @@ class PythonModelBackend(Backend):
                     header.flags,
                 )
             )
-        return self.execute_requests(requests)
+        running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
+        running.append((batch.batch_id, requests))
+        try:
+            return self.execute_requests(requests)
+        finally:
+            running.pop()
 
     def execute_requests(self, requests: list[pb_utils.InferenceRequest]) -> list[Result]:
         """Run the model's execute() on pb_utils requests; per request, a Response or a
@@ -399,6 +404,8 @@ class PythonModelBackend(Backend):
             request._response_sender = sender(request_stream)
             request._cancel_probe = request_stream.cancelled
             requests.append(request)
+        running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
+        running.append((batch.batch_id, requests))
         try:
             returned = self.model.execute(requests)
             if asyncio.iscoroutine(returned):
@@ -411,6 +418,8 @@ class PythonModelBackend(Backend):
             pb_utils.Logger.log_error(f"{text}\n{traceback.format_exc()}")
             stream.fail_open(text)
             return
+        finally:
+            running.pop()
         if returned is not None:
             stream.fail_open(
                 f"Failed to process the request(s) for model '{self.name}', message: Python "

@@ -226,9 +226,12 @@ class Channel:
         priority: int = 0,
         on_response=None,
         on_done=None,
+        trace_parent=(0, 0),
     ) -> Call:
         """Sends a request; its Call is done at once (with `error`) when it could not be
-        sent. `inputs`: InputTensor records (their data may be arena slices)."""
+        sent. `inputs`: InputTensor records (their data may be arena slices).
+        `trace_parent`: (batch id, 1 + index) of the request whose trace it continues
+        (_trace_parent), or (0, 0)."""
         tag = self._next_tag
         self._next_tag += 1
         call = Call(tag, model_name, on_response, on_done)
@@ -252,6 +255,7 @@ class Channel:
                 priority,
                 timeout_us,
                 False,
+                *trace_parent,
             )
             if type(result) is str:
                 return self._finish(call, _submit_error(model_name, result))
@@ -434,7 +438,21 @@ def _start(request) -> Call:
         list(request._requested_output_names) or None,
         parameters,
         timeout_us=max(int(request._timeout), 0),
+        trace_parent=_trace_parent(request._trace),
     )
+
+
+def _trace_parent(trace) -> tuple:
+    """(batch id, 1 + index) of the request `trace` (InferenceRequest(trace=...)) is
+    the trace of, while the model runs it; else (0, 0): not a child trace. The core
+    makes it one only if that request is traced."""
+    parent = trace._request if trace is not None else None
+    if parent is not None:
+        for batch_id, requests in reversed(_pb_utils()._RUNNING):
+            for index, request in enumerate(requests):
+                if request is parent:
+                    return batch_id, index + 1
+    return 0, 0
 
 
 def _response(chan: Channel, call: Call, offset: int, read: list):

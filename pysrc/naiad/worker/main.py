@@ -301,6 +301,7 @@ class Worker:
                 self.arena, blocks, _regions_of, self.input_device, _inputs_of
             )
         batch = _batch(self.arena, blocks)
+        batch.batch_id = batch_id
         if device_inputs:
             batch.device_inputs = device_inputs
         if self.input_device is not None and shm_outputs.active:
