@@ -55,6 +55,10 @@ struct SubmitMessage {
   uint64_t sequence_key_offset;
   uint32_t sequence_key_size;
   SubmitKind kind;
+  // Trace extension (trace=request.trace()): 1 + the index in batch `trace_batch` of
+  // the request whose trace this call continues as a child trace; 0: none.
+  uint32_t trace_index;
+  uint64_t trace_batch;
 };
 
 // What a worker posts for a batch: responses (a response block, ipc_schema.h, with

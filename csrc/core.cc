@@ -280,12 +280,16 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
     } else if (model->ensemble) {
       ensemble_starts_.push_back(
           EnsembleStart{handle.value, queued, {}, ensemble_options(options)});
-      if (options.traced) traced_[request.request_id] = TraceStamps{request_start_ns, clock_()};
+      if (options.traced) {
+        traced_[request.request_id] = TraceStamps{request_start_ns, clock_()};
+        trace_nodes_[request.request_id].root = request.request_id;
+      }
     } else {
       const uint64_t now = clock_();
       result = submit_result_of(model->scheduler->enqueue(queued, options, now));
       if (options.traced && result == SubmitResult::kOk) {
         traced_[request.request_id] = TraceStamps{request_start_ns, now};
+        trace_nodes_[request.request_id].root = request.request_id;
       }
     }
   }
@@ -300,6 +304,56 @@ bool Core::take_trace_stamps(uint64_t request_id, TraceStamps* stamps) {
   *stamps = found->second;
   traced_.erase(found);
   return true;
+}
+
+std::vector<ChildTrace> Core::take_trace_children(uint64_t root) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trace_nodes_.erase(root);
+  std::vector<ChildTrace> children;
+  auto found = trace_done_.find(root);
+  if (found != trace_done_.end()) {
+    children = std::move(found->second);
+    trace_done_.erase(found);
+  }
+  return children;
+}
+
+void Core::start_child_trace_locked(uint64_t parent, uint64_t request_id, uint64_t model,
+                                    std::string_view metadata, uint64_t request_start_ns,
+                                    uint64_t queue_start_ns) {
+  auto found = trace_nodes_.find(parent);
+  if (found == trace_nodes_.end()) return;
+  const uint64_t root = found->second.root;
+  if (trace_nodes_.count(root) == 0) return;  // the root's trace is written already
+  TraceNode& node = trace_nodes_[request_id];
+  node.root = root;
+  node.trace.request_id = request_id;
+  node.trace.parent = parent;
+  node.trace.model = model;
+  node.trace.id = request_id_text(metadata);
+  node.trace.request_start_ns = request_start_ns;
+  node.trace.queue_start_ns = queue_start_ns;
+}
+
+void Core::end_child_trace_locked(uint64_t request_id, const uint64_t* timings) {
+  auto found = trace_nodes_.find(request_id);
+  if (found == trace_nodes_.end() || found->second.root == request_id) return;
+  ChildTrace& trace = found->second.trace;
+  if (timings != nullptr) std::memcpy(trace.timings, timings, sizeof trace.timings);
+  trace.request_end_ns = clock_();
+  const uint64_t root = found->second.root;
+  if (trace_nodes_.count(root) != 0) trace_done_[root].push_back(std::move(trace));
+  trace_nodes_.erase(found);
+}
+
+uint64_t Core::trace_parent_locked(uint32_t instance_id, const SubmitMessage& message) const {
+  if (message.trace_index == 0 || trace_nodes_.empty()) return 0;
+  auto batch = in_flight_.find(message.trace_batch);
+  if (batch == in_flight_.end() || batch->second.instance_id != instance_id) return 0;
+  const size_t index = message.trace_index - 1;
+  if (index >= batch->second.requests.size()) return 0;
+  const uint64_t parent = batch->second.requests[index].id;
+  return trace_nodes_.count(parent) != 0 ? parent : 0;
 }
 
 bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
@@ -680,6 +734,7 @@ void Core::send_to_worker_locked(Instance& instance, const BatchMessage& message
 void Core::refuse_routed_locked(uint64_t request_id, uint32_t status) {
   auto route = routes_.find(request_id);
   if (route == routes_.end()) return;
+  if (!trace_nodes_.empty()) end_child_trace_locked(request_id, nullptr);
   if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
     routes_.erase(route);
     ensembles_.step_refused(request_id, kRefusedQueued | status);
@@ -733,6 +788,9 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
         stats[kRoutedRequestNs] += took;
       }
     }
+    if ((record.flags & kResponseFinal) != 0 && !trace_nodes_.empty()) {
+      end_child_trace_locked(id, view->header->timings);
+    }
     if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
       if ((record.flags & kResponseFinal) != 0) routes_.erase(route);
       ensembles_.step_response(id, *view, r);
@@ -775,6 +833,12 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
 void Core::take_submits_locked(Instance& instance) {
   const uint32_t instance_id = instance.id;
   Channel* ch = channel(instance);
+  auto block_metadata = [this](uint64_t block) {  // a traced call's, for its request id
+    const RequestHeader* header = arena_.at<RequestHeader>(block);
+    return std::string_view(reinterpret_cast<const char*>(
+                                arena_.base() + block + request_metadata_offset(header->n_inputs)),
+                            header->metadata_size);
+  };
   SubmitMessage message;
   while (ch->to_core.pop(&message)) {
     if (message.kind == SubmitKind::kCancel) {
@@ -795,6 +859,9 @@ void Core::take_submits_locked(Instance& instance) {
             ? std::string_view()
             : std::string_view(reinterpret_cast<const char*>(arena_.base() + key_offset), key_size);
     Model* model = readable ? find_locked(ModelHandle{message.model}) : nullptr;
+    // A call made with trace=request.trace() of a traced request: a child trace.
+    const uint64_t trace_parent = readable ? trace_parent_locked(instance_id, message) : 0;
+    const uint64_t request_start_ns = trace_parent != 0 ? clock_() : 0;
     if (!readable) {
       refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
     } else if (!key_readable) {
@@ -818,6 +885,10 @@ void Core::take_submits_locked(Instance& instance) {
           EnsembleStart{message.model, request, {instance_id, message.tag}, carried});
       routes_[id] = Route{instance_id, message.tag};
       ++instance.routed;
+      if (trace_parent != 0) {
+        start_child_trace_locked(trace_parent, id, message.model, block_metadata(block),
+                                 request_start_ns, clock_());
+      }
     } else {
       arena_.set_tag(block, 0);  // the core's now, whatever happens to the submitter
       const uint64_t id = next_routed_id_++;
@@ -831,14 +902,19 @@ void Core::take_submits_locked(Instance& instance) {
       options.sequence_id = message.sequence_id;
       options.sequence_key = key;
       options.sequence_flags = message.sequence_flags;
+      const uint64_t queue_start_ns = clock_();
       const SubmitResult queued =
-          submit_result_of(model->scheduler->enqueue(request, options, clock_()));
+          submit_result_of(model->scheduler->enqueue(request, options, queue_start_ns));
       if (queued != SubmitResult::kOk) {
         refused = static_cast<uint32_t>(queued);
         arena_.free(block);
       } else {
         routes_[id] = Route{instance_id, message.tag};
         ++instance.routed;
+        if (trace_parent != 0) {
+          start_child_trace_locked(trace_parent, id, message.model, block_metadata(block),
+                                   request_start_ns, queue_start_ns);
+        }
       }
     }
     if (refused != 0) {
@@ -1097,9 +1173,11 @@ bool Core::start_ensembles_locked() {
   return done_.size() != before;
 }
 
-SubmitResult Core::queue_step(ModelHandle handle, const SubmitRequest& request) {
+SubmitResult Core::queue_step(ModelHandle handle, const SubmitRequest& request,
+                              uint64_t trace_parent) {
   Model* model = find_locked(handle);
   if (model == nullptr) return SubmitResult::kModelGone;
+  const uint64_t request_start_ns = trace_parent != 0 ? clock_() : 0;
   ScratchArray<const uint8_t*> sources(request.inputs.size());
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     sources[i] = static_cast<const uint8_t*>(request.inputs[i].data);
@@ -1115,15 +1193,24 @@ SubmitResult Core::queue_step(ModelHandle handle, const SubmitRequest& request) 
                                              queued,
                                              {EnsembleOrigin::kStep, request.request_id},
                                              ensemble_options(options)});
+    if (trace_parent != 0) {
+      start_child_trace_locked(trace_parent, request.request_id, handle.value, request.metadata,
+                               request_start_ns, clock_());
+    }
     return SubmitResult::kOk;
   }
+  const uint64_t queue_start_ns = clock_();
   const SubmitResult result =
-      submit_result_of(model->scheduler->enqueue(queued, options, clock_()));
+      submit_result_of(model->scheduler->enqueue(queued, options, queue_start_ns));
   if (result != SubmitResult::kOk) {
     assembler_.release(offset);
     return result;
   }
   routes_[request.request_id] = Route{kEnsembleRoute, 0};
+  if (trace_parent != 0) {
+    start_child_trace_locked(trace_parent, request.request_id, handle.value, request.metadata,
+                             request_start_ns, queue_start_ns);
+  }
   return result;
 }
 
@@ -1135,6 +1222,8 @@ void Core::release_request(const QueuedRequest& request) {
 void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
                            const EnsembleOrigin& origin, const std::vector<ResponseEntry>& entries,
                            const uint64_t timings[4], int32_t status) {
+  // A traced ensemble that is a step or a BLS call ends its child trace (no compute).
+  if (!trace_nodes_.empty()) end_child_trace_locked(request.id, nullptr);
   if (origin.instance == EnsembleOrigin::kStep) {  // a step of another ensemble
     const uint64_t step_id = origin.tag;
     if (status != kCompletionOk || entries.empty()) {

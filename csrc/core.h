@@ -114,6 +114,21 @@ struct TraceStamps {
   uint64_t queue_start_ns = 0;
 };
 
+// A child trace, as Triton 2.51 writes one for each step of a traced ensemble request
+// and each BLS call made with trace=request.trace() (a trace of its own whose
+// parent_id is the trace of the request that made it). Kept by the core, which sees
+// the child start, queue and finish; read by the frontend with its root's trace.
+struct ChildTrace {
+  uint64_t request_id = 0;  // the core's id of the child request (a step's, a BLS call's)
+  uint64_t parent = 0;      // the core's id of the request it is a child of
+  uint64_t model = 0;       // the child's model (a ModelHandle value)
+  std::string id;           // its request id, JSON string text (escapes kept)
+  uint64_t request_start_ns = 0;
+  uint64_t queue_start_ns = 0;
+  uint64_t timings[4] = {0, 0, 0, 0};  // its batch's worker timings; 0s for an ensemble
+  uint64_t request_end_ns = 0;
+};
+
 struct InstanceEndpoint {
   uint64_t channel_offset;
   int wake_fd;  // the worker blocks on it; the frontend signals it
@@ -246,6 +261,11 @@ class Core : private EnsembleHost {
   // none (never traced, or read already). The frontend reads every traced request's
   // stamps once it is answered or failed, so none stay behind.
   bool take_trace_stamps(uint64_t request_id, TraceStamps* stamps);
+  // The finished child traces of traced request `root` (its steps and traced BLS
+  // calls, theirs, and so on), once, in the order they finished; the root is forgotten
+  // (children still running then are dropped when they end). The frontend calls it
+  // for every traced request it submitted, once it is answered.
+  std::vector<ChildTrace> take_trace_children(uint64_t root);
 
  private:
   struct Batch {
@@ -368,7 +388,20 @@ class Core : private EnsembleHost {
   Arena& ensemble_arena() override { return arena_; }
   uint64_t ensemble_now() override { return clock_(); }
   uint64_t new_step_id() override { return next_routed_id_++; }
-  SubmitResult queue_step(ModelHandle model, const SubmitRequest& request) override;
+  SubmitResult queue_step(ModelHandle model, const SubmitRequest& request,
+                          uint64_t trace_parent) override;
+  bool traced(uint64_t request_id) override { return trace_nodes_.count(request_id) != 0; }
+  // Child traces (ChildTrace): a child of traced request `parent` starts (nothing when
+  // the parent is not traced, or its root was read already) or ends (`timings`: its
+  // batch's, or null; a root is left to take_trace_children).
+  void start_child_trace_locked(uint64_t parent, uint64_t request_id, uint64_t model,
+                                std::string_view metadata, uint64_t request_start_ns,
+                                uint64_t queue_start_ns);
+  void end_child_trace_locked(uint64_t request_id, const uint64_t* timings);
+  // The traced request that BLS call message `message` continues the trace of
+  // (trace=request.trace(): request `trace_index - 1` of batch `trace_batch`, running
+  // on `instance_id`), or 0.
+  uint64_t trace_parent_locked(uint32_t instance_id, const SubmitMessage& message) const;
   void cancel_step(uint64_t step_id) override { cancel_locked(step_id); }
   void release_request(const QueuedRequest& request) override;
   void answer_ensemble(uint64_t model, const QueuedRequest& request, const EnsembleOrigin& origin,
@@ -405,7 +438,15 @@ class Core : private EnsembleHost {
   std::unordered_map<uint64_t, Batch> in_flight_;
   std::unordered_map<uint64_t, Route> routes_;        // by request id
   std::unordered_map<uint64_t, TraceStamps> traced_;  // traced requests, by request id
-  RateLimiter rate_limiter_;                          // off unless configure_rate_limiter()
+  // Traced requests and their children still running, by request id (a root's `root`
+  // is its own id); and the children finished, by their root. Empty with tracing off.
+  struct TraceNode {
+    uint64_t root = 0;
+    ChildTrace trace;
+  };
+  std::unordered_map<uint64_t, TraceNode> trace_nodes_;
+  std::unordered_map<uint64_t, std::vector<ChildTrace>> trace_done_;
+  RateLimiter rate_limiter_;  // off unless configure_rate_limiter()
   // Batches one instance may hold at once while it waits on its own requests.
   static constexpr uint32_t kMaxNestedBatches = 16;
   // Ids of requests workers submit: a range of their own, apart from the frontend's.

@@ -130,6 +130,7 @@ SubmitResult EnsembleScheduler::start(uint64_t model, const QueuedRequest& reque
   run.origin = origin;
   run.options = options;
   run.start_ns = host_.ensemble_now();
+  run.traced = host_.traced(request.id);
   run.sent.assign(run.graph->steps.size(), false);
   // The block's metadata, as layout_request_block wrote it.
   uint32_t input = 0;
@@ -271,7 +272,7 @@ void EnsembleScheduler::send_step(Run& run, uint64_t request_id, size_t s) {
   layout_request_block(step.spec, parsed, &laid);
   SubmitRequest request;
   submit_request_of(parsed, &laid, host_.new_step_id(), &request);
-  const SubmitResult result = host_.queue_step(step.model, request);
+  const SubmitResult result = host_.queue_step(step.model, request, run.traced ? request_id : 0);
   if (result != SubmitResult::kOk) {
     int32_t code = kCodeInternal;
     const std::string message =

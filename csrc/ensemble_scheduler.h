@@ -70,7 +70,11 @@ class EnsembleHost {
   // Lays out and queues `request` (its id from new_step_id) on `model`'s scheduler, its
   // responses routed to step_response / step_refused. An ensemble model's request
   // starts later (never inside this call), so the scheduler is never re-entered here.
-  virtual SubmitResult queue_step(ModelHandle model, const SubmitRequest& request) = 0;
+  // `trace_parent`: the traced ensemble request it is a step of (a child trace), or 0.
+  virtual SubmitResult queue_step(ModelHandle model, const SubmitRequest& request,
+                                  uint64_t trace_parent) = 0;
+  // Whether request `request_id` is traced (its steps then are child traces).
+  virtual bool traced(uint64_t request_id) = 0;
   // Drops a queued step or flags a running one (Core::cancel).
   virtual void cancel_step(uint64_t step_id) = 0;
   // The ensemble request's block goes (it was the core's, as any queued request's).
@@ -151,6 +155,7 @@ class EnsembleScheduler {
     std::string error_json;        // {"error": ...} once failed
     int32_t error_code = 0;
     bool cancelled = false;
+    bool traced = false;  // its steps are child traces (EnsembleHost::traced)
   };
 
   // Sends every step whose inputs exist; answers the request when nothing runs.

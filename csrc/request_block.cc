@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "ipc_schema.h"
+#include "json_reader.h"
 
 namespace naiad {
 
@@ -117,6 +118,16 @@ bool request_block_fits(const uint8_t* base, uint64_t arena_size, uint64_t heap_
     }
   }
   return true;
+}
+
+std::string request_id_text(std::string_view metadata) {
+  std::string_view id;
+  JsonReader reader(metadata.data(), metadata.size());
+  const bool read = reader.object([&](std::string_view key) {
+    if (key == "id") return reader.raw_string(&id);
+    return reader.skip_value();
+  });
+  return read ? std::string(id) : std::string();
 }
 
 }  // namespace naiad

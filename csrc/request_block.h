@@ -30,6 +30,10 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
 void submit_request_of(const ParsedRequest& request, RequestBlock* block, uint64_t request_id,
                        SubmitRequest* out);
 
+// The request id in a block's metadata (as layout_request_block writes it): its JSON
+// string text, escapes kept; empty when it has none or cannot be read.
+std::string request_id_text(std::string_view metadata);
+
 // A request block another process wrote (a worker's BLS request, Core's to_core ring),
 // read before anything trusts it: true when it starts with kRequestMagic at or after
 // `heap_begin` and its header, slots and metadata, and every slot's bytes, lie inside

@@ -100,7 +100,7 @@ void WorkerEndpoint::post(const CompletionMessage& message) {
 }
 
 SubmitResult WorkerEndpoint::submit(uint64_t model, uint64_t tag, const SubmitRequest& request,
-                                    bool wake) {
+                                    bool wake, uint64_t trace_batch, uint32_t trace_index) {
   ScratchArray<const uint8_t*> sources(request.inputs.size());
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     if (request.inputs[i].kind != InputKind::kInline) return SubmitResult::kUnsupportedInput;
@@ -123,7 +123,9 @@ SubmitResult WorkerEndpoint::submit(uint64_t model, uint64_t tag, const SubmitRe
                         options.sequence_id,
                         options.sequence_key.empty() ? 0 : key_offset,
                         static_cast<uint32_t>(options.sequence_key.size()),
-                        SubmitKind::kSubmit};
+                        SubmitKind::kSubmit,
+                        trace_index,
+                        trace_batch};
   push_to_core(message);
   if (wake) wake_frontend();
   return SubmitResult::kOk;

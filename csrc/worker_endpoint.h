@@ -63,8 +63,10 @@ class WorkerEndpoint {
   // `wake` false leaves waking the frontend to a later wake() (several submits, one
   // wake-up: the core then takes them in one poll and may batch them together).
   // The request's correlation id and START/END flags (request.options.sequence_*)
-  // travel with it to the target's sequence batcher.
-  SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request, bool wake = true);
+  // travel with it to the target's sequence batcher. `trace_batch`, `trace_index`:
+  // SubmitMessage's (a call made with trace=).
+  SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request, bool wake = true,
+                      uint64_t trace_batch = 0, uint32_t trace_index = 0);
   // Cancels the request submitted as `tag` (channel.h SubmitKind::kCancel); a tag
   // already answered is ignored by the core.
   void cancel(uint64_t tag);

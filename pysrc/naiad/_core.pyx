@@ -264,6 +264,16 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t request_start_ns
         uint64_t queue_start_ns
 
+    cdef cppclass ChildTrace "naiad::ChildTrace":
+        uint64_t request_id
+        uint64_t parent
+        uint64_t model
+        string id
+        uint64_t request_start_ns
+        uint64_t queue_start_ns
+        uint64_t timings[4]
+        uint64_t request_end_ns
+
     cdef cppclass CCore "naiad::Core":
         CCore(uint64_t arena_bytes) except +
         Arena& arena() nogil
@@ -289,6 +299,7 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t running_since(uint32_t instance_id) except + nogil
         CancelResult cancel(uint64_t request_id) except + nogil
         cbool take_trace_stamps(uint64_t request_id, TraceStamps* stamps) except + nogil
+        vector[ChildTrace] take_trace_children(uint64_t root) except + nogil
 
 
 cdef extern from "sequence_batch_scheduler.h" namespace "naiad":
@@ -590,7 +601,7 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
         BatchMessage next() nogil
         cbool try_next(BatchMessage* message) nogil
         SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request,
-                            cbool wake) except + nogil
+                            cbool wake, uint64_t trace_batch, uint32_t trace_index) except + nogil
         void cancel(uint64_t tag) nogil
         void wake() nogil
         void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
@@ -722,6 +733,17 @@ cdef ModelHandle _handle(uint64_t value):
     cdef ModelHandle handle
     handle.value = value
     return handle
+
+
+cdef extern from "trace_tree.h" namespace "naiad":
+    vector[uint64_t] c_trace_tree_order "naiad::trace_tree_order"(const vector[uint64_t]& ids)
+
+
+def trace_tree_order(ids):
+    """The order Triton writes a trace tree's traces in (csrc/trace_tree.h); `ids` in
+    the order the traces started."""
+    cdef vector[uint64_t] started = ids
+    return list(c_trace_tree_order(started))
 
 
 TENSOR_QUEUE_INPUT = tensor_activity_name(TensorActivity.kQueueInput).decode()
@@ -970,6 +992,21 @@ cdef class Core:
         if not found:
             return None
         return stamps.request_start_ns, stamps.queue_start_ns
+
+    def take_trace_children(self, uint64_t root):
+        """The finished child traces of traced request `root` (csrc/core.h ChildTrace),
+        once: [(request id, parent's request id, model handle value, request id JSON
+        string text, request start ns, queue start ns, (compute start, input, infer,
+        output ns: zeros for an ensemble), request end ns)] (tracing/tracer.py)."""
+        cdef vector[ChildTrace] children
+        with nogil:
+            children = self._core.take_trace_children(root)
+        return [
+            (c.request_id, c.parent, c.model, c.id.decode("utf-8", "replace"),
+             c.request_start_ns, c.queue_start_ns,
+             (c.timings[0], c.timings[1], c.timings[2], c.timings[3]), c.request_end_ns)
+            for c in children
+        ]
 
     def arena_stats(self):
         cdef ArenaStats s = self._core.arena().stats()
@@ -1869,7 +1906,8 @@ cdef class WorkerEndpoint:
 
     def submit(self, uint64_t model, uint64_t tag, ModelSpec spec, str request_id,
                list inputs, outputs, bytes parameters, uint32_t priority=0,
-               uint64_t timeout_us=0, bint wake=True, tuple sequence=None):
+               uint64_t timeout_us=0, bint wake=True, tuple sequence=None,
+               uint64_t trace_batch=0, uint32_t trace_index=0):
         """A request of this worker's own (BLS, an ensemble step) for the model whose
         core handle is `model`, named `tag`: validated against `spec` by the one
         validator, laid out as the frontend lays requests out (layout_request_block)
@@ -1879,7 +1917,9 @@ cdef class WorkerEndpoint:
         when the request is invalid (nothing sent). `wake` False: the frontend is woken
         by a later wake() (submits sent together are taken together). `sequence`:
         (correlation id int, correlation id str as UTF-8 bytes or b"", START|END
-        flags), for the target's sequence batcher (or an ensemble's sequence steps)."""
+        flags), for the target's sequence batcher (or an ensemble's sequence steps).
+        `trace_batch`, `trace_index`: a call made with trace=request.trace() names the
+        batch and 1 + the index of that request in it (0: none), for a child trace."""
         cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
         if not validate_request(spec.spec, &view.request, &error):
@@ -1907,7 +1947,7 @@ cdef class WorkerEndpoint:
             request.options.timeout_us = timeout_us
             request.options.shape_key = view.request.shape_key
             request.options.input_order = block.input_order
-            result = self._endpoint.submit(model, tag, request, wake)
+            result = self._endpoint.submit(model, tag, request, wake, trace_batch, trace_index)
         return <int>result
 
     def cancel(self, uint64_t tag):

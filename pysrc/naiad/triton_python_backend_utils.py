@@ -419,16 +419,24 @@ class PreferredMemory:
 
 
 class InferenceTrace:
+    """A request's trace, `request.trace()`: passed as InferenceRequest(trace=...), it
+    makes the BLS call a child trace of the request's when the request is traced (as
+    Triton's Python backend; a call without it is not traced). get_context() is the
+    trace context: None in trace mode triton, as in Triton (README: not given in mode
+    opentelemetry yet)."""
+
     def __init__(self, context=None):
         self._context = context or None
+        self._request = None  # the server's request whose trace this is (worker/bls.py)
 
     def get_context(self):
         return self._context
 
 
-# The trace of every request the server hands a model: Naiad does not trace requests yet,
-# and a trace has nothing a model can change, so they share one.
-_UNTRACED = InferenceTrace()
+# The batches a model's execute() runs now, innermost last: (the core's batch id, its
+# requests), so a BLS call made with trace=request.trace() can name its request
+# (backends/python.py pushes them, worker/bls.py reads them).
+_RUNNING: list = []
 
 
 def _parameters_json(parameters) -> str:
@@ -587,12 +595,16 @@ class InferenceRequest:
         return self._parameters
 
     def trace(self):
-        return self._trace
+        trace = self._trace
+        if trace is None:  # a request the server handed the model
+            trace = self._trace = InferenceTrace()
+            trace._request = self
+        return trace
 
     # What a request the server built has (_from_server): class-level, so that each of
     # the requests a model receives does not store them again.
     _preferred_memory = None
-    _trace = _UNTRACED
+    _trace = None  # made on the first trace() (no work per request here)
     _release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     # Set by the Python backend on the requests of a running model: a callable that

@@ -421,3 +421,31 @@ TEST(an_ensemble_request_carries_its_correlation_id_and_flags_to_a_sequence_step
         "must specify the START flag on the first request of the sequence");
   CHECK(e.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
 }
+
+TEST(a_traced_ensemble_requests_steps_are_its_child_traces) {
+  Ensemble e;
+  SubmitRequest traced = e.request(1, kA, kB);
+  traced.options.traced = true;
+  CHECK(e.core.submit(e.ensemble, traced) == SubmitResult::kOk);
+  CHECK(e.core.submit(e.ensemble, e.request(2, kA, kB)) == SubmitResult::kOk);  // untraced
+  e.core.flush();
+  CHECK(e.serve() == 2);
+  e.poll();
+  CHECK(e.serve() == 2);
+  std::vector<Completion> done = e.poll();
+  CHECK(done.size() == 2);
+  for (const Completion& c : done) e.core.arena().free(c.result_offset);
+  std::vector<ChildTrace> children = e.core.take_trace_children(1);
+  CHECK(children.size() == 2);
+  for (const ChildTrace& child : children) {
+    CHECK(child.parent == 1 && child.model == e.add_sub.value);
+    CHECK(child.id == "client");  // a step carries its ensemble request's id
+    CHECK(child.request_start_ns <= child.queue_start_ns);
+    CHECK(child.queue_start_ns <= child.request_end_ns);
+    CHECK(std::memcmp(child.timings, kTimings, sizeof kTimings) == 0);
+  }
+  CHECK(children[0].request_id != children[1].request_id);
+  CHECK(children[0].request_end_ns <= children[1].request_start_ns);  // one after the other
+  CHECK(e.core.take_trace_children(1).empty());                       // once
+  CHECK(e.core.take_trace_children(2).empty());  // the untraced request has none
+}

@@ -10,6 +10,7 @@
 #include "kserve_json.h"
 #include "testing.h"
 #include "trace_tensor.h"
+#include "trace_tree.h"
 
 using namespace naiad;
 
@@ -136,4 +137,12 @@ TEST(trace_tensor_text_is_tritons_byte_for_byte) {
   // A tensor shorter than its shape: the values stop where its bytes do.
   CHECK(tensor_text("INT32", {1, 4}, raw<int32_t>({5, 6})).find("\"data\":\"5,6\"") !=
         std::string::npos);
+}
+
+TEST(a_trace_tree_is_written_in_tritons_order) {
+  // Triton 2.51's file for an ensemble of two steps (traces 1, 2, 3) and for a BLS
+  // model's traced calls (10; 11; 12 with its steps 13, 14): newest first.
+  CHECK((trace_tree_order({1, 2, 3}) == std::vector<uint64_t>{3, 2, 1}));
+  CHECK((trace_tree_order({10, 11, 12, 13, 14}) == std::vector<uint64_t>{14, 13, 12, 11, 10}));
+  CHECK((trace_tree_order({7}) == std::vector<uint64_t>{7}));
 }

@@ -178,6 +178,7 @@ class Batch:
         "output_targets",
         "reserve",
         "placed",
+        "batch_id",
     )
 
     def __init__(self, headers: list[RequestHeader], arrays: list[list], tensors=None):
@@ -189,6 +190,7 @@ class Batch:
         self.output_targets = {}
         self.reserve = None
         self.placed = None
+        self.batch_id = 0  # the core's id of the batch (the worker's; 0 in tests)
 
     def __len__(self) -> int:
         return len(self.headers)

@@ -332,7 +332,12 @@ class PythonModelBackend(Backend):
             names, types, fields = plan
             # map() rather than a comprehension: no frame of its own per request.
             requests.append(request(list(map(tensor, names, arrays, types)), *fields))
-        return self.execute_requests(requests)
+        running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
+        running.append((batch.batch_id, requests))
+        try:
+            return self.execute_requests(requests)
+        finally:
+            running.pop()
 
     def execute_requests(self, requests: list[pb_utils.InferenceRequest]) -> list[Result]:
         """Run the model's execute() on pb_utils requests; per request, a Response or a
@@ -398,6 +403,8 @@ class PythonModelBackend(Backend):
             request._response_sender = sender(request_stream)
             request._cancel_probe = request_stream.cancelled
             requests.append(request)
+        running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
+        running.append((batch.batch_id, requests))
         try:
             returned = self.model.execute(requests)
             if asyncio.iscoroutine(returned):
@@ -410,6 +417,8 @@ class PythonModelBackend(Backend):
             pb_utils.Logger.log_error(f"{text}\n{traceback.format_exc()}")
             stream.fail_open(text)
             return
+        finally:
+            running.pop()
         if returned is not None:
             stream.fail_open(
                 f"Failed to process the request(s) for model '{self.name}', message: Python "

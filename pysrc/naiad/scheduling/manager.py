@@ -623,8 +623,9 @@ class ModelManager:
             stamps = self.core.take_trace_stamps(request_id)
             pending = self._pending.get(request_id)
             setting = tracer.admit(pending.model.name) if pending is not None else None
-            if setting is None:
-                self.lane.take_trace_tensors(request_id)  # not traced after all: dropped
+            if setting is None:  # not traced after all: dropped, in the core too
+                self.lane.take_trace_tensors(request_id)
+                self.core.take_trace_children(request_id)
                 continue
             model = pending.model
             client_id = self.lane.client_id(request_id)
@@ -641,7 +642,18 @@ class ModelManager:
             trace.request_start_ns, trace.queue_start_ns = stamps
         if trace.protocol and trace.keeps_tensors:  # a lane's: the codec kept them
             trace.tensors = self.lane.take_trace_tensors(request_id)
-        self.tracer.finish(trace, timings, end_ns, sent)
+        if isinstance(self.models.get(trace.model, {}).get(trace.version), EnsembleModel):
+            timings = None  # an ensemble computes nothing itself, as in Triton
+        children = self.core.take_trace_children(request_id)
+        models = self._core_models() if children else None
+        self.tracer.finish(trace, timings, end_ns, sent, request_id, children, models)
+
+    def _drop_trace(self, request_id: int) -> None:
+        """A traced request whose trace is not written (a streamed one): forgotten here
+        and in the core."""
+        if self._traces.pop(request_id, None) is not None:
+            self.core.take_trace_stamps(request_id)
+            self.core.take_trace_children(request_id)
 
     def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
         """`model` answers for the lane's model `lane_id` (take_http_requests)."""
@@ -953,6 +965,8 @@ class ModelManager:
         error = code if flags & _core.RESPONSE_ERROR else None
         if final:
             self._pending.pop(pending.request_id, None)
+            if self._traces:
+                self._drop_trace(pending.request_id)
             model = pending.model
             if error is None:
                 model.stats.record_success(

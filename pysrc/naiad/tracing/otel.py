@@ -13,7 +13,8 @@ The spans are Triton 2.51's (src/tracer.cc), all of kind SERVER, from tracer
 - "<model name>": its child, from REQUEST_START to REQUEST_END, with attributes
   triton.model_name, triton.model_version, triton.trace_id, triton.trace_parent_id and
   triton.request_id (when the request has an id), events REQUEST_START, QUEUE_START,
-  REQUEST_END;
+  REQUEST_END; a child trace (an ensemble's step, a BLS call made with
+  trace=request.trace()) has its model span under its parent trace's model span;
 - "compute": the model span's child, from COMPUTE_START to COMPUTE_END, with the four
   COMPUTE_* events.
 
@@ -85,9 +86,11 @@ class OtelExporter:
         )
         self._tracer = self.provider.get_tracer("triton-server")
 
-    def export(self, trace, timings, end_ns: int, sent) -> None:
+    def export(self, trace, timings, end_ns: int, sent, children=()) -> None:
+        """`children`: the trace's child traces [(Trace, timings, end ns)], parents
+        before their children (tracer.py)."""
         api = self._api
-        offset = time.time_ns() - time.monotonic_ns()
+        offset = self._offset = time.time_ns() - time.monotonic_ns()
 
         def wall(ns: int) -> int:
             return int(ns) + offset
@@ -106,42 +109,11 @@ class OtelExporter:
         if trace.protocol == 1:  # HTTP (tracer.HTTP)
             root.add_event("HTTP_RECV_START", timestamp=wall(trace.read_ns))
             root.add_event("HTTP_RECV_END", timestamp=wall(trace.request_start_ns))
-        attributes = {
-            "triton.model_name": trace.model,
-            "triton.model_version": int(trace.version),
-            "triton.trace_id": trace.id,
-            "triton.trace_parent_id": 0,
-        }
-        if trace.request_id:
-            attributes["triton.request_id"] = trace.request_id
-        model_span = self._tracer.start_span(
-            trace.model,
-            context=api.set_span_in_context(root),
-            kind=server,
-            start_time=wall(trace.request_start_ns),
-            attributes=attributes,
-        )
-        model_span.add_event("REQUEST_START", timestamp=wall(trace.request_start_ns))
-        model_span.add_event("QUEUE_START", timestamp=wall(trace.queue_start_ns))
-        if timings is not None and timings[0]:
-            start, compute_input, compute_infer, compute_output = timings[:4]
-            stamps = (
-                ("COMPUTE_START", start),
-                ("COMPUTE_INPUT_END", start + compute_input),
-                ("COMPUTE_OUTPUT_START", start + compute_input + compute_infer),
-                ("COMPUTE_END", start + compute_input + compute_infer + compute_output),
-            )
-            compute = self._tracer.start_span(
-                "compute",
-                context=api.set_span_in_context(model_span),
-                kind=server,
-                start_time=wall(start),
-            )
-            for name, ns in stamps:
-                compute.add_event(name, timestamp=wall(ns))
-            compute.end(end_time=wall(stamps[-1][1]))
-        model_span.add_event("REQUEST_END", timestamp=wall(end_ns))
-        model_span.end(end_time=wall(end_ns))
+        spans = {trace.id: self._model_span(trace, timings, end_ns, root)}
+        for child, child_timings, child_end in children:  # each under its parent's span
+            parent = spans.get(child.parent_id)
+            if parent is not None:
+                spans[child.id] = self._model_span(child, child_timings, child_end, parent)
         if trace.protocol == 2:  # gRPC (tracer.GRPC)
             root.add_event("GRPC_WAITREAD_START", timestamp=wall(trace.read_ns))
             root.add_event("GRPC_WAITREAD_END", timestamp=wall(trace.read_ns))
@@ -154,6 +126,52 @@ class OtelExporter:
             root.add_event(f"{prefix}_SEND_END", timestamp=wall(sent[1]))
             finished = sent[1]
         root.end(end_time=wall(finished))
+
+    def _model_span(self, trace, timings, end_ns: int, parent):
+        """The span of `trace`'s model (and its compute span) under span `parent`: the
+        InferRequest span for a request's own trace, its parent trace's model span for a
+        child trace (an ensemble step, a BLS call made with trace=), as Triton nests
+        them."""
+        api = self._api
+        offset = self._offset
+        server = api.SpanKind.SERVER
+        attributes = {
+            "triton.model_name": trace.model,
+            "triton.model_version": int(trace.version),
+            "triton.trace_id": trace.id,
+            "triton.trace_parent_id": trace.parent_id,
+        }
+        if trace.request_id:
+            attributes["triton.request_id"] = trace.request_id
+        model_span = self._tracer.start_span(
+            trace.model,
+            context=api.set_span_in_context(parent),
+            kind=server,
+            start_time=trace.request_start_ns + offset,
+            attributes=attributes,
+        )
+        model_span.add_event("REQUEST_START", timestamp=trace.request_start_ns + offset)
+        model_span.add_event("QUEUE_START", timestamp=trace.queue_start_ns + offset)
+        if timings is not None and timings[0]:
+            start, compute_input, compute_infer, compute_output = timings[:4]
+            stamps = (
+                ("COMPUTE_START", start),
+                ("COMPUTE_INPUT_END", start + compute_input),
+                ("COMPUTE_OUTPUT_START", start + compute_input + compute_infer),
+                ("COMPUTE_END", start + compute_input + compute_infer + compute_output),
+            )
+            compute = self._tracer.start_span(
+                "compute",
+                context=api.set_span_in_context(model_span),
+                kind=server,
+                start_time=int(start) + offset,
+            )
+            for name, ns in stamps:
+                compute.add_event(name, timestamp=int(ns) + offset)
+            compute.end(end_time=int(stamps[-1][1]) + offset)
+        model_span.add_event("REQUEST_END", timestamp=int(end_ns) + offset)
+        model_span.end(end_time=int(end_ns) + offset)
+        return model_span
 
     def close(self) -> None:
         """Exports what is still queued (the server stops)."""

@@ -20,6 +20,14 @@ event happened, on CLOCK_MONOTONIC as Triton's steady clock:
 - HTTP_SEND_START/END, GRPC_SEND_START/END: around handing the response bytes to the
   connection.
 
+Child traces, as Triton 2.51 writes them: each step of a traced ensemble request and
+each BLS call a traced request's model makes with trace=request.trace() is a trace of
+its own (its model, the request id it was sent with, parent_id: its parent's trace id;
+REQUEST_START, QUEUE_START, COMPUTE_* of its batch, REQUEST_END; an ensemble's own trace
+has no COMPUTE_*). The core records them (csrc/core.h ChildTrace) as they start, queue
+and finish; they are written with their root's trace, in Triton's order
+(csrc/trace_tree.h). They carry no tensor records at level TENSORS (README, Not yet).
+
 At level TENSORS a trace also holds its request's input tensors (TENSOR_QUEUE_INPUT)
 and its response's outputs (TENSOR_BACKEND_OUTPUT), each as Triton's text for it
 (csrc/trace_tensor.h): the lanes' codec keeps them for its traced requests, the general
@@ -155,13 +163,53 @@ class Tracer:
         trace_id = next(self._ids)
         return Trace(trace_id, setting, model, version, request_id, protocol, read_ns, stamps)
 
-    def finish(self, trace: Trace, timings, end_ns: int, sent=None) -> None:
+    def finish(
+        self, trace: Trace, timings, end_ns: int, sent=None, request_id=0, children=(), models=None
+    ) -> None:
         """Writes the trace: `timings` the batch's worker timings (None when it never
-        ran), `sent` (start, end) of writing the response, None when not known."""
+        ran), `sent` (start, end) of writing the response, None when not known.
+        `children`: the core's child traces of the request (`request_id`, the core's id;
+        _core.Core.take_trace_children), `models`: loaded models by core handle, to
+        name theirs. The request and its child traces are one trace of the file (one
+        for log_frequency and trace_count), as Triton writes a tree."""
+        tree = self._children(trace, request_id, children, models) if children else []
         if self.exporter is not None:
-            self.exporter.export(trace, timings, end_ns, sent)
-        else:
+            self.exporter.export(trace, timings, end_ns, sent, tree)
+            return
+        if not tree:
             trace.setting.write(records(trace, timings, end_ns, sent))
+            return
+        parts = {trace.id: records(trace, timings, end_ns, sent)}
+        for child, child_timings, child_end in tree:
+            parts[child.id] = records(child, child_timings, child_end, None)
+        order = _core.trace_tree_order([trace.id] + [child.id for child, _t, _e in tree])
+        trace.setting.write(b",".join(parts[i] for i in order if parts[i]))
+
+    def _children(self, root: Trace, request_id: int, children, models) -> list:
+        """[(Trace, timings or None, end ns)] of the core's child traces, in the order
+        they started, each with the next trace id (Triton numbers a child when it is
+        made) and its parent's as parent_id."""
+        ids = {request_id: root.id}
+        tree = []
+        for child in sorted(children, key=lambda c: c[4]):
+            child_id, parent, handle, id_text, start_ns, queue_ns, timings, end_ns = child
+            model = (models or {}).get(handle)
+            if model is None or parent not in ids:  # unloaded since, or its parent was
+                continue
+            trace = Trace(
+                next(self._ids),
+                root.setting,
+                model.name,
+                model.version,
+                orjson.loads(f'"{id_text}"'),
+                0,
+                start_ns,
+                (start_ns, queue_ns),
+            )
+            trace.parent_id = ids[parent]
+            ids[child_id] = trace.id
+            tree.append((trace, timings if timings[0] else None, end_ns))
+        return tree
 
     def close(self) -> None:
         """The server stops: files are completed, queued spans exported."""

@@ -236,11 +236,13 @@ class Channel:
         on_response=None,
         on_done=None,
         sequence: tuple | None = None,
+        trace_parent=(0, 0),
     ) -> Call:
         """Sends a request; its Call is done at once (with `error`) when it could not be
         sent. `inputs`: InputTensor records (their data may be arena slices);
         `sequence`: its (correlation id, string correlation id, flags), as
-        scheduling.sequence.sequence_of gives them."""
+        scheduling.sequence.sequence_of gives them. `trace_parent`: (batch id, 1 + index)
+        of the request whose trace it continues (_trace_parent), or (0, 0)."""
         tag = self._next_tag
         self._next_tag += 1
         call = Call(tag, model_name, on_response, on_done, sequence)
@@ -265,6 +267,7 @@ class Channel:
                 timeout_us,
                 False,
                 sequence,
+                *trace_parent,
             )
             if type(result) is str:
                 return self._finish(call, _submit_error(model_name, result))
@@ -460,7 +463,21 @@ def _start(request) -> Call:
         parameters,
         timeout_us=max(int(request._timeout), 0),
         sequence=sequence if sequence != (0, b"", 0) else None,
+        trace_parent=_trace_parent(request._trace),
     )
+
+
+def _trace_parent(trace) -> tuple:
+    """(batch id, 1 + index) of the request `trace` (InferenceRequest(trace=...)) is
+    the trace of, while the model runs it; else (0, 0): not a child trace. The core
+    makes it one only if that request is traced."""
+    parent = trace._request if trace is not None else None
+    if parent is not None:
+        for batch_id, requests in reversed(_pb_utils()._RUNNING):
+            for index, request in enumerate(requests):
+                if request is parent:
+                    return batch_id, index + 1
+    return 0, 0
 
 
 def _response(chan: Channel, call: Call, offset: int, read: list):

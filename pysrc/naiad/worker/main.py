@@ -351,6 +351,7 @@ class Worker:
                 if k in new_index
             }
         batch = _batch(self.arena, blocks, tensors)
+        batch.batch_id = batch_id
         if device_inputs:
             batch.device_inputs = device_inputs
         if self.input_device is not None and shm_outputs.active:
