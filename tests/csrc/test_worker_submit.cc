@@ -370,8 +370,8 @@ TEST(a_worker_request_carries_its_correlation_id_and_flags_to_the_sequence_batch
     CHECK(input_of(*seq_worker, batch, 0) == flags_of[k]);
     const uint64_t word = sequence_word_of(*seq_worker, batch, 0);
     CHECK((word & kSequenceValid) != 0);
-    CHECK((word & kSequenceStartBit) != 0 == (k == 0));
-    CHECK((word & kSequenceEndBit) != 0 == (k == 1));
+    CHECK(((word & kSequenceStartBit) != 0) == (k == 0));
+    CHECK(((word & kSequenceEndBit) != 0) == (k == 1));
     CHECK(seq_worker->respond(batch.batch_id, {answer(0, "OUT")}, kTimings, true));
     answers(m.core.poll());
     BatchMessage response = m.caller_worker->next();
@@ -467,62 +467,63 @@ TEST(a_worker_request_the_target_fails_counts_as_its_failure) {
   m.caller_worker->arena().free(response.desc_offset);
   m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
   CHECK(answers(m.core.poll()).size() == 1);
+}
 
-  TEST(a_call_made_with_its_requests_trace_is_a_child_trace_of_a_traced_request) {
-    TwoModels m;
-    m.core.instance_up(m.caller_instance);
-    m.core.instance_up(m.target_instance);
-    const std::string input = "cli";
-    SubmitRequest traced = m.request(1, input);
-    traced.options.traced = true;
-    CHECK(m.core.submit(m.caller, traced) == SubmitResult::kOk);
-    m.core.flush();
-    BatchMessage caller_batch = m.caller_worker->next();
-    CHECK(caller_batch.kind == MessageKind::kBatch && caller_batch.n_requests == 1);
-    // trace=request.trace() (request 0 of the running batch), then a call without it.
-    CHECK(m.caller_worker->submit(m.target.value, 5, m.request(0, "bls"), true,
-                                  caller_batch.batch_id, 1) == SubmitResult::kOk);
-    CHECK(m.caller_worker->submit(m.target.value, 6, m.request(0, "bls")) == SubmitResult::kOk);
-    m.core.poll();
-    BatchMessage target_batch = m.target_worker->next();
-    CHECK(target_batch.n_requests == 2);
-    CHECK(m.target_worker->respond(target_batch.batch_id, {answer(0, "one"), answer(1, "two")},
-                                   kTimings, true));
-    m.core.poll();
-    for (int k = 0; k < 2; ++k) {
-      BatchMessage response = m.caller_worker->next();
-      CHECK(response.kind == MessageKind::kResponse);
-      m.caller_worker->arena().free(response.desc_offset);
-    }
-    CHECK(m.caller_worker->respond(caller_batch.batch_id, {answer(0, "out")}, kTimings, true));
-    for (const Completion& c : answers(m.core.poll())) m.core.arena().free(c.result_offset);
-    std::vector<ChildTrace> children = m.core.take_trace_children(1);
-    CHECK(children.size() == 1);  // the call made without trace= is not traced
-    CHECK(children[0].parent == 1 && children[0].model == m.target.value);
-    CHECK(children[0].id == "bls");
-    CHECK(std::memcmp(children[0].timings, kTimings, sizeof kTimings) == 0);
-    CHECK(children[0].request_start_ns <= children[0].queue_start_ns);
-    CHECK(children[0].queue_start_ns <= children[0].request_end_ns);
-    CHECK(m.core.take_trace_children(1).empty());
-  }
-
-  TEST(a_call_made_with_the_trace_of_an_untraced_request_is_not_traced) {
-    TwoModels m;
-    m.core.instance_up(m.caller_instance);
-    m.core.instance_up(m.target_instance);
-    const std::string input = "cli";
-    CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
-    m.core.flush();
-    BatchMessage caller_batch = m.caller_worker->next();
-    CHECK(m.caller_worker->submit(m.target.value, 5, m.request(0, "bls"), true,
-                                  caller_batch.batch_id, 1) == SubmitResult::kOk);
-    m.core.poll();
-    BatchMessage target_batch = m.target_worker->next();
-    CHECK(m.target_worker->respond(target_batch.batch_id, {answer(0, "one")}, kTimings, true));
-    m.core.poll();
+TEST(a_call_made_with_its_requests_trace_is_a_child_trace_of_a_traced_request) {
+  TwoModels m;
+  m.core.instance_up(m.caller_instance);
+  m.core.instance_up(m.target_instance);
+  const std::string input = "cli";
+  SubmitRequest traced = m.request(1, input);
+  traced.options.traced = true;
+  CHECK(m.core.submit(m.caller, traced) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage caller_batch = m.caller_worker->next();
+  CHECK(caller_batch.kind == MessageKind::kBatch && caller_batch.n_requests == 1);
+  // trace=request.trace() (request 0 of the running batch), then a call without it.
+  CHECK(m.caller_worker->submit(m.target.value, 5, m.request(0, "bls"), true, caller_batch.batch_id,
+                                1) == SubmitResult::kOk);
+  CHECK(m.caller_worker->submit(m.target.value, 6, m.request(0, "bls")) == SubmitResult::kOk);
+  m.core.poll();
+  BatchMessage target_batch = m.target_worker->next();
+  CHECK(target_batch.n_requests == 2);
+  CHECK(m.target_worker->respond(target_batch.batch_id, {answer(0, "one"), answer(1, "two")},
+                                 kTimings, true));
+  m.core.poll();
+  for (int k = 0; k < 2; ++k) {
     BatchMessage response = m.caller_worker->next();
+    CHECK(response.kind == MessageKind::kResponse);
     m.caller_worker->arena().free(response.desc_offset);
-    CHECK(m.caller_worker->respond(caller_batch.batch_id, {answer(0, "out")}, kTimings, true));
-    for (const Completion& c : answers(m.core.poll())) m.core.arena().free(c.result_offset);
-    CHECK(m.core.take_trace_children(1).empty());
   }
+  CHECK(m.caller_worker->respond(caller_batch.batch_id, {answer(0, "out")}, kTimings, true));
+  for (const Completion& c : answers(m.core.poll())) m.core.arena().free(c.result_offset);
+  std::vector<ChildTrace> children = m.core.take_trace_children(1);
+  CHECK(children.size() == 1);  // the call made without trace= is not traced
+  CHECK(children[0].parent == 1 && children[0].model == m.target.value);
+  CHECK(children[0].id == "bls");
+  CHECK(std::memcmp(children[0].timings, kTimings, sizeof kTimings) == 0);
+  CHECK(children[0].request_start_ns <= children[0].queue_start_ns);
+  CHECK(children[0].queue_start_ns <= children[0].request_end_ns);
+  CHECK(m.core.take_trace_children(1).empty());
+}
+
+TEST(a_call_made_with_the_trace_of_an_untraced_request_is_not_traced) {
+  TwoModels m;
+  m.core.instance_up(m.caller_instance);
+  m.core.instance_up(m.target_instance);
+  const std::string input = "cli";
+  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage caller_batch = m.caller_worker->next();
+  CHECK(m.caller_worker->submit(m.target.value, 5, m.request(0, "bls"), true, caller_batch.batch_id,
+                                1) == SubmitResult::kOk);
+  m.core.poll();
+  BatchMessage target_batch = m.target_worker->next();
+  CHECK(m.target_worker->respond(target_batch.batch_id, {answer(0, "one")}, kTimings, true));
+  m.core.poll();
+  BatchMessage response = m.caller_worker->next();
+  m.caller_worker->arena().free(response.desc_offset);
+  CHECK(m.caller_worker->respond(caller_batch.batch_id, {answer(0, "out")}, kTimings, true));
+  for (const Completion& c : answers(m.core.poll())) m.core.arena().free(c.result_offset);
+  CHECK(m.core.take_trace_children(1).empty());
+}
