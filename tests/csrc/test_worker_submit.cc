@@ -50,6 +50,15 @@ struct TwoModels {
     r.inputs.push_back(source);
     return r;
   }
+  // Both instances up and a request of the caller's running: the batch its worker
+  // took (the caller's execute() in progress, from which it calls the target).
+  BatchMessage caller_running(const std::string& input) {
+    core.instance_up(caller_instance);
+    core.instance_up(target_instance);
+    CHECK(core.submit(caller, request(1, input)) == SubmitResult::kOk);
+    core.flush();
+    return caller_worker->next();
+  }
   Core core;
   ModelHandle caller, target;
   uint32_t caller_instance = 0, target_instance = 0;
@@ -147,12 +156,8 @@ TEST(a_worker_submits_a_request_and_gets_its_responses) {
 
 TEST(a_worker_request_that_cannot_be_served_is_refused_not_lost) {
   TwoModels m;
-  m.core.instance_up(m.caller_instance);
-  m.core.instance_up(m.target_instance);
   const std::string input = "abc";
-  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
-  m.core.flush();
-  BatchMessage caller_batch = m.caller_worker->next();
+  BatchMessage caller_batch = m.caller_running(input);
   // An unknown model (no such handle): refused at once, as gone.
   CHECK(m.caller_worker->submit(99, 5, m.request(0, input)) == SubmitResult::kOk);
   answers(m.core.poll());
@@ -189,12 +194,8 @@ TEST(a_dead_submitter_leaves_nothing_behind) {
 
 TEST(responses_beyond_the_ring_wait_for_the_submitter_and_are_not_lost) {
   TwoModels m;
-  m.core.instance_up(m.caller_instance);
-  m.core.instance_up(m.target_instance);
   const std::string input = "abc";
-  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
-  m.core.flush();
-  BatchMessage caller_batch = m.caller_worker->next();
+  BatchMessage caller_batch = m.caller_running(input);
   CHECK(m.caller_worker->submit(m.target.value, 9, m.request(0, input)) == SubmitResult::kOk);
   answers(m.core.poll());
   BatchMessage target_batch = m.target_worker->next();
@@ -442,12 +443,8 @@ TEST(a_worker_cancels_its_request_queued_or_running) {
 
 TEST(a_worker_request_the_target_fails_counts_as_its_failure) {
   TwoModels m;
-  m.core.instance_up(m.caller_instance);
-  m.core.instance_up(m.target_instance);
   const std::string input = "abc";
-  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
-  m.core.flush();
-  BatchMessage caller_batch = m.caller_worker->next();
+  BatchMessage caller_batch = m.caller_running(input);
   CHECK(m.caller_worker->submit(m.target.value, 3, m.request(0, input)) == SubmitResult::kOk);
   answers(m.core.poll());
   BatchMessage batch = m.target_worker->next();
@@ -509,12 +506,8 @@ TEST(a_call_made_with_its_requests_trace_is_a_child_trace_of_a_traced_request) {
 
 TEST(a_call_made_with_the_trace_of_an_untraced_request_is_not_traced) {
   TwoModels m;
-  m.core.instance_up(m.caller_instance);
-  m.core.instance_up(m.target_instance);
   const std::string input = "cli";
-  CHECK(m.core.submit(m.caller, m.request(1, input)) == SubmitResult::kOk);
-  m.core.flush();
-  BatchMessage caller_batch = m.caller_worker->next();
+  BatchMessage caller_batch = m.caller_running(input);
   CHECK(m.caller_worker->submit(m.target.value, 5, m.request(0, "bls"), true, caller_batch.batch_id,
                                 1) == SubmitResult::kOk);
   m.core.poll();
