@@ -21,7 +21,8 @@ def _metadata(request_id, shape):
     )
 
 
-def test_requests_are_views_of_the_batch_tensors():
+def _batching_model():
+    """A core with one dynamically batching model and its instance's worker endpoint."""
     core = _core.Core(1 << 22)
     config = mc.ModelConfig(name="m", max_batch_size=8)
     config.dynamic_batching.SetInParent()
@@ -30,6 +31,11 @@ def test_requests_are_views_of_the_batch_tensors():
     endpoint = _core.WorkerEndpoint(
         os.dup(core.arena_fd), channel_offset, os.dup(wake_fd), os.dup(core.notify_fd)
     )
+    return core, model, instance, endpoint
+
+
+def test_requests_are_views_of_the_batch_tensors():
+    core, model, instance, endpoint = _batching_model()
     order = _core.input_order_key([0, 1])
     sent = []
     for k, rows in enumerate((1, 2, 1)):
@@ -63,14 +69,7 @@ def test_requests_are_views_of_the_batch_tensors():
 def test_requests_of_one_layout_are_rows_of_the_batch_tensors():
     # A client sending the same request again and again: the requests share one layout
     # and the worker cuts their views from the batch tensors in one call each.
-    core = _core.Core(1 << 22)
-    config = mc.ModelConfig(name="m", max_batch_size=8)
-    config.dynamic_batching.SetInParent()
-    model = core.add_model(config)
-    instance, channel_offset, wake_fd = core.add_instance(model)
-    endpoint = _core.WorkerEndpoint(
-        os.dup(core.arena_fd), channel_offset, os.dup(wake_fd), os.dup(core.notify_fd)
-    )
+    core, model, instance, endpoint = _batching_model()
     order = _core.input_order_key([0, 1])
     sent = []
     for k in range(3):
