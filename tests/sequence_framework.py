@@ -34,11 +34,13 @@ _CONTROLS = """  control_input [
 
 def _sequence_batching(strategy: str, **names) -> str:
     """The config's sequence_batching block: the strategy (a 50 ms window, so that
-    concurrent sequences share batches) and the controls and state under `names`."""
+    concurrent sequences share batches: under direct, as in Triton, the window is kept
+    only below `minimum_slot_utilization`, here two of an instance's four slots) and the
+    controls and state under `names`."""
     window = (
         "  oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 50000 }\n"
         if strategy == "oldest"
-        else "  direct { max_queue_delay_microseconds: 50000 }\n"
+        else "  direct { max_queue_delay_microseconds: 50000 minimum_slot_utilization: 0.5 }\n"
     )
     return (
         "sequence_batching {\n  max_sequence_idle_microseconds: 5000000\n"
