@@ -359,7 +359,8 @@ TEST(a_worker_request_carries_its_correlation_id_and_flags_to_the_sequence_batch
   refused = m.caller_worker->next();
   CHECK(refused.n_requests == static_cast<uint32_t>(SubmitResult::kSequenceNotStarted));
   // A string id with START, then the same id with END: one sequence, on its slot.
-  const char* flags_of[2] = {"start", "end"};
+  // Strings that outlive the submits: a request holds a pointer to its input bytes.
+  const std::string flags_of[2] = {"start", "end"};
   for (uint32_t k = 0; k < 2; ++k) {
     SubmitRequest step = m.request(0, flags_of[k]);
     step.options.sequence_key = "a string id";
