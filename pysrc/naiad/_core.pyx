@@ -1221,6 +1221,20 @@ def encode_results_block(list results, list timings, type response_type, dict wi
     return block
 
 
+cdef bytes _set_sequence(SubmitOptions* options, tuple sequence):
+    """Sets a submit's correlation id and START/END flags from `sequence`, (id int,
+    string id as UTF-8 bytes or b"", flags) as scheduling.sequence.sequence_of gives
+    them (None: none). Returns the string id's bytes, which the options view: the
+    caller keeps them alive until its submit returns."""
+    if sequence is None:
+        return b""
+    cdef bytes key = sequence[1]
+    options.sequence_id = sequence[0]
+    options.sequence_key = string_view(PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+    options.sequence_flags = sequence[2]
+    return key
+
+
 cdef inline tuple _slot_tuple(uint64_t offset, uint64_t size, uint64_t region,
                               uint64_t region_offset):
     """(arena offset, size), or (offset in the region, size, region id) for bytes a
@@ -1442,13 +1456,8 @@ cdef class ModelSpec:
         cdef uint64_t size = 0
         cdef size_t i
         cdef RegionRef ref
-        cdef bytes sequence_key = b""
-        if sequence is not None:
-            submit.options.sequence_id = sequence[0]
-            sequence_key = sequence[1]
-            submit.options.sequence_key = string_view(PyBytes_AS_STRING(sequence_key),
-                                                      PyBytes_GET_SIZE(sequence_key))
-            submit.options.sequence_flags = sequence[2]
+        # Kept alive here: the options view its bytes until the submit returns.
+        cdef bytes sequence_key = _set_sequence(&submit.options, sequence)
         with nogil:
             layout_request_block(self.spec, view.request, &block)
         # Inputs in client shm regions go to the core as typed sources: it copies them
@@ -1931,13 +1940,8 @@ cdef class WorkerEndpoint:
         cdef RequestBlock block
         cdef SubmitRequest request
         cdef SubmitResult result
-        cdef bytes sequence_key = b""
-        if sequence is not None:
-            request.options.sequence_id = sequence[0]
-            sequence_key = sequence[1]
-            request.options.sequence_key = string_view(PyBytes_AS_STRING(sequence_key),
-                                                       PyBytes_GET_SIZE(sequence_key))
-            request.options.sequence_flags = sequence[2]
+        # Kept alive here: the options view its bytes until the submit returns.
+        cdef bytes sequence_key = _set_sequence(&request.options, sequence)
         with nogil:
             layout_request_block(spec.spec, view.request, &block)
             request.metadata = string_view(block.metadata.data(), block.metadata.size())
