@@ -7,3 +7,14 @@ and one process cannot hold both. tests/conftest.py leaves this folder out unles
 NAIAD_GRPC_CLIENT_TESTS is set; run them with
 `NAIAD_GRPC_CLIENT_TESTS=1 .venv/bin/python -m pytest tests/grpc_clients`.
 """
+
+import pytest
+import tritonclient.grpc as grpcclient
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    """A tritonclient gRPC client of the module's `server` fixture (a module may define
+    its own `client` instead)."""
+    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
+        yield client

@@ -28,12 +28,6 @@ def server(tmp_path_factory):
     naiad.stop()
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
-        yield client
-
-
 def _inputs(arrays: dict) -> list:
     inputs = []
     for name, array in arrays.items():

@@ -26,12 +26,6 @@ def server(tmp_path_factory):
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
-        yield client
-
-
 def _inputs():
     inputs = [
         grpcclient.InferInput("INPUT0", [1, 16], "FP32"),

@@ -28,12 +28,6 @@ def server(tmp_path_factory):
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
-        yield client
-
-
 def _input(module, value: int):
     tensor = module.InferInput("INPUT", [1, 1], "INT32")
     tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))

@@ -32,12 +32,6 @@ def server(tmp_path_factory):
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
-        yield client
-
-
 def _input(module, model, value):
     name = "INPUT__0" if model.startswith("seq_pt") else "INPUT"
     tensor = module.InferInput(name, [1, 1], "FP32")
