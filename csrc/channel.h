@@ -17,11 +17,20 @@ namespace naiad {
 //   kResponse  a response to a request the worker submitted (BLS): `batch_id` is the
 //              worker's tag for it, `desc_offset`/`size` a response block of one
 //              response (request_index 0) that the worker frees once read.
+//   kControlReply  the frontend's answer to the worker's control request `batch_id`
+//              (tag; SubmitKind::kControl): `desc_offset`/`size` a block of JSON,
+//              {} or {"error": message}, that the worker frees once read.
 //   kRefused   the core could not queue the worker's request `batch_id` (tag):
 //              `n_requests` is a SubmitResult, or kRefusedQueued | a CompletionStatus
 //              (core.h's included) when it was queued but failed without a final
 //              response.
-enum class MessageKind : uint32_t { kBatch = 1, kStop = 2, kResponse = 3, kRefused = 4 };
+enum class MessageKind : uint32_t {
+  kBatch = 1,
+  kStop = 2,
+  kResponse = 3,
+  kRefused = 4,
+  kControlReply = 5,
+};
 constexpr uint32_t kRefusedQueued = 0x100;
 
 struct BatchMessage {
@@ -39,7 +48,12 @@ struct BatchMessage {
 //   kCancel  cancels the worker's request `tag` (ResponseIterator.cancel()) as a
 //            client's cancellation does (Core::cancel): dropped while queued, flagged
 //            for request.is_cancelled() while it runs; only `tag` is read.
-enum class SubmitKind : uint32_t { kSubmit = 0, kCancel = 1 };
+//   kControl  a model-control request (pb_utils.load_model, unload_model): the
+//            worker wrote a control block (ipc_schema.h ControlHeader) of
+//            `block_size` bytes at `block_offset`; the core hands it to the frontend
+//            (a kCompletionControl completion), whose answer comes back as a
+//            kControlReply message with this `tag` (Core::reply_control).
+enum class SubmitKind : uint32_t { kSubmit = 0, kCancel = 1, kControl = 2 };
 
 struct SubmitMessage {
   uint64_t tag;
@@ -59,6 +73,7 @@ struct SubmitMessage {
   // the request whose trace this call continues as a child trace; 0: none.
   uint32_t trace_index;
   uint64_t trace_batch;
+  uint64_t block_size;  // kControl: the control block's bytes
 };
 
 // What a worker posts for a batch: responses (a response block, ipc_schema.h, with

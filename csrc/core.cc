@@ -845,6 +845,10 @@ void Core::take_submits_locked(Instance& instance) {
       cancel_routed_locked(instance_id, message.tag);
       continue;
     }
+    if (message.kind == SubmitKind::kControl) {
+      take_control_locked(instance, message);
+      continue;
+    }
     uint32_t refused = 0;
     const uint64_t block = message.block_offset;
     const uint64_t heap_begin = arena_.header()->heap_begin;
@@ -922,6 +926,39 @@ void Core::take_submits_locked(Instance& instance) {
                             BatchMessage{message.tag, 0, refused, MessageKind::kRefused, 0});
     }
   }
+}
+
+void Core::take_control_locked(Instance& instance, const SubmitMessage& message) {
+  const uint64_t block = message.block_offset;
+  const uint64_t size = message.block_size;
+  const uint64_t heap_begin = arena_.header()->heap_begin;
+  // The frontend reads it: it must lie in the heap, its header inside it.
+  const bool readable = block >= heap_begin && block < arena_.size() &&
+                        size >= sizeof(ControlHeader) && size <= arena_.size() - block &&
+                        arena_.at<ControlHeader>(block)->magic == kControlMagic;
+  if (!readable) {
+    send_to_worker_locked(instance, BatchMessage{message.tag, 0, 0, MessageKind::kControlReply, 0});
+    return;
+  }
+  arena_.set_tag(block, 0);  // the frontend's now, whatever happens to the worker
+  done_.push_back(Completion{message.tag, kCompletionControl, instance.id, block, size, 0, {}});
+}
+
+bool Core::reply_control(uint32_t instance_id, uint64_t tag, std::string_view json) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Instance* instance = find_instance_locked(instance_id);
+  if (instance == nullptr || !instance->running) return false;
+  // Tagged with the batch it runs (if any), so the worker's death reclaims the block.
+  uint64_t owner = 0;
+  for (const auto& flight : in_flight_) {
+    if (flight.second.instance_id == instance_id) owner = flight.first;
+  }
+  const uint64_t block = arena_.alloc(json.size() == 0 ? 1 : json.size(), owner);
+  if (block == 0) return false;
+  if (!json.empty()) std::memcpy(arena_.base() + block, json.data(), json.size());
+  send_to_worker_locked(*instance,
+                        BatchMessage{tag, block, 0, MessageKind::kControlReply, json.size()});
+  return true;
 }
 
 void Core::cancel_routed_locked(uint32_t instance_id, uint64_t tag) {

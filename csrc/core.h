@@ -97,6 +97,12 @@ enum RoutedStats : uint32_t {
 
 constexpr uint32_t kNoInstance = 0xffffffffu;  // a Completion's instance_id: none ran it
 
+// A worker's model-control request (channel.h SubmitKind::kControl), for the frontend:
+// `batch_id` is the worker's tag, `instance_id` its instance, `result_offset` /
+// `result_size` its control block (ipc_schema.h ControlHeader), the frontend's to read
+// and free; it answers with Core::reply_control.
+constexpr int32_t kCompletionControl = 9;
+
 struct Completion {
   uint64_t batch_id;  // 0 for requests that never ran
   int32_t status;
@@ -234,6 +240,10 @@ class Core : private EnsembleHost {
   void instance_up(uint32_t instance_id);
   // Asks the worker to finalize and exit after the batch it is running.
   void stop_instance(uint32_t instance_id);
+  // Answers the control request `tag` of instance `instance_id` (a kCompletionControl
+  // completion): `json` goes to the worker in a block of its own (kControlReply).
+  // False when the worker is gone (nobody waits) or the arena has no room.
+  bool reply_control(uint32_t instance_id, uint64_t tag, std::string_view json);
 
   // Batches on instances now, and batches whose worker ended them with requests kept
   // open (kPostKeepOpen) that still wait for final responses. Any thread (tests,
@@ -379,6 +389,9 @@ class Core : private EnsembleHost {
   // A worker's cancel of its request `tag` (channel.h SubmitKind::kCancel): the routed
   // request is cancelled as a client's is; a tag no longer routed is ignored.
   void cancel_routed_locked(uint32_t instance_id, uint64_t tag);
+  // A worker's control request (SubmitKind::kControl): left for the frontend as a
+  // kCompletionControl completion, or answered at once when its block is unreadable.
+  void take_control_locked(Instance& instance, const SubmitMessage& message);
   // Statistics for an ensemble request answered to a worker or to an outer ensemble
   // (kCompletionRouted, kNoInstance): the ensemble counts it as a client's.
   void count_ensemble_locked(uint64_t model, const QueuedRequest& request,

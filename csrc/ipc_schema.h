@@ -171,4 +171,26 @@ static_assert(sizeof(OutputSlot) == 16, "OutputSlot layout");
 static_assert(sizeof(BatchRequest) == 24, "BatchRequest layout");
 static_assert(sizeof(BatchTensor) == 32, "BatchTensor layout");
 
+// ---------------------------------------------------------------------------
+// Control block: a worker's model-control request (channel.h SubmitKind::kControl:
+// pb_utils.load_model / unload_model), written by the worker, read and freed by the
+// frontend (Core::take_control):
+//   ControlHeader · uint64_t file_size[n_files] · the request's JSON
+//   {"op": "load" | "unload", "name", "config", "files": [path, ...],
+//    "unload_dependents", "caller"} (json_size bytes) · each file's bytes, in the
+//   order of "files".
+constexpr uint32_t kControlMagic = 0x314c5443;  // "CTL1"
+
+struct ControlHeader {
+  uint32_t magic;
+  uint32_t n_files;
+  uint64_t json_size;
+};
+
+inline uint64_t control_json_offset(uint32_t n_files) {
+  return sizeof(ControlHeader) + uint64_t{n_files} * sizeof(uint64_t);
+}
+
+static_assert(sizeof(ControlHeader) == 16, "ControlHeader layout");
+
 }  // namespace naiad

@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <cstring>
+
 #include "batch_assembler.h"
+#include "ipc_schema.h"
 #include "scratch_array.h"
 
 namespace naiad {
@@ -137,6 +140,38 @@ void WorkerEndpoint::cancel(uint64_t tag) {
   message.kind = SubmitKind::kCancel;
   push_to_core(message);
   wake_frontend();
+}
+
+bool WorkerEndpoint::control(uint64_t tag, std::string_view json,
+                             const std::vector<std::string_view>& files) {
+  const uint32_t n_files = static_cast<uint32_t>(files.size());
+  uint64_t size = control_json_offset(n_files) + json.size();
+  for (const auto& file : files) size += file.size();
+  const uint64_t block = arena_.alloc(size, current_batch_);
+  if (block == 0) return false;
+  uint8_t* base = arena_.base() + block;
+  ControlHeader header{kControlMagic, n_files, json.size()};
+  std::memcpy(base, &header, sizeof(header));
+  uint64_t at = sizeof(ControlHeader);
+  for (const auto& file : files) {
+    const uint64_t file_size = file.size();
+    std::memcpy(base + at, &file_size, sizeof(file_size));
+    at += sizeof(file_size);
+  }
+  std::memcpy(base + at, json.data(), json.size());
+  at += json.size();
+  for (const auto& file : files) {
+    if (!file.empty()) std::memcpy(base + at, file.data(), file.size());
+    at += file.size();
+  }
+  SubmitMessage message{};
+  message.tag = tag;
+  message.block_offset = block;
+  message.block_size = size;
+  message.kind = SubmitKind::kControl;
+  push_to_core(message);
+  wake_frontend();
+  return true;
 }
 
 void WorkerEndpoint::push_to_core(const SubmitMessage& message) {

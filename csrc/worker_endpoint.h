@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "arena.h"
@@ -70,6 +71,12 @@ class WorkerEndpoint {
   // Cancels the request submitted as `tag` (channel.h SubmitKind::kCancel); a tag
   // already answered is ignored by the core.
   void cancel(uint64_t tag);
+  // Sends a model-control request (channel.h SubmitKind::kControl) named `tag`: a
+  // control block (ipc_schema.h ControlHeader) of `json` and the `files`' bytes,
+  // tagged with the running batch until the core takes it. Its answer comes back from
+  // next() as a kControlReply message with `tag`. False when the arena has no room
+  // (nothing was sent).
+  bool control(uint64_t tag, std::string_view json, const std::vector<std::string_view>& files);
   // Wakes the frontend for what this worker left on its rings (unless a wake is
   // already pending).
   void wake() { wake_frontend(); }

@@ -17,6 +17,7 @@ from cpython.buffer cimport (
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdio cimport snprintf
+from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -47,6 +48,7 @@ cdef extern from "channel.h" namespace "naiad":
         kStop
         kResponse
         kRefused
+        kControlReply
 
     cdef struct BatchMessage:
         uint64_t batch_id
@@ -82,6 +84,14 @@ cdef extern from "dynamic_batcher.h" namespace "naiad":
 
 cdef extern from "ipc_schema.h" namespace "naiad":
     uint32_t kRequestMagic
+    uint32_t kControlMagic
+
+    cdef struct ControlHeader:
+        uint32_t magic
+        uint32_t n_files
+        uint64_t json_size
+
+    uint64_t control_json_offset(uint32_t n_files)
 
     cdef struct RequestHeader:
         uint32_t magic
@@ -207,6 +217,7 @@ cdef extern from "core.h" namespace "naiad":
         kFlagged
     int32_t kCompletionRouted
     uint32_t kNoInstance
+    int32_t kCompletionControl
 
     cdef cppclass ModelHandle:
         uint64_t value
@@ -295,6 +306,7 @@ cdef extern from "core.h" namespace "naiad":
         vector[Completion] instance_down(uint32_t instance_id) except + nogil
         void instance_up(uint32_t instance_id) except + nogil
         void stop_instance(uint32_t instance_id) except + nogil
+        cbool reply_control(uint32_t instance_id, uint64_t tag, string_view json) except + nogil
         size_t in_flight() except + nogil
         uint64_t running_since(uint32_t instance_id) except + nogil
         CancelResult cancel(uint64_t request_id) except + nogil
@@ -603,6 +615,7 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
         SubmitResult submit(uint64_t model, uint64_t tag, const SubmitRequest& request,
                             cbool wake, uint64_t trace_batch, uint32_t trace_index) except + nogil
         void cancel(uint64_t tag) nogil
+        cbool control(uint64_t tag, string_view json, const vector[string_view]& files) except + nogil
         void wake() nogil
         void complete(uint64_t batch_id, uint64_t result_offset, uint64_t result_size,
                       int32_t status) nogil
@@ -640,6 +653,10 @@ COMPLETION_ROUTED = kCompletionRouted
 # A completion's instance id when no instance ran it; with COMPLETION_ROUTED, a worker's
 # request to an ensemble whose handle is the completion's batch id.
 NO_INSTANCE = kNoInstance
+# A worker's model-control request (pb_utils.load_model, unload_model): the completion's
+# batch id is its tag, its result block the control block (read_control_block), which
+# the frontend frees; Core.reply_control answers it.
+COMPLETION_CONTROL = kCompletionControl
 
 # Core.submit results.
 SUBMIT_OK = 0
@@ -657,6 +674,7 @@ MESSAGE_BATCH = 1
 MESSAGE_STOP = 2
 MESSAGE_RESPONSE = 3
 MESSAGE_REFUSED = 4
+MESSAGE_CONTROL_REPLY = 5
 # A MESSAGE_REFUSED status with this bit is a COMPLETION_* status (queued, then failed);
 # without it a SUBMIT_* result (never queued).
 REFUSED_QUEUED = 0x100
@@ -955,6 +973,46 @@ cdef class Core:
     def stop_instance(self, uint32_t instance_id):
         with nogil:
             self._core.stop_instance(instance_id)
+
+    def reply_control(self, uint32_t instance_id, uint64_t tag, bytes json):
+        """Answers a worker's control request (a COMPLETION_CONTROL completion) with
+        `json`; False when the worker is gone or the arena has no room."""
+        cdef string_view text = string_view(PyBytes_AS_STRING(json), PyBytes_GET_SIZE(json))
+        cdef cbool sent
+        with nogil:
+            sent = self._core.reply_control(instance_id, tag, text)
+        return sent
+
+    def read_control_block(self, uint64_t offset, uint64_t size):
+        """(JSON bytes, [file bytes]) of a control block (csrc/ipc_schema.h
+        ControlHeader) of `size` bytes at `offset`; None when its sizes do not add up."""
+        cdef const uint8_t* base = self._core.arena().base() + offset
+        cdef ControlHeader header
+        if size < sizeof(ControlHeader):
+            return None
+        memcpy(&header, base, sizeof(ControlHeader))
+        if header.magic != kControlMagic or header.n_files > size // 8:
+            return None
+        cdef uint64_t at = control_json_offset(header.n_files)
+        if at > size or header.json_size > size - at:
+            return None
+        cdef list sizes = []
+        cdef uint64_t file_size
+        cdef uint64_t total = at + header.json_size
+        cdef uint32_t i
+        for i in range(header.n_files):
+            memcpy(&file_size, base + sizeof(ControlHeader) + 8 * i, 8)
+            if file_size > size - total:
+                return None
+            total += file_size
+            sizes.append(file_size)
+        json = PyBytes_FromStringAndSize(<const char*>(base + at), header.json_size)
+        at += header.json_size
+        cdef list files = []
+        for file_size in sizes:
+            files.append(PyBytes_FromStringAndSize(<const char*>(base + at), file_size))
+            at += file_size
+        return json, files
 
     def free(self, uint64_t offset):
         self._core.arena().free(offset)
@@ -1860,7 +1918,8 @@ cdef class WorkerEndpoint:
             # A response to a request this worker submitted (BLS): a worker waiting
             # for one reads its channel with wait(), so none is awaited here; its
             # block is ours to free.
-            if message.kind == MessageKind.kResponse and message.desc_offset != 0:
+            if (message.kind == MessageKind.kResponse
+                    or message.kind == MessageKind.kControlReply) and message.desc_offset != 0:
                 self._endpoint.arena().free(message.desc_offset)
         requests, tensors = self._take_batch(message.desc_offset)
         return False, message.batch_id, requests, tensors
@@ -1874,7 +1933,10 @@ cdef class WorkerEndpoint:
           (MESSAGE_RESPONSE, tag, block offset, block size)  a response block of one
               response to the request submitted as `tag`, ours to free
           (MESSAGE_REFUSED, tag, status, None)  it failed without a final response:
-              a SUBMIT_* result, or REFUSED_QUEUED | a COMPLETION_* status"""
+              a SUBMIT_* result, or REFUSED_QUEUED | a COMPLETION_* status
+          (MESSAGE_CONTROL_REPLY, tag, block offset, block size)  the answer (JSON) to
+              the control request sent as `tag` (offset 0: the core could not read
+              it), ours to free"""
         cdef BatchMessage message
         cdef cbool got = True
         if block:
@@ -1890,6 +1952,8 @@ cdef class WorkerEndpoint:
             return MESSAGE_RESPONSE, message.batch_id, message.desc_offset, message.size
         if message.kind == MessageKind.kRefused:
             return MESSAGE_REFUSED, message.batch_id, message.n_requests, None
+        if message.kind == MessageKind.kControlReply:
+            return MESSAGE_CONTROL_REPLY, message.batch_id, message.desc_offset, message.size
         requests, tensors = self._take_batch(message.desc_offset)
         return MESSAGE_BATCH, message.batch_id, requests, tensors
 
@@ -1960,6 +2024,21 @@ cdef class WorkerEndpoint:
         or flags it for request.is_cancelled() while it runs."""
         with nogil:
             self._endpoint.cancel(tag)
+
+    def control(self, uint64_t tag, bytes json, list files):
+        """Sends a model-control request named `tag` (pb_utils.load_model,
+        unload_model): `json` and the bytes of `files` in a control block
+        (csrc/ipc_schema.h ControlHeader). Its answer comes back from wait() as
+        MESSAGE_CONTROL_REPLY. False when the arena has no room (nothing sent)."""
+        cdef vector[string_view] views
+        cdef bytes file
+        for file in files:
+            views.push_back(string_view(PyBytes_AS_STRING(file), PyBytes_GET_SIZE(file)))
+        cdef string_view text = string_view(PyBytes_AS_STRING(json), PyBytes_GET_SIZE(json))
+        cdef cbool sent
+        with nogil:
+            sent = self._endpoint.control(tag, text, views)
+        return sent
 
     def wake(self):
         """Wakes the frontend for the submits sent with wake=False."""

@@ -8,9 +8,10 @@ under the name `triton_python_backend_utils` before it imports a model.
 What differs from Triton, on purpose:
 
 - BLS requests (`InferenceRequest.exec` / `async_exec`) go through the server's core
-  (`naiad.worker.bls`); `load_model` / `unload_model` from a model are not supported yet;
-  they raise a `TritonModelException` that says so. `InferenceRequest.get_response_sender`
-  is available to decoupled models only.
+  (`naiad.worker.bls`); `load_model` / `unload_model` go to the frontend's model control
+  through it too (the repository extension's load and unload), and also work while the
+  server starts. `InferenceRequest.get_response_sender` is available to decoupled models
+  only.
 - `MetricFamily` / `Metric` keep their values in the model's process; they are not exported
   on the metrics endpoint yet.
 - `Logger` writes to the server's log (naiad.triton_log): its file or stderr, its format,
@@ -815,11 +816,18 @@ def _set_model_dir(path):
 
 
 def load_model(model_name, config="", files=None):
-    raise TritonModelException("load_model() from a Python model is not supported yet")
+    """Loads (or reloads) `model_name` in explicit model-control mode: `config` a JSON
+    config overriding config.pbtxt, `files` {"file:<path>": bytes} the model folder."""
+    from naiad.worker import bls
+
+    bls.load_model(model_name, config, files)
 
 
 def unload_model(model_name, unload_dependents=False):
-    raise TritonModelException("unload_model() from a Python model is not supported yet")
+    """Unloads `model_name` (explicit model-control mode)."""
+    from naiad.worker import bls
+
+    bls.unload_model(model_name, unload_dependents)
 
 
 def is_model_ready(model_name, model_version=""):

@@ -58,32 +58,44 @@ class ModelControl:
         self._load_slots = asyncio.Semaphore(max(load_threads, 1))
 
     # -- the protocol-neutral operations ---------------------------------------------
-    async def load(self, name: str, parameters: dict | None = None) -> None:
-        """A client's load request: only in explicit mode."""
+    async def load(
+        self, name: str, parameters: dict | None = None, *, from_model: bool = False, served=None
+    ) -> None:
+        """A client's load request: only in explicit mode. `from_model`: a model's own
+        (pb_utils.load_model), which takes no load slot: its caller may hold one (a
+        model loading another from its initialize) and waits for this load. `served`:
+        called once the loaded versions serve, before the versions they replace drain
+        (a model reloading itself from execute is one of those)."""
         if self.mode != "explicit":
             raise Unavailable(_NOT_EXPLICIT)
-        await self.apply_load(name, parameters)
+        await self.apply_load(name, parameters, slot=not from_model, served=served)
 
-    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+    async def unload(self, name: str, unload_dependents: bool = False, served=None) -> None:
         """A client's unload request: only in explicit mode. Unloading a model that is not
         loaded succeeds, as in Triton. `unload_dependents` changes nothing yet: an
-        ensemble whose composing model goes stays loaded and is not ready."""
+        ensemble whose composing model goes stays loaded and is not ready. `served`:
+        called once `name` takes no new request, before its requests in flight drain
+        (a model unloading itself from execute is one of them)."""
         if self.mode != "explicit":
             raise Unavailable(_NOT_EXPLICIT)
-        await self.apply_unload(name)
+        await self.apply_unload(name, served=served)
 
     # -- what start-up, clients and the poller share ------------------------------------
-    async def apply_load(self, name: str, parameters: dict | None = None) -> None:
+    async def apply_load(
+        self, name: str, parameters: dict | None = None, slot: bool = True, served=None
+    ) -> None:
         async with self._lock(name):
-            await self._load(name, parameters or {})
+            await self._load(name, parameters or {}, slot, served)
 
-    async def apply_unload(self, name: str, forget: bool = False) -> None:
+    async def apply_unload(self, name: str, forget: bool = False, served=None) -> None:
         """Withdraws every version of `name`, drains and releases them. `forget`: the
         model left the repository, so it leaves the index too."""
         async with self._lock(name):
             versions = self.manager.models.get(name, {})
             live = [m for m in versions.values() if m.state != UNAVAILABLE]
             self.manager.withdraw(name)
+            if served is not None:
+                served()
             await self._retire(live)
             # Versions that failed to load keep their reason (and, as in Triton, hold
             # strict readiness) until a load of the model succeeds.
@@ -98,7 +110,7 @@ class ModelControl:
             lock = self._locks[name] = asyncio.Lock()
         return lock
 
-    async def _load(self, name: str, parameters: dict) -> None:
+    async def _load(self, name: str, parameters: dict, slot: bool = True, served=None) -> None:
         entry, materialized = self._entry(name, parameters)
         old = self.manager.models.get(name, {})
         serving = {v: m for v, m in old.items() if m.state == READY}
@@ -125,7 +137,7 @@ class ModelControl:
         if not serving:
             # A first load: the index shows its versions LOADING meanwhile.
             self.manager.publish(name, {**keep, **{m.version: m for m in started}})
-        await asyncio.gather(*(self._start(m) for m in started))
+        await asyncio.gather(*(self._start(m, slot) for m in started))
         failed = [m for m in started if not m.ready]
         if failed:
             if serving:
@@ -158,6 +170,8 @@ class ModelControl:
         self.manager.publish(name, versions)
         self.failures.pop(name, None)
         log.info("successfully loaded '%s'", name)
+        if served is not None:
+            served()
         await self._retire([m for m in retired if m.state != UNAVAILABLE])
 
     def _entry(self, name: str, parameters: dict) -> tuple[ModelEntry, bool]:
@@ -205,13 +219,17 @@ class ModelControl:
             )
         )
 
-    async def _start(self, model: LoadedModel) -> None:
-        """Loads `model` (READY, or UNAVAILABLE with the reason)."""
+    async def _start(self, model: LoadedModel, slot: bool = True) -> None:
+        """Loads `model` (READY, or UNAVAILABLE with the reason); `slot` False: without
+        waiting for a load slot."""
         if model.state == UNAVAILABLE:
             return  # could not even be registered
         composing_loaded = getattr(model, "composing_loaded", None)  # an ensemble
         if composing_loaded is not None:
             await composing_loaded()  # holding no slot: its composing models need them
+        if not slot:
+            await model.load()
+            return
         async with self._load_slots:
             await model.load()
 

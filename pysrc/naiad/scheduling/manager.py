@@ -145,6 +145,7 @@ class ModelManager:
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self._pending: dict[int, _Pending] = {}
+        self._control_tasks: set = set()  # models' own loads and unloads (_take_control)
         # Trace extension (tracing/): the tracer the server set, and the traces of
         # sampled requests in flight by request id. With no sampling setting active the
         # data path checks only `tracer.active` per loop turn and `_traces` per batch.
@@ -703,6 +704,12 @@ class ModelManager:
         if status == _core.COMPLETION_ROUTED:
             self._record_routed(_instance, request_ids, _batch)
             return
+        if status == _core.COMPLETION_CONTROL:  # the block is freed when read
+            try:
+                self._take_control(_instance, _batch, self.core.read_control_block(offset, size))
+            finally:
+                self.core.free(offset)
+            return
         try:
             get = self._pending.get
             pendings = [get(request_id) for request_id in request_ids]
@@ -726,6 +733,58 @@ class ModelManager:
         finally:
             if offset:
                 self.core.free(offset)
+
+    # -- a model's own model control (pb_utils.load_model / unload_model) ---------------
+    def _take_control(self, instance_id: int, tag: int, read) -> None:
+        """A worker's control request (COMPLETION_CONTROL; `read`: its control block's
+        (JSON, file contents), or None): run as the repository extension's load or
+        unload (ModelControl: the same rules and messages), answered to the worker
+        while it waits."""
+        task = asyncio.ensure_future(self._answer_control(instance_id, tag, read))
+        self._control_tasks.add(task)
+        task.add_done_callback(self._control_tasks.discard)
+
+    async def _answer_control(self, instance_id: int, tag: int, read) -> None:
+        loop = asyncio.get_running_loop()
+        served = loop.create_future()
+
+        def on_served() -> None:
+            if not served.done():
+                served.set_result(None)
+
+        try:
+            if read is None:
+                raise Internal("the model's load or unload request could not be read")
+            text, contents = read
+            request = orjson.loads(text)
+            name = str(request.get("name", ""))
+            if request.get("op") == "load":
+                parameters: dict = {}
+                if request.get("config"):
+                    parameters["config"] = request["config"]
+                parameters.update(zip(request.get("files") or (), contents))
+                work = self.control.load(name, parameters, from_model=True, served=on_served)
+            else:
+                dependents = bool(request.get("unload_dependents"))
+                work = self.control.unload(name, dependents, served=on_served)
+            task = asyncio.ensure_future(work)
+            # Answered once the change serves: versions it replaces (the caller's own,
+            # when a model reloads or unloads itself) drain after the answer, or the
+            # caller would wait for itself.
+            await asyncio.wait({task, served}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                task.result()
+            else:
+                self._control_tasks.add(task)
+                task.add_done_callback(_log_late_failure)
+                task.add_done_callback(self._control_tasks.discard)
+            reply = {}
+        except NaiadError as exc:
+            reply = {"error": exc.message}
+        except Exception as exc:  # a bug: the model still gets an answer
+            log.exception("a model's load or unload request failed")
+            reply = {"error": str(exc) or type(exc).__name__}
+        self.core.reply_control(instance_id, tag, orjson.dumps(reply))
 
     def _core_models(self) -> dict:
         """Loaded model versions by core handle."""
@@ -1026,6 +1085,13 @@ class ModelManager:
                     "could not run the batch (see the server log)"
                 )
             pending.fail(Internal(message))
+
+
+def _log_late_failure(task) -> None:
+    """A model's unload or reload that failed after its caller was answered (while the
+    replaced versions drained): logged, as the HTTP route's would be."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("unloading the replaced versions failed: %s", task.exception())
 
 
 def _infer_response(model, request_id: str, outcome: dict, tensors: list) -> InferResponse:

@@ -188,6 +188,17 @@ class Call:
         self.retry = None  # sends it again once, when the core refused a stale handle
 
 
+class ControlCall:
+    """A model-control request in flight (pb_utils.load_model, unload_model): the
+    frontend's answer once it came, {} or {"error": message}."""
+
+    __slots__ = ("tag", "reply")
+
+    def __init__(self, tag: int):
+        self.tag = tag
+        self.reply: dict | None = None
+
+
 class Channel:
     """The worker's channel with the BLS client on top: `next()` as the endpoint's for
     the worker loop, `pump()` while a model waits for its own requests."""
@@ -197,6 +208,9 @@ class Channel:
         self.arena = endpoint.arena
         self.directory = Directory(os.environ.get(ENVIRONMENT_VARIABLE))
         self.calls: dict[int, Call] = {}
+        self.controls: dict[int, ControlCall] = {}
+        # This instance's name (Triton's stub names it in model-control errors).
+        self.instance_name = ""
         self._next_tag = 1
         self._stop = False
         # Runs a batch that arrives nested in a wait: (batch_id, blocks, tensors).
@@ -315,7 +329,32 @@ class Channel:
             else:
                 self._deliver(kind, ident, first, second)
 
+    def control(self, request: dict, files: list) -> dict:
+        """Sends a model-control request (`request`: the control block's JSON, `files`
+        the bytes of its "files" in order) to the frontend and waits for its answer,
+        reading the channel meanwhile (a batch nested in the wait runs, as in pump):
+        {} or {"error": message}."""
+        tag = self._next_tag
+        self._next_tag += 1
+        call = self.controls[tag] = ControlCall(tag)
+        if not self.endpoint.control(tag, orjson.dumps(request), files):
+            del self.controls[tag]
+            return {"error": "the shared-memory arena has no room for the request"}
+        self.pump(lambda: call.reply is not None)
+        return call.reply
+
     def _deliver(self, kind: int, tag: int, first, second) -> None:
+        if kind == _core.MESSAGE_CONTROL_REPLY:
+            reply = {"error": "the server could not read the request"}
+            if first:
+                try:
+                    reply = orjson.loads(bytes(self.arena[first : first + second]))
+                finally:
+                    self.endpoint.free(first)
+            control = self.controls.pop(tag, None)
+            if control is not None:
+                control.reply = reply
+            return
         call = self.calls.get(tag)
         if kind == _core.MESSAGE_RESPONSE:
             if call is None:
@@ -586,12 +625,89 @@ class ResponseIterator:
         _channel().cancel(self.call)
 
 
-def is_model_ready(model_name: str, model_version: str = "") -> bool:
-    """pb_utils.is_model_ready(): from the model directory, read afresh."""
+# -- pb_utils.load_model / unload_model / is_model_ready -----------------------------------
+
+
+def _control_error(what: str, chan: Channel, message: str):
+    """python_backend's words for a model-control request the server refused."""
+    return _pb_utils().TritonModelException(
+        f"{what}: Failed to process the request for model '{chan.instance_name}', "
+        f"message: {message}"
+    )
+
+
+def load_model(model_name: str, config: str = "", files=None) -> None:
+    """pb_utils.load_model(): the frontend loads (or reloads) `model_name` as a load
+    request of the repository extension would, `config` (JSON text) overriding its
+    config.pbtxt and `files` ({"file:<path>": bytes}) its folder. Returns once the
+    model is served (or raises TritonModelException with the reason)."""
+    pb = _pb_utils()
     chan = _channel()
+    names: list = []
+    contents: list = []
+    if files is not None:
+        if not isinstance(files, dict):
+            raise pb.TritonModelException(
+                f"failed to load model '{model_name}', files should be a dictionary of file "
+                "paths and file contents"
+            )
+        for key, value in files.items():
+            names.append(str(key))
+            contents.append(bytes(value))
+    request = {
+        "op": "load",
+        "name": model_name,
+        "config": config or "",
+        "files": names,
+        "caller": chan.instance_name,
+    }
+    reply = chan.control(request, contents)
+    if "error" in reply:
+        raise _control_error("Failed to load model", chan, reply["error"])
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    """pb_utils.unload_model(): as an unload request of the repository extension.
+    Returns once the model takes no new request; its requests in flight (the one
+    calling this, when a model unloads itself) still finish, as in Triton."""
+    chan = _channel()
+    request = {
+        "op": "unload",
+        "name": model_name,
+        "unload_dependents": bool(unload_dependents),
+        "caller": chan.instance_name,
+    }
+    reply = chan.control(request, [])
+    if "error" in reply:
+        raise _control_error("Failed to unload model", chan, reply["error"])
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """pb_utils.is_model_ready(): from the model directory, read afresh (the frontend
+    rewrites it before it answers a load or unload). An unknown model or version is
+    not ready; a version that is no integer >= 0 raises, in Triton's words."""
+    chan = _channel()
+    text = str(model_version)
+    version = -1
+    if text:
+        try:
+            version = int(text)
+        except ValueError:
+            raise _control_error(
+                "Failed to check model readiness",
+                chan,
+                f"failed to get model version from specified version string '{text}' "
+                "(details: stol), version should be an integral value > 0",
+            ) from None
+        if version < 0:
+            raise _control_error(
+                "Failed to check model readiness",
+                chan,
+                f"failed to get model version from specified version string '{text}', "
+                "version should be an integral value > 0",
+            )
     try:
-        version = int(model_version) if str(model_version) else -1
         chan.directory.resolve(model_name, version, fresh=True)
-    except (CallError, ValueError):
+    except CallError:
         return False
     return True

@@ -1,0 +1,235 @@
+"""Model management from a model: pb_utils.load_model / unload_model / is_model_ready,
+black-box over HTTP. The model bls_control (tests/pipeline_models/bls_control) runs the
+JSON command of each request and answers what happened, exceptions included, so the
+tests check what a model sees; tests/test_bls_control_triton.py sends the same
+commands to the real Triton 2.51.
+
+One explicit-mode server loads bls_control at start; add_sub (model_repository) is in
+the repository, not loaded. init_loader loads add_sub from its initialize.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from model_control_support import ADD_SUB_MODEL, add_sub_config
+from server_harness import EXAMPLE_MODELS, NaiadServer
+
+PIPELINE_MODELS = Path(__file__).resolve().parent / "pipeline_models"
+
+INIT_LOADER = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        try:
+            pb_utils.load_model("add_sub")
+            self.loaded = "yes"
+        except Exception as exc:
+            self.loaded = f"{type(exc).__name__}: {exc}"
+
+    def execute(self, requests):
+        result = {"loaded": self.loaded, "ready": pb_utils.is_model_ready("add_sub")}
+        out = np.array([json.dumps(result).encode()], dtype=np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("RESULT", out)]) for _ in requests]
+"""
+
+
+def build_repository(dest: Path) -> Path:
+    shutil.copytree(EXAMPLE_MODELS / "add_sub", dest / "add_sub")
+    shutil.copytree(PIPELINE_MODELS / "bls_control", dest / "bls_control")
+    (dest / "init_loader" / "1").mkdir(parents=True)
+    config = (dest / "bls_control" / "config.pbtxt").read_text()
+    (dest / "init_loader" / "config.pbtxt").write_text(config.replace("bls_control", "init_loader"))
+    (dest / "init_loader" / "1" / "model.py").write_text(INIT_LOADER)
+    return dest
+
+
+def run(url: str, command: dict, model: str = "bls_control") -> dict:
+    """What the model saw running `command`."""
+    body = {
+        "inputs": [
+            {"name": "COMMAND", "datatype": "BYTES", "shape": [1], "data": [json.dumps(command)]}
+        ]
+    }
+    reply = requests.post(f"{url}/v2/models/{model}/infer", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    return json.loads(reply.json()["outputs"][0]["data"][0])
+
+
+def override(name: str = "add_sub", max_batch_size: int = 4) -> str:
+    config = add_sub_config(name, max_batch_size=max_batch_size)
+    del config["name"]
+    return json.dumps(config)
+
+
+def sent_files() -> dict:
+    return {"file:1/model.py": base64.b64encode(ADD_SUB_MODEL.encode()).decode()}
+
+
+def index(url: str) -> dict:
+    entries = requests.post(url + "/v2/repository/index", timeout=30).json()
+    return {(e["name"], e.get("version")): e.get("state") for e in entries}
+
+
+# What an instance's errors start with (python_backend's words, checked against
+# Triton 2.51 by test_bls_control_triton.py).
+LOAD_FAILED = "Failed to load model: Failed to process the request for model 'bls_control_0_0', "
+UNLOAD_FAILED = (
+    "Failed to unload model: Failed to process the request for model 'bls_control_0_0', "
+)
+NOT_EXPLICIT = "message: explicit model load / unload is not allowed if polling is enabled"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    repository = build_repository(tmp_path_factory.mktemp("bls-control-repository"))
+    args = ["--model-control-mode=explicit", "--load-model=bls_control"]
+    with NaiadServer(
+        repository, log_dir=tmp_path_factory.mktemp("bls-control"), extra_args=args
+    ) as server:
+        yield server
+
+
+def test_load_then_infer_unload_and_readiness(server):
+    url = server.url
+    assert run(url, {"op": "ready", "name": "add_sub"}) == {"ok": True, "ready": False}
+    result = run(url, {"op": "load_and_infer", "name": "add_sub", "value": 2.0})
+    assert result == {"ok": True, "output0": [4.0] * 16}
+    assert run(url, {"op": "ready", "name": "add_sub"}) == {"ok": True, "ready": True}
+    assert run(url, {"op": "ready", "name": "add_sub", "version": "1"})["ready"] is True
+    assert run(url, {"op": "ready", "name": "add_sub", "version": "2"})["ready"] is False
+    # A client sees it too.
+    assert requests.get(url + "/v2/models/add_sub/ready", timeout=10).status_code == 200
+    assert run(url, {"op": "unload", "name": "add_sub"}) == {"ok": True}
+    assert run(url, {"op": "ready", "name": "add_sub"})["ready"] is False
+    result = run(url, {"op": "infer", "name": "add_sub", "value": 1.0})
+    assert result["ok"] is False
+    assert "Model 'add_sub' is not ready" in result["error"]
+    # Unloading a model that is not loaded succeeds, as in Triton.
+    assert run(url, {"op": "unload", "name": "nope"}) == {"ok": True}
+
+
+def test_load_with_a_config_override(server):
+    url = server.url
+    command = {"op": "load", "name": "add_sub", "config": override(max_batch_size=4)}
+    assert run(url, command) == {"ok": True}
+    config = requests.get(url + "/v2/models/add_sub/config", timeout=10).json()
+    assert config["max_batch_size"] == 4
+    assert run(url, {"op": "infer", "name": "add_sub", "value": 0.5})["output0"] == [1.0] * 16
+    assert run(url, {"op": "unload", "name": "add_sub"}) == {"ok": True}
+
+
+def test_load_with_files_of_a_model_not_in_the_repository(server):
+    url = server.url
+    command = {"op": "load", "name": "sent", "config": override(), "files": sent_files()}
+    assert run(url, command) == {"ok": True}
+    assert run(url, {"op": "infer", "name": "sent", "value": 1.5})["output0"] == [3.0] * 16
+    assert run(url, {"op": "ready", "name": "sent"})["ready"] is True
+    assert run(url, {"op": "unload", "name": "sent"}) == {"ok": True}
+    assert run(url, {"op": "ready", "name": "sent"})["ready"] is False
+
+
+@pytest.mark.parametrize(
+    "command, reason",
+    [
+        ({"op": "load", "name": "nope"}, "failed to load 'nope', failed to poll from model"),
+        (
+            {"op": "load", "name": "add_sub", "config": "{bad"},
+            "failed to load 'add_sub', failed to poll from model repository: Invalid config",
+        ),
+        (
+            {"op": "load", "name": "add_sub", "config": json.dumps(add_sub_config("other"))},
+            "failed to load 'add_sub', failed to poll from model repository",
+        ),
+        (
+            {"op": "load", "name": "x", "files": sent_files()},
+            "failed to load 'x', failed to poll from model repository: 'file:' parameters",
+        ),
+    ],
+)
+def test_load_errors_raise_with_the_servers_reason(server, command, reason):
+    result = run(server.url, command)
+    assert result["ok"] is False
+    assert result["type"] == "TritonModelException"
+    assert result["error"].startswith(LOAD_FAILED + "message: " + reason), result["error"]
+    # The model keeps serving.
+    assert run(server.url, {"op": "ready", "name": "bls_control"})["ready"] is True
+
+
+def test_files_not_a_dict_and_bad_versions_raise(server):
+    result = run(server.url, {"op": "load_bad_files", "name": "add_sub", "config": "{}"})
+    assert result == {
+        "ok": False,
+        "type": "TritonModelException",
+        "error": "failed to load model 'add_sub', files should be a dictionary of file paths "
+        "and file contents",
+    }
+    result = run(server.url, {"op": "ready", "name": "add_sub", "version": "abc"})
+    assert result["type"] == "TritonModelException"
+    assert result["error"] == (
+        "Failed to check model readiness: Failed to process the request for model "
+        "'bls_control_0_0', message: failed to get model version from specified version "
+        "string 'abc' (details: stol), version should be an integral value > 0"
+    )
+    result = run(server.url, {"op": "ready", "name": "add_sub", "version": "-3"})
+    assert result["error"].endswith(
+        "message: failed to get model version from specified version string '-3', "
+        "version should be an integral value > 0"
+    )
+    assert run(server.url, {"op": "ready", "name": "nope"}) == {"ok": True, "ready": False}
+
+
+def test_a_model_initialize_loads_another_at_start_and_at_runtime(tmp_path):
+    """Triton 2.51 answers "Server not ready" to a load made while it starts (README:
+    differences); Naiad loads it. A later load of the caller works on both."""
+    repository = build_repository(tmp_path / "models")
+    args = [
+        "--model-control-mode=explicit",
+        "--load-model=init_loader",
+        "--model-load-thread-count=1",
+    ]
+    with NaiadServer(repository, log_dir=tmp_path, extra_args=args) as server:
+        result = run(server.url, {}, model="init_loader")
+        assert result == {"loaded": "yes", "ready": True}
+        assert index(server.url)[("add_sub", "1")] == "READY"
+
+
+def test_a_model_unloading_itself_returns_and_goes(server):
+    url = server.url
+    second = server  # the module's server: bls_control is loaded again afterwards
+    started = time.monotonic()
+    assert run(url, {"op": "unload_self"}) == {"ok": True}
+    assert time.monotonic() - started < 10
+    deadline = time.monotonic() + 30
+    while requests.get(url + "/v2/models/bls_control/ready", timeout=10).status_code == 200:
+        assert time.monotonic() < deadline, "bls_control is still ready"
+        time.sleep(0.1)
+    load = requests.post(url + "/v2/repository/models/bls_control/load", timeout=120)
+    assert load.status_code == 200, load.text
+    assert run(second.url, {"op": "ready", "name": "bls_control"})["ready"] is True
+
+
+def test_non_explicit_mode_refuses_loads_and_unloads(tmp_path):
+    repository = build_repository(tmp_path / "models")
+    with NaiadServer(repository, log_dir=tmp_path, extra_args=[]) as server:
+        for command, prefix in (
+            ({"op": "load", "name": "add_sub"}, LOAD_FAILED),
+            ({"op": "unload", "name": "add_sub"}, UNLOAD_FAILED),
+        ):
+            result = run(server.url, command)
+            assert result == {
+                "ok": False,
+                "type": "TritonModelException",
+                "error": prefix + NOT_EXPLICIT,
+            }
+        assert run(server.url, {"op": "ready", "name": "add_sub"})["ready"] is True
