@@ -128,7 +128,8 @@ SubmitResult WorkerEndpoint::submit(uint64_t model, uint64_t tag, const SubmitRe
                         static_cast<uint32_t>(options.sequence_key.size()),
                         SubmitKind::kSubmit,
                         trace_index,
-                        trace_batch};
+                        trace_batch,
+                        0};
   push_to_core(message);
   if (wake) wake_frontend();
   return SubmitResult::kOk;
