@@ -32,7 +32,7 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         try:
-            pb_utils.load_model("add_sub")
+            pb_utils.load_model(TARGET)
             self.loaded = "yes"
         except Exception as exc:
             self.loaded = f"{type(exc).__name__}: {exc}"
@@ -50,7 +50,11 @@ def build_repository(dest: Path) -> Path:
     (dest / "init_loader" / "1").mkdir(parents=True)
     config = (dest / "bls_control" / "config.pbtxt").read_text()
     (dest / "init_loader" / "config.pbtxt").write_text(config.replace("bls_control", "init_loader"))
-    (dest / "init_loader" / "1" / "model.py").write_text(INIT_LOADER)
+    (dest / "init_loader" / "1" / "model.py").write_text(INIT_LOADER.replace("TARGET", '"add_sub"'))
+    # Loads itself from its initialize: refused at once (its own load waits for it).
+    (dest / "init_self" / "1").mkdir(parents=True)
+    (dest / "init_self" / "config.pbtxt").write_text(config.replace("bls_control", "init_self"))
+    (dest / "init_self" / "1" / "model.py").write_text(INIT_LOADER.replace("TARGET", '"init_self"'))
     return dest
 
 
@@ -202,6 +206,31 @@ def test_a_model_initialize_loads_another_at_start_and_at_runtime(tmp_path):
         result = run(server.url, {}, model="init_loader")
         assert result == {"loaded": "yes", "ready": True}
         assert index(server.url)[("add_sub", "1")] == "READY"
+
+
+def test_a_model_loading_itself_from_initialize_is_refused_not_hung(tmp_path):
+    repository = build_repository(tmp_path / "models")
+    args = ["--model-control-mode=explicit", "--load-model=init_self"]
+    with NaiadServer(repository, log_dir=tmp_path, extra_args=args) as server:
+        result = run(server.url, {}, model="init_self")
+        assert result["loaded"] == (
+            "TritonModelException: failed to load model 'init_self', a model cannot load "
+            "itself from its initialize: its own load waits for initialize to return"
+        )
+
+
+def test_a_model_reloading_itself_from_execute_is_answered_and_serves_on(server):
+    url = server.url
+    config = json.loads(requests.get(url + "/v2/models/bls_control/config", timeout=10).text)
+    assert config["instance_group"][0]["count"] == 1
+    config["instance_group"][0]["count"] = 2
+    command = {"op": "load", "name": "bls_control", "config": json.dumps(config)}
+    started = time.monotonic()
+    assert run(url, command) == {"ok": True}
+    assert time.monotonic() - started < 20  # answered before its old version drains
+    reloaded = requests.get(url + "/v2/models/bls_control/config", timeout=10).json()
+    assert reloaded["instance_group"][0]["count"] == 2
+    assert run(url, {"op": "ready", "name": "bls_control"}) == {"ok": True, "ready": True}
 
 
 def test_a_model_unloading_itself_returns_and_goes(server):

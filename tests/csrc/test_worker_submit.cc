@@ -521,3 +521,32 @@ TEST(a_call_made_with_the_trace_of_an_untraced_request_is_not_traced) {
   for (const Completion& c : answers(m.core.poll())) m.core.arena().free(c.result_offset);
   CHECK(m.core.take_trace_children(1).empty());
 }
+
+TEST(a_worker_control_request_reaches_the_frontend_and_its_answer_comes_back) {
+  TwoModels m;
+  BatchMessage caller_batch = m.caller_running("cli");
+  const std::string file = std::string("model\0bytes", 11);
+  CHECK(m.caller_worker->control(9, "{\"op\":\"load\"}", {file, ""}));
+  std::vector<Completion> all = m.core.poll();
+  CHECK(all.size() == 1);
+  const Completion& control = all[0];
+  CHECK(control.status == kCompletionControl && control.batch_id == 9);
+  CHECK(control.instance_id == m.caller_instance);
+  const uint8_t* block = m.core.arena().base() + control.result_offset;
+  const auto* header = reinterpret_cast<const ControlHeader*>(block);
+  CHECK(header->magic == kControlMagic && header->n_files == 2);
+  const uint64_t json_at = control_json_offset(2);
+  CHECK(std::string(reinterpret_cast<const char*>(block + json_at), header->json_size) ==
+        "{\"op\":\"load\"}");
+  CHECK(std::string(reinterpret_cast<const char*>(block + json_at + header->json_size), 11) ==
+        file);
+  CHECK(control.result_size == json_at + header->json_size + 11);
+  m.core.arena().free(control.result_offset);  // the frontend's, once read
+  CHECK(m.core.reply_control(m.caller_instance, 9, "{}"));
+  BatchMessage reply = m.caller_worker->next();
+  CHECK(reply.kind == MessageKind::kControlReply && reply.batch_id == 9 && reply.size == 2);
+  CHECK(std::memcmp(m.caller_worker->arena().base() + reply.desc_offset, "{}", 2) == 0);
+  m.caller_worker->arena().free(reply.desc_offset);
+  CHECK(m.caller_worker->respond(caller_batch.batch_id, {answer(0, "out")}, kTimings, true));
+  for (const Completion& c : answers(m.core.poll())) m.core.arena().free(c.result_offset);
+}

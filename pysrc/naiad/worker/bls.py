@@ -209,8 +209,10 @@ class Channel:
         self.directory = Directory(os.environ.get(ENVIRONMENT_VARIABLE))
         self.calls: dict[int, Call] = {}
         self.controls: dict[int, ControlCall] = {}
-        # This instance's name (Triton's stub names it in model-control errors).
+        # This instance's name (Triton's stub names it in model-control errors) and its
+        # model's.
         self.instance_name = ""
+        self.model_name = ""
         self._next_tag = 1
         self._stop = False
         # Runs a batch that arrives nested in a wait: (batch_id, blocks, tensors).
@@ -636,6 +638,16 @@ def _control_error(what: str, chan: Channel, message: str):
     )
 
 
+def _refuse_own(what: str, chan: Channel, model_name: str) -> None:
+    """A model's initialize cannot load or unload its own model: that load waits for
+    initialize to return (run_batch is set once the worker serves)."""
+    if chan.run_batch is None and model_name == chan.model_name:
+        raise _pb_utils().TritonModelException(
+            f"failed to {what} model '{model_name}', a model cannot {what} itself from its "
+            "initialize: its own load waits for initialize to return"
+        )
+
+
 def load_model(model_name: str, config: str = "", files=None) -> None:
     """pb_utils.load_model(): the frontend loads (or reloads) `model_name` as a load
     request of the repository extension would, `config` (JSON text) overriding its
@@ -654,6 +666,7 @@ def load_model(model_name: str, config: str = "", files=None) -> None:
         for key, value in files.items():
             names.append(str(key))
             contents.append(bytes(value))
+    _refuse_own("load", chan, model_name)
     request = {
         "op": "load",
         "name": model_name,
@@ -671,6 +684,7 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
     Returns once the model takes no new request; its requests in flight (the one
     calling this, when a model unloads itself) still finish, as in Triton."""
     chan = _channel()
+    _refuse_own("unload", chan, model_name)
     request = {
         "op": "unload",
         "name": model_name,

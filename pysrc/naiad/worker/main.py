@@ -527,6 +527,7 @@ def main(argv=None) -> int:
         # The channel with the BLS client on top (worker/bls.py): models' own requests.
         endpoint = bls.attach(endpoint)
         endpoint.instance_name = args.get("model_instance_name", "")
+        endpoint.model_name = args.get("model_name", "")
         backend = load_backend(args)
         _pin_for_gpu(endpoint.arena, args)
         backend = sequence_batching.wrap(backend, args, endpoint)
