@@ -177,8 +177,8 @@ static_assert(sizeof(BatchTensor) == 32, "BatchTensor layout");
 // frontend (Core::take_control):
 //   ControlHeader · uint64_t file_size[n_files] · the request's JSON
 //   {"op": "load" | "unload", "name", "config", "files": [path, ...],
-//    "unload_dependents", "caller"} (json_size bytes) · each file's bytes, in the
-//   order of "files".
+//    "unload_dependents", "caller", "model", "initializing"} (json_size bytes) · each
+//   file's bytes, in the order of "files".
 constexpr uint32_t kControlMagic = 0x314c5443;  // "CTL1"
 
 struct ControlHeader {

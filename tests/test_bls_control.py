@@ -38,7 +38,7 @@ class TritonPythonModel:
             self.loaded = f"{type(exc).__name__}: {exc}"
 
     def execute(self, requests):
-        result = {"loaded": self.loaded, "ready": pb_utils.is_model_ready("add_sub")}
+        result = {"loaded": self.loaded, "ready": pb_utils.is_model_ready(TARGET)}
         out = np.array([json.dumps(result).encode()], dtype=np.object_)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("RESULT", out)]) for _ in requests]
 """
@@ -51,10 +51,11 @@ def build_repository(dest: Path) -> Path:
     config = (dest / "bls_control" / "config.pbtxt").read_text()
     (dest / "init_loader" / "config.pbtxt").write_text(config.replace("bls_control", "init_loader"))
     (dest / "init_loader" / "1" / "model.py").write_text(INIT_LOADER.replace("TARGET", '"add_sub"'))
-    # Loads itself from its initialize: refused at once (its own load waits for it).
-    (dest / "init_self" / "1").mkdir(parents=True)
-    (dest / "init_self" / "config.pbtxt").write_text(config.replace("bls_control", "init_self"))
-    (dest / "init_self" / "1" / "model.py").write_text(INIT_LOADER.replace("TARGET", '"init_self"'))
+    # Load from their initialize what waits for that initialize: themselves, each other.
+    for name, target in (("init_self", "init_self"), ("cyc_a", "cyc_b"), ("cyc_b", "cyc_a")):
+        (dest / name / "1").mkdir(parents=True)
+        (dest / name / "config.pbtxt").write_text(config.replace("bls_control", name))
+        (dest / name / "1" / "model.py").write_text(INIT_LOADER.replace("TARGET", f'"{target}"'))
     return dest
 
 
@@ -208,15 +209,26 @@ def test_a_model_initialize_loads_another_at_start_and_at_runtime(tmp_path):
         assert index(server.url)[("add_sub", "1")] == "READY"
 
 
-def test_a_model_loading_itself_from_initialize_is_refused_not_hung(tmp_path):
+def test_loads_from_initialize_that_wait_for_it_are_refused_not_hung(tmp_path):
+    """init_self loads itself; cyc_a loads cyc_b, whose initialize loads cyc_a: each
+    waits on a load that waits for it (its model's lock), so the server refuses it."""
     repository = build_repository(tmp_path / "models")
-    args = ["--model-control-mode=explicit", "--load-model=init_self"]
+    args = ["--model-control-mode=explicit", "--load-model=init_self", "--load-model=cyc_a"]
     with NaiadServer(repository, log_dir=tmp_path, extra_args=args) as server:
         result = run(server.url, {}, model="init_self")
-        assert result["loaded"] == (
-            "TritonModelException: failed to load model 'init_self', a model cannot load "
-            "itself from its initialize: its own load waits for initialize to return"
-        )
+        assert result == {
+            "loaded": "TritonModelException: Failed to load model: Failed to process the "
+            "request for model 'init_self_0_0', message: failed to load 'init_self' from the "
+            "initialize of 'init_self': it waits for that initialize (init_self -> init_self)",
+            "ready": True,
+        }
+        assert run(server.url, {}, model="cyc_a") == {"loaded": "yes", "ready": True}
+        assert run(server.url, {}, model="cyc_b") == {
+            "loaded": "TritonModelException: Failed to load model: Failed to process the "
+            "request for model 'cyc_b_0_0', message: failed to load 'cyc_a' from the "
+            "initialize of 'cyc_b': it waits for that initialize (cyc_b -> cyc_a -> cyc_b)",
+            "ready": True,
+        }
 
 
 def test_a_model_reloading_itself_from_execute_is_answered_and_serves_on(server):

@@ -146,6 +146,8 @@ class ModelManager:
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self._pending: dict[int, _Pending] = {}
         self._control_tasks: set = set()  # models' own loads and unloads (_take_control)
+        # Model -> the models its instances in initialize wait to load or unload.
+        self._initialize_waits: dict[str, list[str]] = {}
         # Trace extension (tracing/): the tracer the server set, and the traces of
         # sampled requests in flight by request id. With no sampling setting active the
         # data path checks only `tracer.active` per loop turn and `_traces` per batch.
@@ -752,13 +754,21 @@ class ModelManager:
             if not served.done():
                 served.set_result(None)
 
+        caller, name = None, ""
         try:
             if read is None:
                 raise Internal("the model's load or unload request could not be read")
             text, contents = read
             request = orjson.loads(text)
             name = str(request.get("name", ""))
-            if request.get("op") == "load":
+            op = "load" if request.get("op") == "load" else "unload"
+            # A caller still in its initialize holds its own model's load: it must not
+            # wait for a load that waits for it (itself, or a cycle of initializes).
+            caller = str(request.get("model", "")) if request.get("initializing") else None
+            if caller is not None:
+                self._refuse_wait_cycle(caller, name, op)
+                self._initialize_waits.setdefault(caller, []).append(name)
+            if op == "load":
                 parameters: dict = {}
                 if request.get("config"):
                     parameters["config"] = request["config"]
@@ -784,7 +794,32 @@ class ModelManager:
         except Exception as exc:  # a bug: the model still gets an answer
             log.exception("a model's load or unload request failed")
             reply = {"error": str(exc) or type(exc).__name__}
+        finally:
+            waits = self._initialize_waits.get(caller) if caller is not None else None
+            if waits is not None and name in waits:
+                waits.remove(name)
+                if not waits:
+                    del self._initialize_waits[caller]
         self.core.reply_control(instance_id, tag, orjson.dumps(reply))
+
+    def _refuse_wait_cycle(self, caller: str, name: str, op: str) -> None:
+        """Refuses `caller`'s (in its initialize) load or unload of `name` when `name`'s
+        load waits for `caller`: `name` is `caller`, or its initialize waits (through
+        others') for a load of `caller`."""
+        chain, stack, seen = {name: [caller, name]}, [name], set()
+        while stack:
+            current = stack.pop()
+            if current == caller:
+                raise InvalidArgument(
+                    f"failed to {op} '{name}' from the initialize of '{caller}': it waits for "
+                    f"that initialize ({' -> '.join(chain[current])})"
+                )
+            if current in seen:
+                continue
+            seen.add(current)
+            for target in self._initialize_waits.get(current, ()):
+                chain.setdefault(target, [*chain[current], target])
+                stack.append(target)
 
     def _core_models(self) -> dict:
         """Loaded model versions by core handle."""

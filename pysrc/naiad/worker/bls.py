@@ -638,14 +638,14 @@ def _control_error(what: str, chan: Channel, message: str):
     )
 
 
-def _refuse_own(what: str, chan: Channel, model_name: str) -> None:
-    """A model's initialize cannot load or unload its own model: that load waits for
-    initialize to return (run_batch is set once the worker serves)."""
-    if chan.run_batch is None and model_name == chan.model_name:
-        raise _pb_utils().TritonModelException(
-            f"failed to {what} model '{model_name}', a model cannot {what} itself from its "
-            "initialize: its own load waits for initialize to return"
-        )
+def _caller(chan: Channel) -> dict:
+    """Who asks: the frontend refuses a load or unload from an initialize that the
+    target's load waits for (run_batch is set once the worker serves)."""
+    return {
+        "caller": chan.instance_name,
+        "model": chan.model_name,
+        "initializing": chan.run_batch is None,
+    }
 
 
 def load_model(model_name: str, config: str = "", files=None) -> None:
@@ -666,13 +666,12 @@ def load_model(model_name: str, config: str = "", files=None) -> None:
         for key, value in files.items():
             names.append(str(key))
             contents.append(bytes(value))
-    _refuse_own("load", chan, model_name)
     request = {
         "op": "load",
         "name": model_name,
         "config": config or "",
         "files": names,
-        "caller": chan.instance_name,
+        **_caller(chan),
     }
     reply = chan.control(request, contents)
     if "error" in reply:
@@ -684,12 +683,11 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
     Returns once the model takes no new request; its requests in flight (the one
     calling this, when a model unloads itself) still finish, as in Triton."""
     chan = _channel()
-    _refuse_own("unload", chan, model_name)
     request = {
         "op": "unload",
         "name": model_name,
         "unload_dependents": bool(unload_dependents),
-        "caller": chan.instance_name,
+        **_caller(chan),
     }
     reply = chan.control(request, [])
     if "error" in reply:
