@@ -282,14 +282,18 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
           EnsembleStart{handle.value, queued, {}, ensemble_options(options)});
       if (options.traced) {
         traced_[request.request_id] = TraceStamps{request_start_ns, clock_()};
-        trace_nodes_[request.request_id].root = request.request_id;
+        TraceNode& node = trace_nodes_[request.request_id];
+        node.root = request.request_id;
+        node.tensors = options.trace_tensors;
       }
     } else {
       const uint64_t now = clock_();
       result = submit_result_of(model->scheduler->enqueue(queued, options, now));
       if (options.traced && result == SubmitResult::kOk) {
         traced_[request.request_id] = TraceStamps{request_start_ns, now};
-        trace_nodes_[request.request_id].root = request.request_id;
+        TraceNode& node = trace_nodes_[request.request_id];
+        node.root = request.request_id;
+        node.tensors = options.trace_tensors;
       }
     }
   }
@@ -320,19 +324,36 @@ std::vector<ChildTrace> Core::take_trace_children(uint64_t root) {
 
 void Core::start_child_trace_locked(uint64_t parent, uint64_t request_id, uint64_t model,
                                     std::string_view metadata, uint64_t request_start_ns,
-                                    uint64_t queue_start_ns) {
+                                    uint64_t queue_start_ns, uint64_t block) {
   auto found = trace_nodes_.find(parent);
   if (found == trace_nodes_.end()) return;
   const uint64_t root = found->second.root;
-  if (trace_nodes_.count(root) == 0) return;  // the root's trace is written already
+  auto root_node = trace_nodes_.find(root);
+  if (root_node == trace_nodes_.end()) return;  // the root's trace is written already
+  const bool tensors = root_node->second.tensors;
   TraceNode& node = trace_nodes_[request_id];
   node.root = root;
+  node.tensors = tensors;
+  if (tensors && block != 0) {
+    append_request_tensors(&node.trace.tensors, arena_.base(), arena_.size(), block);
+  }
   node.trace.request_id = request_id;
   node.trace.parent = parent;
   node.trace.model = model;
   node.trace.id = request_id_text(metadata);
   node.trace.request_start_ns = request_start_ns;
   node.trace.queue_start_ns = queue_start_ns;
+}
+
+bool Core::child_keeps_tensors_locked(uint64_t request_id) const {
+  auto found = trace_nodes_.find(request_id);
+  return found != trace_nodes_.end() && found->second.root != request_id && found->second.tensors;
+}
+
+void Core::child_trace_outputs_locked(uint64_t request_id, const ResponseEntry& response) {
+  auto found = trace_nodes_.find(request_id);
+  if (found == trace_nodes_.end() || found->second.root == request_id) return;
+  append_response_tensors(&found->second.trace.tensors, response.json, response.outputs);
 }
 
 void Core::end_child_trace_locked(uint64_t request_id, const uint64_t* timings) {
@@ -788,8 +809,9 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
         stats[kRoutedRequestNs] += took;
       }
     }
-    if ((record.flags & kResponseFinal) != 0 && !trace_nodes_.empty()) {
-      end_child_trace_locked(id, view->header->timings);
+    if (!trace_nodes_.empty()) {
+      if (child_keeps_tensors_locked(id)) child_trace_outputs_locked(id, entry_of(*view, r));
+      if ((record.flags & kResponseFinal) != 0) end_child_trace_locked(id, view->header->timings);
     }
     if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
       if ((record.flags & kResponseFinal) != 0) routes_.erase(route);
@@ -891,7 +913,7 @@ void Core::take_submits_locked(Instance& instance) {
       ++instance.routed;
       if (trace_parent != 0) {
         start_child_trace_locked(trace_parent, id, message.model, block_metadata(block),
-                                 request_start_ns, clock_());
+                                 request_start_ns, clock_(), block);
       }
     } else {
       arena_.set_tag(block, 0);  // the core's now, whatever happens to the submitter
@@ -917,7 +939,7 @@ void Core::take_submits_locked(Instance& instance) {
         ++instance.routed;
         if (trace_parent != 0) {
           start_child_trace_locked(trace_parent, id, message.model, block_metadata(block),
-                                   request_start_ns, queue_start_ns);
+                                   request_start_ns, queue_start_ns, block);
         }
       }
     }
@@ -1232,7 +1254,7 @@ SubmitResult Core::queue_step(ModelHandle handle, const SubmitRequest& request,
                                              ensemble_options(options)});
     if (trace_parent != 0) {
       start_child_trace_locked(trace_parent, request.request_id, handle.value, request.metadata,
-                               request_start_ns, clock_());
+                               request_start_ns, clock_(), offset);
     }
     return SubmitResult::kOk;
   }
@@ -1246,7 +1268,7 @@ SubmitResult Core::queue_step(ModelHandle handle, const SubmitRequest& request,
   routes_[request.request_id] = Route{kEnsembleRoute, 0};
   if (trace_parent != 0) {
     start_child_trace_locked(trace_parent, request.request_id, handle.value, request.metadata,
-                             request_start_ns, queue_start_ns);
+                             request_start_ns, queue_start_ns, offset);
   }
   return result;
 }
@@ -1260,7 +1282,12 @@ void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
                            const EnsembleOrigin& origin, const std::vector<ResponseEntry>& entries,
                            const uint64_t timings[4], int32_t status) {
   // A traced ensemble that is a step or a BLS call ends its child trace (no compute).
-  if (!trace_nodes_.empty()) end_child_trace_locked(request.id, nullptr);
+  if (!trace_nodes_.empty()) {
+    if (child_keeps_tensors_locked(request.id)) {
+      for (const ResponseEntry& entry : entries) child_trace_outputs_locked(request.id, entry);
+    }
+    end_child_trace_locked(request.id, nullptr);
+  }
   if (origin.instance == EnsembleOrigin::kStep) {  // a step of another ensemble
     const uint64_t step_id = origin.tag;
     if (status != kCompletionOk || entries.empty()) {

@@ -52,6 +52,7 @@
 #include "response_block.h"
 #include "scheduler.h"
 #include "submit_request.h"
+#include "trace_tensor.h"
 
 namespace naiad {
 
@@ -133,6 +134,9 @@ struct ChildTrace {
   uint64_t queue_start_ns = 0;
   uint64_t timings[4] = {0, 0, 0, 0};  // its batch's worker timings; 0s for an ensemble
   uint64_t request_end_ns = 0;
+  // At trace level TENSORS (its root's SubmitOptions::trace_tensors): its inputs as
+  // queued (TENSOR_QUEUE_INPUT) and its responses' outputs (TENSOR_BACKEND_OUTPUT).
+  TensorRecords tensors;
 };
 
 struct InstanceEndpoint {
@@ -407,9 +411,14 @@ class Core : private EnsembleHost {
   // Child traces (ChildTrace): a child of traced request `parent` starts (nothing when
   // the parent is not traced, or its root was read already) or ends (`timings`: its
   // batch's, or null; a root is left to take_trace_children).
+  // `block`: the child's request block (arena offset), read for its inputs when the
+  // tree keeps tensors. child_trace_outputs_locked: a response of a child (its outputs
+  // kept when the tree keeps tensors).
   void start_child_trace_locked(uint64_t parent, uint64_t request_id, uint64_t model,
                                 std::string_view metadata, uint64_t request_start_ns,
-                                uint64_t queue_start_ns);
+                                uint64_t queue_start_ns, uint64_t block);
+  bool child_keeps_tensors_locked(uint64_t request_id) const;
+  void child_trace_outputs_locked(uint64_t request_id, const ResponseEntry& response);
   void end_child_trace_locked(uint64_t request_id, const uint64_t* timings);
   // The traced request that BLS call message `message` continues the trace of
   // (trace=request.trace(): request `trace_index - 1` of batch `trace_batch`, running
@@ -455,6 +464,7 @@ class Core : private EnsembleHost {
   // is its own id); and the children finished, by their root. Empty with tracing off.
   struct TraceNode {
     uint64_t root = 0;
+    bool tensors = false;  // the tree keeps tensors (the root's trace_tensors)
     ChildTrace trace;
   };
   std::unordered_map<uint64_t, TraceNode> trace_nodes_;

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <iterator>
+
 #include "error_status.h"
 #include "kserve_json.h"
 #include "request_block.h"
@@ -34,15 +36,23 @@ uint32_t KServeCodec::add_model(ModelSpec model) {
   models_.push_back(std::move(model));
   accepting_.push_back(true);
   trace_rate_.push_back(0);
-  trace_seen_.push_back(0);
+  trace_sampler_.push_back(0);
   trace_tensors_.push_back(0);
   return static_cast<uint32_t>(models_.size() - 1);
 }
 
-void KServeCodec::set_trace_rate(uint32_t model, uint32_t rate) {
+void KServeCodec::set_trace_rate(uint32_t model, uint32_t rate, uint32_t sampler) {
   if (model >= trace_rate_.size()) return;
   trace_rate_[model] = rate;
-  trace_seen_[model] = 0;
+  trace_sampler_[model] = sampler;
+  trace_seen_.emplace(sampler, 0);  // a new sampler counts from 0, a known one goes on
+  for (auto it = trace_seen_.begin(); it != trace_seen_.end();) {
+    bool named = false;
+    for (size_t m = 0; m < trace_rate_.size() && !named; ++m) {
+      named = trace_rate_[m] != 0 && trace_sampler_[m] == it->first;
+    }
+    it = named || it->first == sampler ? std::next(it) : trace_seen_.erase(it);
+  }
 }
 
 void KServeCodec::set_trace_tensors(uint32_t model, bool on) {
@@ -58,32 +68,9 @@ KServeCodec::TensorRecords KServeCodec::take_trace_tensors(uint64_t request_id) 
   return taken;
 }
 
-namespace {
-
-// The dims of a response output's shape text ("[1,16]").
-std::vector<int64_t> shape_dims(std::string_view text) {
-  std::vector<int64_t> dims;
-  int64_t value = 0;
-  bool in_number = false;
-  for (char c : text) {
-    if (c >= '0' && c <= '9') {
-      value = value * 10 + (c - '0');
-      in_number = true;
-    } else if (in_number) {
-      dims.push_back(value);
-      value = 0;
-      in_number = false;
-    }
-  }
-  if (in_number) dims.push_back(value);
-  return dims;
-}
-
-}  // namespace
-
 bool KServeCodec::sample_trace(uint32_t model) {
   if (model >= trace_rate_.size() || trace_rate_[model] == 0) return false;
-  return ++trace_seen_[model] % trace_rate_[model] == 0;
+  return ++trace_seen_[trace_sampler_[model]] % trace_rate_[model] == 0;
 }
 
 void KServeCodec::set_accepting(uint32_t model, bool accepting) {
@@ -148,7 +135,10 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   }
   SubmitRequest submit;
   submit_request_of(request, &block, request_id, &submit);
-  if (trace_rate_[model_index] != 0) submit.options.traced = sample_trace(model_index);
+  if (trace_rate_[model_index] != 0) {
+    submit.options.traced = sample_trace(model_index);
+    submit.options.trace_tensors = submit.options.traced && trace_tensors_[model_index] != 0;
+  }
   if (core_.submit(model.core_model_id, submit) != SubmitResult::kOk) {
     unpin(pins);
     return SubmitOutcome::kFallback;

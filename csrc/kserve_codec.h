@@ -68,10 +68,14 @@ class KServeCodec {
   ResponseCache* cache() const { return cache_; }
 
   // Trace extension: 1 in `rate` requests of `model` is traced (0: none), counted as
-  // Triton's sampler counts them (every request offered, whichever path takes it);
-  // a new rate starts the count over. sample_trace() is that sampler, for the general
+  // Triton 2.51's sampler counts them: one count per trace setting (`sampler`), of
+  // every request offered to any model that setting applies to (the global setting's
+  // count takes the requests of all models without a setting of their own), whichever
+  // path or protocol takes them. A sampler id not seen before starts its count at 0
+  // (Triton makes a new setting, with a new count, on every update); one no model
+  // names any more is forgotten. sample_trace() is that sampler, for the general
   // path; the lane's own sampled and queued requests wait in take_traced().
-  void set_trace_rate(uint32_t model, uint32_t rate);
+  void set_trace_rate(uint32_t model, uint32_t rate, uint32_t sampler = 0);
   bool sample_trace(uint32_t model);
   std::vector<uint64_t> take_traced() {
     std::vector<uint64_t> taken;
@@ -82,7 +86,7 @@ class KServeCodec {
   // submit and their outputs at complete (trace_tensor.h), until take_trace_tensors().
   // Only traced requests pay for it.
   void set_trace_tensors(uint32_t model, bool on);
-  using TensorRecords = std::vector<std::pair<TensorActivity, std::string>>;
+  using TensorRecords = naiad::TensorRecords;
   TensorRecords take_trace_tensors(uint64_t request_id);
 
   // Request ids for the core, unique across every framer and the general path.
@@ -196,10 +200,12 @@ class KServeCodec {
   std::vector<ModelSpec> models_;
   std::vector<bool> accepting_;
   std::unordered_map<uint64_t, Recipe> in_flight_;
-  // Tracing, per model: the sampling rate (0: off) and the requests counted since it
-  // was set; and the ids of traced requests queued since the last take_traced().
+  // Tracing, per model: the sampling rate (0: off) and its setting's sampler; each
+  // sampler's count of requests offered; and the ids of traced requests queued since
+  // the last take_traced().
   std::vector<uint32_t> trace_rate_;
-  std::vector<uint32_t> trace_seen_;
+  std::vector<uint32_t> trace_sampler_;
+  std::unordered_map<uint32_t, uint32_t> trace_seen_;
   std::vector<uint64_t> traced_;
   std::vector<uint8_t> trace_tensors_;  // per model: its traced requests keep tensors
   std::unordered_map<uint64_t, TensorRecords> tensor_records_;

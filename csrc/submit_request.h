@@ -37,6 +37,9 @@ struct SubmitOptions {
   // Trace extension: the request was sampled for tracing; the core keeps when it began
   // and when it was queued for Core::take_trace_stamps (tracing off: always false).
   bool traced = false;
+  // Trace level TENSORS: the child traces of a traced request (ensemble steps, BLS calls
+  // made with trace=) keep their input and output tensors (ChildTrace::tensors).
+  bool trace_tensors = false;
 };
 
 constexpr uint32_t kSequenceFlagStart = 1;  // Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_*

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ipc_schema.h"
+#include "json_reader.h"
 #include "unaligned.h"
 
 namespace naiad {
@@ -99,6 +101,103 @@ void append_trace_tensor(std::string* out, std::string_view name, std::string_vi
   *out += "\",\"dtype\":\"";
   out->append(datatype.data(), datatype.size());
   *out += "\"}";
+}
+
+std::vector<int64_t> shape_dims(std::string_view text) {
+  std::vector<int64_t> dims;
+  int64_t value = 0;
+  bool in_number = false;
+  for (char c : text) {
+    if (c >= '0' && c <= '9') {
+      value = value * 10 + (c - '0');
+      in_number = true;
+    } else if (in_number) {
+      dims.push_back(value);
+      value = 0;
+      in_number = false;
+    }
+  }
+  if (in_number) dims.push_back(value);
+  return dims;
+}
+
+namespace {
+
+// One [name, datatype, shape] item of a block's JSON; the shape as its array text.
+bool read_tensor_item(JsonReader& reader, std::string_view* name, std::string_view* datatype,
+                      std::string_view* shape) {
+  const char* shape_start = nullptr;
+  if (!reader.consume('[') || !reader.raw_string(name) || !reader.consume(',') ||
+      !reader.raw_string(datatype) || !reader.consume(',') || !reader.skip_value(&shape_start) ||
+      *shape_start != '[') {
+    return false;
+  }
+  *shape = std::string_view(shape_start, static_cast<size_t>(reader.position() - shape_start));
+  return reader.consume(']');
+}
+
+void append_record(TensorRecords* out, TensorActivity activity, std::string_view name,
+                   std::string_view datatype, std::string_view shape, const uint8_t* data,
+                   uint64_t size) {
+  std::vector<int64_t> dims = shape_dims(shape);
+  out->emplace_back(activity, std::string());
+  append_trace_tensor(&out->back().second, name, datatype, dims.data(), dims.size(), data, size);
+}
+
+}  // namespace
+
+bool append_request_tensors(TensorRecords* out, const uint8_t* base, uint64_t arena_size,
+                            uint64_t block) {
+  RequestHeader header;
+  std::memcpy(&header, base + block, sizeof header);
+  const auto* metadata =
+      reinterpret_cast<const char*>(base + block) + request_metadata_offset(header.n_inputs);
+  JsonReader reader(metadata, header.metadata_size);
+  TensorRecords records;
+  uint32_t index = 0;
+  const bool read = reader.object([&](std::string_view key) {
+    if (key != "inputs") return reader.skip_value();
+    return reader.array([&] {
+      std::string_view name, datatype, shape;
+      if (index >= header.n_inputs || !read_tensor_item(reader, &name, &datatype, &shape)) {
+        return false;
+      }
+      InputSlot slot;
+      std::memcpy(&slot, base + block + sizeof(RequestHeader) + uint64_t{index++} * sizeof slot,
+                  sizeof slot);
+      if (slot.region == 0 && slot.offset <= arena_size && slot.size <= arena_size - slot.offset) {
+        append_record(&records, TensorActivity::kQueueInput, name, datatype, shape,
+                      base + slot.offset, slot.size);
+      }
+      return true;
+    });
+  });
+  if (!read) return false;
+  for (auto& record : records) out->push_back(std::move(record));
+  return true;
+}
+
+bool append_response_tensors(TensorRecords* out, std::string_view json,
+                             const std::vector<OutputBytes>& outputs) {
+  JsonReader reader(json.data(), json.size());
+  TensorRecords records;
+  size_t index = 0;
+  const bool read = reader.object([&](std::string_view key) {
+    if (key != "outputs") return reader.skip_value();
+    return reader.array([&] {
+      std::string_view name, datatype, shape;
+      if (index >= outputs.size() || !read_tensor_item(reader, &name, &datatype, &shape)) {
+        return false;
+      }
+      const OutputBytes& bytes = outputs[index++];
+      append_record(&records, TensorActivity::kBackendOutput, name, datatype, shape,
+                    static_cast<const uint8_t*>(bytes.data), bytes.size);
+      return true;
+    });
+  });
+  if (!read) return false;
+  for (auto& record : records) out->push_back(std::move(record));
+  return true;
 }
 
 }  // namespace naiad

@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
+
+#include "response_block.h"
 
 namespace naiad {
 
@@ -13,6 +17,9 @@ namespace naiad {
 // names them in the file.
 enum class TensorActivity : uint8_t { kQueueInput = 0, kBackendOutput = 1 };
 const char* tensor_activity_name(TensorActivity activity);
+
+// A trace's tensor records, in the order they are written: (activity, tensor text).
+using TensorRecords = std::vector<std::pair<TensorActivity, std::string>>;
 
 // Appends `{"name":"<name>","data":"<values>","shape":"<d0,d1>","dtype":"<datatype>"}`
 // for a tensor in wire layout (BYTES: u32 length before each element), byte for byte
@@ -22,5 +29,21 @@ const char* tensor_activity_name(TensorActivity activity);
 // are not read (a short tensor ends its data there). `name` is put as given.
 void append_trace_tensor(std::string* out, std::string_view name, std::string_view datatype,
                          const int64_t* shape, size_t dims, const uint8_t* data, uint64_t size);
+
+// The dims of a shape's JSON array text ("[1,16]").
+std::vector<int64_t> shape_dims(std::string_view text);
+
+// Child traces (core.h ChildTrace) keep their tensors from the blocks the core sees.
+// The TENSOR_QUEUE_INPUT records of the request block at arena offset `block` (`base`:
+// the arena, `arena_size` bytes; the block already checked: request_block_fits, or the
+// core's own), in its metadata's order; an input left in a client's region is not
+// read (no record). False, and nothing added, when its metadata cannot be read.
+bool append_request_tensors(TensorRecords* out, const uint8_t* base, uint64_t arena_size,
+                            uint64_t block);
+// The TENSOR_BACKEND_OUTPUT records of one response (`json`: {"outputs": [[name,
+// datatype, shape], ...], ...}, its outputs' bytes in `outputs`, in that order; an error
+// response has none). False, and nothing added, when its JSON cannot be read.
+bool append_response_tensors(TensorRecords* out, std::string_view json,
+                             const std::vector<OutputBytes>& outputs);
 
 }  // namespace naiad

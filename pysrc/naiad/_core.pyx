@@ -239,6 +239,7 @@ cdef extern from "core.h" namespace "naiad":
         string_view sequence_key
         uint32_t sequence_flags
         cbool traced
+        cbool trace_tensors
 
     cdef cppclass SubmitRequest:
         uint64_t request_id
@@ -284,6 +285,7 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t queue_start_ns
         uint64_t timings[4]
         uint64_t request_end_ns
+        vector[pair[TensorActivity, string]] tensors
 
     cdef cppclass CCore "naiad::Core":
         CCore(uint64_t arena_bytes) except +
@@ -530,7 +532,7 @@ cdef extern from "kserve_codec.h" namespace "naiad":
         cbool insert_cached(uint32_t model, string key, uint64_t lookup_ns, const uint8_t* block,
                             uint64_t block_size, uint32_t request_index) except + nogil
         string client_id(uint64_t request_id)
-        void set_trace_rate(uint32_t model, uint32_t rate)
+        void set_trace_rate(uint32_t model, uint32_t rate, uint32_t sampler)
         cbool sample_trace(uint32_t model)
         vector[uint64_t] take_traced()
         void set_trace_tensors(uint32_t model, cbool on)
@@ -1055,14 +1057,16 @@ cdef class Core:
         """The finished child traces of traced request `root` (csrc/core.h ChildTrace),
         once: [(request id, parent's request id, model handle value, request id JSON
         string text, request start ns, queue start ns, (compute start, input, infer,
-        output ns: zeros for an ensemble), request end ns)] (tracing/tracer.py)."""
+        output ns: zeros for an ensemble), request end ns, [(activity name, tensor text)]
+        at level TENSORS)] (tracing/tracer.py)."""
         cdef vector[ChildTrace] children
         with nogil:
             children = self._core.take_trace_children(root)
         return [
             (c.request_id, c.parent, c.model, c.id.decode("utf-8", "replace"),
              c.request_start_ns, c.queue_start_ns,
-             (c.timings[0], c.timings[1], c.timings[2], c.timings[3]), c.request_end_ns)
+             (c.timings[0], c.timings[1], c.timings[2], c.timings[3]), c.request_end_ns,
+             [(tensor_activity_name(t.first).decode(), t.second) for t in c.tensors])
             for c in children
         ]
 
@@ -1485,7 +1489,7 @@ cdef class ModelSpec:
     def submit(self, Core core, uint64_t core_model, uint64_t core_request_id,
                str request_id, list inputs, outputs, bytes parameters, uint32_t priority,
                uint64_t timeout_us, tuple sequence=None, bytes regions=b"",
-               bint traced=False):
+               bint traced=False, bint trace_tensors=False):
         """Validates a request the Python general path parsed (as `validate`), lays out
         its block for the worker with the lane's layout_request_block
         (csrc/request_block.h) and queues it on `core`. `parameters`: the request
@@ -1494,7 +1498,8 @@ cdef class ModelSpec:
         block size is what the request takes in the arena: its metadata and inputs.
         `sequence`: (correlation id int, correlation id str as UTF-8 bytes or b"",
         START|END flags) for a sequence model. `traced`: the request was sampled for
-        tracing (Core.take_trace_stamps)."""
+        tracing (Core.take_trace_stamps); `trace_tensors`: its child traces keep their
+        tensors (level TENSORS)."""
         cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
         if not validate_request(self.spec, &view.request, &error):
@@ -1540,6 +1545,7 @@ cdef class ModelSpec:
             submit.options.shape_key = view.request.shape_key
             submit.options.input_order = block.input_order
             submit.options.traced = traced
+            submit.options.trace_tensors = trace_tensors
             result = core._core.submit(handle, submit)
             size = block.metadata.size()
             for i in range(block.inputs.size()):
@@ -1852,9 +1858,11 @@ cdef class FastLane:
         """The request was answered another way (failed batch, shutdown)."""
         self._lane.forget(request_id)
 
-    def set_trace_rate(self, uint32_t lane_model, uint32_t rate):
-        """Traces 1 in `rate` requests of the lane's model (0: none); the count starts over."""
-        self._lane.codec().set_trace_rate(lane_model, rate)
+    def set_trace_rate(self, uint32_t lane_model, uint32_t rate, uint32_t sampler=0):
+        """Traces 1 in `rate` requests of the lane's model (0: none), counted with the
+        other requests of models under the same `sampler` (their trace setting's:
+        csrc/kserve_codec.h set_trace_rate); a sampler not seen before counts from 0."""
+        self._lane.codec().set_trace_rate(lane_model, rate, sampler)
 
     def sample_trace(self, uint32_t lane_model):
         """The lane's sampler, for a request of the model the general path takes."""

@@ -449,3 +449,39 @@ TEST(a_traced_ensemble_requests_steps_are_its_child_traces) {
   CHECK(e.core.take_trace_children(1).empty());                       // once
   CHECK(e.core.take_trace_children(2).empty());  // the untraced request has none
 }
+
+TEST(a_traced_ensemble_at_level_tensors_keeps_its_steps_tensors) {
+  Ensemble e;
+  SubmitRequest traced = e.request(1, kA, kB);
+  traced.options.traced = true;
+  traced.options.trace_tensors = true;
+  CHECK(e.core.submit(e.ensemble, traced) == SubmitResult::kOk);
+  SubmitRequest stamps_only = e.request(2, kA, kB);
+  stamps_only.options.traced = true;  // level TIMESTAMPS: its steps keep no tensors
+  CHECK(e.core.submit(e.ensemble, stamps_only) == SubmitResult::kOk);
+  e.core.flush();
+  CHECK(e.serve() == 2);
+  e.poll();
+  CHECK(e.serve() == 2);
+  std::vector<Completion> done = e.poll();
+  CHECK(done.size() == 2);
+  for (const Completion& c : done) e.core.arena().free(c.result_offset);
+  std::vector<ChildTrace> children = e.core.take_trace_children(1);
+  CHECK(children.size() == 2);
+  auto text = [](TensorActivity activity, const char* name, const char* data) {
+    return std::make_pair(activity, std::string("{\"name\":\"") + name + "\",\"data\":\"" + data +
+                                        "\",\"shape\":\"1,4\",\"dtype\":\"FP32\"}");
+  };
+  const TensorActivity in = TensorActivity::kQueueInput, out = TensorActivity::kBackendOutput;
+  // The first step: the client's inputs in, sum and difference out; the second: those
+  // in (under its own input names), the ensemble's outputs out.
+  CHECK((children[0].tensors ==
+         TensorRecords{text(in, "INPUT0", "1,2,3,4"), text(in, "INPUT1", "10,10,10,10"),
+                       text(out, "OUTPUT0", "11,12,13,14"), text(out, "OUTPUT1", "-9,-8,-7,-6")}));
+  CHECK((children[1].tensors ==
+         TensorRecords{text(in, "INPUT0", "11,12,13,14"), text(in, "INPUT1", "-9,-8,-7,-6"),
+                       text(out, "OUTPUT0", "2,4,6,8"), text(out, "OUTPUT1", "20,20,20,20")}));
+  std::vector<ChildTrace> untensored = e.core.take_trace_children(2);
+  CHECK(untensored.size() == 2);
+  for (const ChildTrace& child : untensored) CHECK(child.tensors.empty());
+}

@@ -1,12 +1,14 @@
 // Unit tests of tracing in the request path: the codec's sampler (1 in trace_rate
 // requests of a model, whichever path takes them) and the core's stamps of a traced
 // request (when its submit began and when it entered the queue), read once.
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "add_sub_model.h"
 #include "core.h"
 #include "http_framer.h"
+#include "ipc_schema.h"
 #include "kserve_json.h"
 #include "testing.h"
 #include "trace_tensor.h"
@@ -61,7 +63,7 @@ TEST(codec_traces_nothing_until_a_rate_is_set) {
 TEST(codec_samples_one_in_rate_and_core_stamps_them) {
   TraceFixture f;
   KServeCodec& codec = f.lane.codec();
-  codec.set_trace_rate(f.lane_model, 3);
+  codec.set_trace_rate(f.lane_model, 3, 1);
   for (uint64_t id = 1; id <= 7; ++id) CHECK(f.submit(id));
   CHECK((codec.take_traced() == std::vector<uint64_t>{3, 6}));
   CHECK(codec.take_traced().empty());  // taken once
@@ -73,15 +75,38 @@ TEST(codec_samples_one_in_rate_and_core_stamps_them) {
   CHECK(!f.core.take_trace_stamps(3, &stamps));  // read once
   CHECK(f.core.take_trace_stamps(6, &stamps));
 
-  // The general path's requests count in the same sampler; a new rate starts it over.
-  codec.set_trace_rate(f.lane_model, 2);
+  // The general path's requests count in the same sampler; a new setting (sampler)
+  // starts it over.
+  codec.set_trace_rate(f.lane_model, 2, 2);
   CHECK(!codec.sample_trace(f.lane_model));
   CHECK(f.submit(8));
   CHECK((codec.take_traced() == std::vector<uint64_t>{8}));
-  codec.set_trace_rate(f.lane_model, 0);
+  codec.set_trace_rate(f.lane_model, 0, 2);
   CHECK(f.submit(9) && f.submit(10));
   CHECK(codec.take_traced().empty());
   CHECK(f.core.take_trace_stamps(8, &stamps) && !f.core.take_trace_stamps(10, &stamps));
+}
+
+TEST(models_under_one_setting_are_sampled_in_one_count) {
+  // Triton 2.51 counts per trace setting: the models without a setting of their own
+  // share the global one's count, a model with its own setting counts apart.
+  TraceFixture f;
+  KServeCodec& codec = f.lane.codec();
+  const uint32_t a = f.lane_model, b = codec.add_model(f.model), c = codec.add_model(f.model);
+  codec.set_trace_rate(a, 3, 1);
+  codec.set_trace_rate(b, 3, 1);
+  codec.set_trace_rate(c, 2, 7);
+  std::vector<bool> picks;
+  for (int i = 0; i < 6; ++i) picks.push_back(codec.sample_trace(i % 2 == 0 ? a : b));
+  CHECK((picks == std::vector<bool>{false, false, true, false, false, true}));
+  CHECK(!codec.sample_trace(c) && codec.sample_trace(c));  // its own count
+  // Setting the same sampler again (another change elsewhere) keeps its count going.
+  codec.set_trace_rate(a, 3, 1);
+  CHECK(!codec.sample_trace(a) && !codec.sample_trace(b) && codec.sample_trace(a));
+  // b gets a setting of its own (a new sampler): counted from 0, apart from a's.
+  codec.set_trace_rate(b, 2, 8);
+  CHECK(!codec.sample_trace(b) && !codec.sample_trace(a) && codec.sample_trace(b));
+  CHECK(!codec.sample_trace(a) && codec.sample_trace(a));
 }
 
 TEST(core_keeps_no_stamps_for_a_refused_request) {
@@ -145,4 +170,46 @@ TEST(a_trace_tree_is_written_in_tritons_order) {
   CHECK((trace_tree_order({1, 2, 3}) == std::vector<uint64_t>{3, 2, 1}));
   CHECK((trace_tree_order({10, 11, 12, 13, 14}) == std::vector<uint64_t>{14, 13, 12, 11, 10}));
   CHECK((trace_tree_order({7}) == std::vector<uint64_t>{7}));
+}
+
+TEST(a_child_traces_tensors_are_read_from_its_blocks) {
+  // A request block as the core lays it out: its inputs' names, datatypes and shapes
+  // from the metadata, their bytes from the slots; one left in a client's region is
+  // not read.
+  std::vector<uint64_t> storage(1024);  // 8 KiB standing for the arena
+  uint8_t* base = reinterpret_cast<uint8_t*>(storage.data());
+  const uint64_t size = storage.size() * sizeof(uint64_t);
+  const std::string metadata =
+      "{\"id\":\"x\",\"inputs\":[[\"A\",\"INT32\",[1,2]],[\"B\",\"FP32\",[2]],[\"C\",\"INT8\",[1]]]"
+      ","
+      "\"outputs\":null,\"parameters\":{}}";
+  const uint64_t block = 64, bytes = 4096;
+  const std::string a = raw<int32_t>({7, -3}), b = raw<float>({0.5f, 2.0f});
+  std::memcpy(base + bytes, a.data(), a.size());
+  std::memcpy(base + bytes + 8, b.data(), b.size());
+  RequestHeader header{kRequestMagic, 3, static_cast<uint32_t>(metadata.size()), 1, 0, 0, 0};
+  std::memcpy(base + block, &header, sizeof header);
+  InputSlot slots[3] = {{bytes, 8, 0, 0}, {bytes + 8, 8, 0, 0}, {bytes, 1, 5, 0}};
+  std::memcpy(base + block + sizeof header, slots, sizeof slots);
+  std::memcpy(base + block + request_metadata_offset(3), metadata.data(), metadata.size());
+  TensorRecords records;
+  CHECK(append_request_tensors(&records, base, size, block));
+  CHECK(
+      (records == TensorRecords{
+                      {TensorActivity::kQueueInput,
+                       "{\"name\":\"A\",\"data\":\"7,-3\",\"shape\":\"1,2\",\"dtype\":\"INT32\"}"},
+                      {TensorActivity::kQueueInput,
+                       "{\"name\":\"B\",\"data\":\"0.5,2\",\"shape\":\"2\",\"dtype\":\"FP32\"}"},
+                  }));
+  // A response's outputs; an error response has none; JSON that cannot be read adds none.
+  const std::string out = raw<int64_t>({42});
+  TensorRecords outputs;
+  CHECK(append_response_tensors(&outputs, "{\"outputs\":[[\"Y\",\"INT64\",[1,1]]]}",
+                                {OutputBytes{out.data(), out.size()}}));
+  CHECK((outputs == TensorRecords{{TensorActivity::kBackendOutput,
+                                   "{\"name\":\"Y\",\"data\":\"42\",\"shape\":\"1,1\","
+                                   "\"dtype\":\"INT64\"}"}}));
+  CHECK(append_response_tensors(&outputs, "{\"error\":\"failed\"}", {}));
+  CHECK(!append_response_tensors(&outputs, "{\"outputs\":[[\"Y\",\"INT64\"", {}));
+  CHECK(outputs.size() == 1);
 }

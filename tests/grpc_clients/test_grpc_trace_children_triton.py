@@ -32,8 +32,7 @@ PIPELINES = Path(__file__).resolve().parent.parent / "pipeline_models"
 MIXED = "add_sub,add_sub:untraced,ensemble_add_sub"  # traced, untraced, a traced ensemble
 
 # (protocol, model, request id, the BLS model's calls). With trace_rate 2 the second of
-# each pair is traced (Naiad samples per model, Triton across models: pairs of one model
-# give both the same picks).
+# each pair is traced (the global setting's one count, over both models and protocols).
 _REQUESTS = [
     ("http", "ensemble_add_sub", "e0", None),
     ("http", "ensemble_add_sub", "e1", None),
@@ -142,6 +141,70 @@ def test_child_traces_in_the_trace_file_as_triton(tmp_path):
         ("add_sub", 9),
         ("bls_trace", None),
     ]
+
+
+def _tensor_trees(path: Path) -> list:
+    """At level TENSORS alone a trace is its tensor records: per trace in file order, its
+    id and its records as (activity, name, dtype, shape, data), sorted (the order of a
+    trace's inputs is the order of Triton's hash maps, see README's Differences)."""
+    out, by_id = [], {}
+    for record in json.loads(path.read_text()):
+        assert set(record) == {"id", "activity", "tensor"}, record
+        if record["id"] not in by_id:
+            by_id[record["id"]] = []
+            out.append((record["id"], by_id[record["id"]]))
+        tensor = record["tensor"]
+        by_id[record["id"]].append(
+            (record["activity"], tensor["name"], tensor["dtype"], tensor["shape"], tensor["data"])
+        )
+    return [(trace_id, sorted(records)) for trace_id, records in out]
+
+
+def test_child_traces_tensors_as_triton(tmp_path):
+    """Level TENSORS: every trace of a tree (the ensemble's steps, the BLS calls, an
+    ensemble a BLS model calls and its steps) has its inputs as queued and its outputs,
+    as Triton writes them."""
+    repository = _repository(tmp_path / "repo")
+    flags = ["--trace-config", "level=TENSORS", "--trace-config", "rate=1"]
+    files = {}
+    for name in ("triton", "naiad"):
+        (tmp_path / name).mkdir()
+        files[name] = tmp_path / name / "trace.json"
+
+    def send(http_port: int, grpc_port: int) -> None:
+        data = np.arange(16, dtype=np.float32).reshape(1, 16)
+        other = np.full((1, 16), 3, dtype=np.float32)
+        for module, url, model, calls in (
+            (httpclient, f"127.0.0.1:{http_port}", "ensemble_add_sub", None),
+            (grpcclient, f"127.0.0.1:{grpc_port}", "bls_trace", MIXED),
+        ):
+            client = module.InferenceServerClient(url)
+            inputs = [module.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+            inputs[0].set_data_from_numpy(data)
+            inputs[1].set_data_from_numpy(other)
+            parameters = {"calls": calls} if calls else None
+            client.infer(model, inputs, parameters=parameters)
+            client.close()
+
+    with TritonPeer(
+        repository, tmp_path, ["--trace-config", f"triton,file={files['triton']}", *flags]
+    ) as triton:
+        send(triton.http_port, triton.grpc_port)
+        triton.process.send_signal(signal.SIGTERM)
+        triton.process.wait(60)
+    args = ["--trace-config", f"triton,file={files['naiad']}", *flags]
+    with NaiadServer(repository, log_dir=tmp_path, extra_args=args) as server:
+        send(server.http_port, server.grpc_port)
+        assert server.stop() == 0
+    ours, theirs = _tensor_trees(files["naiad"]), _tensor_trees(files["triton"])
+    # The ensemble and its 2 steps; bls_trace, its traced add_sub call, its traced
+    # ensemble call and that ensemble's 2 steps (the untraced call has no trace).
+    assert len(ours) == 8
+    assert all(
+        {activity for activity, *_ in records} == {"TENSOR_QUEUE_INPUT", "TENSOR_BACKEND_OUTPUT"}
+        for _id, records in ours
+    )
+    assert ours == theirs
 
 
 def _span_tree(spans) -> dict:

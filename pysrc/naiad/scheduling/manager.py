@@ -45,6 +45,7 @@ from naiad.shm import block_regions as shm_block_regions
 from naiad.shm import write_returned_outputs as shm_write_returned_outputs
 from naiad.tracing import tracer as tracer_protocol
 from naiad.tracing.otel import parse_traceparent
+from naiad.tracing.settings import LEVEL_TENSORS
 from naiad.tracing.tracer import tensor_texts
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
@@ -449,6 +450,9 @@ class ModelManager:
             sequence,
             regions=regions,
             traced=setting is not None,
+            trace_tensors=setting is not None
+            and bool(setting.level & LEVEL_TENSORS)
+            and not tracer.opentelemetry,
         )
         if type(result) is str:
             raise InvalidArgument(result)
@@ -614,7 +618,7 @@ class ModelManager:
     def _apply_trace_settings(self) -> None:
         """Gives the lanes' sampler each model's rate (0 while tracing is off for it)."""
         for lane_id, model in self._lane_models.items():
-            self.lane.set_trace_rate(lane_id, self.tracer.rate_for(model.name))
+            self.lane.set_trace_rate(lane_id, *self.tracer.rate_for(model.name))
             self.lane.set_trace_tensors(lane_id, self.tracer.tensors_for(model.name))
         if not self.tracer.active:
             self._start_lane_traces(0, 0)  # sampled before the change: nothing left behind
@@ -662,7 +666,7 @@ class ModelManager:
         """`model` answers for the lane's model `lane_id` (take_http_requests)."""
         self._lane_models[lane_id] = model
         if self.tracer is not None:
-            self.lane.set_trace_rate(lane_id, self.tracer.rate_for(model.name))
+            self.lane.set_trace_rate(lane_id, *self.tracer.rate_for(model.name))
             self.lane.set_trace_tensors(lane_id, self.tracer.tensors_for(model.name))
 
     def unregister_lane_model(self, lane_id: int) -> None:

@@ -19,6 +19,7 @@ log_frequency unsigned 32-bit: "-1" becomes 4294967295).
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 from naiad.errors import Internal, InvalidArgument, Unsupported
@@ -110,6 +111,9 @@ def parse_number(name: str, text: str, grpc: bool = False) -> int:
     return value % _UINT32  # stored unsigned, as Triton's uint32_t
 
 
+_SAMPLER_IDS = itertools.count(1)
+
+
 class Setting:
     """One effective setting: what a request sampled under it is traced with. The
     sampler's counters live here (a new object starts them over)."""
@@ -131,6 +135,9 @@ class Setting:
         elif mode == MODE_TRITON and not file.path:
             self.invalid_reason = "trace file name is not given"
         self._lock = threading.Lock()
+        # The C++ sampler's id for this setting (KServeCodec::set_trace_rate): the models
+        # it applies to count their requests together; a new setting counts from 0.
+        self.sampler = next(_SAMPLER_IDS) & 0xFFFFFFFF
         self.sampled = 0  # requests offered to the sampler
         self.collected = 0  # traces written
         self._stream: list[bytes] = []  # traces not written to the file yet

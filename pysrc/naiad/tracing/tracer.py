@@ -1,8 +1,11 @@
 """Traces of sampled requests, in trace mode `triton` (Triton 2.51's JSON records).
 
-Sampling: the lanes' codec samples 1 in trace_rate requests of each model in C++
-(KServeCodec::set_trace_rate; the general path asks the same sampler), so with tracing
-off the data path pays one predictable branch per request and nothing in Python.
+Sampling: the lanes' codec samples 1 in trace_rate requests of each trace setting in
+C++ (KServeCodec::set_trace_rate; the general path asks the same sampler): as in Triton
+2.51, one count per setting, so the requests of every model without a setting of its own
+count together under the global setting's, and an update (a new setting) starts it over.
+With tracing off the data path pays one predictable branch per request and nothing in
+Python.
 trace_count is applied here, to the requests the sampler picked (Tracer.admit).
 
 A trace is written when its request is answered. Its timestamps are taken where each
@@ -26,7 +29,8 @@ its own (its model, the request id it was sent with, parent_id: its parent's tra
 REQUEST_START, QUEUE_START, COMPUTE_* of its batch, REQUEST_END; an ensemble's own trace
 has no COMPUTE_*). The core records them (csrc/core.h ChildTrace) as they start, queue
 and finish; they are written with their root's trace, in Triton's order
-(csrc/trace_tree.h). They carry no tensor records at level TENSORS (README, Not yet).
+(csrc/trace_tree.h). At level TENSORS the core also keeps their tensors, as Triton
+writes them for a child: its inputs as queued and its responses' outputs.
 
 At level TENSORS a trace also holds its request's input tensors (TENSOR_QUEUE_INPUT)
 and its response's outputs (TENSOR_BACKEND_OUTPUT), each as Triton's text for it
@@ -119,10 +123,12 @@ class Tracer:
         setting = self.settings.get(model)
         return setting.active and bool(setting.level & LEVEL_TENSORS) and not self.opentelemetry
 
-    def rate_for(self, model: str) -> int:
-        """The sampler's rate for `model`: 0 while its setting traces nothing."""
+    def rate_for(self, model: str) -> tuple[int, int]:
+        """The sampler's (rate, sampler id) for `model`: rate 0 while its setting traces
+        nothing. Models under one setting share its sampler id, so their requests are
+        counted together, as Triton counts them."""
         setting = self.settings.get(model)
-        return setting.rate if setting.active else 0
+        return (setting.rate if setting.active else 0), setting.sampler
 
     def admit(self, model: str):
         """The setting a request the sampler picked is traced with (trace_count
@@ -192,7 +198,7 @@ class Tracer:
         ids = {request_id: root.id}
         tree = []
         for child in sorted(children, key=lambda c: c[4]):
-            child_id, parent, handle, id_text, start_ns, queue_ns, timings, end_ns = child
+            child_id, parent, handle, id_text, start_ns, queue_ns, timings, end_ns, tensors = child
             model = (models or {}).get(handle)
             if model is None or parent not in ids:  # unloaded since, or its parent was
                 continue
@@ -207,6 +213,7 @@ class Tracer:
                 (start_ns, queue_ns),
             )
             trace.parent_id = ids[parent]
+            trace.tensors = tensors  # at level TENSORS (the core kept them), else []
             ids[child_id] = trace.id
             tree.append((trace, timings if timings[0] else None, end_ns))
         return tree
