@@ -447,6 +447,8 @@ bool Core::start_batch_locked(Model& model, Instance& instance,
   if (!counted) ++instance.busy;
   batch.dispatch_ns = now;
   batch.answered.assign(batch.requests.size(), false);
+  batch.routed = !routes_.empty();
+  for (const QueuedRequest& r : batch.requests) batch.routed &= routes_.count(r.id) != 0;
   if (model.scheduler->preserve_ordering()) model.order.push_back(batch.id);
   in_flight_.emplace(batch.id, std::move(batch));
   return false;
@@ -667,8 +669,8 @@ void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& me
       // Unreadable: the frontend fails every request it names, so all are answered.
       batch.answered.assign(n, true);
     }
-    const bool for_frontend =
-        routes_.empty() || route_responses_locked(batch, readable ? &view : nullptr);
+    const bool for_frontend = (routes_.empty() && !batch.routed) ||
+                              route_responses_locked(batch, readable ? &view : nullptr);
     if (!for_frontend) {
       arena_.free(message.result_offset);
     } else {
