@@ -468,6 +468,8 @@ bool Core::start_batch_locked(Model& model, Instance& instance,
   if (!counted) ++instance.busy;
   batch.dispatch_ns = now;
   batch.answered.assign(batch.requests.size(), false);
+  batch.routed = !routes_.empty();
+  for (const QueuedRequest& r : batch.requests) batch.routed &= routes_.count(r.id) != 0;
   if (model.scheduler->preserve_ordering()) model.order.push_back(batch.id);
   in_flight_.emplace(batch.id, std::move(batch));
   return false;
@@ -688,8 +690,8 @@ void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& me
       // Unreadable: the frontend fails every request it names, so all are answered.
       batch.answered.assign(n, true);
     }
-    const bool for_frontend =
-        routes_.empty() || route_responses_locked(batch, readable ? &view : nullptr);
+    const bool for_frontend = (routes_.empty() && !batch.routed) ||
+                              route_responses_locked(batch, readable ? &view : nullptr);
     if (!for_frontend) {
       arena_.free(message.result_offset);
     } else {
@@ -1281,12 +1283,16 @@ void Core::release_request(const QueuedRequest& request) {
 void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
                            const EnsembleOrigin& origin, const std::vector<ResponseEntry>& entries,
                            const uint64_t timings[4], int32_t status) {
+  // A decoupled ensemble's responses before its last leave the request running: it is
+  // counted, its trace ended and its route dropped with the last.
+  const bool final = entries.empty() || (entries[0].flags & kResponseFinal) != 0;
+  const bool counted = final && !entries.empty() && (entries[0].flags & kResponseError) == 0;
   // A traced ensemble that is a step or a BLS call ends its child trace (no compute).
   if (!trace_nodes_.empty()) {
     if (child_keeps_tensors_locked(request.id)) {
       for (const ResponseEntry& entry : entries) child_trace_outputs_locked(request.id, entry);
     }
-    end_child_trace_locked(request.id, nullptr);
+    if (final) end_child_trace_locked(request.id, nullptr);
   }
   if (origin.instance == EnsembleOrigin::kStep) {  // a step of another ensemble
     const uint64_t step_id = origin.tag;
@@ -1294,7 +1300,7 @@ void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
       ensembles_.step_refused(step_id, kRefusedQueued | static_cast<uint32_t>(status));
       return;
     }
-    if ((entries[0].flags & kResponseError) == 0) count_ensemble_locked(model, request, timings);
+    if (counted) count_ensemble_locked(model, request, timings);
     const uint64_t size = response_block_size(entries);
     std::vector<uint8_t> block(size);
     write_response_block(block.data(), entries, timings);
@@ -1344,13 +1350,15 @@ void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
         status == kCompletionOk ? uint32_t{kCompletionArenaFull} : static_cast<uint32_t>(status);
     send_to_worker_locked(*submitter, BatchMessage{route->second.tag, 0, kRefusedQueued | failed,
                                                    MessageKind::kRefused, 0});
-  } else {
-    write_response_block(arena_.base() + block, entries, timings);
-    send_to_worker_locked(*submitter,
-                          BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
-    if ((entries[0].flags & kResponseError) == 0) count_ensemble_locked(model, request, timings);
+    // The caller heard the end; the ensemble's later responses find no route.
+    erase_route_locked(route);
+    return;
   }
-  erase_route_locked(route);
+  write_response_block(arena_.base() + block, entries, timings);
+  send_to_worker_locked(*submitter,
+                        BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
+  if (counted) count_ensemble_locked(model, request, timings);
+  if (final) erase_route_locked(route);
 }
 
 void Core::count_ensemble_locked(uint64_t model, const QueuedRequest& request,

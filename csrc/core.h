@@ -293,6 +293,9 @@ class Core : private EnsembleHost {
     // The worker ended the batch (its instance is free) but kept requests open
     // (kPostKeepOpen): the batch lives on until each request got its final response.
     bool ended = false;
+    // Every request is a worker's or an ensemble step (routes_): a block posted after
+    // their routes went (a decoupled batch's end) is nobody's, not the frontend's.
+    bool routed = false;
   };
   struct Instance {
     uint32_t id;

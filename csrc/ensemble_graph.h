@@ -24,6 +24,10 @@ struct EnsembleGraph {
   std::string name;                  // the ensemble's name, for messages
   std::vector<std::string> outputs;  // its config outputs, in order
   std::vector<EnsembleStep> steps;
+  // model_transaction_policy { decoupled: true }: the request streams a response per
+  // full set of outputs (one per response of a decoupled step), then the final flag;
+  // otherwise it is answered once, when nothing runs (ensemble_scheduler.h).
+  bool decoupled = false;
 };
 
 }  // namespace naiad

@@ -1,5 +1,6 @@
 #include "ensemble_scheduler.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "channel.h"
@@ -104,6 +105,20 @@ std::string refusal_message(const std::string& model, uint32_t status, int32_t* 
   }
 }
 
+// A final flag sent alone, as a decoupled model's worker writes it
+// (worker/decoupled.py) and the stream consumers read it (scheduling/streaming.py).
+constexpr std::string_view kFlagsOnly = "{\"empty\":true}";
+
+bool flags_only(std::string_view json) {
+  bool empty = false;
+  JsonReader reader(json.data(), json.size());
+  const bool read = reader.object([&](std::string_view key) {
+    if (key == "empty") return reader.boolean(&empty);
+    return reader.skip_value();
+  });
+  return read && empty;
+}
+
 }  // namespace
 
 void EnsembleScheduler::set_graph(uint64_t model, std::shared_ptr<const EnsembleGraph> graph) {
@@ -131,7 +146,8 @@ SubmitResult EnsembleScheduler::start(uint64_t model, const QueuedRequest& reque
   run.options = options;
   run.start_ns = host_.ensemble_now();
   run.traced = host_.traced(request.id);
-  run.sent.assign(run.graph->steps.size(), false);
+  run.sent.assign(run.graph->steps.size(), {});
+  Updated updated;  // the request's inputs, iteration 0 of their tensors
   // The block's metadata, as layout_request_block wrote it.
   uint32_t input = 0;
   JsonReader reader(metadata.data(), metadata.size());
@@ -157,11 +173,12 @@ SubmitResult EnsembleScheduler::start(uint64_t model, const QueuedRequest& reque
         std::memcpy(&slot, block + sizeof(RequestHeader) + uint64_t{input} * sizeof(InputSlot),
                     sizeof slot);
         ++input;
-        Tensor& tensor = run.tensors[name];
+        Tensor tensor;
         tensor.datatype = std::string(datatype);
         tensor.shape = std::string(shape, static_cast<size_t>(shape_end - shape));
         tensor.offset = slot.offset;
         tensor.size = slot.size;
+        updated.emplace_back(name, run.tensors[name].add(std::move(tensor)));
         return true;
       });
     }
@@ -183,7 +200,7 @@ SubmitResult EnsembleScheduler::start(uint64_t model, const QueuedRequest& reque
   const uint64_t id = request.id;
   Run& placed = runs_[id] = std::move(run);
   if (!read) fail(placed, "the request block could not be read", kCodeInternal);
-  advance(id);
+  advance(id, updated);
   return SubmitResult::kOk;
 }
 
@@ -199,26 +216,48 @@ void EnsembleScheduler::fail_raw(Run& run, std::string_view raw_message, int32_t
   run.error_code = code;
 }
 
-void EnsembleScheduler::advance(uint64_t request_id) {
+void EnsembleScheduler::advance(uint64_t request_id, const Updated& updated) {
   auto found = runs_.find(request_id);
   if (found == runs_.end()) return;
   Run& run = found->second;
   const std::vector<EnsembleStep>& steps = run.graph->steps;
+  int64_t complete = -1;
   if (run.error_json.empty() && !run.cancelled) {
-    for (size_t s = 0; s < steps.size(); ++s) {
-      if (run.sent[s]) continue;
-      bool ready = true;
-      for (const auto& mapping : steps[s].inputs) ready &= run.tensors.count(mapping.second) != 0;
-      if (!ready) continue;
-      send_step(run, request_id, s);
+    // The steps `updated` makes ready, by step then iteration (Triton's order).
+    std::vector<std::pair<size_t, uint64_t>> ready;
+    for (const auto& [name, iteration] : updated) {
+      for (size_t s = 0; s < steps.size(); ++s) {
+        bool consumes = false;
+        bool inputs = true;
+        for (const auto& mapping : steps[s].inputs) {
+          consumes |= mapping.second == name;
+          auto values = run.tensors.find(mapping.second);
+          inputs &= values != run.tensors.end() && values->second.by_iteration.count(iteration);
+        }
+        if (!consumes || !inputs) continue;
+        const std::vector<uint64_t>& ran = run.sent[s];
+        if (std::find(ran.begin(), ran.end(), iteration) != ran.end()) continue;
+        if (std::find(ready.begin(), ready.end(), std::make_pair(s, iteration)) != ready.end()) {
+          continue;
+        }
+        ready.emplace_back(s, iteration);
+      }
+    }
+    std::sort(ready.begin(), ready.end());
+    for (const auto& [s, iteration] : ready) {
+      send_step(run, request_id, s, iteration);
       if (!run.error_json.empty()) break;
     }
+    if (run.graph->decoupled && run.error_json.empty()) complete = complete_iteration(run, updated);
   }
-  if (!run.steps.empty()) return;  // answered when its running steps are done
-  if (run.error_json.empty() && !run.cancelled) {
+  if (!run.steps.empty()) {  // answered when its running steps are done
+    if (complete >= 0) respond(run, complete);
+    return;
+  }
+  if (run.error_json.empty() && !run.cancelled && !run.graph->decoupled) {
     std::string waiting;
     for (size_t s = 0; s < steps.size(); ++s) {
-      if (run.sent[s]) continue;
+      if (!run.sent[s].empty()) continue;
       if (!waiting.empty()) waiting += ", ";
       waiting += "'" + steps[s].spec.name + "'";
     }
@@ -226,11 +265,26 @@ void EnsembleScheduler::advance(uint64_t request_id) {
       fail(run, "step(s) " + waiting + " never received all their inputs", kCodeInternal);
     }
   }
-  finish(request_id);
+  finish(request_id, complete);
 }
 
-void EnsembleScheduler::send_step(Run& run, uint64_t request_id, size_t s) {
-  run.sent[s] = true;
+int64_t EnsembleScheduler::complete_iteration(const Run& run, const Updated& updated) const {
+  const std::vector<std::string>& names =
+      run.requested.empty() ? run.graph->outputs : run.requested;
+  for (const auto& [name, iteration] : updated) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+    bool all = true;
+    for (const std::string& output : names) {
+      auto values = run.tensors.find(output);
+      all &= values != run.tensors.end() && values->second.by_iteration.count(iteration) != 0;
+    }
+    if (all) return static_cast<int64_t>(iteration);
+  }
+  return -1;
+}
+
+void EnsembleScheduler::send_step(Run& run, uint64_t request_id, size_t s, uint64_t iteration) {
+  run.sent[s].push_back(iteration);
   const EnsembleStep& step = run.graph->steps[s];
   if (step.model.value == 0) {  // the control plane found no version of it served
     int32_t code = kCodeInternal;
@@ -248,11 +302,11 @@ void EnsembleScheduler::send_step(Run& run, uint64_t request_id, size_t s) {
   parsed.sequence_id = run.options.sequence_id;
   parsed.sequence_key = run.options.sequence_key;
   parsed.sequence_flags = run.options.sequence_flags;
-  std::vector<std::vector<int64_t>> shapes(step.inputs.size());
-  parsed.inputs.resize(step.inputs.size());
+  parsed.inputs.reserve(step.inputs.size());
   for (size_t i = 0; i < step.inputs.size(); ++i) {
-    const Tensor& tensor = run.tensors.at(step.inputs[i].second);
-    RequestInput& in = parsed.inputs[i];
+    const Tensor& tensor = run.tensors.at(step.inputs[i].second).by_iteration.at(iteration);
+    if (tensor.absent) continue;  // an optional input, as Triton leaves it out
+    RequestInput& in = parsed.inputs.emplace_back();
     in.name = step.inputs[i].first;
     in.datatype = tensor.datatype;
     if (!parse_shape(tensor.shape, &in.shape)) {
@@ -303,43 +357,60 @@ void EnsembleScheduler::step_response(uint64_t step_id, const ResponseBlockView&
   const EnsembleStep& step = run.graph->steps[ref->second.step];
   const bool final = (view.records[index].flags & kResponseFinal) != 0;
   if (final) forget_step(run, step_id);
-  // The response in a block of the request's own: the batch's block is shared with
-  // its other requests and goes once they are answered.
-  Arena& arena = host_.ensemble_arena();
+  Updated updated;
   std::vector<ResponseEntry> entries{entry_of(view, index)};
-  const uint64_t size = response_block_size(entries);
-  const uint64_t block = arena.alloc(size, 0);
-  ResultBlock result;
-  if (block == 0) {
-    fail(run,
-         "the shared-memory arena has no room for the outputs of step '" + step.spec.name + "'",
-         kCodeUnavailable);
-  } else {
-    write_response_block(arena.base() + block, entries, view.header->timings);
-    run.blocks.push_back(block);
-    if (!parse_result_block(arena.base() + block, size, &result) || result.outcomes.empty()) {
-      fail(run, "the response of step '" + step.spec.name + "' could not be read", kCodeInternal);
+  // A failed request takes no more values; a final flag alone brings none.
+  if (run.error_json.empty() && !run.cancelled && !flags_only(entries[0].json)) {
+    // The response in a block of the request's own: the batch's block is shared with
+    // its other requests and goes once they are answered.
+    Arena& arena = host_.ensemble_arena();
+    const uint64_t size = response_block_size(entries);
+    const uint64_t block = arena.alloc(size, 0);
+    ResultBlock result;
+    if (block == 0) {
+      fail(run,
+           "the shared-memory arena has no room for the outputs of step '" + step.spec.name + "'",
+           kCodeUnavailable);
     } else {
-      const ResultOutcome& outcome = result.outcomes[0];
-      if (outcome.error) {
-        fail_raw(run, outcome.message, static_cast<int32_t>(outcome.code));
+      write_response_block(arena.base() + block, entries, view.header->timings);
+      run.blocks.push_back(block);
+      if (!parse_result_block(arena.base() + block, size, &result) || result.outcomes.empty()) {
+        fail(run, "the response of step '" + step.spec.name + "' could not be read", kCodeInternal);
       } else {
-        for (size_t o = 0; o < outcome.output_count; ++o) {
-          const ResultOutput& output = result.outputs[outcome.first_output + o];
-          const std::string name = unescape(output.name);
-          for (const auto& mapping : step.outputs) {
-            if (mapping.first != name) continue;
-            Tensor& tensor = run.tensors[mapping.second];
-            tensor.datatype = unescape(output.datatype);
-            tensor.shape = std::string(output.shape);
-            tensor.offset = block + output.offset;
-            tensor.size = output.size;
+        const ResultOutcome& outcome = result.outcomes[0];
+        if (outcome.error) {
+          fail_raw(run, outcome.message, static_cast<int32_t>(outcome.code));
+        } else {
+          // Each mapped output gets its tensor's next value; one the response lacks, a
+          // placeholder (absent), as Triton numbers them.
+          std::vector<bool> given(step.outputs.size(), false);
+          for (size_t o = 0; o < outcome.output_count; ++o) {
+            const ResultOutput& output = result.outputs[outcome.first_output + o];
+            const std::string name = unescape(output.name);
+            for (size_t m = 0; m < step.outputs.size(); ++m) {
+              if (step.outputs[m].first != name || given[m]) continue;
+              given[m] = true;
+              Tensor tensor;
+              tensor.datatype = unescape(output.datatype);
+              tensor.shape = std::string(output.shape);
+              tensor.offset = block + output.offset;
+              tensor.size = output.size;
+              const std::string& target = step.outputs[m].second;
+              updated.emplace_back(target, run.tensors[target].add(std::move(tensor)));
+            }
+          }
+          for (size_t m = 0; m < step.outputs.size(); ++m) {
+            if (given[m]) continue;
+            Tensor placeholder;
+            placeholder.absent = true;
+            const std::string& target = step.outputs[m].second;
+            updated.emplace_back(target, run.tensors[target].add(std::move(placeholder)));
           }
         }
       }
     }
   }
-  if (final) advance(request_id);
+  if (final || !updated.empty() || !run.error_json.empty()) advance(request_id, updated);
 }
 
 void EnsembleScheduler::step_refused(uint64_t step_id, uint32_t status) {
@@ -354,10 +425,54 @@ void EnsembleScheduler::step_refused(uint64_t step_id, uint32_t status) {
     const std::string message = refusal_message(step.spec.name, status, &code);
     fail(run, message, code);
   }
-  advance(request_id);
+  advance(request_id, {});
 }
 
-void EnsembleScheduler::finish(uint64_t request_id) {
+bool EnsembleScheduler::output_entry(Run& run, int64_t iteration, ResponseEntry* entry,
+                                     std::string* json) {
+  Arena& arena = host_.ensemble_arena();
+  const std::vector<std::string>& names =
+      run.requested.empty() ? run.graph->outputs : run.requested;
+  *json = "{\"outputs\":[";
+  bool first = true;
+  for (const std::string& name : names) {
+    const Tensor* tensor = nullptr;
+    auto values = run.tensors.find(name);
+    if (values != run.tensors.end() && !values->second.by_iteration.empty()) {
+      if (iteration >= 0) {
+        auto value = values->second.by_iteration.find(static_cast<uint64_t>(iteration));
+        if (value != values->second.by_iteration.end()) tensor = &value->second;
+      } else {  // the last value
+        auto value = values->second.by_iteration.find(values->second.next - 1);
+        if (value != values->second.by_iteration.end()) tensor = &value->second;
+      }
+    }
+    if (tensor != nullptr && tensor->absent && iteration >= 0) continue;  // as Triton: left out
+    if (tensor == nullptr || tensor->absent) {
+      fail(run, "no step produced output '" + name + "'", kCodeInternal);
+      return false;
+    }
+    if (!first) *json += ',';
+    first = false;
+    *json +=
+        "[\"" + json_string_text(name) + "\",\"" + tensor->datatype + "\"," + tensor->shape + "]";
+    entry->outputs.push_back(OutputBytes{arena.base() + tensor->offset, tensor->size});
+  }
+  *json += "]}";
+  entry->json = *json;
+  return true;
+}
+
+void EnsembleScheduler::respond(Run& run, int64_t iteration) {
+  ResponseEntry entry;
+  std::string json;
+  if (!output_entry(run, iteration, &entry, &json)) return;
+  entry.flags = 0;  // more to come: the request stays running
+  const uint64_t none[4] = {0, 0, 0, 0};
+  host_.answer_ensemble(run.model, run.request, run.origin, {entry}, none, kCompletionOk);
+}
+
+void EnsembleScheduler::finish(uint64_t request_id, int64_t iteration) {
   auto found = runs_.find(request_id);
   if (found == runs_.end()) return;
   // Out of the table first: answering may re-enter (an ensemble that is a step of
@@ -365,7 +480,7 @@ void EnsembleScheduler::finish(uint64_t request_id) {
   Run run = std::move(found->second);
   runs_.erase(found);
   const uint64_t end = host_.ensemble_now();
-  const uint64_t timings[4] = {run.start_ns, 0, end > run.start_ns ? end - run.start_ns : 0, 0};
+  uint64_t timings[4] = {run.start_ns, 0, end > run.start_ns ? end - run.start_ns : 0, 0};
   std::vector<ResponseEntry> entries;
   std::string json;
   int32_t status = kCompletionOk;
@@ -375,33 +490,25 @@ void EnsembleScheduler::finish(uint64_t request_id) {
   } else {
     ResponseEntry entry;
     entry.request_index = 0;
+    entry.flags = kResponseFinal;
     if (run.error_json.empty()) {
-      const std::vector<std::string>& names =
-          run.requested.empty() ? run.graph->outputs : run.requested;
-      json = "{\"outputs\":[";
-      for (size_t i = 0; i < names.size(); ++i) {
-        auto tensor = run.tensors.find(names[i]);
-        if (tensor == run.tensors.end()) {
-          fail(run, "no step produced output '" + names[i] + "'", kCodeInternal);
-          break;
-        }
-        if (i) json += ',';
-        json += "[\"" + json_string_text(names[i]) + "\",\"" + tensor->second.datatype + "\"," +
-                tensor->second.shape + "]";
-        entry.outputs.push_back(
-            OutputBytes{arena.base() + tensor->second.offset, tensor->second.size});
+      if (run.graph->decoupled && iteration < 0) {
+        json = kFlagsOnly;  // the last step ended without completing the outputs
+        entry.json = json;
+      } else {
+        output_entry(run, iteration, &entry, &json);
       }
-      json += "]}";
     }
     if (!run.error_json.empty()) {
       entry.outputs.clear();
       entry.flags = kResponseFinal | kResponseError;
       entry.error_code = run.error_code;
       json = run.error_json;
-    } else {
-      entry.flags = kResponseFinal;
+      entry.json = json;
+      // No execution of the ensemble is counted for a failed request, as in Triton
+      // (the frontend counts one for a response block with timings).
+      for (uint64_t& t : timings) t = 0;
     }
-    entry.json = json;
     entries.push_back(std::move(entry));
   }
   host_.answer_ensemble(run.model, run.request, run.origin, entries, timings, status);

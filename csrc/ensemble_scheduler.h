@@ -11,6 +11,19 @@
 // shared response block), the next step's inputs are copied once from there into its
 // request block (Core's assembler), and the ensemble's outputs once into its response.
 //
+// Decoupled steps, as Triton 2.51's ensemble scheduler runs them: every ensemble
+// tensor holds numbered values (iterations: an ensemble input has one, numbered 0; a
+// step's output gets the next number of that tensor each time a response of the step
+// carries it), and a step runs once per iteration for which all its inputs have a
+// value, so each response of a decoupled step starts its own run of the steps that
+// consume its outputs. A decoupled ensemble (EnsembleGraph::decoupled) streams: each
+// time a step's response completes a set of the requested outputs of one iteration, it
+// answers with them (flagged final when no step runs any more), and a request whose
+// last step ends without completing one ends with the final flag alone
+// ({"empty":true}, as a decoupled model's worker sends it). A step's error fails the
+// request (no response after it); it ends once its running steps have. A non-decoupled
+// ensemble answers once, when nothing runs, with each output's last value.
+//
 // The graph was checked at load, with Triton's messages, by the control plane
 // (scheduling/ensemble.py), which also resolves each step's model and version to a
 // core handle and the validator's spec, and sets them again whenever the served
@@ -79,9 +92,11 @@ class EnsembleHost {
   virtual void cancel_step(uint64_t step_id) = 0;
   // The ensemble request's block goes (it was the core's, as any queued request's).
   virtual void release_request(const QueuedRequest& request) = 0;
-  // Answers ensemble request `request_id` of model `model` (`entries`: its one final
-  // response, written into a new block by the host) or fails it with `status`
-  // (entries empty: kCompletionCancelled, kCompletionModelGone...).
+  // Answers ensemble request `request_id` of model `model` (`entries`: one response,
+  // written into a new block by the host; a decoupled ensemble's responses before its
+  // last lack kResponseFinal, their timings are zero, and the request stays running)
+  // or fails it with `status` (entries empty: kCompletionCancelled,
+  // kCompletionModelGone...).
   virtual void answer_ensemble(uint64_t model, const QueuedRequest& request,
                                const EnsembleOrigin& origin,
                                const std::vector<ResponseEntry>& entries, const uint64_t timings[4],
@@ -137,7 +152,19 @@ class EnsembleScheduler {
     std::string shape;    // JSON array text, "[1,16]"
     uint64_t offset = 0;  // the bytes, in the arena
     uint64_t size = 0;
+    bool absent = false;  // the step's response lacked it (Triton's placeholder)
   };
+  // An ensemble tensor's values by iteration, and the number its next one gets.
+  struct TensorValues {
+    std::unordered_map<uint64_t, Tensor> by_iteration;
+    uint64_t next = 0;
+    // The value added, with the iteration it got.
+    uint64_t add(Tensor value) {
+      by_iteration[next] = std::move(value);
+      return next++;
+    }
+  };
+  using Updated = std::vector<std::pair<std::string, uint64_t>>;  // (tensor, iteration)
   struct Run {
     uint64_t model = 0;
     std::shared_ptr<const EnsembleGraph> graph;
@@ -148,22 +175,33 @@ class EnsembleScheduler {
     std::string id;                      // the client's request id, JSON string text
     std::string parameters;              // the request's parameters, a raw JSON object
     std::vector<std::string> requested;  // requested outputs; empty: all
-    std::unordered_map<std::string, Tensor> tensors;
-    std::vector<uint64_t> blocks;  // step responses kept for their tensors
-    std::vector<bool> sent;        // per step
-    std::vector<uint64_t> steps;   // step requests not finished
-    std::string error_json;        // {"error": ...} once failed
+    std::unordered_map<std::string, TensorValues> tensors;
+    std::vector<uint64_t> blocks;             // step responses kept for their tensors
+    std::vector<std::vector<uint64_t>> sent;  // per step: the iterations it ran for
+    std::vector<uint64_t> steps;              // step requests not finished
+    std::string error_json;                   // {"error": ...} once failed
     int32_t error_code = 0;
     bool cancelled = false;
     bool traced = false;  // its steps are child traces (EnsembleHost::traced)
   };
 
-  // Sends every step whose inputs exist; answers the request when nothing runs.
-  void advance(uint64_t request_id);
-  void send_step(Run& run, uint64_t request_id, size_t step);
+  // Sends every step that `updated` makes ready (all its inputs have a value of that
+  // iteration); a decoupled ensemble answers the outputs they complete; the request is
+  // answered (finish) when nothing runs.
+  void advance(uint64_t request_id, const Updated& updated);
+  void send_step(Run& run, uint64_t request_id, size_t step, uint64_t iteration);
   void fail(Run& run, const std::string& message, int32_t code);
   void fail_raw(Run& run, std::string_view raw_message, int32_t code);
-  void finish(uint64_t request_id);
+  // The iteration whose requested outputs `updated` completes (Triton's
+  // CheckAndSetEnsembleOutput), or -1.
+  int64_t complete_iteration(const Run& run, const Updated& updated) const;
+  // The response entry of the requested outputs of `iteration` (-1: each output's last
+  // value, the non-decoupled answer); false with the run failed when one is missing.
+  bool output_entry(Run& run, int64_t iteration, ResponseEntry* entry, std::string* json);
+  // A decoupled ensemble's response before its last (the request stays running).
+  void respond(Run& run, int64_t iteration);
+  // The last answer (`iteration`: the outputs a decoupled ensemble ends with, or -1).
+  void finish(uint64_t request_id, int64_t iteration = -1);
   void forget_step(Run& run, uint64_t step_id);
 
   EnsembleHost& host_;

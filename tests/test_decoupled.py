@@ -24,6 +24,7 @@ from server_harness import NaiadServer, make_repository, metric_value
 
 TIMEOUT = 10
 DECOUPLED_MODELS = Path(__file__).resolve().parent / "decoupled_models"
+PIPELINE_MODELS = Path(__file__).resolve().parent / "pipeline_models"
 ONE_RESPONSE = (
     "generate expects model to produce exactly 1 response, use generate stream for model "
     "that generates various number of responses"
@@ -39,6 +40,7 @@ def server(tmp_path_factory):
             "repeat": DECOUPLED_MODELS / "repeat",
             "text_echo": DECOUPLED_MODELS / "text_echo",
             "bls_stream": DECOUPLED_MODELS / "bls_stream",
+            "ens_repeat": PIPELINE_MODELS / "ens_repeat",
             "sleeper": None,  # tests/models: two instances, SECONDS of sleep per execution
         },
     )
@@ -353,6 +355,17 @@ def test_bls_reads_a_decoupled_models_stream(server):
     r = _generate(server, "bls_stream", {"N": 7})
     assert r.status_code == 200
     assert r.json() == {"VALUES": list(range(7)), "model_name": "bls_stream", "model_version": "1"}
+    _settled(server)
+
+
+def test_bls_reads_a_decoupled_ensembles_stream(server):
+    """exec(decoupled=True) on ens_repeat (a decoupled ensemble of repeat): each of the
+    ensemble's responses reaches the caller on its ring, then the final flag."""
+    r = _generate(server, "bls_stream", {"N": 5, "target": "ens_repeat"})
+    assert r.status_code == 200
+    assert r.json() == {"VALUES": list(range(5)), "model_name": "bls_stream", "model_version": "1"}
+    r = _generate(server, "bls_stream", {"N": 0, "target": "ens_repeat"})
+    assert r.status_code == 200 and r.json()["VALUES"] == []
     _settled(server)
 
 

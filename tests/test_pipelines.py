@@ -38,6 +38,7 @@ MORE_MODELS = (
     "bls_cancel",
     "int_double",
     "ens_decoupled",
+    "ens_repeat",
     "ens_nested",
     "ens_nested_deep",
 )
@@ -662,8 +663,7 @@ def test_an_ensemble_of_ensembles_fails_with_its_inner_steps_error(server):
 
 def test_an_ensemble_with_a_decoupled_step_over_http(server):
     # Triton 2.51's answer: /infer refuses a decoupled ensemble. Its generate_stream
-    # answer ends with the last response of the decoupled step run through int_double
-    # (Y = 2 * 2); Triton streams the earlier ones too (README "Not yet").
+    # streams an event per response of the decoupled step run through int_double.
     n = [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]
     response = requests.post(
         f"{server.url}/v2/models/ens_decoupled/infer", json={"inputs": n}, timeout=TIMEOUT
@@ -676,4 +676,4 @@ def test_an_ensemble_with_a_decoupled_step_over_http(server):
     response = requests.post(url, json={"N": [3]}, timeout=TIMEOUT)
     assert response.status_code == 200
     events = [line for line in response.text.split("\n\n") if line]
-    assert json.loads(events[-1].removeprefix("data: "))["Y"] == 4
+    assert [json.loads(event.removeprefix("data: "))["Y"] for event in events] == [0, 2, 4]

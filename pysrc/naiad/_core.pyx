@@ -420,17 +420,20 @@ cdef extern from *:
     static bool naiad_set_ensemble_graph(naiad::Core* core, naiad::ModelHandle model,
                                          const std::string& name,
                                          const std::vector<std::string>& outputs,
-                                         const std::vector<naiad::EnsembleStep>& steps) {
+                                         const std::vector<naiad::EnsembleStep>& steps,
+                                         bool decoupled) {
       auto graph = std::make_shared<naiad::EnsembleGraph>();
       graph->name = name;
       graph->outputs = outputs;
       graph->steps = steps;
+      graph->decoupled = decoupled;
       return core->set_ensemble_graph(model, std::move(graph));
     }
     """
     cbool naiad_set_ensemble_graph(CCore* core, ModelHandle model, const string& name,
                                    const vector[string]& outputs,
-                                   const vector[EnsembleStep]& steps) except +
+                                   const vector[EnsembleStep]& steps,
+                                   cbool decoupled) except +
 
 
 cdef extern from "error_status.h" namespace "naiad":
@@ -842,11 +845,13 @@ cdef class Core:
             self._core.set_batch_tensors(handle, False)
         return handle.value
 
-    def set_ensemble_graph(self, uint64_t model, str name, list outputs, list steps):
+    def set_ensemble_graph(self, uint64_t model, str name, list outputs, list steps,
+                           cbool decoupled=False):
         """The graph ensemble `model` runs its requests by (csrc/ensemble_graph.h):
         `steps` [(core handle, ModelSpec, [(model input, tensor)], [(model output,
-        tensor)])], `outputs` the ensemble's output names in config order. False when
-        the handle is stale."""
+        tensor)])], `outputs` the ensemble's output names in config order; `decoupled`:
+        its requests stream a response per set of outputs. False when the handle is
+        stale."""
         cdef vector[EnsembleStep] c_steps
         cdef EnsembleStep step
         cdef vector[string] c_outputs
@@ -867,7 +872,7 @@ cdef class Core:
             c_steps.push_back(step)
         handle_value.value = model
         return naiad_set_ensemble_graph(self._core, handle_value, name.encode(), c_outputs,
-                                        c_steps)
+                                        c_steps, decoupled)
 
     def remove_model(self, uint64_t model):
         """Removes the model: its submits answer SUBMIT_MODEL_GONE, its queued requests

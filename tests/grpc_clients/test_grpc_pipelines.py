@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer
 from test_pipelines import A, B, build_repository
@@ -88,35 +89,190 @@ def _n(value: int):
     return [n]
 
 
-def test_an_ensemble_with_a_decoupled_step_streams_over_grpc(client):
-    # As Triton 2.51: the stream ends with the last response of the decoupled step run
-    # through int_double (Y = 2 * 2), flagged final (Triton streams the earlier ones too:
-    # README "Not yet"); ModelInfer refuses the decoupled ensemble.
-    answers: queue.Queue = queue.Queue()
-    client.start_stream(callback=lambda result, error: answers.put((result, error)))
-    try:
-        client.async_stream_infer(
-            "ens_decoupled", _n(3), request_id="r1", enable_empty_final_response=True
+class EnsembleStream:
+    """A started stream to a decoupled ensemble and what its callback received: (value
+    of `output` or None, triton_final_response or None, id) or ("error", message)."""
+
+    def __init__(self, client, output: str = "Y"):
+        self.client = client
+        self.output = output
+        self.queue: queue.Queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: self.queue.put((result, error)))
+
+    def send(self, model: str, n: int, mode: str, request_id: str = "", empty: bool = False):
+        self.client.async_stream_infer(
+            model,
+            _n(n),
+            request_id=request_id,
+            parameters={"mode": mode},
+            enable_empty_final_response=empty,
         )
-        got = []
-        while True:
-            result, error = answers.get(timeout=30)
-            assert error is None, error
+
+    def take(self, count: int) -> list:
+        out = []
+        for _ in range(count):
+            result, error = self.queue.get(timeout=30)
+            if error is not None:
+                out.append(("error", error.message()))
+                continue
             response = result.get_response()
-            assert response.id == "r1"
-            if response.outputs:
-                got.append(int(result.as_numpy("Y")[0]))
-            if response.parameters["triton_final_response"].bool_param:
-                break
-    finally:
+            values = result.as_numpy(self.output)
+            final = response.parameters.get("triton_final_response")
+            out.append(
+                (
+                    None if values is None else int(values[0]),
+                    None if final is None else final.bool_param,
+                    response.id,
+                )
+            )
+        return out
+
+    def nothing_more(self, wait: float = 0.3) -> bool:
+        try:
+            self.queue.get(timeout=wait)
+        except queue.Empty:
+            return True
+        return False
+
+
+def streamed(url: str, model: str, sends: list, count: int, output: str = "Y") -> list:
+    """The `count` responses of the requests `sends` [(N, mode, id, empty final)] on
+    one stream to `model` (and that nothing more came)."""
+    with grpcclient.InferenceServerClient(url) as client:
+        stream = EnsembleStream(client, output)
+        for n, mode, request_id, empty in sends:
+            stream.send(model, n, mode, request_id, empty)
+        got = stream.take(count)
+        assert stream.nothing_more()
         client.stop_stream()
-    assert got[-1] == 4
+    return got
+
+
+def _arena(server) -> dict:
+    return requests.get(f"{server.url}/v2/naiad/arena", timeout=30).json()
+
+
+def _settles(server, blocks: int) -> None:
+    """Nothing in flight and the arena's blocks back to `blocks` (within 5 s)."""
+    deadline = time.monotonic() + 5
+    while True:
+        arena = _arena(server)
+        if arena["requests_in_flight"] == 0 and arena["blocks_in_use"] == blocks:
+            return
+        assert time.monotonic() < deadline, arena
+        time.sleep(0.05)
+
+
+def _url(server) -> str:
+    return f"{server.host}:{server.grpc_port}"
+
+
+def test_an_ensemble_with_a_decoupled_step_streams_each_of_its_responses(client, server):
+    # As Triton 2.51: each response of repeat (OUT = 0, 1, 2, the final flag on the
+    # last) runs int_double, and each Y is streamed; the last is flagged final.
+    blocks = _arena(server)["blocks_in_use"]
+    got = streamed(_url(server), "ens_decoupled", [(3, "inline", "r1", True)], 3)
+    assert got == [(0, False, "r1"), (2, False, "r1"), (4, True, "r1")]
+    # repeat's final flag alone after its responses (mode thread): the ensemble's last
+    # response is Y = 4 or, when int_double was done first, the final flag alone.
+    got = streamed(_url(server), "ens_decoupled", [(3, "thread", "r2", False)], 3)
+    assert [(v, i) for v, _f, i in got] == [(0, "r2"), (2, "r2"), (4, "r2")]
+    _settles(server, blocks)
     with pytest.raises(InferenceServerException) as info:
         client.infer("ens_decoupled", _n(3), client_timeout=30)
     assert info.value.status() == "StatusCode.UNIMPLEMENTED"
     assert info.value.message() == (
         "ModelInfer RPC doesn't support models with decoupled transaction policy"
     )
+
+
+def test_an_ensemble_of_a_decoupled_step_alone_streams_the_steps_responses(server):
+    got = streamed(_url(server), "ens_repeat", [(3, "thread", "a", True)], 4, output="OUT")
+    assert got == [(0, False, "a"), (1, False, "a"), (2, False, "a"), (None, True, "a")]
+    got = streamed(_url(server), "ens_repeat", [(2, "inline", "b", True)], 2, output="OUT")
+    assert got == [(0, False, "b"), (1, True, "b")]
+
+
+def test_requests_on_one_stream_to_a_decoupled_ensemble_each_stream(server):
+    sends = [(2, "inline", "x", True), (3, "inline", "y", False)]
+    got = streamed(_url(server), "ens_decoupled", sends, 5)
+    assert [r for r in got if r[2] == "x"] == [(0, False, "x"), (2, True, "x")]
+    assert [r for r in got if r[2] == "y"] == [(0, False, "y"), (2, False, "y"), (4, True, "y")]
+
+
+def test_a_decoupled_ensemble_whose_step_sends_no_response_ends_with_the_final_flag(server):
+    blocks = _arena(server)["blocks_in_use"]
+    got = streamed(_url(server), "ens_decoupled", [(0, "inline", "z", True)], 1)
+    assert got == [(None, True, "z")]
+    assert streamed(_url(server), "ens_decoupled", [(0, "inline", "w", False)], 0) == []
+    _settles(server, blocks)
+
+
+@pytest.mark.parametrize(
+    "mode, message",
+    [
+        ("error_last", "in ensemble 'ens_decoupled', bad things"),
+        (
+            "raise",
+            "in ensemble 'ens_decoupled', Failed to process the request(s) for model 'repeat', "
+            "message: RuntimeError: the model failed mid-stream (at model.py:66 in execute)",
+        ),
+        (
+            "no_final",
+            "in ensemble 'ens_decoupled', Failed to process the request(s) for model 'repeat', "
+            "message: the model released the request without sending a response flagged "
+            "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+        ),
+    ],
+)
+def test_a_decoupled_ensemble_whose_step_fails_mid_stream_ends_with_the_error(
+    server, mode, message
+):
+    # repeat sends Y = 0, 1, then fails: the Y it ran int_double for before the error
+    # arrived are streamed, then the error ends the request; nothing stays in flight.
+    blocks = _arena(server)["blocks_in_use"]
+    with grpcclient.InferenceServerClient(_url(server)) as client:
+        stream = EnsembleStream(client)
+        stream.send("ens_decoupled", 2, mode, "f", True)
+        got = []
+        while not got or got[-1][0] != "error":
+            got += stream.take(1)
+        assert stream.nothing_more()
+        client.stop_stream()
+    assert got[-1] == ("error", message)
+    assert got[:-1] == [(0, False, "f"), (2, False, "f")][: len(got) - 1]
+    _settles(server, blocks)
+
+
+def test_cancelling_a_stream_to_a_decoupled_ensemble_ends_its_steps(server):
+    # repeat streams until it sees is_cancelled(); the client's cancel reaches it
+    # through the ensemble, and nothing stays in flight.
+    blocks = _arena(server)["blocks_in_use"]
+    with grpcclient.InferenceServerClient(_url(server)) as client:
+        stream = EnsembleStream(client)
+        stream.send("ens_decoupled", 0, "until_cancelled", "c")
+        got = stream.take(3)
+        assert [v for v, _f, _i in got] == [0, 2, 4]
+        client.stop_stream(cancel_requests=True)
+    _settles(server, blocks)
+    got = streamed(_url(server), "ens_repeat", [(0, "cancelled", "n", False)], 1, "OUT")
+    assert got[0][0] >= 1  # repeat saw is_cancelled() once at least
+
+
+def test_a_decoupled_ensembles_statistics_count_each_request_once(server):
+    # As Triton 2.51: one success and one execution for the ensemble per request, one
+    # per run for int_double (tests/grpc_clients/test_grpc_ensemble_stream_triton.py).
+    def counts(model):
+        stats = requests.get(f"{server.url}/v2/models/{model}/stats", timeout=30).json()
+        entry = stats["model_stats"][0]
+        return entry["inference_stats"]["success"]["count"], entry["execution_count"]
+
+    models = ("ens_decoupled", "repeat", "int_double")
+    before = {m: counts(m) for m in models}
+    streamed(_url(server), "ens_decoupled", [(3, "inline", "s", True)], 3)
+    after = {m: counts(m) for m in models}
+    changes = {m: tuple(a - b for a, b in zip(after[m], before[m])) for m in models}
+    assert changes == {"ens_decoupled": (1, 1), "repeat": (1, 1), "int_double": (3, 3)}
 
 
 def _bls_sequence(client, value: int, parameters: dict):

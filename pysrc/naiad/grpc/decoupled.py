@@ -75,7 +75,9 @@ def _message(model, request, batching, flags, response, error, final) -> bytes |
         out = pb.ModelStreamInferResponse()
         infer = out.infer_response
         infer.model_name = model.name
-        infer.model_version = str(model.version)
+        # As Triton: no response of the model, so the version the request named ("" for
+        # the policy's default).
+        infer.model_version = request.model_version
         infer.id = request.id
         infer.parameters[FINAL_PARAMETER].bool_param = True
         return out.SerializeToString()

@@ -154,7 +154,7 @@ class EnsembleModel(LoadedModel):
                 (handle, spec, list(step.input_map.items()), list(step.output_map.items()))
             )
         outputs = [output.name for output in self.config.output]
-        self.core.set_ensemble_graph(self.core_model, self.name, outputs, steps)
+        self.core.set_ensemble_graph(self.core_model, self.name, outputs, steps, self.decoupled)
         self.graph_set = True
 
     def composing(self) -> list[tuple[str, int]]:

@@ -1,5 +1,8 @@
 """bls_stream: N responses from the decoupled model "repeat" (BLS, decoupled=True),
-their OUT values answered as VALUES."""
+their OUT values answered as VALUES. The request parameter "target" names another
+model to call the same way (ens_repeat: a decoupled ensemble of repeat)."""
+
+import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -10,8 +13,9 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             n = pb_utils.get_input_tensor_by_name(request, "N").as_numpy()
+            target = json.loads(request.parameters()).get("target", "repeat")
             call = pb_utils.InferenceRequest(
-                model_name="repeat",
+                model_name=target,
                 requested_output_names=["OUT"],
                 inputs=[pb_utils.Tensor("N", n)],
                 parameters={"mode": "thread"},
