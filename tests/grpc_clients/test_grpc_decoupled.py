@@ -60,17 +60,21 @@ def _n(value: int):
 
 
 class Stream:
-    """A started stream and what its callback received: (OUT or None, parameters, id)
-    or ("error", message)."""
+    """A started stream to a model taking N (repeat, or an ensemble around it) and what
+    its callback received: (value of `output` or None, triton_final_response or None,
+    id) or ("error", message)."""
 
-    def __init__(self, client):
+    def __init__(self, client, model: str = "repeat", output: str = "OUT", timeout=TIMEOUT):
         self.client = client
+        self.model = model
+        self.output = output
+        self.timeout = timeout
         self.queue = queue.Queue()
         client.start_stream(callback=lambda result, error: self.queue.put((result, error)))
 
     def send(self, n: int, mode: str = "thread", request_id: str = "", empty: bool = False):
         self.client.async_stream_infer(
-            "repeat",
+            self.model,
             _n(n),
             request_id=request_id,
             parameters={"mode": mode},
@@ -80,12 +84,12 @@ class Stream:
     def take(self, count: int) -> list:
         out = []
         for _ in range(count):
-            result, error = self.queue.get(timeout=TIMEOUT)
+            result, error = self.queue.get(timeout=self.timeout)
             if error is not None:
                 out.append(("error", error.message()))
                 continue
             response = result.get_response()
-            values = result.as_numpy("OUT")
+            values = result.as_numpy(self.output)
             final = response.parameters.get("triton_final_response")
             out.append(
                 (

@@ -21,7 +21,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer, make_repository
-from test_grpc_pipelines import EnsembleStream, streamed
+from test_grpc_pipelines import ensemble_stream, streamed, streamed_until_error
 from triton_peer import TritonPeer, find_triton
 from tritonclient.utils import InferenceServerException
 
@@ -94,8 +94,8 @@ def test_same_stream_as_triton(servers, model, output, sends, count):
 
 def _empty_final(url: str, model: str) -> tuple:
     with grpcclient.InferenceServerClient(url) as client:
-        stream = EnsembleStream(client)
-        stream.send(model, 0, "inline", "e0", True)
+        stream = ensemble_stream(client, model)
+        stream.send(0, "inline", "e0", True)
         result, error = stream.queue.get(timeout=30)
         client.stop_stream()
     assert error is None
@@ -119,14 +119,7 @@ def test_the_empty_final_response_is_tritons(servers, model):
 def test_a_step_failing_mid_stream_ends_the_stream_as_in_triton(servers, mode):
     ends = []
     for url in _urls(servers):
-        with grpcclient.InferenceServerClient(url) as client:
-            stream = EnsembleStream(client)
-            stream.send("ens_decoupled", 2, mode, "f", True)
-            got = []
-            while not got or got[-1][0] != "error":
-                got += stream.take(1)
-            assert stream.nothing_more()
-            client.stop_stream()
+        got = streamed_until_error(url, mode)
         # The Y streamed before the error came (as many as int_double had run by then).
         assert got[:-1] == [(0, False, "f"), (2, False, "f")][: len(got) - 1]
         ends.append(got[-1][1])

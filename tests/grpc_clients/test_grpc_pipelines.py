@@ -3,7 +3,6 @@ side and the model set). Run apart from the main suite (conftest.py says why).""
 
 from __future__ import annotations
 
-import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,6 +11,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer
+from test_grpc_decoupled import Stream
 from test_pipelines import A, B, build_repository
 from tritonclient.utils import InferenceServerException
 
@@ -89,59 +89,33 @@ def _n(value: int):
     return [n]
 
 
-class EnsembleStream:
-    """A started stream to a decoupled ensemble and what its callback received: (value
-    of `output` or None, triton_final_response or None, id) or ("error", message)."""
+def ensemble_stream(client, model: str = "ens_decoupled", output: str = "Y") -> Stream:
+    """A started stream to a decoupled ensemble around repeat (its steps take longer
+    than repeat alone under load: 30 s per response)."""
+    return Stream(client, model, output, timeout=30)
 
-    def __init__(self, client, output: str = "Y"):
-        self.client = client
-        self.output = output
-        self.queue: queue.Queue = queue.Queue()
-        client.start_stream(callback=lambda result, error: self.queue.put((result, error)))
 
-    def send(self, model: str, n: int, mode: str, request_id: str = "", empty: bool = False):
-        self.client.async_stream_infer(
-            model,
-            _n(n),
-            request_id=request_id,
-            parameters={"mode": mode},
-            enable_empty_final_response=empty,
-        )
-
-    def take(self, count: int) -> list:
-        out = []
-        for _ in range(count):
-            result, error = self.queue.get(timeout=30)
-            if error is not None:
-                out.append(("error", error.message()))
-                continue
-            response = result.get_response()
-            values = result.as_numpy(self.output)
-            final = response.parameters.get("triton_final_response")
-            out.append(
-                (
-                    None if values is None else int(values[0]),
-                    None if final is None else final.bool_param,
-                    response.id,
-                )
-            )
-        return out
-
-    def nothing_more(self, wait: float = 0.3) -> bool:
-        try:
-            self.queue.get(timeout=wait)
-        except queue.Empty:
-            return True
-        return False
+def streamed_until_error(url: str, mode: str) -> list:
+    """What a stream to ens_decoupled with N=2 and repeat's failing `mode` received,
+    up to and with the error that ends it (and that nothing came after it)."""
+    with grpcclient.InferenceServerClient(url) as client:
+        stream = ensemble_stream(client)
+        stream.send(2, mode, "f", True)
+        got = []
+        while not got or got[-1][0] != "error":
+            got += stream.take(1)
+        assert stream.nothing_more()
+        client.stop_stream()
+    return got
 
 
 def streamed(url: str, model: str, sends: list, count: int, output: str = "Y") -> list:
     """The `count` responses of the requests `sends` [(N, mode, id, empty final)] on
     one stream to `model` (and that nothing more came)."""
     with grpcclient.InferenceServerClient(url) as client:
-        stream = EnsembleStream(client, output)
+        stream = ensemble_stream(client, model, output)
         for n, mode, request_id, empty in sends:
-            stream.send(model, n, mode, request_id, empty)
+            stream.send(n, mode, request_id, empty)
         got = stream.take(count)
         assert stream.nothing_more()
         client.stop_stream()
@@ -231,14 +205,7 @@ def test_a_decoupled_ensemble_whose_step_fails_mid_stream_ends_with_the_error(
     # repeat sends Y = 0, 1, then fails: the Y it ran int_double for before the error
     # arrived are streamed, then the error ends the request; nothing stays in flight.
     blocks = _arena(server)["blocks_in_use"]
-    with grpcclient.InferenceServerClient(_url(server)) as client:
-        stream = EnsembleStream(client)
-        stream.send("ens_decoupled", 2, mode, "f", True)
-        got = []
-        while not got or got[-1][0] != "error":
-            got += stream.take(1)
-        assert stream.nothing_more()
-        client.stop_stream()
+    got = streamed_until_error(_url(server), mode)
     assert got[-1] == ("error", message)
     assert got[:-1] == [(0, False, "f"), (2, False, "f")][: len(got) - 1]
     _settles(server, blocks)
@@ -249,8 +216,8 @@ def test_cancelling_a_stream_to_a_decoupled_ensemble_ends_its_steps(server):
     # through the ensemble, and nothing stays in flight.
     blocks = _arena(server)["blocks_in_use"]
     with grpcclient.InferenceServerClient(_url(server)) as client:
-        stream = EnsembleStream(client)
-        stream.send("ens_decoupled", 0, "until_cancelled", "c")
+        stream = ensemble_stream(client)
+        stream.send(0, "until_cancelled", "c")
         got = stream.take(3)
         assert [v for v, _f, _i in got] == [0, 2, 4]
         client.stop_stream(cancel_requests=True)
