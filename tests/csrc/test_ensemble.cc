@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "client_request.h"
 #include "core.h"
 #include "ensemble_graph.h"
 #include "ipc_schema.h"
@@ -99,15 +100,7 @@ struct Ensemble {
       parsed.inputs[i].size = 16;
     }
     parsed.output_names = outputs;
-    std::string error;
-    CHECK(validate_request(ensemble_spec, &parsed, &error));
-    layout_request_block(ensemble_spec, parsed, &laid);
-    SubmitRequest r;
-    r.request_id = id;
-    r.metadata = laid.metadata;
-    r.inputs = laid.inputs;
-    r.options.batch_size = 1;
-    return r;
+    return laid_out_request(ensemble_spec, &parsed, id, &laid);
   }
   // Plays add_sub for one batch: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1,
   // or an error for every request when `error` is set. Returns the batch's size.
@@ -157,6 +150,17 @@ struct Ensemble {
       out.push_back(std::move(c));
     }
     return out;
+  }
+  // Runs two submitted requests through both steps (each step one batch of two) and
+  // frees their answers.
+  void run_two_requests() {
+    core.flush();
+    CHECK(serve() == 2);
+    poll();
+    CHECK(serve() == 2);
+    std::vector<Completion> done = poll();
+    CHECK(done.size() == 2);
+    for (const Completion& c : done) core.arena().free(c.result_offset);
   }
 
   Core core;
@@ -428,13 +432,7 @@ TEST(a_traced_ensemble_requests_steps_are_its_child_traces) {
   traced.options.traced = true;
   CHECK(e.core.submit(e.ensemble, traced) == SubmitResult::kOk);
   CHECK(e.core.submit(e.ensemble, e.request(2, kA, kB)) == SubmitResult::kOk);  // untraced
-  e.core.flush();
-  CHECK(e.serve() == 2);
-  e.poll();
-  CHECK(e.serve() == 2);
-  std::vector<Completion> done = e.poll();
-  CHECK(done.size() == 2);
-  for (const Completion& c : done) e.core.arena().free(c.result_offset);
+  e.run_two_requests();
   std::vector<ChildTrace> children = e.core.take_trace_children(1);
   CHECK(children.size() == 2);
   for (const ChildTrace& child : children) {
@@ -459,13 +457,7 @@ TEST(a_traced_ensemble_at_level_tensors_keeps_its_steps_tensors) {
   SubmitRequest stamps_only = e.request(2, kA, kB);
   stamps_only.options.traced = true;  // level TIMESTAMPS: its steps keep no tensors
   CHECK(e.core.submit(e.ensemble, stamps_only) == SubmitResult::kOk);
-  e.core.flush();
-  CHECK(e.serve() == 2);
-  e.poll();
-  CHECK(e.serve() == 2);
-  std::vector<Completion> done = e.poll();
-  CHECK(done.size() == 2);
-  for (const Completion& c : done) e.core.arena().free(c.result_offset);
+  e.run_two_requests();
   std::vector<ChildTrace> children = e.core.take_trace_children(1);
   CHECK(children.size() == 2);
   auto text = [](TensorActivity activity, const char* name, const char* data) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "client_request.h"
 #include "core.h"
 #include "ensemble_graph.h"
 #include "ipc_schema.h"
@@ -102,15 +103,8 @@ struct DecoupledEnsemble {
     parsed.inputs[0].shape = {1, 4};
     parsed.inputs[0].data = reinterpret_cast<const uint8_t*>(n);
     parsed.inputs[0].size = 16;
-    std::string error;
-    CHECK(validate_request(ensemble_spec, &parsed, &error));
-    layout_request_block(ensemble_spec, parsed, &laid);
-    SubmitRequest r;
-    r.request_id = id;
-    r.metadata = laid.metadata;
-    r.inputs = laid.inputs;
-    r.options.batch_size = 1;
-    CHECK(core.submit(ensemble, r) == SubmitResult::kOk);
+    CHECK(core.submit(ensemble, laid_out_request(ensemble_spec, &parsed, id, &laid)) ==
+          SubmitResult::kOk);
     core.flush();  // starts the ensemble: repeat's step is dispatched
     repeat_batch = repeat_worker->next();
     CHECK(repeat_batch.kind == MessageKind::kBatch);
