@@ -89,14 +89,7 @@ def servers(tmp_path_factory):
     naiad = NaiadServer(repository, log_dir=root).start()
     try:
         with TritonPeer(repository, root, []) as triton:
-            deadline = 60
-            for _ in range(deadline * 10):
-                ready = [
-                    requests.get(f"{triton.url}/v2/models/{m}/ready", timeout=TIMEOUT)
-                    for m in MODELS
-                ]
-                if all(r.status_code == 200 for r in ready):
-                    break
+            triton.wait_ready(MODELS, timeout=60)
             yield naiad.url, triton.url
     finally:
         naiad.stop()

@@ -80,6 +80,24 @@ class TritonPeer:
         self.__exit__(None, None, None)
         raise TimeoutError(f"tritonserver did not become live: {self.log_path.read_text()[-3000:]}")
 
+    def wait_ready(self, models, timeout: float = 60) -> None:
+        """Returns once every model in `models` is ready (Triton loads them after it is
+        live); raises with the log's tail when one is not within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        pending = list(models)
+        while pending:
+            with contextlib.suppress(requests.RequestException):
+                ready = requests.get(f"{self.url}/v2/models/{pending[0]}/ready", timeout=2)
+                if ready.status_code == 200:
+                    pending.pop(0)
+                    continue
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"model '{pending[0]}' not ready in tritonserver: "
+                    f"{self.log_path.read_text()[-3000:]}"
+                )
+            time.sleep(0.1)
+
     def __exit__(self, *exc) -> None:
         if self.process is None or self.process.poll() is not None:
             return

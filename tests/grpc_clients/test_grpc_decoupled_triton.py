@@ -45,10 +45,7 @@ def urls(tmp_path_factory):
     naiad = NaiadServer(repository, log_dir=root).start()
     try:
         with TritonPeer(repository, root, []) as triton:
-            with grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}") as client:
-                for _ in range(600):
-                    if client.is_model_ready("repeat"):
-                        break
+            triton.wait_ready(["repeat"])
             yield f"{naiad.host}:{naiad.grpc_port}", f"127.0.0.1:{triton.grpc_port}"
     finally:
         naiad.stop()

@@ -63,10 +63,7 @@ def servers(tmp_path_factory):
     naiad = NaiadServer(repository, log_dir=root).start()
     try:
         with TritonPeer(repository, root, []) as triton:
-            with grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}") as client:
-                for _ in range(600):
-                    if all(client.is_model_ready(m) for m in MODELS):
-                        break
+            triton.wait_ready(MODELS)
             yield naiad, triton
     finally:
         naiad.stop()
