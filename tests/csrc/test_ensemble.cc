@@ -28,27 +28,6 @@ namespace {
 
 const uint64_t kTimings[4] = {1, 2, 3, 4};
 
-ModelSpec two_input_spec(const std::string& name, const std::vector<std::string>& inputs,
-                         const std::vector<std::string>& outputs) {
-  ModelSpec spec;
-  spec.name = spec.name_json = name;
-  spec.version = "1";
-  spec.max_batch_size = 8;
-  for (const std::string& input : inputs) {
-    InputSpec in;
-    in.name = in.name_json = input;
-    in.datatype = "FP32";
-    in.dims = {4};
-    in.element_size = 4;
-    spec.inputs.push_back(in);
-  }
-  for (const std::string& output : outputs) {
-    spec.outputs.push_back(output);
-    spec.outputs_json.push_back(output);
-  }
-  return spec;
-}
-
 struct Ensemble {
   // `sequence`: add_sub under the sequence batcher (direct, one slot) instead.
   explicit Ensemble(bool set_graph = true, bool sequence = false) : core(1 << 22, nullptr, false) {
@@ -65,8 +44,7 @@ struct Ensemble {
     worker = std::make_unique<WorkerEndpoint>(dup(core.arena().fd()), ep.channel_offset,
                                               dup(ep.wake_fd), dup(core.notify_fd()));
     ensemble = core.add_ensemble();
-    ensemble_spec =
-        two_input_spec("ensemble_add_sub", {"INPUT0", "INPUT1"}, {"OUTPUT0", "OUTPUT1"});
+    ensemble_spec = fp32_spec("ensemble_add_sub", {"INPUT0", "INPUT1"}, {"OUTPUT0", "OUTPUT1"});
     if (set_graph) CHECK(core.set_ensemble_graph(ensemble, graph(add_sub)));
     core.instance_up(add_sub_instance);
   }
@@ -76,7 +54,7 @@ struct Ensemble {
     graph->outputs = {"OUTPUT0", "OUTPUT1"};
     EnsembleStep first;
     first.model = step_model;
-    first.spec = two_input_spec("add_sub", {"INPUT0", "INPUT1"}, {"OUTPUT0", "OUTPUT1"});
+    first.spec = fp32_spec("add_sub", {"INPUT0", "INPUT1"}, {"OUTPUT0", "OUTPUT1"});
     first.inputs = {{"INPUT0", "INPUT0"}, {"INPUT1", "INPUT1"}};
     first.outputs = {{"OUTPUT0", "sum"}, {"OUTPUT1", "difference"}};
     EnsembleStep second = first;

@@ -30,23 +30,6 @@ const uint64_t kTimings[4] = {1, 2, 3, 4};
 const char* const kValueJson = "{\"outputs\":[[\"OUT\",\"FP32\",[1,4]]]}";
 const char* const kDoubleJson = "{\"outputs\":[[\"Y\",\"FP32\",[1,4]]]}";
 
-ModelSpec one_input_spec(const std::string& name, const std::string& input,
-                         const std::string& output) {
-  ModelSpec spec;
-  spec.name = spec.name_json = name;
-  spec.version = "1";
-  spec.max_batch_size = 8;
-  InputSpec in;
-  in.name = in.name_json = input;
-  in.datatype = "FP32";
-  in.dims = {4};
-  in.element_size = 4;
-  spec.inputs.push_back(in);
-  spec.outputs.push_back(output);
-  spec.outputs_json.push_back(output);
-  return spec;
-}
-
 struct Answer {
   bool final = false;
   bool error = false;
@@ -65,19 +48,19 @@ struct DecoupledEnsemble {
     repeat_worker = worker_of(repeat);
     double_worker = worker_of(doubler);
     ensemble = core.add_ensemble();
-    ensemble_spec = one_input_spec("ens_decoupled", "N", "Y");
+    ensemble_spec = fp32_spec("ens_decoupled", {"N"}, {"Y"});
     auto graph = std::make_shared<EnsembleGraph>();
     graph->name = "ens_decoupled";
     graph->outputs = {"Y"};
     graph->decoupled = true;
     EnsembleStep first;
     first.model = repeat;
-    first.spec = one_input_spec("repeat", "N", "OUT");
+    first.spec = fp32_spec("repeat", {"N"}, {"OUT"});
     first.inputs = {{"N", "N"}};
     first.outputs = {{"OUT", "values"}};
     EnsembleStep second;
     second.model = doubler;
-    second.spec = one_input_spec("int_double", "X", "Y");
+    second.spec = fp32_spec("int_double", {"X"}, {"Y"});
     second.inputs = {{"X", "values"}};
     second.outputs = {{"Y", "Y"}};
     graph->steps = {first, second};
