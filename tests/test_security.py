@@ -20,6 +20,7 @@ import random
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -64,12 +65,18 @@ def test_each_server_binds_only_its_address(tmp_path):
         log_dir=tmp_path,
         extra_args=["--grpc-address", "127.0.0.2", "--metrics-address", "127.0.0.3"],
     )
+    expected = {
+        ("127.0.0.1", server.http_port),
+        ("127.0.0.2", server.grpc_port),
+        ("127.0.0.3", server.metrics_port),
+    }
     with server.start():
-        assert _listening_sockets(server.pid) == {
-            ("127.0.0.1", server.http_port),
-            ("127.0.0.2", server.grpc_port),
-            ("127.0.0.3", server.metrics_port),
-        }
+        # Ready is answered over HTTP, which starts first (as in Triton): the metrics
+        # listener may bind a moment later.
+        deadline = time.monotonic() + 10
+        while _listening_sockets(server.pid) != expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _listening_sockets(server.pid) == expected
         metrics = requests.get(f"http://127.0.0.3:{server.metrics_port}/metrics", timeout=10)
         assert metrics.status_code == 200 and "nv_cpu_utilization" in metrics.text
         with socket.create_connection(("127.0.0.2", server.grpc_port), timeout=5):
