@@ -64,7 +64,18 @@ def _step(model="add_sub", version=-1, inputs=None, outputs=None) -> str:
     return text + " }"
 
 
-# Ensembles that must not load, and Triton 2.51's reason for each (checked against it).
+# The header of the ensembles that break Triton's decoupled rules: N streams through
+# "repeat" (decoupled); A and B are the ensemble's outputs.
+_DECOUPLED_HEADER = """platform: "ensemble"
+max_batch_size: 0
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "A" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "B" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+_REPEAT_TO_A = _step("repeat", inputs={"N": "N"}, outputs={"OUT": "A"})
+
+# Ensembles that must not load, and Triton 2.51's reason for each (checked against it);
+# a third element is the config's header where it is not _ENSEMBLE_HEADER.
 BAD_ENSEMBLES = {
     "e_unknown": (
         [_step(model="nope")],
@@ -113,6 +124,20 @@ BAD_ENSEMBLES = {
         "in ensemble e_shape, ensemble tensor INPUT0: inconsistent shape: [-1,8] is inferred "
         "from model e_shape while [-1,16] is inferred from model add_sub",
     ),
+    # A streamed output beside one computed once from the request: Triton refuses
+    # outputs (or a step's inputs) that come from different decoupled models.
+    "e_decoupled_mixed": (
+        [_REPEAT_TO_A, _step("int_double", inputs={"X": "N"}, outputs={"Y": "B"})],
+        "in ensemble e_decoupled_mixed, step of model 'e_decoupled_mixed' receives inputs "
+        "originated from different decoupled models",
+        _DECOUPLED_HEADER,
+    ),
+    "e_decoupled_two": (
+        [_REPEAT_TO_A, _step("repeat", inputs={"N": "N"}, outputs={"OUT": "B"})],
+        "in ensemble e_decoupled_two, step of model 'e_decoupled_two' receives inputs "
+        "originated from different decoupled models",
+        _DECOUPLED_HEADER,
+    ),
 }
 
 
@@ -130,17 +155,40 @@ def build_repository(dest: Path, bad: bool = True) -> Path:
     )
     if not bad:
         return dest
-    for name, (steps, _reason) in BAD_ENSEMBLES.items():
-        header = _ENSEMBLE_HEADER
+    # Triton marks an ensemble decoupled exactly when a step is, whatever its config
+    # says: ens_decoupled without the policy, ensemble_add_sub with it.
+    config = (dest / "ens_decoupled" / "config.pbtxt").read_text()
+    _write_ensemble(
+        dest,
+        "ens_decoupled_unmarked",
+        config.replace('"ens_decoupled"', '"ens_decoupled_unmarked"').replace(
+            "model_transaction_policy { decoupled: true }", ""
+        ),
+    )
+    config = (dest / "ensemble_add_sub" / "config.pbtxt").read_text()
+    _write_ensemble(
+        dest,
+        "ens_add_sub_marked",
+        config.replace('"ensemble_add_sub"', '"ens_add_sub_marked"')
+        + "model_transaction_policy { decoupled: true }\n",
+    )
+    for name, (steps, _reason, *header) in BAD_ENSEMBLES.items():
+        header = header[0] if header else _ENSEMBLE_HEADER
         if name == "e_dtype":
             header = header.replace("TYPE_FP32 dims: [ 16 ] },", "TYPE_INT32 dims: [ 16 ] },", 1)
         if name == "e_shape":
             header = header.replace("dims: [ 16 ] },", "dims: [ 8 ] },", 1)
-        (dest / name / "1").mkdir(parents=True)
-        (dest / name / "config.pbtxt").write_text(
-            f'name: "{name}"\n{header}ensemble_scheduling {{ step [ {", ".join(steps)} ] }}\n'
+        _write_ensemble(
+            dest,
+            name,
+            f'name: "{name}"\n{header}ensemble_scheduling {{ step [ {", ".join(steps)} ] }}\n',
         )
     return dest
+
+
+def _write_ensemble(dest: Path, name: str, config: str) -> None:
+    (dest / name / "1").mkdir(parents=True)
+    (dest / name / "config.pbtxt").write_text(config)
 
 
 @pytest.fixture(scope="module")
@@ -661,19 +709,34 @@ def test_an_ensemble_of_ensembles_fails_with_its_inner_steps_error(server):
     assert "expected 2 inputs but got 1 inputs for model 'ens_nested'" in response.json()["error"]
 
 
-def test_an_ensemble_with_a_decoupled_step_over_http(server):
-    # Triton 2.51's answer: /infer refuses a decoupled ensemble. Its generate_stream
-    # streams an event per response of the decoupled step run through int_double.
+@pytest.mark.parametrize("model", ["ens_decoupled", "ens_decoupled_unmarked"])
+def test_an_ensemble_with_a_decoupled_step_over_http(server, model):
+    # Triton 2.51's answer: /infer refuses a decoupled ensemble, also one whose config
+    # does not say it is (a step is). Its generate_stream streams an event per response
+    # of the decoupled step run through int_double.
+    config = requests.get(f"{server.url}/v2/models/{model}/config", timeout=TIMEOUT).json()
+    assert config["model_transaction_policy"] == {"decoupled": True}
     n = [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]
     response = requests.post(
-        f"{server.url}/v2/models/ens_decoupled/infer", json={"inputs": n}, timeout=TIMEOUT
+        f"{server.url}/v2/models/{model}/infer", json={"inputs": n}, timeout=TIMEOUT
     )
     assert (response.status_code, response.json()) == (
         501,
         {"error": "HTTP end point doesn't support models with decoupled transaction policy"},
     )
-    url = f"{server.url}/v2/models/ens_decoupled/generate_stream"
+    url = f"{server.url}/v2/models/{model}/generate_stream"
     response = requests.post(url, json={"N": [3]}, timeout=TIMEOUT)
     assert response.status_code == 200
     events = [line for line in response.text.split("\n\n") if line]
     assert [json.loads(event.removeprefix("data: "))["Y"] for event in events] == [0, 2, 4]
+
+
+def test_an_ensemble_marked_decoupled_without_a_decoupled_step_is_not(server):
+    # As Triton 2.51: its config's decoupled is cleared at load, and /infer serves it.
+    url = f"{server.url}/v2/models/ens_add_sub_marked"
+    config = requests.get(f"{url}/config", timeout=TIMEOUT).json()
+    assert config["model_transaction_policy"] == {"decoupled": False}
+    status, payload, outputs = infer(server, "ens_add_sub_marked")
+    assert status == 200, payload
+    np.testing.assert_array_equal(outputs["OUTPUT0"], 2 * A)  # (a + b) + (a - b)
+    np.testing.assert_array_equal(outputs["OUTPUT1"], 2 * B)

@@ -10,6 +10,7 @@ string correlation ids (Triton 2.51 fails every request of a TYPE_STRING CORRID 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import requests
 from server_harness import NaiadServer
@@ -43,6 +44,8 @@ LOADED = [
     "int_double",
     "repeat",
     "ens_decoupled",
+    "ens_decoupled_unmarked",
+    "ens_add_sub_marked",
     "ens_nested",
     "ens_nested_deep",
 ]
@@ -126,6 +129,39 @@ def test_a_decoupled_ensemble_is_refused_by_infer_as_triton(servers):
     ]
     assert [a.status_code for a in answers] == [501, 501]
     assert answers[0].json() == answers[1].json()
+
+
+def _config_policies(servers, model: str) -> list:
+    return [
+        requests.get(f"{s.url}/v2/models/{model}/config", timeout=TIMEOUT)
+        .json()
+        .get("model_transaction_policy")
+        for s in servers
+    ]
+
+
+def test_an_ensemble_with_a_decoupled_step_is_decoupled_as_triton(servers):
+    # Its config does not say so: both give it back decoupled and refuse /infer alike.
+    assert _config_policies(servers, "ens_decoupled_unmarked") == [{"decoupled": True}] * 2
+    n = {"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]}
+    answers = [
+        requests.post(f"{s.url}/v2/models/ens_decoupled_unmarked/infer", json=n, timeout=TIMEOUT)
+        for s in servers
+    ]
+    assert [a.status_code for a in answers] == [501, 501]
+    assert answers[0].json() == answers[1].json()
+
+
+def test_an_ensemble_without_a_decoupled_step_is_not_decoupled_as_triton(servers):
+    # Its config says decoupled: both clear it and serve /infer with the same outputs.
+    assert _config_policies(servers, "ens_add_sub_marked") == [{"decoupled": False}] * 2
+    (n_status, _p, n_outputs), (t_status, t_payload, t_outputs) = [
+        infer(s, "ens_add_sub_marked") for s in servers
+    ]
+    assert (n_status, t_status) == (200, 200), t_payload
+    assert n_outputs.keys() == t_outputs.keys()
+    for name, values in t_outputs.items():
+        np.testing.assert_array_equal(n_outputs[name], values)
 
 
 @pytest.mark.parametrize("name", sorted(BAD_ENSEMBLES))

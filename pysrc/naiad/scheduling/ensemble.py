@@ -12,9 +12,11 @@ whenever the served models change, since a reload gives a model a new handle.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 from naiad import _core
 from naiad.protos import model_config_pb2
+from naiad.repository.config import config_to_json
 from naiad.repository.ensemble import check_structure
 from naiad.scheduling.model import LOADING, READY, UNAVAILABLE, LoadedModel
 
@@ -121,6 +123,64 @@ def check_ensemble(config, find) -> str | None:
     return None
 
 
+def decoupled_workflow(config, configs) -> tuple[str | None, bool]:
+    """Triton 2.51's walk of an ensemble's data flow (ensemble_utils.cc), after
+    `check_ensemble`; `configs` are the steps' model configs. Each decoupled step gives its
+    outputs a new label, any other step passes on its inputs' label; a step (or the
+    ensemble's outputs, named as the ensemble) fed by tensors of different labels is
+    refused. Returns (the reason, or None; whether the ensemble is decoupled): decoupled
+    exactly when some step is, whatever its own config says, as Triton sets it."""
+    name = config.name
+    steps = list(config.ensemble_scheduling.step)
+    sink = object()  # the ensemble's outputs, taken together
+    # The model each tensor is first inferred from, which Triton's message names.
+    origin: dict = {t.name: name for t in (*config.input, *config.output)}
+    origin[sink] = name
+    producer: dict = {}  # tensor -> its step's index
+    before: dict = {sink: [t.name for t in config.output]}  # node -> the tensors it needs
+    after: dict = {}  # tensor -> the nodes that need it
+    for index, (step, model) in enumerate(zip(steps, configs)):
+        mapped = dict(step.input_map)
+        for model_input in model.input:
+            if model_input.name in mapped:
+                origin.setdefault(mapped[model_input.name], step.model_name)
+        for tensor in step.output_map.values():
+            origin.setdefault(tensor, step.model_name)
+            producer[tensor] = index
+            before[tensor] = list(step.input_map.values())
+            for needed in before[tensor]:
+                after.setdefault(needed, []).append(tensor)
+    for tensor in config.output:
+        after.setdefault(tensor.name, []).append(sink)
+    labels: dict = {t.name: 0 for t in config.input}  # visited tensors' labels
+    step_labels: dict[int, int] = {}  # a step's outputs share one label
+    made = 0  # labels made, one per decoupled step reached
+    waiting = deque(t.name for t in config.input)
+    while waiting:
+        for node in after.get(waiting.popleft(), []):
+            if node in labels or any(t not in labels for t in before[node]):
+                continue
+            first = labels[before[node][0]]
+            if any(labels[t] != first for t in before[node]):
+                return (
+                    f"in ensemble {name}, step of model '{origin[node]}' receives inputs "
+                    "originated from different decoupled models",
+                    False,
+                )
+            index = producer.get(node)
+            if index is None:  # the sink
+                labels[node] = first
+            elif index in step_labels:
+                labels[node] = step_labels[index]
+            else:
+                if configs[index].model_transaction_policy.decoupled:
+                    made += 1
+                    first = made
+                labels[node] = step_labels[index] = first
+            waiting.append(node)
+    return None, made != 0
+
+
 class EnsembleModel(LoadedModel):
     """An ensemble version: orchestrated by the core (no instances), its graph checked
     once its composing models have loaded, ready only while they are."""
@@ -196,6 +256,8 @@ class EnsembleModel(LoadedModel):
     async def load(self) -> None:
         await self.composing_loaded()  # composing models loading at the same time first
         reason = check_ensemble(self.config, self._find)
+        if reason is None:
+            reason = self._settle_decoupled()
         if reason is not None:
             self.graph_failed = True  # control.py words the load's failure as Triton
             self._set_state(UNAVAILABLE)
@@ -204,6 +266,20 @@ class EnsembleModel(LoadedModel):
             return
         self.refresh_graph()
         await super().load()
+
+    def _settle_decoupled(self) -> str | None:
+        """Applies Triton's decoupled rules (decoupled_workflow): the ensemble is
+        decoupled exactly when a step is, and its config says so (an outer ensemble's
+        check reads it too)."""
+        configs = [self._find(n, v) for n, v in self.composing()]
+        reason, decoupled = decoupled_workflow(self.config, configs)
+        if reason is None and decoupled != self.decoupled:
+            config = type(self.config)()
+            config.CopyFrom(self.config)
+            config.model_transaction_policy.decoupled = decoupled
+            self.config, self.decoupled = config, decoupled
+            self._config_json = config_to_json(config)
+        return reason
 
     def _composing_ready(self) -> bool:
         for name, version in self.composing():
