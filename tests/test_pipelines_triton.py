@@ -121,16 +121,6 @@ def test_failed_bls_calls_count_in_the_called_models_statistics_as_triton(server
     assert changes == [{"int_double": (0, 1, 1), "add_sub": (0, 0, 0)}] * 2
 
 
-def test_a_decoupled_ensemble_is_refused_by_infer_as_triton(servers):
-    n = {"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]}
-    answers = [
-        requests.post(f"{s.url}/v2/models/ens_decoupled/infer", json=n, timeout=TIMEOUT)
-        for s in servers
-    ]
-    assert [a.status_code for a in answers] == [501, 501]
-    assert answers[0].json() == answers[1].json()
-
-
 def _config_policies(servers, model: str) -> list:
     return [
         requests.get(f"{s.url}/v2/models/{model}/config", timeout=TIMEOUT)
@@ -140,13 +130,13 @@ def _config_policies(servers, model: str) -> list:
     ]
 
 
-def test_an_ensemble_with_a_decoupled_step_is_decoupled_as_triton(servers):
-    # Its config does not say so: both give it back decoupled and refuse /infer alike.
-    assert _config_policies(servers, "ens_decoupled_unmarked") == [{"decoupled": True}] * 2
+@pytest.mark.parametrize("model", ["ens_decoupled", "ens_decoupled_unmarked"])
+def test_a_decoupled_ensemble_is_refused_by_infer_as_triton(servers, model):
+    # Also one whose config does not say so (a step is): both give it back decoupled.
+    assert _config_policies(servers, model) == [{"decoupled": True}] * 2
     n = {"inputs": [{"name": "N", "shape": [1], "datatype": "INT32", "data": [3]}]}
     answers = [
-        requests.post(f"{s.url}/v2/models/ens_decoupled_unmarked/infer", json=n, timeout=TIMEOUT)
-        for s in servers
+        requests.post(f"{s.url}/v2/models/{model}/infer", json=n, timeout=TIMEOUT) for s in servers
     ]
     assert [a.status_code for a in answers] == [501, 501]
     assert answers[0].json() == answers[1].json()
