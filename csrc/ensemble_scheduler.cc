@@ -1,7 +1,9 @@
 #include "ensemble_scheduler.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
+#include <system_error>
 
 #include "channel.h"
 #include "core.h"
@@ -103,6 +105,44 @@ std::string refusal_message(const std::string& model, uint32_t status, int32_t* 
     default:
       return prefix + "the request's inputs cannot be read";
   }
+}
+
+// Request parameters (a raw JSON object, or empty) with `sequence_id`,
+// `sequence_start` and `sequence_end` replaced by the given sequence's (left out where
+// they are 0 or false, as a request without them). Empty when `parameters` is not an
+// object this reader walks (the request's own then stay).
+std::string with_sequence(std::string_view parameters, uint64_t id, bool string,
+                          const std::string& key, uint32_t flags) {
+  std::string out = "{";
+  auto member = [&out](std::string_view name, std::string_view value) {
+    if (out.size() > 1) out += ',';
+    out += '"';
+    out += name;
+    out += "\":";
+    out += value;
+  };
+  if (!parameters.empty()) {
+    JsonReader reader(parameters.data(), parameters.size());
+    const bool read = reader.object([&](std::string_view name) {
+      const char* start = nullptr;
+      if (!reader.skip_value(&start)) return false;
+      if (name == "sequence_id" || name == "sequence_start" || name == "sequence_end") {
+        return true;
+      }
+      member(name, std::string_view(start, static_cast<size_t>(reader.position() - start)));
+      return true;
+    });
+    if (!read) return std::string();
+  }
+  if (string) {
+    member("sequence_id", "\"" + json_string_text(key) + "\"");
+  } else if (id != 0) {
+    member("sequence_id", std::to_string(id));
+  }
+  if ((flags & kSequenceFlagStart) != 0) member("sequence_start", "true");
+  if ((flags & kSequenceFlagEnd) != 0) member("sequence_end", "true");
+  out += '}';
+  return out;
 }
 
 // A final flag sent alone, as a decoupled model's worker writes it
@@ -294,14 +334,22 @@ void EnsembleScheduler::send_step(Run& run, uint64_t request_id, size_t s, uint6
     return;
   }
   Arena& arena = host_.ensemble_arena();
+  const SequenceTag sequence = step_sequence(run, s, iteration);
+  // A step of another sequence than the request's (a step before it named one) has its
+  // parameters say so: the worker reads the correlation id and flags from them.
+  std::string parameters;
+  if (!(sequence == request_sequence(run))) {
+    parameters =
+        with_sequence(run.parameters, sequence.id, sequence.string, sequence.key, sequence.flags);
+  }
   ParsedRequest parsed;
   parsed.id = run.id;
-  parsed.parameters = run.parameters;
+  parsed.parameters = parameters.empty() ? std::string_view(run.parameters) : parameters;
   parsed.priority = run.options.priority;
   parsed.timeout_us = run.options.timeout_us;
-  parsed.sequence_id = run.options.sequence_id;
-  parsed.sequence_key = run.options.sequence_key;
-  parsed.sequence_flags = run.options.sequence_flags;
+  parsed.sequence_id = sequence.string ? 0 : sequence.id;
+  parsed.sequence_key = sequence.string ? std::string_view(sequence.key) : std::string_view();
+  parsed.sequence_flags = sequence.flags;
   parsed.inputs.reserve(step.inputs.size());
   for (size_t i = 0; i < step.inputs.size(); ++i) {
     const Tensor& tensor = run.tensors.at(step.inputs[i].second).by_iteration.at(iteration);
@@ -328,14 +376,107 @@ void EnsembleScheduler::send_step(Run& run, uint64_t request_id, size_t s, uint6
   submit_request_of(parsed, &laid, host_.new_step_id(), &request);
   const SubmitResult result = host_.queue_step(step.model, request, run.traced ? request_id : 0);
   if (result != SubmitResult::kOk) {
+    EnsembleOptions named = run.options;  // the correlation id the refusal names
+    named.sequence_id = parsed.sequence_id;
+    named.sequence_key = sequence.string ? sequence.key : std::string();
     int32_t code = kCodeInternal;
     const std::string message =
-        refusal_message(step.spec.name, static_cast<uint32_t>(result), &code, &run.options);
+        refusal_message(step.spec.name, static_cast<uint32_t>(result), &code, &named);
     fail(run, message, code);
     return;
   }
   run.steps.push_back(request.request_id);
-  step_of_[request.request_id] = StepRef{request_id, static_cast<uint32_t>(s)};
+  step_of_[request.request_id] = StepRef{request_id, static_cast<uint32_t>(s), sequence};
+}
+
+EnsembleScheduler::SequenceTag EnsembleScheduler::request_sequence(const Run& run) {
+  SequenceTag tag;
+  tag.key = run.options.sequence_key;
+  tag.string = !tag.key.empty();
+  tag.id = tag.string ? 0 : run.options.sequence_id;
+  tag.flags = run.options.sequence_flags;
+  return tag;
+}
+
+EnsembleScheduler::SequenceTag EnsembleScheduler::step_sequence(const Run& run, size_t s,
+                                                                uint64_t iteration) const {
+  SequenceTag tag = request_sequence(run);
+  // The first input with a tag gives it; Triton logs any other that differs and keeps
+  // the first.
+  for (const auto& mapping : run.graph->steps[s].inputs) {
+    auto values = run.tensors.find(mapping.second);
+    if (values == run.tensors.end()) continue;
+    auto value = values->second.by_iteration.find(iteration);
+    if (value == values->second.by_iteration.end() || !value->second.sequence.set) continue;
+    tag = value->second.sequence;
+    break;
+  }
+  tag.set = true;
+  return tag;
+}
+
+bool EnsembleScheduler::override_sequence(std::string_view parameters, SequenceTag* tag,
+                                          std::string* error) {
+  if (parameters.empty()) return true;
+  SequenceTag given = *tag;
+  uint32_t flags = 0;  // as Triton: flags the response leaves out are cleared
+  bool overridden = false;
+  JsonReader reader(parameters.data(), parameters.size());
+  const bool read = reader.object([&](std::string_view key) {
+    if (key == "sequence_id") {
+      const char next = reader.peek();
+      if (next == '"') {
+        given.key.clear();
+        if (!reader.string_into(&given.key)) return false;
+        given.string = true;
+        given.id = 0;
+        overridden = true;
+        return true;
+      }
+      std::string_view text;
+      bool integral = false;
+      if ((next == '-' || (next >= '0' && next <= '9')) && reader.number(&text, &integral) &&
+          integral) {
+        // Triton's INT parameter is an int64 taken as the uint64 correlation id.
+        int64_t negative = 0;
+        uint64_t value = 0;
+        const char* end = text.data() + text.size();
+        const std::from_chars_result read = next == '-'
+                                                ? std::from_chars(text.data(), end, negative)
+                                                : std::from_chars(text.data(), end, value);
+        const bool parsed = read.ec == std::errc() && read.ptr == end;
+        if (parsed) {
+          given.id = next == '-' ? static_cast<uint64_t>(negative) : value;
+          given.key.clear();
+          given.string = false;
+          overridden = true;
+          return true;
+        }
+      }
+      *error =
+          "expected parameter 'sequence_id' to be TRITONSERVER_PARAMETER_INT or "
+          "TRITONSERVER_PARAMETER_STRING";
+      return false;
+    }
+    if (key == "sequence_start" || key == "sequence_end") {
+      const char next = reader.peek();
+      bool value = false;
+      if ((next != 't' && next != 'f') || !reader.boolean(&value)) {
+        *error = "expect parameter '" + std::string(key) + "' to be TRITONSERVER_PARAMETER_BOOL";
+        return false;
+      }
+      if (value) flags |= key == "sequence_start" ? kSequenceFlagStart : kSequenceFlagEnd;
+      overridden = true;
+      return true;
+    }
+    return reader.skip_value();
+  });
+  if (!read) return error->empty();  // keys this reader does not take: no override read
+  if (overridden) {
+    given.flags = flags;
+    *tag = std::move(given);
+  }
+  return true;
 }
 
 void EnsembleScheduler::forget_step(Run& run, uint64_t step_id) {
@@ -355,6 +496,8 @@ void EnsembleScheduler::step_response(uint64_t step_id, const ResponseBlockView&
   const uint64_t request_id = ref->second.request_id;
   Run& run = runs_.at(request_id);
   const EnsembleStep& step = run.graph->steps[ref->second.step];
+  // The step request's sequence, kept before a final response forgets the step.
+  const SequenceTag step_tag = ref->second.sequence;
   const bool final = (view.records[index].flags & kResponseFinal) != 0;
   if (final) forget_step(run, step_id);
   Updated updated;
@@ -378,8 +521,12 @@ void EnsembleScheduler::step_response(uint64_t step_id, const ResponseBlockView&
         fail(run, "the response of step '" + step.spec.name + "' could not be read", kCodeInternal);
       } else {
         const ResultOutcome& outcome = result.outcomes[0];
+        SequenceTag sequence = step_tag;
+        std::string sequence_error;
         if (outcome.error) {
           fail_raw(run, outcome.message, static_cast<int32_t>(outcome.code));
+        } else if (!override_sequence(outcome.parameters, &sequence, &sequence_error)) {
+          fail(run, sequence_error, kCodeInvalidArgument);
         } else {
           // Each mapped output gets its tensor's next value; one the response lacks, a
           // placeholder (absent), as Triton numbers them.
@@ -395,6 +542,7 @@ void EnsembleScheduler::step_response(uint64_t step_id, const ResponseBlockView&
               tensor.shape = std::string(output.shape);
               tensor.offset = block + output.offset;
               tensor.size = output.size;
+              tensor.sequence = sequence;
               const std::string& target = step.outputs[m].second;
               updated.emplace_back(target, run.tensors[target].add(std::move(tensor)));
             }
@@ -403,6 +551,7 @@ void EnsembleScheduler::step_response(uint64_t step_id, const ResponseBlockView&
             if (given[m]) continue;
             Tensor placeholder;
             placeholder.absent = true;
+            placeholder.sequence = sequence;
             const std::string& target = step.outputs[m].second;
             updated.emplace_back(target, run.tensors[target].add(std::move(placeholder)));
           }
@@ -435,6 +584,7 @@ bool EnsembleScheduler::output_entry(Run& run, int64_t iteration, ResponseEntry*
       run.requested.empty() ? run.graph->outputs : run.requested;
   *json = "{\"outputs\":[";
   bool first = true;
+  const SequenceTag* sequence = nullptr;  // the last output's, as Triton's last one counts
   for (const std::string& name : names) {
     const Tensor* tensor = nullptr;
     auto values = run.tensors.find(name);
@@ -457,8 +607,25 @@ bool EnsembleScheduler::output_entry(Run& run, int64_t iteration, ResponseEntry*
     *json +=
         "[\"" + json_string_text(name) + "\",\"" + tensor->datatype + "\"," + tensor->shape + "]";
     entry->outputs.push_back(OutputBytes{arena.base() + tensor->offset, tensor->size});
+    if (tensor->sequence.set) sequence = &tensor->sequence;
   }
-  *json += "]}";
+  *json += ']';
+  if (sequence != nullptr) {
+    // Triton adds these once per output (the same keys again in its JSON); once here. The
+    // id has the request's type: a string request's, a number's as int64.
+    *json += ",\"parameters\":{\"sequence_id\":";
+    if (!run.options.sequence_key.empty()) {
+      *json += '"' + json_string_text(sequence->string ? sequence->key : std::string()) + '"';
+    } else {
+      *json += std::to_string(static_cast<int64_t>(sequence->string ? 0 : sequence->id));
+    }
+    *json += ",\"sequence_start\":";
+    *json += (sequence->flags & kSequenceFlagStart) != 0 ? "true" : "false";
+    *json += ",\"sequence_end\":";
+    *json += (sequence->flags & kSequenceFlagEnd) != 0 ? "true" : "false";
+    *json += '}';
+  }
+  *json += '}';
   entry->json = *json;
   return true;
 }

@@ -147,12 +147,30 @@ class EnsembleScheduler {
   size_t running() const { return runs_.size(); }
 
  private:
+  // The sequence a tensor's value belongs to, as Triton's ensemble scheduler tags each
+  // value (its `parameter_override_`, correlation id and flags): a step's outputs carry
+  // the step request's correlation id and START/END flags, or the `sequence_id`,
+  // `sequence_start`, `sequence_end` its response parameters give instead; a step takes
+  // its inputs' tag (the first, where they differ), else the request's; the ensemble's
+  // response gives its outputs' tag as those three response parameters. The request's
+  // own inputs carry none (`set` false).
+  struct SequenceTag {
+    bool set = false;
+    uint64_t id = 0;  // a numeric correlation id
+    std::string key;  // a string one, when `string`
+    bool string = false;
+    uint32_t flags = 0;  // kSequenceFlagStart | kSequenceFlagEnd
+    bool operator==(const SequenceTag& o) const {
+      return id == o.id && key == o.key && string == o.string && flags == o.flags;
+    }
+  };
   struct Tensor {
     std::string datatype;
     std::string shape;    // JSON array text, "[1,16]"
     uint64_t offset = 0;  // the bytes, in the arena
     uint64_t size = 0;
     bool absent = false;  // the step's response lacked it (Triton's placeholder)
+    SequenceTag sequence;
   };
   // An ensemble tensor's values by iteration, and the number its next one gets.
   struct TensorValues {
@@ -203,6 +221,14 @@ class EnsembleScheduler {
   // The last answer (`iteration`: the outputs a decoupled ensemble ends with, or -1).
   void finish(uint64_t request_id, int64_t iteration = -1);
   void forget_step(Run& run, uint64_t step_id);
+  // The request's own sequence, as a tag.
+  static SequenceTag request_sequence(const Run& run);
+  // The tag of step `s`'s request for `iteration`: its inputs', else the request's.
+  SequenceTag step_sequence(const Run& run, size_t s, uint64_t iteration) const;
+  // `tag` with what a step response's parameters (a raw JSON object, or empty) say of
+  // the sequence; false with `error` set (Triton's words) for a parameter of the wrong
+  // type.
+  static bool override_sequence(std::string_view parameters, SequenceTag* tag, std::string* error);
 
   EnsembleHost& host_;
   std::unordered_map<uint64_t, std::shared_ptr<const EnsembleGraph>> graphs_;
@@ -210,6 +236,7 @@ class EnsembleScheduler {
   struct StepRef {
     uint64_t request_id;
     uint32_t step;
+    SequenceTag sequence;  // the step request's (its outputs' unless its response says)
   };
   std::unordered_map<uint64_t, StepRef> step_of_;  // step request id -> its run
 };

@@ -83,7 +83,9 @@ struct Ensemble {
   // Plays add_sub for one batch: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1,
   // or an error for every request when `error` is set. Returns the batch's size.
   // `sequence` (when set) gets the first request's RequestHeader::sequence.
-  uint32_t serve(const char* error = nullptr, uint64_t* sequence = nullptr) {
+  // `parameters` (when set): the response parameters every response gives.
+  uint32_t serve(const char* error = nullptr, uint64_t* sequence = nullptr,
+                 const char* parameters = nullptr) {
     BatchMessage batch = worker->next();
     CHECK(batch.kind == MessageKind::kBatch);
     Arena& arena = worker->arena();
@@ -92,7 +94,9 @@ struct Ensemble {
     std::vector<std::vector<float>> outputs(batch.n_requests * 2, std::vector<float>(4));
     std::vector<ResponseEntry> entries;
     const std::string json =
-        "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,4]],[\"OUTPUT1\",\"FP32\",[1,4]]]}";
+        "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,4]],[\"OUTPUT1\",\"FP32\",[1,4]]]" +
+        (parameters == nullptr ? std::string() : std::string(",\"parameters\":") + parameters) +
+        "}";
     const std::string failed = error == nullptr ? "" : std::string("{\"error\":\"") + error + "\"}";
     for (uint32_t r = 0; r < batch.n_requests; ++r) {
       const auto* slots = arena.at<InputSlot>(records[r].block_offset + sizeof(RequestHeader));
@@ -401,6 +405,88 @@ TEST(an_ensemble_request_carries_its_correlation_id_and_flags_to_a_sequence_step
   CHECK(failure.message ==
         "in ensemble 'ensemble_add_sub', inference request for sequence 8 to model 'add_sub' "
         "must specify the START flag on the first request of the sequence");
+  CHECK(e.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+}
+
+namespace {
+
+// Runs `request` through both steps of `e` (the steps' responses giving `first` and
+// `second` as their parameters); the ensemble's answer, as its outcome's parameters
+// (or its error message).
+std::string answered_parameters(Ensemble& e, const SubmitRequest& request,
+                                const char* first = nullptr, const char* second = nullptr) {
+  CHECK(e.core.submit(e.ensemble, request) == SubmitResult::kOk);
+  e.core.flush();
+  CHECK(e.serve(nullptr, nullptr, first) == 1);
+  std::vector<Completion> done = e.poll();
+  if (done.empty()) {
+    CHECK(e.serve(nullptr, nullptr, second) == 1);
+    done = e.poll();
+  }
+  CHECK(done.size() == 1);
+  ResultOutcome outcome;
+  outputs_of(e.core, done[0], &outcome);
+  std::string out =
+      outcome.error ? "error " + std::to_string(outcome.code) + ": " + std::string(outcome.message)
+                    : std::string(outcome.parameters);
+  e.core.arena().free(done[0].result_offset);
+  return out;
+}
+
+}  // namespace
+
+TEST(an_ensemble_response_says_the_sequence_of_its_outputs_as_triton_does) {
+  Ensemble e;
+  const ArenaStats baseline = e.core.arena().stats();
+  // Every response, also without a sequence; the id with the request's type.
+  CHECK(answered_parameters(e, e.request(1, kA, kB)) ==
+        "{\"sequence_id\":0,\"sequence_start\":false,\"sequence_end\":false}");
+  SubmitRequest request = e.request(2, kA, kB);
+  request.options.sequence_id = 7;
+  request.options.sequence_flags = kSequenceFlagStart;
+  CHECK(answered_parameters(e, request) ==
+        "{\"sequence_id\":7,\"sequence_start\":true,\"sequence_end\":false}");
+  request = e.request(3, kA, kB);
+  request.options.sequence_key = "session \"a\"";
+  request.options.sequence_flags = kSequenceFlagEnd;
+  CHECK(answered_parameters(e, request) ==
+        "{\"sequence_id\":\"session \\\"a\\\"\",\"sequence_start\":false,\"sequence_end\":true}");
+  // A uint64 id above int64's range comes back as Triton's int64 parameter gives it.
+  request = e.request(4, kA, kB);
+  request.options.sequence_id = (uint64_t{1} << 63) + 5;
+  CHECK(answered_parameters(e, request) ==
+        "{\"sequence_id\":-9223372036854775803,\"sequence_start\":false,\"sequence_end\":false}");
+  CHECK(e.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+}
+
+TEST(a_steps_response_parameters_set_the_sequence_of_what_follows_from_it) {
+  Ensemble e;
+  const ArenaStats baseline = e.core.arena().stats();
+  SubmitRequest request = e.request(1, kA, kB);
+  request.options.sequence_id = 7;
+  request.options.sequence_flags = kSequenceFlagStart;
+  // The first step names sequence 21 from its start: the second step's request is of
+  // that sequence, and so are its outputs.
+  CHECK(answered_parameters(e, request, "{\"sequence_id\":21,\"sequence_start\":true}") ==
+        "{\"sequence_id\":21,\"sequence_start\":true,\"sequence_end\":false}");
+  // Only END given: the id stays the step's, the flags are the response's alone.
+  request = e.request(2, kA, kB);
+  request.options.sequence_id = 7;
+  request.options.sequence_flags = kSequenceFlagStart;
+  CHECK(answered_parameters(e, request, nullptr, "{\"other\":1,\"sequence_end\":true}") ==
+        "{\"sequence_id\":7,\"sequence_start\":false,\"sequence_end\":true}");
+  // A string id from a step, for a request of a number: the number's type, as 0.
+  request = e.request(3, kA, kB);
+  request.options.sequence_id = 7;
+  CHECK(answered_parameters(e, request, "{\"sequence_id\":\"s1\"}") ==
+        "{\"sequence_id\":0,\"sequence_start\":false,\"sequence_end\":false}");
+  // Parameters of the wrong type fail the request, in Triton's words.
+  CHECK(answered_parameters(e, e.request(4, kA, kB), "{\"sequence_start\":1}") ==
+        "error 3: in ensemble 'ensemble_add_sub', expect parameter 'sequence_start' to be "
+        "TRITONSERVER_PARAMETER_BOOL");
+  CHECK(answered_parameters(e, e.request(5, kA, kB), nullptr, "{\"sequence_id\":true}") ==
+        "error 3: in ensemble 'ensemble_add_sub', expected parameter 'sequence_id' to be "
+        "TRITONSERVER_PARAMETER_INT or TRITONSERVER_PARAMETER_STRING");
   CHECK(e.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
 }
 
