@@ -295,11 +295,36 @@ size_t output_size(const OutputToWrite& o) {
   return n;
 }
 
+// An InferParameter message: its one set field of the oneof.
+size_t parameter_value_size(const Parameter& p) {
+  switch (p.kind) {
+    case Parameter::Kind::kBool:
+      return 2;
+    case Parameter::Kind::kInt64:
+      return 1 + varint_size(static_cast<uint64_t>(p.int64_value));
+    case Parameter::Kind::kString:
+      return field_size(p.string_value.size());
+    case Parameter::Kind::kDouble:
+      return 1 + 8;
+    case Parameter::Kind::kUint64:
+      return 1 + varint_size(p.uint64_value);
+    case Parameter::Kind::kNone:
+      break;
+  }
+  return 0;
+}
+
+// A map entry: key (field 1) and value (field 2), both always written as protobuf does.
+size_t parameter_entry_size(const Parameter& p) {
+  return field_size(p.key.size()) + field_size(parameter_value_size(p));
+}
+
 size_t body_size(const ResponseToWrite& r) {
   size_t n = 0;
   if (!r.model_name.empty()) n += field_size(r.model_name.size());
   if (!r.model_version.empty()) n += field_size(r.model_version.size());
   if (!r.id.empty()) n += field_size(r.id.size());
+  for (const Parameter& p : r.parameters) n += field_size(parameter_entry_size(p));
   for (const OutputToWrite& o : r.outputs) n += field_size(output_size(o));
   for (const OutputToWrite& o : r.outputs) n += field_size(o.size);
   return n;
@@ -338,6 +363,39 @@ void write_response_head(Writer& w, const ResponseToWrite& response, bool stream
   if (!response.model_name.empty()) w.bytes(1, response.model_name);
   if (!response.model_version.empty()) w.bytes(2, response.model_version);
   if (!response.id.empty()) w.bytes(3, response.id);
+  for (const Parameter& p : response.parameters) {
+    w.key(4, kLength);
+    w.varint(parameter_entry_size(p));
+    w.bytes(1, p.key);
+    w.key(2, kLength);
+    w.varint(parameter_value_size(p));
+    switch (p.kind) {
+      case Parameter::Kind::kBool:
+        w.key(1, kVarint);
+        w.byte(p.bool_value ? 1 : 0);
+        break;
+      case Parameter::Kind::kInt64:
+        w.key(2, kVarint);
+        w.varint(static_cast<uint64_t>(p.int64_value));
+        break;
+      case Parameter::Kind::kString:
+        w.bytes(3, p.string_value);
+        break;
+      case Parameter::Kind::kDouble: {
+        w.key(4, kFixed64);
+        uint64_t bits = 0;
+        std::memcpy(&bits, &p.double_value, sizeof bits);
+        for (int i = 0; i < 8; ++i) w.byte(static_cast<uint8_t>(bits >> (8 * i)));
+        break;
+      }
+      case Parameter::Kind::kUint64:
+        w.key(5, kVarint);
+        w.varint(p.uint64_value);
+        break;
+      case Parameter::Kind::kNone:
+        break;
+    }
+  }
   for (const OutputToWrite& o : response.outputs) {
     w.key(5, kLength);
     w.varint(output_size(o));

@@ -72,6 +72,7 @@ struct ResponseToWrite {
   std::string_view model_name;
   std::string_view model_version;
   std::string_view id;
+  std::vector<Parameter> parameters;  // the response's, written as its map (field 4)
   std::vector<OutputToWrite> outputs;
 };
 

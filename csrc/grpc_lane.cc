@@ -1,9 +1,14 @@
 #include "grpc_lane.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <system_error>
 
 #include "grpc_infer_message.h"
+#include "json_reader.h"
 
 namespace naiad {
 
@@ -136,19 +141,84 @@ std::vector<int64_t> parse_shape(std::string_view text) {
   return dims;
 }
 
+// `text` is all one integer that `out`'s type holds.
+template <typename Integer>
+bool whole_number(std::string_view text, Integer* out) {
+  const char* end = text.data() + text.size();
+  const std::from_chars_result read = std::from_chars(text.data(), end, *out);
+  return read.ec == std::errc() && read.ptr == end;
+}
+
+// The response parameters (a raw JSON object of bools, numbers and strings, as the
+// result block holds them) as the protobuf map's entries, typed as the general path
+// types them (grpc/tensors.py set_parameters): a bool, an integer as int64 (above its
+// range as uint64), another number as double, a string; other values are left out.
+// `plain` turns a JSON string's text into its bytes. False when the text is not an
+// object of that shape.
+template <typename Plain>
+bool response_parameters(std::string_view json, Plain&& plain, std::vector<grpc::Parameter>* out) {
+  JsonReader reader(json.data(), json.size());
+  if (!reader.consume('{')) return false;
+  if (reader.consume('}')) return true;
+  do {
+    grpc::Parameter p;
+    std::string_view key;
+    if (!reader.raw_string(&key) || !reader.consume(':')) return false;
+    p.key = plain(key);
+    const char next = reader.peek();
+    if (next == '"') {
+      std::string_view text;
+      if (!reader.raw_string(&text)) return false;
+      p.kind = grpc::Parameter::Kind::kString;
+      p.string_value = plain(text);
+    } else if (next == 't' || next == 'f') {
+      if (!reader.boolean(&p.bool_value)) return false;
+      p.kind = grpc::Parameter::Kind::kBool;
+    } else if (next == '-' || (next >= '0' && next <= '9')) {
+      std::string_view text;
+      bool integral = false;
+      if (!reader.number(&text, &integral)) return false;
+      if (integral && whole_number(text, &p.int64_value)) {
+        p.kind = grpc::Parameter::Kind::kInt64;
+      } else if (integral && whole_number(text, &p.uint64_value)) {
+        p.kind = grpc::Parameter::Kind::kUint64;
+      } else {
+        p.kind = grpc::Parameter::Kind::kDouble;
+        p.double_value = std::strtod(std::string(text).c_str(), nullptr);
+      }
+    } else {
+      if (!reader.skip_value()) return false;
+      continue;  // null, an object or an array: no InferParameter holds it
+    }
+    // A key given twice is one map entry, the last value (as a protobuf map parses it).
+    bool replaced = false;
+    for (grpc::Parameter& existing : *out) {
+      if (existing.key == p.key) {
+        existing = p;
+        replaced = true;
+      }
+    }
+    if (!replaced) out->push_back(p);
+  } while (reader.consume(','));
+  return reader.consume('}');
+}
+
 // The protobuf response's fields, from the codec's answer. Strings are the result
-// block's JSON text; plain in the common case, unescaped into `scratch` otherwise.
-grpc::ResponseToWrite to_write(const InferResponse& r, std::vector<std::string>* scratch) {
+// block's JSON text; plain in the common case, unescaped into `scratch` otherwise (a
+// deque: the views of earlier strings stay valid as it grows).
+grpc::ResponseToWrite to_write(const InferResponse& r, std::deque<std::string>* scratch) {
   auto plain = [scratch](std::string_view text) -> std::string_view {
     if (!needs_unescape(text)) return text;
     scratch->push_back(unescape_json(text));
     return scratch->back();
   };
-  scratch->reserve(2 + 2 * r.outputs.size());
   grpc::ResponseToWrite out;
   out.model_name = plain(r.model_name);
   out.model_version = r.model_version;
   out.id = r.id;
+  if (!r.parameters.empty() && !response_parameters(r.parameters, plain, &out.parameters)) {
+    out.parameters.clear();  // not JSON the result block reader would have passed on
+  }
   for (const ResponseOutput& o : r.outputs) {
     grpc::OutputToWrite w;
     w.name = plain(o.name);
@@ -249,28 +319,28 @@ bool take_parameters(const std::vector<grpc::Parameter>& parameters, ParsedReque
 }  // namespace
 
 size_t GrpcResponseWriter::size(const InferResponse& response) const {
-  std::vector<std::string> scratch;
+  std::deque<std::string> scratch;
   return grpc::infer_response_size(to_write(response, &scratch));
 }
 
 void GrpcResponseWriter::write(const InferResponse& response, char* out) const {
-  std::vector<std::string> scratch;
+  std::deque<std::string> scratch;
   grpc::write_infer_response(to_write(response, &scratch), out);
 }
 
 size_t GrpcResponseWriter::stream_size(const InferResponse& response) const {
-  std::vector<std::string> scratch;
+  std::deque<std::string> scratch;
   return grpc::infer_response_size(to_write(response, &scratch), true);
 }
 
 void GrpcResponseWriter::stream_write(const InferResponse& response, char* out) const {
-  std::vector<std::string> scratch;
+  std::deque<std::string> scratch;
   grpc::write_infer_response(to_write(response, &scratch), out, true);
 }
 
 void GrpcResponseWriter::parts(const InferResponse& response, bool streamed, std::string* scratch,
                                std::vector<std::string_view>* parts) const {
-  std::vector<std::string> strings;  // unescaped names: written into `scratch`, not viewed
+  std::deque<std::string> strings;  // unescaped names: written into `scratch`, not viewed
   grpc::infer_response_parts(to_write(response, &strings), streamed, scratch, parts);
 }
 

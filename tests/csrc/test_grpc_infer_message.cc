@@ -141,3 +141,65 @@ TEST(grpc_writes_the_response_protobuf_writes) {
     CHECK(joined == (stream ? streamed : out));
   }
 }
+
+TEST(grpc_writes_response_parameters_as_the_protobuf_map) {
+  // protobuf's own bytes (python, deterministic: entries by key) for model_name "m" and
+  // one parameter of each InferParameter kind.
+  static const char kBytes[] =
+      "\x0a\x01m"
+      "\x22\x0c\x0a\x06"
+      "a_bool"
+      "\x12\x02\x08\x01"
+      "\x22\x14\x0a\x05"
+      "b_int"
+      "\x12\x0b\x10\xfd\xff\xff\xff\xff\xff\xff\xff\xff\x01"
+      "\x22\x0e\x0a\x05"
+      "c_str"
+      "\x12\x05\x1a\x03x\"y"
+      "\x22\x15\x0a\x08"
+      "d_double"
+      "\x12\x09\x21\x00\x00\x00\x00\x00\x00\xe0\x3f"
+      "\x22\x15\x0a\x06"
+      "e_uint"
+      "\x12\x0b\x28\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01";
+  const std::string protobuf(kBytes, sizeof kBytes - 1);
+  ResponseToWrite response;
+  response.model_name = "m";
+  Parameter p;
+  p.key = "a_bool";
+  p.kind = Parameter::Kind::kBool;
+  p.bool_value = true;
+  response.parameters.push_back(p);
+  p = Parameter{};
+  p.key = "b_int";
+  p.kind = Parameter::Kind::kInt64;
+  p.int64_value = -3;
+  response.parameters.push_back(p);
+  p = Parameter{};
+  p.key = "c_str";
+  p.kind = Parameter::Kind::kString;
+  p.string_value = "x\"y";
+  response.parameters.push_back(p);
+  p = Parameter{};
+  p.key = "d_double";
+  p.kind = Parameter::Kind::kDouble;
+  p.double_value = 0.5;
+  response.parameters.push_back(p);
+  p = Parameter{};
+  p.key = "e_uint";
+  p.kind = Parameter::Kind::kUint64;
+  p.uint64_value = ~uint64_t{0};
+  response.parameters.push_back(p);
+  CHECK(infer_response_size(response) == protobuf.size());
+  std::string out(infer_response_size(response), '\0');
+  write_infer_response(response, out.data());
+  CHECK(out == protobuf);
+  std::string scratch;
+  std::vector<std::string_view> parts;
+  infer_response_parts(response, true, &scratch, &parts);
+  std::string joined;
+  for (std::string_view part : parts) joined.append(part.data(), part.size());
+  std::string streamed(infer_response_size(response, true), '\0');
+  write_infer_response(response, streamed.data(), true);
+  CHECK(joined == streamed);
+}

@@ -136,6 +136,51 @@ TEST(grpc_lane_queues_raw_requests_and_answers_in_protobuf) {
   CHECK(out == want);
 }
 
+TEST(grpc_lane_answers_carry_the_response_parameters) {
+  // A model's (or an ensemble's) response parameters, from the result block's JSON, as
+  // typed InferParameters: a bool, an int64, a string (unescaped), a double, a uint64
+  // above int64's range; a null has no InferParameter and is left out.
+  Fixture f;
+  GrpcLane::Taken taken;
+  CHECK(f.grpc.submit(add_sub_request(2, "req-2"), 1000, &taken));
+  const std::string first = "0123456789abcdef", second = "fedcba9876543210";
+  std::string block = result_block(
+      "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2]],[\"OUTPUT1\",\"FP32\",[2,2]]],"
+      "\"parameters\":{\"sequence_id\":-9223372036854775803,\"sequence_start\":true,"
+      "\"k\\\"ey\":\"v\\\"al\",\"ratio\":0.5,\"big\":18446744073709551615,\"gone\":null}}",
+      {&first, &second});
+  std::vector<KServeCodec::Answer> answers;
+  uint64_t timings[4];
+  CHECK(f.http.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
+                                {taken.request_id}, 1500, 4000, &answers, timings));
+  CHECK(answers.size() == 1);
+  GrpcResponseWriter writer;
+  std::string out(writer.size(answers[0].response), '\0');
+  writer.write(answers[0].response, out.data());
+  grpc::ResponseToWrite expected;
+  expected.model_name = "add_sub";
+  expected.model_version = "1";
+  expected.id = "req-2";
+  auto parameter = [&](std::string_view key, grpc::Parameter::Kind kind) -> grpc::Parameter& {
+    grpc::Parameter& p = expected.parameters.emplace_back();
+    p.key = key;
+    p.kind = kind;
+    return p;
+  };
+  parameter("sequence_id", grpc::Parameter::Kind::kInt64).int64_value = -9223372036854775803;
+  parameter("sequence_start", grpc::Parameter::Kind::kBool).bool_value = true;
+  parameter("k\"ey", grpc::Parameter::Kind::kString).string_value = "v\"al";
+  parameter("ratio", grpc::Parameter::Kind::kDouble).double_value = 0.5;
+  parameter("big", grpc::Parameter::Kind::kUint64).uint64_value = ~uint64_t{0};
+  const uint8_t* a = reinterpret_cast<const uint8_t*>(first.data());
+  const uint8_t* b = reinterpret_cast<const uint8_t*>(second.data());
+  expected.outputs.push_back({"OUTPUT0", "FP32", {2, 2}, a, 16});
+  expected.outputs.push_back({"OUTPUT1", "FP32", {2, 2}, b, 16});
+  std::string want(grpc::infer_response_size(expected), '\0');
+  grpc::write_infer_response(expected, want.data());
+  CHECK(out == want);
+}
+
 TEST(grpc_lane_refuses_invalid_and_leaves_the_rest) {
   Fixture f;
   GrpcLane::Taken taken;
