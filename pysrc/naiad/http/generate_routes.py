@@ -109,6 +109,10 @@ def response_json(response) -> bytes:
     doc = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         doc["id"] = response.id
+    # The response parameters are keys of their own, as Triton writes them (an
+    # ensemble's sequence_id / sequence_start / sequence_end among them).
+    if response.parameters:
+        doc.update(response.parameters)
     for output in response.outputs:
         data = _output_json_data(output)
         if isinstance(data, np.ndarray):
