@@ -8,7 +8,8 @@ slow_add_sub (0.3 s per execution, one instance) and ensembles that must not loa
 for BLS calls to sequence models, cancelled BLS streams and nested or decoupled
 ensembles: seq_echo (and seq_echo_string, its TYPE_STRING-CORRID twin), ens_seq_echo,
 bls_sequence, bls_cancel, the decoupled `repeat` (tests/decoupled_models), int_double,
-ens_decoupled, ens_nested and ens_nested_deep (each folder's config says what it is).
+ens_decoupled, ens_nested and ens_nested_deep; for the sequence parameters of ensemble
+responses, sequence_override and ens_override (each folder's config says what it is).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ MORE_MODELS = (
     "ens_repeat",
     "ens_nested",
     "ens_nested_deep",
+    "sequence_override",
+    "ens_override",
 )
 TIMEOUT = 30
 
@@ -503,19 +506,134 @@ def test_ensemble_output_region_too_small_is_tritons_500(server):
             client.close()
 
 
-def test_ensemble_shm_outputs_on_the_general_path(tmp_path):
-    # The same two cases where the Python general path answers (shm.write_returned_outputs).
-    repository = build_repository(tmp_path / "repository")
+@pytest.fixture(scope="module")
+def general_path_server(tmp_path_factory):
+    """The same repository served without the fast lanes: the Python general path
+    answers every request."""
+    root = tmp_path_factory.mktemp("pipelines-general")
     server = NaiadServer(
-        repository,
-        log_dir=tmp_path,
+        build_repository(root / "repository"),
+        log_dir=root,
+        name="pipelines-general",
         extra_args=["--exit-on-error=false", "--strict-readiness=false", "--fast-lane=false"],
     ).start(wait="ready", timeout=120)
-    try:
-        test_ensemble_reads_inputs_from_and_writes_outputs_to_client_shm(server)
-        test_ensemble_output_region_too_small_is_tritons_500(server)
-    finally:
-        server.stop()
+    yield server
+    server.stop()
+
+
+def test_ensemble_shm_outputs_on_the_general_path(general_path_server):
+    # The same two cases where the Python general path answers (shm.write_returned_outputs).
+    test_ensemble_reads_inputs_from_and_writes_outputs_to_client_shm(general_path_server)
+    test_ensemble_output_region_too_small_is_tritons_500(general_path_server)
+
+
+# -- The sequence parameters of ensemble responses ---------------------------------------
+
+
+def sequence_parameters(sequence_id, start: bool = False, end: bool = False) -> dict:
+    return {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": end}
+
+
+# (ensemble, request parameters, the response's parameters), as Triton 2.51 answers:
+# every response of an ensemble says the sequence of its outputs, also without one.
+ENSEMBLE_SEQUENCES = [
+    ("ensemble_add_sub", None, sequence_parameters(0)),
+    ("ensemble_add_sub", {"sequence_id": 9, "sequence_start": True}, sequence_parameters(9, True)),
+    (
+        "ensemble_add_sub",
+        {"sequence_id": "abc", "sequence_end": True},
+        sequence_parameters("abc", end=True),
+    ),
+    # A uint64 above int64's range, as Triton's int64 parameter gives it back.
+    ("ensemble_add_sub", {"sequence_id": 2**63 + 5}, sequence_parameters(5 - 2**63)),
+    ("ens_nested", {"sequence_id": 8}, sequence_parameters(8)),
+]
+
+
+@pytest.mark.parametrize("path", ["lane", "general"])
+def test_ensemble_responses_say_their_sequence(server, general_path_server, path):
+    target = server if path == "lane" else general_path_server
+    lanes = f"{target.url}/v2/naiad/lanes"
+    before = requests.get(lanes, timeout=TIMEOUT).json()["lane_requests"]
+    for model, parameters, expected in ENSEMBLE_SEQUENCES:
+        status, payload, _ = infer(target, model, parameters)
+        assert status == 200, payload
+        assert payload["parameters"] == expected, (model, parameters)
+    # Binary tensors (tritonclient), the same parameters.
+    with httpclient.InferenceServerClient(f"{target.host}:{target.http_port}") as client:
+        inputs = []
+        for name, value in (("INPUT0", A), ("INPUT1", B)):
+            tensor = httpclient.InferInput(name, list(value.shape), "FP32")
+            tensor.set_data_from_numpy(value, binary_data=True)
+            inputs.append(tensor)
+        result = client.infer("ensemble_add_sub", inputs, sequence_id=4, sequence_start=True)
+        assert result.get_response()["parameters"] == sequence_parameters(4, True)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * A)
+        # A plain model says nothing of its sequence.
+        assert "parameters" not in client.infer("add_sub", inputs, sequence_id=4).get_response()
+    after = requests.get(lanes, timeout=TIMEOUT).json()["lane_requests"]
+    assert (after > before) == (path == "lane")
+
+
+def _override(server, respond_with: dict, **sequence) -> tuple:
+    body = {
+        "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [3]}],
+        "parameters": {"respond_with": json.dumps(respond_with), **sequence},
+    }
+    r = requests.post(f"{server.url}/v2/models/ens_override/infer", json=body, timeout=TIMEOUT)
+    payload = r.json()
+    outputs = {o["name"]: o["data"] for o in payload.get("outputs", [])}
+    return r.status_code, payload.get("parameters", payload.get("error")), outputs
+
+
+def test_a_steps_response_parameters_name_the_sequence_of_the_steps_after_it(server):
+    # sequence_override's response names sequence 21 from its start: seq_echo, the next
+    # step, runs in that sequence (its CORRID and START), and the ensemble says so.
+    status, parameters, outputs = _override(
+        server, {"sequence_id": 21, "sequence_start": True}, sequence_id=5, sequence_start=True
+    )
+    assert status == 200, parameters
+    assert parameters == sequence_parameters(21, True)
+    assert outputs == {"OUT": [3], "CTRL": [1, 0], "CORRID_OUT": ["21"]}
+    # Only END named: the request's id, the flags the response's alone (START cleared).
+    status, parameters, outputs = _override(
+        server, {"sequence_end": True}, sequence_id=21, sequence_start=True
+    )
+    assert (status, parameters) == (200, sequence_parameters(21, end=True))
+    assert outputs["CTRL"] == [0, 1]
+    # No sequence parameters in the response: the request's own pass on.
+    status, parameters, outputs = _override(
+        server, {"other": "x"}, sequence_id=22, sequence_start=True, sequence_end=True
+    )
+    assert (status, parameters) == (200, sequence_parameters(22, True, True))
+    assert outputs["CORRID_OUT"] == ["22"]
+
+
+@pytest.mark.parametrize(
+    "respond_with, message",
+    [
+        (
+            {"sequence_start": 1},
+            "expect parameter 'sequence_start' to be TRITONSERVER_PARAMETER_BOOL",
+        ),
+        (
+            {"sequence_end": "yes"},
+            "expect parameter 'sequence_end' to be TRITONSERVER_PARAMETER_BOOL",
+        ),
+        (
+            {"sequence_id": True},
+            "expected parameter 'sequence_id' to be TRITONSERVER_PARAMETER_INT or "
+            "TRITONSERVER_PARAMETER_STRING",
+        ),
+    ],
+)
+def test_a_step_naming_its_sequence_with_the_wrong_type_fails_as_triton(
+    server, respond_with, message
+):
+    before = arena_blocks(server)
+    status, error, _ = _override(server, respond_with, sequence_id=23, sequence_start=True)
+    assert (status, error) == (400, f"in ensemble 'ens_override', {message}")
+    assert arena_blocks(server) == before
 
 
 # -- BLS calls to sequence models ---------------------------------------------------------
@@ -727,8 +845,11 @@ def test_an_ensemble_with_a_decoupled_step_over_http(server, model):
     url = f"{server.url}/v2/models/{model}/generate_stream"
     response = requests.post(url, json={"N": [3]}, timeout=TIMEOUT)
     assert response.status_code == 200
-    events = [line for line in response.text.split("\n\n") if line]
-    assert [json.loads(event.removeprefix("data: "))["Y"] for event in events] == [0, 2, 4]
+    events = [json.loads(e.removeprefix("data: ")) for e in response.text.split("\n\n") if e]
+    assert [event["Y"] for event in events] == [0, 2, 4]
+    # Each event says its sequence (none asked: 0), a key of its own as Triton writes it.
+    for event in events:
+        assert {key: event[key] for key in sequence_parameters(0)} == sequence_parameters(0)
 
 
 def test_an_ensemble_marked_decoupled_without_a_decoupled_step_is_not(server):

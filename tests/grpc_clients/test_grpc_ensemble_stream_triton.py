@@ -21,7 +21,12 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer, make_repository
-from test_grpc_pipelines import ensemble_stream, streamed, streamed_until_error
+from test_grpc_pipelines import (
+    ensemble_stream,
+    streamed,
+    streamed_in_sequence,
+    streamed_until_error,
+)
 from triton_peer import TritonPeer, find_triton
 from tritonclient.utils import InferenceServerException
 
@@ -173,4 +178,21 @@ def test_statistics_as_triton(servers, model, output, sends, count, models):
         after = {m: _counts(server, m) for m in counted}
         changes.append({m: tuple(a - b for a, b in zip(after[m], before[m])) for m in counted})
     naiad, triton = changes
+    assert naiad == triton
+
+
+@pytest.mark.parametrize(
+    "model, output, n, mode, sequence",
+    [
+        ("ens_decoupled", "Y", 3, "inline", {"sequence_id": 7, "sequence_start": True}),
+        ("ens_decoupled", "Y", 2, "inline", {"sequence_id": "s1", "sequence_end": True}),
+        ("ens_decoupled", "Y", 2, "inline", {}),
+        ("ens_repeat", "OUT", 2, "thread", {"sequence_id": 8}),
+        ("ens_repeat", "OUT", 0, "inline", {"sequence_id": 8}),
+    ],
+)
+def test_streamed_responses_say_their_sequence_as_triton(servers, model, output, n, mode, sequence):
+    naiad, triton = (
+        streamed_in_sequence(url, model, output, n, mode, **sequence) for url in _urls(servers)
+    )
     assert naiad == triton

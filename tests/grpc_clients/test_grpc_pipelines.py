@@ -3,6 +3,8 @@ side and the model set). Run apart from the main suite (conftest.py says why).""
 
 from __future__ import annotations
 
+import json
+import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,7 +14,7 @@ import requests
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer
 from test_grpc_decoupled import Stream
-from test_pipelines import A, B, build_repository
+from test_pipelines import ENSEMBLE_SEQUENCES, A, B, build_repository, sequence_parameters
 from tritonclient.utils import InferenceServerException
 
 
@@ -83,6 +85,62 @@ def test_an_ensemble_of_ensembles_over_grpc(client, model):
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), 2 * A - 2 * B)
 
 
+def parameter_values(response) -> dict:
+    """A gRPC response's parameters as plain values (whichever of bool/int64/string)."""
+    return {
+        key: getattr(value, value.WhichOneof("parameter_choice"))
+        for key, value in response.parameters.items()
+    }
+
+
+@pytest.mark.parametrize(
+    "model, parameters, expected",
+    # The uint64 id above int64's range has no tritonclient.grpc spelling.
+    [case for case in ENSEMBLE_SEQUENCES if (case[1] or {}).get("sequence_id", 0) != 2**63 + 5],
+)
+def test_ensemble_responses_say_their_sequence_over_grpc(client, model, parameters, expected):
+    # tritonclient takes the sequence as arguments (it refuses them as parameters).
+    sequence = parameters or {}
+    result = client.infer(model, _inputs(), client_timeout=30, **sequence)
+    assert parameter_values(result.get_response()) == expected
+    assert result.as_numpy("OUTPUT0") is not None
+    # A plain model says nothing of its sequence.
+    plain = client.infer("add_sub", _inputs(), client_timeout=30, **sequence)
+    assert parameter_values(plain.get_response()) == {}
+
+
+def _int_input(value: int):
+    tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+    return [tensor]
+
+
+def test_a_models_response_parameters_come_back_over_grpc(client):
+    asked = {"note": "x", "count": 3, "flag": True}
+    result = client.infer(
+        "sequence_override",
+        _int_input(3),
+        parameters={"respond_with": json.dumps(asked)},
+        client_timeout=30,
+    )
+    assert parameter_values(result.get_response()) == asked
+    assert result.as_numpy("OUT").tolist() == [[3]]
+
+
+def test_a_steps_response_parameters_name_the_sequence_over_grpc(client):
+    result = client.infer(
+        "ens_override",
+        _int_input(4),
+        parameters={"respond_with": json.dumps({"sequence_id": 31, "sequence_start": True})},
+        sequence_id=6,
+        sequence_start=True,
+        client_timeout=30,
+    )
+    assert parameter_values(result.get_response()) == sequence_parameters(31, True)
+    assert result.as_numpy("CORRID_OUT").tolist() == [[b"31"]]
+    assert result.as_numpy("CTRL").tolist() == [[1, 0]]
+
+
 def _n(value: int):
     n = grpcclient.InferInput("N", [1], "INT32")
     n.set_data_from_numpy(np.array([value], dtype=np.int32))
@@ -118,6 +176,35 @@ def streamed(url: str, model: str, sends: list, count: int, output: str = "Y") -
             stream.send(n, mode, request_id, empty)
         got = stream.take(count)
         assert stream.nothing_more()
+        client.stop_stream()
+    return got
+
+
+def streamed_in_sequence(url: str, model: str, output: str, n: int, mode: str, **sequence):
+    """The responses [(value of `output` or None, parameters)] of one request (N = `n`,
+    repeat's `mode`, an empty final response asked for) in `sequence` on a stream."""
+    responses = queue.Queue()
+    with grpcclient.InferenceServerClient(url) as client:
+        client.start_stream(callback=lambda result, error: responses.put((result, error)))
+        client.async_stream_infer(
+            model,
+            _n(n),
+            request_id="q",
+            parameters={"mode": mode},
+            enable_empty_final_response=True,
+            **sequence,
+        )
+        got = []
+        while not got or not got[-1][1].get("triton_final_response"):
+            result, error = responses.get(timeout=30)
+            assert error is None, error
+            values = result.as_numpy(output)
+            got.append(
+                (
+                    None if values is None else int(values[0]),
+                    parameter_values(result.get_response()),
+                )
+            )
         client.stop_stream()
     return got
 
@@ -224,6 +311,24 @@ def test_cancelling_a_stream_to_a_decoupled_ensemble_ends_its_steps(server):
     _settles(server, blocks)
     got = streamed(_url(server), "ens_repeat", [(0, "cancelled", "n", False)], 1, "OUT")
     assert got[0][0] >= 1  # repeat saw is_cancelled() once at least
+
+
+def test_a_decoupled_ensembles_responses_say_their_sequence(server):
+    # As Triton 2.51: each response with outputs names the request's sequence beside
+    # its final flag; the final flag sent alone says nothing more.
+    in_sequence = sequence_parameters(7, start=True)
+    got = streamed_in_sequence(
+        _url(server), "ens_decoupled", "Y", 2, "inline", sequence_id=7, sequence_start=True
+    )
+    assert got == [
+        (0, {**in_sequence, "triton_final_response": False}),
+        (2, {**in_sequence, "triton_final_response": True}),
+    ]
+    got = streamed_in_sequence(_url(server), "ens_repeat", "OUT", 1, "thread", sequence_id="k")
+    assert got == [
+        (0, {**sequence_parameters("k"), "triton_final_response": False}),
+        (None, {"triton_final_response": True}),
+    ]
 
 
 def test_a_decoupled_ensembles_statistics_count_each_request_once(server):
