@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 import requests
 from server_harness import NaiadServer
+from test_ensemble_reload import EXPECTED_STORY, EXPLICIT, reload_repository, reload_story
 from test_pipelines import (
     BAD_ENSEMBLES,
     BLS_SEQUENCE_STEPS,
+    ENSEMBLE_SEQUENCES,
     bls_sequence,
     build_repository,
     infer,
@@ -103,6 +105,35 @@ def test_same_answers_and_statistics(servers):
     assert [_add_sub_successes(s) - c for s, c in zip(servers, counts)] == [15, 15]
 
 
+def test_ensemble_responses_say_their_sequence_as_triton(servers):
+    # Triton writes the three parameters once per output (the same keys again); a JSON
+    # parser keeps one of each, as a client sees them.
+    for model, parameters, expected in [
+        *ENSEMBLE_SEQUENCES,
+        ("ens_seq_echo", {"sequence_id": 31, "sequence_start": True}, None),
+        ("ens_seq_echo", {"sequence_id": 31, "sequence_end": True}, None),
+        ("add_sub", {"sequence_id": 3}, None),
+        ("bls", {"mode": "ensemble", "sequence_id": 3}, None),
+    ]:
+        answers = []
+        for server in servers:
+            if model == "ens_seq_echo":
+                body = {
+                    "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [2]}]
+                }
+                body["parameters"] = parameters
+                r = requests.post(
+                    f"{server.url}/v2/models/{model}/infer", json=body, timeout=TIMEOUT
+                )
+                status, payload = r.status_code, r.json()
+            else:
+                status, payload, _ = infer(server, model, parameters)
+            answers.append((status, payload.get("parameters")))
+        assert answers[0] == answers[1], (model, parameters)
+        if expected is not None:
+            assert answers[0] == (200, expected)
+
+
 def test_bls_calls_to_a_sequence_model_answer_as_triton(servers):
     for value, parameters, expected in BLS_SEQUENCE_STEPS:
         answers = [bls_sequence(s, value, parameters) for s in servers]
@@ -183,3 +214,28 @@ def test_unloading_a_composing_model_makes_the_ensemble_unready_on_both(servers)
         requests.post(f"{server.url}/v2/repository/models/add_sub/load", timeout=TIMEOUT)
     statuses = [infer(s, "ensemble_add_sub")[0] for s in servers]
     assert statuses == [200, 200], [infer(s, "ensemble_add_sub")[1] for s in servers]
+
+
+def test_reloading_a_composing_model_loads_its_ensembles_again_as_triton(tmp_path):
+    # Each server its own repository: the story rewrites repeat's config.
+    stories = []
+    naiad_repository = reload_repository(tmp_path / "naiad")
+    with NaiadServer(naiad_repository, log_dir=tmp_path, extra_args=EXPLICIT) as naiad:
+        stories.append(reload_story(naiad.url, naiad_repository))
+    triton_repository = reload_repository(tmp_path / "triton")
+    with TritonPeer(triton_repository, tmp_path, EXPLICIT) as triton:
+        triton.wait_ready(["ens_repeat", "ens_mix"])
+        stories.append(reload_story(f"http://127.0.0.1:{triton.http_port}", triton_repository))
+    assert stories[0] == stories[1] == EXPECTED_STORY
+
+
+@pytest.mark.parametrize(
+    "model", ["ensemble_add_sub", "ens_nested", "ens_decoupled", "ens_add_sub_marked"]
+)
+def test_an_ensembles_config_is_tritons(servers, model):
+    # All of it: the decoupled policy said also when false, no optimization block.
+    configs = [
+        requests.get(f"{server.url}/v2/models/{model}/config", timeout=TIMEOUT).json()
+        for server in servers
+    ]
+    assert configs[0] == configs[1]

@@ -130,9 +130,10 @@ def complete_model_config(config: ModelConfig, model_name: str) -> None:
         config.default_model_filename = _DEFAULT_MODEL_FILENAME[config.backend]
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
-    # Triton turns pinned buffers on unless the config says otherwise; its config JSON shows it.
+    # Triton turns pinned buffers on unless the config says otherwise; its config JSON
+    # shows it (an ensemble's shows no optimization).
     for buffer in ("input_pinned_memory", "output_pinned_memory"):
-        if not config.optimization.HasField(buffer):
+        if config.platform != "ensemble" and not config.optimization.HasField(buffer):
             getattr(config.optimization, buffer).enable = True
     _complete_instance_groups(config)
 
@@ -255,6 +256,9 @@ def config_to_json(config: ModelConfig) -> dict:
     as_dict = json_format.MessageToDict(
         config, preserving_proto_field_name=True, **{_PRINT_DEFAULTS: True}
     )
+    scheduling = as_dict.get("ensemble_scheduling", {})
+    if not scheduling.get("max_inflight_requests"):
+        scheduling.pop("max_inflight_requests", None)  # a field Triton 2.51's proto lacks
     return _triton_json(as_dict, config.DESCRIPTOR)
 
 

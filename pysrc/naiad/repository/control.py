@@ -6,6 +6,11 @@ every new instance is READY does traffic move to them (the manager's serving tab
 the fast lane's routes, in one step of the event loop), and only then are the replaced
 versions drained (their requests in flight finish) and released. A load that fails
 leaves whatever was serving untouched and reports why.
+
+As in Triton, a load that changed a model loads again the ensembles that use it, so
+their checks and decoupled rules (scheduling/ensemble.py) meet the model as it is now;
+an ensemble that no longer fits is unloaded, and loaded again by a later load of a
+model it uses.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from naiad.repository.overrides import (
     split_parameters,
 )
 from naiad.repository.repository import ModelEntry, scan_model
+from naiad.scheduling.ensemble import EnsembleModel
 from naiad.scheduling.model import READY, UNAVAILABLE, UNLOADING, LoadedModel
 
 __all__ = ["ModelControl", "CONTROL_MODES"]
@@ -56,6 +62,10 @@ class ModelControl:
         self.retiring: list[LoadedModel] = []
         # Versions loading at once, across models (--model-load-thread-count).
         self._load_slots = asyncio.Semaphore(max(load_threads, 1))
+        # Ensembles unloaded because a composing model's reload no longer fits them, by
+        # name: what they were loaded from, loaded again with the next load of a model
+        # they use (an unload request forgets them).
+        self._unfitted: dict[str, ModelEntry] = {}
 
     # -- the protocol-neutral operations ---------------------------------------------
     async def load(
@@ -85,24 +95,60 @@ class ModelControl:
         self, name: str, parameters: dict | None = None, slot: bool = True, served=None
     ) -> None:
         async with self._lock(name):
-            await self._load(name, parameters or {}, slot, served)
+            changed = await self._load(name, parameters or {}, slot, served)
+        if changed:
+            await self._reload_dependents(name)
 
     async def apply_unload(self, name: str, forget: bool = False, served=None) -> None:
         """Withdraws every version of `name`, drains and releases them. `forget`: the
         model left the repository, so it leaves the index too."""
         async with self._lock(name):
-            versions = self.manager.models.get(name, {})
-            live = [m for m in versions.values() if m.state != UNAVAILABLE]
-            self.manager.withdraw(name)
-            if served is not None:
-                served()
-            await self._retire(live)
-            # Versions that failed to load keep their reason (and, as in Triton, hold
-            # strict readiness) until a load of the model succeeds.
-            for model in live:
-                model.reason = "unloaded"
+            self._unfitted.pop(name, None)
+            await self._unload(name, served)
             if forget:
                 self.manager.models.pop(name, None)
+
+    async def _unload(self, name: str, served=None) -> None:
+        versions = self.manager.models.get(name, {})
+        live = [m for m in versions.values() if m.state != UNAVAILABLE]
+        self.manager.withdraw(name)
+        if served is not None:
+            served()
+        await self._retire(live)
+        # Versions that failed to load keep their reason (and, as in Triton, hold
+        # strict readiness) until a load of the model succeeds.
+        for model in live:
+            model.reason = "unloaded"
+
+    def _dependents(self, name: str) -> dict[str, ModelEntry]:
+        """The ensembles with a step on `name`, loaded or unfitted, and what each was
+        loaded from."""
+        found = {}
+        for ensemble, versions in self.manager.models.items():
+            for model in versions.values():
+                if isinstance(model, EnsembleModel) and model.state == READY:
+                    found[ensemble] = model.loaded_from
+        found.update(self._unfitted)
+        return {
+            ensemble: entry
+            for ensemble, entry in found.items()
+            if any(step.model_name == name for step in entry.config.ensemble_scheduling.step)
+        }
+
+    async def _reload_dependents(self, name: str) -> None:
+        """Loads again each ensemble using `name` (then those using it); one that fails
+        is unloaded, as Triton does, and kept to be tried again."""
+        for ensemble, entry in self._dependents(name).items():
+            async with self._lock(ensemble):
+                try:
+                    await self._load(ensemble, {}, entry=entry)
+                except (Internal, InvalidArgument):
+                    # _load logged why; the versions it replaced were left serving.
+                    await self._unload(ensemble)
+                    self._unfitted[ensemble] = entry
+                    continue
+                self._unfitted.pop(ensemble, None)
+            await self._reload_dependents(ensemble)
 
     def _lock(self, name: str) -> asyncio.Lock:
         lock = self._locks.get(name)
@@ -110,8 +156,16 @@ class ModelControl:
             lock = self._locks[name] = asyncio.Lock()
         return lock
 
-    async def _load(self, name: str, parameters: dict, slot: bool = True, served=None) -> None:
-        entry, materialized = self._entry(name, parameters)
+    async def _load(
+        self, name: str, parameters: dict, slot: bool = True, served=None, entry=None
+    ) -> bool:
+        """Loads `name` as `parameters` ask; whether anything changed. `entry`: load
+        again from it (an ensemble whose composing model changed), whatever is serving."""
+        forced = entry is not None
+        if forced:
+            materialized = False
+        else:
+            entry, materialized = self._entry(name, parameters)
         old = self.manager.models.get(name, {})
         serving = {v: m for v, m in old.items() if m.state == READY}
         stamps = {v: version_stamp(entry.path, v) for v in entry.versions}
@@ -121,10 +175,12 @@ class ModelControl:
             if v in serving
             and serving[v].stamp == stamps[v]
             and serving[v].path == entry.path
-            and serving[v].config == entry.config
+            and serving[v].loaded_from.config == entry.config
         }
-        if len(keep) == len(entry.versions) and set(keep) == set(serving):
-            return  # nothing changed on disk or in the request: Triton does not reload either
+        if forced:
+            keep = {}
+        elif len(keep) == len(entry.versions) and set(keep) == set(serving):
+            return False  # nothing changed on disk or in the request: Triton does not reload
         for warning in entry.warnings:
             log.warning("%s", warning)
         fresh = [v for v in entry.versions if v not in keep]
@@ -145,6 +201,10 @@ class ModelControl:
                 await self._retire([m for m in started if m.ready])
                 if materialized:
                     remove_materialized(entry.path)
+            elif old and all(getattr(m, "graph_failed", False) for m in failed):
+                # An ensemble whose composing models do not fit, unloaded before: as in
+                # Triton, the index keeps showing the versions as they were.
+                self.manager.publish(name, old)
             else:
                 # A first load: the index shows each version's state and reason.
                 self.manager.publish(name, {m.version: m for m in started})
@@ -173,6 +233,7 @@ class ModelControl:
         if served is not None:
             served()
         await self._retire([m for m in retired if m.state != UNAVAILABLE])
+        return True
 
     def _entry(self, name: str, parameters: dict) -> tuple[ModelEntry, bool]:
         """The model as this load would serve it: (entry, whether its folder is a

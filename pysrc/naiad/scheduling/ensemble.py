@@ -269,11 +269,12 @@ class EnsembleModel(LoadedModel):
 
     def _settle_decoupled(self) -> str | None:
         """Applies Triton's decoupled rules (decoupled_workflow): the ensemble is
-        decoupled exactly when a step is, and its config says so (an outer ensemble's
-        check reads it too)."""
+        decoupled exactly when a step is, and its config says so, also when it is not
+        (an outer ensemble's check reads it too)."""
         configs = [self._find(n, v) for n, v in self.composing()]
         reason, decoupled = decoupled_workflow(self.config, configs)
-        if reason is None and decoupled != self.decoupled:
+        said = self.config.HasField("model_transaction_policy")
+        if reason is None and (decoupled != self.decoupled or not said):
             config = type(self.config)()
             config.CopyFrom(self.config)
             config.model_transaction_policy.decoupled = decoupled

@@ -46,6 +46,10 @@ class LoadedModel:
         self.decoupled = bool(config.model_transaction_policy.decoupled)
         self.path = entry.path
         self.versions = entry.versions
+        # What it was loaded from (a load's config override included): what a later load
+        # compares with, and what an ensemble is loaded again from when a composing model
+        # changes (repository/control.py). `config` may say more (an ensemble's decoupled).
+        self.loaded_from = entry
         self.state = LOADING
         self.reason = ""
         self.ready_once = False  # restarts only make sense for a model that has served
