@@ -191,7 +191,10 @@ def test_bls_and_decoupled_are_reported_unsupported():
         request.exec()
     with pytest.raises(pb_utils.TritonModelException, match="running in a Naiad worker"):
         request.async_exec()
-    with pytest.raises(pb_utils.TritonModelException, match="available to decoupled models only"):
+    with pytest.raises(
+        pb_utils.TritonModelException,
+        match=r"available on the requests a model.s execute\(\) receives",
+    ):
         request.get_response_sender()
 
 

@@ -563,3 +563,40 @@ def test_auto_complete_config(tmp_path):
     assert completed["input"] == [{"name": "IN", "data_type": "TYPE_INT32", "dims": [2]}]
     assert completed["output"] == [{"name": "OUT", "data_type": "TYPE_INT32", "dims": [2]}]
     assert completed["dynamic_batching"] == {}
+
+
+# -- response senders of a model that is not decoupled ----------------------------------------
+
+SENDER_PLAIN = Path(__file__).resolve().parent / "models" / "sender_plain"
+SENDER_PLAIN_CONFIG = {
+    "name": "sender_plain",
+    "backend": "python",
+    "max_batch_size": 8,
+    "input": [_tensor_config("N", "TYPE_INT32", [1])],
+    "output": [_tensor_config("OUT", "TYPE_INT32", [1])],
+}
+
+
+def _sender_request(n, mode):
+    return pb_utils.InferenceRequest(
+        model_name="sender_plain",
+        requested_output_names=[],
+        inputs=[pb_utils.Tensor("N", np.array([[n]], dtype=np.int32))],
+        parameters={"mode": mode},
+    )
+
+
+def test_a_batch_answered_through_response_senders_and_returns():
+    backend = PythonModelBackend(_args(SENDER_PLAIN, SENDER_PLAIN_CONFIG))
+    try:
+        modes = ["one", "thread", "return", "mixed", "none"]
+        results = backend.execute_requests([_sender_request(k, m) for k, m in enumerate(modes)])
+        values = [r.outputs[0][1].tolist() if isinstance(r, Response) else r for r in results]
+        assert values[:4] == [[[1]], [[13]], [[26]], [[34]]]
+        assert isinstance(values[4], RequestError)
+        assert "released the request without sending a response" in values[4].message
+        # Outside execute() there is no request to make a sender for.
+        with pytest.raises(pb_utils.TritonModelException, match="while it runs"):
+            _sender_request(1, "one").get_response_sender()
+    finally:
+        backend.finalize()

@@ -10,8 +10,8 @@ What differs from Triton, on purpose:
 - BLS requests (`InferenceRequest.exec` / `async_exec`) go through the server's core
   (`naiad.worker.bls`); `load_model` / `unload_model` go to the frontend's model control
   through it too (the repository extension's load and unload), and also work while the
-  server starts. `InferenceRequest.get_response_sender` is available to decoupled models
-  only.
+  server starts. `InferenceRequest.get_response_sender` works on the requests execute()
+  receives, in decoupled models and, for one response each as in Triton, in the others.
 - `MetricFamily` / `Metric` keep their values in the model's process; they are not exported
   on the metrics endpoint yet.
 - `Logger` writes to the server's log (naiad.triton_log): its file or stderr, its format,
@@ -463,9 +463,9 @@ def _parameters_json(parameters) -> str:
     return json.dumps(parameters)
 
 
-_DECOUPLED_UNSUPPORTED = (
-    "InferenceRequest.get_response_sender() is available to decoupled models only "
-    "(model_transaction_policy { decoupled: true }) in Naiad"
+_NO_SENDER = (
+    "InferenceRequest.get_response_sender() is available on the requests a model's "
+    "execute() receives, while it runs"
 )
 
 
@@ -610,9 +610,12 @@ class InferenceRequest:
 
     # Set by the Python backend on the requests of a running model: a callable that
     # says whether the client cancelled the request (a flag the core sets in shared
-    # memory), and a decoupled model's response sender.
+    # memory), and a decoupled model's response sender. A model that is not decoupled
+    # gets its sender on the first get_response_sender(), from the backend's factory
+    # (set while its execute() runs; None where there is no such request).
     _cancel_probe = None
     _response_sender = None
+    _single_sender_factory = None
 
     def is_cancelled(self):
         probe = self._cancel_probe
@@ -627,7 +630,11 @@ class InferenceRequest:
     def get_response_sender(self):
         sender = self._response_sender
         if sender is None:
-            raise TritonModelException(_DECOUPLED_UNSUPPORTED)
+            factory = InferenceRequest._single_sender_factory
+            sender = None if factory is None else factory(self)
+            if sender is None:
+                raise TritonModelException(_NO_SENDER)
+            self._response_sender = sender
         return sender
 
     def exec(self, decoupled=False):
@@ -715,7 +722,10 @@ class InferenceResponseSender:
         self._closed = False
         self._lock = threading.Lock()
 
-    def send(self, response=None, flags=0):
+    @staticmethod
+    def _final(response, flags) -> bool:
+        """Whether a send with these arguments is the final one; raises Triton's error
+        for arguments it refuses."""
         flags = int(flags)
         if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
             raise TritonModelException(
@@ -731,6 +741,10 @@ class InferenceResponseSender:
             raise TritonModelException(
                 f"Expected an 'InferenceResponse' object, found type '{type(response)}'."
             )
+        return final
+
+    def send(self, response=None, flags=0):
+        final = self._final(response, flags)
         with self._lock:
             if self._closed:
                 raise TritonModelException(

@@ -38,6 +38,7 @@ import operator
 import os
 import re
 import sys
+import threading
 import traceback
 from typing import Any
 
@@ -238,6 +239,10 @@ class PythonModelBackend(Backend):
                 self.args[key] = str(self.args[key])
 
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The requests execute() is running on, and the responses their senders got
+        # (by index) when a model that is not decoupled answers through senders.
+        self._executing: list | None = None
+        self._sent: dict[int, _SentResponse] = {}
         self._finalized = False
         # RequestHeader -> what its requests get of it (see _header_plan).
         self._plans: dict = {}
@@ -345,6 +350,10 @@ class PythonModelBackend(Backend):
         count = len(requests)
         if count == 0:
             return []
+        # Response senders are made only for a request that asks (get_response_sender):
+        # nothing per request here.
+        self._executing = requests
+        pb_utils.InferenceRequest._single_sender_factory = self._single_sender
         try:
             returned = self.model.execute(requests)
             if type(returned) is not list:  # an async execute's coroutine, or a mistake
@@ -352,17 +361,26 @@ class PythonModelBackend(Backend):
         except Exception as exc:
             # The worker answers this batch, then exits to be restarted (worker.main).
             self.out_of_memory = isinstance(exc, MemoryError)
+            self._sent.clear()
             return self._batch_error(
                 _describe(exc, self.model_path), count, detail=traceback.format_exc()
             )
-
+        finally:
+            self._executing = None
+        if self._sent:
+            return self._results_with_sent(requests, returned)
         if returned is None:
             return self._batch_error(
                 "execute() returned None; a model that is not decoupled must return a list "
-                "with one InferenceResponse per request (decoupled models are not supported "
-                "yet).",
+                "with one InferenceResponse per request, or send each request's response "
+                "through its response sender.",
                 count,
             )
+        return self._returned_results(requests, returned)
+
+    def _returned_results(self, requests, returned) -> list[Result]:
+        """Per request, the Response or RequestError of what execute() returned."""
+        count = len(requests)
         if not isinstance(returned, list):
             return self._batch_error(
                 f"Expected a list in the execute return, found type '{type(returned)}'.",
@@ -383,6 +401,54 @@ class PythonModelBackend(Backend):
                     count,
                 )
         return [self._result(req, resp) for req, resp in zip(requests, returned)]
+
+    # -- response senders of a model that is not decoupled -----------------------------------
+
+    def _single_sender(self, request):
+        """The response sender of `request` if it is one the running execute() received
+        (pb_utils.InferenceRequest.get_response_sender), else None."""
+        executing = self._executing
+        if executing is None or self.decoupled:
+            return None
+        index = next((i for i, r in enumerate(executing) if r is request), None)
+        if index is None:
+            return None
+        sent = self._sent[index] = _SentResponse(request._requested_output_names)
+        return _SingleResponseSender(sent, request._cancel_probe)
+
+    def _results_with_sent(self, requests, returned) -> list[Result]:
+        """The batch's results once each request given a response sender has its final
+        flag: the sent response (it wins over one execute() also returned, as in Triton),
+        the others' from what execute() returned."""
+        sent, self._sent = self._sent, {}
+        if returned is None:
+            returned = [None] * len(requests)
+        results = self._returned_results(requests, returned)
+        waiting = {}
+        for index, slot in sent.items():
+            given = index < len(returned) and returned[index] is not None
+            if slot.response is None and given:
+                continue  # a sender it did not use: the returned response answers
+            if slot.response is not None and given:
+                pb_utils.Logger.log_error(
+                    f"Failed to process the request(s) for model '{self.name}', message: "
+                    "Unable to send response. Non-decoupled model cannot send more than one "
+                    "response."
+                )
+            waiting[index] = slot
+            # The senders are the model's alone now: one it drops unsent ends the wait.
+            requests[index]._response_sender = None
+        del requests
+        for index, slot in waiting.items():
+            slot.done.wait()
+            if slot.response is None or not slot.final:
+                results[index] = self._failure(
+                    "the model released the request without sending a response flagged "
+                    "TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+                )
+            else:
+                results[index] = self._result(slot.requested, slot.response)
+        return results
 
     # -- decoupled models --------------------------------------------------------------------
 
@@ -436,8 +502,8 @@ class PythonModelBackend(Backend):
         # than through their accessor methods.
         if response is None:
             return self._failure(
-                "execute() returned None for this request; sending responses through "
-                "a response sender is not supported yet"
+                "execute() returned None for this request, and sent it no response "
+                "through its response sender"
             )
         error = response._error
         if error is not None:
@@ -537,3 +603,56 @@ class _RequestStream:
                 )
         except Exception:  # never raise from a finalizer
             pass
+
+
+class _SentResponse:
+    """What a non-decoupled request's response sender got: its response, and `done` once
+    the final flag came (or the sender was dropped without it)."""
+
+    __slots__ = ("requested", "response", "final", "done")
+
+    def __init__(self, requested_output_names):
+        self.requested = _Requested(requested_output_names)
+        self.response = None
+        self.final = False
+        self.done = threading.Event()
+
+
+# Triton 2.51's words for what a model that is not decoupled cannot send.
+_MORE_THAN_ONE = "Unable to send response. Non-decoupled model cannot send more than one response."
+_FINAL_FIRST = (
+    "Unable to send response. Non-decoupled model cannot send complete final before sending "
+    "a response."
+)
+
+
+class _SingleResponseSender(pb_utils.InferenceResponseSender):
+    """The response sender of a model that is not decoupled, as Triton's Python backend
+    allows: one response, with the final flag or followed by it, from execute() or from
+    a thread after it returned; the batch is answered once every such request has it."""
+
+    def __init__(self, sent: _SentResponse, cancel_probe):
+        self._sent = sent
+        self._cancel_probe = cancel_probe
+        self._lock = threading.Lock()
+
+    def send(self, response=None, flags=0):
+        final = self._final(response, flags)
+        sent = self._sent
+        with self._lock:
+            if response is not None:
+                if sent.response is not None:
+                    raise pb_utils.TritonModelException(_MORE_THAN_ONE)
+                sent.response = response
+            if final:
+                if sent.response is None:
+                    raise pb_utils.TritonModelException(_FINAL_FIRST)
+                sent.final = True
+                sent.done.set()
+
+    def is_cancelled(self):
+        probe = self._cancel_probe
+        return False if probe is None else bool(probe())
+
+    def __del__(self):
+        self._sent.done.set()  # dropped: whatever it sent is all there will be
