@@ -98,21 +98,26 @@ def _load(url: str, model: str) -> tuple:
     return r.status_code, r.json() if r.content else None
 
 
-def _infer_refusal(url: str, model: str) -> tuple:
+def _infer(url: str, model: str) -> tuple:
+    """(status, outputs by name, or the error) of N = 1 (repeat's default mode: a
+    response from a thread, then the final flag alone)."""
     n = [{"name": "N", "shape": [1], "datatype": "INT32", "data": [1]}]
     r = requests.post(f"{url}/v2/models/{model}/infer", json={"inputs": n}, timeout=TIMEOUT)
-    return r.status_code, r.json()
+    payload = r.json()
+    if r.status_code != 200:
+        return r.status_code, payload
+    return 200, {output["name"]: output["data"] for output in payload["outputs"]}
 
 
 def reload_story(url: str, repository: Path) -> list:
     """What a client sees at each step: repeat not decoupled, then made decoupled, an
     attempt to load ens_mix, then repeat not decoupled again."""
-    story = [_seen(url)]
+    story = [_seen(url), _infer(url, "ens_repeat"), _infer(url, "ens_mix")]
     set_repeat_decoupled(repository, True)
-    story += [_load(url, "repeat"), _seen(url), _infer_refusal(url, "ens_repeat")]
+    story += [_load(url, "repeat"), _seen(url), _infer(url, "ens_repeat")]
     story += [_load(url, "ens_mix"), _seen(url)]
     set_repeat_decoupled(repository, False)
-    story += [_load(url, "repeat"), _seen(url)]
+    story += [_load(url, "repeat"), _seen(url), _infer(url, "ens_mix")]
     return story
 
 
@@ -139,6 +144,8 @@ MIX_UNFITTED = _seen_as(
 )
 EXPECTED_STORY = [
     BOTH_SERVED,
+    (200, {"OUT": [0]}),  # repeat answering through its response sender, not decoupled
+    (200, {"R": [0], "D": [2]}),
     (200, None),
     MIX_UNFITTED,
     (501, _DECOUPLED_REFUSED),
@@ -146,6 +153,7 @@ EXPECTED_STORY = [
     MIX_UNFITTED,
     (200, None),
     BOTH_SERVED,
+    (200, {"R": [0], "D": [2]}),
 ]
 
 
