@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <iterator>
 #include <system_error>
 
 #include "channel.h"
@@ -292,6 +293,7 @@ void EnsembleScheduler::advance(uint64_t request_id, const Updated& updated) {
   }
   if (!run.steps.empty()) {  // answered when its running steps are done
     if (complete >= 0) respond(run, complete);
+    if (run.graph->decoupled) release_spent(run);
     return;
   }
   if (run.error_json.empty() && !run.cancelled && !run.graph->decoupled) {
@@ -542,6 +544,7 @@ void EnsembleScheduler::step_response(uint64_t step_id, const ResponseBlockView&
               tensor.shape = std::string(output.shape);
               tensor.offset = block + output.offset;
               tensor.size = output.size;
+              tensor.block = block;
               tensor.sequence = sequence;
               const std::string& target = step.outputs[m].second;
               updated.emplace_back(target, run.tensors[target].add(std::move(tensor)));
@@ -636,7 +639,55 @@ void EnsembleScheduler::respond(Run& run, int64_t iteration) {
   if (!output_entry(run, iteration, &entry, &json)) return;
   entry.flags = 0;  // more to come: the request stays running
   const uint64_t none[4] = {0, 0, 0, 0};
+  // The answer is a copy (answer_ensemble): the outputs' blocks may go after it.
   host_.answer_ensemble(run.model, run.request, run.origin, {entry}, none, kCompletionOk);
+  run.responded.push_back(static_cast<uint64_t>(iteration));
+}
+
+void EnsembleScheduler::release_spent(Run& run) {
+  const std::vector<std::string>& outputs =
+      run.requested.empty() ? run.graph->outputs : run.requested;
+  const std::vector<EnsembleStep>& steps = run.graph->steps;
+  auto passed_on = [&](const std::string& name, uint64_t iteration) {
+    for (size_t s = 0; s < steps.size(); ++s) {
+      for (const auto& mapping : steps[s].inputs) {
+        if (mapping.second != name) continue;
+        const std::vector<uint64_t>& ran = run.sent[s];
+        if (std::find(ran.begin(), ran.end(), iteration) == ran.end()) return false;
+      }
+    }
+    const bool output = std::find(outputs.begin(), outputs.end(), name) != outputs.end();
+    return !output ||
+           std::find(run.responded.begin(), run.responded.end(), iteration) != run.responded.end();
+  };
+  // Each block still needed by a value; step requests hold copies of their inputs
+  // (queue_step), so a value is needed only until its consumers are sent.
+  std::vector<uint64_t> needed;
+  for (const auto& [name, values] : run.tensors) {
+    for (const auto& [iteration, value] : values.by_iteration) {
+      if (value.block != 0 && !passed_on(name, iteration)) needed.push_back(value.block);
+    }
+  }
+  Arena& arena = host_.ensemble_arena();
+  std::vector<uint64_t> kept;
+  for (uint64_t block : run.blocks) {
+    if (std::find(needed.begin(), needed.end(), block) != needed.end()) {
+      kept.push_back(block);
+    } else {
+      arena.free(block);
+    }
+  }
+  if (kept.size() == run.blocks.size()) return;
+  run.blocks = std::move(kept);
+  // The values of the blocks gone go too (they point into them).
+  for (auto& [name, values] : run.tensors) {
+    for (auto it = values.by_iteration.begin(); it != values.by_iteration.end();) {
+      const uint64_t block = it->second.block;
+      const bool gone =
+          block != 0 && std::find(run.blocks.begin(), run.blocks.end(), block) == run.blocks.end();
+      it = gone ? values.by_iteration.erase(it) : std::next(it);
+    }
+  }
 }
 
 void EnsembleScheduler::finish(uint64_t request_id, int64_t iteration) {

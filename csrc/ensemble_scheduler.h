@@ -170,6 +170,7 @@ class EnsembleScheduler {
     uint64_t offset = 0;  // the bytes, in the arena
     uint64_t size = 0;
     bool absent = false;  // the step's response lacked it (Triton's placeholder)
+    uint64_t block = 0;   // the run's block it lives in (0: the request's own input)
     SequenceTag sequence;
   };
   // An ensemble tensor's values by iteration, and the number its next one gets.
@@ -196,6 +197,7 @@ class EnsembleScheduler {
     std::unordered_map<std::string, TensorValues> tensors;
     std::vector<uint64_t> blocks;             // step responses kept for their tensors
     std::vector<std::vector<uint64_t>> sent;  // per step: the iterations it ran for
+    std::vector<uint64_t> responded;          // a decoupled run's iterations answered
     std::vector<uint64_t> steps;              // step requests not finished
     std::string error_json;                   // {"error": ...} once failed
     int32_t error_code = 0;
@@ -218,6 +220,10 @@ class EnsembleScheduler {
   bool output_entry(Run& run, int64_t iteration, ResponseEntry* entry, std::string* json);
   // A decoupled ensemble's response before its last (the request stays running).
   void respond(Run& run, int64_t iteration);
+  // Frees a decoupled run's step responses whose values are all passed on (each step
+  // that takes one has run for its iteration, each output of it has been answered),
+  // so a long stream holds only the responses still in use.
+  void release_spent(Run& run);
   // The last answer (`iteration`: the outputs a decoupled ensemble ends with, or -1).
   void finish(uint64_t request_id, int64_t iteration = -1);
   void forget_step(Run& run, uint64_t step_id);

@@ -269,3 +269,29 @@ TEST(cancelling_a_streaming_ensemble_request_ends_it_as_cancelled) {
   CHECK(done.size() == 1 && done[0].status == kCompletionCancelled);
   CHECK(e.settled());
 }
+
+TEST(a_long_stream_holds_only_the_step_responses_still_in_use) {
+  // Each of repeat's responses is passed on to int_double, whose response is answered:
+  // neither is needed after that, so the arena's use stays flat however long it goes.
+  DecoupledEnsemble e;
+  e.start(6);
+  size_t in_use_after_first = 0;
+  for (int k = 0; k < 50; ++k) {
+    e.send(static_cast<float>(k), false);
+    CHECK(e.answers(6).empty());  // takes repeat's response: int_double's run is queued
+    CHECK(e.serve_double() == 1);
+    std::vector<Answer> got = e.answers(6);
+    CHECK(got.size() == 1 && doubled(got[0], static_cast<float>(k)) && !got[0].final);
+    const size_t in_use = e.core.arena().stats().blocks_in_use;
+    if (k == 0) in_use_after_first = in_use;
+    CHECK(in_use == in_use_after_first);
+  }
+  e.send(50, false);
+  CHECK(e.answers(6).empty());
+  CHECK(e.serve_double() == 1);
+  CHECK(e.answers(6).size() == 1);
+  e.send_final_alone();
+  std::vector<Answer> got = e.answers(6);
+  CHECK(got.size() == 1 && got[0].final && got[0].flags_only);
+  CHECK(e.settled());
+}
