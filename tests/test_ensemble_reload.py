@@ -8,6 +8,7 @@ tests/test_pipelines_triton.py runs the same story against Triton 2.51.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import requests
@@ -16,6 +17,8 @@ from server_harness import NaiadServer, make_repository
 TESTS = Path(__file__).resolve().parent
 TIMEOUT = 30
 EXPLICIT = ["--model-control-mode=explicit", "--load-model=*"]
+# A model failing at start-up leaves the server up (and not ready, as Triton's).
+EXPLICIT_FAILING = [*EXPLICIT, "--exit-on-error=false"]
 
 ENS_MIX = """
 name: "ens_mix"
@@ -89,7 +92,7 @@ def _seen(url: str) -> dict:
         policy = config.json().get("model_transaction_policy") if config.ok else config.json()
         seen[model] = (config.status_code, policy, ready.status_code)
     index = requests.post(f"{url}/v2/repository/index", json={}, timeout=TIMEOUT).json()
-    seen["index"] = sorted((m["name"], m["state"], m.get("reason", "")) for m in index)
+    seen["index"] = sorted((m["name"], m.get("state", ""), m.get("reason", "")) for m in index)
     return seen
 
 
@@ -107,6 +110,48 @@ def _infer(url: str, model: str) -> tuple:
     if r.status_code != 200:
         return r.status_code, payload
     return 200, {output["name"]: output["data"] for output in payload["outputs"]}
+
+
+def settled_start(url: str) -> None:
+    """Returns once start-up's loads are done: ens_repeat ready, ens_mix refused."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            index = requests.post(f"{url}/v2/repository/index", json={}, timeout=TIMEOUT).json()
+            states = {m["name"]: m.get("state") for m in index}
+            # Triton lists a refused ensemble by its name alone (README "Differences").
+            if states.get("ens_repeat") == "READY" and states.get("ens_mix") in (
+                "UNAVAILABLE",
+                None,
+            ):
+                return
+        except requests.RequestException:
+            pass
+        assert time.monotonic() < deadline, "start-up's loads did not settle"
+        time.sleep(0.1)
+
+
+def without_ens_mix(story: list) -> list:
+    """The story without what is seen of ens_mix: Triton lists an ensemble it refused at
+    start-up by its name alone and calls it not found (README "Differences")."""
+    out = []
+    for step in story:
+        if isinstance(step, dict):
+            step = {
+                "ens_repeat": step["ens_repeat"],
+                "index": [entry for entry in step["index"] if entry[0] != "ens_mix"],
+            }
+        out.append(step)
+    return out
+
+
+def failed_at_start_story(url: str, repository: Path) -> list:
+    """ens_mix refused at start-up (repeat decoupled), then repeat made not decoupled:
+    an ensemble that never loaded is not loaded by its composing model's reload."""
+    story = [_seen(url)]
+    set_repeat_decoupled(repository, False)
+    story += [_load(url, "repeat"), _seen(url)]
+    return story
 
 
 def reload_story(url: str, repository: Path) -> list:
@@ -157,6 +202,15 @@ EXPECTED_STORY = [
 ]
 
 
+EXPECTED_FAILED_AT_START = [
+    _seen_as(
+        (200, {"decoupled": True}, 200), (404, _NOT_SERVED, 400), ("UNAVAILABLE", _MIX_REFUSED)
+    ),
+    (200, None),
+    _seen_as(SERVING["ens_repeat"], (404, _NOT_SERVED, 400), ("UNAVAILABLE", _MIX_REFUSED)),
+]
+
+
 def test_reloading_a_composing_model_loads_its_ensembles_again(tmp_path):
     repository = reload_repository(tmp_path / "models")
     with NaiadServer(repository, log_dir=tmp_path, extra_args=EXPLICIT) as naiad:
@@ -179,3 +233,15 @@ def test_unloading_an_unfitted_ensemble_keeps_it_unloaded(tmp_path):
         seen = _seen(naiad.url)
         assert seen["ens_mix"] == (404, _NOT_SERVED, 400)
         assert seen["ens_repeat"] == SERVING["ens_repeat"]
+
+
+def test_an_ensemble_refused_at_start_up_stays_refused(tmp_path):
+    repository = reload_repository(tmp_path / "models")
+    set_repeat_decoupled(repository, True)
+    naiad = NaiadServer(repository, log_dir=tmp_path, extra_args=EXPLICIT_FAILING)
+    naiad.start(wait="live")
+    try:
+        settled_start(naiad.url)
+        assert failed_at_start_story(naiad.url, repository) == EXPECTED_FAILED_AT_START
+    finally:
+        naiad.stop()

@@ -14,7 +14,18 @@ import numpy as np
 import pytest
 import requests
 from server_harness import NaiadServer
-from test_ensemble_reload import EXPECTED_STORY, EXPLICIT, reload_repository, reload_story
+from test_ensemble_reload import (
+    EXPECTED_FAILED_AT_START,
+    EXPECTED_STORY,
+    EXPLICIT,
+    EXPLICIT_FAILING,
+    failed_at_start_story,
+    reload_repository,
+    reload_story,
+    set_repeat_decoupled,
+    settled_start,
+    without_ens_mix,
+)
 from test_pipelines import (
     BAD_ENSEMBLES,
     BLS_SEQUENCE_STEPS,
@@ -239,3 +250,24 @@ def test_an_ensembles_config_is_tritons(servers, model):
         for server in servers
     ]
     assert configs[0] == configs[1]
+
+
+def test_an_ensemble_refused_at_start_up_stays_refused_as_triton(tmp_path):
+    stories = []
+    for name in ("naiad", "triton"):
+        repository = reload_repository(tmp_path / name)
+        set_repeat_decoupled(repository, True)
+        if name == "naiad":
+            server = NaiadServer(repository, log_dir=tmp_path, extra_args=EXPLICIT_FAILING)
+            server.start(wait="live")
+            try:
+                settled_start(server.url)
+                stories.append(failed_at_start_story(server.url, repository))
+            finally:
+                server.stop()
+        else:
+            with TritonPeer(repository, tmp_path, EXPLICIT_FAILING) as triton:
+                settled_start(triton.url)
+                stories.append(failed_at_start_story(triton.url, repository))
+    assert stories[0] == EXPECTED_FAILED_AT_START
+    assert without_ens_mix(stories[0]) == without_ens_mix(stories[1])
