@@ -146,3 +146,52 @@ def test_a_config_override_in_a_load_request_is_auto_completed(tmp_path):
         assert "nope.onnx" in response.json()["error"]
     finally:
         naiad.stop()
+
+
+_SEQ_ECHO = Path(__file__).resolve().parent / "pipeline_models" / "seq_echo"
+
+
+def _seq_warmup_sample(controls: bool) -> str:
+    inputs = [("INPUT", "TYPE_INT32")]
+    if controls:
+        inputs += [("START", "TYPE_INT32"), ("END", "TYPE_INT32"), ("CORRID", "TYPE_UINT64")]
+    samples = " ".join(
+        f'inputs {{ key: "{name}" value: {{ data_type: {dtype} dims: [ 1 ] zero_data: true }} }}'
+        for name, dtype in inputs
+    )
+    return f'model_warmup [ {{ name: "w" batch_size: 1 {samples} }} ]\n'
+
+
+def test_a_sequence_models_warmup_goes_to_the_model_as_triton_sends_it(tmp_path):
+    # As Triton 2.51: a warmup sample reaches the model as it is written, without the
+    # sequence batcher's control inputs (correlation id 0, no flags), so a sample that
+    # gives them warms the model up and one that does not fails in the model.
+    repository = tmp_path / "models"
+    for name, controls in (("seq_warm", True), ("seq_warm_bare", False)):
+        shutil.copytree(_SEQ_ECHO, repository / name)
+        config = repository / name / "config.pbtxt"
+        text = config.read_text().replace('name: "seq_echo"', f'name: "{name}"')
+        config.write_text(text + _seq_warmup_sample(controls))
+    naiad = NaiadServer(repository, log_dir=tmp_path, extra_args=["--exit-on-error=false"])
+    naiad.start(wait="live", timeout=120)
+    try:
+        index = requests.post(naiad.url + "/v2/repository/index", json={}).json()
+        states = {entry["name"]: entry for entry in index}
+        assert states["seq_warm"]["state"] == "READY", states["seq_warm"]
+        bare = states["seq_warm_bare"]
+        assert bare["state"] == "UNAVAILABLE"
+        assert bare["reason"].startswith(
+            "failed to run warmup sample 'w': Failed to process the request(s) for model "
+            "'seq_warm_bare', message: AttributeError: 'NoneType' object has no attribute "
+            "'as_numpy'"
+        ), bare
+        body = {
+            "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [3]}],
+            "parameters": {"sequence_id": 5, "sequence_start": True},
+        }
+        r = requests.post(f"{naiad.url}/v2/models/seq_warm/infer", json=body)
+        assert r.status_code == 200, r.text
+        outputs = {o["name"]: o["data"] for o in r.json()["outputs"]}
+        assert outputs == {"TOTAL": [3], "CTRL": [1, 0], "CORRID_OUT": ["5"]}
+    finally:
+        naiad.stop()
