@@ -209,6 +209,50 @@ def test_a_model_initialize_loads_another_at_start_and_at_runtime(tmp_path):
         assert index(server.url)[("add_sub", "1")] == "READY"
 
 
+def test_a_model_reloading_a_composing_model_from_initialize_reloads_its_ensemble(tmp_path):
+    """init_loader's initialize loads add_sub again (its file changed) with one load
+    slot: the model is answered, and ensemble_add_sub is loaded again after add_sub
+    and serves."""
+    repository = build_repository(tmp_path / "models")
+    shutil.copytree(PIPELINE_MODELS / "ensemble_add_sub", repository / "ensemble_add_sub")
+    args = [
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",
+        "--load-model=ensemble_add_sub",
+        "--model-load-thread-count=1",
+    ]
+    data = [
+        {"name": n, "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}
+        for n in ("INPUT0", "INPUT1")
+    ]
+
+    def served_by_the_ensemble(url: str) -> int:
+        answer = requests.post(
+            f"{url}/v2/models/ensemble_add_sub/infer", json={"inputs": data}, timeout=30
+        )
+        assert answer.status_code == 200, answer.text
+        stats = requests.get(f"{url}/v2/models/ensemble_add_sub/stats", timeout=30).json()
+        return stats["model_stats"][0]["inference_count"]
+
+    with NaiadServer(repository, log_dir=tmp_path, extra_args=args) as server:
+        assert served_by_the_ensemble(server.url) == 1
+        model_file = repository / "add_sub" / "1" / "model.py"
+        model_file.write_text(model_file.read_text() + "\n# changed\n")
+        reply = requests.post(
+            f"{server.url}/v2/repository/models/init_loader/load", json={}, timeout=60
+        )
+        assert reply.status_code == 200, reply.text
+        assert run(server.url, {}, model="init_loader") == {"loaded": "yes", "ready": True}
+        # The ensemble is loaded again once add_sub's load is done (the model's call
+        # has its answer by then): its statistics start again.
+        deadline = time.monotonic() + 30
+        while server.stderr_text().count("successfully loaded 'ensemble_add_sub'") < 2:
+            assert time.monotonic() < deadline, server.stderr_text()[-3000:]
+            time.sleep(0.05)
+        assert index(server.url)[("ensemble_add_sub", "1")] == "READY"
+        assert served_by_the_ensemble(server.url) == 1
+
+
 def test_loads_from_initialize_that_wait_for_it_are_refused_not_hung(tmp_path):
     """init_self loads itself; cyc_a loads cyc_b, whose initialize loads cyc_a: each
     waits on a load that waits for it (its model's lock), so the server refuses it."""

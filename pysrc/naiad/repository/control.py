@@ -141,7 +141,8 @@ class ModelControl:
         for ensemble, entry in self._dependents(name).items():
             async with self._lock(ensemble):
                 try:
-                    await self._load(ensemble, {}, entry=entry)
+                    # No load slot: an ensemble starts no worker.
+                    await self._load(ensemble, {}, slot=False, entry=entry)
                 except (Internal, InvalidArgument):
                     # _load logged why; the versions it replaced were left serving.
                     await self._unload(ensemble)
