@@ -59,10 +59,23 @@ def _proc_rss_kib(pid: int) -> int | None:
 
 
 def _proc_fds(pid: int) -> int | None:
+    """Open fds of `pid`, less those of the load generators' /dev/shm regions: a worker
+    maps a client region when a request first needs it (a mmap keeps a dup of its fd),
+    whenever that falls in the run; one per registered region, not a leak."""
+    folder = f"/proc/{pid}/fd"
     try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
+        names = os.listdir(folder)
     except OSError:
         return None
+    count = 0
+    for name in names:
+        try:
+            target = os.readlink(f"{folder}/{name}")
+        except OSError:
+            continue  # closed meanwhile
+        if not target.startswith("/dev/shm/soak"):
+            count += 1
+    return count
 
 
 def _proc_name(pid: int) -> str:
