@@ -102,6 +102,20 @@ struct Fixture {
   uint32_t lane_model = 0;
 };
 
+// The gRPC answer the lane writes for the taken request answered by result `block`.
+std::string written_answer(Fixture& f, const GrpcLane::Taken& taken, const std::string& block) {
+  std::vector<KServeCodec::Answer> answers;
+  uint64_t timings[4];
+  CHECK(f.http.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
+                                {taken.request_id}, 1500, 4000, &answers, timings));
+  CHECK(answers.size() == 1);
+  if (answers.size() != 1) return std::string();
+  GrpcResponseWriter writer;
+  std::string out(writer.size(answers[0].response), '\0');
+  writer.write(answers[0].response, out.data());
+  return out;
+}
+
 }  // namespace
 
 TEST(grpc_lane_queues_raw_requests_and_answers_in_protobuf) {
@@ -114,14 +128,7 @@ TEST(grpc_lane_queues_raw_requests_and_answers_in_protobuf) {
   std::string block =
       result_block("{\"outputs\":[[\"OUTPUT0\",\"FP32\",[2,2]],[\"OUT\\\"1\",\"FP32\",[2,2]]]}",
                    {&first, &second});
-  std::vector<KServeCodec::Answer> answers;
-  uint64_t timings[4];
-  CHECK(f.http.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
-                                {taken.request_id}, 1500, 4000, &answers, timings));
-  CHECK(answers.size() == 1);
-  GrpcResponseWriter writer;
-  std::string out(writer.size(answers[0].response), '\0');
-  writer.write(answers[0].response, out.data());
+  const std::string out = written_answer(f, taken, block);
   // The same bytes the protobuf writer gives for the same response, names unescaped.
   grpc::ResponseToWrite expected;
   expected.model_name = "add_sub";
@@ -149,14 +156,7 @@ TEST(grpc_lane_answers_carry_the_response_parameters) {
       "\"parameters\":{\"sequence_id\":-9223372036854775803,\"sequence_start\":true,"
       "\"k\\\"ey\":\"v\\\"al\",\"ratio\":0.5,\"big\":18446744073709551615,\"gone\":null}}",
       {&first, &second});
-  std::vector<KServeCodec::Answer> answers;
-  uint64_t timings[4];
-  CHECK(f.http.codec().complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(),
-                                {taken.request_id}, 1500, 4000, &answers, timings));
-  CHECK(answers.size() == 1);
-  GrpcResponseWriter writer;
-  std::string out(writer.size(answers[0].response), '\0');
-  writer.write(answers[0].response, out.data());
+  const std::string out = written_answer(f, taken, block);
   grpc::ResponseToWrite expected;
   expected.model_name = "add_sub";
   expected.model_version = "1";
