@@ -28,7 +28,8 @@ void write_request(uint8_t* base, uint64_t block, const SubmitRequest& request,
                           request.options.batch_size,
                           request.options.input_order,
                           0,
-                          0};
+                          0,
+                          SpanContext{}};
   auto* slots = reinterpret_cast<InputSlot*>(base + block + sizeof(RequestHeader));
   if (!request.metadata.empty()) {
     std::memcpy(base + block + request_metadata_offset(n), request.metadata.data(),

@@ -271,6 +271,13 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
   if (offset == 0) return SubmitResult::kArenaFull;
   const SubmitOptions& options = request.options;
   QueuedRequest queued{request.request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
+  SpanContext span{};
+  if (options.traced && span_ids_.load(std::memory_order_relaxed)) {
+    // Its model's view of its trace, written while the block is still ours alone.
+    span = new_span_context(span_id_source_, options.trace_id_high, options.trace_id_low,
+                            options.trace_flags);
+    arena_.at<RequestHeader>(offset)->span = span;
+  }
   SubmitResult result = SubmitResult::kOk;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -281,19 +288,21 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
       ensemble_starts_.push_back(
           EnsembleStart{handle.value, queued, {}, ensemble_options(options)});
       if (options.traced) {
-        traced_[request.request_id] = TraceStamps{request_start_ns, clock_()};
+        traced_[request.request_id] = TraceStamps{request_start_ns, clock_(), span};
         TraceNode& node = trace_nodes_[request.request_id];
         node.root = request.request_id;
         node.tensors = options.trace_tensors;
+        node.trace.span = span;
       }
     } else {
       const uint64_t now = clock_();
       result = submit_result_of(model->scheduler->enqueue(queued, options, now));
       if (options.traced && result == SubmitResult::kOk) {
-        traced_[request.request_id] = TraceStamps{request_start_ns, now};
+        traced_[request.request_id] = TraceStamps{request_start_ns, now, span};
         TraceNode& node = trace_nodes_[request.request_id];
         node.root = request.request_id;
         node.tensors = options.trace_tensors;
+        node.trace.span = span;
       }
     }
   }
@@ -331,9 +340,17 @@ void Core::start_child_trace_locked(uint64_t parent, uint64_t request_id, uint64
   auto root_node = trace_nodes_.find(root);
   if (root_node == trace_nodes_.end()) return;  // the root's trace is written already
   const bool tensors = root_node->second.tensors;
+  const SpanContext root_span = root_node->second.trace.span;
   TraceNode& node = trace_nodes_[request_id];
   node.root = root;
   node.tensors = tensors;
+  if (root_span.span_id != 0) {
+    // A span of the root's trace. The child is not dispatched yet (its block goes to a
+    // worker under this lock, later), so its model reads the context written here.
+    node.trace.span = new_span_context(span_id_source_, root_span.trace_id_high,
+                                       root_span.trace_id_low, root_span.trace_flags);
+    if (block != 0) arena_.at<RequestHeader>(block)->span = node.trace.span;
+  }
   if (tensors && block != 0) {
     append_request_tensors(&node.trace.tensors, arena_.base(), arena_.size(), block);
   }

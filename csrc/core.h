@@ -52,6 +52,7 @@
 #include "response_block.h"
 #include "scheduler.h"
 #include "submit_request.h"
+#include "trace_context.h"
 #include "trace_tensor.h"
 
 namespace naiad {
@@ -116,9 +117,12 @@ struct Completion {
 
 // When a traced request (SubmitOptions::traced) began its submit and entered its
 // model's queue (monotonic ns), the trace file's REQUEST_START and QUEUE_START.
+// In mode opentelemetry (Core::set_span_ids) also the ids its model span is exported
+// under, the context its model was given (trace_context.h).
 struct TraceStamps {
   uint64_t request_start_ns = 0;
   uint64_t queue_start_ns = 0;
+  SpanContext span{};
 };
 
 // A child trace, as Triton 2.51 writes one for each step of a traced ensemble request
@@ -137,6 +141,8 @@ struct ChildTrace {
   // At trace level TENSORS (its root's SubmitOptions::trace_tensors): its inputs as
   // queued (TENSOR_QUEUE_INPUT) and its responses' outputs (TENSOR_BACKEND_OUTPUT).
   TensorRecords tensors;
+  // In mode opentelemetry: its model span's ids (its root's trace), as its model got them.
+  SpanContext span{};
 };
 
 struct InstanceEndpoint {
@@ -275,6 +281,10 @@ class Core : private EnsembleHost {
   // none (never traced, or read already). The frontend reads every traced request's
   // stamps once it is answered or failed, so none stay behind.
   bool take_trace_stamps(uint64_t request_id, TraceStamps* stamps);
+  // Trace mode opentelemetry: each traced request, and each child trace, gets the ids
+  // of its model span at submit (TraceStamps::span, ChildTrace::span), written into its
+  // request block for its model (RequestHeader::span). Set once, before serving.
+  void set_span_ids(bool on) { span_ids_.store(on, std::memory_order_relaxed); }
   // The finished child traces of traced request `root` (its steps and traced BLS
   // calls, theirs, and so on), once, in the order they finished; the root is forgotten
   // (children still running then are dropped when they end). The frontend calls it
@@ -446,6 +456,8 @@ class Core : private EnsembleHost {
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<uint64_t> outputs_in_place_{0};
   std::atomic<uint64_t> outputs_copied_{0};
+  std::atomic<bool> span_ids_{false};  // set_span_ids
+  SpanIdSource span_id_source_;        // lock-free: drawn before submit takes the lock
 
   mutable std::mutex mutex_;
   // --- guarded by mutex_ ---

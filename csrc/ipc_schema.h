@@ -31,6 +31,16 @@ inline uint64_t align_tensor(uint64_t value) {
 // the batch tensor of the batch the request runs in (batch_assembler.h).
 constexpr uint32_t kRequestMagic = 0x31515249;  // "IRQ1"
 
+// Trace mode opentelemetry: the W3C trace context of a traced request's model span
+// (Triton's: what its model gets as request.trace().get_context(), trace_context.h).
+// All zero for a request not traced in that mode.
+struct SpanContext {
+  uint64_t trace_id_high;  // the 128-bit trace id, big half first
+  uint64_t trace_id_low;
+  uint64_t span_id;      // 0: no context
+  uint64_t trace_flags;  // W3C trace-flags: bit 0, sampled
+};
+
 struct RequestHeader {
   uint32_t magic;
   uint32_t n_inputs;
@@ -43,6 +53,10 @@ struct RequestHeader {
   // kRequestCancelled: set by Core::cancel while the request runs, read by the worker
   // (request.is_cancelled()); accessed atomically only (request_cancelled below).
   uint64_t flags;
+  // Set by the core when it traces the request in mode opentelemetry (core.h
+  // Core::set_span_ids), before the request is queued; read by the worker with the
+  // batch (_core.pyx WorkerEndpoint.trace_contexts).
+  SpanContext span;
 };
 
 constexpr uint64_t kRequestCancelled = 1;
@@ -72,7 +86,8 @@ inline uint64_t request_metadata_offset(uint32_t n_inputs) {
   return sizeof(RequestHeader) + uint64_t{n_inputs} * sizeof(InputSlot);
 }
 
-static_assert(sizeof(RequestHeader) == 40, "RequestHeader layout");
+static_assert(sizeof(SpanContext) == 32, "SpanContext layout");
+static_assert(sizeof(RequestHeader) == 72, "RequestHeader layout");
 static_assert(sizeof(InputSlot) == 32, "InputSlot layout");
 
 // ---- Batch descriptor: one per dispatched batch, at BatchMessage::desc_offset -------

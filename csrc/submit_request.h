@@ -40,6 +40,11 @@ struct SubmitOptions {
   // Trace level TENSORS: the child traces of a traced request (ensemble steps, BLS calls
   // made with trace=) keep their input and output tensors (ChildTrace::tensors).
   bool trace_tensors = false;
+  // Trace mode opentelemetry (Core::set_span_ids): the trace a traced request's spans
+  // join, the client's `traceparent` trace id and trace-flags; 0: a trace of its own.
+  uint64_t trace_id_high = 0;
+  uint64_t trace_id_low = 0;
+  uint64_t trace_flags = 0;
 };
 
 constexpr uint32_t kSequenceFlagStart = 1;  // Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_*

@@ -1,6 +1,7 @@
 // Unit tests of tracing in the request path: the codec's sampler (1 in trace_rate
 // requests of a model, whichever path takes them) and the core's stamps of a traced
 // request (when its submit began and when it entered the queue), read once.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "ipc_schema.h"
 #include "kserve_json.h"
 #include "testing.h"
+#include "trace_context.h"
 #include "trace_tensor.h"
 #include "trace_tree.h"
 
@@ -187,7 +189,8 @@ TEST(a_child_traces_tensors_are_read_from_its_blocks) {
   const std::string a = raw<int32_t>({7, -3}), b = raw<float>({0.5f, 2.0f});
   std::memcpy(base + bytes, a.data(), a.size());
   std::memcpy(base + bytes + 8, b.data(), b.size());
-  RequestHeader header{kRequestMagic, 3, static_cast<uint32_t>(metadata.size()), 1, 0, 0, 0};
+  RequestHeader header{kRequestMagic, 3, static_cast<uint32_t>(metadata.size()), 1, 0, 0, 0,
+                       SpanContext{}};
   std::memcpy(base + block, &header, sizeof header);
   InputSlot slots[3] = {{bytes, 8, 0, 0}, {bytes + 8, 8, 0, 0}, {bytes, 1, 5, 0}};
   std::memcpy(base + block + sizeof header, slots, sizeof slots);
@@ -212,4 +215,34 @@ TEST(a_child_traces_tensors_are_read_from_its_blocks) {
   CHECK(append_response_tensors(&outputs, "{\"error\":\"failed\"}", {}));
   CHECK(!append_response_tensors(&outputs, "{\"outputs\":[[\"Y\",\"INT64\"", {}));
   CHECK(outputs.size() == 1);
+}
+
+TEST(a_models_trace_context_is_tritons_traceparent_json) {
+  SpanContext span{0x0af7651916cd43ddULL, 0x8448eb211c80319cULL, 0x00f067aa0ba902b7ULL, 1};
+  CHECK(trace_context_json(span) ==
+        "{\"traceparent\":\"00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01\"}");
+  // Leading zeros kept; flags as two hex digits.
+  SpanContext small{0, 1, 2, 0};
+  CHECK(trace_context_json(small) ==
+        "{\"traceparent\":\"00-00000000000000000000000000000001-0000000000000002-00\"}");
+  CHECK(trace_context_json(SpanContext{1, 2, 0, 1}).empty());  // no span: no context
+}
+
+TEST(a_new_span_joins_the_given_trace_or_starts_its_own) {
+  SpanIdSource ids;
+  SpanContext joined = new_span_context(ids, 7, 9, 0);
+  CHECK(joined.trace_id_high == 7 && joined.trace_id_low == 9 && joined.trace_flags == 0);
+  CHECK(joined.span_id != 0);
+  CHECK(new_span_context(ids, 7, 9, 3).trace_flags == 1);  // the sampled bit only
+  SpanContext own = new_span_context(ids, 0, 0, 0);
+  CHECK((own.trace_id_high | own.trace_id_low) != 0 && own.span_id != 0);
+  CHECK(own.trace_flags == 1);  // sampled
+  // Ids do not repeat, and two sources (two servers) draw different ones.
+  SpanIdSource other;
+  std::vector<uint64_t> drawn;
+  for (int i = 0; i < 1000; ++i) drawn.push_back(ids.next());
+  CHECK(other.next() != ids.next());
+  std::sort(drawn.begin(), drawn.end());
+  CHECK(std::adjacent_find(drawn.begin(), drawn.end()) == drawn.end());
+  CHECK(drawn.front() != 0);
 }

@@ -73,6 +73,14 @@ std::string input_of(WorkerEndpoint& worker, const BatchMessage& message, uint32
   return std::string(reinterpret_cast<const char*>(arena.base() + slots[0].offset), slots[0].size);
 }
 
+// The request block header of request `index` of a batch, as a worker reads it.
+const RequestHeader& header_of(WorkerEndpoint& worker, const BatchMessage& message,
+                               uint32_t index) {
+  Arena& arena = worker.arena();
+  const auto* records = arena.at<BatchRequest>(message.desc_offset + batch_requests_offset());
+  return *arena.at<RequestHeader>(records[index].block_offset);
+}
+
 // What poll() leaves for the frontend to answer: the statistics of routed requests
 // (kCompletionRouted) left out.
 std::vector<Completion> answers(std::vector<Completion> all) {
@@ -287,9 +295,10 @@ TEST(a_worker_request_block_reaching_outside_the_arena_is_refused) {
   Channel* channel = arena.at<Channel>(m.core.endpoint(m.caller_instance).channel_offset);
   const InputSlot past_end{arena.size() - 8, 4096, 0, 0};
   const RequestHeader bad[] = {
-      RequestHeader{kRequestMagic, 1, 0, 1, 0, 0, 0},           // its slot: past the end
-      RequestHeader{kRequestMagic, 0x10000000, 0, 1, 0, 0, 0},  // slots past the end
-      RequestHeader{kRequestMagic, 0, 0xFFFFFFFF, 1, 0, 0, 0},  // metadata past the end
+      RequestHeader{kRequestMagic, 1, 0, 1, 0, 0, 0, SpanContext{}},  // its slot: past the end
+      RequestHeader{kRequestMagic, 0x10000000, 0, 1, 0, 0, 0, SpanContext{}},  // slots past the end
+      RequestHeader{kRequestMagic, 0, 0xFFFFFFFF, 1, 0, 0, 0,
+                    SpanContext{}},  // metadata past the end
   };
   uint64_t tag = 10;
   for (const RequestHeader& header : bad) {
@@ -503,6 +512,89 @@ TEST(a_call_made_with_its_requests_trace_is_a_child_trace_of_a_traced_request) {
   CHECK(children[0].request_start_ns <= children[0].queue_start_ns);
   CHECK(children[0].queue_start_ns <= children[0].request_end_ns);
   CHECK(m.core.take_trace_children(1).empty());
+}
+
+TEST(in_mode_opentelemetry_a_traced_request_and_its_traced_call_carry_their_spans) {
+  // The context each model is given (request.trace().get_context()): the client's
+  // trace with a span of its own for the request, the same trace with another span for
+  // the call made with trace=, none for the call made without it; kept for export.
+  TwoModels m;
+  m.core.set_span_ids(true);
+  m.core.instance_up(m.caller_instance);
+  m.core.instance_up(m.target_instance);
+  const std::string input = "cli";
+  SubmitRequest traced = m.request(1, input);
+  traced.options.traced = true;
+  traced.options.trace_id_high = 0x0af7651916cd43ddULL;
+  traced.options.trace_id_low = 0x8448eb211c80319cULL;
+  traced.options.trace_flags = 1;
+  CHECK(m.core.submit(m.caller, traced) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage caller_batch = m.caller_worker->next();
+  const SpanContext request_span = header_of(*m.caller_worker, caller_batch, 0).span;
+  CHECK(request_span.trace_id_high == 0x0af7651916cd43ddULL);
+  CHECK(request_span.trace_id_low == 0x8448eb211c80319cULL);
+  CHECK(request_span.span_id != 0 && request_span.trace_flags == 1);
+  CHECK(m.caller_worker->submit(m.target.value, 5, m.request(0, "bls"), true, caller_batch.batch_id,
+                                1) == SubmitResult::kOk);
+  CHECK(m.caller_worker->submit(m.target.value, 6, m.request(0, "bls")) == SubmitResult::kOk);
+  m.core.poll();
+  BatchMessage target_batch = m.target_worker->next();
+  CHECK(target_batch.n_requests == 2);
+  const SpanContext call_span = header_of(*m.target_worker, target_batch, 0).span;
+  CHECK(call_span.trace_id_high == request_span.trace_id_high);
+  CHECK(call_span.trace_id_low == request_span.trace_id_low && call_span.trace_flags == 1);
+  CHECK(call_span.span_id != 0 && call_span.span_id != request_span.span_id);
+  const SpanContext untraced = header_of(*m.target_worker, target_batch, 1).span;
+  CHECK(untraced.span_id == 0 && untraced.trace_id_high == 0 && untraced.trace_id_low == 0);
+  CHECK(m.target_worker->respond(target_batch.batch_id, {answer(0, "one"), answer(1, "two")},
+                                 kTimings, true));
+  m.core.poll();
+  for (int k = 0; k < 2; ++k) {
+    BatchMessage response = m.caller_worker->next();
+    m.caller_worker->arena().free(response.desc_offset);
+  }
+  CHECK(m.caller_worker->respond(caller_batch.batch_id, {answer(0, "out")}, kTimings, true));
+  for (const Completion& c : answers(m.core.poll())) m.core.arena().free(c.result_offset);
+  TraceStamps stamps;
+  CHECK(m.core.take_trace_stamps(1, &stamps));
+  CHECK(std::memcmp(&stamps.span, &request_span, sizeof request_span) == 0);
+  std::vector<ChildTrace> children = m.core.take_trace_children(1);
+  CHECK(children.size() == 1);
+  CHECK(std::memcmp(&children[0].span, &call_span, sizeof call_span) == 0);
+
+  // A request with no client trace starts one of its own; one not traced has no span.
+  SubmitRequest own = m.request(2, input);
+  own.options.traced = true;
+  CHECK(m.core.submit(m.caller, own) == SubmitResult::kOk);
+  CHECK(m.core.submit(m.caller, m.request(3, input)) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage batch = m.caller_worker->next();
+  CHECK(batch.n_requests == 2);
+  const SpanContext own_span = header_of(*m.caller_worker, batch, 0).span;
+  CHECK(own_span.span_id != 0 && own_span.trace_flags == 1);
+  CHECK((own_span.trace_id_high | own_span.trace_id_low) != 0);
+  CHECK(own_span.trace_id_high != request_span.trace_id_high);
+  CHECK(header_of(*m.caller_worker, batch, 1).span.span_id == 0);
+  CHECK(m.caller_worker->respond(batch.batch_id, {answer(0, "a"), answer(1, "b")}, kTimings, true));
+  for (const Completion& c : answers(m.core.poll())) m.core.arena().free(c.result_offset);
+  CHECK(m.core.take_trace_stamps(2, &stamps) && stamps.span.span_id == own_span.span_id);
+}
+
+TEST(in_mode_triton_a_traced_request_carries_no_span) {
+  TwoModels m;  // set_span_ids never called: mode triton
+  SubmitRequest traced = m.request(1, "cli");
+  traced.options.traced = true;
+  m.core.instance_up(m.caller_instance);
+  CHECK(m.core.submit(m.caller, traced) == SubmitResult::kOk);
+  m.core.flush();
+  BatchMessage batch = m.caller_worker->next();
+  const SpanContext span = header_of(*m.caller_worker, batch, 0).span;
+  CHECK(span.span_id == 0 && span.trace_id_high == 0 && span.trace_id_low == 0);
+  CHECK(m.caller_worker->respond(batch.batch_id, {answer(0, "a")}, kTimings, true));
+  for (const Completion& c : answers(m.core.poll())) m.core.arena().free(c.result_offset);
+  TraceStamps stamps;
+  CHECK(m.core.take_trace_stamps(1, &stamps) && stamps.span.span_id == 0);
 }
 
 TEST(a_call_made_with_the_trace_of_an_untraced_request_is_not_traced) {

@@ -42,7 +42,8 @@ void write_seeds(const std::string& dir) {
   // A request block as Core::submit writes it: header, one slot, metadata.
   std::string request(sizeof(RequestHeader) + sizeof(InputSlot), '\0');
   const std::string metadata = "{\"id\":\"\",\"inputs\":[[\"INPUT0\",\"FP32\",[1,16]]]}";
-  RequestHeader header{kRequestMagic, 1, static_cast<uint32_t>(metadata.size()), 1, 0, 0, 0};
+  RequestHeader header{kRequestMagic, 1, static_cast<uint32_t>(metadata.size()), 1, 0, 0, 0,
+                       SpanContext{}};
   InputSlot slot{256 + 128, 64};
   std::memcpy(&request[0], &header, sizeof header);
   std::memcpy(&request[sizeof header], &slot, sizeof slot);
