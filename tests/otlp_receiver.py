@@ -3,6 +3,7 @@ decoded with opentelemetry-proto) on a free port of 127.0.0.1, in a thread."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -68,3 +69,51 @@ class OtlpReceiver:
         while time.monotonic() < deadline and len(self.spans()) < count:
             time.sleep(0.1)
         return self.spans()
+
+    # Spans as plain records, the same from either encoding: {"id", "trace", "parent"
+    # (bytes ids; b"" for a root), "name", "start" (ns), "attributes" (key -> value),
+    # "events" (names)}.
+    def span_records(self) -> list:
+        """The protobuf spans received (Naiad's exporter sends OTLP/protobuf)."""
+        out = []
+        for _resource, _scope, span in self.spans():
+            attributes = {}
+            for a in span.attributes:
+                kind = a.value.WhichOneof("value")
+                attributes[a.key] = getattr(a.value, kind)
+            out.append(
+                {
+                    "id": span.span_id,
+                    "trace": span.trace_id,
+                    "parent": span.parent_span_id,
+                    "name": span.name,
+                    "start": span.start_time_unix_nano,
+                    "attributes": attributes,
+                    "events": [e.name for e in span.events],
+                }
+            )
+        return out
+
+    def json_span_records(self) -> list:
+        """The OTLP/JSON spans received (Triton's exporter: ids in hex, ints as strings)."""
+        out = []
+        for body in self.json_bodies:
+            for resource_spans in json.loads(body)["resourceSpans"]:
+                for scope_spans in resource_spans["scopeSpans"]:
+                    for span in scope_spans["spans"]:
+                        attributes = {}
+                        for a in span.get("attributes", []):
+                            ((kind, value),) = a["value"].items()
+                            attributes[a["key"]] = int(value) if kind == "intValue" else value
+                        out.append(
+                            {
+                                "id": bytes.fromhex(span["spanId"]),
+                                "trace": bytes.fromhex(span["traceId"]),
+                                "parent": bytes.fromhex(span.get("parentSpanId") or ""),
+                                "name": span["name"],
+                                "start": int(span["startTimeUnixNano"]),
+                                "attributes": attributes,
+                                "events": [e["name"] for e in span.get("events", [])],
+                            }
+                        )
+        return out

@@ -26,6 +26,8 @@ from libcpp.string_view cimport string_view
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
+from collections import namedtuple
+
 
 cdef extern from "arena.h" namespace "naiad":
     cdef cppclass ArenaStats:
@@ -93,10 +95,17 @@ cdef extern from "ipc_schema.h" namespace "naiad":
 
     uint64_t control_json_offset(uint32_t n_files)
 
+    cdef struct SpanContext:
+        uint64_t trace_id_high
+        uint64_t trace_id_low
+        uint64_t span_id
+        uint64_t trace_flags
+
     cdef struct RequestHeader:
         uint32_t magic
         uint32_t n_inputs
         uint32_t metadata_size
+        SpanContext span
 
     cdef struct InputSlot:
         uint64_t offset
@@ -240,6 +249,9 @@ cdef extern from "core.h" namespace "naiad":
         uint32_t sequence_flags
         cbool traced
         cbool trace_tensors
+        uint64_t trace_id_high
+        uint64_t trace_id_low
+        uint64_t trace_flags
 
     cdef cppclass SubmitRequest:
         uint64_t request_id
@@ -275,6 +287,7 @@ cdef extern from "core.h" namespace "naiad":
     cdef cppclass TraceStamps "naiad::TraceStamps":
         uint64_t request_start_ns
         uint64_t queue_start_ns
+        SpanContext span
 
     cdef cppclass ChildTrace "naiad::ChildTrace":
         uint64_t request_id
@@ -286,6 +299,7 @@ cdef extern from "core.h" namespace "naiad":
         uint64_t timings[4]
         uint64_t request_end_ns
         vector[pair[TensorActivity, string]] tensors
+        SpanContext span
 
     cdef cppclass CCore "naiad::Core":
         CCore(uint64_t arena_bytes) except +
@@ -314,6 +328,7 @@ cdef extern from "core.h" namespace "naiad":
         CancelResult cancel(uint64_t request_id) except + nogil
         cbool take_trace_stamps(uint64_t request_id, TraceStamps* stamps) except + nogil
         vector[ChildTrace] take_trace_children(uint64_t root) except + nogil
+        void set_span_ids(cbool on)
 
 
 cdef extern from "sequence_batch_scheduler.h" namespace "naiad":
@@ -769,6 +784,37 @@ def trace_tree_order(ids):
     return list(c_trace_tree_order(started))
 
 
+cdef extern from "trace_context.h" namespace "naiad":
+    string trace_context_json(const SpanContext& span)
+
+
+# What the core kept of a traced request (Core.take_trace_stamps): when its submit began
+# and when it was queued (monotonic ns), and in trace mode opentelemetry the SpanIds of
+# its model span (else None).
+TraceTimes = namedtuple("TraceTimes", "request_start_ns queue_start_ns span")
+# A model span's ids, as its model was given them (csrc/trace_context.h): the 128-bit
+# trace id, the span id and the W3C trace-flags, ints.
+SpanIds = namedtuple("SpanIds", "trace_id span_id flags")
+# A finished child trace (csrc/core.h ChildTrace, Core.take_trace_children): the core's
+# ids of the request and of its parent request, its model's core handle value, its
+# request id (JSON string text), its request start and queue start ns, its batch's
+# worker timings (compute start, input, infer, output ns: zeros for an ensemble), its
+# request end ns, its [(activity name, tensor text)] at level TENSORS, its SpanIds or
+# None.
+ChildTraceRecord = namedtuple(
+    "ChildTraceRecord",
+    "request_id parent model id_text request_start_ns queue_start_ns timings end_ns tensors"
+    " span",
+)
+
+
+cdef object _span_ids(const SpanContext& span):
+    if span.span_id == 0:
+        return None
+    return SpanIds((<object>span.trace_id_high << 64) | span.trace_id_low, span.span_id,
+                   span.trace_flags)
+
+
 TENSOR_QUEUE_INPUT = tensor_activity_name(TensorActivity.kQueueInput).decode()
 TENSOR_BACKEND_OUTPUT = tensor_activity_name(TensorActivity.kBackendOutput).decode()
 
@@ -1048,32 +1094,38 @@ cdef class Core:
         return <int>result
 
     def take_trace_stamps(self, uint64_t request_id):
-        """(request start ns, queue start ns) of traced request `request_id`, once;
-        None when it has none (tracing/tracer.py)."""
+        """The TraceTimes of traced request `request_id`, once; None when it has none
+        (tracing/tracer.py)."""
         cdef TraceStamps stamps
         cdef cbool found
         with nogil:
             found = self._core.take_trace_stamps(request_id, &stamps)
         if not found:
             return None
-        return stamps.request_start_ns, stamps.queue_start_ns
+        return TraceTimes(stamps.request_start_ns, stamps.queue_start_ns,
+                          _span_ids(stamps.span))
 
     def take_trace_children(self, uint64_t root):
         """The finished child traces of traced request `root` (csrc/core.h ChildTrace),
-        once: [(request id, parent's request id, model handle value, request id JSON
-        string text, request start ns, queue start ns, (compute start, input, infer,
-        output ns: zeros for an ensemble), request end ns, [(activity name, tensor text)]
-        at level TENSORS)] (tracing/tracer.py)."""
+        once, as ChildTraceRecords (tracing/tracer.py)."""
         cdef vector[ChildTrace] children
         with nogil:
             children = self._core.take_trace_children(root)
         return [
-            (c.request_id, c.parent, c.model, c.id.decode("utf-8", "replace"),
-             c.request_start_ns, c.queue_start_ns,
-             (c.timings[0], c.timings[1], c.timings[2], c.timings[3]), c.request_end_ns,
-             [(tensor_activity_name(t.first).decode(), t.second) for t in c.tensors])
+            ChildTraceRecord(
+                c.request_id, c.parent, c.model, c.id.decode("utf-8", "replace"),
+                c.request_start_ns, c.queue_start_ns,
+                (c.timings[0], c.timings[1], c.timings[2], c.timings[3]), c.request_end_ns,
+                [(tensor_activity_name(t.first).decode(), t.second) for t in c.tensors],
+                _span_ids(c.span))
             for c in children
         ]
+
+    def set_span_ids(self, bint on):
+        """Trace mode opentelemetry: traced requests and their child traces get their
+        model spans' ids from the core (csrc/trace_context.h), which their models see
+        as request.trace().get_context(). Set once, before serving."""
+        self._core.set_span_ids(on)
 
     def arena_stats(self):
         cdef ArenaStats s = self._core.arena().stats()
@@ -1494,7 +1546,7 @@ cdef class ModelSpec:
     def submit(self, Core core, uint64_t core_model, uint64_t core_request_id,
                str request_id, list inputs, outputs, bytes parameters, uint32_t priority,
                uint64_t timeout_us, tuple sequence=None, bytes regions=b"",
-               bint traced=False, bint trace_tensors=False):
+               bint traced=False, bint trace_tensors=False, tuple trace_parent=None):
         """Validates a request the Python general path parsed (as `validate`), lays out
         its block for the worker with the lane's layout_request_block
         (csrc/request_block.h) and queues it on `core`. `parameters`: the request
@@ -1504,7 +1556,9 @@ cdef class ModelSpec:
         `sequence`: (correlation id int, correlation id str as UTF-8 bytes or b"",
         START|END flags) for a sequence model. `traced`: the request was sampled for
         tracing (Core.take_trace_stamps); `trace_tensors`: its child traces keep their
-        tensors (level TENSORS)."""
+        tensors (level TENSORS); `trace_parent`: in trace mode opentelemetry, the
+        client's traceparent as tracing.otel.parse_traceparent gives it, whose trace the
+        request's spans join."""
         cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
         if not validate_request(self.spec, &view.request, &error):
@@ -1551,6 +1605,11 @@ cdef class ModelSpec:
             submit.options.input_order = block.input_order
             submit.options.traced = traced
             submit.options.trace_tensors = trace_tensors
+        if trace_parent is not None:  # the client's (trace id, span id, flags)
+            submit.options.trace_id_high = trace_parent[0] >> 64
+            submit.options.trace_id_low = trace_parent[0] & 0xFFFFFFFFFFFFFFFF
+            submit.options.trace_flags = trace_parent[2]
+        with nogil:
             result = core._core.submit(handle, submit)
             size = block.metadata.size()
             for i in range(block.inputs.size()):
@@ -1906,6 +1965,9 @@ cdef class WorkerEndpoint:
     cdef readonly uint64_t batch_desc
     # The same, for sequence_words() (which clears it: once per batch).
     cdef uint64_t _batch_desc
+    # The trace contexts of that batch's requests traced in mode opentelemetry, by
+    # index in the batch (csrc/ipc_schema.h RequestHeader.span): None when it has none.
+    cdef readonly object trace_contexts
 
     def __cinit__(self, int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd):
         self._endpoint = new CWorkerEndpoint(arena_fd, channel_offset, wake_fd, notify_fd)
@@ -1983,8 +2045,16 @@ cdef class WorkerEndpoint:
             base + desc_offset + batch_tensors_offset(header.n_requests))
         cdef list requests = []
         cdef uint32_t i
+        cdef const RequestHeader* request
+        contexts = None
         for i in range(header.n_requests):
             requests.append(_request_view(base, records[i].block_offset))
+            request = <const RequestHeader*>(base + records[i].block_offset)
+            if request.span.span_id != 0:
+                if contexts is None:
+                    contexts = {}
+                contexts[i] = trace_context_json(request.span).decode()
+        self.trace_contexts = contexts
         return requests, [
             _slot_tuple(tensors[i].offset, tensors[i].size, tensors[i].region,
                         tensors[i].region_offset)

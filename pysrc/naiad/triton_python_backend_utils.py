@@ -423,8 +423,10 @@ class InferenceTrace:
     """A request's trace, `request.trace()`: passed as InferenceRequest(trace=...), it
     makes the BLS call a child trace of the request's when the request is traced (as
     Triton's Python backend; a call without it is not traced). get_context() is the
-    trace context: None in trace mode triton, as in Triton (README: not given in mode
-    opentelemetry yet)."""
+    trace context, as Triton 2.51 gives it: in trace mode opentelemetry, for a traced
+    request, its model span's W3C context as a JSON object string,
+    '{"traceparent":"00-<trace id>-<span id>-<flags>"}' (the core draws the ids,
+    csrc/trace_context.h); None otherwise (mode triton, a request not traced)."""
 
     def __init__(self, context=None):
         self._context = context or None
@@ -432,6 +434,15 @@ class InferenceTrace:
 
     def get_context(self):
         return self._context
+
+
+def _set_trace_contexts(requests: list, contexts: dict) -> None:
+    """Gives the requests of a batch traced in mode opentelemetry their trace contexts
+    (Batch.trace_contexts: by request index), before the model sees them."""
+    for index, context in contexts.items():
+        request = requests[index]
+        trace = request._trace = InferenceTrace(context)
+        trace._request = request
 
 
 # The batches a model's execute() runs now, innermost last: (the core's batch id, its

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import trace_context_support
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from server_harness import NaiadServer, make_repository
@@ -229,50 +230,6 @@ def _span_tree(spans) -> dict:
     return trees
 
 
-def _from_proto(receiver) -> list:
-    out = []
-    for _resource, _scope, span in receiver.spans():
-        attributes = {}
-        for a in span.attributes:
-            kind = a.value.WhichOneof("value")
-            attributes[a.key] = getattr(a.value, kind)
-        out.append(
-            {
-                "id": span.span_id,
-                "parent": span.parent_span_id,
-                "name": span.name,
-                "start": span.start_time_unix_nano,
-                "attributes": attributes,
-                "events": [e.name for e in span.events],
-            }
-        )
-    return out
-
-
-def _from_json(receiver) -> list:
-    """Triton's exporter sends OTLP/JSON (ids in hex, ints as strings)."""
-    out = []
-    for body in receiver.json_bodies:
-        for resource_spans in json.loads(body)["resourceSpans"]:
-            for scope_spans in resource_spans["scopeSpans"]:
-                for span in scope_spans["spans"]:
-                    attributes = {}
-                    for a in span.get("attributes", []):
-                        ((kind, value),) = a["value"].items()
-                        attributes[a["key"]] = int(value) if kind == "intValue" else value
-                    out.append(
-                        {
-                            "id": bytes.fromhex(span["spanId"]),
-                            "parent": bytes.fromhex(span.get("parentSpanId") or ""),
-                            "name": span["name"],
-                            "start": int(span["startTimeUnixNano"]),
-                            "attributes": attributes,
-                            "events": [e["name"] for e in span.get("events", [])],
-                        }
-                    )
-    return out
-
-
 def _otel_requests(http_port: int, grpc_port: int) -> None:
     data = np.arange(16, dtype=np.float32).reshape(1, 16)
     for module, url, request_id, model, calls in (
@@ -304,13 +261,39 @@ def test_child_spans_as_triton(tmp_path):
                     _otel_requests(triton.http_port, triton.grpc_port)
                     triton.process.send_signal(signal.SIGTERM)
                     triton.process.wait(60)
-                spans = _from_json(receiver)
+                spans = receiver.json_span_records()
             else:
                 with NaiadServer(repository, log_dir=tmp_path, extra_args=flags) as server:
                     _otel_requests(server.http_port, server.grpc_port)
                     receiver.wait_for(6 + 9)  # h: 2 + 2 steps x 2; g: 3 + 2 + 1 + 2 x 2
                     time.sleep(0.3)
-                spans = _from_proto(receiver)
+                spans = receiver.span_records()
         trees[name] = _span_tree(spans)
     assert set(trees["naiad"]) == {"h", "g"}
     assert trees["naiad"] == trees["triton"]
+
+
+def test_models_get_their_spans_trace_context_as_triton(tmp_path):
+    """In mode opentelemetry a traced request's model gets its model span's W3C context
+    from request.trace().get_context() (tests/trace_context_support.py), in Triton 2.51
+    as in Naiad: the same requests, each checked against its own server's spans."""
+    otlp_receiver = pytest.importorskip("otlp_receiver", reason="opentelemetry-proto is missing")
+    pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed")
+    repository = make_repository(tmp_path / "repo", trace_context_support.MODELS)
+    for name in ("triton", "naiad"):
+        with otlp_receiver.OtlpReceiver() as receiver:
+            flags = trace_context_support.otel_flags(receiver.url)
+            if name == "triton":
+                with TritonPeer(repository, tmp_path, flags) as triton:
+                    seen = trace_context_support.send_requests(triton.http_port, triton.grpc_port)
+                    triton.process.send_signal(signal.SIGTERM)
+                    triton.process.wait(60)
+                spans = receiver.json_span_records()
+            else:
+                with NaiadServer(repository, log_dir=tmp_path, extra_args=flags) as server:
+                    seen = trace_context_support.send_requests(server.http_port, server.grpc_port)
+                    receiver.wait_for(trace_context_support.SPANS)
+                    time.sleep(0.3)
+                spans = receiver.span_records()
+        assert len(spans) == trace_context_support.SPANS, name
+        trace_context_support.check_contexts(seen, spans)

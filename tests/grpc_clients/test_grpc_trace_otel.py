@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+import trace_context_support
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from server_harness import NaiadServer, make_repository
@@ -146,3 +147,21 @@ def test_spans_follow_triton_and_the_traceparent(tmp_path):
         "HTTP_SEND_START",
         "HTTP_SEND_END",
     ]
+
+
+def test_models_get_their_spans_trace_context(tmp_path):
+    """A traced request's model gets its model span's W3C context from
+    request.trace().get_context(), as Triton 2.51 gives it (the differential is
+    test_grpc_trace_children_triton.py): a lane's request, a BLS call made with
+    trace=request.trace(), a client's traceparent's trace, an ensemble's step; a
+    request not traced gets None."""
+    repository = make_repository(tmp_path / "repo", trace_context_support.MODELS)
+    with otlp_receiver.OtlpReceiver() as receiver:
+        flags = trace_context_support.otel_flags(receiver.url)
+        with NaiadServer(repository, log_dir=tmp_path, extra_args=flags) as server:
+            seen = trace_context_support.send_requests(server.http_port, server.grpc_port)
+            receiver.wait_for(trace_context_support.SPANS)
+            time.sleep(0.3)  # nothing more comes
+        spans = receiver.span_records()
+    assert len(spans) == trace_context_support.SPANS
+    trace_context_support.check_contexts(seen, spans)

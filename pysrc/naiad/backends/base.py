@@ -167,7 +167,11 @@ class Batch:
     (_core.ReservedResponse: each output's batch-major run in the arena; None when there
     is no room), else None. A backend that wrote every request's outputs there sets
     `placed` to that block (the worker posts it as it is) and still returns its results
-    (views of the block), or discards the block and answers the usual way."""
+    (views of the block), or discards the block and answers the usual way.
+
+    `trace_contexts`: for the requests traced in trace mode opentelemetry, their model
+    spans' W3C context as Triton gives a model it (request.trace().get_context()), by
+    request index; None when no request of the batch has one."""
 
     __slots__ = (
         "headers",
@@ -179,6 +183,7 @@ class Batch:
         "reserve",
         "placed",
         "batch_id",
+        "trace_contexts",
     )
 
     def __init__(self, headers: list[RequestHeader], arrays: list[list], tensors=None):
@@ -191,6 +196,7 @@ class Batch:
         self.reserve = None
         self.placed = None
         self.batch_id = 0  # the core's id of the batch (the worker's; 0 in tests)
+        self.trace_contexts = None  # {request index: its trace context}, or None
 
     def __len__(self) -> int:
         return len(self.headers)

@@ -337,6 +337,8 @@ class PythonModelBackend(Backend):
             names, types, fields = plan
             # map() rather than a comprehension: no frame of its own per request.
             requests.append(request(list(map(tensor, names, arrays, types)), *fields))
+        if batch.trace_contexts is not None:  # traced in mode opentelemetry
+            pb_utils._set_trace_contexts(requests, batch.trace_contexts)
         running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
         running.append((batch.batch_id, requests))
         try:
@@ -469,6 +471,8 @@ class PythonModelBackend(Backend):
             request._response_sender = sender(request_stream)
             request._cancel_probe = request_stream.cancelled
             requests.append(request)
+        if batch.trace_contexts is not None:  # traced in mode opentelemetry
+            pb_utils._set_trace_contexts(requests, batch.trace_contexts)
         running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
         running.append((batch.batch_id, requests))
         try:

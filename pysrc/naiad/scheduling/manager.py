@@ -453,6 +453,7 @@ class ModelManager:
             trace_tensors=setting is not None
             and bool(setting.level & LEVEL_TENSORS)
             and not tracer.opentelemetry,
+            trace_parent=parent if setting is not None else None,
         )
         if type(result) is str:
             raise InvalidArgument(result)
@@ -613,6 +614,7 @@ class ModelManager:
         self.tracer = tracer
         tracer.on_change = self._apply_trace_settings
         _core.read_grpc_traceparent(tracer.opentelemetry)
+        self.core.set_span_ids(tracer.opentelemetry)  # for request.trace().get_context()
         self._apply_trace_settings()
 
     def _apply_trace_settings(self) -> None:
@@ -646,7 +648,7 @@ class ModelManager:
             return
         stamps = self.core.take_trace_stamps(request_id)
         if stamps is not None:  # the general path's: known once it was queued
-            trace.request_start_ns, trace.queue_start_ns = stamps
+            trace.take_stamps(stamps)
         if trace.protocol and trace.keeps_tensors:  # a lane's: the codec kept them
             trace.tensors = self.lane.take_trace_tensors(request_id)
         if isinstance(self.models.get(trace.model, {}).get(trace.version), EnsembleModel):

@@ -21,6 +21,11 @@ The spans are Triton 2.51's (src/tracer.cc), all of kind SERVER, from tracer
 The timestamps are the same monotonic readings as the trace file's (tracer.py), moved
 to the wall clock by the offset between the two clocks when the trace is exported, as
 Triton moves its steady-clock readings.
+
+A model span is exported under the ids the core drew for it when it traced the request
+(csrc/trace_context.h, Trace.span), the ids its model was given as
+request.trace().get_context() while it ran: the SDK makes spans only here, at export,
+so its id generator hands those ids out (_PresetIds).
 """
 
 from __future__ import annotations
@@ -42,6 +47,28 @@ def parse_traceparent(value: str | None):
     if trace_id == 0 or span_id == 0:
         return None
     return trace_id, span_id, flags
+
+
+def _preset_ids():
+    """An SDK id generator that gives the ids it is told to give next, once each, and
+    random ones otherwise (the InferRequest and compute spans' span ids). Used from
+    the event loop's thread only (export())."""
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+    class _PresetIds(RandomIdGenerator):
+        def __init__(self):
+            self.trace_id = 0  # the next new trace's id (0: a random one)
+            self.span_id = 0  # the next span's id (0: a random one)
+
+        def generate_trace_id(self) -> int:
+            preset, self.trace_id = self.trace_id, 0
+            return preset or super().generate_trace_id()
+
+        def generate_span_id(self) -> int:
+            preset, self.span_id = self.span_id, 0
+            return preset or super().generate_span_id()
+
+    return _PresetIds()
 
 
 class OtelExporter:
@@ -80,7 +107,8 @@ class OtelExporter:
             batch["max_export_batch_size"] = min(
                 batch["max_export_batch_size"], batch["max_queue_size"]
             )
-        self.provider = TracerProvider(resource=Resource.create(attributes))
+        self._ids = _preset_ids()
+        self.provider = TracerProvider(resource=Resource.create(attributes), id_generator=self._ids)
         self.provider.add_span_processor(
             BatchSpanProcessor(OTLPSpanExporter(endpoint=url), **batch)
         )
@@ -103,9 +131,12 @@ class OtelExporter:
                 trace_id, span_id, is_remote=True, trace_flags=api.TraceFlags(flags)
             )
             parent_context = api.set_span_in_context(api.NonRecordingSpan(remote))
+        elif trace.span is not None:  # the trace the core drew for it
+            self._ids.trace_id = trace.span.trace_id
         root = self._tracer.start_span(
             "InferRequest", context=parent_context, kind=server, start_time=wall(trace.read_ns)
         )
+        self._ids.trace_id = 0  # unused if the SDK made no span
         if trace.protocol == 1:  # HTTP (tracer.HTTP)
             root.add_event("HTTP_RECV_START", timestamp=wall(trace.read_ns))
             root.add_event("HTTP_RECV_END", timestamp=wall(trace.request_start_ns))
@@ -143,6 +174,8 @@ class OtelExporter:
         }
         if trace.request_id:
             attributes["triton.request_id"] = trace.request_id
+        if trace.span is not None:  # the span its model was given the context of
+            self._ids.span_id = trace.span.span_id
         model_span = self._tracer.start_span(
             trace.model,
             context=api.set_span_in_context(parent),
@@ -150,6 +183,7 @@ class OtelExporter:
             start_time=trace.request_start_ns + offset,
             attributes=attributes,
         )
+        self._ids.span_id = 0
         model_span.add_event("REQUEST_START", timestamp=trace.request_start_ns + offset)
         model_span.add_event("QUEUE_START", timestamp=trace.queue_start_ns + offset)
         if timings is not None and timings[0]:

@@ -72,6 +72,7 @@ class Trace:
         "parent",
         "tensors",
         "parent_id",
+        "span",
     )
 
     def __init__(self, trace_id, setting, model, version, request_id, protocol, read_ns, stamps):
@@ -82,11 +83,19 @@ class Trace:
         self.request_id = request_id
         self.protocol = protocol  # HTTP, GRPC, or 0: the general path (no front-end times)
         self.read_ns = read_ns
-        # The core's (request start, queue start); the read time where it has none.
-        self.request_start_ns, self.queue_start_ns = stamps or (read_ns, read_ns)
+        self.request_start_ns = self.queue_start_ns = read_ns  # where the core has none
+        self.span = None  # mode opentelemetry: its model span's _core.SpanIds
+        if stamps is not None:
+            self.take_stamps(stamps)
         self.parent = None  # (trace id, span id, flags) of the client's span (otel.py)
         self.tensors = []  # [(activity name, tensor text)] at level TENSORS
         self.parent_id = 0  # the trace id of the request that made this one (0: none)
+
+    def take_stamps(self, stamps) -> None:
+        """What the core kept of the request (_core.TraceTimes)."""
+        self.request_start_ns = stamps.request_start_ns
+        self.queue_start_ns = stamps.queue_start_ns
+        self.span = stamps.span
 
     @property
     def keeps_tensors(self) -> bool:
@@ -197,25 +206,24 @@ class Tracer:
         made) and its parent's as parent_id."""
         ids = {request_id: root.id}
         tree = []
-        for child in sorted(children, key=lambda c: c[4]):
-            child_id, parent, handle, id_text, start_ns, queue_ns, timings, end_ns, tensors = child
-            model = (models or {}).get(handle)
-            if model is None or parent not in ids:  # unloaded since, or its parent was
+        for child in sorted(children, key=lambda c: c.request_start_ns):
+            model = (models or {}).get(child.model)
+            if model is None or child.parent not in ids:  # unloaded since, or its parent was
                 continue
             trace = Trace(
                 next(self._ids),
                 root.setting,
                 model.name,
                 model.version,
-                orjson.loads(f'"{id_text}"'),
+                orjson.loads(f'"{child.id_text}"'),
                 0,
-                start_ns,
-                (start_ns, queue_ns),
+                child.request_start_ns,
+                child,  # its request and queue start, its span's ids
             )
-            trace.parent_id = ids[parent]
-            trace.tensors = tensors  # at level TENSORS (the core kept them), else []
-            ids[child_id] = trace.id
-            tree.append((trace, timings if timings[0] else None, end_ns))
+            trace.parent_id = ids[child.parent]
+            trace.tensors = child.tensors  # at level TENSORS (the core kept them), else []
+            ids[child.request_id] = trace.id
+            tree.append((trace, child.timings if child.timings[0] else None, child.end_ns))
         return tree
 
     def close(self) -> None:

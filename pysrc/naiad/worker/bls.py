@@ -225,6 +225,10 @@ class Channel:
     def __getattr__(self, name):  # complete, respond, alloc, ...: the endpoint's
         return getattr(self.endpoint, name)
 
+    @property
+    def trace_contexts(self):  # the last batch's (WorkerEndpoint.trace_contexts)
+        return self.endpoint.trace_contexts
+
     def next(self):
         """The worker loop's next batch or stop, as WorkerEndpoint.next; messages for
         calls that are over (their caller gave up) are freed."""

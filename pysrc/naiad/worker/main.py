@@ -352,6 +352,11 @@ class Worker:
             }
         batch = _batch(self.arena, blocks, tensors)
         batch.batch_id = batch_id
+        contexts = self.endpoint.trace_contexts  # this batch's (read before it runs)
+        if contexts is not None:
+            if failed:
+                contexts = {new_index[k]: text for k, text in contexts.items() if k in new_index}
+            batch.trace_contexts = contexts
         if device_inputs:
             batch.device_inputs = device_inputs
         if self.input_device is not None and shm_outputs.active:

@@ -303,7 +303,8 @@ class SequenceBackend(Backend):
                 extra += [state.initial.copy() for state in self.states]
             headers.append(self._header(header))
             arrays.append(list(batch.arrays[source]) + extra)
-        return self._finish(batch, words, positions, self.inner.execute(Batch(headers, arrays)))
+        inner = _inner_batch(batch, headers, arrays, [index for index, _ in positions])
+        return self._finish(batch, words, positions, self.inner.execute(inner))
 
     def _execute_whole(self, batch: Batch, words: list, positions: list) -> list:
         """A framework backend's batch: the client's inputs, control inputs and state
@@ -354,7 +355,8 @@ class SequenceBackend(Backend):
             headers.append(self._header(batch.headers[s]))
             rows = [column[i : i + 1] for column in columns] if self.batched else columns
             arrays.append(list(batch.arrays[s]) + rows)
-        results = self.inner.execute(Batch(headers, arrays, inputs))
+        inner = _inner_batch(batch, headers, arrays, [index for index, _ in positions], inputs)
+        results = self.inner.execute(inner)
         return self._finish(batch, words, positions, results)
 
     def _flag_columns(self, key: tuple) -> dict:
@@ -423,7 +425,8 @@ class SequenceBackend(Backend):
                 arrays.append(list(own) + extra)
         if self.states:
             stream = _StateStream(stream, self, targets)
-        self.inner.execute_decoupled(Batch(headers, arrays), stream)
+        inner = _inner_batch(batch, headers, arrays, list(range(len(headers))))
+        self.inner.execute_decoupled(inner, stream)
 
     def _take_state(self, target: tuple, result: Response) -> Response:
         """A decoupled response without its state outputs, which become its sequence's
@@ -479,3 +482,16 @@ def wrap(backend: Backend, args: dict, endpoint) -> Backend:
         return backend
     model_dir = Path(args["model_repository"])
     return SequenceBackend(backend, config, endpoint, model_dir)
+
+
+def _inner_batch(batch: Batch, headers: list, arrays: list, sources: list, tensors=None) -> Batch:
+    """The batch the wrapped backend runs: position i holds request `sources[i]` of
+    `batch` (-1: a not-ready request's gap). The requests' trace contexts go with them
+    (Batch.trace_contexts); a gap has none."""
+    inner = Batch(headers, arrays, tensors)
+    contexts = batch.trace_contexts
+    if contexts is not None:
+        inner.trace_contexts = {
+            i: contexts[source] for i, source in enumerate(sources) if source in contexts
+        } or None
+    return inner

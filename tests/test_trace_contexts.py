@@ -1,0 +1,33 @@
+"""The worker's side of a model's trace context (mode opentelemetry): the contexts the
+core wrote into a batch's request blocks reach the requests the model sees, and follow
+them when a sequence batcher rearranges the batch (not-ready gaps have none). The
+black-box checks against exported spans are grpc_clients/test_grpc_trace_otel.py."""
+
+from __future__ import annotations
+
+from naiad import triton_python_backend_utils as pb_utils
+from naiad.backends.base import Batch
+from naiad.worker.sequence import _inner_batch
+
+
+def test_requests_get_their_contexts_by_index():
+    requests = [
+        pb_utils.InferenceRequest._from_server([], f"r{i}", 0, [], "m", 1, "{}", 0, 0)
+        for i in range(3)
+    ]
+    pb_utils._set_trace_contexts(requests, {1: '{"traceparent":"00-a-b-01"}'})
+    assert requests[1].trace().get_context() == '{"traceparent":"00-a-b-01"}'
+    assert requests[0].trace().get_context() is None
+    assert requests[2].trace().get_context() is None
+    # The trace names its request (a BLS call made with trace= finds it: worker/bls.py).
+    assert requests[1].trace()._request is requests[1]
+
+
+def test_a_sequence_batch_keeps_each_requests_context_where_it_moved():
+    batch = Batch(["h0", "h1", "h2"], [[], [], []])
+    batch.trace_contexts = {0: "zero", 2: "two"}
+    inner = _inner_batch(batch, ["h2", "h0", "h1"], [[], [], []], [2, -1, 1])
+    assert inner.trace_contexts == {0: "two"}  # position 1 is a gap, request 1 untraced
+    assert _inner_batch(batch, ["h1"], [[]], [1]).trace_contexts is None
+    untraced = Batch(["h0"], [[]])
+    assert _inner_batch(untraced, ["h0"], [[]], [0]).trace_contexts is None
