@@ -815,7 +815,7 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
     if ((record.flags & kResponseFinal) != 0) {
       if (stats.empty()) stats.assign(kRoutedStatsSize, 0);
       const uint64_t took = now > queued.enqueue_ns ? now - queued.enqueue_ns : 0;
-      if ((record.flags & kResponseError) != 0) {
+      if (response_counts_as_failure(record.flags)) {
         stats[kRoutedFailed] += 1;
         stats[kRoutedFailedRows] += queued.batch_size;
         stats[kRoutedFailedNs] += took;

@@ -145,6 +145,17 @@ static_assert(sizeof(BatchHeader) == 16, "BatchHeader layout");
 constexpr uint32_t kResponseMagic = 0x31505352;  // "RSP1"
 constexpr uint32_t kResponseFinal = 1;           // the request's last response
 constexpr uint32_t kResponseError = 2;           // the request failed: "error" in JSON
+// With kResponseError: the model itself answered with this error (a Python model's
+// InferenceResponse(error=...)), not a failure to run it. Triton 2.51's Python backend
+// counts such a request a success in the statistics (probed: success, queue and
+// compute counted, no failure), as response_counts_as_failure says.
+constexpr uint32_t kResponseModelError = 4;
+
+// The one rule for the statistics of a request's final response: a failure, or a
+// success (kResponseModelError: an error response the model sent counts as one).
+inline bool response_counts_as_failure(uint32_t flags) {
+  return (flags & kResponseError) != 0 && (flags & kResponseModelError) == 0;
+}
 
 // ResponseHeader.flags: the model wrote the outputs' bytes into the block itself
 // (response_block.h, output-major), none was copied in.
@@ -162,7 +173,7 @@ struct ResponseHeader {
 
 struct ResponseRecord {
   uint32_t request_index;  // the request's position in its batch (BatchRequest order)
-  uint32_t flags;          // kResponseFinal | kResponseError
+  uint32_t flags;          // kResponseFinal | kResponseError | kResponseModelError
   int32_t error_code;      // pb_utils.TritonError code, with kResponseError
   uint32_t n_outputs;      // its outputs: OutputSlot[first_output, first_output + n)
   uint32_t first_output;

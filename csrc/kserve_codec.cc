@@ -325,6 +325,7 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
     const ModelSpec& model = models_[recipe.model];
     Answer answer;
     answer.final = outcome.final;
+    answer.counted_failure = outcome.counted_failure;
     answer.batch_size = recipe.batch_size;
     answer.request_ns = end_ns - recipe.submit_ns;
     answer.queue_ns = dispatch_ns > recipe.submit_ns ? dispatch_ns - recipe.submit_ns : 0;

@@ -121,6 +121,9 @@ class KServeCodec {
     uint64_t queue_ns = 0;    // submit to dispatch
     InferResponse response;   // views into the result block: serialize before it is freed
     bool final = true;        // the request's last response (kResponseFinal)
+    // The statistics count it a failure (an error response the model sent is a success:
+    // response_counts_as_failure).
+    bool counted_failure = false;
   };
   // Answers the codec's requests among `request_ids`, the requests of a batch, from
   // the response block (ipc_schema.h) at `block`: one answer per final response, by

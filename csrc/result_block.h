@@ -20,7 +20,8 @@ struct ResultOutcome {
   uint32_t request_index = 0;  // which request of the batch it answers
   bool final = true;           // the request's last response
   bool error = false;
-  std::string_view message;  // raw JSON string text
+  bool counted_failure = false;  // for the statistics (response_counts_as_failure)
+  std::string_view message;      // raw JSON string text
   int64_t code = 1;
   std::string_view parameters;  // the response parameters: a raw JSON object, or empty
   size_t first_output = 0;

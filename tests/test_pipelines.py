@@ -789,6 +789,20 @@ def test_a_bls_call_the_called_model_fails_is_its_failure(server):
     assert model_counts(server, "int_double") == (successes, failures + 1, executions + 1)
 
 
+def test_an_error_response_the_model_sends_is_its_success(server):
+    # Triton 2.51's Python backend counts a request its model answered with
+    # InferenceResponse(error=...) as a success (queue and compute counted, no failure),
+    # for a client's request and for an ensemble's step alike; the ensemble whose step
+    # failed fails. An execute() that raises is a failure (the test above).
+    before = {m: model_counts(server, m) for m in ("bls", "ensemble_bls")}
+    status, payload, _ = infer(server, "bls", {"mode": "fail"})
+    assert status == 400 and payload["error"] == "bls failed on purpose", payload
+    assert infer(server, "ensemble_bls", {"mode": "fail"})[0] == 400
+    after = {m: model_counts(server, m) for m in before}
+    changes = {m: tuple(a - b for a, b in zip(after[m], before[m])) for m in before}
+    assert changes == {"bls": (2, 0, 2), "ensemble_bls": (0, 1, 0)}
+
+
 def test_a_bls_call_refused_before_the_called_model_is_not_its_failure(server):
     # As Triton 2.51: a call with a bad shape never reaches add_sub's statistics.
     before = model_counts(server, "add_sub")

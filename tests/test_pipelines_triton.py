@@ -101,6 +101,7 @@ def _add_sub_successes(server) -> int:
 def test_same_answers_and_statistics(servers):
     naiad, triton = servers
     counts = [_add_sub_successes(s) for s in servers]
+    bls_before = [model_counts(s, "bls") for s in servers]
     for model, parameters in REQUESTS:
         n_status, n_payload, n_outputs = infer(naiad, model, parameters)
         t_status, t_payload, t_outputs = infer(triton, model, parameters)
@@ -114,6 +115,14 @@ def test_same_answers_and_statistics(servers):
     # add_sub ran the same requests on both: ensemble steps (nested ones too) and BLS
     # calls included.
     assert [_add_sub_successes(s) - c for s, c in zip(servers, counts)] == [15, 15]
+    # bls's own counts: its error responses (a failed call's error passed on, mode fail)
+    # are successes, as Triton's Python backend counts them.
+    bls_changes = [
+        tuple(a - b for a, b in zip(model_counts(s, "bls"), before))
+        for s, before in zip(servers, bls_before)
+    ]
+    assert bls_changes[0] == bls_changes[1], bls_changes
+    assert bls_changes[0][1] == 0
 
 
 def test_ensemble_responses_say_their_sequence_as_triton(servers):

@@ -139,6 +139,7 @@ cdef extern from "ipc_schema.h" namespace "naiad":
 
     uint32_t kResponseFinal
     uint32_t kResponseError
+    uint32_t kResponseModelError
 
 
 cdef extern from "response_block.h" namespace "naiad":
@@ -528,6 +529,7 @@ cdef extern from "kserve_codec.h" namespace "naiad":
         uint64_t queue_ns
         InferResponse response
         cbool final
+        cbool counted_failure
 
     cdef cppclass KServeCodec:
         uint32_t add_model(CModelSpec model) except +
@@ -702,6 +704,24 @@ REFUSED_QUEUED = 0x100
 # Response flags (csrc/ipc_schema.h ResponseRecord.flags).
 RESPONSE_FINAL = kResponseFinal
 RESPONSE_ERROR = kResponseError
+RESPONSE_MODEL_ERROR = kResponseModelError
+
+# How a lane answer counts (FastLane.complete, GrpcLane.complete): a failure, a success,
+# or an error response the model sent, which Triton 2.51 counts as a success
+# (csrc/ipc_schema.h response_counts_as_failure).
+cdef enum:
+    _REPLY_FAILED = 0
+    _REPLY_OK = 1
+    _REPLY_MODEL_ERROR = 2
+REPLY_FAILED = _REPLY_FAILED
+REPLY_OK = _REPLY_OK
+REPLY_MODEL_ERROR = _REPLY_MODEL_ERROR
+
+
+cdef inline int _reply_status(const Answer& answer):
+    if answer.response.error == ErrorKind.kNone:
+        return _REPLY_OK
+    return _REPLY_FAILED if answer.counted_failure else _REPLY_MODEL_ERROR
 
 
 cdef QueuePolicy _queue_policy(policy):
@@ -1878,8 +1898,9 @@ cdef class FastLane:
     def complete(self, uint64_t offset, uint64_t size, list request_ids, uint64_t dispatch_ns,
                  uint64_t end_ns):
         """The lane's requests among a completed batch's `request_ids`, answered from
-        the response block (csrc/ipc_schema.h) at `offset`: (timings, [(request_id, ok,
-        batch_size, request_ns, queue_ns, http bytes)], finals), or None when the block
+        the response block (csrc/ipc_schema.h) at `offset`: (timings, [(request_id, status
+        (REPLY_*: how the statistics count it), batch_size, request_ns, queue_ns, http
+        bytes)], finals), or None when the block
         could not be read. A request is answered by its final response; `finals` lists
         the ids of the batch's requests that have one in this block (the others get
         theirs in a later block, or fail when the batch ends).
@@ -1913,9 +1934,8 @@ cdef class FastLane:
             coding = self._lane.take_encoding(answers[i].response.request_id)
             http = PyBytes_FromStringAndSize(NULL, writer.size(answers[i].response, coding))
             writer.write(answers[i].response, coding, PyBytes_AS_STRING(http))
-            out.append((answers[i].response.request_id,
-                        answers[i].response.error == ErrorKind.kNone, answers[i].batch_size,
-                        answers[i].request_ns, answers[i].queue_ns, http))
+            out.append((answers[i].response.request_id, _reply_status(answers[i]),
+                        answers[i].batch_size, answers[i].request_ns, answers[i].queue_ns, http))
         return [timings[0], timings[1], timings[2], timings[3]], out, finals
 
     def forget(self, uint64_t request_id):
@@ -2728,7 +2748,7 @@ cdef class GrpcLane:
             if not a.final:
                 partials.append((a.response.request_id, ok, answer))
                 continue
-            out.append((a.response.request_id, ok, a.batch_size,
+            out.append((a.response.request_id, _reply_status(a[0]), a.batch_size,
                         a.request_ns, a.queue_ns, answer))
         if partial:
             return [timings[0], timings[1], timings[2], timings[3]], out, finals, partials

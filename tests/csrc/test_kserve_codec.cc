@@ -431,6 +431,24 @@ TEST(codec_answers_ids_output_choices_and_model_errors_as_the_general_path) {
   CHECK(writer.text(answers[2].response) ==
         "HTTP/1.1 400 Bad Request\r\nContent-Length: " + std::to_string(error_body.size()) +
             "\r\nContent-Type: application/json\r\n\r\n" + error_body);
+  // The statistics count a failure, but not an error response the model sent itself.
+  CHECK(!answers[0].counted_failure && answers[2].counted_failure);
+  CHECK(f.submit(make_body(all, 128), 4) == SubmitOutcome::kQueued);
+  ResponseEntry sent = error_entry(0, "{\"error\":\"no\"}", 3);
+  sent.flags |= kResponseModelError;
+  std::string model_error = result_block({sent});
+  answers.clear();
+  CHECK(codec.complete(reinterpret_cast<const uint8_t*>(model_error.data()), model_error.size(),
+                       {4}, 0, 0, &answers, timings));
+  CHECK(answers.size() == 1 && answers[0].response.error == ErrorKind::kInvalidArgument);
+  CHECK(!answers[0].counted_failure);
+}
+
+TEST(only_an_error_the_model_did_not_send_counts_as_a_failure) {
+  CHECK(!response_counts_as_failure(kResponseFinal));
+  CHECK(response_counts_as_failure(kResponseFinal | kResponseError));
+  CHECK(!response_counts_as_failure(kResponseFinal | kResponseError | kResponseModelError));
+  CHECK(!response_counts_as_failure(kResponseModelError));  // no error: nothing to count
 }
 
 TEST(error_kinds_map_to_triton_http_statuses) {

@@ -476,6 +476,36 @@ TEST(a_worker_request_the_target_fails_counts_as_its_failure) {
   CHECK(answers(m.core.poll()).size() == 1);
 }
 
+TEST(an_error_response_the_target_model_sent_counts_as_its_success) {
+  // As Triton 2.51's Python backend counts InferenceResponse(error=...): a success with
+  // its queue and compute time, not a failure; the caller still gets the error.
+  TwoModels m;
+  const std::string input = "abc";
+  BatchMessage caller_batch = m.caller_running(input);
+  CHECK(m.caller_worker->submit(m.target.value, 3, m.request(0, input)) == SubmitResult::kOk);
+  answers(m.core.poll());
+  BatchMessage batch = m.target_worker->next();
+  ResponseEntry answered;
+  answered.request_index = 0;
+  answered.flags = kResponseFinal | kResponseError | kResponseModelError;
+  answered.error_code = 3;
+  answered.json = "{\"error\":\"no such thing\"}";
+  CHECK(m.target_worker->respond(batch.batch_id, {answered}, kTimings, true));
+  std::vector<Completion> stats = m.core.poll();
+  CHECK(stats.size() == 1 && stats[0].status == kCompletionRouted);
+  CHECK(stats[0].request_ids[kRoutedCount] == 1 && stats[0].request_ids[kRoutedFailed] == 0);
+  CHECK(stats[0].request_ids[kRoutedComputeInferNs] == kTimings[2]);
+  BatchMessage response = m.caller_worker->next();
+  CHECK(response.kind == MessageKind::kResponse && response.batch_id == 3);
+  ResponseBlockView view;
+  CHECK(view_response_block(m.caller_worker->arena().base() + response.desc_offset, response.size,
+                            &view));
+  CHECK((view.records[0].flags & kResponseError) != 0);
+  m.caller_worker->arena().free(response.desc_offset);
+  m.caller_worker->complete(caller_batch.batch_id, 0, 0, kCompletionWorkerFailed);
+  CHECK(answers(m.core.poll()).size() == 1);
+}
+
 TEST(a_call_made_with_its_requests_trace_is_a_child_trace_of_a_traced_request) {
   TwoModels m;
   m.core.instance_up(m.caller_instance);

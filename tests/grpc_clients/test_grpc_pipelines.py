@@ -55,7 +55,18 @@ def test_bls_over_grpc(client, mode):
         np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)
 
 
+def _bls_counts(client) -> tuple:
+    stats = client.get_inference_statistics("bls", as_json=True)["model_stats"][0]
+    inference = stats["inference_stats"]
+    return (
+        int(inference["success"].get("count", 0)),
+        int(inference["fail"].get("count", 0)),
+        int(stats.get("execution_count", 0)),
+    )
+
+
 def test_bls_error_over_grpc(client):
+    before = _bls_counts(client)
     with pytest.raises(InferenceServerException) as info:
         client.infer(
             "bls", _inputs(), parameters={"mode": "target", "target": "nope"}, client_timeout=30
@@ -65,6 +76,10 @@ def test_bls_error_over_grpc(client):
         "Model nope - Error when running inference: Failed for execute the inference request. "
         "Model 'nope' is not ready."
     )
+    # The error is bls's own answer (InferenceResponse(error=...)): a success of bls's,
+    # as Triton 2.51's Python backend counts it.
+    successes, failures, executions = before
+    assert _bls_counts(client) == (successes + 1, failures, executions + 1)
 
 
 def test_ensemble_and_bls_under_concurrent_grpc_load(client):

@@ -219,13 +219,17 @@ class Response:
 
 
 class RequestError:
-    """A request's failure: the message the client gets and a Triton error code."""
+    """A request's failure: the message the client gets and a Triton error code.
+    `by_model`: the model itself answered with this error (a Python model's
+    InferenceResponse(error=...)), which Triton 2.51 counts as a success in the
+    statistics (csrc/ipc_schema.h kResponseModelError)."""
 
-    __slots__ = ("message", "code")
+    __slots__ = ("message", "code", "by_model")
 
-    def __init__(self, message: str, code: int = INTERNAL):
+    def __init__(self, message: str, code: int = INTERNAL, by_model: bool = False):
         self.message = message
         self.code = int(code)
+        self.by_model = by_model
 
     def __repr__(self) -> str:
         return f"RequestError({self.message!r}, code={self.code})"

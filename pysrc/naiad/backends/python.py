@@ -510,8 +510,8 @@ class PythonModelBackend(Backend):
                 "through its response sender"
             )
         error = response._error
-        if error is not None:
-            return RequestError(error.message(), error.code())
+        if error is not None:  # the model's own answer (a success in Triton's statistics)
+            return RequestError(error.message(), error.code(), by_model=True)
         if request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
             return self._failure(
                 "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "

@@ -912,14 +912,14 @@ class ModelManager:
         # Per-request durations only for the latency summaries (off unless configured).
         each = None if stats.summaries is None else []
         traces = self._traces
-        for request_id, ok, batch_size, took_ns, queued_ns, http in replies:
+        for request_id, status, batch_size, took_ns, queued_ns, http in replies:
             pending = pop(request_id, None)
             if pending is None:  # answered already (failed, or the server is stopping)
                 continue
             traced = traces and request_id in traces
             if traced:
                 send_ns = _core.now_ns()
-            if ok:
+            if status != _core.REPLY_FAILED:  # an error the model sent counts as a success
                 successes += 1
                 inferences += batch_size
                 request_ns += took_ns
@@ -928,10 +928,10 @@ class ModelManager:
                     each.append((took_ns, queued_ns))
             else:
                 stats.record_failure(took_ns)
-                if pending.grpc:  # (error kind, message): the gRPC front end's status
-                    http = error_of_kind(*http)
+            if status != _core.REPLY_OK and pending.grpc:  # (error kind, message)
+                http = error_of_kind(*http)
             try:
-                if ok or type(http) is bytes:  # gRPC: bytes or a GrpcAnswer
+                if status == _core.REPLY_OK or type(http) is bytes:  # gRPC: bytes or a GrpcAnswer
                     pending.on_done(http, None)
                 else:
                     pending.on_done(None, http)
@@ -1006,17 +1006,32 @@ class ModelManager:
                         pending.model.lane_id, key, lookup_ns, offset, size, index
                     )
                 outcome = orjson.loads(json)
-                self._resolve(pending, outcome, error, arena, slots, timings, dispatch_ns, end_ns)
+                counted_ok = error is None or bool(flags & _core.RESPONSE_MODEL_ERROR)
+                self._resolve(
+                    pending, outcome, error, arena, slots, timings, dispatch_ns, end_ns, counted_ok
+                )
         return timings
 
-    def _resolve(self, pending, outcome, code, arena, slots, timings, dispatch_ns, end_ns) -> None:
+    def _resolve(
+        self, pending, outcome, code, arena, slots, timings, dispatch_ns, end_ns, counted_ok=True
+    ) -> None:
+        """`counted_ok`: the statistics count the request a success (an error response
+        the model sent is one, as in Triton 2.51)."""
         model = pending.model
         future = pending.future
         if future.done():  # the client went away; nothing to answer
             self._pending.pop(pending.request_id, None)
             return
         if code is not None:
-            model.stats.record_failure(end_ns - pending.submit_ns)
+            if counted_ok:
+                model.stats.record_success(
+                    pending.batch_size,
+                    end_ns - pending.submit_ns,
+                    dispatch_ns - pending.submit_ns,
+                    timings,
+                )
+            else:
+                model.stats.record_failure(end_ns - pending.submit_ns)
             self._pending.pop(pending.request_id, None)
             future.set_exception(error_of_triton_code(code, outcome.get("error", "")))
             return
@@ -1068,7 +1083,7 @@ class ModelManager:
             if self._traces:
                 self._drop_trace(pending.request_id)
             model = pending.model
-            if error is None:
+            if error is None or flags & _core.RESPONSE_MODEL_ERROR:  # Triton's successes
                 model.stats.record_success(
                     pending.batch_size,
                     end_ns - pending.submit_ns,

@@ -225,6 +225,7 @@ def _wire_datatype(dtype: np.dtype) -> str:
 
 _FINAL = _core.RESPONSE_FINAL
 _FINAL_ERROR = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
+_FINAL_MODEL_ERROR = _FINAL_ERROR | _core.RESPONSE_MODEL_ERROR
 
 
 def _wire_one(result) -> tuple:
@@ -233,7 +234,8 @@ def _wire_one(result) -> tuple:
     shape], ...], "parameters": {...}} (parameters only when the backend gave some) or
     {"error": message}, the code in the record."""
     if isinstance(result, RequestError):
-        return _FINAL_ERROR, result.code, orjson.dumps({"error": result.message}), ()
+        flags = _FINAL_MODEL_ERROR if result.by_model else _FINAL_ERROR
+        return flags, result.code, orjson.dumps({"error": result.message}), ()
     wire_of = _WIRE_OF_DTYPE.get
     entries = []
     buffers = []
