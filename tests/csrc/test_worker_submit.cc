@@ -612,8 +612,9 @@ TEST(in_mode_opentelemetry_a_traced_request_and_its_traced_call_carry_their_span
 }
 
 TEST(in_mode_triton_a_traced_request_carries_no_span) {
-  TwoModels m;  // set_span_ids never called: mode triton
-  SubmitRequest traced = m.request(1, "cli");
+  TwoModels m;                      // set_span_ids never called: mode triton
+  const std::string input = "cli";  // outlives the request, which points into it
+  SubmitRequest traced = m.request(1, input);
   traced.options.traced = true;
   m.core.instance_up(m.caller_instance);
   CHECK(m.core.submit(m.caller, traced) == SubmitResult::kOk);
