@@ -478,6 +478,7 @@ class _Endpoint:
     """The worker's endpoint as _run_batch posts through it: responses recorded."""
 
     reserve_response = None
+    trace_contexts = None  # as WorkerEndpoint's for a batch with no request traced
 
     def __init__(self, arena):
         self.arena = arena
