@@ -140,6 +140,7 @@ cdef extern from "ipc_schema.h" namespace "naiad":
     uint32_t kResponseFinal
     uint32_t kResponseError
     uint32_t kResponseModelError
+    cbool c_response_counts_as_failure "naiad::response_counts_as_failure"(uint32_t flags)
 
 
 cdef extern from "response_block.h" namespace "naiad":
@@ -709,6 +710,12 @@ RESPONSE_MODEL_ERROR = kResponseModelError
 # How a lane answer counts (FastLane.complete, GrpcLane.complete): a failure, a success,
 # or an error response the model sent, which Triton 2.51 counts as a success
 # (csrc/ipc_schema.h response_counts_as_failure).
+def response_counts_as_failure(uint32_t flags):
+    """Whether the statistics count a final response with `flags` (RESPONSE_*) as a
+    failure: csrc/ipc_schema.h's one rule (an error the model sent is a success)."""
+    return c_response_counts_as_failure(flags)
+
+
 cdef enum:
     _REPLY_FAILED = 0
     _REPLY_OK = 1

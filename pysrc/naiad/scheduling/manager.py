@@ -1006,32 +1006,36 @@ class ModelManager:
                         pending.model.lane_id, key, lookup_ns, offset, size, index
                     )
                 outcome = orjson.loads(json)
-                counted_ok = error is None or bool(flags & _core.RESPONSE_MODEL_ERROR)
                 self._resolve(
-                    pending, outcome, error, arena, slots, timings, dispatch_ns, end_ns, counted_ok
+                    pending, outcome, flags, error, arena, slots, timings, dispatch_ns, end_ns
                 )
         return timings
 
+    def _count_final(self, pending, flags: int, timings, dispatch_ns: int, end_ns: int) -> None:
+        """Counts a request's final response (`flags`: RESPONSE_*) in its model's
+        statistics, a failure or a success as _core.response_counts_as_failure says."""
+        if _core.response_counts_as_failure(flags):
+            pending.model.stats.record_failure(end_ns - pending.submit_ns)
+        else:
+            pending.model.stats.record_success(
+                pending.batch_size,
+                end_ns - pending.submit_ns,
+                dispatch_ns - pending.submit_ns,
+                timings,
+            )
+
     def _resolve(
-        self, pending, outcome, code, arena, slots, timings, dispatch_ns, end_ns, counted_ok=True
+        self, pending, outcome, flags, code, arena, slots, timings, dispatch_ns, end_ns
     ) -> None:
-        """`counted_ok`: the statistics count the request a success (an error response
-        the model sent is one, as in Triton 2.51)."""
+        """Answers a general-path request from its final response (`flags`, and `code`
+        when it is an error)."""
         model = pending.model
         future = pending.future
         if future.done():  # the client went away; nothing to answer
             self._pending.pop(pending.request_id, None)
             return
         if code is not None:
-            if counted_ok:
-                model.stats.record_success(
-                    pending.batch_size,
-                    end_ns - pending.submit_ns,
-                    dispatch_ns - pending.submit_ns,
-                    timings,
-                )
-            else:
-                model.stats.record_failure(end_ns - pending.submit_ns)
+            self._count_final(pending, flags, timings, dispatch_ns, end_ns)
             self._pending.pop(pending.request_id, None)
             future.set_exception(error_of_triton_code(code, outcome.get("error", "")))
             return
@@ -1046,9 +1050,7 @@ class ModelManager:
                 self._pending.pop(pending.request_id, None)
                 future.set_exception(exc)
                 return
-        model.stats.record_success(
-            pending.batch_size, end_ns - pending.submit_ns, dispatch_ns - pending.submit_ns, timings
-        )
+        self._count_final(pending, flags, timings, dispatch_ns, end_ns)
         self._pending.pop(pending.request_id, None)
         future.set_result(response)
         if self._traces:
@@ -1082,16 +1084,7 @@ class ModelManager:
             self._pending.pop(pending.request_id, None)
             if self._traces:
                 self._drop_trace(pending.request_id)
-            model = pending.model
-            if error is None or flags & _core.RESPONSE_MODEL_ERROR:  # Triton's successes
-                model.stats.record_success(
-                    pending.batch_size,
-                    end_ns - pending.submit_ns,
-                    dispatch_ns - pending.submit_ns,
-                    timings,
-                )
-            else:
-                model.stats.record_failure(end_ns - pending.submit_ns)
+            self._count_final(pending, flags, timings, dispatch_ns, end_ns)
         pending.deliver(flags, error, json, slots, self.core.arena, final)
 
     def _fail_batch(self, pendings: list, status: int, end_ns: int, reason=None) -> None:
