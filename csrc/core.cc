@@ -1038,6 +1038,7 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
     take_submits_locked(instance);
   }
   dispatch_all_locked(arrivals_possible);
+  write_gathered_locked();
   std::vector<Completion> out;
   out.swap(done_);
   return out;
@@ -1093,6 +1094,7 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
     ch->reset();
   }
   run_staged_locked();
+  write_gathered_locked();
   std::vector<Completion> out;
   out.swap(done_);
   return out;
@@ -1304,13 +1306,7 @@ void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
   // counted, its trace ended and its route dropped with the last.
   const bool final = entries.empty() || (entries[0].flags & kResponseFinal) != 0;
   const bool counted = final && !entries.empty() && (entries[0].flags & kResponseError) == 0;
-  // A traced ensemble that is a step or a BLS call ends its child trace (no compute).
-  if (!trace_nodes_.empty()) {
-    if (child_keeps_tensors_locked(request.id)) {
-      for (const ResponseEntry& entry : entries) child_trace_outputs_locked(request.id, entry);
-    }
-    if (final) end_child_trace_locked(request.id, nullptr);
-  }
+  ensemble_answer_traces_locked(request, entries, final);
   if (origin.instance == EnsembleOrigin::kStep) {  // a step of another ensemble
     const uint64_t step_id = origin.tag;
     if (status != kCompletionOk || entries.empty()) {
@@ -1376,6 +1372,70 @@ void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
                         BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
   if (counted) count_ensemble_locked(model, request, timings);
   if (final) erase_route_locked(route);
+}
+
+void Core::ensemble_answer_traces_locked(const QueuedRequest& request,
+                                         const std::vector<ResponseEntry>& entries, bool final) {
+  // A traced ensemble that is a step or a BLS call ends its child trace (no compute).
+  if (trace_nodes_.empty()) return;
+  if (child_keeps_tensors_locked(request.id)) {
+    for (const ResponseEntry& entry : entries) child_trace_outputs_locked(request.id, entry);
+  }
+  if (final) end_child_trace_locked(request.id, nullptr);
+}
+
+void Core::finish_ensemble(uint64_t model, const QueuedRequest& request,
+                           const EnsembleOrigin& origin, const std::vector<ResponseEntry>& entries,
+                           const uint64_t timings[4], int32_t status, bool decoupled,
+                           std::vector<uint64_t> blocks) {
+  const bool gather = origin.instance == EnsembleOrigin::kFrontend && !decoupled &&
+                      status == kCompletionOk && entries.size() == 1 &&
+                      (entries[0].flags & (kResponseFinal | kResponseError)) == kResponseFinal;
+  if (!gather) {
+    answer_ensemble(model, request, origin, entries, timings, status);
+    for (uint64_t block : blocks) arena_.free(block);
+    release_request(request);
+    return;
+  }
+  ensemble_answer_traces_locked(request, entries, true);
+  Gathered& group = gathered_[model];
+  if (group.requests.empty()) {
+    group.done_index = done_.size();
+    done_.push_back(Completion{0, kCompletionOk, kNoInstance, 0, 0, timings[0], {}});
+  }
+  ResponseEntry entry = entries[0];
+  entry.request_index = static_cast<uint32_t>(group.entries.size());
+  entry.json = group.jsons.emplace_back(entries[0].json);
+  group.entries.push_back(std::move(entry));
+  group.started.push_back(timings[0]);
+  group.compute_ns += timings[2];
+  group.requests.push_back(request);
+  group.blocks.insert(group.blocks.end(), blocks.begin(), blocks.end());
+  done_[group.done_index].request_ids.push_back(request.id);
+}
+
+void Core::write_gathered_locked() {
+  for (auto& [model, group] : gathered_) {
+    Completion& done = done_[group.done_index];
+    const size_t n = group.entries.size();
+    // One request's answer is the block it always had; more carry their starts.
+    const bool started_each = n > 1;
+    const uint64_t timings[4] = {group.started[0], 0, group.compute_ns / n, 0};
+    const uint64_t size = response_block_size(group.entries, started_each);
+    const uint64_t block = arena_.alloc(size, 0);
+    if (block == 0) {
+      done.status = kCompletionArenaFull;
+    } else {
+      write_response_block(arena_.base() + block, group.entries, timings,
+                           started_each ? group.started.data() : nullptr);
+      done.batch_id = next_batch_id_++;
+      done.result_offset = block;
+      done.result_size = size;
+    }
+    for (uint64_t kept : group.blocks) arena_.free(kept);
+    assembler_.release(group.requests);
+  }
+  gathered_.clear();
 }
 
 void Core::count_ensemble_locked(uint64_t model, const QueuedRequest& request,

@@ -442,6 +442,16 @@ class Core : private EnsembleHost {
   void answer_ensemble(uint64_t model, const QueuedRequest& request, const EnsembleOrigin& origin,
                        const std::vector<ResponseEntry>& entries, const uint64_t timings[4],
                        int32_t status) override;
+  void finish_ensemble(uint64_t model, const QueuedRequest& request, const EnsembleOrigin& origin,
+                       const std::vector<ResponseEntry>& entries, const uint64_t timings[4],
+                       int32_t status, bool decoupled, std::vector<uint64_t> blocks) override;
+  // What answering an ensemble request's responses tells its trace (a step's or a BLS
+  // call's child trace keeps its outputs, and ends with the last).
+  void ensemble_answer_traces_locked(const QueuedRequest& request,
+                                     const std::vector<ResponseEntry>& entries, bool final);
+  // Writes the answers gathered since the completions were last handed out (see
+  // gathered_), before poll() or instance_down() hands them out.
+  void write_gathered_locked();
   // Starts the ensemble requests that arrived since the last dispatch (always from
   // the top of a dispatch, so the EnsembleScheduler is never re-entered by a start).
   // True if it left completions for poll().
@@ -501,6 +511,23 @@ class Core : private EnsembleHost {
   };
   std::vector<EnsembleStart> ensemble_starts_;
   EnsembleScheduler ensembles_{*this};
+  // A client's ensemble requests that succeeded since the completions were last handed
+  // out, by ensemble model: answered together, one response block and one completion
+  // (its place in done_ kept from the first), as a batch of a model with instances is,
+  // so the frontend reads one block for them rather than one each. Each response's
+  // outputs point into the step responses and request blocks kept here until the
+  // block is written; the block ends with each request's start (kResponseStartedEach:
+  // their queue times differ) and its compute time is their mean.
+  struct Gathered {
+    size_t done_index = 0;
+    std::vector<ResponseEntry> entries;
+    std::deque<std::string> jsons;  // the entries' JSON (a deque: views stay valid)
+    std::vector<uint64_t> started;
+    uint64_t compute_ns = 0;
+    std::vector<QueuedRequest> requests;
+    std::vector<uint64_t> blocks;
+  };
+  std::unordered_map<uint64_t, Gathered> gathered_;
   static constexpr uint32_t kEnsembleRoute = 0xffffffffu;
   // Scratch for dispatch_locked, kept to spare allocations on the hot path.
   std::vector<uint32_t> idle_;

@@ -702,7 +702,6 @@ void EnsembleScheduler::finish(uint64_t request_id, int64_t iteration) {
   std::vector<ResponseEntry> entries;
   std::string json;
   int32_t status = kCompletionOk;
-  Arena& arena = host_.ensemble_arena();
   if (run.cancelled) {
     status = kCompletionCancelled;
   } else {
@@ -729,9 +728,8 @@ void EnsembleScheduler::finish(uint64_t request_id, int64_t iteration) {
     }
     entries.push_back(std::move(entry));
   }
-  host_.answer_ensemble(run.model, run.request, run.origin, entries, timings, status);
-  for (uint64_t block : run.blocks) arena.free(block);
-  host_.release_request(run.request);
+  host_.finish_ensemble(run.model, run.request, run.origin, entries, timings, status,
+                        run.graph->decoupled, std::move(run.blocks));
 }
 
 bool EnsembleScheduler::cancel(uint64_t request_id) {

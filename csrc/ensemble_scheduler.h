@@ -101,6 +101,15 @@ class EnsembleHost {
                                const EnsembleOrigin& origin,
                                const std::vector<ResponseEntry>& entries, const uint64_t timings[4],
                                int32_t status) = 0;
+  // A request's last answer, as answer_ensemble gives it, after which the request's
+  // block and `blocks` (the step responses its outputs point into) go. The host may
+  // hold them a while: it answers a client's successful requests that end in one
+  // poll together (Core: one block, one completion), as a batch is answered.
+  // `decoupled`: the ensemble streams, and its last answer follows its others in order.
+  virtual void finish_ensemble(uint64_t model, const QueuedRequest& request,
+                               const EnsembleOrigin& origin,
+                               const std::vector<ResponseEntry>& entries, const uint64_t timings[4],
+                               int32_t status, bool decoupled, std::vector<uint64_t> blocks) = 0;
 };
 
 // The core's Scheduler for an ensemble model: holds nothing (its requests go to the

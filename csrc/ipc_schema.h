@@ -160,12 +160,17 @@ inline bool response_counts_as_failure(uint32_t flags) {
 // ResponseHeader.flags: the model wrote the outputs' bytes into the block itself
 // (response_block.h, output-major), none was copied in.
 constexpr uint32_t kResponseOutputsInPlace = 1;
+// ResponseHeader.flags: the block answers requests that started apart (the core's
+// answer to several ensemble requests at once) and ends with one uint64 per response,
+// in record order: when that response's request started (monotonic ns), what its queue
+// time counts up to instead of the completion's dispatch time. Only the core writes it.
+constexpr uint32_t kResponseStartedEach = 2;
 
 struct ResponseHeader {
   uint32_t magic;
   uint32_t n_responses;
   uint32_t n_outputs;
-  uint32_t flags;  // kResponseOutputsInPlace
+  uint32_t flags;  // kResponseOutputsInPlace | kResponseStartedEach
   // Worker-side timings of the batch (ns): start, compute_input, compute_infer,
   // compute_output.
   uint64_t timings[4];

@@ -328,7 +328,8 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
     answer.counted_failure = outcome.counted_failure;
     answer.batch_size = recipe.batch_size;
     answer.request_ns = end_ns - recipe.submit_ns;
-    answer.queue_ns = dispatch_ns > recipe.submit_ns ? dispatch_ns - recipe.submit_ns : 0;
+    const uint64_t started = outcome.started_ns != 0 ? outcome.started_ns : dispatch_ns;
+    answer.queue_ns = started > recipe.submit_ns ? started - recipe.submit_ns : 0;
     InferResponse& response = answer.response;
     response.request_id = request_id;
     if (outcome.error) {

@@ -22,19 +22,21 @@ uint64_t json_end(const std::vector<ResponseEntry>& entries) {
 
 }  // namespace
 
-uint64_t response_block_size(const std::vector<ResponseEntry>& entries) {
+uint64_t response_block_size(const std::vector<ResponseEntry>& entries, bool started_each) {
   uint64_t end = json_end(entries);
   for (const ResponseEntry& entry : entries) {
     for (const OutputBytes& output : entry.outputs) end = align_tensor(end) + output.size;
   }
+  if (started_each) end += entries.size() * sizeof(uint64_t);
   return end;
 }
 
 void write_response_block(uint8_t* block, const std::vector<ResponseEntry>& entries,
-                          const uint64_t timings[4]) {
+                          const uint64_t timings[4], const uint64_t* started) {
   const uint32_t n_responses = static_cast<uint32_t>(entries.size());
   auto* header = reinterpret_cast<ResponseHeader*>(block);
-  *header = ResponseHeader{kResponseMagic, n_responses, output_count(entries), 0, {0, 0, 0, 0}};
+  const uint32_t flags = started != nullptr ? kResponseStartedEach : 0;
+  *header = ResponseHeader{kResponseMagic, n_responses, output_count(entries), flags, {0, 0, 0, 0}};
   for (int i = 0; i < 4; ++i) header->timings[i] = timings[i];
   auto* records = reinterpret_cast<ResponseRecord*>(block + response_records_offset());
   auto* slots = reinterpret_cast<OutputSlot*>(block + response_outputs_offset(n_responses));
@@ -59,6 +61,9 @@ void write_response_block(uint8_t* block, const std::vector<ResponseEntry>& entr
       if (out.size != 0) std::memcpy(block + data_cursor, out.data, out.size);
       data_cursor += out.size;
     }
+  }
+  if (started != nullptr) {  // right after the last output: where the size puts it
+    std::memcpy(block + data_cursor, started, uint64_t{n_responses} * sizeof(uint64_t));
   }
 }
 
@@ -150,8 +155,21 @@ bool view_response_block(const uint8_t* block, uint64_t size, ResponseBlockView*
   for (uint32_t o = 0; o < header->n_outputs; ++o) {
     if (slots[o].offset > size || slots[o].size > size - slots[o].offset) return false;
   }
-  *out = ResponseBlockView{block, size, header, records, slots};
+  const uint8_t* started = nullptr;
+  if ((header->flags & kResponseStartedEach) != 0) {
+    const uint64_t stamps = uint64_t{header->n_responses} * sizeof(uint64_t);
+    if (stamps > size - slots_at) return false;
+    started = block + (size - stamps);
+  }
+  *out = ResponseBlockView{block, size, header, records, slots, started};
   return true;
+}
+
+uint64_t ResponseBlockView::started_ns(uint32_t r) const {
+  if (started == nullptr) return 0;
+  uint64_t stamp = 0;
+  std::memcpy(&stamp, started + uint64_t{r} * sizeof(uint64_t), sizeof stamp);
+  return stamp;
 }
 
 ResponseEntry entry_of(const ResponseBlockView& view, uint32_t index) {

@@ -27,10 +27,12 @@ struct ResponseEntry {
   std::vector<OutputBytes> outputs;
 };
 
-uint64_t response_block_size(const std::vector<ResponseEntry>& entries);
-// Writes the block (response_block_size bytes) at `block`, outputs copied in.
+// `started_each`: the block ends with each response's start (kResponseStartedEach).
+uint64_t response_block_size(const std::vector<ResponseEntry>& entries, bool started_each = false);
+// Writes the block (response_block_size bytes) at `block`, outputs copied in; with
+// `started` (one per entry), flagged kResponseStartedEach and ending with them.
 void write_response_block(uint8_t* block, const std::vector<ResponseEntry>& entries,
-                          const uint64_t timings[4]);
+                          const uint64_t timings[4], const uint64_t* started = nullptr);
 
 // Output-major blocks, for a model that writes its batch-major outputs in place: every
 // entry has the same outputs in the same order, and output j of all entries lies in one
@@ -53,7 +55,11 @@ struct ResponseBlockView {
   const ResponseHeader* header = nullptr;
   const ResponseRecord* records = nullptr;
   const OutputSlot* outputs = nullptr;
+  // kResponseStartedEach: where the responses' start stamps are (unaligned), else null.
+  const uint8_t* started = nullptr;
 
+  // When response `r`'s request started (kResponseStartedEach), else 0.
+  uint64_t started_ns(uint32_t r) const;
   std::string_view json(const ResponseRecord& record) const {
     return std::string_view(reinterpret_cast<const char*>(block + record.json_offset),
                             record.json_size);

@@ -63,6 +63,7 @@ bool parse_result_block(const uint8_t* block, uint64_t block_size, ResultBlock* 
     outcome.error = (record.flags & kResponseError) != 0;
     outcome.counted_failure = response_counts_as_failure(record.flags);
     outcome.code = record.error_code;
+    outcome.started_ns = view.started_ns(r);
     outcome.first_output = out->outputs.size();
     if (!parse_response_json(view, record, &outcome, out)) return false;
     outcome.output_count = out->outputs.size() - outcome.first_output;

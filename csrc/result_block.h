@@ -26,6 +26,9 @@ struct ResultOutcome {
   std::string_view parameters;  // the response parameters: a raw JSON object, or empty
   size_t first_output = 0;
   size_t output_count = 0;
+  // When its request started, from a block flagged kResponseStartedEach; else 0 (the
+  // completion's dispatch time is every request's).
+  uint64_t started_ns = 0;
 };
 struct ResultBlock {
   std::vector<ResultOutcome> outcomes;

@@ -436,6 +436,55 @@ def test_statistics_count_each_step_and_bls_call_on_the_called_model(server):
     )
 
 
+def _ensemble_stats(server) -> dict:
+    stats = requests.get(f"{server.url}/v2/models/ensemble_add_sub/stats", timeout=TIMEOUT)
+    entry = stats.json()["model_stats"][0]
+    counts = {k: v["count"] for k, v in entry["inference_stats"].items()}
+    counts["inferences"] = entry["inference_count"]
+    counts["executions"] = entry["execution_count"]
+    counts["batch 1"] = sum(
+        b["compute_infer"]["count"] for b in entry["batch_stats"] if b["batch_size"] == 1
+    )
+    return counts
+
+
+def test_concurrent_ensemble_requests_get_their_own_outputs_and_each_counts_once(server):
+    # Requests that end together are answered from one response block (the core
+    # gathers them): each client still gets its own outputs, and the ensemble's
+    # statistics count each request as one execution of batch size 1, as Triton does.
+    def binary(k: int):  # the fast lane's binary tensors; a client per thread (gevent)
+        a = np.full((1, 16), float(k), dtype=np.float32)
+        inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+        inputs[0].set_data_from_numpy(a, binary_data=True)
+        inputs[1].set_data_from_numpy(B, binary_data=True)
+        client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+        try:
+            result = client.infer("ensemble_add_sub", inputs)
+        finally:
+            client.close()
+        return k, result.as_numpy("OUTPUT0"), result.as_numpy("OUTPUT1")
+
+    def json_body(k: int):
+        a = np.full((1, 16), float(k), dtype=np.float32)
+        status, _payload, outputs = infer(server, "ensemble_add_sub", a=a)
+        assert status == 200
+        return k, outputs["OUTPUT0"], outputs["OUTPUT1"]
+
+    before = _ensemble_stats(server)
+    calls = [binary] * 40 + [json_body] * 24
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda i: calls[i](i), range(len(calls))))
+    for k, out0, out1 in answers:  # (a + b) + (a - b), (a + b) - (a - b)
+        np.testing.assert_array_equal(out0, np.full((1, 16), 2.0 * k, dtype=np.float32))
+        np.testing.assert_array_equal(out1, 2 * B)
+    after = _ensemble_stats(server)
+    counted = {k: after[k] - before[k] for k in after}
+    n = len(calls)
+    for key in ("success", "queue", "compute_infer", "inferences", "executions", "batch 1"):
+        assert counted[key] == n, (key, counted)
+    assert counted["fail"] == 0
+
+
 def test_metrics_follow_the_statistics_of_steps_and_bls_calls(server):
     assert infer(server, "ensemble_add_sub")[0] == 200
     text = requests.get(f"http://{server.host}:{server.metrics_port}/metrics", timeout=TIMEOUT).text

@@ -177,6 +177,8 @@ cdef extern from "response_block.h" namespace "naiad":
         const ResponseHeaderC* header
         const ResponseRecordC* records
         const OutputSlotC* outputs
+        const uint8_t* started
+        uint64_t started_ns(uint32_t r)
 
     cbool view_response_block(const uint8_t* block, uint64_t size, ResponseBlockView* out)
     uint64_t response_block_size(const vector[ResponseEntry]& entries) except +
@@ -1188,6 +1190,22 @@ def read_response_block(buffer, uint64_t offset, uint64_t size):
     timings = [view.header.timings[0], view.header.timings[1], view.header.timings[2],
                view.header.timings[3]]
     return timings, out
+
+
+def response_started(buffer, uint64_t offset, uint64_t size):
+    """When each response's request started (monotonic ns, in record order) for a block
+    that answers requests that started apart (the core's answer to ensemble requests that
+    ended together, csrc/ipc_schema.h kResponseStartedEach): what a request's queue time
+    counts up to instead of its completion's dispatch time. None for any other block."""
+    cdef const uint8_t[::1] memory = buffer
+    cdef uint64_t total = memory.shape[0]
+    if offset == 0 or offset > total or size > total - offset:
+        return None
+    cdef ResponseBlockView view
+    if not view_response_block(&memory[0] + offset, size, &view) or view.started == NULL:
+        return None
+    cdef uint32_t r
+    return [view.started_ns(r) for r in range(view.header.n_responses)]
 
 
 cdef list _response_entries(list responses, list timings, vector[ResponseEntry]* entries,

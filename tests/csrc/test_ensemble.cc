@@ -30,7 +30,8 @@ const uint64_t kTimings[4] = {1, 2, 3, 4};
 
 struct Ensemble {
   // `sequence`: add_sub under the sequence batcher (direct, one slot) instead.
-  explicit Ensemble(bool set_graph = true, bool sequence = false) : core(1 << 22, nullptr, false) {
+  explicit Ensemble(bool set_graph = true, bool sequence = false, Clock clock = nullptr)
+      : core(1 << 22, std::move(clock), false) {
     BatcherConfig config;
     config.dynamic_batching = true;
     config.max_batch_size = 8;
@@ -141,8 +142,8 @@ struct Ensemble {
     poll();
     CHECK(serve() == 2);
     std::vector<Completion> done = poll();
-    CHECK(done.size() == 2);
-    for (const Completion& c : done) core.arena().free(c.result_offset);
+    CHECK(done.size() == 1 && done[0].request_ids.size() == 2);  // answered together
+    core.arena().free(done[0].result_offset);
   }
 
   Core core;
@@ -231,8 +232,50 @@ TEST(ensemble_steps_batch_together_and_with_direct_traffic) {
   CHECK(e.poll().empty());
   CHECK(e.serve() == 3);
   std::vector<Completion> done = e.poll();
-  CHECK(done.size() == 3);
-  for (const Completion& c : done) e.core.arena().free(c.result_offset);
+  CHECK(done.size() == 1 && done[0].request_ids.size() == 3);  // ended together: one answer
+  e.core.arena().free(done[0].result_offset);
+  CHECK(e.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
+}
+
+TEST(ensemble_requests_that_end_together_share_one_block_each_with_its_own_start) {
+  uint64_t now = 1000;
+  Ensemble e(true, false, [&now] { return now += 10; });  // every reading a later time
+  const ArenaStats baseline = e.core.arena().stats();
+  const float a2[4] = {5, 6, 7, 8};
+  CHECK(e.core.submit(e.ensemble, e.request(7, kA, kB)) == SubmitResult::kOk);
+  CHECK(e.core.submit(e.ensemble, e.request(9, a2, kB)) == SubmitResult::kOk);
+  const uint64_t before_start = now;
+  e.core.flush();
+  const uint64_t after_start = now;
+  CHECK(e.serve() == 2);
+  CHECK(e.poll().empty());
+  CHECK(e.serve() == 2);
+  std::vector<Completion> done = e.poll();
+  CHECK(done.size() == 1 && done[0].status == kCompletionOk);
+  CHECK((done[0].request_ids == std::vector<uint64_t>{7, 9}));
+  ResultBlock result;
+  CHECK(parse_result_block(e.core.arena().base() + done[0].result_offset, done[0].result_size,
+                           &result));
+  CHECK(result.outcomes.size() == 2);
+  uint64_t started_sum = 0;
+  for (uint32_t r = 0; r < 2; ++r) {
+    const ResultOutcome& outcome = result.outcomes[r];
+    CHECK(outcome.request_index == r && outcome.final && !outcome.error);
+    // Each request's own start, as its queue time counts up to it (not the first's).
+    CHECK(outcome.started_ns > before_start && outcome.started_ns <= after_start);
+    started_sum += outcome.started_ns;
+    const float* a = r == 0 ? kA : a2;
+    const ResultOutput& out0 = result.outputs[outcome.first_output];
+    CHECK(out0.name == "OUTPUT0" && out0.size == 16);
+    const auto* values =
+        reinterpret_cast<const float*>(e.core.arena().base() + done[0].result_offset + out0.offset);
+    for (int k = 0; k < 4; ++k) CHECK(values[k] == 2 * a[k]);  // (a + b) + (a - b)
+  }
+  CHECK(result.outcomes[0].started_ns < result.outcomes[1].started_ns);  // started apart
+  // The compute time is the requests' mean: the sum over both is theirs.
+  CHECK(result.timings[0] == result.outcomes[0].started_ns);
+  CHECK(result.timings[2] > 0 && result.timings[2] < now - started_sum / 2);
+  e.core.arena().free(done[0].result_offset);
   CHECK(e.core.arena().stats().blocks_in_use == baseline.blocks_in_use);
 }
 

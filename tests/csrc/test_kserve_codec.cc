@@ -337,6 +337,43 @@ uint64_t queued_blocks(Core& core) { return core.arena().stats().blocks_in_use; 
 
 }  // namespace
 
+TEST(codec_counts_each_requests_queue_to_its_own_start_when_the_block_gives_them) {
+  // The core's answer to ensemble requests that ended together (kResponseStartedEach):
+  // one block, each request's start in it; the completion's dispatch time is not theirs.
+  LaneFixture f;
+  KServeCodec& codec = f.lane.codec();
+  CHECK(f.submit(make_body(add_sub_json(2), 256), 41) == SubmitOutcome::kQueued);  // at 1000
+  CHECK(f.submit(make_body(add_sub_json(2), 256), 42) == SubmitOutcome::kQueued);
+  const std::vector<ResponseEntry> entries{ok_entry(0, "{\"outputs\":[]}", {}),
+                                           ok_entry(1, "{\"outputs\":[]}", {})};
+  const uint64_t timings[4] = {1200, 0, 50, 0};
+  const uint64_t started[2] = {1200, 1700};
+  std::string block(response_block_size(entries, true), '\0');
+  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings, started);
+  std::vector<KServeCodec::Answer> answers;
+  uint64_t read_timings[4];
+  const uint8_t* result = reinterpret_cast<const uint8_t*>(block.data());
+  CHECK(codec.complete(result, block.size(), {41, 42}, 1500, 4000, &answers, read_timings));
+  CHECK(answers.size() == 2);
+  CHECK(answers[0].response.request_id == 41 && answers[0].queue_ns == 200);
+  CHECK(answers[1].response.request_id == 42 && answers[1].queue_ns == 700);
+  CHECK(answers[0].request_ns == 3000 && answers[1].request_ns == 3000);
+  ResponseBlockView view;
+  CHECK(view_response_block(result, block.size(), &view) && view.started_ns(1) == 1700);
+  // Stamps that cannot fit after the records are a damaged block.
+  std::string header_only(block.data(), sizeof(ResponseHeader) + sizeof(ResponseRecord));
+  reinterpret_cast<ResponseHeader*>(&header_only[0])->n_responses = 1;
+  auto* record = reinterpret_cast<ResponseRecord*>(&header_only[sizeof(ResponseHeader)]);
+  record->json_size = 0;  // a record that fits: only the stamps do not
+  record->json_offset = header_only.size();
+  CHECK(!view_response_block(reinterpret_cast<const uint8_t*>(header_only.data()),
+                             header_only.size(), &view));
+  reinterpret_cast<ResponseHeader*>(&header_only[0])->flags = 0;  // no stamps: it reads
+  CHECK(view_response_block(reinterpret_cast<const uint8_t*>(header_only.data()),
+                            header_only.size(), &view) &&
+        view.started == nullptr);
+}
+
 TEST(codec_queues_and_answers_through_the_core) {
   LaneFixture f;
   KServeCodec& codec = f.lane.codec();

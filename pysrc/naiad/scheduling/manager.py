@@ -737,7 +737,14 @@ class ModelManager:
             if len(lane) != len(live):
                 timings = self._answer_general(pendings, offset, size, dispatch_ns, end_ns)
             if timings is not None and timings[0]:  # streamed responses carry none
-                live[0].model.stats.record_execution(sum(p.batch_size for p in live), timings)
+                stats = live[0].model.stats
+                if _instance == _core.NO_INSTANCE:
+                    # The core's answer to ensemble requests (one block for those that
+                    # ended together): each is an execution of its own, as in Triton.
+                    for pending in live:
+                        stats.record_execution(pending.batch_size, timings)
+                else:
+                    stats.record_execution(sum(p.batch_size for p in live), timings)
         finally:
             if offset:
                 self.core.free(offset)
@@ -986,11 +993,15 @@ class ModelManager:
                 f"the response block names a request beyond the batch of {len(pendings)}"
             )
         arena = self.core.arena
+        # Ensemble requests answered together started apart: each its own start.
+        started = _core.response_started(arena, offset, size)
         # HTTP answers once: a request's final response is its answer. A request without
         # one in this block gets it in a later block, or fails when the batch ends (the
         # core's completion for it): it stays pending until then.
-        for index, flags, code, json, slots in responses:
+        for record, (index, flags, code, json, slots) in enumerate(responses):
             pending = pendings[index]
+            if started is not None:
+                dispatch_ns = started[record]
             if pending is not None and pending.stream:
                 self._deliver_stream(
                     pending, flags, code, json, slots, timings, dispatch_ns, end_ns
