@@ -4,9 +4,10 @@
 // inputs exist as a request of its own on that step's model (through the model's own
 // Scheduler, so steps batch with direct traffic). When a step's response comes back
 // the scheduler maps its outputs to ensemble tensors and queues the steps now
-// complete; once nothing runs, it writes the ensemble's response block and the core
+// complete; once nothing runs, it gives the host the ensemble's response, and the core
 // answers the original request through the completion path the lanes already read
-// (or routes it to the worker that called). Tensors never leave the arena: a step's
+// (or routes it to the worker that called); a client's requests that end together
+// share one response block (EnsembleHost::finish_ensemble). Tensors never leave the arena: a step's
 // response is kept in a block of the request's own (one copy out of the batch's
 // shared response block), the next step's inputs are copied once from there into its
 // request block (Core's assembler), and the ensemble's outputs once into its response.

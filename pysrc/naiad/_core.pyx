@@ -709,15 +709,15 @@ RESPONSE_FINAL = kResponseFinal
 RESPONSE_ERROR = kResponseError
 RESPONSE_MODEL_ERROR = kResponseModelError
 
-# How a lane answer counts (FastLane.complete, GrpcLane.complete): a failure, a success,
-# or an error response the model sent, which Triton 2.51 counts as a success
-# (csrc/ipc_schema.h response_counts_as_failure).
 def response_counts_as_failure(uint32_t flags):
     """Whether the statistics count a final response with `flags` (RESPONSE_*) as a
     failure: csrc/ipc_schema.h's one rule (an error the model sent is a success)."""
     return c_response_counts_as_failure(flags)
 
 
+# How a lane answer counts (FastLane.complete, GrpcLane.complete): a failure, a success,
+# or an error response the model sent, which Triton 2.51 counts as a success
+# (csrc/ipc_schema.h response_counts_as_failure).
 cdef enum:
     _REPLY_FAILED = 0
     _REPLY_OK = 1
