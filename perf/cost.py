@@ -294,6 +294,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="split each process's CPU by code (Python, kernel, C++ core, uvloop...) with perf",
     )
+    ap.add_argument(
+        "--naiad-arg",
+        action="append",
+        default=[],
+        help="one more `naiad serve` flag (repeatable), e.g. --naiad-arg=--http-io-loop=false",
+    )
     args = ap.parse_args(argv)
 
     if args.server == "triton":
@@ -302,8 +308,8 @@ def main(argv=None) -> int:
     else:
         tree = args.naiad_tree.resolve()
         python = args.naiad_python or tree / ".venv" / "bin" / "python"
-        server = NaiadServer(tree, python)
-        label = f"naiad ({tree})"
+        server = NaiadServer(tree, python, extra_args=args.naiad_arg)
+        label = f"naiad ({tree}{''.join(' ' + a for a in args.naiad_arg)})"
     with tempfile.TemporaryDirectory(prefix="naiad-cost-") as tmp:
         repo = Path(tmp) / "models"
         repo.mkdir()

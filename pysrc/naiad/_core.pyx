@@ -632,6 +632,79 @@ cdef extern from "http_framer.h" namespace "naiad":
         void forget(uint64_t request_id) nogil
 
 
+cdef extern from "http_io.h" namespace "naiad":
+    cdef enum class IoEventKind "naiad::HttpIo::EventKind"(uint8_t):
+        kAccepted "naiad::HttpIo::EventKind::kAccepted"
+        kData "naiad::HttpIo::EventKind::kData"
+        kHandOver "naiad::HttpIo::EventKind::kHandOver"
+        kEof "naiad::HttpIo::EventKind::kEof"
+        kClosed "naiad::HttpIo::EventKind::kClosed"
+        kPauseWriting "naiad::HttpIo::EventKind::kPauseWriting"
+        kResumeWriting "naiad::HttpIo::EventKind::kResumeWriting"
+
+    cdef cppclass IoEvent "naiad::HttpIo::Event":
+        IoEventKind kind
+        uint64_t connection
+        string data
+
+    cdef cppclass IoAnswered "naiad::HttpIo::Answered":
+        uint32_t lane_model
+        uint32_t instance_id
+        uint64_t timings[4]
+        uint32_t successes
+        uint32_t inferences
+        uint64_t request_ns
+        uint64_t queue_ns
+        vector[uint64_t] failed_ns
+        vector[pair[uint64_t, uint64_t]] each
+        vector[uint32_t] batch_sizes
+        vector[uint64_t] lost
+
+    cdef cppclass IoTurn "naiad::HttpIo::Turn":
+        vector[IoEvent] events
+        vector[Completion] completions
+        vector[IoAnswered] answered
+        uint32_t queued
+        uint32_t cached
+        uint32_t refused
+
+    cdef cppclass IoOwned "naiad::HttpIo::Owned":
+        uint32_t lane_model
+        uint32_t batch_size
+        uint64_t submit_ns
+
+    cdef cppclass CHttpIo "naiad::HttpIo":
+        CHttpIo(HttpLane& lane, CCore& core, int listen_fd) except +
+        int epoll_fd()
+        void set_taking(cbool taking)
+        void set_max_body(size_t max_body)
+        void set_each(cbool each)
+        void stop_listening()
+        void run(uint32_t python_open, uint32_t python_waiting, IoTurn* turn) except + nogil
+        size_t pending_events()
+        void write(uint64_t connection, const char* data, size_t size) nogil
+        cbool close(uint64_t connection, cbool abort) nogil
+        void write_eof(uint64_t connection)
+        void pause_reading(uint64_t connection)
+        void resume_reading(uint64_t connection)
+        size_t unsent(uint64_t connection)
+        cbool is_open(uint64_t connection)
+        cbool in_lane_mode(uint64_t connection)
+        void take_back(uint64_t connection, const char* data, size_t size,
+                       IoTurn* turn) except + nogil
+        cbool owned(uint64_t request_id, IoOwned* out)
+        cbool answer(uint64_t request_id, const char* http, size_t size)
+        void flush_writes() nogil
+        uint32_t open_count()
+        uint32_t waiting_count()
+        size_t connection_count()
+        size_t in_flight()
+        vector[uint64_t] owned_ids()
+        void sweep(uint64_t before_ns, uint64_t idle_before_ns, vector[uint64_t]* timed_out,
+                   vector[uint64_t]* idle)
+        void hand_over(uint64_t connection)
+
+
 cdef extern from "worker_endpoint.h" namespace "naiad":
     cdef cppclass CWorkerEndpoint "naiad::WorkerEndpoint":
         CWorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd) except +
@@ -1998,6 +2071,175 @@ cdef class FastLane:
 
     def in_flight(self):
         return self._lane.codec().in_flight()
+
+
+# HttpIo events (csrc/http_io.h EventKind).
+IO_ACCEPTED = <int>IoEventKind.kAccepted
+IO_DATA = <int>IoEventKind.kData
+IO_HAND_OVER = <int>IoEventKind.kHandOver
+IO_EOF = <int>IoEventKind.kEof
+IO_CLOSED = <int>IoEventKind.kClosed
+IO_PAUSE_WRITING = <int>IoEventKind.kPauseWriting
+IO_RESUME_WRITING = <int>IoEventKind.kResumeWriting
+
+
+IoAnswered_ = namedtuple(
+    "IoAnswered",
+    "lane_model instance_id timings successes inferences request_ns queue_ns failed_ns each "
+    "batch_sizes lost")
+IoTurnResult = namedtuple("IoTurnResult", "events completions answered queued cached refused")
+
+
+cdef object _io_turn(IoTurn& turn):
+    """The turn's events [(kind, connection, data bytes or None)], completions for
+    Python (as Core.poll gives them), answered completions' statistics, and counts."""
+    cdef list events = []
+    cdef size_t i
+    for i in range(turn.events.size()):
+        if (turn.events[i].kind == IoEventKind.kData
+                or turn.events[i].kind == IoEventKind.kHandOver):
+            data = PyBytes_FromStringAndSize(turn.events[i].data.data(),
+                                             turn.events[i].data.size())
+        else:
+            data = None
+        events.append((<int>turn.events[i].kind, turn.events[i].connection, data))
+    cdef list answered = []
+    cdef IoAnswered* a
+    for i in range(turn.answered.size()):
+        a = &turn.answered[i]
+        answered.append(IoAnswered_(
+            a.lane_model, a.instance_id,
+            [a.timings[0], a.timings[1], a.timings[2], a.timings[3]],
+            a.successes, a.inferences, a.request_ns, a.queue_ns, a.failed_ns,
+            a.each if a.each.size() else None, a.batch_sizes, a.lost))
+    return IoTurnResult(events, _completions(turn.completions) if turn.completions.size() else [],
+                        answered, turn.queued, turn.cached, turn.refused)
+
+
+cdef class HttpIo:
+    """The HTTP front end's C++ I/O loop (csrc/http_io.h) over a FastLane and its Core:
+    its connections' plain infer requests are taken, answered and written in C++; the
+    rest of each connection is handed to Python as events (http/io_server.py)."""
+
+    cdef CHttpIo* _io
+    cdef FastLane _lane
+    cdef readonly int epoll_fd
+
+    def __cinit__(self, FastLane lane, int listen_fd):
+        self._lane = lane
+        self._io = new CHttpIo(lane._lane[0], lane._core._core[0], listen_fd)
+        self.epoll_fd = self._io.epoll_fd()
+
+    def __dealloc__(self):
+        del self._io
+
+    def set_taking(self, bint taking):
+        self._io.set_taking(taking)
+
+    def set_max_body(self, size_t max_body):
+        self._io.set_max_body(max_body)
+
+    def set_each(self, bint each):
+        self._io.set_each(each)
+
+    def stop_listening(self):
+        self._io.stop_listening()
+
+    def run(self, uint32_t python_open, uint32_t python_waiting):
+        """One turn (HttpIo::run): an IoTurnResult."""
+        cdef IoTurn turn
+        with nogil:
+            self._io.run(python_open, python_waiting, &turn)
+        return _io_turn(turn)
+
+    @property
+    def pending_events(self):
+        return self._io.pending_events()
+
+    def write(self, uint64_t connection, data):
+        cdef const uint8_t[::1] view
+        if type(data) is bytes:
+            self._io.write(connection, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+            return
+        view = memoryview(data).cast("B")
+        if view.shape[0]:
+            self._io.write(connection, <const char*>&view[0], view.shape[0])
+
+    def close(self, uint64_t connection, bint abort=False):
+        """True when closed now (the caller reports it); else once its bytes are sent."""
+        return self._io.close(connection, abort)
+
+    def write_eof(self, uint64_t connection):
+        self._io.write_eof(connection)
+
+    def pause_reading(self, uint64_t connection):
+        self._io.pause_reading(connection)
+
+    def resume_reading(self, uint64_t connection):
+        self._io.resume_reading(connection)
+
+    def unsent(self, uint64_t connection):
+        return self._io.unsent(connection)
+
+    def is_open(self, uint64_t connection):
+        return self._io.is_open(connection)
+
+    def in_lane_mode(self, uint64_t connection):
+        return self._io.in_lane_mode(connection)
+
+    def take_back(self, uint64_t connection, bytes data):
+        """The connection's protocol is idle: back to lane mode with `data`."""
+        cdef IoTurn turn
+        cdef const char* start = PyBytes_AS_STRING(data)
+        cdef size_t size = PyBytes_GET_SIZE(data)
+        with nogil:
+            self._io.take_back(connection, start, size, &turn)
+        return _io_turn(turn)
+
+    def owned(self, uint64_t request_id):
+        """(lane_model, batch_size, submit_ns) of this loop's request in flight, or None."""
+        cdef IoOwned owned
+        if not self._io.owned(request_id, &owned):
+            return None
+        return owned.lane_model, owned.batch_size, owned.submit_ns
+
+    def answer(self, uint64_t request_id, bytes http):
+        """Python's whole answer to this loop's request; False when no longer owed."""
+        return self._io.answer(request_id, PyBytes_AS_STRING(http), PyBytes_GET_SIZE(http))
+
+    def flush_writes(self):
+        with nogil:
+            self._io.flush_writes()
+
+    @property
+    def open_count(self):
+        return self._io.open_count()
+
+    @property
+    def waiting_count(self):
+        return self._io.waiting_count()
+
+    @property
+    def connection_count(self):
+        return self._io.connection_count()
+
+    @property
+    def in_flight(self):
+        return self._io.in_flight()
+
+    def owned_ids(self):
+        return self._io.owned_ids()
+
+    def sweep(self, uint64_t before_ns, uint64_t idle_before_ns):
+        """(lane-mode connections holding part of a request since before `before_ns`,
+        idle ones since before `idle_before_ns`)."""
+        cdef vector[uint64_t] timed_out
+        cdef vector[uint64_t] idle
+        self._io.sweep(before_ns, idle_before_ns, &timed_out, &idle)
+        return timed_out, idle
+
+    def hand_over(self, uint64_t connection):
+        self._io.hand_over(connection)
 
 
 cdef class WorkerEndpoint:

@@ -236,6 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Naiad's own: false sends every infer request through the general Python "
         "path (differential tests, diagnosis); answers are the same either way",
     )
+    serve.add_argument(
+        "--http-io-loop",
+        type=_bool,
+        default=True,
+        help="Naiad's own: true (default) reads and answers HTTP connections in the C++ I/O "
+        "loop, with no Python per fast-lane request; false uses uvloop's transports",
+    )
     _add_access_flags(serve)
     tracing_options.add_arguments(serve)
     return parser

@@ -151,6 +151,7 @@ async def serve(options) -> int:
                     options.http_idle_timeout_secs,
                     options.http_max_connections,
                 ),
+                io_loop=getattr(options, "http_io_loop", True),
             )
         )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)

@@ -33,6 +33,8 @@ class ConnectionLimits:
         self.max_connections = max_connections
         self.tick = 0  # whole seconds since the sweep started
         self.connections: set = set()
+        # Sweeps of connections kept elsewhere (http/io_server.py), called with self.
+        self.sweeps: list = []
         self._sweep: asyncio.TimerHandle | None = None
 
     def start(self, loop) -> None:
@@ -55,11 +57,16 @@ class ConnectionLimits:
         self.tick += 1
         for connection in list(self.connections):
             self._check(connection)
+        for sweep in self.sweeps:
+            sweep(self)
         self._sweep = loop.call_later(SWEEP_SECONDS, self._run, loop)
 
     def _check(self, connection) -> None:
         if connection.closed or connection.transport is None:
             return
+        in_lane_mode = getattr(connection.transport, "in_lane_mode", None)
+        if in_lane_mode is not None and in_lane_mode():
+            return  # the C++ I/O loop holds its requests: its own sweep
         now = self.tick
         timeout = self.client_timeout
         if connection.pending:  # the server owes answers: only a client not reading them

@@ -39,7 +39,7 @@ from naiad.http.routes import (
     internal_error_reply,
 )
 
-__all__ = ["HttpProtocol", "DEFAULT_MAX_BODY_SIZE"]
+__all__ = ["HttpProtocol", "DEFAULT_MAX_BODY_SIZE", "reply_bytes"]
 
 DEFAULT_MAX_BODY_SIZE = 1 << 30  # 1 GiB
 # Requests one connection has in flight (read, not answered yet), the lane's limit too:
@@ -72,6 +72,27 @@ _STATUS_LINES = {
 _CLOSE = b"Connection: close\r\n"
 _KEEP_ALIVE = b"Connection: keep-alive\r\n"
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def reply_head(reply: Reply, keep_alive: bool = True, http10: bool = False) -> tuple[bytes, int]:
+    """The status line and headers of `reply` (ending with the blank line), and its body's
+    length."""
+    length = 0
+    for part in reply.body:
+        length += part.nbytes if isinstance(part, memoryview) else len(part)
+    status_line = _STATUS_LINES.get(reply.status) or b"HTTP/1.1 %d Unknown\r\n" % reply.status
+    if keep_alive:
+        connection = _KEEP_ALIVE if http10 else b""
+    else:
+        connection = _CLOSE
+    head = b"%sContent-Length: %d\r\n%s%s\r\n" % (status_line, length, reply.headers, connection)
+    return head, length
+
+
+def reply_bytes(reply: Reply) -> bytes:
+    """A whole keep-alive HTTP/1.1 answer: what a lane request that failed is answered."""
+    head, _ = reply_head(reply)
+    return b"".join((head, *reply.body))
 
 
 class _Slot:
@@ -605,20 +626,7 @@ class HttpProtocol(asyncio.Protocol):
             transport.write(reply)
             return
         body = reply.body
-        length = 0
-        for part in body:
-            length += part.nbytes if isinstance(part, memoryview) else len(part)
-        status_line = _STATUS_LINES.get(reply.status) or b"HTTP/1.1 %d Unknown\r\n" % reply.status
-        if keep_alive:
-            connection = _KEEP_ALIVE if http10 else b""
-        else:
-            connection = _CLOSE
-        head = b"%sContent-Length: %d\r\n%s%s\r\n" % (
-            status_line,
-            length,
-            reply.headers,
-            connection,
-        )
+        head, length = reply_head(reply, keep_alive, http10)
         if head_only or not body:
             transport.write(head)
         elif length <= SMALL_JOIN:
@@ -660,6 +668,21 @@ class HttpProtocol(asyncio.Protocol):
         return (
             f"request body of {size} bytes exceeds the maximum allowed input size of "
             f"{self.max_body_size} bytes; use --http-max-input-size to increase the limit"
+        )
+
+    def lane_idle(self) -> bool:
+        """Owes and holds nothing, so the C++ I/O loop may take the connection back
+        (http/io_server.py)."""
+        return not (
+            self.pending
+            or self._in_message
+            or self._collect is not None
+            or self._held is not None
+            or self._out
+            or self.no_more
+            or self.closed
+            or self.writing_paused
+            or self._take_http is None
         )
 
     # -- the connection limits' sweep -----------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from naiad.http.connection_limits import ConnectionLimits
+from naiad.http.io_server import IoServer, listening_socket
 from naiad.http.protocol import DEFAULT_MAX_BODY_SIZE, HttpProtocol
 from naiad.http.routes import Router
 
@@ -21,16 +22,23 @@ async def start_http_server(
     reuse_port: bool = False,
     backlog: int = 1024,
     limits: ConnectionLimits | None = None,
-) -> asyncio.Server:
+    io_loop: bool = True,
+):
     """Serve KServe v2 + Triton's HTTP extensions for `manager` on host:port.
 
-    Pass `router` to share one (e.g. with extra `/v2/<segment>` handlers registered)."""
+    Pass `router` to share one (e.g. with extra `/v2/<segment>` handlers registered).
+    `io_loop`: connections are read and answered by the C++ I/O loop (http/io_server.py),
+    when the manager has a fast lane; else by uvloop's transports."""
     loop = asyncio.get_running_loop()
     router = router or Router(manager)
 
     arrivals = getattr(manager, "arrivals", None)
     limits = limits or ConnectionLimits()
     limits.start(loop)
+
+    if io_loop and getattr(manager, "lane", None) is not None and manager.fast_lane:
+        sock = listening_socket(host, port, backlog, reuse_port)
+        return IoServer(manager, router, loop, sock, max_body_size, limits)
 
     def factory() -> HttpProtocol:
         return HttpProtocol(router, loop, max_body_size, arrivals, limits)

@@ -16,11 +16,18 @@ from __future__ import annotations
 
 
 class ArrivalTracker:
-    __slots__ = ("open", "waiting")
+    """The counts of the connections Python keeps; `io`, the HTTP front end's C++ I/O
+    loop (_core.HttpIo), keeps those of the connections in its lane mode."""
+
+    __slots__ = ("open", "waiting", "io")
 
     def __init__(self):
         self.open = 0
         self.waiting = 0
+        self.io = None
 
     def possible(self) -> bool:
-        return self.open > self.waiting
+        io = self.io
+        if io is None:
+            return self.open > self.waiting
+        return self.open + io.open_count > self.waiting + io.waiting_count

@@ -30,6 +30,7 @@ from naiad.errors import (
     error_of_kind,
     error_of_triton_code,
 )
+from naiad.latency_summary import new_summaries
 from naiad.repository.catalog import Catalog
 from naiad.repository.control import ModelControl
 from naiad.repository.metadata import server_metadata
@@ -105,6 +106,30 @@ class _LanePending:
         self.on_done(None, exc)
 
 
+class _IoPending:
+    """A request of the C++ I/O loop (http/io_server.py) in a completion Python answers
+    (a failed batch, one shared with other requests): its answer goes back to the loop."""
+
+    __slots__ = ("model", "request_id", "batch_size", "submit_ns", "manager")
+    lane = True
+    stream = False
+    grpc = False
+
+    def __init__(self, manager, model, request_id, batch_size, submit_ns):
+        self.manager = manager
+        self.model = model
+        self.request_id = request_id
+        self.batch_size = batch_size
+        self.submit_ns = submit_ns
+
+    def on_done(self, http, exc) -> None:
+        self.manager._io_server.answer(self.request_id, http, exc)
+
+    def fail(self, exc: Exception) -> None:
+        self.manager.lane.forget(self.request_id)
+        self.on_done(None, exc)
+
+
 class ModelManager:
     def __init__(
         self,
@@ -144,6 +169,11 @@ class ModelManager:
         # first (http/protocol.py): one more host copy of their bytes.
         self.lane_collected = 0
         self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
+        # Every lane id's model, removed ones too: the C++ I/O loop's requests in flight
+        # keep theirs (record_io_answered).
+        self._lane_models_ever: dict[int, LoadedModel] = {}
+        self.io = None  # the C++ I/O loop of the HTTP front end (attach_io), if any
+        self._io_server = None
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self._pending: dict[int, _Pending] = {}
         self._control_tasks: set = set()  # models' own loads and unloads (_take_control)
@@ -285,7 +315,9 @@ class ModelManager:
         self._live = False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self._pending and loop.time() < deadline:
+        while (self._pending or (self.io is not None and self.io.in_flight)) and (
+            loop.time() < deadline
+        ):
             await asyncio.sleep(0.01)
         models = [m for versions in self.models.values() for m in versions.values()]
         models += self.control.retiring  # replaced by a reload, still draining
@@ -293,8 +325,12 @@ class ModelManager:
         self.control.remove_temporary_folders(models)
         pendings = list(self._pending.values())
         self._pending.clear()
+        if self.io is not None:
+            pendings += self._io_pendings(self.io.owned_ids())
         for pending in pendings:
             pending.fail(Unavailable("server is shutting down"))
+        if self.io is not None:
+            self.io.flush_writes()
         loop.remove_reader(self.core.notify_fd)
         self.directory.close()
         if self.tracer is not None:
@@ -364,7 +400,7 @@ class ModelManager:
     def arena_stats(self) -> dict:
         """The shared arena's use: instance channels plus everything in flight."""
         stats = self.core.arena_stats()
-        stats["requests_in_flight"] = len(self._pending)
+        stats["requests_in_flight"] = len(self._pending) + (self.io.in_flight if self.io else 0)
         return stats
 
     def lane_stats(self) -> dict:
@@ -624,6 +660,7 @@ class ModelManager:
             self.lane.set_trace_tensors(lane_id, self.tracer.tensors_for(model.name))
         if not self.tracer.active:
             self._start_lane_traces(0, 0)  # sampled before the change: nothing left behind
+        self._update_io_taking()
 
     def _start_lane_traces(self, read_ns: int, protocol: int) -> None:
         """Starts the traces of the requests the lanes' sampler picked since last time."""
@@ -667,6 +704,7 @@ class ModelManager:
     def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
         """`model` answers for the lane's model `lane_id` (take_http_requests)."""
         self._lane_models[lane_id] = model
+        self._lane_models_ever[lane_id] = model
         if self.tracer is not None:
             self.lane.set_trace_rate(lane_id, *self.tracer.rate_for(model.name))
             self.lane.set_trace_tensors(lane_id, self.tracer.tensors_for(model.name))
@@ -674,6 +712,89 @@ class ModelManager:
     def unregister_lane_model(self, lane_id: int) -> None:
         """The lane's model `lane_id` was removed; its requests in flight keep their model."""
         self._lane_models.pop(lane_id, None)
+
+    # -- the C++ I/O loop of the HTTP front end (http/io_server.py) ----------------------
+    def attach_io(self, server) -> None:
+        """`server`'s loop reads the core's completions from now on (its epoll set holds
+        the notify eventfd) and answers its own requests; the rest come to
+        on_completions."""
+        self._io_server = server
+        self.io = server.io
+        self.arrivals.io = server.io
+        self.io.set_each(new_summaries() is not None)
+        if self._loop is not None:
+            self._loop.remove_reader(self.core.notify_fd)
+        self._update_io_taking()
+
+    def _update_io_taking(self) -> None:
+        # Traced requests need Python at their take (tracing/): while any tracing is on,
+        # the lane's requests go through the protocols.
+        if self._io_server is not None:
+            tracer = self.tracer
+            self._io_server.set_taking(tracer is None or not tracer.active)
+
+    def count_io_requests(self, queued: int, cached: int, refused: int) -> None:
+        self.lane_requests += queued
+        self.lane_cached += cached
+        self.lane_refused += refused
+
+    def schedule_flush(self) -> None:
+        self._schedule_flush()
+
+    def record_io_answered(self, answered: list) -> None:
+        """The statistics of the completions the I/O loop answered (one record each)."""
+        models = self._lane_models_ever
+        for record in answered:
+            model = models.get(record.lane_model)
+            if model is None:
+                continue
+            stats = model.stats
+            timings = record.timings
+            if record.successes:
+                stats.record_successes(
+                    record.successes,
+                    record.inferences,
+                    record.request_ns,
+                    record.queue_ns,
+                    timings,
+                    record.each,
+                )
+            for took_ns in record.failed_ns:
+                stats.record_failure(took_ns)
+            if timings[0]:
+                if record.instance_id == _core.NO_INSTANCE:
+                    for batch_size in record.batch_sizes:
+                        stats.record_execution(batch_size, timings)
+                else:
+                    stats.record_execution(sum(record.batch_sizes), timings)
+            if record.lost:
+                log.error(
+                    "the fast lane did not answer %d of a batch's requests that have their "
+                    "final response",
+                    len(record.lost),
+                )
+                for pending in self._io_pendings(record.lost):
+                    stats.record_failure(0, "OTHER")
+                    pending.fail(
+                        Internal(
+                            f"Failed to process the request(s) for model '{model.name}': the "
+                            "server could not read the model's result (see the server log)"
+                        )
+                    )
+
+    def _io_pendings(self, request_ids) -> list:
+        """The I/O loop's requests among `request_ids`, as pendings Python answers."""
+        out = []
+        io = self.io
+        for request_id in request_ids:
+            owned = io.owned(request_id)
+            if owned is None:
+                continue
+            lane_model, batch_size, submit_ns = owned
+            model = self._lane_models_ever.get(lane_model)
+            if model is not None:
+                out.append(_IoPending(self, model, request_id, batch_size, submit_ns))
+        return out
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -721,6 +842,13 @@ class ModelManager:
         try:
             get = self._pending.get
             pendings = [get(request_id) for request_id in request_ids]
+            if self.io is not None and None in pendings and self.io.in_flight:
+                # The I/O loop's requests in a completion it left to Python.
+                # Kept as pending until answered, as every request Python answers.
+                theirs = {p.request_id: p for p in self._io_pendings(request_ids)}
+                if theirs:
+                    self._pending.update(theirs)
+                    pendings = [p or theirs.get(i) for p, i in zip(pendings, request_ids)]
             live = [p for p in pendings if p is not None]
             if not live:
                 if offset and status == _core.COMPLETION_OK:

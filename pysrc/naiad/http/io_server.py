@@ -1,0 +1,281 @@
+"""The HTTP front end over the C++ I/O loop (csrc/http_io.h, `_core.HttpIo`).
+
+C++ accepts and reads every connection and takes its plain infer requests to the lane,
+answers them and writes the answers, with no Python per request. What the lane does not
+take (other routes, requests in pieces, malformed input) goes to the connection's
+`HttpProtocol`, as with uvloop's transports: `IoTransport` is its transport, over the
+C++ connection. One `_turn` per wake-up of the loop's epoll fd (sockets and the core's
+completions alike) hands Python that turn's events, the completions C++ leaves to Python,
+and one statistics record per completion it answered.
+
+A connection whose protocol owes and holds nothing goes back to the lane with the next
+bytes it receives (`HttpIo.take_back`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+from naiad import _core
+from naiad.http.connection_limits import ConnectionLimits
+from naiad.http.protocol import HttpProtocol, reply_bytes
+from naiad.http.routes import exception_reply
+
+__all__ = ["IoServer", "IoTransport"]
+
+log = logging.getLogger("naiad")
+
+
+class IoTransport(asyncio.Transport):
+    """A connection of the C++ I/O loop, as an asyncio transport for HttpProtocol."""
+
+    __slots__ = ("_server", "_io", "_id", "_closing")
+
+    def __init__(self, server: IoServer, connection: int):
+        super().__init__()
+        self._server = server
+        self._io = server.io
+        self._id = connection
+        self._closing = False
+
+    def write(self, data) -> None:
+        if self._closing:
+            return
+        self._io.write(self._id, data)
+        self._server.kick()
+
+    def writelines(self, parts) -> None:
+        if self._closing:
+            return
+        write = self._io.write
+        for part in parts:
+            write(self._id, part)
+        self._server.kick()
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if self._io.close(self._id, False):
+            self._server.lost_soon(self._id)
+
+    def abort(self) -> None:
+        self._closing = True
+        if self._io.close(self._id, True):
+            self._server.lost_soon(self._id)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def pause_reading(self) -> None:
+        self._io.pause_reading(self._id)
+
+    def resume_reading(self) -> None:
+        self._io.resume_reading(self._id)
+
+    def is_reading(self) -> bool:
+        return not self._closing
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self._io.write_eof(self._id)
+
+    def get_write_buffer_size(self) -> int:
+        return self._io.unsent(self._id)
+
+    def in_lane_mode(self) -> bool:
+        """C++ holds the connection's requests (the limits' sweep leaves it to `sweep`)."""
+        return self._io.in_lane_mode(self._id)
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+
+class IoServer:
+    """Serves HTTP on a listening socket through the C++ I/O loop; an asyncio.Server's
+    close() / wait_closed() / close_clients() for server.py."""
+
+    def __init__(
+        self,
+        manager,
+        router,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        max_body_size: int,
+        limits: ConnectionLimits,
+    ):
+        self.manager = manager
+        self.router = router
+        self.loop = loop
+        self.sock = sock
+        self.max_body_size = max_body_size
+        self.limits = limits
+        self.arrivals = manager.arrivals
+        self.io = _core.HttpIo(manager.lane, sock.fileno())
+        self.io.set_max_body(max_body_size)
+        self.protocols: dict[int, HttpProtocol] = {}
+        self._kicked = False
+        self._flush_due = False
+        self._open = True
+        # The lane's take needs nothing per read from Python only when the router
+        # hands reads to the manager as they are (no header rules, no traceparent).
+        self._router_takes = getattr(router, "take_http", None) == getattr(
+            manager, "take_http_requests", None
+        )
+        manager.attach_io(self)
+        limits.sweeps.append(self.sweep)
+        loop.add_reader(self.io.epoll_fd, self._turn)
+
+    def set_taking(self, taking: bool) -> None:
+        self.io.set_taking(taking and self._router_takes)
+
+    # -- the loop's turn ---------------------------------------------------------------
+    def _turn(self) -> None:
+        self._kicked = False
+        arrivals = self.arrivals
+        self._handle(self.io.run(arrivals.open, arrivals.waiting))
+
+    def kick(self) -> None:
+        """A call from Python left events for Python (a close, a write pause): a turn soon."""
+        if not self._kicked and self.io.pending_events:
+            self._kicked = True
+            self.loop.call_soon(self._turn)
+
+    def _handle(self, turn) -> None:
+        manager = self.manager
+        if turn.queued or turn.cached or turn.refused:
+            manager.count_io_requests(turn.queued, turn.cached, turn.refused)
+        for kind, connection, data in turn.events:
+            try:
+                self._event(kind, connection, data)
+            except Exception:  # one connection's failure must not stop the others
+                log.exception("HTTP connection %d: handling an I/O event failed", connection)
+                self.io.close(connection, True)
+                self._lost(connection)
+        if turn.answered:
+            manager.record_io_answered(turn.answered)
+        if turn.completions:
+            manager.on_completions(turn.completions)
+        if turn.answered or turn.completions:
+            self.io.flush_writes()
+            self.kick()
+
+    def _event(self, kind: int, connection: int, data) -> None:
+        if kind == _core.IO_ACCEPTED:
+            protocol = HttpProtocol(
+                self.router, self.loop, self.max_body_size, self.arrivals, self.limits
+            )
+            self.protocols[connection] = protocol
+            protocol.connection_made(IoTransport(self, connection))
+            return
+        protocol = self.protocols.get(connection)
+        if protocol is None:
+            return
+        if kind == _core.IO_DATA:
+            if self._router_takes and protocol.lane_idle():
+                self._handle(self.io.take_back(connection, data))
+                self.manager.schedule_flush()
+            else:
+                protocol.data_received(data)
+        elif kind == _core.IO_HAND_OVER:
+            protocol.data_received(data)
+        elif kind == _core.IO_EOF:
+            if not protocol.eof_received():
+                protocol.transport.close()
+        elif kind == _core.IO_CLOSED:
+            self._lost(connection)
+        elif kind == _core.IO_PAUSE_WRITING:
+            protocol.pause_writing()
+        elif kind == _core.IO_RESUME_WRITING:
+            protocol.resume_writing()
+
+    def _lost(self, connection: int) -> None:
+        protocol = self.protocols.pop(connection, None)
+        if protocol is not None:
+            transport = protocol.transport
+            if transport is not None:
+                transport._closing = True
+            protocol.connection_lost(None)
+
+    def lost_soon(self, connection: int) -> None:
+        """Python closed the connection: its protocol hears of it from the loop."""
+        self.loop.call_soon(self._lost, connection)
+
+    def answer(self, request_id: int, http: bytes | None, exc: BaseException | None) -> None:
+        """The manager's answer to one of this loop's requests: its response bytes, or
+        the error it ended with."""
+        if exc is not None:
+            http = reply_bytes(exception_reply(exc))
+        if self.io.answer(request_id, http) and not self._flush_due:
+            # Written once the completions being answered are all in (one write per
+            # connection), also when they came from outside a turn (a worker's exit).
+            self._flush_due = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        self.io.flush_writes()
+        self.kick()
+
+    @property
+    def sockets(self) -> list:
+        return [self.sock]
+
+    # -- the connection limits' sweep (http/connection_limits.py) ------------------------
+    def sweep(self, limits: ConnectionLimits) -> None:
+        now = _core.now_ns()
+        client = limits.client_timeout
+        before = now - client * 1_000_000_000 if client else 0
+        idle_before = now - limits.idle_timeout * 1_000_000_000 if limits.idle_timeout else 0
+        timed_out, idle = self.io.sweep(before, idle_before)
+        for connection in timed_out:
+            self.io.hand_over(connection)
+        if timed_out:
+            self._turn()  # the protocols get the partial requests
+            for connection in timed_out:
+                protocol = self.protocols.get(connection)
+                if protocol is not None and protocol.holds_partial_request():
+                    protocol.time_out(client)
+        for connection in idle:
+            protocol = self.protocols.get(connection)
+            if protocol is not None and protocol.transport is not None:
+                protocol.transport.close()
+
+    # -- asyncio.Server's surface for server.py --------------------------------------------
+    def close(self) -> None:
+        """No new connections; those open stay until close_clients()."""
+        if self._open:
+            self._open = False
+            self.io.stop_listening()
+            self.sock.close()
+
+    async def wait_closed(self) -> None:
+        return None
+
+    def close_clients(self) -> None:
+        for connection in list(self.protocols):
+            self.io.close(connection, True)
+            self._lost(connection)
+        self.loop.remove_reader(self.io.epoll_fd)
+
+
+def listening_socket(host: str, port: int, backlog: int, reuse_port: bool) -> socket.socket:
+    """A non-blocking listening TCP socket on host:port, as loop.create_server makes one."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -1,0 +1,350 @@
+// The HTTP front end's C++ I/O loop (csrc/http_io.h) over real TCP connections on
+// 127.0.0.1: a core with add_sub and one instance, whose worker end the test plays
+// (it answers each batch with add_sub's response block), and clients that send bytes
+// and read answers. What Python would do with an event, the test does by hand.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "add_sub_model.h"
+#include "core.h"
+#include "http_framer.h"
+#include "http_io.h"
+#include "ipc_schema.h"
+#include "response_block.h"
+#include "testing.h"
+#include "worker_endpoint.h"
+
+using namespace naiad;
+
+namespace {
+
+std::string add_sub_request(char fill = '\x01') {
+  std::string header =
+      "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,16],"
+      "\"parameters\":{\"binary_data_size\":64}},{\"name\":\"INPUT1\",\"datatype\":\"FP32\","
+      "\"shape\":[1,16],\"parameters\":{\"binary_data_size\":64}}],\"outputs\":[{\"name\":"
+      "\"OUTPUT0\",\"parameters\":{\"binary_data\":true}}]}";
+  std::string body = header + std::string(128, fill);
+  return "POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: " +
+         std::to_string(header.size()) + "\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+const char kGet[] = "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n";
+
+// A core with add_sub (one instance, batches up to 8), its lane, and the loop on a
+// listening socket of its own.
+struct Fixture {
+  Fixture() : core(1 << 24, nullptr, false), lane(core) {
+    BatcherConfig config;
+    config.dynamic_batching = true;
+    config.max_batch_size = 8;
+    ModelHandle model = core.add_model(config);
+    uint32_t instance = core.add_instance(model);
+    InstanceEndpoint ep = core.endpoint(instance);
+    worker = new WorkerEndpoint(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
+                                dup(core.notify_fd()));
+    core.instance_up(instance);
+    ModelSpec spec = add_sub_model(8);
+    spec.core_model_id = model;
+    lane.add_route("/v2/models/add_sub/infer", lane.codec().add_model(spec));
+    listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    listen(listener, 16);
+    socklen_t length = sizeof address;
+    getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+    port = ntohs(address.sin_port);
+    io = new HttpIo(lane, core, listener);
+  }
+  ~Fixture() {
+    delete io;
+    delete worker;
+    close(listener);
+  }
+
+  int connect_client() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    return fd;
+  }
+
+  // Plays the worker: every batch dispatched gets add_sub's answer (OUTPUT0 filled
+  // with the batch's size, one response per request). Returns the batches answered.
+  int answer_batches() {
+    int answered = 0;
+    BatchMessage message;
+    while (worker->try_next(&message)) {
+      if (message.kind != MessageKind::kBatch) continue;
+      const auto* header =
+          reinterpret_cast<const BatchHeader*>(worker->arena().base() + message.desc_offset);
+      std::string output(64, static_cast<char>('0' + header->n_requests));
+      std::vector<ResponseEntry> entries(header->n_requests);
+      for (uint32_t i = 0; i < header->n_requests; ++i) {
+        entries[i].request_index = i;
+        entries[i].json = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,16]]]}";
+        entries[i].outputs = {{output.data(), 64}};
+      }
+      const uint64_t timings[4] = {1, 2, 3, 4};
+      std::vector<uint8_t> block(response_block_size(entries));
+      write_response_block(block.data(), entries, timings);
+      uint64_t offset = worker->arena().alloc(block.size(), message.batch_id);
+      std::memcpy(worker->arena().base() + offset, block.data(), block.size());
+      worker->complete(message.batch_id, offset, block.size(), kCompletionOk);
+      ++answered;
+    }
+    return answered;
+  }
+
+  // Turns of the loop (the worker answering in between) until `done` or ~2 s; every
+  // turn's events and answered completions are kept.
+  template <typename Done>
+  bool turn_until(Done done) {
+    for (int i = 0; i < 2000; ++i) {
+      HttpIo::Turn turn;
+      io->run(0, 0, &turn);
+      for (auto& event : turn.events) events.push_back(std::move(event));
+      for (auto& a : turn.answered) answered.push_back(std::move(a));
+      for (auto& c : turn.completions) python_completions.push_back(std::move(c));
+      answer_batches();
+      if (done()) return true;
+      pollfd wait{io->epoll_fd(), POLLIN, 0};
+      ::poll(&wait, 1, 1);
+    }
+    return false;
+  }
+
+  const HttpIo::Event* find_event(HttpIo::EventKind kind, uint64_t connection = 0) const {
+    for (const auto& event : events) {
+      if (event.kind == kind && (connection == 0 || event.connection == connection)) return &event;
+    }
+    return nullptr;
+  }
+
+  Core core;
+  HttpLane lane;
+  WorkerEndpoint* worker = nullptr;
+  int listener = -1;
+  uint16_t port = 0;
+  HttpIo* io = nullptr;
+  std::vector<HttpIo::Event> events;
+  std::vector<HttpIo::Answered> answered;
+  std::vector<Completion> python_completions;
+};
+
+// Reads from `fd` until `count` HTTP answers have arrived (or ~2 s with `fixture`
+// turning the loop meanwhile).
+std::string read_answers(Fixture& fixture, int fd, size_t count) {
+  std::string received;
+  auto answers = [&] {
+    size_t n = 0;
+    for (size_t at = received.find("HTTP/1.1 "); at != std::string::npos;
+         at = received.find("HTTP/1.1 ", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  fixture.turn_until([&] {
+    char buffer[65536];
+    for (;;) {
+      ssize_t got = recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+      if (got <= 0) break;
+      received.append(buffer, static_cast<size_t>(got));
+    }
+    return answers() >= count;
+  });
+  return received;
+}
+
+void send_all(int fd, const std::string& bytes) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, 0);
+    if (n <= 0) return;
+    sent += static_cast<size_t>(n);
+  }
+}
+
+uint64_t accepted_connection(Fixture& fixture) {
+  fixture.turn_until([&] { return fixture.find_event(HttpIo::EventKind::kAccepted) != nullptr; });
+  const HttpIo::Event* event = fixture.find_event(HttpIo::EventKind::kAccepted);
+  return event == nullptr ? 0 : event->connection;
+}
+
+}  // namespace
+
+TEST(http_io_answers_pipelined_lane_requests_in_order_without_python) {
+  Fixture fixture;
+  int client = fixture.connect_client();
+  uint64_t connection = accepted_connection(fixture);
+  CHECK(connection != 0);
+  CHECK(fixture.io->in_lane_mode(connection));
+  send_all(client, add_sub_request() + add_sub_request() + add_sub_request());
+  std::string received = read_answers(fixture, client, 3);
+  size_t first = received.find("HTTP/1.1 200 OK");
+  CHECK(first == 0);
+  CHECK(received.find("HTTP/1.1 200 OK", first + 1) != std::string::npos);
+  // No event for Python beyond the accept: the requests never left C++.
+  CHECK(fixture.find_event(HttpIo::EventKind::kHandOver) == nullptr);
+  CHECK(fixture.find_event(HttpIo::EventKind::kData) == nullptr);
+  uint32_t successes = 0;
+  for (const auto& a : fixture.answered) successes += a.successes;
+  CHECK(successes == 3);
+  CHECK(fixture.python_completions.empty());
+  CHECK(fixture.io->in_flight() == 0);
+  CHECK(fixture.io->open_count() == 1);
+  CHECK(fixture.io->waiting_count() == 0);
+  close(client);
+}
+
+TEST(http_io_hands_what_the_lane_does_not_take_to_python_and_takes_the_connection_back) {
+  Fixture fixture;
+  int client = fixture.connect_client();
+  uint64_t connection = accepted_connection(fixture);
+  send_all(client, kGet);
+  CHECK(fixture.turn_until(
+      [&] { return fixture.find_event(HttpIo::EventKind::kHandOver, connection) != nullptr; }));
+  CHECK(fixture.find_event(HttpIo::EventKind::kHandOver, connection)->data == kGet);
+  CHECK(!fixture.io->in_lane_mode(connection));
+  // Python's protocol answers through write().
+  const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+  fixture.io->write(connection, reply.data(), reply.size());
+  CHECK(read_answers(fixture, client, 1) == reply);
+  // Python mode: the next bytes come as kData; the idle protocol gives them back.
+  const std::string request = add_sub_request();
+  send_all(client, request);
+  CHECK(fixture.turn_until(
+      [&] { return fixture.find_event(HttpIo::EventKind::kData, connection) != nullptr; }));
+  HttpIo::Turn turn;
+  fixture.io->take_back(connection, request.data(), request.size(), &turn);
+  CHECK(turn.queued == 1);
+  CHECK(fixture.io->in_lane_mode(connection));
+  fixture.core.flush(false);
+  CHECK(read_answers(fixture, client, 1).find("HTTP/1.1 200 OK") == 0);
+  close(client);
+}
+
+TEST(http_io_bytes_after_owed_answers_wait_for_them_before_python_gets_them) {
+  Fixture fixture;
+  int client = fixture.connect_client();
+  uint64_t connection = accepted_connection(fixture);
+  // An infer request, then a GET in the same write: the GET's answer must follow.
+  send_all(client, add_sub_request() + kGet);
+  CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 1; }));
+  CHECK(fixture.find_event(HttpIo::EventKind::kHandOver, connection) == nullptr);
+  std::string received = read_answers(fixture, client, 1);
+  CHECK(received.find("HTTP/1.1 200 OK") == 0);
+  CHECK(fixture.turn_until(
+      [&] { return fixture.find_event(HttpIo::EventKind::kHandOver, connection) != nullptr; }));
+  CHECK(fixture.find_event(HttpIo::EventKind::kHandOver, connection)->data == kGet);
+  close(client);
+}
+
+TEST(http_io_a_request_split_by_the_stream_stays_in_lane_mode) {
+  Fixture fixture;
+  int client = fixture.connect_client();
+  uint64_t connection = accepted_connection(fixture);
+  const std::string request = add_sub_request();
+  send_all(client, request.substr(0, 100));
+  fixture.turn_until([&] { return false; });  // a few turns: nothing to take yet
+  CHECK(fixture.io->in_lane_mode(connection));
+  CHECK(fixture.io->in_flight() == 0);
+  send_all(client, request.substr(100));
+  CHECK(read_answers(fixture, client, 1).find("HTTP/1.1 200 OK") == 0);
+  CHECK(fixture.find_event(HttpIo::EventKind::kHandOver) == nullptr);
+  close(client);
+}
+
+TEST(http_io_a_client_that_goes_away_has_its_requests_cancelled_and_counts_released) {
+  Fixture fixture;
+  int client = fixture.connect_client();
+  uint64_t connection = accepted_connection(fixture);
+  // No worker answers: the requests stay in flight until the client closes.
+  send_all(client, add_sub_request() + add_sub_request());
+  for (int i = 0; i < 200 && fixture.io->in_flight() < 2; ++i) {
+    HttpIo::Turn turn;
+    fixture.io->run(0, 0, &turn);
+    usleep(1000);
+  }
+  CHECK(fixture.io->in_flight() == 2);
+  CHECK(fixture.io->waiting_count() == 1);
+  close(client);
+  CHECK(fixture.turn_until(
+      [&] { return fixture.find_event(HttpIo::EventKind::kClosed, connection) != nullptr; }));
+  CHECK(fixture.io->open_count() == 0);
+  CHECK(fixture.io->waiting_count() == 0);
+  CHECK(!fixture.io->is_open(connection));
+  // The batch was running: it ends, and its requests are counted though no one waits.
+  CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 0; }));
+  uint32_t successes = 0;
+  for (const auto& a : fixture.answered) successes += a.successes;
+  CHECK(successes == 2);
+  CHECK(fixture.lane.codec().in_flight() == 0);
+}
+
+TEST(http_io_a_completion_with_requests_not_its_own_goes_to_python_and_answer_reaches_client) {
+  Fixture fixture;
+  int client = fixture.connect_client();
+  accepted_connection(fixture);
+  send_all(client, add_sub_request());
+  CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 1; }));
+  uint64_t id = 0;
+  for (uint64_t candidate = 1; candidate < 100 && id == 0; ++candidate) {
+    HttpIo::Owned owned;
+    if (fixture.io->owned(candidate, &owned)) {
+      id = candidate;
+      CHECK(owned.batch_size == 1);
+    }
+  }
+  CHECK(id != 0);
+  // Python answers it (as for a failed batch): the bytes reach the client as given.
+  const std::string error = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\n\r\n{}";
+  CHECK(fixture.io->answer(id, error.data(), error.size()));
+  CHECK(!fixture.io->answer(id, error.data(), error.size()));  // once
+  fixture.io->flush_writes();
+  CHECK(read_answers(fixture, client, 1) == error);
+  close(client);
+}
+
+TEST(http_io_damaged_input_goes_to_python_whole_and_never_reaches_the_core) {
+  const std::vector<std::string> inputs = {
+      std::string("\x00\x01\x02garbage\r\n\r\n", 14),
+      "POST /v2/models/add_sub/infer HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+      "POST /v2/models/add_sub/infer HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+      "POST /v2/models/add_sub/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+      add_sub_request().substr(0, 60) + "\r\n\r\n",
+  };
+  for (const std::string& input : inputs) {
+    Fixture fixture;
+    int client = fixture.connect_client();
+    uint64_t connection = accepted_connection(fixture);
+    send_all(client, input);
+    std::string handed;
+    fixture.turn_until([&] {
+      handed.clear();
+      for (const auto& event : fixture.events) {
+        if (event.kind == HttpIo::EventKind::kHandOver && event.connection == connection) {
+          handed += event.data;
+        }
+      }
+      return handed.size() == input.size();
+    });
+    CHECK(handed == input);
+    CHECK(fixture.io->in_flight() == 0);
+    close(client);
+  }
+}
