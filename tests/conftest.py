@@ -20,7 +20,13 @@ from pathlib import Path
 
 import pytest
 import requests
-from server_harness import EXAMPLE_MODELS, TEST_MODELS, NaiadServer, make_repository
+from server_harness import (
+    EXAMPLE_MODELS,
+    TEST_MODELS,
+    NaiadServer,
+    make_repository,
+    server_variants,
+)
 
 DIFFERENTIAL_MODELS = Path(__file__).resolve().parent / "differential_models"
 
@@ -56,18 +62,9 @@ def paired_servers(tmp_path_factory):
     models = {"add_sub": None, "identity_bytes": None, "error_response": None}
     models.update({p.name: p for p in DIFFERENTIAL_MODELS.iterdir() if p.is_dir()})
     repository = make_repository(tmp_path_factory.mktemp("paired") / "models", models)
-    started = []
-    try:
-        for name, args in (("lane", []), ("general", ["--fast-lane=false"])):
-            server = NaiadServer(
-                repository, log_dir=tmp_path_factory.mktemp(name), extra_args=args, name=name
-            )
-            started.append(server)
-            server.start(wait="ready", timeout=120)
-        yield tuple(started)
-    finally:
-        for server in started:
-            server.stop()
+    variants = (("lane", []), ("general", ["--fast-lane=false"]))
+    with server_variants(tmp_path_factory, repository, variants) as servers:
+        yield servers
 
 
 @pytest.fixture(scope="session")

@@ -114,6 +114,24 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+@contextlib.contextmanager
+def server_variants(tmp_path_factory, repository: Path, variants):
+    """Servers of one repository, one per (name, extra naiad serve flags) of `variants`,
+    started in turn and stopped at the end: yields them as a tuple."""
+    started = []
+    try:
+        for name, args in variants:
+            server = NaiadServer(
+                repository, log_dir=tmp_path_factory.mktemp(name), extra_args=args, name=name
+            )
+            started.append(server)
+            server.start(wait="ready", timeout=120)
+        yield tuple(started)
+    finally:
+        for server in started:
+            server.stop()
+
+
 class NaiadServer:
     """One `naiad serve` process on free ports."""
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.http as httpclient
-from server_harness import EXAMPLE_MODELS, NaiadServer, make_repository
+from server_harness import EXAMPLE_MODELS, make_repository, server_variants
 from test_fast_lane import binary_input, binary_output, infer_request
 
 TIMEOUT = 10
@@ -26,22 +26,13 @@ HEALTH = b"GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    """(the I/O loop's server, uvloop's: --http-io-loop=false), serving add_sub and sleeper."""
+    """(the I/O loop's server, uvloop's: --http-io-loop=false), serving add_sub."""
     repository = make_repository(
         tmp_path_factory.mktemp("io") / "models", {"add_sub": EXAMPLE_MODELS / "add_sub"}
     )
-    started = []
-    try:
-        for name, args in (("io", []), ("uvloop", ["--http-io-loop=false"])):
-            server = NaiadServer(
-                repository, log_dir=tmp_path_factory.mktemp(name), extra_args=args, name=name
-            )
-            started.append(server)
-            server.start(wait="ready", timeout=120)
-        yield tuple(started)
-    finally:
-        for server in started:
-            server.stop()
+    variants = (("io", []), ("uvloop", ["--http-io-loop=false"]))
+    with server_variants(tmp_path_factory, repository, variants) as servers:
+        yield servers
 
 
 def add_sub_request(value: float) -> bytes:
