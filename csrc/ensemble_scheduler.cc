@@ -236,6 +236,12 @@ SubmitResult EnsembleScheduler::start(uint64_t model, const QueuedRequest& reque
       run.parameters.assign(start, static_cast<size_t>(reader.position() - start));
       return true;
     }
+    if (key == "tracestate") {  // the steps' blocks carry it to their models' contexts
+      const char* start = nullptr;
+      if (reader.peek() != '"' || !reader.skip_value(&start)) return false;
+      run.trace_state.assign(start, static_cast<size_t>(reader.position() - start));
+      return true;
+    }
     return reader.skip_value();
   });
   const uint64_t id = request.id;
@@ -349,6 +355,7 @@ void EnsembleScheduler::send_step(Run& run, uint64_t request_id, size_t s, uint6
   parsed.parameters = parameters.empty() ? std::string_view(run.parameters) : parameters;
   parsed.priority = run.options.priority;
   parsed.timeout_us = run.options.timeout_us;
+  if (run.traced) parsed.trace_state = run.trace_state;
   parsed.sequence_id = sequence.string ? 0 : sequence.id;
   parsed.sequence_key = sequence.string ? std::string_view(sequence.key) : std::string_view();
   parsed.sequence_flags = sequence.flags;

@@ -203,6 +203,7 @@ class EnsembleScheduler {
     uint64_t start_ns = 0;
     std::string id;                      // the client's request id, JSON string text
     std::string parameters;              // the request's parameters, a raw JSON object
+    std::string trace_state;             // the client's tracestate (JSON literal), or empty
     std::vector<std::string> requested;  // requested outputs; empty: all
     std::unordered_map<std::string, TensorValues> tensors;
     std::vector<uint64_t> blocks;             // step responses kept for their tensors

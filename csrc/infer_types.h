@@ -84,6 +84,10 @@ struct ParsedRequest {
   // Where the worker writes them: the request block's `regions` JSON
   // (pysrc/naiad/worker/shm_outputs.py), or empty when none.
   std::string_view output_regions;
+  // Trace mode opentelemetry: the client's W3C tracestate as a JSON string literal
+  // (quotes and escapes included), or empty. The block carries it (`tracestate`) so
+  // that the model's trace context has it, as Triton gives it (trace_context.h).
+  std::string_view trace_state;
   // Sequence batching: `sequence_id` (a number, or a string in `sequence_key`) and
   // `sequence_start` / `sequence_end` as submit_request.h's kSequenceFlag* bits.
   uint64_t sequence_id = 0;

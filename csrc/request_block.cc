@@ -65,6 +65,10 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
     header += ",\"regions\":";
     header += request.output_regions;
   }
+  if (!request.trace_state.empty()) {
+    header += ",\"tracestate\":";
+    header += request.trace_state;
+  }
   header += '}';
 
   out->metadata = std::move(header);
@@ -118,6 +122,20 @@ bool request_block_fits(const uint8_t* base, uint64_t arena_size, uint64_t heap_
     }
   }
   return true;
+}
+
+std::string request_trace_state(std::string_view metadata) {
+  const char* start = nullptr;
+  const char* end = nullptr;
+  JsonReader reader(metadata.data(), metadata.size());
+  const bool read = reader.object([&](std::string_view key) {
+    if (key != "tracestate") return reader.skip_value();
+    if (reader.peek() != '"' || !reader.skip_value(&start)) return false;
+    end = reader.position();
+    return true;
+  });
+  return read && start != nullptr ? std::string(start, static_cast<size_t>(end - start))
+                                  : std::string();
 }
 
 std::string request_id_text(std::string_view metadata) {

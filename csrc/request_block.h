@@ -30,6 +30,10 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
 void submit_request_of(const ParsedRequest& request, RequestBlock* block, uint64_t request_id,
                        SubmitRequest* out);
 
+// The client's tracestate in a block's metadata (layout_request_block wrote it from
+// ParsedRequest::trace_state): the JSON string literal, or empty when it has none.
+std::string request_trace_state(std::string_view metadata);
+
 // The request id in a block's metadata (as layout_request_block writes it): its JSON
 // string text, escapes kept; empty when it has none or cannot be read.
 std::string request_id_text(std::string_view metadata);

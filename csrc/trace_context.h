@@ -63,7 +63,10 @@ inline SpanContext new_span_context(SpanIdSource& ids, uint64_t trace_id_high,
 // The trace context a model is given, as Triton writes it: a JSON object with the
 // span's `traceparent` ("00-<32 hex trace id>-<16 hex span id>-<2 hex flags>", lower
 // case); "" for no context.
-inline std::string trace_context_json(const SpanContext& span) {
+// `trace_state`: the client's tracestate as a JSON string literal (request_block.h
+// request_trace_state), or empty: Triton 2.51 adds it to the context of the request's
+// models, its BLS calls' and its ensemble steps' (probed over HTTP and gRPC).
+inline std::string trace_context_json(const SpanContext& span, std::string_view trace_state = {}) {
   if (span.span_id == 0) return std::string();
   static const char kHex[] = "0123456789abcdef";
   std::string out = "{\"traceparent\":\"00-";
@@ -76,7 +79,12 @@ inline std::string trace_context_json(const SpanContext& span) {
   hex(span.span_id, 16);
   out += '-';
   hex(span.trace_flags & 0xFF, 2);
-  out += "\"}";
+  out += '"';
+  if (!trace_state.empty()) {
+    out += ",\"tracestate\":";
+    out += trace_state;
+  }
+  out += '}';
   return out;
 }
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from naiad import triton_python_backend_utils as pb_utils
 from naiad.backends.base import Batch
+from naiad.tracing.otel import tracestate_literal, tracestate_text
+from naiad.worker.bls import _trace_state
 from naiad.worker.sequence import _inner_batch
 
 
@@ -31,3 +33,31 @@ def test_a_sequence_batch_keeps_each_requests_context_where_it_moved():
     assert _inner_batch(batch, ["h1"], [[]], [1]).trace_contexts is None
     untraced = Batch(["h0"], [[]])
     assert _inner_batch(untraced, ["h0"], [[]], [0]).trace_contexts is None
+
+
+def test_a_clients_tracestate_is_carried_as_triton_carries_it():
+    """As Triton 2.51 gives it to a model (probed over HTTP and gRPC): members joined
+    with ',' without spaces and empty members; an invalid member drops it all."""
+    assert tracestate_text("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7") == (
+        "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+    )
+    for spaced in ("a=1,b=2,", "a=1 ,b=2", "a=1, b=2", " a=1,b=2", "a=1,,b=2"):
+        assert tracestate_text(spaced) == "a=1,b=2", spaced
+        assert tracestate_text(spaced, exact=True) is None, spaced  # gRPC: dropped
+    assert tracestate_text("a=1,b=2", exact=True) == "a=1,b=2"
+    assert tracestate_text("tenant@vendor=x,k*/_-9=v") == "tenant@vendor=x,k*/_-9=v"
+    for invalid in ("Bad=1,ok=2", "a=1,b", "a=x\x01", "=1", "a=1=2", "a=é", "", None):
+        assert tracestate_text(invalid) is None, invalid
+    assert tracestate_text(",".join(f"k{i}=v" for i in range(32))) is not None
+    assert tracestate_text(",".join(f"k{i}=v" for i in range(33))) is None
+    # The block carries it as a JSON literal: quotes and backslashes escaped.
+    assert tracestate_literal('a=say"hi"\\') == b'"a=say\\"hi\\"\\\\"'
+    assert tracestate_literal(None) is None
+
+
+def test_a_bls_call_carries_its_requests_tracestate():
+    with_state = pb_utils.InferenceTrace('{"traceparent":"00-a-b-01","tracestate":"k=v"}')
+    assert _trace_state(with_state) == b'"k=v"'
+    assert _trace_state(pb_utils.InferenceTrace('{"traceparent":"00-a-b-01"}')) is None
+    assert _trace_state(pb_utils.InferenceTrace(None)) is None
+    assert _trace_state(None) is None

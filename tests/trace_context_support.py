@@ -19,8 +19,13 @@ MODELS = {
     "ens_trace_context": PIPELINES / "ens_trace_context",
 }
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"  # the trace of a client's traceparent
-# The spans the requests make: plain 3, call 3 + 2, client 3, ensemble 2 + 2.
-SPANS = 15
+# A client's tracestate, with the spaces and empty member a W3C parser drops, and the
+# text the models' contexts carry (Triton 2.51 over HTTP and gRPC).
+CLIENT_STATE = "congo=t61rcWkgMzE , rojo=00f067aa0ba902b7,"
+CLIENT_STATE_CARRIED = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+# The spans the requests make: plain 3, call 3 + 2, client 3 + 2, ensemble 2 + 2,
+# client ensemble 2 + 2.
+SPANS = 21
 
 
 def otel_flags(url: str) -> list:
@@ -34,17 +39,27 @@ def otel_flags(url: str) -> list:
 def send_requests(http_port: int, grpc_port: int) -> dict:
     """The trace contexts the models saw, by request id: (CONTEXT, CHILD_CONTEXT).
     "plain": a request the HTTP lane takes; "call": over gRPC, whose model makes a
-    traced BLS call; "client": with a client's traceparent; "ensemble": to the
-    ensemble over gRPC; "off": after tracing was turned off."""
+    traced BLS call; "client": with a client's traceparent and tracestate, whose model
+    makes a traced BLS call; "ensemble": to the ensemble over gRPC; "client_ensemble":
+    to the ensemble over gRPC with the client's traceparent and tracestate; "off": after
+    tracing was turned off."""
     data = np.ones((1, 1), dtype=np.float32)
     seen = {}
     http = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
     grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
     traceparent = {"traceparent": f"00-{CLIENT_TRACE}-00f067aa0ba902b7-01"}
+    # Over gRPC Triton 2.51 carries only a tracestate written without spaces or empty
+    # members (naiad/tracing/otel.py tracestate_text); over HTTP it drops those.
+    grpc_traceparent = {**traceparent, "tracestate": CLIENT_STATE_CARRIED}
+    traceparent["tracestate"] = CLIENT_STATE
+    call = {"call": "trace_context"}
     for client, module, request_id, model, parameters, headers in (
         (http, httpclient, "plain", "trace_context", None, None),
-        (grpc, grpcclient, "call", "trace_context", {"call": "trace_context"}, None),
-        (http, httpclient, "client", "trace_context", None, traceparent),
+        (grpc, grpcclient, "call", "trace_context", call, None),
+        # gRPC first: Triton 2.51 drops a gRPC call's tracestate once an HTTP request's
+        # had spaces or an empty member (probed; Naiad carries each request's own).
+        (grpc, grpcclient, "client_ensemble", "ens_trace_context", None, grpc_traceparent),
+        (http, httpclient, "client", "trace_context", call, traceparent),
         (grpc, grpcclient, "ensemble", "ens_trace_context", None, None),
         (http, httpclient, "off", "trace_context", None, None),
     ):
@@ -63,9 +78,12 @@ def send_requests(http_port: int, grpc_port: int) -> dict:
     return seen
 
 
-def _traceparent(span) -> str:
-    """The context Triton gives a model for its model span `span`."""
+def _traceparent(span, state: str = "") -> str:
+    """The context Triton gives a model for its model span `span` (with the client's
+    tracestate `state`, as carried)."""
     traceparent = f"00-{span['trace'].hex()}-{span['id'].hex()}-01"
+    if state:
+        return '{"traceparent":"' + traceparent + '","tracestate":"' + state + '"}'
     return '{"traceparent":"' + traceparent + '"}'
 
 
@@ -93,14 +111,20 @@ def check_contexts(seen: dict, spans: list) -> None:
     step, got the W3C context of its own model span; the request sent with tracing off
     got none."""
     models = _model_spans(spans)
-    assert set(models) == {"plain", "call", "client", "ensemble"}, models
+    assert set(models) == {"plain", "call", "client", "ensemble", "client_ensemble"}, models
     assert seen["plain"] == (_traceparent(models["plain"][0]), "")
     outer, inner = models["call"]
     assert inner["attributes"]["triton.request_id"] == "child"
     assert seen["call"] == (_traceparent(outer), _traceparent(inner))
-    assert models["client"][0]["trace"].hex() == CLIENT_TRACE
-    assert seen["client"] == (_traceparent(models["client"][0]), "")
+    # The client's tracestate reaches its model, its BLS call's and its ensemble's step.
+    outer, inner = models["client"]
+    assert outer["trace"].hex() == CLIENT_TRACE
+    state = CLIENT_STATE_CARRIED
+    assert seen["client"] == (_traceparent(outer, state), _traceparent(inner, state))
     ensemble, step = models["ensemble"]
     assert (ensemble["name"], step["name"]) == ("ens_trace_context", "trace_context")
     assert seen["ensemble"] == (_traceparent(step), "")
+    ensemble, step = models["client_ensemble"]
+    assert step["trace"].hex() == CLIENT_TRACE
+    assert seen["client_ensemble"] == (_traceparent(step, state), "")
     assert seen["off"] == ("", "")

@@ -398,6 +398,7 @@ cdef extern from "infer_types.h" namespace "naiad":
         vector[string_view] output_names
         string_view parameters
         string_view output_regions
+        string_view trace_state
         uint32_t priority
         uint64_t timeout_us
         uint32_t batch_size
@@ -488,6 +489,7 @@ cdef extern from "request_block.h" namespace "naiad":
 
     void layout_request_block(const CModelSpec& model, const ParsedRequest& request,
                               RequestBlock* out) except + nogil
+    string request_trace_state(string_view metadata) except +
 
 
 cdef extern from "response_cache.h" namespace "naiad":
@@ -887,7 +889,7 @@ def trace_tree_order(ids):
 
 
 cdef extern from "trace_context.h" namespace "naiad":
-    string trace_context_json(const SpanContext& span)
+    string trace_context_json(const SpanContext& span, string_view trace_state)
 
 
 # What the core kept of a traced request (Core.take_trace_stamps): when its submit began
@@ -1664,7 +1666,8 @@ cdef class ModelSpec:
     def submit(self, Core core, uint64_t core_model, uint64_t core_request_id,
                str request_id, list inputs, outputs, bytes parameters, uint32_t priority,
                uint64_t timeout_us, tuple sequence=None, bytes regions=b"",
-               bint traced=False, bint trace_tensors=False, tuple trace_parent=None):
+               bint traced=False, bint trace_tensors=False, tuple trace_parent=None,
+               bytes trace_state=None):
         """Validates a request the Python general path parsed (as `validate`), lays out
         its block for the worker with the lane's layout_request_block
         (csrc/request_block.h) and queues it on `core`. `parameters`: the request
@@ -1689,6 +1692,9 @@ cdef class ModelSpec:
         # Outputs written into client shm regions (naiad/shm.py), for the worker.
         view.request.output_regions = string_view(PyBytes_AS_STRING(regions),
                                                   PyBytes_GET_SIZE(regions))
+        if trace_state is not None:  # a JSON string literal (tracing/otel.py)
+            view.request.trace_state = string_view(PyBytes_AS_STRING(trace_state),
+                                                   PyBytes_GET_SIZE(trace_state))
         cdef RequestBlock block
         cdef ModelHandle handle = _handle(core_model)
         cdef SubmitRequest submit
@@ -2242,6 +2248,17 @@ cdef class HttpIo:
         self._io.hand_over(connection)
 
 
+cdef str _trace_context(const uint8_t* base, uint64_t offset, const RequestHeader* request):
+    """The trace context of a request traced in mode opentelemetry, with the client's
+    tracestate when its block carries one (csrc/trace_context.h)."""
+    cdef string_view metadata = string_view(
+        <const char*>(base + offset + request_metadata_offset(request.n_inputs)),
+        request.metadata_size)
+    cdef string trace_state = request_trace_state(metadata)
+    return trace_context_json(request.span,
+                              string_view(trace_state.data(), trace_state.size())).decode()
+
+
 cdef class WorkerEndpoint:
     """A worker's end of its instance channel, over the inherited descriptors."""
 
@@ -2340,7 +2357,7 @@ cdef class WorkerEndpoint:
             if request.span.span_id != 0:
                 if contexts is None:
                     contexts = {}
-                contexts[i] = trace_context_json(request.span).decode()
+                contexts[i] = _trace_context(base, records[i].block_offset, request)
         self.trace_contexts = contexts
         return requests, [
             _slot_tuple(tensors[i].offset, tensors[i].size, tensors[i].region,
@@ -2350,7 +2367,7 @@ cdef class WorkerEndpoint:
     def submit(self, uint64_t model, uint64_t tag, ModelSpec spec, str request_id,
                list inputs, outputs, bytes parameters, uint32_t priority=0,
                uint64_t timeout_us=0, bint wake=True, tuple sequence=None,
-               uint64_t trace_batch=0, uint32_t trace_index=0):
+               uint64_t trace_batch=0, uint32_t trace_index=0, bytes trace_state=None):
         """A request of this worker's own (BLS, an ensemble step) for the model whose
         core handle is `model`, named `tag`: validated against `spec` by the one
         validator, laid out as the frontend lays requests out (layout_request_block)
@@ -2362,7 +2379,9 @@ cdef class WorkerEndpoint:
         (correlation id int, correlation id str as UTF-8 bytes or b"", START|END
         flags), for the target's sequence batcher (or an ensemble's sequence steps).
         `trace_batch`, `trace_index`: a call made with trace=request.trace() names the
-        batch and 1 + the index of that request in it (0: none), for a child trace."""
+        batch and 1 + the index of that request in it (0: none), for a child trace;
+        `trace_state`: that request's client tracestate (a JSON string literal), which
+        the call's model gets in its context too."""
         cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
         if not validate_request(spec.spec, &view.request, &error):
@@ -2371,6 +2390,9 @@ cdef class WorkerEndpoint:
         view.request.id = string_view(id_json.data(), id_json.size())
         view.request.parameters = string_view(PyBytes_AS_STRING(parameters),
                                               PyBytes_GET_SIZE(parameters))
+        if trace_state is not None and trace_batch != 0:
+            view.request.trace_state = string_view(PyBytes_AS_STRING(trace_state),
+                                                   PyBytes_GET_SIZE(trace_state))
         cdef RequestBlock block
         cdef SubmitRequest request
         cdef SubmitResult result
@@ -2629,11 +2651,16 @@ cdef extern from "hpack.h" namespace "naiad::hpack":
 
 
 cdef object _traceparent(const vector[HpackHeader]& metadata):
+    """The call's W3C context: (traceparent, tracestate or None), or None without a
+    traceparent."""
     cdef size_t i
+    traceparent = tracestate = None
     for i in range(metadata.size()):
         if metadata[i].name == b"traceparent":
-            return metadata[i].value.decode("ascii", "replace")
-    return None
+            traceparent = metadata[i].value.decode("ascii", "replace")
+        elif metadata[i].name == b"tracestate":
+            tracestate = metadata[i].value.decode("ascii", "replace")
+    return None if traceparent is None else (traceparent, tracestate)
 
 
 cdef extern from "grpc_connection.h" namespace "naiad::h2":

@@ -41,6 +41,7 @@ class InferRequest:
     # The W3C traceparent the request came with (HTTP header, gRPC metadata), read only
     # in trace mode opentelemetry (tracing/otel.py); None otherwise.
     traceparent: str | None = None
+    tracestate: str | None = None  # its W3C tracestate, read with it
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@
 #include "http_framer.h"
 #include "ipc_schema.h"
 #include "kserve_json.h"
+#include "request_block.h"
 #include "testing.h"
 #include "trace_context.h"
 #include "trace_tensor.h"
@@ -226,6 +227,35 @@ TEST(a_models_trace_context_is_tritons_traceparent_json) {
   CHECK(trace_context_json(small) ==
         "{\"traceparent\":\"00-00000000000000000000000000000001-0000000000000002-00\"}");
   CHECK(trace_context_json(SpanContext{1, 2, 0, 1}).empty());  // no span: no context
+}
+
+TEST(a_clients_tracestate_travels_in_the_block_into_the_models_context) {
+  // The general path gives the layout the tracestate as a JSON literal; the worker reads
+  // it back from the block's metadata into the context, as Triton 2.51 writes it.
+  ModelSpec model = add_sub_model();
+  ParsedRequest request;
+  request.id = "r";
+  request.parameters = "{\"p\":1}";
+  request.trace_state = "\"congo=t61rcWkgMzE,q=\\\"x\\\"\"";
+  RequestBlock block;
+  layout_request_block(model, request, &block);
+  CHECK(request_id_text(block.metadata) == "r");
+  CHECK(request_trace_state(block.metadata) == request.trace_state);
+  SpanContext span{0, 1, 2, 1};
+  const std::string context = trace_context_json(span, request_trace_state(block.metadata));
+  CHECK(context ==
+        "{\"traceparent\":\"00-00000000000000000000000000000001-0000000000000002-01\","
+        "\"tracestate\":\"congo=t61rcWkgMzE,q=\\\"x\\\"\"}");
+  // Without one the block and the context say nothing of it.
+  request.trace_state = {};
+  layout_request_block(model, request, &block);
+  CHECK(block.metadata.find("tracestate") == std::string::npos);
+  CHECK(request_trace_state(block.metadata).empty());
+  CHECK(trace_context_json(span, request_trace_state(block.metadata)) ==
+        "{\"traceparent\":\"00-00000000000000000000000000000001-0000000000000002-01\"}");
+  // A damaged block: nothing, not a crash.
+  CHECK(request_trace_state("{\"tracestate\":\"unterminated").empty());
+  CHECK(request_trace_state("{\"tracestate\":12}").empty());
 }
 
 TEST(a_new_span_joins_the_given_trace_or_starts_its_own) {

@@ -217,7 +217,8 @@ class GrpcProtocol(asyncio.Protocol):
             return
         call = _Call(path, encoding)
         call.forwarded = forwarded
-        call.traceparent = traceparent  # only in trace mode opentelemetry
+        # (traceparent, tracestate), only in trace mode opentelemetry.
+        call.traceparent = traceparent
         self.calls[stream] = call
         if timeout_us >= 0:
             call.timer = self.loop.call_later(timeout_us / 1e6, self._expire, stream)

@@ -24,6 +24,7 @@ from naiad.protos import grpc_service_pb2 as pb
 from naiad.restrictions import Restrictions, add_forwarded
 from naiad.scheduling.instance import send_log_settings
 from naiad.scheduling.model import DECOUPLED_GRPC_INFER
+from naiad.tracing.otel import tracestate_text
 from naiad.tracing.settings import update_from_grpc
 
 log = logging.getLogger("naiad.grpc")
@@ -216,14 +217,16 @@ class Service:
         return response
 
     # -- inference -------------------------------------------------------------------
-    def model_infer(self, message, forwarded=None, traceparent=None):
+    def model_infer(self, message, forwarded=None, context=None):
         """Submits the request; returns (future, finish) where finish(future) gives the
         ModelInferResponse or raises. `forwarded`: call metadata for the model;
-        `traceparent`: the call's, in trace mode opentelemetry."""
+        `context`: the call's (traceparent, tracestate), in trace mode opentelemetry."""
         request = to_infer_request(message)
         if forwarded:
             add_forwarded(request, forwarded)
-        request.traceparent = traceparent
+        if context is not None:
+            request.traceparent, tracestate = context
+            request.tracestate = tracestate_text(tracestate, exact=True)
         model = self.manager.get(request.model_name, request.model_version)
         if getattr(model, "decoupled", False):
             raise GrpcError(status.UNIMPLEMENTED, DECOUPLED_GRPC_INFER)

@@ -63,6 +63,7 @@ _WANTED_HEADERS = {
     b"inference-header-content-length": "inference-header-content-length",
     b"expect": "expect",
     b"traceparent": "traceparent",  # trace mode opentelemetry (tracing/otel.py)
+    b"tracestate": "tracestate",
 }
 
 _STATUS_LINES = {

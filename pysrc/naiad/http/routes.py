@@ -370,6 +370,7 @@ class Router:
             add_forwarded(infer_request, forwarded)
         if self._otel is not None:
             infer_request.traceparent = headers.get("traceparent")
+            infer_request.tracestate = headers.get("tracestate")
         # No task per request, only a callback on the request's future.
         encoding = headers.get("accept-encoding")
         compression = _core.response_encoding(encoding) if encoding else _core.RESPONSE_IDENTITY

@@ -45,7 +45,7 @@ from naiad.shm import SharedMemory
 from naiad.shm import block_regions as shm_block_regions
 from naiad.shm import write_returned_outputs as shm_write_returned_outputs
 from naiad.tracing import tracer as tracer_protocol
-from naiad.tracing.otel import parse_traceparent
+from naiad.tracing.otel import parse_traceparent, tracestate_literal
 from naiad.tracing.settings import LEVEL_TENSORS
 from naiad.tracing.tracer import tensor_texts
 from naiad.types import InferResponse, OutputTensor
@@ -490,6 +490,9 @@ class ModelManager:
             and bool(setting.level & LEVEL_TENSORS)
             and not tracer.opentelemetry,
             trace_parent=parent if setting is not None else None,
+            trace_state=tracestate_literal(request.tracestate)
+            if setting is not None and parent is not None
+            else None,
         )
         if type(result) is str:
             raise InvalidArgument(result)

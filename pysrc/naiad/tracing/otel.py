@@ -33,6 +33,8 @@ from __future__ import annotations
 import re
 import time
 
+import orjson
+
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 
 
@@ -47,6 +49,40 @@ def parse_traceparent(value: str | None):
     if trace_id == 0 or span_id == 0:
         return None
     return trace_id, span_id, flags
+
+
+# W3C Trace Context, tracestate list members: a key (simple or tenant@system) and a value
+# of printable characters, no ',' or '=' in it, not ending in a space.
+_TRACESTATE_MEMBER = re.compile(
+    r"^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})"
+    r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$"
+)
+_TRACESTATE_MEMBERS = 32
+
+
+def tracestate_text(value: str | None, exact: bool = False) -> str | None:
+    """A client's W3C tracestate as Triton 2.51 gives it to a model (probed), or None:
+    absent, or invalid (a malformed member, more than 32), which OpenTelemetry's
+    propagator drops whole. Members are joined with ',' without the spaces around them
+    and the empty ones; `exact` (gRPC metadata, where Triton drops such a tracestate):
+    a value with any of those is dropped too."""
+    if not value:
+        return None
+    members = [member.strip(" \t") for member in value.split(",")]
+    members = [member for member in members if member]
+    if not members or len(members) > _TRACESTATE_MEMBERS:
+        return None
+    if not all(_TRACESTATE_MEMBER.match(member) for member in members):
+        return None
+    text = ",".join(members)
+    return None if exact and text != value else text
+
+
+def tracestate_literal(value: str | None) -> bytes | None:
+    """tracestate_text of a request's tracestate as the JSON string literal its request
+    block carries to its models' trace contexts (csrc/trace_context.h), or None."""
+    text = tracestate_text(value)
+    return None if text is None else orjson.dumps(text)
 
 
 def _preset_ids():

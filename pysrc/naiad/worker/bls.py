@@ -257,12 +257,14 @@ class Channel:
         on_done=None,
         sequence: tuple | None = None,
         trace_parent=(0, 0),
+        trace_state: bytes | None = None,
     ) -> Call:
         """Sends a request; its Call is done at once (with `error`) when it could not be
         sent. `inputs`: InputTensor records (their data may be arena slices);
         `sequence`: its (correlation id, string correlation id, flags), as
         scheduling.sequence.sequence_of gives them. `trace_parent`: (batch id, 1 + index)
-        of the request whose trace it continues (_trace_parent), or (0, 0)."""
+        of the request whose trace it continues (_trace_parent), or (0, 0);
+        `trace_state`: the client tracestate of its context (_trace_state)."""
         tag = self._next_tag
         self._next_tag += 1
         call = Call(tag, model_name, on_response, on_done, sequence)
@@ -288,6 +290,7 @@ class Channel:
                 False,
                 sequence,
                 *trace_parent,
+                trace_state=trace_state,
             )
             if type(result) is str:
                 return self._finish(call, _submit_error(model_name, result))
@@ -509,7 +512,19 @@ def _start(request) -> Call:
         timeout_us=max(int(request._timeout), 0),
         sequence=sequence if sequence != (0, b"", 0) else None,
         trace_parent=_trace_parent(request._trace),
+        trace_state=_trace_state(request._trace),
     )
+
+
+def _trace_state(trace) -> bytes | None:
+    """The client's tracestate in the context of the request `trace` is of (as the JSON
+    string literal a request block carries), for the called model's context; None
+    without one."""
+    context = trace.get_context() if trace is not None else None
+    if not context or '"tracestate"' not in context:
+        return None
+    value = orjson.loads(context).get("tracestate")
+    return orjson.dumps(value) if isinstance(value, str) else None
 
 
 def _trace_parent(trace) -> tuple:
