@@ -430,7 +430,7 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
     }
     if (instance == nullptr || !instance->up || !takes_batch_locked(*instance)) {
       // A scheduler bug must not wedge two batches on one channel: fail them.
-      reject_locked(placement.requests, kCompletionWorkerFailed);
+      reject_locked(placement.requests, kCompletionWorkerFailed, &model);
       left = true;
       continue;
     }
@@ -448,7 +448,7 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
   if (staged) left |= run_staged_locked();
   if (!rejected.empty()) {
     const bool sequence = model.scheduler->reject_reason() == RejectReason::kSequenceTimeout;
-    reject_locked(rejected, sequence ? kCompletionSequenceTimedOut : kCompletionTimedOut);
+    reject_locked(rejected, sequence ? kCompletionSequenceTimedOut : kCompletionTimedOut, &model);
     left = true;
   }
   if (model.deadline_ns != 0 && (timer_deadline_ == 0 || model.deadline_ns < timer_deadline_)) {
@@ -469,7 +469,7 @@ bool Core::start_batch_locked(Model& model, Instance& instance,
   batch.desc_offset = assembler_.describe(batch.id, batch.requests, model.batch_tensors);
   if (batch.desc_offset == 0) {
     // Not even room for the descriptor: the requests fail rather than wait forever.
-    reject_locked(batch.requests, kCompletionWorkerFailed);
+    reject_locked(batch.requests, kCompletionWorkerFailed, &model);
     if (counted) {
       // Only run_staged_locked starts counted batches: its loop tries the next one.
       instance.busy = 0;
@@ -519,7 +519,7 @@ bool Core::run_staged_locked() {
 
 void Core::drop_staged_locked(Instance& instance, int32_t status) {
   if (!instance.staged) return;
-  reject_locked(instance.staged_requests, status);
+  reject_locked(instance.staged_requests, status, find_locked(instance.model));
   instance.staged = false;
   instance.busy = 0;
   rate_limiter_.unstage(instance.id);
@@ -554,11 +554,21 @@ bool Core::dispatch_all_locked(bool arrivals_possible) {
   return left;
 }
 
-void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status) {
+void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status,
+                         const Model* model) {
   Completion done{0, status, std::numeric_limits<uint32_t>::max(), 0, 0, 0, {}};
+  uint64_t routed = 0, routed_ns = 0;
+  const uint64_t now = routes_.empty() ? 0 : clock_();
   for (const QueuedRequest& r : rejected) {
-    // A worker's own request (BLS) is refused to its submitter, not to the frontend.
-    if (!routes_.empty() && routes_.count(r.id) != 0) {
+    // A worker's own request (BLS) is refused to its submitter, not to the frontend;
+    // the called model's statistics count it as a client's (the frontend's part). An
+    // ensemble's step is its ensemble's to count.
+    auto route = routes_.empty() ? routes_.end() : routes_.find(r.id);
+    if (route != routes_.end()) {
+      if (route->second.instance_id != kEnsembleRoute) {
+        ++routed;
+        routed_ns += now > r.enqueue_ns ? now - r.enqueue_ns : 0;
+      }
       refuse_routed_locked(r.id, static_cast<uint32_t>(status));
     } else {
       done.request_ids.push_back(r.id);
@@ -567,6 +577,14 @@ void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status) {
   assembler_.release(rejected);
   rejected.clear();
   if (!done.request_ids.empty()) done_.push_back(std::move(done));
+  if (routed != 0 && model != nullptr && !model->instances.empty()) {
+    Completion counted{0, kCompletionRoutedRefused, model->instances.front()->id, 0, 0, 0, {}};
+    counted.request_ids.assign(kRefusedStatsSize, 0);
+    counted.request_ids[kRefusedStatus] = static_cast<uint32_t>(status);
+    counted.request_ids[kRefusedCount] = routed;
+    counted.request_ids[kRefusedNs] = routed_ns;
+    done_.push_back(std::move(counted));
+  }
 }
 
 void Core::notify_frontend() {
@@ -1166,7 +1184,7 @@ CancelResult Core::cancel_locked(uint64_t request_id) {
       QueuedRequest queued;
       if (slot.model->scheduler->cancel(request_id, &queued)) {
         std::vector<QueuedRequest> dropped{queued};
-        reject_locked(dropped, kCompletionCancelled);
+        reject_locked(dropped, kCompletionCancelled, slot.model.get());
         result = CancelResult::kDropped;
         break;
       }
@@ -1179,7 +1197,7 @@ CancelResult Core::cancel_locked(uint64_t request_id) {
         if (staged[i].id != request_id) continue;
         std::vector<QueuedRequest> dropped{staged[i]};
         staged.erase(staged.begin() + static_cast<std::ptrdiff_t>(i));
-        reject_locked(dropped, kCompletionCancelled);
+        reject_locked(dropped, kCompletionCancelled, find_locked(instance.model));
         if (staged.empty()) {
           drop_staged_locked(instance, kCompletionCancelled);
           run_staged_locked();

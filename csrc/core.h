@@ -97,6 +97,19 @@ enum RoutedStats : uint32_t {
   kRoutedStatsSize = 11,
 };
 
+// Statistics only, for the frontend: requests workers submitted (BLS calls) that their
+// called model refused from its queue (a queue timeout, a cancellation, a batch that
+// could not start). `instance_id` is one of that model's instances (the frontend's key
+// to the model); `request_ids` carries kRefusedStatsSize numbers (RefusedStats order).
+// The submitter gets its refusal as before (kRefused).
+constexpr int32_t kCompletionRoutedRefused = 10;
+enum RefusedStats : uint32_t {
+  kRefusedStatus = 0,  // the completion status it was refused with (kCompletionTimedOut...)
+  kRefusedCount = 1,
+  kRefusedNs = 2,  // summed time from queued to refused
+  kRefusedStatsSize = 3,
+};
+
 constexpr uint32_t kNoInstance = 0xffffffffu;  // a Completion's instance_id: none ran it
 
 // A worker's model-control request (channel.h SubmitKind::kControl), for the frontend:
@@ -396,7 +409,10 @@ class Core : private EnsembleHost {
   // Hands `done` (null: nothing, only the batch's end) to poll(), in dispatch order
   // when the model preserves ordering; `batch_over`: nothing more comes for the batch.
   void deliver_locked(ModelHandle model, uint64_t batch_id, Completion* done, bool batch_over);
-  void reject_locked(std::vector<QueuedRequest>& rejected, int32_t status);
+  // `model`: the model they were queued on, whose statistics count the workers' own
+  // requests among them (kCompletionRoutedRefused); null when it is going away.
+  void reject_locked(std::vector<QueuedRequest>& rejected, int32_t status,
+                     const Model* model = nullptr);
   void stop_locked(Instance& instance);
   // Closes the instance's eventfd, frees its channel and forgets it.
   void free_instance_locked(Instance& instance);

@@ -124,7 +124,10 @@ def test_any_config_text_loads_or_names_its_error(text):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.binary(max_size=300) | damaged_config().map(lambda t: t.encode() + b"\xff\xfe"))
+@given(
+    st.binary(max_size=300)
+    | damaged_config().map(lambda t: t.encode("utf-8", "surrogatepass") + b"\xff\xfe")
+)
 def test_any_config_bytes_load_or_name_their_error(data):
     check_loads_or_config_error(data)
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.http as httpclient
-from server_harness import EXAMPLE_MODELS, NaiadServer
+from server_harness import EXAMPLE_MODELS, NaiadServer, metric_value
 from shm_support import Region
 from tritonclient.utils import InferenceServerException
 
@@ -344,8 +344,17 @@ def test_bls_version_selection(server):
     np.testing.assert_array_equal(outputs["OUTPUT0"], A + B)
 
 
+def _failures(server, model: str) -> tuple[int, float]:
+    """(the statistics' failure count, nv_inference_request_failure{reason="REJECTED"})."""
+    stats = requests.get(f"{server.url}/v2/models/{model}/stats", timeout=TIMEOUT).json()
+    text = requests.get(f"http://{server.host}:{server.metrics_port}/metrics", timeout=TIMEOUT).text
+    series = f'nv_inference_request_failure{{model="{model}",reason="REJECTED",version="1"}}'
+    return stats["model_stats"][0]["inference_stats"]["fail"]["count"], metric_value(text, series)
+
+
 def test_bls_timeout_in_the_called_models_queue(server):
     # slow_add_sub's one instance is busy for 0.3 s; the BLS request may wait 1 ms.
+    before = _failures(server, "slow_add_sub")
     busy = threading.Thread(target=infer, args=(server, "slow_add_sub"))
     busy.start()
     time.sleep(0.1)
@@ -358,6 +367,12 @@ def test_bls_timeout_in_the_called_models_queue(server):
         assert time.monotonic() - start < 0.25  # refused at its deadline, not when served
     finally:
         busy.join()
+    # The called model counts it as it counts a client's request that timed out there.
+    deadline = time.monotonic() + 5
+    while _failures(server, "slow_add_sub") == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    fails, rejected = _failures(server, "slow_add_sub")
+    assert (fails - before[0], rejected - before[1]) == (1, 1.0)
 
 
 def test_concurrent_bls_and_ensemble_traffic_leaves_the_arena_as_it_was(server):

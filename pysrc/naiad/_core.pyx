@@ -229,6 +229,7 @@ cdef extern from "core.h" namespace "naiad":
         kDropped
         kFlagged
     int32_t kCompletionRouted
+    int32_t kCompletionRoutedRefused
     uint32_t kNoInstance
     int32_t kCompletionControl
 
@@ -750,6 +751,10 @@ CANCEL_FLAGGED = 2
 # completion's request ids are [count, rows, queue ns, request ns, compute input ns,
 # compute infer ns, compute output ns, whole batch] (csrc/core.h RoutedStats).
 COMPLETION_ROUTED = kCompletionRouted
+# Statistics of workers' requests their called model refused from its queue (a BLS call
+# timed out or cancelled there): request_ids are (status, count, summed ns), instance_id
+# one of that model's instances (csrc/core.h kCompletionRoutedRefused).
+COMPLETION_ROUTED_REFUSED = kCompletionRoutedRefused
 # A completion's instance id when no instance ran it; with COMPLETION_ROUTED, a worker's
 # request to an ensemble whose handle is the completion's batch id.
 NO_INSTANCE = kNoInstance

@@ -82,11 +82,13 @@ const RequestHeader& header_of(WorkerEndpoint& worker, const BatchMessage& messa
 }
 
 // What poll() leaves for the frontend to answer: the statistics of routed requests
-// (kCompletionRouted) left out.
+// (kCompletionRouted, kCompletionRoutedRefused) left out.
 std::vector<Completion> answers(std::vector<Completion> all) {
   std::vector<Completion> out;
   for (Completion& c : all) {
-    if (c.status != kCompletionRouted) out.push_back(std::move(c));
+    if (c.status != kCompletionRouted && c.status != kCompletionRoutedRefused) {
+      out.push_back(std::move(c));
+    }
   }
   return out;
 }
@@ -421,7 +423,13 @@ TEST(a_worker_cancels_its_request_queued_or_running) {
   CHECK(m.caller_worker->submit(m.target.value, 7, m.request(0, input)) == SubmitResult::kOk);
   answers(m.core.poll());
   m.caller_worker->cancel(7);
-  answers(m.core.poll());
+  // The target's statistics count it (CANCELED), keyed by one of its instances.
+  std::vector<Completion> counted = m.core.poll();
+  CHECK(counted.size() == 1 && counted[0].status == kCompletionRoutedRefused);
+  CHECK(counted[0].instance_id == m.target_instance);
+  CHECK(counted[0].request_ids.size() == kRefusedStatsSize);
+  CHECK(counted[0].request_ids[kRefusedStatus] == static_cast<uint64_t>(kCompletionCancelled));
+  CHECK(counted[0].request_ids[kRefusedCount] == 1);
   BatchMessage refused = m.caller_worker->next();
   CHECK(refused.kind == MessageKind::kRefused && refused.batch_id == 7);
   CHECK(refused.n_requests == (kRefusedQueued | static_cast<uint32_t>(kCompletionCancelled)));

@@ -78,6 +78,14 @@ class _Pending:
             self.future.set_exception(exc)
 
 
+# The failure reason (nv_inference_request_failure's `reason`) of a request that failed
+# with a completion status, as Triton gives it; any other status: "OTHER".
+_QUEUE_FAILURE_REASONS = {
+    _core.COMPLETION_CANCELLED: "CANCELED",
+    _core.COMPLETION_TIMED_OUT: "REJECTED",
+    _core.COMPLETION_SEQUENCE_TIMED_OUT: "REJECTED",
+}
+
 # _LanePending.grpc: not gRPC, a ModelInfer call, a request on a ModelStreamInfer call.
 _GRPC_UNARY = 1
 _GRPC_STREAM = 2
@@ -836,6 +844,9 @@ class ModelManager:
         if status == _core.COMPLETION_ROUTED:
             self._record_routed(_instance, request_ids, _batch)
             return
+        if status == _core.COMPLETION_ROUTED_REFUSED:
+            self._record_routed_refused(_instance, request_ids)
+            return
         if status == _core.COMPLETION_CONTROL:  # the block is freed when read
             try:
                 self._take_control(_instance, _batch, self.core.read_control_block(offset, size))
@@ -985,13 +996,7 @@ class ModelManager:
                 model.stats.record_successes(count, rows, request_ns, 0, timings)
                 model.stats.record_execution(rows, timings)
             return
-        model = self._instance_models.get(instance_id)
-        if model is None:
-            for versions in self.models.values():
-                for candidate in versions.values():
-                    for instance in getattr(candidate, "instances", ()):
-                        self._instance_models[instance.instance_id] = candidate
-            model = self._instance_models.get(instance_id)
+        model = self._model_of_instance(instance_id)
         if model is None or len(numbers) < 11:
             return
         count, rows, queue_ns, request_ns, c_input, c_infer, c_output, whole = numbers[:8]
@@ -1005,6 +1010,28 @@ class ModelManager:
             model.stats.record_failure(failed_ns // failed)
         if whole:
             model.stats.record_execution(rows + failed_rows, timings)
+
+    def _model_of_instance(self, instance_id: int):
+        """The loaded model version instance `instance_id` serves, or None."""
+        model = self._instance_models.get(instance_id)
+        if model is None:
+            for versions in self.models.values():
+                for candidate in versions.values():
+                    for instance in getattr(candidate, "instances", ()):
+                        self._instance_models[instance.instance_id] = candidate
+            model = self._instance_models.get(instance_id)
+        return model
+
+    def _record_routed_refused(self, instance_id: int, numbers: list) -> None:
+        """Workers' requests (BLS calls) the model of instance `instance_id` refused from
+        its queue: its failures, with the reason a client's request refused so gets."""
+        model = self._model_of_instance(instance_id)
+        if model is None or len(numbers) < 3:
+            return
+        status, count, refused_ns = numbers[:3]
+        reason = _QUEUE_FAILURE_REASONS.get(status, "OTHER")
+        for _ in range(count):
+            model.stats.record_failure(refused_ns // max(count, 1), reason)
 
     def _fail_unanswered(self, request_ids: list) -> None:
         """Fails the requests among `request_ids` that are still waiting for an answer."""
@@ -1236,25 +1263,23 @@ class ModelManager:
             if self._traces:  # a failed request's trace ends with it
                 self._finish_trace(pending.request_id, None, end_ns)
             model = pending.model
+            model.stats.record_failure(
+                end_ns - pending.submit_ns, _QUEUE_FAILURE_REASONS.get(status, "OTHER")
+            )
             if status == _core.COMPLETION_CANCELLED:
-                model.stats.record_failure(end_ns - pending.submit_ns, "CANCELED")
                 pending.fail(Cancelled("Request was cancelled"))
                 continue
             if status == _core.COMPLETION_TIMED_OUT:
-                model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")
                 pending.fail(Unavailable("Request timeout expired"))
                 continue
             if status == _core.COMPLETION_SEQUENCE_TIMED_OUT:  # waited in the backlog
-                model.stats.record_failure(end_ns - pending.submit_ns, "REJECTED")
                 pending.fail(Unavailable(SEQUENCE_TIMEOUT))
                 continue
             if status == _core.COMPLETION_MODEL_GONE:
-                model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
                 # At shutdown every model goes: say why, as for the requests that outlive it.
                 reason = _not_ready_message(model) if self._live else "server is shutting down"
                 pending.fail(Unavailable(reason))
                 continue
-            model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
             if reason is not None:
                 message = reason
             elif status == _core.COMPLETION_ARENA_FULL:
