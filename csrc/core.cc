@@ -554,8 +554,7 @@ bool Core::dispatch_all_locked(bool arrivals_possible) {
   return left;
 }
 
-void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status,
-                         const Model* model) {
+void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status, const Model* model) {
   Completion done{0, status, std::numeric_limits<uint32_t>::max(), 0, 0, 0, {}};
   uint64_t routed = 0, routed_ns = 0;
   const uint64_t now = routes_.empty() ? 0 : clock_();
