@@ -19,9 +19,8 @@ namespace naiad {
 
 namespace {
 
-// epoll data of the two fds that are not connections (connection ids start at 1).
+// epoll data of the listener (connection ids start at 1).
 constexpr uint64_t kListenerKey = 0;
-constexpr uint64_t kNotifyKey = ~uint64_t(0);
 // Unsent bytes past which a Python-mode protocol is told to stop writing (uvloop's
 // default high-water mark), and under which it may write again; lane mode stops
 // reading past the high mark.
@@ -47,7 +46,6 @@ HttpIo::HttpIo(HttpLane& lane, Core& core, int listen_fd)
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + strerror(errno));
   epoll_set(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, EPOLLIN, kListenerKey);
-  epoll_set(epoll_fd_, EPOLL_CTL_ADD, core_.notify_fd(), EPOLLIN, kNotifyKey);
   read_buffer_.resize(kReadSize);
 }
 
@@ -65,15 +63,10 @@ void HttpIo::stop_listening() {
 void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
   epoll_event events[kMaxEvents];
   int ready = epoll_wait(epoll_fd_, events, kMaxEvents, 0);
-  bool notified = false;
   for (int e = 0; e < ready; ++e) {
     const uint64_t key = events[e].data.u64;
     if (key == kListenerKey) {
       accept_all();
-      continue;
-    }
-    if (key == kNotifyKey) {
-      notified = true;
       continue;
     }
     Connection* c = find(key);
@@ -81,12 +74,7 @@ void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
     if ((events[e].events & EPOLLOUT) && !send_out(c)) continue;
     if (events[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(c);
   }
-  if (notified) {
-    // Requests taken this turn are queued: the poll dispatches them too.
-    poll_core(arrivals_possible(python_open, python_waiting), turn);
-  } else if (queued_ != 0) {
-    core_.flush(arrivals_possible(python_open, python_waiting));
-  }
+  if (queued_ != 0) core_.flush(arrivals_possible(python_open, python_waiting));
   const uint32_t queued_before_writes = queued_;
   flush_writes();
   // Bytes that waited for room were taken as the answers went out.
@@ -108,11 +96,16 @@ void HttpIo::hand_events(Turn* turn) {
   }
 }
 
-void HttpIo::poll_core(bool arrivals_possible, Turn* turn) {
-  std::vector<Completion> done = core_.poll(arrivals_possible);
+void HttpIo::poll(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
+  std::vector<Completion> done = core_.poll(arrivals_possible(python_open, python_waiting));
   for (Completion& completion : done) {
     if (!answer_completion(completion, turn)) turn->completions.push_back(std::move(completion));
   }
+  const uint32_t queued_before_writes = queued_;
+  flush_writes();
+  // Bytes that waited for room were taken as the answers went out.
+  if (queued_ != queued_before_writes) core_.flush(arrivals_possible(python_open, python_waiting));
+  hand_events(turn);
 }
 
 void HttpIo::accept_all() {

@@ -20,9 +20,10 @@
 // to Python as the core gave it (the general path's, a failed batch, gRPC's), and Python
 // answers this loop's requests among them through answer() (owned() says what they are).
 //
-// Threads: one, the front end's event loop; the GIL is released around run(). The core's
-// notify eventfd is in this loop's epoll set, so one wake-up reads sockets and
-// completions alike. No member needs a lock.
+// Threads: one, the front end's event loop; the GIL is released around run() and poll().
+// The event loop calls run() when this loop's epoll fd is readable (sockets) and poll()
+// when the core's notify eventfd is (completions, for every protocol: gRPC's go to
+// Python from here too). No member needs a lock.
 #pragma once
 
 #include <cstdint>
@@ -96,12 +97,14 @@ class HttpIo {
     uint32_t queued = 0, cached = 0, refused = 0;  // lane requests taken this turn
   };
 
-  // One turn of the loop: accepts, reads, takes, polls the core when it notified,
-  // answers, dispatches and writes. `python_open` / `python_waiting`: the arrival
-  // counts of the connections Python keeps (scheduling/arrivals.py), added to this
-  // loop's own for the batcher's hint. Also hands over the events of calls made since
-  // the last turn (pending_events()).
+  // One turn of the loop: accepts, reads, takes, dispatches and writes. `python_open` /
+  // `python_waiting`: the arrival counts of the connections Python keeps
+  // (scheduling/arrivals.py), added to this loop's own for the batcher's hint. Also
+  // hands over the events of calls made since the last turn (pending_events()).
   void run(uint32_t python_open, uint32_t python_waiting, Turn* turn);
+  // The core notified: Core::poll, this loop's completions answered and written, the
+  // others in `turn` for Python.
+  void poll(uint32_t python_open, uint32_t python_waiting, Turn* turn);
   // Events (closes, write pauses) that calls from Python made and no turn has handed
   // over yet: the caller runs a turn soon when there are any.
   size_t pending_events() const { return events_.size(); }
@@ -196,7 +199,6 @@ class HttpIo {
   };
 
   void accept_all();
-  void poll_core(bool arrivals_possible, Turn* turn);
   void on_readable(Connection* c);
   // Lane mode: takes what it can of c->in; the rest goes to Python when nothing is owed.
   void process_input(Connection* c);

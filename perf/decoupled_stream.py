@@ -99,6 +99,12 @@ def main() -> int:
     parser.add_argument("--responses", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--naiad-arg",
+        action="append",
+        default=[],
+        help="one more `naiad serve` flag (repeatable), e.g. --naiad-arg=--http-io-loop=false",
+    )
     options = parser.parse_args()
     if options.client:
         result = asyncio.run(
@@ -123,7 +129,11 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 repo = Path(tmp) / "models"
                 shutil.copytree(PERF / "models" / MODEL, repo / MODEL)
-                server = NaiadServer(tree, Path(python)) if kind == "naiad" else TritonServer()
+                server = (
+                    NaiadServer(tree, Path(python), extra_args=options.naiad_arg)
+                    if kind == "naiad"
+                    else TritonServer()
+                )
                 server.start(repo, server_cpus, Path(tmp) / f"{kind}.log")
                 try:
                     url = f"127.0.0.1:{server.grpc_port}"

@@ -684,6 +684,7 @@ cdef extern from "http_io.h" namespace "naiad":
         void set_each(cbool each)
         void stop_listening()
         void run(uint32_t python_open, uint32_t python_waiting, IoTurn* turn) except + nogil
+        void poll(uint32_t python_open, uint32_t python_waiting, IoTurn* turn) except + nogil
         size_t pending_events()
         void write(uint64_t connection, const char* data, size_t size) nogil
         cbool close(uint64_t connection, cbool abort) nogil
@@ -2161,6 +2162,13 @@ cdef class HttpIo:
         cdef IoTurn turn
         with nogil:
             self._io.run(python_open, python_waiting, &turn)
+        return _io_turn(turn)
+
+    def poll(self, uint32_t python_open, uint32_t python_waiting):
+        """The core notified (HttpIo::poll): an IoTurnResult."""
+        cdef IoTurn turn
+        with nogil:
+            self._io.poll(python_open, python_waiting, &turn)
         return _io_turn(turn)
 
     @property

@@ -117,6 +117,7 @@ struct Fixture {
     for (int i = 0; i < 2000; ++i) {
       HttpIo::Turn turn;
       io->run(0, 0, &turn);
+      io->poll(0, 0, &turn);  // the core's notify eventfd is the event loop's reader
       for (auto& event : turn.events) events.push_back(std::move(event));
       for (auto& a : turn.answered) answered.push_back(std::move(a));
       for (auto& c : turn.completions) python_completions.push_back(std::move(c));

@@ -4,9 +4,10 @@ C++ accepts and reads every connection and takes its plain infer requests to the
 answers them and writes the answers, with no Python per request. What the lane does not
 take (other routes, requests in pieces, malformed input) goes to the connection's
 `HttpProtocol`, as with uvloop's transports: `IoTransport` is its transport, over the
-C++ connection. One `_turn` per wake-up of the loop's epoll fd (sockets and the core's
-completions alike) hands Python that turn's events, the completions C++ leaves to Python,
-and one statistics record per completion it answered.
+C++ connection. One `_turn` per wake-up of the loop's epoll fd (its sockets) hands Python
+that turn's events; one `drain` per wake-up of the core's notify eventfd (the manager's
+reader) hands it the completions C++ leaves to Python and one statistics record per
+completion it answered.
 
 A connection whose protocol owes and holds nothing goes back to the lane with the next
 bytes it receives (`HttpIo.take_back`).
@@ -139,6 +140,11 @@ class IoServer:
         arrivals = self.arrivals
         self._handle(self.io.run(arrivals.open, arrivals.waiting))
 
+    def drain(self) -> None:
+        """The core notified (the manager's reader of its eventfd calls this): completions."""
+        arrivals = self.arrivals
+        self._handle(self.io.poll(arrivals.open, arrivals.waiting))
+
     def kick(self) -> None:
         """A call from Python left events for Python (a close, a write pause): a turn soon."""
         if not self._kicked and self.io.pending_events:
@@ -146,23 +152,25 @@ class IoServer:
             self.loop.call_soon(self._turn)
 
     def _handle(self, turn) -> None:
+        # The loop wrote what it answered before returning; the manager's answers to the
+        # loop's requests among `completions` are written by answer()'s flush.
+        events, completions, answered, queued, cached, refused = turn
         manager = self.manager
-        if turn.queued or turn.cached or turn.refused:
-            manager.count_io_requests(turn.queued, turn.cached, turn.refused)
-        for kind, connection, data in turn.events:
-            try:
-                self._event(kind, connection, data)
-            except Exception:  # one connection's failure must not stop the others
-                log.exception("HTTP connection %d: handling an I/O event failed", connection)
-                self.io.close(connection, True)
-                self._lost(connection)
-        if turn.answered:
-            manager.record_io_answered(turn.answered)
-        if turn.completions:
-            manager.on_completions(turn.completions)
-        if turn.answered or turn.completions:
-            self.io.flush_writes()
-            self.kick()
+        if queued or cached or refused:
+            manager.count_io_requests(queued, cached, refused)
+        if events:
+            for kind, connection, data in events:
+                try:
+                    self._event(kind, connection, data)
+                except Exception:  # one connection's failure must not stop the others
+                    log.exception("HTTP connection %d: handling an I/O event failed", connection)
+                    self.io.close(connection, True)
+                    self._lost(connection)
+            self.kick()  # what the protocols wrote may have left events
+        if answered:
+            manager.record_io_answered(answered)
+        if completions:
+            manager.on_completions(completions)
 
     def _event(self, kind: int, connection: int, data) -> None:
         if kind == _core.IO_ACCEPTED:

@@ -726,15 +726,12 @@ class ModelManager:
 
     # -- the C++ I/O loop of the HTTP front end (http/io_server.py) ----------------------
     def attach_io(self, server) -> None:
-        """`server`'s loop reads the core's completions from now on (its epoll set holds
-        the notify eventfd) and answers its own requests; the rest come to
-        on_completions."""
+        """`server`'s loop polls the core from now on (_drain) and answers its own
+        requests; the rest come to on_completions."""
         self._io_server = server
         self.io = server.io
         self.arrivals.io = server.io
         self.io.set_each(new_summaries() is not None)
-        if self._loop is not None:
-            self._loop.remove_reader(self.core.notify_fd)
         self._update_io_taking()
 
     def _update_io_taking(self) -> None:
@@ -818,6 +815,9 @@ class ModelManager:
         self.core.flush(self.arrivals.possible())
 
     def _drain(self) -> None:
+        if self._io_server is not None:  # it answers its own requests, in C++
+            self._io_server.drain()
+            return
         self.on_completions(self.core.poll(self.arrivals.possible()))
 
     def on_completions(self, completions: list, reason: str | None = None) -> None:
