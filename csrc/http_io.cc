@@ -71,6 +71,12 @@ void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
     }
     Connection* c = find(key);
     if (c == nullptr) continue;  // closed earlier in this turn
+    if ((events[e].events & (EPOLLERR | EPOLLHUP)) && (c->eof || c->closing)) {
+      // Reset after it half-closed: nothing more can reach it (and epoll would report
+      // it on every turn, read or not). Its owed requests are cancelled.
+      destroy(c, true);
+      continue;
+    }
     if ((events[e].events & EPOLLOUT) && !send_out(c)) continue;
     if (events[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(c);
   }

@@ -29,6 +29,7 @@ import argparse
 import csv
 import http.client
 import json
+import math
 import os
 import shutil
 import signal
@@ -133,11 +134,18 @@ def _median(values: list[float]) -> float:
     return ordered[len(ordered) // 2] if ordered else float("nan")
 
 
-def _flat(series: list[float], slack: float) -> dict:
-    """Second tenth vs last tenth of a series (the first tenth is warm-up)."""
+# The load generators start one after the other and connect as they start: the first
+# second of samples is warm-up however short the run (a 5 s run's first tenth is not).
+WARMUP_SECS = 1.0
+
+
+def _flat(series: list[float], slack: float, warmup_samples: int = 0) -> dict:
+    """The tenth after the warm-up vs the last tenth of a series (warm-up: the first
+    tenth, or `warmup_samples` when more)."""
     n = len(series)
     tenth = max(1, n // 10)
-    early = _median(series[tenth : 2 * tenth])
+    start = min(max(tenth, warmup_samples), n - tenth)
+    early = _median(series[start : start + tenth])
     late = _median(series[-tenth:])
     return {"early": early, "late": late, "growth": late - early, "ok": late - early <= slack}
 
@@ -318,7 +326,7 @@ def _verdict(summary: dict, rows: list[dict], args, out: Path) -> dict:
         if len(series) < 10:
             continue  # a process that was not there for the whole run (none is expected)
         slack = args.rss_slack_mib * 1024 if column.startswith("rss_") else args.fd_slack
-        drift[column] = _flat(series, slack)
+        drift[column] = _flat(series, slack, math.ceil(WARMUP_SECS / args.sample_secs))
     summary["drift"] = drift
     checks["rss_and_fds_flat"] = bool(drift) and all(d["ok"] for d in drift.values())
     checks["arena_back_to_idle"] = summary.get("arena_idle_after") == summary.get(

@@ -297,6 +297,40 @@ TEST(http_io_a_client_that_goes_away_has_its_requests_cancelled_and_counts_relea
   CHECK(fixture.lane.codec().in_flight() == 0);
 }
 
+TEST(http_io_a_client_that_half_closes_then_resets_is_closed_not_polled_forever) {
+  Fixture fixture;
+  int client = fixture.connect_client();
+  uint64_t connection = accepted_connection(fixture);
+  // No worker answers here: the request stays owed while the client goes away.
+  send_all(client, add_sub_request());
+  shutdown(client, SHUT_WR);
+  for (int i = 0; i < 200 && fixture.io->in_flight() < 1; ++i) {
+    HttpIo::Turn turn;
+    fixture.io->run(0, 0, &turn);
+    usleep(1000);
+  }
+  CHECK(fixture.io->in_flight() == 1);
+  for (int i = 0; i < 20; ++i) {  // the half-close read: the connection waits to answer
+    HttpIo::Turn turn;
+    fixture.io->run(0, 0, &turn);
+  }
+  CHECK(fixture.io->is_open(connection));
+  linger reset{1, 0};  // close with RST
+  setsockopt(client, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  close(client);
+  bool closed = false;
+  for (int i = 0; i < 200 && !closed; ++i) {
+    HttpIo::Turn turn;
+    fixture.io->run(0, 0, &turn);
+    for (const auto& event : turn.events) {
+      closed |= event.kind == HttpIo::EventKind::kClosed && event.connection == connection;
+    }
+    usleep(1000);
+  }
+  CHECK(closed);
+  CHECK(!fixture.io->is_open(connection));
+}
+
 TEST(http_io_a_completion_with_requests_not_its_own_goes_to_python_and_answer_reaches_client) {
   Fixture fixture;
   int client = fixture.connect_client();
