@@ -236,14 +236,10 @@ SubmitResult EnsembleScheduler::start(uint64_t model, const QueuedRequest& reque
       run.parameters.assign(start, static_cast<size_t>(reader.position() - start));
       return true;
     }
-    if (key == "tracestate") {  // the steps' blocks carry it to their models' contexts
-      const char* start = nullptr;
-      if (reader.peek() != '"' || !reader.skip_value(&start)) return false;
-      run.trace_state.assign(start, static_cast<size_t>(reader.position() - start));
-      return true;
-    }
     return reader.skip_value();
   });
+  // A traced request's steps carry the client's tracestate to their models' contexts.
+  if (run.traced) run.trace_state = request_trace_state(metadata);
   const uint64_t id = request.id;
   Run& placed = runs_[id] = std::move(run);
   if (!read) fail(placed, "the request block could not be read", kCodeInternal);

@@ -81,6 +81,10 @@ void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
     if (events[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(c);
   }
   if (queued_ != 0) core_.flush(arrivals_possible(python_open, python_waiting));
+  end_turn(python_open, python_waiting, turn);
+}
+
+void HttpIo::end_turn(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
   const uint32_t queued_before_writes = queued_;
   flush_writes();
   // Bytes that waited for room were taken as the answers went out.
@@ -107,11 +111,7 @@ void HttpIo::poll(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
   for (Completion& completion : done) {
     if (!answer_completion(completion, turn)) turn->completions.push_back(std::move(completion));
   }
-  const uint32_t queued_before_writes = queued_;
-  flush_writes();
-  // Bytes that waited for room were taken as the answers went out.
-  if (queued_ != queued_before_writes) core_.flush(arrivals_possible(python_open, python_waiting));
-  hand_events(turn);
+  end_turn(python_open, python_waiting, turn);
 }
 
 void HttpIo::accept_all() {
@@ -249,10 +249,7 @@ void HttpIo::process_input(Connection* c) {
       // A small plain request cut by the stream: the next read completes it.
       c->partial_since_ns = partial_since != 0 ? partial_since : c->last_read_ns;
     } else if (c->owed.empty()) {
-      // The rest is Python's: the protocol gets it, and the connection with it.
-      c->python = true;
-      events_.push_back(Event{EventKind::kHandOver, c->id, std::move(c->in)});
-      c->in.clear();
+      to_python(c);  // the rest is Python's: the protocol gets it, and the connection
     }
     // Else the bytes wait (unread further) until the owed answers are out.
   }
@@ -519,11 +516,15 @@ void HttpIo::sweep(uint64_t before_ns, uint64_t idle_before_ns, std::vector<uint
 void HttpIo::hand_over(uint64_t connection) {
   Connection* c = find(connection);
   if (c == nullptr || c->python || !c->owed.empty()) return;
-  c->python = true;
   c->partial_since_ns = 0;
+  to_python(c);
+  update_events(c);
+}
+
+void HttpIo::to_python(Connection* c) {
+  c->python = true;
   events_.push_back(Event{EventKind::kHandOver, c->id, std::move(c->in)});
   c->in.clear();
-  update_events(c);
 }
 
 }  // namespace naiad

@@ -69,7 +69,7 @@ class HttpIo {
   struct Event {
     EventKind kind;
     uint64_t connection;
-    std::string data;  // kData
+    std::string data;  // kData, kHandOver
   };
   // A completion answered here, for the statistics Python keeps.
   struct Answered {
@@ -144,7 +144,6 @@ class HttpIo {
   // Arrival counts of the connections in lane mode (scheduling/arrivals.py).
   uint32_t open_count() const { return counted_; }
   uint32_t waiting_count() const { return waiting_; }
-  size_t connection_count() const { return connections_.size(); }
   // This loop's requests in flight (not answered yet).
   size_t in_flight() const { return requests_.size(); }
   std::vector<uint64_t> owned_ids() const {
@@ -215,6 +214,11 @@ class HttpIo {
   void destroy(Connection* c, bool report);
   // Hands the turn's counts and events to `turn`.
   void hand_events(Turn* turn);
+  // The end of run() and poll(): due answers written (the core flushed if bytes that
+  // waited were taken meanwhile), counts and events handed over.
+  void end_turn(uint32_t python_open, uint32_t python_waiting, Turn* turn);
+  // Lane mode leaves the connection and its received bytes to Python (kHandOver).
+  void to_python(Connection* c);
   bool arrivals_possible(uint32_t python_open, uint32_t python_waiting) const {
     return python_open + counted_ > python_waiting + waiting_;
   }

@@ -701,7 +701,6 @@ cdef extern from "http_io.h" namespace "naiad":
         void flush_writes() nogil
         uint32_t open_count()
         uint32_t waiting_count()
-        size_t connection_count()
         size_t in_flight()
         vector[uint64_t] owned_ids()
         void sweep(uint64_t before_ns, uint64_t idle_before_ns, vector[uint64_t]* timed_out,
@@ -2237,10 +2236,6 @@ cdef class HttpIo:
     @property
     def waiting_count(self):
         return self._io.waiting_count()
-
-    @property
-    def connection_count(self):
-        return self._io.connection_count()
 
     @property
     def in_flight(self):

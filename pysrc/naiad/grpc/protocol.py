@@ -64,7 +64,7 @@ class _Call:
         "in_flight",
         "half_closed",
         "forwarded",
-        "traceparent",
+        "trace_context",
     )
 
     def __init__(self, path: str, encoding: str):
@@ -75,7 +75,7 @@ class _Call:
         self.in_flight = 0  # streamed requests not answered (finally) yet
         self.half_closed = False
         self.forwarded = None  # metadata for the model (--grpc-header-forward-pattern)
-        self.traceparent = None
+        self.trace_context = None  # (traceparent, tracestate), trace mode opentelemetry
 
 
 class GrpcProtocol(asyncio.Protocol):
@@ -210,15 +210,14 @@ class GrpcProtocol(asyncio.Protocol):
         return [(name, value) for name, value in metadata if forward.search(name)] or None
 
     def _on_call(
-        self, stream: int, path: str, timeout_us: int, encoding: str, traceparent, forwarded=None
+        self, stream: int, path: str, timeout_us: int, encoding: str, trace_context, forwarded=None
     ) -> None:
         if path != STREAM_INFER and path not in self.service.unary:
             self.conn.finish(stream, status.UNIMPLEMENTED, "")  # grpc++ says nothing more
             return
         call = _Call(path, encoding)
         call.forwarded = forwarded
-        # (traceparent, tracestate), only in trace mode opentelemetry.
-        call.traceparent = traceparent
+        call.trace_context = trace_context
         self.calls[stream] = call
         if timeout_us >= 0:
             call.timer = self.loop.call_later(timeout_us / 1e6, self._expire, stream)
@@ -253,7 +252,7 @@ class GrpcProtocol(asyncio.Protocol):
         if call.message is None:
             raise GrpcError(status.UNIMPLEMENTED, "no request message on a unary call")
         forwarded = call.forwarded  # parameters the C++ path does not add: the general path
-        traced = call.traceparent is not None  # the general path reads it (tracing/otel.py)
+        traced = call.trace_context is not None  # the general path reads it (tracing/otel.py)
         if (
             call.path == MODEL_INFER
             and not forwarded
@@ -265,7 +264,7 @@ class GrpcProtocol(asyncio.Protocol):
         message = call.message if type(call.message) is bytes else bytes(call.message)
         request = message if message_class is None else parse(message_class, message)
         if call.path == MODEL_INFER and (forwarded or traced):
-            result = self.service.model_infer(request, forwarded, call.traceparent)
+            result = self.service.model_infer(request, forwarded, call.trace_context)
         else:
             result = handler(request)
         if type(result) is tuple:  # (future, finish): an inference or a load in flight

@@ -185,8 +185,10 @@ class IoServer:
             return
         if kind == _core.IO_DATA:
             if self._router_takes and protocol.lane_idle():
-                self._handle(self.io.take_back(connection, data))
-                self.manager.schedule_flush()
+                turn = self.io.take_back(connection, data)
+                self._handle(turn)
+                if turn.queued:  # dispatched with the rest of this loop turn's requests
+                    self.manager.schedule_flush()
             else:
                 protocol.data_received(data)
         elif kind == _core.IO_HAND_OVER:

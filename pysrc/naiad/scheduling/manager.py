@@ -86,6 +86,18 @@ _QUEUE_FAILURE_REASONS = {
     _core.COMPLETION_SEQUENCE_TIMED_OUT: "REJECTED",
 }
 
+
+def _record_executions(stats, instance_id: int, batch_sizes: list, timings) -> None:
+    """An answered batch's executions: one of all its requests' batch sizes, or, for the
+    core's answer to ensemble requests that ended together (no instance), one each, as
+    in Triton."""
+    if instance_id == _core.NO_INSTANCE:
+        for batch_size in batch_sizes:
+            stats.record_execution(batch_size, timings)
+    else:
+        stats.record_execution(sum(batch_sizes), timings)
+
+
 # _LanePending.grpc: not gRPC, a ModelInfer call, a request on a ModelStreamInfer call.
 _GRPC_UNARY = 1
 _GRPC_STREAM = 2
@@ -108,30 +120,6 @@ class _LanePending:
         self.submit_ns = submit_ns
         self.on_done = on_done
         self.grpc = grpc
-
-    def fail(self, exc: Exception) -> None:
-        self.manager.lane.forget(self.request_id)
-        self.on_done(None, exc)
-
-
-class _IoPending:
-    """A request of the C++ I/O loop (http/io_server.py) in a completion Python answers
-    (a failed batch, one shared with other requests): its answer goes back to the loop."""
-
-    __slots__ = ("model", "request_id", "batch_size", "submit_ns", "manager")
-    lane = True
-    stream = False
-    grpc = False
-
-    def __init__(self, manager, model, request_id, batch_size, submit_ns):
-        self.manager = manager
-        self.model = model
-        self.request_id = request_id
-        self.batch_size = batch_size
-        self.submit_ns = submit_ns
-
-    def on_done(self, http, exc) -> None:
-        self.manager._io_server.answer(self.request_id, http, exc)
 
     def fail(self, exc: Exception) -> None:
         self.manager.lane.forget(self.request_id)
@@ -770,30 +758,17 @@ class ModelManager:
             for took_ns in record.failed_ns:
                 stats.record_failure(took_ns)
             if timings[0]:
-                if record.instance_id == _core.NO_INSTANCE:
-                    for batch_size in record.batch_sizes:
-                        stats.record_execution(batch_size, timings)
-                else:
-                    stats.record_execution(sum(record.batch_sizes), timings)
+                _record_executions(stats, record.instance_id, record.batch_sizes, timings)
             if record.lost:
-                log.error(
-                    "the fast lane did not answer %d of a batch's requests that have their "
-                    "final response",
-                    len(record.lost),
-                )
-                for pending in self._io_pendings(record.lost):
-                    stats.record_failure(0, "OTHER")
-                    pending.fail(
-                        Internal(
-                            f"Failed to process the request(s) for model '{model.name}': the "
-                            "server could not read the model's result (see the server log)"
-                        )
-                    )
+                batch = len(record.batch_sizes) + len(record.lost)
+                self._fail_lost(record.lost, batch, self._adopt_io_pendings)
 
     def _io_pendings(self, request_ids) -> list:
-        """The I/O loop's requests among `request_ids`, as pendings Python answers."""
+        """The I/O loop's requests among `request_ids`, as lane pendings Python answers:
+        their answers go back to the loop (IoServer.answer)."""
         out = []
         io = self.io
+        answer = self._io_server.answer
         for request_id in request_ids:
             owned = io.owned(request_id)
             if owned is None:
@@ -801,8 +776,16 @@ class ModelManager:
             lane_model, batch_size, submit_ns = owned
             model = self._lane_models_ever.get(lane_model)
             if model is not None:
-                out.append(_IoPending(self, model, request_id, batch_size, submit_ns))
+                on_done = partial(answer, request_id)
+                out.append(_LanePending(self, model, request_id, batch_size, submit_ns, on_done))
         return out
+
+    def _adopt_io_pendings(self, request_ids) -> dict:
+        """The I/O loop's requests among `request_ids`, pending from now on as every
+        request Python answers (by request id)."""
+        theirs = {p.request_id: p for p in self._io_pendings(request_ids)}
+        self._pending.update(theirs)
+        return theirs
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -858,10 +841,8 @@ class ModelManager:
             pendings = [get(request_id) for request_id in request_ids]
             if self.io is not None and None in pendings and self.io.in_flight:
                 # The I/O loop's requests in a completion it left to Python.
-                # Kept as pending until answered, as every request Python answers.
-                theirs = {p.request_id: p for p in self._io_pendings(request_ids)}
+                theirs = self._adopt_io_pendings(request_ids)
                 if theirs:
-                    self._pending.update(theirs)
                     pendings = [p or theirs.get(i) for p, i in zip(pendings, request_ids)]
             live = [p for p in pendings if p is not None]
             if not live:
@@ -879,14 +860,9 @@ class ModelManager:
             if len(lane) != len(live):
                 timings = self._answer_general(pendings, offset, size, dispatch_ns, end_ns)
             if timings is not None and timings[0]:  # streamed responses carry none
-                stats = live[0].model.stats
-                if _instance == _core.NO_INSTANCE:
-                    # The core's answer to ensemble requests (one block for those that
-                    # ended together): each is an execution of its own, as in Triton.
-                    for pending in live:
-                        stats.record_execution(pending.batch_size, timings)
-                else:
-                    stats.record_execution(sum(p.batch_size for p in live), timings)
+                _record_executions(
+                    live[0].model.stats, _instance, [p.batch_size for p in live], timings
+                )
         finally:
             if offset:
                 self.core.free(offset)
@@ -1114,14 +1090,21 @@ class ModelManager:
         final = set(finals)
         lost = [p.request_id for p in lane if p.request_id in final and p.request_id in pending]
         if lost:
-            log.error(
-                "the fast lane did not answer %d of a batch's %d requests that have their "
-                "final response",
-                len(lost),
-                len(lane),
-            )
-            self._fail_unanswered(lost)
+            self._fail_lost(lost, len(lane))
         return timings
+
+    def _fail_lost(self, lost: list, batch: int, adopt=None) -> None:
+        """Lane requests whose final response was in the block but got no answer (a codec
+        bug): logged and failed. `adopt`: makes them pending first (the I/O loop's)."""
+        log.error(
+            "the fast lane did not answer %d of a batch's %d requests that have their "
+            "final response",
+            len(lost),
+            batch,
+        )
+        if adopt is not None:
+            adopt(lost)
+        self._fail_unanswered(lost)
 
     def _send_stream_partials(self, partials: list) -> None:
         """The responses before the last of ModelStreamInfer requests (a decoupled
