@@ -1,5 +1,6 @@
 #include "worker_endpoint.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -183,6 +184,12 @@ void WorkerEndpoint::push_to_core(const SubmitMessage& message) {
     wake_frontend();
     usleep(50);
   }
+}
+
+bool WorkerEndpoint::yield_to_frontend() {
+  if (arena_.header()->notify_pending.load(std::memory_order_seq_cst) == 0) return false;
+  sched_yield();
+  return true;
 }
 
 void WorkerEndpoint::wake_frontend() {

@@ -80,6 +80,15 @@ class WorkerEndpoint {
   // Wakes the frontend for what this worker left on its rings (unless a wake is
   // already pending).
   void wake() { wake_frontend(); }
+  // Called after a streamed response is posted. A wake-up the frontend has not taken
+  // yet means it is runnable but not running, as when it shares this CPU (a server
+  // pinned to one core): this thread then gives up the CPU. Without that, a model
+  // sending in a loop keeps the CPU for its whole time slice, the frontend forwards
+  // the responses in a few large bursts and the client idles between them; yielding
+  // interleaves the two, so the client reads while the model sends (one stream of
+  // 100 responses per request: 20-25 % more responses/s, perf/decoupled_stream.py).
+  // True when it yielded.
+  bool yield_to_frontend();
 
   Arena& arena() { return arena_; }
 

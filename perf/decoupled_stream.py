@@ -10,8 +10,10 @@ first half of the CPUs as perf/bench.py pins them; the client runs pinned to the
 half. It opens `concurrency` ModelStreamInfer streams (grpcio, asyncio), each with one
 request in flight at a time: a request asks for N responses and the next goes once the
 N-th has come. The client reads the responses as raw bytes (no decoding), so its cost
-per response is small and the same for both servers. Rounds alternate the server order;
-the table gives the median responses/s per server and the ratio.
+per response is small and the same for both servers; it also times each request's first
+response (what a token stream's user waits for). Rounds alternate the server order; the
+table gives the median responses/s per server, the ratio, and the median time to the
+first response.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ async def _client(url: str, concurrency: int, n: int, seconds: float) -> dict:
 
     payload = _request_bytes(n)
     counts = {"responses": 0, "requests": 0}
+    firsts: list[float] = []  # each request's time to its first response, seconds
     stop_at = time.monotonic() + seconds
 
     async def one_stream(channel):
@@ -60,11 +63,14 @@ async def _client(url: str, concurrency: int, n: int, seconds: float) -> dict:
             METHOD, request_serializer=lambda b: b, response_deserializer=lambda b: b
         )()
         while time.monotonic() < stop_at:
+            sent = time.perf_counter()
             await call.write(payload)
-            for _ in range(n):
+            for i in range(n):
                 message = await call.read()
                 if message is grpc.aio.EOF:
                     raise RuntimeError("the stream ended early")
+                if i == 0:
+                    firsts.append(time.perf_counter() - sent)
                 counts["responses"] += 1
             counts["requests"] += 1
         await call.done_writing()
@@ -74,7 +80,8 @@ async def _client(url: str, concurrency: int, n: int, seconds: float) -> dict:
         start = time.monotonic()
         await asyncio.gather(*(one_stream(channel) for _ in range(concurrency)))
         elapsed = time.monotonic() - start
-    return {**counts, "seconds": elapsed}
+    first_ms = statistics.median(firsts) * 1e3 if firsts else float("nan")
+    return {**counts, "seconds": elapsed, "first_response_ms": first_ms}
 
 
 # -- the driver --------------------------------------------------------------------------------
@@ -123,6 +130,7 @@ def main() -> int:
     levels = [int(c) for c in options.concurrency.split(",")]
     kinds = options.servers.split(",")
     results: dict = {(kind, c): [] for kind in kinds for c in levels}
+    firsts: dict = {(kind, c): [] for kind in kinds for c in levels}
     for round_ in range(options.rounds):
         order = kinds if round_ % 2 == 0 else list(reversed(kinds))
         for kind in order:
@@ -144,21 +152,25 @@ def main() -> int:
                         )
                         rate = r["responses"] / r["seconds"]
                         results[(kind, c)].append(rate)
+                        firsts[(kind, c)].append(r["first_response_ms"])
                         print(
                             f"round {round_ + 1} {kind:6} c={c}: {rate:10,.0f} responses/s "
-                            f"({r['requests']} requests of {options.responses})",
+                            f"({r['requests']} requests of {options.responses}; first response "
+                            f"after {r['first_response_ms']:.3f} ms, median)",
                             flush=True,
                         )
                 finally:
                     server.stop()
     print()
-    print(f"| concurrency | {' | '.join(f'{k} responses/s' for k in kinds)} | ratio |")
-    print(f"|---|{'---|' * len(kinds)}---|")
+    heads = [f"{k} responses/s" for k in kinds] + [f"{k} first response ms" for k in kinds]
+    print(f"| concurrency | {' | '.join(heads)} | ratio |")
+    print(f"|---|{'---|' * len(heads)}---|")
     for c in levels:
         medians = [statistics.median(results[(k, c)]) for k in kinds]
         ratio = medians[0] / medians[1] if len(medians) > 1 and medians[1] else float("nan")
-        cells = " | ".join(f"{m:,.0f}" for m in medians)
-        print(f"| {c} | {cells} | {ratio:.2f}x |")
+        cells = [f"{m:,.0f}" for m in medians]
+        cells += [f"{statistics.median(firsts[(k, c)]):.3f}" for k in kinds]
+        print(f"| {c} | {' | '.join(cells)} | {ratio:.2f}x |")
     return 0
 
 

@@ -543,6 +543,9 @@ class _DecoupledEndpoint(_Endpoint):
         self.responded.extend(responses)
         return True
 
+    def yield_to_frontend(self):
+        return False  # the frontend is not running: nothing to give the CPU to
+
     def request_cancelled(self, block):
         return False
 

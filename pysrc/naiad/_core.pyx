@@ -726,6 +726,7 @@ cdef extern from "worker_endpoint.h" namespace "naiad":
                                      const uint64_t* timings, cbool batch_done,
                                      cbool keep_open) except + nogil
         void end_batch(uint64_t batch_id, cbool keep_open) nogil
+        cbool yield_to_frontend() nogil
         uint64_t reserve_output_major(uint64_t batch_id, const vector[ResponseEntry]& responses,
                                       uint64_t* runs, uint64_t* size) except + nogil
         void post_block(uint64_t batch_id, uint64_t offset, uint64_t size,
@@ -2504,6 +2505,14 @@ cdef class WorkerEndpoint:
             posted = self._endpoint.respond_open(batch_id, entries, c_timings, batch_done,
                                                  keep_open)
         return posted
+
+    def yield_to_frontend(self):
+        """After a streamed response: gives up the CPU when the frontend has a wake-up
+        it has not taken yet (csrc/worker_endpoint.h); True when it did."""
+        cdef cbool yielded
+        with nogil:
+            yielded = self._endpoint.yield_to_frontend()
+        return yielded
 
     def end_batch(self, uint64_t batch_id, bint keep_open):
         """Ends the batch without a response block (the instance takes its next one);

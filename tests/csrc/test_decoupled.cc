@@ -254,3 +254,23 @@ TEST(cancel_reaches_a_request_kept_open_after_its_batch) {
   CHECK(f.consume(f.core.poll()) == 1);
   CHECK(f.core.in_flight() == 0);
 }
+
+TEST(a_streaming_worker_yields_only_while_the_frontend_has_a_wake_up_to_take) {
+  Fixture f(1);
+  f.submit(1);
+  f.core.instance_up(f.ids[0]);
+  f.core.flush();
+  WorkerEndpoint& worker = *f.workers[0];
+  BatchMessage message = worker.next();
+  f.core.poll();                       // the frontend took every wake-up so far
+  CHECK(!worker.yield_to_frontend());  // nothing waits for it: this worker runs on
+  CHECK(worker.respond(message.batch_id, {response(0, false)}, kTimings, false));
+  CHECK(worker.yield_to_frontend());     // the response woke the frontend, not run yet
+  CHECK(f.consume(f.core.poll()) == 1);  // the frontend ran and took it
+  CHECK(!worker.yield_to_frontend());
+  CHECK(worker.respond(message.batch_id, {response(0, true)}, kTimings, false));
+  CHECK(f.consume(f.core.poll()) == 1);
+  worker.end_batch(message.batch_id, true);
+  f.core.poll();
+  CHECK(f.core.in_flight() == 0);
+}

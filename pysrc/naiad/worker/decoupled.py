@@ -79,7 +79,11 @@ class BatchStream:
                     message = f"writing an output into its shared memory region failed: {exc}"
                     error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
                     wire = (index, error_flags, 1, orjson.dumps({"error": message}), ())
-        if not self.endpoint.respond_open(self.batch_id, [wire], _NO_TIMINGS, False, False):
+        endpoint = self.endpoint
+        if endpoint.respond_open(self.batch_id, [wire], _NO_TIMINGS, False, False):
+            # The frontend forwards it while the model goes on (csrc/worker_endpoint.h).
+            endpoint.yield_to_frontend()
+        else:
             # No room in the arena for this response: the request ends with an error
             # (a small block), so its client is not left waiting.
             with self.lock:
