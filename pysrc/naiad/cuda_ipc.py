@@ -226,6 +226,53 @@ def join_on_device(pieces: list, target: int, device: int, stream=None) -> None:
         _check(rt.cudaDeviceSynchronize())
 
 
+def to_host(device_tensor, device: int):
+    """A model's tensor in device memory (a torch or CuPy tensor, anything with
+    `__cuda_array_interface__` or `__dlpack__`) copied to a host numpy array: what goes
+    through the arena (a BLS request's input, a Python model's output). Waits for the
+    stream the tensor names first, so the bytes copied are the ones the model wrote.
+    ValueError when it cannot be read (not contiguous, no interface)."""
+    interface = getattr(device_tensor, "__cuda_array_interface__", None)
+    keep = None
+    if interface is None:
+        try:
+            import torch
+        except ImportError:
+            raise ValueError(
+                "the tensor has no __cuda_array_interface__, and reading a DLPack tensor "
+                "needs PyTorch"
+            ) from None
+        keep = torch.from_dlpack(device_tensor).contiguous()
+        torch.cuda.current_stream(keep.device).synchronize()
+        interface = keep.__cuda_array_interface__
+    import numpy as np
+
+    dtype = np.dtype(interface["typestr"])
+    shape = tuple(int(d) for d in interface["shape"])
+    strides = interface.get("strides")
+    if strides is not None and not _c_contiguous(shape, strides, dtype.itemsize):
+        raise ValueError(f"the tensor is not contiguous (strides {list(strides)})")
+    rt = _cudart()
+    stream = interface.get("stream")
+    if stream is not None:  # version 3: the stream its bytes are written on
+        _check(rt.cudaSetDevice(device))
+        _check(rt.cudaStreamSynchronize(stream))
+    host = DeviceArray(interface["data"][0], dtype, shape, device, keep).to_host()
+    COUNTS["device_to_host"] += 1
+    return host
+
+
+def _c_contiguous(shape: tuple, strides, itemsize: int) -> bool:
+    """Whether `strides` (bytes) lay `shape` out row after row (a dimension of one
+    element may have any stride)."""
+    step = itemsize
+    for dim, stride in zip(reversed(shape), reversed(tuple(strides))):
+        if dim > 1 and stride != step:
+            return False
+        step *= dim
+    return True
+
+
 def device_view(region_id, handle, device, offset, size, dtype, shape) -> DeviceArray:
     """Client device memory [offset, offset + size) as a DeviceArray of `dtype` and
     `shape`, read in place by a GPU model on `device` (no copy). The frontend checked the

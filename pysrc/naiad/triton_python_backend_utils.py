@@ -347,6 +347,15 @@ class Tensor:
     def is_cpu(self):
         return self._device_tensor is None
 
+    def _host_array(self):
+        """The tensor's bytes in host memory: its array, or its device tensor copied to
+        the host (what goes through the arena: a BLS request's input, an output)."""
+        if self._device_tensor is None:
+            return self._array
+        from naiad import cuda_ipc
+
+        return cuda_ipc.to_host(self._device_tensor, self._device_id)
+
     def to_dlpack(self):
         """A DLPack capsule over the tensor's memory (no copy)."""
         return self.__dlpack__()

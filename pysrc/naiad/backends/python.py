@@ -537,14 +537,18 @@ class PythonModelBackend(Backend):
                 wanted = self.kept_outputs.union(requested)
                 outputs = [tensor for tensor in outputs if tensor._name in wanted]
                 names = list(map(_name_of, outputs))
-        for tensor in outputs:
+        arrays = list(map(_array_of, outputs))
+        for i, tensor in enumerate(outputs):
             if tensor._device_tensor is not None:
                 # Results travel through the arena, in host memory.
-                return self._failure(
-                    f"output '{tensor._name}' is in GPU memory; Naiad returns outputs from "
-                    "host memory only (yet)"
-                )
-        pairs = list(zip(names, map(_array_of, outputs)))
+                try:
+                    arrays[i] = tensor._host_array()
+                except Exception as exc:
+                    return self._failure(
+                        f"output '{tensor._name}' in GPU memory could not be copied to the "
+                        f"host: {exc}"
+                    )
+        pairs = list(zip(names, arrays))
         return Response(pairs, response._parameters_dict)
 
     def finalize(self) -> None:

@@ -476,18 +476,30 @@ def _channel() -> Channel:
     return channel
 
 
+def wire_inputs(request) -> list[InputTensor]:
+    """The inputs of pb_utils.InferenceRequest `request` as the core takes them; one in
+    GPU memory is copied to the host first (the request goes through the arena)."""
+    pb = _pb_utils()
+    inputs = []
+    for tensor in request._inputs:
+        wire = pb.WIRE_OF_TRITON_TYPE.get(tensor._triton_dtype, "BYTES")
+        if tensor._device_tensor is None:
+            array = tensor._array
+        else:
+            try:
+                array = tensor._host_array()
+            except Exception as exc:
+                raise pb.TritonModelException(
+                    f"input '{tensor._name}' in GPU memory could not be copied to the host: {exc}"
+                ) from None
+        inputs.append(input_of(tensor._name, array, wire))
+    return inputs
+
+
 def _start(request) -> Call:
     pb = _pb_utils()
     chan = _channel()
-    inputs = []
-    for tensor in request._inputs:
-        if tensor._device_tensor is not None:
-            raise pb.TritonModelException(
-                f"input '{tensor._name}' is in GPU memory; Naiad's BLS requests take host "
-                "tensors only (yet)"
-            )
-        wire = pb.WIRE_OF_TRITON_TYPE.get(tensor._triton_dtype, "BYTES")
-        inputs.append(input_of(tensor._name, tensor._array, wire))
+    inputs = wire_inputs(request)
     parameters = orjson.loads(request._parameters) if request._parameters not in ("", "{}") else {}
     # The correlation id and flags go to the core's sequence batcher, and, as request
     # parameters, to the called model (request.correlation_id(), request.flags()).
