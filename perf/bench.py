@@ -800,7 +800,10 @@ def plot(raw: dict, table: dict, path: Path) -> None:
 def write_results(raw: dict, table: dict, out: Path, text: str, title: str) -> None:
     (out / "raw.json").write_text(json.dumps(raw, indent=1))
     (out / "table.md").write_text(f"# {title}\n\n{text}\n")
-    plot(raw, table, out / "plot.png")
+    try:
+        plot(raw, table, out / "plot.png")
+    except ImportError:  # run by a Python without matplotlib (perf/.tools/venv has it)
+        print(f"no plot: matplotlib does not import here; the figures are in {out}")
 
 
 def results_dir(kind: str) -> Path:
