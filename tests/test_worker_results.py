@@ -106,3 +106,16 @@ def test_a_fallback_error_fails_the_call_and_releases_the_buffers():
     with pytest.raises(RuntimeError, match="conversion failed"):
         _core.encode_results_block(results, TIMINGS, Response, worker._FAST_WIRE, {}, broken)
     assert sys.getrefcount(array) == references  # no buffer of it is still held
+
+
+def test_shapes_of_every_size_are_written_as_the_general_conversion_writes_them():
+    # Dimensions of one digit, several, zero, and past 32 bits (arrays of no elements
+    # can have any of them).
+    results = [
+        Response([("OUT", np.zeros(shape, np.float32))])
+        for shape in ((7,), (10, 0, 123), (2**40, 0), (0,), (9_876_543, 0, 1))
+    ]
+    fast = _fast(results)
+    assert fast == _general(results)
+    assert b'"OUT","FP32",[1099511627776,0]' in fast[1][2][3]
+    assert b'"OUT","FP32",[10,0,123]' in fast[1][1][3]
