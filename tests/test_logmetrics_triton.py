@@ -200,7 +200,15 @@ def test_metrics_names_and_labels_match_triton(servers):
         _add_sub(naiad.url)
         _add_sub(triton.url)
     ours = requests.get(f"http://127.0.0.1:{naiad.metrics_port}/metrics", timeout=30).text
-    theirs = requests.get(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=30).text
+    # Triton sets its pinned-memory gauges on its first metrics poll (every 2 s by
+    # default), 0 until then: compare once it has polled.
+    deadline = time.monotonic() + 15
+    while True:
+        theirs = requests.get(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=30).text
+        polled = _value(theirs, "nv_pinned_memory_pool_total_bytes") != "0"
+        if polled or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert _families(ours) == _families(theirs)
     # The values that are not timings or host readings agree too.
     for prefix in (
