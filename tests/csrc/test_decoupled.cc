@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
@@ -33,6 +34,14 @@ struct Fixture {
                                                          dup(ep.wake_fd), dup(core.notify_fd())));
       ids.push_back(instance);
     }
+  }
+  // Submits requests `request_ids`, brings the first instance up and returns the batch
+  // it is sent (one batch: the instance takes what the batcher formed).
+  BatchMessage dispatch(std::initializer_list<uint64_t> request_ids) {
+    for (uint64_t id : request_ids) submit(id);
+    core.instance_up(ids[0]);
+    core.flush();
+    return workers[0]->next();
   }
   void submit(uint64_t id) {
     SubmitRequest request;
@@ -74,12 +83,8 @@ ResponseEntry response(uint32_t index, bool final, std::string_view json = "{}")
 TEST(a_batch_kept_open_frees_its_instance_and_ends_with_its_last_final_response) {
   Fixture f(1);
   const ArenaStats baseline = f.core.arena().stats();
-  f.submit(1);
-  f.submit(2);
-  f.core.instance_up(f.ids[0]);
-  f.core.flush();
   WorkerEndpoint& worker = *f.workers[0];
-  BatchMessage first = worker.next();
+  BatchMessage first = f.dispatch({1, 2});
   CHECK(first.n_requests == 1);
   CHECK(worker.respond(first.batch_id, {response(0, false)}, kTimings, false));
   worker.end_batch(first.batch_id, true);  // execute returned; request 1 still streams
@@ -105,11 +110,8 @@ TEST(a_batch_kept_open_frees_its_instance_and_ends_with_its_last_final_response)
 TEST(responses_posted_after_the_final_one_are_dropped_and_freed) {
   Fixture f(1);
   const ArenaStats baseline = f.core.arena().stats();
-  f.submit(1);
-  f.core.instance_up(f.ids[0]);
-  f.core.flush();
   WorkerEndpoint& worker = *f.workers[0];
-  BatchMessage message = worker.next();
+  BatchMessage message = f.dispatch({1});
   worker.end_batch(message.batch_id, true);
   CHECK(worker.respond(message.batch_id, {response(0, true)}, kTimings, false));
   CHECK(f.consume(f.core.poll()) == 1);
@@ -120,12 +122,8 @@ TEST(responses_posted_after_the_final_one_are_dropped_and_freed) {
 
 TEST(a_request_that_answered_during_execute_needs_nothing_kept_open) {
   Fixture f(4);
-  f.submit(1);
-  f.submit(2);
-  f.core.instance_up(f.ids[0]);
-  f.core.flush();
   WorkerEndpoint& worker = *f.workers[0];
-  BatchMessage message = worker.next();
+  BatchMessage message = f.dispatch({1, 2});
   CHECK(message.n_requests == 2);
   CHECK(worker.respond(message.batch_id, {response(0, true), response(1, true)}, kTimings, true,
                        true));
@@ -137,11 +135,8 @@ TEST(a_request_that_answered_during_execute_needs_nothing_kept_open) {
 TEST(an_instance_dying_fails_the_requests_it_kept_open) {
   Fixture f(1);
   const ArenaStats baseline = f.core.arena().stats();
-  f.submit(7);
-  f.core.instance_up(f.ids[0]);
-  f.core.flush();
   WorkerEndpoint& worker = *f.workers[0];
-  BatchMessage message = worker.next();
+  BatchMessage message = f.dispatch({7});
   CHECK(worker.respond(message.batch_id, {response(0, false)}, kTimings, true, true));
   CHECK(f.consume(f.core.poll()) == 1);
   CHECK(worker.arena().alloc(64, message.batch_id) != 0);  // half-written, never posted
@@ -155,11 +150,8 @@ TEST(an_instance_dying_fails_the_requests_it_kept_open) {
 
 TEST(a_batch_that_failed_is_never_kept_open) {
   Fixture f(1);
-  f.submit(3);
-  f.core.instance_up(f.ids[0]);
-  f.core.flush();
   WorkerEndpoint& worker = *f.workers[0];
-  BatchMessage message = worker.next();
+  BatchMessage message = f.dispatch({3});
   worker.post(CompletionMessage{message.batch_id, 0, 0, kCompletionWorkerFailed,
                                 kPostBatchDone | kPostKeepOpen});
   std::vector<Completion> done = f.core.poll();
@@ -169,11 +161,8 @@ TEST(a_batch_that_failed_is_never_kept_open) {
 
 TEST(threads_of_a_worker_stream_responses_concurrently_without_losing_one) {
   Fixture f(4);
-  for (uint64_t id = 1; id <= 4; ++id) f.submit(id);
-  f.core.instance_up(f.ids[0]);
-  f.core.flush();
   WorkerEndpoint& worker = *f.workers[0];
-  BatchMessage message = worker.next();
+  BatchMessage message = f.dispatch({1, 2, 3, 4});
   CHECK(message.n_requests == 4);
   worker.end_batch(message.batch_id, true);
   const int per_request = 50;  // 200 messages: three times the ring
@@ -201,13 +190,8 @@ TEST(threads_of_a_worker_stream_responses_concurrently_without_losing_one) {
 TEST(cancel_drops_a_queued_request_and_flags_a_running_one) {
   Fixture f(1);
   const ArenaStats baseline = f.core.arena().stats();
-  f.submit(1);
-  f.submit(2);
-  f.submit(3);
-  f.core.instance_up(f.ids[0]);
-  f.core.flush();  // 1 runs, 2 and 3 wait
   WorkerEndpoint& worker = *f.workers[0];
-  BatchMessage message = worker.next();
+  BatchMessage message = f.dispatch({1, 2, 3});  // 1 runs, 2 and 3 wait
   auto* records = worker.arena().at<BatchRequest>(message.desc_offset + batch_requests_offset());
   const RequestHeader* running = worker.arena().at<RequestHeader>(records[0].block_offset);
   CHECK(records[0].request_id == 1);
@@ -239,11 +223,8 @@ TEST(cancel_drops_a_queued_request_and_flags_a_running_one) {
 
 TEST(cancel_reaches_a_request_kept_open_after_its_batch) {
   Fixture f(1);
-  f.submit(5);
-  f.core.instance_up(f.ids[0]);
-  f.core.flush();
   WorkerEndpoint& worker = *f.workers[0];
-  BatchMessage message = worker.next();
+  BatchMessage message = f.dispatch({5});
   auto* records = worker.arena().at<BatchRequest>(message.desc_offset + batch_requests_offset());
   const RequestHeader* header = worker.arena().at<RequestHeader>(records[0].block_offset);
   worker.end_batch(message.batch_id, true);
@@ -257,11 +238,8 @@ TEST(cancel_reaches_a_request_kept_open_after_its_batch) {
 
 TEST(a_streaming_worker_yields_only_while_the_frontend_has_a_wake_up_to_take) {
   Fixture f(1);
-  f.submit(1);
-  f.core.instance_up(f.ids[0]);
-  f.core.flush();
   WorkerEndpoint& worker = *f.workers[0];
-  BatchMessage message = worker.next();
+  BatchMessage message = f.dispatch({1});
   f.core.poll();                       // the frontend took every wake-up so far
   CHECK(!worker.yield_to_frontend());  // nothing waits for it: this worker runs on
   CHECK(worker.respond(message.batch_id, {response(0, false)}, kTimings, false));
