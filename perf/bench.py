@@ -815,12 +815,14 @@ def results_dir(kind: str) -> Path:
 # ---------------------------------------------------------------------------- CLI
 
 
-def naiad_here(tree: Path | None = None, python: Path | None = None) -> NaiadServer:
+def naiad_here(
+    tree: Path | None = None, python: Path | None = None, extra_args: list[str] | None = None
+) -> NaiadServer:
     tree = Path(tree or REPO_ROOT).resolve()
     python = Path(python or REPO_ROOT / ".venv" / "bin" / "python")
     if not python.exists():
         raise SystemExit(f"{python} missing: run `make install` first")
-    return NaiadServer(tree, python, "naiad")
+    return NaiadServer(tree, python, "naiad", extra_args)
 
 
 def main(argv=None) -> int:
@@ -837,6 +839,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--naiad-python", type=Path, help="Python with Naiad's dependencies; default .venv"
     )
+    ap.add_argument(
+        "--naiad-arg",
+        action="append",
+        default=[],
+        help="one more `naiad serve` flag (repeatable), e.g. --naiad-arg=--http-io-loop=false",
+    )
     args = ap.parse_args(argv)
     if args.list:
         for s in SCENARIOS:
@@ -846,7 +854,7 @@ def main(argv=None) -> int:
     servers: list[Server] = []
     for n in names:
         if n == "naiad":
-            servers.append(naiad_here(args.naiad_tree, args.naiad_python))
+            servers.append(naiad_here(args.naiad_tree, args.naiad_python, args.naiad_arg))
         elif n == "triton":
             servers.append(TritonServer())
         else:
