@@ -94,7 +94,7 @@ def test_a_bls_input_in_gpu_memory_is_copied_to_the_host(cudart):
 
 def test_the_copy_waits_for_the_stream_the_tensor_was_written_on(cudart):
     source = np.arange(4, dtype=np.int64)
-    copied = _on_device("X", source, stream=7)._host_array()
+    copied = _on_device("X", source, stream=7)._host_array("output")
     assert copied.tolist() == [0, 1, 2, 3] and copied.dtype == np.int64
     kinds = [call[0] for call in cudart.calls]
     assert kinds.index("stream_synchronize") < kinds.index("memcpy")
@@ -104,9 +104,11 @@ def test_the_copy_waits_for_the_stream_the_tensor_was_written_on(cudart):
 def test_a_contiguous_tensor_given_with_strides_is_copied_and_a_strided_one_refused(cudart):
     rows = np.arange(12, dtype=np.float32).reshape(3, 4)
     # Row-major strides spelled out, and any stride on a dimension of one element.
-    assert _on_device("A", rows, strides=(16, 4))._host_array().tolist() == rows.tolist()
+    assert _on_device("A", rows, strides=(16, 4))._host_array("output").tolist() == rows.tolist()
     column = rows[:1]
-    assert _on_device("B", column, strides=(999, 4))._host_array().tolist() == [[0, 1, 2, 3]]
+    assert _on_device("B", column, strides=(999, 4))._host_array("output").tolist() == [
+        [0, 1, 2, 3]
+    ]
     request = pb_utils.InferenceRequest(
         model_name="add_sub",
         requested_output_names=[],
@@ -207,5 +209,5 @@ def test_a_torch_tensor_on_the_gpu_is_copied_to_the_host():
     device_tensor = torch.arange(6, dtype=torch.float32, device="cuda").reshape(2, 3) * 2
     tensor = pb_utils.Tensor.from_dlpack("OUT", device_tensor)
     assert not tensor.is_cpu()
-    host = tensor._host_array()
+    host = tensor._host_array("output")
     assert host.dtype == np.float32 and host.tolist() == [[0, 2, 4], [6, 8, 10]]

@@ -347,14 +347,21 @@ class Tensor:
     def is_cpu(self):
         return self._device_tensor is None
 
-    def _host_array(self):
+    def _host_array(self, role: str):
         """The tensor's bytes in host memory: its array, or its device tensor copied to
-        the host (what goes through the arena: a BLS request's input, an output)."""
+        the host (what goes through the arena: a BLS request's input, an output).
+        TritonModelException naming the `role` ("input", "output") and the tensor when
+        the copy cannot be made."""
         if self._device_tensor is None:
             return self._array
         from naiad import cuda_ipc
 
-        return cuda_ipc.to_host(self._device_tensor, self._device_id)
+        try:
+            return cuda_ipc.to_host(self._device_tensor, self._device_id)
+        except Exception as exc:
+            raise TritonModelException(
+                f"{role} '{self._name}' in GPU memory could not be copied to the host: {exc}"
+            ) from None
 
     def to_dlpack(self):
         """A DLPack capsule over the tensor's memory (no copy)."""

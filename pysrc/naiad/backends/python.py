@@ -547,12 +547,9 @@ class PythonModelBackend(Backend):
             if tensor._device_tensor is not None:
                 # Results travel through the arena, in host memory.
                 try:
-                    arrays[i] = tensor._host_array()
-                except Exception as exc:
-                    return self._failure(
-                        f"output '{tensor._name}' in GPU memory could not be copied to the "
-                        f"host: {exc}"
-                    )
+                    arrays[i] = tensor._host_array("output")
+                except pb_utils.TritonModelException as exc:
+                    return self._failure(str(exc))
         pairs = list(zip(names, arrays))
         return Response(pairs, response._parameters_dict)
 

@@ -483,15 +483,7 @@ def wire_inputs(request) -> list[InputTensor]:
     inputs = []
     for tensor in request._inputs:
         wire = pb.WIRE_OF_TRITON_TYPE.get(tensor._triton_dtype, "BYTES")
-        if tensor._device_tensor is None:
-            array = tensor._array
-        else:
-            try:
-                array = tensor._host_array()
-            except Exception as exc:
-                raise pb.TritonModelException(
-                    f"input '{tensor._name}' in GPU memory could not be copied to the host: {exc}"
-                ) from None
+        array = tensor._array if tensor._device_tensor is None else tensor._host_array("input")
         inputs.append(input_of(tensor._name, array, wire))
     return inputs
 
