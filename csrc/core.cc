@@ -2,11 +2,10 @@
 
 #include <errno.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -32,16 +31,30 @@ Core::Core(uint64_t arena_bytes, Clock clock, bool timer_thread)
       assembler_(arena_) {
   notify_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (notify_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
-  if (timer_thread) timer_ = std::thread([this] { timer_loop(); });
+  if (timer_thread) {
+    timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+    if (timer_fd_ < 0) {
+      const int error = errno;
+      ::close(notify_fd_);
+      throw std::runtime_error(std::string("timerfd_create: ") + std::strerror(error));
+    }
+    timer_ = std::thread([this] { timer_loop(); });
+  }
 }
 
 Core::~Core() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    if (timer_fd_ >= 0) {
+      // Due at once: the thread's read returns and it sees stopping_.
+      itimerspec now{};
+      now.it_value.tv_nsec = 1;
+      timerfd_settime(timer_fd_, 0, &now, nullptr);
+    }
   }
-  timer_cv_.notify_all();
   if (timer_.joinable()) timer_.join();
+  if (timer_fd_ >= 0) ::close(timer_fd_);
   for (auto& entry : instances_) {
     if (entry.second.wake_fd >= 0) ::close(entry.second.wake_fd);
   }
@@ -419,6 +432,7 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
     }
   }
   placements_.clear();
+  const uint64_t deadline_before = model.deadline_ns;
   model.deadline_ns =
       model.scheduler->schedule(now, idle_, arrivals_possible, &placements_, &rejected);
   bool staged = false;
@@ -451,11 +465,40 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
     reject_locked(rejected, sequence ? kCompletionSequenceTimedOut : kCompletionTimedOut, &model);
     left = true;
   }
-  if (model.deadline_ns != 0 && (timer_deadline_ == 0 || model.deadline_ns < timer_deadline_)) {
-    timer_deadline_ = model.deadline_ns;
-    timer_cv_.notify_one();
-  }
+  follow_deadline_locked(model, deadline_before);
   return left;
+}
+
+void Core::follow_deadline_locked(const Model& model, uint64_t before) {
+  const uint64_t after = model.deadline_ns;
+  if (timer_fd_ < 0 || after == before) return;
+  if (after != 0 && (timer_armed_ == 0 || after < timer_armed_)) {
+    arm_timer_locked(after);
+  } else if (before == timer_armed_) {
+    // The deadline the timer waits for moved later or went away (the batch left
+    // before it): wait for the next one instead, or for none, rather than wake for
+    // nothing.
+    uint64_t next = 0;
+    for (const ModelSlot& slot : models_) {
+      const uint64_t due = slot.model ? slot.model->deadline_ns : 0;
+      if (due != 0 && (next == 0 || due < next)) next = due;
+    }
+    if (next != timer_armed_) arm_timer_locked(next);
+  }
+}
+
+void Core::arm_timer_locked(uint64_t deadline) {
+  timer_armed_ = deadline;
+  itimerspec when{};  // all zero: disarmed
+  if (deadline != 0) {
+    // Relative to clock_ (an injected clock need not be CLOCK_MONOTONIC); at least
+    // 1 ns, as zero would disarm.
+    const uint64_t now = clock_();
+    const uint64_t wait = deadline > now ? deadline - now : 1;
+    when.it_value.tv_sec = static_cast<time_t>(wait / 1000000000ULL);
+    when.it_value.tv_nsec = static_cast<long>(wait % 1000000000ULL);
+  }
+  timerfd_settime(timer_fd_, 0, &when, nullptr);
 }
 
 bool Core::start_batch_locked(Model& model, Instance& instance,
@@ -621,28 +664,31 @@ void Core::tick() {
 }
 
 void Core::timer_loop() {
-  // The default 50 us timer slack would stretch a 100 us queue delay by half.
-  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stopping_) {
-    if (timer_deadline_ == 0) {
-      timer_cv_.wait(lock);
-      continue;
+  for (;;) {
+    uint64_t expirations = 0;
+    const ssize_t got = ::read(timer_fd_, &expirations, sizeof expirations);
+    if (got < 0 && errno != EINTR) return;  // the fd is gone: nothing can be timed
+    bool left = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++timer_wakeups_;
+      if (stopping_) return;
+      const uint64_t now = clock_();
+      uint64_t next = 0;
+      for (ModelSlot& slot : models_) {
+        if (!slot.model) continue;
+        Model& model = *slot.model;
+        if (model.deadline_ns != 0 && model.deadline_ns <= now) {
+          left |= dispatch_locked(model, now);
+        }
+        if (model.deadline_ns != 0 && (next == 0 || model.deadline_ns < next)) {
+          next = model.deadline_ns;
+        }
+      }
+      // Whatever the dispatches armed, the timer now waits for the earliest deadline
+      // left (a wake-up before it, or for a deadline that left, re-arms it).
+      arm_timer_locked(next);
     }
-    uint64_t now = clock_();
-    if (now < timer_deadline_) {
-      timer_cv_.wait_for(lock, std::chrono::nanoseconds(timer_deadline_ - now));
-      continue;
-    }
-    timer_deadline_ = 0;
-    bool left = dispatch_due_locked(now);
-    uint64_t next = 0;
-    for (const ModelSlot& slot : models_) {
-      if (!slot.model) continue;
-      uint64_t due = slot.model->deadline_ns;
-      if (due != 0 && (next == 0 || due < next)) next = due;
-    }
-    timer_deadline_ = next;
     if (left) notify_frontend();
   }
 }
@@ -1222,6 +1268,11 @@ CancelResult Core::cancel_locked(uint64_t request_id) {
 size_t Core::in_flight() {
   std::lock_guard<std::mutex> lock(mutex_);
   return in_flight_.size();
+}
+
+uint64_t Core::timer_wakeups() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timer_wakeups_;
 }
 
 uint32_t Core::rate_limit_available(const std::string& name, int32_t device) {

@@ -7,7 +7,11 @@
 // of the worker) and poll() when the notify eventfd fires. Those calls dispatch
 // inline, on the caller's thread with the GIL released. A batch the policy holds back
 // (queue delay, queue timeouts) is dispatched by the core's timer thread at its
-// deadline, precisely, which an event loop's millisecond timers could not do.
+// deadline, precisely, which an event loop's millisecond timers could not do. That
+// thread sleeps on a timerfd which dispatch_locked arms to the earliest deadline and
+// disarms when the batch left before it: moving the deadline is a syscall, not a
+// wake-up of the thread (a held batch that the frontend sends before its delay ends,
+// as it does under steady load, costs that thread nothing).
 //
 // Rate limiting (rate_limiter.h, tritonserver's --rate-limit=execution_count): one
 // RateLimiter for every model, guarded by mutex_ like the schedulers. A batch the
@@ -30,7 +34,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -272,6 +275,9 @@ class Core : private EnsembleHost {
   // open (kPostKeepOpen) that still wait for final responses. Any thread (tests,
   // statistics).
   size_t in_flight();
+  // How many times the timer thread woke (a deadline came, or the core stopped): tests
+  // check that a batch leaving before its deadline costs it none.
+  uint64_t timer_wakeups();
   // Rate limiting, for tests and statistics: copies of resource `name` free on
   // `device` (kGlobalResource for a global one), and batches waiting for resources.
   uint32_t rate_limit_available(const std::string& name, int32_t device);
@@ -418,6 +424,10 @@ class Core : private EnsembleHost {
   void free_instance_locked(Instance& instance);
   void notify_frontend();
   void timer_loop();
+  // Keeps timer_armed_ the earliest deadline of any model after `model`'s moved from
+  // `before` (see the class comment): arms, moves or disarms the timerfd.
+  void follow_deadline_locked(const Model& model, uint64_t before);
+  void arm_timer_locked(uint64_t deadline);
   CancelResult cancel_locked(uint64_t request_id);
   // A worker's cancel of its request `tag` (channel.h SubmitKind::kCancel): the routed
   // request is cancelled as a client's is; a tag no longer routed is ignored.
@@ -479,6 +489,7 @@ class Core : private EnsembleHost {
   BatchAssembler assembler_;         // request and batch layout in the arena (own lock)
   InputRegions* regions_ = nullptr;  // set before serving, then only read
   int notify_fd_ = -1;
+  int timer_fd_ = -1;  // the timer thread's timerfd; -1 without that thread
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<uint64_t> outputs_in_place_{0};
   std::atomic<uint64_t> outputs_copied_{0};
@@ -487,9 +498,12 @@ class Core : private EnsembleHost {
 
   mutable std::mutex mutex_;
   // --- guarded by mutex_ ---
-  std::condition_variable timer_cv_;
   bool stopping_ = false;
-  uint64_t timer_deadline_ = 0;  // what the timer thread sleeps towards, 0 = none
+  // The deadline the timerfd is armed for (CLOCK_MONOTONIC, as clock_), 0 = none: the
+  // earliest Model::deadline_ns, or a later one's that left (a wake-up that finds
+  // nothing due re-arms it).
+  uint64_t timer_armed_ = 0;
+  uint64_t timer_wakeups_ = 0;
   uint64_t next_batch_id_ = 1;
   std::vector<ModelSlot> models_;
   std::vector<uint32_t> free_slots_;  // slots of removed models, reused first

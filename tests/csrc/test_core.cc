@@ -305,6 +305,83 @@ TEST(core_queue_delay_is_enforced_by_the_timer_thread) {
   core.stop_instance(instance);
 }
 
+// A held batch that leaves before its delay ends (the frontend saw every client
+// waiting, or the batch filled) disarms the timer: the timer thread is not woken for it.
+TEST(core_timer_is_not_woken_by_a_batch_that_left_before_its_deadline) {
+  BatcherConfig config = batching(8, true);
+  config.max_queue_delay_us = 2000;
+  Core core(1 << 22);
+  ModelHandle model = core.add_model(config);
+  uint32_t instance = core.add_instance(model);
+  core.instance_up(instance);
+  FakeWorker worker(core, instance);
+  CHECK(submit_bytes(core, model, 1, "held"));
+  core.flush();
+  CHECK(core.in_flight() == 0);  // held for the delay: the timer is armed
+  core.flush(false);             // no client can send more: it leaves now
+  CHECK(collect(core, 1).size() == 1);
+  usleep(10000);  // well past the 2 ms deadline it had
+  CHECK(core.timer_wakeups() == 0);
+  // The next held batch still leaves at its own deadline.
+  uint64_t start = monotonic_ns();
+  CHECK(submit_bytes(core, model, 2, "held again"));
+  core.flush();
+  std::vector<Completion> done = collect(core, 1);
+  CHECK(done.size() == 1);
+  CHECK(done.size() == 1 && done[0].dispatch_ns - start >= 2000000);
+  CHECK(core.timer_wakeups() == 1);
+  core.stop_instance(instance);
+}
+
+// The timer waits for the earliest deadline of any model: a later model's held batch
+// that comes first does not delay an earlier one, and when the batch it waited for
+// leaves early (here: full), it waits for the next deadline instead of waking for none.
+TEST(core_timer_follows_the_earliest_deadline_across_models) {
+  BatcherConfig slow = batching(8, true);
+  slow.max_queue_delay_us = 300000;
+  BatcherConfig fast = batching(2, true);
+  fast.max_queue_delay_us = 20000;
+  Core core(1 << 22);
+  ModelHandle slow_model = core.add_model(slow);
+  ModelHandle fast_model = core.add_model(fast);
+  uint32_t slow_instance = core.add_instance(slow_model);
+  uint32_t fast_instance = core.add_instance(fast_model);
+  core.instance_up(slow_instance);
+  core.instance_up(fast_instance);
+  FakeWorker slow_worker(core, slow_instance);
+  FakeWorker fast_worker(core, fast_instance);
+
+  uint64_t start = monotonic_ns();
+  CHECK(submit_bytes(core, slow_model, 1, "slow"));
+  core.flush();
+  CHECK(submit_bytes(core, fast_model, 2, "fast"));
+  core.flush();
+  std::vector<Completion> done = collect(core, 1);  // the fast model's, at its 20 ms
+  CHECK(done.size() == 1 && done[0].request_ids[0] == 2);
+  CHECK(done.size() == 1 && done[0].dispatch_ns - start >= 20000000);
+  CHECK(done.size() == 1 && done[0].dispatch_ns - start < 300000000);
+  done = collect(core, 1);  // then the slow model's, at its 300 ms
+  CHECK(done.size() == 1 && done[0].request_ids[0] == 1);
+  CHECK(done.size() == 1 && done[0].dispatch_ns - start >= 300000000);
+  const uint64_t woken = core.timer_wakeups();
+  CHECK(woken == 2);
+
+  start = monotonic_ns();
+  CHECK(submit_bytes(core, slow_model, 3, "slow"));
+  core.flush();
+  CHECK(submit_bytes(core, fast_model, 4, "fast"));
+  core.flush();  // the timer now waits for the fast model's 20 ms
+  CHECK(submit_bytes(core, fast_model, 5, "fast, full"));
+  core.flush();  // a full batch of two: it leaves, and the timer goes back to 300 ms
+  done = collect(core, 3);
+  CHECK(done.size() == 2);
+  CHECK(done.size() == 2 && done[1].request_ids[0] == 3);
+  CHECK(done.size() == 2 && done[1].dispatch_ns - start >= 300000000);
+  CHECK(core.timer_wakeups() == woken + 1);  // the slow deadline only
+  core.stop_instance(slow_instance);
+  core.stop_instance(fast_instance);
+}
+
 TEST(core_reports_queue_timeouts_and_full_queues) {
   ManualClock clock;
   BatcherConfig config = batching(8, true);
