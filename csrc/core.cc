@@ -435,6 +435,9 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
   const uint64_t deadline_before = model.deadline_ns;
   model.deadline_ns =
       model.scheduler->schedule(now, idle_, arrivals_possible, &placements_, &rejected);
+  size_t placed = 0;
+  for (const Placement& placement : placements_) placed += placement.requests.empty() ? 0 : 1;
+  model.held_for_idle = model.deadline_ns != 0 && placed < idle_.size();
   bool staged = false;
   for (Placement& placement : placements_) {
     if (placement.requests.empty()) continue;
@@ -472,9 +475,9 @@ bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
 void Core::follow_deadline_locked(const Model& model, uint64_t before) {
   const uint64_t after = model.deadline_ns;
   if (timer_fd_ < 0 || after == before) return;
-  if (after != 0 && (timer_armed_ == 0 || after < timer_armed_)) {
-    arm_timer_locked(after);
-  } else if (before == timer_armed_) {
+  if (after != 0 && (timer_due_ == 0 || after < timer_due_)) {
+    due_locked(after);
+  } else if (before == timer_due_) {
     // The deadline the timer waits for moved later or went away (the batch left
     // before it): wait for the next one instead, or for none, rather than wake for
     // nothing.
@@ -483,22 +486,51 @@ void Core::follow_deadline_locked(const Model& model, uint64_t before) {
       const uint64_t due = slot.model ? slot.model->deadline_ns : 0;
       if (due != 0 && (next == 0 || due < next)) next = due;
     }
-    if (next != timer_armed_) arm_timer_locked(next);
+    due_locked(next);
   }
 }
 
-void Core::arm_timer_locked(uint64_t deadline) {
-  timer_armed_ = deadline;
+void Core::due_locked(uint64_t deadline) {
+  timer_due_ = deadline;
+  if (!timer_deferred_) set_timer_locked();
+}
+
+void Core::set_timer_locked() {
+  if (timer_fd_ < 0 || timer_set_ == timer_due_) return;
+  timer_set_ = timer_due_;
+  ++timer_settings_;
   itimerspec when{};  // all zero: disarmed
-  if (deadline != 0) {
+  if (timer_due_ != 0) {
     // Relative to clock_ (an injected clock need not be CLOCK_MONOTONIC); at least
     // 1 ns, as zero would disarm.
     const uint64_t now = clock_();
-    const uint64_t wait = deadline > now ? deadline - now : 1;
+    const uint64_t wait = timer_due_ > now ? timer_due_ - now : 1;
     when.it_value.tv_sec = static_cast<time_t>(wait / 1000000000ULL);
     when.it_value.tv_nsec = static_cast<long>(wait % 1000000000ULL);
   }
   timerfd_settime(timer_fd_, 0, &when, nullptr);
+}
+
+void Core::defer_timer() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  timer_deferred_ = true;
+}
+
+void Core::settle_timer() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  timer_deferred_ = false;
+  set_timer_locked();
+}
+
+uint64_t Core::held_for_idle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t earliest = 0;
+  for (const ModelSlot& slot : models_) {
+    const Model* model = slot.model.get();
+    if (model == nullptr || !model->held_for_idle || model->deadline_ns == 0) continue;
+    if (earliest == 0 || model->deadline_ns < earliest) earliest = model->deadline_ns;
+  }
+  return earliest;
 }
 
 bool Core::start_batch_locked(Model& model, Instance& instance,
@@ -685,9 +717,10 @@ void Core::timer_loop() {
           next = model.deadline_ns;
         }
       }
-      // Whatever the dispatches armed, the timer now waits for the earliest deadline
-      // left (a wake-up before it, or for a deadline that left, re-arms it).
-      arm_timer_locked(next);
+      // The timerfd fired (or may have been set again since): whatever it holds now,
+      // it is set to the earliest deadline left, or at the end of a deferred turn.
+      timer_set_ = kTimerUnknown;
+      due_locked(next);
     }
     if (left) notify_frontend();
   }
@@ -1273,6 +1306,11 @@ size_t Core::in_flight() {
 uint64_t Core::timer_wakeups() {
   std::lock_guard<std::mutex> lock(mutex_);
   return timer_wakeups_;
+}
+
+uint64_t Core::timer_settings() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timer_settings_;
 }
 
 uint32_t Core::rate_limit_available(const std::string& name, int32_t device) {

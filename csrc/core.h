@@ -8,10 +8,12 @@
 // inline, on the caller's thread with the GIL released. A batch the policy holds back
 // (queue delay, queue timeouts) is dispatched by the core's timer thread at its
 // deadline, precisely, which an event loop's millisecond timers could not do. That
-// thread sleeps on a timerfd which dispatch_locked arms to the earliest deadline and
-// disarms when the batch left before it: moving the deadline is a syscall, not a
-// wake-up of the thread (a held batch that the frontend sends before its delay ends,
-// as it does under steady load, costs that thread nothing).
+// thread sleeps on a timerfd which dispatch arms to the earliest deadline and disarms
+// when the batch left before it: moving the deadline is a syscall, not a wake-up of the
+// thread. Programming a near timer is still costly (a VM exit in a virtual machine:
+// about 4 us to arm and 4 to disarm), so an I/O loop that is about to poll for the
+// arrivals a held batch waits for defers it (defer_timer / settle_timer): when they
+// come during its turn, no timer was set at all.
 //
 // Rate limiting (rate_limiter.h, tritonserver's --rate-limit=execution_count): one
 // RateLimiter for every model, guarded by mutex_ like the schedulers. A batch the
@@ -247,6 +249,17 @@ class Core : private EnsembleHost {
   // Runs the policy as the timer thread would at this moment (tests without it).
   // Any thread.
   void tick();
+  // The frontend's I/O loop, around one turn (http_io.cc): from defer_timer until
+  // settle_timer the timerfd is left as it is, and settle_timer sets it to the
+  // earliest deadline then (none, when the held batches left meanwhile). Dispatch by
+  // other threads meanwhile is deferred the same way: the turn is short.
+  void defer_timer();
+  void settle_timer();
+  // The earliest deadline of a batch that the policy holds back although an instance
+  // is idle (queue delay), 0 when none: what arrivals could release now.
+  uint64_t held_for_idle();
+  // The core's clock (monotonic ns, or the tests' own).
+  uint64_t now() const { return clock_(); }
 
   // Returns what finished since the last call: completed batches (their input
   // blocks already freed; the caller frees result blocks) and requests that never
@@ -275,9 +288,12 @@ class Core : private EnsembleHost {
   // open (kPostKeepOpen) that still wait for final responses. Any thread (tests,
   // statistics).
   size_t in_flight();
-  // How many times the timer thread woke (a deadline came, or the core stopped): tests
-  // check that a batch leaving before its deadline costs it none.
+  // How many times the timer thread woke (a deadline came, or the core stopped), and
+  // how many times the timerfd was set: tests check that a batch leaving before its
+  // deadline costs the thread no wake-up, and one released in a deferred turn no
+  // timer at all.
   uint64_t timer_wakeups();
+  uint64_t timer_settings();
   // Rate limiting, for tests and statistics: copies of resource `name` free on
   // `device` (kGlobalResource for a global one), and batches waiting for resources.
   uint32_t rate_limit_available(const std::string& name, int32_t device);
@@ -357,6 +373,7 @@ class Core : private EnsembleHost {
     bool ensemble = false;             // requests go to ensembles_ (scheduler is an EnsembleQueue)
     std::vector<Instance*> instances;  // into instances_, in the order they were added
     uint64_t deadline_ns = 0;          // when the held batch or a queue timeout is due
+    bool held_for_idle = false;        // deadline_ns is a batch held with an instance idle
     // preserve_ordering: batch ids in dispatch order, and completions waiting for
     // an earlier batch to finish.
     std::vector<uint64_t> order;
@@ -424,10 +441,12 @@ class Core : private EnsembleHost {
   void free_instance_locked(Instance& instance);
   void notify_frontend();
   void timer_loop();
-  // Keeps timer_armed_ the earliest deadline of any model after `model`'s moved from
-  // `before` (see the class comment): arms, moves or disarms the timerfd.
+  // Keeps timer_due_ the earliest deadline of any model after `model`'s moved from
+  // `before` (see the class comment), and the timerfd set to it unless deferred.
   void follow_deadline_locked(const Model& model, uint64_t before);
-  void arm_timer_locked(uint64_t deadline);
+  void due_locked(uint64_t deadline);
+  // Sets the timerfd to timer_due_ if it holds something else.
+  void set_timer_locked();
   CancelResult cancel_locked(uint64_t request_id);
   // A worker's cancel of its request `tag` (channel.h SubmitKind::kCancel): the routed
   // request is cancelled as a client's is; a tag no longer routed is ignored.
@@ -499,11 +518,15 @@ class Core : private EnsembleHost {
   mutable std::mutex mutex_;
   // --- guarded by mutex_ ---
   bool stopping_ = false;
-  // The deadline the timerfd is armed for (CLOCK_MONOTONIC, as clock_), 0 = none: the
-  // earliest Model::deadline_ns, or a later one's that left (a wake-up that finds
-  // nothing due re-arms it).
-  uint64_t timer_armed_ = 0;
+  // The earliest Model::deadline_ns (CLOCK_MONOTONIC, as clock_), 0 = none, and what
+  // the timerfd is set to (kTimerUnknown after it fired: set it again). They differ
+  // while deferred (defer_timer).
+  static constexpr uint64_t kTimerUnknown = ~uint64_t(0);
+  uint64_t timer_due_ = 0;
+  uint64_t timer_set_ = 0;
+  bool timer_deferred_ = false;
   uint64_t timer_wakeups_ = 0;
+  uint64_t timer_settings_ = 0;
   uint64_t next_batch_id_ = 1;
   std::vector<ModelSlot> models_;
   std::vector<uint32_t> free_slots_;  // slots of removed models, reused first

@@ -61,8 +61,24 @@ void HttpIo::stop_listening() {
 }
 
 void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
-  epoll_event events[kMaxEvents];
-  int ready = epoll_wait(epoll_fd_, events, kMaxEvents, 0);
+  {
+    // The timer is set once, as the turn ends: to nothing, when what the turn held
+    // back left before it ended.
+    struct Deferral {
+      Core& core;
+      explicit Deferral(Core& c) : core(c) { core.defer_timer(); }
+      ~Deferral() { core.settle_timer(); }
+    } deferral(core_);
+    epoll_event events[kMaxEvents];
+    handle_ready(events, epoll_wait(epoll_fd_, events, kMaxEvents, 0));
+    if (queued_ != 0) core_.flush(arrivals_possible(python_open, python_waiting));
+    write_due(python_open, python_waiting);
+    spin_for_arrivals(python_open, python_waiting);
+  }
+  hand_events(turn);
+}
+
+void HttpIo::handle_ready(const epoll_event* events, int ready) {
   for (int e = 0; e < ready; ++e) {
     const uint64_t key = events[e].data.u64;
     if (key == kListenerKey) {
@@ -80,15 +96,50 @@ void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
     if ((events[e].events & EPOLLOUT) && !send_out(c)) continue;
     if (events[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(c);
   }
-  if (queued_ != 0) core_.flush(arrivals_possible(python_open, python_waiting));
-  end_turn(python_open, python_waiting, turn);
 }
 
-void HttpIo::end_turn(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
+void HttpIo::spin_for_arrivals(uint32_t python_open, uint32_t python_waiting) {
+  // Only arrivals on this loop's own connections end a spin (Python reads the others).
+  if (spin_ns_ == 0 || !taking_ || counted_ <= waiting_) return;
+  uint64_t held = core_.held_for_idle();
+  if (held == 0) return;
+  if (spin_skips_ != 0) {  // a chance to spin left out
+    --spin_skips_;
+    return;
+  }
+  const uint64_t until = std::min(held, core_.now() + spin_ns_);
+  epoll_event events[kMaxEvents];
+  for (;;) {
+    const int ready = epoll_wait(epoll_fd_, events, kMaxEvents, 0);
+    if (ready > 0) {
+      const uint32_t queued_before = queued_;
+      handle_ready(events, ready);
+      if (queued_ != queued_before) core_.flush(arrivals_possible(python_open, python_waiting));
+      write_due(python_open, python_waiting);
+      held = core_.held_for_idle();
+      if (held == 0) {  // the batch left
+        spin_misses_ = 0;
+        return;
+      }
+    }
+    if (core_.now() >= until) break;
+  }
+  // They did not come in time: what is due leaves now, and the next spins get rarer
+  // (1, 3, 7 ... up to 63 chances left out) while they keep not coming.
+  core_.flush(arrivals_possible(python_open, python_waiting));
+  spin_misses_ = std::min<uint32_t>(spin_misses_ + 1, 6);
+  spin_skips_ = (1u << spin_misses_) - 1;
+}
+
+void HttpIo::write_due(uint32_t python_open, uint32_t python_waiting) {
   const uint32_t queued_before_writes = queued_;
   flush_writes();
   // Bytes that waited for room were taken as the answers went out.
   if (queued_ != queued_before_writes) core_.flush(arrivals_possible(python_open, python_waiting));
+}
+
+void HttpIo::end_turn(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
+  write_due(python_open, python_waiting);
   hand_events(turn);
 }
 

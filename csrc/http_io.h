@@ -26,6 +26,8 @@
 // Python from here too). No member needs a lock.
 #pragma once
 
+#include <sys/epoll.h>
+
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -54,6 +56,10 @@ class HttpIo {
   // Python.
   void set_taking(bool taking) { taking_ = taking; }
   void set_max_body(size_t max_body) { max_body_ = max_body; }
+  // How long a turn may poll for the arrivals a held batch waits for (0: never), see
+  // spin_for_arrivals; kSpinNs by default.
+  void set_spin(uint64_t ns) { spin_ns_ = ns; }
+  static constexpr uint64_t kSpinNs = 50000;
   // Stop accepting (shutdown); the connections stay.
   void stop_listening();
 
@@ -214,6 +220,18 @@ class HttpIo {
   void destroy(Connection* c, bool report);
   // Hands the turn's counts and events to `turn`.
   void hand_events(Turn* turn);
+  // The ready events of one epoll_wait: accepts, reads and takes.
+  void handle_ready(const epoll_event* events, int ready);
+  // Written what is due; the core flushed if bytes that waited were taken meanwhile.
+  void write_due(uint32_t python_open, uint32_t python_waiting);
+  // A batch is held back for an instance that is idle, and this loop's clients could
+  // still send (the batcher's arrivals hint): rather than sleep, and wake when they
+  // do, the turn polls for them up to spin_ns_ (never past the batch's deadline), so
+  // that the batch leaves as they come with no timer set (Core::defer_timer) and no
+  // sleep. Only the idle instance's time is spent: the policy holds nothing while every
+  // instance is busy. A spin the arrivals did not end makes the next ones rarer
+  // (spin_skips_), so clients that keep a connection open without sending cost little.
+  void spin_for_arrivals(uint32_t python_open, uint32_t python_waiting);
   // The end of run() and poll(): due answers written (the core flushed if bytes that
   // waited were taken meanwhile), counts and events handed over.
   void end_turn(uint32_t python_open, uint32_t python_waiting, Turn* turn);
@@ -233,6 +251,9 @@ class HttpIo {
   int epoll_fd_ = -1;
   bool listening_ = true;
   bool taking_ = true;
+  uint64_t spin_ns_ = kSpinNs;
+  uint32_t spin_misses_ = 0;  // spins in a row that the arrivals did not end
+  uint32_t spin_skips_ = 0;   // chances to spin left out before the next spin
   bool each_ = false;
   size_t max_body_ = size_t(1) << 30;
   uint64_t next_connection_ = 1;

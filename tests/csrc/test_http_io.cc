@@ -9,8 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "add_sub_model.h"
@@ -41,12 +43,14 @@ std::string add_sub_request(char fill = '\x01') {
 const char kGet[] = "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n";
 
 // A core with add_sub (one instance, batches up to 8), its lane, and the loop on a
-// listening socket of its own.
+// listening socket of its own. With a queue delay, the core has its timer thread.
 struct Fixture {
-  Fixture() : core(1 << 24, nullptr, false), lane(core) {
+  explicit Fixture(uint64_t queue_delay_us = 0)
+      : core(1 << 24, nullptr, queue_delay_us != 0), lane(core) {
     BatcherConfig config;
     config.dynamic_batching = true;
     config.max_batch_size = 8;
+    config.max_queue_delay_us = queue_delay_us;
     ModelHandle model = core.add_model(config);
     uint32_t instance = core.add_instance(model);
     InstanceEndpoint ep = core.endpoint(instance);
@@ -382,4 +386,81 @@ TEST(http_io_damaged_input_goes_to_python_whole_and_never_reaches_the_core) {
     CHECK(fixture.io->in_flight() == 0);
     close(client);
   }
+}
+
+namespace {
+
+// Two clients on the loop that have each had an answer: both count for the batcher's
+// arrivals hint (a connection that never sent a request does not). Their fds.
+std::pair<int, int> two_clients(Fixture& fixture) {
+  int a = fixture.connect_client();
+  int b = fixture.connect_client();
+  send_all(a, add_sub_request());
+  send_all(b, add_sub_request());
+  read_answers(fixture, a, 1);
+  read_answers(fixture, b, 1);
+  return {a, b};
+}
+
+}  // namespace
+
+// One client's request is held (the other could still send, and the queue delay is
+// long): the turn polls for the other's instead of ending, takes it as it comes, and
+// the batch of both leaves with no timer ever set.
+TEST(http_io_a_held_batch_that_arrivals_release_during_the_turn_sets_no_timer) {
+  Fixture fixture(2000000);  // 2 s
+  fixture.io->set_spin(0);
+  auto [a, b] = two_clients(fixture);
+  fixture.io->set_spin(500000000);  // up to 0.5 s
+  const uint64_t settings = fixture.core.timer_settings();
+  send_all(a, add_sub_request());
+  std::thread late([&fixture, b = b] {
+    (void)fixture;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    send_all(b, add_sub_request());
+  });
+  HttpIo::Turn turn;
+  fixture.io->run(0, 0, &turn);
+  late.join();
+  CHECK(fixture.core.in_flight() == 1);  // one batch left in that turn
+  CHECK(fixture.core.timer_settings() == settings);
+  CHECK(fixture.answer_batches() == 1);
+  const std::string of_two(64, '2');  // the played worker fills outputs with the batch size
+  CHECK(read_answers(fixture, a, 1).find(of_two) != std::string::npos);
+  CHECK(read_answers(fixture, b, 1).find(of_two) != std::string::npos);
+  close(a);
+  close(b);
+}
+
+// When the arrivals do not come, the turn ends after its spin: the timer is set and the
+// batch leaves at its deadline; the next chance to spin is left out.
+TEST(http_io_a_spin_the_arrivals_do_not_end_leaves_the_batch_to_the_timer) {
+  Fixture fixture(80000);  // 80 ms
+  fixture.io->set_spin(0);
+  auto [a, b] = two_clients(fixture);
+  fixture.io->set_spin(40000000);  // 40 ms
+  const uint64_t settings = fixture.core.timer_settings();
+  send_all(a, add_sub_request());
+  HttpIo::Turn turn;
+  auto started = std::chrono::steady_clock::now();
+  fixture.io->run(0, 0, &turn);
+  CHECK(std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(40));
+  CHECK(fixture.core.in_flight() == 0);  // still held
+  CHECK(fixture.core.timer_settings() == settings + 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  CHECK(fixture.core.in_flight() == 1);  // the timer thread sent it
+  CHECK(fixture.answer_batches() == 1);
+  CHECK(read_answers(fixture, a, 1).find(std::string(64, '1')) != std::string::npos);
+  // Held again: this turn does not spin (one chance left out after a miss); it sets
+  // the timer as it ends.
+  send_all(a, add_sub_request());
+  const uint64_t settings_before = fixture.core.timer_settings();
+  started = std::chrono::steady_clock::now();
+  fixture.io->run(0, 0, &turn);
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::milliseconds(20));
+  CHECK(fixture.core.in_flight() == 0);
+  CHECK(fixture.core.timer_settings() == settings_before + 1);
+  CHECK(read_answers(fixture, a, 1).find(std::string(64, '1')) != std::string::npos);
+  close(a);
+  close(b);
 }
