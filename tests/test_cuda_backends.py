@@ -506,7 +506,10 @@ class _Echo:
 
 
 def test_a_malformed_cuda_bytes_input_fails_its_request_and_the_batch_runs_on(cudart, monkeypatch):
-    monkeypatch.setattr(shm_outputs, "active", True)
+    # A fresh worker: no request with regions seen yet, so this batch's own layouts must
+    # turn the CUDA path on (on a GPU, the first such request once read zeros).
+    monkeypatch.setattr(shm_outputs, "active", False)
+    monkeypatch.setattr(worker_main, "_LAYOUTS", {})
     bad, good = _strings(b"ab") + b"\x09\x00", _strings(b"xy", b"z")
     arena = bytearray(1 << 16)
     arena[1024 : 1024 + len(bad)] = bad  # as the device-to-host copy leaves them
@@ -518,6 +521,7 @@ def test_a_malformed_cuda_bytes_input_fails_its_request_and_the_batch_runs_on(cu
     ]
     endpoint, backend = _Endpoint(arena), _Echo()
     worker_main.Worker(endpoint, backend, "strings", True)._run_batch(7, blocks, [])
+    assert [c[1] for c in cuda_recorder.memcpys(cudart)] == ["D2H", "D2H"]
     assert backend.batches == [["ok"]]  # the malformed request never reaches the model
     ((batch_id, responses, done),) = endpoint.responded
     assert batch_id == 7 and done

@@ -127,13 +127,15 @@ def _inputs_of(metadata: bytes):
     return _layout(metadata).header.inputs
 
 
-def _batch(arena, blocks: list, tensors: list = ()) -> Batch:
+def _batch(arena, blocks: list, tensors: list = (), layouts: list | None = None) -> Batch:
     """The batch's requests as the backend sees them: `blocks` are (metadata, input
     slots) per request (WorkerEndpoint.next), each slot the (arena offset, size) of an
-    input's bytes; `tensors` the batch-major tensors they lie in, if any. Each input is
-    a numpy view over the arena (no copy): a row range of the batch-major tensor when
-    the batch has them; BYTES inputs decoded into object arrays."""
-    layouts = [_layout(metadata) for metadata, _slots in blocks]
+    input's bytes; `tensors` the batch-major tensors they lie in, if any; `layouts`
+    their parsed metadata when the caller has it. Each input is a numpy view over the
+    arena (no copy): a row range of the batch-major tensor when the batch has them;
+    BYTES inputs decoded into object arrays."""
+    if layouts is None:
+        layouts = [_layout(metadata) for metadata, _slots in blocks]
     if tensors and layouts.count(layouts[0]) == len(layouts):
         arrays = _same_layout_arrays(arena, layouts[0], len(layouts), blocks, tensors)
         if arrays is not None:
@@ -327,6 +329,9 @@ class Worker:
         start = _core.now_ns()
         device_inputs = None
         failed = None
+        # Before the shm check: parsing a layout with `regions` is what turns this
+        # worker's shm path on, so the first request with a CUDA input gets it filled too.
+        layouts = [_layout(metadata) for metadata, _slots in blocks]
         if shm_outputs.active:  # CUDA-shm inputs: read in place on the GPU, or copied in
             failed = {}
             device_inputs = shm_outputs.fill_cuda_inputs(
@@ -345,6 +350,7 @@ class Worker:
             # longer hold only them: the backend joins their rows).
             keep = [k for k in range(len(blocks)) if k not in failed]
             blocks = [blocks[k] for k in keep]
+            layouts = [layouts[k] for k in keep]
             tensors = []
             new_index = {old: new for new, old in enumerate(keep)}
             device_inputs = {
@@ -352,7 +358,7 @@ class Worker:
                 for (k, index), array in device_inputs.items()
                 if k in new_index
             }
-        batch = _batch(self.arena, blocks, tensors)
+        batch = _batch(self.arena, blocks, tensors, layouts)
         batch.batch_id = batch_id
         contexts = self.endpoint.trace_contexts  # this batch's (read before it runs)
         if contexts is not None:
