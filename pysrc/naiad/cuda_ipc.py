@@ -140,7 +140,10 @@ class DeviceArray:
         return {
             "shape": self.shape,
             "typestr": self.dtype.str,
-            "data": (self.pointer, True),
+            # Writable, as Triton's backends get the same memory (libtorch's from_blob):
+            # torch.as_tensor refuses an interface that says read-only ("the read only
+            # flag is not supported"), which failed every GPU model's in-place input.
+            "data": (self.pointer, False),
             "version": 3,
             "strides": None,
             "stream": None,  # the client's bytes are ready: the request arrived after them
