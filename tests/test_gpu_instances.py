@@ -50,6 +50,14 @@ def _groups(config):
         ('backend: "onnxruntime"', [], [("m", "KIND_CPU", 2, [])]),
         ('backend: "onnxruntime"', [0], [("m", "KIND_GPU", 1, [0])]),
         ('backend: "pytorch"', [], [("m", "KIND_CPU", 1, [])]),
+        # A GPU host whose onnxruntime is the CPU build ("cpu_ort" below): KIND_AUTO is
+        # the CPU (two instances); an explicit KIND_GPU still lists the host's GPUs.
+        ('backend: "cpu_ort"', [0], [("m", "KIND_CPU", 2, [])]),
+        (
+            'backend: "cpu_ort" instance_group [ { kind: KIND_GPU } ]',
+            [0],
+            [("m_0", "KIND_GPU", 1, [0])],
+        ),
         # KIND_AUTO listing a GPU the host lacks falls back to the CPU.
         (
             "instance_group [ { kind: KIND_AUTO gpus: [ 3 ] } ]",
@@ -70,12 +78,29 @@ def _groups(config):
         ("instance_group [ { kind: KIND_GPU } ]", [], [("m_0", "KIND_GPU", 1, [])]),
     ],
 )
-def test_normalization(text, supported, expected):
+def test_normalization(text, supported, expected, monkeypatch):
     config = _config(text)
     if config.backend == "":
         config.backend = "python"
-    normalize_instance_groups(config, supported)
+    if config.backend == "cpu_ort":  # onnxruntime's count rule, without its CUDA build
+        config.backend = "onnxruntime"
+        normalize_instance_groups(config, supported, runs_on_gpu=lambda backend: False)
+    else:
+        normalize_instance_groups(config, supported, runs_on_gpu=lambda backend: True)
     assert _groups(config) == expected
+
+
+def test_which_backends_run_on_a_gpu_here():
+    """KIND_AUTO's backend check agrees with what each framework says at load time."""
+    from naiad.repository.instance_groups import backend_runs_on_gpu
+
+    assert backend_runs_on_gpu("python") and backend_runs_on_gpu("tensorrt")
+    import onnxruntime
+
+    ort_cuda = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    assert backend_runs_on_gpu("onnxruntime") == ort_cuda
+    torch = pytest.importorskip("torch")
+    assert backend_runs_on_gpu("pytorch") == (torch.version.cuda is not None)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +139,7 @@ def test_normalization(text, supported, expected):
 )
 def test_refusal_messages(text, supported, message):
     config = _config(text)
-    normalize_instance_groups(config, supported)
+    normalize_instance_groups(config, supported, runs_on_gpu=lambda backend: True)
     assert instance_group_error(config, supported) == message
 
 

@@ -27,6 +27,7 @@ def _ensure_protos() -> None:
 
 _ensure_protos()
 
+from naiad import gpu  # noqa: E402
 from naiad.errors import InvalidArgument  # noqa: E402
 from naiad.protos import grpc_service_pb2, model_config_pb2  # noqa: E402
 from naiad.repository import (  # noqa: E402
@@ -207,11 +208,13 @@ def test_defaults_name_instance_group_version_policy(tmp_path):
     config = load_model_config(make_model(tmp_path, "m", 'backend: "python"' + IO), "m")
     assert config.name == "m"
     (group,) = config.instance_group
-    # Triton names the group it adds after the model itself.
+    # Triton names the group it adds after the model itself; KIND_AUTO is a GPU where the
+    # host has one (a Python model's too).
+    kinds = model_config_pb2.ModelInstanceGroup
     assert (group.name, group.count, group.kind) == (
         "m",
         1,
-        model_config_pb2.ModelInstanceGroup.KIND_CPU,
+        kinds.KIND_GPU if gpu.supported_gpus() else kinds.KIND_CPU,
     )
     assert config.version_policy.latest.num_versions == 1
     assert config.default_model_filename == "model.py"
