@@ -421,6 +421,6 @@ def test_real_server_metrics(server):
     text = requests.get(metrics_url, timeout=10).text
     for line in text.splitlines():
         if not line.startswith("#"):
-            assert re.fullmatch(r'nv_[a-z_]+(\{[a-z]+="[^"]*"(,[a-z]+="[^"]*")*\})? \S+', line)
+            assert re.fullmatch(r'nv_[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? \S+', line)
     assert not re.search(r"_total[ {]", text)
     assert requests.get(metrics_url.replace("/metrics", "/"), timeout=10).status_code == 404

@@ -81,6 +81,14 @@ async def serve(options) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    # NVML's first init can take seconds on a GPU host (no persistence daemon): the GPUs
+    # are opened while the models load, so that the metrics port listens by the time
+    # /v2/health/ready (answered by the HTTP I/O thread) says the server is ready.
+    gpus_opening = None
+    if options.allow_metrics and options.metrics_interval_ms is not None:
+        from naiad.gpu_metrics import open_gpus
+
+        gpus_opening = loop.run_in_executor(None, open_gpus)
     all_loaded = await manager.load_all(options.load_model)
     triton_log.write_table(
         __file__, sys._getframe().f_lineno, format_load_table(manager.load_table)
@@ -166,6 +174,7 @@ async def serve(options) -> int:
                 options.metrics_port,
                 interval_ms=options.metrics_interval_ms,
                 pinned_pool_bytes=options.pinned_memory_pool_byte_size,
+                gpus=await gpus_opening if gpus_opening is not None else None,
             )
         )
         log.info("Started Metrics Service at %s:%d", metrics_address, options.metrics_port)
