@@ -205,3 +205,48 @@ def test_unregister_while_in_use_and_no_leak(server, client):
         assert wait_released(server.pid, region.key) == []
         assert held_by(server.pid, region.key) == []
         other.close()
+
+
+def test_cuda_regions_over_grpc(server, client):
+    """Triton's CUDA shared-memory RPCs with tritonclient.grpc's cuda_shared_memory: a
+    device buffer registered by its IPC handle, an input read from it and an output
+    written into another, the status as Triton lists it, and unregister."""
+    from naiad import cuda_ipc
+
+    reason = cuda_ipc.unavailable_reason(0)
+    if reason is not None:
+        pytest.skip(f"CUDA shared memory: {reason}")
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    data = np.arange(16, dtype=np.float32).reshape(2, 8)
+    handle_in = cudashm.create_shared_memory_region("g_cin", data.nbytes, 0)
+    handle_out = cudashm.create_shared_memory_region("g_cout", data.nbytes, 0)
+    try:
+        cudashm.set_shared_memory_region(handle_in, [data])
+        client.register_cuda_shared_memory("cin", cudashm.get_raw_handle(handle_in), 0, data.nbytes)
+        client.register_cuda_shared_memory(
+            "cout", cudashm.get_raw_handle(handle_out), 0, data.nbytes
+        )
+        status = client.get_cuda_shared_memory_status(as_json=True)["regions"]
+        assert status["cin"] == {"name": "cin", "byte_size": str(data.nbytes)}
+        err = _error(
+            lambda: client.register_cuda_shared_memory(
+                "cin", cudashm.get_raw_handle(handle_in), 0, data.nbytes
+            )
+        )
+        assert err.status() == "StatusCode.ALREADY_EXISTS"
+        inp = grpcclient.InferInput("INPUT0", [2, 8], "FP32")
+        inp.set_shared_memory("cin", data.nbytes)
+        out = grpcclient.InferRequestedOutput("OUTPUT0")
+        out.set_shared_memory("cout", data.nbytes)
+        result = client.infer("shm_identity", [inp], outputs=[out])
+        assert list(result.get_response().raw_output_contents) == [b""]
+        got = cudashm.get_contents_as_numpy(handle_out, np.float32, [2, 8])
+        np.testing.assert_array_equal(got, data)
+        client.unregister_cuda_shared_memory("cin")
+        assert list(client.get_cuda_shared_memory_status(as_json=True)["regions"]) == ["cout"]
+        client.unregister_cuda_shared_memory()
+        assert client.get_cuda_shared_memory_status(as_json=True) == {}
+    finally:
+        cudashm.destroy_shared_memory_region(handle_in)
+        cudashm.destroy_shared_memory_region(handle_out)
