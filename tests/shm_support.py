@@ -4,6 +4,7 @@ and its workers hold no mapping or fd of a region's object."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -49,6 +50,26 @@ class Region:
 
     def __exit__(self, *exc) -> None:
         self.destroy()
+
+
+@contextlib.contextmanager
+def cuda_in_out(client, data: np.ndarray, names=("cin", "cout")):
+    """Two CUDA regions of `data`'s size on device 0 (tritonclient's cuda_shared_memory),
+    the first holding `data`, registered with `client` (HTTP or gRPC) under `names`;
+    yields their handles and destroys them after."""
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    handles = []
+    try:
+        for name in names:
+            handles.append(cudashm.create_shared_memory_region(f"t_{name}", data.nbytes, 0))
+        cudashm.set_shared_memory_region(handles[0], [data])
+        for name, handle in zip(names, handles):
+            client.register_cuda_shared_memory(name, cudashm.get_raw_handle(handle), 0, data.nbytes)
+        yield handles
+    finally:
+        for handle in handles:
+            cudashm.destroy_shared_memory_region(handle)
 
 
 def held_by(pid: int, key: str) -> list[str]:

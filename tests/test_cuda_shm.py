@@ -10,7 +10,7 @@ import pytest
 import requests
 from naiad import cuda_ipc
 from server_harness import NaiadServer
-from shm_support import SHM_MODELS
+from shm_support import SHM_MODELS, cuda_in_out
 
 _REASON = cuda_ipc.unavailable_reason(0)
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"CUDA shared memory: {_REASON}")
@@ -22,6 +22,17 @@ def server(tmp_path_factory):
         yield running
 
 
+def _infer_in_regions(client, model: str, input_name: str, output_name: str, data) -> None:
+    """`model` on an FP32 input read from region "cin", its output written to "cout"."""
+    import tritonclient.http as httpclient
+
+    inp = httpclient.InferInput(input_name, list(data.shape), "FP32")
+    inp.set_shared_memory("cin", data.nbytes)
+    out = httpclient.InferRequestedOutput(output_name, binary_data=False)
+    out.set_shared_memory("cout", data.nbytes)
+    client.infer(model, [inp], outputs=[out])
+
+
 def test_cuda_region_input_and_output(server):
     import tritonclient.http as httpclient
     import tritonclient.utils.cuda_shared_memory as cudashm
@@ -30,33 +41,21 @@ def test_cuda_region_input_and_output(server):
     assert "cuda_shared_memory" in extensions
     client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
     data = np.arange(16, dtype=np.float32).reshape(2, 8)
-    handle_in = cudashm.create_shared_memory_region("cin", data.nbytes, 0)
-    handle_out = cudashm.create_shared_memory_region("cout", data.nbytes, 0)
     try:
-        cudashm.set_shared_memory_region(handle_in, [data])
-        client.register_cuda_shared_memory("cin", cudashm.get_raw_handle(handle_in), 0, data.nbytes)
-        client.register_cuda_shared_memory(
-            "cout", cudashm.get_raw_handle(handle_out), 0, data.nbytes
-        )
-        status = client.get_cuda_shared_memory_status()
-        assert {r["name"] for r in status} == {"cin", "cout"}
-        inp = httpclient.InferInput("INPUT0", [2, 8], "FP32")
-        inp.set_shared_memory("cin", data.nbytes)
-        out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)
-        out.set_shared_memory("cout", data.nbytes)
-        client.infer("shm_identity", [inp], outputs=[out])
-        got = cudashm.get_contents_as_numpy(handle_out, np.float32, [2, 8])
-        np.testing.assert_array_equal(got, data)
-        # Out of bounds and too small: Triton's codes.
-        bad = httpclient.InferInput("INPUT0", [2, 8], "FP32")
-        bad.set_shared_memory("cin", data.nbytes, offset=8)
-        with pytest.raises(Exception, match="Invalid offset"):
-            client.infer("shm_identity", [bad])
-        client.unregister_cuda_shared_memory()
-        assert client.get_cuda_shared_memory_status() == []
+        with cuda_in_out(client, data) as (_handle_in, handle_out):
+            status = client.get_cuda_shared_memory_status()
+            assert {r["name"] for r in status} == {"cin", "cout"}
+            _infer_in_regions(client, "shm_identity", "INPUT0", "OUTPUT0", data)
+            got = cudashm.get_contents_as_numpy(handle_out, np.float32, [2, 8])
+            np.testing.assert_array_equal(got, data)
+            # Out of bounds and too small: Triton's codes.
+            bad = httpclient.InferInput("INPUT0", [2, 8], "FP32")
+            bad.set_shared_memory("cin", data.nbytes, offset=8)
+            with pytest.raises(Exception, match="Invalid offset"):
+                client.infer("shm_identity", [bad])
+            client.unregister_cuda_shared_memory()
+            assert client.get_cuda_shared_memory_status() == []
     finally:
-        cudashm.destroy_shared_memory_region(handle_in)
-        cudashm.destroy_shared_memory_region(handle_out)
         client.close()
 
 
@@ -85,27 +84,13 @@ def test_gpu_model_reads_and_writes_cuda_regions_device_to_device(tmp_path):
     data = np.arange(16, dtype=np.float32).reshape(2, 8)
     with NaiadServer(tmp_path / "models", log_dir=tmp_path, name="cuda-shm-gpu") as server:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
-        handle_in = cudashm.create_shared_memory_region("gin", data.nbytes, 0)
-        handle_out = cudashm.create_shared_memory_region("gout", data.nbytes, 0)
         try:
-            cudashm.set_shared_memory_region(handle_in, [data])
-            client.register_cuda_shared_memory(
-                "gin", cudashm.get_raw_handle(handle_in), 0, data.nbytes
-            )
-            client.register_cuda_shared_memory(
-                "gout", cudashm.get_raw_handle(handle_out), 0, data.nbytes
-            )
-            inp = httpclient.InferInput("INPUT__0", [2, 8], "FP32")
-            inp.set_shared_memory("gin", data.nbytes)
-            out = httpclient.InferRequestedOutput("OUTPUT__0", binary_data=True)
-            out.set_shared_memory("gout", data.nbytes)
-            client.infer("pt_twice_gpu", [inp], outputs=[out])
-            got = cudashm.get_contents_as_numpy(handle_out, np.float32, [2, 8])
-            np.testing.assert_array_equal(got, data * 2)
-            client.unregister_cuda_shared_memory()
+            with cuda_in_out(client, data) as (_handle_in, handle_out):
+                _infer_in_regions(client, "pt_twice_gpu", "INPUT__0", "OUTPUT__0", data)
+                got = cudashm.get_contents_as_numpy(handle_out, np.float32, [2, 8])
+                np.testing.assert_array_equal(got, data * 2)
+                client.unregister_cuda_shared_memory()
         finally:
-            cudashm.destroy_shared_memory_region(handle_in)
-            cudashm.destroy_shared_memory_region(handle_out)
             client.close()
 
 

@@ -14,7 +14,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer
-from shm_support import SHM_MODELS, Region, held_by, wait_released
+from shm_support import SHM_MODELS, Region, cuda_in_out, held_by, wait_released
 from tritonclient.utils import InferenceServerException
 
 TIMEOUT = 20
@@ -219,14 +219,7 @@ def test_cuda_regions_over_grpc(server, client):
     import tritonclient.utils.cuda_shared_memory as cudashm
 
     data = np.arange(16, dtype=np.float32).reshape(2, 8)
-    handle_in = cudashm.create_shared_memory_region("g_cin", data.nbytes, 0)
-    handle_out = cudashm.create_shared_memory_region("g_cout", data.nbytes, 0)
-    try:
-        cudashm.set_shared_memory_region(handle_in, [data])
-        client.register_cuda_shared_memory("cin", cudashm.get_raw_handle(handle_in), 0, data.nbytes)
-        client.register_cuda_shared_memory(
-            "cout", cudashm.get_raw_handle(handle_out), 0, data.nbytes
-        )
+    with cuda_in_out(client, data) as (handle_in, handle_out):
         status = client.get_cuda_shared_memory_status(as_json=True)["regions"]
         assert status["cin"] == {"name": "cin", "byte_size": str(data.nbytes)}
         err = _error(
@@ -247,6 +240,3 @@ def test_cuda_regions_over_grpc(server, client):
         assert list(client.get_cuda_shared_memory_status(as_json=True)["regions"]) == ["cout"]
         client.unregister_cuda_shared_memory()
         assert client.get_cuda_shared_memory_status(as_json=True) == {}
-    finally:
-        cudashm.destroy_shared_memory_region(handle_in)
-        cudashm.destroy_shared_memory_region(handle_out)
