@@ -80,7 +80,11 @@ def split_cpus() -> tuple[list[int] | None, list[int] | None, str]:
         return None, None, f"not pinned (only CPU {cpus} available)"
     half = len(cpus) // 2
     server, client = cpus[:half], cpus[half:]
-    return server, client, f"server on CPU {server}, client (perf_analyzer) on CPU {client}"
+    return (
+        server,
+        client,
+        f"server on CPU {server}, client (the load generator: perf_analyzer, wrk or grpcio) on CPU {client}",
+    )
 
 
 # ---------------------------------------------------------------------------- tools
