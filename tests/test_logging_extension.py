@@ -7,6 +7,7 @@ test_logmetrics_triton.py."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 
 import grpc
@@ -15,6 +16,7 @@ import requests
 import tritonclient.http as httpclient
 from naiad.protos import grpc_service_pb2 as pb
 from naiad.protos import grpc_service_pb2_grpc as pbg
+from naiad.scheduling.instance import SETTINGS_WAIT_SECONDS
 from server_harness import NaiadServer
 
 TIMEOUT = 30
@@ -29,6 +31,9 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
 LOGGER_MODEL = """
+import ctypes
+import json
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -37,6 +42,11 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
+            hold_ms = json.loads(request.parameters()).get("hold_ms", 0)
+            if hold_ms:
+                # usleep through PyDLL keeps the GIL, as a long C call does: no other
+                # thread of the worker runs meanwhile.
+                ctypes.PyDLL(None).usleep(int(hold_ms) * 1000)
             tag = pb_utils.get_input_tensor_by_name(request, "TAG").as_numpy()[0].decode()
             pb_utils.Logger.log_info(f"info {tag}")
             pb_utils.Logger.log_warn(f"warn {tag}")
@@ -59,8 +69,10 @@ def _repository(tmp_path):
     return tmp_path / "repository"
 
 
-def _infer(url: str, tag: str) -> None:
+def _infer(url: str, tag: str, hold_ms: int = 0) -> None:
     body = {"inputs": [{"name": "TAG", "datatype": "BYTES", "shape": [1], "data": [tag]}]}
+    if hold_ms:
+        body["parameters"] = {"hold_ms": hold_ms}
     response = requests.post(f"{url}/v2/models/logger/infer", json=body, timeout=TIMEOUT)
     assert response.status_code == 200, response.text
 
@@ -210,3 +222,35 @@ def test_stderr_log_with_flags_and_changes(tmp_path):
         client.load_model("logger")
         _infer(server.url, "w")
         assert set(_model_lines(server.stderr_text, "w", 2)) == {"info w", "warn w"}
+
+
+def _change_while_held(server, hold_ms: int, settings: dict) -> float:
+    """Seconds a settings change took while the worker was in a C call of `hold_ms`."""
+    holding = threading.Thread(target=_infer, args=(server.url, "held", hold_ms))
+    holding.start()
+    time.sleep(0.4)  # the worker is in its call by now
+    start = time.monotonic()
+    reply = requests.post(server.url + "/v2/logging", json=settings, timeout=TIMEOUT)
+    waited = time.monotonic() - start
+    assert reply.ok, reply.text
+    holding.join()
+    return waited
+
+
+def test_a_change_is_answered_once_the_workers_follow_it(tmp_path):
+    """As in Triton, whose settings are its one process's: once the change is answered,
+    the next request's model lines follow it. A worker holding the GIL in C code applies
+    it when the call returns, and is waited for, up to SETTINGS_WAIT_SECONDS."""
+    with NaiadServer(_repository(tmp_path), log_dir=tmp_path) as server:
+        _infer(server.url, "before")
+        waited = _change_while_held(server, 1500, {"log_format": "ISO8601"})
+        assert 0.6 < waited < SETTINGS_WAIT_SECONDS, waited  # about 1.1 s: the call's rest
+        _infer(server.url, "after")
+        lines = _model_lines(server.stderr_text, "after", 3)
+        assert {form for _severity, form, _pid in lines.values()} == {"ISO8601"}
+        # A worker that stays in its call longer does not hold the answer past the limit.
+        waited = _change_while_held(server, 4000, {"log_format": "default"})
+        assert SETTINGS_WAIT_SECONDS - 0.2 < waited < SETTINGS_WAIT_SECONDS + 1.0, waited
+        _infer(server.url, "last")
+        lines = _model_lines(server.stderr_text, "last", 3)
+        assert {form for _severity, form, _pid in lines.values()} == {"default"}

@@ -167,15 +167,21 @@ def test_settings_line_carries_the_server_pid():
 def test_follow_applies_each_line_a_worker_gets(tmp_path):
     read_fd, write_fd = os.pipe()
     os.write(write_fd, b'{"log_verbose_level": 2, "pid": 4242}\n')
-    triton_log.follow(read_fd)  # the first line synchronously
-    assert triton_log.settings()["log_verbose_level"] == 2
+    seen = []  # the settings as each applied() call finds them
+
+    def applied():
+        seen.append(dict(triton_log.settings()))
+
+    triton_log.follow(read_fd, applied)  # the first line synchronously, not acknowledged
+    assert triton_log.settings()["log_verbose_level"] == 2 and seen == []
     os.write(write_fd, b'{"log_info": false, "log_format": "ISO8601"}\n')
+    os.write(write_fd, b"not json\n")  # read and reported: acknowledged all the same
     os.close(write_fd)
     deadline = time.monotonic() + 5
-    while triton_log.settings()["log_info"] and time.monotonic() < deadline:
+    while len(seen) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert triton_log.settings()["log_info"] is False
-    assert triton_log.settings()["log_format"] == "ISO8601"
+    assert len(seen) == 2
+    assert seen[0]["log_info"] is False and seen[0]["log_format"] == "ISO8601"
     triton_log.apply({"pid": os.getpid()})
 
 

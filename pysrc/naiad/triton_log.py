@@ -15,8 +15,9 @@ log_file, log_info, log_warning, log_error, log_verbose_level, log_format. The f
 holds the authority (`update()` validates a request in Triton's order and with its
 messages); each worker gets the whole settings as one JSON line on its settings pipe when
 it starts and again after every change (scheduling/instance.py writes it, `follow()` reads
-it on a thread of the worker), so a running model's `pb_utils.Logger` lines follow the
-server's level, format and file without a per-call question to anyone.
+it on a thread of the worker, which acknowledges each later line with SETTINGS_APPLIED on
+its control pipe), so a running model's `pb_utils.Logger` lines follow the server's
+level, format and file without a per-call question to anyone.
 
 Python's `logging` records of the process (frontend or worker) go through `TritonHandler`:
 ERROR and above are Triton's E, WARNING its W, INFO its I, DEBUG a verbose line (level 1).
@@ -278,9 +279,15 @@ def install() -> None:
     _set_python_level()
 
 
-def follow(fd: int) -> None:
+# What a worker writes on its control pipe for each settings line it applied after the
+# first (scheduling/instance.py waits for it before answering a settings change).
+SETTINGS_APPLIED = b"L"
+
+
+def follow(fd: int, applied=None) -> None:
     """In a worker: apply the settings line waiting on `fd` now (the frontend wrote it
-    before the worker started), then every later one from a daemon thread."""
+    before the worker started), then every later one from a daemon thread, calling
+    `applied()` after each (also when a line could not be applied: it was read)."""
     stream = os.fdopen(fd, "rb")
     first = stream.readline()
     if first:
@@ -292,5 +299,7 @@ def follow(fd: int) -> None:
                 apply(json.loads(line))
             except (ValueError, OSError) as exc:
                 logging.getLogger("naiad").error("log settings not applied: %s", exc)
+            if applied is not None:
+                applied()
 
     threading.Thread(target=loop, name="naiad-log-settings", daemon=True).start()

@@ -209,12 +209,9 @@ class Service:
             if settings:
                 triton_log.update(settings, grpc=True)
         finally:
-            send_log_settings()  # what was applied before a refused setting too
-        response = pb.LogSettingsResponse()
-        for name, value in triton_log.settings().items():
-            field = {bool: "bool_param", int: "uint32_param", str: "string_param"}[type(value)]
-            setattr(response.settings[name], field, value)
-        return response
+            applied = send_log_settings()  # what was applied before a refused setting too
+        # Answered once the workers follow the change (as the HTTP route).
+        return applied, _log_settings_response
 
     # -- inference -------------------------------------------------------------------
     def model_infer(self, message, forwarded=None, context=None):
@@ -237,6 +234,15 @@ class Service:
 def _setting_content(value):
     kind = value.WhichOneof("parameter_choice")
     return None if kind is None else getattr(value, kind)
+
+
+def _log_settings_response(_applied) -> pb.LogSettingsResponse:
+    """finish(future) of a LogSettings call: the server's settings, once applied."""
+    response = pb.LogSettingsResponse()
+    for name, value in triton_log.settings().items():
+        field = {bool: "bool_param", int: "uint32_param", str: "string_param"}[type(value)]
+        setattr(response.settings[name], field, value)
+    return response
 
 
 class _Empty:

@@ -32,7 +32,13 @@ def register_logging_routes(router: Router) -> None:
             # Triton reads members only of an object; anything else changes nothing.
             triton_log.update(document if isinstance(document, dict) else {})
         finally:
-            send_log_settings()  # also what was applied before a refused setting
+            applied = send_log_settings()  # also what was applied before a refused setting
+        return _settings_once_applied(applied)
+
+    async def _settings_once_applied(applied) -> Reply:
+        # Answered once the workers follow the change: the next request's model logs
+        # with it, as in Triton, whose settings are its one process's.
+        await applied
         return json_reply(triton_log.settings())
 
     router.register("logging", handle)

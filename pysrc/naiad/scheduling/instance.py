@@ -4,7 +4,10 @@ The worker inherits the arena, its wake eventfd, the frontend's notify eventfd a
 the write end of a control pipe, on which it says `ready` (or why it failed) once the
 model is loaded, and the read end of a settings pipe, on which the frontend writes the
 server's log settings when it starts and after each change (`send_log_settings`,
-naiad/triton_log.py). A pidfd tells the event loop the moment the process dies.
+naiad/triton_log.py). The worker answers each later line with
+`triton_log.SETTINGS_APPLIED` on its control pipe once it applies it, and a settings change is answered only then, so that the
+next request's log lines follow it, as in Triton, where the settings are the process's.
+A pidfd tells the event loop the moment the process dies.
 A worker that runs one batch longer than its model's execution timeout
 (repository/worker_limits.py) is killed, its requests fail saying so, and it restarts.
 """
@@ -28,13 +31,23 @@ log = logging.getLogger("naiad")
 
 # Every instance whose worker has a settings pipe open (send_log_settings writes to them).
 _FOLLOWING: weakref.WeakSet = weakref.WeakSet()
+# How long a settings change waits for the workers: one stuck in C code holding the GIL
+# cannot apply it, and must not hold the logging API (it applies it when it returns).
+SETTINGS_WAIT_SECONDS = 2.0
 
 
-def send_log_settings() -> None:
-    """Tells every running worker the server's current log settings (after a change)."""
+def send_log_settings() -> asyncio.Future:
+    """Tells every running worker the server's current log settings (after a change),
+    at once; the future is done when each has applied them, or after
+    SETTINGS_WAIT_SECONDS (an answer to the change waits for it)."""
     line = triton_log.settings_line()
-    for instance in list(_FOLLOWING):
-        instance._send_settings(line)
+    waits = [instance._send_settings(line) for instance in list(_FOLLOWING)]
+    return asyncio.ensure_future(_all_applied([wait for wait in waits if wait is not None]))
+
+
+async def _all_applied(waits: list) -> None:
+    if waits:
+        await asyncio.wait(waits, timeout=SETTINGS_WAIT_SECONDS)
 
 
 # A worker that keeps dying (or keeps failing to start again) is restarted with a growing
@@ -62,6 +75,11 @@ class Instance:
         self.process: subprocess.Popen | None = None
         self._control_fd = -1
         self._settings_fd = -1  # write end of the worker's settings pipe
+        # Settings lines written to this worker since it started, and those it applied;
+        # (count, future) pairs done once `applied` reaches count.
+        self._settings_sent = 0
+        self._settings_applied = 0
+        self._settings_waits: list[tuple[int, asyncio.Future]] = []
         self._pidfd = -1
         self._stopping = False
         self._restarts = 0
@@ -147,6 +165,7 @@ class Instance:
             os.close(settings_read)
         self._close_settings()
         self._settings_fd = settings_write
+        self._settings_sent = self._settings_applied = 0
         _FOLLOWING.add(self)
         self.process.stdin.write(json.dumps(self.args).encode())
         self.process.stdin.close()
@@ -184,11 +203,15 @@ class Instance:
             if not chunk:
                 return {}
             buffer += chunk
-        return json.loads(buffer.split(b"\n", 1)[0])
+        line, _, after = buffer.partition(b"\n")
+        self._count_applied(after)  # acknowledgements go after the handshake line
+        return json.loads(line)
 
-    def _send_settings(self, line: bytes) -> None:
+    def _send_settings(self, line: bytes) -> asyncio.Future | None:
+        """Writes a settings line; the future is done once the worker applied it (None
+        when nothing was written)."""
         if self._settings_fd < 0:
-            return
+            return None
         try:
             os.write(self._settings_fd, line)  # one short line: written whole or not at all
         except BlockingIOError:
@@ -196,14 +219,39 @@ class Instance:
                 "instance '%s' has not read its log settings; it keeps the previous ones",
                 self.name,
             )
+            return None
         except OSError:  # the worker is gone: _on_exit closes the pipe
-            pass
+            return None
+        self._settings_sent += 1
+        applied = asyncio.get_running_loop().create_future()
+        self._settings_waits.append((self._settings_sent, applied))
+        return applied
+
+    def _count_applied(self, chunk: bytes) -> None:
+        """Counts the settings lines the worker says it applied in `chunk` (control-pipe
+        bytes) and finishes the waits they complete."""
+        count = chunk.count(triton_log.SETTINGS_APPLIED)
+        if not count:
+            return
+        self._settings_applied += count
+        waiting = []
+        for target, applied in self._settings_waits:
+            if target <= self._settings_applied:
+                if not applied.done():
+                    applied.set_result(None)
+            else:
+                waiting.append((target, applied))
+        self._settings_waits = waiting
 
     def _close_settings(self) -> None:
         _FOLLOWING.discard(self)
         if self._settings_fd >= 0:
             os.close(self._settings_fd)
             self._settings_fd = -1
+        for _target, applied in self._settings_waits:  # the worker is gone: none to wait for
+            if not applied.done():
+                applied.set_result(None)
+        self._settings_waits = []
 
     def _on_beat(self) -> None:
         try:
@@ -214,6 +262,7 @@ class Instance:
             asyncio.get_running_loop().remove_reader(self._control_fd)
             return
         self._last_beat = asyncio.get_running_loop().time()
+        self._count_applied(alive)
 
     def _watch(self) -> None:
         """Marks the model not ready while this worker is silent, ready again when it

@@ -61,6 +61,38 @@ def _report(control_fd: int, message: dict) -> None:
 HEARTBEAT_SECONDS = 1.0
 
 
+class _SettingsAcks:
+    """Says on the control pipe that a log settings line was applied (the frontend
+    answers a settings change once every worker has). Those applied while the model
+    loads are said after the handshake line, which stays one JSON line of its own."""
+
+    def __init__(self, control_fd: int):
+        self.control_fd = control_fd
+        self.lock = threading.Lock()
+        self.held = 0  # applied before open()
+        self.opened = False
+
+    def applied(self) -> None:
+        with self.lock:
+            if not self.opened:
+                self.held += 1
+                return
+        self._say(1)
+
+    def open(self) -> None:
+        with self.lock:
+            self.opened = True
+            held, self.held = self.held, 0
+        self._say(held)
+
+    def _say(self, count: int) -> None:
+        if count:
+            try:
+                os.write(self.control_fd, triton_log.SETTINGS_APPLIED * count)
+            except OSError:  # the frontend closed its end: it is gone or stopping us
+                pass
+
+
 def _start_heartbeat(control_fd: int) -> None:
     """Once loaded, a byte on the control pipe every second from a thread of its own: the
     frontend tells a worker that froze (stopped, or stuck in C code holding the GIL) from
@@ -531,8 +563,9 @@ def main(argv=None) -> int:
     ignore_shutdown_signals()
     args = json.loads(sys.stdin.read())
     triton_log.install()
+    acks = _SettingsAcks(options.control_fd)
     if options.settings_fd >= 0:
-        triton_log.follow(options.settings_fd)
+        triton_log.follow(options.settings_fd, acks.applied)
     try:
         endpoint = _core.WorkerEndpoint(
             options.arena_fd, options.channel_offset, options.wake_fd, options.notify_fd
@@ -553,6 +586,7 @@ def main(argv=None) -> int:
         return 1
     settle_after_startup()
     _report(options.control_fd, {"status": "ready"})
+    acks.open()
     _start_heartbeat(options.control_fd)
     _serve(endpoint, backend, args)
     # The frontend learns that this worker is done from its exit (a pidfd).
