@@ -5,10 +5,10 @@ the write end of a control pipe, on which it says `ready` (or why it failed) onc
 model is loaded, and the read end of a settings pipe, on which the frontend writes the
 server's log settings when it starts and after each change (`send_log_settings`,
 naiad/triton_log.py). The worker answers each later line with
-`triton_log.SETTINGS_APPLIED` on its control pipe once it applies it, and a settings change is answered only then, so that the
-next request's log lines follow it, as in Triton, where the settings are the process's.
-A pidfd tells the event loop the moment the process dies.
-A worker that runs one batch longer than its model's execution timeout
+`triton_log.SETTINGS_APPLIED` on its control pipe once it applies it, and a settings
+change is answered only then, so that the next request's log lines follow it, as in
+Triton, where the settings are the process's. A pidfd tells the event loop the moment
+the process dies. A worker that runs one batch longer than its model's execution timeout
 (repository/worker_limits.py) is killed, its requests fail saying so, and it restarts.
 """
 
