@@ -15,6 +15,7 @@ the process dies. A worker that runs one batch longer than its model's execution
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import os
@@ -43,6 +44,11 @@ def send_log_settings() -> asyncio.Future:
     line = triton_log.settings_line()
     waits = [instance._send_settings(line) for instance in list(_FOLLOWING)]
     return asyncio.ensure_future(_all_applied([wait for wait in waits if wait is not None]))
+
+
+def _finish(applied: asyncio.Future) -> None:
+    if not applied.done():
+        applied.set_result(None)
 
 
 async def _all_applied(waits: list) -> None:
@@ -75,11 +81,9 @@ class Instance:
         self.process: subprocess.Popen | None = None
         self._control_fd = -1
         self._settings_fd = -1  # write end of the worker's settings pipe
-        # Settings lines written to this worker since it started, and those it applied;
-        # (count, future) pairs done once `applied` reaches count.
-        self._settings_sent = 0
-        self._settings_applied = 0
-        self._settings_waits: list[tuple[int, asyncio.Future]] = []
+        # One future per settings line written and not yet applied, oldest first: the
+        # worker applies them in order and says so once for each.
+        self._settings_waits: collections.deque[asyncio.Future] = collections.deque()
         self._pidfd = -1
         self._stopping = False
         self._restarts = 0
@@ -165,7 +169,6 @@ class Instance:
             os.close(settings_read)
         self._close_settings()
         self._settings_fd = settings_write
-        self._settings_sent = self._settings_applied = 0
         _FOLLOWING.add(self)
         self.process.stdin.write(json.dumps(self.args).encode())
         self.process.stdin.close()
@@ -222,36 +225,24 @@ class Instance:
             return None
         except OSError:  # the worker is gone: _on_exit closes the pipe
             return None
-        self._settings_sent += 1
         applied = asyncio.get_running_loop().create_future()
-        self._settings_waits.append((self._settings_sent, applied))
+        self._settings_waits.append(applied)
         return applied
 
     def _count_applied(self, chunk: bytes) -> None:
         """Counts the settings lines the worker says it applied in `chunk` (control-pipe
         bytes) and finishes the waits they complete."""
-        count = chunk.count(triton_log.SETTINGS_APPLIED)
-        if not count:
-            return
-        self._settings_applied += count
-        waiting = []
-        for target, applied in self._settings_waits:
-            if target <= self._settings_applied:
-                if not applied.done():
-                    applied.set_result(None)
-            else:
-                waiting.append((target, applied))
-        self._settings_waits = waiting
+        waits = self._settings_waits
+        for _ in range(min(chunk.count(triton_log.SETTINGS_APPLIED), len(waits))):
+            _finish(waits.popleft())
 
     def _close_settings(self) -> None:
         _FOLLOWING.discard(self)
         if self._settings_fd >= 0:
             os.close(self._settings_fd)
             self._settings_fd = -1
-        for _target, applied in self._settings_waits:  # the worker is gone: none to wait for
-            if not applied.done():
-                applied.set_result(None)
-        self._settings_waits = []
+        while self._settings_waits:  # the worker is gone: none to wait for
+            _finish(self._settings_waits.popleft())
 
     def _on_beat(self) -> None:
         try:
