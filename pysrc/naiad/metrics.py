@@ -531,10 +531,6 @@ class MetricsRouter:
         return Reply(200, _HEADERS, (render(self.collector),))
 
 
-# start_metrics_server's default for `gpus`: open them itself (None means "no GPUs").
-_OPEN_GPUS_HERE = object()
-
-
 async def start_metrics_server(
     manager,
     host: str,
@@ -543,22 +539,18 @@ async def start_metrics_server(
     collector: TritonCollector | None = None,
     interval_ms: int | None = None,
     pinned_pool_bytes: int = DEFAULT_PINNED_POOL_BYTES,
-    gpus=_OPEN_GPUS_HERE,
+    gpus=None,
 ) -> asyncio.Server:
     """Serve Triton's metrics for `manager` at http://host:port/metrics on the running loop.
 
-    With `interval_ms`, a Poller thread reads the host gauges (and `gpus`, a
-    `gpu_metrics.NvmlGpus` or None; by default opened here) at that interval; it stops
-    with the server."""
+    With `interval_ms`, a Poller thread reads the host gauges (and `gpus`, the
+    `gpu_metrics.open_gpus()` the caller opened, if any) at that interval; it stops with
+    the server."""
     loop = asyncio.get_running_loop()
     poller = None
     if collector is None:
         gauges = None
         if interval_ms is not None:
-            if gpus is _OPEN_GPUS_HERE:
-                from naiad.gpu_metrics import open_gpus
-
-                gpus = open_gpus()
             gauges = HostGauges(pinned_pool_bytes=pinned_pool_bytes, gpus=gpus)
             poller = Poller(gauges, interval_ms).start()
         collector = TritonCollector(manager, host=gauges)
