@@ -78,7 +78,7 @@ def _groups(config):
         ("instance_group [ { kind: KIND_GPU } ]", [], [("m_0", "KIND_GPU", 1, [])]),
     ],
 )
-def test_normalization(text, supported, expected, monkeypatch):
+def test_normalization(text, supported, expected):
     config = _config(text)
     if config.backend == "":
         config.backend = "python"
