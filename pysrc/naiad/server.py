@@ -125,6 +125,23 @@ async def serve(options) -> int:
             )
         )
         log.info("Started GRPCInferenceService at %s:%d", grpc_address, options.grpc_port)
+    # The metrics port listens before HTTP, as gRPC does: the HTTP I/O thread answers
+    # /v2/health/ready as soon as it listens, and this loop may take a while yet to get
+    # to the metrics port (0.37 s on an H200 host, where a test found it closed). The
+    # log lines keep Triton's order.
+    metrics_server = None
+    if options.allow_metrics:
+        from naiad.metrics import start_metrics_server
+
+        metrics_address = options.metrics_address or options.host
+        metrics_server = await start_metrics_server(
+            manager,
+            metrics_address,
+            options.metrics_port,
+            interval_ms=options.metrics_interval_ms,
+            pinned_pool_bytes=options.pinned_memory_pool_byte_size,
+            gpus=await gpus_opening if gpus_opening is not None else None,
+        )
     if options.allow_http:
         from naiad.http.connection_limits import ConnectionLimits
         from naiad.http.generate_routes import register_generate_routes
@@ -163,22 +180,9 @@ async def serve(options) -> int:
             )
         )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)
-    if options.allow_metrics:
-        from naiad.metrics import start_metrics_server
-
-        metrics_address = options.metrics_address or options.host
-        servers.append(
-            await start_metrics_server(
-                manager,
-                metrics_address,
-                options.metrics_port,
-                interval_ms=options.metrics_interval_ms,
-                pinned_pool_bytes=options.pinned_memory_pool_byte_size,
-                gpus=await gpus_opening if gpus_opening is not None else None,
-            )
-        )
+    if metrics_server is not None:
+        servers.append(metrics_server)
         log.info("Started Metrics Service at %s:%d", metrics_address, options.metrics_port)
-
     settle_after_startup()
     await stop.wait()
 
