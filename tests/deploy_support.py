@@ -173,6 +173,8 @@ class ManifestServer(NaiadServer):
     """A NaiadServer (tests/server_harness.py: logs, waiting, stop by PID) whose command line
     is given (a manifest's, an installed image's), not the harness's own."""
 
+    chooses_its_ports = False
+
     def __init__(self, argv, *, http_port, metrics_port, repository, log_dir, name):
         super().__init__(repository, log_dir=log_dir, name=name)
         self.argv = argv

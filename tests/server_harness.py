@@ -135,6 +135,10 @@ def server_variants(tmp_path_factory, repository: Path, variants):
 class NaiadServer:
     """One `naiad serve` process on free ports."""
 
+    # False in a subclass whose command line names ports of its own: start() then has
+    # no other ports to try.
+    chooses_its_ports = True
+
     def __init__(
         self,
         repository: Path | str,
@@ -146,16 +150,20 @@ class NaiadServer:
         self.repository = Path(repository)
         self.extra_args = list(extra_args)
         self.host = HOST
-        self.http_port, self.grpc_port, self.metrics_port = _free_ports(3)
-        self.url = f"http://{self.host}:{self.http_port}"
-        log_dir = Path(log_dir) if log_dir is not None else Path.cwd()
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.stderr_path = log_dir / f"{name}-{self.http_port}.stderr.log"
-        self.stdout_path = log_dir / f"{name}-{self.http_port}.stdout.log"
+        self.name = name
+        self.log_dir = Path(log_dir) if log_dir is not None else Path.cwd()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._choose_ports()
         self.process: subprocess.Popen | None = None
         self.returncode: int | None = None
 
     # -- starting ----------------------------------------------------------------------
+
+    def _choose_ports(self) -> None:
+        self.http_port, self.grpc_port, self.metrics_port = _free_ports(3)
+        self.url = f"http://{self.host}:{self.http_port}"
+        self.stderr_path = self.log_dir / f"{self.name}-{self.http_port}.stderr.log"
+        self.stdout_path = self.log_dir / f"{self.name}-{self.http_port}.stdout.log"
 
     @property
     def command(self) -> list[str]:
@@ -178,7 +186,28 @@ class NaiadServer:
         ]
 
     def start(self, wait: str | None = "ready", timeout: float = 120.0) -> NaiadServer:
-        """Launch the process; `wait`: 'ready', 'live' or None (don't wait)."""
+        """Launch the process; `wait`: 'ready', 'live' or None (don't wait).
+
+        A port picked free can be taken before the server binds it (by another test
+        process, or as the local port of some connection): while waiting, a server that
+        exits on "address already in use" is started again on other ports, twice at most.
+        """
+        for attempt in range(3):
+            self._launch()
+            if not wait:
+                return self
+            try:
+                self.wait_for(wait, timeout)
+                return self
+            except ServerExited:
+                taken = "address already in use" in self.stderr_text().lower()
+                if attempt == 2 or not taken or not self.chooses_its_ports:
+                    raise
+            self.process = None
+            self._choose_ports()
+        raise AssertionError("unreachable")
+
+    def _launch(self) -> None:
         assert self.process is None, "already started"
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -195,9 +224,6 @@ class NaiadServer:
                 start_new_session=True,
                 preexec_fn=_die_with_test_run,
             )
-        if wait:
-            self.wait_for(wait, timeout)
-        return self
 
     @property
     def pid(self) -> int:
