@@ -15,6 +15,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -327,6 +328,7 @@ def run_perf_analyzer(
         str(settings.window_ms),
         "-f",
         str(csv_path),
+        "-v",  # a line per pass: what a run that overruns its budget got through
         *scenario.extra_args,
     ]
     if scenario.shm == "system":
@@ -345,8 +347,8 @@ def run_perf_analyzer(
             done = subprocess.run(
                 cmd, env=perf_analyzer_env(), capture_output=True, text=True, timeout=budget
             )
-        except subprocess.TimeoutExpired:
-            return {}, 0.0, f"perf_analyzer timed out after {budget:.0f}s"
+        except subprocess.TimeoutExpired as exc:
+            return {}, 0.0, timed_out_reason(budget, exc.stdout)
         if done.returncode == 0 or "stable measurement" not in done.stdout + done.stderr:
             break
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -359,6 +361,28 @@ def run_perf_analyzer(
     if not rows:
         return {}, client_cpu, "perf_analyzer wrote no result"
     return rows[0], client_cpu, ""
+
+
+_PASS_LINE = re.compile(r"Pass \[(\d+)\] throughput: ([\d.]+) infer/sec")
+
+
+def timed_out_reason(budget: float, stdout: bytes | str | None) -> str:
+    """Why a perf_analyzer run was stopped, with the passes it had measured. At a few
+    tens of thousands of infer/s on one client core, perf_analyzer 2.41 can spend
+    minutes between passes in its own summary: InferenceProfiler::ValidLatencyMeasurement
+    erases each request it counted from the middle of a vector of every request so far
+    (quadratic). The server is still answering then; its passes so far say at what
+    rate."""
+    if isinstance(stdout, bytes):
+        stdout = stdout.decode(errors="replace")
+    passes = [f"{float(rate):,.0f}" for _, rate in _PASS_LINE.findall(stdout or "")]
+    reason = f"perf_analyzer timed out after {budget:.0f}s"
+    if passes:
+        reason += (
+            f" after {len(passes)} of its passes ({', '.join(passes)} infer/s): its own"
+            " summary of a pass is quadratic in requests (perf/README.md)"
+        )
+    return reason
 
 
 # perf_analyzer's CSV has no average latency column: its parts add up to it.
