@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from naiad import cuda_ipc
 from naiad import triton_python_backend_utils as pb_utils
-from naiad.backends.base import Response
+from naiad.backends.base import RequestError, Response
 from naiad.backends.python import PythonModelBackend
 from naiad.worker import bls
 
@@ -153,12 +153,11 @@ class TritonPythonModel:
 """
 
 
-def test_an_output_a_python_model_leaves_in_gpu_memory_is_answered_from_a_host_copy(
-    cudart, tmp_path
-):
+def _run_doubler(tmp_path, model_text: str, rows: np.ndarray):
+    """The backend's result for one request of `rows` to the doubler model `model_text`."""
     model_dir = tmp_path / "doubler"
     (model_dir / "1").mkdir(parents=True)
-    (model_dir / "1" / "model.py").write_text(textwrap.dedent(_DEVICE_OUTPUT_MODEL))
+    (model_dir / "1" / "model.py").write_text(textwrap.dedent(model_text))
     config = {
         "name": "doubler",
         "backend": "python",
@@ -180,16 +179,37 @@ def test_an_output_a_python_model_leaves_in_gpu_memory_is_answered_from_a_host_c
         request = pb_utils.InferenceRequest(
             model_name="doubler",
             requested_output_names=["OUTPUT0"],
-            inputs=[pb_utils.Tensor("INPUT0", np.array([[1, 2, 3, 4]], np.float32))],
+            inputs=[pb_utils.Tensor("INPUT0", rows)],
         )
         [result] = backend.execute_requests([request])
     finally:
         backend.finalize()
+    return result
+
+
+def test_an_output_a_python_model_leaves_in_gpu_memory_is_answered_from_a_host_copy(
+    cudart, tmp_path
+):
+    rows = np.array([[1, 2, 3, 4]], np.float32)
+    result = _run_doubler(tmp_path, _DEVICE_OUTPUT_MODEL, rows)
     assert isinstance(result, Response)
     [(name, array)] = result.outputs
     assert name == "OUTPUT0" and isinstance(array, np.ndarray)
     assert array.tolist() == [[2, 4, 6, 8]]
     assert [call[1] for call in cuda_recorder.memcpys(cudart)] == ["D2H"]
+
+
+def test_an_output_in_gpu_memory_that_cannot_be_copied_fails_its_request(cudart, tmp_path):
+    # Two rows described with column-major strides: not contiguous, so not copied.
+    strided = _DEVICE_OUTPUT_MODEL.replace('"strides": None', '"strides": (4, 8)')
+    result = _run_doubler(tmp_path, strided, np.arange(8, dtype=np.float32).reshape(2, 4))
+    assert isinstance(result, RequestError)
+    assert result.message == (
+        "Failed to process the request(s) for model 'doubler', message: output 'OUTPUT0' "
+        "in GPU memory could not be copied to the host: the tensor is not contiguous "
+        "(strides [4, 8])"
+    )
+    assert cuda_recorder.memcpys(cudart) == []
 
 
 def _torch_cuda():

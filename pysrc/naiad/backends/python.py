@@ -54,7 +54,7 @@ _module_ids = itertools.count()
 
 # A pb_utils.Tensor's fields, read in C by map() (PythonModelBackend._result).
 _name_of = operator.attrgetter("_name")
-_array_of = operator.attrgetter("_array")
+_pair_of = operator.attrgetter("_name", "_array")
 
 
 class ModelLoadError(NaiadError):
@@ -400,14 +400,19 @@ class PythonModelBackend(Backend):
                 f"InferenceResponse(s) size is:{len(returned)}",
                 count,
             )
+        response_type = pb_utils.InferenceResponse
         for response in returned:
-            if response is not None and not isinstance(response, pb_utils.InferenceResponse):
+            if (
+                type(response) is not response_type
+                and response is not None
+                and not isinstance(response, response_type)
+            ):
                 return self._batch_error(
                     "Expected an 'InferenceResponse' object in the execute function return "
                     f"list, found type '{type(response)}'.",
                     count,
                 )
-        return [self._result(req, resp) for req, resp in zip(requests, returned)]
+        return list(map(self._result, requests, returned))
 
     # -- response senders of a model that is not decoupled -----------------------------------
 
@@ -525,10 +530,10 @@ class PythonModelBackend(Backend):
             )
 
         outputs = response._output_tensors
-        # map() over the fields rather than comprehensions: no frame of their own.
-        names = list(map(_name_of, outputs))
         requested = request._requested_output_names
-        if len(names) > 1 or requested:
+        if len(outputs) > 1 or requested:
+            # map() over the fields rather than comprehensions: no frame of their own.
+            names = list(map(_name_of, outputs))
             seen = set(names)
             if len(seen) != len(names):
                 duplicate = next(name for name in names if names.count(name) > 1)
@@ -541,17 +546,25 @@ class PythonModelBackend(Backend):
                     return self._failure(f"requested {noun} {names} not produced by the model")
                 wanted = self.kept_outputs.union(requested)
                 outputs = [tensor for tensor in outputs if tensor._name in wanted]
-                names = list(map(_name_of, outputs))
-        arrays = list(map(_array_of, outputs))
-        for i, tensor in enumerate(outputs):
+        for tensor in outputs:
             if tensor._device_tensor is not None:
-                # Results travel through the arena, in host memory.
+                return self._host_result(outputs, response._parameters_dict)
+        # (name, array) pairs straight from the tensors: one C call per output.
+        return Response(list(map(_pair_of, outputs)), response._parameters_dict)
+
+    def _host_result(self, outputs, parameters) -> Result:
+        """The Response of `outputs` some of which are on a device: results travel
+        through the arena, in host memory."""
+        pairs = []
+        for tensor in outputs:
+            array = tensor._array
+            if tensor._device_tensor is not None:
                 try:
-                    arrays[i] = tensor._host_array("output")
+                    array = tensor._host_array("output")
                 except pb_utils.TritonModelException as exc:
                     return self._failure(str(exc))
-        pairs = list(zip(names, arrays))
-        return Response(pairs, response._parameters_dict)
+            pairs.append((tensor._name, array))
+        return Response(pairs, parameters)
 
     def finalize(self) -> None:
         """Call the model's finalize() once, if it has one."""
