@@ -82,8 +82,7 @@ async def serve(options) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     # NVML's first init can take seconds on a GPU host (no persistence daemon): the GPUs
-    # are opened while the models load, so that the metrics port listens by the time
-    # /v2/health/ready (answered by the HTTP I/O thread) says the server is ready.
+    # are opened while the models load, so that it does not delay the ports after them.
     gpus_opening = None
     if options.allow_metrics and options.metrics_interval_ms is not None:
         from naiad.gpu_metrics import open_gpus
