@@ -24,7 +24,6 @@ from pathlib import Path
 
 import orjson
 from naiad import _core
-from naiad.backends.base import Response
 from naiad.backends.python import PythonModelBackend
 from naiad.worker import main as worker
 
@@ -88,7 +87,6 @@ def measure(backend, size: int, iterations: int, repeat: int) -> dict:
             _core.encode_results_block(
                 results,
                 timings,
-                Response,
                 worker._FAST_WIRE,
                 worker._OUTPUT_NAMES,
                 worker._wire_one,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from naiad import _core
 from naiad import triton_python_backend_utils as pb_utils
 from naiad.backends import load_backend
 from naiad.backends.base import Batch, RequestError, RequestHeader, Response
@@ -211,6 +212,87 @@ def test_execute_over_a_batch_view(add_sub):
     assert [name for name, _ in first.outputs] == ["OUTPUT1"]
     np.testing.assert_allclose(first.outputs[0][1], np.full((1, 16), -16.0))
     np.testing.assert_allclose(second.outputs[0][1], np.full((1, 16), -16.0))
+
+
+class _ResponseSubclass(pb_utils.InferenceResponse):
+    pass
+
+
+class _TensorSubclass(pb_utils.Tensor):
+    __slots__ = ()
+
+
+def _answers_to_check():
+    """(label, request, response) pairs covering each case PythonModelBackend._result
+    tells apart."""
+    row = np.ones((1, 4), dtype=np.float32)
+
+    def out(name, cls=pb_utils.Tensor):
+        return cls(name, row.copy())
+
+    def request(outputs=()):
+        return _add_sub_request(row, row, outputs=list(outputs))
+
+    rescheduled = request()
+    rescheduled.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    on_device = pb_utils.Tensor._from_device("OUTPUT1", object(), 0, 11)
+    many = [out(f"OUT{i}") for i in range(17)]
+    return [
+        ("plain", request(), pb_utils.InferenceResponse([out("OUTPUT0"), out("OUTPUT1")])),
+        ("no outputs", request(), pb_utils.InferenceResponse([])),
+        (
+            "parameters",
+            request(),
+            pb_utils.InferenceResponse([out("OUTPUT0")], parameters={"p": 1}),
+        ),
+        ("seventeen outputs", request(), pb_utils.InferenceResponse(many)),
+        ("model error", request(), pb_utils.InferenceResponse(error=pb_utils.TritonError("no"))),
+        (
+            "requested",
+            request(["OUTPUT1"]),
+            pb_utils.InferenceResponse([out("OUTPUT0"), out("OUTPUT1")]),
+        ),
+        ("not produced", request(["OUTPUT9"]), pb_utils.InferenceResponse([out("OUTPUT0")])),
+        ("rescheduled", rescheduled, pb_utils.InferenceResponse([out("OUTPUT0")])),
+        ("duplicate", request(), pb_utils.InferenceResponse([out("OUTPUT0"), out("OUTPUT0")])),
+        ("on a device", request(), pb_utils.InferenceResponse([out("OUTPUT0"), on_device])),
+        ("response subclass", request(), _ResponseSubclass([out("OUTPUT0")])),
+        ("tensor subclass", request(), pb_utils.InferenceResponse([out("A", _TensorSubclass)])),
+        ("none", request(), None),
+    ]
+
+
+def _as_comparable(result):
+    if isinstance(result, RequestError):
+        return ("error", result.message, result.code, result.by_model)
+    return (
+        "response",
+        [(name, id(array)) for name, array in result.outputs],
+        result.parameters,
+    )
+
+
+def test_plain_results_lane_answers_as_the_general_path(add_sub):
+    # The C lane (_core.plain_python_results) takes the plain answers and leaves the
+    # rest to _result: every request gets what _result alone would give it.
+    cases = _answers_to_check()
+    requests = [request for _label, request, _response in cases]
+    returned = [response for _label, _request, response in cases]
+    lane = _core.plain_python_results(
+        requests,
+        returned,
+        pb_utils.InferenceResponse,
+        pb_utils.Tensor,
+        pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL,
+    )
+    taken = {label for (label, _r, _s), result in zip(cases, lane) if result is not None}
+    assert taken == {"plain", "no outputs", "parameters"}
+    expected = [_as_comparable(add_sub._result(r, s)) for r, s in zip(requests, returned)]
+    got = [_as_comparable(result) for result in add_sub._returned_results(requests, returned)]
+    for (label, _r, _s), want, have in zip(cases, expected, got):
+        assert have == want, label
+    kinds = {label: kind for (label, _r, _s), (kind, *_rest) in zip(cases, got)}
+    assert kinds["plain"] == "response" and kinds["duplicate"] == "error"
 
 
 _ECHO_REQUEST_PROPERTIES = """

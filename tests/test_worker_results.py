@@ -29,7 +29,6 @@ def _fast(results, names=None):
         _core.encode_results_block(
             results,
             TIMINGS,
-            Response,
             worker._FAST_WIRE,
             {} if names is None else names,
             worker._wire_one,
@@ -104,7 +103,7 @@ def test_a_fallback_error_fails_the_call_and_releases_the_buffers():
     results = [Response([("A", array)]), Response([("A", array)], {"p": 1})]
     references = sys.getrefcount(array)
     with pytest.raises(RuntimeError, match="conversion failed"):
-        _core.encode_results_block(results, TIMINGS, Response, worker._FAST_WIRE, {}, broken)
+        _core.encode_results_block(results, TIMINGS, worker._FAST_WIRE, {}, broken)
     assert sys.getrefcount(array) == references  # no buffer of it is still held
 
 

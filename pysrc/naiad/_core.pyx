@@ -1342,14 +1342,84 @@ cdef extern from "byte_sink.h" namespace "naiad":
         void number(uint64_t value)
 
 
+cdef class Response:
+    """A request's success: `outputs` as [(name, numpy array), ...] (the wire datatype
+    follows from the array's dtype; BYTES are object arrays of bytes or str) and the
+    response parameters (str -> bool/int/str) the client gets, if any.
+
+    A backend answers every successful request with one: an extension type, so that
+    making one and reading it back (_ResultEntries) costs no Python frame."""
+
+    cdef public object outputs
+    cdef public object parameters
+
+    def __init__(self, outputs, parameters=None):
+        self.outputs = outputs
+        self.parameters = parameters
+
+    def __reduce__(self):
+        return Response, (self.outputs, self.parameters)
+
+
+# The most outputs plain_python_results compares pairwise for duplicates; a response with
+# more takes the general path.
+cdef enum:
+    PLAIN_MAX_OUTPUTS = 16
+
+
+def plain_python_results(list requests, list returned, type response_type, type tensor_type,
+                         object release_all):
+    """The Response of each plain answer a Python model's execute() returned, in C: per
+    request i, Response([(name, array), ...], parameters) of `returned[i]` when it is
+    exactly a pb_utils.InferenceResponse (`response_type`) without an error, whose
+    request asked for no particular outputs and was released with `release_all`, and
+    whose outputs are host pb_utils.Tensors (`tensor_type`) of distinct names; else None,
+    and PythonModelBackend._result answers that request (it holds every check and
+    message: this only recognizes the answers none of them concerns)."""
+    cdef Py_ssize_t count = len(returned)
+    cdef Py_ssize_t index, k
+    cdef list results = [None] * count
+    cdef list pairs
+    cdef bint plain
+    if len(requests) != count:
+        raise ValueError(f"{len(requests)} requests, {count} responses")
+    for index in range(count):
+        response = returned[index]
+        if type(response) is not response_type or response._error is not None:
+            continue
+        request = requests[index]
+        if request._requested_output_names or request._release_flags != release_all:
+            continue
+        outputs = response._output_tensors
+        if type(outputs) is not list or len(outputs) > PLAIN_MAX_OUTPUTS:
+            continue
+        pairs = []
+        plain = True
+        for tensor in outputs:
+            if type(tensor) is not tensor_type or tensor._device_tensor is not None:
+                plain = False
+                break
+            name = tensor._name
+            for k in range(len(pairs)):
+                if (<tuple>pairs[k])[0] == name:
+                    plain = False
+                    break
+            if not plain:
+                break
+            pairs.append((name, tensor._array))
+        if plain:
+            results[index] = Response(pairs, response._parameters_dict)
+    return results
+
+
 cdef class _ResultEntries:
     """A worker's response entries built straight from a backend's results (the
     worker's hot path, see WorkerEndpoint.respond_results): result i answers request i
-    with one final response. A `response_type` result without parameters whose outputs
-    are all arrays of a dtype in `wire_of` (dtype -> wire datatype bytes) that export a
-    C-contiguous buffer is described here, its JSON written in C++ and its outputs'
-    buffers held until this object goes; any other result goes through `fallback(result)`
-    -> (flags, error_code, json bytes, [output buffers]), the general conversion."""
+    with one final response. A Response without parameters whose outputs are all arrays
+    of a dtype in `wire_of` (dtype -> wire datatype bytes) that export a C-contiguous
+    buffer is described here, its JSON written in C++ and its outputs' buffers held until
+    this object goes; any other result goes through `fallback(result)` -> (flags,
+    error_code, json bytes, [output buffers]), the general conversion."""
 
     cdef vector[ResponseEntry] entries
     cdef vector[string] texts
@@ -1358,8 +1428,8 @@ cdef class _ResultEntries:
     cdef list keep
     cdef uint64_t timings[4]
 
-    def __cinit__(self, list results, list timings, type response_type, dict wire_of,
-                  dict names, object fallback):
+    def __cinit__(self, list results, list timings, dict wire_of, dict names,
+                  object fallback):
         cdef Py_ssize_t n = len(results)
         cdef Py_ssize_t count = 0
         cdef Py_ssize_t index, mark, dims
@@ -1373,8 +1443,8 @@ cdef class _ResultEntries:
         for index in range(4):
             self.timings[index] = timings[index]
         for result in results:
-            if type(result) is response_type:
-                count += len(result.outputs)
+            if type(result) is Response:
+                count += len((<Response>result).outputs)
         self.buffers = <Py_buffer*>PyMem_Malloc(max(count, 1) * sizeof(Py_buffer))
         if self.buffers == NULL:
             raise MemoryError()
@@ -1387,12 +1457,12 @@ cdef class _ResultEntries:
             entry.error_code = 0
             entry.flags = kResponseFinal
             entry.outputs.clear()
-            fast = type(result) is response_type and not result.parameters
+            fast = type(result) is Response and not (<Response>result).parameters
             if fast:
                 mark = self.held
                 self.texts.push_back(b'{"outputs":[')
                 text = &self.texts.back()
-                for name, array in result.outputs:
+                for name, array in (<Response>result).outputs:
                     datatype = wire_of.get(getattr(array, "dtype", None))
                     if datatype is None or type(name) is not str:
                         fast = False
@@ -1458,12 +1528,10 @@ cdef class _ResultEntries:
             PyMem_Free(self.buffers)
 
 
-def encode_results_block(list results, list timings, type response_type, dict wire_of,
-                         dict names, fallback):
+def encode_results_block(list results, list timings, dict wire_of, dict names, fallback):
     """The response block WorkerEndpoint.respond_results writes for `results`, as bytes
     (tests)."""
-    cdef _ResultEntries built = _ResultEntries(results, timings, response_type, wire_of, names,
-                                               fallback)
+    cdef _ResultEntries built = _ResultEntries(results, timings, wire_of, names, fallback)
     cdef bytes block = PyBytes_FromStringAndSize(NULL, response_block_size(built.entries))
     write_response_block(<uint8_t*>PyBytes_AS_STRING(block), built.entries, built.timings)
     return block
@@ -2541,12 +2609,11 @@ cdef class WorkerEndpoint:
         return request_cancelled(header)
 
     def respond_results(self, uint64_t batch_id, list results, list timings, bint batch_done,
-                        type response_type, dict wire_of, dict names, fallback):
+                        dict wire_of, dict names, fallback):
         """respond() from a backend's results directly, one final response per request
         (see _ResultEntries): the common result's JSON is written in C++ and its outputs
         copied from the arrays' own buffers, with no Python objects per output."""
-        cdef _ResultEntries built = _ResultEntries(results, timings, response_type, wire_of,
-                                                   names, fallback)
+        cdef _ResultEntries built = _ResultEntries(results, timings, wire_of, names, fallback)
         cdef cbool posted
         with nogil:
             posted = self._endpoint.respond(batch_id, built.entries, built.timings, batch_done)

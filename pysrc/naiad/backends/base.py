@@ -23,6 +23,10 @@ from __future__ import annotations
 
 import orjson
 
+# A request's success: Response(outputs, parameters=None), outputs as [(name, numpy array),
+# ...]. Defined in the core, where the worker's result paths make and read it.
+from naiad._core import Response
+
 # Triton's TRITONSERVER_Error_Code values (pb_utils.TritonError uses the same numbers); the
 # result block carries them and the front end turns them into the client's status.
 UNKNOWN = 0
@@ -204,18 +208,6 @@ class Batch:
     @property
     def requests(self) -> list[RequestView]:
         return [RequestView(header, arrays) for header, arrays in zip(self.headers, self.arrays)]
-
-
-class Response:
-    """A request's success: `outputs` as [(name, numpy array), ...] (the wire datatype
-    follows from the array's dtype; BYTES are object arrays of bytes or str) and the
-    response parameters (str -> bool/int/str) the client gets, if any."""
-
-    __slots__ = ("outputs", "parameters")
-
-    def __init__(self, outputs: list, parameters: dict | None = None):
-        self.outputs = outputs
-        self.parameters = parameters
 
 
 class RequestError:

@@ -42,6 +42,7 @@ import threading
 import traceback
 from typing import Any
 
+from naiad import _core
 from naiad import triton_python_backend_utils as pb_utils
 from naiad.backends.base import Backend, Batch, RequestError, Response, Result
 from naiad.errors import NaiadError
@@ -412,7 +413,19 @@ class PythonModelBackend(Backend):
                     f"list, found type '{type(response)}'.",
                     count,
                 )
-        return list(map(self._result, requests, returned))
+        # The plain answers in C; the others (None there) through _result's checks.
+        results = _core.plain_python_results(
+            requests,
+            returned,
+            response_type,
+            pb_utils.Tensor,
+            pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL,
+        )
+        if None in results:
+            for index, result in enumerate(results):
+                if result is None:
+                    results[index] = self._result(requests[index], returned[index])
+        return results
 
     # -- response senders of a model that is not decoupled -----------------------------------
 

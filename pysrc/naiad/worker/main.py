@@ -30,7 +30,7 @@ import orjson
 
 from naiad import _core, cuda_ipc, datatypes, gpu, triton_log
 from naiad.backends import load_backend
-from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Response
+from naiad.backends.base import Backend, Batch, RequestError, RequestHeader
 from naiad.gc_tuning import settle_after_startup
 from naiad.worker import bls, decoupled, shm_outputs
 from naiad.worker import sequence as sequence_batching
@@ -451,7 +451,7 @@ class Worker:
             posted = self.endpoint.respond(batch_id, responses, timings, done)
         else:
             posted = self.endpoint.respond_results(
-                batch_id, results, timings, done, Response, _FAST_WIRE, _OUTPUT_NAMES, _wire_one
+                batch_id, results, timings, done, _FAST_WIRE, _OUTPUT_NAMES, _wire_one
             )
         if not posted:
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_ARENA_FULL)
