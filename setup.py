@@ -25,12 +25,15 @@ class BuildPyWithProtos(build_py):
 
 
 def _extensions():
+    import numpy
     from Cython.Build import cythonize
 
     core = Extension(
         "naiad._core",
         sources=["pysrc/naiad/_core.pyx", *CORE_SOURCES],
-        include_dirs=["csrc"],
+        # numpy's headers: pb_utils.Tensor's fields read arrays through numpy's C API.
+        include_dirs=["csrc", numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_23_API_VERSION")],
         libraries=["z"],  # zlib: compressed HTTP answers (csrc/http_compress.cc)
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden"],

@@ -42,6 +42,67 @@ def test_tensor_rejects_empty_name_and_unicode_arrays():
         pb_utils.Tensor("T", np.array(["a", "b"]))
 
 
+class _ArraySubclass(np.ndarray):
+    pass
+
+
+@pytest.mark.parametrize(
+    "given, triton_dtype, kept",
+    [
+        # The constructor's common case (in C, naiad._core.TensorFields) ...
+        (np.zeros((2, 3), dtype=np.float32), pb_utils.TRITONSERVER_TYPE_FP32, True),
+        (np.zeros(3, dtype=np.bool_), pb_utils.TRITONSERVER_TYPE_BOOL, True),
+        (np.zeros((), dtype=np.int64), pb_utils.TRITONSERVER_TYPE_INT64, True),
+        # ... and what it leaves to the checked path in Python.
+        (np.zeros(3, dtype=np.float16).view(_ArraySubclass), pb_utils.TRITONSERVER_TYPE_FP16, True),
+        (np.array([b"a"], dtype=np.object_), pb_utils.TRITONSERVER_TYPE_BYTES, True),
+        ([1.5, 2.5], pb_utils.TRITONSERVER_TYPE_FP64, False),
+        (np.zeros((4, 4), dtype=np.uint8)[:, ::2], pb_utils.TRITONSERVER_TYPE_UINT8, False),
+    ],
+)
+def test_tensor_constructor_takes_every_kind_of_array(given, triton_dtype, kept):
+    tensor = pb_utils.Tensor("T", given)
+    assert tensor.name() == "T"
+    assert tensor.triton_dtype() == triton_dtype
+    assert tensor.is_cpu() and tensor._device_id == 0
+    assert (tensor.as_numpy() is given) == kept
+    assert tensor.as_numpy().flags.c_contiguous
+    np.testing.assert_array_equal(tensor.as_numpy(), np.asarray(given))
+
+
+def test_tensor_rejects_a_name_that_is_not_a_str():
+    with pytest.raises(TypeError, match="Tensor name must be a str, got int"):
+        pb_utils.Tensor(7, np.zeros(1, dtype=np.float32))
+
+
+def test_tensor_is_a_plain_python_class_to_its_users():
+    import copy
+    import inspect
+    import pickle
+
+    assert str(inspect.signature(pb_utils.Tensor)) == "(name, numpy_array)"
+    tensor = pb_utils.Tensor(numpy_array=np.arange(3, dtype=np.int32), name="T")
+    for twin in (pickle.loads(pickle.dumps(tensor)), copy.copy(tensor), copy.deepcopy(tensor)):
+        assert type(twin) is pb_utils.Tensor
+        assert twin.name() == "T" and twin.triton_dtype() == pb_utils.TRITONSERVER_TYPE_INT32
+        np.testing.assert_array_equal(twin.as_numpy(), [0, 1, 2])
+
+    class Named(pb_utils.Tensor):
+        def __init__(self, array):
+            super().__init__("NAMED", array)
+
+    assert Named(np.ones(2)).name() == "NAMED"
+    with pytest.raises(AttributeError):
+        tensor.anything = 1
+
+
+def test_tensor_on_a_device_is_not_numpy():
+    tensor = pb_utils.Tensor._from_device("G", object(), 0, pb_utils.TRITONSERVER_TYPE_FP32)
+    assert not tensor.is_cpu()
+    with pytest.raises(pb_utils.TritonModelException, match="stored in GPU"):
+        tensor.as_numpy()
+
+
 def test_bytes_tensor_is_an_object_array_of_bytes():
     array = np.array([b"hello", b"", b"\x00world"], dtype=np.object_)
     tensor = pb_utils.Tensor("TEXT", array)

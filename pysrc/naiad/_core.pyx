@@ -25,7 +25,14 @@ from libcpp.string_view cimport string_view
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
+cimport numpy as cnp
+from cpython.unicode cimport PyUnicode_GET_LENGTH
+
 from collections import namedtuple
+
+# numpy's C API: pb_utils.Tensor's constructor (TensorFields) reads an array's dtype and
+# layout without Python calls.
+cnp.import_array()
 
 
 cdef extern from "arena.h" namespace "naiad":
@@ -1342,6 +1349,98 @@ cdef extern from "byte_sink.h" namespace "naiad":
         void number(uint64_t value)
 
 
+# -- pb_utils.Tensor's fields --------------------------------------------------------------
+
+# numpy dtype -> TRITONSERVER_DataType of the plain numeric dtypes: pb_utils' own table,
+# which it hands over once (bind_tensor_dtypes) before any Tensor is made.
+cdef dict _TRITON_TYPE_OF_DTYPE = {}
+
+
+def bind_tensor_dtypes(dict triton_type_of_dtype):
+    """The table TensorFields' constructor looks an array's dtype up in."""
+    global _TRITON_TYPE_OF_DTYPE
+    _TRITON_TYPE_OF_DTYPE = triton_type_of_dtype
+
+
+cdef class TensorFields:
+    """The fields of a pb_utils.Tensor (triton_python_backend_utils.Tensor subclasses this
+    and holds the API): a model makes two or more per request and the worker reads them
+    for every output, so they live in C.
+
+    `Tensor(name, array)` with a str name and an exact C-contiguous ndarray of a numeric
+    dtype is taken here; any other argument goes to the subclass's `_init_checked`,
+    which holds the conversions, the checks and their messages."""
+
+    cdef public object _name
+    cdef public object _array
+    cdef public object _triton_dtype
+    cdef public object _device_tensor
+    cdef public object _device_id
+
+    def __init__(self, name, numpy_array):
+        if (
+            type(name) is str
+            and PyUnicode_GET_LENGTH(name) > 0
+            and cnp.PyArray_CheckExact(numpy_array)
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>numpy_array)
+        ):
+            triton_dtype = _TRITON_TYPE_OF_DTYPE.get(
+                <object>cnp.PyArray_DESCR(<cnp.ndarray>numpy_array)
+            )
+            if triton_dtype is not None:
+                self._name = name
+                self._array = numpy_array
+                self._triton_dtype = triton_dtype
+                self._device_id = 0
+                return
+        self._init_checked(name, numpy_array)
+
+    # The accessors a model calls for every tensor, in C: a Python method would read the
+    # fields through their descriptors.
+    def name(self):
+        return self._name
+
+    def as_numpy(self):
+        """The numpy array itself (not a copy)."""
+        if self._device_tensor is not None:
+            self._not_on_host()  # raises the subclass's error
+        return self._array
+
+
+def tensor_named(list tensors, name):
+    """The first of `tensors` whose name() is `name`, or None: pb_utils'
+    get_input_tensor_by_name over a request's inputs (TensorFields' names read in C)."""
+    for tensor in tensors:
+        if isinstance(tensor, TensorFields):
+            if (<TensorFields>tensor)._name == name:
+                return tensor
+        elif tensor.name() == name:
+            return tensor
+    return None
+
+
+def server_tensors(type tensor_type, tuple names, arrays, tuple triton_dtypes):
+    """The pb_utils Tensors (`tensor_type`, a TensorFields subclass) of a request the
+    frontend validated: names[i] over arrays[i] (no copy, no checks), as
+    pb_utils.Tensor._from_server makes one."""
+    cdef Py_ssize_t index
+    cdef Py_ssize_t count = len(names)
+    cdef TensorFields tensor
+    cdef list tensors = []
+    if not issubclass(tensor_type, TensorFields):
+        raise TypeError(f"{tensor_type!r} is not a TensorFields type")
+    if len(arrays) != count or len(triton_dtypes) != count:
+        raise ValueError(f"{count} names, {len(arrays)} arrays, {len(triton_dtypes)} types")
+    for index in range(count):
+        tensor = TensorFields.__new__(tensor_type)
+        tensor._name = names[index]
+        tensor._array = arrays[index]
+        tensor._triton_dtype = triton_dtypes[index]
+        tensor._device_id = 0
+        tensors.append(tensor)
+    return tensors
+
+
 cdef class Response:
     """A request's success: `outputs` as [(name, numpy array), ...] (the wire datatype
     follows from the array's dtype; BYTES are object arrays of bytes or str) and the
@@ -1381,8 +1480,11 @@ def plain_python_results(list requests, list returned, type response_type, type 
     cdef list results = [None] * count
     cdef list pairs
     cdef bint plain
+    cdef TensorFields fields
     if len(requests) != count:
         raise ValueError(f"{len(requests)} requests, {count} responses")
+    if not issubclass(tensor_type, TensorFields):
+        raise TypeError(f"{tensor_type!r} is not a TensorFields type")
     for index in range(count):
         response = returned[index]
         if type(response) is not response_type or response._error is not None:
@@ -1396,17 +1498,21 @@ def plain_python_results(list requests, list returned, type response_type, type 
         pairs = []
         plain = True
         for tensor in outputs:
-            if type(tensor) is not tensor_type or tensor._device_tensor is not None:
+            if type(tensor) is not tensor_type:
                 plain = False
                 break
-            name = tensor._name
+            fields = <TensorFields>tensor
+            if fields._device_tensor is not None:
+                plain = False
+                break
+            name = fields._name
             for k in range(len(pairs)):
                 if (<tuple>pairs[k])[0] == name:
                     plain = False
                     break
             if not plain:
                 break
-            pairs.append((name, tensor._array))
+            pairs.append((name, fields._array))
         if plain:
             results[index] = Response(pairs, response._parameters_dict)
     return results

@@ -28,8 +28,8 @@ import threading
 
 import numpy as np
 
+from naiad import _core, triton_log
 from naiad import datatypes as _datatypes
-from naiad import triton_log
 
 # --------------------------------------------------------------------------------------------
 # Datatypes
@@ -271,17 +271,32 @@ def _triton_type_of_foreign(dtype) -> int:
     return value
 
 
-class Tensor:
+_core.bind_tensor_dtypes(_TRITON_TYPE_OF_NUMPY)
+
+
+class Tensor(_core.TensorFields):
     """A named tensor: `Tensor(name, numpy_array)`.
 
     The array is kept as given (no copy) when it is C-contiguous; a non-contiguous array is
     made contiguous, as Triton does. BYTES tensors are numpy object arrays of bytes.
+
+    Its fields (_name, _array, _triton_dtype, _device_tensor, _device_id) and the common
+    case of its constructor are in C (naiad._core.TensorFields); the rest is here.
     """
 
-    __slots__ = ("_name", "_array", "_triton_dtype", "_device_tensor", "_device_id")
+    __slots__ = ()
+    # What inspect.signature(Tensor) says: the constructor in C has no signature of its own.
+    __signature__ = inspect.Signature(
+        [
+            inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter("numpy_array", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ]
+    )
 
-    def __init__(self, name, numpy_array):
-        # The exact types first: the common case costs one comparison each.
+    def _init_checked(self, name, numpy_array):
+        """Tensor(name, numpy_array) for what TensorFields does not take itself: a name
+        that is not a plain non-empty str, an array that is not an exact C-contiguous
+        ndarray of a numeric dtype."""
         if type(name) is not str and not isinstance(name, str):
             raise TypeError(f"Tensor name must be a str, got {type(name).__name__}")
         if not name:
@@ -312,7 +327,6 @@ class Tensor:
         tensor._name = name
         tensor._array = array
         tensor._triton_dtype = triton_dtype
-        tensor._device_tensor = None
         tensor._device_id = 0
         return tensor
 
@@ -326,14 +340,10 @@ class Tensor:
         tensor._device_id = device_id
         return tensor
 
-    def name(self):
-        return self._name
+    # name() and as_numpy() are TensorFields'.
 
-    def as_numpy(self):
-        """The numpy array itself (not a copy)."""
-        if self._device_tensor is not None:
-            raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
-        return self._array
+    def _not_on_host(self):
+        raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
 
     def triton_dtype(self):
         """The TRITONSERVER_DataType value (TRITONSERVER_TYPE_FP32 == 11, ...)."""
@@ -802,11 +812,8 @@ def __getattr__(name):
 def get_input_tensor_by_name(inference_request, name):
     """The request's input Tensor called `name`, or None."""
     if type(inference_request) is InferenceRequest:
-        # A model calls this for every input of every request: the fields directly.
-        for tensor in inference_request._inputs:
-            if (tensor._name if type(tensor) is Tensor else tensor.name()) == name:
-                return tensor
-        return None
+        # A model calls this for every input of every request: the names read in C.
+        return _core.tensor_named(inference_request._inputs, name)
     for tensor in inference_request.inputs():
         if tensor.name() == name:
             return tensor

@@ -325,7 +325,8 @@ class PythonModelBackend(Backend):
 
         The model's execute() receives the batch as pb_utils requests whose input Tensors
         wrap the batch's arrays (no copy)."""
-        tensor = pb_utils.Tensor._from_server
+        tensor_type = pb_utils.Tensor
+        tensors = _core.server_tensors
         request = pb_utils.InferenceRequest._from_server
         plans = self._plans
         requests = []
@@ -336,8 +337,7 @@ class PythonModelBackend(Backend):
             if plan is None:
                 plan = self._header_plan(header)
             names, types, fields = plan
-            # map() rather than a comprehension: no frame of its own per request.
-            requests.append(request(list(map(tensor, names, arrays, types)), *fields))
+            requests.append(request(tensors(tensor_type, names, arrays, types), *fields))
         if batch.trace_contexts is not None:  # traced in mode opentelemetry
             pb_utils._set_trace_contexts(requests, batch.trace_contexts)
         running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
