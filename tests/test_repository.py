@@ -195,6 +195,14 @@ def test_bad_value_names_field(tmp_path):
     assert "field 'data_type'" in message and "TYPE_FLOAT" in message
 
 
+def test_enum_number_out_of_range_is_a_config_error(tmp_path):
+    # A number the text parser accepts but protobuf's enum setter rejects (found by
+    # tests/test_fuzz_config.py): the model fails to load with the value named.
+    message = config_error(tmp_path, 'input [ { name: "a" data_type: 2147483648 dims: [1] } ]')
+    path = tmp_path / "m" / "config.pbtxt"
+    assert message == f"{path}: Value out of range: 2147483648"
+
+
 def test_missing_config_file(tmp_path):
     model_dir = make_model(tmp_path, "m", None)
     with pytest.raises(ConfigError, match="failed to open text file for read .*config.pbtxt"):

@@ -78,6 +78,10 @@ def parse_model_config(text: str, path: Path | str = CONFIG_FILENAME) -> ModelCo
         text_format.Parse(text, config)
     except text_format.ParseError as exc:
         raise ConfigError(_describe_parse_error(exc, text, path)) from None
+    except ValueError as exc:
+        # protobuf's setter, not its parser: a number out of its field's range (an enum
+        # field given 2147483648); it says which value, not where.
+        raise ConfigError(f"{path}: {exc}") from None
     return config
 
 
