@@ -13,7 +13,8 @@ PYTHON=${PYTHON:-python3}
 BUILD_VENV=$(mktemp -d)
 "$PYTHON" -m venv "$BUILD_VENV"
 # pip builds the wheel in an isolated environment with pyproject.toml's build requirements
-# (setuptools, wheel, Cython, grpcio-tools); only naiad itself is built, no dependency.
+# (setuptools, wheel, Cython, grpcio-tools, numpy for its headers); only naiad itself is
+# built, no dependency.
 "$BUILD_VENV/bin/pip" wheel --no-deps --wheel-dir "$WHEEL_DIR" .
 rm -rf "$BUILD_VENV"
 ls -l "$WHEEL_DIR"
