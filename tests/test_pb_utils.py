@@ -280,6 +280,46 @@ def test_inference_response_accessors():
         pb_utils.InferenceResponse(output_tensors=out)
 
 
+class _TensorKind(pb_utils.Tensor):
+    __slots__ = ()
+
+
+def test_inference_response_constructor_every_way():
+    import inspect
+
+    out = pb_utils.Tensor("OUTPUT0", np.arange(3, dtype=np.int32))
+    sub = _TensorKind("OUTPUT1", np.zeros(1, dtype=np.float32))
+    assert str(inspect.signature(pb_utils.InferenceResponse)) == (
+        "(output_tensors=None, error=None, parameters=None)"
+    )
+    outputs = [out]
+    # The common case (in C, naiad._core.ResponseFields): the list is copied, not kept.
+    plain = pb_utils.InferenceResponse(outputs)
+    assert plain.output_tensors() == [out] and plain.output_tensors() is not outputs
+    assert plain.error() is None and plain.parameters() == "{}"
+    # What it leaves to the checked path in Python.
+    assert pb_utils.InferenceResponse((out, sub)).output_tensors() == [out, sub]
+    assert pb_utils.InferenceResponse([sub]).output_tensors() == [sub]
+    with_error = pb_utils.InferenceResponse([out], "as text")
+    assert with_error.error().message() == "as text" and with_error.output_tensors() == [out]
+    assert json.loads(pb_utils.InferenceResponse([out], None, {"k": "v"}).parameters()) == {
+        "k": "v"
+    }
+    with pytest.raises(pb_utils.TritonModelException, match="must hold pb_utils.Tensor"):
+        pb_utils.InferenceResponse([out, np.zeros(1)])
+    with pytest.raises(pb_utils.TritonModelException, match="must be a pb_utils.TritonError"):
+        pb_utils.InferenceResponse([], error=7)
+    # A plain Python object to its users: attributes of their own, subclasses.
+    plain.note = "kept"
+    assert plain.note == "kept"
+
+    class Answer(pb_utils.InferenceResponse):
+        def __init__(self, tensor):
+            super().__init__(output_tensors=[tensor])
+
+    assert Answer(out).output_tensors() == [out]
+
+
 def test_config_lookups():
     config = {
         "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": ["16"]}],

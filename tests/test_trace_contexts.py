@@ -14,7 +14,9 @@ from naiad.worker.sequence import _inner_batch
 
 def test_requests_get_their_contexts_by_index():
     requests = [
-        pb_utils.InferenceRequest._from_server([], f"r{i}", 0, [], "m", 1, "{}", 0, 0)
+        pb_utils.InferenceRequest(
+            request_id=f"r{i}", inputs=[], requested_output_names=[], model_name="m"
+        )
         for i in range(3)
     ]
     pb_utils._set_trace_contexts(requests, {1: '{"traceparent":"00-a-b-01"}'})

@@ -1349,17 +1349,22 @@ cdef extern from "byte_sink.h" namespace "naiad":
         void number(uint64_t value)
 
 
-# -- pb_utils.Tensor's fields --------------------------------------------------------------
+# -- the fields of pb_utils' Tensor, InferenceRequest and InferenceResponse ---------------
 
-# numpy dtype -> TRITONSERVER_DataType of the plain numeric dtypes: pb_utils' own table,
-# which it hands over once (bind_tensor_dtypes) before any Tensor is made.
+# What pb_utils hands over once, when it is imported (bind_pb_utils): numpy dtype ->
+# TRITONSERVER_DataType of the plain numeric dtypes, its own table; and its Tensor class.
 cdef dict _TRITON_TYPE_OF_DTYPE = {}
+cdef type _PB_TENSOR = None
 
 
-def bind_tensor_dtypes(dict triton_type_of_dtype):
-    """The table TensorFields' constructor looks an array's dtype up in."""
-    global _TRITON_TYPE_OF_DTYPE
+def bind_pb_utils(type tensor_type, dict triton_type_of_dtype):
+    """pb_utils' Tensor class (a TensorFields subclass) and its dtype table, as the
+    constructors below take them."""
+    global _TRITON_TYPE_OF_DTYPE, _PB_TENSOR
+    if not issubclass(tensor_type, TensorFields):
+        raise TypeError(f"{tensor_type!r} is not a TensorFields type")
     _TRITON_TYPE_OF_DTYPE = triton_type_of_dtype
+    _PB_TENSOR = tensor_type
 
 
 cdef class TensorFields:
@@ -1407,6 +1412,36 @@ cdef class TensorFields:
         return self._array
 
 
+cdef class ResponseFields:
+    """The fields of a pb_utils.InferenceResponse (triton_python_backend_utils'
+    InferenceResponse subclasses this and holds the API): a model makes one per request.
+
+    InferenceResponse(output_tensors) with a list of pb_utils Tensors, no error and no
+    parameters is taken here; anything else goes to the subclass's `_init_checked`, which
+    holds the conversions, the checks and their messages."""
+
+    cdef public object _output_tensors
+    cdef public object _error
+    cdef public object _parameters  # the JSON text parameters() returns
+    cdef public object _parameters_dict  # what the client gets; None when nothing
+
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        cdef Py_ssize_t index
+        cdef bint plain = error is None and parameters is None and type(output_tensors) is list
+        if plain:
+            for index in range(len(<list>output_tensors)):
+                if type((<list>output_tensors)[index]) is not _PB_TENSOR:
+                    plain = False
+                    break
+        if plain:
+            self._output_tensors = list(output_tensors)
+            self._error = None
+            self._parameters = "{}"
+            self._parameters_dict = None
+            return
+        self._init_checked(output_tensors, error, parameters)
+
+
 def tensor_named(list tensors, name):
     """The first of `tensors` whose name() is `name`, or None: pb_utils'
     get_input_tensor_by_name over a request's inputs (TensorFields' names read in C)."""
@@ -1419,7 +1454,7 @@ def tensor_named(list tensors, name):
     return None
 
 
-def server_tensors(type tensor_type, tuple names, arrays, tuple triton_dtypes):
+cdef list _server_tensors(type tensor_type, tuple names, arrays, tuple triton_dtypes):
     """The pb_utils Tensors (`tensor_type`, a TensorFields subclass) of a request the
     frontend validated: names[i] over arrays[i] (no copy, no checks), as
     pb_utils.Tensor._from_server makes one."""
@@ -1427,8 +1462,6 @@ def server_tensors(type tensor_type, tuple names, arrays, tuple triton_dtypes):
     cdef Py_ssize_t count = len(names)
     cdef TensorFields tensor
     cdef list tensors = []
-    if not issubclass(tensor_type, TensorFields):
-        raise TypeError(f"{tensor_type!r} is not a TensorFields type")
     if len(arrays) != count or len(triton_dtypes) != count:
         raise ValueError(f"{count} names, {len(arrays)} arrays, {len(triton_dtypes)} types")
     for index in range(count):
@@ -1439,6 +1472,94 @@ def server_tensors(type tensor_type, tuple names, arrays, tuple triton_dtypes):
         tensor._device_id = 0
         tensors.append(tensor)
     return tensors
+
+
+cdef class RequestFields:
+    """The fields of a pb_utils.InferenceRequest that a model's execute() reads
+    (triton_python_backend_utils' InferenceRequest subclasses this and holds the API and
+    its constructor): the worker makes one per request (server_requests)."""
+
+    cdef public object _inputs
+    cdef public object _request_id
+    cdef public object _correlation_id
+    cdef public object _requested_output_names
+    cdef public object _model_name
+    cdef public object _model_version
+    cdef public object _flags
+    cdef public object _timeout
+    cdef public object _parameters  # the JSON text parameters() returns
+    cdef public object _release_flags
+
+
+cdef class RequestPlan:
+    """What every request of one header gets (PythonModelBackend._header_plan): its
+    input names and their TRITONSERVER_DataTypes, and the request's fields as
+    InferenceRequest holds them (`parameters` the JSON text, `timeout` in µs, `flags` the
+    TRITONSERVER_REQUEST_FLAG_SEQUENCE_* bits)."""
+
+    cdef readonly tuple input_names
+    cdef readonly tuple input_dtypes
+    cdef readonly object request_id
+    cdef readonly object correlation_id
+    cdef readonly object requested_output_names
+    cdef readonly object model_name
+    cdef readonly object model_version
+    cdef readonly object parameters
+    cdef readonly object timeout
+    cdef readonly object flags
+
+    def __init__(self, *, tuple input_names, tuple input_dtypes, request_id, correlation_id,
+                 requested_output_names, model_name, model_version, parameters, timeout,
+                 flags):
+        if len(input_names) != len(input_dtypes):
+            raise ValueError(f"{len(input_names)} input names, {len(input_dtypes)} types")
+        self.input_names = input_names
+        self.input_dtypes = input_dtypes
+        self.request_id = request_id
+        self.correlation_id = correlation_id
+        self.requested_output_names = requested_output_names
+        self.model_name = model_name
+        self.model_version = model_version
+        self.parameters = parameters
+        self.timeout = timeout
+        self.flags = flags
+
+
+def server_requests(type request_type, type tensor_type, list headers, list arrays,
+                    dict plans, plan_of, release_all):
+    """The pb_utils InferenceRequests (`request_type`, a RequestFields subclass) of a
+    batch the frontend validated, in C: request i from its header's RequestPlan
+    (`plans[headers[i]]`, or `plan_of(header)`, which makes and keeps one) with input
+    Tensors (`tensor_type`, a TensorFields subclass) over arrays[i] (no copy), released
+    with `release_all`."""
+    cdef Py_ssize_t index
+    cdef Py_ssize_t count = len(headers)
+    cdef RequestFields request
+    cdef RequestPlan plan
+    cdef list requests = []
+    if not issubclass(request_type, RequestFields) or not issubclass(tensor_type, TensorFields):
+        raise TypeError(f"{request_type!r}, {tensor_type!r}: not RequestFields, TensorFields")
+    if len(arrays) != count:
+        raise ValueError(f"{count} headers, {len(arrays)} requests' arrays")
+    for index in range(count):
+        header = headers[index]
+        found = plans.get(header)
+        plan = plan_of(header) if found is None else found
+        request = RequestFields.__new__(request_type)
+        request._inputs = _server_tensors(
+            tensor_type, plan.input_names, arrays[index], plan.input_dtypes
+        )
+        request._request_id = plan.request_id
+        request._correlation_id = plan.correlation_id
+        request._requested_output_names = plan.requested_output_names
+        request._model_name = plan.model_name
+        request._model_version = plan.model_version
+        request._flags = plan.flags
+        request._timeout = plan.timeout
+        request._parameters = plan.parameters
+        request._release_flags = release_all
+        requests.append(request)
+    return requests
 
 
 cdef class Response:
@@ -1483,16 +1604,16 @@ def plain_python_results(list requests, list returned, type response_type, type 
     cdef TensorFields fields
     if len(requests) != count:
         raise ValueError(f"{len(requests)} requests, {count} responses")
-    if not issubclass(tensor_type, TensorFields):
-        raise TypeError(f"{tensor_type!r} is not a TensorFields type")
+    if not issubclass(tensor_type, TensorFields) or not issubclass(response_type, ResponseFields):
+        raise TypeError(f"{tensor_type!r}, {response_type!r}: not TensorFields, ResponseFields")
     for index in range(count):
         response = returned[index]
-        if type(response) is not response_type or response._error is not None:
+        if type(response) is not response_type or (<ResponseFields>response)._error is not None:
             continue
         request = requests[index]
         if request._requested_output_names or request._release_flags != release_all:
             continue
-        outputs = response._output_tensors
+        outputs = (<ResponseFields>response)._output_tensors
         if type(outputs) is not list or len(outputs) > PLAIN_MAX_OUTPUTS:
             continue
         pairs = []
@@ -1514,7 +1635,7 @@ def plain_python_results(list requests, list returned, type response_type, type 
                 break
             pairs.append((name, fields._array))
         if plain:
-            results[index] = Response(pairs, response._parameters_dict)
+            results[index] = Response(pairs, (<ResponseFields>response)._parameters_dict)
     return results
 
 

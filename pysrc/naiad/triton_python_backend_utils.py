@@ -271,9 +271,6 @@ def _triton_type_of_foreign(dtype) -> int:
     return value
 
 
-_core.bind_tensor_dtypes(_TRITON_TYPE_OF_NUMPY)
-
-
 class Tensor(_core.TensorFields):
     """A named tensor: `Tensor(name, numpy_array)`.
 
@@ -423,6 +420,10 @@ class Tensor(_core.TensorFields):
         return f"Tensor({self._name!r}, {wire}, shape={self.shape()}, {where})"
 
 
+# The core's constructors (TensorFields, ResponseFields) take this Tensor class and dtype table.
+_core.bind_pb_utils(Tensor, _TRITON_TYPE_OF_NUMPY)
+
+
 # --------------------------------------------------------------------------------------------
 # Requests and responses
 # --------------------------------------------------------------------------------------------
@@ -506,7 +507,7 @@ _NO_SENDER = (
 )
 
 
-class InferenceRequest:
+class InferenceRequest(_core.RequestFields):
     """A request: the ones a model's execute() receives, or a BLS request it builds.
 
     InferenceRequest(request_id="", correlation_id=0, inputs, requested_output_names,
@@ -568,38 +569,6 @@ class InferenceRequest:
         self._parameters = _parameters_json(parameters)
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
-    @classmethod
-    def _from_server(
-        cls,
-        inputs,
-        request_id,
-        correlation_id,
-        requested_output_names,
-        model_name,
-        model_version,
-        parameters,
-        timeout,
-        flags,
-    ):
-        """A request the frontend already validated (the worker's hot path): the same
-        object the public constructor makes, without re-checking each field. The
-        inputs come first: the rest is the same for every request of one header, so a
-        caller keeps it as one tuple. `parameters` is already the JSON string
-        `parameters()` returns; `timeout` is in microseconds, `correlation_id` an int
-        or a str, as the client sent them, and `flags` the
-        TRITONSERVER_REQUEST_FLAG_SEQUENCE_* bits."""
-        request = cls.__new__(cls)
-        request._inputs = inputs
-        request._request_id = request_id
-        request._correlation_id = correlation_id
-        request._requested_output_names = requested_output_names
-        request._model_name = model_name
-        request._model_version = model_version
-        request._flags = flags
-        request._timeout = timeout
-        request._parameters = parameters
-        return request
-
     def inputs(self):
         return self._inputs
 
@@ -639,11 +608,11 @@ class InferenceRequest:
             trace._request = self
         return trace
 
-    # What a request the server built has (_from_server): class-level, so that each of
-    # the requests a model receives does not store them again.
+    # What a request the server built has (naiad._core.server_requests makes them, with
+    # the fields of _core.RequestFields): class-level, so that each of the requests a
+    # model receives does not store them again.
     _preferred_memory = None
     _trace = None  # made on the first trace() (no work per request here)
-    _release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     # Set by the Python backend on the requests of a running model: a callable that
     # says whether the client cancelled the request (a flag the core sets in shared
@@ -696,16 +665,28 @@ class InferenceRequest:
         )
 
 
-class InferenceResponse:
-    """InferenceResponse(output_tensors=[], error=None, parameters=None)."""
+class InferenceResponse(_core.ResponseFields):
+    """InferenceResponse(output_tensors=[], error=None, parameters=None).
 
-    # A model builds one per request: what most responses have is class-level.
-    _error = None
-    _parameters = "{}"
-    # What the server sends the client; None when there is nothing to send.
-    _parameters_dict = None
+    Its fields (_output_tensors, _error, _parameters, _parameters_dict) and the common
+    case of its constructor are in C (naiad._core.ResponseFields); the rest is here."""
 
-    def __init__(self, output_tensors=None, error=None, parameters=None):
+    __signature__ = inspect.Signature(
+        [
+            inspect.Parameter(
+                "output_tensors", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None
+            ),
+            inspect.Parameter("error", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+            inspect.Parameter("parameters", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+        ]
+    )
+
+    def _init_checked(self, output_tensors, error, parameters):
+        """InferenceResponse(...) for what ResponseFields does not take itself: an error,
+        parameters, outputs that are not a list of pb_utils Tensors."""
+        self._error = None
+        self._parameters = "{}"
+        self._parameters_dict = None
         if output_tensors is None:
             output_tensors = []
         elif type(output_tensors) is not list and not isinstance(output_tensors, (list, tuple)):

@@ -299,45 +299,48 @@ class PythonModelBackend(Backend):
         error = RequestError(text)
         return [error] * count
 
-    def _header_plan(self, header) -> tuple:
+    def _header_plan(self, header) -> _core.RequestPlan:
         """What every request of `header` gets: its input names, their pb_utils types,
-        and InferenceRequest._from_server's arguments after the inputs."""
+        and the fields of its pb_utils.InferenceRequest."""
         if len(self._plans) >= 1024:
             self._plans.clear()
-        plan = self._plans[header] = (
-            header.input_names,
-            tuple(pb_utils.TRITON_TYPE_OF_WIRE[wire] for wire in header.input_datatypes),
-            (
-                header.id,
-                header.correlation_id,
-                header.requested_outputs,
-                self.name,
-                self._version_number,
-                header.parameters_json,
-                header.timeout_us,
-                header.flags,
+        plan = self._plans[header] = _core.RequestPlan(
+            input_names=header.input_names,
+            input_dtypes=tuple(
+                pb_utils.TRITON_TYPE_OF_WIRE[wire] for wire in header.input_datatypes
             ),
+            request_id=header.id,
+            correlation_id=header.correlation_id,
+            requested_output_names=header.requested_outputs,
+            model_name=self.name,
+            model_version=self._version_number,
+            parameters=header.parameters_json,
+            timeout=header.timeout_us,
+            flags=header.flags,
         )
         return plan
+
+    def _requests(self, batch: Batch) -> list:
+        """The batch as the pb_utils requests execute() receives, made in C: their input
+        Tensors wrap the batch's arrays (no copy). Headers are shared by the requests
+        that carry the same one: what a request takes of its header is gathered once
+        per header (_header_plan)."""
+        return _core.server_requests(
+            pb_utils.InferenceRequest,
+            pb_utils.Tensor,
+            batch.headers,
+            batch.arrays,
+            self._plans,
+            self._header_plan,
+            pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL,
+        )
 
     def execute(self, batch: Batch) -> list[Result]:
         """Run the model on a batch; per request, a Response or a RequestError.
 
         The model's execute() receives the batch as pb_utils requests whose input Tensors
         wrap the batch's arrays (no copy)."""
-        tensor_type = pb_utils.Tensor
-        tensors = _core.server_tensors
-        request = pb_utils.InferenceRequest._from_server
-        plans = self._plans
-        requests = []
-        for header, arrays in zip(batch.headers, batch.arrays):
-            # Headers are shared by the requests that carry the same one: what a
-            # request takes of its header is gathered once per header.
-            plan = plans.get(header)
-            if plan is None:
-                plan = self._header_plan(header)
-            names, types, fields = plan
-            requests.append(request(tensors(tensor_type, names, arrays, types), *fields))
+        requests = self._requests(batch)
         if batch.trace_contexts is not None:  # traced in mode opentelemetry
             pb_utils._set_trace_contexts(requests, batch.trace_contexts)
         running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
@@ -483,17 +486,12 @@ class PythonModelBackend(Backend):
         later from any thread. If execute() fails, every request not finished yet ends
         with the error; a request released without its final response ends with an
         error too (_RequestStream.__del__)."""
-        tensor = pb_utils.Tensor._from_server
-        make = pb_utils.InferenceRequest._from_server
         sender = pb_utils.InferenceResponseSender
-        requests = []
-        for index, (header, arrays) in enumerate(zip(batch.headers, batch.arrays)):
-            names, types, fields = self._plans.get(header) or self._header_plan(header)
-            request = make(list(map(tensor, names, arrays, types)), *fields)
+        requests = self._requests(batch)
+        for index, (header, request) in enumerate(zip(batch.headers, requests)):
             request_stream = _RequestStream(self, stream, index, header.requested_outputs)
             request._response_sender = sender(request_stream)
             request._cancel_probe = request_stream.cancelled
-            requests.append(request)
         if batch.trace_contexts is not None:  # traced in mode opentelemetry
             pb_utils._set_trace_contexts(requests, batch.trace_contexts)
         running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
