@@ -22,7 +22,7 @@ from libcpp cimport bool as cbool
 from libcpp.string cimport string
 from libcpp.memory cimport shared_ptr
 from libcpp.string_view cimport string_view
-from libcpp.utility cimport pair
+from libcpp.utility cimport move, pair
 from libcpp.vector cimport vector
 
 cimport numpy as cnp
@@ -1666,6 +1666,7 @@ cdef class _ResultEntries:
         cdef const unsigned char[::1] view
         cdef bint fast
         cdef Py_buffer* taken
+        cdef bytes name_text, datatype_text
         self.keep = []
         for index in range(4):
             self.timings[index] = timings[index]
@@ -1689,7 +1690,12 @@ cdef class _ResultEntries:
                 mark = self.held
                 self.texts.push_back(b'{"outputs":[')
                 text = &self.texts.back()
-                for name, array in (<Response>result).outputs:
+                # One allocation each for the JSON text and the outputs' list, not one
+                # per time they grow (about 70 bytes per output's [name, datatype, shape]).
+                outputs = (<Response>result).outputs
+                text.reserve(16 + 80 * len(outputs))
+                entry.outputs.reserve(len(outputs))
+                for name, array in outputs:
                     datatype = wire_of.get(getattr(array, "dtype", None))
                     if datatype is None or type(name) is not str:
                         fast = False
@@ -1705,10 +1711,13 @@ cdef class _ResultEntries:
                         escaped = names[name] = json_view_text(_utf8_view(name))
                     if entry.outputs.size():
                         text.push_back(b',')
+                    # Straight from the bytes objects: no std::string made of each.
+                    name_text = escaped
+                    datatype_text = datatype
                     text.append(b'["')
-                    text.append(<string>escaped)
+                    text.append(PyBytes_AS_STRING(name_text), PyBytes_GET_SIZE(name_text))
                     text.append(b'","')
-                    text.append(<string>datatype)
+                    text.append(PyBytes_AS_STRING(datatype_text), PyBytes_GET_SIZE(datatype_text))
                     text.append(b'",[')
                     # The shape from the buffer just taken (PyBUF_C_CONTIGUOUS fills it),
                     # not array.shape: no tuple of ints per output.
@@ -1726,7 +1735,7 @@ cdef class _ResultEntries:
                 if fast:
                     text.append(b']}')
                     entry.json = string_view(text.data(), text.size())
-                    self.entries.push_back(entry)
+                    self.entries.push_back(move(entry))
                     continue
                 # Not for the fast form after all: undo, then the general conversion.
                 while self.held > mark:
@@ -1745,7 +1754,7 @@ cdef class _ResultEntries:
                 output.size = view.shape[0]
                 output.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
                 entry.outputs.push_back(output)
-            self.entries.push_back(entry)
+            self.entries.push_back(move(entry))
 
     def __dealloc__(self):
         cdef Py_ssize_t i
