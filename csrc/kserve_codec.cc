@@ -364,6 +364,12 @@ void KServeCodec::record_outputs(const InferResponse& response) {
   }
 }
 
+size_t KServeCodec::in_flight_of(uint32_t model) const {
+  size_t count = 0;
+  for (const auto& entry : in_flight_) count += entry.second.model == model ? 1 : 0;
+  return count;
+}
+
 void KServeCodec::forget(uint64_t request_id) {
   tensor_records_.erase(request_id);
   auto found = in_flight_.find(request_id);

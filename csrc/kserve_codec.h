@@ -146,6 +146,8 @@ class KServeCodec {
   // The request was answered another way (failed batch, shutdown).
   void forget(uint64_t request_id);
   size_t in_flight() const { return in_flight_.size(); }
+  // Those of model `model` alone (a scan: for a reload's drain, not per request).
+  size_t in_flight_of(uint32_t model) const;
 
  private:
   // What answering one queued request takes.

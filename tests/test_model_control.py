@@ -232,6 +232,33 @@ def test_failed_reload_keeps_the_old_version_serving(explicit, tmp_path):
     assert _infer(explicit.url, "add_sub", 1.0).json()["outputs"][0]["data"][0] == 2.0
 
 
+def test_reload_answers_the_requests_queued_on_the_replaced_version(explicit):
+    """Requests the HTTP I/O loop queued on a version that a reload replaces are
+    answered by it, not failed when it is removed: it drains them first."""
+    slow_model = ADD_SUB_MODEL.replace(
+        "    def execute(self, requests):\n",
+        "    def execute(self, requests):\n        time.sleep(0.2)\n",
+    )
+    slow_model = "import time\n" + slow_model
+    assert "time.sleep(0.2)" in slow_model
+    slow = {
+        "config": json.dumps(add_sub_config("other", max_batch_size=1)),
+        "file:1/model.py": file_parameter(slow_model),
+    }
+    assert load(explicit.url, "other", slow).status_code == 200
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            replies = [pool.submit(_infer, explicit.url, "other", 1.0) for _ in range(8)]
+            time.sleep(0.1)  # queued on the first version, one at a time (0.2 s each)
+            reloaded = dict(slow, config=json.dumps(add_sub_config("other", max_batch_size=2)))
+            assert load(explicit.url, "other", reloaded).status_code == 200
+            answers = [reply.result() for reply in replies]
+        assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
+        assert all(a.json()["outputs"][0]["data"][0] == 2.0 for a in answers)
+    finally:
+        assert unload(explicit.url, "other").status_code == 200
+
+
 def test_reload_under_constant_load_fails_no_request(explicit):
     """Reloads (new config, new files) and load/unload of another model while clients
     send requests to add_sub without pause, on the lane and the general path."""

@@ -557,6 +557,7 @@ cdef extern from "kserve_codec.h" namespace "naiad":
             uint64_t* timings, cbool partial) except + nogil
         void forget(uint64_t request_id)
         size_t in_flight()
+        size_t in_flight_of(uint32_t model)
         void set_cache(ResponseCache* cache)
         const CModelSpec& model(uint32_t model)
         cbool lookup_cached(uint32_t model, const ParsedRequest& request, uint64_t now_ns,
@@ -2390,6 +2391,12 @@ cdef class FastLane:
 
     def in_flight(self):
         return self._lane.codec().in_flight()
+
+    def in_flight_of(self, uint32_t lane_model):
+        """The lane's requests of `lane_model` queued or running, whoever reads their
+        answers (Python or the HTTP I/O loop). The event loop's thread only: the codec
+        has no lock."""
+        return self._lane.codec().in_flight_of(lane_model)
 
 
 # HttpIo events (csrc/http_io.h EventKind).

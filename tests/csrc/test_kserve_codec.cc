@@ -380,6 +380,8 @@ TEST(codec_queues_and_answers_through_the_core) {
   CHECK(f.submit(make_body(add_sub_json(2), 256), 41) == SubmitOutcome::kQueued);
   CHECK(queued_blocks(f.core) == 1);
   CHECK(codec.owns(41));
+  // Per model, as a reload's drain asks (ModelManager.draining).
+  CHECK(codec.in_flight_of(f.lane_model) == 1 && codec.in_flight_of(f.lane_model + 1) == 0);
   std::string error;
   CHECK(f.submit(make_body(add_sub_json(2), 255), 42, &error) == SubmitOutcome::kFallback);
   CHECK(f.submit(make_body(replaced(add_sub_json(2), "FP32", "INT8"), 256), 42, &error) ==
@@ -420,7 +422,7 @@ TEST(codec_queues_and_answers_through_the_core) {
   CHECK(f.lane.writer().text(response) == expected);
   CHECK(f.lane.writer().size(response) == expected.size());
   CHECK(timings[2] == 3);
-  CHECK(!codec.owns(41) && codec.in_flight() == 0);
+  CHECK(!codec.owns(41) && codec.in_flight() == 0 && codec.in_flight_of(f.lane_model) == 0);
   // A block naming a request beyond the batch is not read.
   CHECK(f.submit(make_body(add_sub_json(2), 256), 43) == SubmitOutcome::kQueued);
   answers.clear();

@@ -306,7 +306,7 @@ class ModelControl:
         self.retiring.extend(models)
         try:
             deadline = loop.time() + self.drain_timeout
-            while any(self.manager.pending_count(m) for m in models) and loop.time() < deadline:
+            while any(self.manager.draining(m) for m in models) and loop.time() < deadline:
                 await asyncio.sleep(0.005)
             await asyncio.gather(*(m.unload(max(deadline - loop.time(), 1.0)) for m in models))
         finally:

@@ -393,6 +393,15 @@ class ModelManager:
         """Requests of `model` accepted and not yet answered (queued or executing)."""
         return sum(1 for p in self._pending.values() if p.model is model)
 
+    def draining(self, model: LoadedModel) -> bool:
+        """Whether `model` still has requests to answer: the general path's, and the
+        lane's, including those the HTTP I/O loop answers itself (no Python pending).
+        A reload's replaced version waits for them before it is removed (ModelControl);
+        removing it would fail them. On the event loop only (the lane's codec)."""
+        if any(p.model is model for p in self._pending.values()):
+            return True
+        return model.lane_id is not None and self.lane.in_flight_of(model.lane_id) > 0
+
     def arena_stats(self) -> dict:
         """The shared arena's use: instance channels plus everything in flight."""
         stats = self.core.arena_stats()
