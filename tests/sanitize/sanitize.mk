@@ -20,6 +20,7 @@ build/sanitize/$(1)/obj/_core.o: $$(STAMP) $(wildcard csrc/*.h)
 	@mkdir -p $$(@D)
 	$$(CXX) $$(SAN_CXXFLAGS) $$(SAN_FLAGS_$(1)) \
 		-I"$$$$($$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+		-I"$$$$($$(PY) -c 'import numpy; print(numpy.get_include())')" \
 		-c pysrc/naiad/_core.cpp -o $$@
 
 build/sanitize/$(1)/_core.so: build/sanitize/$(1)/obj/_core.o \
