@@ -278,13 +278,7 @@ def test_plain_results_lane_answers_as_the_general_path(add_sub):
     cases = _answers_to_check()
     requests = [request for _label, request, _response in cases]
     returned = [response for _label, _request, response in cases]
-    lane = _core.plain_python_results(
-        requests,
-        returned,
-        pb_utils.InferenceResponse,
-        pb_utils.Tensor,
-        pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL,
-    )
+    lane = _core.plain_python_results(requests, returned, pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
     taken = {label for (label, _r, _s), result in zip(cases, lane) if result is not None}
     assert taken == {"plain", "no outputs", "parameters"}
     expected = [_as_comparable(add_sub._result(r, s)) for r, s in zip(requests, returned)]

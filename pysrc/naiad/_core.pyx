@@ -1352,20 +1352,37 @@ cdef extern from "byte_sink.h" namespace "naiad":
 
 # -- the fields of pb_utils' Tensor, InferenceRequest and InferenceResponse ---------------
 
-# What pb_utils hands over once, when it is imported (bind_pb_utils): numpy dtype ->
-# TRITONSERVER_DataType of the plain numeric dtypes, its own table; and its Tensor class.
+# What pb_utils hands over once, when it is imported (bind_pb_utils): its Tensor,
+# InferenceRequest and InferenceResponse classes, and numpy dtype -> TRITONSERVER_DataType
+# of the plain numeric dtypes, its own table. Until then the constructors below take
+# nothing themselves (everything goes to the checked path).
 cdef dict _TRITON_TYPE_OF_DTYPE = {}
 cdef type _PB_TENSOR = None
+cdef type _PB_REQUEST = None
+cdef type _PB_RESPONSE = None
 
 
-def bind_pb_utils(type tensor_type, dict triton_type_of_dtype):
-    """pb_utils' Tensor class (a TensorFields subclass) and its dtype table, as the
-    constructors below take them."""
-    global _TRITON_TYPE_OF_DTYPE, _PB_TENSOR
-    if not issubclass(tensor_type, TensorFields):
-        raise TypeError(f"{tensor_type!r} is not a TensorFields type")
+def bind_pb_utils(type tensor_type, type request_type, type response_type,
+                  dict triton_type_of_dtype):
+    """pb_utils' classes (subclasses of TensorFields, RequestFields and ResponseFields)
+    and its dtype table, which the functions below make and recognize."""
+    global _TRITON_TYPE_OF_DTYPE, _PB_TENSOR, _PB_REQUEST, _PB_RESPONSE
+    if not (
+        issubclass(tensor_type, TensorFields)
+        and issubclass(request_type, RequestFields)
+        and issubclass(response_type, ResponseFields)
+    ):
+        raise TypeError(f"{tensor_type!r}, {request_type!r}, {response_type!r}: not "
+                        "TensorFields, RequestFields, ResponseFields")
     _TRITON_TYPE_OF_DTYPE = triton_type_of_dtype
     _PB_TENSOR = tensor_type
+    _PB_REQUEST = request_type
+    _PB_RESPONSE = response_type
+
+
+cdef _check_bound():
+    if _PB_TENSOR is None:
+        raise RuntimeError("naiad.triton_python_backend_utils is not imported (bind_pb_utils)")
 
 
 cdef class TensorFields:
@@ -1455,10 +1472,9 @@ def tensor_named(list tensors, name):
     return None
 
 
-cdef list _server_tensors(type tensor_type, tuple names, arrays, tuple triton_dtypes):
-    """The pb_utils Tensors (`tensor_type`, a TensorFields subclass) of a request the
-    frontend validated: names[i] over arrays[i] (no copy, no checks), as
-    pb_utils.Tensor._from_server makes one."""
+cdef list _server_tensors(tuple names, arrays, tuple triton_dtypes):
+    """The pb_utils Tensors of a request the frontend validated: names[i] over arrays[i]
+    (no copy, no checks), as pb_utils.Tensor._from_server makes one."""
     cdef Py_ssize_t index
     cdef Py_ssize_t count = len(names)
     cdef TensorFields tensor
@@ -1466,7 +1482,7 @@ cdef list _server_tensors(type tensor_type, tuple names, arrays, tuple triton_dt
     if len(arrays) != count or len(triton_dtypes) != count:
         raise ValueError(f"{count} names, {len(arrays)} arrays, {len(triton_dtypes)} types")
     for index in range(count):
-        tensor = TensorFields.__new__(tensor_type)
+        tensor = TensorFields.__new__(_PB_TENSOR)
         tensor._name = names[index]
         tensor._array = arrays[index]
         tensor._triton_dtype = triton_dtypes[index]
@@ -1526,30 +1542,25 @@ cdef class RequestPlan:
         self.flags = flags
 
 
-def server_requests(type request_type, type tensor_type, list headers, list arrays,
-                    dict plans, plan_of, release_all):
-    """The pb_utils InferenceRequests (`request_type`, a RequestFields subclass) of a
-    batch the frontend validated, in C: request i from its header's RequestPlan
-    (`plans[headers[i]]`, or `plan_of(header)`, which makes and keeps one) with input
-    Tensors (`tensor_type`, a TensorFields subclass) over arrays[i] (no copy), released
-    with `release_all`."""
+def server_requests(list headers, list arrays, dict plans, plan_of, release_all):
+    """The pb_utils InferenceRequests of a batch the frontend validated, in C: request i
+    from its header's RequestPlan (`plans[headers[i]]`, or `plan_of(header)`, which
+    makes and keeps one) with input Tensors over arrays[i] (no copy), released with
+    `release_all`."""
     cdef Py_ssize_t index
     cdef Py_ssize_t count = len(headers)
     cdef RequestFields request
     cdef RequestPlan plan
     cdef list requests = []
-    if not issubclass(request_type, RequestFields) or not issubclass(tensor_type, TensorFields):
-        raise TypeError(f"{request_type!r}, {tensor_type!r}: not RequestFields, TensorFields")
+    _check_bound()
     if len(arrays) != count:
         raise ValueError(f"{count} headers, {len(arrays)} requests' arrays")
     for index in range(count):
         header = headers[index]
         found = plans.get(header)
         plan = plan_of(header) if found is None else found
-        request = RequestFields.__new__(request_type)
-        request._inputs = _server_tensors(
-            tensor_type, plan.input_names, arrays[index], plan.input_dtypes
-        )
+        request = RequestFields.__new__(_PB_REQUEST)
+        request._inputs = _server_tensors(plan.input_names, arrays[index], plan.input_dtypes)
         request._request_id = plan.request_id
         request._correlation_id = plan.correlation_id
         request._requested_output_names = plan.requested_output_names
@@ -1588,15 +1599,14 @@ cdef enum:
     PLAIN_MAX_OUTPUTS = 16
 
 
-def plain_python_results(list requests, list returned, type response_type, type tensor_type,
-                         object release_all):
+def plain_python_results(list requests, list returned, object release_all):
     """The Response of each plain answer a Python model's execute() returned, in C: per
     request i, Response([(name, array), ...], parameters) of `returned[i]` when it is
-    exactly a pb_utils.InferenceResponse (`response_type`) without an error, whose
-    request asked for no particular outputs and was released with `release_all`, and
-    whose outputs are host pb_utils.Tensors (`tensor_type`) of distinct names; else None,
-    and PythonModelBackend._result answers that request (it holds every check and
-    message: this only recognizes the answers none of them concerns)."""
+    exactly a pb_utils.InferenceResponse without an error, whose request asked for no
+    particular outputs and was released with `release_all`, and whose outputs are host
+    pb_utils.Tensors of distinct names; else None, and PythonModelBackend._result
+    answers that request (it holds every check and message: this only recognizes the
+    answers none of them concerns)."""
     cdef Py_ssize_t count = len(returned)
     cdef Py_ssize_t index, k
     cdef list results = [None] * count
@@ -1605,11 +1615,10 @@ def plain_python_results(list requests, list returned, type response_type, type 
     cdef TensorFields fields
     if len(requests) != count:
         raise ValueError(f"{len(requests)} requests, {count} responses")
-    if not issubclass(tensor_type, TensorFields) or not issubclass(response_type, ResponseFields):
-        raise TypeError(f"{tensor_type!r}, {response_type!r}: not TensorFields, ResponseFields")
+    _check_bound()
     for index in range(count):
         response = returned[index]
-        if type(response) is not response_type or (<ResponseFields>response)._error is not None:
+        if type(response) is not _PB_RESPONSE or (<ResponseFields>response)._error is not None:
             continue
         request = requests[index]
         if request._requested_output_names or request._release_flags != release_all:
@@ -1620,7 +1629,7 @@ def plain_python_results(list requests, list returned, type response_type, type 
         pairs = []
         plain = True
         for tensor in outputs:
-            if type(tensor) is not tensor_type:
+            if type(tensor) is not _PB_TENSOR:
                 plain = False
                 break
             fields = <TensorFields>tensor

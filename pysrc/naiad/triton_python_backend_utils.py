@@ -420,10 +420,6 @@ class Tensor(_core.TensorFields):
         return f"Tensor({self._name!r}, {wire}, shape={self.shape()}, {where})"
 
 
-# The core's constructors (TensorFields, ResponseFields) take this Tensor class and dtype table.
-_core.bind_pb_utils(Tensor, _TRITON_TYPE_OF_NUMPY)
-
-
 # --------------------------------------------------------------------------------------------
 # Requests and responses
 # --------------------------------------------------------------------------------------------
@@ -720,6 +716,11 @@ class InferenceResponse(_core.ResponseFields):
 
     def parameters(self):
         return self._parameters
+
+
+# The core makes and recognizes these classes (server_requests, plain_python_results) and
+# its constructors (TensorFields, ResponseFields) take this dtype table.
+_core.bind_pb_utils(Tensor, InferenceRequest, InferenceResponse, _TRITON_TYPE_OF_NUMPY)
 
 
 class InferenceResponseSender:

@@ -326,8 +326,6 @@ class PythonModelBackend(Backend):
         that carry the same one: what a request takes of its header is gathered once
         per header (_header_plan)."""
         return _core.server_requests(
-            pb_utils.InferenceRequest,
-            pb_utils.Tensor,
             batch.headers,
             batch.arrays,
             self._plans,
@@ -418,11 +416,7 @@ class PythonModelBackend(Backend):
                 )
         # The plain answers in C; the others (None there) through _result's checks.
         results = _core.plain_python_results(
-            requests,
-            returned,
-            response_type,
-            pb_utils.Tensor,
-            pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL,
+            requests, returned, pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
         )
         if None in results:
             for index, result in enumerate(results):

@@ -398,7 +398,7 @@ class ModelManager:
         lane's, including those the HTTP I/O loop answers itself (no Python pending).
         A reload's replaced version waits for them before it is removed (ModelControl);
         removing it would fail them. On the event loop only (the lane's codec)."""
-        if any(p.model is model for p in self._pending.values()):
+        if self.pending_count(model):
             return True
         return model.lane_id is not None and self.lane.in_flight_of(model.lane_id) > 0
 
