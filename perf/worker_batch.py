@@ -12,7 +12,9 @@ other processes inflate it less; the best of --repeat runs of --iterations batch
 requests share one header and their inputs lie row after row in one batch-major tensor,
 as the core lays out a batch of identical requests (csrc/ipc_schema.h). It leaves out the
 ring, the wake-ups and the cold caches of a worker that shares a core with its frontend:
-perf/cost.py measures the whole worker.
+perf/cost.py measures the whole worker. Each request names both outputs, as tritonclient,
+perf_analyzer and perf/wrk_load.py's binary body do; `--all-outputs`: requests that name
+none (a KServe v2 JSON body without "outputs").
 """
 
 from __future__ import annotations
@@ -56,14 +58,15 @@ def _backend() -> PythonModelBackend:
     )
 
 
-def measure(backend, size: int, iterations: int, repeat: int) -> dict:
-    """Best µs per request of each step, over `repeat` runs of `iterations` batches."""
+def measure(backend, size: int, iterations: int, repeat: int, outputs: list) -> dict:
+    """Best µs per request of each step, over `repeat` runs of `iterations` batches of
+    requests naming `outputs` (none: all of them)."""
     arena = memoryview(bytearray(1 << 20))
     metadata = orjson.dumps(
         {
             "id": "",
             "inputs": [["INPUT0", "FP32", [1, 16]], ["INPUT1", "FP32", [1, 16]]],
-            "outputs": [],
+            "outputs": outputs or None,
             "parameters": {},
         }
     )
@@ -105,13 +108,17 @@ def main() -> None:
     ap.add_argument("--batch", type=int, action="append", help="requests per batch (repeatable)")
     ap.add_argument("--iterations", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument(
+        "--all-outputs", action="store_true", help="requests that name no output (all of them)"
+    )
     args = ap.parse_args()
+    outputs = [] if args.all_outputs else ["OUTPUT0", "OUTPUT1"]
     backend = _backend()
     print("| batch | build Batch | execute | response block | total µs CPU / request |")
     print("|---|---|---|---|---|")
     for size in args.batch or [8, 48]:
-        measure(backend, size, 200, 1)  # warm up
-        best = measure(backend, size, args.iterations, args.repeat)
+        measure(backend, size, 200, 1, outputs)  # warm up
+        best = measure(backend, size, args.iterations, args.repeat, outputs)
         total = sum(best.values())
         print(
             f"| {size} | {best['batch']:.2f} | {best['execute']:.2f} | {best['encode']:.2f} "

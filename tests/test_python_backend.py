@@ -235,6 +235,9 @@ def _answers_to_check():
 
     rescheduled = request()
     rescheduled.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    # The constructor drops repeated names; a server request holds its header's tuple.
+    twice = request()
+    twice._requested_output_names = ("OUTPUT0", "OUTPUT0")
     on_device = pb_utils.Tensor._from_device("OUTPUT1", object(), 0, 11)
     many = [out(f"OUT{i}") for i in range(17)]
     return [
@@ -252,7 +255,27 @@ def _answers_to_check():
             request(["OUTPUT1"]),
             pb_utils.InferenceResponse([out("OUTPUT0"), out("OUTPUT1")]),
         ),
+        (
+            "requested all",
+            request(["OUTPUT0", "OUTPUT1"]),
+            pb_utils.InferenceResponse([out("OUTPUT0"), out("OUTPUT1")]),
+        ),
+        (
+            "requested all, in another order",
+            request(["OUTPUT1", "OUTPUT0"]),
+            pb_utils.InferenceResponse([out("OUTPUT0"), out("OUTPUT1")]),
+        ),
+        (
+            "requested one twice",
+            twice,
+            pb_utils.InferenceResponse([out("OUTPUT0"), out("OUTPUT1")]),
+        ),
         ("not produced", request(["OUTPUT9"]), pb_utils.InferenceResponse([out("OUTPUT0")])),
+        (
+            "one produced, one not",
+            request(["OUTPUT0", "OUTPUT9"]),
+            pb_utils.InferenceResponse([out("OUTPUT0"), out("OUTPUT1")]),
+        ),
         ("rescheduled", rescheduled, pb_utils.InferenceResponse([out("OUTPUT0")])),
         ("duplicate", request(), pb_utils.InferenceResponse([out("OUTPUT0"), out("OUTPUT0")])),
         ("on a device", request(), pb_utils.InferenceResponse([out("OUTPUT0"), on_device])),
@@ -280,13 +303,21 @@ def test_plain_results_lane_answers_as_the_general_path(add_sub):
     returned = [response for _label, _request, response in cases]
     lane = _core.plain_python_results(requests, returned, pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
     taken = {label for (label, _r, _s), result in zip(cases, lane) if result is not None}
-    assert taken == {"plain", "no outputs", "parameters"}
+    assert taken == {
+        "plain",
+        "no outputs",
+        "parameters",
+        "requested all",
+        "requested all, in another order",
+        "requested one twice",
+    }
     expected = [_as_comparable(add_sub._result(r, s)) for r, s in zip(requests, returned)]
     got = [_as_comparable(result) for result in add_sub._returned_results(requests, returned)]
     for (label, _r, _s), want, have in zip(cases, expected, got):
         assert have == want, label
     kinds = {label: kind for (label, _r, _s), (kind, *_rest) in zip(cases, got)}
     assert kinds["plain"] == "response" and kinds["duplicate"] == "error"
+    assert kinds["requested all"] == "response" and kinds["one produced, one not"] == "error"
 
 
 _ECHO_REQUEST_PROPERTIES = """

@@ -1599,12 +1599,31 @@ cdef enum:
     PLAIN_MAX_OUTPUTS = 16
 
 
+cdef bint _names_are(list pairs, object requested):
+    """Whether the (name, array) `pairs`, of distinct names, are named exactly by the
+    str `requested` (_result's test: as many names, each requested one among them)."""
+    cdef Py_ssize_t k, count = len(pairs)
+    if len(requested) != count:
+        return False
+    for wanted in requested:
+        if type(wanted) is not str:
+            return False
+        for k in range(count):
+            if (<tuple>pairs[k])[0] == wanted:
+                break
+        else:
+            return False
+    return True
+
+
 def plain_python_results(list requests, list returned, object release_all):
     """The Response of each plain answer a Python model's execute() returned, in C: per
     request i, Response([(name, array), ...], parameters) of `returned[i]` when it is
-    exactly a pb_utils.InferenceResponse without an error, whose request asked for no
-    particular outputs and was released with `release_all`, and whose outputs are host
-    pb_utils.Tensors of distinct names; else None, and PythonModelBackend._result
+    exactly a pb_utils.InferenceResponse without an error, whose request was released
+    with `release_all`, whose outputs are host pb_utils.Tensors of distinct names, and
+    are exactly the outputs the request asked for if it asked for some (a list or tuple
+    of str: what tritonclient and perf_analyzer send); else None, and
+    PythonModelBackend._result
     answers that request (it holds every check and message: this only recognizes the
     answers none of them concerns)."""
     cdef Py_ssize_t count = len(returned)
@@ -1621,7 +1640,10 @@ def plain_python_results(list requests, list returned, object release_all):
         if type(response) is not _PB_RESPONSE or (<ResponseFields>response)._error is not None:
             continue
         request = requests[index]
-        if request._requested_output_names or request._release_flags != release_all:
+        if request._release_flags != release_all:
+            continue
+        requested = request._requested_output_names
+        if requested and type(requested) is not tuple and type(requested) is not list:
             continue
         outputs = (<ResponseFields>response)._output_tensors
         if type(outputs) is not list or len(outputs) > PLAIN_MAX_OUTPUTS:
@@ -1644,6 +1666,8 @@ def plain_python_results(list requests, list returned, object release_all):
             if not plain:
                 break
             pairs.append((name, fields._array))
+        if plain and requested:
+            plain = _names_are(pairs, requested)
         if plain:
             results[index] = Response(pairs, (<ResponseFields>response)._parameters_dict)
     return results
