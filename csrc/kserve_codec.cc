@@ -262,6 +262,7 @@ void KServeCodec::answer_outputs(const ModelSpec& model, const Recipe& recipe,
                                  const ResultOutput* outputs, size_t count, const uint8_t* base,
                                  std::string_view parameters, InferResponse* response) const {
   response->parameters = parameters;
+  response->outputs.reserve(count);
   for (size_t j = 0; j < count; ++j) {
     const ResultOutput& output = outputs[j];
     bool json = recipe.json_all;

@@ -14,7 +14,12 @@ namespace {
 
 constexpr size_t kMaxRank = 32;
 
+// What the readers reserve, so that a typical request (rank <= 4, a few inputs and
+// outputs) grows none of its vectors one element at a time: one allocation each.
+constexpr size_t kTypicalCount = 4;
+
 bool read_shape(JsonReader& reader, std::vector<int64_t>* shape) {
+  shape->reserve(kTypicalCount);
   return reader.array([&] {
     uint64_t dim;
     if (!reader.uint(&dim) || shape->size() >= kMaxRank) return false;
@@ -113,6 +118,8 @@ bool read_inputs(JsonReader& reader, const uint8_t* body, size_t body_size, uint
   // Where each JSON input's bytes start in out->converted (SIZE_MAX: a binary input);
   // the views are set once every input is read (converted may grow meanwhile).
   std::vector<size_t> converted_at;
+  converted_at.reserve(kTypicalCount);
+  out->inputs.reserve(kTypicalCount);
   bool ok = reader.array([&] {
     RequestInput input;
     InputRead read;
@@ -185,6 +192,8 @@ bool read_output(JsonReader& reader, std::string_view* name, bool* json, OutputR
 
 bool read_outputs(JsonReader& reader, ParsedRequest* out) {
   // An empty list asks for every output, as no list does.
+  out->output_names.reserve(kTypicalCount);
+  out->output_json.reserve(kTypicalCount);
   return reader.array([&] {
     std::string_view name;
     bool json = false;

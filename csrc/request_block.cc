@@ -73,6 +73,7 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
 
   out->metadata = std::move(header);
   out->inputs.clear();
+  out->inputs.reserve(request.inputs.size());
   uint32_t order[kMaxInputs];
   size_t n_order = 0;
   for (const RequestInput& input : request.inputs) {

@@ -282,6 +282,7 @@ bool validate_request(const ModelSpec& model, ParsedRequest* request, std::strin
   }
   // 2. requested outputs.
   request->outputs.clear();
+  request->outputs.reserve(request->output_names.size());
   for (std::string_view name : request->output_names) {
     size_t index = 0;
     while (index < model.outputs.size() && model.outputs[index] != name) ++index;
