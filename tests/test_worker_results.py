@@ -71,6 +71,10 @@ def test_numeric_outputs_match_the_general_conversion(dtype):
     assert _fast(results) == _general(results)
 
 
+class _ArraySubclass(np.ndarray):
+    pass
+
+
 def test_every_other_result_kind_matches_the_general_conversion():
     base = np.arange(12, dtype=np.float32).reshape(3, 4)
     results = [
@@ -86,6 +90,8 @@ def test_every_other_result_kind_matches_the_general_conversion():
         Response([("Z", np.float32(2.5) * np.ones(()))]),  # rank 0
         Response([("A", np.asfortranarray(np.ones((2, 3), np.int32)))]),
         Response([("A", base), ("B", base[::-1])]),  # second output not contiguous
+        Response([("A", base.view(_ArraySubclass))]),  # not exactly an ndarray: its buffer
+        Response([("A", base.view(_ArraySubclass)), ("B", base[:, ::2])]),
     ]
     assert _fast(results) == _general(results)
     # The names cache is filled and reused.
@@ -105,6 +111,14 @@ def test_a_fallback_error_fails_the_call_and_releases_the_buffers():
     with pytest.raises(RuntimeError, match="conversion failed"):
         _core.encode_results_block(results, TIMINGS, worker._FAST_WIRE, {}, broken)
     assert sys.getrefcount(array) == references  # no buffer of it is still held
+
+
+def test_the_block_holds_its_outputs_only_while_it_is_written():
+    arrays = [np.ones(4, np.float32), np.ones(4, np.float32).view(_ArraySubclass)]
+    results = [Response([("A", arrays[0]), ("B", arrays[1])]), Response([("A", arrays[0])])]
+    references = [sys.getrefcount(array) for array in arrays]
+    block = _core.encode_results_block(results, TIMINGS, worker._FAST_WIRE, {}, worker._wire_one)
+    assert block and [sys.getrefcount(array) for array in arrays] == references
 
 
 def test_shapes_of_every_size_are_written_as_the_general_conversion_writes_them():

@@ -1673,6 +1673,32 @@ def plain_python_results(list requests, list returned, object release_all):
     return results
 
 
+cdef inline void _append_output_name(string* text, dict names, str name, bytes datatype):
+    """Appends `["name","datatype",[` of an output to a response's JSON text: the
+    name's escaped form from `names` (made once per name), straight from the bytes
+    objects (no std::string made of each)."""
+    cdef bytes escaped = names.get(name)
+    if escaped is None:
+        escaped = names[name] = json_view_text(_utf8_view(name))
+    text.append(b'["')
+    text.append(PyBytes_AS_STRING(escaped), PyBytes_GET_SIZE(escaped))
+    text.append(b'","')
+    text.append(PyBytes_AS_STRING(datatype), PyBytes_GET_SIZE(datatype))
+    text.append(b'",[')
+
+
+cdef inline void _append_dims(string* text, int ndim, const Py_ssize_t* shape):
+    """Appends an output's dims and closes its entry: `d0,d1]]`."""
+    cdef int dims
+    for dims in range(ndim):
+        if dims:
+            text.push_back(b',')
+        # to_chars, not snprintf: its format parsing was a visible share of the
+        # worker's time.
+        StringSink(text).number(<uint64_t>shape[dims])
+    text.append(b']]')
+
+
 cdef class _ResultEntries:
     """A worker's response entries built straight from a backend's results (the
     worker's hot path, see WorkerEndpoint.respond_results): result i answers request i
@@ -1693,14 +1719,13 @@ cdef class _ResultEntries:
                   object fallback):
         cdef Py_ssize_t n = len(results)
         cdef Py_ssize_t count = 0
-        cdef Py_ssize_t index, mark, dims
+        cdef Py_ssize_t index, mark, kept
         cdef ResponseEntry entry
         cdef OutputBytes output
         cdef string* text
         cdef const unsigned char[::1] view
         cdef bint fast
         cdef Py_buffer* taken
-        cdef bytes name_text, datatype_text
         self.keep = []
         for index in range(4):
             self.timings[index] = timings[index]
@@ -1722,6 +1747,7 @@ cdef class _ResultEntries:
             fast = type(result) is Response and not (<Response>result).parameters
             if fast:
                 mark = self.held
+                kept = len(self.keep)
                 self.texts.push_back(b'{"outputs":[')
                 text = &self.texts.back()
                 # One allocation each for the JSON text and the outputs' list, not one
@@ -1730,8 +1756,32 @@ cdef class _ResultEntries:
                 text.reserve(16 + 80 * len(outputs))
                 entry.outputs.reserve(len(outputs))
                 for name, array in outputs:
+                    if type(name) is not str:
+                        fast = False
+                        break
+                    if cnp.PyArray_CheckExact(array):
+                        # An ndarray is read through numpy's C API: no buffer export
+                        # (which allocates the array's buffer info) per output.
+                        datatype = wire_of.get(<object>cnp.PyArray_DESCR(<cnp.ndarray>array))
+                        if datatype is None or not cnp.PyArray_IS_C_CONTIGUOUS(
+                            <cnp.ndarray>array
+                        ):
+                            fast = False
+                            break
+                        self.keep.append(array)
+                        if entry.outputs.size():
+                            text.push_back(b',')
+                        _append_output_name(text, names, name, datatype)
+                        _append_dims(text, cnp.PyArray_NDIM(<cnp.ndarray>array),
+                                     <Py_ssize_t*>cnp.PyArray_DIMS(<cnp.ndarray>array))
+                        output.size = cnp.PyArray_NBYTES(<cnp.ndarray>array)
+                        output.data = (
+                            cnp.PyArray_DATA(<cnp.ndarray>array) if output.size else NULL
+                        )
+                        entry.outputs.push_back(output)
+                        continue
                     datatype = wire_of.get(getattr(array, "dtype", None))
-                    if datatype is None or type(name) is not str:
+                    if datatype is None:
                         fast = False
                         break
                     try:
@@ -1740,29 +1790,13 @@ cdef class _ResultEntries:
                         fast = False
                         break
                     self.held += 1
-                    escaped = names.get(name)
-                    if escaped is None:
-                        escaped = names[name] = json_view_text(_utf8_view(name))
                     if entry.outputs.size():
                         text.push_back(b',')
-                    # Straight from the bytes objects: no std::string made of each.
-                    name_text = escaped
-                    datatype_text = datatype
-                    text.append(b'["')
-                    text.append(PyBytes_AS_STRING(name_text), PyBytes_GET_SIZE(name_text))
-                    text.append(b'","')
-                    text.append(PyBytes_AS_STRING(datatype_text), PyBytes_GET_SIZE(datatype_text))
-                    text.append(b'",[')
+                    _append_output_name(text, names, name, datatype)
                     # The shape from the buffer just taken (PyBUF_C_CONTIGUOUS fills it),
                     # not array.shape: no tuple of ints per output.
                     taken = &self.buffers[self.held - 1]
-                    for dims in range(taken.ndim):
-                        if dims:
-                            text.push_back(b',')
-                        # to_chars, not snprintf: its format parsing was a visible
-                        # share of the worker's time.
-                        StringSink(text).number(<uint64_t>taken.shape[dims])
-                    text.append(b']]')
+                    _append_dims(text, taken.ndim, taken.shape)
                     output.size = taken.len
                     output.data = taken.buf if output.size else NULL
                     entry.outputs.push_back(output)
@@ -1775,6 +1809,7 @@ cdef class _ResultEntries:
                 while self.held > mark:
                     self.held -= 1
                     PyBuffer_Release(&self.buffers[self.held])
+                del self.keep[kept:]
                 self.texts.pop_back()
                 entry.outputs.clear()
             flags, error_code, json, buffers = fallback(result)
