@@ -1,5 +1,6 @@
 #include "http_scan.h"
 
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -11,10 +12,29 @@ namespace {
 
 constexpr size_t kMaxDigits = 15;
 
-bool is_token_char(unsigned char c) {
-  if (c >= '0' && c <= '9') return true;
-  if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return true;
-  return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != '\0';
+// RFC 9110's tchar, as a table: header names are checked byte by byte.
+constexpr std::array<bool, 256> kTokenChars = [] {
+  std::array<bool, 256> table{};
+  for (int c = '0'; c <= '9'; ++c) table[c] = true;
+  for (int c = 'a'; c <= 'z'; ++c) table[c] = table[c - 'a' + 'A'] = true;
+  for (char c : std::string_view("!#$%&'*+-.^_`|~")) table[static_cast<unsigned char>(c)] = true;
+  return table;
+}();
+
+bool is_token_char(unsigned char c) { return kTokenChars[c]; }
+
+// Where the head ends: just past the first CRLF CRLF in data[0, limit), or null. memchr
+// for each CR rather than a test of every byte.
+const char* find_head_end(const char* data, size_t limit) {
+  if (limit < 4) return nullptr;
+  const char* last = data + limit - 3;  // the last place a CRLF CRLF can start, exclusive
+  for (const char* p = data; p < last;) {
+    const char* cr = static_cast<const char*>(std::memchr(p, '\r', static_cast<size_t>(last - p)));
+    if (cr == nullptr) return nullptr;
+    if (cr[1] == '\n' && cr[2] == '\r' && cr[3] == '\n') return cr + 4;
+    p = cr + 1;
+  }
+  return nullptr;
 }
 
 // ASCII case-insensitive equality with a lower-case `word`.
@@ -52,14 +72,7 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
   static constexpr std::string_view kMethod = "POST ";
   size_t prefix = size < kMethod.size() ? size : kMethod.size();
   if (std::string_view(data, prefix) != kMethod.substr(0, prefix)) return ScanResult::kOther;
-  const char* head_end = nullptr;
-  size_t limit = size < kHttpMaxHead ? size : kHttpMaxHead;
-  for (size_t i = 3; i < limit; ++i) {
-    if (data[i] == '\n' && data[i - 1] == '\r' && data[i - 2] == '\n' && data[i - 3] == '\r') {
-      head_end = data + i + 1;
-      break;
-    }
-  }
+  const char* head_end = find_head_end(data, size < kHttpMaxHead ? size : kHttpMaxHead);
   if (head_end == nullptr) {
     return size < kHttpMaxHead ? ScanResult::kIncomplete : ScanResult::kOther;
   }

@@ -35,19 +35,6 @@ size_t utf8_length(const unsigned char* p, const unsigned char* end) {
 
 }  // namespace
 
-void JsonReader::skip_whitespace() {
-  while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r')) ++p_;
-}
-
-bool JsonReader::consume(char c) {
-  skip_whitespace();
-  if (p_ < end_ && *p_ == c) {
-    ++p_;
-    return true;
-  }
-  return false;
-}
-
 bool JsonReader::at_end() {
   skip_whitespace();
   return p_ == end_;

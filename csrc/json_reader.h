@@ -16,8 +16,16 @@ class JsonReader {
  public:
   JsonReader(const char* data, size_t size) : p_(data), end_(data + size) {}
 
-  // Skips whitespace, then takes `c` if it comes next.
-  bool consume(char c);
+  // Skips whitespace, then takes `c` if it comes next. Inline, as skip_whitespace:
+  // they run at every token of a document.
+  bool consume(char c) {
+    skip_whitespace();
+    if (p_ < end_ && *p_ == c) {
+      ++p_;
+      return true;
+    }
+    return false;
+  }
   // A string of printable ASCII without escapes: its bytes between the quotes.
   // Names, datatypes and ids on the fast lane are of that kind; others go the
   // general way.
@@ -72,7 +80,9 @@ class JsonReader {
   static constexpr int kMaxDepth = 64;
 
  private:
-  void skip_whitespace();
+  void skip_whitespace() {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r')) ++p_;
+  }
   bool skip_value_at(int depth);
   bool skip_number();
   bool literal(std::string_view word);

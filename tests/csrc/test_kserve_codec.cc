@@ -547,6 +547,33 @@ TEST(http_scan_finds_plain_requests) {
   CHECK(incomplete_request_size(request.data(), head, 9) == 0);  // over max body
 }
 
+TEST(http_scan_finds_the_end_of_the_head_and_checks_header_names) {
+  // The head ends at the first CRLF CRLF, wherever the bytes stop before it.
+  const std::string request = "POST /x HTTP/1.1\r\nContent-Length: 2\r\n\r\nab";
+  const size_t head = request.size() - 2;
+  for (size_t cut = 1; cut < request.size(); ++cut) {
+    ScannedRequest out;
+    CHECK(scan(request.substr(0, cut), &out) == ScanResult::kIncomplete);
+    if (cut >= head) CHECK(out.total == request.size() && out.body_offset == head);
+  }
+  CHECK(scan(request) == ScanResult::kRequest);
+  // A CR not followed by LF CR LF does not end it (and is no header's byte).
+  CHECK(scan("POST /x HTTP/1.1\r\nContent-Length: 2\r\n\r\rab") == ScanResult::kIncomplete);
+  CHECK(scan("POST /x HTTP/1.1\r\nX: a\rb\r\nContent-Length: 2\r\n\r\nab") == ScanResult::kOther);
+  // A head that does not end within the limit is the parser's.
+  std::string long_head = "POST /x HTTP/1.1\r\nX: " + std::string(kHttpMaxHead, 'a');
+  CHECK(scan(long_head) == ScanResult::kOther);
+  CHECK(scan(long_head.substr(0, kHttpMaxHead - 1)) == ScanResult::kIncomplete);
+  // Header names: every tchar of RFC 9110 is one, nothing else.
+  CHECK(scan(http_post("/x", "0123456789", 4, "Az09!#$%&'*+-.^_`|~: v\r\n")) ==
+        ScanResult::kRequest);
+  for (const char* name : {"X(", "X)", "X,", "X/", "X;", "X<", "X=", "X>", "X?", "X@", "X[", "X\\",
+                           "X]", "X{", "X}", "X\"", "X\x7f", "X\x80"}) {
+    CHECK(scan(http_post("/x", "0123456789", 4, std::string(name) + ": v\r\n")) ==
+          ScanResult::kOther);
+  }
+}
+
 TEST(http_scan_leaves_everything_else_to_the_parser) {
   const std::string body = "0123456789";
   CHECK(scan("GET /v2/health/ready HTTP/1.1\r\n\r\n") == ScanResult::kOther);
