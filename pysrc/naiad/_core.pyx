@@ -1703,9 +1703,9 @@ cdef class _ResultEntries:
     """A worker's response entries built straight from a backend's results (the
     worker's hot path, see WorkerEndpoint.respond_results): result i answers request i
     with one final response. A Response without parameters whose outputs are all arrays
-    of a dtype in `wire_of` (dtype -> wire datatype bytes) that export a C-contiguous
-    buffer is described here, its JSON written in C++ and its outputs' buffers held until
-    this object goes; any other result goes through `fallback(result)` -> (flags,
+    of a dtype in `wire_of` (dtype -> wire datatype bytes) that are C-contiguous (an
+    exact ndarray read through numpy's C API, another array through its buffer) is
+    described here, its JSON written in C++ and its outputs held until this object goes; any other result goes through `fallback(result)` -> (flags,
     error_code, json bytes, [output buffers]), the general conversion."""
 
     cdef vector[ResponseEntry] entries
