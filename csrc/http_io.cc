@@ -492,11 +492,18 @@ bool HttpIo::in_lane_mode(uint64_t connection) const {
 
 void HttpIo::take_back(uint64_t connection, const char* data, size_t size, Turn* turn) {
   Connection* c = find(connection);
-  if (c != nullptr && c->python && !c->eof && !c->closing) {
-    c->python = false;
-    c->py_paused = false;
-    c->write_paused = false;
-    c->in.assign(data, size);
+  if (c != nullptr && !c->eof && !c->closing) {
+    if (c->python) {
+      c->python = false;
+      c->py_paused = false;
+      c->write_paused = false;
+      c->in.assign(data, size);
+    } else {
+      // Taken back already by an earlier event of the same turn: the connection's
+      // reads were all Python's then (a request whose head and body came in two
+      // reads), and these bytes follow those.
+      c->in.append(data, size);
+    }
     process_input(c);
     flush_writes();  // answers given at once (cache hits, refusals)
   }

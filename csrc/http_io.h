@@ -129,9 +129,10 @@ class HttpIo {
   bool is_open(uint64_t connection) const { return connections_.count(connection) != 0; }
   bool in_lane_mode(uint64_t connection) const;
   // The protocol owes and holds nothing: the connection returns to lane mode with
-  // `data` (bytes Python received in the meantime), which the lane takes first. What it
-  // queued, and events (the bytes going back to Python), are in `turn`; the caller
-  // flushes the core.
+  // `data` (bytes Python received in the meantime), which the lane takes first. A
+  // connection taken back by an earlier data event of the same turn gets `data` after
+  // what it holds. What it queued, and events (the bytes going back to Python), are in
+  // `turn`; the caller flushes the core.
   void take_back(uint64_t connection, const char* data, size_t size, Turn* turn);
 
   // -- this loop's requests in a completion Python answers ---------------------------

@@ -736,6 +736,7 @@ def test_unregister_under_load(server, client):
         stop = threading.Event()
         statuses = []
         wrong = []
+        failures = []
 
         def hammer(i):
             session = requests.Session()
@@ -744,9 +745,13 @@ def test_unregister_under_load(server, client):
                 "outputs": [shm_output("OUTPUT0", "ld", 16, offset=1024 + 64 * i)],
             }
             while not stop.is_set():
-                reply = session.post(
-                    server.url + "/v2/models/shm_identity/infer", json=body, timeout=TIMEOUT
-                )
+                try:
+                    reply = session.post(
+                        server.url + "/v2/models/shm_identity/infer", json=body, timeout=TIMEOUT
+                    )
+                except requests.RequestException as exc:  # e.g. a request never answered
+                    failures.append(exc)
+                    return
                 statuses.append(reply.status_code)
                 if reply.status_code == 200:
                     got = region.read(np.float32, [4], offset=1024 + 64 * i)
@@ -765,6 +770,7 @@ def test_unregister_under_load(server, client):
             stop.set()
             for thread in threads:
                 thread.join()
+        assert not failures, failures
         assert set(statuses) <= {200, 404}, set(statuses)
         assert 200 in statuses and 404 in statuses
         assert not wrong

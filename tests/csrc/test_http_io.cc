@@ -243,6 +243,34 @@ TEST(http_io_hands_what_the_lane_does_not_take_to_python_and_takes_the_connectio
   close(client);
 }
 
+TEST(http_io_a_request_whose_head_and_body_python_received_apart_is_taken_back_whole) {
+  // Python mode, and the client's head and body arrive in two reads of one turn: two
+  // data events, each given back by the idle protocol. The first takes the connection
+  // back; the second's bytes must join them (they were once dropped, and the request
+  // was never answered).
+  Fixture fixture;
+  int client = fixture.connect_client();
+  uint64_t connection = accepted_connection(fixture);
+  send_all(client, kGet);
+  CHECK(fixture.turn_until(
+      [&] { return fixture.find_event(HttpIo::EventKind::kHandOver, connection) != nullptr; }));
+  const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+  fixture.io->write(connection, reply.data(), reply.size());
+  CHECK(read_answers(fixture, client, 1) == reply);
+  const std::string request = add_sub_request();
+  const size_t head = request.find("\r\n\r\n") + 4;
+  HttpIo::Turn first;
+  fixture.io->take_back(connection, request.data(), head, &first);
+  CHECK(first.queued == 0 && fixture.io->in_lane_mode(connection));
+  HttpIo::Turn second;
+  fixture.io->take_back(connection, request.data() + head, request.size() - head, &second);
+  CHECK(second.queued == 1);
+  CHECK(second.events.empty());  // nothing went back to Python
+  fixture.core.flush(false);
+  CHECK(read_answers(fixture, client, 1).find("HTTP/1.1 200 OK") == 0);
+  close(client);
+}
+
 TEST(http_io_bytes_after_owed_answers_wait_for_them_before_python_gets_them) {
   Fixture fixture;
   int client = fixture.connect_client();
