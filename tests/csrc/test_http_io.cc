@@ -216,19 +216,29 @@ TEST(http_io_answers_pipelined_lane_requests_in_order_without_python) {
   close(client);
 }
 
-TEST(http_io_hands_what_the_lane_does_not_take_to_python_and_takes_the_connection_back) {
-  Fixture fixture;
-  int client = fixture.connect_client();
+namespace {
+
+// A connection the lane handed to Python (a GET), answered by Python's protocol
+// through write(): it stays in Python mode.
+uint64_t python_mode_connection(Fixture& fixture, int client) {
   uint64_t connection = accepted_connection(fixture);
   send_all(client, kGet);
   CHECK(fixture.turn_until(
       [&] { return fixture.find_event(HttpIo::EventKind::kHandOver, connection) != nullptr; }));
   CHECK(fixture.find_event(HttpIo::EventKind::kHandOver, connection)->data == kGet);
   CHECK(!fixture.io->in_lane_mode(connection));
-  // Python's protocol answers through write().
   const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
   fixture.io->write(connection, reply.data(), reply.size());
   CHECK(read_answers(fixture, client, 1) == reply);
+  return connection;
+}
+
+}  // namespace
+
+TEST(http_io_hands_what_the_lane_does_not_take_to_python_and_takes_the_connection_back) {
+  Fixture fixture;
+  int client = fixture.connect_client();
+  uint64_t connection = python_mode_connection(fixture, client);
   // Python mode: the next bytes come as kData; the idle protocol gives them back.
   const std::string request = add_sub_request();
   send_all(client, request);
@@ -250,13 +260,7 @@ TEST(http_io_a_request_whose_head_and_body_python_received_apart_is_taken_back_w
   // was never answered).
   Fixture fixture;
   int client = fixture.connect_client();
-  uint64_t connection = accepted_connection(fixture);
-  send_all(client, kGet);
-  CHECK(fixture.turn_until(
-      [&] { return fixture.find_event(HttpIo::EventKind::kHandOver, connection) != nullptr; }));
-  const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
-  fixture.io->write(connection, reply.data(), reply.size());
-  CHECK(read_answers(fixture, client, 1) == reply);
+  uint64_t connection = python_mode_connection(fixture, client);
   const std::string request = add_sub_request();
   const size_t head = request.find("\r\n\r\n") + 4;
   HttpIo::Turn first;
