@@ -1623,9 +1623,8 @@ def plain_python_results(list requests, list returned, object release_all):
     with `release_all`, whose outputs are host pb_utils.Tensors of distinct names, and
     are exactly the outputs the request asked for if it asked for some (a list or tuple
     of str: what tritonclient and perf_analyzer send); else None, and
-    PythonModelBackend._result
-    answers that request (it holds every check and message: this only recognizes the
-    answers none of them concerns)."""
+    PythonModelBackend._result answers that request (it holds every check and message:
+    this only recognizes the answers none of them concerns)."""
     cdef Py_ssize_t count = len(returned)
     cdef Py_ssize_t index, k
     cdef list results = [None] * count
@@ -1673,40 +1672,15 @@ def plain_python_results(list requests, list returned, object release_all):
     return results
 
 
-cdef inline void _append_output_name(string* text, dict names, str name, bytes datatype):
-    """Appends `["name","datatype",[` of an output to a response's JSON text: the
-    name's escaped form from `names` (made once per name), straight from the bytes
-    objects (no std::string made of each)."""
-    cdef bytes escaped = names.get(name)
-    if escaped is None:
-        escaped = names[name] = json_view_text(_utf8_view(name))
-    text.append(b'["')
-    text.append(PyBytes_AS_STRING(escaped), PyBytes_GET_SIZE(escaped))
-    text.append(b'","')
-    text.append(PyBytes_AS_STRING(datatype), PyBytes_GET_SIZE(datatype))
-    text.append(b'",[')
-
-
-cdef inline void _append_dims(string* text, int ndim, const Py_ssize_t* shape):
-    """Appends an output's dims and closes its entry: `d0,d1]]`."""
-    cdef int dims
-    for dims in range(ndim):
-        if dims:
-            text.push_back(b',')
-        # to_chars, not snprintf: its format parsing was a visible share of the
-        # worker's time.
-        StringSink(text).number(<uint64_t>shape[dims])
-    text.append(b']]')
-
-
 cdef class _ResultEntries:
     """A worker's response entries built straight from a backend's results (the
     worker's hot path, see WorkerEndpoint.respond_results): result i answers request i
     with one final response. A Response without parameters whose outputs are all arrays
     of a dtype in `wire_of` (dtype -> wire datatype bytes) that are C-contiguous (an
     exact ndarray read through numpy's C API, another array through its buffer) is
-    described here, its JSON written in C++ and its outputs held until this object goes; any other result goes through `fallback(result)` -> (flags,
-    error_code, json bytes, [output buffers]), the general conversion."""
+    described here, its JSON written in C++ and its outputs held until this object
+    goes; any other result goes through `fallback(result)` -> (flags, error_code, json
+    bytes, [output buffers]), the general conversion."""
 
     cdef vector[ResponseEntry] entries
     cdef vector[string] texts
@@ -1726,6 +1700,9 @@ cdef class _ResultEntries:
         cdef const unsigned char[::1] view
         cdef bint fast
         cdef Py_buffer* taken
+        cdef int ndim, dim
+        cdef const Py_ssize_t* shape
+        cdef bytes escaped
         self.keep = []
         for index in range(4):
             self.timings[index] = timings[index]
@@ -1769,36 +1746,50 @@ cdef class _ResultEntries:
                             fast = False
                             break
                         self.keep.append(array)
-                        if entry.outputs.size():
-                            text.push_back(b',')
-                        _append_output_name(text, names, name, datatype)
-                        _append_dims(text, cnp.PyArray_NDIM(<cnp.ndarray>array),
-                                     <Py_ssize_t*>cnp.PyArray_DIMS(<cnp.ndarray>array))
+                        ndim = cnp.PyArray_NDIM(<cnp.ndarray>array)
+                        shape = <Py_ssize_t*>cnp.PyArray_DIMS(<cnp.ndarray>array)
                         output.size = cnp.PyArray_NBYTES(<cnp.ndarray>array)
-                        output.data = (
-                            cnp.PyArray_DATA(<cnp.ndarray>array) if output.size else NULL
-                        )
-                        entry.outputs.push_back(output)
-                        continue
-                    datatype = wire_of.get(getattr(array, "dtype", None))
-                    if datatype is None:
-                        fast = False
-                        break
-                    try:
-                        PyObject_GetBuffer(array, &self.buffers[self.held], PyBUF_C_CONTIGUOUS)
-                    except (BufferError, ValueError):  # not C-contiguous
-                        fast = False
-                        break
-                    self.held += 1
+                        output.data = cnp.PyArray_DATA(<cnp.ndarray>array)
+                    else:
+                        datatype = wire_of.get(getattr(array, "dtype", None))
+                        if datatype is None:
+                            fast = False
+                            break
+                        taken = &self.buffers[self.held]
+                        try:
+                            PyObject_GetBuffer(array, taken, PyBUF_C_CONTIGUOUS)
+                        except (BufferError, ValueError):  # not C-contiguous
+                            fast = False
+                            break
+                        self.held += 1
+                        # The shape from the buffer just taken (PyBUF_C_CONTIGUOUS fills
+                        # it), not array.shape: no tuple of ints per output.
+                        ndim = taken.ndim
+                        shape = taken.shape
+                        output.size = taken.len
+                        output.data = taken.buf
+                    if not output.size:
+                        output.data = NULL
+                    # `,["name","datatype",[d0,d1]]`: the name's escaped form from
+                    # `names` (made once per name), appended straight from the bytes
+                    # objects (no std::string made of each).
                     if entry.outputs.size():
                         text.push_back(b',')
-                    _append_output_name(text, names, name, datatype)
-                    # The shape from the buffer just taken (PyBUF_C_CONTIGUOUS fills it),
-                    # not array.shape: no tuple of ints per output.
-                    taken = &self.buffers[self.held - 1]
-                    _append_dims(text, taken.ndim, taken.shape)
-                    output.size = taken.len
-                    output.data = taken.buf if output.size else NULL
+                    escaped = names.get(name)
+                    if escaped is None:
+                        escaped = names[name] = json_view_text(_utf8_view(name))
+                    text.append(b'["')
+                    text.append(PyBytes_AS_STRING(escaped), PyBytes_GET_SIZE(escaped))
+                    text.append(b'","')
+                    text.append(PyBytes_AS_STRING(datatype), PyBytes_GET_SIZE(datatype))
+                    text.append(b'",[')
+                    for dim in range(ndim):
+                        if dim:
+                            text.push_back(b',')
+                        # to_chars, not snprintf: its format parsing was a visible share
+                        # of the worker's time.
+                        StringSink(text).number(<uint64_t>shape[dim])
+                    text.append(b']]')
                     entry.outputs.push_back(output)
                 if fast:
                     text.append(b']}')
