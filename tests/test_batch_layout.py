@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import orjson
+import pytest
 from naiad import _core
 from naiad.protos import model_config_pb2 as mc
 from naiad.worker.main import _batch, batch_inputs
@@ -98,3 +99,37 @@ def test_requests_of_one_layout_are_rows_of_the_batch_tensors():
     endpoint.complete(batch_id, 0, 0, _core.COMPLETION_OK)
     assert [c[6] for c in core.poll()] == [[1, 2, 3]]
     del batch, request, arrays
+
+
+def test_rows_by_request_gives_each_request_its_row_of_every_column():
+    buffer = bytearray(4096)
+    first = np.ndarray((3, 2, 4), np.float32, buffer, 64)
+    first[...] = np.arange(24, dtype=np.float32).reshape(3, 2, 4)
+    second = np.frombuffer(bytes(range(48)), np.uint8).reshape(3, 16)  # read-only
+    names = [b"a", b"bc", b""]
+    rows = _core.rows_by_request([first, names, second], 3)
+    assert len(rows) == 3
+    for i, (view, name, other) in enumerate(rows):
+        # The views numpy's own indexing gives: same memory, shape, strides and flags.
+        assert view.__array_interface__ == first[i].__array_interface__
+        assert other.__array_interface__ == second[i].__array_interface__
+        assert view.flags.writeable and not other.flags.writeable
+        assert np.shares_memory(view, first) and np.shares_memory(other, second)
+        assert name is names[i]
+    view = rows[2][0]
+    del rows, first
+    # The row keeps its column's memory alive.
+    np.testing.assert_array_equal(view, np.arange(16, 24, dtype=np.float32).reshape(2, 4))
+    assert _core.rows_by_request([], 2) == [[], []]
+    assert _core.rows_by_request([np.zeros((0, 4))], 0) == []
+
+
+def test_rows_by_request_refuses_columns_of_another_length():
+    with pytest.raises(ValueError, match="column 1 holds 2 inputs, not 3"):
+        _core.rows_by_request([np.zeros((3, 1)), [1, 2]], 3)
+    with pytest.raises(ValueError, match="column 0 is not an ndarray of 3 rows"):
+        _core.rows_by_request([np.zeros((2, 1))], 3)
+    with pytest.raises(ValueError, match="column 0 is not an ndarray of 3 rows"):
+        _core.rows_by_request([np.zeros(3)], 3)  # rows of no dimension: numpy scalars
+    with pytest.raises(ValueError, match="column 0 is not an ndarray of 3 rows"):
+        _core.rows_by_request([np.zeros((3, 1)).view(np.matrix)], 3)

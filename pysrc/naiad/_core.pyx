@@ -15,6 +15,8 @@ from cpython.buffer cimport (
     PyObject_GetBuffer
 )
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -1458,6 +1460,61 @@ cdef class ResponseFields:
             self._parameters_dict = None
             return
         self._init_checked(output_tensors, error, parameters)
+
+
+cdef extern from "numpy/arrayobject.h":
+    # Not in numpy's .pxd: a view over `data` (the dtype's reference is stolen).
+    PyTypeObject _ndarray_type "PyArray_Type"
+    object _NewFromDescr "PyArray_NewFromDescr" (
+        PyTypeObject* subtype, cnp.PyArray_Descr* descr, int nd, cnp.npy_intp* dims,
+        cnp.npy_intp* strides, void* data, int flags, PyObject* obj)
+
+
+def rows_by_request(list columns, Py_ssize_t count):
+    """[[column[i] for column in columns] for i in range(count)]: the inputs of a batch's
+    `count` requests, per request, from its columns: each a list of one input per
+    request, or an ndarray of two dimensions or more whose first is the request (its
+    row i is the view `column[i]` gives, made through numpy's C API: no Python
+    iteration per row)."""
+    cdef Py_ssize_t n = len(columns)
+    cdef Py_ssize_t i, k
+    cdef list rows = [None] * count
+    cdef list row
+    cdef cnp.ndarray whole
+    cdef cnp.PyArray_Descr* descr
+    cdef char* data
+    cdef int flags
+    for k in range(n):
+        column = columns[k]
+        if type(column) is list:
+            if len(<list>column) != count:
+                raise ValueError(f"column {k} holds {len(<list>column)} inputs, not {count}")
+        elif not cnp.PyArray_CheckExact(column) or cnp.PyArray_NDIM(<cnp.ndarray>column) < 2 \
+                or cnp.PyArray_DIM(<cnp.ndarray>column, 0) != count:
+            raise ValueError(f"column {k} is not an ndarray of {count} rows of 1 dimension or more")
+    for i in range(count):
+        rows[i] = [None] * n
+    for k in range(n):
+        column = columns[k]
+        if type(column) is list:
+            for i in range(count):
+                (<list>rows[i])[k] = (<list>column)[i]
+            continue
+        whole = <cnp.ndarray>column
+        descr = cnp.PyArray_DESCR(whole)
+        data = cnp.PyArray_BYTES(whole)
+        flags = cnp.PyArray_FLAGS(whole) & cnp.NPY_ARRAY_WRITEABLE
+        for i in range(count):
+            # NewFromDescr steals a reference to the dtype; the view holds `whole`.
+            Py_INCREF(<object>descr)
+            view = _NewFromDescr(
+                &_ndarray_type, descr, cnp.PyArray_NDIM(whole) - 1,
+                cnp.PyArray_DIMS(whole) + 1, cnp.PyArray_STRIDES(whole) + 1,
+                data + i * cnp.PyArray_STRIDE(whole, 0), flags, NULL)
+            Py_INCREF(whole)
+            cnp.PyArray_SetBaseObject(<cnp.ndarray>view, whole)
+            (<list>rows[i])[k] = view
+    return rows
 
 
 def tensor_named(list tensors, name):

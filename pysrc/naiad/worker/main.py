@@ -202,8 +202,9 @@ def _same_layout_arrays(arena, layout: _Layout, count: int, blocks: list, tensor
         whole = np.ndarray((count, *shape), dtype, arena, tensor[0])
         if whole.nbytes != tensor[1]:
             return None
-        columns.append(list(whole))
-    return list(map(list, zip(*columns)))
+        columns.append(whole)
+    # Per request, its row of each column: the row views made in C.
+    return _core.rows_by_request(columns, count)
 
 
 def _input_array(arena, dtype, shape, slot: tuple):
