@@ -2529,33 +2529,17 @@ IoAnswered_ = namedtuple(
     "IoAnswered",
     "lane_model instance_id timings successes inferences request_ns queue_ns failed_ns each "
     "batch_sizes lost")
-IoTurnResult = namedtuple("IoTurnResult", "events completions answered queued cached refused")
+cdef class IoTurnResult:
+    """What a turn of the HTTP I/O loop hands Python: its events [(kind, connection,
+    data bytes or None)], the completions for Python (as Core.poll gives them), one
+    IoAnswered statistics record per completion the loop answered, and how many lane
+    requests the turn queued (the caller of take_back flushes them). HttpIo counts the
+    requests each turn queued, answered from the cache or refused (requests_queued...)."""
 
-
-cdef object _io_turn(IoTurn& turn):
-    """The turn's events [(kind, connection, data bytes or None)], completions for
-    Python (as Core.poll gives them), answered completions' statistics, and counts."""
-    cdef list events = []
-    cdef size_t i
-    for i in range(turn.events.size()):
-        if (turn.events[i].kind == IoEventKind.kData
-                or turn.events[i].kind == IoEventKind.kHandOver):
-            data = PyBytes_FromStringAndSize(turn.events[i].data.data(),
-                                             turn.events[i].data.size())
-        else:
-            data = None
-        events.append((<int>turn.events[i].kind, turn.events[i].connection, data))
-    cdef list answered = []
-    cdef IoAnswered* a
-    for i in range(turn.answered.size()):
-        a = &turn.answered[i]
-        answered.append(IoAnswered_(
-            a.lane_model, a.instance_id,
-            [a.timings[0], a.timings[1], a.timings[2], a.timings[3]],
-            a.successes, a.inferences, a.request_ns, a.queue_ns, a.failed_ns,
-            a.each if a.each.size() else None, a.batch_sizes, a.lost))
-    return IoTurnResult(events, _completions(turn.completions) if turn.completions.size() else [],
-                        answered, turn.queued, turn.cached, turn.refused)
+    cdef readonly list events
+    cdef readonly list completions
+    cdef readonly list answered
+    cdef readonly uint32_t queued
 
 
 cdef class HttpIo:
@@ -2566,6 +2550,11 @@ cdef class HttpIo:
     cdef CHttpIo* _io
     cdef FastLane _lane
     cdef readonly int epoll_fd
+    # Lane requests the turns queued, answered from the response cache, refused (the
+    # validator's error), since the loop began: the manager's lane_stats.
+    cdef readonly uint64_t requests_queued
+    cdef readonly uint64_t requests_cached
+    cdef readonly uint64_t requests_refused
 
     def __cinit__(self, FastLane lane, int listen_fd):
         self._lane = lane
@@ -2574,6 +2563,43 @@ cdef class HttpIo:
 
     def __dealloc__(self):
         del self._io
+
+    cdef object _result(self, IoTurn& turn, bint always):
+        """The turn's IoTurnResult; None when it holds nothing for Python (no events,
+        completions nor answered completions) unless `always`: most turns, which only
+        took requests, cost Python no object."""
+        self.requests_queued += turn.queued
+        self.requests_cached += turn.cached
+        self.requests_refused += turn.refused
+        if (not always and turn.events.empty() and turn.completions.empty()
+                and turn.answered.empty()):
+            return None
+        cdef IoTurnResult result = IoTurnResult.__new__(IoTurnResult)
+        cdef list events = []
+        cdef size_t i
+        for i in range(turn.events.size()):
+            if (turn.events[i].kind == IoEventKind.kData
+                    or turn.events[i].kind == IoEventKind.kHandOver):
+                data = PyBytes_FromStringAndSize(turn.events[i].data.data(),
+                                                 turn.events[i].data.size())
+            else:
+                data = None
+            events.append((<int>turn.events[i].kind, turn.events[i].connection, data))
+        cdef list answered = []
+        cdef IoAnswered* a
+        for i in range(turn.answered.size()):
+            a = &turn.answered[i]
+            answered.append(IoAnswered_(
+                a.lane_model, a.instance_id,
+                [a.timings[0], a.timings[1], a.timings[2], a.timings[3]],
+                a.successes, a.inferences, a.request_ns, a.queue_ns, a.failed_ns,
+                a.each if a.each.size() else None, a.batch_sizes, a.lost))
+        result.events = events
+        result.completions = (
+            _completions(turn.completions) if turn.completions.size() else [])
+        result.answered = answered
+        result.queued = turn.queued
+        return result
 
     def set_taking(self, bint taking):
         self._io.set_taking(taking)
@@ -2588,18 +2614,19 @@ cdef class HttpIo:
         self._io.stop_listening()
 
     def run(self, uint32_t python_open, uint32_t python_waiting):
-        """One turn (HttpIo::run): an IoTurnResult."""
+        """One turn (HttpIo::run): an IoTurnResult, or None when nothing is for Python."""
         cdef IoTurn turn
         with nogil:
             self._io.run(python_open, python_waiting, &turn)
-        return _io_turn(turn)
+        return self._result(turn, False)
 
     def poll(self, uint32_t python_open, uint32_t python_waiting):
-        """The core notified (HttpIo::poll): an IoTurnResult."""
+        """The core notified (HttpIo::poll): an IoTurnResult, or None when nothing is
+        for Python."""
         cdef IoTurn turn
         with nogil:
             self._io.poll(python_open, python_waiting, &turn)
-        return _io_turn(turn)
+        return self._result(turn, False)
 
     @property
     def pending_events(self):
@@ -2637,13 +2664,14 @@ cdef class HttpIo:
         return self._io.in_lane_mode(connection)
 
     def take_back(self, uint64_t connection, bytes data):
-        """The connection's protocol is idle: back to lane mode with `data`."""
+        """The connection's protocol is idle: back to lane mode with `data`; the
+        turn's IoTurnResult (always one: its caller flushes what it queued)."""
         cdef IoTurn turn
         cdef const char* start = PyBytes_AS_STRING(data)
         cdef size_t size = PyBytes_GET_SIZE(data)
         with nogil:
             self._io.take_back(connection, start, size, &turn)
-        return _io_turn(turn)
+        return self._result(turn, True)
 
     def owned(self, uint64_t request_id):
         """(lane_model, batch_size, submit_ns) of this loop's request in flight, or None."""

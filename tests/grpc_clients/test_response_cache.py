@@ -21,6 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from server_harness import EXAMPLE_MODELS, NaiadServer, make_repository, metric_value
 from shm_support import Region
+from tritonclient.utils import InferenceServerException
 
 TIMEOUT = 20
 MODEL = "add_sub_cache"
@@ -133,6 +134,26 @@ def test_repeated_requests_hit_with_the_right_outputs(server, client):
     other, other_total, _ = inputs(200.0)
     np.testing.assert_array_equal(client.infer(MODEL, other).as_numpy("OUTPUT0"), other_total)
     assert counts(server) == tuple(x + d for x, d in zip(before, (2, 2, 5, 3, 2)))
+
+
+def test_lane_counts_the_http_requests_it_queues_answers_from_the_cache_and_refuses(server, client):
+    # /v2/naiad/lanes: the C++ I/O loop counts what its turns take (they hand Python no
+    # counts); the general path takes none of them.
+    def lanes():
+        reply = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+        return reply["lane_requests"], reply["lane_cached"], reply["lane_refused"]
+
+    before = lanes()
+    tensors, total, _ = inputs(4242.0)
+    client.infer(MODEL, tensors)  # a miss: queued
+    hit = client.infer(MODEL, tensors)
+    np.testing.assert_array_equal(hit.as_numpy("OUTPUT0"), total)
+    wrong = httpclient.InferInput("INPUT0", [1, 8], "FP32")
+    wrong.set_data_from_numpy(np.zeros((1, 8), dtype=np.float32), binary_data=True)
+    with pytest.raises(InferenceServerException, match="INPUT0"):
+        client.infer(MODEL, [wrong, tensors[1]])
+    queued, cached, refused = (now - then for now, then in zip(lanes(), before))
+    assert (queued, cached, refused) == ((1, 1, 1) if server.lane else (0, 0, 0))
 
 
 def test_json_and_grpc_requests_share_the_entry(server, client):

@@ -7,7 +7,8 @@ take (other routes, requests in pieces, malformed input) goes to the connection'
 C++ connection. One `_turn` per wake-up of the loop's epoll fd (its sockets) hands Python
 that turn's events; one `drain` per wake-up of the core's notify eventfd (the manager's
 reader) hands it the completions C++ leaves to Python and one statistics record per
-completion it answered.
+completion it answered. A turn with none of these (most turns: they only took requests,
+which HttpIo counts itself) hands Python nothing.
 
 A connection whose protocol owes and holds nothing goes back to the lane with the next
 bytes it receives (`HttpIo.take_back`).
@@ -138,12 +139,16 @@ class IoServer:
     def _turn(self) -> None:
         self._kicked = False
         arrivals = self.arrivals
-        self._handle(self.io.run(arrivals.open, arrivals.waiting))
+        turn = self.io.run(arrivals.open, arrivals.waiting)
+        if turn is not None:  # most turns only took requests: nothing for Python
+            self._handle(turn)
 
     def drain(self) -> None:
         """The core notified (the manager's reader of its eventfd calls this): completions."""
         arrivals = self.arrivals
-        self._handle(self.io.poll(arrivals.open, arrivals.waiting))
+        turn = self.io.poll(arrivals.open, arrivals.waiting)
+        if turn is not None:
+            self._handle(turn)
 
     def kick(self) -> None:
         """A call from Python left events for Python (a close, a write pause): a turn soon."""
@@ -154,10 +159,8 @@ class IoServer:
     def _handle(self, turn) -> None:
         # The loop wrote what it answered before returning; the manager's answers to the
         # loop's requests among `completions` are written by answer()'s flush.
-        events, completions, answered, queued, cached, refused = turn
         manager = self.manager
-        if queued or cached or refused:
-            manager.count_io_requests(queued, cached, refused)
+        events = turn.events
         if events:
             for kind, connection, data in events:
                 try:
@@ -167,10 +170,10 @@ class IoServer:
                     self.io.close(connection, True)
                     self._lost(connection)
             self.kick()  # what the protocols wrote may have left events
-        if answered:
-            manager.record_io_answered(answered)
-        if completions:
-            manager.on_completions(completions)
+        if turn.answered:
+            manager.record_io_answered(turn.answered)
+        if turn.completions:
+            manager.on_completions(turn.completions)
 
     def _event(self, kind: int, connection: int, data) -> None:
         if kind == _core.IO_ACCEPTED:

@@ -156,7 +156,8 @@ class ModelManager:
         # inputs through it. Before any worker starts: they inherit its table offset.
         self.shm = SharedMemory(self.core)
         self.shm.registry.attach_lane(self.lane)  # the lanes take shm tensors too
-        # Requests queued through the fast lane and through the general path.
+        # Requests queued through the fast lane and through the general path (the HTTP
+        # I/O loop counts the lane requests it takes itself: lane_stats adds them).
         self.lane_requests = 0
         self.general_requests = 0
         self.lane_refused = 0  # invalid requests the lane answered with the validator's error
@@ -410,11 +411,13 @@ class ModelManager:
 
     def lane_stats(self) -> dict:
         """How many requests took the fast lane and how many the general path."""
+        # The HTTP I/O loop counts its own (its turns hand Python no counts).
+        io = self.io
         return {
-            "lane_requests": self.lane_requests,
+            "lane_requests": self.lane_requests + (io.requests_queued if io else 0),
             "general_requests": self.general_requests,
-            "lane_refused": self.lane_refused,
-            "lane_cached": self.lane_cached,
+            "lane_refused": self.lane_refused + (io.requests_refused if io else 0),
+            "lane_cached": self.lane_cached + (io.requests_cached if io else 0),
             "lane_collected": self.lane_collected,
             "lane_in_flight": self.lane.in_flight(),
         }
@@ -737,11 +740,6 @@ class ModelManager:
         if self._io_server is not None:
             tracer = self.tracer
             self._io_server.set_taking(tracer is None or not tracer.active)
-
-    def count_io_requests(self, queued: int, cached: int, refused: int) -> None:
-        self.lane_requests += queued
-        self.lane_cached += cached
-        self.lane_refused += refused
 
     def schedule_flush(self) -> None:
         self._schedule_flush()
