@@ -1,5 +1,6 @@
 """Triton's Python model API: naiad.triton_python_backend_utils."""
 
+import inspect
 import json
 import struct
 
@@ -224,6 +225,41 @@ def test_inference_request_accessors():
     assert request.parameters() == "{}"
     assert request.is_cancelled() is False
     assert request.trace().get_context() is None
+
+
+def test_get_input_tensor_by_name_reads_any_request_through_its_inputs():
+    # A model may pass its own request objects and tensors (a test double, a subclass):
+    # they are read through inputs() and name(), as Triton's pb_utils reads them.
+    class Named:
+        def __init__(self, name):
+            self._label = name
+
+        def name(self):
+            return self._label
+
+    class Holder:
+        def __init__(self, inputs):
+            self._held = inputs
+
+        def inputs(self):
+            return self._held
+
+    class Narrowed(pb_utils.InferenceRequest):
+        def inputs(self):
+            return super().inputs()[1:]
+
+    first, second = Named("A"), Named("B")
+    assert pb_utils.get_input_tensor_by_name(Holder((first, second)), "B") is second
+    assert pb_utils.get_input_tensor_by_name(Holder([first]), "B") is None
+    tensors = [pb_utils.Tensor(n, np.zeros(1, np.float32)) for n in ("INPUT0", "INPUT0")]
+    narrowed = Narrowed(model_name="m", requested_output_names=[], inputs=tensors)
+    assert pb_utils.get_input_tensor_by_name(narrowed, "INPUT0") is tensors[1]
+    plain = pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=tensors)
+    assert pb_utils.get_input_tensor_by_name(plain, "INPUT0") is tensors[0]  # the first
+    assert pb_utils.get_input_tensor_by_name(plain, name="INPUT0") is tensors[0]
+    assert str(inspect.signature(pb_utils.get_input_tensor_by_name)) == (
+        "(inference_request, name)"
+    )
 
 
 def test_inference_request_parameters_as_json_string():

@@ -1517,9 +1517,15 @@ def rows_by_request(list columns, Py_ssize_t count):
     return rows
 
 
-def tensor_named(list tensors, name):
-    """The first of `tensors` whose name() is `name`, or None: pb_utils'
-    get_input_tensor_by_name over a request's inputs (TensorFields' names read in C)."""
+def get_input_tensor_by_name(inference_request, name):
+    """The request's input Tensor called `name`, or None: pb_utils'
+    get_input_tensor_by_name itself (a model calls it for every input of every request,
+    so no Python frame): a pb_utils.InferenceRequest's inputs and TensorFields' names
+    are read in C; any other request's through its inputs()."""
+    if type(inference_request) is _PB_REQUEST:
+        tensors = (<RequestFields>inference_request)._inputs
+    else:
+        tensors = inference_request.inputs()
     for tensor in tensors:
         if isinstance(tensor, TensorFields):
             if (<TensorFields>tensor)._name == name:

@@ -791,15 +791,9 @@ def __getattr__(name):
 # --------------------------------------------------------------------------------------------
 
 
-def get_input_tensor_by_name(inference_request, name):
-    """The request's input Tensor called `name`, or None."""
-    if type(inference_request) is InferenceRequest:
-        # A model calls this for every input of every request: the names read in C.
-        return _core.tensor_named(inference_request._inputs, name)
-    for tensor in inference_request.inputs():
-        if tensor.name() == name:
-            return tensor
-    return None
+# The request's input Tensor called `name`, or None. A model calls it for every input
+# of every request: it is the core's function itself, not a Python function calling it.
+get_input_tensor_by_name = _core.get_input_tensor_by_name
 
 
 def get_output_tensor_by_name(inference_response, name):
