@@ -667,6 +667,9 @@ class InferenceResponse(_core.ResponseFields):
     Its fields (_output_tensors, _error, _parameters, _parameters_dict) and the common
     case of its constructor are in C (naiad._core.ResponseFields); the rest is here."""
 
+    # No attributes beyond those fields, as Triton's (a pybind11 class): and no
+    # __dict__ to allocate per response.
+    __slots__ = ()
     __signature__ = inspect.Signature(
         [
             inspect.Parameter(
