@@ -51,6 +51,11 @@ def test_requests_are_views_of_the_batch_tensors():
     core.flush()
     is_stop, batch_id, blocks, tensors = endpoint.next()
     assert not is_stop and len(blocks) == 3 and len(tensors) == 2
+    # Each its own metadata (another id and shape), though the first and last are equal
+    # but for the id.
+    assert [m for m, _ in blocks] == [
+        _metadata(f"r{k}", [rows, 4]) for k, rows in enumerate((1, 2, 1))
+    ]
     arrays = batch_inputs(endpoint.arena, blocks, tensors)
     assert arrays["INPUT0"].shape == (4, 4)
     np.testing.assert_array_equal(arrays["INPUT0"], np.concatenate([a for a, _ in sent]))
@@ -84,6 +89,8 @@ def test_requests_of_one_layout_are_rows_of_the_batch_tensors():
     is_stop, batch_id, blocks, tensors = endpoint.next()
     assert not is_stop and len(blocks) == 3 and len(tensors) == 2
     arrays = batch_inputs(endpoint.arena, blocks, tensors)
+    # One client's same request: one metadata object for the batch, parsed once.
+    assert blocks[0][0] is blocks[1][0] is blocks[2][0]
     batch = _batch(endpoint.arena, blocks, tensors)
     assert batch.headers[0] is batch.headers[2]
     for request, (a, b) in zip(batch.requests, sent):
@@ -133,3 +140,20 @@ def test_rows_by_request_refuses_columns_of_another_length():
         _core.rows_by_request([np.zeros(3)], 3)  # rows of no dimension: numpy scalars
     with pytest.raises(ValueError, match="column 0 is not an ndarray of 3 rows"):
         _core.rows_by_request([np.zeros((3, 1)).view(np.matrix)], 3)
+
+
+def test_layouts_of_parses_each_run_of_one_metadata_object_once():
+    calls = []
+
+    def layout(metadata):
+        calls.append(metadata)
+        return ("layout", metadata)
+
+    shared, other = b'{"id":"a"}', b'{"id":"b"}'
+    equal_copy = bytes(bytearray(shared))  # equal bytes, another object: parsed again
+    blocks = [(shared, ()), (shared, ()), (other, ()), (equal_copy, ()), (shared, ())]
+    layouts = _core.layouts_of(blocks, layout)
+    assert layouts == [("layout", m) for m, _ in blocks]
+    assert layouts[0] is layouts[1]
+    assert calls == [shared, other, equal_copy, shared]
+    assert _core.layouts_of([], layout) == []

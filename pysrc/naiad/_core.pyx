@@ -18,7 +18,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -1470,6 +1470,22 @@ cdef extern from "numpy/arrayobject.h":
         cnp.npy_intp* strides, void* data, int flags, PyObject* obj)
 
 
+def layouts_of(list blocks, layout):
+    """[layout(metadata) for metadata, _slots in blocks], with `layout` called once per
+    run of requests whose metadata is one object (WorkerEndpoint gives the requests of
+    one client's same request one bytes object): no Python call per request."""
+    cdef list layouts = []
+    cdef object last = None
+    cdef object made = None
+    for block in blocks:
+        metadata = block[0]
+        if metadata is not last:
+            made = layout(metadata)
+            last = metadata
+        layouts.append(made)
+    return layouts
+
+
 def rows_by_request(list columns, Py_ssize_t count):
     """[[column[i] for column in columns] for i in range(count)]: the inputs of a batch's
     `count` requests, per request, from its columns: each a list of one input per
@@ -1919,15 +1935,20 @@ cdef inline tuple _slot_tuple(uint64_t offset, uint64_t size, uint64_t region,
     return (region_offset, size, region)
 
 
-cdef tuple _request_view(const uint8_t* base, uint64_t offset):
+cdef tuple _request_view(const uint8_t* base, uint64_t offset, bytes previous=None):
     """(metadata bytes, (slot, ...)) of the request block at `offset`, each slot as
-    _slot_tuple gives it."""
+    _slot_tuple gives it. The metadata is `previous` itself when its bytes are the
+    same (a batch of one client's same request shares one object: see layouts_of)."""
     cdef const RequestHeader* header = <const RequestHeader*>(base + offset)
     if header.magic != kRequestMagic:
         raise ValueError(f"no request block at arena offset {offset}")
     cdef const InputSlot* slots = <const InputSlot*>(base + offset + sizeof(RequestHeader))
     cdef uint64_t start = offset + request_metadata_offset(header.n_inputs)
-    metadata = PyBytes_FromStringAndSize(<const char*>(base + start), header.metadata_size)
+    if (previous is not None and <uint64_t>PyBytes_GET_SIZE(previous) == header.metadata_size
+            and memcmp(PyBytes_AS_STRING(previous), base + start, header.metadata_size) == 0):
+        metadata = previous
+    else:
+        metadata = PyBytes_FromStringAndSize(<const char*>(base + start), header.metadata_size)
     cdef uint32_t i
     return metadata, tuple([
         _slot_tuple(slots[i].offset, slots[i].size, slots[i].region, slots[i].region_offset)
@@ -2823,9 +2844,12 @@ cdef class WorkerEndpoint:
         cdef list requests = []
         cdef uint32_t i
         cdef const RequestHeader* request
+        cdef bytes previous = None
         contexts = None
         for i in range(header.n_requests):
-            requests.append(_request_view(base, records[i].block_offset))
+            view = _request_view(base, records[i].block_offset, previous)
+            previous = (<tuple>view)[0]
+            requests.append(view)
             request = <const RequestHeader*>(base + records[i].block_offset)
             if request.span.span_id != 0:
                 if contexts is None:

@@ -167,7 +167,7 @@ def _batch(arena, blocks: list, tensors: list = (), layouts: list | None = None)
     arena (no copy): a row range of the batch-major tensor when the batch has them;
     BYTES inputs decoded into object arrays."""
     if layouts is None:
-        layouts = [_layout(metadata) for metadata, _slots in blocks]
+        layouts = _core.layouts_of(blocks, _layout)
     if tensors and layouts.count(layouts[0]) == len(layouts):
         arrays = _same_layout_arrays(arena, layouts[0], len(layouts), blocks, tensors)
         if arrays is not None:
@@ -231,7 +231,7 @@ def batch_inputs(arena, blocks: list, tensors: list) -> dict:
     """
     if not tensors or not blocks:
         return {}
-    layouts = [_layout(metadata) for metadata, _slots in blocks]
+    layouts = _core.layouts_of(blocks, _layout)
     arrays = {}
     for index, (name, datatype, shape) in enumerate(layouts[0].header.inputs):
         if datatype == "BYTES" or any(
@@ -364,7 +364,7 @@ class Worker:
         failed = None
         # Before the shm check: parsing a layout with `regions` is what turns this
         # worker's shm path on, so the first request with a CUDA input gets it filled too.
-        layouts = [_layout(metadata) for metadata, _slots in blocks]
+        layouts = _core.layouts_of(blocks, _layout)
         if shm_outputs.active:  # CUDA-shm inputs: read in place on the GPU, or copied in
             failed = {}
             device_inputs = shm_outputs.fill_cuda_inputs(
