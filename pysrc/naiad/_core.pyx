@@ -1495,7 +1495,6 @@ def rows_by_request(list columns, Py_ssize_t count):
     cdef Py_ssize_t n = len(columns)
     cdef Py_ssize_t i, k
     cdef list rows = [None] * count
-    cdef list row
     cdef cnp.ndarray whole
     cdef cnp.PyArray_Descr* descr
     cdef char* data
