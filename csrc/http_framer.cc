@@ -173,7 +173,7 @@ size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
   while (consumed < size && taken->size() < limit) {
     const char* start = reinterpret_cast<const char*>(data + consumed);
     ScannedRequest request;
-    if (scan_request(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
+    if (scan_memo_.scan(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
     // Without Inference-Header-Content-Length the whole body is JSON.
     const size_t header_length =
         request.has_header_length ? request.header_length : request.body_size;
@@ -193,8 +193,8 @@ bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t bo
                          ResponseEncoding encoding) {
   auto route = routes_.find(target);
   if (route == routes_.end()) return false;
-  ParsedRequest request;
-  if (!read_infer_header(body, body_size, header_size, &request)) return false;
+  ParsedRequest& request = request_;
+  if (!header_memo_.read(body, body_size, header_size, &request)) return false;
   std::string error;
   uint64_t request_id = codec_.new_request_id();
   CachedAnswer cached;

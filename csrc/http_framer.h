@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "framer.h"
+#include "header_memo.h"
 #include "http_scan.h"
 #include "kserve_codec.h"
 
@@ -73,6 +74,10 @@ class HttpLane {
   explicit HttpLane(Core& core) : codec_(core) {}
 
   KServeCodec& codec() { return codec_; }
+  // Requests whose header was read from the memo (tests, benchmarks).
+  uint64_t header_memo_hits() const { return header_memo_.hits(); }
+  // Requests whose HTTP head was recognised from the memo (tests, benchmarks).
+  uint64_t scan_memo_hits() const { return scan_memo_.hits(); }
   const HttpResponseWriter& writer() const { return writer_; }
 
   // Requests for `target` (an infer URL as sent) go to codec model `model`.
@@ -131,6 +136,12 @@ class HttpLane {
   std::unordered_map<std::string_view, uint32_t> routes_;
   // The queued requests whose answers are to be compressed (identity ones are not kept).
   std::unordered_map<uint64_t, ResponseEncoding> encodings_;
+  // The request being taken (submit_to): one object, whose vectors keep their capacity
+  // from request to request; and the last inference header read, which the next
+  // request's often repeats.
+  ParsedRequest request_;
+  HeaderMemo header_memo_;
+  ScanMemo scan_memo_;  // and the last HTTP head, which it often repeats too
 };
 
 }  // namespace naiad

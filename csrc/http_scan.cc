@@ -140,6 +140,24 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
   return size - head_size < length ? ScanResult::kIncomplete : ScanResult::kRequest;
 }
 
+ScanResult ScanMemo::scan(const char* data, size_t size, size_t max_body, ScannedRequest* out) {
+  const size_t head_size = head_.size();
+  if (head_size != 0 && size >= head_size && scanned_.body_size <= max_body &&
+      std::memcmp(data, head_.data(), head_size) == 0) {
+    *out = scanned_;
+    out->target = std::string_view(data + target_at_, scanned_.target.size());
+    ++hits_;
+    return size - head_size < scanned_.body_size ? ScanResult::kIncomplete : ScanResult::kRequest;
+  }
+  const ScanResult result = scan_request(data, size, max_body, out);
+  if (result == ScanResult::kRequest) {
+    head_.assign(data, out->body_offset);
+    scanned_ = *out;
+    target_at_ = static_cast<size_t>(out->target.data() - data);
+  }
+  return result;
+}
+
 size_t incomplete_request_size(const char* data, size_t size, size_t max_body) {
   ScannedRequest request;
   if (scan_request(data, size, max_body, &request) != ScanResult::kIncomplete) return 0;

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace naiad {
@@ -44,6 +46,26 @@ enum class ScanResult {
 // Accept-Encoding picks, as the front end's parser reads it. kIncomplete with the head all there
 // still fills `out` (its `total` says how many bytes the whole request takes).
 ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedRequest* out);
+
+// The last plain request head scan_request() recognised, kept so that the same head
+// again (a client sending one kind of request: its headers and Content-Length repeat)
+// is recognised by comparing its bytes rather than scanning them. The scan's result is
+// a function of the head's bytes alone (it ends at the first CRLF CRLF, which the kept
+// head ends with), so a byte-equal head gets the same answer. One thread at a time, as
+// the HttpLane that holds it.
+class ScanMemo {
+ public:
+  // scan_request(data, size, max_body, out), from the memo when `data` starts with the
+  // head kept; a kRequest scanned afresh replaces it.
+  ScanResult scan(const char* data, size_t size, size_t max_body, ScannedRequest* out);
+  uint64_t hits() const { return hits_; }  // tests, benchmarks
+
+ private:
+  std::string head_;        // the head kept, CRLF CRLF included; empty: none
+  ScannedRequest scanned_;  // its scan (`target` unset: it is at target_at_ in a head)
+  size_t target_at_ = 0;
+  uint64_t hits_ = 0;
+};
 
 // The size of the plain request that starts `data` when its head has arrived and its
 // body has not all arrived yet, else 0: a front end that knows it can collect the

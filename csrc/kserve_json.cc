@@ -113,8 +113,9 @@ bool read_input(JsonReader& reader, RequestInput* input, InputRead* read) {
   return read->has_size != read->has_data;
 }
 
-bool read_inputs(JsonReader& reader, const uint8_t* body, size_t body_size, uint64_t* data_offset,
-                 ParsedRequest* out) {
+// `binary`: the bytes after the header, of which `*binary_used` are taken so far.
+bool read_inputs(JsonReader& reader, const uint8_t* header, const uint8_t* binary,
+                 size_t binary_size, uint64_t* binary_used, ParsedRequest* out) {
   // Where each JSON input's bytes start in out->converted (SIZE_MAX: a binary input);
   // the views are set once every input is read (converted may grow meanwhile).
   std::vector<size_t> converted_at;
@@ -134,10 +135,10 @@ bool read_inputs(JsonReader& reader, const uint8_t* body, size_t body_size, uint
       input.size = out->converted.size() - start;
       converted_at.push_back(start);
     } else {
-      if (read.binary_size > body_size - *data_offset) return false;
-      input.data = body + *data_offset;
+      if (read.binary_size > binary_size - *binary_used) return false;
+      input.data = binary + *binary_used;
       input.size = read.binary_size;
-      *data_offset += read.binary_size;
+      *binary_used += read.binary_size;
       converted_at.push_back(SIZE_MAX);
     }
     out->inputs.push_back(std::move(input));
@@ -148,7 +149,7 @@ bool read_inputs(JsonReader& reader, const uint8_t* body, size_t body_size, uint
     if (converted_at[i] == SIZE_MAX) continue;
     // A non-null pointer even for an empty tensor.
     out->inputs[i].data = out->converted.data() + converted_at[i];
-    if (out->converted.empty()) out->inputs[i].data = body;
+    if (out->converted.empty()) out->inputs[i].data = header;
   }
   return true;
 }
@@ -446,16 +447,23 @@ bool read_tensor_data(JsonReader data, std::string_view datatype, uint64_t count
 
 bool read_infer_header(const uint8_t* body, size_t body_size, size_t header_size,
                        ParsedRequest* out) {
-  if (header_size == 0 || header_size > body_size) return false;
-  JsonReader reader(reinterpret_cast<const char*>(body), header_size);
+  if (header_size > body_size) return false;
+  return read_infer_header(body, header_size, body + header_size, body_size - header_size, out);
+}
+
+bool read_infer_header(const uint8_t* header, size_t header_size, const uint8_t* binary,
+                       size_t binary_size, ParsedRequest* out) {
+  if (header_size == 0) return false;
+  JsonReader reader(reinterpret_cast<const char*>(header), header_size);
   bool has_id = false, has_inputs = false, has_outputs = false, has_parameters = false;
   bool binary_output = false;
-  uint64_t data_offset = header_size;
+  uint64_t binary_used = 0;
   bool ok = reader.object([&](std::string_view key) {
     if (key == "id") return once(&has_id, [&] { return reader.plain_string(&out->id); });
     if (key == "inputs") {
-      return once(&has_inputs,
-                  [&] { return read_inputs(reader, body, body_size, &data_offset, out); });
+      return once(&has_inputs, [&] {
+        return read_inputs(reader, header, binary, binary_size, &binary_used, out);
+      });
     }
     if (key == "outputs") return once(&has_outputs, [&] { return read_outputs(reader, out); });
     if (key == "parameters") {
@@ -464,7 +472,7 @@ bool read_infer_header(const uint8_t* body, size_t body_size, size_t header_size
     return reader.skip_value();
   });
   if (!ok) return false;
-  if (!reader.at_end() || !has_inputs || data_offset != body_size) return false;
+  if (!reader.at_end() || !has_inputs || binary_used != binary_size) return false;
   // Outputs not listed go back as binary data if `binary_data_output` says so.
   out->json_unlisted = !binary_output;
   return true;

@@ -29,6 +29,10 @@ namespace naiad {
 // and answers with Triton's exact error when there is one.
 bool read_infer_header(const uint8_t* body, size_t body_size, size_t header_size,
                        ParsedRequest* out);
+// The same, with the header and the binary inputs after it apart: `header_size` bytes of
+// JSON at `header`, `binary_size` bytes of inputs at `binary` (views into both).
+bool read_infer_header(const uint8_t* header, size_t header_size, const uint8_t* binary,
+                       size_t binary_size, ParsedRequest* out);
 
 // An input's JSON `data` (`reader` at its value) as `count` elements of `datatype` in
 // wire layout, appended to `out`: flat or nested arrays (flattened as the general path

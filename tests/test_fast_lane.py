@@ -301,6 +301,38 @@ def test_pipelined_requests_mixing_lane_and_parser_are_answered_in_order(connect
     assert lanes(connection)["lane_requests"] == before["lane_requests"] + 3
 
 
+def test_requests_repeating_one_header_are_answered_from_their_own_data(connection):
+    """A client sending one kind of request (the same JSON header each time, as
+    perf_analyzer and tritonclient in a loop do) gets every answer from that request's own
+    inputs and id: the lane reads a repeated header from its memo (csrc/header_memo.h),
+    pipelined or one by one, with other headers in between."""
+    path, header, _, _ = add_sub_case(
+        1, outputs=[binary_output("OUTPUT0"), binary_output("OUTPUT1")]
+    )
+    rng = np.random.default_rng(11)
+    before = lanes(connection)
+    sent = []
+    for index in range(16):
+        a = rng.standard_normal((1, 16)).astype(np.float32)
+        b = rng.standard_normal((1, 16)).astype(np.float32)
+        this = header if index % 5 else {**header, "id": f"other-{index}"}
+        sent.append(
+            (this.get("id", ""), a, b, infer_request(path, this, a.tobytes() + b.tobytes()))
+        )
+    connection.sock.sendall(b"".join(request for *_, request in sent[:8]))
+    answers = [connection.exchange(b"") for _ in range(8)]
+    answers += [connection.exchange(request) for *_, request in sent[8:]]
+    for (request_id, a, b, _), answer in zip(sent, answers):
+        status, headers, body = split(answer)
+        assert status == b"HTTP/1.1 200 OK"
+        json_length = int(headers[b"inference-header-content-length"])
+        assert json.loads(body[:json_length]).get("id", "") == request_id
+        outputs = np.frombuffer(body[json_length:], np.float32)
+        np.testing.assert_array_equal(outputs[:16], (a + b)[0])
+        np.testing.assert_array_equal(outputs[16:], (a - b)[0])
+    assert lanes(connection)["lane_requests"] == before["lane_requests"] + 16
+
+
 def test_request_arriving_in_pieces_is_answered(connection):
     path, header, binary, (a, b) = add_sub_case(2, outputs=[binary_output("OUTPUT1")])
     request = infer_request(path, header, binary)

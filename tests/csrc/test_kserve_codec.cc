@@ -884,6 +884,10 @@ TEST(lane_requests_reach_the_batch_tensor_with_one_copy) {
   lane.take_http(reinterpret_cast<const uint8_t*>(received.data()), received.size(), 1 << 20, 7,
                  &taken);
   CHECK(taken.size() == 8);
+  // One header, parsed once: each later request's rows come from its own body through
+  // the lane's header memo.
+  CHECK(lane.header_memo_hits() == 7);
+  CHECK(lane.scan_memo_hits() == 7);  // and one HTTP head, scanned once
   InstanceEndpoint ep = core.endpoint(instance);
   WorkerEndpoint worker(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
                         dup(core.notify_fd()));
