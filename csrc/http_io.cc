@@ -409,12 +409,16 @@ bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
     }
     stats.batch_sizes.push_back(request.batch_size);
     const ResponseEncoding coding = lane_.take_encoding(id);
-    if (request.connection == nullptr) continue;  // its client went away
-    std::string& http = request.slot->answer;
-    http.resize(writer.size(answer.response, coding));
-    writer.write(answer.response, coding, &http[0]);
+    Connection* c = request.connection;
+    if (c == nullptr) continue;  // its client went away
+    // First in line (a client with one request at a time: the usual case), the answer
+    // is written straight after the bytes owed before it; else it waits in its slot.
+    std::string& http = request.slot == &c->owed.front() ? c->out : request.slot->answer;
+    const size_t at = http.size();
+    http.resize(at + writer.size(answer.response, coding));
+    writer.write(answer.response, coding, &http[at]);
     request.slot->ready = true;
-    touch(request.connection);
+    touch(c);
   }
   // A request whose final response is in the block is answered now; one without gets
   // it in a later block (it stays owed).

@@ -174,6 +174,8 @@ class HttpIo {
   struct Owed {
     uint64_t request_id = 0;  // 0: answered at once (`answer` set)
     bool ready = false;
+    // The answer, held until those owed before it are collected; empty when it went
+    // straight into the connection's `out` (it was first in line: answer_completion).
     std::string answer;
   };
   struct Connection {

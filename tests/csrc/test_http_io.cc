@@ -28,9 +28,11 @@ using namespace naiad;
 
 namespace {
 
-std::string add_sub_request(char fill = '\x01') {
+// add_sub's request; with `id`, the client's id (its answer carries it).
+std::string add_sub_request(char fill = '\x01', const std::string& id = "") {
   std::string header =
-      "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,16],"
+      std::string(id.empty() ? "{" : "{\"id\":\"" + id + "\",") +
+      "\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,16],"
       "\"parameters\":{\"binary_data_size\":64}},{\"name\":\"INPUT1\",\"datatype\":\"FP32\","
       "\"shape\":[1,16],\"parameters\":{\"binary_data_size\":64}}],\"outputs\":[{\"name\":"
       "\"OUTPUT0\",\"parameters\":{\"binary_data\":true}}]}";
@@ -42,21 +44,24 @@ std::string add_sub_request(char fill = '\x01') {
 
 const char kGet[] = "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n";
 
-// A core with add_sub (one instance, batches up to 8), its lane, and the loop on a
-// listening socket of its own. With a queue delay, the core has its timer thread.
+// A core with add_sub (one instance, or `instances`; batches up to 8), its lane, and
+// the loop on a listening socket of its own. With a queue delay, the core has its timer
+// thread.
 struct Fixture {
-  explicit Fixture(uint64_t queue_delay_us = 0)
+  explicit Fixture(uint64_t queue_delay_us = 0, int instances = 1)
       : core(1 << 24, nullptr, queue_delay_us != 0), lane(core) {
     BatcherConfig config;
     config.dynamic_batching = true;
     config.max_batch_size = 8;
     config.max_queue_delay_us = queue_delay_us;
     ModelHandle model = core.add_model(config);
-    uint32_t instance = core.add_instance(model);
-    InstanceEndpoint ep = core.endpoint(instance);
-    worker = new WorkerEndpoint(dup(core.arena().fd()), ep.channel_offset, dup(ep.wake_fd),
-                                dup(core.notify_fd()));
-    core.instance_up(instance);
+    for (int i = 0; i < instances; ++i) {
+      uint32_t instance = core.add_instance(model);
+      InstanceEndpoint ep = core.endpoint(instance);
+      workers.push_back(new WorkerEndpoint(dup(core.arena().fd()), ep.channel_offset,
+                                           dup(ep.wake_fd), dup(core.notify_fd())));
+      core.instance_up(instance);
+    }
     ModelSpec spec = add_sub_model(8);
     spec.core_model_id = model;
     lane.add_route("/v2/models/add_sub/infer", lane.codec().add_model(spec));
@@ -73,7 +78,7 @@ struct Fixture {
   }
   ~Fixture() {
     delete io;
-    delete worker;
+    for (WorkerEndpoint* worker : workers) delete worker;
     close(listener);
   }
 
@@ -87,31 +92,40 @@ struct Fixture {
     return fd;
   }
 
-  // Plays the worker: every batch dispatched gets add_sub's answer (OUTPUT0 filled
-  // with the batch's size, one response per request). Returns the batches answered.
+  // Plays the workers: every batch dispatched gets add_sub's answer (answer()). Returns
+  // the batches answered. Not while `holding`: the test takes and answers them.
   int answer_batches() {
+    if (holding) return 0;
     int answered = 0;
     BatchMessage message;
-    while (worker->try_next(&message)) {
-      if (message.kind != MessageKind::kBatch) continue;
-      const auto* header =
-          reinterpret_cast<const BatchHeader*>(worker->arena().base() + message.desc_offset);
-      std::string output(64, static_cast<char>('0' + header->n_requests));
-      std::vector<ResponseEntry> entries(header->n_requests);
-      for (uint32_t i = 0; i < header->n_requests; ++i) {
-        entries[i].request_index = i;
-        entries[i].json = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,16]]]}";
-        entries[i].outputs = {{output.data(), 64}};
+    for (WorkerEndpoint* worker : workers) {
+      while (worker->try_next(&message)) {
+        if (message.kind != MessageKind::kBatch) continue;
+        answer(*worker, message);
+        ++answered;
       }
-      const uint64_t timings[4] = {1, 2, 3, 4};
-      std::vector<uint8_t> block(response_block_size(entries));
-      write_response_block(block.data(), entries, timings);
-      uint64_t offset = worker->arena().alloc(block.size(), message.batch_id);
-      std::memcpy(worker->arena().base() + offset, block.data(), block.size());
-      worker->complete(message.batch_id, offset, block.size(), kCompletionOk);
-      ++answered;
     }
     return answered;
+  }
+
+  // add_sub's answer to a batch `worker` took: OUTPUT0 filled with the batch's size, one
+  // response per request.
+  void answer(WorkerEndpoint& worker, const BatchMessage& message) {
+    const auto* header =
+        reinterpret_cast<const BatchHeader*>(worker.arena().base() + message.desc_offset);
+    std::string output(64, static_cast<char>('0' + header->n_requests));
+    std::vector<ResponseEntry> entries(header->n_requests);
+    for (uint32_t i = 0; i < header->n_requests; ++i) {
+      entries[i].request_index = i;
+      entries[i].json = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,16]]]}";
+      entries[i].outputs = {{output.data(), 64}};
+    }
+    const uint64_t timings[4] = {1, 2, 3, 4};
+    std::vector<uint8_t> block(response_block_size(entries));
+    write_response_block(block.data(), entries, timings);
+    uint64_t offset = worker.arena().alloc(block.size(), message.batch_id);
+    std::memcpy(worker.arena().base() + offset, block.data(), block.size());
+    worker.complete(message.batch_id, offset, block.size(), kCompletionOk);
   }
 
   // Turns of the loop (the worker answering in between) until `done` or ~2 s; every
@@ -142,7 +156,8 @@ struct Fixture {
 
   Core core;
   HttpLane lane;
-  WorkerEndpoint* worker = nullptr;
+  std::vector<WorkerEndpoint*> workers;
+  bool holding = false;
   int listener = -1;
   uint16_t port = 0;
   HttpIo* io = nullptr;
@@ -213,6 +228,47 @@ TEST(http_io_answers_pipelined_lane_requests_in_order_without_python) {
   CHECK(fixture.io->in_flight() == 0);
   CHECK(fixture.io->open_count() == 1);
   CHECK(fixture.io->waiting_count() == 0);
+  close(client);
+}
+
+TEST(http_io_answers_in_request_order_whichever_batch_completes_first) {
+  // Two instances: the client's second request runs in a batch of its own while the
+  // first's is still running, and finishes first.
+  Fixture fixture(0, 2);
+  fixture.holding = true;
+  int client = fixture.connect_client();
+  CHECK(accepted_connection(fixture) != 0);
+  // Takes the next batch any worker was sent.
+  auto next_batch = [&](WorkerEndpoint** taker, BatchMessage* message) {
+    return fixture.turn_until([&] {
+      for (WorkerEndpoint* worker : fixture.workers) {
+        if (worker->try_next(message) && message->kind == MessageKind::kBatch) {
+          *taker = worker;
+          return true;
+        }
+      }
+      return false;
+    });
+  };
+  WorkerEndpoint *first_worker = nullptr, *second_worker = nullptr;
+  BatchMessage first, second;
+  send_all(client, add_sub_request('\x01', "r1"));
+  CHECK(next_batch(&first_worker, &first));
+  send_all(client, add_sub_request('\x02', "r2"));
+  CHECK(next_batch(&second_worker, &second));
+  CHECK(first_worker != second_worker);
+  // The second answer waits for the first: nothing reaches the client yet.
+  fixture.answer(*second_worker, second);
+  fixture.turn_until([&] { return !fixture.answered.empty(); });
+  char byte;
+  CHECK(recv(client, &byte, 1, MSG_DONTWAIT) < 0);
+  fixture.answer(*first_worker, first);
+  std::string received = read_answers(fixture, client, 2);
+  const size_t r1 = received.find("\"id\":\"r1\"");
+  const size_t r2 = received.find("\"id\":\"r2\"");
+  CHECK(r1 != std::string::npos && r2 != std::string::npos && r1 < r2);
+  CHECK(received.find("HTTP/1.1 200 OK", received.find("HTTP/1.1 200 OK") + 1) < r2);
+  CHECK(fixture.io->in_flight() == 0);
   close(client);
 }
 
