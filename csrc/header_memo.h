@@ -41,8 +41,11 @@ class HeaderMemo {
   std::string header_;  // the header read last; its views point here
   bool kept_ = false;   // parsed_ and offsets_ hold header_'s reading
   size_t binary_size_ = 0;
-  ParsedRequest parsed_;           // as read, before validation
-  std::vector<uint64_t> offsets_;  // per input, its data's offset in the binary part
+  // As read, before validation. Its inputs' `data` still point into the body it was
+  // read with (gone since): read() sets them from offsets_, each input's data's offset
+  // in the binary part.
+  ParsedRequest parsed_;
+  std::vector<uint64_t> offsets_;
   uint64_t hits_ = 0;
 };
 

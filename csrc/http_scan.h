@@ -61,8 +61,10 @@ class ScanMemo {
   uint64_t hits() const { return hits_; }  // tests, benchmarks
 
  private:
-  std::string head_;        // the head kept, CRLF CRLF included; empty: none
-  ScannedRequest scanned_;  // its scan (`target` unset: it is at target_at_ in a head)
+  std::string head_;  // the head kept, CRLF CRLF included; empty: none
+  // Its scan. `target` still views the bytes it was scanned in (gone since): only its
+  // size is read, the target itself is at target_at_ of the head it is given.
+  ScannedRequest scanned_;
   size_t target_at_ = 0;
   uint64_t hits_ = 0;
 };
