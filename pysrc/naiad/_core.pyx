@@ -1761,8 +1761,15 @@ cdef class _ResultEntries:
     bytes, [output buffers]), the general conversion."""
 
     cdef vector[ResponseEntry] entries
-    cdef vector[string] texts
+    # Every fast entry's JSON, one after the other: one allocation per batch, not one
+    # per response. Its entries' views are set once it is complete (it may move while
+    # it grows); `starts` holds each entry's start in it, -1 for a fallback's JSON.
+    cdef string text
+    cdef vector[Py_ssize_t] starts
+    # Buffers taken of outputs that are not exact ndarrays, allocated at the first
+    # (most batches have none): `capacity` of them, `held` taken.
     cdef Py_buffer* buffers
+    cdef Py_ssize_t capacity
     cdef Py_ssize_t held
     cdef list keep
     cdef uint64_t timings[4]
@@ -1770,11 +1777,9 @@ cdef class _ResultEntries:
     def __cinit__(self, list results, list timings, dict wire_of, dict names,
                   object fallback):
         cdef Py_ssize_t n = len(results)
-        cdef Py_ssize_t count = 0
-        cdef Py_ssize_t index, mark, kept
+        cdef Py_ssize_t index, mark, kept, start, end
         cdef ResponseEntry entry
         cdef OutputBytes output
-        cdef string* text
         cdef const unsigned char[::1] view
         cdef bint fast
         cdef Py_buffer* taken
@@ -1784,15 +1789,10 @@ cdef class _ResultEntries:
         self.keep = []
         for index in range(4):
             self.timings[index] = timings[index]
-        for result in results:
-            if type(result) is Response:
-                count += len((<Response>result).outputs)
-        self.buffers = <Py_buffer*>PyMem_Malloc(max(count, 1) * sizeof(Py_buffer))
-        if self.buffers == NULL:
-            raise MemoryError()
         self.entries.reserve(n)
-        # Reserved up front: the entries' JSON views point into these strings.
-        self.texts.reserve(n)
+        self.starts.reserve(n)
+        # About 100 bytes per response of two outputs ([name, datatype, shape] each).
+        self.text.reserve(16 + 100 * n)
         for index in range(n):
             result = results[index]
             entry.request_index = <uint32_t>index
@@ -1803,12 +1803,9 @@ cdef class _ResultEntries:
             if fast:
                 mark = self.held
                 kept = len(self.keep)
-                self.texts.push_back(b'{"outputs":[')
-                text = &self.texts.back()
-                # One allocation each for the JSON text and the outputs' list, not one
-                # per time they grow (about 70 bytes per output's [name, datatype, shape]).
+                start = self.text.size()
+                self.text.append(b'{"outputs":[')
                 outputs = (<Response>result).outputs
-                text.reserve(16 + 80 * len(outputs))
                 entry.outputs.reserve(len(outputs))
                 for name, array in outputs:
                     if type(name) is not str:
@@ -1833,7 +1830,7 @@ cdef class _ResultEntries:
                         if datatype is None:
                             fast = False
                             break
-                        taken = &self.buffers[self.held]
+                        taken = self._next_buffer(results)
                         try:
                             PyObject_GetBuffer(array, taken, PyBUF_C_CONTIGUOUS)
                         except (BufferError, ValueError):  # not C-contiguous
@@ -1852,26 +1849,26 @@ cdef class _ResultEntries:
                     # `names` (made once per name), appended straight from the bytes
                     # objects (no std::string made of each).
                     if entry.outputs.size():
-                        text.push_back(b',')
+                        self.text.push_back(b',')
                     escaped = names.get(name)
                     if escaped is None:
                         escaped = names[name] = json_view_text(_utf8_view(name))
-                    text.append(b'["')
-                    text.append(PyBytes_AS_STRING(escaped), PyBytes_GET_SIZE(escaped))
-                    text.append(b'","')
-                    text.append(PyBytes_AS_STRING(datatype), PyBytes_GET_SIZE(datatype))
-                    text.append(b'",[')
+                    self.text.append(b'["')
+                    self.text.append(PyBytes_AS_STRING(escaped), PyBytes_GET_SIZE(escaped))
+                    self.text.append(b'","')
+                    self.text.append(PyBytes_AS_STRING(datatype), PyBytes_GET_SIZE(datatype))
+                    self.text.append(b'",[')
                     for dim in range(ndim):
                         if dim:
-                            text.push_back(b',')
+                            self.text.push_back(b',')
                         # to_chars, not snprintf: its format parsing was a visible share
                         # of the worker's time.
-                        StringSink(text).number(<uint64_t>shape[dim])
-                    text.append(b']]')
+                        StringSink(&self.text).number(<uint64_t>shape[dim])
+                    self.text.append(b']]')
                     entry.outputs.push_back(output)
                 if fast:
-                    text.append(b']}')
-                    entry.json = string_view(text.data(), text.size())
+                    self.text.append(b']}')
+                    self.starts.push_back(start)
                     self.entries.push_back(move(entry))
                     continue
                 # Not for the fast form after all: undo, then the general conversion.
@@ -1879,7 +1876,7 @@ cdef class _ResultEntries:
                     self.held -= 1
                     PyBuffer_Release(&self.buffers[self.held])
                 del self.keep[kept:]
-                self.texts.pop_back()
+                self.text.resize(start)
                 entry.outputs.clear()
             flags, error_code, json, buffers = fallback(result)
             entry.flags = flags
@@ -1892,7 +1889,32 @@ cdef class _ResultEntries:
                 output.size = view.shape[0]
                 output.data = <const void*>&view[0] if view.shape[0] > 0 else NULL
                 entry.outputs.push_back(output)
+            self.starts.push_back(-1)
             self.entries.push_back(move(entry))
+        # The text is complete: each fast entry's view of its JSON, which ends where
+        # the next fast entry's starts.
+        end = self.text.size()
+        for index in range(n - 1, -1, -1):
+            start = self.starts[index]
+            if start >= 0:
+                self.entries[index].json = string_view(self.text.data() + start, end - start)
+                end = start
+
+    cdef Py_buffer* _next_buffer(self, list results) except NULL:
+        """Room for one more buffer taken: the first call allocates one per output of
+        every Response in `results`, the most there can be."""
+        cdef Py_ssize_t count = 0
+        if self.buffers == NULL:
+            for result in results:
+                if type(result) is Response:
+                    count += len((<Response>result).outputs)
+            self.buffers = <Py_buffer*>PyMem_Malloc(max(count, 1) * sizeof(Py_buffer))
+            if self.buffers == NULL:
+                raise MemoryError()
+            self.capacity = max(count, 1)
+        if self.held >= self.capacity:
+            raise RuntimeError("a response's outputs changed while it was read")
+        return &self.buffers[self.held]
 
     def __dealloc__(self):
         cdef Py_ssize_t i
