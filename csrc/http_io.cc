@@ -277,7 +277,8 @@ void HttpIo::process_input(Connection* c) {
         touch(c);
         continue;
       }
-      requests_[t.request_id] = Request{c, &slot, t.model, t.batch_size, now};
+      spare_requests_.insert(requests_, t.request_id) =
+          Request{c, &slot, t.model, t.batch_size, now};
       ++queued_;
       if (!c->counted) {
         c->counted = true;
@@ -397,7 +398,7 @@ bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
     auto found = requests_.find(id);
     if (found == requests_.end()) continue;
     Request request = found->second;
-    requests_.erase(found);
+    spare_requests_.erase(requests_, found, [](Request&) {});
     if (answer.counted_failure) {
       stats.failed_ns.push_back(answer.request_ns);
     } else {
@@ -527,7 +528,7 @@ bool HttpIo::answer(uint64_t request_id, const char* http, size_t size) {
   auto found = requests_.find(request_id);
   if (found == requests_.end()) return false;
   Request request = found->second;
-  requests_.erase(found);
+  spare_requests_.erase(requests_, found, [](Request&) {});
   if (request.connection == nullptr) return false;  // its client went away
   request.slot->answer.assign(http, size);
   request.slot->ready = true;

@@ -37,6 +37,7 @@
 
 #include "core.h"
 #include "http_framer.h"
+#include "spare_nodes.h"
 
 namespace naiad {
 
@@ -263,6 +264,8 @@ class HttpIo {
   uint32_t counted_ = 0, waiting_ = 0;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
   std::unordered_map<uint64_t, Request> requests_;  // this loop's requests in flight
+  // Answered requests' nodes, for the next ones (each is assigned whole).
+  SpareNodes<std::unordered_map<uint64_t, Request>> spare_requests_{1024};
   std::vector<Connection*> touched_;                // owe a write this turn
   std::vector<Event> events_;                       // for Python, in order
   uint32_t queued_ = 0, cached_ = 0, refused_ = 0;  // since the last hand_events

@@ -102,7 +102,7 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
     unpin(pins);  // shm inputs were read for the key; nothing is queued
     return SubmitOutcome::kCached;
   }
-  RequestBlock block;
+  RequestBlock& block = block_;
   if (has_shm) {
     // The outputs' JSON names the model's (escaped) names: built after validation.
     regions_json.clear();
@@ -133,7 +133,7 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
     block.inputs[i].offset = ref.object_offset - ref.region_offset;
     block.inputs[i].data = nullptr;
   }
-  SubmitRequest submit;
+  SubmitRequest& submit = submit_;
   submit_request_of(request, &block, request_id, &submit);
   if (trace_rate_[model_index] != 0) {
     submit.options.traced = sample_trace(model_index);
@@ -154,7 +154,7 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
       }
     }
   }
-  Recipe& recipe = in_flight_[request_id];
+  Recipe& recipe = spare_recipes_.insert(in_flight_, request_id);
   if (has_shm) {
     // Every region stays pinned until the answer: inputs are read at dispatch (copied
     // into a shared batch) or in place by the worker, outputs written by it.
@@ -167,8 +167,9 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   }
   recipe.model = model_index;
   recipe.id.assign(request.id.data(), request.id.size());
-  recipe.outputs = std::move(request.outputs);
-  recipe.json = std::move(request.output_json);
+  // Copied, not moved: the lane's request and a recycled recipe both keep their room.
+  recipe.outputs.assign(request.outputs.begin(), request.outputs.end());
+  recipe.json.assign(request.output_json.begin(), request.output_json.end());
   recipe.json_all = request.json_unlisted;
   recipe.batch_size = request.batch_size;
   recipe.submit_ns = now_ns;
@@ -347,7 +348,7 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
     if (outcome.final) {
       keep_result(recipe.model, recipe, result, outcome, block);
       unpin(recipe.pins);  // the last response: the output regions are written
-      in_flight_.erase(found);
+      spare_recipes_.erase(in_flight_, found, [](Recipe& kept) { kept.clear(); });
     }
     answers->push_back(std::move(answer));
   }
@@ -376,7 +377,7 @@ void KServeCodec::forget(uint64_t request_id) {
   auto found = in_flight_.find(request_id);
   if (found == in_flight_.end()) return;
   unpin(found->second.pins);
-  in_flight_.erase(found);
+  spare_recipes_.erase(in_flight_, found, [](Recipe& kept) { kept.clear(); });
 }
 
 void KServeCodec::unpin(const std::vector<uint64_t>& pins) {

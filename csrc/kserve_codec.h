@@ -23,9 +23,11 @@
 
 #include "core.h"
 #include "infer_types.h"
+#include "request_block.h"
 #include "response_cache.h"
 #include "result_block.h"
 #include "shm_registry.h"
+#include "spare_nodes.h"
 #include "trace_tensor.h"
 
 namespace naiad {
@@ -176,6 +178,23 @@ class KServeCodec {
     // cost (empty key: not cached).
     std::string cache_key;
     uint64_t lookup_ns = 0;
+
+    // Every field as a new Recipe has it, the strings and vectors keeping their room
+    // (a recycled recipe, see spare_recipes_).
+    void clear() {
+      model = 0;
+      id.clear();
+      outputs.clear();
+      json.clear();
+      json_all = false;
+      batch_size = 1;
+      submit_ns = 0;
+      shm_outputs.clear();
+      shm_places.clear();
+      pins.clear();
+      cache_key.clear();
+      lookup_ns = 0;
+    }
   };
   // Fills `response`'s outputs and parameters from a result's `outputs` (offsets from
   // `base`): those `recipe` asks for, binary or JSON as it asks. An output that cannot
@@ -205,6 +224,13 @@ class KServeCodec {
   std::vector<ModelSpec> models_;
   std::vector<bool> accepting_;
   std::unordered_map<uint64_t, Recipe> in_flight_;
+  // Answered requests' nodes, recipe cleared, for the next ones: their vectors keep
+  // their room too.
+  SpareNodes<std::unordered_map<uint64_t, Recipe>> spare_recipes_{1024};
+  // submit()'s request block and SubmitRequest, reused from request to request (their
+  // strings and vectors keep their room); the core copies what it needs in submit.
+  RequestBlock block_;
+  SubmitRequest submit_;
   // Tracing, per model: the sampling rate (0: off) and its setting's sampler; each
   // sampler's count of requests offered; and the ids of traced requests queued since
   // the last take_traced().

@@ -2,7 +2,6 @@
 
 #include <charconv>
 #include <cstring>
-#include <utility>
 
 #include "ipc_schema.h"
 #include "json_reader.h"
@@ -22,7 +21,10 @@ void append_uint(std::string* out, uint64_t value) {
 }  // namespace
 
 void layout_request_block(const ModelSpec& model, const ParsedRequest& request, RequestBlock* out) {
-  std::string header;
+  // Written in place: a block the caller reuses keeps its string's room (the codec's,
+  // one per request on the lane).
+  std::string& header = out->metadata;
+  header.clear();
   header.reserve(128 + 64 * request.inputs.size());
   header += "{\"id\":\"";
   header += request.id;
@@ -71,7 +73,6 @@ void layout_request_block(const ModelSpec& model, const ParsedRequest& request, 
   }
   header += '}';
 
-  out->metadata = std::move(header);
   out->inputs.clear();
   out->inputs.reserve(request.inputs.size());
   uint32_t order[kMaxInputs];
@@ -90,7 +91,9 @@ void submit_request_of(const ParsedRequest& request, RequestBlock* block, uint64
                        SubmitRequest* out) {
   out->request_id = request_id;
   out->metadata = block->metadata;
-  out->inputs = std::move(block->inputs);
+  out->options = SubmitOptions();  // what a reused `out` held is not this request's
+  // Copied, not moved: a caller that reuses `block` and `out` keeps both vectors' room.
+  out->inputs.assign(block->inputs.begin(), block->inputs.end());
   out->options.batch_size = request.batch_size;
   out->options.priority = request.priority;
   out->options.timeout_us = request.timeout_us;

@@ -21,12 +21,14 @@ struct RequestBlock {
 
 // `request` must have passed validate_request() for `model`; its `id` and `parameters`
 // are written as they are, so they must be JSON text (a string's inside, an object).
+// Every field of `out` is set; its strings and vectors keep their room.
 void layout_request_block(const ModelSpec& model, const ParsedRequest& request, RequestBlock* out);
 
 // The SubmitRequest for Core::submit of a validated `request` laid out in `block`
-// (whose inputs move into it): the one place that turns the validator's and the
-// request's scheduling fields into SubmitOptions, for the codec and the ensemble
-// scheduler's steps. `traced` is the caller's.
+// (its inputs copied in, its metadata viewed): the one place that turns the
+// validator's and the request's scheduling fields into SubmitOptions, for the codec
+// and the ensemble scheduler's steps. Every field of `out` is set: `traced` and the
+// trace ids to none, the caller's to set.
 void submit_request_of(const ParsedRequest& request, RequestBlock* block, uint64_t request_id,
                        SubmitRequest* out);
 

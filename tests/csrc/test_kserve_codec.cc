@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "add_sub_model.h"
@@ -19,6 +20,7 @@
 #include "request_block.h"
 #include "request_validator.h"
 #include "response_block.h"
+#include "spare_nodes.h"
 #include "testing.h"
 #include "worker_endpoint.h"
 
@@ -330,6 +332,78 @@ TEST(result_block_rejects_damage) {
                             &counted));
 }
 
+TEST(a_reused_block_and_submit_hold_only_the_last_request) {
+  // The codec lays every request out into one RequestBlock and SubmitRequest (they keep
+  // their room): nothing of an earlier request may stay in them.
+  ModelSpec model = add_sub_model();
+  Body first_body =
+      make_body(replaced(add_sub_json(2, ",\"parameters\":{\"priority\":3,\"timeout\":9}"),
+                         "\"id\":\"\"", "\"id\":\"first-request\""),
+                256);
+  // No id, no outputs named, the inputs in the other order.
+  Body second_body = make_body(
+      "{\"inputs\":[" + input_json("INPUT1", 1) + "," + input_json("INPUT0", 1) + "]}", 128);
+  ParsedRequest first, second;
+  CHECK(takes(model, first_body, &first));
+  CHECK(takes(model, second_body, &second));
+  RequestBlock reused, fresh;
+  SubmitRequest reused_submit, fresh_submit;
+  layout_request_block(model, first, &reused);
+  submit_request_of(first, &reused, 7, &reused_submit);
+  CHECK(reused_submit.options.priority == 3 && reused_submit.options.timeout_us == 9);
+  CHECK(reused_submit.options.batch_size == 2);
+  reused_submit.options.traced = true;  // the codec's own, set after submit_request_of
+  reused_submit.options.trace_tensors = true;
+  layout_request_block(model, second, &reused);
+  submit_request_of(second, &reused, 8, &reused_submit);
+  layout_request_block(model, second, &fresh);
+  submit_request_of(second, &fresh, 8, &fresh_submit);
+  CHECK(reused.metadata == fresh.metadata);
+  CHECK(reused.metadata.find("first-request") == std::string::npos);
+  CHECK(reused.input_order == fresh.input_order && reused.input_order != 0);
+  CHECK(reused.inputs.size() == 2 && fresh.inputs.size() == 2);
+  CHECK(reused_submit.inputs.size() == 2 && reused_submit.metadata == fresh_submit.metadata);
+  for (size_t i = 0; i < 2 && i < reused_submit.inputs.size(); ++i) {
+    CHECK(reused_submit.inputs[i].data == fresh_submit.inputs[i].data);
+    CHECK(reused_submit.inputs[i].size == 64);
+  }
+  CHECK(reused_submit.request_id == 8);
+  const SubmitOptions& options = reused_submit.options;
+  CHECK(options.batch_size == 1 && options.priority == 0 && options.timeout_us == 0);
+  CHECK(!options.traced && !options.trace_tensors);
+  CHECK(options.input_order == fresh_submit.options.input_order);
+  CHECK(options.shape_key == fresh_submit.options.shape_key);
+}
+
+TEST(spare_nodes_are_reused_and_their_values_reset) {
+  using Map = std::unordered_map<uint64_t, std::vector<int>>;
+  Map map;
+  SpareNodes<Map> spare(2);
+  spare.insert(map, 1).assign({1, 2, 3});
+  spare.insert(map, 2).push_back(4);
+  spare.insert(map, 3).push_back(5);
+  CHECK(map.size() == 3 && spare.spare() == 0);
+  const std::vector<int>* kept = &map.at(1);
+  auto reset = [](std::vector<int>& value) { value.clear(); };
+  spare.erase(map, map.find(1), reset);
+  spare.erase(map, map.find(2), reset);
+  spare.erase(map, map.find(3), reset);  // past `most`: freed
+  CHECK(map.size() == 0 && spare.spare() == 2);
+  // The last node kept comes back first, under its new key, its value reset.
+  std::vector<int>& reused = spare.insert(map, 9);
+  CHECK(reused.empty() && map.count(9) == 1 && map.count(2) == 0);
+  CHECK(spare.spare() == 1);
+  std::vector<int>& older = spare.insert(map, 10);
+  CHECK(&older == kept && older.empty() && older.capacity() >= 3);  // room kept
+  // A key already there keeps its entry, as operator[], and no spare is lost.
+  older.push_back(6);
+  spare.erase(map, map.find(9), reset);
+  CHECK(spare.spare() == 1);
+  std::vector<int>& again = spare.insert(map, 10);
+  CHECK(&again == &older && again.size() == 1 && spare.spare() == 1);
+  CHECK(map.size() == 1);
+}
+
 namespace {
 
 // The fixture's core has no instance: every block in its arena is a queued request's.
@@ -481,6 +555,51 @@ TEST(codec_answers_ids_output_choices_and_model_errors_as_the_general_path) {
                        {4}, 0, 0, &answers, timings));
   CHECK(answers.size() == 1 && answers[0].response.error == ErrorKind::kInvalidArgument);
   CHECK(!answers[0].counted_failure);
+}
+
+TEST(codec_answers_each_request_from_its_own_recipe_when_recipes_are_reused) {
+  // Requests answered one at a time: each is queued on the recipe (map node and
+  // vectors) the previous one left. Nothing of that one may reach its answer.
+  LaneFixture f;
+  KServeCodec& codec = f.lane.codec();
+  const HttpResponseWriter& writer = f.lane.writer();
+  std::string one_json_output =
+      replaced(replaced(add_sub_json(), "\"id\":\"\"", "\"id\":\"req-7\""),
+               "{\"name\":\"OUTPUT0\",\"parameters\":{\"binary_data\":true}},{\"name\":\"OUTPUT1\","
+               "\"parameters\":{\"binary_data\":true}}",
+               "{\"name\":\"OUTPUT1\",\"parameters\":{\"binary_data\":false}}");
+  std::string all = "{\"inputs\":[" + input_json("INPUT0", 1) + "," + input_json("INPUT1", 1) +
+                    "],\"parameters\":{\"binary_data_output\":true}}";
+  const char* both = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2]],[\"OUTPUT1\",\"FP32\",[1,2]]]}";
+  const std::string as = "AAAAAAAA", bs = std::string("\0\0\x80?\0\0\0@", 8);
+  std::string block = result_block({ok_entry(0, both, {&as, &bs})});
+  uint64_t timings[4];
+  std::vector<std::string> texts;
+  const std::string* order[] = {&one_json_output, &all, &one_json_output, &all};
+  for (uint64_t id = 1; id <= 4; ++id) {
+    CHECK(f.submit(make_body(*order[id - 1], 128), id) == SubmitOutcome::kQueued);
+    std::vector<KServeCodec::Answer> answers;
+    CHECK(codec.complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(), {id}, 0, 0,
+                         &answers, timings));
+    CHECK(answers.size() == 1 && answers[0].response.request_id == id);
+    if (answers.size() == 1) texts.push_back(writer.text(answers[0].response));
+    CHECK(codec.in_flight() == 0);
+  }
+  CHECK(texts.size() == 4);
+  if (texts.size() != 4) return;
+  // req-7: its id, OUTPUT1 only, as JSON numbers.
+  const std::string json_answer =
+      "{\"id\":\"req-7\",\"model_name\":\"add_sub\",\"model_version\":\"1\",\"outputs\":["
+      "{\"name\":\"OUTPUT1\",\"datatype\":\"FP32\",\"shape\":[1,2],\"data\":[1.0,2.0]}]}";
+  CHECK(texts[0].substr(texts[0].size() - json_answer.size()) == json_answer);
+  CHECK(texts[2] == texts[0]);
+  // The others: no id, both outputs, binary.
+  CHECK(texts[1].find("\"id\"") == std::string::npos);
+  CHECK(texts[1].find("\"name\":\"OUTPUT0\"") != std::string::npos);
+  CHECK(texts[1].find("\"binary_data_size\":8") != std::string::npos);
+  CHECK(texts[1].find("\"data\"") == std::string::npos);
+  CHECK(texts[1].substr(texts[1].size() - 16) == as + bs);
+  CHECK(texts[3] == texts[1]);
 }
 
 TEST(only_an_error_the_model_did_not_send_counts_as_a_failure) {

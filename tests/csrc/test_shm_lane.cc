@@ -173,6 +173,27 @@ TEST(shm_lane_codec_resolves_pins_and_answers_metadata_only) {
   CHECK(text.find("binary_data_size") == std::string::npos);
   CHECK(registry.mapped() == 0);  // the answer released the last pin
 
+  // The next request is queued on the recipe request 5 left (KServeCodec recycles
+  // them): a plain one, whose outputs come back as bytes, none in a region.
+  const std::string plain =
+      "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,16],\"data\":[" +
+      std::string("0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0") +
+      "]},{\"name\":\"INPUT1\",\"datatype\":\"FP32\",\"shape\":[1,16],\"data\":[" +
+      "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0" + "]}],\"parameters\":{\"binary_data_output\":true}}";
+  CHECK(submit(plain, 7) == SubmitOutcome::kQueued);
+  const std::string sixty_four(64, 'x');
+  entries[0].outputs = {OutputBytes{sixty_four.data(), 64}, OutputBytes{sixty_four.data(), 64}};
+  block.assign(response_block_size(entries), '\0');
+  write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
+  answers.clear();
+  CHECK(codec.complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(), {7}, 1500,
+                       4000, &answers, got));
+  CHECK(answers.size() == 1 && answers[0].response.outputs.size() == 2);
+  CHECK(!answers[0].response.outputs[0].in_shm && !answers[0].response.outputs[1].in_shm);
+  text = lane.writer().text(answers[0].response);
+  CHECK(text.find("\"binary_data_size\":64") != std::string::npos);
+  CHECK(text.substr(text.size() - 128) == sixty_four + sixty_four);
+
   // forget() releases pins too (a failed batch, shutdown).
   CHECK(registry.register_system("r", object.key, 0, 4096, &error) == ErrorKind::kNone);
   CHECK(submit(shm_request(), 6) == SubmitOutcome::kQueued);
