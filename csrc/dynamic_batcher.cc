@@ -106,11 +106,8 @@ uint64_t DynamicBatcher::next_batch(uint64_t now_ns, std::vector<QueuedRequest>*
 
   // Walk the queues in priority order (each level: its queue, then its delayed
   // requests) and take requests while the batch stays compatible.
-  struct Pick {
-    Level* level;
-    bool delayed;
-  };
-  std::vector<Pick> picks;
+  std::vector<Pick>& picks = picks_;
+  picks.clear();
   uint32_t total = 0;
   size_t best_count = 0;  // picks forming the largest preferred size seen
   bool send_now = false;
@@ -161,6 +158,7 @@ uint64_t DynamicBatcher::next_batch(uint64_t now_ns, std::vector<QueuedRequest>*
   }
 
   // The picks are a prefix of the walk order, so pop from the fronts in that order.
+  batch->reserve(batch->size() + take);
   for (size_t i = 0; i < take; ++i) {
     std::deque<QueuedRequest>& queue =
         picks[i].delayed ? picks[i].level->delayed : picks[i].level->queue;

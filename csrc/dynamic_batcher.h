@@ -86,6 +86,11 @@ class DynamicBatcher {
     std::deque<QueuedRequest> queue;
     std::deque<QueuedRequest> delayed;  // timed out under DELAY: served after `queue`
   };
+  // A request next_batch would take: from `level`'s queue or its delayed queue.
+  struct Pick {
+    Level* level;
+    bool delayed;
+  };
   Level& level_for(uint32_t priority);
   uint64_t apply_timeouts(uint64_t now_ns, std::vector<QueuedRequest>* rejected);
 
@@ -97,6 +102,8 @@ class DynamicBatcher {
   // Requests in every level's queue and delayed queue: asked on every dispatch, so
   // counted as they come and go rather than summed.
   size_t queued_ = 0;
+  // next_batch's walk, kept from call to call for its room (it runs on every dispatch).
+  std::vector<Pick> picks_;
 };
 
 }  // namespace naiad

@@ -393,6 +393,7 @@ bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
     return false;  // Python fails the batch (its complete() reads the block the same)
   }
   const HttpResponseWriter& writer = lane_.writer();
+  stats.batch_sizes.reserve(answers_.size());
   for (KServeCodec::Answer& answer : answers_) {
     const uint64_t id = answer.response.request_id;
     auto found = requests_.find(id);
@@ -418,6 +419,7 @@ bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
     const size_t at = http.size();
     http.resize(at + writer.size(answer.response, coding));
     writer.write(answer.response, coding, &http[at]);
+    lane_.codec().give_back(answer.response);
     request.slot->ready = true;
     touch(c);
   }

@@ -261,8 +261,12 @@ bool KServeCodec::write_shm_output(const Recipe::ShmPlace& place, const Response
 
 void KServeCodec::answer_outputs(const ModelSpec& model, const Recipe& recipe,
                                  const ResultOutput* outputs, size_t count, const uint8_t* base,
-                                 std::string_view parameters, InferResponse* response) const {
+                                 std::string_view parameters, InferResponse* response) {
   response->parameters = parameters;
+  if (response->outputs.capacity() == 0 && !spare_outputs_.empty()) {
+    response->outputs = std::move(spare_outputs_.back());
+    spare_outputs_.pop_back();
+  }
   response->outputs.reserve(count);
   for (size_t j = 0; j < count; ++j) {
     const ResultOutput& output = outputs[j];
@@ -311,7 +315,9 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
                            const std::vector<uint64_t>& request_ids, uint64_t dispatch_ns,
                            uint64_t end_ns, std::vector<Answer>* answers, uint64_t timings[4],
                            bool partial) {
-  ResultBlock result;
+  ResultBlock& result = result_;
+  result.outcomes.clear();
+  result.outputs.clear();
   if (!parse_result_block(block, block_size, &result)) return false;
   for (const ResultOutcome& outcome : result.outcomes) {
     if (outcome.request_index >= request_ids.size()) return false;

@@ -137,6 +137,13 @@ class KServeCodec {
   bool complete(const uint8_t* block, uint64_t block_size, const std::vector<uint64_t>& request_ids,
                 uint64_t dispatch_ns, uint64_t end_ns, std::vector<Answer>* answers,
                 uint64_t timings[4], bool partial = false);
+  // An answer's outputs list, once its response is written (the caller's answers are
+  // then cleared): kept for the next answers, its room with it.
+  void give_back(InferResponse& response) {
+    if (response.outputs.capacity() == 0 || spare_outputs_.size() >= kSpareOutputs) return;
+    response.outputs.clear();
+    spare_outputs_.push_back(std::move(response.outputs));
+  }
 
   bool owns(uint64_t request_id) const { return in_flight_.count(request_id) != 0; }
   // The client's id ("id" of the request) of a request in flight, empty when unknown:
@@ -201,7 +208,7 @@ class KServeCodec {
   // go back as JSON makes the response that error.
   void answer_outputs(const ModelSpec& model, const Recipe& recipe, const ResultOutput* outputs,
                       size_t count, const uint8_t* base, std::string_view parameters,
-                      InferResponse* response) const;
+                      InferResponse* response);
   // Writes an output answered with its bytes into the client region `place` (an
   // ensemble's answer); false: it does not fit or cannot be written, and `response` is
   // that error, in Triton's words.
@@ -231,6 +238,11 @@ class KServeCodec {
   // strings and vectors keep their room); the core copies what it needs in submit.
   RequestBlock block_;
   SubmitRequest submit_;
+  // complete()'s reading of a block, reused likewise; and answers' outputs lists
+  // given back (give_back), at most kSpareOutputs.
+  ResultBlock result_;
+  static constexpr size_t kSpareOutputs = 1024;
+  std::vector<std::vector<ResponseOutput>> spare_outputs_;
   // Tracing, per model: the sampling rate (0: off) and its setting's sampler; each
   // sampler's count of requests offered; and the ids of traced requests queued since
   // the last take_traced().

@@ -55,6 +55,8 @@ bool parse_result_block(const uint8_t* block, uint64_t block_size, ResultBlock* 
   ResponseBlockView view;
   if (!view_response_block(block, block_size, &view)) return false;
   for (int i = 0; i < 4; ++i) out->timings[i] = view.header->timings[i];
+  out->outcomes.reserve(out->outcomes.size() + view.header->n_responses);
+  out->outputs.reserve(out->outputs.size() + view.header->n_outputs);
   for (uint32_t r = 0; r < view.header->n_responses; ++r) {
     const ResponseRecord& record = view.records[r];
     ResultOutcome outcome;

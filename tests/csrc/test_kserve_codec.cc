@@ -559,7 +559,9 @@ TEST(codec_answers_ids_output_choices_and_model_errors_as_the_general_path) {
 
 TEST(codec_answers_each_request_from_its_own_recipe_when_recipes_are_reused) {
   // Requests answered one at a time: each is queued on the recipe (map node and
-  // vectors) the previous one left. Nothing of that one may reach its answer.
+  // vectors) the previous one left, read with the codec's reused ResultBlock and
+  // answered in the outputs list the previous answer gave back. Nothing of an earlier
+  // request may reach its answer.
   LaneFixture f;
   KServeCodec& codec = f.lane.codec();
   const HttpResponseWriter& writer = f.lane.writer();
@@ -582,7 +584,10 @@ TEST(codec_answers_each_request_from_its_own_recipe_when_recipes_are_reused) {
     CHECK(codec.complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(), {id}, 0, 0,
                          &answers, timings));
     CHECK(answers.size() == 1 && answers[0].response.request_id == id);
-    if (answers.size() == 1) texts.push_back(writer.text(answers[0].response));
+    if (answers.size() == 1) {
+      texts.push_back(writer.text(answers[0].response));
+      codec.give_back(answers[0].response);  // as HttpIo does: the next answer's list
+    }
     CHECK(codec.in_flight() == 0);
   }
   CHECK(texts.size() == 4);
