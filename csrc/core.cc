@@ -492,6 +492,7 @@ void Core::follow_deadline_locked(const Model& model, uint64_t before) {
 
 void Core::due_locked(uint64_t deadline) {
   timer_due_ = deadline;
+  due_hint_.store(deadline, std::memory_order_relaxed);
   if (!timer_deferred_) set_timer_locked();
 }
 
@@ -517,9 +518,28 @@ void Core::defer_timer() {
 }
 
 void Core::settle_timer() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  timer_deferred_ = false;
-  set_timer_locked();
+  bool left = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // A deadline that passed during the turn is met here rather than by a timer set
+    // to expire at once (a timer to program, then the thread to wake).
+    const uint64_t now = timer_due_ != 0 ? clock_() : 0;
+    if (timer_due_ != 0 && timer_due_ <= now) left = dispatch_due_locked(now);
+    timer_deferred_ = false;
+    set_timer_locked();
+  }
+  if (left) notify_frontend();
+}
+
+void Core::dispatch_due() {
+  const uint64_t due = due_hint_.load(std::memory_order_relaxed);
+  if (due == 0 || clock_() < due) return;
+  bool left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    left = dispatch_due_locked(clock_());
+  }
+  if (left) notify_frontend();
 }
 
 uint64_t Core::held_for_idle() {

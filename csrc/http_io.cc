@@ -32,6 +32,16 @@ constexpr size_t kMaxLanePartial = 64 * 1024;
 constexpr size_t kReadSize = 256 * 1024;
 constexpr int kMaxEvents = 256;
 
+// For one turn of the loop (run, poll): the core's timer is set once, as the turn
+// ends, to nothing when what the turn held back left before it ended. A deadline that
+// passes meanwhile is met by the turn itself (Core::dispatch_due between its events
+// and writes), or as it ends.
+struct TimerDeferral {
+  Core& core;
+  explicit TimerDeferral(Core& c) : core(c) { core.defer_timer(); }
+  ~TimerDeferral() { core.settle_timer(); }
+};
+
 void epoll_set(int epoll_fd, int op, int fd, uint32_t events, uint64_t key) {
   epoll_event event{};
   event.events = events;
@@ -62,13 +72,7 @@ void HttpIo::stop_listening() {
 
 void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
   {
-    // The timer is set once, as the turn ends: to nothing, when what the turn held
-    // back left before it ended.
-    struct Deferral {
-      Core& core;
-      explicit Deferral(Core& c) : core(c) { core.defer_timer(); }
-      ~Deferral() { core.settle_timer(); }
-    } deferral(core_);
+    TimerDeferral deferral(core_);
     epoll_event events[kMaxEvents];
     handle_ready(events, epoll_wait(epoll_fd_, events, kMaxEvents, 0));
     if (queued_ != 0) core_.flush(arrivals_possible(python_open, python_waiting));
@@ -95,6 +99,7 @@ void HttpIo::handle_ready(const epoll_event* events, int ready) {
     }
     if ((events[e].events & EPOLLOUT) && !send_out(c)) continue;
     if (events[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(c);
+    core_.dispatch_due();
   }
 }
 
@@ -138,11 +143,6 @@ void HttpIo::write_due(uint32_t python_open, uint32_t python_waiting) {
   if (queued_ != queued_before_writes) core_.flush(arrivals_possible(python_open, python_waiting));
 }
 
-void HttpIo::end_turn(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
-  write_due(python_open, python_waiting);
-  hand_events(turn);
-}
-
 void HttpIo::hand_events(Turn* turn) {
   turn->queued += queued_;
   turn->cached += cached_;
@@ -158,11 +158,20 @@ void HttpIo::hand_events(Turn* turn) {
 }
 
 void HttpIo::poll(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
-  std::vector<Completion> done = core_.poll(arrivals_possible(python_open, python_waiting));
-  for (Completion& completion : done) {
-    if (!answer_completion(completion, turn)) turn->completions.push_back(std::move(completion));
+  {
+    // Deferred like run(): a batch held as the completions come in would otherwise set
+    // the timer at once, and its deadline would mostly pass while this turn writes the
+    // answers, the timer thread preempting it.
+    TimerDeferral deferral(core_);
+    std::vector<Completion> done = core_.poll(arrivals_possible(python_open, python_waiting));
+    for (Completion& completion : done) {
+      if (!answer_completion(completion, turn)) {
+        turn->completions.push_back(std::move(completion));
+      }
+    }
+    write_due(python_open, python_waiting);
   }
-  end_turn(python_open, python_waiting, turn);
+  hand_events(turn);
 }
 
 void HttpIo::accept_all() {
@@ -331,6 +340,7 @@ void HttpIo::flush_writes() {
     collect_due(c);
     send_out(c);  // may destroy c, which takes it out of touched_
     if (i < touched_.size() && touched_[i] != c) --i;
+    core_.dispatch_due();
   }
   touched_.clear();
 }

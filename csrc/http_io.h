@@ -110,7 +110,7 @@ class HttpIo {
   // hands over the events of calls made since the last turn (pending_events()).
   void run(uint32_t python_open, uint32_t python_waiting, Turn* turn);
   // The core notified: Core::poll, this loop's completions answered and written, the
-  // others in `turn` for Python.
+  // others in `turn` for Python. The core's timer is deferred as in run().
   void poll(uint32_t python_open, uint32_t python_waiting, Turn* turn);
   // Events (closes, write pauses) that calls from Python made and no turn has handed
   // over yet: the caller runs a turn soon when there are any.
@@ -236,9 +236,6 @@ class HttpIo {
   // instance is busy. A spin the arrivals did not end makes the next ones rarer
   // (spin_skips_), so clients that keep a connection open without sending cost little.
   void spin_for_arrivals(uint32_t python_open, uint32_t python_waiting);
-  // The end of run() and poll(): due answers written (the core flushed if bytes that
-  // waited were taken meanwhile), counts and events handed over.
-  void end_turn(uint32_t python_open, uint32_t python_waiting, Turn* turn);
   // Lane mode leaves the connection and its received bytes to Python (kHandOver).
   void to_python(Connection* c);
   bool arrivals_possible(uint32_t python_open, uint32_t python_waiting) const {

@@ -380,6 +380,56 @@ TEST(core_timer_follows_the_earliest_deadline_across_models) {
   core.stop_instance(fast_instance);
 }
 
+// While the frontend's turn defers the timer, a deadline that passes is met by the turn:
+// dispatch_due() between its events, or settle_timer() as it ends. Neither sets the
+// timerfd nor wakes the timer thread (a timer that expires at once would cost both).
+TEST(core_a_deadline_passing_in_a_deferred_turn_is_met_by_the_turn) {
+  BatcherConfig config = batching(8, true);
+  config.max_queue_delay_us = 20000;  // 20 ms
+  Core core(1 << 22);
+  ModelHandle model = core.add_model(config);
+  uint32_t instance = core.add_instance(model);
+  core.instance_up(instance);
+  FakeWorker worker(core, instance);
+
+  core.defer_timer();
+  uint64_t start = monotonic_ns();
+  CHECK(submit_bytes(core, model, 1, "held"));
+  core.flush();
+  core.dispatch_due();  // not due yet: it stays held
+  CHECK(monotonic_ns() - start >= 20000000 || core.in_flight() == 0);
+  usleep(30000);
+  core.dispatch_due();  // due: it leaves, on this thread
+  CHECK(core.in_flight() == 1);
+  core.settle_timer();  // nothing left to wait for
+  std::vector<Completion> done = collect(core, 1);
+  CHECK(done.size() == 1 && done[0].dispatch_ns - start >= 20000000);
+
+  core.defer_timer();
+  start = monotonic_ns();
+  CHECK(submit_bytes(core, model, 2, "held, then the turn ends"));
+  core.flush();
+  usleep(30000);
+  core.settle_timer();  // due: it leaves as the turn ends
+  CHECK(core.in_flight() == 1);
+  done = collect(core, 1);
+  CHECK(done.size() == 1 && done[0].request_ids[0] == 2);
+  CHECK(done.size() == 1 && done[0].dispatch_ns - start >= 20000000);
+  CHECK(core.timer_settings() == 0);
+  CHECK(core.timer_wakeups() == 0);
+
+  // Outside a deferred turn the timer thread still meets it, and dispatch_due() after
+  // the batch left finds nothing.
+  CHECK(submit_bytes(core, model, 3, "timer"));
+  core.flush();
+  CHECK(notified(core));
+  CHECK(collect(core, 1).size() == 1);
+  core.dispatch_due();
+  CHECK(core.in_flight() == 0);
+  CHECK(core.timer_wakeups() == 1);
+  core.stop_instance(instance);
+}
+
 TEST(core_reports_queue_timeouts_and_full_queues) {
   ManualClock clock;
   BatcherConfig config = batching(8, true);
