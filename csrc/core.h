@@ -250,9 +250,10 @@ class Core : private EnsembleHost {
   // Any thread.
   void tick();
   // The frontend's I/O loop, around one turn (http_io.cc): from defer_timer until
-  // settle_timer the timerfd is left as it is, and settle_timer sets it to the
-  // earliest deadline then (none, when the held batches left meanwhile). Dispatch by
-  // other threads meanwhile is deferred the same way: the turn is short.
+  // settle_timer the timerfd is left as it is, and settle_timer dispatches what is due
+  // by then and sets it to the earliest deadline left (none, when the held batches
+  // left meanwhile). Dispatch by other threads meanwhile is deferred the same way: the
+  // turn is short.
   void defer_timer();
   void settle_timer();
   // What the timer thread would dispatch now, dispatched on the caller's thread: the
