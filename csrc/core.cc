@@ -523,8 +523,10 @@ void Core::settle_timer() {
     std::lock_guard<std::mutex> lock(mutex_);
     // A deadline that passed during the turn is met here rather than by a timer set
     // to expire at once (a timer to program, then the thread to wake).
-    const uint64_t now = timer_due_ != 0 ? clock_() : 0;
-    if (timer_due_ != 0 && timer_due_ <= now) left = dispatch_due_locked(now);
+    if (timer_due_ != 0) {
+      const uint64_t now = clock_();
+      if (timer_due_ <= now) left = dispatch_due_locked(now);
+    }
     timer_deferred_ = false;
     set_timer_locked();
   }
@@ -532,14 +534,10 @@ void Core::settle_timer() {
 }
 
 void Core::dispatch_due() {
+  // The look without the lock; what is due is then dispatched as tick() does.
   const uint64_t due = due_hint_.load(std::memory_order_relaxed);
   if (due == 0 || clock_() < due) return;
-  bool left;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    left = dispatch_due_locked(clock_());
-  }
-  if (left) notify_frontend();
+  tick();
 }
 
 uint64_t Core::held_for_idle() {
