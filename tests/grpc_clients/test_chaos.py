@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import datetime
+import hashlib
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -361,50 +364,149 @@ def test_sigterm_with_1000_requests_in_flight(tmp_path, exit_timeout):
         assert served < 1000 and set(answered) <= {200, 503, 500}, sorted(set(answered))
 
 
+# Holds every execution while `<gate>/hold` exists (it marks each start with
+# `<gate>/executing-<n>`, so the test knows the worker is busy) and answers each
+# request with the SHA-256 of its input: a corrupted input shows in the digest.
+GATE_MODEL = """
+import hashlib
+import json
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.gate = config["parameters"]["gate"]["string_value"]
+        self.executions = 0
+
+    def execute(self, requests):
+        self.executions += 1
+        open(os.path.join(self.gate, f"executing-{self.executions}"), "w").close()
+        deadline = time.monotonic() + 120
+        while os.path.exists(os.path.join(self.gate, "hold")):
+            if time.monotonic() > deadline:
+                raise RuntimeError("gate: held for 120 s, the test never released it")
+            time.sleep(0.005)
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            digest = hashlib.sha256(data.tobytes()).hexdigest().encode()
+            out = pb_utils.Tensor("DIGEST", np.array([digest], dtype=np.object_))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+        return responses
+"""
+
+
+def _gate_pbtxt(gate) -> str:
+    # No batching: each request is one arena block of its own, inputs included.
+    return f"""
+name: "gate"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] }} ]
+output [ {{ name: "DIGEST" data_type: TYPE_STRING dims: [ 1 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+{_parameter("gate", gate)}
+"""
+
+
+def _arena(server) -> dict:
+    return requests.get(server.url + "/v2/naiad/arena", timeout=10).json()
+
+
+def _wait_until(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened in {timeout}s: {what}"
+        time.sleep(0.01)
+
+
+def _gate_infer(server, protocol: str, payload: bytes):
+    """("served", digest) or ("refused", status, message) for one request to `gate`."""
+    module = httpclient if protocol == "http" else grpcclient
+    if protocol == "http":
+        client = httpclient.InferenceServerClient(
+            server.url.removeprefix("http://"), network_timeout=120
+        )
+    else:
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    try:
+        tensor = module.InferInput("INPUT0", [len(payload)], "UINT8")
+        tensor.set_data_from_numpy(np.frombuffer(payload, dtype=np.uint8))
+        try:
+            result = client.infer("gate", [tensor])
+        except InferenceServerException as exc:
+            return ("refused", str(exc.status()), exc.message())
+        return ("served", result.as_numpy("DIGEST")[0].decode())
+    finally:
+        client.close()
+
+
 def test_a_full_arena_refuses_cleanly_and_never_corrupts(tmp_path):
-    """An arena far too small for the requests in flight: each request is served with the
-    right output or refused with 503 naming the arena; none is lost or corrupted."""
+    """The arena fills with requests held behind a busy worker: one more is refused at
+    once with 503 (UNAVAILABLE over gRPC) naming the arena, the held ones are then each
+    served with their own input intact, and the arena ends as it began."""
     repo = tmp_path / "models"
-    write_model(repo, "add_sub", add_sub_pbtxt(max_batch_size=8192, count=2), ADD_SUB_MODEL)
-    # 4 MiB; a request takes 1 MiB of inputs and 1 MiB of outputs: two fit at once.
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    write_model(repo, "gate", _gate_pbtxt(gate), GATE_MODEL)
     server = NaiadServer(repo, log_dir=tmp_path, extra_args=["--arena-size=4M"])
-    with server:
-
-        def one(i: int):
-            rows = 1 << 13  # 8192 x 16 FP32 = 512 KiB per tensor
-            a = np.random.default_rng(i).random((rows, 16), dtype=np.float32)
-            b = np.full((rows, 16), float(i), dtype=np.float32)
-            client = httpclient.InferenceServerClient(
-                server.url.removeprefix("http://"), network_timeout=60
+    pool = concurrent.futures.ThreadPoolExecutor(4)
+    # A failing check must not leave the held requests waiting out the gate's deadline.
+    with pool, server, contextlib.ExitStack() as release:
+        release.callback((gate / "hold").unlink, missing_ok=True)
+        before = _arena(server)
+        # Three requests of this size fit in the free space with room to spare for the
+        # batch descriptor and the small answers; a fourth cannot.
+        held = 3
+        size = (before["largest_free"] - (256 << 10)) // held // 64 * 64
+        rng = np.random.default_rng(7)
+        payloads = [rng.bytes(size) for _ in range(held + 2)]
+        futures = [pool.submit(_gate_infer, server, "http", payloads[0])]
+        _wait_until(lambda: (gate / "executing-1").exists(), "the first request executes")
+        for i in range(1, held):
+            futures.append(
+                pool.submit(_gate_infer, server, "grpc" if i % 2 else "http", payloads[i])
             )
-            try:
-                inputs = [
-                    httpclient.InferInput("INPUT0", [rows, 16], "FP32"),
-                    httpclient.InferInput("INPUT1", [rows, 16], "FP32"),
-                ]
-                inputs[0].set_data_from_numpy(a, binary_data=True)
-                inputs[1].set_data_from_numpy(b, binary_data=True)
-                try:
-                    result = client.infer("add_sub", inputs)
-                except InferenceServerException as exc:
-                    return ("refused", str(exc.status()), exc.message())
-                right = np.array_equal(result.as_numpy("OUTPUT0"), a + b) and np.array_equal(
-                    result.as_numpy("OUTPUT1"), a - b
-                )
-                return ("served", right)
-            finally:
-                client.close()
-
-        with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            outcomes = list(pool.map(one, range(96)))
-        arena = requests.get(server.url + "/v2/naiad/arena", timeout=10).json()
-    served = [o for o in outcomes if o[0] == "served"]
-    refused = [o for o in outcomes if o[0] == "refused"]
-    print(f"full arena: {len(served)} served, {len(refused)} refused of {len(outcomes)}; {arena}")
-    messages = {(status, message.split(": the ", 1)[-1]) for _kind, status, message in refused}
-    print(f"full arena refusals: {messages}")
-    for _kind, status, message in refused:
-        assert status == "503" and "arena has no room" in message, (status, message)
-    assert refused, "the arena never filled: the test proves nothing"
-    assert all(right for _kind, right in served), "a served request had a wrong output"
-    assert served, "nothing was served"
+            _wait_until(
+                lambda n=i + 1: _arena(server)["requests_in_flight"] == n,
+                f"{i + 1} requests in flight",
+            )
+        full = _arena(server)
+        refused = [
+            _gate_infer(server, "http", payloads[held]),
+            _gate_infer(server, "grpc", payloads[held + 1]),
+        ]
+        # Refused while the held ones still wait: on arrival, not after a wait.
+        assert not any(f.done() for f in futures), [f.result() for f in futures if f.done()]
+        assert _arena(server)["requests_in_flight"] == held
+        (gate / "hold").unlink()
+        served = [f.result(120) for f in futures]
+        again = _gate_infer(server, "http", payloads[held])  # room again
+        _wait_until(
+            lambda: _arena(server)["bytes_in_use"] == before["bytes_in_use"],
+            "the arena back to its use before the test",
+            timeout=10,
+        )
+        after = _arena(server)
+    print(f"full arena: before {before}, full {full}, after {after}; refused {refused}")
+    digests = [hashlib.sha256(p).hexdigest() for p in payloads]
+    assert served == [("served", d) for d in digests[:held]]
+    assert again == ("served", digests[held])
+    # Each names what it needed: at least its input, more than the largest free block.
+    pattern = r"model 'gate': the shared-memory arena has no room for a request of (\d+) bytes"
+    assert [(kind, status) for kind, status, _ in refused] == [
+        ("refused", "503"),
+        ("refused", "StatusCode.UNAVAILABLE"),
+    ], refused
+    for _kind, _status, message in refused:
+        match = re.fullmatch(pattern, message)
+        assert match, message
+        assert int(match[1]) >= size and int(match[1]) > full["largest_free"], (message, full)
+    assert after["blocks_in_use"] == before["blocks_in_use"]
+    assert len(list(gate.glob("executing-*"))) == held + 1
