@@ -158,6 +158,31 @@ def test_python_logging_records_become_triton_lines(capsys):
     assert lines[3].endswith('] "shown at level 1"')
 
 
+def test_a_logged_exception_is_written_with_its_traceback(capsys):
+    """logger.exception(...) (what an HTTP handler's unexpected error logs) gives one E
+    line whose message holds the traceback, and no "--- Logging error ---" report."""
+    handler = triton_log.TritonHandler()
+    logger = logging.getLogger("naiad.test_triton_log.exceptions")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        try:
+            raise ValueError("the real error")
+        except ValueError:
+            logger.exception("handling failed")
+        logger.error("with a stack", stack_info=True)
+    finally:
+        logger.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert "Logging error" not in err
+    lines = err.splitlines()
+    assert len(lines) == 2 and [line[0] for line in lines] == ["E", "E"]
+    assert '] "handling failed\\nTraceback (most recent call last):\\n' in lines[0]
+    assert 'raise ValueError(\\"the real error\\")' in lines[0]
+    assert lines[0].endswith('ValueError: the real error"')
+    assert '"with a stack\\nStack (most recent call last):' in lines[1]
+
+
 def test_settings_line_carries_the_server_pid():
     line = triton_log.settings_line()
     assert line.endswith(b"\n") and line.count(b"\n") == 1

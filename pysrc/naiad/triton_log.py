@@ -241,6 +241,11 @@ def write_table(path: str, line: int, table: str) -> None:
         _emit(_preamble("I", os.path.basename(path), line, time.time()) + "\n" + table + "\n")
 
 
+# Formats a record's exception and stack as logging's default Formatter does; the
+# handler writes the rest of the line itself.
+_TRACEBACKS = logging.Formatter()
+
+
 class TritonHandler(logging.Handler):
     """Python logging records, written as Triton's log lines under the current settings."""
 
@@ -258,7 +263,9 @@ class TritonHandler(logging.Handler):
         try:
             message = record.getMessage()
             if record.exc_info:
-                message += "\n" + self.formatException(record.exc_info)
+                message += "\n" + _TRACEBACKS.formatException(record.exc_info)
+            if record.stack_info:
+                message += "\n" + _TRACEBACKS.formatStack(record.stack_info)
             write(severity, record.filename, record.lineno, message)
         except Exception:
             self.handleError(record)
