@@ -27,6 +27,7 @@ class TritonPythonModel:
 # what a model with a broken dependency looks like after its first crash.
 INIT_ONCE = """
 import os
+import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -36,8 +37,8 @@ MARKER = {marker!r}
 class TritonPythonModel:
     def initialize(self, args):
         if os.path.exists(MARKER):
-            with open(MARKER + ".attempts", "a") as out:
-                out.write("x")
+            with open(MARKER + ".attempts", "a") as out:  # when (CLOCK_MONOTONIC), a line each
+                out.write(f"{{time.monotonic()}}\\n")
             raise RuntimeError("init_once initializes only once")
         open(MARKER, "w").close()
 
