@@ -4,7 +4,7 @@ the gRPC side).
 One `naiad serve` on add_sub (model_repository), the BLS model `bls` (its request
 parameter `mode` picks what it calls: tests/pipeline_models/bls/1/model.py), the ensemble
 `ensemble_add_sub` (add_sub twice: OUTPUT0 = 2 * INPUT0, OUTPUT1 = 2 * INPUT1),
-slow_add_sub (0.3 s per execution, one instance) and ensembles that must not load; and
+slow_add_sub (one instance a test can hold busy) and ensembles that must not load; and
 for BLS calls to sequence models, cancelled BLS streams and nested or decoupled
 ensembles: seq_echo (and seq_echo_string, its TYPE_STRING-CORRID twin), ens_seq_echo,
 bls_sequence, bls_cancel, the decoupled `repeat` (tests/decoupled_models), int_double,
@@ -353,19 +353,25 @@ def _failures(server, model: str) -> tuple[int, float]:
 
 
 def test_bls_timeout_in_the_called_models_queue(server):
-    # slow_add_sub's one instance is busy for 0.3 s; the BLS request may wait 1 ms.
+    # slow_add_sub's one instance is held busy; the BLS request may wait 1 ms.
     before = _failures(server, "slow_add_sub")
+    folder = Path(server.repository) / "slow_add_sub"
+    (folder / "executing").unlink(missing_ok=True)
+    (folder / "hold").touch()
     busy = threading.Thread(target=infer, args=(server, "slow_add_sub"))
     busy.start()
-    time.sleep(0.1)
     try:
-        start = time.monotonic()
+        deadline = time.monotonic() + TIMEOUT
+        while not (folder / "executing").exists():
+            assert time.monotonic() < deadline, "slow_add_sub never started executing"
+            time.sleep(0.005)
         status, payload, _ = infer(
             server, "bls", {"mode": "timeout", "target": "slow_add_sub", "timeout": 1000}
         )
         assert (status, payload) == (503, {"error": "Request timeout expired"})
-        assert time.monotonic() - start < 0.25  # refused at its deadline, not when served
+        assert busy.is_alive()  # refused at its deadline, not once the instance was free
     finally:
+        (folder / "hold").unlink()
         busy.join()
     # The called model counts it as it counts a client's request that timed out there.
     deadline = time.monotonic() + 5
