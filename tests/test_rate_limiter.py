@@ -119,11 +119,28 @@ def _load_answers(url: str) -> list[tuple[int, dict]]:
     return answers
 
 
-def test_instances_asking_more_than_given_are_refused_at_load(tmp_path):
+needs_triton = pytest.mark.skipif(
+    find_triton() is None,
+    reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
+)
+
+
+def _wait_triton_ready(triton) -> None:
+    deadline = time.monotonic() + 60
+    while not requests.get(triton.url + "/v2/health/ready", timeout=5).ok:
+        assert time.monotonic() < deadline, "Triton never ready"
+        time.sleep(0.2)
+
+
+def _refusal_answers(tmp_path) -> tuple[Path, list[str], list]:
     repository = _repository(tmp_path / "repository", REFUSAL_MODELS)
     args = ["--model-control-mode=explicit", *REFUSAL_ARGS]
     with NaiadServer(repository, log_dir=tmp_path, extra_args=args) as server:
-        answers = _load_answers(server.url)
+        return repository, args, _load_answers(server.url)
+
+
+def test_instances_asking_more_than_given_are_refused_at_load(tmp_path):
+    answers = _refusal_answers(tmp_path)[2]
     limited = (
         'Invalid argument: Resource count for "{}" is limited to {} which will prevent '
         "scheduling of one or more model instances, the minimum required count is {}"
@@ -142,14 +159,14 @@ def test_instances_asking_more_than_given_are_refused_at_load(tmp_path):
     )
     # Once the flags name any resource, one they do not name has no copies.
     assert limited.format("S", 0, 1) in answers[3][1]["error"]
-    if find_triton() is not None:
-        with TritonPeer(repository, tmp_path, args) as triton:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                if requests.get(triton.url + "/v2/health/ready", timeout=5).ok:
-                    break
-                time.sleep(0.2)
-            assert _load_answers(triton.url) == answers
+
+
+@needs_triton
+def test_refusals_at_load_match_triton(tmp_path):
+    repository, args, answers = _refusal_answers(tmp_path)
+    with TritonPeer(repository, tmp_path, args) as triton:
+        _wait_triton_ready(triton)
+        assert _load_answers(triton.url) == answers
 
 
 def test_rate_limit_flags_are_checked_as_tritonserver_does(tmp_path, shared_repository):
@@ -205,10 +222,7 @@ def _staged_batch(url: str) -> tuple[int, list]:
     return int(stats["execution_count"]), sizes
 
 
-def test_a_staged_batch_grows_with_requests_that_arrive_meanwhile(tmp_path):
-    """As Triton's dynamic batcher grows the payload waiting in its rate limiter: the
-    six requests run as one batch once R is free (checked against Triton 2.51 where
-    it is installed)."""
+def _staged_repository(tmp_path) -> Path:
     root = tmp_path / "repository"
     _repository(root, {"rl_hold": SHARED, "rl_grow": SHARED})
     slow = 'parameters { key: "SLEEP_S" value { string_value: "1.0" } }\n'
@@ -216,14 +230,20 @@ def test_a_staged_batch_grows_with_requests_that_arrive_meanwhile(tmp_path):
     grow = _config("rl_grow", SHARED, more="dynamic_batching { }\n")
     grow = grow.replace("max_batch_size: 0", "max_batch_size: 8")
     (root / "rl_grow" / "config.pbtxt").write_text(grow)
-    args = ["--rate-limit=execution_count"]
-    with NaiadServer(root, log_dir=tmp_path, extra_args=args) as server:
-        ours = _staged_batch(server.url)
-    assert ours == (1, [6])
-    if find_triton() is not None:
-        with TritonPeer(root, tmp_path, args) as triton:
-            deadline = time.monotonic() + 60
-            while not requests.get(triton.url + "/v2/health/ready", timeout=5).ok:
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
-            assert _staged_batch(triton.url) == ours
+    return root
+
+
+def test_a_staged_batch_grows_with_requests_that_arrive_meanwhile(tmp_path):
+    """As Triton's dynamic batcher grows the payload waiting in its rate limiter: the
+    six requests run as one batch once R is free."""
+    root = _staged_repository(tmp_path)
+    with NaiadServer(root, log_dir=tmp_path, extra_args=["--rate-limit=execution_count"]) as server:
+        assert _staged_batch(server.url) == (1, [6])
+
+
+@needs_triton
+def test_a_staged_batch_grows_in_triton_too(tmp_path):
+    root = _staged_repository(tmp_path)
+    with TritonPeer(root, tmp_path, ["--rate-limit=execution_count"]) as triton:
+        _wait_triton_ready(triton)
+        assert _staged_batch(triton.url) == (1, [6])
