@@ -386,40 +386,53 @@ TEST(core_timer_follows_the_earliest_deadline_across_models) {
 TEST(core_a_deadline_passing_in_a_deferred_turn_is_met_by_the_turn) {
   BatcherConfig config = batching(8, true);
   config.max_queue_delay_us = 20000;  // 20 ms
-  Core core(1 << 22);
+  // A clock the test moves: "not due yet" is then true however slow the machine is.
+  std::atomic<uint64_t> now{1000000};
+  Core core(1 << 22, [&now] { return now.load(); });
   ModelHandle model = core.add_model(config);
   uint32_t instance = core.add_instance(model);
   core.instance_up(instance);
   FakeWorker worker(core, instance);
 
   core.defer_timer();
-  uint64_t start = monotonic_ns();
   CHECK(submit_bytes(core, model, 1, "held"));
   core.flush();
-  core.dispatch_due();  // not due yet: it stays held
-  CHECK(monotonic_ns() - start >= 20000000 || core.in_flight() == 0);
-  usleep(30000);
+  now += 19999999;
+  core.dispatch_due();  // 1 ns before its deadline: it stays held
+  CHECK(core.in_flight() == 0);
+  now += 1;
   core.dispatch_due();  // due: it leaves, on this thread
   CHECK(core.in_flight() == 1);
   core.settle_timer();  // nothing left to wait for
   std::vector<Completion> done = collect(core, 1);
-  CHECK(done.size() == 1 && done[0].dispatch_ns - start >= 20000000);
+  CHECK(done.size() == 1 && done[0].dispatch_ns == 1000000 + 20000000);
 
   core.defer_timer();
-  start = monotonic_ns();
+  const uint64_t start = now;
   CHECK(submit_bytes(core, model, 2, "held, then the turn ends"));
   core.flush();
-  usleep(30000);
+  now += 30000000;
   core.settle_timer();  // due: it leaves as the turn ends
   CHECK(core.in_flight() == 1);
   done = collect(core, 1);
   CHECK(done.size() == 1 && done[0].request_ids[0] == 2);
-  CHECK(done.size() == 1 && done[0].dispatch_ns - start >= 20000000);
+  CHECK(done.size() == 1 && done[0].dispatch_ns == start + 30000000);
   CHECK(core.timer_settings() == 0);
   CHECK(core.timer_wakeups() == 0);
 
-  // Outside a deferred turn the timer thread still meets it, and dispatch_due() after
-  // the batch left finds nothing.
+  core.stop_instance(instance);
+}
+
+// Outside a deferred turn the timer thread meets a deadline, and dispatch_due() after the
+// batch left finds nothing.
+TEST(core_a_deadline_outside_a_deferred_turn_is_met_by_the_timer_thread) {
+  BatcherConfig config = batching(8, true);
+  config.max_queue_delay_us = 20000;  // 20 ms
+  Core core(1 << 22);
+  ModelHandle model = core.add_model(config);
+  uint32_t instance = core.add_instance(model);
+  core.instance_up(instance);
+  FakeWorker worker(core, instance);
   CHECK(submit_bytes(core, model, 3, "timer"));
   core.flush();
   CHECK(notified(core));
