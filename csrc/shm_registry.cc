@@ -10,6 +10,8 @@
 #include <cstring>
 #include <new>
 
+#include "shm_fault_guard.h"
+
 namespace naiad {
 
 namespace {
@@ -44,18 +46,21 @@ bool valid_shm_key(std::string_view key) {
   return true;
 }
 
-ShmRegistry::ShmRegistry(Arena* arena) : arena_(arena) {
+ShmRegistry::ShmRegistry(Arena* arena, uint32_t max_regions)
+    : arena_(arena), max_regions_(max_regions) {
   if (arena_ != nullptr) {
-    table_offset_ = arena_->alloc(sizeof(RegionTable));
+    table_offset_ = arena_->alloc(region_table_bytes(max_regions_));
     if (table_offset_ != 0) {
       RegionTable* t = table();
       t->epoch.store(0, std::memory_order_relaxed);
       t->frontend_pid = static_cast<uint64_t>(::getpid());
-      for (auto& slot : t->live) {
-        slot.id.store(0, std::memory_order_relaxed);
-        slot.fd = -1;
-        slot.object_offset = 0;
-        slot.byte_size = 0;
+      t->slots = max_regions_;
+      for (uint32_t i = 0; i < max_regions_; ++i) {
+        RegionTableSlot* slot = region_table_slot(t, i);
+        new (&slot->id) std::atomic<uint64_t>(0);
+        slot->fd = -1;
+        slot->object_offset = 0;
+        slot->byte_size = 0;
       }
     }
   }
@@ -64,8 +69,7 @@ ShmRegistry::ShmRegistry(Arena* arena) : arena_(arena) {
 ShmRegistry::~ShmRegistry() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [id, region] : regions_) {
-    if (region.map_base != nullptr) ::munmap(region.map_base, region.map_length);
-    if (region.write_base != nullptr) ::munmap(region.write_base, region.map_length);
+    unmap(region);
     if (region.fd >= 0) ::close(region.fd);
   }
   regions_.clear();
@@ -85,23 +89,69 @@ ErrorKind ShmRegistry::check_new_locked(std::string_view name, std::string* erro
   return ErrorKind::kNone;
 }
 
+void ShmRegistry::unmap(Region& region) {
+  // Unwatched first: the guard must never repair an address range that is reused.
+  shm_guard_unwatch(region.watch);
+  shm_guard_unwatch(region.write_watch);
+  region.watch = region.write_watch = -1;
+  if (region.map_base != nullptr) ::munmap(region.map_base, region.map_length);
+  if (region.write_base != nullptr) ::munmap(region.write_base, region.map_length);
+  region.map_base = region.write_base = nullptr;
+}
+
+ErrorKind ShmRegistry::check_intact_locked(const Region& region, std::string* error) const {
+  if (region.status.kind != InputKind::kSystemShm) return ErrorKind::kNone;
+  const RegionStatus& s = region.status;
+  if (shm_guard_faults(region.watch) != 0 || shm_guard_faults(region.write_watch) != 0) {
+    // The guard replaced our mapping with zeros: its bytes are not the object's any more.
+    *error = "shared memory region " + quoted(s.name) + " was truncated while in use (its object " +
+             quoted(s.key) + " shrank under a request); unregister it and register it again";
+    return ErrorKind::kInvalidArgument;
+  }
+  // Checked on every request: the client may shrink its object at any time, and
+  // touching a page past the object's end raises SIGBUS.
+  struct stat info;
+  if (::fstat(region.fd, &info) != 0) {
+    *error = "Invalid shared memory region: " + quoted(s.name) + " (fstat of " + quoted(s.key) +
+             " failed: " + std::strerror(errno) + ")";
+    return ErrorKind::kInternal;
+  }
+  const uint64_t object_size = static_cast<uint64_t>(info.st_size);
+  if (s.offset > object_size || s.byte_size > object_size - s.offset) {
+    *error = "shared memory region " + quoted(s.name) + " was truncated after registration (its " +
+             "object " + quoted(s.key) + " has " + std::to_string(object_size) +
+             " bytes, the region needs offset " + std::to_string(s.offset) + " + byte_size " +
+             std::to_string(s.byte_size) + ")";
+    return ErrorKind::kInvalidArgument;
+  }
+  return ErrorKind::kNone;
+}
+
 ShmRegistry::Region* ShmRegistry::add_locked(Region region, std::string* error) {
   RegionTable* t = table();
+  if (regions_.size() >= max_regions_) {
+    *error = "failed to register shared memory region " + quoted(region.status.name) + ": " +
+             std::to_string(max_regions_) +
+             " regions are in use, the most this server serves (--shm-max-regions)";
+    return nullptr;
+  }
   if (t != nullptr) {
     uint32_t slot = 0;
-    while (slot < kRegionTableSlots && t->live[slot].id.load(std::memory_order_relaxed) != 0) {
+    while (slot < max_regions_ &&
+           region_table_slot(t, slot)->id.load(std::memory_order_relaxed) != 0) {
       ++slot;
     }
-    if (slot == kRegionTableSlots) {
+    if (slot == max_regions_) {  // unreachable: one slot per region held
       *error = "failed to register shared memory region " + quoted(region.status.name) + ": " +
-               std::to_string(kRegionTableSlots) + " regions are in use, the most Naiad serves";
+               std::to_string(max_regions_) +
+               " regions are in use, the most this server serves (--shm-max-regions)";
       return nullptr;
     }
     region.slot = slot;
   }
   region.id = next_id_++;
   if (t != nullptr) {
-    RegionTableSlot& entry = t->live[region.slot];
+    RegionTableSlot& entry = *region_table_slot(t, region.slot);
     entry.fd = region.fd;
     entry.object_offset = region.status.offset;
     entry.byte_size = region.status.byte_size;
@@ -125,15 +175,22 @@ ErrorKind ShmRegistry::register_system(std::string_view name, std::string_view k
   }
   std::string key_text(key);
   // Read-only: the frontend only reads inputs; workers open the object for writing.
-  int fd = ::shm_open(key_text.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  // O_NONBLOCK: a FIFO put where the object should be would block the open (and the
+  // server's event loop) until someone writes to it; it is refused below instead.
+  int fd = ::shm_open(key_text.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0);
   if (fd < 0) {
     *error = open_error;
     return ErrorKind::kInternal;
   }
   struct stat info;
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+  if (::fstat(fd, &info) != 0) {
     ::close(fd);
     *error = open_error;
+    return ErrorKind::kInternal;
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    *error = open_error + " (not a shared memory object)";
     return ErrorKind::kInternal;
   }
   const uint64_t object_size = static_cast<uint64_t>(info.st_size);
@@ -170,9 +227,10 @@ ErrorKind ShmRegistry::register_system(std::string_view name, std::string_view k
     }
     region.map_base = static_cast<uint8_t*>(base);
     region.data = region.map_base + (offset - start);
+    region.watch = shm_guard_watch(region.map_base, region.map_length, false);
   }
   if (add_locked(std::move(region), error) == nullptr) {
-    if (region.map_base != nullptr) ::munmap(region.map_base, region.map_length);
+    unmap(region);
     ::close(fd);
     return ErrorKind::kInternal;
   }
@@ -210,12 +268,11 @@ void ShmRegistry::free_locked(uint64_t id) {
   auto found = regions_.find(id);
   if (found == regions_.end()) return;
   Region& region = found->second;
-  if (region.map_base != nullptr) ::munmap(region.map_base, region.map_length);
-  if (region.write_base != nullptr) ::munmap(region.write_base, region.map_length);
+  unmap(region);
   if (region.fd >= 0) ::close(region.fd);
   RegionTable* t = table();
-  if (t != nullptr && region.slot < kRegionTableSlots) {
-    t->live[region.slot].id.store(0, std::memory_order_release);
+  if (t != nullptr && region.slot < max_regions_) {
+    region_table_slot(t, region.slot)->id.store(0, std::memory_order_release);
     t->epoch.fetch_add(1, std::memory_order_release);
   }
   regions_.erase(found);
@@ -280,6 +337,8 @@ ErrorKind ShmRegistry::resolve(std::string_view name, uint64_t offset, uint64_t 
              std::to_string(region_size) + ")";
     return ErrorKind::kInvalidArgument;
   }
+  ErrorKind intact = check_intact_locked(region, error);
+  if (intact != ErrorKind::kNone) return intact;
   ++region.refs;
   ref->id = region.id;
   ref->kind = region.status.kind;
@@ -346,9 +405,15 @@ bool ShmRegistry::write(uint64_t region_id, uint64_t offset, const uint8_t* data
     ::close(fd);
     if (base == MAP_FAILED) return false;
     region.write_base = static_cast<uint8_t*>(base);
+    region.write_watch = shm_guard_watch(region.write_base, region.map_length, true);
+  }
+  // A truncation racing this copy costs the write (the guard's zero pages take it), not
+  // the process; once a mapping took zero pages, the object is no longer behind it.
+  if (shm_guard_faults(region.watch) != 0 || shm_guard_faults(region.write_watch) != 0) {
+    return false;
   }
   std::memcpy(region.write_base + (region.data - region.map_base) + offset, data, size);
-  return true;
+  return shm_guard_faults(region.write_watch) == 0;
 }
 
 std::string ShmRegistry::write_output(uint64_t region, uint64_t offset, uint64_t place_size,

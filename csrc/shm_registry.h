@@ -48,8 +48,9 @@ namespace naiad {
 // /proc/<frontend_pid>/fd/<fd>) and the registered range (object offset, byte size),
 // written before the id (release order). `epoch` moves on after every change, so a
 // worker compares one word per batch. A worker reading an input in place
-// (InputSlot::region) finds its region here by id.
-constexpr uint32_t kRegionTableSlots = 1024;
+// (InputSlot::region) finds its region here by id. One slot per region the server may
+// hold (`naiad serve --shm-max-regions`): `slots` of them follow the header.
+constexpr uint32_t kDefaultMaxRegions = 1024;
 struct RegionTableSlot {
   std::atomic<uint64_t> id;
   int64_t fd;  // -1: no host mapping (CUDA)
@@ -59,15 +60,24 @@ struct RegionTableSlot {
 struct RegionTable {
   std::atomic<uint64_t> epoch;
   uint64_t frontend_pid;
-  RegionTableSlot live[kRegionTableSlots];
+  uint64_t slots;
 };
+inline size_t region_table_bytes(uint64_t slots) {
+  return sizeof(RegionTable) + slots * sizeof(RegionTableSlot);
+}
+inline RegionTableSlot* region_table_slot(RegionTable* table, uint64_t slot) {
+  return reinterpret_cast<RegionTableSlot*>(table + 1) + slot;
+}
+inline const RegionTableSlot* region_table_slot(const RegionTable* table, uint64_t slot) {
+  return reinterpret_cast<const RegionTableSlot*>(table + 1) + slot;
+}
 
 // A worker's reads of the table (the ids and epoch are atomics; _core.pyx calls these).
 inline uint64_t region_table_epoch_of(const RegionTable* table) {
   return table->epoch.load(std::memory_order_acquire);
 }
-inline uint64_t region_table_id(const RegionTable* table, uint32_t slot) {
-  return table->live[slot].id.load(std::memory_order_acquire);
+inline uint64_t region_table_id(const RegionTable* table, uint64_t slot) {
+  return region_table_slot(table, slot)->id.load(std::memory_order_acquire);
 }
 
 constexpr size_t kCudaIpcHandleBytes = 64;  // sizeof(cudaIpcMemHandle_t)
@@ -100,7 +110,9 @@ struct RegionRef {
 class ShmRegistry : public InputRegions {
  public:
   // `arena`: where the workers' RegionTable lives (null: no table, tests).
-  explicit ShmRegistry(Arena* arena = nullptr);
+  // `max_regions`: regions held at once (registered or still referenced), for the whole
+  // server, every client together.
+  explicit ShmRegistry(Arena* arena = nullptr, uint32_t max_regions = kDefaultMaxRegions);
   ~ShmRegistry() override;  // unmaps and closes everything
   ShmRegistry(const ShmRegistry&) = delete;
   ShmRegistry& operator=(const ShmRegistry&) = delete;
@@ -121,7 +133,9 @@ class ShmRegistry : public InputRegions {
 
   // Resolves [offset, offset + size) of the region named `name` for a request's
   // tensor and takes a reference on it (release(ref.id) when the request is done).
-  // Errors: unknown region (kNotFound), range outside the region (kInvalidArgument).
+  // Errors: unknown region (kNotFound), range outside the region, or a system region
+  // whose object the client shrank (fstat now, or a fault absorbed by the guard,
+  // shm_fault_guard.h) (kInvalidArgument).
   ErrorKind resolve(std::string_view name, uint64_t offset, uint64_t size, RegionRef* ref,
                     std::string* error);
   // References on a region by id; acquire() fails (false) for an id already released.
@@ -165,15 +179,21 @@ class ShmRegistry : public InputRegions {
     uint64_t map_length = 0;
     uint8_t* data = nullptr;  // the region's first byte (map_base + page remainder)
     uint32_t slot = UINT32_MAX;
+    int watch = -1;  // shm_fault_guard.h handles of map_base and write_base
+    int write_watch = -1;
   };
 
   ErrorKind check_new_locked(std::string_view name, std::string* error);
   Region* add_locked(Region region, std::string* error);
   void drop_name_locked(Region& region);
   void free_locked(uint64_t id);  // unmaps, closes and forgets (refs == 0, unregistered)
+  // kNone while a system region's object still holds all of it; else Triton's kind.
+  ErrorKind check_intact_locked(const Region& region, std::string* error) const;
+  static void unmap(Region& region);
   RegionTable* table() const;
 
   Arena* arena_;
+  uint32_t max_regions_;
   uint64_t table_offset_ = 0;
   std::atomic<uint64_t> copies_{0};
   std::atomic<uint64_t> copied_bytes_{0};

@@ -3640,7 +3640,7 @@ cdef extern from "shm_registry.h" namespace "naiad":
         string raw_handle
 
     cdef cppclass CShmRegistry "naiad::ShmRegistry":
-        CShmRegistry(Arena* arena) except +
+        CShmRegistry(Arena* arena, uint32_t max_regions) except +
         uint64_t table_offset()
         ErrorKind register_system(string_view name, string_view key, uint64_t offset,
                                   uint64_t byte_size, string* error) except +
@@ -3663,16 +3663,23 @@ cdef extern from "shm_registry.h" namespace "naiad":
     uint64_t gathered_bytes(CCore& core)
     uint64_t in_place_inputs(CCore& core)
     size_t kCudaIpcHandleBytes
-    uint32_t kRegionTableSlots
+    uint32_t kDefaultMaxRegions
     cdef struct RegionTableSlot:  # its id is an atomic: read through region_table_id
         int64_t fd
         uint64_t object_offset
         uint64_t byte_size
     cdef struct RegionTable:
         uint64_t frontend_pid
-        RegionTableSlot live[1]
+        uint64_t slots
+    size_t region_table_bytes(uint64_t slots)
+    const RegionTableSlot* region_table_slot(const RegionTable* table, uint64_t slot)
     uint64_t region_table_epoch_of(const RegionTable* table)
-    uint64_t region_table_id(const RegionTable* table, uint32_t slot)
+    uint64_t region_table_id(const RegionTable* table, uint64_t slot)
+
+cdef extern from "shm_fault_guard.h" namespace "naiad":
+    int shm_guard_watch(void* base, size_t length, cbool writable)
+    void shm_guard_unwatch(int handle)
+    uint64_t shm_guard_faults(int handle)
 
 cdef extern from "kserve_codec.h" namespace "naiad":
     cdef cppclass KServeCodecShm "naiad::KServeCodec":
@@ -3682,6 +3689,7 @@ cdef extern from "kserve_codec.h" namespace "naiad":
 SHM_SYSTEM = <int>InputKind.kSystemShm
 SHM_CUDA = <int>InputKind.kCudaIpc
 CUDA_IPC_HANDLE_BYTES = kCudaIpcHandleBytes
+SHM_DEFAULT_MAX_REGIONS = kDefaultMaxRegions
 
 
 cdef inline string_view _bytes_view(bytes data):
@@ -3697,8 +3705,10 @@ cdef class ShmRegistry:
     cdef Core _core  # the core holds a pointer to us: we outlive it only through this
     cdef list _lanes  # FastLanes whose codec resolves shm tensors through us
 
-    def __cinit__(self, Core core):
-        self._registry = new CShmRegistry(&core._core.arena())
+    def __cinit__(self, Core core, uint32_t max_regions=kDefaultMaxRegions):
+        if max_regions == 0:
+            raise ValueError("max_regions must be at least 1")
+        self._registry = new CShmRegistry(&core._core.arena(), max_regions)
         self._core = core
         attach_registry(core._core[0], self._registry)
 
@@ -3889,7 +3899,10 @@ cdef const RegionTable* _region_table_at(arena, uint64_t offset) except? NULL:
     cdef const uint8_t[::1] view = arena
     if offset == 0 or offset + sizeof(RegionTable) > <uint64_t>view.shape[0]:
         return NULL
-    return <const RegionTable*>(&view[0] + offset)
+    cdef const RegionTable* table = <const RegionTable*>(&view[0] + offset)
+    if offset + region_table_bytes(table.slots) > <uint64_t>view.shape[0]:
+        return NULL
+    return table
 
 
 def region_table(arena, uint64_t offset):
@@ -3901,8 +3914,8 @@ def region_table(arena, uint64_t offset):
     cdef uint64_t epoch = region_table_epoch_of(table)
     cdef set live = set()
     cdef uint64_t id
-    cdef uint32_t i
-    for i in range(kRegionTableSlots):
+    cdef uint64_t i
+    for i in range(table.slots):
         id = region_table_id(table, i)
         if id != 0:
             live.add(id)
@@ -3916,20 +3929,40 @@ def region_table_entry(arena, uint64_t offset, uint64_t region_id):
     cdef const RegionTable* table = _region_table_at(arena, offset)
     if table == NULL or region_id == 0:
         return None
-    cdef uint32_t i
+    cdef uint64_t i
     cdef int64_t fd
     cdef uint64_t object_offset, byte_size
-    for i in range(kRegionTableSlots):
+    for i in range(table.slots):
         if region_table_id(table, i) != region_id:
             continue
-        fd = table.live[i].fd
-        object_offset = table.live[i].object_offset
-        byte_size = table.live[i].byte_size
+        fd = region_table_slot(table, i).fd
+        object_offset = region_table_slot(table, i).object_offset
+        byte_size = region_table_slot(table, i).byte_size
         # The fields were written before the id; a slot reused meanwhile changes its id.
         if region_table_id(table, i) != region_id or fd < 0:
             return None
         return f"/proc/{table.frontend_pid}/fd/{fd}", object_offset, byte_size
     return None
+
+
+def shm_guard_watch_mapping(mapping, bint writable):
+    """Watches a worker's mmap of a client's object (csrc/shm_fault_guard.h): a SIGBUS
+    in it (the client shrank the object) then costs zero pages, not the process. A
+    handle for shm_guard_faults / shm_guard_unwatch (-1: not watched)."""
+    cdef const uint8_t[::1] view = mapping
+    if view.shape[0] == 0:
+        return -1
+    return shm_guard_watch(<void*>&view[0], view.shape[0], writable)
+
+
+def shm_guard_unwatch_mapping(int handle):
+    """Stops watching (before the mapping is closed)."""
+    shm_guard_unwatch(handle)
+
+
+def shm_guard_fault_count(int handle):
+    """Faults the guard absorbed in a watched mapping."""
+    return shm_guard_faults(handle)
 
 
 def region_table_epoch(arena, uint64_t offset):

@@ -305,8 +305,8 @@ TEST(shm_worker_table_tracks_live_ids) {
     CHECK(registry.table_offset() != 0);
     RegionTable* table = arena.at<RegionTable>(registry.table_offset());
     auto live = [&](uint64_t id) {
-      for (auto& slot : table->live) {
-        if (slot.id.load() == id) return true;
+      for (uint64_t i = 0; i < table->slots; ++i) {
+        if (region_table_id(table, i) == id) return true;
       }
       return false;
     };
@@ -324,7 +324,7 @@ TEST(shm_worker_table_tracks_live_ids) {
     CHECK(!live(ref.id));
     CHECK(table->epoch.load() != epoch);
     // The table is bounded: registering past it fails cleanly, nothing leaks.
-    for (uint32_t i = 0; i < kRegionTableSlots; ++i) {
+    for (uint32_t i = 0; i < kDefaultMaxRegions; ++i) {
       CHECK(registry.register_system("t" + std::to_string(i), object.key, 0, 8, &error) ==
             ErrorKind::kNone);
     }

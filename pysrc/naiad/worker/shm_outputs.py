@@ -59,10 +59,11 @@ class _Regions:
 
     def __init__(self):
         self.lock = threading.Lock()
-        # id -> (mmap, its view of the region's bytes, the same read-only)
-        self.maps: dict[int, tuple[mmap.mmap, memoryview, memoryview]] = {}
+        # id -> (mmap, its view of the region's bytes, the same read-only, its handle in
+        # the SIGBUS guard, csrc/shm_fault_guard.h)
+        self.maps: dict[int, tuple[mmap.mmap, memoryview, memoryview, int]] = {}
         # Mappings of dead regions that a model's arrays still export: closed later.
-        self.retired: list[tuple[mmap.mmap, memoryview, memoryview]] = []
+        self.retired: list[tuple[mmap.mmap, memoryview, memoryview, int]] = []
         self.arena = None
         self.table = int(os.environ.get("NAIAD_SHM_TABLE", "0") or 0)
         self.epoch = None
@@ -82,6 +83,7 @@ class _Regions:
         from what the frontend's live-region table says about it."""
         found = self.maps.get(region_id)
         if found is not None:
+            _check_intact(region_id, found)
             return found[2]
         entry = (
             _core.region_table_entry(self.arena, self.table, region_id)
@@ -96,6 +98,7 @@ class _Regions:
         with self.lock:
             found = self.maps.get(region_id)
             if found is not None:
+                _check_intact(region_id, found)
                 return found
             if not self._live(region_id):
                 raise LookupError(f"shared memory region {region_id} is no longer registered")
@@ -113,8 +116,11 @@ class _Regions:
                 )
             finally:
                 os.close(fd)
+            # The client may shrink its object under this mapping: the guard turns the
+            # SIGBUS into zero pages, and the region is refused from then on.
+            watch = _core.shm_guard_watch_mapping(mapping, access == mmap.ACCESS_WRITE)
             view = memoryview(mapping)[map_offset - start :]
-            found = self.maps[region_id] = (mapping, view, view.toreadonly())
+            found = self.maps[region_id] = (mapping, view, view.toreadonly(), watch)
             if self.sweeper is None and self.table:
                 self.sweeper = threading.Thread(target=self._sweep_loop, daemon=True)
                 self.sweeper.start()
@@ -158,14 +164,27 @@ class _Regions:
 def _close(mapped: tuple) -> bool:
     """Unmaps a dead region's mapping; False while a model still holds an array over it
     (numpy keeps the buffer exported): the mapping stays valid and is closed later."""
-    mapping, view, readonly = mapped
+    mapping, view, readonly, watch = mapped
     try:
         readonly.release()
         view.release()
+        _core.shm_guard_unwatch_mapping(watch)
         mapping.close()
     except BufferError:
         return False
     return True
+
+
+class TruncatedRegion(LookupError):
+    """A client shrank a region's object while this worker had it mapped."""
+
+
+def _check_intact(region_id: int, mapped: tuple) -> None:
+    if _core.shm_guard_fault_count(mapped[3]):
+        raise TruncatedRegion(
+            f"shared memory region {region_id} was truncated while in use; unregister it and "
+            "register it again"
+        )
 
 
 REGIONS = _Regions()
@@ -307,9 +326,18 @@ def place_response(response: tuple, regions: dict | None) -> tuple:
 
         device_output = isinstance(data, cuda_ipc.DeviceArray)
         if kind == SYSTEM:
-            target = REGIONS.view(region_id, where, arg, map_length)
-            host = data.to_host() if device_output else data
-            target[offset : offset + nbytes] = memoryview(host).cast("B")
+            try:
+                target = REGIONS.view(region_id, where, arg, map_length)
+                watch = REGIONS.maps[region_id][3]
+                faults = _core.shm_guard_fault_count(watch)
+                host = data.to_host() if device_output else data
+                target[offset : offset + nbytes] = memoryview(host).cast("B")
+                if _core.shm_guard_fault_count(watch) != faults:
+                    raise TruncatedRegion(f"shared memory region {region_id} was truncated")
+            except TruncatedRegion as exc:
+                error = f"failed to write output '{name}' into its shared memory region: {exc}"
+                error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
+                return (index, error_flags, _INTERNAL_CODE, orjson.dumps({"error": error}), ())
         else:
             # A GPU model's output left on its device goes device to device.
             cuda_ipc.copy_to_region(
