@@ -34,6 +34,13 @@ def _int_bool(text: str) -> int:
     return int(value)
 
 
+def _shm_max_regions(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65536:
+        raise argparse.ArgumentTypeError(f"{value} is not between 1 and 65536")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="naiad", description="A Triton-compatible inference server"
@@ -235,6 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="Naiad's own: false sends every infer request through the general Python "
         "path (differential tests, diagnosis); answers are the same either way",
+    )
+    serve.add_argument(
+        "--shm-max-regions",
+        type=_shm_max_regions,
+        default=1024,
+        help="Naiad's own: shared-memory regions (system and CUDA) the server holds at once, "
+        "for all clients together, not per client (default 1024, at most 65536)",
     )
     serve.add_argument(
         "--http-io-loop",

@@ -67,6 +67,7 @@ async def serve(options) -> int:
         strict_readiness=options.strict_readiness,
         drain_timeout=options.exit_timeout_secs,
         fast_lane=options.fast_lane,
+        shm_max_regions=options.shm_max_regions,
         cache_size=getattr(options, "cache_size", None),
         rate_limit=(options.rate_limit == "execution_count", options.rate_limit_resource),
     )

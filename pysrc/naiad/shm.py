@@ -52,9 +52,10 @@ def _raise(result) -> None:
 class SharedMemory:
     """The server's shared-memory regions (one per server, created with the core)."""
 
-    def __init__(self, core):
+    def __init__(self, core, max_regions: int = _core.SHM_DEFAULT_MAX_REGIONS):
         global _current
-        self.registry = _core.ShmRegistry(core)
+        # `max_regions`: the regions held at once, all clients together (--shm-max-regions).
+        self.registry = _core.ShmRegistry(core, max_regions)
         # Workers started from now on inherit where the live-region table is.
         os.environ[TABLE_ENV] = str(self.registry.table_offset)
         self._pid = os.getpid()

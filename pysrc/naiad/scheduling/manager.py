@@ -139,6 +139,7 @@ class ModelManager:
         fast_lane: bool = True,
         cache_size: int | None = None,
         rate_limit: tuple[bool, list] = (False, []),
+        shm_max_regions: int = _core.SHM_DEFAULT_MAX_REGIONS,
     ):
         repositories = [repository] if isinstance(repository, (str, Path)) else list(repository)
         self.repository = Path(repositories[0])
@@ -154,7 +155,7 @@ class ModelManager:
         self.grpc_lane = _core.GrpcLane(self.lane)  # the same codec, for gRPC ModelInfer
         # Client shared-memory regions (Triton's shm extensions); the core reads
         # inputs through it. Before any worker starts: they inherit its table offset.
-        self.shm = SharedMemory(self.core)
+        self.shm = SharedMemory(self.core, shm_max_regions)
         self.shm.registry.attach_lane(self.lane)  # the lanes take shm tensors too
         # Requests queued through the fast lane and through the general path (the HTTP
         # I/O loop counts the lane requests it takes itself: lane_stats adds them).
