@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import struct
@@ -13,6 +14,7 @@ import pytest
 from naiad import _core
 from naiad.errors import Internal, InvalidArgument
 from naiad.http.codec import (
+    BodyTooLarge,
     UnsupportedEncoding,
     classify,
     compress_body,
@@ -68,6 +70,24 @@ def test_json_request_flat_and_nested():
     assert bytes(c.data) == b"\x01\x00\x01"
     assert bytes(d.data) == b"\x00\xff"
     assert req.outputs == [RequestedOutput("O", {"binary_data": True})]
+
+
+def test_deeply_nested_data_is_refused_as_triton_does():
+    """Triton 2.51 answers data nested 1,000 deep (the JSON parser's limit is 1,024) with
+    its shape mismatch (HTTP 500), not a recursion error; a mix of depths still flattens."""
+    for depth in (1000, 40):
+        body = (
+            b'{"inputs": [{"name": "A", "shape": [1, 16], "datatype": "FP32", "data": '
+            + b"[" * depth
+            + b"1.0"
+            + b"]" * depth
+            + b"}]}"
+        )
+        assert err(Internal, parse_infer_request, body, "m") == (
+            "Unable to parse 'data': Shape does not match true shape of 'data' field"
+        )
+    body = b'{"inputs": [{"name": "S", "shape": [3], "datatype": "BYTES", "data": [["a", ["b"]], "c"]}]}'
+    assert bytes(parse_infer_request(body, "m").inputs[0].data) == b"\1\0\0\0a\1\0\0\0b\1\0\0\0c"
 
 
 def test_json_bytes_are_length_prefixed_utf8():
@@ -342,11 +362,26 @@ def test_raw_binary_request():
 
 def test_decompress():
     payload = b'{"inputs": []}'
-    assert decompress(gzip.compress(payload), "gzip") == payload
-    assert decompress(zlib.compress(payload), "deflate") == payload
-    assert decompress(payload, "identity") is payload
-    assert err(UnsupportedEncoding, decompress, payload, "br") == "Unsupported compression type"
+
+    def run(body, encoding, limit=1 << 20):
+        return asyncio.run(decompress(body, encoding, limit))
+
+    assert run(gzip.compress(payload), "gzip") == payload
+    assert run(zlib.compress(payload), "deflate") == payload
+    raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    assert run(raw.compress(payload) + raw.flush(), "deflate") == payload  # sent raw
+    assert err(UnsupportedEncoding, run, payload, "br") == "Unsupported compression type"
     assert UnsupportedEncoding.http_status == 501
+    # Past the limit once inflated: 413, as a body sent that large.
+    assert err(BodyTooLarge, run, gzip.compress(bytes(4097)), "gzip", 4096) == (
+        "inflated request body of more than 4096 bytes exceeds the maximum allowed input size "
+        "of 4096 bytes; use --http-max-input-size to increase the limit"
+    )
+    assert BodyTooLarge.http_status == 413
+    assert run(gzip.compress(bytes(4096)), "gzip", 4096) == bytes(4096)
+    assert err(InvalidArgument, run, gzip.compress(payload)[:-9], "gzip").startswith(
+        "failed to decompress the request body: "
+    )
 
 
 def _zlib_body(parts: list, wbits: int) -> bytes:

@@ -157,6 +157,7 @@ async def serve(options) -> int:
             manager,
             getattr(options, "http_restrictions", None),
             getattr(options, "http_forward", None),
+            max_body_size=options.http_max_input_size,
         )
         register_naiad_routes(router, manager)
         register_repository_routes(router, manager)
@@ -170,7 +171,6 @@ async def serve(options) -> int:
                 options.host,
                 options.http_port,
                 router=router,
-                max_body_size=options.http_max_input_size,
                 limits=ConnectionLimits(
                     options.http_client_timeout_secs,
                     options.http_idle_timeout_secs,

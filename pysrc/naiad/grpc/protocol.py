@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
+from collections import deque
 
 from naiad import _core
 from naiad.grpc import decoupled, status
@@ -25,6 +26,7 @@ from naiad.grpc.service import (
 )
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request
+from naiad.inflate import GZIP, ZLIB, InflatedTooLarge, inflate, inflate_soon
 from naiad.protos import grpc_service_pb2 as pb
 from naiad.restrictions import GRPC_CATEGORIES, Restrictions, add_forwarded
 
@@ -35,24 +37,19 @@ WRITE_BUFFER_HIGH = 8 << 20
 _DEADLINE_MESSAGE = "Deadline Exceeded"
 
 
-def inflate(data: bytes, encoding: str, limit: int = MAX_MESSAGE_SIZE) -> bytes:
-    """A compressed gRPC message's bytes; bounded so a small bomb cannot blow up."""
-    wbits = 31 if encoding == "gzip" else 15  # gRPC's deflate is the zlib format
-    inflater = zlib.decompressobj(wbits)
+def inflate_message(data, encoding: str, limit: int = MAX_MESSAGE_SIZE) -> bytearray:
+    """A compressed gRPC message's bytes, given up past `limit` (naiad/inflate.py)."""
     try:
-        out = inflater.decompress(data, limit)
-        if inflater.unconsumed_tail:
-            raise GrpcError(
-                status.RESOURCE_EXHAUSTED,
-                f"Received message larger than max after decompression ({limit} bytes)",
-            )
-        if not inflater.eof:
-            raise zlib.error("truncated stream")
+        return inflate(data, GZIP if encoding == "gzip" else ZLIB, limit)  # deflate: zlib format
+    except InflatedTooLarge:
+        raise GrpcError(
+            status.RESOURCE_EXHAUSTED,
+            f"Received message larger than max after decompression ({limit} bytes)",
+        ) from None
     except zlib.error as exc:
         raise GrpcError(
             status.INTERNAL, f"Failed to decompress the {encoding} message: {exc}"
         ) from None
-    return out
 
 
 class _Call:
@@ -65,6 +62,7 @@ class _Call:
         "half_closed",
         "forwarded",
         "trace_context",
+        "inflating",
     )
 
     def __init__(self, path: str, encoding: str):
@@ -76,6 +74,9 @@ class _Call:
         self.half_closed = False
         self.forwarded = None  # metadata for the model (--grpc-header-forward-pattern)
         self.trace_context = None  # (traceparent, tracestate), trace mode opentelemetry
+        # While a compressed message inflates off the loop: the call's later events,
+        # (message, compressed) pairs and None for the half-close, taken in order after it.
+        self.inflating: deque | None = None
 
 
 class GrpcProtocol(asyncio.Protocol):
@@ -225,13 +226,20 @@ class GrpcProtocol(asyncio.Protocol):
             self.arrivals.open += 1
             self._counted = True
 
-    def _on_message(self, stream: int, data: bytes, compressed: bool) -> None:
+    def _on_message(self, stream: int, data, compressed: bool) -> None:
         call = self.calls.get(stream)
         if call is None:
             return
-        if compressed:
-            data = inflate(data, call.encoding)
-        elif call.path != MODEL_INFER and call.path != STREAM_INFER:
+        if call.inflating is not None:  # behind a message still inflating: in order
+            call.inflating.append((data, compressed))
+        elif compressed:
+            call.inflating = deque()
+            self._inflate(stream, call, data)
+        else:
+            self._take_message(stream, call, data)
+
+    def _take_message(self, stream: int, call: _Call, data) -> None:
+        if call.path != MODEL_INFER and call.path != STREAM_INFER:
             data = bytes(data)  # the control plane's parsers want bytes; the infer lane not
         if call.path == STREAM_INFER:
             self._stream_request(stream, call, data)
@@ -240,9 +248,41 @@ class GrpcProtocol(asyncio.Protocol):
         else:
             call.message = data
 
+    def _inflate(self, stream: int, call: _Call, data) -> None:
+        """Inflates a compressed message on the loop's executor (a small message may
+        inflate to gigabytes: the loop serves the other connections meanwhile), then
+        takes it and the call's events that came behind it, in order."""
+        future = inflate_soon(self.loop, inflate_message, data, call.encoding)
+        future.add_done_callback(lambda f: self._inflated(stream, call, f))
+
+    def _inflated(self, stream: int, call: _Call, future) -> None:
+        if self._closed or self.calls.get(stream) is not call:
+            return  # reset, expired or failed meanwhile
+        try:
+            self._take_message(stream, call, future.result())
+            backlog = call.inflating
+            while backlog and self.calls.get(stream) is call:
+                data, compressed = backlog.popleft()
+                if compressed:
+                    self._inflate(stream, call, data)
+                    break
+                if data is None:
+                    call.inflating = None
+                    self._on_half_close(stream)
+                else:
+                    self._take_message(stream, call, data)
+            else:
+                call.inflating = None
+        except Exception as exc:
+            self._fail(stream, exc)
+        self._flush()
+
     def _on_half_close(self, stream: int) -> None:
         call = self.calls.get(stream)
         if call is None:
+            return
+        if call.inflating is not None:  # after the messages still inflating
+            call.inflating.append((None, False))
             return
         call.half_closed = True
         if call.path == STREAM_INFER:

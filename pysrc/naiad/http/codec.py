@@ -14,6 +14,7 @@ Error messages and kinds mirror Triton 2.51's HTTP front end: JSON-shape problem
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import zlib
 from typing import Any
@@ -24,6 +25,7 @@ import orjson
 from naiad import _core, shm
 from naiad.datatypes import WIRE_DATATYPES, element_size, numpy_dtype
 from naiad.errors import Internal, InvalidArgument, NaiadError
+from naiad.inflate import GZIP, RAW_DEFLATE, ZLIB, InflatedTooLarge, inflate, inflate_soon
 from naiad.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
 
 __all__ = [
@@ -32,6 +34,8 @@ __all__ = [
     "encode_infer_response",
     "classify",
     "decompress",
+    "too_large_message",
+    "BodyTooLarge",
     "UnsupportedEncoding",
 ]
 
@@ -70,21 +74,42 @@ class UnsupportedEncoding(NaiadError):
     http_status = 501
 
 
-def decompress(body, encoding: str):
-    """Undo a request Content-Encoding (gzip/deflate); identity passes through."""
-    if not encoding or encoding == "identity":
-        return body
+class BodyTooLarge(NaiadError):
+    """A request body past --http-max-input-size, as sent or once inflated."""
+
+    http_status = 413
+
+
+def too_large_message(size, limit: int, body: str = "request body") -> str:
+    """What a 413 says: the body's size (or "more than N") and the limit."""
+    return (
+        f"{body} of {size} bytes exceeds the maximum allowed input size of "
+        f"{limit} bytes; use --http-max-input-size to increase the limit"
+    )
+
+
+def _inflate_body(body, encoding: str, limit: int):
+    if encoding == "gzip":
+        return inflate(body, GZIP, limit)
+    try:  # deflate is the zlib format, but some clients send it raw
+        return inflate(body, ZLIB, limit)
+    except zlib.error:
+        return inflate(body, RAW_DEFLATE, limit)
+
+
+async def decompress(body, encoding: str, limit: int):
+    """Undoes a request's Content-Encoding (gzip/deflate) on a thread, keeping at most
+    `limit` bytes (--http-max-input-size): past it, 413 as for a body sent that large."""
+    if encoding not in ("gzip", "deflate"):
+        raise UnsupportedEncoding("Unsupported compression type")
     try:
-        if encoding == "gzip":
-            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-        if encoding == "deflate":
-            try:
-                return zlib.decompress(body)
-            except zlib.error:
-                return zlib.decompress(body, -zlib.MAX_WBITS)
+        return await inflate_soon(asyncio.get_running_loop(), _inflate_body, body, encoding, limit)
+    except InflatedTooLarge:
+        raise BodyTooLarge(
+            too_large_message(f"more than {limit}", limit, "inflated request body")
+        ) from None
     except zlib.error as exc:
         raise InvalidArgument(f"failed to decompress the request body: {exc}") from None
-    raise UnsupportedEncoding("Unsupported compression type")
 
 
 _CONTENT_ENCODING = {
@@ -333,11 +358,17 @@ def _content_type_error(has_data: bool, has_binary: bool, has_shm: bool) -> str:
 
 
 def _flatten(data, out: list) -> list:
-    for item in data:
-        if type(item) is list:
-            _flatten(item, out)
-        else:
+    """The items of nested arrays in order. Without recursion: a client's nesting (up to
+    the JSON parser's own limit) must not reach Python's recursion limit."""
+    pending = [iter(data)]
+    while pending:
+        for item in pending[-1]:
+            if type(item) is list:
+                pending.append(iter(item))
+                break
             out.append(item)
+        else:
+            pending.pop()
     return out
 
 

@@ -41,6 +41,8 @@ JSON = b"Content-Type: application/json\r\n"
 TEXT = b"Content-Type: text/plain\r\n"
 OCTET = b"Content-Type: application/octet-stream\r\n"
 
+DEFAULT_MAX_BODY_SIZE = 1 << 30  # 1 GiB
+
 
 class HttpRequest:
     """One parsed HTTP request; `headers` holds lower-cased names of interest only."""
@@ -161,8 +163,15 @@ FORWARDED = ":forwarded"  # HttpRequest.headers key of the headers to forward (n
 
 
 class Router:
-    def __init__(self, manager, restrictions: Restrictions | None = None, forward=None):
+    def __init__(
+        self,
+        manager,
+        restrictions: Restrictions | None = None,
+        forward=None,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    ):
         self.manager = manager
+        self.max_body_size = max_body_size  # --http-max-input-size, also once inflated
         self._extra: dict[str, Handler] = {}
         # /v2/models/{m}[/versions/{v}]/{action} served by other modules (generate).
         self._model_actions: dict[str, Callable] = {}
@@ -350,15 +359,35 @@ class Router:
                 message = f"requested model '{name}' is not available"
             return error_reply(400, message)
 
-    def _infer(self, request: HttpRequest, name: str, version: str) -> Awaitable[Reply]:
+    def _infer(self, request: HttpRequest, name: str, version: str) -> ReplyOrAwaitable:
         model = self.manager.get(name, version)
         if getattr(model, "decoupled", False):  # Triton answers so, as text/plain
             return error_reply(501, DECOUPLED_HTTP_INFER, TEXT)
+        encoding = request.headers.get("content-encoding")
+        if encoding and encoding != "identity":
+            return self._infer_inflated(request, model, name, version, encoding)
+        return self._infer_body(request, model, name, version, request.body)
+
+    async def _infer_inflated(
+        self, request: HttpRequest, model, name: str, version: str, encoding: str
+    ) -> Reply:
+        """A compressed request: inflated off the loop, within --http-max-input-size."""
+        try:
+            body = await decompress(request.body, encoding, self.max_body_size)
+            request.body = None  # the compressed bytes are not needed any more
+            reply = self._infer_body(request, model, name, version, body)
+        except NaiadError as exc:
+            return error_reply(exc.http_status, exc.message)
+        if isinstance(reply, Deferred):
+            try:
+                await reply.future
+            except Exception:
+                pass  # the encoder answers with the request's error
+            return reply.finish(reply.future)
+        return reply
+
+    def _infer_body(self, request: HttpRequest, model, name: str, version: str, body):
         headers = request.headers
-        body = request.body
-        encoding = headers.get("content-encoding")
-        if encoding:
-            body = decompress(body, encoding)
         header_length = parse_header_length(
             headers.get("inference-header-content-length"), len(body)
         )

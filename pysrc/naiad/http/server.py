@@ -6,7 +6,7 @@ import asyncio
 
 from naiad.http.connection_limits import ConnectionLimits
 from naiad.http.io_server import IoServer, listening_socket
-from naiad.http.protocol import DEFAULT_MAX_BODY_SIZE, HttpProtocol
+from naiad.http.protocol import HttpProtocol
 from naiad.http.routes import Router
 
 __all__ = ["start_http_server"]
@@ -17,7 +17,7 @@ async def start_http_server(
     host: str,
     port: int,
     *,
-    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    max_body_size: int | None = None,
     router: Router | None = None,
     reuse_port: bool = False,
     backlog: int = 1024,
@@ -26,11 +26,19 @@ async def start_http_server(
 ):
     """Serve KServe v2 + Triton's HTTP extensions for `manager` on host:port.
 
-    Pass `router` to share one (e.g. with extra `/v2/<segment>` handlers registered).
+    Pass `router` to share one (e.g. with extra `/v2/<segment>` handlers registered); its
+    `max_body_size` (--http-max-input-size) is the connections' too, unless given here.
     `io_loop`: connections are read and answered by the C++ I/O loop (http/io_server.py),
     when the manager has a fast lane; else by uvloop's transports."""
     loop = asyncio.get_running_loop()
-    router = router or Router(manager)
+    if router is None:
+        router = (
+            Router(manager)
+            if max_body_size is None
+            else Router(manager, max_body_size=max_body_size)
+        )
+    if max_body_size is None:
+        max_body_size = router.max_body_size
 
     arrivals = getattr(manager, "arrivals", None)
     limits = limits or ConnectionLimits()
