@@ -255,6 +255,7 @@ void HttpIo::on_readable(Connection* c) {
     return;
   }
   c->last_read_ns = monotonic_ns();
+  c->received = true;
   if (c->python) {
     events_.push_back(Event{EventKind::kData, c->id, read_buffer_.substr(0, got)});
     return;
@@ -581,10 +582,9 @@ void HttpIo::sweep(uint64_t before_ns, uint64_t idle_before_ns, std::vector<uint
       if (c->partial_since_ns < before_ns && c->owed.empty()) timed_out->push_back(c->id);
       continue;
     }
-    if (idle_before_ns && c->owed.empty() && c->in.empty() && c->out.empty() &&
-        c->last_read_ns < idle_before_ns) {
-      idle->push_back(c->id);
-    }
+    if (!c->owed.empty() || !c->in.empty() || !c->out.empty()) continue;
+    const bool silent = !c->received && c->last_read_ns < before_ns;
+    if (silent || (idle_before_ns && c->last_read_ns < idle_before_ns)) idle->push_back(c->id);
   }
 }
 

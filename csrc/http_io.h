@@ -164,8 +164,10 @@ class HttpIo {
 
   // The connections limits' sweep (http/connection_limits.py): lane-mode connections
   // that hold part of a request since before `before_ns` (handed to Python, which
-  // answers 408), and those idle (nothing owed, nothing held) since before
-  // `idle_before_ns` (0: none), which are closed.
+  // answers 408), and those to close: idle (nothing owed, nothing held) since before
+  // `idle_before_ns` (0: none), or silent (not one byte received) since they were
+  // accepted before `before_ns` (0: none), which would otherwise hold a connection slot
+  // for good.
   void sweep(uint64_t before_ns, uint64_t idle_before_ns, std::vector<uint64_t>* timed_out,
              std::vector<uint64_t>* idle);
   // Hands a lane-mode connection's partial request to Python (a kHandOver event).
@@ -191,6 +193,7 @@ class HttpIo {
     bool counted = false;  // it sent a lane request: counted open for arrivals
     bool waiting = false;  // counted waiting: owes lane answers
     bool want_out = false;
+    bool received = false;          // it sent at least one byte
     uint32_t events = 0;            // the epoll events registered
     uint64_t last_read_ns = 0;      // bytes last received
     uint64_t partial_since_ns = 0;  // lane mode holds part of a request since

@@ -184,6 +184,11 @@ def test_slowloris_clients_are_dropped_and_others_served(limited):
 
 def test_an_idle_connection_is_closed_but_not_one_waiting_for_an_answer(limited):
     idle = socket.create_connection(("127.0.0.1", limited.http_port))
+    # One request first: a connection that never sends a byte is closed sooner, at the
+    # client timeout (test_hardening.py).
+    idle.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+    idle.settimeout(10)
+    assert idle.recv(100).startswith(b"HTTP/1.1 200")
     busy = socket.create_connection(("127.0.0.1", limited.http_port))
     body = json.dumps(
         {"inputs": [{"name": "SECONDS", "shape": [1, 1], "datatype": "FP32", "data": [5.0]}]}

@@ -5,7 +5,9 @@ takes any number of connections):
 - `--http-client-timeout-secs` (default 60): a request's head must arrive whole within
   it, its body may not pause longer, and a client must read its answers at least that
   often; otherwise the connection gets 408 and is closed (a slowloris client holds its
-  own socket for that long, nothing more).
+  own socket for that long, nothing more). A connection that sends nothing at all within
+  it is closed without a word: silent sockets would hold `--http-max-connections` slots
+  for good.
 - `--http-idle-timeout-secs` (default 0, none, as Triton): a keep-alive connection with
   nothing in flight is closed after that long.
 - `--http-max-connections` (default 0, none, as Triton): a connection past it is
@@ -82,6 +84,9 @@ class ConnectionLimits:
                 late = now - connection.last_data > timeout
             if late:
                 connection.time_out(timeout)
+            return
+        if timeout and not connection.received and now - connection.begun_at > timeout:
+            connection.transport.close()  # silent since it connected: it holds a slot
             return
         if self.idle_timeout and now - connection.last_data > self.idle_timeout:
             connection.transport.close()

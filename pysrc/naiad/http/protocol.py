@@ -26,8 +26,10 @@ from http import HTTPStatus
 import httptools
 
 from naiad import _core
+from naiad.http.codec import too_large_message
 from naiad.http.connection_limits import ConnectionLimits
 from naiad.http.routes import (
+    DEFAULT_MAX_BODY_SIZE,
     FORWARDED,
     Deferred,
     HttpRequest,
@@ -41,7 +43,6 @@ from naiad.http.routes import (
 
 __all__ = ["HttpProtocol", "DEFAULT_MAX_BODY_SIZE", "reply_bytes"]
 
-DEFAULT_MAX_BODY_SIZE = 1 << 30  # 1 GiB
 # Requests one connection has in flight (read, not answered yet), the lane's limit too:
 # past it the connection is not read, and what it sent is held unparsed (`_held`).
 MAX_PIPELINE = _core.HTTP_MAX_PIPELINE
@@ -180,6 +181,7 @@ class HttpProtocol(asyncio.Protocol):
         "_forward",
         "limits",
         "last_data",
+        "received",
         "begun_at",
         "paused_at",
         "_head_done",
@@ -238,6 +240,7 @@ class HttpProtocol(asyncio.Protocol):
         # client stopped reading (pause_writing).
         self.limits = limits or _NO_LIMITS
         self.last_data = self.begun_at = self.paused_at = self.limits.tick
+        self.received = False  # a byte came: the sweep's silent-connection rule is off
         self._head_done = False
         self._head_size = 0  # bytes of the request line and headers parsed so far
         self._head_fed = 0  # bytes fed to the parser while it held a partial head
@@ -272,8 +275,15 @@ class HttpProtocol(asyncio.Protocol):
             self._counted = False
             self.arrivals.open -= 1
         self.closed = True
+        self.no_more = True  # nothing more is read
         self.transport = None
+        # What the client sent is dropped now, not when a garbage collection finds the
+        # protocol: it and its parser refer to each other.
         self._collect = None
+        self._body = []
+        self._held = None
+        self._out = []
+        self.parser = None
         for task in self.tasks:
             task.cancel()
         self.tasks.clear()
@@ -296,6 +306,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_data = self.limits.tick
+        self.received = True
         if self.no_more:
             return
         if self._held is not None:  # still no room: keep the order
@@ -666,10 +677,7 @@ class HttpProtocol(asyncio.Protocol):
         return f"the request head exceeds {_core.HTTP_MAX_HEAD} bytes"
 
     def _too_large(self, size) -> str:
-        return (
-            f"request body of {size} bytes exceeds the maximum allowed input size of "
-            f"{self.max_body_size} bytes; use --http-max-input-size to increase the limit"
-        )
+        return too_large_message(size, self.max_body_size)
 
     def lane_idle(self) -> bool:
         """Owes and holds nothing, so the C++ I/O loop may take the connection back
