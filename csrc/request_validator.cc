@@ -214,6 +214,16 @@ bool check_input(const ModelSpec& model, const ParsedRequest& request, const Req
              dims_string(shape, rank) + ". " + (batching ? std::string(kShapeNote) : "");
     return false;
   }
+  // A wildcard dim (or the batch dim) matched anything above, negative values too; a
+  // size computed from them would be nonsense. Triton's words for a -1 left in a shape.
+  for (size_t d = 0; d < rank; ++d) {
+    if (shape[d] < 0) {
+      *error = log_prefix(request.id) + "All input dimensions should be specified for input " +
+               quote(input.name) + " for model " + quote(model.name) + ", got " +
+               dims_string(shape, rank);
+      return false;
+    }
+  }
   // Triton's ShapeWithBatchDim prepends the batch only when it is non-zero.
   const size_t first = skip == 1 && batch == 0 ? 1 : 0;
   if (spec.element_size != 0) {

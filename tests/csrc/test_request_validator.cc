@@ -176,6 +176,23 @@ TEST(validator_messages_in_tritons_order) {
   Request zero = add_sub_request(0);
   CHECK(error_of(model, zero) == P + "input byte size mismatch for input 'INPUT0' for model "
                                      "'add_sub'. Expected 64, got 0");
+  // A negative dim (gRPC shapes are int64) is refused by name, never read as a size.
+  for (std::vector<int64_t> dims : {std::vector<int64_t>{-1, 16}, {-3, 16}}) {
+    Request negative = add_sub_request();
+    negative.parsed.inputs[0].shape = dims;
+    negative.parsed.inputs[1].shape = dims;
+    CHECK(error_of(model, negative) == P +
+                                           "All input dimensions should be specified for input "
+                                           "'INPUT0' for model 'add_sub', got [" +
+                                           std::to_string(dims[0]) + ",16]");
+  }
+  ModelSpec variable = add_sub_model(64);
+  variable.inputs[0].dims = {-1};
+  Request wildcard = add_sub_request();
+  wildcard.parsed.inputs[0].shape = {1, -4};
+  CHECK(error_of(variable, wildcard) ==
+        P + "All input dimensions should be specified for input 'INPUT0' for model 'add_sub', "
+            "got [1,-4]");
   // A product past 64 bits is named exactly, as Triton's (and Python's) arithmetic does.
   Request huge = add_sub_request();
   huge.parsed.inputs[0].shape = {1, 16};
