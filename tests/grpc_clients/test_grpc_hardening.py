@@ -13,7 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from hardening_support import gzip_bomb, memory_kib
 from server_harness import NaiadServer, make_repository
-from test_grpc_server import PREFACE, RawConnection, _frame, _literal
+from test_grpc_server import PREFACE, RawConnection, _frame, _literal, _request_block
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
@@ -33,17 +33,8 @@ def server(tmp_path_factory):
 
 
 def _headers(path: str, encoding: str | None = None) -> bytes:
-    fields = [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", path),
-        (":authority", "x"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ]
-    if encoding:
-        fields.append(("grpc-encoding", encoding))
-    return b"".join(_literal(name, value) for name, value in fields)
+    block = _request_block(path)
+    return block + _literal("grpc-encoding", encoding) if encoding else block
 
 
 def _data_frames(stream: int, data: bytes, size: int = 16384) -> bytes:
