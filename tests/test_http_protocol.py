@@ -1,6 +1,10 @@
 """The HTTP front end in-process, against a fake model manager, driven like a user would:
 raw sockets, `requests` and `tritonclient.http`. Expected status codes and error bodies are
-the ones the real Triton 2.51 answers for the same requests."""
+the ones the real Triton 2.51 answers for the same requests.
+
+The fake's own answers (model metadata, config, statistics, its NotFound texts) are not
+Naiad's: what a real server says for those is checked at the end of this file against a
+`naiad serve` with a small repository, and in test_server_http.py."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from naiad.http import start_http_server
 from naiad.protos import model_config_pb2 as mc
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import RequestValidator
+from server_harness import NaiadServer, make_repository
 from tritonclient.utils import InferenceServerException
 
 # ---------------------------------------------------------------------------------------------
@@ -126,6 +131,10 @@ def _nobatch(arrays, request):
     ]
 
 
+def fake_not_found(name, version=""):
+    return f"fake manager: no {name!r} version {version or 'any'}"
+
+
 class FakeManager:
     def __init__(self):
         self.live = True
@@ -174,13 +183,11 @@ class FakeManager:
         return {"name": "naiad", "version": "0.1.0", "extensions": ["binary_tensor_data"]}
 
     def get(self, name, version=""):
-        if name == "broken":
-            raise NotFound("Request for unknown model: 'broken' has no available versions")
+        # Deliberately not Triton's wording: the router passes the manager's message on,
+        # and the real manager's texts are checked against a real server below.
         model = self.models.get(name)
-        if model is None:
-            raise NotFound(f"Request for unknown model: '{name}' is not found")
-        if version not in ("", "1"):
-            raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
+        if model is None or version not in ("", "1"):
+            raise NotFound(fake_not_found(name, version))
         return model
 
     def model_ready(self, name, version=""):
@@ -317,53 +324,55 @@ def test_health_live_and_ready(server, session):
         server.manager.ready = True
 
 
-def test_server_metadata(server, session):
+def test_server_metadata_is_the_managers(server, session):
+    # What a real server lists: test_server_http.py::test_server_metadata.
     r = session.get(server.url + "/v2")
     assert r.status_code == 200
     assert r.headers["Content-Type"] == "application/json"
-    assert r.json() == {"name": "naiad", "version": "0.1.0", "extensions": ["binary_tensor_data"]}
+    assert r.json() == server.manager.server_metadata()
 
 
-def test_model_metadata_config_ready_stats(server, session):
-    r = session.get(server.url + "/v2/models/addsub")
-    assert r.status_code == 200 and r.json()["inputs"][0] == {
-        "name": "INPUT0",
-        "datatype": "FP32",
-        "shape": [-1, 16],
-    }
-    assert session.get(server.url + "/v2/models/addsub/versions/1").status_code == 200
-    assert session.get(server.url + "/v2/models/addsub/config").json()["max_batch_size"] == 64
+def test_model_routes_reach_the_manager(server, session):
+    """Each model path asks the manager for the model and version it names and answers
+    with what it returned. The real contents (metadata, config, statistics) are checked
+    against a real server in test_server_http.py (test_model_metadata, test_model_config,
+    test_statistics_move)."""
+    addsub = server.manager.models["addsub"]
+    for path in ("/v2/models/addsub", "/v2/models/addsub/versions/1"):
+        r = session.get(server.url + path)
+        assert (r.status_code, r.headers["Content-Type"]) == (200, "application/json")
+        assert r.json() == addsub.metadata()
+    for path in ("/v2/models/addsub/config", "/v2/models/addsub/versions/1/config"):
+        assert session.get(server.url + path).json() == addsub.config_json()
     r = session.get(server.url + "/v2/models/addsub/ready")
     assert (r.status_code, r.content) == (200, b"")
     r = session.get(server.url + "/v2/models/addsub/stats")
-    assert r.json()["model_stats"][0]["name"] == "addsub"
+    assert r.json() == server.manager.statistics("addsub")
     r = session.get(server.url + "/v2/models/stats")
-    assert [m["name"] for m in r.json()["model_stats"]] == ["addsub", "identity_bytes", "nobatch"]
+    assert r.json() == server.manager.statistics()
+
+
+def test_manager_not_found_is_404_with_its_message(server, session):
+    """The router answers the manager's NotFound with 404 and the manager's message; the
+    real manager's wording, Triton's, is checked in test_real_manager_texts below."""
+    for path in ("/v2/models/nope", "/v2/models/nope/config", "/v2/models/addsub/versions/2"):
+        r = session.get(server.url + path)
+        version = "2" if "versions" in path else ""
+        name = "addsub" if version else "nope"
+        assert (r.status_code, r.json()) == (404, {"error": fake_not_found(name, version)})
+    r = session.post(server.url + "/v2/models/addsub/versions/2/infer", json=_addsub_json())
+    assert (r.status_code, r.json()) == (404, {"error": fake_not_found("addsub", "2")})
+    r = session.post(server.url + "/v2/models/addsub/versions/1/infer", json=_addsub_json())
+    assert r.status_code == 200
 
 
 @pytest.mark.parametrize(
     "path,status,body",
     [
-        ("/v2/models/nope", 404, {"error": "Request for unknown model: 'nope' is not found"}),
-        (
-            "/v2/models/addsub/versions/2",
-            404,
-            {"error": "Request for unknown model: 'addsub' version 2 is not found"},
-        ),
-        (
-            "/v2/models/broken",
-            404,
-            {"error": "Request for unknown model: 'broken' has no available versions"},
-        ),
-        (
-            "/v2/models/nope/config",
-            404,
-            {"error": "Request for unknown model: 'nope' is not found"},
-        ),
+        # The router's own texts (the manager's NotFound texts: test_real_manager_texts).
         ("/v2/models/nope/ready", 400, {"error": "Model version not ready"}),
         ("/v2/models/addsub/versions/2/ready", 400, {"error": "Model version not ready"}),
         ("/v2/models/nope/stats", 400, {"error": "requested model 'nope' is not available"}),
-        ("/v2/models/broken/stats", 400, {"error": "requested model 'broken' is not available"}),
         (
             "/v2/models/addsub/versions/2/stats",
             400,
@@ -657,22 +666,6 @@ def _infer_error_cases():
             "Expected 64, got 32",
         ),
         (
-            "unknown model",
-            "nope",
-            edit(lambda d: None),
-            {},
-            404,
-            "Request for unknown model: 'nope' is not found",
-        ),
-        (
-            "model not ready",
-            "broken",
-            edit(lambda d: None),
-            {},
-            404,
-            "Request for unknown model: 'broken' has no available versions",
-        ),
-        (
             "wrong input name",
             "addsub",
             edit(set_(0, "name", "BOGUS")),
@@ -835,14 +828,6 @@ def test_infer_errors_match_triton(server, session, label, model, body, headers,
     assert r.json() == {"error": message}
 
 
-def test_infer_unknown_version(server, session):
-    r = session.post(server.url + "/v2/models/addsub/versions/2/infer", json=_addsub_json())
-    assert r.status_code == 404
-    assert r.json() == {"error": "Request for unknown model: 'addsub' version 2 is not found"}
-    r = session.post(server.url + "/v2/models/addsub/versions/1/infer", json=_addsub_json())
-    assert r.status_code == 200
-
-
 def test_gzip_request_body(server, session):
     body = gzip.compress(json.dumps(_addsub_json()).encode())
     r = session.post(
@@ -899,7 +884,7 @@ def test_tritonclient_binary_and_json(server):
     assert result.as_numpy("OUTPUT0").tolist() == strings.tolist()
     with pytest.raises(InferenceServerException) as info:
         client.infer("nope", [inp])
-    assert "Request for unknown model: 'nope' is not found" in str(info.value)
+    assert info.value.status() == "404"
     client.close()
     # tritonclient's __del__ uses gevent, which must run on this thread, not wherever a later
     # garbage collection happens to run (e.g. the server's thread).
@@ -1025,3 +1010,78 @@ def test_bytes_binary_input_count_errors(server, session):
     r = send(seg([b"a", b"bc", b"\xff\xfe"]))
     assert r.status_code == 200
     assert r.json()["outputs"][0]["data"][:2] == ["a", "bc"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The real manager's texts, through a real `naiad serve`
+
+BROKEN_CONFIG = """\
+name: "broken"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 1 ] } ]
+"""
+
+BROKEN_MODEL = """\
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("broken never loads")
+"""
+
+
+@pytest.fixture(scope="module")
+def real_server(tmp_path_factory):
+    """add_sub, and `broken`, whose initialize() raises, served with --exit-on-error=false."""
+    repo = make_repository(tmp_path_factory.mktemp("protocol") / "models", ["add_sub"])
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "config.pbtxt").write_text(BROKEN_CONFIG)
+    (repo / "broken" / "1" / "model.py").write_text(BROKEN_MODEL)
+    server = NaiadServer(
+        repo,
+        log_dir=tmp_path_factory.mktemp("protocol-logs"),
+        extra_args=["--exit-on-error=false"],
+        name="protocol",
+    )
+    server.start(wait="live", timeout=120)
+    yield server
+    assert server.stop() == 0
+
+
+_UNKNOWN = "Request for unknown model: 'nope' is not found"
+_VERSION = "Request for unknown model: 'add_sub' version 2 is not found"
+_UNLOADED = "Request for unknown model: 'broken' has no available versions"
+
+
+# What Triton 2.51 answers, with the same repository, for each request. Metadata and infer
+# of unknown models and versions are also in test_server_errors.py, and of a model that
+# failed to load in test_server_lifecycle.py; config and statistics only here.
+@pytest.mark.parametrize(
+    "method,path,status,message",
+    [
+        ("GET", "/v2/models/nope", 404, _UNKNOWN),
+        ("GET", "/v2/models/add_sub/versions/2", 404, _VERSION),
+        ("GET", "/v2/models/broken", 404, _UNLOADED),
+        ("GET", "/v2/models/nope/config", 404, _UNKNOWN),
+        ("GET", "/v2/models/add_sub/versions/2/config", 404, _VERSION),
+        ("GET", "/v2/models/broken/config", 404, _UNLOADED),
+        ("GET", "/v2/models/nope/ready", 400, "Model version not ready"),
+        ("GET", "/v2/models/add_sub/versions/2/ready", 400, "Model version not ready"),
+        ("GET", "/v2/models/broken/ready", 400, "Model version not ready"),
+        ("GET", "/v2/models/nope/stats", 400, "requested model 'nope' is not available"),
+        ("GET", "/v2/models/broken/stats", 400, "requested model 'broken' is not available"),
+        (
+            "GET",
+            "/v2/models/add_sub/versions/2/stats",
+            400,
+            "requested model version is not available for model 'add_sub'",
+        ),
+        ("POST", "/v2/models/nope/infer", 404, _UNKNOWN),
+        ("POST", "/v2/models/add_sub/versions/2/infer", 404, _VERSION),
+        ("POST", "/v2/models/broken/infer", 404, _UNLOADED),
+    ],
+)
+def test_real_manager_texts(real_server, method, path, status, message):
+    body = json.dumps(_addsub_json()).encode() if method == "POST" else None
+    r = requests.request(method, real_server.url + path, data=body, timeout=10)
+    assert (r.status_code, r.json()) == (status, {"error": message})
