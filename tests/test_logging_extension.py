@@ -6,9 +6,12 @@ test_logmetrics_triton.py."""
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -42,11 +45,11 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            hold_ms = json.loads(request.parameters()).get("hold_ms", 0)
-            if hold_ms:
-                # usleep through PyDLL keeps the GIL, as a long C call does: no other
-                # thread of the worker runs meanwhile.
-                ctypes.PyDLL(None).usleep(int(hold_ms) * 1000)
+            hold = json.loads(request.parameters()).get("hold")
+            if hold:
+                # system() through PyDLL keeps the GIL, as a long C call does: no other
+                # thread of the worker runs until the test releases the shell it runs.
+                ctypes.PyDLL(None).system(hold.encode())
             tag = pb_utils.get_input_tensor_by_name(request, "TAG").as_numpy()[0].decode()
             pb_utils.Logger.log_info(f"info {tag}")
             pb_utils.Logger.log_warn(f"warn {tag}")
@@ -69,10 +72,10 @@ def _repository(tmp_path):
     return tmp_path / "repository"
 
 
-def _infer(url: str, tag: str, hold_ms: int = 0) -> None:
+def _infer(url: str, tag: str, hold: str = "") -> None:
     body = {"inputs": [{"name": "TAG", "datatype": "BYTES", "shape": [1], "data": [tag]}]}
-    if hold_ms:
-        body["parameters"] = {"hold_ms": hold_ms}
+    if hold:
+        body["parameters"] = {"hold": hold}
     response = requests.post(f"{url}/v2/models/logger/infer", json=body, timeout=TIMEOUT)
     assert response.status_code == 200, response.text
 
@@ -224,17 +227,45 @@ def test_stderr_log_with_flags_and_changes(tmp_path):
         assert set(_model_lines(server.stderr_text, "w", 2)) == {"info w", "warn w"}
 
 
-def _change_while_held(server, hold_ms: int, settings: dict) -> float:
-    """Seconds a settings change took while the worker was in a C call of `hold_ms`."""
-    holding = threading.Thread(target=_infer, args=(server.url, "held", hold_ms))
-    holding.start()
-    time.sleep(0.4)  # the worker is in its call by now
-    start = time.monotonic()
-    reply = requests.post(server.url + "/v2/logging", json=settings, timeout=TIMEOUT)
-    waited = time.monotonic() - start
-    assert reply.ok, reply.text
-    holding.join()
-    return waited
+class _Held:
+    """The logger model held in a C call, GIL and all, until `release()`: the shell its
+    system() runs writes `started` (so the worker is inside the call by then), then waits
+    for a line on the FIFO `release`."""
+
+    def __init__(self, server, folder: Path):
+        folder.mkdir()
+        self.started = folder / "started"
+        self.fifo = folder / "release"
+        os.mkfifo(self.fifo)
+        command = f"touch {shlex.quote(str(self.started))}; read go < {shlex.quote(str(self.fifo))}"
+        self.thread = threading.Thread(target=_infer, args=(server.url, "held", command))
+        self.released_at = None
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + TIMEOUT
+        while not self.started.exists():
+            assert time.monotonic() < deadline, "the model never started its hold"
+            time.sleep(0.02)
+        return self
+
+    def release(self) -> None:
+        if self.released_at is None:
+            self.released_at = time.monotonic()
+            # Non-blocking: the shell has the FIFO open for reading, or this fails.
+            fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, b"go\n")
+            os.close(fd)
+
+    def __exit__(self, *exc):
+        self.release()
+        self.thread.join(TIMEOUT)
+        assert not self.thread.is_alive()
+
+
+def _post_settings(url: str, settings: dict, answers: list) -> None:
+    reply = requests.post(url + "/v2/logging", json=settings, timeout=TIMEOUT)
+    answers.append((reply, time.monotonic()))
 
 
 def test_a_change_is_answered_once_the_workers_follow_it(tmp_path):
@@ -243,14 +274,33 @@ def test_a_change_is_answered_once_the_workers_follow_it(tmp_path):
     it when the call returns, and is waited for, up to SETTINGS_WAIT_SECONDS."""
     with NaiadServer(_repository(tmp_path), log_dir=tmp_path) as server:
         _infer(server.url, "before")
-        waited = _change_while_held(server, 1500, {"log_format": "ISO8601"})
-        assert 0.6 < waited < SETTINGS_WAIT_SECONDS, waited  # about 1.1 s: the call's rest
+        answers = []
+        with _Held(server, tmp_path / "first") as held:
+            change = threading.Thread(
+                target=_post_settings, args=(server.url, {"log_format": "ISO8601"}, answers)
+            )
+            change.start()
+            # Not answered while the worker is held (well within SETTINGS_WAIT_SECONDS).
+            change.join(0.5)
+            assert not answers
+            held.release()
+            change.join(TIMEOUT)
+        ((reply, answered_at),) = answers
+        assert reply.ok, reply.text
+        assert answered_at > held.released_at
         _infer(server.url, "after")
         lines = _model_lines(server.stderr_text, "after", 3)
         assert {form for _severity, form, _pid in lines.values()} == {"ISO8601"}
-        # A worker that stays in its call longer does not hold the answer past the limit.
-        waited = _change_while_held(server, 4000, {"log_format": "default"})
-        assert SETTINGS_WAIT_SECONDS - 0.2 < waited < SETTINGS_WAIT_SECONDS + 1.0, waited
+        # A worker that stays in its call does not hold the answer past the limit: it
+        # comes while the worker is still held, after the limit was waited.
+        with _Held(server, tmp_path / "second"):
+            start = time.monotonic()
+            reply = requests.post(
+                server.url + "/v2/logging", json={"log_format": "default"}, timeout=TIMEOUT
+            )
+            waited = time.monotonic() - start
+            assert reply.ok, reply.text
+            assert waited >= SETTINGS_WAIT_SECONDS - 0.1, waited
         _infer(server.url, "last")
         lines = _model_lines(server.stderr_text, "last", 3)
         assert {form for _severity, form, _pid in lines.values()} == {"default"}
