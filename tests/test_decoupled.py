@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import socket
 import struct
 import threading
@@ -25,6 +26,21 @@ from server_harness import NaiadServer, make_repository, metric_value
 TIMEOUT = 10
 DECOUPLED_MODELS = Path(__file__).resolve().parent / "decoupled_models"
 PIPELINE_MODELS = Path(__file__).resolve().parent / "pipeline_models"
+BATCHING_MODELS = Path(__file__).resolve().parent / "batching_models"
+# Two instances, no batching; an execution waits while `hold-<INPUT0>` exists in the
+# model's folder and marks `executing-<INPUT0>` first (echo_batch_model.py).
+HELD_CONFIG = """
+name: "held"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "SEQ" data_type: TYPE_INT64 dims: [ 1 ] },
+  { name: "BATCH" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
 ONE_RESPONSE = (
     "generate expects model to produce exactly 1 response, use generate stream for model "
     "that generates various number of responses"
@@ -41,9 +57,12 @@ def server(tmp_path_factory):
             "text_echo": DECOUPLED_MODELS / "text_echo",
             "bls_stream": DECOUPLED_MODELS / "bls_stream",
             "ens_repeat": PIPELINE_MODELS / "ens_repeat",
-            "sleeper": None,  # tests/models: two instances, SECONDS of sleep per execution
         },
     )
+    held = repository / "held" / "1"
+    held.mkdir(parents=True)
+    (held.parent / "config.pbtxt").write_text(HELD_CONFIG)
+    shutil.copy(BATCHING_MODELS / "echo_batch_model.py", held / "model.py")
     server = NaiadServer(repository, log_dir=root).start()
     # What the arena holds with nothing in flight (instance channels, tables).
     server.arena_baseline = requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()[
@@ -369,78 +388,101 @@ def test_bls_reads_a_decoupled_ensembles_stream(server):
     _settled(server)
 
 
-def _sleep_request(seconds: float) -> bytes:
-    """A general-path infer request for sleeper (gzip: the fast lane leaves it)."""
-    body = json.dumps(
-        {"inputs": [{"name": "SECONDS", "datatype": "FP32", "shape": [1, 1], "data": [seconds]}]}
+def _held_body(value: int) -> bytes:
+    return json.dumps(
+        {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 1], "data": [value]}]}
     ).encode()
-    packed = gzip.compress(body)
+
+
+def _held_request(value: int) -> bytes:
+    """A general-path infer request for held (gzip: the fast lane leaves it)."""
+    packed = gzip.compress(_held_body(value))
     return (
-        b"POST /v2/models/sleeper/infer HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+        b"POST /v2/models/held/infer HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(packed), packed)
     )
 
 
-def test_closing_the_connection_drops_a_queued_infer_request(server):
-    metrics_url = f"http://{server.host}:{server.metrics_port}/metrics"
-    canceled = 'nv_inference_request_failure{model="sleeper",reason="CANCELED",version="1"} '
-    busy = [socket.create_connection((server.host, server.http_port)) for _ in range(2)]
-    try:
-        for sock in busy:  # both instances sleep 1 s
-            sock.sendall(_sleep_request(1.0))
-        time.sleep(0.3)
-        with socket.create_connection((server.host, server.http_port)) as queued:
-            queued.sendall(_sleep_request(0.0))
-            time.sleep(0.2)  # it waits in the queue; the client goes away (a reset: a
-            # FIN alone is a half-close, after which the server still answers)
-            queued.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        for sock in busy:
-            sock.settimeout(TIMEOUT)
-            assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
-    finally:
-        for sock in busy:
-            sock.close()
-    _settled(server)
-    text = requests.get(metrics_url, timeout=TIMEOUT).text
-    assert canceled + "1\n" in text
-    assert 'nv_inference_request_success{model="sleeper",version="1"} 2\n' in text
-
-
-def _lane_sleep_request(seconds: float) -> bytes:
-    """A plain JSON infer request for sleeper: the C++ fast lane takes it."""
-    body = json.dumps(
-        {"inputs": [{"name": "SECONDS", "datatype": "FP32", "shape": [1, 1], "data": [seconds]}]}
-    ).encode()
-    return b"POST /v2/models/sleeper/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (
+def _lane_held_request(value: int) -> bytes:
+    """A plain JSON infer request for held: the C++ fast lane takes it."""
+    body = _held_body(value)
+    return b"POST /v2/models/held/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (
         len(body),
         body,
     )
 
 
-def test_closing_the_connection_drops_a_queued_fast_lane_request(server):
-    metrics_url = f"http://{server.host}:{server.metrics_port}/metrics"
-    canceled = 'nv_inference_request_failure{model="sleeper",reason="CANCELED",version="1"}'
-    succeeded = 'nv_inference_request_success{model="sleeper",version="1"}'
-    before = requests.get(metrics_url, timeout=TIMEOUT).text
-    lanes_before = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+def _wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _metrics(server) -> str:
+    url = f"http://{server.host}:{server.metrics_port}/metrics"
+    return requests.get(url, timeout=TIMEOUT).text
+
+
+def _in_flight(server) -> int:
+    return requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()[
+        "requests_in_flight"
+    ]
+
+
+_CANCELED = 'nv_inference_request_failure{model="held",reason="CANCELED",version="1"}'
+_SUCCEEDED = 'nv_inference_request_success{model="held",version="1"}'
+
+
+def _drop_a_queued_request(server, request) -> None:
+    """Both instances of held are held executing requests 1 and 2 while request 3 waits
+    in the queue; its client resets the connection. The cancellation is counted while
+    both are still held (so request 3 was dropped from the queue, not run), then they
+    are released and answered."""
+    folder = server.repository / "held"
+    before = _metrics(server)
+    for old in folder.glob("execut*-*"):
+        old.unlink()
+    for value in (1, 2):
+        (folder / f"hold-{value}").touch()
     busy = [socket.create_connection((server.host, server.http_port)) for _ in range(2)]
     try:
-        for sock in busy:  # both instances sleep 1 s
-            sock.sendall(_lane_sleep_request(1.0))
-        time.sleep(0.3)
+        for value, sock in zip((1, 2), busy):
+            sock.sendall(request(value))
+        for value in (1, 2):
+            _wait_until((folder / f"executing-{value}").exists, f"request {value} executing")
         with socket.create_connection((server.host, server.http_port)) as queued:
-            queued.sendall(_lane_sleep_request(0.0))
-            time.sleep(0.2)  # it waits in the queue; the client resets the connection
+            queued.sendall(request(3))
+            _wait_until(lambda: _in_flight(server) == 3, "request 3 queued")
+            # A reset: a FIN alone is a half-close, after which the server still answers.
             queued.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        _wait_until(
+            lambda: metric_value(_metrics(server), _CANCELED) > metric_value(before, _CANCELED),
+            "the queued request cancelled",
+        )
+        assert not (folder / "executing-3").exists()
+        for value in (1, 2):
+            (folder / f"hold-{value}").unlink()
         for sock in busy:
             sock.settimeout(TIMEOUT)
             assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
     finally:
+        for hold in folder.glob("hold-*"):  # never leave an execution held
+            hold.unlink()
         for sock in busy:
             sock.close()
     _settled(server)
+    after = _metrics(server)
+    assert metric_value(after, _CANCELED) - metric_value(before, _CANCELED) == 1
+    assert metric_value(after, _SUCCEEDED) - metric_value(before, _SUCCEEDED) == 2
+
+
+def test_closing_the_connection_drops_a_queued_infer_request(server):
+    _drop_a_queued_request(server, _held_request)
+
+
+def test_closing_the_connection_drops_a_queued_fast_lane_request(server):
+    lanes_before = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+    _drop_a_queued_request(server, _lane_held_request)
     lanes_after = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
     assert lanes_after["lane_requests"] - lanes_before["lane_requests"] == 3, lanes_after
-    after = requests.get(metrics_url, timeout=TIMEOUT).text
-    assert metric_value(after, canceled) - metric_value(before, canceled) == 1
-    assert metric_value(after, succeeded) - metric_value(before, succeeded) == 2
