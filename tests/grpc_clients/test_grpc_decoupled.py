@@ -9,6 +9,7 @@ the client cancels cancels its requests (the model sees request.is_cancelled()).
 from __future__ import annotations
 
 import queue
+import shutil
 import time
 from pathlib import Path
 
@@ -24,7 +25,22 @@ from tritonclient.grpc import service_pb2_grpc as pbg
 from tritonclient.utils import InferenceServerException
 
 DECOUPLED_MODELS = Path(__file__).resolve().parent.parent / "decoupled_models"
+BATCHING_MODELS = Path(__file__).resolve().parent.parent / "batching_models"
 TIMEOUT = 10
+# Two instances, no batching; an execution waits while `hold-<INPUT0>` exists in the
+# model's folder and marks `executing-<INPUT0>` first (echo_batch_model.py).
+HELD_CONFIG = """
+name: "held"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "SEQ" data_type: TYPE_INT64 dims: [ 1 ] },
+  { name: "BATCH" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +51,12 @@ def server(tmp_path_factory):
         {
             "repeat": DECOUPLED_MODELS / "repeat",
             "text_echo": DECOUPLED_MODELS / "text_echo",
-            "sleeper": None,  # tests/models: two instances, SECONDS of sleep per execution
         },
     )
+    held = repository / "held" / "1"
+    held.mkdir(parents=True)
+    (held.parent / "config.pbtxt").write_text(HELD_CONFIG)
+    shutil.copy(BATCHING_MODELS / "echo_batch_model.py", held / "model.py")
     server = NaiadServer(repository, log_dir=root).start()
     # What the arena holds with nothing in flight (instance channels, tables).
     server.arena_baseline = requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()[
@@ -233,86 +252,130 @@ def _executed(client) -> int:
     return count
 
 
+def _wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _metrics(server) -> str:
+    url = f"http://{server.host}:{server.metrics_port}/metrics"
+    return requests.get(url, timeout=TIMEOUT).text
+
+
+def _in_flight(server) -> int:
+    return requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()[
+        "requests_in_flight"
+    ]
+
+
+def _cancelled(model: str) -> str:
+    return f'nv_inference_request_failure{{model="{model}",reason="CANCELED",version="1"}}'
+
+
 def test_a_queued_request_of_a_cancelled_stream_never_runs(server):
+    """repeat's one instance is held (mode "hold") while a request of another stream
+    waits in the queue; that stream is cancelled, and the drop is counted while the
+    instance is still held."""
     url = f"{server.host}:{server.grpc_port}"
-    with (
-        grpcclient.InferenceServerClient(url) as busy,
-        grpcclient.InferenceServerClient(url) as other,
-    ):
-        before = _executed(busy)
-        blocking = Stream(busy)
-        blocking.send(1500, "block", "busy")  # the only instance sleeps 1.5 s in execute
-        time.sleep(0.3)
-        queued = Stream(other)
-        queued.send(3, "inline", "queued")  # waits in the queue
-        time.sleep(0.2)
-        other.stop_stream(cancel_requests=True)  # RST_STREAM: the core drops it
-        assert blocking.take(1) == [(0, True, "busy")]
-        busy.stop_stream()
-        # Only the blocking request and the two counting ones ran.
-        assert _executed(busy) == before + 2
+    folder = server.repository / "repeat"
+    cancelled = _cancelled("repeat")
+    before_metrics = _metrics(server)
+    (folder / "executing").unlink(missing_ok=True)
+    (folder / "hold").touch()
+    try:
+        with (
+            grpcclient.InferenceServerClient(url) as busy,
+            grpcclient.InferenceServerClient(url) as other,
+        ):
+            before = _executed(busy)
+            blocking = Stream(busy)
+            blocking.send(0, "hold", "busy")
+            _wait_until((folder / "executing").exists, "the blocking request executing")
+            queued = Stream(other)
+            queued.send(3, "inline", "queued")
+            _wait_until(lambda: _in_flight(server) == 2, "the request queued")
+            other.stop_stream(cancel_requests=True)  # RST_STREAM: the core drops it
+            _wait_until(
+                lambda: (
+                    metric_value(_metrics(server), cancelled)
+                    > metric_value(before_metrics, cancelled)
+                ),
+                "the queued request cancelled",
+            )
+            (folder / "hold").unlink()
+            assert blocking.take(1) == [(0, True, "busy")]
+            busy.stop_stream()
+            # Only the blocking request and the two counting ones ran.
+            assert _executed(busy) == before + 2
+    finally:
+        (folder / "hold").unlink(missing_ok=True)  # never leave the instance held
     _settled(server)
-    metrics = requests.get(f"http://{server.host}:{server.metrics_port}/metrics", timeout=TIMEOUT)
-    assert (
-        'nv_inference_request_failure{model="repeat",reason="CANCELED",version="1"} 1\n'
-        in metrics.text
-    )
+    after = _metrics(server)
+    assert metric_value(after, cancelled) - metric_value(before_metrics, cancelled) == 1
 
 
-def _sleep_call(stub, seconds: float):
-    """A ModelInfer call on sleeper with typed contents (the general path)."""
-    request = pb.ModelInferRequest(model_name="sleeper")
-    tensor = request.inputs.add(name="SECONDS", datatype="FP32", shape=[1, 1])
-    tensor.contents.fp32_contents.append(seconds)
+def _held_call(stub, value: int, raw: bool):
+    """A ModelInfer call on held: typed contents (the general path) or raw contents (the
+    C++ fast path)."""
+    request = pb.ModelInferRequest(model_name="held")
+    tensor = request.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 1])
+    if raw:
+        request.raw_input_contents.append(np.array([[value]], dtype=np.int32).tobytes())
+    else:
+        tensor.contents.int_contents.append(value)
     return stub.ModelInfer.future(request, timeout=TIMEOUT)
+
+
+def _reset_drops_a_queued_call(server, raw: bool) -> None:
+    """Both instances of held are held executing calls 1 and 2 while call 3 waits in the
+    queue; the client resets it. The cancellation is counted while both are still held
+    (so call 3 was dropped from the queue, not run), then they are released."""
+    folder = server.repository / "held"
+    cancelled = _cancelled("held")
+    succeeded = 'nv_inference_request_success{model="held",version="1"}'
+    before = _metrics(server)
+    for old in folder.glob("execut*-*"):
+        old.unlink()
+    for value in (1, 2):
+        (folder / f"hold-{value}").touch()
+    try:
+        with grpc.insecure_channel(f"{server.host}:{server.grpc_port}") as channel:
+            stub = pbg.GRPCInferenceServiceStub(channel)
+            busy = [_held_call(stub, value, raw) for value in (1, 2)]
+            for value in (1, 2):
+                _wait_until((folder / f"executing-{value}").exists, f"call {value} executing")
+            queued = _held_call(stub, 3, raw)
+            _wait_until(lambda: _in_flight(server) == 3, "call 3 queued")
+            assert queued.cancel()  # RST_STREAM while it waits in the queue
+            _wait_until(
+                lambda: metric_value(_metrics(server), cancelled) > metric_value(before, cancelled),
+                "the queued call cancelled",
+            )
+            assert not (folder / "executing-3").exists()
+            for value in (1, 2):
+                (folder / f"hold-{value}").unlink()
+            for call in busy:
+                assert call.result().outputs[0].name == "OUTPUT0"
+    finally:
+        for hold in folder.glob("hold-*"):  # never leave an execution held
+            hold.unlink()
+    _settled(server)
+    after = _metrics(server)
+    assert metric_value(after, cancelled) - metric_value(before, cancelled) == 1
+    assert metric_value(after, succeeded) - metric_value(before, succeeded) == 2
 
 
 def test_a_reset_model_infer_call_drops_its_queued_request(server):
-    metrics_url = f"http://{server.host}:{server.metrics_port}/metrics"
-    with grpc.insecure_channel(f"{server.host}:{server.grpc_port}") as channel:
-        stub = pbg.GRPCInferenceServiceStub(channel)
-        busy = [_sleep_call(stub, 1.0) for _ in range(2)]  # both instances sleep 1 s
-        time.sleep(0.3)
-        queued = _sleep_call(stub, 0.0)
-        time.sleep(0.2)
-        assert queued.cancel()  # RST_STREAM while it waits in the queue
-        for call in busy:
-            assert call.result().outputs[0].name == "OUTPUT0"
-    _settled(server)
-    text = requests.get(metrics_url, timeout=TIMEOUT).text
-    assert 'nv_inference_request_failure{model="sleeper",reason="CANCELED",version="1"} 1\n' in text
-    assert 'nv_inference_request_success{model="sleeper",version="1"} 2\n' in text
-
-
-def _raw_sleep_call(stub, seconds: float):
-    """A ModelInfer call on sleeper with raw contents (the C++ fast path)."""
-    request = pb.ModelInferRequest(model_name="sleeper")
-    request.inputs.add(name="SECONDS", datatype="FP32", shape=[1, 1])
-    request.raw_input_contents.append(np.array([[seconds]], dtype=np.float32).tobytes())
-    return stub.ModelInfer.future(request, timeout=TIMEOUT)
+    _reset_drops_a_queued_call(server, raw=False)
 
 
 def test_a_reset_fast_path_call_drops_its_queued_request(server):
-    metrics_url = f"http://{server.host}:{server.metrics_port}/metrics"
-    cancelled = 'nv_inference_request_failure{model="sleeper",reason="CANCELED",version="1"}'
-    succeeded = 'nv_inference_request_success{model="sleeper",version="1"}'
-    before = requests.get(metrics_url, timeout=TIMEOUT).text
     lane_before = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
-    with grpc.insecure_channel(f"{server.host}:{server.grpc_port}") as channel:
-        stub = pbg.GRPCInferenceServiceStub(channel)
-        busy = [_raw_sleep_call(stub, 1.0) for _ in range(2)]  # both instances sleep 1 s
-        time.sleep(0.3)
-        queued = _raw_sleep_call(stub, 0.0)
-        time.sleep(0.2)
-        assert queued.cancel()  # RST_STREAM while it waits in the queue
-        for call in busy:
-            assert call.result().outputs[0].name == "OUTPUT0"
-    _settled(server)
+    _reset_drops_a_queued_call(server, raw=True)
     lane_after = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
     assert lane_after["lane_requests"] - lane_before["lane_requests"] == 3, lane_after
-    after = requests.get(metrics_url, timeout=TIMEOUT).text
-    assert metric_value(after, cancelled) - metric_value(before, cancelled) == 1
-    assert metric_value(after, succeeded) - metric_value(before, succeeded) == 2
 
 
 def shm_stream(url: str, mode: str, byte_size: int) -> tuple[list, list]:

@@ -11,9 +11,12 @@
 - "return_list": returns a list from execute (a decoupled model must return None)
 - "block": sleeps N ms inside execute (the instance is busy), then answers OUT = 0
 - "executed": answers how many requests execute() has seen (this one included)
+- "hold": marks `executing` in the model's folder, waits while `hold` exists there
+  (tests order events with them), then answers OUT = 0
 """
 
 import json
+import os
 import threading
 import time
 
@@ -34,6 +37,7 @@ class TritonPythonModel:
         self.cancelled = 0
         self.executed = 0
         self.threads = []
+        self.folder = args["model_repository"]
 
     def execute(self, requests):
         for request in requests:
@@ -78,10 +82,21 @@ class TritonPythonModel:
             elif mode == "block":
                 time.sleep(n / 1000)
                 sender.send(_out(0), flags=FINAL)
+            elif mode == "hold":
+                self._hold()
+                sender.send(_out(0), flags=FINAL)
             elif mode == "executed":
                 sender.send(_out(self.executed), flags=FINAL)
         self.threads = [t for t in self.threads if t.is_alive()]
         return None
+
+    def _hold(self):
+        open(os.path.join(self.folder, "executing"), "w").close()
+        deadline = time.monotonic() + 120
+        while os.path.exists(os.path.join(self.folder, "hold")):
+            if time.monotonic() > deadline:
+                raise RuntimeError("held for 120 s: the test never released it")
+            time.sleep(0.002)
 
     def _stream(self, sender, n):
         for i in range(n):
