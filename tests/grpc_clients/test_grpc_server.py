@@ -758,6 +758,11 @@ def test_rst_stream_cancels_only_that_call(server, client):
     _still_serving(client)
 
 
+def _in_flight(server) -> int:
+    arena = requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()
+    return arena["requests_in_flight"]
+
+
 def test_goaway_on_shutdown_answers_calls_in_flight(tmp_path):
     repository = make_repository(tmp_path / "models", ["sleeper"])
     with NaiadServer(repository, log_dir=tmp_path, name="grpc-stop") as server:
@@ -769,7 +774,11 @@ def test_goaway_on_shutdown_answers_calls_in_flight(tmp_path):
             client.async_infer(
                 "sleeper", [tensor], lambda result, error: answers.put((result, error))
             )
-            time.sleep(0.3)
+            # SIGTERM once the call is in flight (or, on a machine slow enough, answered).
+            deadline = time.monotonic() + TIMEOUT
+            while answers.empty() and _in_flight(server) == 0:
+                assert time.monotonic() < deadline, "the call never arrived"
+                time.sleep(0.01)
             server.send_signal(__import__("signal").SIGTERM)
             result, error = answers.get(timeout=TIMEOUT)
         assert error is None
