@@ -26,6 +26,11 @@ def server(tmp_path_factory):
         yield running
 
 
+def _in_flight(server) -> int:
+    arena = requests.get(f"{server.url}/v2/naiad/arena", timeout=10).json()
+    return arena["requests_in_flight"]
+
+
 @pytest.fixture
 def client(server):
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
@@ -193,7 +198,12 @@ def test_unregister_while_in_use_and_no_leak(server, client):
 
         thread = threading.Thread(target=slow)
         thread.start()
-        time.sleep(0.3)
+        # Unregistered once the slow request is in flight, its region resolved (or, on a
+        # machine slow enough, after it was answered: then nothing is in use).
+        deadline = time.monotonic() + 10
+        while thread.is_alive() and _in_flight(server) == 0:
+            assert time.monotonic() < deadline, "the slow request never arrived"
+            time.sleep(0.01)
         other = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
         other.unregister_system_shared_memory("u")
         assert other.get_system_shared_memory_status(as_json=True) == {}
