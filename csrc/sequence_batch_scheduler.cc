@@ -42,6 +42,16 @@ EnqueueResult SequenceBatchScheduler::enqueue(const QueuedRequest& request,
   const bool end = (options.sequence_flags & kSequenceFlagEnd) != 0;
   key_of(options, &key_);
   auto found = active_.find(key_);
+  if (found != active_.end() && found->second.batcher >= 0) {
+    // Idle past the limit is idle whenever the reaper looks (its timer may run late):
+    // the request is refused, or starts a new sequence, the same either way.
+    auto seen = last_seen_.find(key_);
+    if (seen != last_seen_.end() && now_ns - seen->second >= config_.max_sequence_idle_us * 1000) {
+      last_seen_.erase(seen);
+      release_idle(found);
+      found = active_.end();
+    }
+  }
   if (!start && found == active_.end()) return EnqueueResult::kSequenceNotStarted;
 
   QueuedRequest queued = request;
@@ -163,13 +173,17 @@ uint64_t SequenceBatchScheduler::reap(uint64_t now_ns) {
       ++it;
       continue;
     }
-    // The slot goes once the requests already queued in it ran.
-    Slot& s = batchers_[static_cast<size_t>(found->second.batcher)].slots[found->second.slot];
-    s.release = true;
-    active_.erase(found);
     it = last_seen_.erase(it);
+    release_idle(found);
   }
   return next;
+}
+
+void SequenceBatchScheduler::release_idle(std::unordered_map<std::string, Where>::iterator found) {
+  // The slot goes once the requests already queued in it ran.
+  Slot& s = batchers_[static_cast<size_t>(found->second.batcher)].slots[found->second.slot];
+  s.release = true;
+  active_.erase(found);
 }
 
 void SequenceBatchScheduler::take(Batcher& b, uint32_t slot, Placement* out) {

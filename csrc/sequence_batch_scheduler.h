@@ -109,6 +109,10 @@ class SequenceBatchScheduler final : public Scheduler {
   uint64_t expire_backlog(uint64_t now_ns, std::vector<QueuedRequest>* rejected);
   // Forgets idle correlation ids; returns the next time one may become idle.
   uint64_t reap(uint64_t now_ns);
+  // Gives up the slot of a live sequence that idled out (the requests already queued
+  // in it still run) and forgets the id: reap()'s, and enqueue()'s when the reaper's
+  // look has not come yet.
+  void release_idle(std::unordered_map<std::string, Where>::iterator found);
   // The batch for batcher `b`; 0 or the time the policy holds it until.
   uint64_t form_direct(Batcher& b, uint64_t now_ns, bool arrivals_possible, Placement* out);
   uint64_t form_oldest(Batcher& b, uint64_t now_ns, bool arrivals_possible, Placement* out);

@@ -247,6 +247,25 @@ TEST(sequence_idle_sequence_is_released_and_refused) {
   CHECK(h.scheduler.backlog_sequences() == 1);
 }
 
+// The reaper's look may come late (a busy timer thread, a loaded host): a request that
+// comes after the idle time finds its sequence gone all the same.
+TEST(sequence_idle_past_the_limit_is_released_before_the_reaper_looks) {
+  Harness h(direct(1, 1000));  // 1 ms
+  CHECK(h.send(1, 1, 0) == EnqueueResult::kOk);
+  std::vector<Placement> batches = h.run(0, {0});
+  CHECK(batches.size() == 1);
+  CHECK(h.send(1, 0, kMs - 1) == EnqueueResult::kOk);  // 1 ns before the limit: live
+  batches = h.run(kMs - 1, {0});
+  CHECK(batches.size() == 1);
+  // No run() (no reaper) since: idle from kMs - 1 on, gone at 2 * kMs - 1.
+  CHECK(h.send(1, 0, 2 * kMs - 1) == EnqueueResult::kSequenceNotStarted);
+  CHECK(h.scheduler.active_sequences() == 0);
+  // A START with the id is a new sequence, on the slot the old one gave up.
+  CHECK(h.send(1, 1, 2 * kMs) == EnqueueResult::kOk);
+  batches = h.run(2 * kMs, {0});
+  CHECK(batches.size() == 1 && batches[0].requests.size() == 1);
+}
+
 TEST(sequence_idle_release_waits_for_queued_requests) {
   Harness h(direct(1, 1000));
   CHECK(h.send(1, 1, 0) == EnqueueResult::kOk);
