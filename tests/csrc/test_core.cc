@@ -1,6 +1,7 @@
 // Unit tests of the C++ core: the shared arena allocator, the SPSC channel with its
 // eventfd wake-ups, and the core's batch forming and failure handling. A worker is
 // played by a thread (or a forked process) holding a WorkerEndpoint.
+#include <dirent.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -293,9 +294,42 @@ bool notified(Core& core) {
   return ::poll(&p, 1, 5000) == 1;
 }
 
-// A held batch leaves at its deadline, sent by the timer thread. One that leaves before
-// (the frontend saw every client waiting, or the batch filled) clears the timer: the
-// thread is not woken for it.
+// What the core's timerfd is armed for now: the time left, from its it_value in
+// /proc/self/fdinfo (0 when disarmed). What the timer waits for, without waiting for it.
+// -1 unless exactly one timerfd is open (the test's core's).
+int64_t timer_left_ns() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  int count = 0;
+  while (dirent* entry = readdir(dir)) {
+    char link[64] = {};
+    const std::string path = std::string("/proc/self/fd/") + entry->d_name;
+    if (readlink(path.c_str(), link, sizeof link - 1) <= 0) continue;
+    if (std::strcmp(link, "anon_inode:[timerfd]") == 0) {
+      found = std::atoi(entry->d_name);
+      ++count;
+    }
+  }
+  closedir(dir);
+  if (count != 1) return -1;
+  const std::string info = "/proc/self/fdinfo/" + std::to_string(found);
+  FILE* file = std::fopen(info.c_str(), "r");
+  if (file == nullptr) return -1;
+  int64_t left = -1;
+  char line[128];
+  while (std::fgets(line, sizeof line, file) != nullptr) {
+    long long sec = 0, nsec = 0;
+    if (std::sscanf(line, "it_value: (%lld, %lld)", &sec, &nsec) == 2) {
+      left = sec * 1000000000LL + nsec;
+    }
+  }
+  std::fclose(file);
+  return left;
+}
+
+// A held batch leaves at its deadline, sent by the timer thread, which the core sets to
+// wake then: once, not before (the real clock), and not later (what it is armed for).
 TEST(core_queue_delay_is_enforced_by_the_timer_thread) {
   BatcherConfig config = batching(8, true);
   config.max_queue_delay_us = 2000;
@@ -308,21 +342,41 @@ TEST(core_queue_delay_is_enforced_by_the_timer_thread) {
   CHECK(submit_bytes(core, model, 1, "lone"));
   core.flush();
   CHECK(core.in_flight() == 0);  // held for the delay
+  // Armed for its deadline, not later (0 once it fired): "not long after it" with no
+  // bound on how fast this machine is.
+  const int64_t left = timer_left_ns();
+  CHECK(left >= 0 && left <= 2000000);
   CHECK(notified(core));
   std::vector<Completion> done = collect(core, 1);
   uint64_t waited = done.empty() ? 0 : done[0].dispatch_ns - start;
   CHECK(done.size() == 1);
-  CHECK(waited >= 2000000);            // not before the delay
-  CHECK(waited < 2000000 + 20000000);  // nor long after it (generous for loaded CI)
+  CHECK(waited >= 2000000);  // not before the delay
   CHECK(core.timer_wakeups() == 1);
+  core.stop_instance(instance);
+}
 
+// One that leaves before its deadline (the frontend saw every client waiting, or the
+// batch filled) clears the timer: the thread is not woken for it.
+TEST(core_a_batch_leaving_before_its_deadline_clears_the_timer) {
+  BatcherConfig config = batching(8, true);
+  // Far beyond the test's run: the batch can only leave because no client can send.
+  config.max_queue_delay_us = 600000000;
+  Core core(1 << 22);
+  ModelHandle model = core.add_model(config);
+  uint32_t instance = core.add_instance(model);
+  core.instance_up(instance);
+  FakeWorker worker(core, instance);
   CHECK(submit_bytes(core, model, 2, "held"));
   core.flush();
   CHECK(core.in_flight() == 0);  // held: the timer is set
-  core.flush(false);             // no client can send more: it leaves now
+  CHECK(core.timer_settings() == 1);
+  CHECK(timer_left_ns() > 0);
+  core.flush(false);  // no client can send more: it leaves now
   CHECK(collect(core, 1).size() == 1);
-  usleep(10000);  // well past the 2 ms deadline it had
-  CHECK(core.timer_wakeups() == 1);
+  // Disarmed, not left to fire for nothing: the thread cannot wake for it.
+  CHECK(timer_left_ns() == 0);
+  CHECK(core.timer_settings() == 2);
+  CHECK(core.timer_wakeups() == 0);
   core.stop_instance(instance);
 }
 
@@ -334,7 +388,10 @@ TEST(core_timer_follows_the_earliest_deadline_across_models) {
   slow.max_queue_delay_us = 300000;
   BatcherConfig fast = batching(2, true);
   fast.max_queue_delay_us = 20000;
-  Core core(1 << 22);
+  // A clock the test moves: what is due when the timer thread wakes is then decided by
+  // the test, not by how late a loaded machine wakes it (it still sleeps in real time).
+  std::atomic<uint64_t> now{1000000000};
+  Core core(1 << 22, [&now] { return now.load(); });
   ModelHandle slow_model = core.add_model(slow);
   ModelHandle fast_model = core.add_model(fast);
   uint32_t slow_instance = core.add_instance(slow_model);
@@ -344,38 +401,50 @@ TEST(core_timer_follows_the_earliest_deadline_across_models) {
   FakeWorker slow_worker(core, slow_instance);
   FakeWorker fast_worker(core, fast_instance);
 
-  uint64_t start = monotonic_ns();
+  uint64_t start = now;
   CHECK(submit_bytes(core, slow_model, 1, "slow"));
   core.flush();
   CHECK(submit_bytes(core, fast_model, 2, "fast"));
   core.flush();
+  // Armed for the fast model's 20 ms, not the slow one's 300 ms it was set to first
+  // (each time it wakes before the test moves the clock, it is armed for 20 ms again).
+  int64_t left = timer_left_ns();
+  CHECK(left >= 0 && left <= 20000000);
+  now = start + 20000000;
   CHECK(notified(core));
   std::vector<Completion> done = collect(core, 1);  // the fast model's, at its 20 ms
   CHECK(done.size() == 1 && done[0].request_ids[0] == 2);
-  CHECK(done.size() == 1 && done[0].dispatch_ns - start >= 20000000);
-  CHECK(done.size() == 1 && done[0].dispatch_ns - start < 300000000);
+  CHECK(done.size() == 1 && done[0].dispatch_ns == start + 20000000);
+  CHECK(core.held_for_idle() == start + 300000000);  // the slow one is still held
+  now = start + 300000000;
   CHECK(notified(core));
   done = collect(core, 1);  // then the slow model's, at its 300 ms
   CHECK(done.size() == 1 && done[0].request_ids[0] == 1);
-  CHECK(done.size() == 1 && done[0].dispatch_ns - start >= 300000000);
-  CHECK(core.timer_wakeups() == 2);
+  CHECK(done.size() == 1 && done[0].dispatch_ns == start + 300000000);
 
-  start = monotonic_ns();
+  start = now;
   CHECK(submit_bytes(core, slow_model, 3, "slow"));
   core.flush();
   CHECK(submit_bytes(core, fast_model, 4, "fast"));
   core.flush();  // the timer now waits for the fast model's 20 ms
+  left = timer_left_ns();
+  CHECK(left >= 0 && left <= 20000000);
+  const uint64_t full_at = monotonic_ns();
   CHECK(submit_bytes(core, fast_model, 5, "fast, full"));
   core.flush();  // a full batch of two: it leaves, and the timer goes back to 300 ms
+  left = timer_left_ns();
+  const uint64_t read_at = monotonic_ns();
+  // It expires (or expired) no sooner than 300 ms after the batch filled, on the real
+  // clock the timerfd runs on: a lower bound, so a slow machine cannot fail it.
+  CHECK(left >= 0 && read_at + static_cast<uint64_t>(left) >= full_at + 300000000);
   done = collect(core, 2);
   CHECK(done.size() == 1 && done[0].request_ids.size() == 2);
-  usleep(60000);  // past the fast model's deadline, well before the slow one's
-  CHECK(core.timer_wakeups() == 2);
+  CHECK(core.held_for_idle() == start + 300000000);
+  now = start + 300000000;
   CHECK(notified(core));
   done = collect(core, 1);
   CHECK(done.size() == 1 && done[0].request_ids[0] == 3);
-  CHECK(done.size() == 1 && done[0].dispatch_ns - start >= 300000000);
-  CHECK(core.timer_wakeups() == 3);
+  CHECK(done.size() == 1 && done[0].dispatch_ns == start + 300000000);
   core.stop_instance(slow_instance);
   core.stop_instance(fast_instance);
 }
