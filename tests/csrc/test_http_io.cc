@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -46,10 +48,10 @@ const char kGet[] = "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n";
 
 // A core with add_sub (one instance, or `instances`; batches up to 8), its lane, and
 // the loop on a listening socket of its own. With a queue delay, the core has its timer
-// thread.
+// thread. `clock`: the core's (the loop's spin runs on it too), monotonic_ns by default.
 struct Fixture {
-  explicit Fixture(uint64_t queue_delay_us = 0, int instances = 1)
-      : core(1 << 24, nullptr, queue_delay_us != 0), lane(core) {
+  explicit Fixture(uint64_t queue_delay_us = 0, int instances = 1, Clock clock = nullptr)
+      : core(1 << 24, std::move(clock), queue_delay_us != 0), lane(core) {
     BatcherConfig config;
     config.dynamic_batching = true;
     config.max_batch_size = 8;
@@ -203,6 +205,27 @@ uint64_t accepted_connection(Fixture& fixture) {
   fixture.turn_until([&] { return fixture.find_event(HttpIo::EventKind::kAccepted) != nullptr; });
   const HttpIo::Event* event = fixture.find_event(HttpIo::EventKind::kAccepted);
   return event == nullptr ? 0 : event->connection;
+}
+
+// A clock the test moves, for the core and the loop's spin. While `ticking`, every read
+// moves it 1 ms on: a spin then ends after a set number of polls, however fast they are.
+struct TestClock {
+  std::atomic<uint64_t> now{1000000000};
+  std::atomic<bool> ticking{false};
+  Clock clock() {
+    return [this] { return ticking ? now += 1000000 : now.load(); };
+  }
+};
+
+// Polls `done` (any thread's state) until it holds or ~5 s pass: a guard against a hang,
+// never a measure of time.
+template <typename Done>
+bool wait_until(Done done) {
+  for (int i = 0; i < 5000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done();
 }
 
 }  // namespace
@@ -496,16 +519,22 @@ std::pair<int, int> two_clients(Fixture& fixture) {
 // long): the turn polls for the other's instead of ending, takes it as it comes, and
 // the batch of both leaves with no timer ever set.
 TEST(http_io_a_held_batch_that_arrivals_release_during_the_turn_sets_no_timer) {
-  Fixture fixture(2000000);  // 2 s
+  // The clock stands still: only the arrival can end the spin, however late it comes.
+  TestClock clock;
+  Fixture fixture(2000000, 1, clock.clock());  // 2 s
   fixture.io->set_spin(0);
   auto [a, b] = two_clients(fixture);
   fixture.io->set_spin(500000000);  // up to 0.5 s
   const uint64_t settings = fixture.core.timer_settings();
   send_all(a, add_sub_request());
-  std::thread late([&fixture, b = b] {
-    (void)fixture;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    send_all(b, add_sub_request());
+  Core& core = fixture.core;
+  std::thread late([&core, &clock, b = b] {
+    // Once a's request is held, the turn took it and spins: b's comes during the spin.
+    if (wait_until([&core] { return core.held_for_idle() != 0; })) {
+      send_all(b, add_sub_request());
+      if (wait_until([&core] { return core.in_flight() != 0; })) return;
+    }
+    clock.now += 1000000000;  // a hang guard: the clock ends a spin the arrival did not
   });
   HttpIo::Turn turn;
   fixture.io->run(0, 0, &turn);
@@ -523,32 +552,101 @@ TEST(http_io_a_held_batch_that_arrivals_release_during_the_turn_sets_no_timer) {
 // When the arrivals do not come, the turn ends after its spin: the timer is set and the
 // batch leaves at its deadline; the next chance to spin is left out.
 TEST(http_io_a_spin_the_arrivals_do_not_end_leaves_the_batch_to_the_timer) {
-  Fixture fixture(80000);  // 80 ms
+  // The loop's reads move the clock: the spin ends on it, and whether the deadline has
+  // passed by then depends on this clock alone.
+  TestClock clock;
+  Fixture fixture(80000, 1, clock.clock());  // 80 ms
   fixture.io->set_spin(0);
   auto [a, b] = two_clients(fixture);
   fixture.io->set_spin(40000000);  // 40 ms
   const uint64_t settings = fixture.core.timer_settings();
   send_all(a, add_sub_request());
   HttpIo::Turn turn;
-  auto started = std::chrono::steady_clock::now();
+  uint64_t before = clock.now;
+  clock.ticking = true;
   fixture.io->run(0, 0, &turn);
-  CHECK(std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(40));
-  CHECK(fixture.core.in_flight() == 0);  // still held
+  clock.ticking = false;
+  CHECK(clock.now - before >= 40000000);  // it spun its 40 ms
+  CHECK(fixture.core.in_flight() == 0);   // still held
   CHECK(fixture.core.timer_settings() == settings + 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(120));
-  CHECK(fixture.core.in_flight() == 1);  // the timer thread sent it
+  const uint64_t deadline = fixture.core.held_for_idle();
+  CHECK(deadline > clock.now);
+  // At its deadline only the timer thread can send it: nothing here calls the core.
+  clock.now = deadline;
+  CHECK(wait_until([&fixture] { return fixture.core.in_flight() == 1; }));
+  CHECK(fixture.core.timer_wakeups() >= 1);
   CHECK(fixture.answer_batches() == 1);
   CHECK(read_answers(fixture, a, 1).find(std::string(64, '1')) != std::string::npos);
   // Held again: this turn does not spin (one chance left out after a miss); it sets
   // the timer as it ends.
   send_all(a, add_sub_request());
   const uint64_t settings_before = fixture.core.timer_settings();
-  started = std::chrono::steady_clock::now();
+  before = clock.now;
+  clock.ticking = true;
   fixture.io->run(0, 0, &turn);
-  CHECK(std::chrono::steady_clock::now() - started < std::chrono::milliseconds(20));
+  clock.ticking = false;
+  // A spin would have moved the clock its 40 ms; the turn's own reads move it far less.
+  CHECK(clock.now - before < 40000000);
   CHECK(fixture.core.in_flight() == 0);
   CHECK(fixture.core.timer_settings() == settings_before + 1);
+  clock.now = fixture.core.held_for_idle();  // due: the next turn or the timer sends it
   CHECK(read_answers(fixture, a, 1).find(std::string(64, '1')) != std::string::npos);
   close(a);
   close(b);
+}
+
+// The limits' sweep: a lane-mode connection that never sent a byte and was accepted
+// before `before_ns` is to be closed (it would hold a slot for good); one idle after a
+// request is not while `idle_before_ns` is 0; nor is one accepted after `before_ns`. The
+// times are the test's, on either side of the accepts, so none depends on elapsed time.
+TEST(http_io_sweep_reports_silent_connections_accepted_before_the_cut) {
+  Fixture fixture;
+  auto accept_next = [&fixture] {
+    size_t seen = 0;
+    for (const auto& event : fixture.events) seen += event.kind == HttpIo::EventKind::kAccepted;
+    uint64_t id = 0;
+    fixture.turn_until([&] {
+      size_t count = 0;
+      for (const auto& event : fixture.events) {
+        if (event.kind != HttpIo::EventKind::kAccepted) continue;
+        if (++count > seen) id = event.connection;
+      }
+      return id != 0;
+    });
+    return id;
+  };
+  int silent_client = fixture.connect_client();
+  const uint64_t silent = accept_next();
+  int served_client = fixture.connect_client();
+  const uint64_t served = accept_next();
+  send_all(served_client, add_sub_request());
+  CHECK(read_answers(fixture, served_client, 1).find("HTTP/1.1 200 OK") == 0);
+  const uint64_t cut = monotonic_ns();
+  int late_client = fixture.connect_client();
+  const uint64_t late = accept_next();
+  CHECK(silent != 0 && served != 0 && late != 0);
+  CHECK(fixture.io->in_lane_mode(silent) && fixture.io->in_lane_mode(served) &&
+        fixture.io->in_lane_mode(late));
+
+  std::vector<uint64_t> timed_out, idle;
+  fixture.io->sweep(cut, 0, &timed_out, &idle);
+  CHECK(timed_out.empty());
+  CHECK(idle == std::vector<uint64_t>{silent});
+  idle.clear();
+  fixture.io->sweep(0, 0, &timed_out, &idle);  // 0: no silent connection is reported
+  CHECK(timed_out.empty() && idle.empty());
+  // Accepted before a later cut, the late one is reported too: it was left out above
+  // for when it came, not for being the newest.
+  const uint64_t later = monotonic_ns();
+  fixture.io->sweep(later, 0, &timed_out, &idle);
+  std::sort(idle.begin(), idle.end());
+  CHECK(timed_out.empty());
+  CHECK((idle == std::vector<uint64_t>{silent, late}));
+  // The idle rule still reports the served one once `idle_before_ns` is past its read.
+  idle.clear();
+  fixture.io->sweep(0, later, &timed_out, &idle);
+  CHECK(std::find(idle.begin(), idle.end(), served) != idle.end());
+  close(silent_client);
+  close(served_client);
+  close(late_client);
 }
