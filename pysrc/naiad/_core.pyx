@@ -3458,18 +3458,23 @@ cdef class GrpcLane:
         self._lane.remove_model(lane_model)
 
     def submit(self, message, uint64_t now_ns, bint stream=False):
-        """Queues a serialized ModelInferRequest (bytes, or the OwnedBytes a
-        GrpcConnection received) if the fast path takes it:
+        """Queues a serialized ModelInferRequest (bytes, the OwnedBytes a GrpcConnection
+        received, or any other buffer: an inflated message) if the fast path takes it:
         (lane_model, request_id, batch_size, None), or (lane_model, 0, 0, message) when
         the validator refused it (INVALID_ARGUMENT with that message), or
         (lane_model, 0, batch_size, response bytes) for a response cache hit (a
         ModelStreamInferResponse with `stream`); None: the general path's."""
         cdef string_view view
+        cdef const unsigned char[:] buffer
         if type(message) is OwnedBytes:
             view = string_view((<OwnedBytes>message).data.data(),
                                (<OwnedBytes>message).data.size())
-        else:
+        elif type(message) is bytes:
             view = string_view(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message))
+        else:
+            buffer = message
+            if buffer.shape[0] != 0:
+                view = string_view(<const char*>&buffer[0], buffer.shape[0])
         cdef GrpcTaken taken
         cdef cbool took
         with nogil:
