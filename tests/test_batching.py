@@ -181,6 +181,7 @@ def idle_connection(server):
     sends nothing: while it is open, a request could still arrive on it, so held batches
     wait out the delay. (Naiad counts only connections that have sent an inference
     request: a monitoring client polling health or stats does not hold batches.)"""
+    before = _inference_connections(server)
     with requests.Session() as session:
         body = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 1], "data": [0]}]}
         # With requests' default Accept-Encoding (gzip): the lane takes it and compresses
@@ -190,7 +191,18 @@ def idle_connection(server):
         )
         assert response.status_code == 200, response.text
         yield session
-    time.sleep(0.05)  # let the server see the close before the next request
+        del response  # it holds the socket open past the session's close while it lives
+    # The server has seen the close once it no longer counts the connection: only then
+    # can the next test's batch leave early.
+    deadline = time.monotonic() + TIMEOUT
+    while _inference_connections(server) > before:
+        assert time.monotonic() < deadline, "the server still counts the closed connection"
+        time.sleep(0.01)
+
+
+def _inference_connections(server) -> int:
+    lanes = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+    return lanes["inference_connections"]
 
 
 # -- 1: concurrent requests are batched ---------------------------------------------------

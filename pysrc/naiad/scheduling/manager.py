@@ -421,6 +421,9 @@ class ModelManager:
             "lane_cached": self.lane_cached + (io.requests_cached if io else 0),
             "lane_collected": self.lane_collected,
             "lane_in_flight": self.lane.in_flight(),
+            # Connections that sent an inference request and are still open, as the
+            # batcher's early exit counts them (scheduling/arrivals.py).
+            "inference_connections": self.arrivals.open + (io.open_count if io else 0),
         }
 
     def statistics(self, name: str = "", version: str = "") -> dict:
