@@ -12,10 +12,18 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
-from server_harness import NaiadServer
+from server_harness import REPO_ROOT, NaiadServer
 from test_grpc_decoupled import Stream
 from test_pipelines import ENSEMBLE_SEQUENCES, A, B, build_repository, sequence_parameters
 from tritonclient.utils import InferenceServerException
+
+# The line of repeat's model.py whose raise the error names (the model may change).
+_REPEAT_MODEL = REPO_ROOT / "tests" / "decoupled_models" / "repeat" / "1" / "model.py"
+_REPEAT_RAISES_AT = next(
+    number
+    for number, line in enumerate(_REPEAT_MODEL.read_text().splitlines(), 1)
+    if 'raise RuntimeError("the model failed mid-stream")' in line
+)
 
 
 @pytest.fixture(scope="module")
@@ -291,7 +299,8 @@ def test_a_decoupled_ensemble_whose_step_sends_no_response_ends_with_the_final_f
         (
             "raise",
             "in ensemble 'ens_decoupled', Failed to process the request(s) for model 'repeat', "
-            "message: RuntimeError: the model failed mid-stream (at model.py:66 in execute)",
+            "message: RuntimeError: the model failed mid-stream (at model.py:"
+            f"{_REPEAT_RAISES_AT} in execute)",
         ),
         (
             "no_final",
