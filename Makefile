@@ -12,7 +12,6 @@ CXXFLAGS_TEST := -std=c++17 -g -O1 -Wall -Wextra -pthread -Icsrc -Itests/csrc
 CORE_TEST_SOURCES := $(wildcard csrc/*.cc tests/csrc/*.cc)
 # Libraries the core links (zlib: csrc/http_compress.cc), as setup.py's extension.
 CORE_LIBS := -lz
-CORE_TEST_DEPS := $(CORE_TEST_SOURCES) $(wildcard csrc/*.h tests/csrc/*.h)
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
@@ -46,23 +45,33 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/clang-format -i csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h tests/fuzz/*.cc tests/fuzz/*.h perf/*.cc perf/*.h
 
-build/test_core: $(CORE_TEST_DEPS)
-	mkdir -p build
-	$(CXX) $(CXXFLAGS_TEST) $(CORE_TEST_SOURCES) -o $@ $(CORE_LIBS)
+# The C++ unit tests, built three ways (plain, ASan/UBSan, TSan), one object per source
+# so that `make -j2` compiles two at a time (the test targets below ask for it).
+TEST_CORE_NAMES := plain asan tsan
+TEST_CORE_FLAGS_plain :=
+TEST_CORE_FLAGS_asan := -fsanitize=address,undefined -fno-omit-frame-pointer
+TEST_CORE_FLAGS_tsan := -fsanitize=thread -Wno-tsan
+TEST_CORE_BIN_plain := build/test_core
+TEST_CORE_BIN_asan := build/test_core_asan
+TEST_CORE_BIN_tsan := build/test_core_tsan
+TEST_CORE_HEADERS := $(wildcard csrc/*.h tests/csrc/*.h)
 
-build/test_core_asan: $(CORE_TEST_DEPS)
-	mkdir -p build
-	$(CXX) $(CXXFLAGS_TEST) -fsanitize=address,undefined -fno-omit-frame-pointer \
-		$(CORE_TEST_SOURCES) -o $@ $(CORE_LIBS)
+define test_core_build
+build/test_core_obj/$(1)/%.o: %.cc $$(TEST_CORE_HEADERS)
+	@mkdir -p $$(@D)
+	$$(CXX) $$(CXXFLAGS_TEST) $$(TEST_CORE_FLAGS_$(1)) -c $$< -o $$@
 
-build/test_core_tsan: $(CORE_TEST_DEPS)
-	mkdir -p build
-	$(CXX) $(CXXFLAGS_TEST) -fsanitize=thread -Wno-tsan $(CORE_TEST_SOURCES) -o $@ $(CORE_LIBS)
+$$(TEST_CORE_BIN_$(1)): $$(patsubst %.cc,build/test_core_obj/$(1)/%.o,$$(CORE_TEST_SOURCES))
+	$$(CXX) $$(CXXFLAGS_TEST) $$(TEST_CORE_FLAGS_$(1)) $$^ -o $$@ $$(CORE_LIBS)
+endef
+$(foreach n,$(TEST_CORE_NAMES),$(eval $(call test_core_build,$(n))))
 
-test-core: build/test_core
+test-core:
+	$(MAKE) -j2 build/test_core
 	build/test_core
 
-test-core-sanitize: build/test_core_asan build/test_core_tsan
+test-core-sanitize:
+	$(MAKE) -j2 build/test_core_asan build/test_core_tsan
 	build/test_core_asan
 	build/test_core_tsan
 
