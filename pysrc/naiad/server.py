@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from naiad import triton_log
@@ -34,12 +35,58 @@ def _configure_logging(options) -> None:
         log.warning("cannot open --log-file=%s (%s): logging to stderr", options.log_file, exc)
 
 
+class StartupError(Exception):
+    """The server cannot start: `naiad serve` logs `log_line` and exits 1; the
+    in-process Server raises it as Triton's error of that kind (naiad/inprocess/)."""
+
+    def __init__(self, message: str, log_line: str | None = None, internal: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.log_line = log_line or message
+        self.internal = internal  # Triton's Internal kind (else InvalidArgument: a setting)
+
+
+@dataclass
+class Running:
+    """A started server: its manager and the front ends listening (none in-process
+    unless asked for)."""
+
+    manager: ModelManager
+    servers: list = field(default_factory=list)
+    poller: object = None
+    exit_timeout_secs: float = 30.0
+
+
 async def serve(options) -> int:
+    """`naiad serve`: start, serve until SIGINT/SIGTERM, shut down."""
+    # From here a SIGINT/SIGTERM (to us or to the whole process group, workers included,
+    # which ignore it) stops the server cleanly, also while the models load.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        running = await start(options, stop)
+    except StartupError as exc:
+        log.error("%s", exc.log_line)
+        return 1
+    if running is None:
+        return 0
+    settle_after_startup()
+    await stop.wait()
+    await shutdown(running)
+    return 0
+
+
+async def start(options, stop: asyncio.Event | None = None) -> Running | None:
+    """Loads the repository and starts the front ends `options` allow (the `naiad
+    serve` flags' namespace), on the running loop. Raises StartupError when it cannot
+    start (nothing is left running then); returns None when `stop` was set while the
+    models loaded (everything is shut down again)."""
     repositories = [Path(r) for r in options.model_repository]
     for repository in repositories:
         if not repository.is_dir():
-            log.error("failed to stat model repository path '%s'", repository)
-            return 1
+            raise StartupError(f"failed to stat model repository path '{repository}'")
     from naiad import latency_summary
     from naiad.repository import autocomplete
 
@@ -48,8 +95,7 @@ async def serve(options) -> int:
             latency_summary.parse_metrics_config(options.metrics_config, warn=log.error)
         )
     except ValueError as exc:
-        log.error("%s", exc)
-        return 1
+        raise StartupError(str(exc)) from None
 
     try:
         autocomplete.configure(
@@ -57,8 +103,7 @@ async def serve(options) -> int:
             options.backend_config,
         )
     except ValueError as exc:
-        log.error("%s", exc)
-        return 1
+        raise StartupError(str(exc)) from None
     manager = ModelManager(
         repositories,
         options.arena_size,
@@ -74,14 +119,8 @@ async def serve(options) -> int:
     try:
         manager.set_tracer(tracer_for(options))
     except ValueError as exc:  # trace mode opentelemetry without the SDK installed
-        log.error("%s", exc)
-        return 1
-    # From here a SIGINT/SIGTERM (to us or to the whole process group, workers included,
-    # which ignore it) stops the server cleanly, also while the models load.
-    stop = asyncio.Event()
+        raise StartupError(str(exc)) from None
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     # NVML's first init can take seconds on a GPU host (no persistence daemon): the GPUs
     # are opened while the models load, so that it does not delay the ports after them.
     gpus_opening = None
@@ -93,22 +132,38 @@ async def serve(options) -> int:
     triton_log.write_table(
         __file__, sys._getframe().f_lineno, format_load_table(manager.load_table)
     )
-    if stop.is_set():
+    if stop is not None and stop.is_set():
         log.info("Stopping: a signal arrived while the models loaded")
         await manager.shutdown(options.exit_timeout_secs)
-        return 0
+        return None
     if not all_loaded and options.exit_on_error:
-        log.error("error: creating server: Internal - failed to load all models")
         await manager.shutdown(options.exit_timeout_secs)
-        return 1
-    poller = None
+        raise StartupError(
+            "failed to load all models",
+            "error: creating server: Internal - failed to load all models",
+            internal=True,
+        )
+    running = Running(manager, exit_timeout_secs=options.exit_timeout_secs)
+    try:
+        await _start_front_ends(options, running, gpus_opening)
+    except BaseException:
+        # A port in use, ...: nothing stays running (the in-process caller goes on).
+        await shutdown(running)
+        raise
+    return running
+
+
+async def _start_front_ends(options, running: Running, gpus_opening) -> None:
+    """The repository poller and the front ends `options` allow, each kept in
+    `running` as it starts (so that a failure after it stops it)."""
+    manager = running.manager
+    servers = running.servers
     if options.model_control_mode == "poll":
         from naiad.repository.poll import RepositoryPoller
 
-        poller = RepositoryPoller(manager.control, options.repository_poll_secs)
-        poller.start()
+        running.poller = RepositoryPoller(manager.control, options.repository_poll_secs)
+        running.poller.start()
 
-    servers = []
     # gRPC listens before HTTP (as Triton starts them): once /v2/health/ready answers,
     # the gRPC port takes connections too.
     if options.allow_grpc:
@@ -142,6 +197,7 @@ async def serve(options) -> int:
             pinned_pool_bytes=options.pinned_memory_pool_byte_size,
             gpus=await gpus_opening if gpus_opening is not None else None,
         )
+        servers.append(metrics_server)
     if options.allow_http:
         from naiad.http.connection_limits import ConnectionLimits
         from naiad.http.generate_routes import register_generate_routes
@@ -181,25 +237,26 @@ async def serve(options) -> int:
         )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)
     if metrics_server is not None:
-        servers.append(metrics_server)
         log.info("Started Metrics Service at %s:%d", metrics_address, options.metrics_port)
-    settle_after_startup()
-    await stop.wait()
 
+
+async def shutdown(running: Running) -> None:
+    """Stops taking connections, answers the requests in flight (up to the exit
+    timeout), stops the workers."""
     log.info(
         "Stopping: no new connections; waiting up to %ds for requests in flight",
-        options.exit_timeout_secs,
+        running.exit_timeout_secs,
     )
+    servers = running.servers
     for server in servers:
         server.close()
-    if poller is not None:
-        await poller.stop()
-    await manager.shutdown(options.exit_timeout_secs)
+    if running.poller is not None:
+        await running.poller.stop()
+    await running.manager.shutdown(running.exit_timeout_secs)
     for server in servers:
         # Connections still open get closed; their requests were answered above.
         if hasattr(server, "close_clients"):
             server.close_clients()
-    return 0
 
 
 def run(options) -> int:
