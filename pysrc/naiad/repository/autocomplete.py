@@ -31,10 +31,11 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from naiad.repository.config import (
-    CONFIG_FILENAME,
     ConfigError,
     ModelConfig,
+    check_agents,
     complete_model_config,
+    config_path,
     config_to_json,
     load_model_config,
     parse_model_config,
@@ -93,7 +94,7 @@ def load_completed_config(model_dir: Path, model_name: str) -> ModelConfig:
     if not _enabled:
         return load_model_config(model_dir, model_name)
     model_dir = Path(model_dir)
-    path = model_dir / CONFIG_FILENAME
+    path = config_path(model_dir)
     if path.exists():
         try:
             text = path.read_text(encoding="utf-8")
@@ -104,6 +105,7 @@ def load_completed_config(model_dir: Path, model_name: str) -> ModelConfig:
         config = ModelConfig()
     if not config.name:
         config.name = model_name
+    check_agents(config, model_dir)
     complete_backend_fields(config, model_dir)
     complete_model_config(config, model_name)
     config = _run_backend_hook(config, model_dir)
@@ -118,6 +120,10 @@ def complete_override(config: ModelConfig, model_dir: Path) -> ModelConfig:
     with the reason when that fails."""
     from naiad.repository.overrides import OverrideError
 
+    try:
+        check_agents(config, model_dir)  # the override's agents, over the model's files
+    except ConfigError as exc:
+        raise OverrideError(exc.message) from None
     if not _enabled:
         return config
     try:

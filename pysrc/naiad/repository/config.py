@@ -18,6 +18,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from naiad.cache_config import model_cache_refusal
 from naiad.errors import InvalidArgument
 from naiad.protos import model_config_pb2
+from naiad.repository import field_support
+from naiad.repository.agents import agents_refusal
 from naiad.repository.instance_groups import instance_group_error, normalize_instance_groups
 from naiad.repository.worker_limits import worker_limits_error
 
@@ -49,13 +51,36 @@ _DEFAULT_MODEL_FILENAME = {
 }
 
 
+# --model-config-name: Triton's custom configurations, <model>/configs/<name>.pbtxt.
+CUSTOM_CONFIG_FOLDER = "configs"
+_config_name = ""
+
+
+def set_config_name(name: str) -> None:
+    """--model-config-name for every model loaded from now on ("" : config.pbtxt)."""
+    global _config_name
+    _config_name = name
+
+
+def config_path(model_dir: Path) -> Path:
+    """The file that holds `model_dir`'s config, as Triton picks it: the custom config
+    configs/<--model-config-name>.pbtxt where it exists, else config.pbtxt."""
+    model_dir = Path(model_dir)
+    if _config_name:
+        custom = model_dir / CUSTOM_CONFIG_FOLDER / f"{_config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return model_dir / CONFIG_FILENAME
+
+
 class ConfigError(InvalidArgument):
     """A config.pbtxt that cannot be read, parsed or accepted."""
 
 
 def load_model_config(model_dir: Path, model_name: str) -> ModelConfig:
-    """Read, complete and validate `<model_dir>/config.pbtxt`; raise ConfigError if unusable."""
-    path = Path(model_dir) / CONFIG_FILENAME
+    """Read, complete and validate `<model_dir>/config.pbtxt` (or the custom config,
+    config_path); raise ConfigError if unusable."""
+    path = config_path(model_dir)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -66,9 +91,19 @@ def load_model_config(model_dir: Path, model_name: str) -> ModelConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"failed to read {path}: {exc}") from None
     config = parse_model_config(text, path)
+    check_agents(config, model_dir)
     complete_model_config(config, model_name)
     validate_model_config(config)
     return config
+
+
+def check_agents(config: ModelConfig, model_dir: Path) -> None:
+    """Run the repository agents `config` names (the checksum agent) over `model_dir`;
+    ConfigError when one refuses. Before anything reads the model's files or runs its
+    code (auto-complete), as Triton runs its agents before the load."""
+    reason = agents_refusal(config, Path(model_dir))
+    if reason is not None:
+        raise ConfigError(reason)
 
 
 def parse_model_config(text: str, path: Path | str = CONFIG_FILENAME) -> ModelConfig:
@@ -173,6 +208,9 @@ def validate_model_config(config: ModelConfig) -> None:
     limits_error = worker_limits_error(config)  # Naiad's own parameters
     if limits_error:
         raise ConfigError(limits_error)
+    field_refusal = field_support.refusal(config)  # a field Naiad does not act on
+    if field_refusal is not None:
+        raise ConfigError(field_refusal)
     if config.platform == "ensemble":
         from naiad.repository.ensemble import check_structure
 
@@ -202,6 +240,9 @@ def _validate_tensors(kind: str, tensors, model_name: str) -> None:
                 f"model {kind} '{tensor.name}' dimension must be integer >= 1, or -1 to "
                 f"indicate a variable-size dimension for {model_name}"
             )
+        if kind == "input" and tensor.format != tensor.FORMAT_NONE and len(tensor.dims) != 3:
+            # Triton 2.51's check and words: an image format names three dimensions.
+            raise ConfigError(f"model input NHWC/NCHW require 3 dims for {model_name}")
 
 
 def _validate_dynamic_batching(config: ModelConfig) -> None:

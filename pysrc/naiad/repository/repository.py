@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from naiad.protos import model_config_pb2
+from naiad.repository import field_support
 from naiad.repository.autocomplete import load_completed_config
 from naiad.repository.config import ConfigError
 
@@ -30,6 +31,9 @@ class ModelEntry:
     # Problems that do not stop the model from loading (Triton logs them), e.g. a version
     # named in a `specific` policy that has no folder.
     warnings: list[str] = dataclasses.field(default_factory=list)
+    # The config's fields that Naiad ignores as hints (repository/field_support.py): logged
+    # with the warnings above, and shown as the reason of its versions in the index.
+    hints: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -57,11 +61,13 @@ def scan_model(model_dir: Path, config: model_config_pb2.ModelConfig | None = No
             return ModelEntry(name, model_dir, None, exc.message, [])
     warnings: list[str] = []
     versions = select_versions(config, available_versions(model_dir), warnings)
+    hints = field_support.warnings(config)
+    warnings.extend(hints)
     if not versions:
         # Triton's wording, for both "no version folder" and "none matches the policy".
         error = f"at least one version must be available under the version policy of model '{name}'"
-        return ModelEntry(name, model_dir, config, error, [], warnings)
-    return ModelEntry(name, model_dir, config, None, versions, warnings)
+        return ModelEntry(name, model_dir, config, error, [], warnings, hints)
+    return ModelEntry(name, model_dir, config, None, versions, warnings, hints)
 
 
 def available_versions(model_dir: Path) -> list[int]:

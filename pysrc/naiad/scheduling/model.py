@@ -188,10 +188,13 @@ class LoadedModel:
         return self.state == READY and not self.instances_down
 
     def entry(self) -> dict:
-        """This version's entry of the repository index (reason only when there is one)."""
+        """This version's entry of the repository index (reason only when there is one:
+        while READY, the config's fields that Naiad ignores as hints, if any)."""
         entry = {"name": self.name, "version": str(self.version), "state": self.state}
         if self.state != READY and self.reason:
             entry["reason"] = self.reason
+        elif self.state == READY and getattr(self.loaded_from, "hints", None):
+            entry["reason"] = "; ".join(self.loaded_from.hints)
         return entry
 
     def metadata(self) -> dict:
