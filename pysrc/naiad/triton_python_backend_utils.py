@@ -159,6 +159,15 @@ def deserialize_bytes_tensor(encoded_tensor):
     return _datatypes.deserialize_bytes(encoded_tensor)
 
 
+def _text(value):
+    """A string argument as Triton's bindings take it: pybind11 converts `bytes` (UTF-8)
+    as well as `str` to a std::string, and models pass bytes read from TYPE_STRING inputs
+    (`name.as_numpy()[0]`). Anything else is returned as is, for the caller's own check."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return value
+
+
 # --------------------------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------------------------
@@ -195,8 +204,9 @@ class TritonError(Exception):
             raise TypeError("TritonError message must not be None")
         if code is None or int(code) not in self._CODE_NAMES:
             raise TypeError(f"TritonError code must be one of the TritonError constants: {code!r}")
+        message = str(_text(message))
         super().__init__(message)
-        self._message = str(message)
+        self._message = message
         self._code = int(code)
 
     def message(self):
@@ -294,6 +304,7 @@ class Tensor(_core.TensorFields):
         """Tensor(name, numpy_array) for what TensorFields does not take itself: a name
         that is not a plain non-empty str, an array that is not an exact C-contiguous
         ndarray of a numeric dtype."""
+        name = _text(name)
         if type(name) is not str and not isinstance(name, str):
             raise TypeError(f"Tensor name must be a str, got {type(name).__name__}")
         if not name:
@@ -392,6 +403,7 @@ class Tensor(_core.TensorFields):
 
         CPU tensors become numpy views; GPU tensors are kept as they are (`is_cpu()` False).
         """
+        name = _text(name)
         if not isinstance(name, str) or name == "":
             raise TritonModelException("Tensor name cannot be an empty string.")
         if type(tensor).__name__ == "PyCapsule":
@@ -532,6 +544,8 @@ class InferenceRequest(_core.RequestFields):
             raise TypeError("InferenceRequest() missing required argument 'requested_output_names'")
         if request_id is None:
             request_id = ""
+        request_id = _text(request_id)
+        model_name = _text(model_name)
         if not isinstance(correlation_id, (int, str)) or isinstance(correlation_id, bool):
             raise TritonModelException("Correlation ID must be integer or string")
         inputs = list(inputs)
@@ -545,6 +559,7 @@ class InferenceRequest(_core.RequestFields):
                 )
         names = []
         for output_name in requested_output_names:
+            output_name = _text(output_name)
             if output_name == "" or not isinstance(output_name, str):
                 raise TritonModelException(
                     f"Requested output name for request with id '{request_id}' and model "
@@ -847,21 +862,21 @@ def load_model(model_name, config="", files=None):
     config overriding config.pbtxt, `files` {"file:<path>": bytes} the model folder."""
     from naiad.worker import bls
 
-    bls.load_model(model_name, config, files)
+    bls.load_model(_text(model_name), _text(config), files)
 
 
 def unload_model(model_name, unload_dependents=False):
     """Unloads `model_name` (explicit model-control mode)."""
     from naiad.worker import bls
 
-    bls.unload_model(model_name, unload_dependents)
+    bls.unload_model(_text(model_name), unload_dependents)
 
 
 def is_model_ready(model_name, model_version=""):
     """Whether the server serves `model_name` (at `model_version`) and it is ready."""
     from naiad.worker import bls
 
-    return bls.is_model_ready(model_name, model_version)
+    return bls.is_model_ready(_text(model_name), _text(model_version))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1039,7 +1054,7 @@ class Logger:
             path, line = "model.py", 0
         else:
             path, line = caller.f_code.co_filename, caller.f_lineno
-        triton_log.write(severity, path, line, str(message))
+        triton_log.write(severity, path, line, str(_text(message)))
 
     @staticmethod
     def log_info(message):
@@ -1103,8 +1118,8 @@ class MetricFamily:
     HISTOGRAM = MetricKind.HISTOGRAM
 
     def __init__(self, name, description, kind):
-        self.name = name
-        self.description = description
+        self.name = _text(name)
+        self.description = _text(description)
         self.kind = MetricKind(kind)
 
     def Metric(self, labels=None, buckets=None):  # noqa: N802 - Triton's method name
