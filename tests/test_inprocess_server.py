@@ -42,7 +42,7 @@ def server():
     server = naiad.Server(
         model_repository=[str(EXAMPLE_MODELS), str(PIPELINE_MODELS), str(DECOUPLED_MODELS)],
         model_control_mode=naiad.ModelControlMode.EXPLICIT,
-        startup_models=["add_sub", "ensemble_add_sub", "repeat"],
+        startup_models=["add_sub", "ensemble_add_sub", "repeat", "seq_echo"],
         http_port=http_port,
         grpc_port=grpc_port,
     )
@@ -227,6 +227,38 @@ def test_bytes_tensors_round_trip(server):
             np.from_dlpack(out)
     finally:
         server.unload("identity_bytes")
+
+
+def test_sequence_by_correlation_id_and_flags(server):
+    model = server.model("seq_echo")
+    totals = []
+    for value, flags in ((3, naiad.SEQUENCE_START), (4, 0), (5, naiad.SEQUENCE_END)):
+        response = _one(
+            model.infer(
+                inputs={"INPUT": np.array([[value]], dtype=np.int32)},
+                correlation_id=4242,
+                flags=flags,
+            )
+        )
+        totals.append(int(response.outputs["TOTAL"].to_numpy().ravel()[0]))
+        start_end = response.outputs["CTRL"].to_numpy().ravel().tolist()
+        assert start_end == [int(flags == naiad.SEQUENCE_START), int(flags == naiad.SEQUENCE_END)]
+    assert totals == [3, 7, 12]
+
+
+def test_metrics_count_requests(server):
+    line = 'nv_inference_request_success{model="add_sub",version="1"}'
+
+    def count() -> float:
+        for text in server.metrics().splitlines():
+            if text.startswith(line):
+                return float(text.split()[-1])
+        return 0.0
+
+    before = count()
+    a, b = _add_sub_inputs()
+    _one(server.model("add_sub").infer(inputs={"INPUT0": a, "INPUT1": b}))
+    assert count() == before + 1
 
 
 # -- errors: Triton's classes, the HTTP front end's messages ----------------------------
@@ -422,22 +454,28 @@ def _listening_sockets() -> set[int]:
 def test_start_stop_twice_without_ports(server):
     before = _listening_sockets()
     second = naiad.Server(model_repository=str(EXAMPLE_MODELS), model_control_mode="explicit")
-    for _ in range(2):
-        second.start(wait_until_ready=True)
-        assert second.ready()
+
+    def serve_once(started):
+        assert started.ready()
         assert _listening_sockets() == before  # no front end unless a port is given
-        model = second.load("add_sub")
+        model = started.load("add_sub")
         a, b = _add_sub_inputs()
         response = _one(model.infer(inputs={"INPUT0": a, "INPUT1": b}))
         np.testing.assert_array_equal(response.outputs["OUTPUT0"].to_numpy(), a + b)
-        second.stop()
-        with pytest.raises(naiad.InvalidArgumentError, match="Server not started"):
-            second.ready()
+
+    serve_once(second.start(wait_until_ready=True))
+    second.stop()
+    with pytest.raises(naiad.InvalidArgumentError, match="Server not started"):
+        second.ready()
+    with second as started:  # the context manager starts it again and stops it
+        serve_once(started)
+    with pytest.raises(naiad.InvalidArgumentError, match="Server not started"):
+        second.model("add_sub")
     # The module's server still serves.
     assert server.ready()
 
 
-def test_context_manager_and_bad_options():
+def test_bad_options_are_invalid_argument():
     with pytest.raises(naiad.InvalidArgumentError, match="Model repository must be specified"):
         naiad.Server().start()
     with pytest.raises(naiad.InvalidArgumentError, match="--model-control-mode"):

@@ -21,6 +21,8 @@ _INPROCESS = frozenset(
         "InternalError",
         "AlreadyExistsError",
         "UnknownError",
+        "SEQUENCE_START",
+        "SEQUENCE_END",
     }
 )
 

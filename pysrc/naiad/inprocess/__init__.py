@@ -18,6 +18,8 @@ from naiad.inprocess.errors import (
     UnsupportedError,
 )
 from naiad.inprocess.model import (
+    SEQUENCE_END,
+    SEQUENCE_START,
     AsyncResponseIterator,
     InferenceRequest,
     InferenceResponse,
@@ -29,6 +31,8 @@ from naiad.inprocess.server import ModelDictionary, Server
 from naiad.inprocess.tensor import Tensor
 
 __all__ = [
+    "SEQUENCE_END",
+    "SEQUENCE_START",
     "AlreadyExistsError",
     "AsyncResponseIterator",
     "InferenceRequest",

@@ -140,6 +140,15 @@ class Server:
         """{"name", "version", "extensions"}, as GET /v2 answers it."""
         return self._call(lambda manager: manager.server_metadata())
 
+    def metrics(self, metric_format: str = "prometheus") -> str:
+        """Triton's metrics in Prometheus' text format, as the metrics port serves them
+        (the host's CPU and GPU gauges only while `metrics_port` polls them)."""
+        if metric_format != "prometheus":
+            raise UnsupportedError(f"metric format {metric_format!r}: only 'prometheus'")
+        from naiad.metrics import TritonCollector, render
+
+        return self._call(lambda manager: render(TritonCollector(manager)).decode())
+
     # -- models ----------------------------------------------------------------
     def model(self, model_name: str, model_version: int = -1) -> Model:
         """The model `model_name` at `model_version` (-1: as the version policy
