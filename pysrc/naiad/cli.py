@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from naiad import check as check_command
 from naiad.rate_limit import parse_rate_limit, parse_rate_limit_resource
 from naiad.tracing import options as tracing_options
 
@@ -259,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_access_flags(serve)
     tracing_options.add_arguments(serve)
+    check = commands.add_parser(
+        "check",
+        help="say what each model of a repository would do when served (load, refused, "
+        "warned, and why), loading nothing; exit status 1 when any would not load",
+    )
+    check_command.add_arguments(check, _bool)
     return parser
 
 
@@ -308,6 +315,8 @@ def _parse_access_flags(options) -> None:
 
 def main(argv=None) -> int:
     options = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if options.command == "check":
+        return check_command.run(options)
     try:
         _parse_access_flags(options)
     except ValueError as exc:
