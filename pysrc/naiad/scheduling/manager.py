@@ -35,6 +35,7 @@ from naiad.repository.catalog import Catalog
 from naiad.repository.control import ModelControl
 from naiad.repository.metadata import server_metadata
 from naiad.scheduling.arrivals import ArrivalTracker
+from naiad.repository.version_string import parse_version
 from naiad.scheduling.directory import ModelDirectory
 from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
@@ -367,10 +368,8 @@ class ModelManager:
         if not versions:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         if version:
-            try:
-                model = versions.get(int(version))
-            except ValueError:
-                model = None
+            version = parse_version(version)  # Triton's INVALID_ARGUMENT if not a number
+            model = versions.get(version)
             if model is None:
                 raise NotFound(
                     f"Request for unknown model: '{name}' version {version} is not found"
@@ -388,7 +387,7 @@ class ModelManager:
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
             return self.get(name, version).healthy
-        except NaiadError:
+        except (NotFound, Unavailable):
             return False
 
     def pending_count(self, model: LoadedModel) -> int:
@@ -396,6 +395,8 @@ class ModelManager:
         return sum(1 for p in self._pending.values() if p.model is model)
 
     def draining(self, model: LoadedModel) -> bool:
+        """Whether the model (version) is ready; an unknown one is not. A version that is
+        no number is InvalidArgument, as in Triton."""
         """Whether `model` still has requests to answer: the general path's, and the
         lane's, including those the HTTP I/O loop answers itself (no Python pending).
         A reload's replaced version waits for them before it is removed (ModelControl);
