@@ -15,6 +15,7 @@ Error messages and kinds mirror Triton 2.51's HTTP front end: JSON-shape problem
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import zlib
 from typing import Any
@@ -180,6 +181,45 @@ def _json_error(exc: orjson.JSONDecodeError) -> Internal:
     return Internal(f"failed to parse the request JSON buffer: {message} at {exc.pos}")
 
 
+_JSON_SPACE = b" \t\n\r"
+_DECODER = json.JSONDecoder()
+
+
+def _load_json(head: memoryview):
+    """The JSON header of an infer body, read as Triton's rapidjson reads it: the
+    document ends at a NUL byte after it (binary tensor data sent without
+    Inference-Header-Content-Length: the inputs then miss their data, which the caller
+    reports naming the input), and what follows the root value is not decoded, so bytes
+    that are no UTF-8 there are 'followed by other values', not an encoding error."""
+    try:
+        return orjson.loads(head)
+    except orjson.JSONDecodeError as exc:
+        error = exc
+    data = bytes(head)
+    nul = data.find(b"\0")
+    if nul >= 0:
+        data = data[:nul]
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            error = exc
+    if "UTF-8" in error.msg:
+        # orjson checks the whole buffer's encoding first: find where the root value
+        # ends, and whether it is valid on its own.
+        start = len(data) - len(data.lstrip(_JSON_SPACE))
+        try:
+            _, end = _DECODER.raw_decode(data.decode("latin-1"), start)
+            orjson.loads(data[:end])
+        except (ValueError, orjson.JSONDecodeError):
+            raise _json_error(error) from None
+        after = end + len(data[end:]) - len(data[end:].lstrip(_JSON_SPACE))
+        raise Internal(
+            "failed to parse the request JSON buffer: The document root must not be "
+            f"followed by other values. at {after}"
+        )
+    raise _json_error(error) from None
+
+
 def _missing(member: str) -> Internal:
     return Internal(
         f"Unable to parse '{member}': attempt to access non-existing object member '{member}'"
@@ -228,10 +268,7 @@ def parse_infer_request(
         header_length = total
     if header_length == 0:
         return _raw_request(view, model_name, model_version, config)
-    try:
-        doc = orjson.loads(view if header_length == total else view[:header_length])
-    except orjson.JSONDecodeError as exc:
-        raise _json_error(exc) from None
+    doc = _load_json(view if header_length == total else view[:header_length])
     if not isinstance(doc, dict):
         raise _missing("inputs")
 
