@@ -92,7 +92,14 @@ test-python: $(STAMP) deploy-tools grpc-tools
 	$(PY) -m pytest -q
 	NAIAD_GRPC_CLIENT_TESTS=1 $(PY) -m pytest -q tests/grpc_clients
 
-test: lint test-core test-core-sanitize test-fuzz test-server-sanitize test-python
+# The documentation site (docs/, mkdocs.yml) into build/site/; --strict fails on a broken
+# link or #anchor (not with --quiet, which hides the warnings from the count).
+# tests/test_docs.py checks README.md's links and commands.
+.PHONY: docs
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+test: lint docs test-core test-core-sanitize test-fuzz test-server-sanitize test-python
 
 include tests/fuzz/fuzz.mk tests/sanitize/sanitize.mk
 
