@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -484,3 +485,50 @@ def test_bad_options_are_invalid_argument():
         naiad.Server(model_repository="/nonexistent/models").start()
     with pytest.raises(naiad.InvalidArgumentError, match="Server not started"):
         naiad.Server(model_repository=str(EXAMPLE_MODELS)).model("add_sub")
+
+
+def _children() -> set[int]:
+    """PIDs of this process's child processes (the workers a server started)."""
+    children = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():
+                children.add(int(entry))
+    return children
+
+
+def test_failed_starts_leave_nothing_running(tmp_path):
+    before = _children()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = naiad.Server(
+            model_repository=str(EXAMPLE_MODELS),
+            model_control_mode="explicit",
+            startup_models=["add_sub"],
+            http_port=taken.getsockname()[1],
+        )
+        with pytest.raises(naiad.UnavailableError, match="Address already in use"):
+            server.start()
+    assert _children() == before  # add_sub's worker was stopped again
+    with pytest.raises(naiad.InvalidArgumentError, match="Server not started"):
+        server.ready()
+
+    broken = tmp_path / "broken"
+    (broken / "1").mkdir(parents=True)
+    (broken / "config.pbtxt").write_text(
+        'name: "broken"\nbackend: "python"\n'
+        'input [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n'
+        'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]\n'
+    )
+    (broken / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('no')\n"
+    )
+    with pytest.raises(naiad.InternalError, match="failed to load all models"):
+        naiad.Server(model_repository=str(tmp_path)).start()
+    assert _children() == before
