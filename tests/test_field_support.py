@@ -262,3 +262,10 @@ def test_another_agent_is_refused_by_name(tmp_path):
     )
     assert "repo agent 'relocation' of model 'm'" in entry.error
     assert "model_repository_agents.agents.name" in entry.error
+
+
+def test_the_docs_page_names_every_field_that_is_not_simply_honoured():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "model_config.md").read_text()
+    for path, support in field_support.FIELDS.items():
+        if support.decision != field_support.HONOURED or support.backends:
+            assert f"`{path}`" in page, f"docs/model_config.md does not mention `{path}`"
