@@ -182,7 +182,7 @@ def test_a_sequence_models_warmup_goes_to_the_model_as_triton_sends_it(tmp_path)
         assert bare["state"] == "UNAVAILABLE"
         assert bare["reason"].startswith(
             "failed to run warmup sample 'w': Failed to process the request(s) for model "
-            "'seq_warm_bare', message: AttributeError: 'NoneType' object has no attribute "
+            "'seq_warm_bare_0_0', message: AttributeError: 'NoneType' object has no attribute "
             "'as_numpy'"
         ), bare
         body = {

@@ -205,7 +205,7 @@ def test_an_output_in_gpu_memory_that_cannot_be_copied_fails_its_request(cudart,
     result = _run_doubler(tmp_path, strided, np.arange(8, dtype=np.float32).reshape(2, 4))
     assert isinstance(result, RequestError)
     assert result.message == (
-        "Failed to process the request(s) for model 'doubler', message: output 'OUTPUT0' "
+        "Failed to process the request(s) for model 'doubler_0_0', message: output 'OUTPUT0' "
         "in GPU memory could not be copied to the host: the tensor is not contiguous "
         "(strides [4, 8])"
     )

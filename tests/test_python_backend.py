@@ -143,7 +143,7 @@ def test_requested_output_not_produced_is_an_error(add_sub):
     )
     assert isinstance(result, RequestError)
     assert result.message == (
-        "Failed to process the request(s) for model 'add_sub', message: requested output "
+        "Failed to process the request(s) for model 'add_sub_0_0', message: requested output "
         "'OUTPUT9' not produced by the model"
     )
     assert result.code == pb_utils.TritonError.INTERNAL
@@ -437,7 +437,7 @@ def test_execute_raising_fails_every_request(tmp_path):
     for result in results:
         assert isinstance(result, RequestError)
         assert result.message.startswith(
-            "Failed to process the request(s) for model 'broken', message: ValueError: boom"
+            "Failed to process the request(s) for model 'broken_0_0', message: ValueError: boom"
         )
         assert result.code == pb_utils.TritonError.INTERNAL
 
@@ -482,7 +482,7 @@ def test_execute_returning_the_wrong_kind(tmp_path, returned, expected):
     results = backend.execute_requests([_fp32_request([1, 2, 3, 4]), _fp32_request([1, 2, 3, 4])])
     assert len(results) == 2
     for result in results:
-        assert result.message.startswith("Failed to process the request(s) for model 'broken'")
+        assert result.message.startswith("Failed to process the request(s) for model 'broken_0_0'")
         assert expected in result.message
 
 

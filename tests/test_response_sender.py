@@ -13,7 +13,7 @@ from server_harness import NaiadServer, make_repository
 
 TIMEOUT = 30
 
-_FAILED = "Failed to process the request(s) for model 'sender_plain', message: "
+_FAILED = "Failed to process the request(s) for model 'sender_plain_0_0', message: "
 _RELEASED = (
     _FAILED + "the model released the request without sending a response flagged "
     "TRITONSERVER_RESPONSE_COMPLETE_FINAL"

@@ -298,13 +298,15 @@ def test_a_decoupled_ensemble_whose_step_sends_no_response_ends_with_the_final_f
         ("error_last", "in ensemble 'ens_decoupled', bad things"),
         (
             "raise",
-            "in ensemble 'ens_decoupled', Failed to process the request(s) for model 'repeat', "
+            "in ensemble 'ens_decoupled', Failed to process the request(s) for model "
+            "'repeat_0_0', "
             "message: RuntimeError: the model failed mid-stream (at model.py:"
             f"{_REPEAT_RAISES_AT} in execute)",
         ),
         (
             "no_final",
-            "in ensemble 'ens_decoupled', Failed to process the request(s) for model 'repeat', "
+            "in ensemble 'ens_decoupled', Failed to process the request(s) for model "
+            "'repeat_0_0', "
             "message: the model released the request without sending a response flagged "
             "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
         ),

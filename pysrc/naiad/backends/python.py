@@ -222,6 +222,8 @@ class PythonModelBackend(Backend):
         self.name: str = str(
             args.get("model_name") or config.get("name") or os.path.basename(model_dir)
         )
+        # Triton names the instance ('add_sub_0_0') in the errors of its requests.
+        self.instance_name: str = str(args.get("model_instance_name") or self.name)
         self.version: str = str(args.get("model_version", "1"))
         # InferenceRequest.model_version() is an int in Triton.
         self._version_number = int(self.version) if self.version.isdigit() else -1
@@ -294,7 +296,9 @@ class PythonModelBackend(Backend):
     def _batch_error(
         self, message: str, count: int, detail: str | None = None
     ) -> list[RequestError]:
-        text = f"Failed to process the request(s) for model '{self.name}', message: {message}"
+        text = (
+            f"Failed to process the request(s) for model '{self.instance_name}', message: {message}"
+        )
         pb_utils.Logger.log_error(text if detail is None else f"{text}\n{detail}")
         error = RequestError(text)
         return [error] * count
@@ -453,7 +457,7 @@ class PythonModelBackend(Backend):
                 continue  # a sender it did not use: the returned response answers
             if slot.response is not None and given:
                 pb_utils.Logger.log_error(
-                    f"Failed to process the request(s) for model '{self.name}', message: "
+                    f"Failed to process the request(s) for model '{self.instance_name}', message: "
                     "Unable to send response. Non-decoupled model cannot send more than one "
                     "response."
                 )
@@ -496,7 +500,7 @@ class PythonModelBackend(Backend):
                 returned = self._await(returned)
         except Exception as exc:
             text = (
-                f"Failed to process the request(s) for model '{self.name}', message: "
+                f"Failed to process the request(s) for model '{self.instance_name}', message: "
                 f"{_describe(exc, self.model_path)}"
             )
             pb_utils.Logger.log_error(f"{text}\n{traceback.format_exc()}")
@@ -506,14 +510,15 @@ class PythonModelBackend(Backend):
             running.pop()
         if returned is not None:
             stream.fail_open(
-                f"Failed to process the request(s) for model '{self.name}', message: Python "
-                f"model '{self.name}' is using the decoupled mode and the execute function "
+                f"Failed to process the request(s) for model '{self.instance_name}', message: Python "
+                f"model '{self.instance_name}' is using the decoupled mode and the execute function "
                 "must return None."
             )
 
     def _failure(self, message: str, code: int = pb_utils.TritonError.INTERNAL) -> RequestError:
         return RequestError(
-            f"Failed to process the request(s) for model '{self.name}', message: {message}", code
+            f"Failed to process the request(s) for model '{self.instance_name}', message: {message}",
+            code,
         )
 
     def _result(self, request, response) -> Result:
@@ -623,7 +628,7 @@ class _RequestStream:
                 self.stream.send(
                     self.index,
                     RequestError(
-                        f"Failed to process the request(s) for model '{backend.name}', "
+                        f"Failed to process the request(s) for model '{backend.instance_name}', "
                         "message: the model released the request without sending a response "
                         "flagged TRITONSERVER_RESPONSE_COMPLETE_FINAL"
                     ),
