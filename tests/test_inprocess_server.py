@@ -532,3 +532,23 @@ def test_failed_starts_leave_nothing_running(tmp_path):
     with pytest.raises(naiad.InternalError, match="failed to load all models"):
         naiad.Server(model_repository=str(tmp_path)).start()
     assert _children() == before
+
+
+def test_tensor_conversions_keep_shape_datatype_and_values():
+    cases = [
+        (np.float32(3), "FP32", []),
+        (np.arange(6, dtype=">i4").reshape(2, 3)[:, ::2], "INT32", [2, 2]),  # strided, big-endian
+        (np.array([True, False]), "BOOL", [2]),
+        (np.array([1.5, -2], dtype=np.float16), "FP16", [2]),
+        ([[1, 2], [3, 4]], "INT64", [2, 2]),
+    ]
+    for value, data_type, shape in cases:
+        tensor = naiad.Tensor._from_object(value)
+        assert (tensor.data_type, tensor.shape) == (data_type, shape)
+        np.testing.assert_array_equal(np.from_dlpack(tensor), np.asarray(value))
+    strings = naiad.Tensor._from_object(np.array([["a", "ü"]]))
+    assert (strings.data_type, strings.shape) == ("BYTES", [1, 2])
+    assert strings.to_bytes_array().tolist() == [[b"a", "ü".encode()]]
+    assert strings.to_string_array().tolist() == [["a", "ü"]]
+    with pytest.raises(naiad.InvalidArgumentError, match="not BYTES"):
+        naiad.Tensor._from_object(np.zeros(2, np.float32)).to_bytes_array()

@@ -115,9 +115,10 @@ class Tensor:
             raise InvalidArgumentError(str(exc)) from None
         if data_type == "BYTES":
             return Tensor(data_type, list(array.shape), serialize_bytes(array))
+        shape = list(array.shape)  # before ascontiguousarray, which makes a 0-d array 1-d
         array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
         # A view, not a copy: the core copies it into the arena when it is queued.
-        return Tensor(data_type, list(array.shape), memoryview(array).cast("B"))
+        return Tensor(data_type, shape, memoryview(array).cast("B"))
 
 
 def input_tensors(inputs: dict) -> list[InputTensor]:
