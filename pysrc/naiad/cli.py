@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from naiad import check as check_command
+from naiad import cli_triton
 from naiad.rate_limit import parse_rate_limit, parse_rate_limit_resource
 from naiad.tracing import options as tracing_options
 
@@ -49,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a model repository")
     serve.add_argument(
+        "--id",
+        default="naiad",
+        help="the server's name in GET /v2 and gRPC ServerMetadata (default naiad; "
+        "Triton's is triton)",
+    )
+    serve.add_argument(
         "--model-repository",
         "--model-store",
         required=True,
@@ -79,6 +86,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--allow-http", type=_bool, default=True)
     serve.add_argument("--allow-grpc", type=_bool, default=True)
     serve.add_argument("--allow-metrics", type=_bool, default=True)
+    serve.add_argument(
+        "--allow-gpu-metrics",
+        type=_bool,
+        default=True,
+        help="false: no GPU gauges on /metrics (none without a GPU either)",
+    )
+    serve.add_argument(
+        "--allow-cpu-metrics",
+        type=_bool,
+        default=True,
+        help="false: no nv_cpu_utilization and nv_cpu_memory_* gauges on /metrics",
+    )
+    serve.add_argument(
+        "--reuse-http-port",
+        type=_bool,
+        default=False,
+        help="SO_REUSEPORT on the HTTP port: servers that all set it share the port",
+    )
+    serve.add_argument(
+        "--reuse-grpc-port",
+        type=_bool,
+        default=False,
+        help="SO_REUSEPORT on the gRPC port: servers that all set it share the port",
+    )
     # Logging, as tritonserver's flags (naiad/triton_log.py); /v2/logging changes them live.
     serve.add_argument("--log-verbose", type=_int_bool, default=0)
     serve.add_argument("--log-info", type=_bool, default=True)
@@ -96,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--metrics-interval-ms",
-        type=int,
+        type=float,
         default=2000,
         help="how often CPU, GPU and pinned-memory gauges are read (default 2000, as Triton)",
     )
@@ -167,6 +198,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=4,
         help="model versions loaded at the same time (default 4, as Triton)",
+    )
+    serve.add_argument(
+        "--model-load-retry-count",
+        type=int,
+        default=0,
+        help="times a model version that failed to load is loaded again before it is "
+        "marked UNAVAILABLE (default 0, as Triton)",
+    )
+    serve.add_argument(
+        "--model-config-name",
+        default="",
+        help="load <model>/configs/<name>.pbtxt where it exists, else config.pbtxt, as "
+        "Triton's custom model configurations",
     )
     serve.add_argument(
         "--rate-limit",
@@ -260,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_access_flags(serve)
     tracing_options.add_arguments(serve)
+    cli_triton.add_arguments(serve)
     check = commands.add_parser(
         "check",
         help="say what each model of a repository would do when served (load, refused, "
@@ -322,12 +367,19 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    refused = cli_triton.startup_error(options)
+    if refused is not None:
+        print(f"error: {refused}", file=sys.stderr)
+        return 1
     if options.load_model and options.model_control_mode != "explicit":
         # Triton ignores them outside explicit mode; say so rather than surprise.
         print(
             "warning: --load-model is only used with --model-control-mode=explicit",
             file=sys.stderr,
         )
+    if options.model_load_retry_count < 0:
+        print("error: --model-load-retry-count must be at least 0", file=sys.stderr)
+        return 2
     if options.repository_poll_secs < 1 or options.model_load_thread_count < 1:
         print(
             "error: --repository-poll-secs and --model-load-thread-count must be at least 1",

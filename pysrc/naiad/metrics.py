@@ -315,6 +315,22 @@ class Poller:
         self._stop.set()
 
 
+def _cpu_families(utilization: float, memory):
+    """Triton's CPU gauges (--allow-cpu-metrics): utilization and, where the host's
+    memory could be read, its total and used bytes."""
+    family = _family("nv_cpu_utilization", _CPU_UTIL_HELP, "gauge")
+    family.add_sample("nv_cpu_utilization", {}, utilization)
+    yield family
+    if memory is not None:
+        total, used = memory
+        family = _family("nv_cpu_memory_total_bytes", _MEM_TOTAL_HELP, "gauge")
+        family.add_sample("nv_cpu_memory_total_bytes", {}, total)
+        yield family
+        family = _family("nv_cpu_memory_used_bytes", _MEM_USED_HELP, "gauge")
+        family.add_sample("nv_cpu_memory_used_bytes", {}, used)
+        yield family
+
+
 class TritonCollector(Collector):
     """Triton's inference, pinned memory, GPU and CPU families, read from `manager`."""
 
@@ -326,8 +342,10 @@ class TritonCollector(Collector):
         memory_reader=read_memory,
         config: latency_summary.MetricsConfig | None = None,
         host: HostGauges | None = None,
+        cpu: bool = True,
     ):
         self.manager = manager
+        self.cpu = cpu  # --allow-cpu-metrics
         self.config = config or latency_summary.current()
         # Without a host given (and a Poller on it), every scrape reads the host itself.
         self._poll_on_collect = host is None
@@ -420,17 +438,8 @@ class TritonCollector(Collector):
                 family.add_sample(metric, {"gpu_uuid": reading.uuid}, getattr(reading, field))
             yield family
 
-        utilization = _family("nv_cpu_utilization", _CPU_UTIL_HELP, "gauge")
-        utilization.add_sample("nv_cpu_utilization", {}, cpu_utilization)
-        yield utilization
-        if memory is not None:
-            total, used = memory
-            family = _family("nv_cpu_memory_total_bytes", _MEM_TOTAL_HELP, "gauge")
-            family.add_sample("nv_cpu_memory_total_bytes", {}, total)
-            yield family
-            family = _family("nv_cpu_memory_used_bytes", _MEM_USED_HELP, "gauge")
-            family.add_sample("nv_cpu_memory_used_bytes", {}, used)
-            yield family
+        if self.cpu:
+            yield from _cpu_families(cpu_utilization, memory)
         lane = getattr(self.manager, "lane", None)
         totals = lane.cache_totals() if lane is not None else None
         if totals is not None:
@@ -540,6 +549,7 @@ async def start_metrics_server(
     interval_ms: int | None = None,
     pinned_pool_bytes: int = DEFAULT_PINNED_POOL_BYTES,
     gpus=None,
+    cpu: bool = True,
 ) -> asyncio.Server:
     """Serve Triton's metrics for `manager` at http://host:port/metrics on the running loop.
 
@@ -553,7 +563,7 @@ async def start_metrics_server(
         if interval_ms is not None:
             gauges = HostGauges(pinned_pool_bytes=pinned_pool_bytes, gpus=gpus)
             poller = Poller(gauges, interval_ms).start()
-        collector = TritonCollector(manager, host=gauges)
+        collector = TritonCollector(manager, host=gauges, cpu=cpu)
     router = MetricsRouter(collector)
 
     def factory() -> HttpProtocol:

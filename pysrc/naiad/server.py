@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from naiad import triton_log
+from naiad import cli_triton, triton_log
 from naiad.gc_tuning import settle_after_startup
 from naiad.scheduling.manager import ModelManager, format_load_table
 from naiad.tracing.options import tracer_for
@@ -83,6 +83,8 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
     serve` flags' namespace), on the running loop. Raises StartupError when it cannot
     start (nothing is left running then); returns None when `stop` was set while the
     models loaded (everything is shut down again)."""
+    for note in cli_triton.startup_notes(options):
+        log.warning("%s", note)  # a tritonserver flag and what it does here
     repositories = [Path(r) for r in options.model_repository]
     for repository in repositories:
         if not repository.is_dir():
@@ -115,6 +117,9 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
         shm_max_regions=options.shm_max_regions,
         cache_size=getattr(options, "cache_size", None),
         rate_limit=(options.rate_limit == "execution_count", options.rate_limit_resource),
+        server_id=getattr(options, "id", "naiad"),
+        load_retries=getattr(options, "model_load_retry_count", 0),
+        config_name=getattr(options, "model_config_name", ""),
     )
     try:
         manager.set_tracer(tracer_for(options))
@@ -124,7 +129,8 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
     # NVML's first init can take seconds on a GPU host (no persistence daemon): the GPUs
     # are opened while the models load, so that it does not delay the ports after them.
     gpus_opening = None
-    if options.allow_metrics and options.metrics_interval_ms is not None:
+    gpu_metrics = getattr(options, "allow_gpu_metrics", True)
+    if options.allow_metrics and gpu_metrics and options.metrics_interval_ms is not None:
         from naiad.gpu_metrics import open_gpus
 
         gpus_opening = loop.run_in_executor(None, open_gpus)
@@ -177,6 +183,7 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
                 options.grpc_port,
                 restrictions=getattr(options, "grpc_restrictions", None),
                 forward=getattr(options, "grpc_forward", None),
+                reuse_port=getattr(options, "reuse_grpc_port", False),
             )
         )
         log.info("Started GRPCInferenceService at %s:%d", grpc_address, options.grpc_port)
@@ -196,6 +203,7 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
             interval_ms=options.metrics_interval_ms,
             pinned_pool_bytes=options.pinned_memory_pool_byte_size,
             gpus=await gpus_opening if gpus_opening is not None else None,
+            cpu=getattr(options, "allow_cpu_metrics", True),
         )
         servers.append(metrics_server)
     if options.allow_http:
@@ -233,6 +241,7 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
                     options.http_max_connections,
                 ),
                 io_loop=getattr(options, "http_io_loop", True),
+                reuse_port=getattr(options, "reuse_http_port", False),
             )
         )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)

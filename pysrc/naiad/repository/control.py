@@ -45,7 +45,13 @@ _NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabl
 
 class ModelControl:
     def __init__(
-        self, manager, catalog: Catalog, mode: str, load_threads: int, drain_timeout: float
+        self,
+        manager,
+        catalog: Catalog,
+        mode: str,
+        load_threads: int,
+        drain_timeout: float,
+        load_retries: int = 0,
     ):
         if mode not in CONTROL_MODES:
             raise ValueError(f"unknown model control mode '{mode}'")
@@ -53,6 +59,7 @@ class ModelControl:
         self.catalog = catalog
         self.mode = mode
         self.drain_timeout = drain_timeout
+        self.load_retries = load_retries  # --model-load-retry-count
         # Why a model could not even be tried (no folder, bad config, name in two
         # repositories): shown in the index while no version of it is loaded.
         self.failures: dict[str, str] = {}
@@ -195,6 +202,7 @@ class ModelControl:
             # A first load: the index shows its versions LOADING meanwhile.
             self.manager.publish(name, {**keep, **{m.version: m for m in started}})
         await asyncio.gather(*(self._start(m, slot) for m in started))
+        await self._retry_failed(name, entry, keep, started, stamps, slot, not serving)
         failed = [m for m in started if not m.ready]
         if failed:
             if serving:
@@ -235,6 +243,37 @@ class ModelControl:
             served()
         await self._retire([m for m in retired if m.state != UNAVAILABLE])
         return True
+
+    async def _retry_failed(
+        self, name, entry, keep, started: list, stamps, slot: bool, publish: bool
+    ) -> None:
+        """--model-load-retry-count: each version of `started` that failed to load is
+        loaded again from the start (a new worker), up to that many times, as Triton
+        retries creating a model; `started` then holds the last try of each."""
+        for attempt in range(1, self.load_retries + 1):
+            retry = [
+                i
+                for i, m in enumerate(started)
+                if not m.ready and not getattr(m, "graph_failed", False)
+            ]
+            if not retry:
+                return
+            for i in retry:
+                failed = started[i]
+                log.warning(
+                    "failed to load '%s' version %d: %s; retrying (%d of %d)",
+                    name,
+                    failed.version,
+                    failed.reason,
+                    attempt,
+                    self.load_retries,
+                )
+                model = self.manager.new_model(entry, failed.version)
+                model.stamp = stamps[failed.version]
+                started[i] = model
+            if publish:  # a first load: the index shows the new tries LOADING
+                self.manager.publish(name, {**keep, **{m.version: m for m in started}})
+            await asyncio.gather(*(self._start(started[i], slot) for i in retry))
 
     def _entry(self, name: str, parameters: dict) -> tuple[ModelEntry, bool]:
         """The model as this load would serve it: (entry, whether its folder is a

@@ -64,10 +64,11 @@ def _tensor_metadata(tensor, batched: bool) -> dict:
     }
 
 
-def server_metadata() -> dict:
-    """{"name", "version", "extensions"}. Clients do not check the name; we do not pose as Triton."""
+def server_metadata(name: str = "naiad") -> dict:
+    """{"name", "version", "extensions"}. `name`: --id; by default we do not pose as
+    Triton (whose default id is "triton")."""
     return {
-        "name": "naiad",
+        "name": name,
         "version": naiad.__version__,
         "extensions": sorted(SUPPORTED_EXTENSIONS, key=_extension_rank),
     }

@@ -32,10 +32,11 @@ from naiad.errors import (
 )
 from naiad.latency_summary import new_summaries
 from naiad.repository.catalog import Catalog
+from naiad.repository.config import set_config_name
 from naiad.repository.control import ModelControl
 from naiad.repository.metadata import server_metadata
-from naiad.scheduling.arrivals import ArrivalTracker
 from naiad.repository.version_string import parse_version
+from naiad.scheduling.arrivals import ArrivalTracker
 from naiad.scheduling.directory import ModelDirectory
 from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
@@ -141,11 +142,16 @@ class ModelManager:
         cache_size: int | None = None,
         rate_limit: tuple[bool, list] = (False, []),
         shm_max_regions: int = _core.SHM_DEFAULT_MAX_REGIONS,
+        server_id: str = "naiad",
+        load_retries: int = 0,
+        config_name: str = "",
     ):
         repositories = [repository] if isinstance(repository, (str, Path)) else list(repository)
         self.repository = Path(repositories[0])
         self.catalog = Catalog(repositories)
         self.strict_readiness = strict_readiness
+        self.server_id = server_id  # --id: the name GET /v2 and ServerMetadata report
+        set_config_name(config_name)  # --model-config-name: which file holds a config
         self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.core = _core.Core(arena_bytes)
         # (execution_count, [rate_limit.RateLimitResource]): --rate-limit and its resources.
@@ -189,7 +195,9 @@ class ModelManager:
         self._flush_scheduled = False
         self.arrivals = ArrivalTracker()  # updated by the front ends' connections
         self._serving: dict[str, LoadedModel] = {}  # name -> highest ready version
-        self.control = ModelControl(self, self.catalog, control_mode, load_threads, drain_timeout)
+        self.control = ModelControl(
+            self, self.catalog, control_mode, load_threads, drain_timeout, load_retries
+        )
         # name/version -> core handle, for workers' own requests (BLS, ensemble steps).
         self.directory = ModelDirectory(self)
 
@@ -357,7 +365,7 @@ class ModelManager:
         return True
 
     def server_metadata(self) -> dict:
-        return server_metadata()
+        return server_metadata(self.server_id)
 
     def get(self, name: str, version: str = "") -> LoadedModel:
         if not version:  # the hot path: the version the policy serves by default
@@ -385,6 +393,8 @@ class ModelManager:
         return versions[max(ready)]
 
     def model_ready(self, name: str, version: str = "") -> bool:
+        """Whether the model (version) is ready; an unknown one is not. A version that is
+        no number is InvalidArgument, as in Triton."""
         try:
             return self.get(name, version).healthy
         except (NotFound, Unavailable):
@@ -395,8 +405,6 @@ class ModelManager:
         return sum(1 for p in self._pending.values() if p.model is model)
 
     def draining(self, model: LoadedModel) -> bool:
-        """Whether the model (version) is ready; an unknown one is not. A version that is
-        no number is InvalidArgument, as in Triton."""
         """Whether `model` still has requests to answer: the general path's, and the
         lane's, including those the HTTP I/O loop answers itself (no Python pending).
         A reload's replaced version waits for them before it is removed (ModelControl);

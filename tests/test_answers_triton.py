@@ -1,0 +1,164 @@
+"""Differential (issue 41, "Answers that differ"): the same requests to the real Triton
+2.51 and to Naiad get the same status and message. A gRPC request naming a version that
+is not an integer > 0 (ModelInfer, ModelMetadata, ModelConfig, ModelReady, and
+ModelStatistics); an HTTP body with binary tensor data sent without
+Inference-Header-Content-Length; and --id, which names the server in GET /v2 and
+ServerMetadata (Naiad started with --id=triton against Triton's default). Also the CPU
+gauges of /metrics (--allow-cpu-metrics): names, HELP, TYPE and labels. Skips, saying
+why, where Triton is not installed (tests/triton_peer.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from server_harness import NaiadServer, make_repository
+from triton_peer import TritonPeer, find_triton
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(
+        find_triton() is None,
+        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
+    ),
+]
+
+MODEL = "add_sub"
+# Versions as a gRPC request names them: not numbers, negative, out of a long's range
+# (INVALID_ARGUMENT); 0 and an absent version (NOT_FOUND / not ready); read as
+# std::stol reads them (" 1", "+1", "1abc" are version 1).
+VERSIONS = [
+    "wrong_specification",
+    "-1",
+    "",
+    " ",
+    "99999999999999999999",
+    "0",
+    "2",
+    " 1",
+    "+1",
+    "1abc",
+]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    repository = make_repository(tmp_path_factory.mktemp("repo"), [MODEL])
+    with TritonPeer(repository, tmp_path_factory.mktemp("triton"), []) as triton:
+        triton.wait_ready([MODEL])
+        naiad = NaiadServer(
+            repository,
+            log_dir=tmp_path_factory.mktemp("naiad"),
+            extra_args=["--id=triton"],
+        )
+        with naiad:
+            yield triton, naiad
+
+
+def _grpc(server):
+    return grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+
+
+def _inputs():
+    inputs = [grpcclient.InferInput(name, [1, 16], "FP32") for name in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
+    return inputs
+
+
+CALLS = {
+    "ModelInfer": lambda client, v: (
+        client.infer(MODEL, _inputs(), model_version=v).as_numpy("OUTPUT0").tolist()
+    ),
+    "ModelMetadata": lambda client, v: client.get_model_metadata(MODEL, v, as_json=True),
+    "ModelConfig": lambda client, v: client.get_model_config(MODEL, v, as_json=True)["config"][
+        "name"
+    ],
+    "ModelReady": lambda client, v: client.is_model_ready(MODEL, v),
+    "ModelStatistics": lambda client, v: [
+        s["name"] for s in client.get_inference_statistics(MODEL, v, as_json=True)["model_stats"]
+    ],
+}
+
+
+def _answer(call, client, version):
+    try:
+        return ("OK", CALLS[call](client, version))
+    except grpcclient.InferenceServerException as exc:
+        return (exc.status(), exc.message())
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_grpc_version_strings(servers, call):
+    triton, naiad = servers
+    with _grpc(triton) as t, _grpc(naiad) as n:
+        for version in VERSIONS:
+            expected = _answer(call, t, version)
+            assert _answer(call, n, version) == expected, (call, version)
+    if call == "ModelReady":
+        assert expected == ("OK", True)  # "1abc" names version 1, as std::stol reads it
+
+
+def _binary_body(binary: list[bool], trailing: bytes = b"") -> bytes:
+    inputs = [httpclient.InferInput(name, [1, 16], "FP32") for name in ("INPUT0", "INPUT1")]
+    for tensor, as_binary in zip(inputs, binary):
+        tensor.set_data_from_numpy(np.ones((1, 16), np.float32), binary_data=as_binary)
+    body, _ = httpclient.InferenceServerClient.generate_request_body(inputs)
+    return body + trailing
+
+
+# Bodies POSTed without Inference-Header-Content-Length (the binary data of FP32 ones
+# starts with a NUL byte, where Triton's JSON parser stops).
+BODIES = {
+    "both binary": _binary_body([True, True]),
+    "second binary": _binary_body([False, True]),
+    "more bytes than the inputs": _binary_body([True, True], b"\0" * 32),
+    "json then junk": json.dumps({"inputs": []}).encode() + b"junk",
+    "json then bytes that are no UTF-8": json.dumps({"inputs": []}).encode() + b"\xff\xfe",
+    "json then white space": b'{"id": "x", "inputs": []}\n  ',
+}
+
+
+@pytest.mark.parametrize("case", sorted(BODIES))
+def test_http_binary_body_without_header_length(servers, case):
+    triton, naiad = servers
+    answers = [
+        requests.post(f"{server.url}/v2/models/{MODEL}/infer", data=BODIES[case], timeout=30)
+        for server in (triton, naiad)
+    ]
+    assert [a.status_code for a in answers[1:]] == [answers[0].status_code]
+    assert answers[1].json() == answers[0].json()
+    if case == "both binary":
+        assert answers[1].status_code == 400
+        assert "INPUT0" in answers[1].json()["error"]
+
+
+def test_id_names_the_server(servers):
+    triton, naiad = servers
+    http = [requests.get(f"{s.url}/v2", timeout=10).json()["name"] for s in servers]
+    with _grpc(triton) as t, _grpc(naiad) as n:
+        grpc_names = [c.get_server_metadata(as_json=True)["name"] for c in (t, n)]
+    assert http == ["triton", "triton"]
+    assert grpc_names == ["triton", "triton"]
+
+
+def _cpu_families(server) -> list[str]:
+    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    # HELP and TYPE lines as they are; samples with the value left out.
+    return [
+        re.sub(r" \S+$", "", line)
+        for line in text.splitlines()
+        if re.match(r"(# (HELP|TYPE) )?nv_cpu_", line)
+    ]
+
+
+def test_cpu_metrics_as_triton(servers):
+    triton, naiad = servers
+    expected = _cpu_families(triton)
+    assert any(line.startswith("nv_cpu_utilization") for line in expected)
+    assert _cpu_families(naiad) == expected

@@ -1,0 +1,346 @@
+"""Every flag of `tritonserver --help` (2.51) starts `naiad serve` (issue 41).
+
+The flag list is tests/data/tritonserver_2.51_flags.txt (the file says how it was made).
+Each flag is parsed by naiad's own parser with a value of Triton's syntax; the flags
+Naiad has no use for are logged at start-up with what they do here, and those asking
+for what it does not serve stop the start. Two servers prove the meanings Naiad
+implements: --id, --model-config-name, --model-load-retry-count, --allow-cpu-metrics,
+--allow-http/--allow-grpc/--allow-metrics and --reuse-http-port/--reuse-grpc-port."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import requests
+from naiad import cli, cli_triton
+from naiad.protos import grpc_service_pb2 as service_pb2
+from naiad.protos import grpc_service_pb2_grpc as service_pb2_grpc
+from server_harness import REPO_ROOT, NaiadServer, make_repository
+
+FLAGS_FILE = Path(__file__).parent / "data" / "tritonserver_2.51_flags.txt"
+
+
+def _triton_flags() -> list[tuple[str, str]]:
+    """(flag, argument syntax or '' for a switch) of tritonserver --help."""
+    flags = []
+    for line in FLAGS_FILE.read_text().splitlines():
+        if line.startswith("--"):
+            flag, _, syntax = line.partition(" ")
+            flags.append((flag, syntax))
+    return flags
+
+
+# A value of Triton's syntax for each kind of argument, and for the flags whose value
+# must be one of a few words or of a form of their own.
+_BY_SYNTAX = {
+    "<boolean>": "true",
+    "<integer>": "3",
+    "<float>": "6.5",
+    "<string>": "value",
+    "<<integer>:<integer>>": "0:67108864",
+    "<<device_id>:<fraction>>": "0:0.5",
+    "<<integer>-<integer>>": "8081-8090",
+    "<<string>=<string>>": "summary_latencies=true",
+    "<<string>:<integer>:<integer>>": "R1:4:0",
+    "<<string>:<string>=<string>>": "health:key=value",
+}
+_BY_FLAG = {
+    "--log-format": "ISO8601",
+    "--model-control-mode": "explicit",
+    "--rate-limit": "execution_count",
+    "--grpc-infer-response-compression-level": "high",
+    "--trace-level": "TIMESTAMPS",
+    "--trace-config": "triton,file=/tmp/trace.json",
+    "--backend-config": "onnxruntime,default-max-batch-size=4",
+    "--cache-config": "local,size=1048576",
+    "--host-policy": "gpu0,numa-node=0",
+    "--http-address": "127.0.0.1",
+    "--grpc-address": "127.0.0.1",
+    "--metrics-address": "127.0.0.1",
+}
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    return cli.build_parser()._subparsers._group_actions[0].choices["serve"]
+
+
+def _parse(*args: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args(["serve", "--model-repository", "/models", *args])
+
+
+def test_flag_list_is_tritons():
+    flags = _triton_flags()
+    assert len(flags) == 87 and len({f for f, _ in flags}) == 87
+    assert ("--id", "<string>") in flags and ("--disable-auto-complete-config", "") in flags
+
+
+@pytest.mark.parametrize("flag,syntax", [f for f in _triton_flags() if f[0] != "--help"])
+def test_every_triton_flag_parses(flag, syntax):
+    """Naiad's parser takes the flag in both of getopt's spellings with a value of
+    Triton's syntax, and the value reaches the options (not the default)."""
+    action = next(a for a in _serve_parser()._actions if flag in a.option_strings)
+    default = _parse().__dict__[action.dest]
+    if not syntax:
+        assert getattr(_parse(flag), action.dest) is True
+        return
+    value = _BY_FLAG.get(flag) or _BY_SYNTAX[syntax]
+    if syntax == "<boolean>" and default is True:
+        value = "false"
+    joined = getattr(_parse(f"{flag}={value}"), action.dest)
+    separate = getattr(_parse(flag, value), action.dest)
+    assert joined == separate
+    assert joined != default, f"{flag} {value} left the default {default!r}"
+
+
+def test_help_is_usage():
+    result = subprocess.run(
+        [sys.executable, "-m", "naiad", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 0 and "--model-load-retry-count" in result.stdout
+
+
+def test_bad_values_are_usage_errors():
+    for args in (
+        ["--http-thread-count=many"],
+        ["--cuda-memory-pool-byte-size=64"],
+        ["--grpc-infer-response-compression-level=max"],
+        ["--allow-sagemaker=maybe"],
+        ["--sagemaker-safe-port-range=8081"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            _parse(*args)
+        assert exited.value.code == 2, args
+
+
+_REFUSED = (
+    "--grpc-use-ssl",
+    "--grpc-use-ssl-mutual",
+    "--allow-sagemaker",
+    "--allow-vertex-ai",
+    "--model-namespacing",
+)
+
+
+def test_flags_without_effect_are_each_noted():
+    """Every flag Naiad takes without acting on it gives a start-up line naming it and
+    its value; a refused switch given false asks for nothing and is not noted."""
+    group = next(
+        g
+        for g in _serve_parser()._action_groups
+        if g.title == "tritonserver flags without effect here"
+    )
+    in_group = {option for action in group._group_actions for option in action.option_strings}
+    args, flags = [], []
+    for flag, syntax in _triton_flags():
+        if flag in in_group:
+            value = _BY_FLAG.get(flag) or _BY_SYNTAX[syntax]
+            if syntax == "<boolean>":
+                value = "false" if flag in _REFUSED else "true"
+            args.append(f"{flag}={value}")
+            flags.append((flag, value))
+    notes = cli_triton.startup_notes(_parse(*args))
+    noted = {note.split("=", 1)[0] for note in notes}
+    for flag, value in flags:
+        if value == "false":
+            assert flag not in noted
+        else:
+            assert flag in noted, flag
+    assert "--http-thread-count=3: accepted for Triton's command line; HTTP connections" in (
+        "\n".join(notes)
+    )
+    assert cli_triton.startup_error(_parse(*args)) is None
+
+
+@pytest.mark.parametrize(
+    "flag,words",
+    [
+        ("--grpc-use-ssl=true", "TLS for gRPC is not built yet"),
+        ("--grpc-use-ssl-mutual=1", "mutual TLS"),
+        ("--allow-sagemaker=true", "SageMaker endpoint is not served"),
+        ("--allow-vertex-ai=on", "Vertex AI endpoint is not served"),
+        ("--model-namespacing=true", "model namespacing is not implemented"),
+    ],
+)
+def test_unserved_features_stop_the_start(tmp_path, flag, words):
+    result = subprocess.run(
+        [sys.executable, "-m", "naiad", "serve", f"--model-repository={tmp_path}", flag],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert f"error: {flag.split('=')[0]}=true: " in result.stderr
+    assert words in result.stderr
+
+
+# -- servers --------------------------------------------------------------------------
+
+_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: {batch}
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+"""
+
+_FLAKY = """
+import os
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        marker = os.path.join(args["model_repository"], "tried")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("flaky: the first load fails")
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.get_input_tensor_by_name(r, "INPUT0")])
+            for r in requests
+        ]
+"""
+
+
+def _model(repository: Path, name: str, batch: int) -> Path:
+    folder = repository / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(_CONFIG.format(name=name, batch=batch))
+    (folder / "1" / "model.py").write_text(_FLAKY)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def flagged(tmp_path_factory):
+    """A server with Triton's flags: a custom config name, a load retry, a name, no CPU
+    metrics, no gRPC, the HTTP port reusable, and flags without effect here."""
+    repository = tmp_path_factory.mktemp("repo")
+    custom = _model(repository, "custom", 8)
+    (custom / "1" / "tried").touch()  # loads the first time
+    (custom / "configs").mkdir()
+    (custom / "configs" / "small.pbtxt").write_text(_CONFIG.format(name="custom", batch=2))
+    (custom / "configs" / "other.pbtxt").write_text("not a config")
+    (_model(repository, "plain", 4) / "1" / "tried").touch()
+    _model(repository, "flaky", 4)
+    server = NaiadServer(
+        repository,
+        log_dir=tmp_path_factory.mktemp("flagged"),
+        extra_args=[
+            "--id=edge-1",
+            "--model-config-name=small",
+            "--model-load-retry-count=1",
+            "--allow-cpu-metrics=false",
+            "--allow-grpc=false",
+            "--reuse-http-port=true",
+            "--http-thread-count=4",
+            "--cuda-memory-pool-byte-size=0:1024",
+            "--grpc-keepalive-time=1000",
+        ],
+    )
+    with server:
+        yield server
+
+
+def test_id_names_the_server(flagged):
+    assert requests.get(flagged.url + "/v2", timeout=10).json()["name"] == "edge-1"
+
+
+def test_model_config_name_picks_the_custom_config(flagged):
+    def batch(name):
+        return requests.get(f"{flagged.url}/v2/models/{name}/config", timeout=10).json()[
+            "max_batch_size"
+        ]
+
+    assert batch("custom") == 2  # configs/small.pbtxt
+    assert batch("plain") == 4  # no configs/small.pbtxt: config.pbtxt
+
+
+def test_model_load_retry_count_loads_again(flagged):
+    assert requests.get(f"{flagged.url}/v2/models/flaky/ready", timeout=10).status_code == 200
+    log = flagged.stderr_text()
+    assert "failed to load 'flaky' version 1: " in log and "retrying (1 of 1)" in log
+    assert "flaky: the first load fails" in log
+
+
+def test_cpu_metrics_off(flagged):
+    text = requests.get(f"http://127.0.0.1:{flagged.metrics_port}/metrics", timeout=10).text
+    assert "nv_inference_count" in text
+    assert "nv_cpu_" not in text
+
+
+def test_flags_without_effect_are_logged(flagged):
+    log = flagged.stderr_text()
+    assert "--http-thread-count=4: accepted for Triton's command line; HTTP connections" in log
+    assert "--cuda-memory-pool-byte-size=0:1024: accepted" in log
+    assert "--grpc-keepalive-time=1000: accepted" in log
+
+
+def _refused(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == errno.ECONNREFUSED
+
+
+def _shares_port(port: int) -> bool:
+    """Whether a socket with SO_REUSEPORT can bind the listening `port` (only when the
+    server's socket set it too)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            assert exc.errno == errno.EADDRINUSE
+            return False
+        return True
+
+
+def test_allow_grpc_false_and_reuse_http_port(flagged):
+    assert _refused(flagged.grpc_port)
+    assert _shares_port(flagged.http_port)
+    assert not _shares_port(flagged.metrics_port)  # no reuse flag for it
+
+
+def test_grpc_only_server(tmp_path_factory):
+    """--allow-http=false --allow-metrics=false: only gRPC listens (with
+    --reuse-grpc-port, shareable); readiness is asked over gRPC."""
+    repository = make_repository(tmp_path_factory.mktemp("repo"), ["add_sub"])
+    server = NaiadServer(
+        repository,
+        log_dir=tmp_path_factory.mktemp("grpc_only"),
+        extra_args=["--allow-http=false", "--allow-metrics=false", "--reuse-grpc-port=true"],
+    )
+    server.start(wait=None)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            deadline = time.monotonic() + 120
+            while True:
+                assert server.running(), server.stderr_text()[-3000:]
+                try:
+                    if stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=5).ready:
+                        break
+                except grpc.RpcError:
+                    pass
+                assert time.monotonic() < deadline, "not ready over gRPC"
+                time.sleep(0.1)
+            ready = stub.ModelReady(service_pb2.ModelReadyRequest(name="add_sub"), timeout=5)
+            assert ready.ready
+        assert _refused(server.http_port) and _refused(server.metrics_port)
+        assert _shares_port(server.grpc_port)
+    finally:
+        server.stop()
