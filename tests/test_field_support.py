@@ -113,11 +113,6 @@ REFUSED = [
         "instance_group [ { kind: KIND_CPU secondary_devices [ { device_id: 0 } ] } ]",
         "instance_group.secondary_devices",
     ),
-    (
-        'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "openvino" } ] } }',
-        "optimization.execution_accelerators",
-    ),
-    ('model_operations { op_library_filename: "libop.so" }', "model_operations"),
     ('cc_model_filenames { key: "8.0" value: "x.py" }', "cc_model_filenames"),
 ]
 
@@ -139,6 +134,11 @@ WARNED = [
         "instance_group.host_policy",
     ),
     ('metric_tags { key: "team" value: "a" }', "metric_tags"),
+    (
+        'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "openvino" } ] } }',
+        "optimization.execution_accelerators",
+    ),
+    ('model_operations { op_library_filename: "libop.so" }', "model_operations"),
 ]
 
 
@@ -183,7 +183,7 @@ TRITON_WORDS = [
     ),
     (
         'instance_group [ { count: 1 kind: KIND_CPU profile: "0" } ]',
-        "instance group m_1 of model m and platform  specifies profile field which is only "
+        "instance group m_1 of model m and platform specifies profile field which is only "
         "supported for TensorRT models",
     ),
     (

@@ -90,7 +90,8 @@ def _triton_non_linear(config: ModelConfig) -> str:
 def _triton_profile(config: ModelConfig) -> str:
     group = next(g for g in config.instance_group if g.profile)
     return (
-        f"instance group {group.name} of model {config.name} and platform {config.platform} "
+        # No space after the platform: Triton's own string has none.
+        f"instance group {group.name} of model {config.name} and platform {config.platform}"
         "specifies profile field which is only supported for TensorRT models"
     )
 
@@ -159,8 +160,9 @@ FIELDS: dict[str, Support] = {
     ),
     "optimization.execution_accelerators": _only(
         _ONNX,
-        "onnxruntime's execution providers (TensorRT, CUDA, OpenVINO); on other backends an "
-        "accelerator would change how the model computes",
+        "onnxruntime's execution providers (TensorRT, CUDA, OpenVINO); Triton's other "
+        "backends ignore it too",
+        elsewhere=WARNED,
     ),
     "optimization.input_pinned_memory": _warned(
         f"pinned input buffers: {_HINT}; Naiad's arenas are pinned where CUDA is present",
@@ -224,7 +226,11 @@ FIELDS: dict[str, Support] = {
     "metric_tags": _warned("Triton reserves it and reads it nowhere; neither does Naiad"),
     "parameters": _honoured("handed to the backend (and Naiad's own worker limits)"),
     "model_warmup": _honoured("warm-up requests before an instance is ready"),
-    "model_operations": _only(_ONNX, "onnxruntime's custom operator libraries"),
+    "model_operations": _only(
+        _ONNX,
+        "onnxruntime's custom operator libraries; Triton's other backends ignore it too",
+        elsewhere=WARNED,
+    ),
     "model_transaction_policy": _honoured("decoupled models"),
     "model_repository_agents": _honoured(
         "the 'checksum' agent (repository/agents.py); any other agent is refused there"
