@@ -164,3 +164,16 @@ def test_check_refuses_a_folder_that_is_not_there(tmp_path):
     result = _check(tmp_path / "nowhere")
     assert result.returncode == 1
     assert "not a model repository folder" in result.stderr
+
+
+def test_check_reads_the_custom_config_that_model_config_name_selects(tmp_path):
+    repo = tmp_path / "models"
+    folder = _model(repo, "custom")
+    (folder / "configs").mkdir()
+    (folder / "configs" / "edge.pbtxt").write_text(
+        CONFIG.format(name="custom", extra="sequence_batching { iterative_sequence: true }")
+    )
+    assert _check(repo).returncode == 0
+    result = _check(repo, "--model-config-name", "edge")
+    assert result.returncode == 1
+    assert "field 'sequence_batching.iterative_sequence'" in _lines(result.stdout)["custom"]

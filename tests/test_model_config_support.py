@@ -118,6 +118,13 @@ def test_a_hint_loads_and_the_index_and_log_say_it_is_ignored(started):
     assert entry["state"] == "READY"
     assert "field 'optimization.cuda' of model 'cuda_graphs' is ignored" in entry["reason"]
     assert "field 'optimization.cuda' of model 'cuda_graphs' is ignored" in started.stderr_text()
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{started.grpc_port}") as client:
+        models = {m.name: m for m in client.get_model_repository_index().models}
+    assert models["cuda_graphs"].state == "READY"
+    assert (
+        "field 'optimization.cuda' of model 'cuda_graphs' is ignored"
+        in models["cuda_graphs"].reason
+    )
     assert _infer(httpclient, f"127.0.0.1:{started.http_port}", "cuda_graphs").tolist() == [[2.5]]
 
 

@@ -33,6 +33,7 @@ from naiad.repository.config import (
     config_path,
     load_model_config,
     parse_model_config,
+    set_config_name,
     validate_model_config,
 )
 from naiad.repository.repository import available_versions, select_versions
@@ -68,6 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser, parse_bool) -> None:
         action="store_true",
         help="as `naiad serve`: auto-complete off",
     )
+    parser.add_argument(
+        "--model-config-name",
+        default="",
+        help="as `naiad serve`: check configs/<name>.pbtxt where a model has one",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
@@ -76,6 +82,7 @@ def run(options) -> int:
     if missing:
         print(f"error: not a model repository folder: {', '.join(missing)}", file=sys.stderr)
         return 1
+    set_config_name(options.model_config_name)
     auto_complete = not (options.strict_model_config or options.disable_auto_complete_config)
     verdicts = check_repositories(options.repositories, auto_complete)
     if options.json:
