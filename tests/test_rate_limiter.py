@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 import tritonclient.http as httpclient
-from server_harness import NaiadServer
+from server_harness import NaiadServer, metric_value
 from triton_peer import TritonPeer, find_triton
 
 pytestmark = pytest.mark.timeout(300)
@@ -198,35 +199,69 @@ def test_a_model_without_resources_runs_beside_a_limited_one(tmp_path):
     assert _overlaps(windows) > 0, windows
 
 
-def _staged_batch(url: str) -> tuple[int, list]:
-    """rl_hold runs 1 s holding R; meanwhile one request to rl_grow (its batch of one
-    waits for R), then five more. (rl_grow's execution count, its batch sizes)."""
-    client = httpclient.InferenceServerClient(url.removeprefix("http://"), concurrency=8)
+def _staged_batch(url: str, root: Path, waiting) -> tuple[int, list]:
+    """rl_hold executes, holding R, until the test removes its `hold` file; meanwhile
+    one request to rl_grow (its batch of one waits for R), then five more. Each step
+    waits for what the server shows (`waiting()`: rl_grow's requests queued), not for
+    time. (rl_grow's execution count, its batch sizes). Requests go on threads of their
+    own: tritonclient's async_infer sends nothing until the caller waits on a result."""
+    hold = root / "rl_hold" / "hold"
+    executing = root / "rl_hold" / "executing"
+    hold.touch()
+
+    def infer(model: str, shape: list) -> int:
+        body = {"inputs": [{"name": "IN", "shape": shape, "datatype": "FP32", "data": [0.0]}]}
+        return requests.post(f"{url}/v2/models/{model}/infer", json=body, timeout=120).status_code
+
     try:
-        value = httpclient.InferInput("IN", [1, 1], "FP32")
-        value.set_data_from_numpy(np.zeros((1, 1), dtype=np.float32))
-        single = httpclient.InferInput("IN", [1], "FP32")
-        single.set_data_from_numpy(np.zeros(1, dtype=np.float32))
-        hold = client.async_infer("rl_hold", [single])
-        time.sleep(0.3)
-        pending = [client.async_infer("rl_grow", [value])]
-        time.sleep(0.2)
-        pending += [client.async_infer("rl_grow", [value]) for _ in range(5)]
-        hold.get_result()
-        for request in pending:
-            request.get_result()
-        stats = client.get_inference_statistics("rl_grow")["model_stats"][0]
+        with ThreadPoolExecutor(7) as pool:
+            held = pool.submit(infer, "rl_hold", [1])
+            _wait_for(executing.exists, "rl_hold executing")
+            pending = [pool.submit(infer, "rl_grow", [1, 1])]
+            _wait_for(lambda: waiting() == 1, "rl_grow's first request staged")
+            pending += [pool.submit(infer, "rl_grow", [1, 1]) for _ in range(5)]
+            _wait_for(lambda: waiting() == 6, "rl_grow's six requests queued")
+            hold.unlink()
+            assert [request.result() for request in [held, *pending]] == [200] * 7
     finally:
-        client.close()
+        hold.unlink(missing_ok=True)  # never leave the instance held
+    stats = requests.get(f"{url}/v2/models/rl_grow/stats", timeout=10).json()["model_stats"][0]
     sizes = sorted(b["batch_size"] for b in stats["batch_stats"])
     return int(stats["execution_count"]), sizes
+
+
+def _wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def _triton_queued(metrics_port: int, model: str):
+    """Triton's pending-request gauge of `model`: its requests accepted and not yet
+    executing (those waiting for the rate limiter among them)."""
+    series = f'nv_inference_pending_request_count{{model="{model}",version="1"}}'
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    return lambda: int(metric_value(requests.get(url, timeout=10).text, series))
+
+
+def _naiad_queued_behind_hold(url: str):
+    """Naiad's requests in flight (/v2/naiad/arena, both paths) less rl_hold's one: the
+    rl_grow requests queued behind it. (Naiad's pending-request gauge counts only the
+    general path's requests.)"""
+
+    def count() -> int:
+        arena = requests.get(f"{url}/v2/naiad/arena", timeout=10).json()
+        return arena["requests_in_flight"] - 1
+
+    return count
 
 
 def _staged_repository(tmp_path) -> Path:
     root = tmp_path / "repository"
     _repository(root, {"rl_hold": SHARED, "rl_grow": SHARED})
-    slow = 'parameters { key: "SLEEP_S" value { string_value: "1.0" } }\n'
-    (root / "rl_hold" / "config.pbtxt").write_text(_config("rl_hold", SHARED, more=slow))
+    held = 'parameters { key: "HOLD" value { string_value: "file" } }\n'
+    (root / "rl_hold" / "config.pbtxt").write_text(_config("rl_hold", SHARED, more=held))
     grow = _config("rl_grow", SHARED, more="dynamic_batching { }\n")
     grow = grow.replace("max_batch_size: 0", "max_batch_size: 8")
     (root / "rl_grow" / "config.pbtxt").write_text(grow)
@@ -238,7 +273,8 @@ def test_a_staged_batch_grows_with_requests_that_arrive_meanwhile(tmp_path):
     six requests run as one batch once R is free."""
     root = _staged_repository(tmp_path)
     with NaiadServer(root, log_dir=tmp_path, extra_args=["--rate-limit=execution_count"]) as server:
-        assert _staged_batch(server.url) == (1, [6])
+        waiting = _naiad_queued_behind_hold(server.url)
+        assert _staged_batch(server.url, root, waiting) == (1, [6])
 
 
 @needs_triton
@@ -246,4 +282,5 @@ def test_a_staged_batch_grows_in_triton_too(tmp_path):
     root = _staged_repository(tmp_path)
     with TritonPeer(root, tmp_path, ["--rate-limit=execution_count"]) as triton:
         _wait_triton_ready(triton)
-        assert _staged_batch(triton.url) == (1, [6])
+        waiting = _triton_queued(triton.metrics_port, "rl_grow")
+        assert _staged_batch(triton.url, root, waiting) == (1, [6])

@@ -271,30 +271,58 @@ def test_a_model_without_batching_and_a_data_file_initial_state(server):
     # Its one slot is taken: a second sequence waits in the backlog until the first ends.
     with ThreadPoolExecutor(1) as pool:
         second = pool.submit(infer, url, "seq_nobatch", 5, sequence_id=2, sequence_start=True)
-        time.sleep(0.3)
+        waiting = naiad_waiting(server)
+        deadline = time.monotonic() + TIMEOUT
+        while waiting() != 1:  # held in the backlog, not answered
+            assert time.monotonic() < deadline, "sequence 2's START never arrived"
+            time.sleep(0.005)
         assert not second.done()
         assert infer(url, "seq_nobatch", 0, sequence_id=1, sequence_end=True)[1]["OUTPUT"] == [103]
         assert second.result(timeout=TIMEOUT)[1]["OUTPUT"] == [105]
     assert infer(url, "seq_nobatch", 0, sequence_id=2, sequence_end=True)[0] == 200
 
 
-def backlog_timeout(url: str) -> list:
+def naiad_waiting(server):
+    """What Naiad holds unanswered (queued or executing), all models: the backlog of
+    seq_nobatch in backlog_timeout, where nothing else is in flight."""
+
+    def count() -> int:
+        arena = requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()
+        return arena["requests_in_flight"]
+
+    return count
+
+
+def backlog_timeout(url: str, waiting) -> list:
     """On seq_nobatch (one slot): sequence 31 holds the slot; sequence 32 waits in the
-    backlog with a 300 ms `timeout` on its START (a second request of it joins without
-    one), sequence 33 behind it without. What each request answered, in order."""
+    backlog with a 2 s `timeout` on its START (a second request of it joins without
+    one), sequence 33 behind it without. What each request answered, in order.
+
+    Each request is sent once the server holds the one before it (`waiting()`: the
+    requests it holds unanswered), so they arrive in that order on any machine: a
+    continuation before its START would be refused as not started. The timeout is what
+    is tested: the second request must join before it expires, which the wait for the
+    START gives it 2 s to do."""
 
     def answer(*args, **parameters):
         status, body = infer(url, "seq_nobatch", *args, **parameters)
         return status, body if status != 200 else "ok"
 
+    def wait_for(count: int, what: str) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while waiting() != count:
+            assert time.monotonic() < deadline, f"the server never held {what}"
+            time.sleep(0.005)
+
     out = [answer(1, sequence_id=31, sequence_start=True)]
     with ThreadPoolExecutor(3) as pool:
-        first = pool.submit(answer, 1, sequence_id=32, sequence_start=True, timeout=300000)
-        time.sleep(0.05)
+        first = pool.submit(answer, 1, sequence_id=32, sequence_start=True, timeout=2000000)
+        wait_for(1, "sequence 32's START")
         second = pool.submit(answer, 1, sequence_id=32)
-        time.sleep(0.05)
+        wait_for(2, "sequence 32's second request")
         behind = pool.submit(answer, 1, sequence_id=33, sequence_start=True)
         out += [first.result(timeout=TIMEOUT), second.result(timeout=TIMEOUT)]
+        wait_for(1, "sequence 33's START")
         out.append(answer(1, sequence_id=32))  # its id is forgotten
         assert not behind.done()
         out.append(answer(1, sequence_id=31, sequence_end=True))
@@ -313,7 +341,8 @@ def test_a_sequence_waiting_past_its_timeout_fails_whole(server):
         "flag on the first request of the sequence",
     )
     ok = (200, "ok")
-    assert backlog_timeout(server.url) == [ok, expired, expired, not_started, ok, ok, ok]
+    answers = backlog_timeout(server.url, naiad_waiting(server))
+    assert answers == [ok, expired, expired, not_started, ok, ok, ok]
 
 
 def test_a_bls_call_reaches_a_sequence_model(server):

@@ -15,8 +15,8 @@ import time
 
 import pytest
 import requests
-from server_harness import NaiadServer
-from test_sequence import TIMEOUT, backlog_timeout, build_repository, infer
+from server_harness import NaiadServer, metric_value
+from test_sequence import TIMEOUT, backlog_timeout, build_repository, infer, naiad_waiting
 from triton_peer import TritonPeer, find_triton
 
 pytestmark = [
@@ -29,7 +29,7 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory):
+def peers(tmp_path_factory):
     repository = build_repository(tmp_path_factory.mktemp("sequence-repository"))
     logs = tmp_path_factory.mktemp("sequence-triton")
     with NaiadServer(repository, log_dir=logs, name="naiad") as naiad:
@@ -39,7 +39,25 @@ def servers(tmp_path_factory):
                 if requests.get(triton.url + "/v2/health/ready", timeout=5).status_code == 200:
                     break
                 time.sleep(0.2)
-            yield naiad.url, triton.url
+            yield naiad, triton
+
+
+@pytest.fixture(scope="module")
+def servers(peers):
+    naiad, triton = peers
+    return naiad.url, triton.url
+
+
+def triton_waiting(triton):
+    """What Triton holds queued for seq_nobatch (its pending-request gauge: requests in
+    the sequence batcher's slots and backlog, not yet executing)."""
+    series = 'nv_inference_pending_request_count{model="seq_nobatch",version="1"}'
+    url = f"http://127.0.0.1:{triton.metrics_port}/metrics"
+
+    def count() -> int:
+        return int(metric_value(requests.get(url, timeout=TIMEOUT).text, series))
+
+    return count
 
 
 # (label, model, value, parameters): sent in order to both servers.
@@ -125,12 +143,13 @@ def _failures(url: str, model: str) -> int:
     return stats["model_stats"][0]["inference_stats"]["fail"]["count"]
 
 
-def test_backlog_timeout_answers_as_triton(servers):
+def test_backlog_timeout_answers_as_triton(peers, servers):
     """A backlogged sequence past a request's timeout: the same answers, and the same
     failures counted."""
     naiad, triton = servers
     before = [_failures(url, "seq_nobatch") for url in (naiad, triton)]
-    assert backlog_timeout(naiad) == backlog_timeout(triton)
+    ours = backlog_timeout(naiad, naiad_waiting(peers[0]))
+    assert ours == backlog_timeout(triton, triton_waiting(peers[1]))
     after = [_failures(url, "seq_nobatch") for url in (naiad, triton)]
     assert after[0] - before[0] == after[1] - before[1] == 2
 
