@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from server_harness import NaiadServer, make_repository, metric_value
+from held_support import drop_a_queued_held_request
+from server_harness import NaiadServer, make_repository
 
 TIMEOUT = 10
 DECOUPLED_MODELS = Path(__file__).resolve().parent / "decoupled_models"
@@ -412,69 +413,31 @@ def _lane_held_request(value: int) -> bytes:
     )
 
 
-def _wait_until(condition, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
-def _metrics(server) -> str:
-    url = f"http://{server.host}:{server.metrics_port}/metrics"
-    return requests.get(url, timeout=TIMEOUT).text
-
-
-def _in_flight(server) -> int:
-    return requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()[
-        "requests_in_flight"
-    ]
-
-
-_CANCELED = 'nv_inference_request_failure{model="held",reason="CANCELED",version="1"}'
-_SUCCEEDED = 'nv_inference_request_success{model="held",version="1"}'
-
-
 def _drop_a_queued_request(server, request) -> None:
-    """Both instances of held are held executing requests 1 and 2 while request 3 waits
-    in the queue; its client resets the connection. The cancellation is counted while
-    both are still held (so request 3 was dropped from the queue, not run), then they
-    are released and answered."""
-    folder = server.repository / "held"
-    before = _metrics(server)
-    for old in folder.glob("execut*-*"):
-        old.unlink()
-    for value in (1, 2):
-        (folder / f"hold-{value}").touch()
-    busy = [socket.create_connection((server.host, server.http_port)) for _ in range(2)]
+    """held_support's scenario over raw HTTP connections: a connection per request,
+    the queued one reset (a FIN alone is a half-close, after which the server still
+    answers)."""
+    sockets = []
+
+    def send(value):
+        sock = socket.create_connection((server.host, server.http_port))
+        sockets.append(sock)
+        sock.sendall(request(value))
+        return sock
+
+    def cancel(sock):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+
+    def assert_answered(sock):
+        sock.settimeout(TIMEOUT)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
+
     try:
-        for value, sock in zip((1, 2), busy):
-            sock.sendall(request(value))
-        for value in (1, 2):
-            _wait_until((folder / f"executing-{value}").exists, f"request {value} executing")
-        with socket.create_connection((server.host, server.http_port)) as queued:
-            queued.sendall(request(3))
-            _wait_until(lambda: _in_flight(server) == 3, "request 3 queued")
-            # A reset: a FIN alone is a half-close, after which the server still answers.
-            queued.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        _wait_until(
-            lambda: metric_value(_metrics(server), _CANCELED) > metric_value(before, _CANCELED),
-            "the queued request cancelled",
-        )
-        assert not (folder / "executing-3").exists()
-        for value in (1, 2):
-            (folder / f"hold-{value}").unlink()
-        for sock in busy:
-            sock.settimeout(TIMEOUT)
-            assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
+        drop_a_queued_held_request(server, send, cancel, assert_answered, _settled)
     finally:
-        for hold in folder.glob("hold-*"):  # never leave an execution held
-            hold.unlink()
-        for sock in busy:
+        for sock in sockets:
             sock.close()
-    _settled(server)
-    after = _metrics(server)
-    assert metric_value(after, _CANCELED) - metric_value(before, _CANCELED) == 1
-    assert metric_value(after, _SUCCEEDED) - metric_value(before, _SUCCEEDED) == 2
 
 
 def test_closing_the_connection_drops_a_queued_infer_request(server):

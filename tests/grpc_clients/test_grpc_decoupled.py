@@ -18,6 +18,10 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
+from held_support import drop_a_queued_held_request
+from held_support import in_flight as _in_flight
+from held_support import metrics as _metrics
+from held_support import wait_until as _wait_until
 from server_harness import NaiadServer, make_repository, metric_value
 from shm_support import Region
 from tritonclient.grpc import service_pb2 as pb
@@ -252,24 +256,6 @@ def _executed(client) -> int:
     return count
 
 
-def _wait_until(condition, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
-def _metrics(server) -> str:
-    url = f"http://{server.host}:{server.metrics_port}/metrics"
-    return requests.get(url, timeout=TIMEOUT).text
-
-
-def _in_flight(server) -> int:
-    return requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()[
-        "requests_in_flight"
-    ]
-
-
 def _cancelled(model: str) -> str:
     return f'nv_inference_request_failure{{model="{model}",reason="CANCELED",version="1"}}'
 
@@ -329,42 +315,20 @@ def _held_call(stub, value: int, raw: bool):
 
 
 def _reset_drops_a_queued_call(server, raw: bool) -> None:
-    """Both instances of held are held executing calls 1 and 2 while call 3 waits in the
-    queue; the client resets it. The cancellation is counted while both are still held
-    (so call 3 was dropped from the queue, not run), then they are released."""
-    folder = server.repository / "held"
-    cancelled = _cancelled("held")
-    succeeded = 'nv_inference_request_success{model="held",version="1"}'
-    before = _metrics(server)
-    for old in folder.glob("execut*-*"):
-        old.unlink()
-    for value in (1, 2):
-        (folder / f"hold-{value}").touch()
-    try:
-        with grpc.insecure_channel(f"{server.host}:{server.grpc_port}") as channel:
-            stub = pbg.GRPCInferenceServiceStub(channel)
-            busy = [_held_call(stub, value, raw) for value in (1, 2)]
-            for value in (1, 2):
-                _wait_until((folder / f"executing-{value}").exists, f"call {value} executing")
-            queued = _held_call(stub, 3, raw)
-            _wait_until(lambda: _in_flight(server) == 3, "call 3 queued")
-            assert queued.cancel()  # RST_STREAM while it waits in the queue
-            _wait_until(
-                lambda: metric_value(_metrics(server), cancelled) > metric_value(before, cancelled),
-                "the queued call cancelled",
-            )
-            assert not (folder / "executing-3").exists()
-            for value in (1, 2):
-                (folder / f"hold-{value}").unlink()
-            for call in busy:
-                assert call.result().outputs[0].name == "OUTPUT0"
-    finally:
-        for hold in folder.glob("hold-*"):  # never leave an execution held
-            hold.unlink()
-    _settled(server)
-    after = _metrics(server)
-    assert metric_value(after, cancelled) - metric_value(before, cancelled) == 1
-    assert metric_value(after, succeeded) - metric_value(before, succeeded) == 2
+    """held_support's scenario over ModelInfer calls: the queued call is reset
+    (RST_STREAM) while it waits in the queue."""
+    with grpc.insecure_channel(f"{server.host}:{server.grpc_port}") as channel:
+        stub = pbg.GRPCInferenceServiceStub(channel)
+
+        def cancel(call):
+            assert call.cancel()
+
+        def assert_answered(call):
+            assert call.result().outputs[0].name == "OUTPUT0"
+
+        drop_a_queued_held_request(
+            server, lambda value: _held_call(stub, value, raw), cancel, assert_answered, _settled
+        )
 
 
 def test_a_reset_model_infer_call_drops_its_queued_request(server):
