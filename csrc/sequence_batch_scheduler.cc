@@ -46,7 +46,7 @@ EnqueueResult SequenceBatchScheduler::enqueue(const QueuedRequest& request,
     // Idle past the limit is idle whenever the reaper looks (its timer may run late):
     // the request is refused, or starts a new sequence, the same either way.
     auto seen = last_seen_.find(key_);
-    if (seen != last_seen_.end() && now_ns - seen->second >= config_.max_sequence_idle_us * 1000) {
+    if (seen != last_seen_.end() && idled_out(seen->second, now_ns)) {
       last_seen_.erase(seen);
       release_idle(found);
       found = active_.end();
@@ -155,8 +155,8 @@ uint64_t SequenceBatchScheduler::reap(uint64_t now_ns) {
   const uint64_t idle_ns = config_.max_sequence_idle_us * 1000;
   uint64_t next = 0;
   for (auto it = last_seen_.begin(); it != last_seen_.end();) {
-    const uint64_t due = it->second + idle_ns;
-    if (due > now_ns) {
+    if (!idled_out(it->second, now_ns)) {
+      const uint64_t due = it->second + idle_ns;
       if (next == 0 || due < next) next = due;
       ++it;
       continue;
@@ -177,6 +177,10 @@ uint64_t SequenceBatchScheduler::reap(uint64_t now_ns) {
     release_idle(found);
   }
   return next;
+}
+
+bool SequenceBatchScheduler::idled_out(uint64_t last_seen_ns, uint64_t now_ns) const {
+  return now_ns >= last_seen_ns && now_ns - last_seen_ns >= config_.max_sequence_idle_us * 1000;
 }
 
 void SequenceBatchScheduler::release_idle(std::unordered_map<std::string, Where>::iterator found) {

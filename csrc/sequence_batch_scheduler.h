@@ -109,6 +109,9 @@ class SequenceBatchScheduler final : public Scheduler {
   uint64_t expire_backlog(uint64_t now_ns, std::vector<QueuedRequest>* rejected);
   // Forgets idle correlation ids; returns the next time one may become idle.
   uint64_t reap(uint64_t now_ns);
+  // The idle rule, for reap() and enqueue() alike: a sequence whose last request came
+  // max_sequence_idle_us or more before `now_ns` idled out.
+  bool idled_out(uint64_t last_seen_ns, uint64_t now_ns) const;
   // Gives up the slot of a live sequence that idled out (the requests already queued
   // in it still run) and forgets the id: reap()'s, and enqueue()'s when the reaper's
   // look has not come yet.
