@@ -7,7 +7,7 @@ import asyncio
 from naiad.http.connection_limits import ConnectionLimits
 from naiad.http.io_server import IoServer, listening_socket
 from naiad.http.protocol import HttpProtocol
-from naiad.http.routes import Router
+from naiad.http.routes import DEFAULT_MAX_BODY_SIZE, Router
 
 __all__ = ["start_http_server"]
 
@@ -31,14 +31,10 @@ async def start_http_server(
     `io_loop`: connections are read and answered by the C++ I/O loop (http/io_server.py),
     when the manager has a fast lane; else by uvloop's transports."""
     loop = asyncio.get_running_loop()
-    if router is None:
-        router = (
-            Router(manager)
-            if max_body_size is None
-            else Router(manager, max_body_size=max_body_size)
-        )
     if max_body_size is None:
-        max_body_size = router.max_body_size
+        max_body_size = DEFAULT_MAX_BODY_SIZE if router is None else router.max_body_size
+    if router is None:
+        router = Router(manager, max_body_size=max_body_size)
 
     arrivals = getattr(manager, "arrivals", None)
     limits = limits or ConnectionLimits()
