@@ -315,14 +315,37 @@ def test_allow_grpc_false_and_reuse_http_port(flagged):
     assert not _shares_port(flagged.metrics_port)  # no reuse flag for it
 
 
+def _goaway_then_close(port: int) -> list[int]:
+    """The frame types a client that sent only the HTTP/2 preface reads until the
+    server closes the connection."""
+    frames, buffer = [], b""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        sock.settimeout(60)
+        while chunk := sock.recv(65536):
+            buffer += chunk
+            while len(buffer) >= 9 and len(buffer) >= 9 + int.from_bytes(buffer[:3], "big"):
+                frames.append(buffer[3])
+                buffer = buffer[9 + int.from_bytes(buffer[:3], "big") :]
+    return frames
+
+
 def test_grpc_only_server(tmp_path_factory):
     """--allow-http=false --allow-metrics=false: only gRPC listens (with
-    --reuse-grpc-port, shareable); readiness is asked over gRPC."""
+    --reuse-grpc-port, shareable); readiness is asked over gRPC. With
+    --grpc-max-connection-age an idle connection gets GOAWAY, and, no call being
+    open, is closed."""
     repository = make_repository(tmp_path_factory.mktemp("repo"), ["add_sub"])
     server = NaiadServer(
         repository,
         log_dir=tmp_path_factory.mktemp("grpc_only"),
-        extra_args=["--allow-http=false", "--allow-metrics=false", "--reuse-grpc-port=true"],
+        extra_args=[
+            "--allow-http=false",
+            "--allow-metrics=false",
+            "--reuse-grpc-port=true",
+            "--grpc-max-connection-age=200",
+            "--grpc-max-connection-age-grace=100",
+        ],
     )
     server.start(wait=None)
     try:
@@ -330,17 +353,19 @@ def test_grpc_only_server(tmp_path_factory):
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             deadline = time.monotonic() + 120
             while True:
+                # A call may meet the connection's age limit: asked again.
                 assert server.running(), server.stderr_text()[-3000:]
                 try:
-                    if stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=5).ready:
+                    request = service_pb2.ModelReadyRequest(name="add_sub")
+                    if stub.ModelReady(request, timeout=5).ready:
                         break
                 except grpc.RpcError:
                     pass
-                assert time.monotonic() < deadline, "not ready over gRPC"
+                assert time.monotonic() < deadline, "add_sub not ready over gRPC"
                 time.sleep(0.1)
-            ready = stub.ModelReady(service_pb2.ModelReadyRequest(name="add_sub"), timeout=5)
-            assert ready.ready
         assert _refused(server.http_port) and _refused(server.metrics_port)
         assert _shares_port(server.grpc_port)
+        frames = _goaway_then_close(server.grpc_port)
+        assert frames[0] == 0x4 and 0x7 in frames  # SETTINGS, ..., GOAWAY, then closed
     finally:
         server.stop()

@@ -110,6 +110,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=False,
         help="SO_REUSEPORT on the gRPC port: servers that all set it share the port",
     )
+    serve.add_argument(
+        "--grpc-max-connection-age",
+        type=int,
+        default=None,
+        help="ms after which a gRPC connection gets GOAWAY (its client reconnects for "
+        "new calls; default: never, as Triton)",
+    )
+    serve.add_argument(
+        "--grpc-max-connection-age-grace",
+        type=int,
+        default=None,
+        help="ms after that GOAWAY before the connection is closed with calls still open "
+        "(default: never)",
+    )
     # Logging, as tritonserver's flags (naiad/triton_log.py); /v2/logging changes them live.
     serve.add_argument("--log-verbose", type=_int_bool, default=0)
     serve.add_argument("--log-info", type=_bool, default=True)

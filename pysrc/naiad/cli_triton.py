@@ -155,16 +155,6 @@ _NO_EFFECT = (
         int,
         "every client ping is answered; no GOAWAY is sent for pings",
     ),
-    (
-        "--grpc-max-connection-age",
-        int,
-        "connections are not closed for their age",
-    ),
-    (
-        "--grpc-max-connection-age-grace",
-        int,
-        "connections are not closed for their age",
-    ),
     # TLS settings, used by Triton only with --grpc-use-ssl (startup_error refuses that).
     (
         "--grpc-server-cert",

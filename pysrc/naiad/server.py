@@ -184,6 +184,8 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
                 restrictions=getattr(options, "grpc_restrictions", None),
                 forward=getattr(options, "grpc_forward", None),
                 reuse_port=getattr(options, "reuse_grpc_port", False),
+                max_connection_age_ms=getattr(options, "grpc_max_connection_age", None),
+                max_connection_age_grace_ms=getattr(options, "grpc_max_connection_age_grace", None),
             )
         )
         log.info("Started GRPCInferenceService at %s:%d", grpc_address, options.grpc_port)

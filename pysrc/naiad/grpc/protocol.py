@@ -80,8 +80,14 @@ class _Call:
 
 
 class GrpcProtocol(asyncio.Protocol):
-    def __init__(self, service: Service, loop, arrivals=None, connections=None):
+    def __init__(
+        self, service: Service, loop, arrivals=None, connections=None, max_age=(None, None)
+    ):
         self.service = service
+        # --grpc-max-connection-age and its grace, in ms (None: no limit): GOAWAY once
+        # the connection is that old, then close it that much later with calls still open.
+        self._max_age_ms, self._age_grace_ms = max_age
+        self._age_timer = None
         self.loop = loop
         self.arrivals = arrivals
         self.connections = connections
@@ -116,10 +122,14 @@ class GrpcProtocol(asyncio.Protocol):
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         if self.connections is not None:
             self.connections.add(self)
+        if self._max_age_ms is not None:
+            self._age_timer = self.loop.call_later(self._max_age_ms / 1000, self._aged)
         self._flush()  # the server preface (our SETTINGS)
 
     def connection_lost(self, exc) -> None:
         self._closed = True
+        if self._age_timer is not None:
+            self._age_timer.cancel()
         if self.connections is not None:
             self.connections.discard(self)
         for call in self.calls.values():
@@ -194,6 +204,16 @@ class GrpcProtocol(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None and not self._closed:
             self.transport.close()
+
+    def _aged(self) -> None:
+        """--grpc-max-connection-age reached: GOAWAY (the client opens a new connection
+        for its next calls); past the grace, the calls still open end with it."""
+        self._age_timer = None
+        if self._closed:
+            return
+        self.shutdown()
+        if self._age_grace_ms is not None and not self._closed:
+            self._age_timer = self.loop.call_later(self._age_grace_ms / 1000, self.close)
 
     # -- calls -----------------------------------------------------------------------
     def _admit(self, stream: int, path: str, metadata: tuple):

@@ -43,10 +43,13 @@ async def start_grpc_server(
     reuse_port: bool = False,
     restrictions=None,
     forward=None,
+    max_connection_age_ms: int | None = None,
+    max_connection_age_grace_ms: int | None = None,
 ) -> GrpcServer:
     """Serve GRPCInferenceService (and grpc.health.v1.Health/Check) for `manager`;
     `restrictions` and `forward`: --grpc-restricted-protocol and
-    --grpc-header-forward-pattern (naiad/restrictions.py)."""
+    --grpc-header-forward-pattern (naiad/restrictions.py); `max_connection_age_ms` and
+    its grace: --grpc-max-connection-age(-grace) (None: connections never age out)."""
     loop = asyncio.get_running_loop()
     # Large messages reuse freed memory instead of faulting in fresh pages each time.
     _core.keep_large_blocks()
@@ -55,7 +58,13 @@ async def start_grpc_server(
     connections: set = set()
 
     def factory() -> GrpcProtocol:
-        return GrpcProtocol(service, loop, arrivals, connections)
+        return GrpcProtocol(
+            service,
+            loop,
+            arrivals,
+            connections,
+            (max_connection_age_ms, max_connection_age_grace_ms),
+        )
 
     server = await loop.create_server(
         factory, host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=backlog
