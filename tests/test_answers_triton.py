@@ -10,6 +10,7 @@ why, where Triton is not installed (tests/triton_peer.py)."""
 from __future__ import annotations
 
 import json
+import queue
 import re
 
 import numpy as np
@@ -102,6 +103,30 @@ def test_grpc_version_strings(servers, call):
             assert _answer(call, n, version) == expected, (call, version)
     if call == "ModelReady":
         assert expected == ("OK", True)  # "1abc" names version 1, as std::stol reads it
+
+
+def _stream_answers(server) -> list:
+    """ModelStreamInfer: one request per version string on one stream, each answer's
+    error message (None when it ran)."""
+    answers = queue.Queue()
+    with _grpc(server) as client:
+        client.start_stream(lambda result, error: answers.put(error))
+        try:
+            got = []
+            for version in VERSIONS:
+                client.async_stream_infer(MODEL, _inputs(), model_version=version)
+                error = answers.get(timeout=60)
+                got.append(None if error is None else error.message())
+        finally:
+            client.stop_stream()
+    return got
+
+
+def test_grpc_stream_version_strings(servers):
+    triton, naiad = servers
+    expected = _stream_answers(triton)
+    assert expected[0].startswith("failed to get model version from specified version")
+    assert _stream_answers(naiad) == expected
 
 
 def _binary_body(binary: list[bool], trailing: bytes = b"") -> bytes:
