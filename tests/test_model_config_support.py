@@ -1,6 +1,6 @@
 """A real `naiad serve` with configs that set fields Naiad refuses or only warns about, and
-the checksum repository agent: at start-up and through explicit model control, over HTTP
-and gRPC (tritonclient) and raw HTTP."""
+the checksum repository agent: at start-up and through explicit model control, with
+tritonclient.http and raw HTTP (the gRPC twins: grpc_clients/test_grpc_model_config_support.py)."""
 
 from __future__ import annotations
 
@@ -11,62 +11,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from checksum_support import GOOD_MD5, IDENTITY, WRONG_MD5, write_model
+from checksum_support import checksum as _checksum
 from server_harness import NaiadServer
 from tritonclient.utils import InferenceServerException
-
-CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-{extra}
-"""
-
-IDENTITY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
-            )
-            for r in requests
-        ]
-"""
-GOOD_MD5 = hashlib.md5(IDENTITY.encode()).hexdigest()
-WRONG_MD5 = "0123456789abcdef0123456789abcdef"
-
-
-def _checksum(file: str, value: str) -> str:
-    return (
-        'model_repository_agents { agents [ { name: "checksum" '
-        f'parameters {{ key: "MD5:{file}" value: "{value}" }} }} ] }}'
-    )
-
-
-def _model(repo: Path, name: str, extra: str = "") -> Path:
-    folder = repo / name
-    (folder / "1").mkdir(parents=True)
-    (folder / "1" / "model.py").write_text(IDENTITY)
-    (folder / "config.pbtxt").write_text(CONFIG.format(name=name, extra=extra))
-    return folder
 
 
 def _repository(root: Path) -> Path:
     repo = root / "models"
-    _model(repo, "good")
-    _model(repo, "checksum_good", _checksum("1/model.py", GOOD_MD5))
-    _model(repo, "checksum_bad", _checksum("1/model.py", WRONG_MD5))
-    _model(repo, "checksum_missing", _checksum("1/weights.bin", GOOD_MD5))
-    _model(repo, "other_agent", 'model_repository_agents { agents [ { name: "relocation" } ] }')
-    _model(repo, "iterative", "sequence_batching { iterative_sequence: true }")
-    _model(repo, "cuda_graphs", "optimization { cuda { graphs: true } }")
+    write_model(repo, "good")
+    write_model(repo, "checksum_good", _checksum("1/model.py", GOOD_MD5))
+    write_model(repo, "checksum_bad", _checksum("1/model.py", WRONG_MD5))
+    write_model(repo, "checksum_missing", _checksum("1/weights.bin", GOOD_MD5))
+    write_model(
+        repo, "other_agent", 'model_repository_agents { agents [ { name: "relocation" } ] }'
+    )
+    write_model(repo, "iterative", "sequence_batching { iterative_sequence: true }")
+    write_model(repo, "cuda_graphs", "optimization { cuda { graphs: true } }")
     return repo
 
 
@@ -118,13 +80,6 @@ def test_a_hint_loads_and_the_index_and_log_say_it_is_ignored(started):
     assert entry["state"] == "READY"
     assert "field 'optimization.cuda' of model 'cuda_graphs' is ignored" in entry["reason"]
     assert "field 'optimization.cuda' of model 'cuda_graphs' is ignored" in started.stderr_text()
-    with grpcclient.InferenceServerClient(f"127.0.0.1:{started.grpc_port}") as client:
-        models = {m.name: m for m in client.get_model_repository_index().models}
-    assert models["cuda_graphs"].state == "READY"
-    assert (
-        "field 'optimization.cuda' of model 'cuda_graphs' is ignored"
-        in models["cuda_graphs"].reason
-    )
     assert _infer(httpclient, f"127.0.0.1:{started.http_port}", "cuda_graphs").tolist() == [[2.5]]
 
 
@@ -135,7 +90,7 @@ def test_startup_log_names_the_refusals(started):
 
 
 def test_a_model_whose_checksum_matches_serves(started):
-    assert _infer(grpcclient, f"127.0.0.1:{started.grpc_port}", "checksum_good").tolist() == [[2.5]]
+    assert _infer(httpclient, f"127.0.0.1:{started.http_port}", "checksum_good").tolist() == [[2.5]]
 
 
 def test_a_refused_model_is_not_served(started):
@@ -146,8 +101,8 @@ def test_a_refused_model_is_not_served(started):
 
 def test_startup_with_a_bad_checksum_fails_by_default(tmp_path):
     repo = tmp_path / "models"
-    _model(repo, "good")
-    _model(repo, "checksum_bad", _checksum("1/model.py", WRONG_MD5))
+    write_model(repo, "good")
+    write_model(repo, "checksum_bad", _checksum("1/model.py", WRONG_MD5))
     server = NaiadServer(repo, log_dir=tmp_path)
     server.start(wait=None)
     try:
@@ -161,9 +116,9 @@ def test_startup_with_a_bad_checksum_fails_by_default(tmp_path):
 @pytest.fixture
 def explicit(tmp_path):
     repo = tmp_path / "models"
-    _model(repo, "guarded", _checksum("1/model.py", GOOD_MD5))
-    _model(repo, "missing", _checksum("1/weights.bin", GOOD_MD5))
-    _model(repo, "stranger", 'model_repository_agents { agents [ { name: "encrypt" } ] }')
+    write_model(repo, "guarded", _checksum("1/model.py", GOOD_MD5))
+    write_model(repo, "missing", _checksum("1/weights.bin", GOOD_MD5))
+    write_model(repo, "stranger", 'model_repository_agents { agents [ { name: "encrypt" } ] }')
     server = NaiadServer(repo, log_dir=tmp_path, extra_args=["--model-control-mode=explicit"])
     with server.start(wait="live"):
         yield server, repo
@@ -171,7 +126,7 @@ def explicit(tmp_path):
 
 def test_explicit_load_checks_the_files_each_time(explicit):
     server, repo = explicit
-    http_url, grpc_url = f"127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}"
+    http_url = f"127.0.0.1:{server.http_port}"
     with httpclient.InferenceServerClient(http_url) as client:
         client.load_model("guarded")
     assert _infer(httpclient, http_url, "guarded").tolist() == [[2.5]]
@@ -181,15 +136,15 @@ def test_explicit_load_checks_the_files_each_time(explicit):
     tampered = IDENTITY + "\n# changed\n"
     (repo / "guarded" / "1" / "model.py").write_text(tampered)
     got = hashlib.md5(tampered.encode()).hexdigest()
-    with grpcclient.InferenceServerClient(grpc_url) as client:
+    with httpclient.InferenceServerClient(http_url) as client:
         with pytest.raises(InferenceServerException) as caught:
             client.load_model("guarded")
     assert (
         f"Mismatched MD5 hash for file 1/model.py, expect: {GOOD_MD5}, got: {got}"
         in caught.value.message()
     )
-    assert caught.value.status() == "StatusCode.INTERNAL"
-    assert _infer(grpcclient, grpc_url, "guarded").tolist() == [[2.5]]
+    assert caught.value.status() == "500"
+    assert _infer(httpclient, http_url, "guarded").tolist() == [[2.5]]
     assert f"Mismatched MD5 hash for file 1/model.py, expect: {GOOD_MD5}" in server.stderr_text()
 
 
