@@ -28,7 +28,8 @@ ENV PIP_NO_CACHE_DIR=1 \
     PATH=/opt/naiad/bin:$PATH
 COPY --from=builder /wheels /wheels
 COPY deploy/docker/install.sh /tmp/install.sh
-RUN NAIAD_PREFIX=/opt/naiad sh /tmp/install.sh /wheels \
+# The openai extra: tokenizers for the example tiny_llm and the OpenAI-compatible frontend.
+RUN NAIAD_PREFIX=/opt/naiad NAIAD_EXTRAS=openai sh /tmp/install.sh /wheels \
     && rm -rf /wheels /tmp/install.sh
 # Non-root, uid 1000 as KServe's runtimes run (runAsUser: 1000).
 RUN useradd --uid 1000 --user-group --create-home --shell /usr/sbin/nologin naiad

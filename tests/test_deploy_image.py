@@ -8,8 +8,9 @@ RUN line there, then the runtime stage's install RUN line into a fresh virtual e
 with the image paths (/src, /wheels, /opt/naiad, /tmp/install.sh) mapped to temporary
 folders; then the installed `naiad serve --help` must work and the image's ENTRYPOINT + CMD
 must serve the example repository. pip's cache is reused; the wheel itself is always built.
-The GPU Dockerfile runs the same scripts with NAIAD_EXTRAS=gpu, which is checked statically
-(the gpu extra needs CUDA hosts and is never installed here).
+The GPU Dockerfile runs the same scripts with NAIAD_EXTRAS=gpu,openai, which is checked
+statically (the gpu extra needs CUDA hosts and is never installed here); the CPU image's
+NAIAD_EXTRAS=openai (tokenizers, for the example tiny_llm) is installed here.
 """
 
 from __future__ import annotations
@@ -148,9 +149,10 @@ def test_cpu_image_is_slim_python_and_gpu_image_is_cuda_runtime_with_gpu_extra()
     assert gpu_base.startswith("nvidia/cuda:") and "-runtime-" in gpu_base, gpu_base
     _, runtime = _stages(DOCKERFILE_GPU)
     install = next(run for run in _instructions(runtime, "RUN") if "/tmp/install.sh" in run)
-    assert "NAIAD_EXTRAS=gpu" in install
+    assert "NAIAD_EXTRAS=gpu,openai " in install
+    # Both images serve the example repository, whose tiny_llm needs the openai extra.
     _, cpu_runtime = _stages(DOCKERFILE)
-    assert "NAIAD_EXTRAS" not in " ".join(_instructions(cpu_runtime, "RUN"))
+    assert "NAIAD_EXTRAS=openai " in " ".join(_instructions(cpu_runtime, "RUN"))
     pyproject = (REPO_ROOT / "pyproject.toml").read_text()
     (gpu,) = re.findall(r"^gpu = \[(.*)\]$", pyproject, re.MULTILINE)
     names = {re.split(r"[<>=\[ ;]", requirement)[0] for requirement in json.loads(f"[{gpu}]")}

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runtime stage of Dockerfile and Dockerfile.gpu: a virtual environment at NAIAD_PREFIX with
 # naiad's wheel from WHEEL_DIR, its dependencies from the package index and the extras named in
-# NAIAD_EXTRAS (Dockerfile.gpu: gpu). tests/test_deploy_image.py runs this same script.
+# NAIAD_EXTRAS (Dockerfile: openai; Dockerfile.gpu: gpu,openai). tests/test_deploy_image.py
+# runs this same script.
 #
 #   NAIAD_PREFIX=/opt/naiad NAIAD_EXTRAS=gpu sh deploy/docker/install.sh WHEEL_DIR
 set -eu
