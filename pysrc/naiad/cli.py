@@ -7,6 +7,7 @@ import sys
 
 from naiad import check as check_command
 from naiad import cli_triton
+from naiad.openai import options as openai_options
 from naiad.rate_limit import parse_rate_limit, parse_rate_limit_resource
 from naiad.tracing import options as tracing_options
 
@@ -319,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_access_flags(serve)
     tracing_options.add_arguments(serve)
     cli_triton.add_arguments(serve)
+    openai_options.add_arguments(serve)
     check = commands.add_parser(
         "check",
         help="say what each model of a repository would do when served (load, refused, "

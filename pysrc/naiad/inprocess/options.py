@@ -4,7 +4,7 @@ Each option is turned into the `naiad serve` flag with Triton's meaning, and the
 flags are read by the one command-line parser (naiad/cli.py): a value is checked,
 and defaults, exactly as `naiad serve` does, and `extra_args` takes any other flag.
 Where in-process differs from `naiad serve`: nothing listens unless a port is given
-(`http_port`, `grpc_port`, `metrics_port`), the front ends bind 127.0.0.1 unless
+(`http_port`, `grpc_port`, `metrics_port`, `openai_port`), the front ends bind 127.0.0.1 unless
 `host` says otherwise, and Triton's in-process log defaults apply (info, warning and
 error logging off).
 """
@@ -64,6 +64,7 @@ class Options:
     http_port: int | None = None
     grpc_port: int | None = None
     metrics_port: int | None = None
+    openai_port: int | None = None  # the OpenAI-compatible frontend (docs/openai.md)
     host: str = "127.0.0.1"
     repository_poll_secs: int = 15
     arena_size: int | None = None  # bytes of the shared-memory arena (`--arena-size`)
@@ -107,6 +108,8 @@ class Options:
             args.append(f"--allow-{name}={_bool(port is not None)}")
             if port is not None:
                 args.append(f"--{name}-port={port}")
+        if self.openai_port is not None:
+            args.append(f"--openai-port={self.openai_port}")
         args.append(f"--repository-poll-secs={self.repository_poll_secs}")
         if self.arena_size is not None:
             args.append(f"--arena-size={self.arena_size}")
