@@ -105,22 +105,34 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   RequestBlock& block = block_;
   if (has_shm) {
     // The outputs' JSON names the model's (escaped) names: built after validation.
-    regions_json.clear();
-    if (!request.output_shm.empty()) {
-      regions_json = "{\"outputs\":{";
-      for (size_t i = 0; i < request.output_shm.size(); ++i) {
-        const RegionRef& ref = shm_inputs[request.inputs.size() + i];
-        if (i) regions_json += ',';
-        regions_json += '"';
-        regions_json += model.outputs_json[request.outputs[request.output_shm[i].output]];
-        regions_json += "\":[" + std::to_string(ref.id) + ",1,\"/proc/" +
-                        std::to_string(::getpid()) + "/fd/" + std::to_string(ref.fd) + "\"," +
-                        std::to_string(ref.region_offset) + "," + std::to_string(ref.region_size) +
-                        "," + std::to_string(ref.object_offset - ref.region_offset) + "," +
-                        std::to_string(ref.size) + "]";
-      }
-      regions_json += "},\"cuda_inputs\":[]}";
+    regions_json = "{\"outputs\":{";
+    for (size_t i = 0; i < request.output_shm.size(); ++i) {
+      const RegionRef& ref = shm_inputs[request.inputs.size() + i];
+      if (i) regions_json += ',';
+      regions_json += '"';
+      regions_json += model.outputs_json[request.outputs[request.output_shm[i].output]];
+      regions_json += "\":[" + std::to_string(ref.id) + ",1,\"/proc/" + std::to_string(::getpid()) +
+                      "/fd/" + std::to_string(ref.fd) + "\"," + std::to_string(ref.region_offset) +
+                      "," + std::to_string(ref.region_size) + "," +
+                      std::to_string(ref.object_offset - ref.region_offset) + "," +
+                      std::to_string(ref.size) + "]";
     }
+    // The region names by id: a worker names the region in its error when one is
+    // truncated while it reads or writes it (worker/shm_outputs.py).
+    regions_json += "},\"cuda_inputs\":[],\"names\":{";
+    bool first = true;
+    auto name = [&](uint64_t id, std::string_view region) {
+      if (!first) regions_json += ',';
+      first = false;
+      regions_json += "\"" + std::to_string(id) + "\":\"" + json_string_text(region) + "\"";
+    };
+    for (size_t i = 0; i < request.inputs.size(); ++i) {
+      if (request.inputs[i].in_shm) name(shm_inputs[i].id, request.inputs[i].shm_region);
+    }
+    for (size_t i = 0; i < request.output_shm.size(); ++i) {
+      name(shm_inputs[request.inputs.size() + i].id, request.output_shm[i].region);
+    }
+    regions_json += "}}";
     request.output_regions = regions_json;
   }
   layout_request_block(model, request, &block);
@@ -259,6 +271,18 @@ bool KServeCodec::write_shm_output(const Recipe::ShmPlace& place, const Response
   return false;
 }
 
+bool KServeCodec::refuse_truncated(const Recipe& recipe, InferResponse* response) const {
+  std::string message = regions_->truncated(recipe.pins);
+  if (message.empty()) return false;
+  response->error = ErrorKind::kInvalidArgument;
+  response->owned_error_message = std::make_shared<const std::string>(json_string_text(message));
+  response->error_message = *response->owned_error_message;
+  response->id.clear();
+  response->outputs.clear();
+  response->parameters = {};
+  return true;
+}
+
 void KServeCodec::answer_outputs(const ModelSpec& model, const Recipe& recipe,
                                  const ResultOutput* outputs, size_t count, const uint8_t* base,
                                  std::string_view parameters, InferResponse* response) {
@@ -340,6 +364,7 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
     answer.queue_ns = started > recipe.submit_ns ? started - recipe.submit_ns : 0;
     InferResponse& response = answer.response;
     response.request_id = request_id;
+    bool truncated = false;
     if (outcome.error) {
       response.error = error_kind_of_triton_code(outcome.code);
       response.error_message = outcome.message;
@@ -349,10 +374,12 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
       response.model_version = model.version;
       answer_outputs(model, recipe, result.outputs.data() + outcome.first_output,
                      outcome.output_count, block, outcome.parameters, &response);
+      truncated = !recipe.pins.empty() && refuse_truncated(recipe, &response);
       if (!tensor_records_.empty()) record_outputs(response);
     }
     if (outcome.final) {
-      keep_result(recipe.model, recipe, result, outcome, block);
+      // A result refused for a truncated region is not kept: its inputs may be zeros.
+      if (!truncated) keep_result(recipe.model, recipe, result, outcome, block);
       unpin(recipe.pins);  // the last response: the output regions are written
       spare_recipes_.erase(in_flight_, found, [](Recipe& kept) { kept.clear(); });
     }

@@ -214,6 +214,10 @@ class KServeCodec {
   // that error, in Triton's words.
   bool write_shm_output(const Recipe::ShmPlace& place, const ResponseOutput& output,
                         InferResponse* response) const;
+  // Makes `response` the error of a request during which one of its regions was
+  // truncated (ShmRegistry::truncated), if one was (true): its bytes may be the guard's
+  // zeros.
+  bool refuse_truncated(const Recipe& recipe, InferResponse* response) const;
   void keep_result(uint32_t model, Recipe& recipe, const ResultBlock& result,
                    const ResultOutcome& outcome, const uint8_t* block);
   // Resolves and pins the request's shm tensors (inputs: `data` points into the

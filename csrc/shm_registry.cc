@@ -36,6 +36,12 @@ std::string output_too_small_message(std::string_view output_name, uint64_t regi
          std::to_string(needed) + " bytes to hold the results";
 }
 
+std::string truncated_in_use_message(std::string_view region_name) {
+  return "shared memory region " + quoted(region_name) +
+         " was truncated while the request used it (its bytes are gone); unregister it and "
+         "register it again";
+}
+
 bool valid_shm_key(std::string_view key) {
   if (!key.empty() && key.front() == '/') key.remove_prefix(1);
   if (key.empty() || key.size() > NAME_MAX) return false;
@@ -99,10 +105,25 @@ void ShmRegistry::unmap(Region& region) {
   region.map_base = region.write_base = nullptr;
 }
 
+bool ShmRegistry::faulted(const Region& region) {
+  return shm_guard_faults(region.watch) != 0 || shm_guard_faults(region.write_watch) != 0;
+}
+
+std::string ShmRegistry::truncated(const std::vector<uint64_t>& ids) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (uint64_t id : ids) {
+    auto found = regions_.find(id);
+    if (found != regions_.end() && faulted(found->second)) {
+      return truncated_in_use_message(found->second.status.name);
+    }
+  }
+  return {};
+}
+
 ErrorKind ShmRegistry::check_intact_locked(const Region& region, std::string* error) const {
   if (region.status.kind != InputKind::kSystemShm) return ErrorKind::kNone;
   const RegionStatus& s = region.status;
-  if (shm_guard_faults(region.watch) != 0 || shm_guard_faults(region.write_watch) != 0) {
+  if (faulted(region)) {
     // The guard replaced our mapping with zeros: its bytes are not the object's any more.
     *error = "shared memory region " + quoted(s.name) + " was truncated while in use (its object " +
              quoted(s.key) + " shrank under a request); unregister it and register it again";
@@ -409,9 +430,7 @@ bool ShmRegistry::write(uint64_t region_id, uint64_t offset, const uint8_t* data
   }
   // A truncation racing this copy costs the write (the guard's zero pages take it), not
   // the process; once a mapping took zero pages, the object is no longer behind it.
-  if (shm_guard_faults(region.watch) != 0 || shm_guard_faults(region.write_watch) != 0) {
-    return false;
-  }
+  if (faulted(region)) return false;
   std::memcpy(region.write_base + (region.data - region.map_base) + offset, data, size);
   return shm_guard_faults(region.write_watch) == 0;
 }
@@ -421,6 +440,8 @@ std::string ShmRegistry::write_output(uint64_t region, uint64_t offset, uint64_t
                                       uint64_t size) {
   if (size > place_size) return output_too_small_message(output_name, place_size, size);
   if (!write(region, offset, data, size)) {
+    std::string truncated_error = truncated({region});
+    if (!truncated_error.empty()) return truncated_error;
     return "failed to write output '" + std::string(output_name) +
            "' into its shared memory region";
   }

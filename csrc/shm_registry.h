@@ -159,6 +159,14 @@ class ShmRegistry : public InputRegions {
   std::string write_output(uint64_t region, uint64_t offset, uint64_t place_size,
                            std::string_view output_name, const uint8_t* data, uint64_t size);
 
+  // Checked when a request that pinned regions `ids` is answered: the message naming
+  // the first of them whose frontend mapping absorbed a fault (shm_fault_guard.h), else
+  // empty. resolve() pins a region only while none was absorbed, so one seen here came
+  // while the request held it: bytes the frontend copied for it (the validator, a
+  // batch's copy at dispatch, an ensemble's inputs) or wrote for it may be the guard's
+  // zeros. The request fails (HTTP 400, gRPC INVALID_ARGUMENT) instead of answering them.
+  std::string truncated(const std::vector<uint64_t>& ids) const;
+
   // For tests and /proc checks: regions whose mapping is still held (registered or
   // referenced), and mappings released so far.
   size_t mapped() const;
@@ -187,6 +195,8 @@ class ShmRegistry : public InputRegions {
   Region* add_locked(Region region, std::string* error);
   void drop_name_locked(Region& region);
   void free_locked(uint64_t id);  // unmaps, closes and forgets (refs == 0, unregistered)
+  // True once the guard absorbed a fault in either frontend mapping of `region`.
+  static bool faulted(const Region& region);
   // kNone while a system region's object still holds all of it; else Triton's kind.
   ErrorKind check_intact_locked(const Region& region, std::string* error) const;
   static void unmap(Region& region);
@@ -213,6 +223,12 @@ bool valid_shm_key(std::string_view key);
 // _core, the workers' and the general path's (naiad/shm.py).
 std::string output_too_small_message(std::string_view output_name, uint64_t region_size,
                                      uint64_t needed);
+
+// The error of a request during which region `region_name` was truncated (a fault the
+// guard absorbed in the frontend's or a worker's mapping, while the request used it):
+// HTTP 400, gRPC INVALID_ARGUMENT. One text for the frontend and, through _core, the
+// workers (worker/shm_outputs.py).
+std::string truncated_in_use_message(std::string_view region_name);
 
 // The core reads kSystemShm inputs through `registry` (which must outlive it).
 inline void attach_registry(Core& core, ShmRegistry* registry) { core.set_input_regions(registry); }

@@ -161,6 +161,87 @@ def test_truncated_fp32_input_and_output_fail_those_requests_only(clean):
         assert reply.json()["outputs"][0]["data"] == [0.0, 1.0, 2.0, 3.0]
 
 
+def truncated_in_use(name):
+    return (
+        f"shared memory region '{name}' was truncated while the request used it (its bytes "
+        "are gone); unregister it and register it again"
+    )
+
+
+def test_input_truncated_while_the_model_reads_it_fails_that_request(clean):
+    """The race made certain: shm_identity truncates the object (request parameter
+    `truncate`) after the request was admitted and before it reads its input in place;
+    the worker's mapping faults, and the request fails instead of answering zeros."""
+    server = clean
+    data = np.arange(1, 5, dtype=np.float32)
+    with Region("race_in", REGION_BYTES) as source:
+        source.write([data])
+        assert register(server, "ri", source.key, REGION_BYTES).status_code == 200
+        body = {"inputs": [shm_tensor("INPUT0", "ri", 16, [1, 4], "FP32")]}
+        reply = infer(server, "shm_identity", body)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["outputs"][0]["data"] == [1.0, 2.0, 3.0, 4.0]
+        reply = infer(server, "shm_identity", {**body, "parameters": {"truncate": source.key}})
+        assert (reply.status_code, reply.json()) == (400, {"error": truncated_in_use("ri")})
+        # The next request is refused before it runs (the object has 0 bytes now).
+        reply = infer(server, "shm_identity", body)
+        assert (reply.status_code, reply.json()) == (
+            400,
+            {"error": truncated_message("ri", source.key, REGION_BYTES)},
+        )
+        assert_serving(server)
+
+
+def test_output_truncated_before_the_worker_writes_it_fails_that_request(clean):
+    server = clean
+    inline = {"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
+    out = {
+        "name": "OUTPUT0",
+        "parameters": {"shared_memory_region": "ro", "shared_memory_byte_size": 16},
+    }
+    with Region("race_out", REGION_BYTES) as target:
+        assert register(server, "ro", target.key, REGION_BYTES).status_code == 200
+        body = {"inputs": [inline], "outputs": [out]}
+        reply = infer(server, "shm_identity", body)
+        assert reply.status_code == 200, reply.text
+        assert target.read(np.float32, [4]).tolist() == [1.0, 2.0, 3.0, 4.0]
+        reply = infer(server, "shm_identity", {**body, "parameters": {"truncate": target.key}})
+        assert (reply.status_code, reply.json()) == (400, {"error": truncated_in_use("ro")})
+        assert_serving(server)
+
+
+def test_ensemble_output_truncated_before_the_frontend_writes_it(clean):
+    """An ensemble's answer is written into the client's region by the frontend: its
+    step truncates the object first, the frontend's copy faults, and the request fails
+    with the region named (not 500, not an answer whose bytes went nowhere)."""
+    server = clean
+    inline = {"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [5, 6, 7, 8]}
+    out = {
+        "name": "OUTPUT0",
+        "parameters": {"shared_memory_region": "eo", "shared_memory_byte_size": 16},
+    }
+    with Region("race_ens", REGION_BYTES) as target:
+        assert register(server, "eo", target.key, REGION_BYTES).status_code == 200
+        body = {"inputs": [inline], "outputs": [out]}
+        reply = infer(server, "shm_ensemble", body)
+        assert reply.status_code == 200, reply.text
+        assert target.read(np.float32, [4]).tolist() == [5.0, 6.0, 7.0, 8.0]
+        reply = infer(server, "shm_ensemble", {**body, "parameters": {"truncate": target.key}})
+        assert (reply.status_code, reply.json()) == (400, {"error": truncated_in_use("eo")})
+        # The frontend's mapping holds the guard's zeros now: refused from then on, even
+        # once the object is whole again, until the client registers it anew.
+        os.truncate("/dev/shm" + target.key, REGION_BYTES)
+        reply = infer(server, "shm_ensemble", body)
+        assert (reply.status_code, reply.json()) == (
+            400,
+            {
+                "error": f"shared memory region 'eo' was truncated while in use (its object "
+                f"'{target.key}' shrank under a request); unregister it and register it again"
+            },
+        )
+        assert_serving(server)
+
+
 def test_region_cap_is_a_flag(tmp_path):
     with (
         Region("cap", 64) as region,

@@ -3210,6 +3210,7 @@ cdef extern from "grpc_connection.h" namespace "naiad::h2":
         uint32_t max_concurrent_streams
         uint32_t max_header_list_size
         uint64_t max_message_size
+        int response_compression
 
     cdef cppclass CGrpcConnection "naiad::h2::GrpcConnection":
         CGrpcConnection(const H2Limits& limits) except +
@@ -3298,11 +3299,15 @@ cdef class GrpcConnection:
 
     def __cinit__(self, uint32_t max_concurrent_streams=128,
                   uint64_t max_message_size=0x7fffffff,
-                  uint32_t max_header_list_size=16384):
+                  uint32_t max_header_list_size=16384,
+                  int response_compression=0):
+        # response_compression: --grpc-infer-response-compression-level, 0 (none) to 3
+        # (high); messages are compressed as gRPC core would at that level.
         cdef H2Limits limits
         limits.max_concurrent_streams = max_concurrent_streams
         limits.max_message_size = max_message_size
         limits.max_header_list_size = max_header_list_size
+        limits.response_compression = response_compression
         self._conn = new CGrpcConnection(limits)
 
     def __dealloc__(self):
@@ -3621,6 +3626,7 @@ cdef class GrpcAnswer:
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
 
 cdef extern from "shm_registry.h" namespace "naiad":
+    string truncated_in_use_message(string_view region_name) except +
     string output_too_small_message(string_view output_name, uint64_t region_size,
                                     uint64_t needed)
     cdef cppclass RegionStatus:
@@ -3663,6 +3669,7 @@ cdef extern from "shm_registry.h" namespace "naiad":
         cbool write(uint64_t region, uint64_t offset, const uint8_t* data, uint64_t size) nogil
         string write_output(uint64_t region, uint64_t offset, uint64_t place_size,
                             string_view output_name, const uint8_t* data, uint64_t size) nogil
+        string truncated(const vector[uint64_t]& ids) except +
 
     void attach_registry(CCore& core, CShmRegistry* registry)
     uint64_t gathered_bytes(CCore& core)
@@ -3860,6 +3867,18 @@ cdef class RegionRef:
                 name_view, start, n)
         return error.decode() if error.size() else None
 
+    def truncated(self):
+        """The request's error when its region was truncated while the request held this
+        reference (a fault absorbed in the frontend's mapping: ShmRegistry::truncated),
+        else None; asked when the request is answered."""
+        cdef vector[uint64_t] ids
+        cdef string message
+        if self.registry is None:
+            return None
+        ids.push_back(self.ref.id)
+        message = self.registry._registry.truncated(ids)
+        return message.decode("utf-8", "replace") if message.size() else None
+
     @property
     def id(self):
         return self.ref.id
@@ -3996,6 +4015,14 @@ def check_bytes_input(str model_name, str request_id, str input_name, tuple shap
         ok = c_check_bytes_input(model, rid, name, dims.data(), dims.size(), batching, data,
                                  size, &error)
     return None if ok else error.decode("utf-8", "replace")
+
+
+def shm_truncated_message(str region_name):
+    """The error of a request during which region `region_name` was truncated
+    (csrc/shm_registry.h truncated_in_use_message, the frontend's too)."""
+    cdef bytes name = region_name.encode()
+    return truncated_in_use_message(
+        string_view(PyBytes_AS_STRING(name), len(name))).decode("utf-8", "replace")
 
 
 def shm_output_too_small(str output_name, uint64_t region_size, uint64_t needed):

@@ -129,12 +129,17 @@ class SharedMemory:
 
     def block_regions(self, inputs: list, outputs: list | None) -> bytes:
         """The request block's `regions` JSON for the worker: where to write each shm
-        output, and the CUDA inputs it fills; b"" when there are none."""
+        output, the CUDA inputs it fills, and each region's name by id (the worker names
+        a region truncated under it); b"" when the request uses no region."""
         out = {}
         cuda_inputs = []
+        names = {}
         for index, tensor in enumerate(inputs):
             ref = tensor.data
-            if type(ref) is _core.RegionRef and ref.kind == CUDA:
+            if type(ref) is not _core.RegionRef:
+                continue
+            names[str(ref.id)] = tensor.parameters.get("shared_memory_region", "")
+            if ref.kind == CUDA:
                 cuda_inputs.append(
                     [
                         index,
@@ -149,6 +154,7 @@ class SharedMemory:
             ref = output.parameters.get(REF_KEY)
             if ref is None:
                 continue
+            names[str(ref.id)] = output.parameters.get("shared_memory_region", "")
             if ref.kind == SYSTEM:
                 out[output.name] = [
                     ref.id,
@@ -169,9 +175,22 @@ class SharedMemory:
                     ref.object_offset,
                     ref.size,
                 ]
-        if not out and not cuda_inputs:
+        if not names:
             return b""
-        return orjson.dumps({"outputs": out, "cuda_inputs": cuda_inputs})
+        if not out and not cuda_inputs:
+            return _INPUTS_ONLY + orjson.dumps(names) + b"}"
+        return orjson.dumps({"outputs": out, "cuda_inputs": cuda_inputs, "names": names})
+
+
+# The `regions` of a request whose only regions are system-shm inputs, up to its names:
+# the response cache still serves it (its inputs are read for the key, as on the lanes).
+_INPUTS_ONLY = b'{"outputs":{},"cuda_inputs":[],"names":'
+
+
+def bypasses_cache(regions: bytes) -> bool:
+    """Whether a request whose block names `regions` (block_regions) bypasses the
+    response cache: outputs in client regions, or CUDA inputs."""
+    return bool(regions) and not regions.startswith(_INPUTS_ONLY)
 
 
 _current: SharedMemory | None = None
@@ -285,6 +304,26 @@ def expected_input_size(datatype: str, shape: list) -> int | None:
     if not size:
         return None
     return element_count(shape) * size
+
+
+def truncated_error(request) -> str | None:
+    """The error of `request` when a region it used was truncated while it was in flight
+    (a fault absorbed in the frontend's mapping: ShmRegistry::truncated), else None.
+    Asked when it is answered, after any write into its regions, as the lanes do."""
+    if _current is None:
+        return None
+    for tensor in request.inputs:
+        if type(tensor.data) is _core.RegionRef:
+            error = tensor.data.truncated()
+            if error is not None:
+                return error
+    for wanted in request.outputs or ():
+        ref = wanted.parameters.get(REF_KEY)
+        if ref is not None:
+            error = ref.truncated()
+            if error is not None:
+                return error
+    return None
 
 
 def write_returned_outputs(request, response) -> None:

@@ -132,7 +132,7 @@ TEST(shm_registry_refuses_a_truncated_region) {
   const uint8_t answer[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   CHECK(!registry.write(ref.id, 0, answer, sizeof(answer)));
   CHECK(registry.write_output(ref.id, 0, 16, "OUT", answer, sizeof(answer)) ==
-        "failed to write output 'OUT' into its shared memory region");
+        truncated_in_use_message("r"));
   // Grown back, the object is whole again, but our mapping of it is zeros: refused
   // until the client registers it again.
   object.resize(kObjectBytes);
@@ -149,6 +149,45 @@ TEST(shm_registry_refuses_a_truncated_region) {
   CHECK(registry.resolve("r", 0, 16, &ref, &error) == ErrorKind::kNone);
   CHECK(ref.data[0] == 0x77);
   registry.release(ref.id);
+}
+
+TEST(shm_registry_names_a_region_truncated_under_a_request) {
+  // The race made certain: the object shrinks after the request resolved its regions
+  // and before the frontend copies out of one (the assembler's copy at dispatch).
+  Object truncated_object("under");
+  Object intact_object("intact");
+  CHECK(truncated_object.fd >= 0 && intact_object.fd >= 0);
+  ShmRegistry registry;
+  std::string error;
+  CHECK(registry.register_system("in", truncated_object.key, 0, kObjectBytes, &error) ==
+        ErrorKind::kNone);
+  CHECK(registry.register_system("ok", intact_object.key, 0, kObjectBytes, &error) ==
+        ErrorKind::kNone);
+  RegionRef in;
+  RegionRef ok;
+  CHECK(registry.resolve("in", 4096, 64, &in, &error) == ErrorKind::kNone);
+  CHECK(registry.resolve("ok", 0, 64, &ok, &error) == ErrorKind::kNone);
+  const std::vector<uint64_t> pins = {ok.id, in.id};
+  // Copied whole before the truncation: the request's bytes are the client's.
+  uint8_t copy[64];
+  std::memcpy(copy, registry.map(InputKind::kSystemShm, in.id, 4096, 64), sizeof(copy));
+  CHECK(copy[0] == 0x5a && copy[63] == 0x5a);
+  CHECK(registry.truncated(pins).empty());
+  truncated_object.resize(0);
+  // Untouched since: nothing read zeros, nothing to refuse.
+  CHECK(registry.truncated(pins).empty());
+  std::memcpy(copy, registry.map(InputKind::kSystemShm, ok.id, 0, 64), sizeof(copy));
+  CHECK(registry.truncated(pins).empty());
+  std::memcpy(copy, registry.map(InputKind::kSystemShm, in.id, 4096, 64), sizeof(copy));
+  CHECK(copy[0] == 0 && copy[63] == 0);  // the guard's zeros, not the client's bytes
+  CHECK(registry.truncated(pins) == truncated_in_use_message("in"));
+  CHECK(truncated_in_use_message("in") ==
+        "shared memory region 'in' was truncated while the request used it (its bytes are "
+        "gone); unregister it and register it again");
+  // Only the requests that hold the region are refused.
+  CHECK(registry.truncated({ok.id}).empty());
+  registry.release(in.id);
+  registry.release(ok.id);
 }
 
 TEST(shm_registry_refuses_a_fifo_without_blocking) {

@@ -93,3 +93,65 @@ def test_truncated_region_fails_that_request_only(client, datatype):
             f"'{region.key}' has 0 bytes, the region needs offset 0 + byte_size {REGION_BYTES})",
         )
         _assert_serving(client)
+
+
+def _truncated_in_use(name):
+    return (
+        f"shared memory region '{name}' was truncated while the request used it (its bytes "
+        "are gone); unregister it and register it again"
+    )
+
+
+def test_input_truncated_while_the_model_reads_it_fails_that_request(client):
+    """shm_identity truncates the object (request parameter `truncate`) after the
+    request was admitted and before it reads its input in place: the race made certain.
+    The request fails with the region named instead of answering the guard's zeros."""
+    data = np.arange(1, 5, dtype=np.float32)
+    with Region("grace_in", REGION_BYTES) as region:
+        region.write([data])
+        client.register_system_shared_memory("gi", region.key, REGION_BYTES, client_timeout=TIMEOUT)
+        tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        tensor.set_shared_memory("gi", 16)
+        result = client.infer("shm_identity", [tensor], client_timeout=TIMEOUT)
+        assert result.as_numpy("OUTPUT0").tolist() == [[1.0, 2.0, 3.0, 4.0]]
+        err = _error(
+            lambda: client.infer(
+                "shm_identity",
+                [tensor],
+                parameters={"truncate": region.key},
+                client_timeout=TIMEOUT,
+            )
+        )
+        assert (err.status(), err.message()) == (
+            "StatusCode.INVALID_ARGUMENT",
+            _truncated_in_use("gi"),
+        )
+        _assert_serving(client)
+
+
+@pytest.mark.parametrize("model", ["shm_identity", "shm_ensemble"])
+def test_output_truncated_before_it_is_written_fails_that_request(client, model):
+    """The worker writes shm_identity's output, the frontend an ensemble's: either copy
+    faults once the step truncated the object, and the request fails, the region named."""
+    with Region("grace_out", REGION_BYTES) as region:
+        client.register_system_shared_memory("go", region.key, REGION_BYTES, client_timeout=TIMEOUT)
+        tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        tensor.set_data_from_numpy(np.array([[5, 6, 7, 8]], np.float32))
+        output = grpcclient.InferRequestedOutput("OUTPUT0")
+        output.set_shared_memory("go", 16)
+        client.infer(model, [tensor], outputs=[output], client_timeout=TIMEOUT)
+        assert region.read(np.float32, [4]).tolist() == [5.0, 6.0, 7.0, 8.0]
+        err = _error(
+            lambda: client.infer(
+                model,
+                [tensor],
+                outputs=[output],
+                parameters={"truncate": region.key},
+                client_timeout=TIMEOUT,
+            )
+        )
+        assert (err.status(), err.message()) == (
+            "StatusCode.INVALID_ARGUMENT",
+            _truncated_in_use("go"),
+        )
+        _assert_serving(client)

@@ -45,6 +45,8 @@ from naiad.scheduling.sequence import refusal as sequence_refusal
 from naiad.scheduling.streaming import StreamPending
 from naiad.shm import SharedMemory
 from naiad.shm import block_regions as shm_block_regions
+from naiad.shm import bypasses_cache as shm_bypasses_cache
+from naiad.shm import truncated_error as shm_truncated_error
 from naiad.shm import write_returned_outputs as shm_write_returned_outputs
 from naiad.tracing import tracer as tracer_protocol
 from naiad.tracing.otel import parse_traceparent, tracestate_literal
@@ -467,7 +469,12 @@ class ModelManager:
         submit_ns = _core.now_ns()
         regions = shm_block_regions(request)
         cache = None
-        if model.response_cache and sequence is None and on_response is None and not regions:
+        if (
+            model.response_cache
+            and sequence is None
+            and on_response is None
+            and not shm_bypasses_cache(regions)
+        ):
             # Outputs in client regions and CUDA inputs bypass it, and requests whose
             # responses go to a consumer (decoupled models', the generate extension's).
             looked = self.lane.cache_lookup(
@@ -1214,14 +1221,20 @@ class ModelManager:
         # Copied out so the response block can be freed at once.
         tensors = [bytes(arena[start : start + nbytes]) for start, nbytes in slots]
         response = _infer_response(model, pending.request.id, outcome, tensors)
+        failure = None
         if isinstance(model, EnsembleModel):  # its outputs reach the frontend whole
             try:
                 shm_write_returned_outputs(pending.request, response)
             except Internal as exc:
-                model.stats.record_failure(end_ns - pending.submit_ns)
-                self._pending.pop(pending.request_id, None)
-                future.set_exception(exc)
-                return
+                failure = exc
+        truncated = shm_truncated_error(pending.request)
+        if truncated is not None:  # a region it used shrank under it (naiad/shm.py)
+            failure = InvalidArgument(truncated)
+        if failure is not None:
+            model.stats.record_failure(end_ns - pending.submit_ns)
+            self._pending.pop(pending.request_id, None)
+            future.set_exception(failure)
+            return
         self._count_final(pending, flags, timings, dispatch_ns, end_ns)
         self._pending.pop(pending.request_id, None)
         future.set_result(response)

@@ -415,6 +415,8 @@ class Worker:
                 if not any(regions):
                     regions = None
             decoupled.run_batch(self, batch_id, batch, [start], regions, failed, answered)
+            # Not checked for truncation: its responses went out as the model sent them.
+            shm_outputs.REGIONS.read.clear()
             return
         if failed:
             self._answer_subset(batch_id, batch, answered, failed, start)
@@ -442,13 +444,19 @@ class Worker:
         # open so that no new batch is sent to it, which only its death would fail.
         done = not self.backend.out_of_memory
         if placed is not None:  # the outputs are in the block already: post it as it is
+            # Not checked for truncated regions: its outputs are in the block already.
+            shm_outputs.REGIONS.read.clear()
             placed.post(timings, done)
             return
-        if shm_outputs.active and any(_regions_of(metadata) for metadata, _slots in blocks):
-            # Outputs the client placed in shm regions are written there, not in the block.
-            responses = shm_outputs.place_outputs(
-                self.arena, blocks, _wire_results(results), _regions_of
-            )
+        read_in_place = bool(shm_outputs.REGIONS.read)
+        places = shm_outputs.active and any(_regions_of(metadata) for metadata, _slots in blocks)
+        if read_in_place or places:
+            responses = _wire_results(results)
+            if read_in_place:  # inputs read in a client's region: it may have shrunk
+                responses = shm_outputs.refuse_truncated_reads(blocks, responses, _regions_of)
+            if places:
+                # Outputs the client placed in shm regions are written there, not in the block.
+                responses = shm_outputs.place_outputs(self.arena, blocks, responses, _regions_of)
             posted = self.endpoint.respond(batch_id, responses, timings, done)
         else:
             posted = self.endpoint.respond_results(

@@ -11,7 +11,8 @@ mapping is valid for as long as the model runs on the request.
 
 A request block names its regions under `regions` (naiad/shm.py, `block_regions`):
   {"outputs": {name: [id, kind, where, device_or_map_offset, map_length, offset, size]},
-   "cuda_inputs": [[input index, id, handle (base64), device, offset, size]]}
+   "cuda_inputs": [[input index, id, handle (base64), device, offset, size]],
+   "names": {id: region name}}
 For a system region `where` is the frontend's `/proc/<pid>/fd/<fd>` of the object: the
 worker maps the registered range once per region id, the first time a request uses it
 (the client may have unlinked the key since), and keeps the mapping until the frontend
@@ -19,6 +20,13 @@ drops the id from the live-region table in the arena (csrc/shm_registry.h,
 RegionTable): a thread looks at the table's epoch every second, and each batch does
 before it writes. The frontend keeps an id in the table while a request uses it, so a
 write never meets an unmapped region.
+
+A client may truncate its object while a request reads or writes it here: the SIGBUS
+guard (csrc/shm_fault_guard.h) swaps the mapping for zero pages and counts a fault. The
+request whose bytes those were fails with the region named (HTTP 400, gRPC
+INVALID_ARGUMENT), the others in its batch are answered: an output write checks the
+count after it copies (`place_response`), and the regions read in place during a batch
+are checked once the model answered it (`refuse_truncated_reads`).
 
 Copies: a shm output is copied once, from the model's array into the region; nothing of
 it goes through the response block or the frontend.
@@ -40,6 +48,7 @@ from naiad.shm import output_too_small
 
 SYSTEM = _core.SHM_SYSTEM
 _INTERNAL_CODE = 1  # TRITONSERVER_ERROR_INTERNAL: HTTP 500, gRPC INTERNAL
+_INVALID_ARG_CODE = 3  # TRITONSERVER_ERROR_INVALID_ARG: HTTP 400, gRPC INVALID_ARGUMENT
 
 # True once a request block with `regions` was seen (the worker's hot path checks it).
 active = False
@@ -69,6 +78,8 @@ class _Regions:
         self.epoch = None
         self.sweeper = None
         self.writes = 0
+        # Region ids read in place since the last refuse_truncated_reads (this batch's).
+        self.read: set[int] = set()
 
     def start(self, arena) -> None:
         if self.arena is None:
@@ -81,6 +92,7 @@ class _Regions:
     def input_view(self, region_id: int) -> memoryview:
         """A read-only view of live region `region_id` (an input read in place), mapped
         from what the frontend's live-region table says about it."""
+        self.read.add(region_id)
         found = self.maps.get(region_id)
         if found is not None:
             _check_intact(region_id, found)
@@ -114,6 +126,8 @@ class _Regions:
                 mapping = mmap.mmap(
                     fd, map_offset + map_length - start, access=access, offset=start
                 )
+            except ValueError:  # mmap checks the object's size: it shrank since resolve
+                raise TruncatedRegion(region_id) from None
             finally:
                 os.close(fd)
             # The client may shrink its object under this mapping: the guard turns the
@@ -188,6 +202,63 @@ def _check_intact(region_id: int, mapped: tuple) -> None:
 
 
 REGIONS = _Regions()
+
+
+def truncated_message(regions: dict | None, region_id: int) -> str:
+    """The error of a request during which region `region_id` was truncated, naming it
+    as the client registered it (`names` of its block's `regions`): the frontend's text
+    (csrc/shm_registry.h truncated_in_use_message)."""
+    name = ((regions or {}).get("names") or {}).get(str(region_id))
+    return _core.shm_truncated_message(name if name is not None else f"#{region_id}")
+
+
+def _faulted(region_id: int) -> bool:
+    found = REGIONS.maps.get(region_id)
+    return found is not None and _core.shm_guard_fault_count(found[3]) != 0
+
+
+def refuse_truncated_reads(blocks: list, responses: list, regions_of) -> list:
+    """The batch's wire responses (one per request of `blocks`), with each request that
+    read an input in place from a region truncated meanwhile answered with that error
+    instead: what the model read there, or answered from there, is the guard's zeros.
+    The worker calls it, when REGIONS.read is not empty, before it posts them.
+
+    An output that is a view of such an input (an identity model's) is read only when
+    the response is written: it is copied out first, so that any fault of that read is
+    counted before the check. A mapping that faulted before the batch was refused when
+    its input was read (_check_intact), so a fault seen here came during the batch."""
+    read, REGIONS.read = REGIONS.read, set()
+    views = [
+        np.frombuffer(REGIONS.maps[region_id][2], np.uint8)
+        for region_id in read
+        if region_id in REGIONS.maps
+    ]
+    responses = [_detached(response, views) for response in responses]
+    faulted = {region_id for region_id in read if _faulted(region_id)}
+    if not faulted:
+        return responses
+    error_flags = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
+    for k, (metadata, slots) in enumerate(blocks):
+        for slot in slots:
+            if len(slot) == 3 and slot[2] in faulted:
+                error = truncated_message(regions_of(metadata), slot[2])
+                json = orjson.dumps({"error": error})
+                responses[k] = (responses[k][0], error_flags, _INVALID_ARG_CODE, json, ())
+                break
+    return responses
+
+
+def _detached(response: tuple, views: list) -> tuple:
+    """`response` with its output buffers that lie in one of `views` (regions read in
+    place) copied out of them."""
+    index, flags, code, json, buffers = response
+    kept = list(buffers)
+    for j, buffer in enumerate(kept):
+        if type(buffer) is memoryview and any(
+            np.may_share_memory(np.frombuffer(buffer, np.uint8), view) for view in views
+        ):
+            kept[j] = bytes(buffer)
+    return (index, flags, code, json, kept)
 
 
 def slot_buffer(arena, slot: tuple) -> tuple:
@@ -333,11 +404,12 @@ def place_response(response: tuple, regions: dict | None) -> tuple:
                 host = data.to_host() if device_output else data
                 target[offset : offset + nbytes] = memoryview(host).cast("B")
                 if _core.shm_guard_fault_count(watch) != faults:
-                    raise TruncatedRegion(f"shared memory region {region_id} was truncated")
-            except TruncatedRegion as exc:
-                error = f"failed to write output '{name}' into its shared memory region: {exc}"
+                    raise TruncatedRegion(region_id)
+            except TruncatedRegion:
+                # The copy went to the guard's zero pages, not to the client's object.
+                error = truncated_message(regions, region_id)
                 error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
-                return (index, error_flags, _INTERNAL_CODE, orjson.dumps({"error": error}), ())
+                return (index, error_flags, _INVALID_ARG_CODE, orjson.dumps({"error": error}), ())
         else:
             # A GPU model's output left on its device goes device to device.
             cuda_ipc.copy_to_region(

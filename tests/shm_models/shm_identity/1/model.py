@@ -1,6 +1,12 @@
-"""OUTPUTi = INPUTi for every input; a request parameter `delay_ms` sleeps first (load tests)."""
+"""OUTPUTi = INPUTi for every input; a request parameter `delay_ms` sleeps first (load tests).
+
+A request parameter `truncate` names a shm key whose object the model truncates to 0
+bytes before it reads its inputs: a client shrinking a region while the request runs,
+made certain (tests/test_shm_hostile.py).
+"""
 
 import json
+import os
 import time
 
 import triton_python_backend_utils as pb_utils
@@ -14,9 +20,12 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            delay = json.loads(request.parameters() or "{}").get("delay_ms", 0)
+            parameters = json.loads(request.parameters() or "{}")
+            delay = parameters.get("delay_ms", 0)
             if delay:
                 time.sleep(delay / 1000.0)
+            if parameters.get("truncate"):
+                os.truncate("/dev/shm" + parameters["truncate"], 0)
             outputs = []
             for in_name, out_name in self.names:
                 tensor = pb_utils.get_input_tensor_by_name(request, in_name)
