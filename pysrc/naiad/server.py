@@ -208,6 +208,25 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
             cpu=getattr(options, "allow_cpu_metrics", True),
         )
         servers.append(metrics_server)
+    # The OpenAI port listens before HTTP too: once /v2/health/ready answers, it takes
+    # connections.
+    if getattr(options, "openai_port", None) is not None:
+        from naiad.openai.server import start_openai_server
+
+        try:
+            servers.append(
+                await start_openai_server(
+                    manager,
+                    options.host,
+                    options.openai_port,
+                    tokenizer=options.tokenizer,
+                    chat_template=options.chat_template,
+                    default_max_tokens=options.default_max_tokens,
+                )
+            )
+        except ValueError as exc:  # --tokenizer or --chat-template cannot be read
+            raise StartupError(str(exc)) from None
+        log.info("Started OpenAI-compatible frontend at %s:%d", options.host, options.openai_port)
     if options.allow_http:
         from naiad.http.connection_limits import ConnectionLimits
         from naiad.http.generate_routes import register_generate_routes
@@ -247,23 +266,6 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
             )
         )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)
-    if getattr(options, "openai_port", None) is not None:
-        from naiad.openai.server import start_openai_server
-
-        try:
-            servers.append(
-                await start_openai_server(
-                    manager,
-                    options.host,
-                    options.openai_port,
-                    tokenizer=options.tokenizer,
-                    chat_template=options.chat_template,
-                    default_max_tokens=options.default_max_tokens,
-                )
-            )
-        except ValueError as exc:  # --tokenizer or --chat-template cannot be read
-            raise StartupError(str(exc)) from None
-        log.info("Started OpenAI-compatible frontend at %s:%d", options.host, options.openai_port)
     if metrics_server is not None:
         log.info("Started Metrics Service at %s:%d", metrics_address, options.metrics_port)
 
