@@ -126,11 +126,33 @@ def test_batch_of_two_and_unexpected_outputs_answer_as_triton(servers):
     assert answers[0].json() == answers[1].json()
 
 
+def _wait_until_triton_reaped(triton) -> None:
+    """Returns once Triton's reaper released every seq_idle sequence whose last request
+    came before this call. Triton releases an idle sequence only when its reaper thread
+    looks (it may look late on a loaded host), so the test waits on what Triton shows,
+    not on a sleep: a probe sequence started now, idle past the limit, then ended. While
+    the reaper has not looked, the END is served (200) and another probe is tried; once
+    Triton refuses the END as not started, the reaper released the probe, and with it
+    every sequence idle longer (one pass releases all that are past the limit)."""
+    deadline = time.monotonic() + TIMEOUT
+    probe = 2100
+    while True:
+        probe += 1
+        assert infer(triton, "seq_idle", 1, sequence_id=probe, sequence_start=True)[0] == 200
+        time.sleep(0.35)  # lets the probe idle past max_sequence_idle_microseconds (300 ms)
+        if infer(triton, "seq_idle", 1, sequence_id=probe, sequence_end=True)[0] == 400:
+            return
+        assert time.monotonic() < deadline, "Triton's reaper never released an idle sequence"
+
+
 def test_idle_release_answers_as_triton(servers):
+    # Naiad releases a sequence idle past the limit when its next request comes, whether
+    # or not its reaper looked (SequenceBatchScheduler::idled_out); Triton when its reaper
+    # looks, waited for here.
     naiad, triton = servers
     for url in (naiad, triton):
         assert infer(url, "seq_idle", 1, sequence_id=21, sequence_start=True)[0] == 200
-    time.sleep(0.8)  # 300 ms idle
+    _wait_until_triton_reaped(triton)
     assert infer(naiad, "seq_idle", 1, sequence_id=21) == infer(
         triton, "seq_idle", 1, sequence_id=21
     )
