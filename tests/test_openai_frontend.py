@@ -157,6 +157,14 @@ def test_default_max_tokens_is_tritons_16(client):
     assert answer.usage.completion_tokens == 16
 
 
+def test_ignore_eos_generates_max_tokens(client):
+    # Greedy decoding of this prompt ends a sentence with the model's end token early.
+    assert _complete(client, "The river", max_tokens=200).usage.completion_tokens < 200
+    extended = _complete(client, "The river", max_tokens=200, extra_body={"ignore_eos": True})
+    assert extended.usage.completion_tokens == 200
+    assert extended.choices[0].finish_reason == "length"
+
+
 def test_stop_sequence_ends_the_text_before_it(client):
     prompt = "The miller opens the gate"
     text = _complete(client, prompt, max_tokens=40).choices[0].text

@@ -102,8 +102,11 @@ class TrigramModel:
 
     def next_token(self, context, temperature, top_p, rng, banned=None) -> int:
         ids, counts = self.candidates(context)
-        if banned is not None and len(ids) > 1:
+        if banned is not None:
             keep = ids != banned
+            if not keep.any():  # only the end could follow: go on as after it
+                ids, counts = self.candidates([])
+                keep = ids != banned
             ids, counts = ids[keep], counts[keep]
         if temperature == 0:
             return int(ids[int(np.argmax(counts))])  # argmax: the first (lowest id) of equals
