@@ -494,3 +494,18 @@ def test_in_process_server_serves_openai(tmp_path):
             assert [m.id for m in c.models.list().data] == [MODEL]
             answer = c.completions.create(model=MODEL, prompt="The river", max_tokens=3)
             assert answer.usage.completion_tokens <= 3
+
+
+def test_a_tokenizer_flag_that_names_nothing_stops_the_start(tmp_path):
+    import naiad
+    from naiad.inprocess.errors import InvalidArgumentError
+
+    repository = make_repository(tmp_path / "models", {MODEL: EXAMPLE_MODELS / MODEL})
+    missing = tmp_path / "no_tokenizer"
+    server = naiad.Server(
+        model_repository=str(repository),
+        openai_port=free_port(),
+        extra_args=[f"--tokenizer={missing}"],
+    )
+    with pytest.raises(InvalidArgumentError, match=f"no tokenizer.json at '{missing}'"):
+        server.start()
