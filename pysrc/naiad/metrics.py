@@ -6,7 +6,8 @@ of naiad/latency_summary.py when `--metrics-config summary_latencies=true`) at s
 The host gauges (CPU, memory, pinned memory pool, GPUs through NVML: naiad/gpu_metrics.py)
 are what `HostGauges.poll()` read last: a `Poller` thread reads them every
 `--metrics-interval-ms` / 2, as Triton's polling thread does; without one (a collector made
-on its own) each scrape reads them.
+on its own) each scrape reads them. The Python models' own families (pb_utils.MetricFamily)
+are read from the folder their workers share (naiad/custom_metrics.py).
 
 Families come in Triton's order, which is prometheus-cpp's: every counter family, then
 every gauge family, then the summaries, each group in the order Triton registers them; a
@@ -33,7 +34,7 @@ import threading
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from naiad import latency_summary
+from naiad import custom_metrics, latency_summary
 from naiad.http.protocol import HttpProtocol
 from naiad.http.routes import Reply, error_reply
 
@@ -243,6 +244,21 @@ def _reported_models(manager):
                 yield name, str(version), model
 
 
+def _custom_families() -> dict[int, list[Metric]]:
+    """The models' pb_utils metric families (naiad/custom_metrics.py) by kind, in the
+    order they were created."""
+    by_kind: dict[int, list[Metric]] = {kind: [] for kind in custom_metrics.KIND_NAMES}
+    for snapshot in custom_metrics.read_families(custom_metrics.server_folder()):
+        kind = custom_metrics.KIND_NAMES[snapshot.kind]
+        family = _family(snapshot.name, snapshot.description, kind)
+        for suffix, labels, value in snapshot.samples:
+            if "le" in labels:
+                labels = {**labels, "le": _format_value(labels["le"])}
+            family.add_sample(snapshot.name + suffix, labels, value)
+        by_kind[snapshot.kind].append(family)
+    return by_kind
+
+
 def _uses_cache(model) -> bool:
     """Whether the model's config enables the response cache (Triton then reports its
     per-model cache counters, zero without the server's cache)."""
@@ -415,6 +431,9 @@ class TritonCollector(Collector):
         if self._poll_on_collect:
             self.host.poll()
         cpu_utilization, memory, gpus = self.host.snapshot()
+        # Triton's registry lists counters, then gauges, then histograms, then summaries,
+        # each in the order registered: the models' own families come after the server's.
+        custom = _custom_families()
         yield from families.values()
         yield from (family for family in cache_families if family.samples)
         if gpus:
@@ -424,6 +443,7 @@ class TritonCollector(Collector):
                     "nv_energy_consumption", {"gpu_uuid": reading.uuid}, reading.energy
                 )
             yield energy
+        yield from custom[custom_metrics.COUNTER]
         yield pending
         for metric, doc, value in (
             ("nv_pinned_memory_pool_total_bytes", _PINNED_TOTAL_HELP, self.host.pinned_total),
@@ -458,6 +478,8 @@ class TritonCollector(Collector):
                 family = _family(name, documentation, "gauge")
                 family.add_sample(name, {}, value)
                 yield family
+        yield from custom[custom_metrics.GAUGE]
+        yield from custom[custom_metrics.HISTOGRAM]
         for family in summaries.values():
             if family.samples:
                 yield family
@@ -495,8 +517,9 @@ def _escape_help(text: str) -> str:
 
 
 def _label_order(item) -> tuple:
-    # Labels by name, as Triton's std::map keeps them; a summary's quantile comes last.
-    return (item[0] == "quantile", item[0])
+    # Labels by name, as Triton's std::map keeps them; a summary's quantile and a
+    # histogram bucket's le come last, as prometheus-cpp adds them.
+    return (item[0] in ("quantile", "le"), item[0])
 
 
 def render(collector) -> bytes:

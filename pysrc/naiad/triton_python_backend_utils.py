@@ -29,6 +29,7 @@ import threading
 import numpy as np
 
 from naiad import _core, triton_log
+from naiad import custom_metrics as _custom_metrics
 from naiad import datatypes as _datatypes
 
 # --------------------------------------------------------------------------------------------
@@ -1074,42 +1075,49 @@ class Logger:
 
 
 # --------------------------------------------------------------------------------------------
-# Custom metrics (kept in-process; not exported yet)
+# Custom metrics: shared by the model's instances and shown on /metrics
+# (naiad/custom_metrics.py)
 # --------------------------------------------------------------------------------------------
 
 
 class MetricKind(enum.IntEnum):
-    COUNTER = 0
-    GAUGE = 1
-    HISTOGRAM = 2
+    COUNTER = _custom_metrics.COUNTER
+    GAUGE = _custom_metrics.GAUGE
+    HISTOGRAM = _custom_metrics.HISTOGRAM
+
+
+def _metric_call(call, *args):
+    try:
+        return call(*args)
+    except _custom_metrics.MetricError as exc:
+        raise TritonModelException(str(exc)) from None
 
 
 class Metric:
+    """One metric of a family (one set of labels). Another instance of the model that
+    makes the same family and labels shares its value, as in Triton."""
+
     def __init__(self, family, labels, buckets):
         self._family = family
-        self._labels = dict(labels or {})
-        self._buckets = list(buckets) if buckets is not None else None
-        self._value = 0.0
-        self._observations = []
+        self._kind = int(family.kind)
+        self._labels = {_text(key): _text(value) for key, value in (labels or {}).items()}
+        self._buckets = [float(b) for b in buckets] if buckets is not None else None
+        self._slot = _metric_call(
+            _custom_metrics.store().metric, family.name, self._labels, self._buckets
+        )
 
     def increment(self, value):
-        if self._family.kind == MetricKind.COUNTER and value < 0:
-            raise TritonModelException("A counter can only be incremented by a positive value")
-        self._value += value
+        _metric_call(_custom_metrics.store().increment, self._kind, self._slot, float(value))
 
     def set(self, value):
-        if self._family.kind == MetricKind.COUNTER:
-            raise TritonModelException("A counter cannot be set")
-        self._value = value
+        _metric_call(_custom_metrics.store().set, self._kind, self._slot, float(value))
 
     def observe(self, value):
-        if self._family.kind != MetricKind.HISTOGRAM:
-            raise TritonModelException("Only a histogram can observe values")
-        self._observations.append(value)
-        self._value += value
+        store = _custom_metrics.store()
+        _metric_call(store.observe, self._kind, self._slot, self._buckets, float(value))
 
     def value(self):
-        return self._value
+        return _custom_metrics.store().value(self._kind, self._slot)
 
 
 class MetricFamily:
@@ -1121,8 +1129,7 @@ class MetricFamily:
         self.name = _text(name)
         self.description = _text(description)
         self.kind = MetricKind(kind)
+        _metric_call(_custom_metrics.store().family, self.name, self.description, int(self.kind))
 
     def Metric(self, labels=None, buckets=None):  # noqa: N802 - Triton's method name
-        if self.kind == MetricKind.HISTOGRAM and buckets is None:
-            raise TritonModelException("A histogram metric needs buckets")
         return Metric(self, labels, buckets)

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import weakref
 
-from naiad import _core, triton_log
+from naiad import _core, custom_metrics, triton_log
 from naiad.repository.worker_limits import EXECUTION_TIMEOUT_KEY, worker_limits
 from naiad.worker.signals import WORKER_IGNORED_SIGNALS
 
@@ -149,7 +149,7 @@ class Instance:
                     write_fd,
                     settings_read,
                 ),
-                env=_worker_env(),
+                env=self._env(),
                 # A session (so a scheduling autogroup) of its own: where the kernel
                 # groups by session, a worker sharing the frontend's group gets only part
                 # of that group's weight on its CPU while the frontend runs on another, and
@@ -235,6 +235,14 @@ class Instance:
         waits = self._settings_waits
         for _ in range(min(chunk.count(triton_log.SETTINGS_APPLIED), len(waits))):
             _finish(waits.popleft())
+
+    def _env(self) -> dict:
+        env = _worker_env()
+        # Where the models' pb_utils metrics live (naiad/custom_metrics.py), and the name
+        # its refusals give.
+        env[custom_metrics.CUSTOM_METRICS_DIR] = custom_metrics.server_folder()
+        env[custom_metrics.INSTANCE_NAME] = self.name
+        return env
 
     def _close_settings(self) -> None:
         _FOLLOWING.discard(self)
