@@ -419,6 +419,15 @@ def test_bad_parameters_are_refused_as_tritons_frontend_refuses_them(client, ser
     with pytest.raises(openai.BadRequestError) as caught:
         _complete(client, "x", stream_options={"include_usage": True})
     assert "`stream_options` can only be used when `stream` is True" in caught.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        )
+    assert (
+        caught.value.body["message"] == "tool calling is not supported by Naiad's OpenAI frontend"
+    )
     # A model that is no text model.
     with pytest.raises(openai.BadRequestError) as caught:
         client.completions.create(model="add_sub", prompt="x")

@@ -249,10 +249,9 @@ def chat_request(body) -> GenerateRequest:
     _common_refusals(doc)
     if doc.get("logprobs") or doc.get("top_logprobs") is not None:
         raise client_error("logprobs are not supported by Naiad's OpenAI frontend", "logprobs")
-    if doc.get("tools") or doc.get("tool_choice") is not None:
-        raise client_error(
-            "having tools in the request requires --tool-call-parser to be set", "tools"
-        )
+    # Triton's needs --tool-call-parser for tools; Naiad has no tool calling at all.
+    if doc.get("tools") or doc.get("tool_choice") not in (None, "none"):
+        raise client_error("tool calling is not supported by Naiad's OpenAI frontend", "tools")
     max_tokens = doc.get("max_completion_tokens")
     if max_tokens is None:
         max_tokens = doc.get("max_tokens")  # deprecated by OpenAI, still read
