@@ -9,17 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from checksum_support import CONFIG
 from server_harness import REPO_ROOT
-
-CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-{extra}
-"""
 
 # Running it would leave this file behind: check must run no model code.
 MODEL_PY = """

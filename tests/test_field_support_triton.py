@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from checksum_support import CONFIG, IDENTITY
 from server_harness import NaiadServer
 from triton_peer import TritonPeer, find_triton
 
@@ -19,30 +20,6 @@ pytestmark = [
         reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
     ),
 ]
-
-CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-{extra}
-"""
-
-MODEL_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
-            )
-            for r in requests
-        ]
-"""
 
 # name -> the extra config lines. Both servers load the first group and refuse the second.
 LOADED_BY_BOTH = {
@@ -76,7 +53,7 @@ def _repository(root: Path) -> Path:
     repo = root / "models"
     for name, extra in {**LOADED_BY_BOTH, **REFUSED_BY_BOTH}.items():
         (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.py").write_text(MODEL_PY)
+        (repo / name / "1" / "model.py").write_text(IDENTITY)
         (repo / name / "config.pbtxt").write_text(CONFIG.format(name=name, extra=extra))
     return repo
 

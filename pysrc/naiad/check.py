@@ -24,17 +24,11 @@ from pathlib import Path
 
 from naiad.protos import model_config_pb2
 from naiad.repository import field_support
-from naiad.repository.autocomplete import complete_backend_fields
+from naiad.repository.autocomplete import load_completed_config
 from naiad.repository.catalog import Catalog
 from naiad.repository.config import (
     ConfigError,
-    check_agents,
-    complete_model_config,
-    config_path,
-    load_model_config,
-    parse_model_config,
     set_config_name,
-    validate_model_config,
 )
 from naiad.repository.repository import available_versions, select_versions
 
@@ -133,24 +127,9 @@ def check_model(folder: Path, auto_complete: bool = True):
 def _config(folder: Path, auto_complete: bool) -> model_config_pb2.ModelConfig:
     """The config as the server would serve it, up to (not including) the backend's own
     auto-complete, which reads model files or runs model code."""
-    if not auto_complete:
-        return load_model_config(folder, folder.name)
-    path = config_path(folder)
-    if path.exists():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"failed to read {path}: {exc}") from None
-        config = parse_model_config(text, path)
-    else:
-        config = model_config_pb2.ModelConfig()
-    if not config.name:
-        config.name = folder.name
-    check_agents(config, folder)
-    complete_backend_fields(config, folder)
-    complete_model_config(config, folder.name)
-    validate_model_config(config)
-    return config
+    return load_completed_config(
+        folder, folder.name, auto_complete=auto_complete, run_backend_hook=False
+    )
 
 
 def _backend_refusal(config: model_config_pb2.ModelConfig) -> str | None:

@@ -88,10 +88,19 @@ def enabled() -> bool:
     return _enabled
 
 
-def load_completed_config(model_dir: Path, model_name: str) -> ModelConfig:
-    """The config of `model_dir` as it is served: read, auto-completed when enabled,
-    completed with Triton's defaults and validated. ConfigError when unusable."""
-    if not _enabled:
+def load_completed_config(
+    model_dir: Path,
+    model_name: str,
+    *,
+    auto_complete: bool | None = None,
+    run_backend_hook: bool = True,
+) -> ModelConfig:
+    """The config of `model_dir` as it is served: read, auto-completed when enabled
+    (`auto_complete`, the server's setting by default), completed with Triton's defaults
+    and validated. ConfigError when unusable. Without `run_backend_hook` the backend's
+    own auto-complete, which reads model files or runs model code, is left out
+    (`naiad check`)."""
+    if not (_enabled if auto_complete is None else auto_complete):
         return load_model_config(model_dir, model_name)
     model_dir = Path(model_dir)
     path = config_path(model_dir)
@@ -108,7 +117,8 @@ def load_completed_config(model_dir: Path, model_name: str) -> ModelConfig:
     check_agents(config, model_dir)
     complete_backend_fields(config, model_dir)
     complete_model_config(config, model_name)
-    config = _run_backend_hook(config, model_dir)
+    if run_backend_hook:
+        config = _run_backend_hook(config, model_dir)
     validate_model_config(config)
     return config
 
