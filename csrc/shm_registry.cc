@@ -38,8 +38,7 @@ std::string output_too_small_message(std::string_view output_name, uint64_t regi
 
 std::string truncated_in_use_message(std::string_view region_name) {
   return "shared memory region " + quoted(region_name) +
-         " was truncated while the request used it (its bytes are gone); unregister it and "
-         "register it again";
+         " was truncated while in use; unregister it and register it again";
 }
 
 bool valid_shm_key(std::string_view key) {
@@ -125,8 +124,7 @@ ErrorKind ShmRegistry::check_intact_locked(const Region& region, std::string* er
   const RegionStatus& s = region.status;
   if (faulted(region)) {
     // The guard replaced our mapping with zeros: its bytes are not the object's any more.
-    *error = "shared memory region " + quoted(s.name) + " was truncated while in use (its object " +
-             quoted(s.key) + " shrank under a request); unregister it and register it again";
+    *error = truncated_in_use_message(s.name);
     return ErrorKind::kInvalidArgument;
   }
   // Checked on every request: the client may shrink its object at any time, and

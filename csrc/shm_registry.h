@@ -224,10 +224,10 @@ bool valid_shm_key(std::string_view key);
 std::string output_too_small_message(std::string_view output_name, uint64_t region_size,
                                      uint64_t needed);
 
-// The error of a request during which region `region_name` was truncated (a fault the
-// guard absorbed in the frontend's or a worker's mapping, while the request used it):
-// HTTP 400, gRPC INVALID_ARGUMENT. One text for the frontend and, through _core, the
-// workers (worker/shm_outputs.py).
+// The error of a request that used region `region_name` while it was truncated, or
+// later, once a mapping of it took a fault (the guard absorbed it in the frontend's or
+// a worker's mapping; the mapping holds zeros since): HTTP 400, gRPC INVALID_ARGUMENT.
+// One text for the frontend and, through _core, the workers (worker/shm_outputs.py).
 std::string truncated_in_use_message(std::string_view region_name);
 
 // The core reads kSystemShm inputs through `registry` (which must outlive it).

@@ -163,8 +163,8 @@ def test_truncated_fp32_input_and_output_fail_those_requests_only(clean):
 
 def truncated_in_use(name):
     return (
-        f"shared memory region '{name}' was truncated while the request used it (its bytes "
-        "are gone); unregister it and register it again"
+        f"shared memory region '{name}' was truncated while in use; unregister it and "
+        "register it again"
     )
 
 
@@ -189,6 +189,14 @@ def test_input_truncated_while_the_model_reads_it_fails_that_request(clean):
             400,
             {"error": truncated_message("ri", source.key, REGION_BYTES)},
         )
+        # Grown back, the object passes the frontend's check, but the worker's mapping of
+        # it holds the guard's zeros: that request alone is refused, with the region named.
+        os.truncate("/dev/shm" + source.key, REGION_BYTES)
+        inline = {"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
+        reply = infer(server, "shm_identity", body)
+        assert (reply.status_code, reply.json()) == (400, {"error": truncated_in_use("ri")})
+        reply = infer(server, "shm_identity", {"inputs": [inline]})
+        assert reply.status_code == 200, reply.text
         assert_serving(server)
 
 
@@ -232,13 +240,7 @@ def test_ensemble_output_truncated_before_the_frontend_writes_it(clean):
         # once the object is whole again, until the client registers it anew.
         os.truncate("/dev/shm" + target.key, REGION_BYTES)
         reply = infer(server, "shm_ensemble", body)
-        assert (reply.status_code, reply.json()) == (
-            400,
-            {
-                "error": f"shared memory region 'eo' was truncated while in use (its object "
-                f"'{target.key}' shrank under a request); unregister it and register it again"
-            },
-        )
+        assert (reply.status_code, reply.json()) == (400, {"error": truncated_in_use("eo")})
         assert_serving(server)
 
 

@@ -138,8 +138,7 @@ TEST(shm_registry_refuses_a_truncated_region) {
   object.resize(kObjectBytes);
   error.clear();
   CHECK(registry.resolve("r", 0, 16, &refused, &error) == ErrorKind::kInvalidArgument);
-  CHECK(error == "shared memory region 'r' was truncated while in use (its object '" + object.key +
-                     "' shrank under a request); unregister it and register it again");
+  CHECK(error == truncated_in_use_message("r"));
   registry.release(ref.id);
   CHECK(registry.unregister(InputKind::kSystemShm, "r", &error) == ErrorKind::kNone);
   CHECK(registry.mapped() == 0);
@@ -182,8 +181,8 @@ TEST(shm_registry_names_a_region_truncated_under_a_request) {
   CHECK(copy[0] == 0 && copy[63] == 0);  // the guard's zeros, not the client's bytes
   CHECK(registry.truncated(pins) == truncated_in_use_message("in"));
   CHECK(truncated_in_use_message("in") ==
-        "shared memory region 'in' was truncated while the request used it (its bytes are "
-        "gone); unregister it and register it again");
+        "shared memory region 'in' was truncated while in use; unregister it and register it "
+        "again");
   // Only the requests that hold the region are refused.
   CHECK(registry.truncated({ok.id}).empty());
   registry.release(in.id);

@@ -97,8 +97,8 @@ def test_truncated_region_fails_that_request_only(client, datatype):
 
 def _truncated_in_use(name):
     return (
-        f"shared memory region '{name}' was truncated while the request used it (its bytes "
-        "are gone); unregister it and register it again"
+        f"shared memory region '{name}' was truncated while in use; unregister it and "
+        "register it again"
     )
 
 

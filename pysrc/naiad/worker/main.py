@@ -376,6 +376,9 @@ class Worker:
                 self._bytes_error,
                 failed,
             )
+            # Inputs in client regions this worker can no longer read: those requests
+            # fail with the region named, the others run.
+            failed.update(shm_outputs.refuse_unreadable(self.arena, blocks, _regions_of))
         answered = blocks
         if failed:
             # Malformed BYTES from a CUDA region: those requests get Triton's message,
@@ -492,6 +495,8 @@ class Worker:
                 )
             responses += [(keep[r[0]], *r[1:]) for r in _wire_results(results)]
         responses.sort(key=lambda response: response[0])
+        if shm_outputs.REGIONS.read:  # inputs read in a client's region: it may have shrunk
+            responses = shm_outputs.refuse_truncated_reads(blocks, responses, _regions_of)
         responses = shm_outputs.place_outputs(self.arena, blocks, responses, _regions_of)
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
         done = not self.backend.out_of_memory

@@ -190,15 +190,13 @@ def _close(mapped: tuple) -> bool:
 
 
 class TruncatedRegion(LookupError):
-    """A client shrank a region's object while this worker had it mapped."""
+    """A client shrank a region's object while this worker had it mapped (its args: the
+    region id)."""
 
 
 def _check_intact(region_id: int, mapped: tuple) -> None:
     if _core.shm_guard_fault_count(mapped[3]):
-        raise TruncatedRegion(
-            f"shared memory region {region_id} was truncated while in use; unregister it and "
-            "register it again"
-        )
+        raise TruncatedRegion(region_id)
 
 
 REGIONS = _Regions()
@@ -215,6 +213,27 @@ def truncated_message(regions: dict | None, region_id: int) -> str:
 def _faulted(region_id: int) -> bool:
     found = REGIONS.maps.get(region_id)
     return found is not None and _core.shm_guard_fault_count(found[3]) != 0
+
+
+def refuse_unreadable(arena, blocks: list, regions_of) -> dict:
+    """{request index: error} for the requests of `blocks` with an input to read in place
+    from a region this worker cannot read any more: its mapping took a fault in an
+    earlier batch (the client grew the object back since, so the frontend's check
+    passed), or the object is shorter than the region (mmap refuses it). The worker
+    answers them with the error and runs the others; it maps the rest here, as reading
+    them would."""
+    refused = {}
+    REGIONS.start(arena)
+    for k, (metadata, slots) in enumerate(blocks):
+        for slot in slots:
+            if len(slot) != 3:
+                continue
+            try:
+                REGIONS.input_view(slot[2])
+            except TruncatedRegion:
+                refused[k] = truncated_message(regions_of(metadata), slot[2])
+                break
+    return refused
 
 
 def refuse_truncated_reads(blocks: list, responses: list, regions_of) -> list:
