@@ -85,10 +85,6 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
     models loaded (everything is shut down again)."""
     for note in cli_triton.startup_notes(options):
         log.warning("%s", note)  # a tritonserver flag and what it does here
-    repositories = [Path(r) for r in options.model_repository]
-    for repository in repositories:
-        if not repository.is_dir():
-            raise StartupError(f"failed to stat model repository path '{repository}'")
     from naiad import latency_summary
     from naiad.repository import autocomplete
 
@@ -106,21 +102,26 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
         )
     except ValueError as exc:
         raise StartupError(str(exc)) from None
-    manager = ModelManager(
-        repositories,
-        options.arena_size,
-        control_mode=options.model_control_mode,
-        load_threads=options.model_load_thread_count,
-        strict_readiness=options.strict_readiness,
-        drain_timeout=options.exit_timeout_secs,
-        fast_lane=options.fast_lane,
-        shm_max_regions=options.shm_max_regions,
-        cache_size=getattr(options, "cache_size", None),
-        rate_limit=(options.rate_limit == "execution_count", options.rate_limit_resource),
-        server_id=getattr(options, "id", "naiad"),
-        load_retries=getattr(options, "model_load_retry_count", 0),
-        config_name=getattr(options, "model_config_name", ""),
-    )
+    repositories = await _open_repositories(options.model_repository)
+    try:
+        manager = ModelManager(
+            repositories,
+            options.arena_size,
+            control_mode=options.model_control_mode,
+            load_threads=options.model_load_thread_count,
+            strict_readiness=options.strict_readiness,
+            drain_timeout=options.exit_timeout_secs,
+            fast_lane=options.fast_lane,
+            shm_max_regions=options.shm_max_regions,
+            cache_size=getattr(options, "cache_size", None),
+            rate_limit=(options.rate_limit == "execution_count", options.rate_limit_resource),
+            server_id=getattr(options, "id", "naiad"),
+            load_retries=getattr(options, "model_load_retry_count", 0),
+            config_name=getattr(options, "model_config_name", ""),
+        )
+    except BaseException:
+        _close_remotes(repositories)
+        raise
     try:
         manager.set_tracer(tracer_for(options))
     except ValueError as exc:  # trace mode opentelemetry without the SDK installed
@@ -157,6 +158,37 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
         await shutdown(running)
         raise
     return running
+
+
+async def _open_repositories(paths: list[str]) -> list:
+    """The --model-repository folders, and the cloud repositories (s3://, gs://, as://)
+    opened and listed; raises StartupError naming the first that cannot be used."""
+    from naiad.repository.cloud_url import CloudPathError, is_cloud_path
+
+    repositories: list = []
+    for index, text in enumerate(paths):
+        if not is_cloud_path(text):
+            if not Path(text).is_dir():
+                _close_remotes(repositories)
+                raise StartupError(f"failed to stat model repository path '{text}'")
+            repositories.append(Path(text))
+            continue
+        from naiad.repository.remote_repository import RepositoryUnreachable, open_remote
+
+        try:
+            repositories.append(
+                await asyncio.get_running_loop().run_in_executor(None, open_remote, text, index)
+            )
+        except (CloudPathError, RepositoryUnreachable) as exc:
+            _close_remotes(repositories)
+            raise StartupError(str(exc), internal=True) from None
+    return repositories
+
+
+def _close_remotes(repositories: list) -> None:
+    for repository in repositories:
+        if not isinstance(repository, Path):
+            repository.close()
 
 
 async def _start_front_ends(options, running: Running, gpus_opening) -> None:

@@ -8,17 +8,27 @@ repeated load can tell a changed model from an unchanged one without reading its
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from pathlib import Path
 
 from naiad.repository.redact import PathRedactor
+from naiad.repository.remote_repository import RemoteRepository, RepositoryUnreachable
 
 __all__ = ["Catalog", "check_model_name", "folder_stamp", "version_stamp"]
 
+log = logging.getLogger("naiad")
+
 
 class Catalog:
-    def __init__(self, repositories: list[Path]):
-        self.repositories = [Path(r) for r in repositories]
+    def __init__(self, repositories: list):
+        """`repositories`: local folders, and cloud repositories already opened
+        (remote_repository.py), each standing in the list as its cache folder."""
+        self.remotes = {r.root: r for r in repositories if isinstance(r, RemoteRepository)}
+        self.repositories = [
+            r.root if isinstance(r, RemoteRepository) else Path(r) for r in repositories
+        ]
         # What a client may read of the paths in a load error (redact.py).
         self.for_client = PathRedactor(self.repositories).for_client
 
@@ -28,6 +38,12 @@ class Catalog:
         A name in two repositories goes into the second map with Triton's reason."""
         found: dict[str, list[Path]] = {}
         for repository in self.repositories:
+            remote = self.remotes.get(repository)
+            if remote is not None:  # its last listing: the folders need not be in the cache
+                for name in remote.names():
+                    if not name.startswith("."):
+                        found.setdefault(name, []).append(repository / name)
+                continue
             try:
                 children = sorted(repository.iterdir())
             except OSError:
@@ -48,7 +64,7 @@ class Catalog:
         """The folder of model `name`; raises LookupError with the reason when there is none
         or more than one."""
         check_model_name(name)
-        paths = [r / name for r in self.repositories if (r / name).is_dir()]
+        paths = [r / name for r in self.repositories if self._holds(r, name)]
         if not paths:
             raise LookupError(f"no model folder '{name}' in any model repository")
         if len(paths) > 1:
@@ -56,6 +72,59 @@ class Catalog:
                 f"failed to poll model '{name}': not unique across all model repositories"
             )
         return paths[0]
+
+    def _holds(self, repository: Path, name: str) -> bool:
+        remote = self.remotes.get(repository)
+        if remote is not None:
+            return name in remote.models
+        return (repository / name).is_dir()
+
+    def stamp(self, model_dir: Path) -> tuple:
+        """What poll mode compares for the model in `model_dir`: its files (folder_stamp),
+        or for a cloud repository its objects as last listed."""
+        remote = self.remotes.get(Path(model_dir).parent)
+        if remote is not None:
+            return remote.stamp(Path(model_dir).name)
+        return folder_stamp(model_dir)
+
+    async def refresh(self) -> None:
+        """Lists the cloud repositories again (poll mode). One that cannot be reached is
+        logged, naming it, and keeps its last listing: its models keep serving."""
+        loop = asyncio.get_running_loop()
+        for remote in self.remotes.values():
+            try:
+                await loop.run_in_executor(None, remote.refresh)
+            except RepositoryUnreachable as exc:
+                if remote.unreachable != str(exc):
+                    log.error("polling %s failed; its models keep serving", exc)
+                remote.unreachable = str(exc)
+            else:
+                if remote.unreachable is not None:
+                    log.info("model repository '%s' can be read again", remote.url)
+                remote.unreachable = None
+
+    async def fetch(self, name: str) -> None:
+        """Brings the cache's copy of model `name` up to date in each cloud repository (a
+        load reads it from there). Raises RepositoryUnreachable, LookupError for a name
+        that is no folder name."""
+        if not self.remotes:
+            return
+        check_model_name(name)
+        loop = asyncio.get_running_loop()
+        for remote in self.remotes.values():
+            await loop.run_in_executor(None, remote.fetch, name)
+
+    def evict_unused(self, name: str, in_use) -> None:
+        """Deletes the cache's copy of `name` unless `in_use(folder)` (a loaded version
+        runs from it)."""
+        for root, remote in self.remotes.items():
+            if not in_use(root / name):
+                remote.evict(name)
+
+    def close(self) -> None:
+        """Deletes the cloud repositories' cache folders (shutdown)."""
+        for remote in self.remotes.values():
+            remote.close()
 
 
 def check_model_name(name: str) -> None:

@@ -29,6 +29,7 @@ from naiad.repository.overrides import (
     remove_materialized,
     split_parameters,
 )
+from naiad.repository.remote_store import RepositoryUnreachable
 from naiad.repository.repository import ModelEntry, scan_model
 from naiad.scheduling.ensemble import EnsembleModel
 from naiad.scheduling.model import READY, UNAVAILABLE, UNLOADING, LoadedModel
@@ -102,7 +103,11 @@ class ModelControl:
         self, name: str, parameters: dict | None = None, slot: bool = True, served=None
     ) -> None:
         async with self._lock(name):
-            changed = await self._load(name, parameters or {}, slot, served)
+            try:
+                changed = await self._load(name, parameters or {}, slot, served)
+            finally:
+                # A cloud model's copy stays only while a version runs from it.
+                self.catalog.evict_unused(name, self.manager.uses_path)
         if changed:
             await self._reload_dependents(name)
 
@@ -114,6 +119,7 @@ class ModelControl:
             await self._unload(name, served)
             if forget:
                 self.manager.models.pop(name, None)
+            self.catalog.evict_unused(name, self.manager.uses_path)
 
     async def _unload(self, name: str, served=None) -> None:
         versions = self.manager.models.get(name, {})
@@ -173,6 +179,10 @@ class ModelControl:
         if forced:
             materialized = False
         else:
+            try:
+                await self.catalog.fetch(name)  # a cloud model: its copy, up to date
+            except (LookupError, RepositoryUnreachable) as exc:
+                self._fail(name, str(exc))
             entry, materialized = self._entry(name, parameters)
         old = self.manager.models.get(name, {})
         serving = {v: m for v, m in old.items() if m.state == READY}

@@ -14,7 +14,6 @@ import contextlib
 import logging
 
 from naiad.errors import NaiadError
-from naiad.repository.catalog import folder_stamp
 
 __all__ = ["RepositoryPoller"]
 
@@ -28,7 +27,7 @@ class RepositoryPoller:
         self._task: asyncio.Task | None = None
         # name -> the folder stamp last acted on; start-up already loaded what is there.
         folders, _ = control.catalog.scan()
-        self._seen = {name: folder_stamp(path) for name, path in folders.items()}
+        self._seen = {name: control.catalog.stamp(path) for name, path in folders.items()}
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -50,13 +49,14 @@ class RepositoryPoller:
 
     async def poll_once(self) -> None:
         control = self.control
+        await control.catalog.refresh()  # cloud repositories: list them again
         folders, duplicates = control.catalog.scan()
         control.failures.update(duplicates)
         known = set(self._seen) | set(control.manager.models)
         gone = [name for name in known if name not in folders]
         changed = []
         for name, path in folders.items():
-            stamp = folder_stamp(path)
+            stamp = control.catalog.stamp(path)
             if self._seen.get(name) != stamp:
                 self._seen[name] = stamp
                 changed.append(name)

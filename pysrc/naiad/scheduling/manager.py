@@ -149,8 +149,8 @@ class ModelManager:
         config_name: str = "",
     ):
         repositories = [repository] if isinstance(repository, (str, Path)) else list(repository)
-        self.repository = Path(repositories[0])
         self.catalog = Catalog(repositories)
+        self.repository = self.catalog.repositories[0]
         self.strict_readiness = strict_readiness
         self.server_id = server_id  # --id: the name GET /v2 and ServerMetadata report
         set_config_name(config_name)  # --model-config-name: which file holds a config
@@ -341,6 +341,7 @@ class ModelManager:
         if self.io is not None:
             self.io.flush_writes()
         loop.remove_reader(self.core.notify_fd)
+        self.catalog.close()  # the cloud repositories' cache folders
         self.directory.close()
         if self.tracer is not None:
             self.tracer.close()
