@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "grpc_wire.h"
+#include "http_compress.h"
 
 namespace naiad::h2 {
 
@@ -187,19 +188,60 @@ void append_range(const std::string_view* parts, size_t n_parts, size_t from, si
 
 }  // namespace
 
+void GrpcConnection::encode_response_encoding(const Stream& s, std::string* block) {
+  if (s.response_encoding == ResponseEncoding::kIdentity) return;
+  hpack::encode_header("grpc-encoding",
+                       s.response_encoding == ResponseEncoding::kGzip ? "gzip" : "deflate", block);
+}
+
+ResponseEncoding response_encoding_for(int level, std::string_view accept) {
+  if (level <= 0) return ResponseEncoding::kIdentity;
+  bool gzip = false;
+  bool deflate = false;
+  while (!accept.empty()) {
+    size_t comma = accept.find(',');
+    std::string_view name = accept.substr(0, comma);
+    accept = comma == std::string_view::npos ? std::string_view() : accept.substr(comma + 1);
+    while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.remove_prefix(1);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
+    gzip = gzip || name == "gzip";
+    deflate = deflate || name == "deflate";
+  }
+  ResponseEncoding ranked[2];
+  size_t n = 0;
+  if (gzip) ranked[n++] = ResponseEncoding::kGzip;
+  if (deflate) ranked[n++] = ResponseEncoding::kDeflate;
+  if (n == 0) return ResponseEncoding::kIdentity;
+  if (level == 1) return ranked[0];
+  if (level == 2) return ranked[n / 2];
+  return ranked[n - 1];
+}
+
 bool GrpcConnection::send_message(uint32_t stream_id, const std::string_view* parts,
                                   size_t n_parts) {
   auto it = streams_.find(stream_id);
   if (closed_ || it == streams_.end() || it->second.finishing || it->second.discard) return false;
   Stream& s = it->second;
+  // With a compression level, the message goes out compressed (one more copy): the
+  // compressed bytes stand for the parts, and the prefix's flag says so.
+  std::string compressed;
+  std::string_view packed;
+  char flag = 0;
+  if (s.response_encoding != ResponseEncoding::kIdentity &&
+      compress_body(s.response_encoding, parts, n_parts, &compressed)) {
+    packed = compressed;
+    parts = &packed;
+    n_parts = 1;
+    flag = 1;
+  }
   if (s.outbound_pos == s.outbound.size()) {
     s.outbound.clear();
     s.outbound_pos = 0;
   }
   size_t size = 0;
   for (size_t i = 0; i < n_parts; ++i) size += parts[i].size();
-  // The 5-byte prefix is one more piece in front: not compressed, we answer with identity.
-  char prefix[5] = {0, static_cast<char>(size >> 24), static_cast<char>(size >> 16),
+  // The 5-byte prefix is one more piece in front.
+  char prefix[5] = {flag, static_cast<char>(size >> 24), static_cast<char>(size >> 16),
                     static_cast<char>(size >> 8), static_cast<char>(size)};
   std::vector<std::string_view> all;
   all.reserve(n_parts + 1);
@@ -218,6 +260,7 @@ bool GrpcConnection::send_message(uint32_t stream_id, const std::string_view* pa
     std::string block;
     hpack::encode_header(":status", "200", &block);
     hpack::encode_header("content-type", "application/grpc", &block);
+    encode_response_encoding(s, &block);
     write_header_block(stream_id, false, block);
     s.headers_sent = true;
   }
@@ -287,6 +330,7 @@ bool GrpcConnection::pump_stream(uint32_t stream_id, Stream& s) {
       if (!s.remote_closed) write_rst(stream_id, kNoError);  // §8.1: stop sending to us
       return true;
     }
+    encode_response_encoding(s, &block);
     write_header_block(stream_id, false, block);
     s.headers_sent = true;
   }
@@ -730,6 +774,7 @@ void GrpcConnection::open_call(uint32_t stream_id, bool end_stream,
   call.kind = EventKind::kCall;
   call.stream_id = stream_id;
   std::string method, scheme, content_type, timeout;
+  ResponseEncoding response_encoding = ResponseEncoding::kIdentity;
   bool regular_seen = false;
   bool malformed = false;
   for (hpack::Header& h : headers) {
@@ -758,6 +803,8 @@ void GrpcConnection::open_call(uint32_t stream_id, bool end_stream,
       timeout = h.value;
     } else if (h.name == "grpc-encoding") {
       call.encoding = h.value == "identity" ? "" : h.value;
+    } else if (h.name == "grpc-accept-encoding") {
+      response_encoding = response_encoding_for(limits_.response_compression, h.value);
     }
     call.metadata.push_back(std::move(h));
   }
@@ -778,6 +825,7 @@ void GrpcConnection::open_call(uint32_t stream_id, bool end_stream,
   Stream& s = streams_[stream_id];
   s.send_window = peer_initial_window_;
   s.encoding = call.encoding;
+  s.response_encoding = response_encoding;
   s.remote_closed = end_stream;
   if (!timeout.empty() && !grpc::parse_timeout(timeout, &call.timeout_us)) {
     answer_early(stream_id, s, grpc::kInternal, "malformed grpc-timeout: " + timeout, events);

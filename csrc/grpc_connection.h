@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "hpack.h"
+#include "http_scan.h"
 
 namespace naiad::h2 {
 
@@ -72,7 +73,18 @@ struct Limits {
   // opening that stream's receive window: a client that sends requests on a stream but
   // does not read the answers is held back by flow control, not buffered for.
   uint64_t max_stream_backlog = 16u << 20;
+  // --grpc-infer-response-compression-level: 0 none, 1 low, 2 medium, 3 high. Not a
+  // limit but the connection's one answer setting: with a level, messages are compressed
+  // with the algorithm gRPC core picks for it among those the call's
+  // grpc-accept-encoding names (response_encoding_for).
+  int response_compression = 0;
 };
+
+// gRPC core's choice of a response algorithm for a compression level (Triton sets the
+// level on its server builder): the algorithms the client accepts, ranked gzip then
+// deflate, and the first (low), middle (medium) or last (high) of them; identity at
+// level 0 or when the client accepts neither. `accept`: grpc-accept-encoding's value.
+ResponseEncoding response_encoding_for(int level, std::string_view accept);
 
 enum class EventKind : uint8_t {
   kCall,       // a new call: stream_id, path, metadata, timeout_us
@@ -153,12 +165,17 @@ class GrpcConnection {
     int64_t send_window = 0;     // peer's window for our DATA
     uint32_t recv_unacked = 0;   // DATA bytes taken since our last WINDOW_UPDATE
     std::string encoding;        // grpc-encoding
-    std::string inbound;         // bytes of a gRPC message not complete yet
-    std::string outbound;        // framed gRPC messages waiting for window
+    ResponseEncoding response_encoding = ResponseEncoding::kIdentity;  // of our messages
+    std::string inbound;   // bytes of a gRPC message not complete yet
+    std::string outbound;  // framed gRPC messages waiting for window
     size_t outbound_pos = 0;
     int status = 0;  // trailers, once finishing
     std::string status_message;
   };
+
+  // The grpc-encoding header of a stream whose messages we compress (none for identity),
+  // in every block of response headers but a trailers-only one.
+  static void encode_response_encoding(const Stream& s, std::string* block);
 
   // Frame input.
   void on_frame(uint8_t type, uint8_t flags, uint32_t stream_id, std::string_view payload,

@@ -10,10 +10,12 @@ implements: --id, --model-config-name, --model-load-retry-count, --allow-cpu-met
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -192,8 +194,8 @@ _CONFIG = """
 name: "{name}"
 backend: "python"
 max_batch_size: {batch}
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """
 
@@ -218,10 +220,10 @@ class TritonPythonModel:
 """
 
 
-def _model(repository: Path, name: str, batch: int) -> Path:
+def _model(repository: Path, name: str, batch: int, dims: int = 1) -> Path:
     folder = repository / name
     (folder / "1").mkdir(parents=True)
-    (folder / "config.pbtxt").write_text(_CONFIG.format(name=name, batch=batch))
+    (folder / "config.pbtxt").write_text(_CONFIG.format(name=name, batch=batch, dims=dims))
     (folder / "1" / "model.py").write_text(_FLAKY)
     return folder
 
@@ -232,11 +234,11 @@ def flagged(tmp_path_factory):
     metrics, no gRPC, the HTTP port reusable, and flags without effect here."""
     repository = tmp_path_factory.mktemp("repo")
     custom = _model(repository, "custom", 8)
-    (custom / "1" / "tried").touch()  # loads the first time
+    (custom / "tried").touch()  # loads the first time
     (custom / "configs").mkdir()
-    (custom / "configs" / "small.pbtxt").write_text(_CONFIG.format(name="custom", batch=2))
+    (custom / "configs" / "small.pbtxt").write_text(_CONFIG.format(name="custom", batch=2, dims=1))
     (custom / "configs" / "other.pbtxt").write_text("not a config")
-    (_model(repository, "plain", 4) / "1" / "tried").touch()
+    (_model(repository, "plain", 4) / "tried").touch()
     _model(repository, "flaky", 4)
     server = NaiadServer(
         repository,
@@ -275,6 +277,7 @@ def test_model_load_retry_count_loads_again(flagged):
     assert requests.get(f"{flagged.url}/v2/models/flaky/ready", timeout=10).status_code == 200
     log = flagged.stderr_text()
     assert "failed to load 'flaky' version 1: " in log and "retrying (1 of 1)" in log
+    assert "failed to load 'plain'" not in log  # loaded the first time: no retry
     assert "flaky: the first load fails" in log
 
 
@@ -330,12 +333,62 @@ def _goaway_then_close(port: int) -> list[int]:
     return frames
 
 
+class _CountingProxy:
+    """Forwards TCP connections to `port`, counting the bytes the server sends."""
+
+    def __init__(self, port: int):
+        self.target = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.from_server = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, source, sink, counted: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if counted:  # before the client can have them
+                    self.from_server += len(data)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _infer_zeros(port: int, size: int) -> bytes:
+    """ModelInfer of echo with `size` FP32 zeros, through a new channel: OUTPUT0's bytes."""
+    request = service_pb2.ModelInferRequest(model_name="echo")
+    tensor = request.inputs.add(name="INPUT0", datatype="FP32")
+    tensor.shape.extend([1, size])
+    request.raw_input_contents.append(bytes(4 * size))
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        return stub.ModelInfer(request, timeout=60).raw_output_contents[0]
+
+
 def test_grpc_only_server(tmp_path_factory):
     """--allow-http=false --allow-metrics=false: only gRPC listens (with
     --reuse-grpc-port, shareable); readiness is asked over gRPC. With
     --grpc-max-connection-age an idle connection gets GOAWAY, and, no call being
-    open, is closed."""
+    open, is closed. With --grpc-infer-response-compression-level a large answer of
+    zeros reaches the client compressed (far fewer bytes on the wire)."""
     repository = make_repository(tmp_path_factory.mktemp("repo"), ["add_sub"])
+    (_model(repository, "echo", 1, dims=65536) / "tried").touch()
     server = NaiadServer(
         repository,
         log_dir=tmp_path_factory.mktemp("grpc_only"),
@@ -344,7 +397,7 @@ def test_grpc_only_server(tmp_path_factory):
             "--allow-metrics=false",
             "--reuse-grpc-port=true",
             "--grpc-max-connection-age=200",
-            "--grpc-max-connection-age-grace=100",
+            "--grpc-infer-response-compression-level=high",
         ],
     )
     server.start(wait=None)
@@ -367,5 +420,11 @@ def test_grpc_only_server(tmp_path_factory):
         assert _shares_port(server.grpc_port)
         frames = _goaway_then_close(server.grpc_port)
         assert frames[0] == 0x4 and 0x7 in frames  # SETTINGS, ..., GOAWAY, then closed
+        proxy = _CountingProxy(server.grpc_port)
+        try:
+            assert _infer_zeros(proxy.port, 65536) == bytes(4 * 65536)
+            assert proxy.from_server < 65536  # of 256 KiB answered
+        finally:
+            proxy.close()
     finally:
         server.stop()

@@ -3210,6 +3210,7 @@ cdef extern from "grpc_connection.h" namespace "naiad::h2":
         uint32_t max_concurrent_streams
         uint32_t max_header_list_size
         uint64_t max_message_size
+        int response_compression
 
     cdef cppclass CGrpcConnection "naiad::h2::GrpcConnection":
         CGrpcConnection(const H2Limits& limits) except +
@@ -3298,11 +3299,15 @@ cdef class GrpcConnection:
 
     def __cinit__(self, uint32_t max_concurrent_streams=128,
                   uint64_t max_message_size=0x7fffffff,
-                  uint32_t max_header_list_size=16384):
+                  uint32_t max_header_list_size=16384,
+                  int response_compression=0):
+        # response_compression: --grpc-infer-response-compression-level, 0 (none) to 3
+        # (high); messages are compressed as gRPC core would at that level.
         cdef H2Limits limits
         limits.max_concurrent_streams = max_concurrent_streams
         limits.max_message_size = max_message_size
         limits.max_header_list_size = max_header_list_size
+        limits.response_compression = response_compression
         self._conn = new CGrpcConnection(limits)
 
     def __dealloc__(self):

@@ -7,6 +7,7 @@ import sys
 
 from naiad import check as check_command
 from naiad import cli_triton
+from naiad.grpc.compression import COMPRESSION_LEVELS
 from naiad.openai import options as openai_options
 from naiad.rate_limit import parse_rate_limit, parse_rate_limit_resource
 from naiad.tracing import options as tracing_options
@@ -110,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_bool,
         default=False,
         help="SO_REUSEPORT on the gRPC port: servers that all set it share the port",
+    )
+    serve.add_argument(
+        "--grpc-infer-response-compression-level",
+        type=lambda text: text.strip().lower(),
+        choices=COMPRESSION_LEVELS,
+        default="none",
+        help="compress gRPC answers as Triton (gRPC core) does at this level, with gzip "
+        "or deflate as the client accepts them (default none)",
     )
     serve.add_argument(
         "--grpc-max-connection-age",

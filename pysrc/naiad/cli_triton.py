@@ -120,12 +120,6 @@ _NO_EFFECT = (
     ),
     # gRPC transport settings the front end does not implement (docs/flags.md).
     (
-        "--grpc-infer-response-compression-level",
-        lambda text: text.strip().lower(),
-        "gRPC responses are sent uncompressed (a client may always get those); "
-        "compressed requests are read",
-    ),
-    (
         "--grpc-keepalive-time",
         int,
         "the server sends no keepalive pings; it answers the client's",
@@ -194,8 +188,6 @@ _REFUSED_WHEN_TRUE = (
     ),
 )
 
-_COMPRESSION_LEVELS = ("none", "low", "medium", "high")
-
 
 def _dest(flag: str) -> str:
     return flag[2:].replace("-", "_")
@@ -208,10 +200,7 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         "(docs/flags.md)",
     )
     for flag, kind, _ in _NO_EFFECT:
-        if flag == "--grpc-infer-response-compression-level":
-            group.add_argument(flag, type=kind, choices=_COMPRESSION_LEVELS, default=None)
-        else:
-            group.add_argument(flag, type=kind, default=None)
+        group.add_argument(flag, type=kind, default=None)
     for flag, why in _REFUSED_WHEN_TRUE:
         group.add_argument(flag, type=_bool, default=None, help=f"true: start-up error ({why})")
 

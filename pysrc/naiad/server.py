@@ -218,6 +218,7 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
                 reuse_port=getattr(options, "reuse_grpc_port", False),
                 max_connection_age_ms=getattr(options, "grpc_max_connection_age", None),
                 max_connection_age_grace_ms=getattr(options, "grpc_max_connection_age_grace", None),
+                compression_level=getattr(options, "grpc_infer_response_compression_level", "none"),
             )
         )
         log.info("Started GRPCInferenceService at %s:%d", grpc_address, options.grpc_port)

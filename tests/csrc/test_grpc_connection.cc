@@ -1,5 +1,7 @@
 // GrpcConnection as a pure function of bytes: the HTTP/2 rules of RFC 9113 and gRPC's
 // framing, each case driven by hand-built client frames.
+#include <zlib.h>
+
 #include <string>
 #include <vector>
 
@@ -546,4 +548,73 @@ TEST(grpc_large_messages_copied_once_each_way) {
     if (f.type == 0x0 && f.stream == 1) got += f.payload;
   }
   CHECK(got == grpc_message(head + big + tail));
+}
+
+// --grpc-infer-response-compression-level: the algorithm gRPC core picks for a level
+// among those the client accepts (ranked gzip, deflate), and the answer it sends.
+TEST(h2_response_encoding_for_level) {
+  using naiad::ResponseEncoding;
+  using naiad::h2::response_encoding_for;
+  const char* both = "identity, deflate, gzip";  // what grpc core clients send
+  CHECK(response_encoding_for(0, both) == ResponseEncoding::kIdentity);
+  CHECK(response_encoding_for(1, both) == ResponseEncoding::kGzip);
+  CHECK(response_encoding_for(2, both) == ResponseEncoding::kDeflate);
+  CHECK(response_encoding_for(3, both) == ResponseEncoding::kDeflate);
+  CHECK(response_encoding_for(3, "gzip") == ResponseEncoding::kGzip);
+  CHECK(response_encoding_for(1, " deflate ,identity") == ResponseEncoding::kDeflate);
+  CHECK(response_encoding_for(3, "identity") == ResponseEncoding::kIdentity);
+  CHECK(response_encoding_for(3, "") == ResponseEncoding::kIdentity);
+  CHECK(response_encoding_for(3, "gzipx,deflat") == ResponseEncoding::kIdentity);
+}
+
+namespace {
+
+std::string inflated(const std::string& data, int window_bits) {
+  z_stream stream{};
+  if (inflateInit2(&stream, window_bits) != Z_OK) return "";
+  std::string out(1 << 20, '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  stream.avail_in = static_cast<uInt>(data.size());
+  stream.next_out = reinterpret_cast<Bytef*>(&out[0]);
+  stream.avail_out = static_cast<uInt>(out.size());
+  int status = inflate(&stream, Z_FINISH);
+  out.resize(stream.total_out);
+  bool whole = status == Z_STREAM_END && stream.avail_in == 0;
+  inflateEnd(&stream);
+  return whole ? out : "";
+}
+
+}  // namespace
+
+TEST(h2_answers_compressed_at_a_level) {
+  for (int level : {0, 1, 3}) {
+    Limits limits;
+    limits.response_compression = level;
+    Session s(limits);
+    s.send(hello());
+    s.send(headers(1,
+                   request_block("/inference.GRPCInferenceService/ModelInfer",
+                                 {{"grpc-accept-encoding", "identity, deflate, gzip"}}),
+                   true));
+    const std::string reply(4096, 'z');
+    CHECK(s.conn.send_message(1, reply));
+    CHECK(s.conn.finish(1, 0, ""));
+    s.flush();
+    const Frame* h = nullptr;
+    for (auto& f : s.frames) {
+      if (f.type == 0x1 && f.stream == 1 && !h) h = &f;
+    }
+    const Frame* d = s.last(0x0);
+    CHECK(h && d);
+    std::string payload = d->payload;
+    if (level == 0) {
+      CHECK(header_value(*h, "grpc-encoding").empty());
+      CHECK(payload == grpc_message(reply));
+      continue;
+    }
+    CHECK(header_value(*h, "grpc-encoding") == (level == 1 ? "gzip" : "deflate"));
+    CHECK(payload.size() > 5 && payload[0] == 1);  // the compressed flag
+    CHECK(payload.size() < reply.size() / 4);
+    CHECK(inflated(payload.substr(5), level == 1 ? 31 : 15) == reply);
+  }
 }

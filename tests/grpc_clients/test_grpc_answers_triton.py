@@ -9,10 +9,14 @@ why, where Triton is not installed (tests/triton_peer.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import re
+import socket
+import threading
 
+import hpack
 import numpy as np
 import pytest
 import requests
@@ -47,15 +51,45 @@ VERSIONS = [
 ]
 
 
+ECHO_CONFIG = """
+name: "echo"
+backend: "python"
+max_batch_size: 1
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 65536 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 65536 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+ECHO_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+
+# Both servers compress their gRPC answers (--grpc-infer-response-compression-level).
+COMPRESSION = "--grpc-infer-response-compression-level=high"
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     repository = make_repository(tmp_path_factory.mktemp("repo"), [MODEL])
-    with TritonPeer(repository, tmp_path_factory.mktemp("triton"), []) as triton:
-        triton.wait_ready([MODEL])
+    (repository / "echo" / "1").mkdir(parents=True)
+    (repository / "echo" / "config.pbtxt").write_text(ECHO_CONFIG)
+    (repository / "echo" / "1" / "model.py").write_text(ECHO_MODEL)
+    with TritonPeer(repository, tmp_path_factory.mktemp("triton"), [COMPRESSION]) as triton:
+        triton.wait_ready([MODEL, "echo"])
         naiad = NaiadServer(
             repository,
             log_dir=tmp_path_factory.mktemp("naiad"),
-            extra_args=["--id=triton"],
+            extra_args=["--id=triton", COMPRESSION],
         )
         with naiad:
             yield triton, naiad
@@ -187,3 +221,71 @@ def test_cpu_metrics_as_triton(servers):
     expected = _cpu_families(triton)
     assert any(line.startswith("nv_cpu_utilization") for line in expected)
     assert _cpu_families(naiad) == expected
+
+
+class _Recorder:
+    """A TCP proxy to `port` that keeps the bytes the server sends."""
+
+    def __init__(self, port: int):
+        self.target = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.received: list[bytes] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self.listener.accept()  # one connection: one HPACK context
+        except OSError:
+            return
+        upstream = socket.create_connection(("127.0.0.1", self.target))
+        threading.Thread(target=self._pipe, args=(client, upstream, None), daemon=True).start()
+        threading.Thread(
+            target=self._pipe, args=(upstream, client, self.received), daemon=True
+        ).start()
+
+    @staticmethod
+    def _pipe(source, sink, keep) -> None:
+        try:
+            while data := source.recv(65536):
+                if keep is not None:  # before the client can have them
+                    keep.append(data)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def response_headers(self) -> list[dict]:
+        """The header blocks the server sent, decoded in order."""
+        data, decoder, blocks = b"".join(self.received), hpack.Decoder(), []
+        while len(data) >= 9:
+            length = int.from_bytes(data[:3], "big")
+            kind, payload = data[3], data[9 : 9 + length]
+            if kind == 0x1:  # HEADERS (neither padded nor with priority from these peers)
+                blocks.append(dict(decoder.decode(payload)))
+            data = data[9 + length :]
+        return blocks
+
+
+def test_answers_compressed_as_triton(servers):
+    """--grpc-infer-response-compression-level=high: the same algorithm as Triton for
+    what the client accepts (grpc-encoding), and far fewer bytes than the answer's."""
+    seen = []
+    for server in servers:
+        recorder = _Recorder(server.grpc_port)
+        try:
+            with grpcclient.InferenceServerClient(f"127.0.0.1:{recorder.port}") as client:
+                tensor = grpcclient.InferInput("INPUT0", [1, 65536], "FP32")
+                tensor.set_data_from_numpy(np.zeros((1, 65536), np.float32))
+                result = client.infer("echo", [tensor]).as_numpy("OUTPUT0")
+            assert result.shape == (1, 65536) and not result.any()
+            sent = sum(len(chunk) for chunk in recorder.received)
+            encodings = [h.get("grpc-encoding") for h in recorder.response_headers()]
+            seen.append([e for e in encodings if e is not None])
+            assert sent < 65536  # of 256 KiB answered
+        finally:
+            recorder.listener.close()
+    assert seen[0] and seen[1] == seen[0]

@@ -81,7 +81,13 @@ class _Call:
 
 class GrpcProtocol(asyncio.Protocol):
     def __init__(
-        self, service: Service, loop, arrivals=None, connections=None, max_age=(None, None)
+        self,
+        service: Service,
+        loop,
+        arrivals=None,
+        connections=None,
+        max_age=(None, None),
+        compression: int = 0,
     ):
         self.service = service
         # --grpc-max-connection-age and its grace, in ms (None: no limit): GOAWAY once
@@ -92,7 +98,10 @@ class GrpcProtocol(asyncio.Protocol):
         self.arrivals = arrivals
         self.connections = connections
         self.transport = None
-        self.conn = _core.GrpcConnection(max_message_size=MAX_MESSAGE_SIZE)
+        # compression: --grpc-infer-response-compression-level (COMPRESSION_LEVELS).
+        self.conn = _core.GrpcConnection(
+            max_message_size=MAX_MESSAGE_SIZE, response_compression=compression
+        )
         # Restricted protocols and header forwarding read call metadata; without them
         # the connection does not hand it out (naiad/restrictions.py).
         self._restrictions = service.restrictions

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from naiad import _core
+from naiad.grpc.compression import COMPRESSION_LEVELS
 from naiad.grpc.protocol import GrpcProtocol
 from naiad.grpc.service import Service
 
@@ -45,11 +46,13 @@ async def start_grpc_server(
     forward=None,
     max_connection_age_ms: int | None = None,
     max_connection_age_grace_ms: int | None = None,
+    compression_level: str = "none",
 ) -> GrpcServer:
     """Serve GRPCInferenceService (and grpc.health.v1.Health/Check) for `manager`;
     `restrictions` and `forward`: --grpc-restricted-protocol and
     --grpc-header-forward-pattern (naiad/restrictions.py); `max_connection_age_ms` and
-    its grace: --grpc-max-connection-age(-grace) (None: connections never age out)."""
+    its grace: --grpc-max-connection-age(-grace) (None: connections never age out);
+    `compression_level`: --grpc-infer-response-compression-level (COMPRESSION_LEVELS)."""
     loop = asyncio.get_running_loop()
     # Large messages reuse freed memory instead of faulting in fresh pages each time.
     _core.keep_large_blocks()
@@ -64,6 +67,7 @@ async def start_grpc_server(
             arrivals,
             connections,
             (max_connection_age_ms, max_connection_age_grace_ms),
+            COMPRESSION_LEVELS.index(compression_level),
         )
 
     server = await loop.create_server(
