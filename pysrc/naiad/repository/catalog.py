@@ -96,7 +96,7 @@ class Catalog:
                 await loop.run_in_executor(None, remote.refresh)
             except RepositoryUnreachable as exc:
                 if remote.unreachable != str(exc):
-                    log.error("polling %s failed; its models keep serving", exc)
+                    log.error("%s; its models keep serving", exc)
                 remote.unreachable = str(exc)
             else:
                 if remote.unreachable is not None:

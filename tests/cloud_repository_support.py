@@ -1,0 +1,134 @@
+"""Helpers for the cloud repository tests: storage servers started on free ports, model
+files to upload, and a naiad server whose --model-repository flags name cloud paths.
+
+The storage servers are real protocol servers (moto's S3 in server mode, the GCS
+emulator) started as child processes of the test run and stopped by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from server_harness import EXAMPLE_MODELS, HOST, NaiadServer, free_port
+
+TIMEOUT = 60.0
+
+
+def wait_until(condition, what: str, timeout: float = TIMEOUT) -> None:
+    """Waits for observable state; the deadline only turns a hang into a failure."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def add_sub_files(name: str = "add_sub", versions=(1,)) -> dict[str, bytes]:
+    """The example add_sub model under the name `name`: relative key -> content."""
+    source = EXAMPLE_MODELS / "add_sub"
+    config = (source / "config.pbtxt").read_text().replace('name: "add_sub"', f'name: "{name}"')
+    model = (source / "1" / "model.py").read_bytes()
+    files = {f"{name}/config.pbtxt": config.encode()}
+    for version in versions:
+        files[f"{name}/{version}/model.py"] = model
+    return files
+
+
+def files_under(folder: Path) -> list[str]:
+    """Every file and folder below `folder`, relative (what is left in a cache folder)."""
+    return sorted(str(p.relative_to(folder)) for p in Path(folder).rglob("*"))
+
+
+class StorageServer:
+    """A storage service as a child process on a free 127.0.0.1 port."""
+
+    def __init__(self, argv: list[str], log_dir: Path, env: dict | None = None):
+        self.port = free_port()
+        self.endpoint = f"http://{HOST}:{self.port}"
+        self.log_path = Path(log_dir) / f"storage-{self.port}.log"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, *[a.format(port=self.port, host=HOST) for a in argv]],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
+        wait_until(self._listening, f"{argv[1]} to listen on port {self.port}")
+
+    def _listening(self) -> bool:
+        assert self.process.poll() is None, self.log_path.read_text(errors="replace")
+        with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), 0.5):
+            return True
+        return False
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(20)
+
+
+def moto_server(log_dir: Path, unauthenticated_actions: int) -> StorageServer:
+    """moto's S3 (and IAM) in server mode. After `unauthenticated_actions` requests it
+    checks every request's signature against the access keys made through its IAM."""
+    return StorageServer(
+        ["-m", "moto.server", "-H", "{host}", "-p", "{port}"],
+        log_dir,
+        {"INITIAL_NO_AUTH_ACTION_COUNT": str(unauthenticated_actions)},
+    )
+
+
+def gcs_emulator(log_dir: Path) -> StorageServer:
+    return StorageServer(
+        ["-m", "gcp_storage_emulator", "start", "--host", "{host}", "--port", "{port}", "-M"],
+        log_dir,
+    )
+
+
+class CloudServer(NaiadServer):
+    """`naiad serve` with the given --model-repository paths (cloud or local) and extra
+    environment variables (credentials, cache folder)."""
+
+    def __init__(self, repositories: list[str], env: dict[str, str | None], **kwargs):
+        super().__init__(repositories[0], **kwargs)
+        self.repositories = [str(r) for r in repositories]
+        self.env = env
+
+    @property
+    def command(self) -> list[str]:
+        command = super().command
+        at = command.index("--model-repository")
+        repositories = [arg for r in self.repositories for arg in ("--model-repository", r)]
+        return command[:at] + repositories + command[at + 2 :]
+
+    def _launch(self) -> None:
+        saved = dict(os.environ)
+        os.environ.update({k: v for k, v in self.env.items() if v is not None})
+        for name, value in self.env.items():
+            if value is None:
+                os.environ.pop(name, None)
+        try:
+            super()._launch()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def serve_fails(repositories: list[str], env: dict[str, str], log_dir: Path) -> str:
+    """Starts `naiad serve` expecting it to stop at start-up: its exit code must be 1;
+    returns its stderr."""
+    server = CloudServer(repositories, env, log_dir=log_dir, name="naiad-fails")
+    server.start(wait=None)
+    code = server.wait_exit(120)
+    assert code == 1, f"naiad serve exited with {code}:\n{server.stderr_text()[-3000:]}"
+    return server.stderr_text()
