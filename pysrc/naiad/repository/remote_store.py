@@ -10,6 +10,7 @@ says what is wrong (no such bucket, credentials refused, endpoint not reachable)
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 
 from naiad.repository.cloud_url import CloudLocation, credentials
@@ -206,6 +207,9 @@ class _AzureStore(RemoteStore):
         super().__init__(location)
         from azure.storage.blob import BlobServiceClient, LinearRetry
 
+        # The SDK logs every request and response at INFO: not for the server's log.
+        logging.getLogger("azure").setLevel(logging.WARNING)
+
         given = credentials(location)
         account = location.account
         # Naiad's own variable, for an Azurite-style service (the account in the path).
@@ -255,7 +259,8 @@ class _AzureStore(RemoteStore):
         if isinstance(exc, exceptions.ResourceNotFoundError):
             return f"container '{self.location.bucket}' does not exist"
         if isinstance(exc, exceptions.ClientAuthenticationError):
-            return f"the credentials were refused ({getattr(exc, 'error_code', None) or 403})"
+            code = getattr(exc, "error_code", None)
+            return f"the credentials were refused ({getattr(code, 'value', code) or 403})"
         if isinstance(exc, exceptions.ServiceRequestError):
             return f"cannot connect to {self._endpoint}"
         if isinstance(exc, exceptions.HttpResponseError):
