@@ -7,6 +7,10 @@ one after the other (order alternating between rounds).
 
 Naiad loads models and their instances in parallel (`--model-load-thread-count`, 4 by
 default as Triton). Results: a markdown table on stdout and perf/results/startup-<time>/.
+
+`--s3` adds a row for Naiad serving the same repository from an S3 bucket (moto in server
+mode on a free port, the `test` extra installs it): the cost of listing and downloading
+the models at start-up, against the local folder.
 """
 
 from __future__ import annotations
@@ -82,6 +86,62 @@ def time_to_ready(server, repo: Path, log_path: Path, timeout: float = 300.0) ->
         server.stop()
 
 
+class S3Repository:
+    """The repository uploaded to a bucket of a moto S3 server started for the run."""
+
+    def __init__(self, repo: Path, log_path: Path):
+        import boto3
+
+        port = free_port()
+        self.endpoint = f"127.0.0.1:{port}"
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        client = boto3.client(
+            "s3",
+            endpoint_url="http://" + self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="perf",
+            aws_secret_access_key="perf",
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.create_bucket(Bucket="perf")
+                break
+            except Exception:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        for path in sorted(repo.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                client.upload_file(str(path), "perf", "repo/" + str(path.relative_to(repo)))
+        self.url = f"s3://{self.endpoint}/perf/repo"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+class NaiadS3(NaiadServer):
+    """Naiad serving `url` (an s3:// repository) instead of the local folder."""
+
+    def __init__(self, url: str):
+        super().__init__(ROOT, ROOT / ".venv" / "bin" / "python", label="naiad (s3, moto)")
+        self.url = url
+
+    def command(self, repo: Path) -> list[str]:
+        return super().command(self.url)  # type: ignore[arg-type]
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "AWS_ACCESS_KEY_ID": "perf", "AWS_SECRET_ACCESS_KEY": "perf"}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=int, default=10)
@@ -89,6 +149,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tools", type=Path, default=TOOLS, help="perf/setup_tools.sh's folder")
     parser.add_argument("--no-triton", action="store_true")
+    parser.add_argument("--s3", action="store_true", help="also Naiad from an S3 bucket (moto)")
     options = parser.parse_args()
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -102,13 +163,24 @@ def main() -> int:
             print(
                 f"triton not found under {options.tools}: run perf/setup_tools.sh", file=sys.stderr
             )
+    s3 = S3Repository(repo, out / "moto.log") if options.s3 else None
+    if s3 is not None:
+        servers.append(NaiadS3(s3.url))
     times: dict[str, list[float]] = {s.label: [] for s in servers}
-    for round_ in range(options.rounds):
-        order = servers if round_ % 2 == 0 else list(reversed(servers))
-        for server in order:
-            seconds = time_to_ready(server, repo, out / f"{server.label}-{round_}.log")
-            times[server.label].append(seconds)
-            print(f"round {round_}: {server.label} ready after {seconds:.2f} s", file=sys.stderr)
+    try:
+        for round_ in range(options.rounds):
+            order = servers if round_ % 2 == 0 else list(reversed(servers))
+            for server in order:
+                slug = re.sub(r"[^a-z0-9]+", "-", server.label.lower()).strip("-")
+                log = out / f"{slug}-{round_}.log"
+                seconds = time_to_ready(server, repo, log)
+                times[server.label].append(seconds)
+                print(
+                    f"round {round_}: {server.label} ready after {seconds:.2f} s", file=sys.stderr
+                )
+    finally:
+        if s3 is not None:
+            s3.stop()
     title = f"{options.models} Python models x {options.instances} instances"
     lines = [
         f"Start-up to /v2/health/ready, {title}, {options.rounds} rounds",
