@@ -375,6 +375,8 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
       answer_outputs(model, recipe, result.outputs.data() + outcome.first_output,
                      outcome.output_count, block, outcome.parameters, &response);
       truncated = !recipe.pins.empty() && refuse_truncated(recipe, &response);
+      // Counted as the general path counts it: a failure (ModelManager._resolve).
+      if (truncated) answer.counted_failure = true;
       if (!tensor_records_.empty()) record_outputs(response);
     }
     if (outcome.final) {

@@ -168,6 +168,12 @@ def truncated_in_use(name):
     )
 
 
+def failures(server, model) -> int:
+    url = f"{server.url}/v2/models/{model}/stats"
+    stats = requests.get(url, timeout=TIMEOUT).json()["model_stats"][0]
+    return stats["inference_stats"]["fail"]["count"]
+
+
 def test_input_truncated_while_the_model_reads_it_fails_that_request(clean):
     """The race made certain: shm_identity truncates the object (request parameter
     `truncate`) after the request was admitted and before it reads its input in place;
@@ -181,8 +187,10 @@ def test_input_truncated_while_the_model_reads_it_fails_that_request(clean):
         reply = infer(server, "shm_identity", body)
         assert reply.status_code == 200, reply.text
         assert reply.json()["outputs"][0]["data"] == [1.0, 2.0, 3.0, 4.0]
+        failed_before = failures(server, "shm_identity")
         reply = infer(server, "shm_identity", {**body, "parameters": {"truncate": source.key}})
         assert (reply.status_code, reply.json()) == (400, {"error": truncated_in_use("ri")})
+        assert failures(server, "shm_identity") == failed_before + 1
         # The next request is refused before it runs (the object has 0 bytes now).
         reply = infer(server, "shm_identity", body)
         assert (reply.status_code, reply.json()) == (
@@ -234,8 +242,10 @@ def test_ensemble_output_truncated_before_the_frontend_writes_it(clean):
         reply = infer(server, "shm_ensemble", body)
         assert reply.status_code == 200, reply.text
         assert target.read(np.float32, [4]).tolist() == [5.0, 6.0, 7.0, 8.0]
+        failed_before = failures(server, "shm_ensemble")
         reply = infer(server, "shm_ensemble", {**body, "parameters": {"truncate": target.key}})
         assert (reply.status_code, reply.json()) == (400, {"error": truncated_in_use("eo")})
+        assert failures(server, "shm_ensemble") == failed_before + 1
         # The frontend's mapping holds the guard's zeros now: refused from then on, even
         # once the object is whole again, until the client registers it anew.
         os.truncate("/dev/shm" + target.key, REGION_BYTES)
