@@ -13,6 +13,8 @@ namespace {
 constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 constexpr size_t kPrefaceSize = 24;
 constexpr size_t kFrameHeaderSize = 9;
+// The opaque data of our keepalive PINGs: an ACK carrying it answers one of them.
+constexpr char kKeepalivePing[8] = {'n', 'a', 'i', 'a', 'd', 'k', 'a', 0};
 // We never raise SETTINGS_MAX_FRAME_SIZE: every frame we accept fits in 16 KiB + 9.
 constexpr uint32_t kOurMaxFrameSize = 16384;
 constexpr int64_t kMaxWindow = 0x7fffffff;
@@ -305,6 +307,12 @@ void GrpcConnection::reset(uint32_t stream_id, uint32_t code) {
   streams_.erase(it);
 }
 
+void GrpcConnection::ping() {
+  if (closed_) return;
+  write_frame(kPing, 0, 0, std::string_view(kKeepalivePing, 8));
+  ++pings_unacked_;
+}
+
 void GrpcConnection::shutdown() {
   if (closed_ || going_away_) return;
   going_away_ = true;
@@ -542,7 +550,11 @@ void GrpcConnection::on_frame(uint8_t type, uint8_t flags, uint32_t stream_id,
     case kPing:
       if (stream_id != 0) return connection_error(kProtocolError, "PING on a stream");
       if (payload.size() != 8) return connection_error(kFrameSizeError, "PING not 8 bytes");
-      if (!(flags & kAck)) write_frame(kPing, kAck, 0, payload);
+      if (!(flags & kAck)) {
+        write_frame(kPing, kAck, 0, payload);
+      } else if (pings_unacked_ > 0 && payload == std::string_view(kKeepalivePing, 8)) {
+        --pings_unacked_;
+      }
       return;
     case kGoaway:
       if (stream_id != 0) return connection_error(kProtocolError, "GOAWAY on a stream");

@@ -128,6 +128,10 @@ class GrpcConnection {
   // Graceful shutdown: GOAWAY(NO_ERROR) naming the last stream we accepted; calls
   // already open are still answered, new ones are ignored. done() once all are.
   void shutdown();
+  // A keepalive PING of ours (--grpc-keepalive-time); pings_unacked() counts it until
+  // the peer's ACK comes back.
+  void ping();
+  uint32_t pings_unacked() const { return pings_unacked_; }
 
   // Bytes to write to the peer, in order (moved out).
   std::string take_output();
@@ -217,6 +221,7 @@ class GrpcConnection {
   bool settings_seen_ = false;
   bool closed_ = false;
   bool going_away_ = false;
+  uint32_t pings_unacked_ = 0;  // our PINGs without an ACK yet
   std::string error_;
 
   // Peer settings (§6.5.2) that shape what we send.

@@ -231,7 +231,7 @@ def _model(repository: Path, name: str, batch: int, dims: int = 1) -> Path:
 @pytest.fixture(scope="module")
 def flagged(tmp_path_factory):
     """A server with Triton's flags: a custom config name, a load retry, a name, no CPU
-    metrics, no gRPC, the HTTP port reusable, and flags without effect here."""
+    metrics, keepalive PINGs, the HTTP port reusable, and flags without effect here."""
     repository = tmp_path_factory.mktemp("repo")
     custom = _model(repository, "custom", 8)
     (custom / "tried").touch()  # loads the first time
@@ -248,11 +248,13 @@ def flagged(tmp_path_factory):
             "--model-config-name=small",
             "--model-load-retry-count=1",
             "--allow-cpu-metrics=false",
-            "--allow-grpc=false",
             "--reuse-http-port=true",
             "--http-thread-count=4",
             "--cuda-memory-pool-byte-size=0:1024",
-            "--grpc-keepalive-time=1000",
+            "--grpc-http2-max-ping-strikes=3",
+            "--grpc-keepalive-time=100",
+            "--grpc-keepalive-timeout=500",
+            "--grpc-keepalive-permit-without-calls=true",
         ],
     )
     with server:
@@ -291,7 +293,7 @@ def test_flags_without_effect_are_logged(flagged):
     log = flagged.stderr_text()
     assert "--http-thread-count=4: accepted for Triton's command line; HTTP connections" in log
     assert "--cuda-memory-pool-byte-size=0:1024: accepted" in log
-    assert "--grpc-keepalive-time=1000: accepted" in log
+    assert "--grpc-http2-max-ping-strikes=3: accepted" in log
 
 
 def _refused(port: int) -> bool:
@@ -312,10 +314,67 @@ def _shares_port(port: int) -> bool:
         return True
 
 
-def test_allow_grpc_false_and_reuse_http_port(flagged):
-    assert _refused(flagged.grpc_port)
+def test_reuse_http_port(flagged):
     assert _shares_port(flagged.http_port)
     assert not _shares_port(flagged.metrics_port)  # no reuse flag for it
+
+
+def test_keepalive_pings(flagged):
+    """--grpc-keepalive-time=100 with --grpc-keepalive-permit-without-calls: PINGs on
+    an idle connection; one answered keeps it open, the next one unanswered past
+    --grpc-keepalive-timeout closes it."""
+    with socket.create_connection(("127.0.0.1", flagged.grpc_port)) as sock:
+        sock.settimeout(60)
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2_frame(0x4, 0, b""))
+        frames = _H2Frames(sock)
+        ping = frames.next_of(0x6)
+        assert ping is not None and not ping[0] & 0x1  # a PING, not an ACK
+        sock.sendall(_h2_frame(0x6, 0x1, ping[1]))  # its ACK
+        again = frames.next_of(0x6)
+        assert again is not None and again[1] == ping[1]
+        assert frames.next_of(0x6) is None  # not answered: closed, no third PING
+
+
+def _h2_frame(kind: int, flags: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + bytes(4) + payload
+
+
+class _H2Frames:
+    """The frames a raw HTTP/2 client socket reads."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buffer = b""
+
+    def next_of(self, kind: int):
+        """(flags, payload) of the next frame of `kind`; None once the server closed."""
+        while True:
+            while len(self.buffer) >= 9:
+                length = int.from_bytes(self.buffer[:3], "big")
+                if len(self.buffer) < 9 + length:
+                    break
+                frame = self.buffer[3], self.buffer[4], self.buffer[9 : 9 + length]
+                self.buffer = self.buffer[9 + length :]
+                if frame[0] == kind:
+                    return frame[1], frame[2]
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+
+
+def test_allow_grpc_false(tmp_path):
+    """--allow-grpc=false --allow-metrics=false: only HTTP listens."""
+    repository = tmp_path / "empty"
+    repository.mkdir()
+    server = NaiadServer(
+        repository,
+        log_dir=tmp_path / "log",
+        extra_args=["--allow-grpc=false", "--allow-metrics=false"],
+    )
+    with server:
+        assert requests.get(server.url + "/v2/health/ready", timeout=10).status_code == 200
+        assert _refused(server.grpc_port) and _refused(server.metrics_port)
 
 
 def _goaway_then_close(port: int) -> list[int]:

@@ -3221,6 +3221,8 @@ cdef extern from "grpc_connection.h" namespace "naiad::h2":
         cbool finish(uint32_t stream_id, int status, string_view message) except +
         void reset(uint32_t stream_id, uint32_t code) except +
         void shutdown() except +
+        void ping() except +
+        uint32_t pings_unacked()
         string take_output() except +
         void take_output_into "take_output"(string* out) except +
         cbool has_output()
@@ -3372,6 +3374,15 @@ cdef class GrpcConnection:
 
     def shutdown(self):
         self._conn.shutdown()
+
+    def ping(self):
+        """A keepalive PING (--grpc-keepalive-time); pings_unacked counts it until the
+        client's ACK."""
+        self._conn.ping()
+
+    @property
+    def pings_unacked(self):
+        return self._conn.pings_unacked()
 
     def take_output(self):
         if not self._conn.has_output():

@@ -121,6 +121,32 @@ def build_parser() -> argparse.ArgumentParser:
         "or deflate as the client accepts them (default none)",
     )
     serve.add_argument(
+        "--grpc-keepalive-time",
+        type=int,
+        default=None,
+        help="ms between the server's keepalive PINGs (default: none are sent; Triton's "
+        "default is 7200000)",
+    )
+    serve.add_argument(
+        "--grpc-keepalive-timeout",
+        type=int,
+        default=20000,
+        help="ms a keepalive PING's ACK may take before the connection is closed "
+        "(default 20000, as Triton)",
+    )
+    serve.add_argument(
+        "--grpc-keepalive-permit-without-calls",
+        type=_bool,
+        default=False,
+        help="keepalive PINGs also on connections with no call open (default false)",
+    )
+    serve.add_argument(
+        "--grpc-http2-max-pings-without-data",
+        type=int,
+        default=2,
+        help="keepalive PINGs in a row without call activity; 0: no limit (default 2)",
+    )
+    serve.add_argument(
         "--grpc-max-connection-age",
         type=int,
         default=None,

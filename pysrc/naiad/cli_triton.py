@@ -120,26 +120,6 @@ _NO_EFFECT = (
     ),
     # gRPC transport settings the front end does not implement (docs/flags.md).
     (
-        "--grpc-keepalive-time",
-        int,
-        "the server sends no keepalive pings; it answers the client's",
-    ),
-    (
-        "--grpc-keepalive-timeout",
-        int,
-        "the server sends no keepalive pings; it answers the client's",
-    ),
-    (
-        "--grpc-keepalive-permit-without-calls",
-        _bool,
-        "the server sends no keepalive pings; it answers the client's, with or without calls",
-    ),
-    (
-        "--grpc-http2-max-pings-without-data",
-        int,
-        "the server sends no pings",
-    ),
-    (
         "--grpc-http2-min-recv-ping-interval-without-data",
         int,
         "every client ping is answered; none counts as a ping strike",

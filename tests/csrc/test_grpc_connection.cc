@@ -618,3 +618,22 @@ TEST(h2_answers_compressed_at_a_level) {
     CHECK(inflated(payload.substr(5), level == 1 ? 31 : 15) == reply);
   }
 }
+
+// --grpc-keepalive-time: our PING is counted until the client's ACK of it; an ACK of
+// other data (not ours) leaves it counted.
+TEST(h2_keepalive_ping_counted_until_acked) {
+  Session s;
+  s.send(hello());
+  CHECK(s.conn.pings_unacked() == 0);
+  s.conn.ping();
+  s.flush();
+  const Frame* p = s.last(0x6);
+  CHECK(p && p->stream == 0 && !(p->flags & 1) && p->payload.size() == 8);
+  CHECK(s.conn.pings_unacked() == 1);
+  const std::string ours = p->payload;  // `frames` grows below: p may move
+  s.send(frame(0x6, 0x1, 0, "otherdat"));
+  CHECK(s.conn.pings_unacked() == 1);
+  s.send(frame(0x6, 0x1, 0, ours));
+  CHECK(s.conn.pings_unacked() == 0);
+  CHECK(!s.conn.closed());
+}

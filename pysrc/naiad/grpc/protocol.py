@@ -16,6 +16,7 @@ from collections import deque
 
 from naiad import _core
 from naiad.grpc import decoupled, status
+from naiad.grpc.keepalive import Keepalive
 from naiad.grpc.service import (
     MODEL_INFER,
     STREAM_INFER,
@@ -88,8 +89,14 @@ class GrpcProtocol(asyncio.Protocol):
         connections=None,
         max_age=(None, None),
         compression: int = 0,
+        keepalive: Keepalive | None = None,
     ):
         self.service = service
+        # --grpc-keepalive-*: our PINGs, and the timers that send them and wait for ACKs.
+        self._keepalive = keepalive
+        self._keepalive_timer = None
+        self._ack_timer = None
+        self._pings_without_data = 0
         # --grpc-max-connection-age and its grace, in ms (None: no limit): GOAWAY once
         # the connection is that old, then close it that much later with calls still open.
         self._max_age_ms, self._age_grace_ms = max_age
@@ -133,12 +140,17 @@ class GrpcProtocol(asyncio.Protocol):
             self.connections.add(self)
         if self._max_age_ms is not None:
             self._age_timer = self.loop.call_later(self._max_age_ms / 1000, self._aged)
+        if self._keepalive is not None:
+            self._keepalive_timer = self.loop.call_later(
+                self._keepalive.time_ms / 1000, self._send_keepalive
+            )
         self._flush()  # the server preface (our SETTINGS)
 
     def connection_lost(self, exc) -> None:
         self._closed = True
-        if self._age_timer is not None:
-            self._age_timer.cancel()
+        for timer in (self._age_timer, self._keepalive_timer, self._ack_timer):
+            if timer is not None:
+                timer.cancel()
         if self.connections is not None:
             self.connections.discard(self)
         for call in self.calls.values():
@@ -165,7 +177,10 @@ class GrpcProtocol(asyncio.Protocol):
             self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        for event in self.conn.receive(data):
+        events = self.conn.receive(data)
+        if events:
+            self._pings_without_data = 0  # calls are active
+        for event in events:
             kind = event[0]
             try:
                 if kind == _core.GRPC_MESSAGE:
@@ -213,6 +228,37 @@ class GrpcProtocol(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None and not self._closed:
             self.transport.close()
+
+    def _send_keepalive(self) -> None:
+        """--grpc-keepalive-time elapsed: a PING, when calls are open or
+        --grpc-keepalive-permit-without-calls allows it, and fewer than
+        --grpc-http2-max-pings-without-data went out since the last call activity (0:
+        no limit). Its ACK must come within --grpc-keepalive-timeout, else the connection
+        is closed."""
+        keepalive = self._keepalive
+        self._keepalive_timer = None
+        if self._closed:
+            return
+        limit = keepalive.max_pings_without_data
+        # One PING out at a time: its ACK timer is the one that counts.
+        if (
+            not self.conn.pings_unacked
+            and (self.calls or keepalive.permit_without_calls)
+            and (limit == 0 or self._pings_without_data < limit)
+        ):
+            self.conn.ping()
+            self._pings_without_data += 1
+            self._flush()
+            if self._ack_timer is not None:
+                self._ack_timer.cancel()
+            self._ack_timer = self.loop.call_later(keepalive.timeout_ms / 1000, self._check_ack)
+        self._keepalive_timer = self.loop.call_later(keepalive.time_ms / 1000, self._send_keepalive)
+
+    def _check_ack(self) -> None:
+        self._ack_timer = None
+        if not self._closed and self.conn.pings_unacked:
+            log.info("gRPC connection closed: keepalive PING not acknowledged in time")
+            self.close()
 
     def _aged(self) -> None:
         """--grpc-max-connection-age reached: GOAWAY (the client opens a new connection
