@@ -99,11 +99,13 @@ class RemoteRepository:
         objects = {
             info.key: info for info in self.store.list(name + "/") if _safe(name + "/" + info.key)
         }
+        # A new dict, not a change in place: the event loop reads the listing meanwhile.
+        models = {n: listed for n, listed in self.models.items() if n != name}
         if not objects:
-            self.models.pop(name, None)
+            self.models = models
             self.evict(name)
             return False
-        self.models[name] = objects
+        self.models = {**models, name: objects}
         folder = self.root / name
         have = self._fetched.setdefault(name, {})
         for key in sorted(set(have) - set(objects)):  # gone from the bucket
