@@ -487,3 +487,133 @@ def test_grpc_only_server(tmp_path_factory):
             proxy.close()
     finally:
         server.stop()
+
+
+def _full_command_line(tmp: Path, repository: Path) -> tuple[list[str], set[str]]:
+    """Every flag of the list at once, with values a Triton deployment could pass on a
+    host without a GPU, TLS, SageMaker or Vertex AI (those switches false); and the
+    flags left out, each for its reason."""
+    store = tmp / "store"  # --model-store: a second repository, empty
+    store.mkdir()
+    values = {
+        "--id": "triton",
+        "--exit-timeout-secs": "5",
+        "--log-verbose": "0",
+        "--log-info": "true",
+        "--log-warning": "true",
+        "--log-error": "true",
+        "--log-format": "ISO8601",
+        "--log-file": str(tmp / "server.log"),
+        "--model-store": str(store),
+        "--exit-on-error": "true",
+        "--disable-auto-complete-config": None,
+        "--strict-readiness": "true",
+        "--model-control-mode": "explicit",
+        "--repository-poll-secs": "15",
+        "--load-model": "add_sub",
+        "--model-config-name": "production",
+        "--model-load-thread-count": "2",
+        "--model-load-retry-count": "1",
+        "--model-namespacing": "false",
+        "--enable-peer-access": "true",
+        "--allow-http": "true",
+        "--http-address": "127.0.0.1",
+        "--reuse-http-port": "false",
+        "--http-header-forward-pattern": "x-forward-.*",
+        "--http-thread-count": "8",
+        "--http-restricted-api": "shared-memory:admin-key=secret",
+        "--allow-grpc": "true",
+        "--grpc-address": "127.0.0.1",
+        "--reuse-grpc-port": "false",
+        "--grpc-header-forward-pattern": "x-forward-.*",
+        "--grpc-infer-allocation-pool-size": "16",
+        "--grpc-use-ssl": "false",
+        "--grpc-use-ssl-mutual": "false",
+        "--grpc-server-cert": "/etc/tls/server.crt",
+        "--grpc-server-key": "/etc/tls/server.key",
+        "--grpc-root-cert": "/etc/tls/ca.crt",
+        "--grpc-infer-response-compression-level": "low",
+        "--grpc-keepalive-time": "7200000",
+        "--grpc-keepalive-timeout": "20000",
+        "--grpc-keepalive-permit-without-calls": "false",
+        "--grpc-http2-max-pings-without-data": "2",
+        "--grpc-http2-min-recv-ping-interval-without-data": "300000",
+        "--grpc-http2-max-ping-strikes": "2",
+        "--grpc-max-connection-age": "3600000",
+        "--grpc-max-connection-age-grace": "60000",
+        "--grpc-restricted-protocol": "shared-memory:admin-key=secret",
+        "--allow-sagemaker": "false",
+        "--sagemaker-port": "8080",
+        "--sagemaker-safe-port-range": "8081-8090",
+        "--sagemaker-thread-count": "8",
+        "--allow-vertex-ai": "false",
+        "--vertex-ai-port": "8080",
+        "--vertex-ai-thread-count": "8",
+        "--vertex-ai-default-model": "add_sub",
+        "--allow-metrics": "true",
+        "--allow-gpu-metrics": "true",
+        "--allow-cpu-metrics": "true",
+        "--metrics-address": "127.0.0.1",
+        "--metrics-interval-ms": "2000",
+        "--metrics-config": "summary_latencies=true",
+        "--trace-config": "rate=1000",
+        "--backend-directory": "/opt/tritonserver/backends",
+        "--backend-config": "onnxruntime,default-max-batch-size=4",
+        "--repoagent-directory": "/opt/tritonserver/repoagents",
+        "--cache-config": "local,size=1048576",
+        "--cache-directory": "/opt/tritonserver/caches",
+        "--rate-limit": "execution_count",
+        "--rate-limit-resource": "R1:4:0",
+        "--pinned-memory-pool-byte-size": "268435456",
+        "--cuda-memory-pool-byte-size": "0:67108864",
+        "--cuda-virtual-address-size": "0:1073741824",
+        "--min-supported-compute-capability": "6.0",
+        "--buffer-manager-thread-count": "0",
+        "--host-policy": "gpu0,numa-node=0",
+        "--model-load-gpu-limit": "0:0.9",
+        "--strict-model-config": "true",
+        "--trace-file": str(tmp / "trace.json"),
+        "--trace-level": "OFF",
+        "--trace-rate": "1000",
+        "--trace-count": "-1",
+        "--trace-log-frequency": "0",
+    }
+    left_out = {
+        "--help",  # prints the usage instead
+        "--response-cache-byte-size",  # refused with --cache-config, as by Triton
+        # given by the test harness:
+        "--model-repository",
+        "--http-port",
+        "--grpc-port",
+        "--metrics-port",
+    }
+    args = []
+    for flag, value in values.items():
+        args.append(flag if value is None else f"{flag}={value}")
+    return args, left_out
+
+
+def test_every_flag_at_once_starts_a_server(tmp_path):
+    """A command line with every tritonserver 2.51 flag starts naiad serve, which
+    serves the model with the meanings given (explicit load, the server's name, the
+    custom config name falling back to config.pbtxt) and logs each flag it takes without
+    effect."""
+    repository = make_repository(tmp_path / "repo", ["add_sub"])
+    args, left_out = _full_command_line(tmp_path, repository)
+    given = {arg.split("=", 1)[0] for arg in args}
+    assert given | left_out == {flag for flag, _ in _triton_flags()}
+    server = NaiadServer(repository, log_dir=tmp_path / "logs", extra_args=args)
+    with server:
+        assert requests.get(server.url + "/v2", timeout=10).json()["name"] == "triton"
+        body = {
+            "inputs": [
+                {"name": name, "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}
+                for name in ("INPUT0", "INPUT1")
+            ]
+        }
+        answer = requests.post(server.url + "/v2/models/add_sub/infer", json=body, timeout=30)
+        assert answer.status_code == 200
+        assert answer.json()["outputs"][0]["data"] == [2.0] * 16
+    log = (tmp_path / "server.log").read_text()
+    for flag in ("--http-thread-count=8", "--host-policy=gpu0,numa-node=0", "--grpc-root-cert"):
+        assert flag in log and "accepted for Triton's command line" in log
