@@ -74,8 +74,10 @@ class TritonPythonModel:
         ]
 """
 
-# Both servers compress their gRPC answers (--grpc-infer-response-compression-level).
-COMPRESSION = "--grpc-infer-response-compression-level=high"
+# Both servers compress their gRPC answers (--grpc-infer-response-compression-level)
+# and read add_sub's custom config configs/small.pbtxt (--model-config-name; echo has
+# none: its config.pbtxt).
+FLAGS = ["--grpc-infer-response-compression-level=high", "--model-config-name=small"]
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +86,17 @@ def servers(tmp_path_factory):
     (repository / "echo" / "1").mkdir(parents=True)
     (repository / "echo" / "config.pbtxt").write_text(ECHO_CONFIG)
     (repository / "echo" / "1" / "model.py").write_text(ECHO_MODEL)
-    with TritonPeer(repository, tmp_path_factory.mktemp("triton"), [COMPRESSION]) as triton:
+    (repository / MODEL / "configs").mkdir()
+    config = (repository / MODEL / "config.pbtxt").read_text()
+    small = config.replace("max_batch_size: 64", "max_batch_size: 8")
+    assert small != config
+    (repository / MODEL / "configs" / "small.pbtxt").write_text(small)
+    with TritonPeer(repository, tmp_path_factory.mktemp("triton"), FLAGS) as triton:
         triton.wait_ready([MODEL, "echo"])
         naiad = NaiadServer(
             repository,
             log_dir=tmp_path_factory.mktemp("naiad"),
-            extra_args=["--id=triton", COMPRESSION],
+            extra_args=["--id=triton", *FLAGS],
         )
         with naiad:
             yield triton, naiad
@@ -289,3 +296,16 @@ def test_answers_compressed_as_triton(servers):
         finally:
             recorder.listener.close()
     assert seen[0] and seen[1] == seen[0]
+
+
+def test_model_config_name_as_triton(servers):
+    batches = [
+        [
+            requests.get(f"{server.url}/v2/models/{name}/config", timeout=10).json()[
+                "max_batch_size"
+            ]
+            for name in (MODEL, "echo")
+        ]
+        for server in servers
+    ]
+    assert batches == [[8, 1], [8, 1]]
