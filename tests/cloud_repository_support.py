@@ -8,6 +8,7 @@ emulator) started as child processes of the test run and stopped by PID.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -93,6 +94,70 @@ def gcs_emulator(log_dir: Path) -> StorageServer:
         ["-m", "gcp_storage_emulator", "start", "--host", "{host}", "--port", "{port}", "-M"],
         log_dir,
     )
+
+
+BUCKET = "models"
+
+
+class S3:
+    """moto's S3 with one user whose keys sign every request after the set-up."""
+
+    def __init__(self, log_dir):
+        # Three unsigned actions: the user, its policy and its key.
+        self.server = moto_server(log_dir, unauthenticated_actions=3)
+        self.endpoint = self.server.endpoint
+        import boto3
+
+        iam = boto3.client(
+            "iam",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="setup",
+            aws_secret_access_key="setup",
+        )
+        iam.create_user(UserName="naiad")
+        iam.put_user_policy(
+            UserName="naiad",
+            PolicyName="s3",
+            PolicyDocument=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+                }
+            ),
+        )
+        key = iam.create_access_key(UserName="naiad")["AccessKey"]
+        self.key_id = key["AccessKeyId"]
+        self.secret = key["SecretAccessKey"]
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=self.key_id,
+            aws_secret_access_key=self.secret,
+        )
+        self.client.create_bucket(Bucket=BUCKET)
+
+    def url(self, prefix: str, bucket: str = BUCKET) -> str:
+        """Triton's path for another S3 service: s3://host:port/bucket/path."""
+        return f"s3://{self.endpoint.removeprefix('http://')}/{bucket}/{prefix}"
+
+    def upload(self, prefix: str, files: dict[str, bytes]) -> None:
+        for key, content in files.items():
+            self.client.put_object(Bucket=BUCKET, Key=f"{prefix}/{key}", Body=content)
+
+    def delete(self, prefix: str) -> None:
+        listed = self.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/")
+        for item in listed.get("Contents", ()):
+            self.client.delete_object(Bucket=BUCKET, Key=item["Key"])
+
+    def env(self) -> dict:
+        return {
+            "AWS_ACCESS_KEY_ID": self.key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "TRITON_CLOUD_CREDENTIAL_PATH": None,
+        }
 
 
 class CloudServer(NaiadServer):

@@ -3,7 +3,8 @@ on a free port, checking every request's signature against keys made through its
 
 Black-box: naiad serve is started with s3:// paths (Triton's s3://host:port/bucket/path
 form), models are uploaded with boto3, and the server is checked with tritonclient (HTTP
-and gRPC), the repository API and its cache folder (TRITON_AWS_MOUNT_DIRECTORY).
+here, gRPC in grpc_clients/test_cloud_repository_grpc.py), the repository API and its
+cache folder (TRITON_AWS_MOUNT_DIRECTORY).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import json
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from cloud_repository_support import (
+    BUCKET,
+    S3,
     CloudServer,
     add_sub_files,
     files_under,
-    moto_server,
     serve_fails,
     wait_until,
 )
@@ -37,69 +38,8 @@ from model_control_support import (
 )
 from server_harness import free_port
 
-boto3 = pytest.importorskip("boto3")
+pytest.importorskip("boto3")
 pytest.importorskip("moto")
-
-BUCKET = "models"
-
-
-class S3:
-    """moto's S3 with one user whose keys sign every request after the set-up."""
-
-    def __init__(self, log_dir):
-        # Three unsigned actions: the user, its policy and its key.
-        self.server = moto_server(log_dir, unauthenticated_actions=3)
-        self.endpoint = self.server.endpoint
-        iam = boto3.client(
-            "iam",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="setup",
-            aws_secret_access_key="setup",
-        )
-        iam.create_user(UserName="naiad")
-        iam.put_user_policy(
-            UserName="naiad",
-            PolicyName="s3",
-            PolicyDocument=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
-                }
-            ),
-        )
-        key = iam.create_access_key(UserName="naiad")["AccessKey"]
-        self.key_id = key["AccessKeyId"]
-        self.secret = key["SecretAccessKey"]
-        self.client = boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id=self.key_id,
-            aws_secret_access_key=self.secret,
-        )
-        self.client.create_bucket(Bucket=BUCKET)
-
-    def url(self, prefix: str, bucket: str = BUCKET) -> str:
-        """Triton's path for another S3 service: s3://host:port/bucket/path."""
-        return f"s3://{self.endpoint.removeprefix('http://')}/{bucket}/{prefix}"
-
-    def upload(self, prefix: str, files: dict[str, bytes]) -> None:
-        for key, content in files.items():
-            self.client.put_object(Bucket=BUCKET, Key=f"{prefix}/{key}", Body=content)
-
-    def delete(self, prefix: str) -> None:
-        listed = self.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/")
-        for item in listed.get("Contents", ()):
-            self.client.delete_object(Bucket=BUCKET, Key=item["Key"])
-
-    def env(self) -> dict:
-        return {
-            "AWS_ACCESS_KEY_ID": self.key_id,
-            "AWS_SECRET_ACCESS_KEY": self.secret,
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "TRITON_CLOUD_CREDENTIAL_PATH": None,
-        }
 
 
 @pytest.fixture(scope="module")
@@ -162,19 +102,15 @@ def explicit_server(s3, tmp_path_factory):
 
 
 def _add_sub_answers(server, model: str = "add_sub") -> list[np.ndarray]:
-    """OUTPUT0 of one request over HTTP and one over gRPC (INPUT0 = 3, INPUT1 = 1)."""
-    answers = []
-    for module, url in (
-        (httpclient, f"{server.host}:{server.http_port}"),
-        (grpcclient, f"{server.host}:{server.grpc_port}"),
-    ):
-        client = module.InferenceServerClient(url)
-        try:
-            result = client.infer(model, add_sub_client_inputs(module, 3.0))
-            answers.append(result.as_numpy("OUTPUT0"))
-        finally:
-            client.close()
-    return answers
+    """OUTPUT0 of a tritonclient HTTP request (INPUT0 = 3, INPUT1 = 1); gRPC's is in
+    grpc_clients/test_cloud_repository_grpc.py (tritonclient.grpc needs a pytest of its
+    own)."""
+    client = httpclient.InferenceServerClient(f"{server.host}:{server.http_port}")
+    try:
+        result = client.infer(model, add_sub_client_inputs(httpclient, 3.0))
+        return [result.as_numpy("OUTPUT0")]
+    finally:
+        client.close()
 
 
 def _ready_versions(server, name: str) -> list[str]:
