@@ -208,6 +208,24 @@ def test_input_truncated_while_the_model_reads_it_fails_that_request(clean):
         assert_serving(server)
 
 
+def test_an_answer_computed_from_a_truncated_input_fails_that_request(clean):
+    """As above, but the model answers a copy of what it read (the guard's zeros), not a
+    view of the region: the worker sees the fault before it posts."""
+    server = clean
+    data = np.arange(1, 5, dtype=np.float32)
+    with Region("race_copy", REGION_BYTES) as source:
+        source.write([data])
+        assert register(server, "rc", source.key, REGION_BYTES).status_code == 200
+        body = {"inputs": [shm_tensor("INPUT0", "rc", 16, [1, 4], "FP32")]}
+        reply = infer(server, "shm_identity", {**body, "parameters": {"copy": True}})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["outputs"][0]["data"] == [1.0, 2.0, 3.0, 4.0]
+        parameters = {"copy": True, "truncate": source.key}
+        reply = infer(server, "shm_identity", {**body, "parameters": parameters})
+        assert (reply.status_code, reply.json()) == (400, {"error": truncated_in_use("rc")})
+        assert_serving(server)
+
+
 def test_output_truncated_before_the_worker_writes_it_fails_that_request(clean):
     server = clean
     inline = {"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}

@@ -451,7 +451,7 @@ class Worker:
             shm_outputs.REGIONS.read.clear()
             placed.post(timings, done)
             return
-        read_in_place = bool(shm_outputs.REGIONS.read)
+        read_in_place = not shm_outputs.reads_settled(results)
         places = shm_outputs.active and any(_regions_of(metadata) for metadata, _slots in blocks)
         if read_in_place or places:
             responses = _wire_results(results)

@@ -236,11 +236,35 @@ def refuse_unreadable(arena, blocks: list, regions_of) -> dict:
     return refused
 
 
+def reads_settled(results: list) -> bool:
+    """Whether the batch's reads in place (REGIONS.read) need no check per request: no
+    region read took a fault, and no output of `results` (the backend's Responses) is a
+    view of one, so nothing reads a region after this. The common case: the model
+    computed new arrays, and the worker posts through respond_results (C++). Clears
+    REGIONS.read when so; else the worker calls refuse_truncated_reads."""
+    read = REGIONS.read
+    if not read:
+        return True
+    if any(_faulted(region_id) for region_id in read):
+        return False
+    views = [
+        np.frombuffer(REGIONS.maps[region_id][2], np.uint8)
+        for region_id in read
+        if region_id in REGIONS.maps
+    ]
+    for result in results:
+        for _name, array in getattr(result, "outputs", ()):
+            if type(array) is np.ndarray and any(np.may_share_memory(array, v) for v in views):
+                return False
+    read.clear()
+    return True
+
+
 def refuse_truncated_reads(blocks: list, responses: list, regions_of) -> list:
     """The batch's wire responses (one per request of `blocks`), with each request that
     read an input in place from a region truncated meanwhile answered with that error
     instead: what the model read there, or answered from there, is the guard's zeros.
-    The worker calls it, when REGIONS.read is not empty, before it posts them.
+    The worker calls it, when reads_settled says so, before it posts them.
 
     An output that is a view of such an input (an identity model's) is read only when
     the response is written: it is copied out first, so that any fault of that read is

@@ -2,7 +2,8 @@
 
 A request parameter `truncate` names a shm key whose object the model truncates to 0
 bytes before it reads its inputs: a client shrinking a region while the request runs,
-made certain (tests/test_shm_hostile.py).
+made certain (tests/test_shm_hostile.py); `copy` answers copies of the inputs rather
+than the inputs themselves (views of a region read in place).
 """
 
 import json
@@ -30,6 +31,9 @@ class TritonPythonModel:
             for in_name, out_name in self.names:
                 tensor = pb_utils.get_input_tensor_by_name(request, in_name)
                 if tensor is not None:
-                    outputs.append(pb_utils.Tensor(out_name, tensor.as_numpy()))
+                    array = tensor.as_numpy()
+                    if parameters.get("copy"):
+                        array = array.copy()
+                    outputs.append(pb_utils.Tensor(out_name, array))
             responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
         return responses
