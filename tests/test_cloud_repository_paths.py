@@ -96,3 +96,44 @@ def test_an_unreadable_credential_file_is_named(tmp_path, monkeypatch):
     assert str(caught.value).startswith(
         f"TRITON_CLOUD_CREDENTIAL_PATH '{path}' cannot be read as JSON: "
     )
+
+
+def test_the_mount_directory_must_be_a_folder_without_our_folder_in_use(tmp_path, monkeypatch):
+    pytest.importorskip("boto3")
+    from naiad.repository.remote_repository import RemoteRepository
+
+    monkeypatch.setenv("TRITON_AWS_MOUNT_DIRECTORY", str(tmp_path / "absent"))
+    with pytest.raises(CloudPathError) as caught:
+        RemoteRepository("s3://bucket/repo", 0)
+    assert str(caught.value) == (
+        f"model repository 's3://bucket/repo': TRITON_AWS_MOUNT_DIRECTORY "
+        f"'{tmp_path / 'absent'}' is not a folder"
+    )
+    (tmp_path / "repository-0").mkdir()
+    (tmp_path / "repository-0" / "left_over").write_text("")
+    monkeypatch.setenv("TRITON_AWS_MOUNT_DIRECTORY", str(tmp_path))
+    with pytest.raises(CloudPathError) as caught:
+        RemoteRepository("s3://bucket/repo", 0)
+    assert str(caught.value) == (
+        f"model repository 's3://bucket/repo': TRITON_AWS_MOUNT_DIRECTORY '{tmp_path}' holds "
+        "'repository-0' already (it must be empty, as Triton asks)"
+    )
+    # The next repository's folder is free: it is made, and closing removes it.
+    repository = RemoteRepository("s3://bucket/repo", 1)
+    assert (tmp_path / "repository-1").is_dir()
+    repository.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repository-0"]
+
+
+def test_a_missing_sdk_names_the_extra(monkeypatch):
+    import sys
+
+    from naiad.repository.remote_store import RepositoryUnreachable, open_store
+
+    monkeypatch.setitem(sys.modules, "google.cloud.storage", None)  # as if not installed
+    with pytest.raises(RepositoryUnreachable) as caught:
+        open_store(parse("gs://bucket/repo"))
+    assert str(caught.value).startswith(
+        "model repository 'gs://bucket/repo': gs:// repositories need the naiad[gcs] extra "
+        "(pip install 'naiad[gcs]'): "
+    )
