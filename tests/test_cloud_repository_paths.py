@@ -130,7 +130,12 @@ def test_a_missing_sdk_names_the_extra(monkeypatch):
 
     from naiad.repository.remote_store import RepositoryUnreachable, open_store
 
-    monkeypatch.setitem(sys.modules, "google.cloud.storage", None)  # as if not installed
+    # As if not installed: `from google.cloud import storage` finds neither the package's
+    # attribute (set once another test imported it) nor the module.
+    monkeypatch.setitem(sys.modules, "google.cloud.storage", None)
+    cloud = sys.modules.get("google.cloud")
+    if cloud is not None:
+        monkeypatch.delattr(cloud, "storage", raising=False)
     with pytest.raises(RepositoryUnreachable) as caught:
         open_store(parse("gs://bucket/repo"))
     assert str(caught.value).startswith(
