@@ -552,6 +552,7 @@ void GrpcConnection::on_frame(uint8_t type, uint8_t flags, uint32_t stream_id,
       if (payload.size() != 8) return connection_error(kFrameSizeError, "PING not 8 bytes");
       if (!(flags & kAck)) {
         write_frame(kPing, kAck, 0, payload);
+        ++pings_received_;
       } else if (pings_unacked_ > 0 && payload == std::string_view(kKeepalivePing, 8)) {
         --pings_unacked_;
       }

@@ -132,6 +132,11 @@ class GrpcConnection {
   // the peer's ACK comes back.
   void ping();
   uint32_t pings_unacked() const { return pings_unacked_; }
+  // PINGs the client sent (each answered with an ACK): the front end's ping policy
+  // (--grpc-http2-max-ping-strikes) counts them; too_many_pings() is its verdict, as
+  // gRPC core's: GOAWAY(ENHANCE_YOUR_CALM, "too_many_pings") and the connection closes.
+  uint64_t pings_received() const { return pings_received_; }
+  void too_many_pings() { connection_error(kEnhanceYourCalm, "too_many_pings"); }
 
   // Bytes to write to the peer, in order (moved out).
   std::string take_output();
@@ -221,7 +226,8 @@ class GrpcConnection {
   bool settings_seen_ = false;
   bool closed_ = false;
   bool going_away_ = false;
-  uint32_t pings_unacked_ = 0;  // our PINGs without an ACK yet
+  uint32_t pings_unacked_ = 0;   // our PINGs without an ACK yet
+  uint64_t pings_received_ = 0;  // the client's PINGs
   std::string error_;
 
   // Peer settings (§6.5.2) that shape what we send.

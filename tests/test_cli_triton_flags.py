@@ -231,7 +231,8 @@ def _model(repository: Path, name: str, batch: int, dims: int = 1) -> Path:
 @pytest.fixture(scope="module")
 def flagged(tmp_path_factory):
     """A server with Triton's flags: a custom config name, a load retry, a name, no CPU
-    metrics, keepalive PINGs, the HTTP port reusable, and flags without effect here."""
+    metrics, keepalive PINGs, a ping policy, the HTTP port reusable, and flags without
+    effect here."""
     repository = tmp_path_factory.mktemp("repo")
     custom = _model(repository, "custom", 8)
     (custom / "tried").touch()  # loads the first time
@@ -251,9 +252,10 @@ def flagged(tmp_path_factory):
             "--reuse-http-port=true",
             "--http-thread-count=4",
             "--cuda-memory-pool-byte-size=0:1024",
-            "--grpc-http2-max-ping-strikes=3",
+            "--grpc-infer-allocation-pool-size=16",
+            "--grpc-http2-max-ping-strikes=2",
             "--grpc-keepalive-time=100",
-            "--grpc-keepalive-timeout=500",
+            "--grpc-keepalive-timeout=3000",
             "--grpc-keepalive-permit-without-calls=true",
         ],
     )
@@ -293,7 +295,7 @@ def test_flags_without_effect_are_logged(flagged):
     log = flagged.stderr_text()
     assert "--http-thread-count=4: accepted for Triton's command line; HTTP connections" in log
     assert "--cuda-memory-pool-byte-size=0:1024: accepted" in log
-    assert "--grpc-http2-max-ping-strikes=3: accepted" in log
+    assert "--grpc-infer-allocation-pool-size=16: accepted" in log
 
 
 def _refused(port: int) -> bool:
@@ -335,6 +337,22 @@ def test_keepalive_pings(flagged):
         assert frames.next_of(0x6) is None  # not answered: closed, no third PING
 
 
+def test_too_many_pings(flagged):
+    """--grpc-http2-max-ping-strikes=2 (the interval: 300000 ms by default): a client
+    that PINGs four times in a row while the server sends nothing gets GOAWAY
+    ENHANCE_YOUR_CALM "too_many_pings" and is disconnected (the server's own keepalive
+    PINGs are answered meanwhile)."""
+    with socket.create_connection(("127.0.0.1", flagged.grpc_port)) as sock:
+        sock.settimeout(60)
+        pings = b"".join(_h2_frame(0x6, 0, b"client%02d" % i) for i in range(4))
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2_frame(0x4, 0, b"") + pings)
+        goaway = _H2Frames(sock, ack_pings=True).next_of(0x7)
+        assert goaway is not None
+        assert int.from_bytes(goaway[1][4:8], "big") == 0xB  # ENHANCE_YOUR_CALM
+        assert goaway[1][8:] == b"too_many_pings"
+        assert sock.recv(65536) == b""  # then closed
+
+
 def _h2_frame(kind: int, flags: int, payload: bytes) -> bytes:
     return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + bytes(4) + payload
 
@@ -342,9 +360,10 @@ def _h2_frame(kind: int, flags: int, payload: bytes) -> bytes:
 class _H2Frames:
     """The frames a raw HTTP/2 client socket reads."""
 
-    def __init__(self, sock):
+    def __init__(self, sock, ack_pings: bool = False):
         self.sock = sock
         self.buffer = b""
+        self.ack_pings = ack_pings  # answer the server's PINGs while reading
 
     def next_of(self, kind: int):
         """(flags, payload) of the next frame of `kind`; None once the server closed."""
@@ -357,6 +376,8 @@ class _H2Frames:
                 self.buffer = self.buffer[9 + length :]
                 if frame[0] == kind:
                     return frame[1], frame[2]
+                if self.ack_pings and frame[0] == 0x6 and not frame[1] & 0x1:
+                    self.sock.sendall(_h2_frame(0x6, 0x1, frame[2]))
             chunk = self.sock.recv(65536)
             if not chunk:
                 return None

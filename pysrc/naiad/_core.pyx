@@ -3223,6 +3223,8 @@ cdef extern from "grpc_connection.h" namespace "naiad::h2":
         void shutdown() except +
         void ping() except +
         uint32_t pings_unacked()
+        uint64_t pings_received()
+        void too_many_pings() except +
         string take_output() except +
         void take_output_into "take_output"(string* out) except +
         cbool has_output()
@@ -3383,6 +3385,15 @@ cdef class GrpcConnection:
     @property
     def pings_unacked(self):
         return self._conn.pings_unacked()
+
+    @property
+    def pings_received(self):
+        """The client's PINGs so far (the ping policy, --grpc-http2-max-ping-strikes)."""
+        return self._conn.pings_received()
+
+    def too_many_pings(self):
+        """GOAWAY(ENHANCE_YOUR_CALM, "too_many_pings"); the connection is closed."""
+        self._conn.too_many_pings()
 
     def take_output(self):
         if not self._conn.has_output():

@@ -147,6 +147,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="keepalive PINGs in a row without call activity; 0: no limit (default 2)",
     )
     serve.add_argument(
+        "--grpc-http2-min-recv-ping-interval-without-data",
+        type=int,
+        default=None,
+        help="ms a client must leave between PINGs while the server sends nothing, else "
+        "a strike (given, or with --grpc-http2-max-ping-strikes: policed, default 300000; "
+        "not given: every PING is answered)",
+    )
+    serve.add_argument(
+        "--grpc-http2-max-ping-strikes",
+        type=int,
+        default=None,
+        help="strikes after which a client gets GOAWAY too_many_pings; 0: no limit "
+        "(policed when given, default 2)",
+    )
+    serve.add_argument(
         "--grpc-max-connection-age",
         type=int,
         default=None,

@@ -118,17 +118,6 @@ _NO_EFFECT = (
         _DEVICE_FRACTION,
         "not enforced: GPU memory use is not checked before a model loads",
     ),
-    # gRPC transport settings the front end does not implement (docs/flags.md).
-    (
-        "--grpc-http2-min-recv-ping-interval-without-data",
-        int,
-        "every client ping is answered; none counts as a ping strike",
-    ),
-    (
-        "--grpc-http2-max-ping-strikes",
-        int,
-        "every client ping is answered; no GOAWAY is sent for pings",
-    ),
     # TLS settings, used by Triton only with --grpc-use-ssl (startup_error refuses that).
     (
         "--grpc-server-cert",

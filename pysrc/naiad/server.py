@@ -205,7 +205,7 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
     # gRPC listens before HTTP (as Triton starts them): once /v2/health/ready answers,
     # the gRPC port takes connections too.
     if options.allow_grpc:
-        from naiad.grpc.keepalive import keepalive_from
+        from naiad.grpc.keepalive import keepalive_from, ping_policy_from
         from naiad.grpc.server import start_grpc_server
 
         grpc_address = options.grpc_address or options.host
@@ -221,6 +221,7 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
                 max_connection_age_grace_ms=getattr(options, "grpc_max_connection_age_grace", None),
                 compression_level=getattr(options, "grpc_infer_response_compression_level", "none"),
                 keepalive=keepalive_from(options),
+                ping_policy=ping_policy_from(options),
             )
         )
         log.info("Started GRPCInferenceService at %s:%d", grpc_address, options.grpc_port)

@@ -637,3 +637,21 @@ TEST(h2_keepalive_ping_counted_until_acked) {
   CHECK(s.conn.pings_unacked() == 0);
   CHECK(!s.conn.closed());
 }
+
+// The ping policy's inputs and verdict: the client's PINGs are counted (and each
+// acknowledged); too_many_pings() is GOAWAY ENHANCE_YOUR_CALM "too_many_pings".
+TEST(h2_client_pings_counted_and_too_many_pings) {
+  Session s;
+  s.send(hello());
+  s.send(frame(0x6, 0, 0, "pingpong") + frame(0x6, 0, 0, "pingpang"));
+  CHECK(s.conn.pings_received() == 2);
+  CHECK(s.count(0x6) == 2);  // both acknowledged
+  s.send(frame(0x6, 0x1, 0, "notasked"));
+  CHECK(s.conn.pings_received() == 2);  // an ACK is no PING
+  s.conn.too_many_pings();
+  s.flush();
+  CHECK(s.conn.closed());
+  CHECK(s.goaway_code() == 0xb);
+  const Frame* g = s.last(0x7);
+  CHECK(g && g->payload.substr(8) == "too_many_pings");
+}

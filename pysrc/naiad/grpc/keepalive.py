@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Keepalive", "keepalive_from"]
+__all__ = ["Keepalive", "PingPolicy", "keepalive_from", "ping_policy_from"]
 
 
 @dataclass(frozen=True)
@@ -28,4 +28,39 @@ def keepalive_from(options) -> Keepalive | None:
         options.grpc_keepalive_timeout,
         options.grpc_keepalive_permit_without_calls,
         options.grpc_http2_max_pings_without_data,
+    )
+
+
+@dataclass(frozen=True)
+class PingPolicy:
+    """What the server allows of the client's PINGs, as gRPC core's ping abuse policy
+    (--grpc-http2-min-recv-ping-interval-without-data, --grpc-http2-max-ping-strikes):
+    a PING sooner than `min_interval_ms` after the previous one, while the server sent
+    no data or headers since, is a strike (with no call open and without
+    `permit_without_calls` the interval is two hours); past `max_strikes` (0: no limit)
+    the connection gets GOAWAY(ENHANCE_YOUR_CALM, "too_many_pings")."""
+
+    min_interval_ms: int = 300000
+    max_strikes: int = 2
+    permit_without_calls: bool = False
+
+
+# gRPC core's interval between a client's PINGs on a connection with no call open
+# (when the server does not permit keepalive without calls).
+IDLE_PING_INTERVAL_MS = 2 * 60 * 60 * 1000
+
+
+def ping_policy_from(options) -> PingPolicy | None:
+    """The naiad serve flags' ping policy: None (every PING answered, none counted)
+    unless --grpc-http2-min-recv-ping-interval-without-data or
+    --grpc-http2-max-ping-strikes is given; Triton's gRPC core enforces its defaults
+    (300000 ms, 2 strikes) always."""
+    interval = getattr(options, "grpc_http2_min_recv_ping_interval_without_data", None)
+    strikes = getattr(options, "grpc_http2_max_ping_strikes", None)
+    if interval is None and strikes is None:
+        return None
+    return PingPolicy(
+        PingPolicy.min_interval_ms if interval is None else interval,
+        PingPolicy.max_strikes if strikes is None else strikes,
+        options.grpc_keepalive_permit_without_calls,
     )

@@ -16,7 +16,7 @@ from collections import deque
 
 from naiad import _core
 from naiad.grpc import decoupled, status
-from naiad.grpc.keepalive import Keepalive
+from naiad.grpc.keepalive import IDLE_PING_INTERVAL_MS, Keepalive, PingPolicy
 from naiad.grpc.service import (
     MODEL_INFER,
     STREAM_INFER,
@@ -90,6 +90,7 @@ class GrpcProtocol(asyncio.Protocol):
         max_age=(None, None),
         compression: int = 0,
         keepalive: Keepalive | None = None,
+        ping_policy: PingPolicy | None = None,
     ):
         self.service = service
         # --grpc-keepalive-*: our PINGs, and the timers that send them and wait for ACKs.
@@ -97,6 +98,12 @@ class GrpcProtocol(asyncio.Protocol):
         self._keepalive_timer = None
         self._ack_timer = None
         self._pings_without_data = 0
+        # --grpc-http2-*-ping-*: the client's PINGs counted, the last one's time and
+        # the strikes since the server last sent data or headers.
+        self._ping_policy = ping_policy
+        self._pings_seen = 0
+        self._last_ping = None
+        self._ping_strikes = 0
         # --grpc-max-connection-age and its grace, in ms (None: no limit): GOAWAY once
         # the connection is that old, then close it that much later with calls still open.
         self._max_age_ms, self._age_grace_ms = max_age
@@ -180,6 +187,9 @@ class GrpcProtocol(asyncio.Protocol):
         events = self.conn.receive(data)
         if events:
             self._pings_without_data = 0  # calls are active
+        if self._ping_policy is not None and self.conn.pings_received != self._pings_seen:
+            if self._police_pings():
+                return
         for event in events:
             kind = event[0]
             try:
@@ -228,6 +238,29 @@ class GrpcProtocol(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None and not self._closed:
             self.transport.close()
+
+    def _police_pings(self) -> bool:
+        """The client's new PINGs against the ping policy; True when they were too many
+        (GOAWAY sent, the connection closing)."""
+        policy = self._ping_policy
+        now = self.loop.time()
+        interval_ms = (
+            policy.min_interval_ms
+            if self.calls or policy.permit_without_calls
+            else IDLE_PING_INTERVAL_MS
+        )
+        received = self.conn.pings_received
+        for _ in range(received - self._pings_seen):
+            if self._last_ping is not None and now < self._last_ping + interval_ms / 1000:
+                self._ping_strikes += 1
+            self._last_ping = now
+        self._pings_seen = received
+        if policy.max_strikes and self._ping_strikes > policy.max_strikes:
+            log.info("gRPC connection closed: too many PINGs from the client")
+            self.conn.too_many_pings()
+            self._flush()
+            return True
+        return False
 
     def _send_keepalive(self) -> None:
         """--grpc-keepalive-time elapsed: a PING, when calls are open or
@@ -455,6 +488,8 @@ class GrpcProtocol(asyncio.Protocol):
         self._finish(stream, code, message)
 
     def _finish(self, stream: int, code: int, message: str) -> None:
+        self._last_ping = None  # gRPC core's ping policy starts over: we send headers
+        self._ping_strikes = 0
         call = self.calls.pop(stream, None)
         if call is not None and call.timer is not None:
             call.timer.cancel()

@@ -6,7 +6,7 @@ import asyncio
 
 from naiad import _core
 from naiad.grpc.compression import COMPRESSION_LEVELS
-from naiad.grpc.keepalive import Keepalive
+from naiad.grpc.keepalive import Keepalive, PingPolicy
 from naiad.grpc.protocol import GrpcProtocol
 from naiad.grpc.service import Service
 
@@ -49,13 +49,15 @@ async def start_grpc_server(
     max_connection_age_grace_ms: int | None = None,
     compression_level: str = "none",
     keepalive: Keepalive | None = None,
+    ping_policy: PingPolicy | None = None,
 ) -> GrpcServer:
     """Serve GRPCInferenceService (and grpc.health.v1.Health/Check) for `manager`;
     `restrictions` and `forward`: --grpc-restricted-protocol and
     --grpc-header-forward-pattern (naiad/restrictions.py); `max_connection_age_ms` and
     its grace: --grpc-max-connection-age(-grace) (None: connections never age out);
     `compression_level`: --grpc-infer-response-compression-level (COMPRESSION_LEVELS);
-    `keepalive`: the server's keepalive PINGs (None: it sends none)."""
+    `keepalive`: the server's keepalive PINGs (None: it sends none); `ping_policy`: what
+    it allows of the client's PINGs (None: any number)."""
     loop = asyncio.get_running_loop()
     # Large messages reuse freed memory instead of faulting in fresh pages each time.
     _core.keep_large_blocks()
@@ -72,6 +74,7 @@ async def start_grpc_server(
             (max_connection_age_ms, max_connection_age_grace_ms),
             COMPRESSION_LEVELS.index(compression_level),
             keepalive,
+            ping_policy,
         )
 
     server = await loop.create_server(
