@@ -5,12 +5,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.naiad-installed
-CORE_SOURCES := $(wildcard csrc/*.cc csrc/*.h) pysrc/naiad/_core.pyx setup.py pyproject.toml \
+CORE_SOURCES := $(wildcard csrc/*/*.cc csrc/*/*.h) pysrc/naiad/_core.pyx setup.py pyproject.toml \
 	$(wildcard protos/*.proto) tools/gen_protos.py
 CXX ?= g++
 CXXFLAGS_TEST := -std=c++17 -g -O1 -Wall -Wextra -pthread -Icsrc -Itests/csrc
-CORE_TEST_SOURCES := $(wildcard csrc/*.cc tests/csrc/*.cc)
-# Libraries the core links (zlib: csrc/http_compress.cc), as setup.py's extension.
+CORE_TEST_SOURCES := $(wildcard csrc/*/*.cc tests/csrc/*.cc)
+# Libraries the core links (zlib: csrc/codec/http_compress.cc), as setup.py's extension.
 CORE_LIBS := -lz
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
@@ -38,12 +38,12 @@ serve: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/clang-format --dry-run --Werror csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h tests/fuzz/*.cc tests/fuzz/*.h perf/*.cc perf/*.h
+	$(VENV)/bin/clang-format --dry-run --Werror csrc/*/*.cc csrc/*/*.h tests/csrc/*.cc tests/csrc/*.h tests/fuzz/*.cc tests/fuzz/*.h perf/*.cc perf/*.h
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
-	$(VENV)/bin/clang-format -i csrc/*.cc csrc/*.h tests/csrc/*.cc tests/csrc/*.h tests/fuzz/*.cc tests/fuzz/*.h perf/*.cc perf/*.h
+	$(VENV)/bin/clang-format -i csrc/*/*.cc csrc/*/*.h tests/csrc/*.cc tests/csrc/*.h tests/fuzz/*.cc tests/fuzz/*.h perf/*.cc perf/*.h
 
 # The C++ unit tests, built three ways (plain, ASan/UBSan, TSan), one object per source
 # so that `make -j2` compiles two at a time (the test targets below ask for it).
@@ -54,7 +54,7 @@ TEST_CORE_FLAGS_tsan := -fsanitize=thread -Wno-tsan
 TEST_CORE_BIN_plain := build/test_core
 TEST_CORE_BIN_asan := build/test_core_asan
 TEST_CORE_BIN_tsan := build/test_core_tsan
-TEST_CORE_HEADERS := $(wildcard csrc/*.h tests/csrc/*.h)
+TEST_CORE_HEADERS := $(wildcard csrc/*/*.h tests/csrc/*.h)
 
 define test_core_build
 build/test_core_obj/$(1)/%.o: %.cc $$(TEST_CORE_HEADERS)
@@ -126,21 +126,21 @@ perf-check-test: $(STAMP) perf-tools
 	$(PERF_PY) -m pytest -p no:cacheprovider perf/tests -v
 
 # The core's own cost per request (issue 4's microbenchmark), single thread.
-build/core_bench: $(wildcard csrc/*.cc csrc/*.h) perf/core_bench.cc perf/bench_support.h
+build/core_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/core_bench.cc perf/bench_support.h
 	mkdir -p build
-	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf csrc/*.cc perf/core_bench.cc -o $@ $(CORE_LIBS)
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf csrc/*/*.cc perf/core_bench.cc -o $@ $(CORE_LIBS)
 
 # The infer fast lane's C++ cost per request, HTTP bytes in to HTTP bytes out.
-build/lane_bench: $(wildcard csrc/*.cc csrc/*.h) perf/lane_bench.cc perf/bench_support.h \
+build/lane_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/lane_bench.cc perf/bench_support.h \
 		tests/csrc/add_sub_model.h
 	mkdir -p build
-	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*.cc perf/lane_bench.cc -o $@ $(CORE_LIBS)
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*/*.cc perf/lane_bench.cc -o $@ $(CORE_LIBS)
 
 # A C++ I/O loop for lane connections, prototyped: CPU per request under wrk (issue 15).
-build/lane_io_bench: $(wildcard csrc/*.cc csrc/*.h) perf/lane_io_bench.cc perf/bench_support.h \
+build/lane_io_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/lane_io_bench.cc perf/bench_support.h \
 		tests/csrc/add_sub_model.h
 	mkdir -p build
-	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*.cc perf/lane_io_bench.cc -o $@ $(CORE_LIBS)
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*/*.cc perf/lane_io_bench.cc -o $@ $(CORE_LIBS)
 
 bench-core: build/core_bench build/lane_bench
 	build/core_bench 1

@@ -8,7 +8,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 ROOT = pathlib.Path(__file__).resolve().parent
-CORE_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").glob("*.cc"))
+CORE_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").glob("*/*.cc"))
 
 
 def _generate_protos():
@@ -34,7 +34,7 @@ def _extensions():
         # numpy's headers: pb_utils.Tensor's fields read arrays through numpy's C API.
         include_dirs=["csrc", numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_23_API_VERSION")],
-        libraries=["z"],  # zlib: compressed HTTP answers (csrc/http_compress.cc)
+        libraries=["z"],  # zlib: compressed HTTP answers (csrc/codec/http_compress.cc)
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden"],
     )

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core.h"
-#include "response_block.h"
-#include "worker_endpoint.h"
+#include "core/core.h"
+#include "ipc/response_block.h"
+#include "ipc/worker_endpoint.h"
 
 namespace naiad {
 

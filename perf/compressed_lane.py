@@ -1,6 +1,6 @@
 """What a compressed answer costs: the add_sub JSON scenario (JSON tensors in and out,
 wrk) with `Accept-Encoding: gzip` through the fast lane (the lane compresses in C++,
-csrc/http_compress.h), through the general path (`--fast-lane=false`: where every gzip
+csrc/codec/http_compress.h), through the general path (`--fast-lane=false`: where every gzip
 request went before the lane took them), and without compression through the lane, side
 by side in one run, alternating rounds.
 

@@ -12,8 +12,8 @@
 
 #include "add_sub_model.h"
 #include "bench_support.h"
-#include "http_framer.h"
-#include "response_block.h"
+#include "http1/http_framer.h"
+#include "ipc/response_block.h"
 
 using namespace naiad;
 

@@ -24,10 +24,10 @@
 
 #include "add_sub_model.h"
 #include "bench_support.h"
-#include "http_framer.h"
-#include "http_scan.h"
-#include "ipc_schema.h"
-#include "response_block.h"
+#include "http1/http_framer.h"
+#include "http1/http_scan.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/response_block.h"
 
 using namespace naiad;
 

@@ -1,13 +1,13 @@
-// The HTTP scanner's cost per request (csrc/http_scan.h) on perf_analyzer's add_sub
+// The HTTP scanner's cost per request (csrc/http1/http_scan.h) on perf_analyzer's add_sub
 // request, single thread: the work the lane does on every request's head before it
 // parses the body. Built against two versions of http_scan.cc it shows what a change
 // to the scanner costs (an Accept-Encoding check: see the README's Performance notes).
-// Run: c++ -std=c++17 -O2 -Icsrc csrc/http_scan.cc perf/scan_bench.cc -o build/scan_bench
+// Run: c++ -std=c++17 -O2 -Icsrc csrc/http1/http_scan.cc perf/scan_bench.cc -o build/scan_bench
 #include <chrono>
 #include <cstdio>
 #include <string>
 
-#include "http_scan.h"
+#include "http1/http_scan.h"
 
 int main(int argc, char** argv) {
   const std::string body(390, '\x01');

@@ -10,7 +10,7 @@ block (_core.encode_results_block, the C++ writer respond_results uses).
 CPU time of this thread (time.thread_time_ns), not wall time, so that a shared machine's
 other processes inflate it less; the best of --repeat runs of --iterations batches. The
 requests share one header and their inputs lie row after row in one batch-major tensor,
-as the core lays out a batch of identical requests (csrc/ipc_schema.h). It leaves out the
+as the core lays out a batch of identical requests (csrc/ipc/ipc_schema.h). It leaves out the
 ring, the wake-ups and the cold caches of a worker that shares a core with its frontend:
 perf/cost.py measures the whole worker. Each request names both outputs, as tritonclient,
 perf_analyzer and perf/wrk_load.py's binary body do; `--all-outputs`: requests that name

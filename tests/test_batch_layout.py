@@ -1,4 +1,4 @@
-"""The worker's view of a batch over the arena (csrc/ipc_schema.h through _core):
+"""The worker's view of a batch over the arena (csrc/ipc/ipc_schema.h through _core):
 per-request inputs are views into the batch-major [N, ...] tensors."""
 
 import os

@@ -6,7 +6,7 @@ outputs go device to device. cuda-python's runtime is the recorder of cuda_recor
 (the one seam, naiad.cuda_ipc._cudart); onnxruntime-gpu's IOBinding and OrtValues and
 TensorRT's execution context are fakes that record what is bound — the GPU libraries'
 objects only. BYTES inputs from CUDA regions are copied to the host and checked there by
-the validator's own check (csrc/request_validator.h check_bytes_input).
+the validator's own check (csrc/codec/request_validator.h check_bytes_input).
 
 Where a GPU exists, tests/test_cuda_shm.py runs the same paths for real."""
 

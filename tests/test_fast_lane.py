@@ -1,7 +1,7 @@
 """The infer fast lane answers exactly as the general path does.
 
 A request with binary inputs and binary outputs (what perf_analyzer and tritonclient
-send by default) is taken by the lane (csrc/http_framer.h, kserve_codec.h); the same
+send by default) is taken by the lane (csrc/http1/http_framer.h, kserve_codec.h); the same
 request sent to a server started with `--fast-lane=false` (conftest.py
 `paired_servers`) goes through the Python parser, the same validator and the Python
 encoder. Over raw keep-alive sockets, both must get the same response, byte for byte.
@@ -304,7 +304,7 @@ def test_pipelined_requests_mixing_lane_and_parser_are_answered_in_order(connect
 def test_requests_repeating_one_header_are_answered_from_their_own_data(connection):
     """A client sending one kind of request (the same JSON header each time, as
     perf_analyzer and tritonclient in a loop do) gets every answer from that request's own
-    inputs and id: the lane reads a repeated header from its memo (csrc/header_memo.h),
+    inputs and id: the lane reads a repeated header from its memo (csrc/http1/header_memo.h),
     pipelined or one by one, with other headers in between."""
     path, header, _, _ = add_sub_case(
         1, outputs=[binary_output("OUTPUT0"), binary_output("OUTPUT1")]

@@ -1,4 +1,4 @@
-"""The HTTP front end's C++ I/O loop (csrc/http_io.h, http/io_server.py), black-box.
+"""The HTTP front end's C++ I/O loop (csrc/http1/http_io.h, http/io_server.py), black-box.
 
 A real server, raw sockets and tritonclient: lane requests and the general path's on one
 connection answered in request order, a connection going back to the lane after the

@@ -27,7 +27,7 @@ PIPELINE_MODELS = REPO_ROOT / "tests" / "pipeline_models"
 DECOUPLED_MODELS = REPO_ROOT / "tests" / "decoupled_models"
 TIMEOUT = 30
 
-# The HTTP status of each error kind (csrc/error_status.h), for the in-process class.
+# The HTTP status of each error kind (csrc/codec/error_status.h), for the in-process class.
 _CLASS_OF_STATUS = {
     400: naiad.InvalidArgumentError,
     404: naiad.NotFoundError,

@@ -5,7 +5,7 @@ general path's, byte for byte.
 
 The same bytes go to a server with the lane and to one with `--fast-lane=false`
 (conftest.py `paired_servers`); the lane's counters say which way each request went.
-Both paths compress with the one compressor (csrc/http_compress.h, the general path
+Both paths compress with the one compressor (csrc/codec/http_compress.h, the general path
 through _core.compress_body); test_http_codec.py checks it against Python's zlib, whose
 bytes were checked against Triton 2.51's (tests/grpc_clients/test_http_surface_triton.py).
 """

@@ -88,7 +88,7 @@ def setup(tmp_path):
 
 
 def _write_result(manager, slot, outcomes, buffers=(), final=True) -> tuple[int, int]:
-    """Writes a response block (csrc/ipc_schema.h) into arena slot `slot`: outcome i is
+    """Writes a response block (csrc/ipc/ipc_schema.h) into arena slot `slot`: outcome i is
     request i's response, {"outputs": [[name, datatype, shape, nbytes], ...]} with its
     tensors next in `buffers`, or {"error": message, "code": TritonError code}. Returns
     its (offset, size)."""

@@ -1,4 +1,4 @@
-"""The rate limiter (--rate-limit=execution_count, csrc/rate_limiter.h) black-box: two
+"""The rate limiter (--rate-limit=execution_count, csrc/core/rate_limiter.h) black-box: two
 Python models sharing one resource of count 1 never execute at once under concurrent
 load, and do with --rate-limit=off; a model asking for more than --rate-limit-resource
 gives is refused at load with Triton 2.51's message, checked against the real Triton

@@ -1,6 +1,6 @@
 """naiad.validation: Triton's request checks, in Triton's order, with Triton's messages
 (recorded from a real Triton 2.51 for the same configs and requests), through the
-general path's entry point into the one C++ validator (csrc/request_validator.h)."""
+general path's entry point into the one C++ validator (csrc/codec/request_validator.h)."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from collections import namedtuple
 cnp.import_array()
 
 
-cdef extern from "arena.h" namespace "naiad":
+cdef extern from "ipc/arena.h" namespace "naiad":
     cdef cppclass ArenaStats:
         uint64_t bytes_in_use
         uint64_t blocks_in_use
@@ -52,7 +52,7 @@ cdef extern from "arena.h" namespace "naiad":
         int fd() nogil
 
 
-cdef extern from "channel.h" namespace "naiad":
+cdef extern from "ipc/channel.h" namespace "naiad":
     cdef enum class MessageKind(uint32_t):
         kBatch
         kStop
@@ -68,7 +68,7 @@ cdef extern from "channel.h" namespace "naiad":
         uint64_t size
 
 
-cdef extern from "dynamic_batcher.h" namespace "naiad":
+cdef extern from "core/dynamic_batcher.h" namespace "naiad":
     cdef enum class TimeoutAction(uint32_t):
         kReject
         kDelay
@@ -92,7 +92,7 @@ cdef extern from "dynamic_batcher.h" namespace "naiad":
         vector[cbool] level_has_policy
 
 
-cdef extern from "ipc_schema.h" namespace "naiad":
+cdef extern from "ipc/ipc_schema.h" namespace "naiad":
     uint32_t kRequestMagic
     uint32_t kControlMagic
 
@@ -151,7 +151,7 @@ cdef extern from "ipc_schema.h" namespace "naiad":
     cbool c_response_counts_as_failure "naiad::response_counts_as_failure"(uint32_t flags)
 
 
-cdef extern from "response_block.h" namespace "naiad":
+cdef extern from "ipc/response_block.h" namespace "naiad":
     cdef cppclass OutputBytes:
         const void* data
         uint64_t size
@@ -194,14 +194,14 @@ cdef extern from "response_block.h" namespace "naiad":
                               const uint64_t* timings) except +
 
 
-cdef extern from "input_regions.h" namespace "naiad":
+cdef extern from "core/input_regions.h" namespace "naiad":
     cdef enum class InputKind(uint32_t):
         kInline
         kSystemShm
         kCudaIpc
 
 
-cdef extern from "rate_limiter.h" namespace "naiad":
+cdef extern from "core/rate_limiter.h" namespace "naiad":
     cdef int32_t kEveryDevice
 
     cdef cppclass RateLimitResource:
@@ -224,7 +224,7 @@ cdef extern from "rate_limiter.h" namespace "naiad":
         vector[ServerResource] resources
 
 
-cdef extern from "core.h" namespace "naiad":
+cdef extern from "core/core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
     int32_t kCompletionModelGone
@@ -344,7 +344,7 @@ cdef extern from "core.h" namespace "naiad":
         void set_span_ids(cbool on)
 
 
-cdef extern from "sequence_batch_scheduler.h" namespace "naiad":
+cdef extern from "core/sequence_batch_scheduler.h" namespace "naiad":
     cdef cppclass SequenceConfig:
         cbool oldest
         uint32_t max_batch_size
@@ -371,7 +371,7 @@ cdef extern from *:
     uint64_t naiad_request_sequence(const uint8_t* base, uint64_t block) nogil
 
 
-cdef extern from "infer_types.h" namespace "naiad":
+cdef extern from "codec/infer_types.h" namespace "naiad":
     cdef cppclass InputSpec:
         string name
         string name_json
@@ -434,7 +434,7 @@ cdef extern from "infer_types.h" namespace "naiad":
     int http_status_of(ErrorKind kind)
 
 
-cdef extern from "ensemble_graph.h" namespace "naiad":
+cdef extern from "core/ensemble_graph.h" namespace "naiad":
     cdef cppclass EnsembleStep:
         ModelHandle model
         CModelSpec spec
@@ -445,7 +445,7 @@ cdef extern from "ensemble_graph.h" namespace "naiad":
 cdef extern from *:
     """
     #include <memory>
-    #include "ensemble_graph.h"
+    #include "core/ensemble_graph.h"
     static bool naiad_set_ensemble_graph(naiad::Core* core, naiad::ModelHandle model,
                                          const std::string& name,
                                          const std::vector<std::string>& outputs,
@@ -465,7 +465,7 @@ cdef extern from *:
                                    cbool decoupled) except +
 
 
-cdef extern from "error_status.h" namespace "naiad":
+cdef extern from "codec/error_status.h" namespace "naiad":
     cdef cppclass ErrorStatus:
         ErrorKind kind
         int http_status
@@ -474,7 +474,7 @@ cdef extern from "error_status.h" namespace "naiad":
     const ErrorStatus& error_status_of(ErrorKind kind)
 
 
-cdef extern from "request_validator.h" namespace "naiad":
+cdef extern from "codec/request_validator.h" namespace "naiad":
     cbool validate_request(const CModelSpec& model, ParsedRequest* request,
                            string* error) except + nogil
     string c_log_prefix "naiad::log_prefix"(string_view request_id) except +
@@ -484,13 +484,13 @@ cdef extern from "request_validator.h" namespace "naiad":
         string* error) except + nogil
 
 
-cdef extern from "kserve_json.h" namespace "naiad":
+cdef extern from "codec/kserve_json.h" namespace "naiad":
     # One C++ function (string_view), declared for both argument types Cython passes.
     string json_string_text(const string& text) except +
     string json_view_text "naiad::json_string_text"(string_view text) except +
 
 
-cdef extern from "request_block.h" namespace "naiad":
+cdef extern from "ipc/request_block.h" namespace "naiad":
     cdef cppclass RequestBlock:
         string metadata
         vector[InputSource] inputs
@@ -501,7 +501,7 @@ cdef extern from "request_block.h" namespace "naiad":
     string request_trace_state(string_view metadata) except +
 
 
-cdef extern from "response_cache.h" namespace "naiad":
+cdef extern from "core/response_cache.h" namespace "naiad":
     cdef cppclass CacheEntry:
         pass
 
@@ -531,7 +531,7 @@ cdef extern from "response_cache.h" namespace "naiad":
         CacheTotals totals()
 
 
-cdef extern from "kserve_codec.h" namespace "naiad":
+cdef extern from "codec/kserve_codec.h" namespace "naiad":
     cdef cppclass CachedAnswer:
         shared_ptr[const CacheEntry] entry
         InferResponse response
@@ -574,7 +574,7 @@ cdef extern from "kserve_codec.h" namespace "naiad":
         vector[pair[TensorActivity, string]] take_trace_tensors(uint64_t request_id)
 
 
-cdef extern from "trace_tensor.h" namespace "naiad":
+cdef extern from "codec/trace_tensor.h" namespace "naiad":
     cdef enum class TensorActivity "naiad::TensorActivity":
         kQueueInput
         kBackendOutput
@@ -584,7 +584,7 @@ cdef extern from "trace_tensor.h" namespace "naiad":
                              uint64_t size)
 
 
-cdef extern from "http_scan.h" namespace "naiad":
+cdef extern from "http1/http_scan.h" namespace "naiad":
     size_t incomplete_request_size(const char* data, size_t size, size_t max_body) nogil
     cdef enum class ResponseEncoding "naiad::ResponseEncoding":
         kIdentity
@@ -593,7 +593,7 @@ cdef extern from "http_scan.h" namespace "naiad":
     ResponseEncoding c_response_encoding "naiad::response_encoding"(string_view value) nogil
 
 
-cdef extern from "classification.h" namespace "naiad":
+cdef extern from "codec/classification.h" namespace "naiad":
     cdef cppclass Classification "naiad::Classification":
         string data
         vector[int64_t] shape
@@ -604,11 +604,11 @@ cdef extern from "classification.h" namespace "naiad":
     size_t kHttpMaxHead
     size_t kHttpMaxPipeline
 
-HTTP_MAX_HEAD = kHttpMaxHead  # csrc/http_scan.h
+HTTP_MAX_HEAD = kHttpMaxHead  # csrc/http1/http_scan.h
 HTTP_MAX_PIPELINE = kHttpMaxPipeline
 
 
-cdef extern from "http_compress.h" namespace "naiad":
+cdef extern from "codec/http_compress.h" namespace "naiad":
     string_view c_content_encoding_line "naiad::content_encoding_line"(
         ResponseEncoding encoding) nogil
     cbool c_compress_body "naiad::compress_body"(
@@ -616,7 +616,7 @@ cdef extern from "http_compress.h" namespace "naiad":
         string* out) except + nogil
 
 
-cdef extern from "http_framer.h" namespace "naiad":
+cdef extern from "http1/http_framer.h" namespace "naiad":
     cdef cppclass HttpResponseWriter:
         size_t size(const InferResponse& response) nogil
         void write(const InferResponse& response, char* out) nogil
@@ -644,7 +644,7 @@ cdef extern from "http_framer.h" namespace "naiad":
         void forget(uint64_t request_id) nogil
 
 
-cdef extern from "http_io.h" namespace "naiad":
+cdef extern from "http1/http_io.h" namespace "naiad":
     cdef enum class IoEventKind "naiad::HttpIo::EventKind"(uint8_t):
         kAccepted "naiad::HttpIo::EventKind::kAccepted"
         kData "naiad::HttpIo::EventKind::kData"
@@ -717,7 +717,7 @@ cdef extern from "http_io.h" namespace "naiad":
         void hand_over(uint64_t connection)
 
 
-cdef extern from "worker_endpoint.h" namespace "naiad":
+cdef extern from "ipc/worker_endpoint.h" namespace "naiad":
     cdef cppclass CWorkerEndpoint "naiad::WorkerEndpoint":
         CWorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd) except +
         BatchMessage next() nogil
@@ -759,11 +759,11 @@ CANCEL_DROPPED = 1
 CANCEL_FLAGGED = 2
 # Statistics of requests workers submitted (BLS, ensemble steps), nothing to answer: the
 # completion's request ids are [count, rows, queue ns, request ns, compute input ns,
-# compute infer ns, compute output ns, whole batch] (csrc/core.h RoutedStats).
+# compute infer ns, compute output ns, whole batch] (csrc/core/core.h RoutedStats).
 COMPLETION_ROUTED = kCompletionRouted
 # Statistics of workers' requests their called model refused from its queue (a BLS call
 # timed out or cancelled there): request_ids are (status, count, summed ns), instance_id
-# one of that model's instances (csrc/core.h kCompletionRoutedRefused).
+# one of that model's instances (csrc/core/core.h kCompletionRoutedRefused).
 COMPLETION_ROUTED_REFUSED = kCompletionRoutedRefused
 # A completion's instance id when no instance ran it; with COMPLETION_ROUTED, a worker's
 # request to an ensemble whose handle is the completion's batch id.
@@ -779,7 +779,7 @@ SUBMIT_ARENA_FULL = 1
 SUBMIT_QUEUE_FULL = 2
 SUBMIT_MODEL_GONE = 3
 SUBMIT_UNSUPPORTED_INPUT = 4
-# Refused by the sequence batcher (csrc/sequence_batch_scheduler.h), as Triton refuses.
+# Refused by the sequence batcher (csrc/core/sequence_batch_scheduler.h), as Triton refuses.
 SUBMIT_SEQUENCE_BATCH_SIZE = 5
 SUBMIT_NO_SEQUENCE_ID = 6
 SUBMIT_SEQUENCE_NOT_STARTED = 7
@@ -794,20 +794,20 @@ MESSAGE_CONTROL_REPLY = 5
 # without it a SUBMIT_* result (never queued).
 REFUSED_QUEUED = 0x100
 
-# Response flags (csrc/ipc_schema.h ResponseRecord.flags).
+# Response flags (csrc/ipc/ipc_schema.h ResponseRecord.flags).
 RESPONSE_FINAL = kResponseFinal
 RESPONSE_ERROR = kResponseError
 RESPONSE_MODEL_ERROR = kResponseModelError
 
 def response_counts_as_failure(uint32_t flags):
     """Whether the statistics count a final response with `flags` (RESPONSE_*) as a
-    failure: csrc/ipc_schema.h's one rule (an error the model sent is a success)."""
+    failure: csrc/ipc/ipc_schema.h's one rule (an error the model sent is a success)."""
     return c_response_counts_as_failure(flags)
 
 
 # How a lane answer counts (FastLane.complete, GrpcLane.complete): a failure, a success,
 # or an error response the model sent, which Triton 2.51 counts as a success
-# (csrc/ipc_schema.h response_counts_as_failure).
+# (csrc/ipc/ipc_schema.h response_counts_as_failure).
 cdef enum:
     _REPLY_FAILED = 0
     _REPLY_OK = 1
@@ -892,18 +892,18 @@ cdef ModelHandle _handle(uint64_t value):
     return handle
 
 
-cdef extern from "trace_tree.h" namespace "naiad":
+cdef extern from "core/trace_tree.h" namespace "naiad":
     vector[uint64_t] c_trace_tree_order "naiad::trace_tree_order"(const vector[uint64_t]& ids)
 
 
 def trace_tree_order(ids):
-    """The order Triton writes a trace tree's traces in (csrc/trace_tree.h); `ids` in
+    """The order Triton writes a trace tree's traces in (csrc/core/trace_tree.h); `ids` in
     the order the traces started."""
     cdef vector[uint64_t] started = ids
     return list(c_trace_tree_order(started))
 
 
-cdef extern from "trace_context.h" namespace "naiad":
+cdef extern from "core/trace_context.h" namespace "naiad":
     string trace_context_json(const SpanContext& span, string_view trace_state)
 
 
@@ -911,10 +911,10 @@ cdef extern from "trace_context.h" namespace "naiad":
 # and when it was queued (monotonic ns), and in trace mode opentelemetry the SpanIds of
 # its model span (else None).
 TraceTimes = namedtuple("TraceTimes", "request_start_ns queue_start_ns span")
-# A model span's ids, as its model was given them (csrc/trace_context.h): the 128-bit
+# A model span's ids, as its model was given them (csrc/core/trace_context.h): the 128-bit
 # trace id, the span id and the W3C trace-flags, ints.
 SpanIds = namedtuple("SpanIds", "trace_id span_id flags")
-# A finished child trace (csrc/core.h ChildTrace, Core.take_trace_children): the core's
+# A finished child trace (csrc/core/core.h ChildTrace, Core.take_trace_children): the core's
 # ids of the request and of its parent request, its model's core handle value, its
 # request id (JSON string text), its request start and queue start ns, its batch's
 # worker timings (compute start, input, infer, output ns: zeros for an ensemble), its
@@ -939,7 +939,7 @@ TENSOR_BACKEND_OUTPUT = tensor_activity_name(TensorActivity.kBackendOutput).deco
 
 
 def trace_tensor(str name, str datatype, shape, data):
-    """Triton's trace-file text of one tensor (csrc/trace_tensor.h), for the general
+    """Triton's trace-file text of one tensor (csrc/codec/trace_tensor.h), for the general
     path's traced requests at level TENSORS; `data` in wire layout."""
     cdef string out
     cdef vector[int64_t] dims = [int(d) for d in shape]
@@ -1012,7 +1012,7 @@ cdef class Core:
 
     def set_ensemble_graph(self, uint64_t model, str name, list outputs, list steps,
                            cbool decoupled=False):
-        """The graph ensemble `model` runs its requests by (csrc/ensemble_graph.h):
+        """The graph ensemble `model` runs its requests by (csrc/core/ensemble_graph.h):
         `steps` [(core handle, ModelSpec, [(model input, tensor)], [(model output,
         tensor)])], `outputs` the ensemble's output names in config order; `decoupled`:
         its requests stream a response per set of outputs. False when the handle is
@@ -1156,7 +1156,7 @@ cdef class Core:
         return sent
 
     def read_control_block(self, uint64_t offset, uint64_t size):
-        """(JSON bytes, [file bytes]) of a control block (csrc/ipc_schema.h
+        """(JSON bytes, [file bytes]) of a control block (csrc/ipc/ipc_schema.h
         ControlHeader) of `size` bytes at `offset`; None when its sizes do not add up."""
         cdef const uint8_t* base = self._core.arena().base() + offset
         cdef ControlHeader header
@@ -1190,7 +1190,7 @@ cdef class Core:
         self._core.arena().free(offset)
 
     def responses(self, uint64_t offset, uint64_t size):
-        """The response block (csrc/ipc_schema.h) a completion carries, as
+        """The response block (csrc/ipc/ipc_schema.h) a completion carries, as
         read_response_block reads it, or None when the block is not readable."""
         return read_response_block(self.arena, offset, size)
 
@@ -1225,7 +1225,7 @@ cdef class Core:
                           _span_ids(stamps.span))
 
     def take_trace_children(self, uint64_t root):
-        """The finished child traces of traced request `root` (csrc/core.h ChildTrace),
+        """The finished child traces of traced request `root` (csrc/core/core.h ChildTrace),
         once, as ChildTraceRecords (tracing/tracer.py)."""
         cdef vector[ChildTrace] children
         with nogil:
@@ -1242,7 +1242,7 @@ cdef class Core:
 
     def set_span_ids(self, bint on):
         """Trace mode opentelemetry: traced requests and their child traces get their
-        model spans' ids from the core (csrc/trace_context.h), which their models see
+        model spans' ids from the core (csrc/core/trace_context.h), which their models see
         as request.trace().get_context(). Set once, before serving."""
         self._core.set_span_ids(on)
 
@@ -1253,7 +1253,7 @@ cdef class Core:
 
 
 def read_response_block(buffer, uint64_t offset, uint64_t size):
-    """The response block (csrc/ipc_schema.h) at `offset` of `buffer` (the arena):
+    """The response block (csrc/ipc/ipc_schema.h) at `offset` of `buffer` (the arena):
     (timings, [(request_index, flags, error_code, json bytes, ((buffer offset, size) of
     each output, ...)), ...]), or None when the block is not readable (every offset and
     size is checked against it)."""
@@ -1285,7 +1285,7 @@ def read_response_block(buffer, uint64_t offset, uint64_t size):
 def response_started(buffer, uint64_t offset, uint64_t size):
     """When each response's request started (monotonic ns, in record order) for a block
     that answers requests that started apart (the core's answer to ensemble requests that
-    ended together, csrc/ipc_schema.h kResponseStartedEach): what a request's queue time
+    ended together, csrc/ipc/ipc_schema.h kResponseStartedEach): what a request's queue time
     counts up to instead of its completion's dispatch time. None for any other block."""
     cdef const uint8_t[::1] memory = buffer
     cdef uint64_t total = memory.shape[0]
@@ -1346,7 +1346,7 @@ def input_order_key(list indices):
     return c_input_order_key(c_indices.data(), c_indices.size())
 
 
-cdef extern from "byte_sink.h" namespace "naiad":
+cdef extern from "util/byte_sink.h" namespace "naiad":
     cdef cppclass StringSink:
         StringSink(string* out)
         void number(uint64_t value)
@@ -1976,9 +1976,9 @@ cdef tuple _request_view(const uint8_t* base, uint64_t offset, bytes previous=No
         for i in range(header.n_inputs)])
 
 
-# Error kinds (csrc/infer_types.h ErrorKind), the one table of their HTTP statuses and
-# gRPC codes (csrc/error_status.h), and the pb_utils.TritonError codes a worker reports
-# (csrc/kserve_codec.cc): the lanes and the general paths all answer through them.
+# Error kinds (csrc/codec/infer_types.h ErrorKind), the one table of their HTTP statuses and
+# gRPC codes (csrc/codec/error_status.h), and the pb_utils.TritonError codes a worker reports
+# (csrc/codec/kserve_codec.cc): the lanes and the general paths all answer through them.
 ERROR_UNKNOWN = 1
 ERROR_INTERNAL = 2
 ERROR_NOT_FOUND = 3
@@ -1995,7 +1995,7 @@ def http_status_of_kind(uint8_t kind):
 
 def grpc_code_of_kind(uint8_t kind):
     """Triton's gRPC status code for an error of `kind` (ERROR_*), from the same table
-    (csrc/error_status.h)."""
+    (csrc/codec/error_status.h)."""
     return error_status_of(<ErrorKind>kind).grpc_code
 
 
@@ -2006,7 +2006,7 @@ def error_kind_of_code(int64_t code):
 
 def http_request_size(data, size_t offset, size_t max_body):
     """The size of the plain HTTP request that starts at `offset` of received bytes when
-    its head has arrived and the rest of its body has not, else 0 (csrc/http_scan.h)."""
+    its head has arrived and the rest of its body has not, else 0 (csrc/http1/http_scan.h)."""
     cdef const uint8_t[::1] view = data
     if offset >= <size_t>view.shape[0]:
         return 0
@@ -2031,14 +2031,14 @@ cdef inline ResponseEncoding _encoding(int encoding) except *:
 
 def content_encoding_line(int encoding):
     """The Content-Encoding header line (bytes, with CRLF) of an answer compressed
-    with `encoding` (csrc/http_compress.h); b"" for identity."""
+    with `encoding` (csrc/codec/http_compress.h); b"" for identity."""
     return _view_bytes(c_content_encoding_line(_encoding(encoding)))
 
 
 def compress_body(parts, int encoding):
     """The body made of `parts` (bytes-like, in order) compressed with `encoding`
     (RESPONSE_GZIP or RESPONSE_DEFLATE) by the fast lane's compressor
-    (csrc/http_compress.h), as bytes; None when nothing is compressed (an empty body,
+    (csrc/codec/http_compress.h), as bytes; None when nothing is compressed (an empty body,
     or identity)."""
     cdef ResponseEncoding c_encoding = _encoding(encoding)
     cdef Py_ssize_t n = len(parts)
@@ -2067,14 +2067,14 @@ def compress_body(parts, int encoding):
 
 
 def response_encoding(str accept_encoding):
-    """The response encoding Triton picks for an Accept-Encoding value (csrc/http_scan.h):
+    """The response encoding Triton picks for an Accept-Encoding value (csrc/http1/http_scan.h):
     RESPONSE_IDENTITY, RESPONSE_GZIP or RESPONSE_DEFLATE."""
     cdef bytes value = accept_encoding.encode("latin-1", "replace")
     return <int>c_response_encoding(string_view(PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)))
 
 
 def classify(str datatype, data, list shape, cbool batching, uint64_t count, labels):
-    """Triton's classification of an output (csrc/classification.h): (BYTES tensor bytes,
+    """Triton's classification of an output (csrc/codec/classification.h): (BYTES tensor bytes,
     shape). `labels`: the output's label lines, as bytes. ValueError with Triton's
     message for a datatype without an order."""
     raw = memoryview(data).cast("B")
@@ -2100,7 +2100,7 @@ def log_prefix(str request_id):
 
 
 cdef class ModelSpec:
-    """A model version as the validator and the KServe codec see it (csrc/infer_types.h).
+    """A model version as the validator and the KServe codec see it (csrc/codec/infer_types.h).
 
     `inputs`: [(name, wire datatype, dims, element size (0: BYTES), optional,
     is_shape_tensor, shape_keyed)] in config order; `outputs`: output names."""
@@ -2130,7 +2130,7 @@ cdef class ModelSpec:
             self.spec.outputs_json.push_back(json_string_text(self.spec.outputs.back()))
 
     def validate(self, str request_id, list inputs, outputs):
-        """Runs the one validator (csrc/request_validator.h) over a request the Python
+        """Runs the one validator (csrc/codec/request_validator.h) over a request the Python
         general path parsed: `inputs` are InputTensor records (name, datatype, shape,
         wire-layout buffer) in request order, `outputs` the RequestedOutput records or
         None for all. Returns (batch_size, shape_key), or Triton's message (str) when
@@ -2148,7 +2148,7 @@ cdef class ModelSpec:
                bytes trace_state=None):
         """Validates a request the Python general path parsed (as `validate`), lays out
         its block for the worker with the lane's layout_request_block
-        (csrc/request_block.h) and queues it on `core`. `parameters`: the request
+        (csrc/ipc/request_block.h) and queues it on `core`. `parameters`: the request
         parameters as a JSON object. Returns (SUBMIT_* result, batch_size, block size),
         or Triton's message (str) when the request is invalid (nothing queued). The
         block size is what the request takes in the arena: its metadata and inputs.
@@ -2294,7 +2294,7 @@ cdef inline string_view _utf8_view(str text) except *:
 
 cdef class FastLane:
     """The infer fast lane over a Core: the HTTP/1.1 framer and the KServe codec
-    (csrc/framer.h, http_framer.h, kserve_codec.h).
+    (csrc/codec/framer.h, http_framer.h, kserve_codec.h).
 
     `take_http` and `submit_to` take HTTP infer requests the lane can handle and queue
     them; anything else goes the general way. `complete` turns the lane's requests in a
@@ -2324,7 +2324,7 @@ cdef class FastLane:
         model.response_cache = response_cache and self._cache != NULL
         return self._lane.codec().add_model(model)
 
-    # -- the response cache (csrc/response_cache.h), one for every path and model ---
+    # -- the response cache (csrc/core/response_cache.h), one for every path and model ---
     def enable_cache(self, uint64_t capacity):
         """Creates the response cache of `capacity` bytes (--cache-config local,size=N),
         before any model is added."""
@@ -2480,7 +2480,7 @@ cdef class FastLane:
     def complete(self, uint64_t offset, uint64_t size, list request_ids, uint64_t dispatch_ns,
                  uint64_t end_ns):
         """The lane's requests among a completed batch's `request_ids`, answered from
-        the response block (csrc/ipc_schema.h) at `offset`: (timings, [(request_id, status
+        the response block (csrc/ipc/ipc_schema.h) at `offset`: (timings, [(request_id, status
         (REPLY_*: how the statistics count it), batch_size, request_ns, queue_ns, http
         bytes)], finals), or None when the block
         could not be read. A request is answered by its final response; `finals` lists
@@ -2527,7 +2527,7 @@ cdef class FastLane:
     def set_trace_rate(self, uint32_t lane_model, uint32_t rate, uint32_t sampler=0):
         """Traces 1 in `rate` requests of the lane's model (0: none), counted with the
         other requests of models under the same `sampler` (their trace setting's:
-        csrc/kserve_codec.h set_trace_rate); a sampler not seen before counts from 0."""
+        csrc/codec/kserve_codec.h set_trace_rate); a sampler not seen before counts from 0."""
         self._lane.codec().set_trace_rate(lane_model, rate, sampler)
 
     def sample_trace(self, uint32_t lane_model):
@@ -2563,7 +2563,7 @@ cdef class FastLane:
         return self._lane.codec().in_flight_of(lane_model)
 
 
-# HttpIo events (csrc/http_io.h EventKind).
+# HttpIo events (csrc/http1/http_io.h EventKind).
 IO_ACCEPTED = <int>IoEventKind.kAccepted
 IO_DATA = <int>IoEventKind.kData
 IO_HAND_OVER = <int>IoEventKind.kHandOver
@@ -2591,7 +2591,7 @@ cdef class IoTurnResult:
 
 
 cdef class HttpIo:
-    """The HTTP front end's C++ I/O loop (csrc/http_io.h) over a FastLane and its Core:
+    """The HTTP front end's C++ I/O loop (csrc/http1/http_io.h) over a FastLane and its Core:
     its connections' plain infer requests are taken, answered and written in C++; the
     rest of each connection is handed to Python as events (http/io_server.py)."""
 
@@ -2765,7 +2765,7 @@ cdef class HttpIo:
 
 cdef str _trace_context(const uint8_t* base, uint64_t offset, const RequestHeader* request):
     """The trace context of a request traced in mode opentelemetry, with the client's
-    tracestate when its block carries one (csrc/trace_context.h)."""
+    tracestate when its block carries one (csrc/core/trace_context.h)."""
     cdef string_view metadata = string_view(
         <const char*>(base + offset + request_metadata_offset(request.n_inputs)),
         request.metadata_size)
@@ -2785,7 +2785,7 @@ cdef class WorkerEndpoint:
     # The same, for sequence_words() (which clears it: once per batch).
     cdef uint64_t _batch_desc
     # The trace contexts of that batch's requests traced in mode opentelemetry, by
-    # index in the batch (csrc/ipc_schema.h RequestHeader.span): None when it has none.
+    # index in the batch (csrc/ipc/ipc_schema.h RequestHeader.span): None when it has none.
     cdef readonly object trace_contexts
 
     def __cinit__(self, int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd):
@@ -2800,7 +2800,7 @@ cdef class WorkerEndpoint:
         tensors). A request is (metadata bytes, ((arena offset, size) of each input,
         ...)); `tensors` are the batch-major [N, ...] tensors, (arena offset, size) per
         input, that the requests' inputs lie in row after row (empty when the
-        requests' inputs differ, csrc/ipc_schema.h)."""
+        requests' inputs differ, csrc/ipc/ipc_schema.h)."""
         cdef BatchMessage message
         while True:
             with nogil:
@@ -2938,7 +2938,7 @@ cdef class WorkerEndpoint:
     def control(self, uint64_t tag, bytes json, list files):
         """Sends a model-control request named `tag` (pb_utils.load_model,
         unload_model): `json` and the bytes of `files` in a control block
-        (csrc/ipc_schema.h ControlHeader). Its answer comes back from wait() as
+        (csrc/ipc/ipc_schema.h ControlHeader). Its answer comes back from wait() as
         MESSAGE_CONTROL_REPLY. False when the arena has no room (nothing sent)."""
         cdef vector[string_view] views
         cdef bytes file
@@ -2960,7 +2960,7 @@ cdef class WorkerEndpoint:
 
     def sequence_words(self):
         """For each request of the batch next() returned last, what the sequence batcher
-        set in its block (csrc/ipc_schema.h RequestHeader.sequence): 0, or bit 63 with
+        set in its block (csrc/ipc/ipc_schema.h RequestHeader.sequence): 0, or bit 63 with
         the sequence's slot in bits 0-31 and START / END in bits 32 / 33. Once per
         batch: a second call (or one before any batch) returns []."""
         if self._batch_desc == 0:
@@ -2989,7 +2989,7 @@ cdef class WorkerEndpoint:
 
     def respond(self, uint64_t batch_id, list responses, list timings, bint batch_done):
         """Posts `responses` [(request_index, flags, error_code, json bytes, [output
-        buffers in wire layout])] in one response block (csrc/ipc_schema.h), the
+        buffers in wire layout])] in one response block (csrc/ipc/ipc_schema.h), the
         outputs copied in with the GIL released; `batch_done` also ends the batch.
         False when the arena has no room (nothing posted)."""
         cdef vector[ResponseEntry] entries
@@ -3000,7 +3000,7 @@ cdef class WorkerEndpoint:
             posted = self._endpoint.respond(batch_id, entries, c_timings, batch_done)
         return posted
 
-    # -- decoupled models: responses at any time, from any thread (csrc/channel.h
+    # -- decoupled models: responses at any time, from any thread (csrc/ipc/channel.h
     # kPostKeepOpen); posts are serialized in C++.
     def respond_open(self, uint64_t batch_id, list responses, list timings, bint batch_done,
                      bint keep_open):
@@ -3017,7 +3017,7 @@ cdef class WorkerEndpoint:
 
     def yield_to_frontend(self):
         """After a streamed response: gives up the CPU when the frontend has a wake-up
-        it has not taken yet (csrc/worker_endpoint.h); True when it did."""
+        it has not taken yet (csrc/ipc/worker_endpoint.h); True when it did."""
         cdef cbool yielded
         with nogil:
             yielded = self._endpoint.yield_to_frontend()
@@ -3059,7 +3059,7 @@ cdef class WorkerEndpoint:
 
     def reserve_response(self, uint64_t batch_id, list outputs, list rows):
         """A response block for the batch laid out before the model runs, so that the
-        model writes its outputs straight into it (csrc/response_block.h, output-major):
+        model writes its outputs straight into it (csrc/ipc/response_block.h, output-major):
         one final response per request, request i with `rows[i]` rows of every output;
         `outputs` [(name, wire datatype, row dims, bytes per row), ...] in response
         order. Output j of the whole batch is one [sum(rows), *row dims] run of bytes at
@@ -3159,7 +3159,7 @@ cdef class ReservedResponse:
             self._endpoint._endpoint.arena().free(self.offset)
 
 
-# --- gRPC over HTTP/2 (csrc/grpc_connection.h): one object per client connection ---
+# --- gRPC over HTTP/2 (csrc/http2/grpc_connection.h): one object per client connection ---
 
 # Trace mode opentelemetry: calls report their `traceparent` metadata (tracing/otel.py).
 cdef bint _read_traceparent = False
@@ -3169,7 +3169,7 @@ def read_grpc_traceparent(bint on):
     global _read_traceparent
     _read_traceparent = on
 
-cdef extern from "hpack.h" namespace "naiad::hpack":
+cdef extern from "http2/hpack.h" namespace "naiad::hpack":
     cdef cppclass HpackHeader "naiad::hpack::Header":
         string name
         string value
@@ -3188,7 +3188,7 @@ cdef object _traceparent(const vector[HpackHeader]& metadata):
     return None if traceparent is None else (traceparent, tracestate)
 
 
-cdef extern from "grpc_connection.h" namespace "naiad::h2":
+cdef extern from "http2/grpc_connection.h" namespace "naiad::h2":
     cdef enum class H2EventKind "naiad::h2::EventKind"(uint8_t):
         kCall
         kMessage
@@ -3432,7 +3432,7 @@ cdef class GrpcConnection:
         return self._conn.error().decode("utf-8", "replace")
 
 
-cdef extern from "grpc_lane.h" namespace "naiad":
+cdef extern from "http2/grpc_lane.h" namespace "naiad":
     cdef cppclass GrpcResponseWriter:
         size_t size(const InferResponse& response) nogil
         void write(const InferResponse& response, char* out) nogil
@@ -3459,7 +3459,7 @@ cdef extern from "grpc_lane.h" namespace "naiad":
 
 
 cdef class GrpcLane:
-    """The gRPC infer fast path (csrc/grpc_lane.h) over the HTTP lane's codec: the same
+    """The gRPC infer fast path (csrc/http2/grpc_lane.h) over the HTTP lane's codec: the same
     codec, validator and core, so both protocols share models and request ids."""
 
     cdef CGrpcLane* _lane
@@ -3643,11 +3643,11 @@ cdef class GrpcAnswer:
             sent = conn._conn.send_parts(stream_id, parts.data(), parts.size())
         return sent
 
-# --- shared-memory regions (csrc/shm_registry.h): Triton's system and CUDA shm ---
+# --- shared-memory regions (csrc/shm/shm_registry.h): Triton's system and CUDA shm ---
 
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
 
-cdef extern from "shm_registry.h" namespace "naiad":
+cdef extern from "shm/shm_registry.h" namespace "naiad":
     string truncated_in_use_message(string_view region_name) except +
     string output_too_small_message(string_view output_name, uint64_t region_size,
                                     uint64_t needed)
@@ -3710,12 +3710,12 @@ cdef extern from "shm_registry.h" namespace "naiad":
     uint64_t region_table_epoch_of(const RegionTable* table)
     uint64_t region_table_id(const RegionTable* table, uint64_t slot)
 
-cdef extern from "shm_fault_guard.h" namespace "naiad":
+cdef extern from "shm/shm_fault_guard.h" namespace "naiad":
     int shm_guard_watch(void* base, size_t length, cbool writable)
     void shm_guard_unwatch(int handle)
     uint64_t shm_guard_faults(int handle)
 
-cdef extern from "kserve_codec.h" namespace "naiad":
+cdef extern from "codec/kserve_codec.h" namespace "naiad":
     cdef cppclass KServeCodecShm "naiad::KServeCodec":
         void set_regions(CShmRegistry* regions)
 
@@ -3731,7 +3731,7 @@ cdef inline string_view _bytes_view(bytes data):
 
 
 cdef class ShmRegistry:
-    """The region registry of `core` (csrc/shm_registry.h); the core reads system-shm
+    """The region registry of `core` (csrc/shm/shm_registry.h); the core reads system-shm
     inputs through it. Methods return (error kind, message) on failure, None on success
     (errors.py turns kinds into exceptions)."""
 
@@ -3953,7 +3953,7 @@ cdef const RegionTable* _region_table_at(arena, uint64_t offset) except? NULL:
 
 def region_table(arena, uint64_t offset):
     """(epoch, set of live region ids) from the RegionTable at `offset` of `arena` (a
-    worker's view, csrc/shm_registry.h)."""
+    worker's view, csrc/shm/shm_registry.h)."""
     cdef const RegionTable* table = _region_table_at(arena, offset)
     if table == NULL:
         return 0, set()
@@ -3992,7 +3992,7 @@ def region_table_entry(arena, uint64_t offset, uint64_t region_id):
 
 
 def shm_guard_watch_mapping(mapping, bint writable):
-    """Watches a worker's mmap of a client's object (csrc/shm_fault_guard.h): a SIGBUS
+    """Watches a worker's mmap of a client's object (csrc/shm/shm_fault_guard.h): a SIGBUS
     in it (the client shrank the object) then costs zero pages, not the process. A
     handle for shm_guard_faults / shm_guard_unwatch (-1: not watched)."""
     cdef const uint8_t[::1] view = mapping
@@ -4020,7 +4020,7 @@ def region_table_epoch(arena, uint64_t offset):
 
 def check_bytes_input(str model_name, str request_id, str input_name, tuple shape,
                       bint batching, buffer, uint64_t offset, uint64_t size):
-    """The validator's BYTES check (csrc/request_validator.h check_bytes_input) over
+    """The validator's BYTES check (csrc/codec/request_validator.h check_bytes_input) over
     `size` bytes at `offset` of `buffer`: None, or Triton's message. For an input the
     worker copied to the host from a client's CUDA region."""
     cdef const uint8_t[::1] view = buffer
@@ -4041,7 +4041,7 @@ def check_bytes_input(str model_name, str request_id, str input_name, tuple shap
 
 def shm_truncated_message(str region_name):
     """The error of a request during which region `region_name` was truncated
-    (csrc/shm_registry.h truncated_in_use_message, the frontend's too)."""
+    (csrc/shm/shm_registry.h truncated_in_use_message, the frontend's too)."""
     cdef bytes name = region_name.encode()
     return truncated_in_use_message(
         string_view(PyBytes_AS_STRING(name), len(name))).decode("utf-8", "replace")
@@ -4049,7 +4049,7 @@ def shm_truncated_message(str region_name):
 
 def shm_output_too_small(str output_name, uint64_t region_size, uint64_t needed):
     """Triton's message when an output does not fit its shm region
-    (csrc/shm_registry.h output_too_small_message, the lanes' too)."""
+    (csrc/shm/shm_registry.h output_too_small_message, the lanes' too)."""
     cdef bytes name = output_name.encode()
     return output_too_small_message(string_view(PyBytes_AS_STRING(name), len(name)),
                                     region_size, needed).decode()

@@ -3,7 +3,7 @@
 `--cache-config <cache>,<setting>=<value>` (repeatable) and the deprecated
 `--response-cache-byte-size N` (the local cache of N bytes) turn the cache on;
 `--cache-directory` is accepted and not used: the local cache is built into the C++ core
-(csrc/response_cache.h), no library is loaded. Only the `local` cache exists here.
+(csrc/core/response_cache.h), no library is loaded. Only the `local` cache exists here.
 A model uses the cache with `response_cache { enable: true }` in its config.
 """
 

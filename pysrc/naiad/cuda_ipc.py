@@ -1,7 +1,7 @@
 """CUDA shared memory (Triton's cuda_shared_memory extension) through cuda-python.
 
 A client registers a `cudaIpcMemHandle_t` (64 bytes), the device it lives on and its
-byte size. The frontend keeps only that record (csrc/shm_registry.h); the worker that
+byte size. The frontend keeps only that record (csrc/shm/shm_registry.h); the worker that
 runs the request opens the handle (`cudaIpcOpenMemHandle`) once per region id, and
 tensors move as the model needs them:
   - a GPU model (a backend with `device_inputs`, on the region's device) reads an input
@@ -279,7 +279,7 @@ def _c_contiguous(shape: tuple, strides, itemsize: int) -> bool:
 def device_view(region_id, handle, device, offset, size, dtype, shape) -> DeviceArray:
     """Client device memory [offset, offset + size) as a DeviceArray of `dtype` and
     `shape`, read in place by a GPU model on `device` (no copy). The frontend checked the
-    range against the region and the tensor's byte size (csrc/shm_registry.h)."""
+    range against the region and the tensor's byte size (csrc/shm/shm_registry.h)."""
     array = DeviceArray(_pointer(region_id, handle, device) + offset, dtype, shape, device)
     if array.nbytes != size:
         raise ValueError(f"CUDA shared memory input of {size} bytes viewed as {array.nbytes} bytes")

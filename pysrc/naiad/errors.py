@@ -1,7 +1,7 @@
 """Errors that travel from any layer to a protocol front end.
 
-Each has an error kind (Triton's TRITONSERVER_Error_Code kinds, csrc/infer_types.h);
-its HTTP status and its gRPC code come from the core's one table (csrc/error_status.h),
+Each has an error kind (Triton's TRITONSERVER_Error_Code kinds, csrc/codec/infer_types.h);
+its HTTP status and its gRPC code come from the core's one table (csrc/codec/error_status.h),
 the one the infer fast lanes answer with.
 """
 
@@ -55,7 +55,7 @@ class Unsupported(NaiadError):
 
 
 class AlreadyExists(NaiadError):
-    # HTTP 400 as an invalid argument; gRPC keeps ALREADY_EXISTS (csrc/error_status.h).
+    # HTTP 400 as an invalid argument; gRPC keeps ALREADY_EXISTS (csrc/codec/error_status.h).
     kind = _core.ERROR_ALREADY_EXISTS
     http_status = _core.http_status_of_kind(kind)
 
@@ -77,5 +77,5 @@ def error_of_triton_code(code, message: str) -> NaiadError:
 
 
 def error_of_kind(kind: int, message: str) -> NaiadError:
-    """The error of an answer the core marked with error `kind` (csrc/infer_types.h)."""
+    """The error of an answer the core marked with error `kind` (csrc/codec/infer_types.h)."""
     return _ERROR_OF_KIND.get(kind, Internal)(message)

@@ -1,7 +1,7 @@
 """tritonserver's rate-limiter flags: --rate-limit and --rate-limit-resource.
 
 The policy itself (resources, priorities, which instance runs next) is the core's
-(csrc/rate_limiter.h); this module only reads the flags, with Triton's messages.
+(csrc/core/rate_limiter.h); this module only reads the flags, with Triton's messages.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 regions here, and both general paths resolve the tensors a request names by
 `shared_memory_region` / `shared_memory_offset` / `shared_memory_byte_size`.
 
-The registry itself is C++ (csrc/shm_registry.h, through _core.ShmRegistry): a system
+The registry itself is C++ (csrc/shm/shm_registry.h, through _core.ShmRegistry): a system
 region is opened and mapped once, at registration, after its checks; the core reads
 inputs from that mapping (one copy, into the batch). Outputs are written by the worker
 straight into the client's region: the request block tells it where
@@ -349,5 +349,5 @@ def write_returned_outputs(request, response) -> None:
 
 def output_too_small(output_name: str, region_size: int, needed: int) -> str:
     """Triton's message (HTTP 500, gRPC INTERNAL) when an output does not fit its region:
-    one text for the lanes and Python (csrc/shm_registry.h)."""
+    one text for the lanes and Python (csrc/shm/shm_registry.h)."""
     return _core.shm_output_too_small(output_name, region_size, needed)

@@ -462,7 +462,7 @@ class InferenceTrace:
     trace context, as Triton 2.51 gives it: in trace mode opentelemetry, for a traced
     request, its model span's W3C context as a JSON object string,
     '{"traceparent":"00-<trace id>-<span id>-<flags>"}' (the core draws the ids,
-    csrc/trace_context.h); None otherwise (mode triton, a request not traced)."""
+    csrc/core/trace_context.h); None otherwise (mode triton, a request not traced)."""
 
     def __init__(self, context=None):
         self._context = context or None

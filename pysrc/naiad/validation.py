@@ -1,6 +1,6 @@
 """Request validation for the Python general path: a thin call into the one validator.
 
-The checks, their order and Triton's messages live in C++ (csrc/request_validator.h),
+The checks, their order and Triton's messages live in C++ (csrc/codec/request_validator.h),
 where the infer fast lane runs them too. The general path parses what the C++ reader
 does not take yet (JSON tensor data, ...) into an `InferRequest`; `RequestValidator`
 hands its inputs to the same validator and raises its message as InvalidArgument.

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "infer_types.h"
+#include "codec/infer_types.h"
 
 namespace naiad {
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "dynamic_batcher.h"
+#include "core/dynamic_batcher.h"
 
 namespace naiad_testing {
 

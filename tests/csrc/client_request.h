@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core.h"
-#include "request_block.h"
-#include "request_validator.h"
+#include "codec/request_validator.h"
+#include "core/core.h"
+#include "ipc/request_block.h"
 #include "testing.h"
 
 namespace naiad {

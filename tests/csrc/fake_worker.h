@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "core.h"
-#include "ipc_schema.h"
-#include "worker_endpoint.h"
+#include "core/core.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/worker_endpoint.h"
 
 namespace naiad_testing {
 

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "grpc_connection.h"
-#include "hpack.h"
+#include "http2/grpc_connection.h"
+#include "http2/hpack.h"
 
 namespace h2test {
 

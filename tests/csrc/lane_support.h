@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "add_sub_model.h"
-#include "core.h"
-#include "http_framer.h"
-#include "ipc_schema.h"
-#include "kserve_json.h"
-#include "response_block.h"
-#include "response_cache.h"
+#include "codec/kserve_json.h"
+#include "core/core.h"
+#include "core/response_cache.h"
+#include "http1/http_framer.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/response_block.h"
 
 namespace naiad {
 

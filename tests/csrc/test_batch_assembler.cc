@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "batching_config.h"
-#include "core.h"
-#include "ipc_schema.h"
-#include "response_block.h"
+#include "core/core.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/response_block.h"
+#include "ipc/worker_endpoint.h"
 #include "testing.h"
-#include "worker_endpoint.h"
 
 using namespace naiad;
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "classification.h"
+#include "codec/classification.h"
 #include "testing.h"
 
 using naiad::Classification;

@@ -15,12 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include "arena.h"
-#include "core.h"
+#include "core/core.h"
 #include "fake_worker.h"
-#include "ipc_schema.h"
+#include "ipc/arena.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/worker_endpoint.h"
 #include "testing.h"
-#include "worker_endpoint.h"
 
 using namespace naiad;
 using namespace naiad_testing;

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dynamic_batcher.h"
+#include "core/dynamic_batcher.h"
 #include "testing.h"
 
 using namespace naiad;

@@ -12,15 +12,15 @@
 #include <vector>
 
 #include "client_request.h"
-#include "core.h"
-#include "ensemble_graph.h"
-#include "ipc_schema.h"
-#include "request_block.h"
-#include "request_validator.h"
-#include "response_block.h"
-#include "result_block.h"
+#include "codec/request_validator.h"
+#include "core/core.h"
+#include "core/ensemble_graph.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/request_block.h"
+#include "ipc/response_block.h"
+#include "ipc/result_block.h"
+#include "ipc/worker_endpoint.h"
 #include "testing.h"
-#include "worker_endpoint.h"
 
 using namespace naiad;
 

@@ -1,7 +1,7 @@
 // The error table (error_status.h): each kind's HTTP status and gRPC code as Triton
 // answers them, and http_status_of() reading the same table.
-#include "error_status.h"
-#include "grpc_wire.h"
+#include "codec/error_status.h"
+#include "http2/grpc_wire.h"
 #include "testing.h"
 
 using naiad::error_status_of;

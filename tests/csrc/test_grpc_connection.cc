@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "grpc_connection.h"
-#include "grpc_wire.h"
 #include "h2_client.h"
+#include "http2/grpc_connection.h"
+#include "http2/grpc_wire.h"
 #include "testing.h"
 
 using naiad::h2::ErrorCode;

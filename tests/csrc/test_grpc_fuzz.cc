@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "grpc_connection.h"
-#include "grpc_infer_message.h"
 #include "h2_client.h"
-#include "hpack.h"
+#include "http2/grpc_connection.h"
+#include "http2/grpc_infer_message.h"
+#include "http2/hpack.h"
 #include "testing.h"
 
 using namespace h2test;

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "grpc_infer_message.h"
+#include "http2/grpc_infer_message.h"
 #include "testing.h"
 
 using namespace naiad::grpc;

@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "add_sub_model.h"
-#include "core.h"
-#include "grpc_infer_message.h"
-#include "grpc_lane.h"
-#include "http_framer.h"
-#include "response_block.h"
+#include "core/core.h"
+#include "http1/http_framer.h"
+#include "http2/grpc_infer_message.h"
+#include "http2/grpc_lane.h"
+#include "ipc/response_block.h"
 #include "testing.h"
 
 using namespace naiad;

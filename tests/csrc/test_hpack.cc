@@ -2,7 +2,7 @@
 #include <string>
 #include <vector>
 
-#include "hpack.h"
+#include "http2/hpack.h"
 #include "testing.h"
 
 using naiad::hpack::Decoder;

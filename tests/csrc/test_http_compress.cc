@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "http_compress.h"
-#include "http_framer.h"
-#include "http_scan.h"
+#include "codec/http_compress.h"
+#include "core/response_cache.h"
+#include "http1/http_framer.h"
+#include "http1/http_scan.h"
 #include "lane_support.h"
-#include "response_cache.h"
 #include "testing.h"
 
 using namespace naiad;

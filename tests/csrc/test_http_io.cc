@@ -1,4 +1,4 @@
-// The HTTP front end's C++ I/O loop (csrc/http_io.h) over real TCP connections on
+// The HTTP front end's C++ I/O loop (csrc/http1/http_io.h) over real TCP connections on
 // 127.0.0.1: a core with add_sub and one instance, whose worker end the test plays
 // (it answers each batch with add_sub's response block), and clients that send bytes
 // and read answers. What Python would do with an event, the test does by hand.
@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "add_sub_model.h"
-#include "core.h"
-#include "http_framer.h"
-#include "http_io.h"
-#include "ipc_schema.h"
-#include "response_block.h"
+#include "core/core.h"
+#include "http1/http_framer.h"
+#include "http1/http_io.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/response_block.h"
+#include "ipc/worker_endpoint.h"
 #include "testing.h"
-#include "worker_endpoint.h"
 
 using namespace naiad;
 

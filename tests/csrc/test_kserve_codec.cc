@@ -10,19 +10,19 @@
 #include <vector>
 
 #include "add_sub_model.h"
-#include "core.h"
-#include "http_framer.h"
-#include "http_scan.h"
-#include "ipc_schema.h"
-#include "json_reader.h"
-#include "kserve_json.h"
+#include "codec/json_reader.h"
+#include "codec/kserve_json.h"
+#include "codec/request_validator.h"
+#include "core/core.h"
+#include "http1/http_framer.h"
+#include "http1/http_scan.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/request_block.h"
+#include "ipc/response_block.h"
+#include "ipc/worker_endpoint.h"
 #include "lane_support.h"
-#include "request_block.h"
-#include "request_validator.h"
-#include "response_block.h"
-#include "spare_nodes.h"
 #include "testing.h"
-#include "worker_endpoint.h"
+#include "util/spare_nodes.h"
 
 using namespace naiad;
 

@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "add_sub_model.h"
-#include "byte_sink.h"
-#include "http_framer.h"
-#include "json_reader.h"
-#include "kserve_json.h"
-#include "request_validator.h"
+#include "codec/json_reader.h"
+#include "codec/kserve_json.h"
+#include "codec/request_validator.h"
+#include "http1/http_framer.h"
 #include "testing.h"
+#include "util/byte_sink.h"
 
 using namespace naiad;
 

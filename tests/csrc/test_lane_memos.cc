@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "header_memo.h"
-#include "http_scan.h"
-#include "kserve_json.h"
+#include "codec/kserve_json.h"
+#include "http1/header_memo.h"
+#include "http1/http_scan.h"
 #include "lane_support.h"
 #include "testing.h"
 

@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "core.h"
+#include "core/core.h"
+#include "core/rate_limiter.h"
 #include "fake_worker.h"
-#include "rate_limiter.h"
 #include "testing.h"
 
 using namespace naiad;

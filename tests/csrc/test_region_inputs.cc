@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "batching_config.h"
-#include "core.h"
-#include "ipc_schema.h"
+#include "core/core.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/worker_endpoint.h"
 #include "testing.h"
-#include "worker_endpoint.h"
 
 using namespace naiad;
 

@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include "core.h"
+#include "core/core.h"
 #include "fake_worker.h"
+#include "ipc/worker_endpoint.h"
 #include "testing.h"
-#include "worker_endpoint.h"
 
 using namespace naiad;
 using namespace naiad_testing;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "add_sub_model.h"
-#include "request_validator.h"
+#include "codec/request_validator.h"
 #include "testing.h"
 
 using namespace naiad;

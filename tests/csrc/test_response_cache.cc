@@ -1,4 +1,4 @@
-// The response cache (csrc/response_cache.h): keys, LRU by bytes, eviction, dropping a
+// The response cache (csrc/core/response_cache.h): keys, LRU by bytes, eviction, dropping a
 // model's entries, counters, callers on several threads (TSan), and a hit answered by
 // the HTTP lane over the codec with the same bytes its miss got.
 #include <atomic>
@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "add_sub_model.h"
-#include "core.h"
-#include "http_framer.h"
-#include "kserve_json.h"
+#include "codec/kserve_json.h"
+#include "codec/request_validator.h"
+#include "core/core.h"
+#include "core/response_cache.h"
+#include "http1/http_framer.h"
+#include "ipc/response_block.h"
 #include "lane_support.h"
-#include "request_validator.h"
-#include "response_block.h"
-#include "response_cache.h"
 #include "testing.h"
 
 using namespace naiad;

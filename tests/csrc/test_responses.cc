@@ -12,11 +12,11 @@
 #include <thread>
 #include <vector>
 
-#include "core.h"
-#include "kserve_codec.h"
-#include "response_block.h"
+#include "codec/kserve_codec.h"
+#include "core/core.h"
+#include "ipc/response_block.h"
+#include "ipc/worker_endpoint.h"
 #include "testing.h"
-#include "worker_endpoint.h"
 
 using namespace naiad;
 

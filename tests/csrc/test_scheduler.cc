@@ -8,9 +8,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core.h"
+#include "core/core.h"
+#include "core/scheduler.h"
 #include "fake_worker.h"
-#include "scheduler.h"
 #include "testing.h"
 
 using namespace naiad;

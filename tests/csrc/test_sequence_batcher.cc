@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "core.h"
+#include "codec/kserve_json.h"
+#include "core/core.h"
+#include "core/sequence_batch_scheduler.h"
 #include "fake_worker.h"
-#include "ipc_schema.h"
-#include "kserve_json.h"
-#include "sequence_batch_scheduler.h"
+#include "ipc/ipc_schema.h"
 #include "testing.h"
 
 using namespace naiad;

@@ -1,4 +1,4 @@
-// Hostile shared-memory objects (csrc/shm_fault_guard.h, csrc/shm_registry.h): a
+// Hostile shared-memory objects (csrc/shm/shm_fault_guard.h, csrc/shm/shm_registry.h): a
 // mapping whose object the client truncates costs zero pages, not the process, on
 // several threads at once; the registry refuses such a region on the next resolve
 // (fstat) and for good once the guard absorbed a fault, and its writes fail; a fault
@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "shm_fault_guard.h"
-#include "shm_registry.h"
+#include "shm/shm_fault_guard.h"
+#include "shm/shm_registry.h"
 #include "testing.h"
 
 using namespace naiad;

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "add_sub_model.h"
-#include "http_framer.h"
-#include "kserve_json.h"
-#include "response_block.h"
-#include "shm_registry.h"
+#include "codec/kserve_json.h"
+#include "http1/http_framer.h"
+#include "ipc/response_block.h"
+#include "shm/shm_registry.h"
 #include "testing.h"
 
 using namespace naiad;

@@ -1,4 +1,4 @@
-// The shared-memory region registry (csrc/shm_registry.h): registration checks, bounds
+// The shared-memory region registry (csrc/shm/shm_registry.h): registration checks, bounds
 // on every resolve, unregister while referenced (deferred unmap), the workers' table,
 // no leaked mapping or fd, the core reading inputs through it, damaged inputs, and
 // threads racing register/resolve/release/unregister (TSan).
@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "core.h"
+#include "core/core.h"
 #include "fake_worker.h"
-#include "shm_registry.h"
+#include "shm/shm_registry.h"
 #include "testing.h"
 
 using namespace naiad;

@@ -7,15 +7,15 @@
 #include <vector>
 
 #include "add_sub_model.h"
-#include "core.h"
-#include "http_framer.h"
-#include "ipc_schema.h"
-#include "kserve_json.h"
-#include "request_block.h"
+#include "codec/kserve_json.h"
+#include "codec/trace_tensor.h"
+#include "core/core.h"
+#include "core/trace_context.h"
+#include "core/trace_tree.h"
+#include "http1/http_framer.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/request_block.h"
 #include "testing.h"
-#include "trace_context.h"
-#include "trace_tensor.h"
-#include "trace_tree.h"
 
 using namespace naiad;
 

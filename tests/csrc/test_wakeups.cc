@@ -19,9 +19,9 @@
 #include <string>
 #include <thread>
 
-#include "core.h"
+#include "core/core.h"
+#include "ipc/worker_endpoint.h"
 #include "testing.h"
-#include "worker_endpoint.h"
 
 using namespace naiad;
 

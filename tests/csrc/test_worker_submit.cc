@@ -9,13 +9,13 @@
 #include <thread>
 #include <vector>
 
-#include "channel.h"
-#include "core.h"
-#include "ipc_schema.h"
-#include "response_block.h"
-#include "sequence_batch_scheduler.h"
+#include "core/core.h"
+#include "core/sequence_batch_scheduler.h"
+#include "ipc/channel.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/response_block.h"
+#include "ipc/worker_endpoint.h"
 #include "testing.h"
-#include "worker_endpoint.h"
 
 using namespace naiad;
 

@@ -8,7 +8,7 @@ FUZZ_CXXFLAGS := -std=c++17 -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover
 	-pthread -Icsrc -Itests/csrc -Itests/fuzz
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.cc,%,$(wildcard tests/fuzz/fuzz_*.cc))
 FUZZ_TARGETS := $(addprefix build/fuzz/fuzz_,$(FUZZ_NAMES))
-FUZZ_CORE_OBJS := $(patsubst csrc/%.cc,build/fuzz/obj/%.o,$(wildcard csrc/*.cc))
+FUZZ_CORE_OBJS := $(patsubst csrc/%.cc,build/fuzz/obj/%.o,$(wildcard csrc/*/*.cc))
 # Seconds per target: the short run of `make test`, and the nightly one.
 FUZZ_SECONDS ?= 15
 FUZZ_NIGHTLY_SECONDS ?= 1800
@@ -22,8 +22,8 @@ fuzz-tools:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends clang \
 		libclang-rt-14-dev)
 
-build/fuzz/obj/%.o: csrc/%.cc $(wildcard csrc/*.h) | fuzz-tools
-	@mkdir -p build/fuzz/obj
+build/fuzz/obj/%.o: csrc/%.cc $(wildcard csrc/*/*.h) | fuzz-tools
+	@mkdir -p $(@D)
 	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer-no-link,$(FUZZ_SAN) -c $< -o $@
 
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.cc $(FUZZ_CORE_OBJS) $(wildcard tests/fuzz/*.h tests/csrc/*.h)

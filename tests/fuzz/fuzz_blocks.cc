@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "fuzz_support.h"
-#include "ipc_schema.h"
-#include "request_block.h"
-#include "response_block.h"
-#include "result_block.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/request_block.h"
+#include "ipc/response_block.h"
+#include "ipc/result_block.h"
 
 using namespace naiad;
 

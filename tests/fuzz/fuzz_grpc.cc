@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "error_status.h"
+#include "codec/error_status.h"
 #include "fuzz_support.h"
-#include "grpc_connection.h"
-#include "grpc_infer_message.h"
 #include "h2_client.h"
+#include "http2/grpc_connection.h"
+#include "http2/grpc_infer_message.h"
 
 using namespace naiad;
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fuzz_support.h"
-#include "http_scan.h"
+#include "http1/http_scan.h"
 
 using namespace naiad;
 using naiad::fuzz::check_http_response;

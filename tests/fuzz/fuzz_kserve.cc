@@ -12,9 +12,9 @@
 #include <cstring>
 #include <string>
 
+#include "codec/request_validator.h"
 #include "fuzz_support.h"
-#include "request_block.h"
-#include "request_validator.h"
+#include "ipc/request_block.h"
 
 using namespace naiad;
 

@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "grpc_lane.h"
-#include "json_reader.h"
+#include "codec/json_reader.h"
+#include "http2/grpc_lane.h"
 #include "lane_support.h"
 
 // The contract is broken: report where and stop (libFuzzer saves the input).

@@ -133,7 +133,7 @@ class Stream:
 
 def _settled(server) -> None:
     # 5 blocks at rest: the models' channels and the shm registry's region table
-    # (csrc/shm_registry.cc), as tests/test_decoupled.py counts them.
+    # (csrc/shm/shm_registry.cc), as tests/test_decoupled.py counts them.
     deadline = time.monotonic() + 5
     while True:
         arena = requests.get(f"{server.url}/v2/naiad/arena", timeout=TIMEOUT).json()

@@ -1,4 +1,4 @@
-"""ModelStreamInfer and large tensors on the C++ fast path (csrc/grpc_lane.h): streamed
+"""ModelStreamInfer and large tensors on the C++ fast path (csrc/http2/grpc_lane.h): streamed
 requests with raw contents are queued from the received message and answered with
 ModelStreamInferResponse bytes built in C++ from the result block, each with its request
 id; a failed one is answered with `error_message` (and its id) while the stream stays

@@ -12,11 +12,11 @@ SAN_CORES := $(foreach s,$(SAN_NAMES),build/sanitize/$(s)/_core.so)
 
 # One object per source, so that a sub-make builds them two at a time.
 define san_core
-build/sanitize/$(1)/obj/%.o: csrc/%.cc $(wildcard csrc/*.h)
+build/sanitize/$(1)/obj/%.o: csrc/%.cc $(wildcard csrc/*/*.h)
 	@mkdir -p $$(@D)
 	$$(CXX) $$(SAN_CXXFLAGS) $$(SAN_FLAGS_$(1)) -c $$< -o $$@
 
-build/sanitize/$(1)/obj/_core.o: $$(STAMP) $(wildcard csrc/*.h)
+build/sanitize/$(1)/obj/_core.o: $$(STAMP) $(wildcard csrc/*/*.h)
 	@mkdir -p $$(@D)
 	$$(CXX) $$(SAN_CXXFLAGS) $$(SAN_FLAGS_$(1)) \
 		-I"$$$$($$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
@@ -24,7 +24,7 @@ build/sanitize/$(1)/obj/_core.o: $$(STAMP) $(wildcard csrc/*.h)
 		-c pysrc/naiad/_core.cpp -o $$@
 
 build/sanitize/$(1)/_core.so: build/sanitize/$(1)/obj/_core.o \
-		$(patsubst csrc/%.cc,build/sanitize/$(1)/obj/%.o,$(wildcard csrc/*.cc))
+		$(patsubst csrc/%.cc,build/sanitize/$(1)/obj/%.o,$(wildcard csrc/*/*.cc))
 	$$(CXX) -shared $$(SAN_FLAGS_$(1)) $$^ -o $$@ $$(CORE_LIBS)
 endef
 $(foreach s,$(SAN_NAMES),$(eval $(call san_core,$(s))))

@@ -214,7 +214,7 @@ class RequestError:
     """A request's failure: the message the client gets and a Triton error code.
     `by_model`: the model itself answered with this error (a Python model's
     InferenceResponse(error=...)), which Triton 2.51 counts as a success in the
-    statistics (csrc/ipc_schema.h kResponseModelError)."""
+    statistics (csrc/ipc/ipc_schema.h kResponseModelError)."""
 
     __slots__ = ("message", "code", "by_model")
 

@@ -426,7 +426,7 @@ class GrpcProtocol(asyncio.Protocol):
         self._answer(stream, result)
 
     def _submit_fast(self, stream: int, message: bytes) -> bool:
-        """The C++ fast path (csrc/grpc_lane.h): raw contents, from message bytes to
+        """The C++ fast path (csrc/http2/grpc_lane.h): raw contents, from message bytes to
         response bytes without Python per tensor. False: the general path's."""
         self._track(1)
         request_id = self.service.manager.submit_grpc(

@@ -1,5 +1,5 @@
 """gRPC status codes, and the status of an exception: a NaiadError's error kind maps to
-its gRPC code through the core's one table (csrc/error_status.h, beside the HTTP
+its gRPC code through the core's one table (csrc/codec/error_status.h, beside the HTTP
 column), read through _core."""
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ _CONTENT_ENCODING = {
 
 def compress_body(parts: list, compression: int) -> tuple[list, bytes]:
     """A response body compressed as Accept-Encoding asked (_core.response_encoding) by
-    the fast lane's compressor (csrc/http_compress.h: zlib's default level as Triton,
+    the fast lane's compressor (csrc/codec/http_compress.h: zlib's default level as Triton,
     the same bytes): (parts, Content-Encoding header line). An empty body stays as it
     is, without the header (Triton's too)."""
     body = _core.compress_body(parts, compression)
@@ -510,7 +510,7 @@ def _raw_request(view: memoryview, model_name: str, model_version: str, config) 
 def classify(
     output: OutputTensor, count: int, batching: bool, labels: dict | None = None
 ) -> OutputTensor:
-    """Triton's classification extension (csrc/classification.h): the top `count`
+    """Triton's classification extension (csrc/codec/classification.h): the top `count`
     "value:index[:label]" strings per batch item, as a BYTES output."""
     lines = labels.get(output.name, ()) if labels else ()
     try:

@@ -1,4 +1,4 @@
-"""The HTTP front end over the C++ I/O loop (csrc/http_io.h, `_core.HttpIo`).
+"""The HTTP front end over the C++ I/O loop (csrc/http1/http_io.h, `_core.HttpIo`).
 
 C++ accepts and reads every connection and takes its plain infer requests to the lane,
 answers them and writes the answers, with no Python per request. What the lane does not

@@ -1,5 +1,5 @@
 """The label files of a model's outputs (`label_filename` in config.pbtxt), read once at
-load, for the classification extension (csrc/classification.h names each class with
+load, for the classification extension (csrc/codec/classification.h names each class with
 its line: the line at the class index, none when the line is empty or missing).
 
 A missing or unreadable file fails the load, as in Triton."""

@@ -1,7 +1,7 @@
 """Ensemble models (`platform: "ensemble"`) in the control plane: the graph check at load,
 the graph the core runs, and readiness that follows the composing models.
 
-Where the orchestration lives: in the C++ core (csrc/ensemble_scheduler.h). An ensemble
+Where the orchestration lives: in the C++ core (csrc/core/ensemble_scheduler.h). An ensemble
 has no worker; the core queues each step on its model's own scheduler (so steps batch
 with direct traffic), keeps intermediate tensors in the arena, and answers the request
 through the completion path the lanes read. This module resolves each step's model and

@@ -1152,7 +1152,7 @@ class ModelManager:
 
     def _answer_general(self, pendings, offset, size, dispatch_ns, end_ns):
         """Resolves the general path's requests of a batch from its response block
-        (csrc/ipc_schema.h, read through _core); returns the timings."""
+        (csrc/ipc/ipc_schema.h, read through _core); returns the timings."""
         read = _core.read_response_block(self.core.arena, offset, size)
         if read is None:
             raise ValueError(f"the response block at {offset} ({size} bytes) is not readable")

@@ -1,7 +1,7 @@
 """Sequence batching on the frontend's side: the request parameters that make a request
 part of a sequence (`sequence_id`, `sequence_start`, `sequence_end`, over HTTP and gRPC
 alike) and Triton's messages for the requests the core's sequence batcher
-(csrc/sequence_batch_scheduler.h) refuses."""
+(csrc/core/sequence_batch_scheduler.h) refuses."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from naiad import _core
 from naiad.errors import Internal, InvalidArgument, NaiadError
 
 _UINT64_MAX = (1 << 64) - 1
-START, END = 1, 2  # csrc/submit_request.h kSequenceFlagStart / kSequenceFlagEnd
+START, END = 1, 2  # csrc/core/submit_request.h kSequenceFlagStart / kSequenceFlagEnd
 # Triton's message (UNAVAILABLE) for the requests of a sequence that waited in the
 # backlog past a request's `timeout` (the core's kCompletionSequenceTimedOut).
 SEQUENCE_TIMEOUT = "timeout of the corresponding sequence has been expired"

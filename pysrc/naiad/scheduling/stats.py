@@ -2,7 +2,7 @@
 
 inference_stats count requests (each request carries its batch's compute times, as
 Triton does); batch_stats count executions per batch size. Response cache hits and
-misses are counted in C++ (csrc/response_cache.h, read through `cache_counters`) and
+misses are counted in C++ (csrc/core/response_cache.h, read through `cache_counters`) and
 folded in here, where the statistics and the metrics read them.
 """
 

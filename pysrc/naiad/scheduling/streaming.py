@@ -53,7 +53,7 @@ class StreamPending:
         self._call(None, exc, True)
 
     def deliver(self, flags: int, code, json: bytes, slots, arena, final: bool) -> None:
-        """One response record of a response block (csrc/ipc_schema.h), read out of the
+        """One response record of a response block (csrc/ipc/ipc_schema.h), read out of the
         arena at once (the block is freed after)."""
         outcome = orjson.loads(json)
         if code is not None:

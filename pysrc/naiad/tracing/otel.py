@@ -23,7 +23,7 @@ to the wall clock by the offset between the two clocks when the trace is exporte
 Triton moves its steady-clock readings.
 
 A model span is exported under the ids the core drew for it when it traced the request
-(csrc/trace_context.h, Trace.span), the ids its model was given as
+(csrc/core/trace_context.h, Trace.span), the ids its model was given as
 request.trace().get_context() while it ran: the SDK makes spans only here, at export,
 so its id generator hands those ids out (_PresetIds).
 """
@@ -80,7 +80,7 @@ def tracestate_text(value: str | None, exact: bool = False) -> str | None:
 
 def tracestate_literal(value: str | None) -> bytes | None:
     """tracestate_text of a request's tracestate as the JSON string literal its request
-    block carries to its models' trace contexts (csrc/trace_context.h), or None."""
+    block carries to its models' trace contexts (csrc/core/trace_context.h), or None."""
     text = tracestate_text(value)
     return None if text is None else orjson.dumps(text)
 

@@ -27,14 +27,14 @@ Child traces, as Triton 2.51 writes them: each step of a traced ensemble request
 each BLS call a traced request's model makes with trace=request.trace() is a trace of
 its own (its model, the request id it was sent with, parent_id: its parent's trace id;
 REQUEST_START, QUEUE_START, COMPUTE_* of its batch, REQUEST_END; an ensemble's own trace
-has no COMPUTE_*). The core records them (csrc/core.h ChildTrace) as they start, queue
+has no COMPUTE_*). The core records them (csrc/core/core.h ChildTrace) as they start, queue
 and finish; they are written with their root's trace, in Triton's order
-(csrc/trace_tree.h). At level TENSORS the core also keeps their tensors, as Triton
+(csrc/core/trace_tree.h). At level TENSORS the core also keeps their tensors, as Triton
 writes them for a child: its inputs as queued and its responses' outputs.
 
 At level TENSORS a trace also holds its request's input tensors (TENSOR_QUEUE_INPUT)
 and its response's outputs (TENSOR_BACKEND_OUTPUT), each as Triton's text for it
-(csrc/trace_tensor.h): the lanes' codec keeps them for its traced requests, the general
+(csrc/codec/trace_tensor.h): the lanes' codec keeps them for its traced requests, the general
 path makes them through _core.trace_tensor. Without TIMESTAMPS a trace is its tensor
 records alone, as in Triton.
 """

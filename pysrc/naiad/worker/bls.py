@@ -11,7 +11,7 @@ the worker receives batches on.
 
 While it waits, the worker keeps reading that ring (`Channel.pump`): responses go to
 the calls they answer, and a batch (the core gives an instance that waits for its own
-requests batches nested in the wait: csrc/core.h `takes_batch_locked`) runs at once,
+requests batches nested in the wait: csrc/core/core.h `takes_batch_locked`) runs at once,
 nested. So a model that calls itself, or whose caller's only instance is busy, or
 calls that nest, never deadlock.
 

@@ -4,8 +4,8 @@ A decoupled model (`model_transaction_policy { decoupled: true }`) answers each 
 with 0..N responses, the last one flagged final, during `execute` or after it returned,
 from the worker's thread or from threads of its own. The worker gives its backend one
 `BatchStream` per batch; the backend sends through it. Each response goes to the core at
-once in a response block of its own (csrc/ipc_schema.h), and when `execute` returns the
-batch ends with its requests kept open (csrc/channel.h kPostKeepOpen): the instance
+once in a response block of its own (csrc/ipc/ipc_schema.h), and when `execute` returns the
+batch ends with its requests kept open (csrc/ipc/channel.h kPostKeepOpen): the instance
 takes its next batch while the earlier requests keep streaming. The core keeps an open
 request's block (inputs, cancel flag) until its final response.
 
@@ -81,7 +81,7 @@ class BatchStream:
                     wire = (index, error_flags, 1, orjson.dumps({"error": message}), ())
         endpoint = self.endpoint
         if endpoint.respond_open(self.batch_id, [wire], _NO_TIMINGS, False, False):
-            # The frontend forwards it while the model goes on (csrc/worker_endpoint.h).
+            # The frontend forwards it while the model goes on (csrc/ipc/worker_endpoint.h).
             endpoint.yield_to_frontend()
         else:
             # No room in the arena for this response: the request ends with an error

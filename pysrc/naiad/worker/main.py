@@ -5,7 +5,7 @@ the backend the model's config names (naiad.backends) once, reports readiness on
 control pipe, then loops: wait for a batch (GIL released), view each input as a numpy
 array over the arena without copying (a backends.base.Batch: rows of the batch-major
 input tensors), let the backend execute it, post its outputs as a response block
-(csrc/ipc_schema.h, through WorkerEndpoint.respond) that also ends the batch.
+(csrc/ipc/ipc_schema.h, through WorkerEndpoint.respond) that also ends the batch.
 
 Launch contract (scheduling/instance.py): argv carries the descriptor numbers and
 the channel offset; stdin carries the JSON of Triton's initialize() args.
@@ -116,7 +116,7 @@ _INPUT_DTYPES = {
 
 
 class _Layout:
-    """A request's metadata (csrc/ipc_schema.h), parsed: the backend's view of it
+    """A request's metadata (csrc/ipc/ipc_schema.h), parsed: the backend's view of it
     (`header`) and the numpy dtype (None for BYTES) and shape of each input, in the
     metadata's order. Where the inputs' bytes are comes with each batch (the request
     block's slots)."""
@@ -187,7 +187,7 @@ def _same_layout_arrays(arena, layout: _Layout, count: int, blocks: list, tensor
     """The inputs of `count` requests that share one layout (a client sending the same
     request again and again): each numeric input's views cut from its batch-major
     tensor in one numpy call (each request's rows follow the previous one's,
-    csrc/ipc_schema.h), rather than one view per request and input; None when a
+    csrc/ipc/ipc_schema.h), rather than one view per request and input; None when a
     tensor is not in the arena (a client's shm region)."""
     columns = []
     for index, (dtype, shape) in enumerate(layout.placements):

@@ -1,7 +1,7 @@
 """The worker's side of sequence batching: what a sequence model sees beyond the
 client's inputs.
 
-The core's sequence batcher (csrc/sequence_batch_scheduler.h) keeps each sequence on one
+The core's sequence batcher (csrc/core/sequence_batch_scheduler.h) keeps each sequence on one
 slot of one instance and marks each request with its slot and START / END
 (`WorkerEndpoint.sequence_words`). `SequenceBackend` wraps the model's backend and
 adds, as Triton does:

@@ -3,7 +3,7 @@ client's region, outputs written straight into it, and CUDA inputs filled from t
 client's device memory.
 
 An input of a request that runs alone stays in the client's system region
-(csrc/batch_assembler.h): its slot names the region id and the offset in it
+(csrc/core/batch_assembler.h): its slot names the region id and the offset in it
 (`slot_buffer`), and the worker reads it through its own mapping of the region, found
 by id in the live-region table, no copy. The frontend keeps the id in the table until
 the request is answered, which is after the worker posted its response, so the
@@ -16,13 +16,13 @@ A request block names its regions under `regions` (naiad/shm.py, `block_regions`
 For a system region `where` is the frontend's `/proc/<pid>/fd/<fd>` of the object: the
 worker maps the registered range once per region id, the first time a request uses it
 (the client may have unlinked the key since), and keeps the mapping until the frontend
-drops the id from the live-region table in the arena (csrc/shm_registry.h,
+drops the id from the live-region table in the arena (csrc/shm/shm_registry.h,
 RegionTable): a thread looks at the table's epoch every second, and each batch does
 before it writes. The frontend keeps an id in the table while a request uses it, so a
 write never meets an unmapped region.
 
 A client may truncate its object while a request reads or writes it here: the SIGBUS
-guard (csrc/shm_fault_guard.h) swaps the mapping for zero pages and counts a fault. The
+guard (csrc/shm/shm_fault_guard.h) swaps the mapping for zero pages and counts a fault. The
 request whose bytes those were fails with the region named (HTTP 400, gRPC
 INVALID_ARGUMENT), the others in its batch are answered: an output write checks the
 count after it copies (`place_response`), and the regions read in place during a batch
@@ -69,7 +69,7 @@ class _Regions:
     def __init__(self):
         self.lock = threading.Lock()
         # id -> (mmap, its view of the region's bytes, the same read-only, its handle in
-        # the SIGBUS guard, csrc/shm_fault_guard.h)
+        # the SIGBUS guard, csrc/shm/shm_fault_guard.h)
         self.maps: dict[int, tuple[mmap.mmap, memoryview, memoryview, int]] = {}
         # Mappings of dead regions that a model's arrays still export: closed later.
         self.retired: list[tuple[mmap.mmap, memoryview, memoryview, int]] = []
@@ -205,7 +205,7 @@ REGIONS = _Regions()
 def truncated_message(regions: dict | None, region_id: int) -> str:
     """The error of a request during which region `region_id` was truncated, naming it
     as the client registered it (`names` of its block's `regions`): the frontend's text
-    (csrc/shm_registry.h truncated_in_use_message)."""
+    (csrc/shm/shm_registry.h truncated_in_use_message)."""
     name = ((regions or {}).get("names") or {}).get(str(region_id))
     return _core.shm_truncated_message(name if name is not None else f"#{region_id}")
 
@@ -308,7 +308,7 @@ def slot_buffer(arena, slot: tuple) -> tuple:
     """(buffer, offset, size) of an input slot as WorkerEndpoint.next gives it: bytes
     in the arena (offset, size), or in a client's system-shm region, read in place
     (offset in the region, size, region id: a request that ran alone; the core checked
-    the range against the region at submit, csrc/shm_registry.h)."""
+    the range against the region at submit, csrc/shm/shm_registry.h)."""
     if len(slot) == 2:
         return arena, slot[0], slot[1]
     offset, size, region_id = slot

@@ -1,0 +1,1579 @@
+#include "core/core.h"
+
+#include <errno.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "core/dynamic_batch_scheduler.h"
+#include "ipc/ipc_schema.h"
+#include "ipc/request_block.h"
+#include "ipc/response_block.h"
+#include "util/scratch_array.h"
+
+namespace naiad {
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+Core::Core(uint64_t arena_bytes, Clock clock, bool timer_thread)
+    : clock_(clock ? std::move(clock) : Clock(monotonic_ns)),
+      arena_(Arena::create(arena_bytes)),
+      assembler_(arena_) {
+  notify_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (notify_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  if (timer_thread) {
+    timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+    if (timer_fd_ < 0) {
+      const int error = errno;
+      ::close(notify_fd_);
+      throw std::runtime_error(std::string("timerfd_create: ") + std::strerror(error));
+    }
+    timer_ = std::thread([this] { timer_loop(); });
+  }
+}
+
+Core::~Core() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    if (timer_fd_ >= 0) {
+      // Due at once: the thread's read returns and it sees stopping_.
+      itimerspec now{};
+      now.it_value.tv_nsec = 1;
+      timerfd_settime(timer_fd_, 0, &now, nullptr);
+    }
+  }
+  if (timer_.joinable()) timer_.join();
+  if (timer_fd_ >= 0) ::close(timer_fd_);
+  for (auto& entry : instances_) {
+    if (entry.second.wake_fd >= 0) ::close(entry.second.wake_fd);
+  }
+  if (notify_fd_ >= 0) ::close(notify_fd_);
+}
+
+// --- the registry ---
+
+ModelHandle Core::add_model(std::unique_ptr<Scheduler> scheduler) {
+  auto model = std::make_unique<Model>();
+  model->scheduler = std::move(scheduler);
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(models_.size());
+    models_.emplace_back();
+  }
+  const uint32_t max_rows = model->scheduler->max_batch_rows();
+  models_[slot].model = std::move(model);
+  const ModelHandle handle = ModelHandle::of(slot, models_[slot].generation);
+  // Batching models stage their inputs batch-major; the others need no slab. Keyed by
+  // the handle's value, so a later model in this slot never sees this one's slabs.
+  assembler_.add_model(handle.value, max_rows);
+  return handle;
+}
+
+ModelHandle Core::add_model(const BatcherConfig& config) {
+  return add_model(std::make_unique<DynamicBatchScheduler>(config));
+}
+
+void Core::set_batch_tensors(ModelHandle handle, bool batch_tensors) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Model* model = find_locked(handle);
+  if (model != nullptr) model->batch_tensors = batch_tensors;
+}
+
+ModelHandle Core::add_ensemble() {
+  const ModelHandle handle = add_model(std::make_unique<EnsembleQueue>());
+  std::lock_guard<std::mutex> lock(mutex_);
+  find_locked(handle)->ensemble = true;
+  return handle;
+}
+
+bool Core::set_ensemble_graph(ModelHandle handle, std::shared_ptr<const EnsembleGraph> graph) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Model* model = find_locked(handle);
+  if (model == nullptr || !model->ensemble) return false;
+  ensembles_.set_graph(handle.value, std::move(graph));
+  return true;
+}
+
+Core::Model* Core::find_locked(ModelHandle handle) {
+  uint32_t slot = handle.slot();
+  if (slot >= models_.size()) return nullptr;
+  ModelSlot& entry = models_[slot];
+  return entry.generation == handle.generation() ? entry.model.get() : nullptr;
+}
+
+Core::Instance* Core::find_instance_locked(uint32_t instance_id) {
+  auto it = instances_.find(instance_id);
+  return it == instances_.end() ? nullptr : &it->second;
+}
+
+bool Core::remove_model(ModelHandle handle) {
+  bool left = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Model* model = find_locked(handle);
+    if (model == nullptr) return false;
+    if (model->ensemble) ensembles_.remove(handle.value);  // its running requests finish
+    // Queued requests fail as model-gone; their rows and blocks are released with them
+    // (reject_locked), then the model's open slab closes: it is freed once the rows of
+    // its batches still in flight are released too.
+    std::vector<QueuedRequest> queued = model->scheduler->drain();
+    if (!queued.empty()) {
+      reject_locked(queued, kCompletionModelGone);
+      left = true;
+    }
+    assembler_.close_model(handle.value);
+    // Completions held for an earlier batch leave now, in dispatch order; the
+    // model's batches still in flight are delivered as they finish.
+    for (uint64_t batch_id : model->order) {
+      auto it = model->held.find(batch_id);
+      if (it == model->held.end()) continue;
+      for (Completion& c : it->second.completions) {
+        done_.push_back(std::move(c));
+        left = true;
+      }
+    }
+    for (Instance* instance : model->instances) {
+      if (instance->staged) {
+        drop_staged_locked(*instance, kCompletionModelGone);  // it never ran: as queued
+        left = true;
+      }
+      if (instance->running) {
+        instance->model = ModelHandle{};
+        stop_locked(*instance);
+      } else {
+        free_instance_locked(*instance);
+      }
+    }
+    ModelSlot& slot = models_[handle.slot()];
+    slot.model.reset();
+    if (++slot.generation == 0) slot.generation = 1;  // 0 would make a null handle valid
+    free_slots_.push_back(handle.slot());
+    // Its staged batches and instances are gone: others may go first now.
+    left |= run_staged_locked();
+  }
+  if (left) notify_frontend();
+  return true;
+}
+
+void Core::configure_rate_limiter(const RateLimiterConfig& config) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!instances_.empty()) throw std::logic_error("rate limiter configured after instances");
+  rate_limiter_ = RateLimiter(config);
+}
+
+uint32_t Core::add_instance(ModelHandle handle, const InstanceRateLimit& limits) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Model* model = find_locked(handle);
+  if (model == nullptr) throw std::out_of_range("unknown model");
+  const uint32_t id = next_instance_id_;
+  if (rate_limiter_.enabled()) {
+    std::string refused = rate_limiter_.add_instance(id, limits);
+    if (!refused.empty()) throw std::invalid_argument(refused);
+  }
+  uint64_t offset = arena_.alloc(sizeof(Channel));
+  int wake_fd = offset == 0 ? -1 : eventfd(0, EFD_CLOEXEC);
+  if (wake_fd < 0) {
+    const int error = errno;
+    rate_limiter_.remove_instance(id);
+    if (offset == 0) throw std::runtime_error("arena has no room for an instance channel");
+    arena_.free(offset);
+    throw std::runtime_error(std::string("eventfd: ") + std::strerror(error));
+  }
+  arena_.at<Channel>(offset)->reset();
+  ++next_instance_id_;
+  Instance& instance = instances_[id];
+  instance.id = id;
+  instance.model = handle;
+  instance.channel_offset = offset;
+  instance.wake_fd = wake_fd;
+  model->instances.push_back(&instance);
+  return id;
+}
+
+void Core::free_instance_locked(Instance& instance) {
+  rate_limiter_.remove_instance(instance.id);
+  if (instance.wake_fd >= 0) ::close(instance.wake_fd);
+  arena_.free(instance.channel_offset);
+  instances_.erase(instance.id);
+}
+
+InstanceEndpoint Core::endpoint(uint32_t instance_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Instance& instance = instances_.at(instance_id);
+  return InstanceEndpoint{instance.channel_offset, instance.wake_fd};
+}
+
+// --- the data path ---
+
+namespace {
+
+// What an ensemble request's steps are scheduled with (ensemble_scheduler.h).
+EnsembleOptions ensemble_options(const SubmitOptions& options) {
+  EnsembleOptions out;
+  out.priority = options.priority;
+  out.timeout_us = options.timeout_us;
+  out.sequence_id = options.sequence_id;
+  out.sequence_key = std::string(options.sequence_key);
+  out.sequence_flags = options.sequence_flags;
+  return out;
+}
+
+SubmitResult submit_result_of(EnqueueResult result) {
+  switch (result) {
+    case EnqueueResult::kOk:
+      return SubmitResult::kOk;
+    case EnqueueResult::kQueueFull:
+      return SubmitResult::kQueueFull;
+    case EnqueueResult::kSequenceBatchSize:
+      return SubmitResult::kSequenceBatchSize;
+    case EnqueueResult::kNoSequenceId:
+      return SubmitResult::kNoSequenceId;
+    case EnqueueResult::kSequenceNotStarted:
+      return SubmitResult::kSequenceNotStarted;
+  }
+  return SubmitResult::kQueueFull;
+}
+
+}  // namespace
+
+SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
+  // Tracing off: one predictable branch here and one under the lock.
+  const uint64_t request_start_ns = request.options.traced ? clock_() : 0;
+  // Where each input's bytes are: inline, or a region the registry maps.
+  ScratchArray<const uint8_t*> sources(request.inputs.size());
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const InputSource& input = request.inputs[i];
+    if (input.kind == InputKind::kInline) {
+      sources[i] = static_cast<const uint8_t*>(input.data);
+    } else if (input.kind == InputKind::kSystemShm && regions_ != nullptr &&
+               regions_->host_range(input.region, input.offset, input.size)) {
+      // Left in the client's region: copied at dispatch if the request shares its
+      // batch, read in place by the worker if it runs alone (batch_assembler.h).
+      sources[i] = nullptr;
+      continue;
+    } else if (input.kind == InputKind::kCudaIpc && regions_ != nullptr &&
+               regions_->device_range(input.region, input.offset, input.size)) {
+      sources[i] = nullptr;  // room only: the worker owning the device fills it
+      continue;
+    } else {
+      // CUDA IPC bytes never come to the frontend: the worker owning the device opens
+      // the handle. That path arrives with the shared-memory issue.
+      sources[i] = nullptr;
+    }
+    if (sources[i] == nullptr && input.size != 0) return SubmitResult::kUnsupportedInput;
+  }
+  // The one copy of the inputs, before taking the lock: the rows are ours alone
+  // until queued (batch_assembler.h). A model removed meanwhile closed its slab; the
+  // rows are released below and the slab goes with its last request.
+  uint64_t offset = assembler_.place(handle.value, request, sources.data());
+  if (offset == 0) return SubmitResult::kArenaFull;
+  const SubmitOptions& options = request.options;
+  QueuedRequest queued{request.request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
+  SpanContext span{};
+  if (options.traced && span_ids_.load(std::memory_order_relaxed)) {
+    // Its model's view of its trace, written while the block is still ours alone.
+    span = new_span_context(span_id_source_, options.trace_id_high, options.trace_id_low,
+                            options.trace_flags);
+    arena_.at<RequestHeader>(offset)->span = span;
+  }
+  SubmitResult result = SubmitResult::kOk;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Model* model = find_locked(handle);
+    if (model == nullptr) {
+      result = SubmitResult::kModelGone;
+    } else if (model->ensemble) {
+      ensemble_starts_.push_back(
+          EnsembleStart{handle.value, queued, {}, ensemble_options(options)});
+      if (options.traced) {
+        traced_[request.request_id] = TraceStamps{request_start_ns, clock_(), span};
+        TraceNode& node = trace_nodes_[request.request_id];
+        node.root = request.request_id;
+        node.tensors = options.trace_tensors;
+        node.trace.span = span;
+      }
+    } else {
+      const uint64_t now = clock_();
+      result = submit_result_of(model->scheduler->enqueue(queued, options, now));
+      if (options.traced && result == SubmitResult::kOk) {
+        traced_[request.request_id] = TraceStamps{request_start_ns, now, span};
+        TraceNode& node = trace_nodes_[request.request_id];
+        node.root = request.request_id;
+        node.tensors = options.trace_tensors;
+        node.trace.span = span;
+      }
+    }
+  }
+  if (result != SubmitResult::kOk) assembler_.release(offset);
+  return result;
+}
+
+bool Core::take_trace_stamps(uint64_t request_id, TraceStamps* stamps) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = traced_.find(request_id);
+  if (found == traced_.end()) return false;
+  *stamps = found->second;
+  traced_.erase(found);
+  return true;
+}
+
+std::vector<ChildTrace> Core::take_trace_children(uint64_t root) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trace_nodes_.erase(root);
+  std::vector<ChildTrace> children;
+  auto found = trace_done_.find(root);
+  if (found != trace_done_.end()) {
+    children = std::move(found->second);
+    trace_done_.erase(found);
+  }
+  return children;
+}
+
+void Core::start_child_trace_locked(uint64_t parent, uint64_t request_id, uint64_t model,
+                                    std::string_view metadata, uint64_t request_start_ns,
+                                    uint64_t queue_start_ns, uint64_t block) {
+  auto found = trace_nodes_.find(parent);
+  if (found == trace_nodes_.end()) return;
+  const uint64_t root = found->second.root;
+  auto root_node = trace_nodes_.find(root);
+  if (root_node == trace_nodes_.end()) return;  // the root's trace is written already
+  const bool tensors = root_node->second.tensors;
+  const SpanContext root_span = root_node->second.trace.span;
+  TraceNode& node = trace_nodes_[request_id];
+  node.root = root;
+  node.tensors = tensors;
+  if (root_span.span_id != 0) {
+    // A span of the root's trace. The child is not dispatched yet (its block goes to a
+    // worker under this lock, later), so its model reads the context written here.
+    node.trace.span = new_span_context(span_id_source_, root_span.trace_id_high,
+                                       root_span.trace_id_low, root_span.trace_flags);
+    if (block != 0) arena_.at<RequestHeader>(block)->span = node.trace.span;
+  }
+  if (tensors && block != 0) {
+    append_request_tensors(&node.trace.tensors, arena_.base(), arena_.size(), block);
+  }
+  node.trace.request_id = request_id;
+  node.trace.parent = parent;
+  node.trace.model = model;
+  node.trace.id = request_id_text(metadata);
+  node.trace.request_start_ns = request_start_ns;
+  node.trace.queue_start_ns = queue_start_ns;
+}
+
+bool Core::child_keeps_tensors_locked(uint64_t request_id) const {
+  auto found = trace_nodes_.find(request_id);
+  return found != trace_nodes_.end() && found->second.root != request_id && found->second.tensors;
+}
+
+void Core::child_trace_outputs_locked(uint64_t request_id, const ResponseEntry& response) {
+  auto found = trace_nodes_.find(request_id);
+  if (found == trace_nodes_.end() || found->second.root == request_id) return;
+  append_response_tensors(&found->second.trace.tensors, response.json, response.outputs);
+}
+
+void Core::end_child_trace_locked(uint64_t request_id, const uint64_t* timings) {
+  auto found = trace_nodes_.find(request_id);
+  if (found == trace_nodes_.end() || found->second.root == request_id) return;
+  ChildTrace& trace = found->second.trace;
+  if (timings != nullptr) std::memcpy(trace.timings, timings, sizeof trace.timings);
+  trace.request_end_ns = clock_();
+  const uint64_t root = found->second.root;
+  if (trace_nodes_.count(root) != 0) trace_done_[root].push_back(std::move(trace));
+  trace_nodes_.erase(found);
+}
+
+uint64_t Core::trace_parent_locked(uint32_t instance_id, const SubmitMessage& message) const {
+  if (message.trace_index == 0 || trace_nodes_.empty()) return 0;
+  auto batch = in_flight_.find(message.trace_batch);
+  if (batch == in_flight_.end() || batch->second.instance_id != instance_id) return 0;
+  const size_t index = message.trace_index - 1;
+  if (index >= batch->second.requests.size()) return 0;
+  const uint64_t parent = batch->second.requests[index].id;
+  return trace_nodes_.count(parent) != 0 ? parent : 0;
+}
+
+bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
+  std::vector<QueuedRequest> rejected;
+  bool left = false;  // completions for poll(): requests that failed here
+  const bool limited = rate_limiter_.enabled();
+  // A batch staged for an instance waiting on its resources takes the requests that
+  // arrived meanwhile, as Triton's staged payload does, before any new batch forms.
+  if (limited) {
+    for (Instance* instance : model.instances) {
+      if (instance->staged) model.scheduler->grow(now, &instance->staged_requests, &rejected);
+    }
+  }
+  idle_.clear();
+  for (const Instance* instance : model.instances) {
+    if (instance->up && instance->busy == 0) idle_.push_back(instance->id);
+  }
+  // Rate limiting: the idle instance that ran least (weighted by priority) goes first.
+  if (limited) rate_limiter_.order(idle_.begin(), idle_.end());
+  // Then the instances waiting on their own requests (BLS): they take batches nested
+  // in that wait, so no caller waits for its own instance.
+  for (const Instance* instance : model.instances) {
+    if (instance->up && instance->busy != 0 && takes_batch_locked(*instance)) {
+      idle_.push_back(instance->id);
+    }
+  }
+  placements_.clear();
+  const uint64_t deadline_before = model.deadline_ns;
+  model.deadline_ns =
+      model.scheduler->schedule(now, idle_, arrivals_possible, &placements_, &rejected);
+  size_t placed = 0;
+  for (const Placement& placement : placements_) placed += placement.requests.empty() ? 0 : 1;
+  model.held_for_idle = model.deadline_ns != 0 && placed < idle_.size();
+  bool staged = false;
+  for (Placement& placement : placements_) {
+    if (placement.requests.empty()) continue;
+    Instance* instance = nullptr;
+    for (Instance* candidate : model.instances) {
+      if (candidate->id == placement.instance) instance = candidate;
+    }
+    if (instance == nullptr || !instance->up || !takes_batch_locked(*instance)) {
+      // A scheduler bug must not wedge two batches on one channel: fail them.
+      reject_locked(placement.requests, kCompletionWorkerFailed, &model);
+      left = true;
+      continue;
+    }
+    if (limited && instance->busy == 0) {
+      // It waits for its resources; a nested batch runs under those already held.
+      instance->staged = true;
+      instance->staged_requests = std::move(placement.requests);
+      ++instance->busy;
+      rate_limiter_.stage(instance->id);
+      staged = true;
+      continue;
+    }
+    left |= start_batch_locked(model, *instance, placement.requests, now, false);
+  }
+  if (staged) left |= run_staged_locked();
+  if (!rejected.empty()) {
+    const bool sequence = model.scheduler->reject_reason() == RejectReason::kSequenceTimeout;
+    reject_locked(rejected, sequence ? kCompletionSequenceTimedOut : kCompletionTimedOut, &model);
+    left = true;
+  }
+  follow_deadline_locked(model, deadline_before);
+  return left;
+}
+
+void Core::follow_deadline_locked(const Model& model, uint64_t before) {
+  const uint64_t after = model.deadline_ns;
+  if (timer_fd_ < 0 || after == before) return;
+  if (after != 0 && (timer_due_ == 0 || after < timer_due_)) {
+    due_locked(after);
+  } else if (before == timer_due_) {
+    // The deadline the timer waits for moved later or went away (the batch left
+    // before it): wait for the next one instead, or for none, rather than wake for
+    // nothing.
+    uint64_t next = 0;
+    for (const ModelSlot& slot : models_) {
+      const uint64_t due = slot.model ? slot.model->deadline_ns : 0;
+      if (due != 0 && (next == 0 || due < next)) next = due;
+    }
+    due_locked(next);
+  }
+}
+
+void Core::due_locked(uint64_t deadline) {
+  timer_due_ = deadline;
+  due_hint_.store(deadline, std::memory_order_relaxed);
+  if (!timer_deferred_) set_timer_locked();
+}
+
+void Core::set_timer_locked() {
+  if (timer_fd_ < 0 || timer_set_ == timer_due_) return;
+  timer_set_ = timer_due_;
+  ++timer_settings_;
+  itimerspec when{};  // all zero: disarmed
+  if (timer_due_ != 0) {
+    // Relative to clock_ (an injected clock need not be CLOCK_MONOTONIC); at least
+    // 1 ns, as zero would disarm.
+    const uint64_t now = clock_();
+    const uint64_t wait = timer_due_ > now ? timer_due_ - now : 1;
+    when.it_value.tv_sec = static_cast<time_t>(wait / 1000000000ULL);
+    when.it_value.tv_nsec = static_cast<long>(wait % 1000000000ULL);
+  }
+  timerfd_settime(timer_fd_, 0, &when, nullptr);
+}
+
+void Core::defer_timer() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  timer_deferred_ = true;
+}
+
+void Core::settle_timer() {
+  bool left = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // A deadline that passed during the turn is met here rather than by a timer set
+    // to expire at once (a timer to program, then the thread to wake).
+    if (timer_due_ != 0) {
+      const uint64_t now = clock_();
+      if (timer_due_ <= now) left = dispatch_due_locked(now);
+    }
+    timer_deferred_ = false;
+    set_timer_locked();
+  }
+  if (left) notify_frontend();
+}
+
+void Core::dispatch_due() {
+  // The look without the lock; what is due is then dispatched as tick() does.
+  const uint64_t due = due_hint_.load(std::memory_order_relaxed);
+  if (due == 0 || clock_() < due) return;
+  tick();
+}
+
+uint64_t Core::held_for_idle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t earliest = 0;
+  for (const ModelSlot& slot : models_) {
+    const Model* model = slot.model.get();
+    if (model == nullptr || !model->held_for_idle || model->deadline_ns == 0) continue;
+    if (earliest == 0 || model->deadline_ns < earliest) earliest = model->deadline_ns;
+  }
+  return earliest;
+}
+
+bool Core::start_batch_locked(Model& model, Instance& instance,
+                              std::vector<QueuedRequest>& requests, uint64_t now, bool counted) {
+  Batch batch;
+  batch.requests = std::move(requests);
+  batch.id = next_batch_id_++;
+  batch.model = instance.model;
+  batch.instance_id = instance.id;
+  // The descriptor, with the batch tensors (gathered here when not contiguous).
+  batch.desc_offset = assembler_.describe(batch.id, batch.requests, model.batch_tensors);
+  if (batch.desc_offset == 0) {
+    // Not even room for the descriptor: the requests fail rather than wait forever.
+    reject_locked(batch.requests, kCompletionWorkerFailed, &model);
+    if (counted) {
+      // Only run_staged_locked starts counted batches: its loop tries the next one.
+      instance.busy = 0;
+      rate_limiter_.release(instance.id);
+    }
+    return true;
+  }
+  BatchMessage message{batch.id, batch.desc_offset, static_cast<uint32_t>(batch.requests.size()),
+                       MessageKind::kBatch, 0};
+  // One batch in flight per instance, but the ring may also hold responses to the
+  // worker's own requests: a full ring queues the batch behind them, never drops it.
+  send_to_worker_locked(instance, message);
+  if (!counted) ++instance.busy;
+  batch.dispatch_ns = now;
+  batch.answered.assign(batch.requests.size(), false);
+  batch.routed = !routes_.empty();
+  for (const QueuedRequest& r : batch.requests) batch.routed &= routes_.count(r.id) != 0;
+  if (model.scheduler->preserve_ordering()) model.order.push_back(batch.id);
+  in_flight_.emplace(batch.id, std::move(batch));
+  return false;
+}
+
+bool Core::run_staged_locked() {
+  bool left = false;
+  uint32_t id = 0;
+  while (rate_limiter_.next(&id)) {
+    Instance* instance = find_instance_locked(id);
+    if (instance == nullptr || !instance->staged) {  // cannot be: staged ones are dropped
+      rate_limiter_.release(id);
+      continue;
+    }
+    instance->staged = false;
+    std::vector<QueuedRequest> requests = std::move(instance->staged_requests);
+    instance->staged_requests.clear();
+    Model* model = find_locked(instance->model);
+    if (model == nullptr) {  // cannot be either: remove_model drops its staged batches
+      reject_locked(requests, kCompletionModelGone);
+      instance->busy = 0;
+      rate_limiter_.release(id);
+      left = true;
+      continue;
+    }
+    left |= start_batch_locked(*model, *instance, requests, clock_(), true);
+  }
+  return left;
+}
+
+void Core::drop_staged_locked(Instance& instance, int32_t status) {
+  if (!instance.staged) return;
+  reject_locked(instance.staged_requests, status, find_locked(instance.model));
+  instance.staged = false;
+  instance.busy = 0;
+  rate_limiter_.unstage(instance.id);
+}
+
+bool Core::instance_idle_locked(Instance& instance) {
+  if (!rate_limiter_.holds(instance.id)) return false;
+  rate_limiter_.release(instance.id);
+  // As Triton's release: the instance is staged again at once when its model has
+  // work, so it contends with its new rank rather than letting every waiting
+  // instance go first (what makes priority 2 get half the executions).
+  Model* model = find_locked(instance.model);
+  bool left = false;
+  if (model != nullptr && instance.up && !model->scheduler->empty()) {
+    left = dispatch_locked(*model, clock_());
+  }
+  return run_staged_locked() || left;
+}
+
+bool Core::dispatch_all_locked(bool arrivals_possible) {
+  // Starting an ensemble may start another (a step that is an ensemble: queue_step
+  // leaves it in ensemble_starts_): until none is left, or it would wait for the next
+  // request to arrive.
+  bool left = false;
+  while (!ensemble_starts_.empty()) left |= start_ensembles_locked();
+  uint64_t now = clock_();
+  for (ModelSlot& slot : models_) {
+    if (slot.model && !slot.model->scheduler->empty()) {
+      left |= dispatch_locked(*slot.model, now, arrivals_possible);
+    }
+  }
+  return left;
+}
+
+void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status, const Model* model) {
+  Completion done{0, status, std::numeric_limits<uint32_t>::max(), 0, 0, 0, {}};
+  uint64_t routed = 0, routed_ns = 0;
+  const uint64_t now = routes_.empty() ? 0 : clock_();
+  for (const QueuedRequest& r : rejected) {
+    // A worker's own request (BLS) is refused to its submitter, not to the frontend;
+    // the called model's statistics count it as a client's (the frontend's part). An
+    // ensemble's step is its ensemble's to count.
+    auto route = routes_.empty() ? routes_.end() : routes_.find(r.id);
+    if (route != routes_.end()) {
+      if (route->second.instance_id != kEnsembleRoute) {
+        ++routed;
+        routed_ns += now > r.enqueue_ns ? now - r.enqueue_ns : 0;
+      }
+      refuse_routed_locked(r.id, static_cast<uint32_t>(status));
+    } else {
+      done.request_ids.push_back(r.id);
+    }
+  }
+  assembler_.release(rejected);
+  rejected.clear();
+  if (!done.request_ids.empty()) done_.push_back(std::move(done));
+  if (routed != 0 && model != nullptr && !model->instances.empty()) {
+    Completion counted{0, kCompletionRoutedRefused, model->instances.front()->id, 0, 0, 0, {}};
+    counted.request_ids.assign(kRefusedStatsSize, 0);
+    counted.request_ids[kRefusedStatus] = static_cast<uint32_t>(status);
+    counted.request_ids[kRefusedCount] = routed;
+    counted.request_ids[kRefusedNs] = routed_ns;
+    done_.push_back(std::move(counted));
+  }
+}
+
+void Core::notify_frontend() {
+  if (arena_.header()->notify_pending.exchange(1, std::memory_order_seq_cst) == 0) {
+    signal_eventfd(notify_fd_);
+  }
+}
+
+void Core::flush(bool arrivals_possible) {
+  bool left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    left = dispatch_all_locked(arrivals_possible);
+  }
+  if (left) notify_frontend();
+}
+
+bool Core::dispatch_due_locked(uint64_t now) {
+  bool left = false;
+  for (ModelSlot& slot : models_) {
+    if (!slot.model) continue;
+    uint64_t due = slot.model->deadline_ns;
+    if (due != 0 && due <= now) left |= dispatch_locked(*slot.model, now);
+  }
+  return left;
+}
+
+void Core::tick() {
+  bool left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    left = dispatch_due_locked(clock_());
+  }
+  if (left) notify_frontend();
+}
+
+void Core::timer_loop() {
+  for (;;) {
+    uint64_t expirations = 0;
+    const ssize_t got = ::read(timer_fd_, &expirations, sizeof expirations);
+    if (got < 0 && errno != EINTR) return;  // the fd is gone: nothing can be timed
+    bool left = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++timer_wakeups_;
+      if (stopping_) return;
+      const uint64_t now = clock_();
+      uint64_t next = 0;
+      for (ModelSlot& slot : models_) {
+        if (!slot.model) continue;
+        Model& model = *slot.model;
+        if (model.deadline_ns != 0 && model.deadline_ns <= now) {
+          left |= dispatch_locked(model, now);
+        }
+        if (model.deadline_ns != 0 && (next == 0 || model.deadline_ns < next)) {
+          next = model.deadline_ns;
+        }
+      }
+      // The timerfd fired (or may have been set again since): whatever it holds now,
+      // it is set to the earliest deadline left, or at the end of a deferred turn.
+      timer_set_ = kTimerUnknown;
+      due_locked(next);
+    }
+    if (left) notify_frontend();
+  }
+}
+
+void Core::finish_locked(Batch& batch, int32_t status) {
+  Completion failed{batch.id,
+                    status == kCompletionOk ? kCompletionWorkerFailed : status,
+                    batch.instance_id,
+                    0,
+                    0,
+                    batch.dispatch_ns,
+                    {}};
+  for (size_t i = 0; i < batch.requests.size(); ++i) {
+    if (batch.answered[i]) continue;
+    const uint64_t id = batch.requests[i].id;
+    if (routes_.count(id) != 0) {
+      refuse_routed_locked(id, static_cast<uint32_t>(failed.status));
+    } else {
+      failed.request_ids.push_back(id);
+    }
+  }
+  assembler_.release(batch.requests);
+  arena_.free(batch.desc_offset);
+  deliver_locked(batch.model, batch.id, failed.request_ids.empty() ? nullptr : &failed, true);
+}
+
+void Core::deliver_locked(ModelHandle handle, uint64_t batch_id, Completion* done,
+                          bool batch_over) {
+  Model* model = find_locked(handle);
+  // A removed model's batches leave as they finish: nothing is held for them.
+  if (model == nullptr || !model->scheduler->preserve_ordering()) {
+    if (done != nullptr) done_.push_back(std::move(*done));
+    return;
+  }
+  // Responses leave in the order their batches were dispatched.
+  Model::Held& held = model->held[batch_id];
+  if (done != nullptr) held.completions.push_back(std::move(*done));
+  held.over |= batch_over;
+  while (!model->order.empty()) {
+    auto it = model->held.find(model->order.front());
+    if (it == model->held.end()) break;
+    for (Completion& c : it->second.completions) done_.push_back(std::move(c));
+    it->second.completions.clear();
+    if (!it->second.over) break;
+    model->held.erase(it);
+    model->order.erase(model->order.begin());
+  }
+}
+
+void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& message) {
+  auto it = in_flight_.find(message.batch_id);
+  if (it == in_flight_.end()) {
+    // The batch is over: failed by instance_down (whose blocks went with it, and whose
+    // channel was reset, so nothing stale arrives from there) or every request already
+    // had its final response. A block posted after that answers nobody: freed.
+    if ((message.flags & kPostResponses) != 0 && message.result_offset != 0) {
+      arena_.free(message.result_offset);
+    }
+    return;
+  }
+  Batch& batch = it->second;
+  const bool batch_over = (message.flags & kPostBatchDone) != 0;
+  if ((message.flags & kPostResponses) != 0 && message.result_offset != 0) {
+    ResponseBlockView view;
+    const size_t n = batch.requests.size();
+    const bool readable =
+        view_response_block(arena_.base() + message.result_offset, message.result_size, &view);
+    if (readable) {
+      std::atomic<uint64_t>& outputs =
+          (view.header->flags & kResponseOutputsInPlace) != 0 ? outputs_in_place_ : outputs_copied_;
+      outputs.fetch_add(view.header->n_outputs, std::memory_order_relaxed);
+      for (uint32_t r = 0; r < view.header->n_responses; ++r) {
+        const ResponseRecord& record = view.records[r];
+        if ((record.flags & kResponseFinal) != 0 && record.request_index < n) {
+          batch.answered[record.request_index] = true;
+        }
+      }
+    } else {
+      // Unreadable: the frontend fails every request it names, so all are answered.
+      batch.answered.assign(n, true);
+    }
+    const bool for_frontend = (routes_.empty() && !batch.routed) ||
+                              route_responses_locked(batch, readable ? &view : nullptr);
+    if (!for_frontend) {
+      arena_.free(message.result_offset);
+    } else {
+      Completion done{batch.id,
+                      kCompletionOk,
+                      instance_id,
+                      message.result_offset,
+                      message.result_size,
+                      batch.dispatch_ns,
+                      {}};
+      done.request_ids.reserve(n);
+      for (const QueuedRequest& r : batch.requests) done.request_ids.push_back(r.id);
+      // The block is the frontend's now, not the batch's: a later instance_down of a
+      // batch still running (or kept open) must not reclaim it.
+      if (!batch_over || batch.ended || (message.flags & kPostKeepOpen) != 0) {
+        arena_.set_tag(message.result_offset, 0);
+      }
+      deliver_locked(batch.model, batch.id, &done, false);
+    }
+  }
+  const bool keep_open = batch_over && message.status == kCompletionOk &&
+                         (message.flags & kPostKeepOpen) != 0 && !batch.ended;
+  if (batch_over && !batch.ended) {
+    // The instance is free for its next batch, whatever stays open.
+    Instance* instance = find_instance_locked(instance_id);
+    if (instance != nullptr && instance->busy != 0 && --instance->busy == 0) {
+      instance_idle_locked(*instance);
+    }
+  }
+  if (keep_open) batch.ended = true;
+  bool all_answered = true;
+  for (bool answered : batch.answered) all_answered &= answered;
+  // A batch kept open ends with its last final response (responses posted after it
+  // are not the batch's: the worker broke the contract, and they are dropped above
+  // only once the batch is gone).
+  if ((batch_over && !keep_open) || (batch.ended && all_answered)) {
+    finish_locked(batch, batch_over && !keep_open ? message.status : kCompletionOk);
+    in_flight_.erase(it);
+  }
+}
+
+bool Core::takes_batch_locked(const Instance& instance) {
+  return instance.busy == 0 ||
+         (instance.routed != 0 && !instance.staged && instance.busy < kMaxNestedBatches);
+}
+
+void Core::erase_route_locked(std::unordered_map<uint64_t, Route>::iterator route) {
+  Instance* submitter = find_instance_locked(route->second.instance_id);
+  if (submitter != nullptr && submitter->routed != 0) --submitter->routed;
+  routes_.erase(route);
+}
+
+void Core::send_to_worker_locked(Instance& instance, const BatchMessage& message) {
+  Channel* ch = channel(instance);
+  if (!instance.backlog.empty() || !ch->to_worker.push(message)) {
+    instance.backlog.push_back(message);
+    return;
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) signal_eventfd(instance.wake_fd);
+}
+
+void Core::refuse_routed_locked(uint64_t request_id, uint32_t status) {
+  auto route = routes_.find(request_id);
+  if (route == routes_.end()) return;
+  if (!trace_nodes_.empty()) end_child_trace_locked(request_id, nullptr);
+  if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
+    routes_.erase(route);
+    ensembles_.step_refused(request_id, kRefusedQueued | status);
+    return;
+  }
+  Instance* submitter = find_instance_locked(route->second.instance_id);
+  if (submitter != nullptr) {
+    send_to_worker_locked(*submitter, BatchMessage{route->second.tag, 0, kRefusedQueued | status,
+                                                   MessageKind::kRefused, 0});
+  }
+  erase_route_locked(route);
+}
+
+bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
+  bool for_frontend = false;
+  if (view == nullptr) {
+    for (const QueuedRequest& r : batch.requests) {
+      if (routes_.count(r.id) != 0) {
+        refuse_routed_locked(r.id, kCompletionWorkerFailed);
+      } else {
+        for_frontend = true;
+      }
+    }
+    return for_frontend;
+  }
+  std::vector<uint64_t> stats;  // RoutedStats of the routed requests finished here
+  const uint64_t now = clock_();
+  for (uint32_t r = 0; r < view->header->n_responses; ++r) {
+    const ResponseRecord& record = view->records[r];
+    if (record.request_index >= batch.requests.size()) continue;
+    const QueuedRequest& queued = batch.requests[record.request_index];
+    const uint64_t id = queued.id;
+    auto route = routes_.find(id);
+    if (route == routes_.end()) {
+      for_frontend = true;
+      continue;
+    }
+    if ((record.flags & kResponseFinal) != 0) {
+      if (stats.empty()) stats.assign(kRoutedStatsSize, 0);
+      const uint64_t took = now > queued.enqueue_ns ? now - queued.enqueue_ns : 0;
+      if (response_counts_as_failure(record.flags)) {
+        stats[kRoutedFailed] += 1;
+        stats[kRoutedFailedRows] += queued.batch_size;
+        stats[kRoutedFailedNs] += took;
+      } else {
+        stats[kRoutedCount] += 1;
+        stats[kRoutedRows] += queued.batch_size;
+        if (batch.dispatch_ns > queued.enqueue_ns) {
+          stats[kRoutedQueueNs] += batch.dispatch_ns - queued.enqueue_ns;
+        }
+        stats[kRoutedRequestNs] += took;
+      }
+    }
+    if (!trace_nodes_.empty()) {
+      if (child_keeps_tensors_locked(id)) child_trace_outputs_locked(id, entry_of(*view, r));
+      if ((record.flags & kResponseFinal) != 0) end_child_trace_locked(id, view->header->timings);
+    }
+    if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
+      if ((record.flags & kResponseFinal) != 0) routes_.erase(route);
+      ensembles_.step_response(id, *view, r);
+      continue;
+    }
+    // The submitter gets the response in a block of its own (a copy: the block is
+    // shared with the batch's other requests), tagged with the batch it is running so
+    // its death reclaims the block.
+    Instance* submitter = find_instance_locked(route->second.instance_id);
+    if (submitter == nullptr) {  // freed: nobody is waiting for the response
+      routes_.erase(route);
+      continue;
+    }
+    uint64_t owner = 0;
+    for (const auto& flight : in_flight_) {
+      if (flight.second.instance_id == submitter->id) owner = flight.first;
+    }
+    std::vector<ResponseEntry> entries{entry_of(*view, r)};
+    const uint64_t size = response_block_size(entries);
+    const uint64_t block = arena_.alloc(size, owner);
+    if (block == 0) {
+      refuse_routed_locked(id, kCompletionWorkerFailed);
+      continue;
+    }
+    write_response_block(arena_.base() + block, entries, view->header->timings);
+    send_to_worker_locked(*submitter,
+                          BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
+    if ((record.flags & kResponseFinal) != 0) erase_route_locked(route);
+  }
+  if (!stats.empty()) {
+    for (int t = 1; t < 4; ++t) stats[kRoutedComputeInputNs + t - 1] = view->header->timings[t];
+    bool whole = stats[kRoutedCount] + stats[kRoutedFailed] == batch.requests.size();
+    stats[kRoutedWholeBatch] = whole ? 1 : 0;
+    done_.push_back(Completion{batch.id, kCompletionRouted, batch.instance_id, 0, 0,
+                               batch.dispatch_ns, std::move(stats)});
+  }
+  return for_frontend;
+}
+
+void Core::take_submits_locked(Instance& instance) {
+  const uint32_t instance_id = instance.id;
+  Channel* ch = channel(instance);
+  auto block_metadata = [this](uint64_t block) {  // a traced call's, for its request id
+    const RequestHeader* header = arena_.at<RequestHeader>(block);
+    return std::string_view(reinterpret_cast<const char*>(
+                                arena_.base() + block + request_metadata_offset(header->n_inputs)),
+                            header->metadata_size);
+  };
+  SubmitMessage message;
+  while (ch->to_core.pop(&message)) {
+    if (message.kind == SubmitKind::kCancel) {
+      cancel_routed_locked(instance_id, message.tag);
+      continue;
+    }
+    if (message.kind == SubmitKind::kControl) {
+      take_control_locked(instance, message);
+      continue;
+    }
+    uint32_t refused = 0;
+    const uint64_t block = message.block_offset;
+    const uint64_t heap_begin = arena_.header()->heap_begin;
+    const bool readable = request_block_fits(arena_.base(), arena_.size(), heap_begin, block);
+    // A string correlation id lies in the block, after its inputs.
+    const uint64_t key_offset = message.sequence_key_offset;
+    const uint64_t key_size = message.sequence_key_size;
+    const bool key_readable = key_size == 0 || (key_offset > block && key_offset <= arena_.size() &&
+                                                key_size <= arena_.size() - key_offset);
+    const std::string_view key =
+        key_size == 0 || !key_readable
+            ? std::string_view()
+            : std::string_view(reinterpret_cast<const char*>(arena_.base() + key_offset), key_size);
+    Model* model = readable ? find_locked(ModelHandle{message.model}) : nullptr;
+    // A call made with trace=request.trace() of a traced request: a child trace.
+    const uint64_t trace_parent = readable ? trace_parent_locked(instance_id, message) : 0;
+    const uint64_t request_start_ns = trace_parent != 0 ? clock_() : 0;
+    if (!readable) {
+      refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
+    } else if (!key_readable) {
+      refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
+      arena_.free(block);
+    } else if (model == nullptr) {
+      refused = static_cast<uint32_t>(SubmitResult::kModelGone);
+      arena_.free(block);
+    } else if (model->ensemble) {
+      arena_.set_tag(block, 0);
+      const uint64_t id = next_routed_id_++;
+      QueuedRequest request{
+          id, block, 0, arena_.at<RequestHeader>(block)->batch_size, message.shape_key, 0, 0};
+      EnsembleOptions carried;
+      carried.priority = message.priority;
+      carried.timeout_us = message.timeout_us;
+      carried.sequence_id = message.sequence_id;
+      carried.sequence_key = std::string(key);
+      carried.sequence_flags = message.sequence_flags;
+      ensemble_starts_.push_back(
+          EnsembleStart{message.model, request, {instance_id, message.tag}, carried});
+      routes_[id] = Route{instance_id, message.tag};
+      ++instance.routed;
+      if (trace_parent != 0) {
+        start_child_trace_locked(trace_parent, id, message.model, block_metadata(block),
+                                 request_start_ns, clock_(), block);
+      }
+    } else {
+      arena_.set_tag(block, 0);  // the core's now, whatever happens to the submitter
+      const uint64_t id = next_routed_id_++;
+      QueuedRequest request{
+          id, block, 0, arena_.at<RequestHeader>(block)->batch_size, message.shape_key, 0, 0};
+      SubmitOptions options;
+      options.batch_size = request.batch_size;
+      options.priority = message.priority;
+      options.timeout_us = message.timeout_us;
+      options.shape_key = message.shape_key;
+      options.sequence_id = message.sequence_id;
+      options.sequence_key = key;
+      options.sequence_flags = message.sequence_flags;
+      const uint64_t queue_start_ns = clock_();
+      const SubmitResult queued =
+          submit_result_of(model->scheduler->enqueue(request, options, queue_start_ns));
+      if (queued != SubmitResult::kOk) {
+        refused = static_cast<uint32_t>(queued);
+        arena_.free(block);
+      } else {
+        routes_[id] = Route{instance_id, message.tag};
+        ++instance.routed;
+        if (trace_parent != 0) {
+          start_child_trace_locked(trace_parent, id, message.model, block_metadata(block),
+                                   request_start_ns, queue_start_ns, block);
+        }
+      }
+    }
+    if (refused != 0) {
+      send_to_worker_locked(instance,
+                            BatchMessage{message.tag, 0, refused, MessageKind::kRefused, 0});
+    }
+  }
+}
+
+void Core::take_control_locked(Instance& instance, const SubmitMessage& message) {
+  const uint64_t block = message.block_offset;
+  const uint64_t size = message.block_size;
+  const uint64_t heap_begin = arena_.header()->heap_begin;
+  // The frontend reads it: it must lie in the heap, its header inside it.
+  const bool readable = block >= heap_begin && block < arena_.size() &&
+                        size >= sizeof(ControlHeader) && size <= arena_.size() - block &&
+                        arena_.at<ControlHeader>(block)->magic == kControlMagic;
+  if (!readable) {
+    send_to_worker_locked(instance, BatchMessage{message.tag, 0, 0, MessageKind::kControlReply, 0});
+    return;
+  }
+  arena_.set_tag(block, 0);  // the frontend's now, whatever happens to the worker
+  done_.push_back(Completion{message.tag, kCompletionControl, instance.id, block, size, 0, {}});
+}
+
+bool Core::reply_control(uint32_t instance_id, uint64_t tag, std::string_view json) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Instance* instance = find_instance_locked(instance_id);
+  if (instance == nullptr || !instance->running) return false;
+  // Tagged with the batch it runs (if any), so the worker's death reclaims the block.
+  uint64_t owner = 0;
+  for (const auto& flight : in_flight_) {
+    if (flight.second.instance_id == instance_id) owner = flight.first;
+  }
+  const uint64_t block = arena_.alloc(json.size() == 0 ? 1 : json.size(), owner);
+  if (block == 0) return false;
+  if (!json.empty()) std::memcpy(arena_.base() + block, json.data(), json.size());
+  send_to_worker_locked(*instance,
+                        BatchMessage{tag, block, 0, MessageKind::kControlReply, json.size()});
+  return true;
+}
+
+void Core::cancel_routed_locked(uint32_t instance_id, uint64_t tag) {
+  // Few of a worker's requests are in flight at once: a scan finds the one.
+  for (const auto& route : routes_) {
+    if (route.second.instance_id != instance_id || route.second.tag != tag) continue;
+    cancel_locked(route.first);
+    return;
+  }
+}
+
+std::vector<Completion> Core::poll(bool arrivals_possible) {
+  // Drain the eventfd, then re-arm the flag, then read the rings. A post whose
+  // exchange came before the re-arm is in the rings read below; one after it finds the
+  // flag 0 and signals again. Re-arming first would lose a wake-up: a post between the
+  // re-arm and the drain signals, the drain eats it, and the flag stays 1 with the
+  // eventfd empty, so no post ever signals again (tests/csrc/test_wakeups.cc).
+  drain_eventfd(notify_fd_);
+  arena_.header()->notify_pending.store(0, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& entry : instances_) {
+    Instance& instance = entry.second;
+    // A stopping instance (up == false, running) may still post its last result.
+    if (!instance.up && !instance.running) continue;
+    Channel* ch = channel(instance);
+    while (!instance.backlog.empty() && ch->to_worker.push(instance.backlog.front())) {
+      instance.backlog.pop_front();
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) {
+        signal_eventfd(instance.wake_fd);
+      }
+    }
+    CompletionMessage message;
+    while (ch->to_frontend.pop(&message)) take_message_locked(instance.id, message);
+    take_submits_locked(instance);
+  }
+  dispatch_all_locked(arrivals_possible);
+  write_gathered_locked();
+  std::vector<Completion> out;
+  out.swap(done_);
+  return out;
+}
+
+// --- worker processes ---
+
+void Core::instance_starting(uint32_t instance_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Instance* instance = find_instance_locked(instance_id);
+  if (instance != nullptr) instance->running = true;
+}
+
+std::vector<Completion> Core::instance_down(uint32_t instance_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Instance* found = find_instance_locked(instance_id);
+  if (found == nullptr) return {};
+  Instance& instance = *found;
+  Channel* ch = channel(instance);
+  // Completions the worker posted before it died are real results.
+  CompletionMessage message;
+  while (ch->to_frontend.pop(&message)) take_message_locked(instance_id, message);
+  // A batch waiting for resources never reached the worker: it fails with the others.
+  drop_staged_locked(instance, kCompletionInstanceDied);
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    if (it->second.instance_id != instance_id) {
+      ++it;
+      continue;
+    }
+    // Blocks the worker allocated for this batch (its result) and the batch's
+    // descriptor carry the batch id.
+    arena_.free_tagged(it->first);
+    it->second.desc_offset = 0;
+    finish_locked(it->second, kCompletionInstanceDied);
+    it = in_flight_.erase(it);
+  }
+  // Its own requests still queued or running answer to no one now; blocks sent to it
+  // carried its batch's tag and went with it.
+  for (auto route = routes_.begin(); route != routes_.end();) {
+    route = route->second.instance_id == instance_id ? routes_.erase(route) : std::next(route);
+  }
+  instance.routed = 0;
+  // What it held comes back (it died mid-batch); free_instance_locked forgets it too.
+  rate_limiter_.release(instance_id);
+  if (find_locked(instance.model) == nullptr) {
+    // Its model was removed and no process uses the channel any more.
+    free_instance_locked(instance);
+  } else {
+    instance.up = false;
+    instance.running = false;
+    instance.busy = 0;
+    instance.backlog.clear();
+    ch->reset();
+  }
+  run_staged_locked();
+  write_gathered_locked();
+  std::vector<Completion> out;
+  out.swap(done_);
+  return out;
+}
+
+void Core::instance_up(uint32_t instance_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Instance* instance = find_instance_locked(instance_id);
+  if (instance == nullptr || instance->up) return;
+  Model* model = find_locked(instance->model);
+  if (model == nullptr) return;  // its model was removed: the worker has its stop message
+  // No channel reset here: the worker is already waiting on it and may have set
+  // worker_sleeping, which a reset would clear and so lose its wake-up. The channel
+  // was reset when created and when the previous worker died (instance_down).
+  instance->up = true;
+  instance->running = true;
+  instance->busy = 0;
+  if (dispatch_locked(*model, clock_())) notify_frontend();
+}
+
+void Core::stop_instance(uint32_t instance_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Instance* instance = find_instance_locked(instance_id);
+  if (instance != nullptr) stop_locked(*instance);
+}
+
+void Core::stop_locked(Instance& instance) {
+  BatchMessage message{0, 0, 0, MessageKind::kStop, 0};
+  send_to_worker_locked(instance, message);
+  instance.up = false;  // takes no new batches
+  signal_eventfd(instance.wake_fd);
+  if (instance.staged) {
+    // Sent now it would follow the stop message and never run: it fails as queued
+    // requests of a model going away do.
+    drop_staged_locked(instance, kCompletionModelGone);
+    run_staged_locked();
+    notify_frontend();
+  }
+}
+
+CancelResult Core::cancel(uint64_t request_id) {
+  CancelResult result;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const size_t before = done_.size();
+    result = cancel_locked(request_id);
+    if (done_.size() == before) return result;
+  }
+  notify_frontend();
+  return result;
+}
+
+CancelResult Core::cancel_locked(uint64_t request_id) {
+  CancelResult result = CancelResult::kUnknown;
+  // An ensemble request: waiting to start, or running its steps.
+  for (size_t i = 0; i < ensemble_starts_.size(); ++i) {
+    if (ensemble_starts_[i].request.id != request_id) continue;
+    const EnsembleStart start = ensemble_starts_[i];
+    ensemble_starts_.erase(ensemble_starts_.begin() + static_cast<std::ptrdiff_t>(i));
+    const uint64_t none[4] = {0, 0, 0, 0};
+    answer_ensemble(start.model, start.request, start.origin, {}, none, kCompletionCancelled);
+    release_request(start.request);
+    return CancelResult::kDropped;
+  }
+  if (ensembles_.cancel(request_id)) return CancelResult::kDropped;
+  {
+    for (ModelSlot& slot : models_) {
+      if (!slot.model) continue;
+      QueuedRequest queued;
+      if (slot.model->scheduler->cancel(request_id, &queued)) {
+        std::vector<QueuedRequest> dropped{queued};
+        reject_locked(dropped, kCompletionCancelled, slot.model.get());
+        result = CancelResult::kDropped;
+        break;
+      }
+    }
+    for (auto it = instances_.begin(); result == CancelResult::kUnknown && it != instances_.end();
+         ++it) {
+      Instance& instance = it->second;
+      std::vector<QueuedRequest>& staged = instance.staged_requests;
+      for (size_t i = 0; i < staged.size(); ++i) {
+        if (staged[i].id != request_id) continue;
+        std::vector<QueuedRequest> dropped{staged[i]};
+        staged.erase(staged.begin() + static_cast<std::ptrdiff_t>(i));
+        reject_locked(dropped, kCompletionCancelled, find_locked(instance.model));
+        if (staged.empty()) {
+          drop_staged_locked(instance, kCompletionCancelled);
+          run_staged_locked();
+        }
+        result = CancelResult::kDropped;
+        break;
+      }
+    }
+    if (result == CancelResult::kUnknown) {
+      for (auto& flight : in_flight_) {
+        const Batch& batch = flight.second;
+        for (size_t i = 0; i < batch.requests.size(); ++i) {
+          if (batch.requests[i].id != request_id || batch.answered[i]) continue;
+          mark_request_cancelled(arena_.at<RequestHeader>(batch.requests[i].offset));
+          result = CancelResult::kFlagged;
+        }
+      }
+    }
+  }
+  return result;
+}
+
+size_t Core::in_flight() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return in_flight_.size();
+}
+
+uint64_t Core::timer_wakeups() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timer_wakeups_;
+}
+
+uint64_t Core::timer_settings() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timer_settings_;
+}
+
+uint32_t Core::rate_limit_available(const std::string& name, int32_t device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return rate_limiter_.available(name, device);
+}
+
+size_t Core::rate_limit_staged() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return rate_limiter_.staged_count();
+}
+
+uint64_t Core::running_since(uint32_t instance_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t oldest = 0;
+  for (const auto& [id, batch] : in_flight_) {
+    if (batch.instance_id != instance_id || batch.ended) continue;
+    if (oldest == 0 || batch.dispatch_ns < oldest) oldest = batch.dispatch_ns;
+  }
+  return oldest;
+}
+
+// --- ensembles (ensemble_scheduler.h) ---
+
+bool Core::start_ensembles_locked() {
+  const size_t before = done_.size();
+  std::vector<EnsembleStart> starts;
+  starts.swap(ensemble_starts_);
+  for (const EnsembleStart& start : starts) {
+    const uint64_t none[4] = {0, 0, 0, 0};
+    // The scheduler reads the block's inputs from the arena: those submit left in a
+    // client's region come in first (a batch would copy them at dispatch).
+    if (!assembler_.fill_from_regions(start.request.offset)) {
+      answer_ensemble(start.model, start.request, start.origin, {}, none,
+                      kCompletionWorkerFailed);  // cannot happen: the submitter holds it
+      release_request(start.request);
+      continue;
+    }
+    const SubmitResult result =
+        ensembles_.start(start.model, start.request, start.origin, start.options);
+    if (result == SubmitResult::kOk) continue;
+    // No graph: the ensemble is not served (removed, or its graph not set yet).
+    answer_ensemble(start.model, start.request, start.origin, {}, none, kCompletionModelGone);
+    release_request(start.request);
+  }
+  return done_.size() != before;
+}
+
+SubmitResult Core::queue_step(ModelHandle handle, const SubmitRequest& request,
+                              uint64_t trace_parent) {
+  Model* model = find_locked(handle);
+  if (model == nullptr) return SubmitResult::kModelGone;
+  const uint64_t request_start_ns = trace_parent != 0 ? clock_() : 0;
+  ScratchArray<const uint8_t*> sources(request.inputs.size());
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    sources[i] = static_cast<const uint8_t*>(request.inputs[i].data);
+  }
+  // The one copy of the step's inputs (from the ensemble's request or an earlier
+  // step's response) into its request block; the assembler's lock nests in ours.
+  const uint64_t offset = assembler_.place(handle.value, request, sources.data());
+  if (offset == 0) return SubmitResult::kArenaFull;
+  const SubmitOptions& options = request.options;
+  QueuedRequest queued{request.request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
+  if (model->ensemble) {  // an ensemble as a step: started from the next dispatch's top
+    ensemble_starts_.push_back(EnsembleStart{handle.value,
+                                             queued,
+                                             {EnsembleOrigin::kStep, request.request_id},
+                                             ensemble_options(options)});
+    if (trace_parent != 0) {
+      start_child_trace_locked(trace_parent, request.request_id, handle.value, request.metadata,
+                               request_start_ns, clock_(), offset);
+    }
+    return SubmitResult::kOk;
+  }
+  const uint64_t queue_start_ns = clock_();
+  const SubmitResult result =
+      submit_result_of(model->scheduler->enqueue(queued, options, queue_start_ns));
+  if (result != SubmitResult::kOk) {
+    assembler_.release(offset);
+    return result;
+  }
+  routes_[request.request_id] = Route{kEnsembleRoute, 0};
+  if (trace_parent != 0) {
+    start_child_trace_locked(trace_parent, request.request_id, handle.value, request.metadata,
+                             request_start_ns, queue_start_ns, offset);
+  }
+  return result;
+}
+
+void Core::release_request(const QueuedRequest& request) {
+  std::vector<QueuedRequest> done{request};
+  assembler_.release(done);
+}
+
+void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
+                           const EnsembleOrigin& origin, const std::vector<ResponseEntry>& entries,
+                           const uint64_t timings[4], int32_t status) {
+  // A decoupled ensemble's responses before its last leave the request running: it is
+  // counted, its trace ended and its route dropped with the last.
+  const bool final = entries.empty() || (entries[0].flags & kResponseFinal) != 0;
+  const bool counted = final && !entries.empty() && (entries[0].flags & kResponseError) == 0;
+  ensemble_answer_traces_locked(request, entries, final);
+  if (origin.instance == EnsembleOrigin::kStep) {  // a step of another ensemble
+    const uint64_t step_id = origin.tag;
+    if (status != kCompletionOk || entries.empty()) {
+      ensembles_.step_refused(step_id, kRefusedQueued | static_cast<uint32_t>(status));
+      return;
+    }
+    if (counted) count_ensemble_locked(model, request, timings);
+    const uint64_t size = response_block_size(entries);
+    std::vector<uint8_t> block(size);
+    write_response_block(block.data(), entries, timings);
+    ResponseBlockView view;
+    if (view_response_block(block.data(), size, &view)) {
+      ensembles_.step_response(step_id, view, 0);
+    } else {
+      ensembles_.step_refused(step_id, kRefusedQueued | kCompletionWorkerFailed);
+    }
+    return;
+  }
+  const uint64_t size = entries.empty() ? 0 : response_block_size(entries);
+  if (origin.instance == EnsembleOrigin::kFrontend) {
+    uint64_t block = 0;
+    if (status == kCompletionOk && size != 0) {
+      block = arena_.alloc(size, 0);
+      if (block == 0) {
+        status = kCompletionArenaFull;
+      } else {
+        write_response_block(arena_.base() + block, entries, timings);
+      }
+    }
+    done_.push_back(Completion{block != 0 ? next_batch_id_++ : 0,
+                               status,
+                               kNoInstance,
+                               block,
+                               block != 0 ? size : 0,
+                               timings[0],
+                               {request.id}});
+    return;
+  }
+  // A worker's request: answered on its ring unless the worker died meanwhile.
+  auto route = routes_.find(request.id);
+  if (route == routes_.end()) return;
+  Instance* submitter = find_instance_locked(route->second.instance_id);
+  if (submitter == nullptr) {
+    erase_route_locked(route);
+    return;
+  }
+  uint64_t owner = 0;
+  for (const auto& flight : in_flight_) {
+    if (flight.second.instance_id == submitter->id) owner = flight.first;
+  }
+  const uint64_t block = status == kCompletionOk && size != 0 ? arena_.alloc(size, owner) : 0;
+  if (block == 0) {
+    const uint32_t failed =
+        status == kCompletionOk ? uint32_t{kCompletionArenaFull} : static_cast<uint32_t>(status);
+    send_to_worker_locked(*submitter, BatchMessage{route->second.tag, 0, kRefusedQueued | failed,
+                                                   MessageKind::kRefused, 0});
+    // The caller heard the end; the ensemble's later responses find no route.
+    erase_route_locked(route);
+    return;
+  }
+  write_response_block(arena_.base() + block, entries, timings);
+  send_to_worker_locked(*submitter,
+                        BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
+  if (counted) count_ensemble_locked(model, request, timings);
+  if (final) erase_route_locked(route);
+}
+
+void Core::ensemble_answer_traces_locked(const QueuedRequest& request,
+                                         const std::vector<ResponseEntry>& entries, bool final) {
+  // A traced ensemble that is a step or a BLS call ends its child trace (no compute).
+  if (trace_nodes_.empty()) return;
+  if (child_keeps_tensors_locked(request.id)) {
+    for (const ResponseEntry& entry : entries) child_trace_outputs_locked(request.id, entry);
+  }
+  if (final) end_child_trace_locked(request.id, nullptr);
+}
+
+void Core::finish_ensemble(uint64_t model, const QueuedRequest& request,
+                           const EnsembleOrigin& origin, const std::vector<ResponseEntry>& entries,
+                           const uint64_t timings[4], int32_t status, bool decoupled,
+                           std::vector<uint64_t> blocks) {
+  const bool gather = origin.instance == EnsembleOrigin::kFrontend && !decoupled &&
+                      status == kCompletionOk && entries.size() == 1 &&
+                      (entries[0].flags & (kResponseFinal | kResponseError)) == kResponseFinal;
+  if (!gather) {
+    answer_ensemble(model, request, origin, entries, timings, status);
+    for (uint64_t block : blocks) arena_.free(block);
+    release_request(request);
+    return;
+  }
+  ensemble_answer_traces_locked(request, entries, true);
+  Gathered& group = gathered_[model];
+  if (group.requests.empty()) {
+    group.done_index = done_.size();
+    done_.push_back(Completion{0, kCompletionOk, kNoInstance, 0, 0, timings[0], {}});
+  }
+  ResponseEntry entry = entries[0];
+  entry.request_index = static_cast<uint32_t>(group.entries.size());
+  entry.json = group.jsons.emplace_back(entries[0].json);
+  group.entries.push_back(std::move(entry));
+  group.started.push_back(timings[0]);
+  group.compute_ns += timings[2];
+  group.requests.push_back(request);
+  group.blocks.insert(group.blocks.end(), blocks.begin(), blocks.end());
+  done_[group.done_index].request_ids.push_back(request.id);
+}
+
+void Core::write_gathered_locked() {
+  for (auto& [model, group] : gathered_) {
+    Completion& done = done_[group.done_index];
+    const size_t n = group.entries.size();
+    // One request's answer is the block it always had; more carry their starts.
+    const bool started_each = n > 1;
+    const uint64_t timings[4] = {group.started[0], 0, group.compute_ns / n, 0};
+    const uint64_t size = response_block_size(group.entries, started_each);
+    const uint64_t block = arena_.alloc(size, 0);
+    if (block == 0) {
+      done.status = kCompletionArenaFull;
+    } else {
+      write_response_block(arena_.base() + block, group.entries, timings,
+                           started_each ? group.started.data() : nullptr);
+      done.batch_id = next_batch_id_++;
+      done.result_offset = block;
+      done.result_size = size;
+    }
+    for (uint64_t kept : group.blocks) arena_.free(kept);
+    assembler_.release(group.requests);
+  }
+  gathered_.clear();
+}
+
+void Core::count_ensemble_locked(uint64_t model, const QueuedRequest& request,
+                                 const uint64_t timings[4]) {
+  // The ensemble's statistics count the request, as for a client's.
+  const uint64_t took = clock_() - timings[0];
+  std::vector<uint64_t> stats(kRoutedStatsSize, 0);
+  stats[kRoutedCount] = 1;
+  stats[kRoutedRows] = request.batch_size;
+  stats[kRoutedRequestNs] = took;
+  stats[kRoutedComputeInferNs] = timings[2];
+  stats[kRoutedWholeBatch] = 1;
+  done_.push_back(
+      Completion{model, kCompletionRouted, kNoInstance, 0, 0, timings[0], std::move(stats)});
+}
+
+}  // namespace naiad

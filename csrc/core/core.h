@@ -1,0 +1,604 @@
+// The frontend side of the data path: a registry of models, each with its scheduler
+// (scheduler.h; Triton's dynamic batcher by default) and its worker instances, the
+// batches in flight on those instances, and completions back to the frontend.
+//
+// Who calls what: the frontend's event loop submits requests, then calls flush()
+// once per loop turn (requests that arrive together leave together, with one wake-up
+// of the worker) and poll() when the notify eventfd fires. Those calls dispatch
+// inline, on the caller's thread with the GIL released. A batch the policy holds back
+// (queue delay, queue timeouts) is dispatched by the core's timer thread at its
+// deadline, precisely, which an event loop's millisecond timers could not do. That
+// thread sleeps on a timerfd which dispatch arms to the earliest deadline and disarms
+// when the batch left before it: moving the deadline is a syscall, not a wake-up of the
+// thread. Programming a near timer is still costly (a VM exit in a virtual machine:
+// about 4 us to arm and 4 to disarm), so an I/O loop that is about to poll for the
+// arrivals a held batch waits for defers it (defer_timer / settle_timer): when they
+// come during its turn, no timer was set at all.
+//
+// Rate limiting (rate_limiter.h, tritonserver's --rate-limit=execution_count): one
+// RateLimiter for every model, guarded by mutex_ like the schedulers. A batch the
+// scheduler formed for an idle instance is staged there (the instance counts as busy,
+// the batch is not yet described in the arena) until the limiter allocates the
+// instance's resources; it is then sent. The resources come back when the instance
+// has no batch left (its batch ended, failed, or its worker died), and staged batches
+// are tried again. Batches nested in a BLS wait run under the resources the instance
+// already holds. Off (the default), none of this runs: one flag on the dispatch path.
+//
+// Locking: one mutex (mutex_) guards the registry, the schedulers, the rate limiter,
+// the instances and the batches in flight; every public method takes it, so any thread may call any
+// method (the frontend calls them from its event-loop thread only, the C++ tests from
+// several). Work that needs no shared state (copying a request into its block)
+// happens before the lock is taken. The arena has its own process-shared lock.
+//
+// Models come and go while serving: add_model() returns a ModelHandle, and after
+// remove_model() that handle fails cleanly (kModelGone) even when a new model takes
+// its slot.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "codec/trace_tensor.h"
+#include "core/batch_assembler.h"
+#include "core/dynamic_batcher.h"
+#include "core/ensemble_scheduler.h"
+#include "core/input_regions.h"
+#include "core/rate_limiter.h"
+#include "core/scheduler.h"
+#include "core/submit_request.h"
+#include "core/trace_context.h"
+#include "ipc/arena.h"
+#include "ipc/channel.h"
+#include "ipc/response_block.h"
+
+namespace naiad {
+
+uint64_t monotonic_ns();
+using Clock = std::function<uint64_t()>;
+
+// Completion statuses beyond channel.h's, for requests that never ran.
+constexpr int32_t kCompletionTimedOut = 3;   // queue timeout under REJECT
+constexpr int32_t kCompletionModelGone = 4;  // queued when its model was removed
+constexpr int32_t kCompletionCancelled = 6;  // cancelled (Core::cancel) before it ran
+// Its sequence waited in the sequence batcher's backlog past a request's `timeout`.
+constexpr int32_t kCompletionSequenceTimedOut = 8;  // 7 is channel.h's kCompletionArenaFull
+
+// What Core::cancel found.
+enum class CancelResult : int32_t {
+  kUnknown = 0,  // not queued nor running: finished, or never submitted
+  kDropped = 1,  // was queued: removed, its completion (kCompletionCancelled) left for poll()
+  kFlagged = 2,  // is running: its block is flagged (request_cancelled) for the worker
+};
+
+// Statistics only, for the frontend: requests workers submitted (BLS, ensemble steps)
+// that got their final response from instance `instance_id`. Nothing to answer or
+// free; `request_ids` carries kRoutedStatsSize numbers (RoutedStats order). A worker's
+// request to an ensemble, answered by the core: `instance_id` is kNoInstance and
+// `batch_id` the ensemble's ModelHandle value.
+constexpr int32_t kCompletionRouted = 5;
+enum RoutedStats : uint32_t {
+  kRoutedCount = 0,           // requests that succeeded
+  kRoutedRows = 1,            // their batch items
+  kRoutedQueueNs = 2,         // summed time from queued to dispatched
+  kRoutedRequestNs = 3,       // summed time from queued to their final response
+  kRoutedComputeInputNs = 4,  // the batch's worker timings (ResponseHeader)
+  kRoutedComputeInferNs = 5,
+  kRoutedComputeOutputNs = 6,
+  kRoutedWholeBatch = 7,  // 1: every request of the batch was routed (an execution)
+  // Requests whose final response was an error (the called model failed them), their
+  // batch items and summed time from queued to that response: the model's failures.
+  kRoutedFailed = 8,
+  kRoutedFailedRows = 9,
+  kRoutedFailedNs = 10,
+  kRoutedStatsSize = 11,
+};
+
+// Statistics only, for the frontend: requests workers submitted (BLS calls) that their
+// called model refused from its queue (a queue timeout, a cancellation, a batch that
+// could not start). `instance_id` is one of that model's instances (the frontend's key
+// to the model); `request_ids` carries kRefusedStatsSize numbers (RefusedStats order).
+// The submitter gets its refusal as before (kRefused).
+constexpr int32_t kCompletionRoutedRefused = 10;
+enum RefusedStats : uint32_t {
+  kRefusedStatus = 0,  // the completion status it was refused with (kCompletionTimedOut...)
+  kRefusedCount = 1,
+  kRefusedNs = 2,  // summed time from queued to refused
+  kRefusedStatsSize = 3,
+};
+
+constexpr uint32_t kNoInstance = 0xffffffffu;  // a Completion's instance_id: none ran it
+
+// A worker's model-control request (channel.h SubmitKind::kControl), for the frontend:
+// `batch_id` is the worker's tag, `instance_id` its instance, `result_offset` /
+// `result_size` its control block (ipc_schema.h ControlHeader), the frontend's to read
+// and free; it answers with Core::reply_control.
+constexpr int32_t kCompletionControl = 9;
+
+struct Completion {
+  uint64_t batch_id;  // 0 for requests that never ran
+  int32_t status;
+  uint32_t instance_id;
+  uint64_t result_offset;
+  uint64_t result_size;
+  uint64_t dispatch_ns;
+  std::vector<uint64_t> request_ids;
+};
+
+// When a traced request (SubmitOptions::traced) began its submit and entered its
+// model's queue (monotonic ns), the trace file's REQUEST_START and QUEUE_START.
+// In mode opentelemetry (Core::set_span_ids) also the ids its model span is exported
+// under, the context its model was given (trace_context.h).
+struct TraceStamps {
+  uint64_t request_start_ns = 0;
+  uint64_t queue_start_ns = 0;
+  SpanContext span{};
+};
+
+// A child trace, as Triton 2.51 writes one for each step of a traced ensemble request
+// and each BLS call made with trace=request.trace() (a trace of its own whose
+// parent_id is the trace of the request that made it). Kept by the core, which sees
+// the child start, queue and finish; read by the frontend with its root's trace.
+struct ChildTrace {
+  uint64_t request_id = 0;  // the core's id of the child request (a step's, a BLS call's)
+  uint64_t parent = 0;      // the core's id of the request it is a child of
+  uint64_t model = 0;       // the child's model (a ModelHandle value)
+  std::string id;           // its request id, JSON string text (escapes kept)
+  uint64_t request_start_ns = 0;
+  uint64_t queue_start_ns = 0;
+  uint64_t timings[4] = {0, 0, 0, 0};  // its batch's worker timings; 0s for an ensemble
+  uint64_t request_end_ns = 0;
+  // At trace level TENSORS (its root's SubmitOptions::trace_tensors): its inputs as
+  // queued (TENSOR_QUEUE_INPUT) and its responses' outputs (TENSOR_BACKEND_OUTPUT).
+  TensorRecords tensors;
+  // In mode opentelemetry: its model span's ids (its root's trace), as its model got them.
+  SpanContext span{};
+};
+
+struct InstanceEndpoint {
+  uint64_t channel_offset;
+  int wake_fd;  // the worker blocks on it; the frontend signals it
+};
+
+// Core implements EnsembleHost for its EnsembleScheduler (ensemble_scheduler.h): the
+// ensemble orchestration calls those methods with mutex_ held.
+class Core : private EnsembleHost {
+ public:
+  // `clock` is injectable for tests; `timer_thread` false leaves held batches to
+  // explicit tick() calls (deterministic tests).
+  explicit Core(uint64_t arena_bytes, Clock clock = nullptr, bool timer_thread = true);
+  ~Core();
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  // Any thread, no lock: the arena is fixed for the core's life.
+  Arena& arena() { return arena_; }
+  BatchAssembler& assembler() { return assembler_; }
+  // Outputs of the response blocks workers posted: written in place by the model
+  // (kResponseOutputsInPlace) or copied in from its own buffers (statistics).
+  uint64_t outputs_in_place() const { return outputs_in_place_.load(std::memory_order_relaxed); }
+  uint64_t outputs_copied() const { return outputs_copied_.load(std::memory_order_relaxed); }
+  // Workers and the timer thread signal this eventfd (non-blocking) when they leave
+  // something for poll(). Any thread, no lock: fixed for the core's life.
+  int notify_fd() const { return notify_fd_; }
+  // Request ids, unique across every entry point (the fast lane, the general path).
+  // Any thread, no lock. They stay below 2^62: requests workers submit (BLS) take
+  // ids from 2^62 up (next_routed_id_), so the two never meet.
+  uint64_t new_request_id() { return next_request_id_.fetch_add(1, std::memory_order_relaxed); }
+
+  // --- the registry (frontend thread: model load and unload) ---
+  // A model scheduled by `scheduler` (a sequence batcher, an ensemble, ...).
+  ModelHandle add_model(std::unique_ptr<Scheduler> scheduler);
+  // A model under Triton's dynamic batching policy (DynamicBatchScheduler).
+  ModelHandle add_model(const BatcherConfig& config);
+  // False: the model's workers read each request's inputs apart (the Python backend),
+  // never the batch-major tensors, so inputs in client regions are read in place in
+  // batches of any size (batch_assembler.h). Default true (framework backends).
+  void set_batch_tensors(ModelHandle model, bool batch_tensors);
+  // An ensemble (ensemble_scheduler.h): no instances; its requests, from clients or
+  // workers, are orchestrated by the core's EnsembleScheduler once its graph is set.
+  // Until then they fail as for a removed model.
+  ModelHandle add_ensemble();
+  // The ensemble's graph, its steps resolved to handles and specs; set again when the
+  // served models change. False: the handle is stale or not an ensemble.
+  bool set_ensemble_graph(ModelHandle model, std::shared_ptr<const EnsembleGraph> graph);
+  // Removes the model: from now on its handle's submits return kModelGone. Its
+  // queued requests complete with kCompletionModelGone, left for poll(). Its batches
+  // in flight still complete through poll() (ordering is kept only among those
+  // already finished). Each instance is asked to stop after the batch it runs and is
+  // freed (channel, eventfd) once no worker process can use it: at once if none was
+  // started on it (instance_starting()), else at its instance_down(). False: the
+  // handle was already stale.
+  bool remove_model(ModelHandle model);
+  // Sets --rate-limit and --rate-limit-resource; before any instance is added
+  // (std::logic_error after).
+  void configure_rate_limiter(const RateLimiterConfig& config);
+  // Creates an instance's channel; it takes batches once instance_up() is called.
+  // Throws std::out_of_range for a stale handle, and std::invalid_argument with
+  // Triton's message when rate limiting is on and `limits` cannot be met (its
+  // resources exceed what --rate-limit-resource gives, or a name is both global and
+  // per device); `limits` is ignored when rate limiting is off.
+  uint32_t add_instance(ModelHandle model, const InstanceRateLimit& limits = {});
+  // Throws std::out_of_range for an instance that was freed.
+  InstanceEndpoint endpoint(uint32_t instance_id) const;
+
+  // --- the data path (frontend thread) ---
+  // Lays the request out in the arena (its metadata and the one copy of its inputs,
+  // ipc_schema.h) and queues it; it is dispatched by the next flush() or poll().
+  // The copy happens on the caller's thread before the lock is taken.
+  SubmitResult submit(ModelHandle model, const SubmitRequest& request);
+  // Where region inputs (kSystemShm, kCudaIpc) are found; null: none are served.
+  // Set before serving; the registry must outlive the core.
+  void set_input_regions(InputRegions* regions) {
+    regions_ = regions;
+    assembler_.set_regions(regions);
+  }
+
+  // Dispatches what the schedulers let go to idle instances. `arrivals_possible` is
+  // the frontend's word on whether any client could still send a request now (see
+  // Scheduler::schedule); poll() takes it too.
+  void flush(bool arrivals_possible = true);
+  // Runs the policy as the timer thread would at this moment (tests without it).
+  // Any thread.
+  void tick();
+  // The frontend's I/O loop, around one turn (http_io.cc): from defer_timer until
+  // settle_timer the timerfd is left as it is, and settle_timer dispatches what is due
+  // by then and sets it to the earliest deadline left (none, when the held batches
+  // left meanwhile). Dispatch by other threads meanwhile is deferred the same way: the
+  // turn is short.
+  void defer_timer();
+  void settle_timer();
+  // What the timer thread would dispatch now, dispatched on the caller's thread: the
+  // I/O loop calls it between the events and writes of a deferred turn, so that a
+  // deadline that passes while it is busy costs no timer interrupt, no wake-up of the
+  // timer thread and no preemption of the loop (about 30 us of a core in a virtual
+  // machine). Nothing is due, the common case, costs one atomic load (and a clock read
+  // while a batch is held). Any thread; a no-op without the timer thread.
+  void dispatch_due();
+  // The earliest deadline of a batch that the policy holds back although an instance
+  // is idle (queue delay), 0 when none: what arrivals could release now.
+  uint64_t held_for_idle();
+  // The core's clock (monotonic ns, or the tests' own).
+  uint64_t now() const { return clock_(); }
+
+  // Returns what finished since the last call: completed batches (their input
+  // blocks already freed; the caller frees result blocks) and requests that never
+  // ran (queue timeouts, removed models). Dispatches to instances that became idle.
+  std::vector<Completion> poll(bool arrivals_possible = true);
+
+  // --- worker processes (frontend thread: process start, readiness, exit) ---
+  // A worker process is being started on the instance's channel: the core keeps the
+  // channel and eventfd for it until instance_down() says it is gone.
+  void instance_starting(uint32_t instance_id);
+  // The instance's process is gone: its batches in flight complete with
+  // kCompletionInstanceDied and what they held in the arena is freed. An instance
+  // of a removed model is freed. An unknown id returns nothing.
+  std::vector<Completion> instance_down(uint32_t instance_id);
+  // A (re)started worker is ready: let it take batches. Ignored for an instance of a
+  // removed model (it is being stopped) or an unknown id.
+  void instance_up(uint32_t instance_id);
+  // Asks the worker to finalize and exit after the batch it is running.
+  void stop_instance(uint32_t instance_id);
+  // Answers the control request `tag` of instance `instance_id` (a kCompletionControl
+  // completion): `json` goes to the worker in a block of its own (kControlReply).
+  // False when the worker is gone (nobody waits) or the arena has no room.
+  bool reply_control(uint32_t instance_id, uint64_t tag, std::string_view json);
+
+  // Batches on instances now, and batches whose worker ended them with requests kept
+  // open (kPostKeepOpen) that still wait for final responses. Any thread (tests,
+  // statistics).
+  size_t in_flight();
+  // How many times the timer thread woke (a deadline came, or the core stopped), and
+  // how many times the timerfd was set: tests check that a batch leaving before its
+  // deadline costs the thread no wake-up, and one released in a deferred turn no
+  // timer at all.
+  uint64_t timer_wakeups();
+  uint64_t timer_settings();
+  // Rate limiting, for tests and statistics: copies of resource `name` free on
+  // `device` (kGlobalResource for a global one), and batches waiting for resources.
+  uint32_t rate_limit_available(const std::string& name, int32_t device);
+  size_t rate_limit_staged();
+  // When the oldest batch the instance is still running was dispatched (now_ns()'s
+  // clock), 0 when it runs none: the frontend's execution timeout
+  // (scheduling/instance.py) kills a worker whose execute() does not return. Batches
+  // the worker ended with requests kept open (decoupled) are not running.
+  uint64_t running_since(uint32_t instance_id);
+
+  // --- cancellation (frontend thread: a client went away) ---
+  // A queued request is removed from its scheduler and completes with
+  // kCompletionCancelled; a running one (or one kept open after its batch) is flagged
+  // in its request block so the worker sees it (request.is_cancelled()); its answer
+  // still comes from the worker.
+  CancelResult cancel(uint64_t request_id);
+
+  // --- tracing (frontend thread) ---
+  // The stamps of traced request `request_id`, forgotten once read; false when it has
+  // none (never traced, or read already). The frontend reads every traced request's
+  // stamps once it is answered or failed, so none stay behind.
+  bool take_trace_stamps(uint64_t request_id, TraceStamps* stamps);
+  // Trace mode opentelemetry: each traced request, and each child trace, gets the ids
+  // of its model span at submit (TraceStamps::span, ChildTrace::span), written into its
+  // request block for its model (RequestHeader::span). Set once, before serving.
+  void set_span_ids(bool on) { span_ids_.store(on, std::memory_order_relaxed); }
+  // The finished child traces of traced request `root` (its steps and traced BLS
+  // calls, theirs, and so on), once, in the order they finished; the root is forgotten
+  // (children still running then are dropped when they end). The frontend calls it
+  // for every traced request it submitted, once it is answered.
+  std::vector<ChildTrace> take_trace_children(uint64_t root);
+
+ private:
+  struct Batch {
+    uint64_t id;
+    ModelHandle model;
+    uint32_t instance_id;
+    uint64_t desc_offset;
+    uint64_t dispatch_ns;
+    std::vector<QueuedRequest> requests;
+    std::vector<bool> answered;  // a final response was posted for request i
+    // The worker ended the batch (its instance is free) but kept requests open
+    // (kPostKeepOpen): the batch lives on until each request got its final response.
+    bool ended = false;
+    // Every request is a worker's or an ensemble step (routes_): a block posted after
+    // their routes went (a decoupled batch's end) is nobody's, not the frontend's.
+    bool routed = false;
+  };
+  struct Instance {
+    uint32_t id;
+    ModelHandle model;  // stale once the model is removed: the instance is stopping
+    uint64_t channel_offset;
+    int wake_fd;
+    bool up = false;       // takes new batches
+    bool running = false;  // a worker process may use the channel (it may be stopping)
+    // Batches on it: one, or more while its worker waits for responses to its own
+    // requests (BLS, ensemble steps) and takes batches nested in that wait
+    // (takes_batch_locked), so a model that calls itself, or a caller whose only
+    // instance is busy, cannot deadlock.
+    uint32_t busy = 0;
+    uint32_t routed = 0;  // its own requests (routes_) not finished yet
+    // Rate limiting: a batch formed for it that waits for its resources (rate_limiter_
+    // has it staged; `busy` counts it, so no scheduler offers the instance again).
+    bool staged = false;
+    std::vector<QueuedRequest> staged_requests;
+    // Messages for the worker that found its ring full (responses to its own
+    // requests): sent first in the next poll(); nothing is dropped.
+    std::deque<BatchMessage> backlog;
+  };
+  // Where the responses of a request a worker submitted (BLS) go.
+  struct Route {
+    uint32_t instance_id;
+    uint64_t tag;  // the worker's name for the request
+  };
+  struct Model {
+    std::unique_ptr<Scheduler> scheduler;
+    bool ensemble = false;             // requests go to ensembles_ (scheduler is an EnsembleQueue)
+    std::vector<Instance*> instances;  // into instances_, in the order they were added
+    uint64_t deadline_ns = 0;          // when the held batch or a queue timeout is due
+    bool held_for_idle = false;        // deadline_ns is a batch held with an instance idle
+    // preserve_ordering: batch ids in dispatch order, and completions waiting for
+    // an earlier batch to finish.
+    std::vector<uint64_t> order;
+    struct Held {
+      std::vector<Completion> completions;
+      bool over = false;  // the batch is done: nothing more comes for it
+    };
+    std::unordered_map<uint64_t, Held> held;
+    bool batch_tensors = true;  // set_batch_tensors
+  };
+  // A registry slot; `generation` moves on when its model is removed, so old
+  // handles stop matching.
+  struct ModelSlot {
+    uint32_t generation = 1;
+    std::unique_ptr<Model> model;  // null while the slot is free
+  };
+
+  Channel* channel(const Instance& instance) { return arena_.at<Channel>(instance.channel_offset); }
+  // The live model `handle` names, or null when it was removed.
+  Model* find_locked(ModelHandle handle);
+  Instance* find_instance_locked(uint32_t instance_id);
+  // Dispatches for one model; returns true if it left anything for poll().
+  bool dispatch_locked(Model& model, uint64_t now, bool arrivals_possible = true);
+  bool dispatch_all_locked(bool arrivals_possible);
+  // Describes and sends `requests` as a batch on `instance`; `counted`: its `busy`
+  // already counts it (a staged batch). True if it left completions for poll().
+  bool start_batch_locked(Model& model, Instance& instance, std::vector<QueuedRequest>& requests,
+                          uint64_t now, bool counted);
+  // Sends the staged batches the rate limiter lets run now, in its order.
+  bool run_staged_locked();
+  // The instance's staged batch goes (its requests fail with `status`), unstaged.
+  void drop_staged_locked(Instance& instance, int32_t status);
+  // The instance has no batch left: the resources it holds come back, staged batches
+  // are tried again.
+  bool instance_idle_locked(Instance& instance);
+  // Dispatches the models whose held batch or queue timeout is due at `now`.
+  bool dispatch_due_locked(uint64_t now);
+  // A message a worker posted (responses, batch done) for one of its batches.
+  void take_message_locked(uint32_t instance_id, const CompletionMessage& message);
+  // Queues the requests the worker submitted (BLS) on their target models.
+  void take_submits_locked(Instance& instance);
+  // Sends the routed requests' responses in the block to their submitters; false when
+  // no request the block answers is the frontend's (nothing to deliver).
+  bool route_responses_locked(Batch& batch, const ResponseBlockView* view);
+  // Tells the submitter of routed request `request_id` it failed (kRefused).
+  void refuse_routed_locked(uint64_t request_id, uint32_t status);
+  void send_to_worker_locked(Instance& instance, const BatchMessage& message);
+  // Whether the instance takes a batch now: idle, or waiting for its own requests'
+  // responses with fewer than kMaxNestedBatches batches on it.
+  static bool takes_batch_locked(const Instance& instance);
+  // Forgets a route, keeping its submitter's `routed` count.
+  void erase_route_locked(std::unordered_map<uint64_t, Route>::iterator route);
+  // The batch is over: its inputs and descriptor go, and its requests that got no
+  // final response fail with `status` (kCompletionWorkerFailed when it ran).
+  void finish_locked(Batch& batch, int32_t status);
+  // Hands `done` (null: nothing, only the batch's end) to poll(), in dispatch order
+  // when the model preserves ordering; `batch_over`: nothing more comes for the batch.
+  void deliver_locked(ModelHandle model, uint64_t batch_id, Completion* done, bool batch_over);
+  // `model`: the model they were queued on, whose statistics count the workers' own
+  // requests among them (kCompletionRoutedRefused); null when it is going away.
+  void reject_locked(std::vector<QueuedRequest>& rejected, int32_t status,
+                     const Model* model = nullptr);
+  void stop_locked(Instance& instance);
+  // Closes the instance's eventfd, frees its channel and forgets it.
+  void free_instance_locked(Instance& instance);
+  void notify_frontend();
+  void timer_loop();
+  // Keeps timer_due_ the earliest deadline of any model after `model`'s moved from
+  // `before` (see the class comment), and the timerfd set to it unless deferred.
+  void follow_deadline_locked(const Model& model, uint64_t before);
+  void due_locked(uint64_t deadline);
+  // Sets the timerfd to timer_due_ if it holds something else.
+  void set_timer_locked();
+  CancelResult cancel_locked(uint64_t request_id);
+  // A worker's cancel of its request `tag` (channel.h SubmitKind::kCancel): the routed
+  // request is cancelled as a client's is; a tag no longer routed is ignored.
+  void cancel_routed_locked(uint32_t instance_id, uint64_t tag);
+  // A worker's control request (SubmitKind::kControl): left for the frontend as a
+  // kCompletionControl completion, or answered at once when its block is unreadable.
+  void take_control_locked(Instance& instance, const SubmitMessage& message);
+  // Statistics for an ensemble request answered to a worker or to an outer ensemble
+  // (kCompletionRouted, kNoInstance): the ensemble counts it as a client's.
+  void count_ensemble_locked(uint64_t model, const QueuedRequest& request,
+                             const uint64_t timings[4]);
+
+  // --- EnsembleHost (ensemble_scheduler.h), with mutex_ held ---
+  Arena& ensemble_arena() override { return arena_; }
+  uint64_t ensemble_now() override { return clock_(); }
+  uint64_t new_step_id() override { return next_routed_id_++; }
+  SubmitResult queue_step(ModelHandle model, const SubmitRequest& request,
+                          uint64_t trace_parent) override;
+  bool traced(uint64_t request_id) override { return trace_nodes_.count(request_id) != 0; }
+  // Child traces (ChildTrace): a child of traced request `parent` starts (nothing when
+  // the parent is not traced, or its root was read already) or ends (`timings`: its
+  // batch's, or null; a root is left to take_trace_children).
+  // `block`: the child's request block (arena offset), read for its inputs when the
+  // tree keeps tensors. child_trace_outputs_locked: a response of a child (its outputs
+  // kept when the tree keeps tensors).
+  void start_child_trace_locked(uint64_t parent, uint64_t request_id, uint64_t model,
+                                std::string_view metadata, uint64_t request_start_ns,
+                                uint64_t queue_start_ns, uint64_t block);
+  bool child_keeps_tensors_locked(uint64_t request_id) const;
+  void child_trace_outputs_locked(uint64_t request_id, const ResponseEntry& response);
+  void end_child_trace_locked(uint64_t request_id, const uint64_t* timings);
+  // The traced request that BLS call message `message` continues the trace of
+  // (trace=request.trace(): request `trace_index - 1` of batch `trace_batch`, running
+  // on `instance_id`), or 0.
+  uint64_t trace_parent_locked(uint32_t instance_id, const SubmitMessage& message) const;
+  void cancel_step(uint64_t step_id) override { cancel_locked(step_id); }
+  void release_request(const QueuedRequest& request) override;
+  void answer_ensemble(uint64_t model, const QueuedRequest& request, const EnsembleOrigin& origin,
+                       const std::vector<ResponseEntry>& entries, const uint64_t timings[4],
+                       int32_t status) override;
+  void finish_ensemble(uint64_t model, const QueuedRequest& request, const EnsembleOrigin& origin,
+                       const std::vector<ResponseEntry>& entries, const uint64_t timings[4],
+                       int32_t status, bool decoupled, std::vector<uint64_t> blocks) override;
+  // What answering an ensemble request's responses tells its trace (a step's or a BLS
+  // call's child trace keeps its outputs, and ends with the last).
+  void ensemble_answer_traces_locked(const QueuedRequest& request,
+                                     const std::vector<ResponseEntry>& entries, bool final);
+  // Writes the answers gathered since the completions were last handed out (see
+  // gathered_), before poll() or instance_down() hands them out.
+  void write_gathered_locked();
+  // Starts the ensemble requests that arrived since the last dispatch (always from
+  // the top of a dispatch, so the EnsembleScheduler is never re-entered by a start).
+  // True if it left completions for poll().
+  bool start_ensembles_locked();
+
+  // Set at construction, then only read: no lock.
+  Clock clock_;
+  Arena arena_;
+  BatchAssembler assembler_;         // request and batch layout in the arena (own lock)
+  InputRegions* regions_ = nullptr;  // set before serving, then only read
+  int notify_fd_ = -1;
+  int timer_fd_ = -1;  // the timer thread's timerfd; -1 without that thread
+  std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<uint64_t> outputs_in_place_{0};
+  std::atomic<uint64_t> outputs_copied_{0};
+  std::atomic<bool> span_ids_{false};  // set_span_ids
+  SpanIdSource span_id_source_;        // lock-free: drawn before submit takes the lock
+
+  mutable std::mutex mutex_;
+  // --- guarded by mutex_ ---
+  bool stopping_ = false;
+  // The earliest Model::deadline_ns (CLOCK_MONOTONIC, as clock_), 0 = none, and what
+  // the timerfd is set to (kTimerUnknown after it fired: set it again). They differ
+  // while deferred (defer_timer).
+  static constexpr uint64_t kTimerUnknown = ~uint64_t(0);
+  uint64_t timer_due_ = 0;
+  // timer_due_ for dispatch_due()'s look without the lock: written with it, read
+  // relaxed (a stale value costs one needless lock, or leaves the deadline to the next
+  // look or to settle_timer).
+  std::atomic<uint64_t> due_hint_{0};
+  uint64_t timer_set_ = 0;
+  bool timer_deferred_ = false;
+  uint64_t timer_wakeups_ = 0;
+  uint64_t timer_settings_ = 0;
+  uint64_t next_batch_id_ = 1;
+  std::vector<ModelSlot> models_;
+  std::vector<uint32_t> free_slots_;  // slots of removed models, reused first
+  // Instance ids are never reused, so a stale one (a worker exiting after its model
+  // was removed) finds nothing rather than another instance. The map's nodes stay
+  // put, so Model::instances points into it.
+  std::unordered_map<uint32_t, Instance> instances_;
+  uint32_t next_instance_id_ = 0;
+  std::unordered_map<uint64_t, Batch> in_flight_;
+  std::unordered_map<uint64_t, Route> routes_;        // by request id
+  std::unordered_map<uint64_t, TraceStamps> traced_;  // traced requests, by request id
+  // Traced requests and their children still running, by request id (a root's `root`
+  // is its own id); and the children finished, by their root. Empty with tracing off.
+  struct TraceNode {
+    uint64_t root = 0;
+    bool tensors = false;  // the tree keeps tensors (the root's trace_tensors)
+    ChildTrace trace;
+  };
+  std::unordered_map<uint64_t, TraceNode> trace_nodes_;
+  std::unordered_map<uint64_t, std::vector<ChildTrace>> trace_done_;
+  RateLimiter rate_limiter_;  // off unless configure_rate_limiter()
+  // Batches one instance may hold at once while it waits on its own requests.
+  static constexpr uint32_t kMaxNestedBatches = 16;
+  // Ids of requests workers submit: a range of their own, apart from the frontend's.
+  uint64_t next_routed_id_ = uint64_t{1} << 62;
+  std::vector<Completion> done_;  // left for poll() by dispatch and the timer thread
+  // Ensembles: requests waiting for start_ensembles_locked, and the orchestration.
+  // A step request's route has instance_id kEnsembleRoute (its responses go to
+  // ensembles_); a worker's request to an ensemble has an ordinary route.
+  struct EnsembleStart {
+    uint64_t model;
+    QueuedRequest request;
+    EnsembleOrigin origin;
+    EnsembleOptions options;
+  };
+  std::vector<EnsembleStart> ensemble_starts_;
+  EnsembleScheduler ensembles_{*this};
+  // A client's ensemble requests that succeeded since the completions were last handed
+  // out, by ensemble model: answered together, one response block and one completion
+  // (its place in done_ kept from the first), as a batch of a model with instances is,
+  // so the frontend reads one block for them rather than one each. Each response's
+  // outputs point into the step responses and request blocks kept here until the
+  // block is written; the block ends with each request's start (kResponseStartedEach:
+  // their queue times differ) and its compute time is their mean.
+  struct Gathered {
+    size_t done_index = 0;
+    std::vector<ResponseEntry> entries;
+    std::deque<std::string> jsons;  // the entries' JSON (a deque: views stay valid)
+    std::vector<uint64_t> started;
+    uint64_t compute_ns = 0;
+    std::vector<QueuedRequest> requests;
+    std::vector<uint64_t> blocks;
+  };
+  std::unordered_map<uint64_t, Gathered> gathered_;
+  static constexpr uint32_t kEnsembleRoute = 0xffffffffu;
+  // Scratch for dispatch_locked, kept to spare allocations on the hot path.
+  std::vector<uint32_t> idle_;
+  std::vector<Placement> placements_;
+
+  std::thread timer_;  // last: it starts once everything above is constructed
+};
+
+}  // namespace naiad

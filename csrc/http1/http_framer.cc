@@ -1,0 +1,234 @@
+#include "http1/http_framer.h"
+
+#include "codec/http_compress.h"
+#include "codec/kserve_json.h"
+#include "http1/http_scan.h"
+#include "util/byte_sink.h"
+
+namespace naiad {
+
+namespace {
+
+std::string_view status_line(int status) {
+  switch (status) {
+    case 200:
+      return "HTTP/1.1 200 OK\r\n";
+    case 400:
+      return "HTTP/1.1 400 Bad Request\r\n";
+    case 404:
+      return "HTTP/1.1 404 Not Found\r\n";
+    case 501:
+      return "HTTP/1.1 501 Not Implemented\r\n";
+    case 503:
+      return "HTTP/1.1 503 Service Unavailable\r\n";
+    default:
+      return "HTTP/1.1 500 Internal Server Error\r\n";
+  }
+}
+
+// The head, in the general path's order: Content-Length (of the body as sent),
+// Content-Type, Inference-Header-Content-Length (of the JSON before compression, as
+// Triton says it), Content-Encoding.
+template <typename Sink>
+void write_http(const InferResponse& response, size_t json_size, size_t body_size,
+                ResponseEncoding coding, Sink& out) {
+  out.put(status_line(http_status_of(response.error)));
+  out.put("Content-Length: ");
+  out.number(body_size);
+  bool binary = false;
+  for (const ResponseOutput& output : response.outputs) binary |= !output.json && !output.in_shm;
+  if (response.error != ErrorKind::kNone || !binary) {
+    out.put("\r\nContent-Type: application/json\r\n");
+  } else {
+    out.put("\r\nContent-Type: application/octet-stream\r\nInference-Header-Content-Length: ");
+    out.number(json_size);
+    out.put("\r\n");
+  }
+  out.put(content_encoding_line(coding));
+  out.put("\r\n");
+}
+
+struct BodySize {
+  size_t json = 0;
+  size_t total = 0;
+};
+
+BodySize body_size(const InferResponse& response) {
+  ByteCounter counter;
+  BodySize size;
+  size.json = write_response_body(response, counter);
+  size.total = counter.size();
+  return size;
+}
+
+bool has_json_outputs(const InferResponse& response) {
+  if (response.error != ErrorKind::kNone) return false;
+  for (const ResponseOutput& output : response.outputs) {
+    if (output.json) return true;
+  }
+  return false;
+}
+
+// Only successful answers are compressed (Triton's too): errors go as they are.
+bool compresses(const InferResponse& response, ResponseEncoding encoding) {
+  return encoding != ResponseEncoding::kIdentity && response.error == ErrorKind::kNone;
+}
+
+}  // namespace
+
+size_t HttpResponseWriter::size(const InferResponse& response, ResponseEncoding encoding) const {
+  if (compresses(response, encoding)) {
+    plain_.clear();
+    StringSink sink(&plain_);
+    body_json_size_ = write_response_body(response, sink);
+    body_.clear();
+    body_coding_ = encoding;
+    if (!compress_body(encoding, plain_, &body_)) {
+      body_.swap(plain_);  // empty: sent as it is
+      body_coding_ = ResponseEncoding::kIdentity;
+    }
+    keep_body(response, encoding);
+    ByteCounter head;
+    write_http(response, body_json_size_, body_.size(), body_coding_, head);
+    return head.size() + body_.size();
+  }
+  if (has_json_outputs(response)) {
+    body_.clear();
+    StringSink sink(&body_);
+    body_json_size_ = write_response_body(response, sink);
+    body_coding_ = ResponseEncoding::kIdentity;
+    keep_body(response, encoding);
+    ByteCounter head;
+    write_http(response, body_json_size_, body_.size(), body_coding_, head);
+    return head.size() + body_.size();
+  }
+  BodySize body = body_size(response);
+  ByteCounter head;
+  write_http(response, body.json, body.total, ResponseEncoding::kIdentity, head);
+  return head.size() + body.total;
+}
+
+void HttpResponseWriter::write(const InferResponse& response, ResponseEncoding encoding,
+                               char* out) const {
+  ByteWriter writer(out);
+  if (body_for_ == &response && body_request_ == response.request_id && body_asked_ == encoding &&
+      (compresses(response, encoding) || has_json_outputs(response))) {
+    body_for_ = nullptr;
+    write_http(response, body_json_size_, body_.size(), body_coding_, writer);
+    writer.put(body_);
+    return;
+  }
+  if (compresses(response, encoding)) {
+    // write() without its size(): the compressed body is made first.
+    size(response, encoding);
+    write(response, encoding, out);
+    return;
+  }
+  BodySize body = body_size(response);
+  write_http(response, body.json, body.total, ResponseEncoding::kIdentity, writer);
+  write_response_body(response, writer);
+}
+
+void HttpResponseWriter::keep_body(const InferResponse& response, ResponseEncoding asked) const {
+  body_for_ = &response;
+  body_request_ = response.request_id;
+  body_asked_ = asked;
+}
+
+std::string HttpResponseWriter::text(const InferResponse& response,
+                                     ResponseEncoding encoding) const {
+  std::string out(size(response, encoding), '\0');
+  write(response, encoding, out.data());
+  return out;
+}
+
+void HttpLane::add_route(const std::string& target, uint32_t model) {
+  if (model >= codec_.model_count()) return;
+  auto found = routes_.find(target);
+  if (found != routes_.end()) {
+    found->second = model;
+    return;
+  }
+  targets_.push_back(target);
+  routes_.emplace(targets_.back(), model);
+}
+
+void HttpLane::remove_model(uint32_t model) {
+  codec_.set_accepting(model, false);
+  for (auto route = routes_.begin(); route != routes_.end();) {
+    if (route->second != model) {
+      ++route;
+      continue;
+    }
+    const char* key = route->first.data();
+    route = routes_.erase(route);
+    targets_.remove_if([key](const std::string& target) { return target.data() == key; });
+  }
+}
+
+size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
+                           std::vector<Taken>* taken, size_t max_requests) {
+  size_t consumed = 0;
+  const size_t limit = taken->size() + max_requests;
+  while (consumed < size && taken->size() < limit) {
+    const char* start = reinterpret_cast<const char*>(data + consumed);
+    ScannedRequest request;
+    if (scan_memo_.scan(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
+    // Without Inference-Header-Content-Length the whole body is JSON.
+    const size_t header_length =
+        request.has_header_length ? request.header_length : request.body_size;
+    Taken& one = taken->emplace_back();
+    if (!submit_to(request.target, data + consumed + request.body_offset, request.body_size,
+                   header_length, now_ns, &one, request.encoding)) {
+      taken->pop_back();
+      break;
+    }
+    consumed += request.total;
+  }
+  return consumed;
+}
+
+bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t body_size,
+                         size_t header_size, uint64_t now_ns, Taken* taken,
+                         ResponseEncoding encoding) {
+  auto route = routes_.find(target);
+  if (route == routes_.end()) return false;
+  ParsedRequest& request = request_;
+  if (!header_memo_.read(body, body_size, header_size, &request)) return false;
+  std::string error;
+  uint64_t request_id = codec_.new_request_id();
+  CachedAnswer cached;
+  switch (codec_.submit(route->second, request, request_id, now_ns, &error, &cached)) {
+    case SubmitOutcome::kCached:
+      // A response cache hit: answered now, from the entry, as complete() would.
+      taken->model = route->second;
+      taken->request_id = 0;
+      taken->batch_size = cached.batch_size;
+      taken->reply = writer_.text(cached.response, encoding);
+      return true;
+    case SubmitOutcome::kQueued:
+      taken->model = route->second;
+      taken->request_id = request_id;
+      taken->batch_size = request.batch_size;
+      taken->reply.clear();
+      if (encoding != ResponseEncoding::kIdentity) encodings_[request_id] = encoding;
+      return true;
+    case SubmitOutcome::kInvalid: {
+      // The general path would parse the same request and get the same message from
+      // the same validator: answer it here (uncompressed, as every error).
+      InferResponse response;
+      response.error = ErrorKind::kInvalidArgument;
+      std::string message = json_string_text(error);
+      response.error_message = message;
+      taken->model = route->second;
+      taken->request_id = 0;
+      taken->batch_size = 0;
+      taken->reply = writer_.text(response);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace naiad

@@ -1,0 +1,147 @@
+// The HTTP/1.1 framer of the infer request path (framer.h): finds plain infer requests
+// in received bytes (http_scan.h), routes them by URL to a codec model, reads their
+// KServe REST bodies (kserve_json.h) and queues them through the KServe codec
+// (kserve_codec.h); writes complete keep-alive HTTP responses (HttpResponseWriter).
+// The common requests: what perf_analyzer and tritonclient send by default (binary
+// inputs after a JSON header, binary outputs) and plain KServe v2 JSON (tensors as JSON
+// `data` in and out, or any mix). One the validator refuses is answered at
+// once with Triton's 400; everything else goes to the Python front end (httptools and
+// the general path), which gives Triton's exact errors.
+//
+// Threads and locks: as KServeCodec, one thread at a time — the front end's event loop,
+// through _core.pyx, with the GIL released inside take_http() and submit_to() (and the
+// codec's complete()). `targets_` and `routes_` change only between requests (after
+// loading); no member needs a lock. HttpResponseWriter is stateless.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "codec/framer.h"
+#include "codec/kserve_codec.h"
+#include "http1/header_memo.h"
+#include "http1/http_scan.h"
+
+namespace naiad {
+
+// KServe REST over HTTP/1.1: status line, Content-Length, Content-Type and, with binary
+// outputs, Inference-Header-Content-Length (JSON outputs only: application/json);
+// keep-alive (no Connection header).
+//
+// A successful answer to a request that asked for gzip or deflate (response_encoding)
+// has its body compressed (http_compress.h) and says so in Content-Encoding, exactly as
+// the general path; errors are not compressed.
+//
+// A response with JSON outputs or a compressed body has its body written once, by
+// size(), and kept for the write() of the same response that follows (formatting
+// numbers and compressing are what cost); the writer is used by one thread at a time,
+// as the lane.
+class HttpResponseWriter final : public ResponseWriter {
+ public:
+  size_t size(const InferResponse& response) const override {
+    return size(response, ResponseEncoding::kIdentity);
+  }
+  void write(const InferResponse& response, char* out) const override {
+    write(response, ResponseEncoding::kIdentity, out);
+  }
+  // The answer to a request whose Accept-Encoding picked `encoding`.
+  size_t size(const InferResponse& response, ResponseEncoding encoding) const;
+  void write(const InferResponse& response, ResponseEncoding encoding, char* out) const;
+  // tests and benchmarks
+  std::string text(const InferResponse& response,
+                   ResponseEncoding encoding = ResponseEncoding::kIdentity) const;
+
+ private:
+  void keep_body(const InferResponse& response, ResponseEncoding asked) const;
+
+  // The body size() wrote for the response at `body_for_` (JSON outputs or compressed),
+  // asked for with `body_asked_` and sent with `body_coding_`.
+  mutable const InferResponse* body_for_ = nullptr;
+  mutable uint64_t body_request_ = 0;
+  mutable ResponseEncoding body_asked_ = ResponseEncoding::kIdentity;
+  mutable ResponseEncoding body_coding_ = ResponseEncoding::kIdentity;
+  mutable std::string body_;
+  mutable std::string plain_;  // a compressed body before compression
+  mutable size_t body_json_size_ = 0;
+};
+
+class HttpLane {
+ public:
+  explicit HttpLane(Core& core) : codec_(core) {}
+
+  KServeCodec& codec() { return codec_; }
+  // Requests whose header was read from the memo (tests, benchmarks).
+  uint64_t header_memo_hits() const { return header_memo_.hits(); }
+  // Requests whose HTTP head was recognised from the memo (tests, benchmarks).
+  uint64_t scan_memo_hits() const { return scan_memo_.hits(); }
+  const HttpResponseWriter& writer() const { return writer_; }
+
+  // Requests for `target` (an infer URL as sent) go to codec model `model`.
+  void add_route(const std::string& target, uint32_t model);
+  // The model is gone: its routes are dropped and it takes nothing more. Its codec
+  // entry stays, since requests in flight still need it to build their responses.
+  void remove_model(uint32_t model);
+
+  struct Taken {
+    uint32_t model = 0;
+    uint64_t request_id = 0;  // 0 when answered at once (`reply`)
+    uint32_t batch_size = 0;  // 0 for a refused request
+    // An invalid request is answered at once: its complete HTTP response (Triton's
+    // 400 with the validator's message, as the general path would answer). So is a
+    // response cache hit (kserve_codec.h kCached), with its batch size.
+    std::string reply;
+  };
+  // Takes an infer body sent to URL `target` (as sent) if it is a route and the codec
+  // queues it (it gets the next request id) or the validator refuses it (`reply`).
+  // False: the general path's. `encoding`: what the request's Accept-Encoding picked
+  // (response_encoding); a cache hit's `reply` is compressed with it, a queued
+  // request's answer too (take_encoding), a refusal never.
+  bool submit_to(std::string_view target, const uint8_t* body, size_t body_size, size_t header_size,
+                 uint64_t now_ns, Taken* taken,
+                 ResponseEncoding encoding = ResponseEncoding::kIdentity);
+  // Takes the complete plain infer requests at the start of received HTTP bytes
+  // (http_scan.h), in order, up to the first it does not take. Returns how many bytes
+  // they took; the rest is for the front end's full parser. At most `max_requests`
+  // (the connection's room under kHttpMaxPipeline): the front end holds the rest
+  // unread until answers make room.
+  size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
+                   std::vector<Taken>* taken, size_t max_requests = SIZE_MAX);
+
+  // The encoding the answer of queued request `request_id` is written with (writer()),
+  // asked once, when its answer is: the lane keeps it no longer.
+  ResponseEncoding take_encoding(uint64_t request_id) {
+    if (encodings_.empty()) return ResponseEncoding::kIdentity;
+    auto found = encodings_.find(request_id);
+    if (found == encodings_.end()) return ResponseEncoding::kIdentity;
+    ResponseEncoding encoding = found->second;
+    encodings_.erase(found);
+    return encoding;
+  }
+  // The request was answered another way (failed batch, shutdown): the codec and the
+  // lane forget it.
+  void forget(uint64_t request_id) {
+    encodings_.erase(request_id);
+    codec_.forget(request_id);
+  }
+
+ private:
+  KServeCodec codec_;
+  HttpResponseWriter writer_;
+  // The route keys point into these; a list, so removing one leaves the others put.
+  std::list<std::string> targets_;
+  std::unordered_map<std::string_view, uint32_t> routes_;
+  // The queued requests whose answers are to be compressed (identity ones are not kept).
+  std::unordered_map<uint64_t, ResponseEncoding> encodings_;
+  // The request being taken (submit_to): one object, whose vectors keep their capacity
+  // from request to request; and the last inference header read, which the next
+  // request's often repeats.
+  ParsedRequest request_;
+  HeaderMemo header_memo_;
+  ScanMemo scan_memo_;  // and the last HTTP head, which it often repeats too
+};
+
+}  // namespace naiad

@@ -1,0 +1,605 @@
+#include "http1/http_io.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <iterator>
+#include <stdexcept>
+
+#include "http1/http_scan.h"
+#include "ipc/response_block.h"
+
+namespace naiad {
+
+namespace {
+
+// epoll data of the listener (connection ids start at 1).
+constexpr uint64_t kListenerKey = 0;
+// Unsent bytes past which a Python-mode protocol is told to stop writing (uvloop's
+// default high-water mark), and under which it may write again; lane mode stops
+// reading past the high mark.
+constexpr size_t kHighWater = 64 * 1024;
+constexpr size_t kLowWater = 16 * 1024;
+// A plain request arriving in pieces stays in lane mode up to this size (a request the
+// TCP stream split); a larger one goes to Python, which collects it in one buffer.
+constexpr size_t kMaxLanePartial = 64 * 1024;
+constexpr size_t kReadSize = 256 * 1024;
+constexpr int kMaxEvents = 256;
+
+// For one turn of the loop (run, poll): the core's timer is set once, as the turn
+// ends, to nothing when what the turn held back left before it ended. A deadline that
+// passes meanwhile is met by the turn itself (Core::dispatch_due between its events
+// and writes), or as it ends.
+struct TimerDeferral {
+  Core& core;
+  explicit TimerDeferral(Core& c) : core(c) { core.defer_timer(); }
+  ~TimerDeferral() { core.settle_timer(); }
+};
+
+void epoll_set(int epoll_fd, int op, int fd, uint32_t events, uint64_t key) {
+  epoll_event event{};
+  event.events = events;
+  event.data.u64 = key;
+  epoll_ctl(epoll_fd, op, fd, &event);
+}
+
+}  // namespace
+
+HttpIo::HttpIo(HttpLane& lane, Core& core, int listen_fd)
+    : lane_(lane), core_(core), listen_fd_(listen_fd) {
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + strerror(errno));
+  epoll_set(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, EPOLLIN, kListenerKey);
+  read_buffer_.resize(kReadSize);
+}
+
+HttpIo::~HttpIo() {
+  for (auto& entry : connections_) ::close(entry.second->fd);
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+}
+
+void HttpIo::stop_listening() {
+  if (!listening_) return;
+  listening_ = false;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+}
+
+void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
+  {
+    TimerDeferral deferral(core_);
+    epoll_event events[kMaxEvents];
+    handle_ready(events, epoll_wait(epoll_fd_, events, kMaxEvents, 0));
+    if (queued_ != 0) core_.flush(arrivals_possible(python_open, python_waiting));
+    write_due(python_open, python_waiting);
+    spin_for_arrivals(python_open, python_waiting);
+  }
+  hand_events(turn);
+}
+
+void HttpIo::handle_ready(const epoll_event* events, int ready) {
+  for (int e = 0; e < ready; ++e) {
+    const uint64_t key = events[e].data.u64;
+    if (key == kListenerKey) {
+      accept_all();
+      continue;
+    }
+    Connection* c = find(key);
+    if (c == nullptr) continue;  // closed earlier in this turn
+    if ((events[e].events & (EPOLLERR | EPOLLHUP)) && (c->eof || c->closing)) {
+      // Reset after it half-closed: nothing more can reach it (and epoll would report
+      // it on every turn, read or not). Its owed requests are cancelled.
+      destroy(c, true);
+      continue;
+    }
+    if ((events[e].events & EPOLLOUT) && !send_out(c)) continue;
+    if (events[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(c);
+    core_.dispatch_due();
+  }
+}
+
+void HttpIo::spin_for_arrivals(uint32_t python_open, uint32_t python_waiting) {
+  // Only arrivals on this loop's own connections end a spin (Python reads the others).
+  if (spin_ns_ == 0 || !taking_ || counted_ <= waiting_) return;
+  uint64_t held = core_.held_for_idle();
+  if (held == 0) return;
+  if (spin_skips_ != 0) {  // a chance to spin left out
+    --spin_skips_;
+    return;
+  }
+  const uint64_t until = std::min(held, core_.now() + spin_ns_);
+  epoll_event events[kMaxEvents];
+  for (;;) {
+    const int ready = epoll_wait(epoll_fd_, events, kMaxEvents, 0);
+    if (ready > 0) {
+      const uint32_t queued_before = queued_;
+      handle_ready(events, ready);
+      if (queued_ != queued_before) core_.flush(arrivals_possible(python_open, python_waiting));
+      write_due(python_open, python_waiting);
+      held = core_.held_for_idle();
+      if (held == 0) {  // the batch left
+        spin_misses_ = 0;
+        return;
+      }
+    }
+    if (core_.now() >= until) break;
+  }
+  // They did not come in time: what is due leaves now, and the next spins get rarer
+  // (1, 3, 7 ... up to 63 chances left out) while they keep not coming.
+  core_.flush(arrivals_possible(python_open, python_waiting));
+  spin_misses_ = std::min<uint32_t>(spin_misses_ + 1, 6);
+  spin_skips_ = (1u << spin_misses_) - 1;
+}
+
+void HttpIo::write_due(uint32_t python_open, uint32_t python_waiting) {
+  const uint32_t queued_before_writes = queued_;
+  flush_writes();
+  // Bytes that waited for room were taken as the answers went out.
+  if (queued_ != queued_before_writes) core_.flush(arrivals_possible(python_open, python_waiting));
+}
+
+void HttpIo::hand_events(Turn* turn) {
+  turn->queued += queued_;
+  turn->cached += cached_;
+  turn->refused += refused_;
+  queued_ = cached_ = refused_ = 0;
+  if (turn->events.empty()) {
+    turn->events.swap(events_);
+  } else {
+    turn->events.insert(turn->events.end(), std::make_move_iterator(events_.begin()),
+                        std::make_move_iterator(events_.end()));
+    events_.clear();
+  }
+}
+
+void HttpIo::poll(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
+  {
+    // Deferred like run(): a batch held as the completions come in would otherwise set
+    // the timer at once, and its deadline would mostly pass while this turn writes the
+    // answers, the timer thread preempting it.
+    TimerDeferral deferral(core_);
+    std::vector<Completion> done = core_.poll(arrivals_possible(python_open, python_waiting));
+    for (Completion& completion : done) {
+      if (!answer_completion(completion, turn)) {
+        turn->completions.push_back(std::move(completion));
+      }
+    }
+    write_due(python_open, python_waiting);
+  }
+  hand_events(turn);
+}
+
+void HttpIo::accept_all() {
+  for (;;) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // EAGAIN, or out of fds: the rest wait in the backlog
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto connection = std::make_unique<Connection>();
+    Connection* c = connection.get();
+    c->id = next_connection_++;
+    c->fd = fd;
+    c->last_read_ns = monotonic_ns();
+    connections_.emplace(c->id, std::move(connection));
+    c->events = EPOLLIN;
+    epoll_set(epoll_fd_, EPOLL_CTL_ADD, fd, c->events, c->id);
+    events_.push_back(Event{EventKind::kAccepted, c->id, {}});
+  }
+}
+
+void HttpIo::update_events(Connection* c) {
+  bool reading = !c->eof && !c->closing;
+  if (c->python) {
+    reading = reading && !c->py_paused;
+  } else {
+    // Lane mode reads on while it can take more: not while bytes wait for the owed
+    // answers (they go to Python next, or to the lane once there is room), nor while
+    // the client does not read its answers.
+    const bool waiting_bytes = !c->in.empty() && c->partial_since_ns == 0;
+    reading = reading && !waiting_bytes && c->owed.size() < kHttpMaxPipeline &&
+              c->out.size() < kHighWater;
+  }
+  uint32_t wanted = (reading ? uint32_t(EPOLLIN) : 0u) | (c->out.empty() ? 0u : uint32_t(EPOLLOUT));
+  if (wanted != c->events) {
+    c->events = wanted;
+    epoll_set(epoll_fd_, EPOLL_CTL_MOD, c->fd, wanted, c->id);
+  }
+}
+
+void HttpIo::update_waiting(Connection* c) {
+  const bool waiting = c->counted && !c->owed.empty();
+  if (waiting != c->waiting) {
+    c->waiting = waiting;
+    if (waiting) {
+      ++waiting_;
+    } else {
+      --waiting_;
+    }
+  }
+}
+
+void HttpIo::on_readable(Connection* c) {
+  if (c->eof || c->closing) return;
+  ssize_t got;
+  do {
+    got = ::read(c->fd, &read_buffer_[0], read_buffer_.size());
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    destroy(c, true);  // reset by the peer
+    return;
+  }
+  if (got == 0) {
+    c->eof = true;
+    if (c->python) {
+      events_.push_back(Event{EventKind::kEof, c->id, {}});
+      update_events(c);
+      return;
+    }
+    // Lane mode: the requests it sent are answered, then the connection closes. A
+    // partial request left is dropped with it, as the parser drops an unfinished one.
+    if (c->owed.empty() && c->out.empty()) {
+      destroy(c, true);
+      return;
+    }
+    c->closing = true;
+    update_events(c);
+    return;
+  }
+  c->last_read_ns = monotonic_ns();
+  c->received = true;
+  if (c->python) {
+    events_.push_back(Event{EventKind::kData, c->id, read_buffer_.substr(0, got)});
+    return;
+  }
+  c->in.append(read_buffer_.data(), static_cast<size_t>(got));
+  process_input(c);
+}
+
+void HttpIo::process_input(Connection* c) {
+  // When the partial request at the front began arriving (the limits' sweep times it).
+  uint64_t partial_since = c->partial_since_ns;
+  if (taking_ && c->owed.size() < kHttpMaxPipeline && !c->in.empty()) {
+    taken_.clear();
+    const uint64_t now = monotonic_ns();
+    size_t consumed = lane_.take_http(reinterpret_cast<const uint8_t*>(c->in.data()), c->in.size(),
+                                      max_body_, now, &taken_, kHttpMaxPipeline - c->owed.size());
+    for (HttpLane::Taken& t : taken_) {
+      c->owed.emplace_back();
+      Owed& slot = c->owed.back();
+      slot.request_id = t.request_id;
+      if (t.request_id == 0) {  // refused, or a response cache hit: answered now
+        slot.ready = true;
+        slot.answer = std::move(t.reply);
+        if (t.batch_size) {
+          ++cached_;
+        } else {
+          ++refused_;
+        }
+        touch(c);
+        continue;
+      }
+      spare_requests_.insert(requests_, t.request_id) =
+          Request{c, &slot, t.model, t.batch_size, now};
+      ++queued_;
+      if (!c->counted) {
+        c->counted = true;
+        ++counted_;
+      }
+    }
+    c->in.erase(0, consumed);
+    if (consumed != 0) partial_since = 0;  // what is left is another request
+    update_waiting(c);
+  }
+  c->partial_since_ns = 0;
+  if (!c->in.empty()) {
+    // A plain request may be on its way: its head not all there yet (a head is short),
+    // or its head there and the whole small.
+    ScannedRequest scanned;
+    const bool partial =
+        scan_request(c->in.data(), c->in.size(), max_body_, &scanned) == ScanResult::kIncomplete &&
+        (scanned.total == 0 ? c->in.size() < kMaxLanePartial : scanned.total <= kMaxLanePartial);
+    if (taking_ && partial) {
+      // A small plain request cut by the stream: the next read completes it.
+      c->partial_since_ns = partial_since != 0 ? partial_since : c->last_read_ns;
+    } else if (c->owed.empty()) {
+      to_python(c);  // the rest is Python's: the protocol gets it, and the connection
+    }
+    // Else the bytes wait (unread further) until the owed answers are out.
+  }
+  update_events(c);
+}
+
+void HttpIo::touch(Connection* c) {
+  if (std::find(touched_.begin(), touched_.end(), c) == touched_.end()) touched_.push_back(c);
+}
+
+void HttpIo::collect_due(Connection* c) {
+  size_t before = c->owed.size();
+  while (!c->owed.empty() && c->owed.front().ready) {
+    c->out += c->owed.front().answer;
+    c->owed.pop_front();
+  }
+  update_waiting(c);
+  if (c->owed.size() != before && !c->python && !c->in.empty() && c->partial_since_ns == 0) {
+    process_input(c);  // bytes that waited for room (or for the owed answers)
+  }
+}
+
+void HttpIo::flush_writes() {
+  // process_input() may touch connections while this walks: by index.
+  for (size_t i = 0; i < touched_.size(); ++i) {
+    Connection* c = touched_[i];
+    collect_due(c);
+    send_out(c);  // may destroy c, which takes it out of touched_
+    if (i < touched_.size() && touched_[i] != c) --i;
+    core_.dispatch_due();
+  }
+  touched_.clear();
+}
+
+bool HttpIo::send_out(Connection* c) {
+  while (!c->out.empty()) {
+    ssize_t sent = ::send(c->fd, c->out.data(), c->out.size(), MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      destroy(c, true);  // the peer is gone: nothing more reaches it
+      return false;
+    }
+    c->out.erase(0, static_cast<size_t>(sent));
+  }
+  if (c->python) {
+    if (!c->write_paused && c->out.size() > kHighWater) {
+      c->write_paused = true;
+      events_.push_back(Event{EventKind::kPauseWriting, c->id, {}});
+    } else if (c->write_paused && c->out.size() <= kLowWater) {
+      c->write_paused = false;
+      events_.push_back(Event{EventKind::kResumeWriting, c->id, {}});
+    }
+  }
+  if (c->out.empty()) {
+    if (c->shut_after) {
+      c->shut_after = false;
+      ::shutdown(c->fd, SHUT_WR);
+    }
+    if (c->closing && c->owed.empty()) {
+      destroy(c, true);
+      return false;
+    }
+  }
+  update_events(c);
+  return true;
+}
+
+bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
+  if (done.status != kCompletionOk || done.request_ids.empty() || done.result_offset == 0) {
+    return false;
+  }
+  const Request* first = nullptr;
+  for (uint64_t id : done.request_ids) {
+    auto found = requests_.find(id);
+    if (found == requests_.end()) return false;
+    if (first == nullptr) first = &found->second;
+  }
+  Arena& arena = core_.arena();
+  if (done.result_offset > arena.size() || done.result_size > arena.size() - done.result_offset) {
+    return false;
+  }
+  const uint8_t* block = arena.base() + done.result_offset;
+  Answered stats;
+  stats.lane_model = first->lane_model;
+  stats.instance_id = done.instance_id;
+  answers_.clear();
+  if (!lane_.codec().complete(block, done.result_size, done.request_ids, done.dispatch_ns,
+                              monotonic_ns(), &answers_, stats.timings)) {
+    return false;  // Python fails the batch (its complete() reads the block the same)
+  }
+  const HttpResponseWriter& writer = lane_.writer();
+  stats.batch_sizes.reserve(answers_.size());
+  for (KServeCodec::Answer& answer : answers_) {
+    const uint64_t id = answer.response.request_id;
+    auto found = requests_.find(id);
+    if (found == requests_.end()) continue;
+    Request request = found->second;
+    spare_requests_.erase(requests_, found, [](Request&) {});
+    if (answer.counted_failure) {
+      stats.failed_ns.push_back(answer.request_ns);
+    } else {
+      ++stats.successes;
+      stats.inferences += answer.batch_size;
+      stats.request_ns += answer.request_ns;
+      stats.queue_ns += answer.queue_ns;
+      if (each_) stats.each.emplace_back(answer.request_ns, answer.queue_ns);
+    }
+    stats.batch_sizes.push_back(request.batch_size);
+    const ResponseEncoding coding = lane_.take_encoding(id);
+    Connection* c = request.connection;
+    if (c == nullptr) continue;  // its client went away
+    // First in line (a client with one request at a time: the usual case), the answer
+    // is written straight after the bytes owed before it; else it waits in its slot.
+    std::string& http = request.slot == &c->owed.front() ? c->out : request.slot->answer;
+    const size_t at = http.size();
+    http.resize(at + writer.size(answer.response, coding));
+    writer.write(answer.response, coding, &http[at]);
+    lane_.codec().give_back(answer.response);
+    request.slot->ready = true;
+    touch(c);
+  }
+  // A request whose final response is in the block is answered now; one without gets
+  // it in a later block (it stays owed).
+  ResponseBlockView view;
+  if (view_response_block(block, done.result_size, &view)) {
+    for (uint32_t r = 0; r < view.header->n_responses; ++r) {
+      if (!(view.records[r].flags & kResponseFinal)) continue;
+      const uint32_t index = view.records[r].request_index;
+      if (index >= done.request_ids.size()) continue;
+      if (requests_.count(done.request_ids[index])) stats.lost.push_back(done.request_ids[index]);
+    }
+  }
+  arena.free(done.result_offset);
+  turn->answered.push_back(std::move(stats));
+  return true;
+}
+
+void HttpIo::write(uint64_t connection, const char* data, size_t size) {
+  Connection* c = find(connection);
+  if (c == nullptr || c->closing) return;
+  const bool idle = c->out.empty();
+  c->out.append(data, size);
+  if (idle) {
+    send_out(c);
+  } else {
+    update_events(c);
+  }
+}
+
+bool HttpIo::close(uint64_t connection, bool abort) {
+  Connection* c = find(connection);
+  if (c == nullptr) return false;
+  if (abort || c->out.empty()) {
+    destroy(c, false);
+    return true;
+  }
+  c->closing = true;
+  update_events(c);
+  return false;
+}
+
+void HttpIo::write_eof(uint64_t connection) {
+  Connection* c = find(connection);
+  if (c == nullptr) return;
+  if (c->out.empty()) {
+    ::shutdown(c->fd, SHUT_WR);
+  } else {
+    c->shut_after = true;
+  }
+}
+
+void HttpIo::pause_reading(uint64_t connection) {
+  Connection* c = find(connection);
+  if (c == nullptr) return;
+  c->py_paused = true;
+  update_events(c);
+}
+
+void HttpIo::resume_reading(uint64_t connection) {
+  Connection* c = find(connection);
+  if (c == nullptr) return;
+  c->py_paused = false;
+  update_events(c);
+}
+
+size_t HttpIo::unsent(uint64_t connection) const {
+  Connection* c = find(connection);
+  return c == nullptr ? 0 : c->out.size();
+}
+
+bool HttpIo::in_lane_mode(uint64_t connection) const {
+  Connection* c = find(connection);
+  return c != nullptr && !c->python;
+}
+
+void HttpIo::take_back(uint64_t connection, const char* data, size_t size, Turn* turn) {
+  Connection* c = find(connection);
+  if (c != nullptr && !c->eof && !c->closing) {
+    if (c->python) {
+      c->python = false;
+      c->py_paused = false;
+      c->write_paused = false;
+      c->in.assign(data, size);
+    } else {
+      // Taken back already by an earlier event of the same turn: the connection's
+      // reads were all Python's then (a request whose head and body came in two
+      // reads), and these bytes follow those.
+      c->in.append(data, size);
+    }
+    process_input(c);
+    flush_writes();  // answers given at once (cache hits, refusals)
+  }
+  hand_events(turn);
+}
+
+bool HttpIo::owned(uint64_t request_id, Owned* out) const {
+  auto found = requests_.find(request_id);
+  if (found == requests_.end()) return false;
+  out->lane_model = found->second.lane_model;
+  out->batch_size = found->second.batch_size;
+  out->submit_ns = found->second.submit_ns;
+  return true;
+}
+
+bool HttpIo::answer(uint64_t request_id, const char* http, size_t size) {
+  auto found = requests_.find(request_id);
+  if (found == requests_.end()) return false;
+  Request request = found->second;
+  spare_requests_.erase(requests_, found, [](Request&) {});
+  if (request.connection == nullptr) return false;  // its client went away
+  request.slot->answer.assign(http, size);
+  request.slot->ready = true;
+  touch(request.connection);
+  return true;
+}
+
+void HttpIo::destroy(Connection* c, bool report) {
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+  ::close(c->fd);
+  for (Owed& slot : c->owed) {
+    if (slot.ready || slot.request_id == 0) continue;
+    // Its client went away: a queued request is dropped, a running one flagged. It stays
+    // this loop's until its completion, which the statistics count (with no one to
+    // answer: CANCELED when it was dropped).
+    auto found = requests_.find(slot.request_id);
+    if (found != requests_.end()) {
+      found->second.connection = nullptr;
+      found->second.slot = nullptr;
+    }
+    core_.cancel(slot.request_id);
+  }
+  c->owed.clear();
+  update_waiting(c);
+  if (c->counted) --counted_;
+  touched_.erase(std::remove(touched_.begin(), touched_.end(), c), touched_.end());
+  const uint64_t id = c->id;
+  if (report) events_.push_back(Event{EventKind::kClosed, id, {}});
+  connections_.erase(id);
+}
+
+void HttpIo::sweep(uint64_t before_ns, uint64_t idle_before_ns, std::vector<uint64_t>* timed_out,
+                   std::vector<uint64_t>* idle) {
+  for (auto& entry : connections_) {
+    Connection* c = entry.second.get();
+    if (c->python || c->closing) continue;
+    if (c->partial_since_ns != 0) {
+      if (c->partial_since_ns < before_ns && c->owed.empty()) timed_out->push_back(c->id);
+      continue;
+    }
+    if (!c->owed.empty() || !c->in.empty() || !c->out.empty()) continue;
+    const bool silent = !c->received && c->last_read_ns < before_ns;
+    if (silent || (idle_before_ns && c->last_read_ns < idle_before_ns)) idle->push_back(c->id);
+  }
+}
+
+void HttpIo::hand_over(uint64_t connection) {
+  Connection* c = find(connection);
+  if (c == nullptr || c->python || !c->owed.empty()) return;
+  c->partial_since_ns = 0;
+  to_python(c);
+  update_events(c);
+}
+
+void HttpIo::to_python(Connection* c) {
+  c->python = true;
+  events_.push_back(Event{EventKind::kHandOver, c->id, std::move(c->in)});
+  c->in.clear();
+}
+
+}  // namespace naiad

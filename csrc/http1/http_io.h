@@ -1,0 +1,277 @@
+// The C++ I/O loop of the HTTP front end: accepts the connections, reads them, hands
+// the plain infer requests it finds to the lane (HttpLane::take_http), answers the
+// completed batches of those requests from their response blocks and writes the
+// answers, with no Python per request.
+//
+// Everything else stays Python's. Each connection is in one of two modes:
+// - lane mode (the start): the bytes go to the lane. Its requests are owed in order;
+//   the answers of one turn go out in one write per connection.
+// - Python mode: the bytes go to the connection's Python protocol (http/protocol.py,
+//   httptools and the general path) as Event::kData, and what it writes comes back
+//   through write(). A connection enters it when the lane leaves bytes it does not take
+//   (a GET, a request in pieces, malformed input) and nothing is owed in lane mode
+//   (else the bytes wait, unread further, until the owed answers are out: the order of
+//   answers is the order of requests). It goes back to lane mode when Python says its
+//   protocol owes nothing and holds nothing (take_back()).
+// Nothing owed in one mode is ever owed in the other, so answers never overtake.
+//
+// A completion whose requests are all this loop's is answered here and its block freed;
+// its statistics go to Python as one Answered per completion. Any other completion goes
+// to Python as the core gave it (the general path's, a failed batch, gRPC's), and Python
+// answers this loop's requests among them through answer() (owned() says what they are).
+//
+// Threads: one, the front end's event loop; the GIL is released around run() and poll().
+// The event loop calls run() when this loop's epoll fd is readable (sockets) and poll()
+// when the core's notify eventfd is (completions, for every protocol: gRPC's go to
+// Python from here too). No member needs a lock.
+#pragma once
+
+#include <sys/epoll.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/core.h"
+#include "http1/http_framer.h"
+#include "util/spare_nodes.h"
+
+namespace naiad {
+
+class HttpIo {
+ public:
+  // `listen_fd`: a listening TCP socket (non-blocking), kept open by the caller until
+  // this loop is gone.
+  HttpIo(HttpLane& lane, Core& core, int listen_fd);
+  ~HttpIo();
+  HttpIo(const HttpIo&) = delete;
+  HttpIo& operator=(const HttpIo&) = delete;
+
+  int epoll_fd() const { return epoll_fd_; }
+
+  // Whether the lane takes requests in lane mode (false while something per request
+  // must run in Python: tracing, header rules); off, every connection's bytes go to
+  // Python.
+  void set_taking(bool taking) { taking_ = taking; }
+  void set_max_body(size_t max_body) { max_body_ = max_body; }
+  // How long a turn may poll for the arrivals a held batch waits for (0: never), see
+  // spin_for_arrivals; kSpinNs by default.
+  void set_spin(uint64_t ns) { spin_ns_ = ns; }
+  static constexpr uint64_t kSpinNs = 50000;
+  // Stop accepting (shutdown); the connections stay.
+  void stop_listening();
+
+  enum class EventKind : uint8_t {
+    kAccepted,       // a new connection (lane mode): Python makes its protocol
+    kData,           // bytes read in Python mode: for the protocol, or back to lane mode
+    kHandOver,       // bytes lane mode leaves to Python: the protocol's, and the connection
+    kEof,            // the client half-closed in Python mode
+    kClosed,         // the connection is gone (its fd closed)
+    kPauseWriting,   // Python mode: the client reads too slowly
+    kResumeWriting,  // its unsent bytes drained
+  };
+  struct Event {
+    EventKind kind;
+    uint64_t connection;
+    std::string data;  // kData, kHandOver
+  };
+  // A completion answered here, for the statistics Python keeps.
+  struct Answered {
+    uint32_t lane_model = 0;
+    uint32_t instance_id = 0;
+    uint64_t timings[4] = {0, 0, 0, 0};
+    uint32_t successes = 0;
+    uint32_t inferences = 0;
+    uint64_t request_ns = 0;
+    uint64_t queue_ns = 0;
+    std::vector<uint64_t> failed_ns;  // per request the statistics count failed
+    // Per success (request_ns, queue_ns), when each_ is on (latency summaries).
+    std::vector<std::pair<uint64_t, uint64_t>> each;
+    // The batch sizes of the requests: one execution each when the core answered
+    // ensemble requests together (no instance), else their sum is one execution's.
+    std::vector<uint32_t> batch_sizes;
+    // Requests whose final response was in the block without an answer (a codec bug):
+    // Python fails them (answer()).
+    std::vector<uint64_t> lost;
+  };
+  struct Turn {
+    std::vector<Event> events;
+    std::vector<Completion> completions;  // for Python, as Core::poll gives them
+    std::vector<Answered> answered;
+    uint32_t queued = 0, cached = 0, refused = 0;  // lane requests taken this turn
+  };
+
+  // One turn of the loop: accepts, reads, takes, dispatches and writes. `python_open` /
+  // `python_waiting`: the arrival counts of the connections Python keeps
+  // (scheduling/arrivals.py), added to this loop's own for the batcher's hint. Also
+  // hands over the events of calls made since the last turn (pending_events()).
+  void run(uint32_t python_open, uint32_t python_waiting, Turn* turn);
+  // The core notified: Core::poll, this loop's completions answered and written, the
+  // others in `turn` for Python. The core's timer is deferred as in run().
+  void poll(uint32_t python_open, uint32_t python_waiting, Turn* turn);
+  // Events (closes, write pauses) that calls from Python made and no turn has handed
+  // over yet: the caller runs a turn soon when there are any.
+  size_t pending_events() const { return events_.size(); }
+
+  // -- Python mode: the protocol's transport ----------------------------------------
+  // Sends `data` after whatever is unsent (a partial send keeps the rest).
+  void write(uint64_t connection, const char* data, size_t size);
+  // Closes once the unsent bytes are out (`abort`: now). True when closed now: the caller
+  // reports kClosed itself; else a later run() does.
+  bool close(uint64_t connection, bool abort);
+  // Shuts the write side once the unsent bytes are out.
+  void write_eof(uint64_t connection);
+  void pause_reading(uint64_t connection);
+  void resume_reading(uint64_t connection);
+  size_t unsent(uint64_t connection) const;
+  bool is_open(uint64_t connection) const { return connections_.count(connection) != 0; }
+  bool in_lane_mode(uint64_t connection) const;
+  // The protocol owes and holds nothing: the connection returns to lane mode with
+  // `data` (bytes Python received in the meantime), which the lane takes first. A
+  // connection taken back by an earlier data event of the same turn gets `data` after
+  // what it holds. What it queued, and events (the bytes going back to Python), are in
+  // `turn`; the caller flushes the core.
+  void take_back(uint64_t connection, const char* data, size_t size, Turn* turn);
+
+  // -- this loop's requests in a completion Python answers ---------------------------
+  struct Owned {
+    uint32_t lane_model = 0;
+    uint32_t batch_size = 0;
+    uint64_t submit_ns = 0;
+  };
+  bool owned(uint64_t request_id, Owned* out) const;
+  // Python's answer (complete HTTP response bytes) to request `request_id` of this loop,
+  // which it is no longer after; false when no client waits for it (gone away).
+  bool answer(uint64_t request_id, const char* http, size_t size);
+  // Writes what answer() made due (Python calls it once after answering a completion).
+  void flush_writes();
+
+  // Arrival counts of the connections in lane mode (scheduling/arrivals.py).
+  uint32_t open_count() const { return counted_; }
+  uint32_t waiting_count() const { return waiting_; }
+  // This loop's requests in flight (not answered yet).
+  size_t in_flight() const { return requests_.size(); }
+  std::vector<uint64_t> owned_ids() const {
+    std::vector<uint64_t> ids;
+    for (const auto& entry : requests_) ids.push_back(entry.first);
+    return ids;
+  }
+  // Keep per-request (request_ns, queue_ns) in Answered::each.
+  void set_each(bool each) { each_ = each; }
+
+  // The connections limits' sweep (http/connection_limits.py): lane-mode connections
+  // that hold part of a request since before `before_ns` (handed to Python, which
+  // answers 408), and those to close: idle (nothing owed, nothing held) since before
+  // `idle_before_ns` (0: none), or silent (not one byte received) since they were
+  // accepted before `before_ns` (0: none), which would otherwise hold a connection slot
+  // for good.
+  void sweep(uint64_t before_ns, uint64_t idle_before_ns, std::vector<uint64_t>* timed_out,
+             std::vector<uint64_t>* idle);
+  // Hands a lane-mode connection's partial request to Python (a kHandOver event).
+  void hand_over(uint64_t connection);
+
+ private:
+  struct Owed {
+    uint64_t request_id = 0;  // 0: answered at once (`answer` set)
+    bool ready = false;
+    // The answer, held until those owed before it are collected; empty when it went
+    // straight into the connection's `out` (it was first in line: answer_completion).
+    std::string answer;
+  };
+  struct Connection {
+    uint64_t id = 0;
+    int fd = -1;
+    bool python = false;      // Python mode
+    bool py_paused = false;   // the protocol paused reading
+    bool eof = false;         // the client half-closed
+    bool closing = false;     // close once `out` is sent
+    bool shut_after = false;  // shut the write side once `out` is sent
+    bool write_paused = false;
+    bool counted = false;  // it sent a lane request: counted open for arrivals
+    bool waiting = false;  // counted waiting: owes lane answers
+    bool want_out = false;
+    bool received = false;          // it sent at least one byte
+    uint32_t events = 0;            // the epoll events registered
+    uint64_t last_read_ns = 0;      // bytes last received
+    uint64_t partial_since_ns = 0;  // lane mode holds part of a request since
+    std::string in;                 // lane mode: received, not taken
+    std::deque<Owed> owed;          // lane mode: answers owed, in request order
+    std::string out;                // bytes not yet sent
+  };
+  struct Request {
+    // Null once its client went away (the request stays until its completion).
+    Connection* connection;
+    Owed* slot;  // in connection->owed (a deque: stable while only its ends change)
+    uint32_t lane_model;
+    uint32_t batch_size;
+    uint64_t submit_ns;
+  };
+
+  void accept_all();
+  void on_readable(Connection* c);
+  // Lane mode: takes what it can of c->in; the rest goes to Python when nothing is owed.
+  void process_input(Connection* c);
+  bool answer_completion(const Completion& done, Turn* turn);
+  // Moves the due answers (the ready ones at the front) into `out`, and takes the
+  // bytes that waited for room.
+  void collect_due(Connection* c);
+  // Sends what it can of `out`; false when the connection is gone.
+  bool send_out(Connection* c);
+  void touch(Connection* c);
+  void update_events(Connection* c);
+  void update_waiting(Connection* c);
+  // Closes the connection; `report`: a kClosed event tells Python.
+  void destroy(Connection* c, bool report);
+  // Hands the turn's counts and events to `turn`.
+  void hand_events(Turn* turn);
+  // The ready events of one epoll_wait: accepts, reads and takes.
+  void handle_ready(const epoll_event* events, int ready);
+  // Written what is due; the core flushed if bytes that waited were taken meanwhile.
+  void write_due(uint32_t python_open, uint32_t python_waiting);
+  // A batch is held back for an instance that is idle, and this loop's clients could
+  // still send (the batcher's arrivals hint): rather than sleep, and wake when they
+  // do, the turn polls for them up to spin_ns_ (never past the batch's deadline), so
+  // that the batch leaves as they come with no timer set (Core::defer_timer) and no
+  // sleep. Only the idle instance's time is spent: the policy holds nothing while every
+  // instance is busy. A spin the arrivals did not end makes the next ones rarer
+  // (spin_skips_), so clients that keep a connection open without sending cost little.
+  void spin_for_arrivals(uint32_t python_open, uint32_t python_waiting);
+  // Lane mode leaves the connection and its received bytes to Python (kHandOver).
+  void to_python(Connection* c);
+  bool arrivals_possible(uint32_t python_open, uint32_t python_waiting) const {
+    return python_open + counted_ > python_waiting + waiting_;
+  }
+  Connection* find(uint64_t id) const {
+    auto found = connections_.find(id);
+    return found == connections_.end() ? nullptr : found->second.get();
+  }
+
+  HttpLane& lane_;
+  Core& core_;
+  int listen_fd_;
+  int epoll_fd_ = -1;
+  bool listening_ = true;
+  bool taking_ = true;
+  uint64_t spin_ns_ = kSpinNs;
+  uint32_t spin_misses_ = 0;  // spins in a row that the arrivals did not end
+  uint32_t spin_skips_ = 0;   // chances to spin left out before the next spin
+  bool each_ = false;
+  size_t max_body_ = size_t(1) << 30;
+  uint64_t next_connection_ = 1;
+  uint32_t counted_ = 0, waiting_ = 0;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
+  std::unordered_map<uint64_t, Request> requests_;  // this loop's requests in flight
+  // Answered requests' nodes, for the next ones (each is assigned whole).
+  SpareNodes<std::unordered_map<uint64_t, Request>> spare_requests_{1024};
+  std::vector<Connection*> touched_;                // owe a write this turn
+  std::vector<Event> events_;                       // for Python, in order
+  uint32_t queued_ = 0, cached_ = 0, refused_ = 0;  // since the last hand_events
+  std::vector<HttpLane::Taken> taken_;
+  std::vector<KServeCodec::Answer> answers_;
+  std::string read_buffer_;
+};
+
+}  // namespace naiad

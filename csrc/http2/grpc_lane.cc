@@ -1,0 +1,443 @@
+#include "http2/grpc_lane.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <system_error>
+
+#include "codec/json_reader.h"
+#include "http2/grpc_infer_message.h"
+
+namespace naiad {
+
+namespace {
+
+// Four hex digits of a \u escape; the worker writes valid JSON, so bad digits are 0.
+uint32_t hex4(std::string_view digits) {
+  uint32_t v = 0;
+  for (char c : digits) {
+    v <<= 4;
+    if (c >= '0' && c <= '9') v |= c - '0';
+    if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+  }
+  return v;
+}
+
+// JSON string text (escapes kept, as the result block holds it) as plain UTF-8.
+std::string unescape_json(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c != '\\' || i + 1 >= text.size()) {
+      out.push_back(c);
+      continue;
+    }
+    char e = text[++i];
+    switch (e) {
+      case 'b':
+        out.push_back('\b');
+        break;
+      case 'f':
+        out.push_back('\f');
+        break;
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
+      case 'u': {
+        if (i + 4 >= text.size()) return out;
+        uint32_t cp = hex4(text.substr(i + 1, 4));
+        i += 4;
+        // A surrogate pair: \uD8xx\uDCxx.
+        if (cp >= 0xd800 && cp < 0xdc00 && i + 6 < text.size() && text[i + 1] == '\\' &&
+            text[i + 2] == 'u') {
+          uint32_t low = hex4(text.substr(i + 3, 4));
+          cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+          i += 6;
+        }
+        if (cp < 0x80) {
+          out.push_back(static_cast<char>(cp));
+        } else if (cp < 0x800) {
+          out.push_back(static_cast<char>(0xc0 | (cp >> 6)));
+          out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+        } else if (cp < 0x10000) {
+          out.push_back(static_cast<char>(0xe0 | (cp >> 12)));
+          out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+          out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+        } else {
+          out.push_back(static_cast<char>(0xf0 | (cp >> 18)));
+          out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+          out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+          out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+        }
+        break;
+      }
+      default:  // \" \\ \/
+        out.push_back(e);
+    }
+  }
+  return out;
+}
+
+// Triton's shm parameters of a tensor: shared_memory_region (string) and
+// shared_memory_byte_size, optional shared_memory_offset (non-negative integers).
+// False for anything else (the general path answers).
+bool shm_parameters(const std::vector<grpc::Parameter>& parameters, std::string_view* region,
+                    uint64_t* offset, uint64_t* size) {
+  bool has_region = false, has_size = false;
+  auto number = [](const grpc::Parameter& p, uint64_t* out) {
+    if (p.kind == grpc::Parameter::Kind::kUint64) {
+      *out = p.uint64_value;
+      return true;
+    }
+    if (p.kind == grpc::Parameter::Kind::kInt64 && p.int64_value >= 0) {
+      *out = static_cast<uint64_t>(p.int64_value);
+      return true;
+    }
+    return false;
+  };
+  for (const grpc::Parameter& p : parameters) {
+    if (p.key == "shared_memory_region" && p.kind == grpc::Parameter::Kind::kString) {
+      *region = p.string_value;
+      has_region = true;
+    } else if (p.key == "shared_memory_byte_size" && number(p, size)) {
+      has_size = true;
+    } else if (!(p.key == "shared_memory_offset" && number(p, offset))) {
+      return false;
+    }
+  }
+  return has_region && has_size;
+}
+
+bool needs_unescape(std::string_view text) { return text.find('\\') != std::string_view::npos; }
+
+// "[1,16]" -> {1, 16}. The worker writes shapes as a JSON array of integers.
+std::vector<int64_t> parse_shape(std::string_view text) {
+  std::vector<int64_t> dims;
+  int64_t value = 0;
+  bool negative = false, in_number = false;
+  for (char c : text) {
+    if (c == '-') {
+      negative = true;
+    } else if (c >= '0' && c <= '9') {
+      value = value * 10 + (c - '0');
+      in_number = true;
+    } else if (in_number) {
+      dims.push_back(negative ? -value : value);
+      value = 0;
+      negative = false;
+      in_number = false;
+    }
+  }
+  return dims;
+}
+
+// `text` is all one integer that `out`'s type holds.
+template <typename Integer>
+bool whole_number(std::string_view text, Integer* out) {
+  const char* end = text.data() + text.size();
+  const std::from_chars_result read = std::from_chars(text.data(), end, *out);
+  return read.ec == std::errc() && read.ptr == end;
+}
+
+// The response parameters (a raw JSON object of bools, numbers and strings, as the
+// result block holds them) as the protobuf map's entries, typed as the general path
+// types them (grpc/tensors.py set_parameters): a bool, an integer as int64 (above its
+// range as uint64), another number as double, a string; other values are left out.
+// `plain` turns a JSON string's text into its bytes. False when the text is not an
+// object of that shape.
+template <typename Plain>
+bool response_parameters(std::string_view json, Plain&& plain, std::vector<grpc::Parameter>* out) {
+  JsonReader reader(json.data(), json.size());
+  if (!reader.consume('{')) return false;
+  if (reader.consume('}')) return true;
+  do {
+    grpc::Parameter p;
+    std::string_view key;
+    if (!reader.raw_string(&key) || !reader.consume(':')) return false;
+    p.key = plain(key);
+    const char next = reader.peek();
+    if (next == '"') {
+      std::string_view text;
+      if (!reader.raw_string(&text)) return false;
+      p.kind = grpc::Parameter::Kind::kString;
+      p.string_value = plain(text);
+    } else if (next == 't' || next == 'f') {
+      if (!reader.boolean(&p.bool_value)) return false;
+      p.kind = grpc::Parameter::Kind::kBool;
+    } else if (next == '-' || (next >= '0' && next <= '9')) {
+      std::string_view text;
+      bool integral = false;
+      if (!reader.number(&text, &integral)) return false;
+      if (integral && whole_number(text, &p.int64_value)) {
+        p.kind = grpc::Parameter::Kind::kInt64;
+      } else if (integral && whole_number(text, &p.uint64_value)) {
+        p.kind = grpc::Parameter::Kind::kUint64;
+      } else {
+        p.kind = grpc::Parameter::Kind::kDouble;
+        p.double_value = std::strtod(std::string(text).c_str(), nullptr);
+      }
+    } else {
+      if (!reader.skip_value()) return false;
+      continue;  // null, an object or an array: no InferParameter holds it
+    }
+    // A key given twice is one map entry, the last value (as a protobuf map parses it).
+    bool replaced = false;
+    for (grpc::Parameter& existing : *out) {
+      if (existing.key == p.key) {
+        existing = p;
+        replaced = true;
+      }
+    }
+    if (!replaced) out->push_back(p);
+  } while (reader.consume(','));
+  return reader.consume('}');
+}
+
+// The protobuf response's fields, from the codec's answer. Strings are the result
+// block's JSON text; plain in the common case, unescaped into `scratch` otherwise (a
+// deque: the views of earlier strings stay valid as it grows).
+grpc::ResponseToWrite to_write(const InferResponse& r, std::deque<std::string>* scratch) {
+  auto plain = [scratch](std::string_view text) -> std::string_view {
+    if (!needs_unescape(text)) return text;
+    scratch->push_back(unescape_json(text));
+    return scratch->back();
+  };
+  grpc::ResponseToWrite out;
+  out.model_name = plain(r.model_name);
+  out.model_version = r.model_version;
+  out.id = r.id;
+  if (!r.parameters.empty() && !response_parameters(r.parameters, plain, &out.parameters)) {
+    out.parameters.clear();  // not JSON the result block reader would have passed on
+  }
+  for (const ResponseOutput& o : r.outputs) {
+    grpc::OutputToWrite w;
+    w.name = plain(o.name);
+    w.datatype = o.datatype;
+    w.shape = parse_shape(o.shape);
+    w.data = o.data;
+    w.size = o.size;
+    out.outputs.push_back(std::move(w));
+  }
+  return out;
+}
+
+void put_json_string(std::string_view s, std::string* out) {
+  static const char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (char ch : s) {
+    uint8_t c = static_cast<uint8_t>(ch);
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(ch);
+    } else if (c < 0x20) {
+      *out += "\\u00";
+      out->push_back(kHex[c >> 4]);
+      out->push_back(kHex[c & 15]);
+    } else {
+      out->push_back(ch);
+    }
+  }
+  out->push_back('"');
+}
+
+// Request parameters as the general path passes them to the model (a JSON object),
+// with `priority` and `timeout` also taken for the scheduler. False: a value the
+// general path must judge (a negative priority, a non-finite double...).
+bool take_parameters(const std::vector<grpc::Parameter>& parameters, ParsedRequest* out,
+                     std::string* json) {
+  if (parameters.empty()) return true;
+  json->push_back('{');
+  for (const grpc::Parameter& p : parameters) {
+    if (json->size() > 1) json->push_back(',');
+    put_json_string(p.key, json);
+    json->push_back(':');
+    bool is_uint = p.kind == grpc::Parameter::Kind::kUint64 ||
+                   (p.kind == grpc::Parameter::Kind::kInt64 && p.int64_value >= 0);
+    uint64_t as_uint = p.kind == grpc::Parameter::Kind::kUint64
+                           ? p.uint64_value
+                           : static_cast<uint64_t>(p.int64_value);
+    if (p.key == "sequence_id") {
+      if (is_uint) {
+        out->sequence_id = as_uint;
+      } else if (p.kind == grpc::Parameter::Kind::kString) {
+        out->sequence_key = p.string_value;
+      } else {
+        return false;
+      }
+    } else if (p.key == "sequence_start" || p.key == "sequence_end") {
+      if (p.kind != grpc::Parameter::Kind::kBool) return false;
+      if (p.bool_value) {
+        out->sequence_flags |= p.key == "sequence_start" ? kSequenceFlagStart : kSequenceFlagEnd;
+      }
+    }
+    if (p.key == "priority" || p.key == "timeout") {
+      if (!is_uint || (p.key == "priority" && as_uint > UINT32_MAX)) return false;
+      if (p.key == "priority") {
+        out->priority = static_cast<uint32_t>(as_uint);
+      } else {
+        out->timeout_us = as_uint;
+      }
+    }
+    switch (p.kind) {
+      case grpc::Parameter::Kind::kBool:
+        *json += p.bool_value ? "true" : "false";
+        break;
+      case grpc::Parameter::Kind::kInt64:
+        *json += std::to_string(p.int64_value);
+        break;
+      case grpc::Parameter::Kind::kUint64:
+        *json += std::to_string(p.uint64_value);
+        break;
+      case grpc::Parameter::Kind::kDouble: {
+        if (!std::isfinite(p.double_value)) return false;
+        char text[32];
+        std::snprintf(text, sizeof text, "%.17g", p.double_value);
+        *json += text;
+        break;
+      }
+      case grpc::Parameter::Kind::kString:
+        put_json_string(p.string_value, json);
+        break;
+      default:
+        return false;  // a parameter with no value set
+    }
+  }
+  json->push_back('}');
+  return true;
+}
+
+}  // namespace
+
+size_t GrpcResponseWriter::size(const InferResponse& response) const {
+  std::deque<std::string> scratch;
+  return grpc::infer_response_size(to_write(response, &scratch));
+}
+
+void GrpcResponseWriter::write(const InferResponse& response, char* out) const {
+  std::deque<std::string> scratch;
+  grpc::write_infer_response(to_write(response, &scratch), out);
+}
+
+size_t GrpcResponseWriter::stream_size(const InferResponse& response) const {
+  std::deque<std::string> scratch;
+  return grpc::infer_response_size(to_write(response, &scratch), true);
+}
+
+void GrpcResponseWriter::stream_write(const InferResponse& response, char* out) const {
+  std::deque<std::string> scratch;
+  grpc::write_infer_response(to_write(response, &scratch), out, true);
+}
+
+void GrpcResponseWriter::parts(const InferResponse& response, bool streamed, std::string* scratch,
+                               std::vector<std::string_view>* parts) const {
+  std::deque<std::string> strings;  // unescaped names: written into `scratch`, not viewed
+  grpc::infer_response_parts(to_write(response, &strings), streamed, scratch, parts);
+}
+
+std::string grpc_error_message(const InferResponse& response) {
+  return unescape_json(response.error_message);
+}
+
+std::string grpc_request_id(std::string_view message) {
+  grpc::InferRequestView view;
+  std::string error;
+  if (!grpc::read_infer_request(message, &view, &error)) return std::string();
+  return std::string(view.id);
+}
+
+void GrpcLane::add_route(const std::string& name, const std::string& version, uint32_t model) {
+  routes_[{name, version}] = model;
+}
+
+void GrpcLane::remove_model(uint32_t model) {
+  for (auto it = routes_.begin(); it != routes_.end();) {
+    it = it->second == model ? routes_.erase(it) : std::next(it);
+  }
+}
+
+bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
+  grpc::InferRequestView view;
+  std::string error;
+  if (!grpc::read_infer_request(message, &view, &error)) return false;
+  auto route =
+      routes_.find(std::make_pair(std::string(view.model_name), std::string(view.model_version)));
+  if (route == routes_.end()) return false;
+  // Raw contents, one per input not in a client shm region; no other input or output
+  // parameters (classification): anything else is the general path's.
+  if (view.inputs.empty()) return false;
+  // Ids are plain text in the request block's JSON; one needing escapes goes the
+  // general way (as on the HTTP lane).
+  for (char c : view.id) {
+    if (c == '"' || c == '\\' || static_cast<uint8_t>(c) < 0x20) return false;
+  }
+  ParsedRequest request;
+  request.id = view.id;
+  request.inputs.reserve(view.inputs.size());
+  size_t raw = 0;  // raw_input_contents holds the inputs not in shm, in order
+  for (size_t i = 0; i < view.inputs.size(); ++i) {
+    const grpc::InferInputView& in = view.inputs[i];
+    if (in.has_contents) return false;
+    RequestInput input;
+    input.name = in.name;
+    input.datatype = in.datatype;
+    input.shape = in.shape;
+    if (!in.parameters.empty()) {
+      // Triton's shm parameters (the codec resolves the region); nothing else here.
+      if (!shm_parameters(in.parameters, &input.shm_region, &input.shm_offset, &input.size)) {
+        return false;
+      }
+      input.in_shm = true;
+    } else {
+      if (raw >= view.raw_input_contents.size()) return false;
+      input.data = reinterpret_cast<const uint8_t*>(view.raw_input_contents[raw].data());
+      input.size = view.raw_input_contents[raw].size();
+      ++raw;
+    }
+    request.inputs.push_back(std::move(input));
+  }
+  if (raw != view.raw_input_contents.size()) return false;
+  for (const grpc::RequestedOutputView& o : view.outputs) {
+    if (!o.parameters.empty()) {
+      OutputRegion shm;
+      if (!shm_parameters(o.parameters, &shm.region, &shm.offset, &shm.size)) return false;
+      shm.output = request.output_names.size();
+      request.output_shm.push_back(shm);
+    }
+    request.output_names.push_back(o.name);
+  }
+  std::string parameters;
+  if (!take_parameters(view.parameters, &request, &parameters)) return false;
+  request.parameters = parameters;
+  uint64_t request_id = codec_.new_request_id();
+  switch (
+      codec_.submit(route->second, request, request_id, now_ns, &taken->error, &taken->cached)) {
+    case SubmitOutcome::kCached:
+      taken->model = route->second;
+      taken->request_id = 0;
+      taken->batch_size = taken->cached.batch_size;
+      return true;
+    case SubmitOutcome::kQueued:
+      taken->model = route->second;
+      taken->request_id = request_id;
+      taken->batch_size = request.batch_size;
+      return true;
+    case SubmitOutcome::kInvalid:
+      taken->model = route->second;
+      taken->request_id = 0;
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace naiad

@@ -1,0 +1,77 @@
+// The gRPC framer of the infer request path (framer.h): takes a ModelInferRequest
+// message (grpc_infer_message.h) whose inputs are all raw contents, routes it by model
+// name and version to a codec model, fills a ParsedRequest with views into the message
+// and queues it through the KServe codec (kserve_codec.h), the same codec, validator
+// and core as HTTP/1.1's. GrpcResponseWriter serializes each answer as a
+// ModelInferResponse. Typed contents, shared memory, classification and compressed
+// messages are left to the Python general path, which gives Triton's exact errors.
+//
+// Threads and locks: as KServeCodec, one thread at a time — the front end's event loop,
+// through _core.pyx, with the GIL released inside submit(). `routes_` changes only
+// between requests (loading, unloading); no member needs a lock. The writer is
+// stateless.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "codec/framer.h"
+#include "codec/kserve_codec.h"
+
+namespace naiad {
+
+// ModelInferResponse bytes for an answer of the codec (without gRPC's 5-byte prefix).
+// JSON text of the result block (output names, datatypes, shapes) becomes protobuf
+// fields. For an error answer it writes nothing: see grpc_error_message().
+class GrpcResponseWriter final : public ResponseWriter {
+ public:
+  size_t size(const InferResponse& response) const override;
+  void write(const InferResponse& response, char* out) const override;
+  // As a ModelStreamInferResponse (the answer of one request on a ModelStreamInfer call).
+  size_t stream_size(const InferResponse& response) const;
+  void stream_write(const InferResponse& response, char* out) const;
+  // The same bytes as pieces for GrpcConnection::send_message, the tensors as views into
+  // the result block (grpc::infer_response_parts): a large answer is copied once, from
+  // the block into the frames.
+  void parts(const InferResponse& response, bool streamed, std::string* scratch,
+             std::vector<std::string_view>* parts) const;
+};
+
+// The plain text of an error answer's message (the result block keeps JSON escapes).
+std::string grpc_error_message(const InferResponse& response);
+
+// The `id` of a serialized ModelInferRequest ("" when it has none or is not readable):
+// what a ModelStreamInfer error answer carries.
+std::string grpc_request_id(std::string_view message);
+
+class GrpcLane {
+ public:
+  explicit GrpcLane(KServeCodec& codec) : codec_(codec) {}
+
+  // ModelInferRequests naming `name` and `version` ("" for the version served by
+  // default) go to codec model `model`.
+  void add_route(const std::string& name, const std::string& version, uint32_t model);
+  void remove_model(uint32_t model);
+
+  struct Taken {
+    uint32_t model = 0;
+    uint64_t request_id = 0;  // 0 when refused at once (`error`)
+    uint32_t batch_size = 0;
+    std::string error;  // the validator's message: INVALID_ARGUMENT
+    // A response cache hit (request_id 0, `cached.entry` set): the answer to write.
+    CachedAnswer cached;
+  };
+  // Takes a serialized ModelInferRequest if it is for a route, has raw contents only
+  // and the codec queues it or refuses it. False: the general path's.
+  bool submit(std::string_view message, uint64_t now_ns, Taken* taken);
+
+ private:
+  KServeCodec& codec_;
+  std::map<std::pair<std::string, std::string>, uint32_t, std::less<>> routes_;
+};
+
+}  // namespace naiad
