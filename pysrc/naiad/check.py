@@ -16,7 +16,6 @@ Exit status 0 when every model would load, 1 otherwise (or when a repository can
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -48,27 +47,6 @@ class Verdict:
 
     def as_json(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def add_arguments(parser: argparse.ArgumentParser, parse_bool) -> None:
-    parser.add_argument("repositories", nargs="+", metavar="REPOSITORY", type=Path)
-    parser.add_argument(
-        "--strict-model-config",
-        type=parse_bool,
-        default=False,
-        help="as `naiad serve`: true turns auto-complete off (a config.pbtxt is required)",
-    )
-    parser.add_argument(
-        "--disable-auto-complete-config",
-        action="store_true",
-        help="as `naiad serve`: auto-complete off",
-    )
-    parser.add_argument(
-        "--model-config-name",
-        default="",
-        help="as `naiad serve`: check configs/<name>.pbtxt where a model has one",
-    )
-    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
 def run(options) -> int:

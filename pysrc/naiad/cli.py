@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from naiad import check as check_command
 from naiad import cli_triton
 from naiad.grpc.compression import COMPRESSION_LEVELS
 from naiad.openai import options as openai_options
@@ -376,8 +376,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="say what each model of a repository would do when served (load, refused, "
         "warned, and why), loading nothing; exit status 1 when any would not load",
     )
-    check_command.add_arguments(check, _bool)
+    _add_check_arguments(check)
     return parser
+
+
+def _add_check_arguments(check) -> None:
+    check.add_argument("repositories", nargs="+", metavar="REPOSITORY", type=Path)
+    check.add_argument(
+        "--strict-model-config",
+        type=_bool,
+        default=False,
+        help="as `naiad serve`: true turns auto-complete off (a config.pbtxt is required)",
+    )
+    check.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="as `naiad serve`: auto-complete off",
+    )
+    check.add_argument(
+        "--model-config-name",
+        default="",
+        help="as `naiad serve`: check configs/<name>.pbtxt where a model has one",
+    )
+    check.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
 def _add_access_flags(serve) -> None:
@@ -424,46 +445,60 @@ def _parse_access_flags(options) -> None:
     options.grpc_forward = forward_pattern(options.grpc_header_forward_pattern)
 
 
-def main(argv=None) -> int:
-    options = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if options.command == "check":
-        return check_command.run(options)
+class OptionsError(Exception):
+    """A `naiad serve` option refused after parsing: the message, and the exit status."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def complete_serve_options(options) -> None:
+    """Checks what argparse cannot and fills the derived settings (restrictions, cache
+    size, trace setting): the one completion of `naiad serve`'s options, which the
+    in-process naiad.Server uses too. OptionsError when a value is refused."""
+    from naiad.cache_config import CacheConfigError, cache_size
+
     try:
         _parse_access_flags(options)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise OptionsError(str(exc), 2) from None
     refused = cli_triton.startup_error(options)
     if refused is not None:
-        print(f"error: {refused}", file=sys.stderr)
-        return 1
+        raise OptionsError(refused, 1)
+    if options.model_load_retry_count < 0:
+        raise OptionsError("--model-load-retry-count must be at least 0", 2)
+    if options.repository_poll_secs < 1 or options.model_load_thread_count < 1:
+        raise OptionsError(
+            "--repository-poll-secs and --model-load-thread-count must be at least 1", 2
+        )
+    try:
+        options.cache_size = cache_size(options.cache_config, options.response_cache_byte_size)
+    except CacheConfigError as exc:
+        raise OptionsError(str(exc), 1) from None
+    try:
+        options.trace = tracing_options.setting_from(options)
+    except ValueError as exc:
+        raise OptionsError(str(exc), 1) from None
+
+
+def main(argv=None) -> int:
+    options = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if options.command == "check":
+        from naiad import check  # the repository readers, only for this command
+
+        return check.run(options)
+    try:
+        complete_serve_options(options)
+    except OptionsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.status
     if options.load_model and options.model_control_mode != "explicit":
         # Triton ignores them outside explicit mode; say so rather than surprise.
         print(
             "warning: --load-model is only used with --model-control-mode=explicit",
             file=sys.stderr,
         )
-    if options.model_load_retry_count < 0:
-        print("error: --model-load-retry-count must be at least 0", file=sys.stderr)
-        return 2
-    if options.repository_poll_secs < 1 or options.model_load_thread_count < 1:
-        print(
-            "error: --repository-poll-secs and --model-load-thread-count must be at least 1",
-            file=sys.stderr,
-        )
-        return 2
-    from naiad.cache_config import CacheConfigError, cache_size
-
-    try:
-        options.cache_size = cache_size(options.cache_config, options.response_cache_byte_size)
-    except CacheConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    try:
-        options.trace = tracing_options.setting_from(options)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     from naiad.server import run
 
     return run(options)

@@ -119,7 +119,6 @@ class Options:
         """The options as `naiad serve` reads them (its argparse namespace, completed
         as its main() completes it); InvalidArgumentError names a value it refuses."""
         from naiad import cli
-        from naiad.cache_config import CacheConfigError, cache_size
 
         errors = io.StringIO()
         try:
@@ -130,10 +129,8 @@ class Options:
             lines = errors.getvalue().strip().splitlines()
             raise InvalidArgumentError(lines[-1] if lines else "invalid options") from None
         try:
-            cli._parse_access_flags(options)
-            options.cache_size = cache_size(options.cache_config, options.response_cache_byte_size)
-            options.trace = cli.tracing_options.setting_from(options)
-        except (ValueError, CacheConfigError) as exc:
+            cli.complete_serve_options(options)
+        except cli.OptionsError as exc:
             raise InvalidArgumentError(str(exc)) from None
         return options
 
