@@ -195,7 +195,8 @@ TRITON_WORDS = [
 
 @pytest.mark.parametrize("extra, words", TRITON_WORDS)
 def test_tritons_own_refusals_keep_its_words(tmp_path, extra, words):
-    assert _refusal(tmp_path, extra) == words
+    # Refused as each version loads, with the status Triton puts before its words there.
+    assert _refusal(tmp_path, extra) == "Invalid argument: " + words
 
 
 def test_an_image_format_with_three_dims_loads(tmp_path):

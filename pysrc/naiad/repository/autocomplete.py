@@ -33,6 +33,7 @@ from google.protobuf import json_format
 from naiad.repository.config import (
     ConfigError,
     ModelConfig,
+    VersionConfigError,
     check_agents,
     complete_model_config,
     config_path,
@@ -141,6 +142,8 @@ def complete_override(config: ModelConfig, model_dir: Path) -> ModelConfig:
         complete_model_config(config, config.name)
         config = _run_backend_hook(config, model_dir)
         validate_model_config(config)
+    except VersionConfigError:
+        pass  # each version of the load fails with it (scan_model)
     except ConfigError as exc:
         raise OverrideError(exc.message) from None
     return config

@@ -77,6 +77,19 @@ class ConfigError(InvalidArgument):
     """A config.pbtxt that cannot be read, parsed or accepted."""
 
 
+class VersionConfigError(ConfigError):
+    """A config that parses and that the repository accepts, but that Triton refuses when
+    it loads a version (its tensors, an instance group it cannot place; and Naiad's own
+    refusals, which a Triton user meets as a backend refusing the config). Every version
+    of the model fails to load with `reason`; `config` is the completed config, which
+    still says which versions those are."""
+
+    def __init__(self, reason: str, config: ModelConfig):
+        super().__init__(reason)
+        self.reason = reason
+        self.config = config
+
+
 def load_model_config(model_dir: Path, model_name: str) -> ModelConfig:
     """Read, complete and validate `<model_dir>/config.pbtxt` (or the custom config,
     config_path); raise ConfigError if unusable."""
@@ -186,63 +199,73 @@ def _complete_instance_groups(config: ModelConfig) -> None:
 
 
 def validate_model_config(config: ModelConfig) -> None:
-    """Raise ConfigError for what Triton would refuse to load (the checks we rely on)."""
+    """Raise what Triton would refuse to load (the checks we rely on): ConfigError for what
+    it refuses while polling the repository (the model is not even tried), then
+    VersionConfigError for what it refuses as each version loads (version_refusal)."""
     name = config.name
     if config.max_batch_size < 0:
         raise ConfigError(f"'max_batch_size' must be non-negative value for {name}")
-    _validate_tensors("input", config.input, name)
-    _validate_tensors("output", config.output, name)
     for group in config.instance_group:
         if group.count < 0:
             raise ConfigError(
                 f"instance group {group.name} of model {name} must have count >= 1, got {group.count}"
             )
-    group_error = instance_group_error(config)  # KIND_GPU without that GPU, ...
-    if group_error:
-        raise ConfigError(group_error)
     if config.HasField("dynamic_batching"):
         _validate_dynamic_batching(config)
     cache_refusal = model_cache_refusal(config)  # response_cache where Triton refuses it
     if cache_refusal is not None:
         raise ConfigError(cache_refusal)
-    limits_error = worker_limits_error(config)  # Naiad's own parameters
-    if limits_error:
-        raise ConfigError(limits_error)
-    field_refusal = field_support.refusal(config)  # a field Naiad does not act on
-    if field_refusal is not None:
-        raise ConfigError(field_refusal)
     if config.platform == "ensemble":
         from naiad.repository.ensemble import check_structure
 
         reason = check_structure(config)
         if reason is not None:
             raise ConfigError(reason)
+    reason = version_refusal(config)
+    if reason is not None:
+        raise VersionConfigError(reason, config)
 
 
-def _validate_tensors(kind: str, tensors, model_name: str) -> None:
+# Triton's words for the status code of a version's load error (Status::AsString),
+# which it puts before the reason in the load error, the index and the log.
+_INVALID_ARGUMENT = "Invalid argument: "
+
+
+def version_refusal(config: ModelConfig) -> str | None:
+    """Why every version of the model `config` describes fails to load, as Triton words
+    it ("Invalid argument: ..."), or None. Triton checks these as it creates a version
+    (its inputs and outputs, its instance groups), not while polling; Naiad's own
+    refusals (its worker limits, a field it does not act on) are made there too, as a
+    backend refusing a config would."""
+    reason = _tensors_error("input", config.input, config.name)
+    reason = reason or _tensors_error("output", config.output, config.name)
+    reason = reason or instance_group_error(config)  # KIND_GPU without that GPU, ...
+    reason = reason or worker_limits_error(config)  # Naiad's own parameters
+    reason = reason or field_support.refusal(config)  # a field Naiad does not act on
+    return None if reason is None else _INVALID_ARGUMENT + reason
+
+
+def _tensors_error(kind: str, tensors, model_name: str) -> str | None:
     seen = set()
     for tensor in tensors:
         if not tensor.name:
-            raise ConfigError(f"model {kind} must specify 'name' for {model_name}")
+            return f"model {kind} must specify 'name' for {model_name}"
         if tensor.name in seen:
-            raise ConfigError(
-                f"model {kind} '{tensor.name}' is specified more than once for {model_name}"
-            )
+            return f"model {kind} '{tensor.name}' is specified more than once for {model_name}"
         seen.add(tensor.name)
         if tensor.data_type == model_config_pb2.TYPE_INVALID:
-            raise ConfigError(
-                f"model {kind} '{tensor.name}' must specify 'data_type' for {model_name}"
-            )
+            return f"model {kind} '{tensor.name}' must specify 'data_type' for {model_name}"
         if not tensor.dims:
-            raise ConfigError(f"model {kind} '{tensor.name}' must specify 'dims' for {model_name}")
+            return f"model {kind} '{tensor.name}' must specify 'dims' for {model_name}"
         if any(dim < 1 and dim != -1 for dim in tensor.dims):
-            raise ConfigError(
+            return (
                 f"model {kind} '{tensor.name}' dimension must be integer >= 1, or -1 to "
                 f"indicate a variable-size dimension for {model_name}"
             )
         if kind == "input" and tensor.format != tensor.FORMAT_NONE and len(tensor.dims) != 3:
             # Triton 2.51's check and words: an image format names three dimensions.
-            raise ConfigError(f"model input NHWC/NCHW require 3 dims for {model_name}")
+            return f"model input NHWC/NCHW require 3 dims for {model_name}"
+    return None
 
 
 def _validate_dynamic_batching(config: ModelConfig) -> None:

@@ -32,7 +32,7 @@ from naiad.repository.overrides import (
 from naiad.repository.remote_store import RepositoryUnreachable
 from naiad.repository.repository import ModelEntry, scan_model
 from naiad.scheduling.ensemble import EnsembleModel
-from naiad.scheduling.model import READY, UNAVAILABLE, UNLOADING, LoadedModel
+from naiad.scheduling.model import READY, UNAVAILABLE, UNLOADING, LoadedModel, UnloadableModel
 
 __all__ = ["ModelControl", "CONTROL_MODES"]
 
@@ -205,7 +205,7 @@ class ModelControl:
         log.info("loading: %s versions %s", name, ", ".join(map(str, fresh)))
         started = []
         for version in fresh:
-            model = self.manager.new_model(entry, version)
+            model = self._new_version(entry, version)
             model.stamp = stamps[version]
             started.append(model)
         if not serving:
@@ -232,18 +232,7 @@ class ModelControl:
                     remove_materialized(entry.path)
             for model in failed:
                 log.error("failed to load '%s' version %d: %s", name, model.version, model.reason)
-            raise InvalidArgument(
-                self.catalog.for_client(
-                    f"load failed for model '{name}': "
-                    + "".join(
-                        # An ensemble whose composing models do not fit: Triton's plain reason.
-                        f"{m.reason}\n"
-                        if getattr(m, "graph_failed", False)
-                        else f"version {m.version} is at UNAVAILABLE state: {m.reason};\n"
-                        for m in failed
-                    )
-                )
-            )
+            raise InvalidArgument(self.catalog.for_client(_load_failed(name, failed)))
         versions = {**keep, **{m.version: m for m in started}}
         retired = [m for v, m in old.items() if versions.get(v) is not m]
         self.manager.publish(name, versions)
@@ -254,6 +243,13 @@ class ModelControl:
         await self._retire([m for m in retired if m.state != UNAVAILABLE])
         return True
 
+    def _new_version(self, entry: ModelEntry, version: int):
+        """Version `version` of `entry`, to start; one that its config refuses
+        (entry.refusal) fails at once with the reason, as Triton's does."""
+        if entry.refusal is not None:
+            return UnloadableModel(entry, version, entry.refusal)
+        return self.manager.new_model(entry, version)
+
     async def _retry_failed(
         self, name, entry, keep, started: list, stamps, slot: bool, publish: bool
     ) -> None:
@@ -261,6 +257,8 @@ class ModelControl:
         loaded again from the start (a new worker), up to that many times, as Triton
         retries creating a model; `started` then holds the last try of each."""
         for attempt in range(1, self.load_retries + 1):
+            if entry.refusal is not None:
+                return  # its config, not the try, is what failed
             retry = [
                 i
                 for i, m in enumerate(started)
@@ -411,3 +409,13 @@ class ModelControl:
             if not self.manager.models.get(name):
                 rows.append((name, "-", f"UNAVAILABLE: {reason}"))
         return sorted(rows)
+
+
+def _load_failed(name: str, failed: list) -> str:
+    """Triton's answer to a load whose versions `failed` (ascending): each version's
+    state and reason, then one newline; an ensemble whose composing models do not fit
+    gets its plain reason."""
+    if all(getattr(m, "graph_failed", False) for m in failed):
+        return f"load failed for model '{name}': " + "".join(f"{m.reason}\n" for m in failed)
+    states = "".join(f"version {m.version} is at UNAVAILABLE state: {m.reason};" for m in failed)
+    return f"load failed for model '{name}': {states}\n"

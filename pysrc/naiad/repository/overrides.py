@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from naiad.protos.model_config_pb2 import ModelConfig
 from naiad.repository.config import (
     ConfigError,
+    VersionConfigError,
     complete_model_config,
     validate_model_config,
 )
@@ -64,6 +65,8 @@ def parse_config_override(text: str, name: str) -> ModelConfig:
     try:
         complete_model_config(config, name)
         validate_model_config(config)
+    except VersionConfigError:
+        pass  # each version of the load fails with it, as for config.pbtxt (scan_model)
     except ConfigError as exc:
         raise OverrideError(f"Invalid config override: {exc.message}") from None
     return config

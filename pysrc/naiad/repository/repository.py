@@ -14,7 +14,7 @@ from pathlib import Path
 from naiad.protos import model_config_pb2
 from naiad.repository import field_support
 from naiad.repository.autocomplete import load_completed_config
-from naiad.repository.config import ConfigError
+from naiad.repository.config import ConfigError, VersionConfigError, version_refusal
 
 _VERSION_DIR = re.compile(r"[0-9]+")
 
@@ -34,6 +34,9 @@ class ModelEntry:
     # The config's fields that Naiad ignores as hints (repository/field_support.py): logged
     # with the warnings above, and shown as the reason of its versions in the index.
     hints: list[str] = dataclasses.field(default_factory=list)
+    # Why each of `versions` fails to load, when the config is one Triton refuses as it
+    # loads a version (config.version_refusal): the versions are tried and fail with it.
+    refusal: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -57,8 +60,13 @@ def scan_model(model_dir: Path, config: model_config_pb2.ModelConfig | None = No
     if config is None:
         try:
             config = load_completed_config(model_dir, name)
-        except ConfigError as exc:
+            refusal = None
+        except VersionConfigError as exc:
+            config, refusal = exc.config, exc.reason
+        except ConfigError as exc:  # refused while polling: no version is tried
             return ModelEntry(name, model_dir, None, exc.message, [])
+    else:
+        refusal = version_refusal(config)
     warnings: list[str] = []
     versions = select_versions(config, available_versions(model_dir), warnings)
     hints = field_support.warnings(config)
@@ -67,7 +75,7 @@ def scan_model(model_dir: Path, config: model_config_pb2.ModelConfig | None = No
         # Triton's wording, for both "no version folder" and "none matches the policy".
         error = f"at least one version must be available under the version policy of model '{name}'"
         return ModelEntry(name, model_dir, config, error, [], warnings, hints)
-    return ModelEntry(name, model_dir, config, None, versions, warnings, hints)
+    return ModelEntry(name, model_dir, config, None, versions, warnings, hints, refusal)
 
 
 def available_versions(model_dir: Path) -> list[int]:
