@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from naiad.backends import python_based
 from naiad.protos import model_config_pb2
 from naiad.repository import field_support
 from naiad.repository.autocomplete import load_completed_config
@@ -55,6 +56,7 @@ def run(options) -> int:
         print(f"error: not a model repository folder: {', '.join(missing)}", file=sys.stderr)
         return 1
     set_config_name(options.model_config_name)
+    python_based.set_backend_directory(options.backend_directory)
     auto_complete = not (options.strict_model_config or options.disable_auto_complete_config)
     verdicts = check_repositories(options.repositories, auto_complete)
     if options.json:
@@ -111,19 +113,16 @@ def _config(folder: Path, auto_complete: bool) -> model_config_pb2.ModelConfig:
 
 
 def _backend_refusal(config: model_config_pb2.ModelConfig) -> str | None:
-    from naiad.backends import _REGISTRY
+    from naiad.backends import is_known, unknown_backend_message
 
     backend = config.backend or config.platform
-    if config.platform == "ensemble" or backend in _REGISTRY:
+    # Naiad's own backends, and Python-based ones in --backend-directory.
+    if config.platform == "ensemble" or is_known(backend):
         return None
     if not backend:
         return f"model '{config.name}' names no backend or platform, and none can be told from its files"
-    supported = ", ".join(sorted(_REGISTRY))
     # The worker's words when it meets such a model (naiad.backends.load_backend).
-    return (
-        f"backend '{backend}' of model '{config.name}' is not supported yet "
-        f"(supported: {supported})"
-    )
+    return unknown_backend_message(backend, config.name)
 
 
 def _missing_steps(config: model_config_pb2.ModelConfig, names: set[str]) -> str | None:

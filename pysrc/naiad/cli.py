@@ -398,6 +398,12 @@ def _add_check_arguments(check) -> None:
         default="",
         help="as `naiad serve`: check configs/<name>.pbtxt where a model has one",
     )
+    check.add_argument(
+        "--backend-directory",
+        default=None,
+        help="as `naiad serve`: where Python-based backends (<name>/model.py) are found "
+        "(default /opt/tritonserver/backends)",
+    )
     check.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 

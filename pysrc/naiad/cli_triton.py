@@ -72,14 +72,8 @@ _NO_EFFECT = (
     ("--vertex-ai-port", int, "the Vertex AI endpoint is not served"),
     ("--vertex-ai-thread-count", int, "the Vertex AI endpoint is not served"),
     ("--vertex-ai-default-model", str, "the Vertex AI endpoint is not served"),
-    # Shared libraries Triton loads: Naiad's backends, repository agents and cache are
-    # built in.
-    (
-        "--backend-directory",
-        str,
-        "backends are built into Naiad (onnxruntime, pytorch, tensorrt, python); no "
-        "backend libraries are loaded",
-    ),
+    # Shared libraries Triton loads: Naiad's repository agents and cache are built in.
+    # (--backend-directory has a use: Python-based backends, add_arguments.)
     (
         "--repoagent-directory",
         str,
@@ -163,6 +157,13 @@ def _dest(flag: str) -> str:
 
 
 def add_arguments(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--backend-directory",
+        default=None,
+        help='where Python-based backends are found: a model with backend: "<name>" is '
+        "served with <dir>/<name>/model.py (default /opt/tritonserver/backends). Naiad's "
+        "own backends (onnxruntime, pytorch, tensorrt, python) are built in",
+    )
     group = serve.add_argument_group(
         "tritonserver flags without effect here",
         "accepted with Triton's syntax; start-up logs what each given one does in Naiad "

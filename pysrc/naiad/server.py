@@ -85,6 +85,10 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
     models loaded (everything is shut down again)."""
     for note in cli_triton.startup_notes(options):
         log.warning("%s", note)  # a tritonserver flag and what it does here
+    from naiad.backends import python_based
+
+    # Before any model loads: its workers and auto-complete read it (Python-based backends).
+    python_based.set_backend_directory(getattr(options, "backend_directory", None))
     from naiad import latency_summary
     from naiad.repository import autocomplete
 

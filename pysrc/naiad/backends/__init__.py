@@ -3,6 +3,8 @@
 Each module implements `naiad.backends.base.Backend` and knows nothing of HTTP or gRPC. The
 registry below maps Triton's backend and platform names to the class that serves them; it
 names modules rather than importing them, so a worker imports only the backend it runs.
+A name that is none of them may be a Python-based backend (`<backend-directory>/<name>/
+model.py`, naiad.backends.python_based), served by the Python backend with that file.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 
+from naiad.backends import python_based
 from naiad.backends.base import Backend
 
 # Triton backend or platform name -> "module:class" of its Backend subclass. Framework
@@ -37,7 +40,31 @@ _READS_REQUESTS_APART = frozenset({"python"})
 
 def reads_requests_apart(name: str) -> bool:
     """True when backend or platform `name` never takes the batch-major tensors."""
-    return name in _READS_REQUESTS_APART
+    return name in _READS_REQUESTS_APART or python_based_model_file(name) is not None
+
+
+def python_based_model_file(name: str) -> str | None:
+    """The model.py of Python-based backend `name` (`<backend-directory>/<name>/model.py`),
+    or None: Naiad's own backends come first, as a backend library found would in
+    Triton."""
+    if name in _REGISTRY:
+        return None
+    return python_based.model_file(name)
+
+
+def is_known(name: str) -> bool:
+    """True when backend or platform `name` is one Naiad can load a model with."""
+    return name in _REGISTRY or python_based_model_file(name) is not None
+
+
+def unknown_backend_message(name: str, model_name: str) -> str:
+    """What a model naming a backend Naiad does not have fails to load with."""
+    supported = ", ".join(sorted(_REGISTRY))
+    return (
+        f"backend '{name}' of model '{model_name}' is not supported yet "
+        f"(supported: {supported}; or a Python-based backend "
+        f"{python_based.backend_directory()}/{name}/{python_based.MODEL_FILENAME})"
+    )
 
 
 def backend_name(config: dict) -> str:
@@ -51,10 +78,11 @@ def load_backend(args: dict) -> Backend:
     name = backend_name(json.loads(args["model_config"]))
     target = _REGISTRY.get(name)
     if target is None:
-        supported = ", ".join(sorted(_REGISTRY))
-        raise RuntimeError(
-            f"backend '{name}' of model '{args['model_name']}' is not supported yet "
-            f"(supported: {supported})"
-        )
+        backend_file = python_based_model_file(name)
+        if backend_file is None:
+            raise RuntimeError(unknown_backend_message(name, args["model_name"]))
+        from naiad.backends.python import PythonModelBackend
+
+        return PythonModelBackend(args, backend_file=backend_file)
     module_name, class_name = target.split(":")
     return getattr(importlib.import_module(module_name), class_name)(args)

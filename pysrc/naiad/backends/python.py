@@ -25,6 +25,11 @@ Loading follows Triton: the file is `<model_repository>/<model_version>/<default
 or "model.py">`; the version folder and the model folder are appended to `sys.path`;
 `import triton_python_backend_utils` gives `naiad.triton_python_backend_utils`; the module is
 imported as a package member so relative imports (`from .helpers import x`) work.
+
+A Python-based backend (naiad.backends.python_based) gives the file instead
+(`backend_file`): `<backend-directory>/<backend>/model.py` for every model naming the
+backend, whatever the model's folder holds; its folder is appended to `sys.path`, and
+`pb_utils.get_model_dir()` is the model's version folder, as in Triton.
 """
 
 from __future__ import annotations
@@ -114,12 +119,14 @@ def _model_file(model_name: str, model_dir: str, version: str, config: dict) -> 
     return path
 
 
-def _import_model(model_name: str, version: str, path: str):
-    """Import the model file as a member of a private package over its folder."""
+def _import_model(model_name: str, version: str, path: str, backend: bool = False):
+    """Import the model file as a member of a private package over its folder. `backend`:
+    the file is a Python-based backend's, whose folder alone goes on sys.path (Triton's
+    stub appends the version folder and the model folder only for a model's own file)."""
     _install_pb_utils()
     version_dir = os.path.dirname(os.path.abspath(path))
-    model_dir = os.path.dirname(version_dir)
-    for folder in (version_dir, model_dir):
+    folders = (version_dir,) if backend else (version_dir, os.path.dirname(version_dir))
+    for folder in folders:
         if folder not in sys.path:
             sys.path.append(folder)
 
@@ -159,11 +166,15 @@ def _import_model(model_name: str, version: str, path: str):
     return module, model_class
 
 
-def auto_complete_config(model_repository: str, model_version: str, model_config: Any) -> dict:
+def auto_complete_config(
+    model_repository: str, model_version: str, model_config: Any, backend_file: str | None = None
+) -> dict:
     """Run the model's `TritonPythonModel.auto_complete_config` (if any) on its config.
 
     `model_config` is the config as a JSON string or dict; the completed config comes back
-    as a dict. ModelLoadError if the model cannot be imported or the function fails.
+    as a dict. `backend_file`: the model.py of the Python-based backend the config names,
+    which Triton runs instead of the model's own file. ModelLoadError if the model cannot
+    be imported or the function fails.
     """
     try:
         config = _parse_config(model_config)
@@ -171,8 +182,8 @@ def auto_complete_config(model_repository: str, model_version: str, model_config
         raise ModelLoadError(f"failed to auto-complete Python model config: {exc}") from exc
     model_name = config.get("name") or os.path.basename(os.path.normpath(model_repository))
     version = str(model_version)
-    path = _model_file(model_name, model_repository, version, config)
-    _, model_class = _import_model(model_name, version, path)
+    path = backend_file or _model_file(model_name, model_repository, version, config)
+    _, model_class = _import_model(model_name, version, path, backend=backend_file is not None)
     completer = getattr(model_class, "auto_complete_config", None)
     model_config_obj = pb_utils.ModelConfig(config)
     if completer is None:
@@ -208,7 +219,9 @@ class PythonModelBackend(Backend):
     # model's state outputs, which worker/sequence.py takes out of each response.
     kept_outputs: frozenset = frozenset()
 
-    def __init__(self, args: dict):
+    def __init__(self, args: dict, backend_file: str | None = None):
+        """`args`: Triton's initialize() args. `backend_file`: the model.py of the
+        Python-based backend the config names, run instead of the model's own file."""
         try:
             config = _parse_config(args.get("model_config", "{}"))
         except ValueError as exc:
@@ -231,7 +244,9 @@ class PythonModelBackend(Backend):
         # model_transaction_policy { decoupled: true }: the worker calls
         # execute_decoupled() and the model answers through response senders.
         self.decoupled: bool = pb_utils.using_decoupled_model_transaction_policy(config)
-        self.model_path: str = _model_file(self.name, model_dir, self.version, config)
+        self.model_path: str = backend_file or _model_file(
+            self.name, model_dir, self.version, config
+        )
 
         # Triton hands initialize() a dict of strings, model_config as JSON text.
         self.args: dict = {key: value for key, value in args.items()}
@@ -250,8 +265,15 @@ class PythonModelBackend(Backend):
         # RequestHeader -> what its requests get of it (see _header_plan).
         self._plans: dict = {}
 
-        self.module, model_class = _import_model(self.name, self.version, self.model_path)
-        pb_utils._set_model_dir(os.path.dirname(os.path.abspath(self.model_path)))
+        self.module, model_class = _import_model(
+            self.name, self.version, self.model_path, backend=backend_file is not None
+        )
+        # Triton's get_model_dir(): the folder of <model>/<version>/model.py, which for a
+        # Python-based backend is the version folder though the file is elsewhere.
+        if backend_file:
+            pb_utils._set_model_dir(os.path.join(os.path.abspath(model_dir), self.version))
+        else:
+            pb_utils._set_model_dir(os.path.dirname(os.path.abspath(self.model_path)))
 
         try:
             self.model = model_class()

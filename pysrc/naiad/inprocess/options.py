@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import io
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,8 @@ class Options:
     log_verbose: int = 0
     metrics_interval: int = 2000
     backend_configuration: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Where Python-based backends (<name>/model.py) are found, as tritonserver's default.
+    backend_directory: str = "/opt/tritonserver/backends"
     # Naiad's own: the front ends, each started only when its port is given.
     http_port: int | None = None
     grpc_port: int | None = None
@@ -99,6 +102,7 @@ class Options:
         args.append(f"--metrics-interval-ms={self.metrics_interval}")
         for backend, settings in self.backend_configuration.items():
             args += [f"--backend-config={backend},{k}={v}" for k, v in settings.items()]
+        args.append(f"--backend-directory={os.fspath(self.backend_directory)}")
         args.append(f"--http-address={self.host}")
         for name, port in (
             ("http", self.http_port),

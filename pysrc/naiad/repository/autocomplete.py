@@ -14,7 +14,8 @@ is false (Triton's default) and `--disable-auto-complete-config` is not given.
    onnxruntime backend reads inputs, outputs and max_batch_size from the model file).
    Python models: the model's `TritonPythonModel.auto_complete_config`, as in Triton's
    Python backend, run in a short child process so the model's imports stay out of the
-   server.
+   server; for a Python-based backend (`<backend-directory>/<name>/model.py`) that file's,
+   and the config gets `runtime: "model.py"` as Triton's does.
 5. Validation (`config.validate_model_config`) of the completed config.
 
 An error at any step is a ConfigError: the model is UNAVAILABLE with that reason.
@@ -26,6 +27,7 @@ import importlib
 import json
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 from google.protobuf import json_format
@@ -193,9 +195,16 @@ def _hook_module(backend: str) -> str | None:
 
 
 def _run_backend_hook(config: ModelConfig, model_dir: Path) -> ModelConfig:
+    from naiad.backends import python_based, python_based_model_file
+
     backend = config.backend or config.platform
-    if backend == "python":
-        hook = _python_hook
+    backend_file = python_based_model_file(backend)
+    if backend_file is not None and not config.runtime:
+        # Triton names the Python backend's file as the runtime of a model it serves
+        # with a Python-based backend (its config shows `runtime: "model.py"`).
+        config.runtime = python_based.MODEL_FILENAME
+    if backend == "python" or backend_file is not None:
+        hook = partial(_python_hook, backend_file=backend_file)
     else:
         module_name = _hook_module(backend)
         if module_name is None:
@@ -235,7 +244,9 @@ import json, sys
 from naiad.backends.python import auto_complete_config
 request = json.loads(sys.stdin.read())
 try:
-    completed = auto_complete_config(request["dir"], request["version"], request["config"])
+    completed = auto_complete_config(
+        request["dir"], request["version"], request["config"], request["backend_file"]
+    )
 except Exception as exc:
     print(json.dumps({"error": getattr(exc, "message", None) or str(exc)}))
 else:
@@ -243,9 +254,11 @@ else:
 """
 
 
-def _python_hook(config: dict, model_dir: Path) -> dict:
+def _python_hook(config: dict, model_dir: Path, backend_file: str | None = None) -> dict:
     """A Python model's `TritonPythonModel.auto_complete_config`, run in a child process
-    (only when the model file defines one: most do not, and then nothing runs)."""
+    (only when the model file defines one: most do not, and then nothing runs). For a
+    Python-based backend, `backend_file` is the file Triton runs it from instead of the
+    model's own."""
     versions = sorted(
         (
             int(child.name)
@@ -257,14 +270,16 @@ def _python_hook(config: dict, model_dir: Path) -> dict:
         return config
     version = str(versions[-1])
     filename = config.get("default_model_filename") or "model.py"
-    path = model_dir / version / filename
+    path = Path(backend_file) if backend_file else model_dir / version / filename
     try:
         source = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return config  # the worker reports the missing file with the Python backend's words
     if "auto_complete_config" not in source:
         return config
-    request = json.dumps({"dir": str(model_dir), "version": version, "config": config})
+    request = json.dumps(
+        {"dir": str(model_dir), "version": version, "config": config, "backend_file": backend_file}
+    )
     try:
         done = subprocess.run(
             [sys.executable, "-c", _PYTHON_HOOK_SCRIPT],

@@ -70,6 +70,12 @@ def _only(backends: set[str], why: str, elsewhere: str = REFUSED, **kwargs) -> S
 
 def _runtime_is_not_default(value: str, config: ModelConfig) -> bool:
     # Triton's default runtime is the backend's own library; naming it changes nothing.
+    # A Python-based backend's is its model.py, which Triton writes in such a model's
+    # config itself (naiad.backends.python_based).
+    if value == "model.py":
+        from naiad.backends import python_based_model_file
+
+        return python_based_model_file(config.backend) is None
     return value not in ("", f"libtriton_{config.backend}.so")
 
 
@@ -105,10 +111,14 @@ _HINT = "a performance hint that cannot change results"
 FIELDS: dict[str, Support] = {
     "name": _honoured("must equal the folder name, as in Triton"),
     "platform": _honoured("selects the backend (onnxruntime_onnx, pytorch_libtorch, ...)"),
-    "backend": _honoured("selects the backend: python, onnxruntime, pytorch, tensorrt"),
+    "backend": _honoured(
+        "selects the backend: python, onnxruntime, pytorch, tensorrt, or a Python-based "
+        "backend (<backend-directory>/<backend>/model.py)"
+    ),
     "runtime": _refused(
         "Naiad runs its own backends and loads no backend library or runtime; only the "
-        "backend's default (libtriton_<backend>.so) is accepted",
+        "backend's default (libtriton_<backend>.so, or model.py for a Python-based "
+        "backend) is accepted",
         applies=_runtime_is_not_default,
     ),
     "version_policy": _honoured("latest / all / specific, as in Triton"),
