@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <iterator>
 
 #include "codec/error_status.h"
@@ -347,6 +348,7 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
     if (outcome.request_index >= request_ids.size()) return false;
   }
   for (int i = 0; i < 4; ++i) timings[i] = result.timings[i];
+  const uint64_t worker_start = std::max(dispatch_ns, timings[0]);
   for (const ResultOutcome& outcome : result.outcomes) {
     // HTTP answers once: a non-final response of a decoupled model has no HTTP form yet.
     if (!outcome.final && !partial) continue;
@@ -360,7 +362,10 @@ bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,
     answer.counted_failure = outcome.counted_failure;
     answer.batch_size = recipe.batch_size;
     answer.request_ns = end_ns - recipe.submit_ns;
-    const uint64_t started = outcome.started_ns != 0 ? outcome.started_ns : dispatch_ns;
+    // The queue ends where Triton's does, when the backend starts the batch (its
+    // exec_start): the worker's start, past the ring's hand-off and the worker's
+    // wake-up, unless the block gives the request a start of its own.
+    const uint64_t started = outcome.started_ns != 0 ? outcome.started_ns : worker_start;
     answer.queue_ns = started > recipe.submit_ns ? started - recipe.submit_ns : 0;
     InferResponse& response = answer.response;
     response.request_id = request_id;

@@ -47,6 +47,19 @@ struct CachedAnswer {
   uint32_t batch_size = 1;
 };
 
+// Triton ends a request's duration, and its backend's compute_output, once the backend
+// has sent its responses (TRITONBACKEND_ResponseSend: the frontend makes the client's
+// answer in it): here when a block's answers are written for their clients,
+// `written_ns`, past `end_ns`, when the block was read. Sets the batch's compute_output
+// (timings[3]) to end there and returns what each request's duration, measured to
+// `end_ns`, gains. A block without the batch's timings (timings[0] == 0) keeps them.
+inline uint64_t extend_to_answered(uint64_t end_ns, uint64_t written_ns, uint64_t timings[4]) {
+  if (written_ns <= end_ns) return 0;
+  const uint64_t output_start = timings[0] + timings[1] + timings[2];
+  if (timings[0] != 0 && written_ns > output_start) timings[3] = written_ns - output_start;
+  return written_ns - end_ns;
+}
+
 class KServeCodec {
  public:
   explicit KServeCodec(Core& core) : core_(core) {}
@@ -120,7 +133,7 @@ class KServeCodec {
   struct Answer {
     uint32_t batch_size = 1;
     uint64_t request_ns = 0;  // submit to end
-    uint64_t queue_ns = 0;    // submit to dispatch
+    uint64_t queue_ns = 0;    // submit to the backend's start (the worker's, else dispatch)
     InferResponse response;   // views into the result block: serialize before it is freed
     bool final = true;        // the request's last response (kResponseFinal)
     // The statistics count it a failure (an error response the model sent is a success:

@@ -399,8 +399,9 @@ bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
   stats.lane_model = first->lane_model;
   stats.instance_id = done.instance_id;
   answers_.clear();
-  if (!lane_.codec().complete(block, done.result_size, done.request_ids, done.dispatch_ns,
-                              monotonic_ns(), &answers_, stats.timings)) {
+  const uint64_t end_ns = monotonic_ns();
+  if (!lane_.codec().complete(block, done.result_size, done.request_ids, done.dispatch_ns, end_ns,
+                              &answers_, stats.timings)) {
     return false;  // Python fails the batch (its complete() reads the block the same)
   }
   const HttpResponseWriter& writer = lane_.writer();
@@ -434,6 +435,11 @@ bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
     request.slot->ready = true;
     touch(c);
   }
+  // The answers are made: the requests end here, as Triton's after ResponseSend.
+  const uint64_t late = extend_to_answered(end_ns, monotonic_ns(), stats.timings);
+  stats.request_ns += late * stats.successes;
+  for (uint64_t& took : stats.failed_ns) took += late;
+  for (auto& one : stats.each) one.first += late;
   // A request whose final response is in the block is answered now; one without gets
   // it in a later block (it stays owed).
   ResponseBlockView view;

@@ -6,10 +6,28 @@
 #include <cstring>
 
 #include "core/batch_assembler.h"
+#include "core/core.h"
 #include "ipc/ipc_schema.h"
 #include "util/scratch_array.h"
 
 namespace naiad {
+
+namespace {
+
+// The batch's compute_output runs until its response block is built (Triton's ends
+// when the backend has made its responses): the block's last timing is stamped once
+// the block is written, one clock read per block. A block without the batch's
+// timings (a decoupled model's responses sent during execute) keeps its zeros.
+void stamp_output_end(uint8_t* block, const uint64_t timings[4]) {
+  if (timings[0] == 0) return;
+  const uint64_t output_start = timings[0] + timings[1] + timings[2];
+  const uint64_t now = monotonic_ns();
+  if (now <= output_start) return;
+  const uint64_t stamped[4] = {timings[0], timings[1], timings[2], now - output_start};
+  set_response_timings(block, stamped);
+}
+
+}  // namespace
 
 WorkerEndpoint::WorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd)
     : arena_(Arena::attach(arena_fd)),
@@ -63,6 +81,7 @@ bool WorkerEndpoint::respond(uint64_t batch_id, const std::vector<ResponseEntry>
   const uint64_t offset = arena_.alloc(size, batch_id);
   if (offset == 0) return false;
   write_response_block(arena_.base() + offset, responses, timings);
+  stamp_output_end(arena_.base() + offset, timings);
   uint32_t flags = kPostResponses | (batch_done ? kPostBatchDone : 0) |
                    (batch_done && keep_open ? kPostKeepOpen : 0);
   post(CompletionMessage{batch_id, offset, size, kCompletionOk, flags});
@@ -84,6 +103,7 @@ uint64_t WorkerEndpoint::reserve_output_major(uint64_t batch_id,
 void WorkerEndpoint::post_block(uint64_t batch_id, uint64_t offset, uint64_t size,
                                 const uint64_t timings[4], bool batch_done) {
   set_response_timings(arena_.base() + offset, timings);
+  stamp_output_end(arena_.base() + offset, timings);
   post(CompletionMessage{batch_id, offset, size, kCompletionOk,
                          kPostResponses | (batch_done ? kPostBatchDone : 0)});
 }

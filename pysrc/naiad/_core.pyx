@@ -532,6 +532,8 @@ cdef extern from "core/response_cache.h" namespace "naiad":
 
 
 cdef extern from "codec/kserve_codec.h" namespace "naiad":
+    uint64_t extend_to_answered(uint64_t end_ns, uint64_t written_ns, uint64_t* timings) nogil
+
     cdef cppclass CachedAnswer:
         shared_ptr[const CacheEntry] entry
         InferResponse response
@@ -2508,7 +2510,7 @@ cdef class FastLane:
                 if view.records[r].flags & kResponseFinal:
                     finals.append(ids[view.records[r].request_index])
         cdef const HttpResponseWriter* writer = &self._lane.writer()
-        cdef list out = []
+        cdef list payloads = []
         cdef size_t i
         cdef bytes http
         cdef ResponseEncoding coding
@@ -2516,8 +2518,14 @@ cdef class FastLane:
             coding = self._lane.take_encoding(answers[i].response.request_id)
             http = PyBytes_FromStringAndSize(NULL, writer.size(answers[i].response, coding))
             writer.write(answers[i].response, coding, PyBytes_AS_STRING(http))
+            payloads.append(http)
+        # The answers are made: the requests end here (extend_to_answered).
+        cdef uint64_t late = extend_to_answered(end_ns, monotonic_ns(), timings)
+        cdef list out = []
+        for i in range(answers.size()):
             out.append((answers[i].response.request_id, _reply_status(answers[i]),
-                        answers[i].batch_size, answers[i].request_ns, answers[i].queue_ns, http))
+                        answers[i].batch_size, answers[i].request_ns + late,
+                        answers[i].queue_ns, payloads[i]))
         return [timings[0], timings[1], timings[2], timings[3]], out, finals
 
     def forget(self, uint64_t request_id):
@@ -3601,6 +3609,12 @@ cdef class GrpcLane:
                 continue
             out.append((a.response.request_id, _reply_status(a[0]), a.batch_size,
                         a.request_ns, a.queue_ns, answer))
+        # The answers are made: the requests end here (extend_to_answered). A large one
+        # is written to its stream from the block when sent (GrpcAnswer.send).
+        cdef uint64_t late = extend_to_answered(end_ns, monotonic_ns(), timings)
+        if late:
+            out = [(reply[0], reply[1], reply[2], reply[3] + late, reply[4], reply[5])
+                   for reply in out]
         if partial:
             return [timings[0], timings[1], timings[2], timings[3]], out, finals, partials
         return [timings[0], timings[1], timings[2], timings[3]], out, finals

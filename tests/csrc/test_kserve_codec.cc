@@ -448,6 +448,33 @@ TEST(codec_counts_each_requests_queue_to_its_own_start_when_the_block_gives_them
         view.started == nullptr);
 }
 
+// Triton's queue ends when the backend starts the batch: the worker's start, past the
+// core's dispatch (the ring's hand-off and the worker's wake-up are queue time); its
+// request ends once the answers are made (extend_to_answered), where compute_output
+// ends too, so that queue and compute cover the request's whole duration.
+TEST(codec_queue_ends_at_the_workers_start_and_the_request_once_answered) {
+  LaneFixture f;
+  KServeCodec& codec = f.lane.codec();
+  CHECK(f.submit(make_body(add_sub_json(2), 256), 41) == SubmitOutcome::kQueued);  // at 1000
+  // Dispatched at 1500, started by the worker at 2100, compute_input 100, infer 200.
+  std::string block = result_block({ok_entry(0, "{\"outputs\":[]}", {})}, {2100, 100, 200, 50});
+  std::vector<KServeCodec::Answer> answers;
+  uint64_t timings[4];
+  const uint8_t* result = reinterpret_cast<const uint8_t*>(block.data());
+  CHECK(codec.complete(result, block.size(), {41}, 1500, 4000, &answers, timings));
+  CHECK(answers.size() == 1);
+  CHECK(answers[0].queue_ns == 1100 && answers[0].request_ns == 3000);
+  // The answers are written at 4600: 600 more for the request, compute_output from the
+  // infer's end (2400) to there.
+  CHECK(extend_to_answered(4000, 4600, timings) == 600);
+  CHECK(timings[0] == 2100 && timings[1] == 100 && timings[2] == 200 && timings[3] == 2200);
+  CHECK(answers[0].queue_ns + timings[1] + timings[2] + timings[3] == answers[0].request_ns + 600);
+  // No later clock read, or a block without the batch's timings: nothing moves.
+  CHECK(extend_to_answered(4000, 4000, timings) == 0 && timings[3] == 2200);
+  uint64_t none[4] = {0, 0, 0, 0};
+  CHECK(extend_to_answered(4000, 4600, none) == 600 && none[3] == 0);
+}
+
 TEST(codec_queues_and_answers_through_the_core) {
   LaneFixture f;
   KServeCodec& codec = f.lane.codec();

@@ -268,7 +268,8 @@ TEST(an_output_major_block_is_written_in_place_and_read_as_any_block) {
   ResponseBlockView view;
   CHECK(view_response_block(f.core.arena().base() + offset, size, &view));
   CHECK(view.header->n_responses == 2 && view.header->n_outputs == 4);
-  CHECK(view.header->timings[3] == 4);
+  // post_block() stamps compute_output to when the block was posted: past the model's 4.
+  CHECK(view.header->timings[0] == 1 && view.header->timings[3] > 4);
   CHECK(view.json(view.records[1]) == json1);
   // Request 1's output A is rows 1..2 of the run, its B elements 1..2.
   const OutputSlot& a1 = view.outputs[view.records[1].first_output];
@@ -292,4 +293,48 @@ TEST(an_output_major_block_needs_the_same_outputs_in_every_response) {
     refused = true;
   }
   CHECK(refused);
+}
+
+// Triton's compute_output ends once the backend has made its responses: the endpoint
+// stamps the block's last timing after building it, so the batch's timings end no
+// earlier than respond() was called and no later than it returned.
+TEST(the_worker_stamps_compute_output_once_its_response_block_is_built) {
+  Fixture f(4);
+  BatchMessage message = batch_of_two(f);
+  WorkerEndpoint& worker = *f.workers[0];
+  const uint64_t start = monotonic_ns();
+  const uint64_t timings[4] = {start, 0, 0, 0};  // what the worker sends: output not yet timed
+  const std::string json = "{\"outputs\":[]}";
+  const uint64_t before = monotonic_ns();
+  CHECK(worker.respond(message.batch_id, {response(0, true, json), response(1, true, json)},
+                       timings, true));
+  const uint64_t after = monotonic_ns();
+  std::vector<Completion> done = f.core.poll();
+  CHECK(done.size() == 1 && done[0].result_offset != 0);
+  ResponseBlockView view;
+  CHECK(view_response_block(f.core.arena().base() + done[0].result_offset, done[0].result_size,
+                            &view));
+  const uint64_t* read = view.header->timings;
+  CHECK(read[0] == start && read[1] == 0 && read[2] == 0);
+  CHECK(read[3] > 0 && start + read[3] >= before && start + read[3] <= after);
+  f.core.arena().free(done[0].result_offset);
+}
+
+// A block without the batch's timings (a decoupled model's response sent during
+// execute) keeps its zeros: the statistics take the batch's from its last block.
+TEST(a_block_without_timings_is_not_stamped) {
+  Fixture f(4);
+  BatchMessage message = batch_of_two(f);
+  WorkerEndpoint& worker = *f.workers[0];
+  const uint64_t none[4] = {0, 0, 0, 0};
+  CHECK(worker.respond(message.batch_id, {response(0, false, "{\"outputs\":[]}")}, none, false));
+  std::vector<Completion> done = f.core.poll();
+  CHECK(done.size() == 1);
+  ResponseBlockView view;
+  CHECK(view_response_block(f.core.arena().base() + done[0].result_offset, done[0].result_size,
+                            &view));
+  for (int i = 0; i < 4; ++i) CHECK(view.header->timings[i] == 0);
+  f.core.arena().free(done[0].result_offset);
+  worker.end_batch(message.batch_id, false);
+  f.core.poll();
 }

@@ -1075,6 +1075,8 @@ class ModelManager:
             self._fail_batch(lane, _core.COMPLETION_WORKER_FAILED, end_ns)
             return None
         timings, replies, finals = result
+        if timings[0]:  # the answers were made where compute_output ends: the traces' end
+            end_ns = max(end_ns, timings[0] + timings[1] + timings[2] + timings[3])
         pop = self._pending.pop
         stats = lane[0].model.stats
         successes = inferences = request_ns = queue_ns = 0
@@ -1157,6 +1159,9 @@ class ModelManager:
         if read is None:
             raise ValueError(f"the response block at {offset} ({size} bytes) is not readable")
         timings, responses = read
+        # The queue ends when the worker starts the batch (Triton's backend start), as
+        # KServeCodec::complete counts the lane's.
+        dispatch_ns = max(dispatch_ns, timings[0])
         if any(index >= len(pendings) for index, *_ in responses):
             raise ValueError(
                 f"the response block names a request beyond the batch of {len(pendings)}"

@@ -436,9 +436,10 @@ class Worker:
             raise RuntimeError(
                 f"the backend answered {len(results)} of the batch's {len(blocks)} requests"
             )
-        # start, compute_input, compute_infer, compute_output (ns); the output time
-        # covers checking the results, not building the block (respond_results does that
-        # in C++, with the copy into the arena).
+        # start, compute_input, compute_infer, compute_output (ns): the endpoint stamps
+        # the output's end once the response block is built (respond_results builds it
+        # in C++, with the copy into the arena), and the frontend once the answers are
+        # made (csrc/codec/kserve_codec.h extend_to_answered).
         timings = [start, infer_start - start, infer_end - infer_start, _core.now_ns() - infer_end]
         if len(_OUTPUT_NAMES) > 4096:  # a model inventing output names
             _OUTPUT_NAMES.clear()
