@@ -138,11 +138,38 @@ def test_naiad_check_follows_the_backend_directory(layout):
     assert "/opt/tritonserver/backends/scale/model.py" in default["double"]["reason"]
 
 
-def test_in_process_options_pass_the_backend_directory(tmp_path):
-    from naiad.inprocess.options import Options
+def test_in_process_server_takes_backend_directory(layout, monkeypatch):
+    """naiad.Server(backend_directory=...) as Triton's Options: the models are served."""
+    import naiad
+    from naiad.backends import python_based
 
-    flags = Options(model_repository=str(tmp_path), backend_directory="/srv/backends").flags()
-    assert "--backend-directory=/srv/backends" in flags
-    assert Options(model_repository=str(tmp_path)).namespace().backend_directory == (
-        "/opt/tritonserver/backends"
+    backends, repository = layout
+    # The server sets it for its workers; the test's process gets it back afterwards.
+    monkeypatch.delenv(python_based.ENVIRONMENT_VARIABLE, raising=False)
+    server = naiad.Server(
+        model_repository=str(repository),
+        backend_directory=str(backends),
+        exit_on_error=False,
+        strict_readiness=False,
     )
+    server.start(wait_until_ready=True)
+    try:
+        x = np.array([1.0, 2.0], dtype=np.float32)
+        (response,) = list(server.model("double").infer(inputs={"X": x}))
+        np.testing.assert_array_equal(response.outputs["Y"].to_numpy(), x * 2)
+        assert server.models()[("ghost", 1)].state == "UNAVAILABLE"
+    finally:
+        server.stop()
+
+
+def test_runtime_model_py_is_accepted_only_for_a_python_based_backend(layout, monkeypatch):
+    from naiad.backends import python_based
+    from naiad.protos import model_config_pb2
+    from naiad.repository import field_support
+
+    backends, _ = layout
+    monkeypatch.setenv(python_based.ENVIRONMENT_VARIABLE, str(backends))
+    ModelConfig = model_config_pb2.ModelConfig
+    assert field_support.refusal(ModelConfig(name="m", backend="scale", runtime="model.py")) is None
+    refused = field_support.refusal(ModelConfig(name="m", backend="pytorch", runtime="model.py"))
+    assert refused is not None and "runtime" in refused
