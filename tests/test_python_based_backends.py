@@ -173,3 +173,25 @@ def test_runtime_model_py_is_accepted_only_for_a_python_based_backend(layout, mo
     assert field_support.refusal(ModelConfig(name="m", backend="scale", runtime="model.py")) is None
     refused = field_support.refusal(ModelConfig(name="m", backend="pytorch", runtime="model.py"))
     assert refused is not None and "runtime" in refused
+
+
+def test_the_runtime_is_named_with_auto_complete_off_too(layout, tmp_path, monkeypatch):
+    # Triton's core names it as it picks the backend, whatever --strict-model-config says.
+    from naiad.backends import python_based
+    from naiad.repository.autocomplete import load_completed_config
+
+    backends, _ = layout
+    monkeypatch.setenv(python_based.ENVIRONMENT_VARIABLE, str(backends))
+    model = tmp_path / "strict"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'backend: "scale"\nmax_batch_size: 0\n'
+        'input [{ name: "X" data_type: TYPE_FP32 dims: [ -1 ] }]\n'
+        'output [{ name: "Y" data_type: TYPE_FP32 dims: [ -1 ] }]\n'
+    )
+    config = load_completed_config(model, "strict", auto_complete=False)
+    assert (config.backend, config.runtime, config.default_model_filename) == (
+        "scale",
+        "model.py",
+        "",
+    )

@@ -104,7 +104,9 @@ def load_completed_config(
     own auto-complete, which reads model files or runs model code, is left out
     (`naiad check`)."""
     if not (_enabled if auto_complete is None else auto_complete):
-        return load_model_config(model_dir, model_name)
+        config = load_model_config(model_dir, model_name)
+        _name_python_based_runtime(config)
+        return config
     model_dir = Path(model_dir)
     path = config_path(model_dir)
     if path.exists():
@@ -138,6 +140,7 @@ def complete_override(config: ModelConfig, model_dir: Path) -> ModelConfig:
     except ConfigError as exc:
         raise OverrideError(exc.message) from None
     if not _enabled:
+        _name_python_based_runtime(config)
         return config
     try:
         complete_backend_fields(config, model_dir)
@@ -194,15 +197,21 @@ def _hook_module(backend: str) -> str | None:
     return target.split(":")[0] if target else None
 
 
-def _run_backend_hook(config: ModelConfig, model_dir: Path) -> ModelConfig:
+def _name_python_based_runtime(config: ModelConfig) -> str | None:
+    """The model.py of the Python-based backend `config` names, or None. Triton's core
+    names that file as the runtime of such a model, auto-complete or not (its config
+    shows `runtime: "model.py"`); so does this, in place."""
     from naiad.backends import python_based, python_based_model_file
 
-    backend = config.backend or config.platform
-    backend_file = python_based_model_file(backend)
+    backend_file = python_based_model_file(config.backend or config.platform)
     if backend_file is not None and not config.runtime:
-        # Triton names the Python backend's file as the runtime of a model it serves
-        # with a Python-based backend (its config shows `runtime: "model.py"`).
         config.runtime = python_based.MODEL_FILENAME
+    return backend_file
+
+
+def _run_backend_hook(config: ModelConfig, model_dir: Path) -> ModelConfig:
+    backend = config.backend or config.platform
+    backend_file = _name_python_based_runtime(config)
     if backend == "python" or backend_file is not None:
         hook = partial(_python_hook, backend_file=backend_file)
     else:
