@@ -13,11 +13,11 @@ import argparse
 import os
 import re
 
-__all__ = ["add_arguments", "startup_error", "startup_notes"]
+__all__ = ["add_arguments", "parse_bool", "startup_error", "startup_notes"]
 
 
-def _bool(text: str) -> bool:
-    # Triton's ParseBoolOption, which naiad's other switches also take.
+def parse_bool(text: str) -> bool:
+    """Triton's ParseBoolOption: the value of every true/false flag of `naiad serve`."""
     value = text.strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True
@@ -98,7 +98,7 @@ _NO_EFFECT = (
     ),
     (
         "--enable-peer-access",
-        _bool,
+        parse_bool,
         "Naiad copies no tensors between GPUs; peer access is not set up",
     ),
     (
@@ -172,7 +172,9 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
     for flag, kind, _ in _NO_EFFECT:
         group.add_argument(flag, type=kind, default=None)
     for flag, why in _REFUSED_WHEN_TRUE:
-        group.add_argument(flag, type=_bool, default=None, help=f"true: start-up error ({why})")
+        group.add_argument(
+            flag, type=parse_bool, default=None, help=f"true: start-up error ({why})"
+        )
 
 
 def startup_error(options) -> str | None:
