@@ -1,12 +1,18 @@
-"""Shared by the statistics-attribution tests: a light load on add_sub over HTTP and
-gRPC (tritonclient) and raw HTTP, and the parts of the statistics extension it moved."""
+"""Shared by the statistics-attribution tests: a light load on add_sub over HTTP
+(tritonclient), gRPC and raw HTTP, and the parts of the statistics extension it moved.
+
+gRPC goes through naiad's own generated stubs: tritonclient.grpc cannot be imported in
+the pytest process that imports naiad.protos (both register model_config.proto;
+tests/grpc_clients/ runs the tritonclient.grpc tests apart)."""
 
 from __future__ import annotations
 
+import grpc
 import numpy as np
 import requests
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from naiad.protos import grpc_service_pb2 as service_pb2
+from naiad.protos import grpc_service_pb2_grpc as service_pb2_grpc
 
 MODEL = "add_sub"
 PARTS = ("queue", "compute_input", "compute_infer", "compute_output")
@@ -18,30 +24,40 @@ RAW_BODY = {
 }
 
 
-def _inputs(module):
+def _inputs():
     data = np.arange(16, dtype=np.float32).reshape(1, 16)
-    inputs = [module.InferInput(name, [1, 16], "FP32") for name in ("INPUT0", "INPUT1")]
+    inputs = [httpclient.InferInput(name, [1, 16], "FP32") for name in ("INPUT0", "INPUT1")]
     for item in inputs:
         item.set_data_from_numpy(data)
     return inputs
+
+
+def _grpc_request() -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name=MODEL)
+    data = np.arange(16, dtype=np.float32).tobytes()
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+        request.raw_input_contents.append(data)
+    return request
 
 
 def send_load(http_port: int, grpc_port: int, each: int) -> int:
     """`each` requests, one at a time, over tritonclient HTTP, tritonclient gRPC and raw
     HTTP; returns how many were sent (all answered 200 / OK)."""
     http = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
-    grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
     try:
         for _ in range(each):
-            http.infer(MODEL, _inputs(httpclient))
-            grpc.infer(MODEL, _inputs(grpcclient))
+            http.infer(MODEL, _inputs())
+            stub.ModelInfer(_grpc_request(), timeout=30)
             reply = requests.post(
                 f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/infer", json=RAW_BODY, timeout=30
             )
             assert reply.status_code == 200, reply.text
     finally:
         http.close()
-        grpc.close()
+        channel.close()
     return 3 * each
 
 
@@ -54,16 +70,14 @@ def inference_stats(http_port: int) -> dict:
 
 
 def grpc_inference_stats(grpc_port: int) -> dict:
-    """As inference_stats, through gRPC ModelStatistics (tritonclient's JSON form)."""
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
-    try:
-        (model,) = client.get_inference_statistics(MODEL, as_json=True)["model_stats"]
-    finally:
-        client.close()
-    # protobuf's JSON form: uint64 as strings, zero fields left out.
+    """As inference_stats' inference_stats, through gRPC ModelStatistics."""
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        reply = stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name=MODEL), timeout=30)
+    (model,) = reply.model_stats
+    stats = model.inference_stats
     return {
-        name: {"count": int(value.get("count", 0)), "ns": int(value.get("ns", 0))}
-        for name, value in model["inference_stats"].items()
+        field.name: {"count": value.count, "ns": value.ns} for field, value in stats.ListFields()
     }
 
 
