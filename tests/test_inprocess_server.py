@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.http as httpclient
+from naiad import triton_log
 from server_harness import EXAMPLE_MODELS, REPO_ROOT, free_port
 
 PIPELINE_MODELS = REPO_ROOT / "tests" / "pipeline_models"
@@ -454,7 +455,13 @@ def _listening_sockets() -> set[int]:
 
 def test_start_stop_twice_without_ports(server):
     before = _listening_sockets()
-    second = naiad.Server(model_repository=str(EXAMPLE_MODELS), model_control_mode="explicit")
+    log_settings = triton_log.settings()
+    second = naiad.Server(
+        model_repository=str(EXAMPLE_MODELS),
+        model_control_mode="explicit",
+        log_info=not log_settings["log_info"],
+        log_verbose=log_settings["log_verbose_level"] + 2,
+    )
 
     def serve_once(started):
         assert started.ready()
@@ -465,7 +472,10 @@ def test_start_stop_twice_without_ports(server):
         np.testing.assert_array_equal(response.outputs["OUTPUT0"].to_numpy(), a + b)
 
     serve_once(second.start(wait_until_ready=True))
+    assert triton_log.settings()["log_verbose_level"] == log_settings["log_verbose_level"] + 2
     second.stop()
+    # The log settings are the process's: stop gives back the ones it found.
+    assert triton_log.settings() == log_settings
     with pytest.raises(naiad.InvalidArgumentError, match="Server not started"):
         second.ready()
     with second as started:  # the context manager starts it again and stops it

@@ -18,6 +18,7 @@ import time
 from functools import partial
 from typing import Any
 
+from naiad import triton_log
 from naiad.inprocess.errors import (
     InternalError,
     InvalidArgumentError,
@@ -81,6 +82,9 @@ class Server:
         if self._loop is not None:
             raise InvalidArgumentError("Server already started")
         options = self.options.namespace()
+        # The log settings are the process's: stop() gives back the caller's (a pytest
+        # run's later tests, the embedding program's own pb_utils.Logger use).
+        self._log_before = triton_log.settings()
         _apply_log_settings(options)
         loop = _new_event_loop()
         thread = threading.Thread(target=_run_loop, args=(loop,), name="naiad-server", daemon=True)
@@ -89,6 +93,7 @@ class Server:
             running = asyncio.run_coroutine_threadsafe(naiad_server.start(options), loop).result()
         except BaseException as exc:
             _end_loop(loop, thread)
+            triton_log.apply(self._log_before)
             if isinstance(exc, naiad_server.StartupError):
                 kind = InternalError if exc.internal else InvalidArgumentError
                 raise kind(exc.message) from None
@@ -119,6 +124,7 @@ class Server:
         finally:
             self._loop = self._thread = self._running = None
             _end_loop(loop, thread)
+            triton_log.apply(self._log_before)
 
     def __enter__(self) -> Server:
         if self._loop is None:
@@ -289,8 +295,6 @@ def _apply_log_settings(options) -> None:
     """The workers' log settings from the options (Triton's log_* options); the
     server's own records go through the `naiad` logger, as the caller's logging
     configures it (its handlers and the root level are left as they are)."""
-    from naiad import triton_log
-
     root = logging.getLogger()
     level = root.level
     try:
