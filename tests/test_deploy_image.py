@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import requests
 from deploy_support import ManifestServer
-from server_harness import EXAMPLE_MODELS, REPO_ROOT, free_port
+from server_harness import EXAMPLE_MODELS, REPO_ROOT, _free_ports
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 DOCKERFILE_GPU = REPO_ROOT / "Dockerfile.gpu"
@@ -257,7 +257,7 @@ def test_cpu_image_steps_install_a_working_naiad(tmp_path):
         if not _ignored(str(file.relative_to(REPO_ROOT)), patterns):
             (models / file.relative_to(EXAMPLE_MODELS)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(file, models / file.relative_to(EXAMPLE_MODELS))
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    http_port, grpc_port, metrics_port = _free_ports(3)  # distinct, unlike three free_port()s
     argv = [
         str(image["/opt/naiad"] / "bin" / entrypoint[0]),
         *entrypoint[1:],

@@ -24,7 +24,7 @@ from deploy_support import (
     local_command,
     one,
 )
-from server_harness import EXAMPLE_MODELS, free_port, make_repository
+from server_harness import EXAMPLE_MODELS, _free_ports, make_repository
 
 TIMEOUT = 10
 
@@ -33,7 +33,8 @@ def _start(tmp_path, monkeypatch, spec, model_path, ports, http_port, name):
     repository = make_repository(
         tmp_path / "models", sorted(p.name for p in EXAMPLE_MODELS.iterdir())
     )
-    local = {port: free_port() for port in ports}
+    # Distinct ports: separate free_port() calls can hand out the same one twice.
+    local = dict(zip(ports, _free_ports(len(ports))))
     argv, env = local_command(spec, model_path=model_path, repository=repository, ports=local)
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -22,7 +22,7 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 from naiad import triton_log
-from server_harness import EXAMPLE_MODELS, REPO_ROOT, free_port
+from server_harness import EXAMPLE_MODELS, REPO_ROOT, _free_ports
 
 PIPELINE_MODELS = REPO_ROOT / "tests" / "pipeline_models"
 DECOUPLED_MODELS = REPO_ROOT / "tests" / "decoupled_models"
@@ -40,7 +40,7 @@ _CLASS_OF_STATUS = {
 
 @pytest.fixture(scope="module")
 def server():
-    http_port, grpc_port = free_port(), free_port()
+    http_port, grpc_port = _free_ports(2)  # distinct, unlike two free_port()s
     server = naiad.Server(
         model_repository=[str(EXAMPLE_MODELS), str(PIPELINE_MODELS), str(DECOUPLED_MODELS)],
         model_control_mode=naiad.ModelControlMode.EXPLICIT,
