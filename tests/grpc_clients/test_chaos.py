@@ -274,7 +274,7 @@ def test_a_worker_that_exhausts_its_memory_limit(tmp_path):
         for _ in range(faults):
             reply = _sleep_http(server, "hog", 4096.0)  # 4 GiB, past the 1 GiB limit
             assert reply.status_code == 500, reply.text
-            assert "MemoryError" in reply.json()["error"] and "'hog'" in reply.json()["error"]
+            assert "MemoryError" in reply.json()["error"] and "'hog_0_0'" in reply.json()["error"]
             # Sent while the worker exits: it waits for the fresh worker, then is served.
             reply = _sleep_http(server, "hog", 64)
             assert reply.status_code == 200, reply.text
