@@ -1,15 +1,15 @@
 // GrpcConnection as a pure function of bytes: the HTTP/2 rules of RFC 9113 and gRPC's
 // framing, each case driven by hand-built client frames.
-#include <zlib.h>
-
 #include <string>
 #include <vector>
 
 #include "h2_client.h"
 #include "http2/grpc_connection.h"
 #include "http2/grpc_wire.h"
+#include "inflate_support.h"
 #include "testing.h"
 
+using naiad::inflated;
 using naiad::h2::ErrorCode;
 using naiad::h2::Event;
 using naiad::h2::EventKind;
@@ -566,25 +566,6 @@ TEST(h2_response_encoding_for_level) {
   CHECK(response_encoding_for(3, "") == ResponseEncoding::kIdentity);
   CHECK(response_encoding_for(3, "gzipx,deflat") == ResponseEncoding::kIdentity);
 }
-
-namespace {
-
-std::string inflated(const std::string& data, int window_bits) {
-  z_stream stream{};
-  if (inflateInit2(&stream, window_bits) != Z_OK) return "";
-  std::string out(1 << 20, '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  stream.avail_in = static_cast<uInt>(data.size());
-  stream.next_out = reinterpret_cast<Bytef*>(&out[0]);
-  stream.avail_out = static_cast<uInt>(out.size());
-  int status = inflate(&stream, Z_FINISH);
-  out.resize(stream.total_out);
-  bool whole = status == Z_STREAM_END && stream.avail_in == 0;
-  inflateEnd(&stream);
-  return whole ? out : "";
-}
-
-}  // namespace
 
 TEST(h2_answers_compressed_at_a_level) {
   for (int level : {0, 1, 3}) {

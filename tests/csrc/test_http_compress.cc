@@ -1,8 +1,6 @@
 // The compressor of HTTP answers (http_compress.h) and the fast lane's compressed
 // answers (http_framer.h): each Accept-Encoding case from the scan to the bytes written,
 // cache hits and refusals included.
-#include <zlib.h>
-
 #include <string>
 #include <vector>
 
@@ -10,28 +8,13 @@
 #include "core/response_cache.h"
 #include "http1/http_framer.h"
 #include "http1/http_scan.h"
+#include "inflate_support.h"
 #include "lane_support.h"
 #include "testing.h"
 
 using namespace naiad;
 
 namespace {
-
-// Inflates a gzip (wbits 31) or zlib-format (15) stream; "" on any error.
-std::string inflated(const std::string& data, int window_bits) {
-  z_stream stream{};
-  if (inflateInit2(&stream, window_bits) != Z_OK) return "";
-  std::string out(1 << 20, '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  stream.avail_in = static_cast<uInt>(data.size());
-  stream.next_out = reinterpret_cast<Bytef*>(&out[0]);
-  stream.avail_out = static_cast<uInt>(out.size());
-  int status = inflate(&stream, Z_FINISH);
-  out.resize(stream.total_out);
-  bool whole = status == Z_STREAM_END && stream.avail_in == 0;
-  inflateEnd(&stream);
-  return whole ? out : "";
-}
 
 std::string compressed(ResponseEncoding encoding, const std::vector<std::string_view>& parts) {
   std::string out;
