@@ -28,6 +28,7 @@ import orjson
 from naiad import _core
 from naiad.backends.python import PythonModelBackend
 from naiad.worker import main as worker
+from naiad.worker import results as worker_results
 
 MODEL_DIR = Path(__file__).resolve().parent / "models" / "add_sub"
 ROW_BYTES = 16 * 4  # add_sub's [1, 16] FP32 input
@@ -92,7 +93,7 @@ def measure(backend, size: int, iterations: int, repeat: int, outputs: list) -> 
                 timings,
                 worker._FAST_WIRE,
                 worker._OUTPUT_NAMES,
-                worker._wire_one,
+                worker_results.wire_one,
             )
             t3 = clock()
             spent["batch"] += t1 - t0

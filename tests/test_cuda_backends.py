@@ -28,6 +28,7 @@ from naiad.backends.base import Batch, RequestHeader
 from naiad.repository import autocomplete
 from naiad.repository.config import config_to_json
 from naiad.worker import main as worker_main
+from naiad.worker import results as worker_results
 from naiad.worker import shm_outputs
 
 HANDLE = b"h" * 64
@@ -196,7 +197,7 @@ def test_onnxruntime_binds_a_cuda_input_in_place_and_writes_the_output_into_the_
     assert isinstance(written, cuda_ipc.DeviceArray) and written.pointer == region
     np.testing.assert_array_equal(result.outputs[1][1], np.full((2, 16), 7, np.float32))
     # The worker then writes nothing for OUTPUT0: it is in the region already.
-    response = worker_main._wire_results([result])
+    response = worker_results.wire_results([result])
     placed = shm_outputs.place_outputs(None, blocks, response, lambda _m: regions)
     assert placed[0][4][0] == b""
     assert cuda_recorder.memcpys(cudart) == []
@@ -235,7 +236,7 @@ def test_onnxruntime_batch_joins_inputs_on_the_device_and_copies_outputs_device_
         (0xC000_0000 + 2 * ROW, (1, 16)),
     ]
     del cudart.calls[:]
-    responses = worker_main._wire_results([first, second])
+    responses = worker_results.wire_results([first, second])
     shm_outputs.place_outputs(None, blocks, responses, regions_of)
     assert cuda_recorder.memcpys(cudart) == [
         ("memcpy", "D2D", cuda_recorder.IPC_BASE, 0xC000_0000, 2 * ROW),
@@ -262,7 +263,7 @@ def test_onnxruntime_output_region_too_small_stays_on_the_device_and_fails_the_r
     binds = [c for c in ort_gpu.binding.calls if c[0] in ("cpu_input", "output")]
     assert ("output", "OUTPUT0", "cuda", 0, None, None, None) in binds
     placed = shm_outputs.place_outputs(
-        None, blocks, worker_main._wire_results([result]), lambda _m: regions
+        None, blocks, worker_results.wire_results([result]), lambda _m: regions
     )
     assert placed[0][2] == 1 and b"should be at least 128 bytes" in placed[0][3]
     assert cuda_recorder.memcpys(cudart) == []
@@ -352,7 +353,7 @@ def test_tensorrt_binds_a_cuda_input_at_its_pointer_and_the_output_into_the_regi
     assert isinstance(written, cuda_ipc.DeviceArray) and written.pointer == region
     del cudart.calls[:]
     placed = shm_outputs.place_outputs(
-        None, blocks, worker_main._wire_results([result]), lambda _m: regions
+        None, blocks, worker_results.wire_results([result]), lambda _m: regions
     )
     assert placed[0][4][0] == b""
     assert cuda_recorder.memcpys(cudart) == []
@@ -379,7 +380,9 @@ def test_tensorrt_batch_joins_inputs_on_its_stream_and_copies_outputs_device_to_
         (addresses["OUTPUT0"] + ROW, (1, 16)),
     ]
     del cudart.calls[:]
-    shm_outputs.place_outputs(None, blocks, worker_main._wire_results([first, second]), regions_of)
+    shm_outputs.place_outputs(
+        None, blocks, worker_results.wire_results([first, second]), regions_of
+    )
     assert cuda_recorder.memcpys(cudart) == [
         ("memcpy", "D2D", cuda_recorder.IPC_BASE, addresses["OUTPUT0"], ROW),
         ("memcpy", "D2D", cuda_recorder.IPC_BASE + 0x1000, addresses["OUTPUT0"] + ROW, ROW),

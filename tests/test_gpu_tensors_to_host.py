@@ -19,7 +19,6 @@ from naiad import cuda_ipc
 from naiad import triton_python_backend_utils as pb_utils
 from naiad.backends.base import RequestError, Response
 from naiad.backends.python import PythonModelBackend
-from naiad.worker import bls
 
 
 class _CopyingCudart(cuda_recorder.FakeCudart):
@@ -75,7 +74,7 @@ def test_a_bls_input_in_gpu_memory_is_copied_to_the_host(cudart):
         requested_output_names=["OUTPUT0"],
         inputs=[_on_device("INPUT0", source), host],
     )
-    inputs = bls.wire_inputs(request)
+    inputs = request._wire_inputs()
     assert [(t.name, t.datatype, list(t.shape)) for t in inputs] == [
         ("INPUT0", "FP32", [1, 16]),
         ("INPUT1", "FP32", [1, 16]),
@@ -115,7 +114,7 @@ def test_a_contiguous_tensor_given_with_strides_is_copied_and_a_strided_one_refu
         inputs=[_on_device("INPUT0", rows, strides=(4, 12))],  # column-major
     )
     with pytest.raises(pb_utils.TritonModelException) as caught:
-        bls.wire_inputs(request)
+        request._wire_inputs()
     assert str(caught.value) == (
         "input 'INPUT0' in GPU memory could not be copied to the host: the tensor is not "
         "contiguous (strides [4, 12])"

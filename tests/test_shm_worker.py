@@ -199,10 +199,10 @@ def test_device_output_goes_device_to_device_and_host_output_host_to_device(cuda
 
 def test_device_output_wired_for_a_cuda_region():
     from naiad.backends.base import Response
-    from naiad.worker import main
+    from naiad.worker import results
 
     on_device = cuda_ipc.DeviceArray(0x9000_0000, np.int32, (3,), 0)
-    flags, code, json, buffers = main._wire_one(Response([("OUT", on_device)]))
+    flags, code, json, buffers = results.wire_one(Response([("OUT", on_device)]))
     assert orjson.loads(json) == {"outputs": [["OUT", "INT32", [3]]]}
     assert buffers == [on_device]  # not copied to the host
 

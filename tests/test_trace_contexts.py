@@ -8,7 +8,6 @@ from __future__ import annotations
 from naiad import triton_python_backend_utils as pb_utils
 from naiad.backends.base import Batch
 from naiad.tracing.otel import tracestate_literal, tracestate_text
-from naiad.worker.bls import _trace_state
 from naiad.worker.sequence import _inner_batch
 
 
@@ -59,7 +58,6 @@ def test_a_clients_tracestate_is_carried_as_triton_carries_it():
 
 def test_a_bls_call_carries_its_requests_tracestate():
     with_state = pb_utils.InferenceTrace('{"traceparent":"00-a-b-01","tracestate":"k=v"}')
-    assert _trace_state(with_state) == b'"k=v"'
-    assert _trace_state(pb_utils.InferenceTrace('{"traceparent":"00-a-b-01"}')) is None
-    assert _trace_state(pb_utils.InferenceTrace(None)) is None
-    assert _trace_state(None) is None
+    assert with_state._client_state() == b'"k=v"'
+    assert pb_utils.InferenceTrace('{"traceparent":"00-a-b-01"}')._client_state() is None
+    assert pb_utils.InferenceTrace(None)._client_state() is None

@@ -1,6 +1,6 @@
 """The worker's hot path writes a batch's response block from the backend's results in
 C++ (_core.encode_results_block / WorkerEndpoint.respond_results): it must give the same
-block, byte for byte, as the general conversion (worker.main._wire_results) does, for
+block, byte for byte, as the general conversion (worker.results.wire_results) does, for
 every kind of result, including those it hands back to that conversion."""
 
 import sys
@@ -10,6 +10,7 @@ import pytest
 from naiad import _core
 from naiad.backends.base import RequestError, Response
 from naiad.worker import main as worker
+from naiad.worker import results as worker_results
 
 TIMINGS = [1, 2, 3, 4]
 
@@ -31,13 +32,13 @@ def _fast(results, names=None):
             TIMINGS,
             worker._FAST_WIRE,
             {} if names is None else names,
-            worker._wire_one,
+            worker_results.wire_one,
         )
     )
 
 
 def _general(results):
-    return _read(_core.encode_response_block(worker._wire_results(results), TIMINGS))
+    return _read(_core.encode_response_block(worker_results.wire_results(results), TIMINGS))
 
 
 NUMERIC = [
@@ -117,7 +118,9 @@ def test_the_block_holds_its_outputs_only_while_it_is_written():
     arrays = [np.ones(4, np.float32), np.ones(4, np.float32).view(_ArraySubclass)]
     results = [Response([("A", arrays[0]), ("B", arrays[1])]), Response([("A", arrays[0])])]
     references = [sys.getrefcount(array) for array in arrays]
-    block = _core.encode_results_block(results, TIMINGS, worker._FAST_WIRE, {}, worker._wire_one)
+    block = _core.encode_results_block(
+        results, TIMINGS, worker._FAST_WIRE, {}, worker_results.wire_one
+    )
     assert block and [sys.getrefcount(array) for array in arrays] == references
 
 

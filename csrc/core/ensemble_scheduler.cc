@@ -84,7 +84,7 @@ std::string refusal_message(const std::string& model, uint32_t status, int32_t* 
     case SubmitResult::kModelGone:
       return prefix + "Failed for execute the inference request. Model '" + model +
              "' is not ready.";
-    // The sequence batcher's refusals, in its words (scheduling/sequence.py refusal).
+    // The sequence batcher's refusals, in its words (sequence_parameters.py refusal).
     case SubmitResult::kSequenceBatchSize:
       *code = kCodeInvalidArgument;
       return "inference request to model '" + model +

@@ -1937,7 +1937,7 @@ def encode_results_block(list results, list timings, dict wire_of, dict names, f
 
 cdef bytes _set_sequence(SubmitOptions* options, tuple sequence):
     """Sets a submit's correlation id and START/END flags from `sequence`, (id int,
-    string id as UTF-8 bytes or b"", flags) as scheduling.sequence.sequence_of gives
+    string id as UTF-8 bytes or b"", flags) as sequence_parameters.sequence_of gives
     them (None: none). Returns the string id's bytes, which the options view: the
     caller keeps them alive until its submit returns."""
     if sequence is None:

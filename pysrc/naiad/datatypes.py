@@ -72,6 +72,16 @@ def element_count(shape) -> int:
     return count
 
 
+def wire_buffer(array: np.ndarray, wire: str):
+    """The bytes of `array` in wire layout for datatype `wire`: BYTES serialized, any
+    other C-ordered little-endian (a view when the array already is)."""
+    if wire == "BYTES":
+        return serialize_bytes(array)
+    if not array.flags.c_contiguous or array.dtype.byteorder == ">":
+        array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return memoryview(array).cast("B") if array.nbytes else b""
+
+
 def serialize_bytes(array: np.ndarray) -> bytes:
     """Object/bytes/str array -> Triton's BYTES layout (u32 LE length, then the bytes), C order."""
     parts = []

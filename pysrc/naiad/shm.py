@@ -345,9 +345,3 @@ def write_returned_outputs(request, response) -> None:
             if error is not None:
                 raise Internal(error)
             output.data = b""
-
-
-def output_too_small(output_name: str, region_size: int, needed: int) -> str:
-    """Triton's message (HTTP 500, gRPC INTERNAL) when an output does not fit its region:
-    one text for the lanes and Python (csrc/shm/shm_registry.h)."""
-    return _core.shm_output_too_small(output_name, region_size, needed)

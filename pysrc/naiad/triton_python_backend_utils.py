@@ -27,10 +27,12 @@ import json
 import threading
 
 import numpy as np
+import orjson
 
 from naiad import _core, triton_log
 from naiad import custom_metrics as _custom_metrics
 from naiad import datatypes as _datatypes
+from naiad.worker import bls
 
 # --------------------------------------------------------------------------------------------
 # Datatypes
@@ -471,6 +473,27 @@ class InferenceTrace:
     def get_context(self):
         return self._context
 
+    def _parent(self) -> tuple:
+        """(batch id, 1 + index) of the request this is the trace of, while the model
+        runs it: a BLS call made with it is a child trace of that request's (the core
+        makes it one only if that request is traced); else (0, 0)."""
+        parent = self._request
+        if parent is not None:
+            for batch_id, requests in reversed(_RUNNING):
+                for index, request in enumerate(requests):
+                    if request is parent:
+                        return batch_id, index + 1
+        return 0, 0
+
+    def _client_state(self) -> bytes | None:
+        """The client's tracestate in this context (as the JSON string literal a request
+        block carries), for the called model's context; None without one."""
+        context = self._context
+        if not context or '"tracestate"' not in context:
+            return None
+        value = orjson.loads(context).get("tracestate")
+        return orjson.dumps(value) if isinstance(value, str) else None
+
 
 def _set_trace_contexts(requests: list, contexts: dict) -> None:
     """Gives the requests of a batch traced in mode opentelemetry their trace contexts
@@ -659,15 +682,42 @@ class InferenceRequest(_core.RequestFields):
         """Runs the request on `model_name` through the server (BLS): the
         InferenceResponse (errors in it: `has_error()`), or with `decoupled` an
         iterator of them."""
-        from naiad.worker import bls
-
-        return bls.execute(self, decoupled)
+        call = self._send()
+        if decoupled:
+            return ResponseIterator(bls.Stream(call))
+        return _response_of(_bls(bls.result, call))
 
     def async_exec(self, decoupled=False):
         """As exec(), awaitable; requests awaited together run concurrently."""
-        from naiad.worker import bls
+        return _Pending(self._send(), decoupled)
 
-        return bls.execute_async(self, decoupled)
+    def _wire_inputs(self):
+        """The inputs as the core takes them (InputTensor records); one in GPU memory is
+        copied to the host first (the request goes through the arena)."""
+        inputs = []
+        for tensor in self._inputs:
+            wire = WIRE_OF_TRITON_TYPE.get(tensor._triton_dtype, "BYTES")
+            array = tensor._array if tensor._device_tensor is None else tensor._host_array("input")
+            inputs.append(bls.input_of(tensor._name, array, wire))
+        return inputs
+
+    def _send(self):
+        """Sends the request to the core (worker/bls.py): its call in flight."""
+        trace = self._trace
+        return _bls(
+            bls.start,
+            self._model_name,
+            self._model_version,
+            self._request_id,
+            self._wire_inputs(),
+            list(self._requested_output_names),
+            self._parameters,
+            self._correlation_id,
+            self._flags,
+            self._timeout,
+            trace._parent() if trace is not None else (0, 0),
+            trace._client_state() if trace is not None else None,
+        )
 
     def __repr__(self):
         return (
@@ -796,13 +846,71 @@ class InferenceResponseSender:
         return self._stream.cancelled()
 
 
-def __getattr__(name):
-    # ResponseIterator lives with the BLS client (naiad.worker.bls).
-    if name == "ResponseIterator":
-        from naiad.worker import bls
+# --------------------------------------------------------------------------------------------
+# BLS: a model's own requests (InferenceRequest.exec), sent through the worker's channel
+# --------------------------------------------------------------------------------------------
 
-        return bls.ResponseIterator
-    raise AttributeError(name)
+
+def _bls(function, *args):
+    """`function(*args)` of the BLS client (worker/bls.py), its CallError raised as the
+    TritonModelException a model sees."""
+    try:
+        return function(*args)
+    except bls.CallError as exc:
+        raise TritonModelException(exc.message) from None
+
+
+def _response_of(reply) -> InferenceResponse:
+    """The InferenceResponse of a BLS call's bls.Reply."""
+    if reply.error is not None:
+        return InferenceResponse(error=TritonError(reply.error.message, reply.error.code))
+    outputs = [
+        Tensor._from_server(name, array, TRITON_TYPE_OF_WIRE[datatype])
+        for name, array, datatype in reply.outputs
+    ]
+    return InferenceResponse(outputs, parameters=reply.parameters)
+
+
+class _Pending:
+    """What async_exec returns: the request is already sent; awaiting it reads the
+    channel until its response is in (other calls' responses meanwhile go to them, so
+    several awaited together run concurrently)."""
+
+    __slots__ = ("call", "decoupled")
+
+    def __init__(self, call, decoupled: bool):
+        self.call = call
+        self.decoupled = decoupled
+
+    def __await__(self):
+        if self.decoupled:
+            return ResponseIterator(bls.Stream(self.call))
+        return _response_of(_bls(bls.result, self.call))
+        yield  # a generator: `await` takes it
+
+
+class ResponseIterator:
+    """exec(decoupled=True): each response as it arrives, the last one flagged final
+    (it may have no outputs, as in Triton)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        reply = _bls(self._stream.next)
+        if reply is None:
+            raise StopIteration
+        return _response_of(reply)
+
+    def cancel(self):
+        """Cancels the request (python_backend's ResponseIterator.cancel(), from its
+        25.05 release): queued, it is dropped and the iterator ends with a "Request was
+        cancelled" error; running, the called model's request.is_cancelled() turns
+        true. The responses sent meanwhile, and the final one, still come."""
+        _bls(self._stream.cancel)
 
 
 # --------------------------------------------------------------------------------------------
@@ -861,23 +969,17 @@ def _set_model_dir(path):
 def load_model(model_name, config="", files=None):
     """Loads (or reloads) `model_name` in explicit model-control mode: `config` a JSON
     config overriding config.pbtxt, `files` {"file:<path>": bytes} the model folder."""
-    from naiad.worker import bls
-
-    bls.load_model(_text(model_name), _text(config), files)
+    _bls(bls.load_model, _text(model_name), _text(config), files)
 
 
 def unload_model(model_name, unload_dependents=False):
     """Unloads `model_name` (explicit model-control mode)."""
-    from naiad.worker import bls
-
-    bls.unload_model(_text(model_name), unload_dependents)
+    _bls(bls.unload_model, _text(model_name), unload_dependents)
 
 
 def is_model_ready(model_name, model_version=""):
     """Whether the server serves `model_name` (at `model_version`) and it is ready."""
-    from naiad.worker import bls
-
-    return bls.is_model_ready(_text(model_name), _text(model_version))
+    return _bls(bls.is_model_ready, _text(model_name), _text(model_version))
 
 
 # --------------------------------------------------------------------------------------------

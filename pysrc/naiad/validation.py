@@ -53,7 +53,7 @@ class RequestValidator:
                     -1 in dims and not model_input.allow_ragged_batch,
                 )
             )
-        # What the spec is built from: workers rebuild it (scheduling/directory.py).
+        # What the spec is built from: workers rebuild it (model_directory.py).
         self.spec_args = (
             self.model_name,
             str(model_version),

@@ -12,7 +12,7 @@ from naiad.protos import model_config_pb2
 # Triton protocol extensions Naiad implements; front ends append as they add more.
 # tests/test_extensions.py checks that each one listed has its routes answering.
 SUPPORTED_EXTENSIONS = ["binary_tensor_data", "model_configuration", "parameters", "statistics"]
-SUPPORTED_EXTENSIONS.append("sequence")  # the sequence batcher (scheduling/sequence.py)
+SUPPORTED_EXTENSIONS.append("sequence")  # the sequence batcher (sequence_parameters.py)
 SUPPORTED_EXTENSIONS.append("classification")  # csrc/codec/classification.h
 # /v2/repository/... (http/repository_routes.py). Not "model_repository(unload_dependents)":
 # the parameter changes nothing yet (repository/control.py).

@@ -31,18 +31,18 @@ from naiad.errors import (
     error_of_triton_code,
 )
 from naiad.latency_summary import new_summaries
+from naiad.model_directory import ModelDirectory
 from naiad.repository.catalog import Catalog
 from naiad.repository.config import set_config_name
 from naiad.repository.control import ModelControl
 from naiad.repository.metadata import server_metadata
 from naiad.repository.version_string import parse_version
 from naiad.scheduling.arrivals import ArrivalTracker
-from naiad.scheduling.directory import ModelDirectory
 from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
-from naiad.scheduling.sequence import SEQUENCE_TIMEOUT
-from naiad.scheduling.sequence import refusal as sequence_refusal
 from naiad.scheduling.streaming import StreamPending
+from naiad.sequence_parameters import SEQUENCE_TIMEOUT
+from naiad.sequence_parameters import refusal as sequence_refusal
 from naiad.shm import SharedMemory
 from naiad.shm import block_regions as shm_block_regions
 from naiad.shm import bypasses_cache as shm_bypasses_cache

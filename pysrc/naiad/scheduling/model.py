@@ -13,8 +13,8 @@ from naiad.repository.config import config_to_json
 from naiad.repository.labels import output_labels
 from naiad.repository.metadata import model_metadata
 from naiad.scheduling.instance import Instance
-from naiad.scheduling.sequence import sequence_of
 from naiad.scheduling.stats import ModelStats
+from naiad.sequence_parameters import sequence_of
 from naiad.types import InferRequest
 from naiad.validation import RequestValidator
 
@@ -230,7 +230,7 @@ class LoadedModel:
         self, request: InferRequest, priority: int, timeout_us: int, on_response=None
     ):
         """A request to a sequence model: its correlation id and flags go to the core's
-        sequence batcher (scheduling/sequence.py)."""
+        sequence batcher (sequence_parameters.py)."""
         sequence = sequence_of(request.parameters)
         return self.manager.submit(
             self,

@@ -1,5 +1,9 @@
 """A worker's own requests to other models (BLS), through the core.
 
+This module is the channel and the client in the worker's own terms (CallError, Reply,
+Stream); pb_utils (triton_python_backend_utils.py) makes a model's InferenceResponse and
+TritonModelException of them, and imports this module, never the other way round.
+
 A Python model's `pb_utils.InferenceRequest(...).exec()` lands here. The request is
 validated against the target's config and laid out in the arena exactly as the
 frontend lays out a client's request (`_core.WorkerEndpoint.submit`: the one validator,
@@ -15,7 +19,7 @@ requests batches nested in the wait: csrc/core/core.h `takes_batch_locked`) runs
 nested. So a model that calls itself, or whose caller's only instance is busy, or
 calls that nest, never deadlock.
 
-Names resolve through the frontend's model directory (scheduling/directory.py).
+Names resolve through the frontend's model directory (model_directory.py).
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import numpy as np
 import orjson
 
 from naiad import _core, datatypes
-from naiad.scheduling import sequence as sequences
-from naiad.scheduling.directory import ENVIRONMENT_VARIABLE
+from naiad import sequence_parameters as sequences
+from naiad.model_directory import ENVIRONMENT_VARIABLE
 from naiad.types import InputTensor, RequestedOutput
 
 # pb_utils.TritonError codes (backends/base.py has the same numbers).
@@ -262,9 +266,10 @@ class Channel:
         """Sends a request; its Call is done at once (with `error`) when it could not be
         sent. `inputs`: InputTensor records (their data may be arena slices);
         `sequence`: its (correlation id, string correlation id, flags), as
-        scheduling.sequence.sequence_of gives them. `trace_parent`: (batch id, 1 + index)
-        of the request whose trace it continues (_trace_parent), or (0, 0);
-        `trace_state`: the client tracestate of its context (_trace_state)."""
+        sequence_parameters.sequence_of gives them. `trace_parent`: (batch id, 1 + index)
+        of the request whose trace it continues (pb_utils InferenceTrace._parent), or
+        (0, 0); `trace_state`: the client tracestate of its context
+        (InferenceTrace._client_state)."""
         tag = self._next_tag
         self._next_tag += 1
         call = Call(tag, model_name, on_response, on_done, sequence)
@@ -440,13 +445,7 @@ def array_of(arena, datatype: str, shape, start: int, nbytes: int) -> np.ndarray
 
 def input_of(name: str, array: np.ndarray, datatype: str) -> InputTensor:
     """An InputTensor over a numpy array's bytes (wire layout; BYTES serialized)."""
-    if datatype == "BYTES":
-        data = datatypes.serialize_bytes(array)
-    else:
-        if not array.flags.c_contiguous or array.dtype.byteorder == ">":
-            array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-        data = memoryview(array).cast("B") if array.nbytes else b""
-    return InputTensor(name, datatype, list(array.shape), data)
+    return InputTensor(name, datatype, list(array.shape), datatypes.wire_buffer(array, datatype))
 
 
 # The worker's channel once main() attached it; None outside a worker.
@@ -459,203 +458,136 @@ def attach(endpoint) -> Channel:
     return channel
 
 
-# -- pb_utils.InferenceRequest.exec / async_exec -----------------------------------------
+# -- the calls behind pb_utils.InferenceRequest.exec / async_exec ------------------------
 
 
-def _pb_utils():
-    from naiad import triton_python_backend_utils
+class Reply:
+    """One response of a call, as pb_utils makes its InferenceResponse of it: `error` (a
+    CallError), or `outputs` [(name, numpy array, wire datatype)] and `parameters`."""
 
-    return triton_python_backend_utils
+    __slots__ = ("error", "outputs", "parameters")
+
+    def __init__(self, error: CallError | None = None, outputs=(), parameters=None):
+        self.error = error
+        self.outputs = outputs
+        self.parameters = parameters
 
 
-def _channel() -> Channel:
+def current() -> Channel:
+    """The worker's channel; CallError outside a worker."""
     if channel is None:
-        raise _pb_utils().TritonModelException(
-            "BLS requests can only be made from a model running in a Naiad worker"
-        )
+        raise CallError("BLS requests can only be made from a model running in a Naiad worker")
     return channel
 
 
-def wire_inputs(request) -> list[InputTensor]:
-    """The inputs of pb_utils.InferenceRequest `request` as the core takes them; one in
-    GPU memory is copied to the host first (the request goes through the arena)."""
-    pb = _pb_utils()
-    inputs = []
-    for tensor in request._inputs:
-        wire = pb.WIRE_OF_TRITON_TYPE.get(tensor._triton_dtype, "BYTES")
-        array = tensor._array if tensor._device_tensor is None else tensor._host_array("input")
-        inputs.append(input_of(tensor._name, array, wire))
-    return inputs
-
-
-def _start(request) -> Call:
-    pb = _pb_utils()
-    chan = _channel()
-    inputs = wire_inputs(request)
-    parameters = orjson.loads(request._parameters) if request._parameters not in ("", "{}") else {}
+def start(
+    model_name: str,
+    version: int,
+    request_id: str,
+    inputs: list,
+    outputs: list,
+    parameters_json: str,
+    correlation_id,
+    flags: int,
+    timeout_us: int,
+    trace_parent: tuple,
+    trace_state: bytes | None,
+) -> Call:
+    """Sends a pb_utils.InferenceRequest's request (`inputs`: InputTensor records);
+    CallError for a correlation id the sequence batcher cannot take."""
+    chan = current()
+    parameters = orjson.loads(parameters_json) if parameters_json not in ("", "{}") else {}
     # The correlation id and flags go to the core's sequence batcher, and, as request
     # parameters, to the called model (request.correlation_id(), request.flags()).
-    correlation = request._correlation_id
-    if correlation:
-        parameters["sequence_id"] = correlation
-    if request._flags & sequences.START:
+    if correlation_id:
+        parameters["sequence_id"] = correlation_id
+    if flags & sequences.START:
         parameters["sequence_start"] = True
-    if request._flags & sequences.END:
+    if flags & sequences.END:
         parameters["sequence_end"] = True
     try:
         sequence = sequences.sequence_of(parameters)
     except sequences.ParameterError as exc:
-        raise pb.TritonModelException(f"correlation_id {correlation!r}: {exc}") from None
+        raise CallError(f"correlation_id {correlation_id!r}: {exc}") from None
     return chan.submit(
-        request._model_name,
-        request._model_version,
-        request._request_id,
+        model_name,
+        version,
+        request_id,
         inputs,
-        list(request._requested_output_names) or None,
+        outputs or None,
         parameters,
-        timeout_us=max(int(request._timeout), 0),
+        timeout_us=max(int(timeout_us), 0),
         sequence=sequence if sequence != (0, b"", 0) else None,
-        trace_parent=_trace_parent(request._trace),
-        trace_state=_trace_state(request._trace),
+        trace_parent=trace_parent,
+        trace_state=trace_state,
     )
 
 
-def _trace_state(trace) -> bytes | None:
-    """The client's tracestate in the context of the request `trace` is of (as the JSON
-    string literal a request block carries), for the called model's context; None
-    without one."""
-    context = trace.get_context() if trace is not None else None
-    if not context or '"tracestate"' not in context:
-        return None
-    value = orjson.loads(context).get("tracestate")
-    return orjson.dumps(value) if isinstance(value, str) else None
-
-
-def _trace_parent(trace) -> tuple:
-    """(batch id, 1 + index) of the request `trace` (InferenceRequest(trace=...)) is
-    the trace of, while the model runs it; else (0, 0): not a child trace. The core
-    makes it one only if that request is traced."""
-    parent = trace._request if trace is not None else None
-    if parent is not None:
-        for batch_id, requests in reversed(_pb_utils()._RUNNING):
-            for index, request in enumerate(requests):
-                if request is parent:
-                    return batch_id, index + 1
-    return 0, 0
-
-
-def _response(chan: Channel, call: Call, offset: int, read: list):
-    """The pb_utils.InferenceResponse of a response block (`read`: read_outputs of it;
-    the block is freed here)."""
-    pb = _pb_utils()
+def _reply(chan: Channel, offset: int, read: list) -> Reply:
+    """The Reply of a response block (`read`: read_outputs of it; the block is freed
+    here)."""
     try:
         flags, code, outcome, tensors = read[0]
         if flags & _core.RESPONSE_ERROR:
-            return pb.InferenceResponse(error=pb.TritonError(outcome.get("error", ""), code))
+            return Reply(CallError(outcome.get("error", ""), code))
         outputs = [
-            pb.Tensor._from_server(
-                name,
-                array_of(chan.arena, datatype, shape, start, nbytes),
-                pb.TRITON_TYPE_OF_WIRE[datatype],
-            )
+            (name, array_of(chan.arena, datatype, shape, start, nbytes), datatype)
             for name, datatype, shape, start, nbytes in tensors
         ]
-        return pb.InferenceResponse(outputs, parameters=outcome.get("parameters") or None)
+        return Reply(outputs=outputs, parameters=outcome.get("parameters") or None)
     finally:
         chan.endpoint.free(offset)
 
 
-def _error_response(error: CallError):
-    pb = _pb_utils()
-    return pb.InferenceResponse(error=pb.TritonError(error.message, error.code))
-
-
-def _final_response(call: Call):
-    """A done non-decoupled call's InferenceResponse: its last response, or its error."""
-    chan = _channel()
+def result(call: Call) -> Reply:
+    """A non-decoupled call's response, once it is done (read from the channel until
+    then): its last response, or its error."""
+    chan = current()
+    if not call.done:
+        chan.pump(lambda: call.done)
     if call.error is not None:
         for offset, _read in call.blocks:
             chan.endpoint.free(offset)
-        return _error_response(call.error)
-    responses = [_response(chan, call, offset, read) for offset, read in call.blocks]
+        return Reply(call.error)
+    replies = [_reply(chan, offset, read) for offset, read in call.blocks]
     call.blocks = []
-    if not responses:
-        return _error_response(CallError(f"model '{call.model_name}' sent no response"))
-    return responses[-1]
+    if not replies:
+        return Reply(CallError(f"model '{call.model_name}' sent no response"))
+    return replies[-1]
 
 
-def execute(request, decoupled: bool = False):
-    """InferenceRequest.exec(): the response, or (decoupled) an iterator of them."""
-    call = _start(request)
-    if decoupled:
-        return ResponseIterator(call)
-    _channel().pump(lambda: call.done)
-    return _final_response(call)
-
-
-class _Pending:
-    """What async_exec returns: the request is already sent; awaiting it reads the
-    channel until its response is in (other calls' responses meanwhile go to them, so
-    several awaited together run concurrently)."""
-
-    __slots__ = ("call", "decoupled")
-
-    def __init__(self, call: Call, decoupled: bool):
-        self.call = call
-        self.decoupled = decoupled
-
-    def __await__(self):
-        if self.decoupled:
-            return ResponseIterator(self.call)
-        if not self.call.done:
-            _channel().pump(lambda: self.call.done)
-        return _final_response(self.call)
-        yield  # a generator: `await` takes it
-
-
-def execute_async(request, decoupled: bool = False):
-    """InferenceRequest.async_exec(): an awaitable of what exec() returns."""
-    return _Pending(_start(request), decoupled)
-
-
-class ResponseIterator:
-    """exec(decoupled=True): each response as it arrives, the last one flagged final
-    (it may have no outputs, as in Triton)."""
+class Stream:
+    """A decoupled call's responses as they arrive (pb_utils.ResponseIterator's), the
+    last one flagged final; then its error, if it failed."""
 
     def __init__(self, call: Call):
         self.call = call
         self._error_sent = False
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
+    def next(self) -> Reply | None:
+        """The next response (read from the channel until one comes); None at the end."""
         call = self.call
-        chan = _channel()
+        chan = current()
         if not call.blocks and not call.done:
             chan.pump(lambda: call.blocks or call.done)
         if call.blocks:
             offset, read = call.blocks.pop(0)
-            return _response(chan, call, offset, read)
+            return _reply(chan, offset, read)
         if call.error is not None and not self._error_sent:
             self._error_sent = True
-            return _error_response(call.error)
-        raise StopIteration
+            return Reply(call.error)
+        return None
 
-    def cancel(self):
-        """Cancels the request (python_backend's ResponseIterator.cancel(), from its
-        25.05 release): queued, it is dropped and the iterator ends with a "Request was
-        cancelled" error; running, the called model's request.is_cancelled() turns
-        true. The responses sent meanwhile, and the final one, still come."""
-        _channel().cancel(self.call)
+    def cancel(self) -> None:
+        current().cancel(self.call)
 
 
 # -- pb_utils.load_model / unload_model / is_model_ready -----------------------------------
 
 
-def _control_error(what: str, chan: Channel, message: str):
+def _control_error(what: str, chan: Channel, message: str) -> CallError:
     """python_backend's words for a model-control request the server refused."""
-    return _pb_utils().TritonModelException(
+    return CallError(
         f"{what}: Failed to process the request for model '{chan.instance_name}', "
         f"message: {message}"
     )
@@ -675,14 +607,13 @@ def load_model(model_name: str, config: str = "", files=None) -> None:
     """pb_utils.load_model(): the frontend loads (or reloads) `model_name` as a load
     request of the repository extension would, `config` (JSON text) overriding its
     config.pbtxt and `files` ({"file:<path>": bytes}) its folder. Returns once the
-    model is served (or raises TritonModelException with the reason)."""
-    pb = _pb_utils()
-    chan = _channel()
+    model is served (or raises CallError with the reason)."""
+    chan = current()
     names: list = []
     contents: list = []
     if files is not None:
         if not isinstance(files, dict):
-            raise pb.TritonModelException(
+            raise CallError(
                 f"failed to load model '{model_name}', files should be a dictionary of file "
                 "paths and file contents"
             )
@@ -705,7 +636,7 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
     """pb_utils.unload_model(): as an unload request of the repository extension.
     Returns once the model takes no new request; its requests in flight (the one
     calling this, when a model unloads itself) still finish, as in Triton."""
-    chan = _channel()
+    chan = current()
     request = {
         "op": "unload",
         "name": model_name,
@@ -721,7 +652,7 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
     """pb_utils.is_model_ready(): from the model directory, read afresh (the frontend
     rewrites it before it answers a load or unload). An unknown model or version is
     not ready; a version that is no integer >= 0 raises, in Triton's words."""
-    chan = _channel()
+    chan = current()
     text = str(model_version)
     version = -1
     if text:

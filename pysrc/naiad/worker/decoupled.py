@@ -16,25 +16,11 @@ from __future__ import annotations
 
 import threading
 
-import orjson
-
 from naiad import _core
-from naiad.backends.base import INVALID_ARG, RequestError, Response
-from naiad.worker import shm_outputs
+from naiad.backends.base import INTERNAL, INVALID_ARG, RequestError, Response
+from naiad.worker import results, shm_outputs
 
 _NO_TIMINGS = [0, 0, 0, 0]  # a streamed response is no execution of its own
-
-
-def _encoder():
-    """The worker's one encoder of results into wire responses (worker/main.py; it
-    imports this module, so it is looked up once it is loaded)."""
-    global _wire_results
-    if _wire_results is None:
-        from naiad.worker.main import _wire_results
-    return _wire_results
-
-
-_wire_results = None
 
 
 class BatchStream:
@@ -66,7 +52,7 @@ class BatchStream:
         if result is None:
             wire = (index, _core.RESPONSE_FINAL, 0, b'{"empty":true}', ())
         else:
-            _, flags, code, json, buffers = _encoder()([result])[0]
+            flags, code, json, buffers = results.wire_one(result)
             if not final:  # an error response need not end the request either
                 flags &= ~_core.RESPONSE_FINAL
             wire = (index, flags, code, json, buffers)
@@ -78,7 +64,7 @@ class BatchStream:
                 except Exception as exc:  # the region could not be written: say so
                     message = f"writing an output into its shared memory region failed: {exc}"
                     error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
-                    wire = (index, error_flags, 1, orjson.dumps({"error": message}), ())
+                    wire = (index, error_flags, INTERNAL, results.error_record(message), ())
         endpoint = self.endpoint
         if endpoint.respond_open(self.batch_id, [wire], _NO_TIMINGS, False, False):
             # The frontend forwards it while the model goes on (csrc/ipc/worker_endpoint.h).
@@ -89,13 +75,7 @@ class BatchStream:
             with self.lock:
                 self.final[index] = True
             message = "the shared-memory arena has no room for the model's response"
-            error = (
-                index,
-                _core.RESPONSE_FINAL | _core.RESPONSE_ERROR,
-                1,
-                orjson.dumps({"error": message}),
-                (),
-            )
+            error = (index, results.FINAL_ERROR, INTERNAL, results.error_record(message), ())
             self.endpoint.respond_open(self.batch_id, [error], _NO_TIMINGS, False, False)
         return True
 
@@ -105,7 +85,7 @@ class BatchStream:
             return False  # its block may be gone already
         return self.endpoint.request_cancelled(self.blocks[index])
 
-    def fail_open(self, message: str, code: int = 1) -> None:
+    def fail_open(self, message: str, code: int = INTERNAL) -> None:
         """Ends every request not final yet with error `message`."""
         for index in range(len(self.blocks)):
             if not self.final[index]:
@@ -167,5 +147,5 @@ class _Subset:
     def cancelled(self, index: int) -> bool:
         return self.stream.cancelled(self.keep[index])
 
-    def fail_open(self, message: str, code: int = 1) -> None:
+    def fail_open(self, message: str, code: int = INTERNAL) -> None:
         self.stream.fail_open(message, code)

@@ -28,11 +28,11 @@ import traceback
 import numpy as np
 import orjson
 
-from naiad import _core, cuda_ipc, datatypes, gpu, triton_log
+from naiad import _core, datatypes, gpu, triton_log
 from naiad.backends import load_backend
-from naiad.backends.base import Backend, Batch, RequestError, RequestHeader
+from naiad.backends.base import Backend, Batch, RequestHeader
 from naiad.gc_tuning import settle_after_startup
-from naiad.worker import bls, decoupled, shm_outputs
+from naiad.worker import bls, decoupled, results, shm_outputs
 from naiad.worker import sequence as sequence_batching
 from naiad.worker.signals import ignore_shutdown_signals
 
@@ -248,63 +248,9 @@ def batch_inputs(arena, blocks: list, tensors: list) -> dict:
     return arrays
 
 
-# numpy dtype -> wire datatype, filled as outputs show them.
-_WIRE_OF_DTYPE: dict = {}
-
-
-def _wire_datatype(dtype: np.dtype) -> str:
-    """The wire datatype of an output dtype not in _WIRE_OF_DTYPE yet; remembered there."""
-    wire = _WIRE_OF_DTYPE[dtype] = datatypes.wire_of_numpy(dtype)
-    return wire
-
-
-_FINAL = _core.RESPONSE_FINAL
-_FINAL_ERROR = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
-_FINAL_MODEL_ERROR = _FINAL_ERROR | _core.RESPONSE_MODEL_ERROR
-
-
-def _wire_one(result) -> tuple:
-    """One backend Response or RequestError -> (flags, error_code, JSON, output buffers
-    in wire layout) of its final response. The JSON is {"outputs": [[name, datatype,
-    shape], ...], "parameters": {...}} (parameters only when the backend gave some) or
-    {"error": message}, the code in the record."""
-    if isinstance(result, RequestError):
-        flags = _FINAL_MODEL_ERROR if result.by_model else _FINAL_ERROR
-        return flags, result.code, orjson.dumps({"error": result.message}), ()
-    wire_of = _WIRE_OF_DTYPE.get
-    entries = []
-    buffers = []
-    for name, array in result.outputs:
-        datatype = wire_of(array.dtype) or _wire_datatype(array.dtype)
-        if type(array) is cuda_ipc.DeviceArray:  # for a CUDA region: shm_outputs copies it
-            entries.append([name, datatype, array.shape])
-            buffers.append(array)
-            continue
-        if datatype == "BYTES":
-            buffer = datatypes.serialize_bytes(array)
-        else:
-            if not array.flags.c_contiguous or array.dtype.byteorder == ">":
-                array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-            buffer = memoryview(array).cast("B") if array.nbytes else b""
-        entries.append([name, datatype, array.shape])
-        buffers.append(buffer)
-    if result.parameters:
-        json = orjson.dumps({"outputs": entries, "parameters": result.parameters})
-    else:
-        json = orjson.dumps({"outputs": entries})
-    return _FINAL, 0, json, buffers
-
-
-def _wire_results(results: list) -> list:
-    """The backend's Responses and RequestErrors -> responses for
-    `WorkerEndpoint.respond`: one final response per request, (request_index, flags,
-    error_code, JSON, output buffers in wire layout), as `_wire_one` converts them."""
-    return [(index, *_wire_one(result)) for index, result in enumerate(results)]
-
-
 # The worker's hot path (WorkerEndpoint.respond_results) writes the response of a
 # Response whose outputs are all of these dtypes in C++: native byte order, fixed-size
-# elements (wire datatype as bytes); anything else goes through _wire_one.
+# elements (wire datatype as bytes); anything else goes through results.wire_one.
 _FAST_WIRE = {
     np.dtype(dtype): wire.encode()
     for wire in datatypes.WIRE_DATATYPES
@@ -427,14 +373,14 @@ class Worker:
         if self.reserve_response is not None and not shm_outputs.active:
             batch.reserve = functools.partial(self.reserve_response, batch_id)
         infer_start = _core.now_ns()
-        results = self.backend.execute(batch)
+        outcomes = self.backend.execute(batch)
         infer_end = _core.now_ns()
         placed = batch.placed
-        if len(results) != len(blocks):
+        if len(outcomes) != len(blocks):
             if placed is not None:
                 placed.discard()
             raise RuntimeError(
-                f"the backend answered {len(results)} of the batch's {len(blocks)} requests"
+                f"the backend answered {len(outcomes)} of the batch's {len(blocks)} requests"
             )
         # start, compute_input, compute_infer, compute_output (ns): the endpoint stamps
         # the output's end once the response block is built (respond_results builds it
@@ -452,10 +398,10 @@ class Worker:
             shm_outputs.REGIONS.read.clear()
             placed.post(timings, done)
             return
-        read_in_place = not shm_outputs.reads_settled(results)
+        read_in_place = not shm_outputs.reads_settled(outcomes)
         places = shm_outputs.active and any(_regions_of(metadata) for metadata, _slots in blocks)
         if read_in_place or places:
-            responses = _wire_results(results)
+            responses = results.wire_results(outcomes)
             if read_in_place:  # inputs read in a client's region: it may have shrunk
                 responses = shm_outputs.refuse_truncated_reads(blocks, responses, _regions_of)
             if places:
@@ -464,7 +410,7 @@ class Worker:
             posted = self.endpoint.respond(batch_id, responses, timings, done)
         else:
             posted = self.endpoint.respond_results(
-                batch_id, results, timings, done, _FAST_WIRE, _OUTPUT_NAMES, _wire_one
+                batch_id, outcomes, timings, done, _FAST_WIRE, _OUTPUT_NAMES, results.wire_one
             )
         if not posted:
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_ARENA_FULL)
@@ -483,18 +429,18 @@ class Worker:
         request of `blocks`: `failed` ones with their message (INVALID_ARG)."""
         keep = [k for k in range(len(blocks)) if k not in failed]
         responses = [
-            (k, _FINAL_ERROR, _INVALID_ARG, orjson.dumps({"error": message}), ())
+            (k, results.FINAL_ERROR, _INVALID_ARG, results.error_record(message), ())
             for k, message in failed.items()
         ]
         infer_start = infer_end = _core.now_ns()
         if keep:
-            results = self.backend.execute(batch)
+            outcomes = self.backend.execute(batch)
             infer_end = _core.now_ns()
-            if len(results) != len(keep):
+            if len(outcomes) != len(keep):
                 raise RuntimeError(
-                    f"the backend answered {len(results)} of the batch's {len(keep)} requests"
+                    f"the backend answered {len(outcomes)} of the batch's {len(keep)} requests"
                 )
-            responses += [(keep[r[0]], *r[1:]) for r in _wire_results(results)]
+            responses += [(keep[r[0]], *r[1:]) for r in results.wire_results(outcomes)]
         responses.sort(key=lambda response: response[0])
         if shm_outputs.REGIONS.read:  # inputs read in a client's region: it may have shrunk
             responses = shm_outputs.refuse_truncated_reads(blocks, responses, _regions_of)

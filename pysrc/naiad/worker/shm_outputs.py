@@ -44,7 +44,6 @@ import numpy as np
 import orjson
 
 from naiad import _core, datatypes
-from naiad.shm import output_too_small
 
 SYSTEM = _core.SHM_SYSTEM
 _INTERNAL_CODE = 1  # TRITONSERVER_ERROR_INTERNAL: HTTP 500, gRPC INTERNAL
@@ -433,7 +432,7 @@ def place_response(response: tuple, regions: dict | None) -> tuple:
         data = buffers[j]
         nbytes = data.nbytes if hasattr(data, "nbytes") else len(data)
         if nbytes > size:
-            error = output_too_small(name, size, nbytes)
+            error = _core.shm_output_too_small(name, size, nbytes)
             error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
             return (index, error_flags, _INTERNAL_CODE, orjson.dumps({"error": error}), ())
         from naiad import cuda_ipc

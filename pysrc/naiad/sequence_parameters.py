@@ -1,7 +1,7 @@
-"""Sequence batching on the frontend's side: the request parameters that make a request
-part of a sequence (`sequence_id`, `sequence_start`, `sequence_end`, over HTTP and gRPC
-alike) and Triton's messages for the requests the core's sequence batcher
-(csrc/core/sequence_batch_scheduler.h) refuses."""
+"""The request parameters that make a request part of a sequence (`sequence_id`,
+`sequence_start`, `sequence_end`: over HTTP, gRPC and a worker's BLS calls alike) and
+Triton's messages for the requests the core's sequence batcher
+(csrc/core/sequence_batch_scheduler.h) refuses. Shared by the frontend and the workers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
 """The model directory: how a worker finds the model a BLS call or an ensemble step names.
+The frontend writes it (ModelDirectory); a worker reads it (worker/bls.py Directory).
 
 A worker submits its own requests to the core by ModelHandle (channel.h SubmitMessage),
 so it needs name/version -> handle, and the target's inputs to validate and lay out the

@@ -1,0 +1,68 @@
+"""A backend's results as the worker's responses: the one Python writer of a response's
+outcome record, {"outputs": [[name, datatype, shape], ...], "parameters": {...}} or
+{"error": message} (csrc/ipc/ipc_schema.h), with its outputs' bytes in wire layout.
+
+The worker loop (worker/main.py) and decoupled streams (worker/decoupled.py) both answer
+through it; WorkerEndpoint.respond_results writes the same record in C++ for outputs it
+can copy as they are, and calls `wire_one` for the rest. Worker thread or a model's own
+threads; no state but a cache of dtype names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+
+from naiad import _core, cuda_ipc, datatypes
+from naiad.backends.base import RequestError
+
+FINAL = _core.RESPONSE_FINAL
+FINAL_ERROR = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR
+FINAL_MODEL_ERROR = FINAL_ERROR | _core.RESPONSE_MODEL_ERROR
+
+# numpy dtype -> wire datatype, filled as outputs show them.
+_WIRE_OF_DTYPE: dict = {}
+
+
+def _wire_datatype(dtype: np.dtype) -> str:
+    """The wire datatype of an output dtype not in _WIRE_OF_DTYPE yet; remembered there."""
+    wire = _WIRE_OF_DTYPE[dtype] = datatypes.wire_of_numpy(dtype)
+    return wire
+
+
+def outputs_record(entries: list, parameters: dict | None = None) -> bytes:
+    """The outcome JSON of a response with `entries` ([name, datatype, shape] each)."""
+    if parameters:
+        return orjson.dumps({"outputs": entries, "parameters": parameters})
+    return orjson.dumps({"outputs": entries})
+
+
+def error_record(message: str) -> bytes:
+    """The outcome JSON of a failed response."""
+    return orjson.dumps({"error": message})
+
+
+def wire_one(result) -> tuple:
+    """One backend Response or RequestError -> (flags, error_code, JSON, output buffers
+    in wire layout) of its final response, the code in the record."""
+    if isinstance(result, RequestError):
+        flags = FINAL_MODEL_ERROR if result.by_model else FINAL_ERROR
+        return flags, result.code, error_record(result.message), ()
+    wire_of = _WIRE_OF_DTYPE.get
+    entries = []
+    buffers = []
+    for name, array in result.outputs:
+        datatype = wire_of(array.dtype) or _wire_datatype(array.dtype)
+        entries.append([name, datatype, array.shape])
+        if type(array) is cuda_ipc.DeviceArray:  # for a CUDA region: shm_outputs copies it
+            buffers.append(array)
+        else:
+            buffers.append(datatypes.wire_buffer(array, datatype))
+    return FINAL, 0, outputs_record(entries, result.parameters), buffers
+
+
+def wire_results(results: list) -> list:
+    """The backend's Responses and RequestErrors -> responses for
+    `WorkerEndpoint.respond`: one final response per request, (request_index, flags,
+    error_code, JSON, output buffers in wire layout), as `wire_one` converts them."""
+    return [(index, *wire_one(result)) for index, result in enumerate(results)]
