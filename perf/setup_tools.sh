@@ -3,8 +3,8 @@
 #   venv/        Python for the harness: numpy, matplotlib, onnxruntime, and tritonclient 2.41.0
 #                (its manylinux wheel ships Triton's perf_analyzer binary) + nvidia-cuda-runtime-cu12
 #                (perf_analyzer links libcudart.so.12 even on a CPU-only host)
-#   triton/      the real Triton Inference Server 2.51 with its Python backend, unpacked from the
-#                nvidia-pytriton 0.7.0 wheel
+#   triton/      the real Triton Inference Server 2.51 with its Python backend
+#                (perf/setup_triton.sh, which the differential tests' `make test` runs too)
 # Debian packages: libb64-0d (perf_analyzer), python3-numpy (Triton's Python backend stub runs
 # under /usr/bin/python3 and needs numpy 1.x there) and wrk (the light HTTP client of
 # perf/cost.py and the wrk scenarios). Idempotent; re-running is cheap.
@@ -31,19 +31,5 @@ if [ ! -x "$VENV/.ready" ]; then
   printf '#!/bin/sh\n' >"$VENV/.ready" && chmod +x "$VENV/.ready"
 fi
 
-TRITON=$TOOLS/triton
-if [ ! -x "$TRITON/bin/tritonserver" ]; then
-  "$VENV/bin/pip" download -q --no-deps --only-binary=:all: --platform manylinux_2_35_x86_64 \
-    -d "$TOOLS/dl" "nvidia-pytriton==0.7.0"
-  rm -rf "$TOOLS/pytriton" && mkdir -p "$TOOLS/pytriton"
-  (cd "$TOOLS/pytriton" && "$VENV/bin/python" -m zipfile -e \
-    "$TOOLS/dl/nvidia_pytriton-0.7.0-py3-none-manylinux_2_35_x86_64.whl" .)
-  SRV=$TOOLS/pytriton/pytriton/tritonserver
-  rm -rf "$TRITON" && mkdir -p "$TRITON/bin" "$TRITON/backends/python"
-  cp "$SRV"/backends/python/* "$TRITON/backends/python/"
-  cp "$SRV/python_backend_stubs/3.11/triton_python_backend_stub" "$TRITON/backends/python/"
-  chmod +x "$SRV/bin/tritonserver" "$TRITON/backends/python/triton_python_backend_stub"
-  ln -sf "$SRV/bin/tritonserver" "$TRITON/bin/tritonserver"
-  ln -sfn "$TOOLS/pytriton/nvidia_pytriton.libs" "$TRITON/lib"
-fi
+PYTHON=$VENV/bin/python "$HERE/setup_triton.sh"
 echo "perf tools ready under $TOOLS"

@@ -22,14 +22,11 @@ import requests
 from model_control_support import add_sub_config
 from server_harness import NaiadServer
 from test_bls_control import build_repository, override, run, sent_files
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
 pytestmark = [
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 EXPLICIT_COMMANDS = [

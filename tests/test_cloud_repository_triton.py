@@ -8,11 +8,11 @@ import pytest
 import requests
 from cloud_repository_support import S3, CloudServer, add_sub_files, serve_fails
 from model_control_support import add_sub_json_request
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
 pytest.importorskip("boto3")
 pytest.importorskip("moto")
-pytestmark = pytest.mark.skipif(find_triton() is None, reason="Triton 2.51 is not installed")
+pytestmark = needs_triton
 
 
 @pytest.fixture(scope="module")

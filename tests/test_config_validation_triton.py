@@ -26,14 +26,11 @@ from config_validation_support import (
     version_error,
 )
 from server_harness import NaiadServer
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
 pytestmark = [
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 

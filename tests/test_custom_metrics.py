@@ -19,7 +19,7 @@ import requests
 import tritonclient.http as httpclient
 from naiad import custom_metrics
 from server_harness import NaiadServer, make_repository
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, skip_without_triton
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -101,10 +101,7 @@ def server(request, tmp_path_factory):
         with NaiadServer(repository, log_dir=root, extra_args=ARGS) as naiad:
             yield naiad.url, f"http://127.0.0.1:{naiad.metrics_port}", naiad.pid
         return
-    if find_triton() is None:
-        pytest.skip(
-            "the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)"
-        )
+    skip_without_triton()
     with TritonPeer(repository, root, ARGS) as triton:
         triton.wait_ready(["custom_metrics"])
         yield triton.url, f"http://127.0.0.1:{triton.metrics_port}", None

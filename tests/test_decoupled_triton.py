@@ -17,14 +17,11 @@ from pathlib import Path
 import pytest
 import requests
 from server_harness import NaiadServer, make_repository
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
 pytestmark = [
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 DECOUPLED_MODELS = Path(__file__).resolve().parent / "decoupled_models"

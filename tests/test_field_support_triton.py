@@ -11,14 +11,11 @@ import pytest
 import requests
 from checksum_support import CONFIG, IDENTITY
 from server_harness import NaiadServer
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
 pytestmark = [
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 # name -> the extra config lines. Both servers load the first group and refuse the second.

@@ -16,14 +16,11 @@ from naiad.protos import grpc_service_pb2 as service_pb2
 from naiad.protos import grpc_service_pb2_grpc as service_pb2_grpc
 from server_harness import NaiadServer, make_repository
 from test_logging_extension import LOGGER_CONFIG, LOGGER_MODEL
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 ARGS = ["--metrics-config=summary_latencies=true", "--metrics-interval-ms=500"]

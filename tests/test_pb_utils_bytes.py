@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from server_harness import NaiadServer, make_repository
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, skip_without_triton
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -55,10 +55,7 @@ def server(request, repository, tmp_path_factory):
         finally:
             naiad.stop()
         return
-    if find_triton() is None:
-        pytest.skip(
-            "the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)"
-        )
+    skip_without_triton()
     with TritonPeer(repository, log_dir, []) as triton:
         yield triton.url, lambda: triton.log_path.read_text(errors="replace")
 

@@ -22,14 +22,11 @@ import pytest
 import requests
 from python_based_backend_support import infer_body, write_backend, write_repository
 from server_harness import NaiadServer
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, find_triton, needs_triton
 
 pytestmark = [
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 TIMEOUT = 30

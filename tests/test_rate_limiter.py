@@ -16,7 +16,7 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 from server_harness import NaiadServer, metric_value
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -118,12 +118,6 @@ def _load_answers(url: str) -> list[tuple[int, dict]]:
     index = requests.post(f"{url}/v2/repository/index", timeout=10).json()
     answers.append((0, {"index": index}))
     return answers
-
-
-needs_triton = pytest.mark.skipif(
-    find_triton() is None,
-    reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-)
 
 
 def _wait_triton_ready(triton) -> None:

@@ -9,14 +9,11 @@ from __future__ import annotations
 import pytest
 from server_harness import NaiadServer, make_repository
 from test_response_sender import ANSWERS, answer
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
 pytestmark = [
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 

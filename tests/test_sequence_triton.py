@@ -17,14 +17,11 @@ import pytest
 import requests
 from server_harness import NaiadServer, metric_value
 from test_sequence import TIMEOUT, backlog_timeout, build_repository, infer, naiad_waiting
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
 pytestmark = [
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 

@@ -11,13 +11,12 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytest
 import requests
 from server_harness import NaiadServer
 from shm_support import SHM_MODELS, Region
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
-pytestmark = pytest.mark.skipif(find_triton() is None, reason="Triton 2.51 is not installed")
+pytestmark = needs_triton
 
 
 def _cases(a: Region, small: Region):

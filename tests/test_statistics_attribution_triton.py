@@ -16,14 +16,11 @@ from statistics_attribution_support import (
     moved,
     send_load,
 )
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 # Rounding aside, both cover the whole duration; a share below this is a part gone

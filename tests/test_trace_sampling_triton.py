@@ -17,14 +17,11 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 from server_harness import NaiadServer, make_repository
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 PIPELINES = Path(__file__).resolve().parent / "pipeline_models"

@@ -20,16 +20,13 @@ from config_validation_support import (
     version_error,
 )
 from server_harness import NaiadServer
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
 pytestmark = [
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 

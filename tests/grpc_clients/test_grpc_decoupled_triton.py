@@ -14,15 +14,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer, make_repository
 from test_grpc_decoupled import Stream, shm_stream
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 from tritonclient.utils import InferenceServerException
 
 pytestmark = [
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 DECOUPLED_MODELS = Path(__file__).resolve().parent.parent / "decoupled_models"

@@ -27,15 +27,12 @@ from test_grpc_pipelines import (
     streamed_in_sequence,
     streamed_until_error,
 )
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 from tritonclient.utils import InferenceServerException
 
 pytestmark = [
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        find_triton() is None,
-        reason="the real Triton 2.51 is not installed (make perf-tools, or /work/shared/peers)",
-    ),
+    needs_triton,
 ]
 
 TESTS = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from server_harness import NaiadServer
 from test_sequence import TIMEOUT, build_repository
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 from tritonclient.utils import InferenceServerException
 
 
@@ -144,7 +144,7 @@ def test_grpc_sequence_over_a_stream(server):
             client.stop_stream()
 
 
-@pytest.mark.skipif(find_triton() is None, reason="the real Triton 2.51 is not installed")
+@needs_triton
 def test_grpc_answers_as_triton(server, client, tmp_path):
     """The same gRPC calls to Triton 2.51 on the same models: status codes, messages and
     control inputs (OUTPUT only at START: Triton's Python backend drops state outputs)."""

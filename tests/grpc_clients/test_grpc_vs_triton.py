@@ -1,39 +1,31 @@
 """Differential: the same gRPC calls to Naiad and to the real Triton 2.51 get the same
 status code and message (and the same answer where both succeed).
 
-Triton comes from perf/'s tools (`make perf-tools` installs it under perf/.tools/); the
-test is skipped where it is not installed. Calls where Naiad differs on purpose (server
+Triton is found by tests/triton_peer.py (`make test` installs it). Calls where Naiad differs on purpose (server
 metadata's name, shared memory registration, trace and log settings: README, "Not yet")
 are not in the list.
 """
 
 from __future__ import annotations
 
-import sys
-
 import grpc
 import pytest
-from server_harness import REPO_ROOT, make_repository
+from server_harness import make_repository
+from triton_peer import TritonPeer, needs_triton
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
-TRITON = REPO_ROOT / "perf" / ".tools" / "triton" / "bin" / "tritonserver"
+pytestmark = needs_triton
 TIMEOUT = 20
 
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory):
-    if not TRITON.exists():
-        pytest.skip("the real Triton is not installed (make perf-tools installs it)")
-    sys.path.insert(0, str(REPO_ROOT / "perf"))
-    from servers import TritonServer
-
     root = tmp_path_factory.mktemp("triton")
-    repository = make_repository(root / "models", ["add_sub", "identity_bytes"])
-    server = TritonServer()
-    server.start(repository, None, root / "triton.log")
-    yield f"127.0.0.1:{server.grpc_port}"
-    server.stop()
+    models = ["add_sub", "identity_bytes"]
+    with TritonPeer(make_repository(root / "models", models), root, []) as triton:
+        triton.wait_ready(models)
+        yield f"127.0.0.1:{triton.grpc_port}"
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer
 from surface_support import (
@@ -21,10 +20,10 @@ from surface_support import (
     infer_request,
     tensor,
 )
-from triton_peer import TritonPeer, find_triton
+from triton_peer import TritonPeer, needs_triton
 from tritonclient.utils import InferenceServerException
 
-pytestmark = pytest.mark.skipif(find_triton() is None, reason="Triton 2.51 is not installed")
+pytestmark = needs_triton
 
 FORWARD = ["--http-header-forward-pattern=x-fwd.*", "--grpc-header-forward-pattern=x-fwd.*"]
 
