@@ -4,6 +4,8 @@
 #include <cstring>
 #include <numeric>
 
+#include "codec/datatype.h"
+
 namespace naiad {
 
 namespace {
@@ -43,30 +45,18 @@ void top_k(const uint8_t* base, size_t elements, uint64_t count,
 using TopK = void (*)(const uint8_t*, size_t, uint64_t, const std::vector<std::string>&,
                       std::string*);
 
-struct Kind {
-  std::string_view name;
-  size_t size;
-  TopK top_k;
-};
-
-// UINT8 and INT8 print as numbers: std::to_string takes them as int.
-constexpr Kind kKinds[] = {
-    {"UINT8", 1, top_k<uint8_t>},   {"UINT16", 2, top_k<uint16_t>}, {"UINT32", 4, top_k<uint32_t>},
-    {"UINT64", 8, top_k<uint64_t>}, {"INT8", 1, top_k<int8_t>},     {"INT16", 2, top_k<int16_t>},
-    {"INT32", 4, top_k<int32_t>},   {"INT64", 8, top_k<int64_t>},   {"FP32", 4, top_k<float>},
-    {"FP64", 8, top_k<double>},
-};
-
 }  // namespace
 
 bool classify(std::string_view datatype, const uint8_t* data, size_t size,
               const std::vector<int64_t>& shape, bool batching, uint64_t count,
               const std::vector<std::string>& labels, Classification* out, std::string* error) {
-  const Kind* kind = nullptr;
-  for (const Kind& candidate : kKinds) {
-    if (candidate.name == datatype) kind = &candidate;
+  // Numbers only: BOOL, FP16, BF16 and BYTES have no order here.
+  const Datatype* type = find_datatype(datatype);
+  TopK rank = nullptr;
+  if (type != nullptr) {
+    visit_number_type(*type, [&](auto zero) { rank = top_k<decltype(zero)>; });
   }
-  if (kind == nullptr) {
+  if (rank == nullptr) {
     *error = "class result not available for output due to unsupported type '" +
              std::string(datatype) + "'";
     return false;
@@ -77,13 +67,13 @@ bool classify(std::string_view datatype, const uint8_t* data, size_t size,
   for (size_t i = batched ? 1 : 0; i < shape.size(); ++i) {
     item_elements *= static_cast<size_t>(std::max<int64_t>(shape[i], 0));
   }
-  const size_t item_bytes = item_elements * kind->size;
+  const size_t item_bytes = item_elements * type->size;
   out->data.clear();
   size_t offset = 0;
   for (size_t item = 0; item < std::max<size_t>(batch, 1); ++item) {
     // An item past the data has no values (Triton reads it as empty too).
     size_t elements = offset + item_bytes > size ? 0 : item_elements;
-    kind->top_k(data + offset, elements, count, labels, &out->data);
+    rank(data + offset, elements, count, labels, &out->data);
     offset += item_bytes;
   }
   out->shape.clear();

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
+#include "codec/datatype.h"
 #include "codec/json_reader.h"
 #include "util/unaligned.h"
 
@@ -264,27 +266,16 @@ bool read_parameters(JsonReader& reader, ParsedRequest* out, bool* binary_output
 
 namespace {
 
-enum class Kind { kBool, kUnsigned, kSigned, kFloat, kBytes, kNone };
+using Kind = ElementKind;
 
-struct TypeInfo {
-  Kind kind = Kind::kNone;
-  unsigned size = 0;
-};
-
-TypeInfo type_info(std::string_view datatype) {
-  if (datatype == "FP32") return {Kind::kFloat, 4};
-  if (datatype == "FP64") return {Kind::kFloat, 8};
-  if (datatype == "INT32") return {Kind::kSigned, 4};
-  if (datatype == "INT64") return {Kind::kSigned, 8};
-  if (datatype == "INT8") return {Kind::kSigned, 1};
-  if (datatype == "INT16") return {Kind::kSigned, 2};
-  if (datatype == "UINT8") return {Kind::kUnsigned, 1};
-  if (datatype == "UINT16") return {Kind::kUnsigned, 2};
-  if (datatype == "UINT32") return {Kind::kUnsigned, 4};
-  if (datatype == "UINT64") return {Kind::kUnsigned, 8};
-  if (datatype == "BOOL") return {Kind::kBool, 1};
-  if (datatype == "BYTES") return {Kind::kBytes, 0};
-  return {};  // FP16, BF16 and unknown names: the general path's errors
+// The datatype row of `datatype` when JSON can carry its values; nullptr for FP16, BF16
+// and unknown names (the general path's errors).
+const Datatype* json_datatype(std::string_view datatype) {
+  const Datatype* type = find_datatype(datatype);
+  if (type == nullptr || type->kind == Kind::kFloat16 || type->kind == Kind::kBFloat16) {
+    return nullptr;
+  }
+  return type;
 }
 
 constexpr int kMaxNesting = 32;
@@ -326,7 +317,7 @@ bool parse_double(std::string_view text, double* value) {
   return error == std::errc() && end == text.data() + text.size() && std::isfinite(*value);
 }
 
-bool put_integer(int64_t value, TypeInfo type, std::vector<uint8_t>* out) {
+bool put_integer(int64_t value, const Datatype& type, std::vector<uint8_t>* out) {
   // Out of the type's range: numpy would wrap it; the general path decides.
   if (type.kind == Kind::kUnsigned) {
     if (value < 0) return false;
@@ -371,8 +362,9 @@ bool put_integer(int64_t value, TypeInfo type, std::vector<uint8_t>* out) {
 
 bool read_tensor_data(JsonReader data, std::string_view datatype, uint64_t count,
                       std::vector<uint8_t>* out) {
-  const TypeInfo type = type_info(datatype);
-  if (type.kind == Kind::kNone) return false;
+  const Datatype* found = json_datatype(datatype);
+  if (found == nullptr) return false;
+  const Datatype& type = *found;
   uint64_t seen = 0;
   if (type.kind == Kind::kBytes) {
     std::string text;
@@ -529,9 +521,9 @@ std::string_view json_output_error(const ResponseOutput& output, ErrorKind* kind
     return "sending BF16 data via JSON is not supported. Please use the binary data format "
            "for output";
   }
-  const TypeInfo type = type_info(output.datatype);
-  if (type.kind == Kind::kNone) return "Invalid data type for output tensor";
-  if (type.kind != Kind::kBytes && output.size % type.size != 0) {
+  const Datatype* type = json_datatype(output.datatype);
+  if (type == nullptr) return "Invalid data type for output tensor";
+  if (type->kind != Kind::kBytes && output.size % type->size != 0) {
     *kind = ErrorKind::kInternal;  // numpy's complaint, as the general path's 500
     return "buffer size must be a multiple of element size";
   }
@@ -679,10 +671,14 @@ void put_utf8_replacing(Sink& sink, const uint8_t* p, size_t size) {
 
 template <typename Sink>
 void put_json_data(Sink& sink, const ResponseOutput& output) {
-  const TypeInfo type = type_info(output.datatype);
+  const Datatype* type = json_datatype(output.datatype);
   const uint8_t* p = output.data;
   sink.put('[');
-  if (type.kind == Kind::kBytes) {
+  if (type == nullptr) {  // json_output_error refused it: no values
+    sink.put(']');
+    return;
+  }
+  if (type->kind == Kind::kBytes) {
     // u32 length + bytes per element, as the general path reads them (a length past
     // the end takes what is left; a tail under 4 bytes is ignored).
     uint64_t offset = 0;
@@ -701,51 +697,24 @@ void put_json_data(Sink& sink, const ResponseOutput& output) {
     sink.put(']');
     return;
   }
-  const uint64_t count = type.size ? output.size / type.size : 0;
-  for (uint64_t i = 0; i < count; ++i) {
-    if (i) sink.put(',');
-    const uint8_t* at = p + i * type.size;
-    switch (type.kind) {
-      case Kind::kBool:
-        sink.put(*at ? std::string_view("true") : std::string_view("false"));
-        break;
-      case Kind::kFloat:
-        if (type.size == 4) {
-          put_float_text(sink, load_unaligned<float>(at));
-        } else {
-          put_float_text(sink, load_unaligned<double>(at));
-        }
-        break;
-      case Kind::kSigned:
-        switch (type.size) {
-          case 1:
-            put_integer_text(sink, load_unaligned<int8_t>(at));
-            break;
-          case 2:
-            put_integer_text(sink, load_unaligned<int16_t>(at));
-            break;
-          case 4:
-            put_integer_text(sink, load_unaligned<int32_t>(at));
-            break;
-          default:
-            put_integer_text(sink, load_unaligned<int64_t>(at));
-        }
-        break;
-      default:
-        switch (type.size) {
-          case 1:
-            put_integer_text(sink, load_unaligned<uint8_t>(at));
-            break;
-          case 2:
-            put_integer_text(sink, load_unaligned<uint16_t>(at));
-            break;
-          case 4:
-            put_integer_text(sink, load_unaligned<uint32_t>(at));
-            break;
-          default:
-            put_integer_text(sink, load_unaligned<uint64_t>(at));
-        }
+  const uint64_t count = output.size / type->size;
+  if (type->kind == Kind::kBool) {
+    for (uint64_t i = 0; i < count; ++i) {
+      if (i) sink.put(',');
+      sink.put(p[i] ? std::string_view("true") : std::string_view("false"));
     }
+  } else {
+    visit_number_type(*type, [&](auto zero) {
+      using T = decltype(zero);
+      for (uint64_t i = 0; i < count; ++i) {
+        if (i) sink.put(',');
+        if constexpr (std::is_floating_point_v<T>) {
+          put_float_text(sink, load_unaligned<T>(p + i * sizeof(T)));
+        } else {
+          put_integer_text(sink, load_unaligned<T>(p + i * sizeof(T)));
+        }
+      }
+    });
   }
   sink.put(']');
 }

@@ -2,7 +2,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
+#include "codec/datatype.h"
 #include "codec/json_reader.h"
 #include "ipc/ipc_schema.h"
 #include "util/unaligned.h"
@@ -49,34 +51,33 @@ void append_bytes(std::string* out, const uint8_t* data, uint64_t size, uint64_t
 
 void append_data(std::string* out, std::string_view dtype, const uint8_t* data, uint64_t size,
                  uint64_t count) {
-  auto as_char = [](std::string* o, auto v) { o->push_back(static_cast<char>(v)); };
-  if (dtype == "BOOL") {
-    append_values<uint8_t>(out, data, size, count,
-                           [](std::string* o, uint8_t v) { o->push_back(v == 0 ? '0' : '1'); });
-  } else if (dtype == "UINT8") {
-    append_values<uint8_t>(out, data, size, count, as_char);
-  } else if (dtype == "INT8") {
-    append_values<int8_t>(out, data, size, count, as_char);
-  } else if (dtype == "UINT16") {
-    append_values<uint16_t>(out, data, size, count, put_unsigned);
-  } else if (dtype == "UINT32") {
-    append_values<uint32_t>(out, data, size, count, put_unsigned);
-  } else if (dtype == "UINT64") {
-    append_values<uint64_t>(out, data, size, count, put_unsigned);
-  } else if (dtype == "INT16") {
-    append_values<int16_t>(out, data, size, count, put_integer);
-  } else if (dtype == "INT32") {
-    append_values<int32_t>(out, data, size, count, put_integer);
-  } else if (dtype == "INT64") {
-    append_values<int64_t>(out, data, size, count, put_integer);
-  } else if (dtype == "FP32") {
-    append_values<float>(out, data, size, count, put_real);
-  } else if (dtype == "FP64") {
-    append_values<double>(out, data, size, count, put_real);
-  } else if (dtype == "BYTES") {
-    append_bytes(out, data, size, count);
+  const Datatype* type = find_datatype(dtype);
+  if (type == nullptr) return;
+  switch (type->kind) {
+    case ElementKind::kBool:
+      append_values<uint8_t>(out, data, size, count,
+                             [](std::string* o, uint8_t v) { o->push_back(v == 0 ? '0' : '1'); });
+      return;
+    case ElementKind::kBytes:
+      append_bytes(out, data, size, count);
+      return;
+    default:
+      break;
   }
-  // FP16 and BF16: Triton writes no values ("binary blobs").
+  // FP16 and BF16 have no number type: Triton writes no values ("binary blobs").
+  visit_number_type(*type, [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (sizeof(T) == 1) {  // UINT8, INT8: the byte itself, as Triton prints them
+      append_values<T>(out, data, size, count,
+                       [](std::string* o, T v) { o->push_back(static_cast<char>(v)); });
+    } else if constexpr (std::is_floating_point_v<T>) {
+      append_values<T>(out, data, size, count, put_real);
+    } else if constexpr (std::is_signed_v<T>) {
+      append_values<T>(out, data, size, count, put_integer);
+    } else {
+      append_values<T>(out, data, size, count, put_unsigned);
+    }
+  });
 }
 
 }  // namespace

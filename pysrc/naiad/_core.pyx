@@ -474,6 +474,22 @@ cdef extern from "codec/error_status.h" namespace "naiad":
     const ErrorStatus& error_status_of(ErrorKind kind)
 
 
+cdef extern from "codec/datatype.h" namespace "naiad":
+    cdef enum class ElementKind(uint8_t):
+        kBytes
+
+    cdef cppclass Datatype:
+        string_view name
+        string_view config_name
+        uint8_t triton_type
+        uint32_t size
+        ElementKind kind
+
+    const Datatype kDatatypes[]
+    const size_t kDatatypeCount
+    string_view element_kind_name(ElementKind kind)
+
+
 cdef extern from "codec/request_validator.h" namespace "naiad":
     cbool validate_request(const CModelSpec& model, ParsedRequest* request,
                            string* error) except + nogil
@@ -2004,6 +2020,26 @@ def grpc_code_of_kind(uint8_t kind):
 def error_kind_of_code(int64_t code):
     """The error kind (ERROR_*) of a pb_utils.TritonError code."""
     return <uint8_t>error_kind_of_triton_code(code)
+
+
+cdef inline str _view_text(string_view text):
+    return text.data()[:text.size()].decode()
+
+
+def datatypes():
+    """Triton's tensor datatypes, a dict per row of the core's one table
+    (csrc/codec/datatype.h): name, config_name, triton_type, size, kind."""
+    cdef size_t i
+    return [
+        {
+            "name": _view_text(kDatatypes[i].name),
+            "config_name": _view_text(kDatatypes[i].config_name),
+            "triton_type": kDatatypes[i].triton_type,
+            "size": kDatatypes[i].size,
+            "kind": _view_text(element_kind_name(kDatatypes[i].kind)),
+        }
+        for i in range(kDatatypeCount)
+    ]
 
 
 def http_request_size(data, size_t offset, size_t max_body):

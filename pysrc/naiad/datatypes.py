@@ -1,35 +1,51 @@
-"""Tensor datatypes: Triton's wire names, config enum names, numpy dtypes, BYTES layout."""
+"""Tensor datatypes: Triton's wire names, config enum names, numpy dtypes, BYTES layout.
+
+The datatypes themselves are the core's table (csrc/codec/datatype.h), read through
+_core: every Python table of datatypes is made from `DATATYPES`."""
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
-# Wire datatype -> numpy dtype (little-endian). BYTES is an object array of bytes.
-_NUMPY_OF_WIRE = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype("<u1"),
-    "UINT16": np.dtype("<u2"),
-    "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"),
-    "INT8": np.dtype("<i1"),
-    "INT16": np.dtype("<i2"),
-    "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"),
-    "FP32": np.dtype("<f4"),
-    "FP64": np.dtype("<f8"),
-    "BYTES": np.dtype(np.object_),
+from naiad import _core
+
+
+@dataclass(frozen=True)
+class Datatype:
+    """One of Triton's tensor datatypes: a row of the core's table (csrc/codec/datatype.h)."""
+
+    name: str  # wire name: "FP32"
+    config_name: str  # model_config.proto DataType name: "TYPE_FP32"
+    triton_type: int  # TRITONSERVER_DataType value
+    size: int  # bytes per element; 0 for BYTES, whose elements vary
+    kind: str  # bool, unsigned, signed, float, float16, bfloat16 or bytes
+    numpy: np.dtype | None  # little-endian; an object array for BYTES; None for BF16
+
+
+def _numpy_of(kind: str, size: int) -> np.dtype | None:
+    if kind == "bool":
+        return np.dtype(np.bool_)
+    if kind == "bytes":
+        return np.dtype(np.object_)
+    if kind == "bfloat16":  # numpy has no bfloat16
+        return None
+    letter = {"unsigned": "u", "signed": "i", "float": "f", "float16": "f"}[kind]
+    return np.dtype(f"<{letter}{size}")
+
+
+# Wire name -> Datatype, in the table's order.
+DATATYPES = {
+    row["name"]: Datatype(**row, numpy=_numpy_of(row["kind"], row["size"]))
+    for row in _core.datatypes()
 }
+WIRE_DATATYPES = frozenset(DATATYPES)
 
-# model_config.proto DataType enum name (TYPE_FP32) <-> wire name (FP32). TYPE_STRING is BYTES.
-_WIRE_OF_CONFIG = {f"TYPE_{name}": name for name in _NUMPY_OF_WIRE if name != "BYTES"}
-_WIRE_OF_CONFIG["TYPE_STRING"] = "BYTES"
-_WIRE_OF_CONFIG["TYPE_BF16"] = "BF16"
-_CONFIG_OF_WIRE = {wire: cfg for cfg, wire in _WIRE_OF_CONFIG.items()}
-
-WIRE_DATATYPES = frozenset(_NUMPY_OF_WIRE) | {"BF16"}
+_NUMPY_OF_WIRE = {name: d.numpy for name, d in DATATYPES.items() if d.numpy is not None}
+_WIRE_OF_CONFIG = {d.config_name: name for name, d in DATATYPES.items()}
+_CONFIG_OF_WIRE = {name: d.config_name for name, d in DATATYPES.items()}
 
 
 def numpy_dtype(wire: str) -> np.dtype:
@@ -58,11 +74,7 @@ def wire_of_numpy(dtype: np.dtype) -> str:
 
 def element_size(wire: str) -> int:
     """Bytes per element; 0 for BYTES, whose elements vary."""
-    if wire == "BYTES":
-        return 0
-    if wire == "BF16":
-        return 2
-    return _NUMPY_OF_WIRE[wire].itemsize
+    return DATATYPES[wire].size
 
 
 def element_count(shape) -> int:

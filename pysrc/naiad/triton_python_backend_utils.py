@@ -38,79 +38,42 @@ from naiad.worker import bls
 # Datatypes
 # --------------------------------------------------------------------------------------------
 
-# TRITONSERVER_DataType enum values, as Tensor.triton_dtype() returns them.
+# TRITONSERVER_DataType enum values, as Tensor.triton_dtype() returns them: the core's
+# datatype table (naiad/datatypes.py), as every table below.
+_TYPES = _datatypes.DATATYPES
 TRITONSERVER_TYPE_INVALID = 0
-TRITONSERVER_TYPE_BOOL = 1
-TRITONSERVER_TYPE_UINT8 = 2
-TRITONSERVER_TYPE_UINT16 = 3
-TRITONSERVER_TYPE_UINT32 = 4
-TRITONSERVER_TYPE_UINT64 = 5
-TRITONSERVER_TYPE_INT8 = 6
-TRITONSERVER_TYPE_INT16 = 7
-TRITONSERVER_TYPE_INT32 = 8
-TRITONSERVER_TYPE_INT64 = 9
-TRITONSERVER_TYPE_FP16 = 10
-TRITONSERVER_TYPE_FP32 = 11
-TRITONSERVER_TYPE_FP64 = 12
-TRITONSERVER_TYPE_BYTES = 13
-TRITONSERVER_TYPE_BF16 = 14
+TRITONSERVER_TYPE_BOOL = _TYPES["BOOL"].triton_type
+TRITONSERVER_TYPE_UINT8 = _TYPES["UINT8"].triton_type
+TRITONSERVER_TYPE_UINT16 = _TYPES["UINT16"].triton_type
+TRITONSERVER_TYPE_UINT32 = _TYPES["UINT32"].triton_type
+TRITONSERVER_TYPE_UINT64 = _TYPES["UINT64"].triton_type
+TRITONSERVER_TYPE_INT8 = _TYPES["INT8"].triton_type
+TRITONSERVER_TYPE_INT16 = _TYPES["INT16"].triton_type
+TRITONSERVER_TYPE_INT32 = _TYPES["INT32"].triton_type
+TRITONSERVER_TYPE_INT64 = _TYPES["INT64"].triton_type
+TRITONSERVER_TYPE_FP16 = _TYPES["FP16"].triton_type
+TRITONSERVER_TYPE_FP32 = _TYPES["FP32"].triton_type
+TRITONSERVER_TYPE_FP64 = _TYPES["FP64"].triton_type
+TRITONSERVER_TYPE_BYTES = _TYPES["BYTES"].triton_type
+TRITONSERVER_TYPE_BF16 = _TYPES["BF16"].triton_type
 
 # Config type name -> numpy type, exactly Triton's table (TYPE_BOOL maps to Python's bool).
 TRITON_STRING_TO_NUMPY = {
-    "TYPE_BOOL": bool,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64,
-    "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP32": np.float32,
-    "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
+    d.config_name: bool if d.kind == "bool" else d.numpy.type
+    for d in _TYPES.values()
+    if d.numpy is not None
 }
 
 _NUMPY_OF_TRITON_TYPE = {
-    TRITONSERVER_TYPE_BOOL: np.bool_,
-    TRITONSERVER_TYPE_UINT8: np.uint8,
-    TRITONSERVER_TYPE_UINT16: np.uint16,
-    TRITONSERVER_TYPE_UINT32: np.uint32,
-    TRITONSERVER_TYPE_UINT64: np.uint64,
-    TRITONSERVER_TYPE_INT8: np.int8,
-    TRITONSERVER_TYPE_INT16: np.int16,
-    TRITONSERVER_TYPE_INT32: np.int32,
-    TRITONSERVER_TYPE_INT64: np.int64,
-    TRITONSERVER_TYPE_FP16: np.float16,
-    TRITONSERVER_TYPE_FP32: np.float32,
-    TRITONSERVER_TYPE_FP64: np.float64,
-    TRITONSERVER_TYPE_BYTES: np.object_,
+    d.triton_type: d.numpy.type for d in _TYPES.values() if d.numpy is not None
 }
 
 _TRITON_TYPE_OF_NUMPY = {
-    np.dtype(np_type): triton_type
-    for triton_type, np_type in _NUMPY_OF_TRITON_TYPE.items()
-    if triton_type != TRITONSERVER_TYPE_BYTES
+    d.numpy: d.triton_type for d in _TYPES.values() if d.numpy is not None and d.kind != "bytes"
 }
 
 # Triton datatype enum value <-> wire datatype name ("FP32", "BYTES", ...).
-WIRE_OF_TRITON_TYPE = {
-    TRITONSERVER_TYPE_BOOL: "BOOL",
-    TRITONSERVER_TYPE_UINT8: "UINT8",
-    TRITONSERVER_TYPE_UINT16: "UINT16",
-    TRITONSERVER_TYPE_UINT32: "UINT32",
-    TRITONSERVER_TYPE_UINT64: "UINT64",
-    TRITONSERVER_TYPE_INT8: "INT8",
-    TRITONSERVER_TYPE_INT16: "INT16",
-    TRITONSERVER_TYPE_INT32: "INT32",
-    TRITONSERVER_TYPE_INT64: "INT64",
-    TRITONSERVER_TYPE_FP16: "FP16",
-    TRITONSERVER_TYPE_FP32: "FP32",
-    TRITONSERVER_TYPE_FP64: "FP64",
-    TRITONSERVER_TYPE_BYTES: "BYTES",
-    TRITONSERVER_TYPE_BF16: "BF16",
-}
+WIRE_OF_TRITON_TYPE = {d.triton_type: d.name for d in _TYPES.values()}
 TRITON_TYPE_OF_WIRE = {wire: value for value, wire in WIRE_OF_TRITON_TYPE.items()}
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from naiad import datatypes
 from naiad.backends import sequence_io
 from naiad.backends.base import INTERNAL, INVALID_ARG, Backend, Batch, RequestError, Response
 from naiad.backends.tensors import device_pieces
@@ -64,19 +65,7 @@ _CONFIG_OF_ORT = {
 _SUPPORTED_CONFIG_TYPES = frozenset(_CONFIG_OF_ORT.values())
 # Config data type -> numpy dtype an input is fed as (BYTES: object array of str).
 _NUMPY_OF_CONFIG = {
-    "TYPE_BOOL": np.dtype(np.bool_),
-    "TYPE_UINT8": np.dtype("<u1"),
-    "TYPE_UINT16": np.dtype("<u2"),
-    "TYPE_UINT32": np.dtype("<u4"),
-    "TYPE_UINT64": np.dtype("<u8"),
-    "TYPE_INT8": np.dtype("<i1"),
-    "TYPE_INT16": np.dtype("<i2"),
-    "TYPE_INT32": np.dtype("<i4"),
-    "TYPE_INT64": np.dtype("<i8"),
-    "TYPE_FP16": np.dtype("<f2"),
-    "TYPE_FP32": np.dtype("<f4"),
-    "TYPE_FP64": np.dtype("<f8"),
-    "TYPE_STRING": np.dtype(np.object_),
+    d.config_name: d.numpy for d in datatypes.DATATYPES.values() if d.numpy is not None
 }
 
 _ORT_ERROR = re.compile(r"^\[ONNXRuntimeError\] : (\d+) : \w+ : (.*)$", re.S)
