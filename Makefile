@@ -114,7 +114,7 @@ clean:
 
 # --- perf/: benchmarks against the real Triton and the regression gate (perf/README.md) ---
 PERF_PY := perf/.tools/venv/bin/python
-.PHONY: bench bench-compare perf-tools perf-check perf-check-test
+.PHONY: bench bench-compare perf-tools perf-check perf-check-test bench-core-threads
 
 perf-tools:
 	perf/setup_tools.sh
@@ -147,6 +147,20 @@ build/lane_io_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/lane_io_bench.cc pe
 		tests/csrc/add_sub_model.h
 	mkdir -p build
 	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*/*.cc perf/lane_io_bench.cc -o $@ $(CORE_LIBS)
+
+# The core under 1 and 2 submitting threads (issue 40): what a second I/O thread would do.
+build/core_threads_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/core_threads_bench.cc
+	mkdir -p build
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf csrc/*/*.cc perf/core_threads_bench.cc -o $@ $(CORE_LIBS)
+
+bench-core-threads: build/core_threads_bench
+	build/core_threads_bench 1
+	build/core_threads_bench 2
+
+# The physical limit of large tensors in band: a bare loopback echo (perf/echo_limit.py).
+build/echo_limit: perf/echo_limit.cc
+	mkdir -p build
+	$(CXX) -std=c++17 -O2 perf/echo_limit.cc -o $@
 
 bench-core: build/core_bench build/lane_bench
 	build/core_bench 1

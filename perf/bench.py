@@ -30,11 +30,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import echo_limit  # noqa: E402
+import h2load_load  # noqa: E402
 from scenarios import DEPENDS, MODELS, SCENARIOS, Scenario, reference, select  # noqa: E402
 from servers import PERF, TOOLS, NaiadServer, Server, TritonServer  # noqa: E402
 from wrk_load import run_wrk  # noqa: E402
 
 REPO_ROOT = PERF.parent
+BY_KEY = {s.key: s for s in SCENARIOS}
 MODELS_DIR = PERF / "models"
 RESULTS = PERF / "results"
 
@@ -428,6 +431,75 @@ def run_wrk_point(
     return row, client_cpu, ""
 
 
+def scenario_inputs(model: str) -> dict[str, np.ndarray]:
+    """One request of batch 1 for `model`: what the light clients send."""
+    rng = np.random.default_rng(7)
+    return {
+        n: rng.standard_normal((1, *shape)).astype(np.float32)
+        for n, shape in MODELS[model][0].items()
+    }
+
+
+def run_h2load_point(
+    server: Server, scenario: Scenario, concurrency: int, settings: Settings, client_cpus
+) -> tuple[dict, float, str]:
+    """h2load for the scenario's windows, as run_wrk_point reports. The same request goes
+    through grpcio before and after (grpc-status OK, outputs right): h2load itself only
+    sees HTTP 200s."""
+    inputs = scenario_inputs(scenario.model)
+    expected = reference(scenario.model, inputs)
+    request = h2load_load.infer_request(scenario.model, inputs, list(expected))
+    for when in ("before", "after"):
+        if when == "after":
+            seconds = max(1.0, settings.windows * settings.window_ms / 1000)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            try:
+                result = h2load_load.run_h2load(
+                    server.grpc_url, request, concurrency, seconds, client_cpus
+                )
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                return {}, 0.0, f"h2load failed: {exc}"
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wrong = h2load_load.check_answer(server.grpc_url, scenario.model, inputs, expected)
+        if wrong:
+            return {}, 0.0, f"gRPC answer {when} the h2load run: {wrong}"
+    client_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    # An answer with grpc-status not OK carries no outputs: the data h2load received must
+    # hold every answer's outputs.
+    output_bytes = sum(a.nbytes for a in expected.values())
+    done = result["requests"]
+    if result["failed"] or not result["rps"] or result["data_bytes"] < done * output_bytes:
+        return (
+            {},
+            client_cpu,
+            f"h2load: {result['succeeded']} of {done} answered 2xx, "
+            f"{result['data_bytes']} data bytes for {output_bytes} bytes of outputs each",
+        )
+    row = {
+        "Inferences/Second": result["rps"],
+        "p50 latency": 0.0,  # h2load gives no percentiles: its mean only
+        "p99 latency": 0.0,
+        "Avg latency": result["avg_us"],
+    }
+    return row, client_cpu, ""
+
+
+def measure_echo_limits(scenarios: list[Scenario], cpus, seconds: float, log) -> dict:
+    """The loopback echo's round trips/s for each (bytes, concurrency) the large-tensor
+    scenarios use, keyed "bytes:connections"."""
+    server_cpus, client_cpus = cpus
+    found = {}
+    for s in scenarios:
+        nbytes = s.in_band_bytes()
+        for c in s.concurrency if nbytes else ():
+            key = f"{nbytes}:{c}"
+            if key not in found:
+                result = echo_limit.measure(nbytes, c, seconds, server_cpus, client_cpus)
+                found[key] = result["round_trips_per_s"]
+                log(f"  echo limit {nbytes} bytes each way, {c} connections: {found[key]:,.0f}/s")
+    return found
+
+
 # ---------------------------------------------------------------------------- one server
 
 
@@ -509,6 +581,8 @@ def measure(server, s: Scenario, c: int, settings, round_no, out, cpus, log) -> 
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     if s.client == "wrk":
         row, client_cpu, error = run_wrk_point(server, s, c, settings, client_cpus)
+    elif s.client == "h2load":
+        row, client_cpu, error = run_h2load_point(server, s, c, settings, client_cpus)
     else:
         row, client_cpu, error = run_perf_analyzer(server, s, c, settings, client_cpus, csv_path)
     wall = time.monotonic() - t0
@@ -568,17 +642,29 @@ def run_rounds(servers: list[Server], settings: Settings, out: Path, log=print) 
     server_cpus, client_cpus, pinning = split_cpus()
     log(f"pinning: {pinning}")
     points: list[Point] = []
+    echo: dict[str, list[float]] = {}
+
+    def take_echo_limits() -> None:
+        seconds = max(1.0, settings.windows * settings.window_ms / 1000)
+        found = measure_echo_limits(scenarios, (server_cpus, client_cpus), seconds, log)
+        for key, rate in found.items():
+            echo.setdefault(key, []).append(rate)
+
     started = time.monotonic()
     for r in range(settings.rounds):
         order = servers if r % 2 == 0 else list(reversed(servers))
         log(f"round {r + 1}/{settings.rounds}: " + " then ".join(s.label for s in order))
+        take_echo_limits()  # before and after the round's servers: the machine's load moves
         for server in order:
             points += run_server(
                 server, scenarios, settings, r, out, (server_cpus, client_cpus), log
             )
-    return run_record(
+        take_echo_limits()
+    record = run_record(
         servers, scenarios, points, asdict(settings), (server_cpus, client_cpus, pinning), started
     )
+    record["echo_limit"] = echo
+    return record
 
 
 def run_interleaved(
@@ -722,9 +808,10 @@ def render(raw: dict, table: dict, ratio_pair: tuple[str, str] | None) -> str:
                     cells += [
                         fmt(r["throughput"])
                         + (f" ±{r['spread_pct']:.0f}%" if r["rounds"] > 1 else ""),
-                        fmt(r["p50_us"] / 1e3, 2),
+                        # "-": the client gives no percentiles (h2load: its mean only)
+                        fmt(r["p50_us"] / 1e3, 2) if r["p50_us"] else "-",
                         fmt(r.get("avg_us", 0) / 1e3, 2),
-                        fmt(r["p99_us"] / 1e3, 2),
+                        fmt(r["p99_us"] / 1e3, 2) if r["p99_us"] else "-",
                     ]
                 else:
                     cells += [r.get("status", "-"), "-", "-", "-"]
@@ -761,6 +848,7 @@ def render(raw: dict, table: dict, ratio_pair: tuple[str, str] | None) -> str:
                     f"| {sc['key']} | {c} | {label} | {r['avg_batch']:.2f} | {fmt(r['queue_us'])} "
                     f"| {fmt(r['compute_us'])} | {r['server_cpu_pct']:.0f}% | {r['client_cpu_pct']:.0f}% |"
                 )
+    lines += render_echo_shares(raw, table, labels)
     if skipped:
         lines += ["", "Skipped or failed:", ""] + skipped
     lines += [
@@ -772,6 +860,39 @@ def render(raw: dict, table: dict, ratio_pair: tuple[str, str] | None) -> str:
         "sizes the server formed.",
     ]
     return "\n".join(lines)
+
+
+def render_echo_shares(raw: dict, table: dict, labels: list[str]) -> list[str]:
+    """The large-tensor scenarios as a share of the loopback echo limit measured in the
+    same run (perf/echo_limit.py): median round trips/s over the rounds."""
+    echo = raw.get("echo_limit") or {}
+    rows = []
+    for sc in raw["scenarios"]:
+        nbytes = BY_KEY[sc["key"]].in_band_bytes() if sc["key"] in BY_KEY else 0
+        for c in sc["concurrency"] if nbytes else ():
+            rates = echo.get(f"{nbytes}:{c}")
+            if not rates:
+                continue
+            limit = statistics.median(rates)
+            cells = [sc["key"], str(c), fmt(limit, 0)]
+            for label in labels:
+                r = table.get((sc["key"], c, label), {})
+                ok = r.get("status") == "ok"
+                cells.append(f"{100 * r['throughput'] / limit:.1f}%" if ok else "-")
+            rows.append("| " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    head = ["scenario", "conc", "echo limit round trips/s"] + [f"{x} % of echo" for x in labels]
+    return [
+        "",
+        "Large tensors in band against the physical limit: a bare loopback echo server on the "
+        "server's CPU, its client on the client's, the same bytes each way and connections "
+        "(perf/echo_limit.cc; median of its runs before and after each round's servers):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" for _ in head) + "|",
+        *rows,
+    ]
 
 
 def plot(raw: dict, table: dict, path: Path) -> None:

@@ -69,8 +69,9 @@ class Scenario:
     shm: str = "none"  # "none" | "system"
     description: str = ""
     extra_args: tuple[str, ...] = field(default=())
-    # "perf_analyzer", or "wrk": a light client (perf/wrk_load.py) sending one fixed
-    # add_sub request, `body` "binary" (tritonclient's) or "json" (plain KServe v2)
+    # "perf_analyzer"; "wrk": a light client (perf/wrk_load.py) sending one fixed
+    # add_sub request, `body` "binary" (tritonclient's) or "json" (plain KServe v2);
+    # "h2load": a light gRPC client (perf/h2load_load.py) posting one fixed ModelInfer
     client: str = "perf_analyzer"
     body: str = "binary"
 
@@ -88,6 +89,14 @@ class Scenario:
             return _OUTPUT_BYTES[self.model]
         shape = MODELS[self.model][0]["INPUT0"]
         return int(np.prod(shape)) * 4
+
+    def in_band_bytes(self) -> int:
+        """Bytes each way of a large-tensor scenario whose tensors travel in the request and
+        the response (no shared memory): measured against the loopback echo limit
+        (perf/echo_limit.py). 0 for the others."""
+        if self.shm != "none" or self.model != "identity_fp32":
+            return 0
+        return self.output_bytes()
 
     def needs(self) -> set[str]:
         """Server features the scenario needs (see bench.probe_features)."""
@@ -245,6 +254,30 @@ SCENARIOS += [
         (8,),
         description="a Python model calling add_sub through BLS (async_exec per request of "
         "its batch) over HTTP, binary tensors",
+    ),
+]
+
+# gRPC capacity with a light client (issue 40), as the wrk scenarios measure HTTP's.
+SCENARIOS += [
+    Scenario(
+        "add_sub_h2load",
+        1,
+        "add_sub",
+        "grpc",
+        (8, 64),
+        description="add_sub, one ModelInfer request (raw contents) posted by h2load -t1 over "
+        "as many HTTP/2 connections as the concurrency, one stream each",
+        client="h2load",
+    ),
+    Scenario(
+        "identity_fp32_h2load",
+        1,
+        "identity_fp32",
+        "grpc",
+        (4,),
+        description="identity on FP32 [1,3,224,224] (602 KB each way), one ModelInfer request "
+        "(raw contents) posted by h2load -t1, 4 connections",
+        client="h2load",
     ),
 ]
 
