@@ -762,6 +762,10 @@ def aggregate(raw: dict) -> dict:
                 "limit_throughput",
             )
         }
+        med["per_cpu_s"] = statistics.median(
+            100.0 * p["throughput"] / p["server_cpu_pct"] if p["server_cpu_pct"] else 0.0
+            for p in ok
+        )
         thr = [p["throughput"] for p in ok]
         med["spread_pct"] = 100.0 * (max(thr) - min(thr)) / med["throughput"] if thr[0] else 0.0
         med["status"], med["rounds"] = "ok", len(ok)
@@ -835,18 +839,23 @@ def render(raw: dict, table: dict, ratio_pair: tuple[str, str] | None) -> str:
     lines.append("Server-side, from GET /v2/models/{m}/stats (mean per request over the run):")
     lines.append("")
     lines.append(
-        "| scenario | conc | server | avg batch | queue µs | compute µs | server CPU | client CPU |"
+        "| scenario | conc | server | avg batch | queue µs | compute µs | server CPU | client CPU "
+        "| inf/s per server CPU-s |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for sc in raw["scenarios"]:
         for c in sc["concurrency"]:
             for label in labels:
                 r = table.get((sc["key"], c, label), {})
                 if r.get("status") != "ok":
                     continue
+                # Throughput per second of the server's CPU: on a shared machine a server
+                # may get a fraction of its core, and this figure moves less with that.
+                per_cpu = r["per_cpu_s"]
                 lines.append(
                     f"| {sc['key']} | {c} | {label} | {r['avg_batch']:.2f} | {fmt(r['queue_us'])} "
-                    f"| {fmt(r['compute_us'])} | {r['server_cpu_pct']:.0f}% | {r['client_cpu_pct']:.0f}% |"
+                    f"| {fmt(r['compute_us'])} | {r['server_cpu_pct']:.0f}% | {r['client_cpu_pct']:.0f}% "
+                    f"| {fmt(per_cpu, 0) if per_cpu else '-'} |"
                 )
     lines += render_echo_shares(raw, table, labels)
     if skipped:

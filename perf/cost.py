@@ -1,5 +1,5 @@
 """Where the server's CPU goes, per request: a fixed number of add_sub requests sent by wrk
-(a light client) at a given concurrency, and the server's CPU time over them read from
+(a light client; over gRPC, `--protocol grpc`, by h2load) at a given concurrency, and the server's CPU time over them read from
 /proc, split into the frontend process's user and kernel time and its workers' (user +
 kernel), each divided by the requests the server counted; with the average batch size the
 server formed (its statistics: inferences / executions).
@@ -7,6 +7,7 @@ server formed (its statistics: inferences / executions).
     .venv/bin/python perf/cost.py --requests 50000 --concurrency 8 --body binary
     .venv/bin/python perf/cost.py --requests 30000 --concurrency 8 --body json --rounds 3
     .venv/bin/python perf/cost.py --requests 60000 --concurrency 8 --pipeline 8
+    .venv/bin/python perf/cost.py --requests 50000 --concurrency 64 --protocol grpc
 
 The server (this tree, built in place by `make install`; or --naiad-tree) is pinned to
 CPU 0 and wrk to the other CPUs, as in perf/bench.py. Each round starts a fresh server;
@@ -38,8 +39,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import h2load_load  # noqa: E402
+from scenarios import reference  # noqa: E402
 from servers import NaiadServer, TritonServer  # noqa: E402
-from wrk_load import BODIES, run_wrk  # noqa: E402
+from wrk_load import BODIES, add_sub_inputs, run_wrk  # noqa: E402
 
 PERF = Path(__file__).resolve().parent
 REPO_ROOT = PERF.parent
@@ -147,14 +150,43 @@ def _stop_profiles(started: dict) -> dict:
     return shares
 
 
+def _grpc_round(server, args, client_cpus, marks: dict) -> dict:
+    """h2load posting add_sub's ModelInfer until --requests were answered; the CPU
+    snapshot is taken as it ends. One grpcio call first checks the answers."""
+    inputs = add_sub_inputs()
+    expected = reference("add_sub", inputs)
+    wrong = h2load_load.check_answer(server.grpc_url, "add_sub", inputs, expected)
+    if wrong:
+        raise RuntimeError(f"gRPC add_sub answered wrong: {wrong}")
+    request = h2load_load.infer_request("add_sub", inputs, list(expected))
+    started = time.monotonic()
+    result = h2load_load.run_h2load(
+        server.grpc_url,
+        request,
+        args.concurrency,
+        args.max_seconds,
+        client_cpus,
+        requests=args.requests,
+    )
+    marks["after"] = _snapshot(server)
+    marks["elapsed"] = time.monotonic() - started
+    marks["counts"] = _counts(server, "add_sub")
+    return {"errors": result["failed"], "output": result["output"]}
+
+
 def one_round(server, repo: Path, args, out: Path, index: int) -> dict:
     server.start(repo, [0] if os.cpu_count() > 1 else None, out / f"server-{index}.log")
+    grpc = args.protocol == "grpc"
     try:
         client_cpus = list(range(1, os.cpu_count())) or None
         # Warm up (first batches, lazy imports), then measure.
-        run_wrk(
-            server.http_url, args.body, args.concurrency, 1, client_cpus, pipeline=args.pipeline
-        )
+        if grpc:
+            warm = h2load_load.infer_request("add_sub", add_sub_inputs(), ["OUTPUT0", "OUTPUT1"])
+            h2load_load.run_h2load(server.grpc_url, warm, args.concurrency, 1, client_cpus)
+        else:
+            run_wrk(
+                server.http_url, args.body, args.concurrency, 1, client_cpus, pipeline=args.pipeline
+            )
         count0, exec0 = _counts(server, "add_sub")
         profiles = _start_profiles(server, out, index) if args.profile else None
         before = _snapshot(server)
@@ -172,15 +204,18 @@ def one_round(server, repo: Path, args, out: Path, index: int) -> dict:
             marks["counts"] = _counts(server, "add_sub")
             return True
 
-        result = run_wrk(
-            server.http_url,
-            args.body,
-            args.concurrency,
-            args.max_seconds,
-            client_cpus,
-            until=enough,
-            pipeline=args.pipeline,
-        )
+        if grpc:
+            result = _grpc_round(server, args, client_cpus, marks)
+        else:
+            result = run_wrk(
+                server.http_url,
+                args.body,
+                args.concurrency,
+                args.max_seconds,
+                client_cpus,
+                until=enough,
+                pipeline=args.pipeline,
+            )
         shares = _stop_profiles(profiles) if profiles is not None else None
         if "after" not in marks:
             raise RuntimeError(f"{args.requests} requests not reached in {args.max_seconds}s")
@@ -191,7 +226,7 @@ def one_round(server, repo: Path, args, out: Path, index: int) -> dict:
         server.stop()
     requests = count1 - count0
     if requests <= 0:
-        raise RuntimeError(f"the server counted no requests; wrk said:\n{result['output']}")
+        raise RuntimeError(f"the server counted no requests; the client said:\n{result['output']}")
     worker_user = worker_kernel = 0.0
     for pid, (user, kernel) in after["workers"].items():
         user0, kernel0 = before["workers"].get(pid, (0.0, 0.0))
@@ -233,7 +268,9 @@ def render(args, rounds: list[dict], label: str) -> str:
         "worker_kernel_us",
     )
     lines = [
-        f"{label}: add_sub, {args.body} body, wrk c={args.concurrency}"
+        f"{label}: add_sub, "
+        + ("gRPC ModelInfer, h2load" if args.protocol == "grpc" else f"{args.body} body, wrk")
+        + f" c={args.concurrency}"
         + (f" pipelined {args.pipeline} deep" if args.pipeline > 1 else "")
         + f", {args.requests} requests per round, server on CPU 0",
         "",
@@ -279,7 +316,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--requests", type=int, default=30000)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--body", choices=BODIES, default="binary")
+    ap.add_argument("--body", choices=BODIES, default="binary", help="HTTP's request body")
+    ap.add_argument(
+        "--protocol", choices=("http", "grpc"), default="http", help="wrk (HTTP) or h2load (gRPC)"
+    )
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument(
         "--pipeline", type=int, default=1, help="requests each connection sends before reading"

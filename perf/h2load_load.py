@@ -179,11 +179,13 @@ def run_h2load(
     seconds: float,
     cpus: list[int] | None = None,
     streams: int = 1,
+    requests: int = 0,
 ) -> dict:
     """One h2load run posting `request` (a serialized ModelInferRequest) to gRPC `url` over
     `connections` HTTP/2 connections, `streams` requests in flight on each, for `seconds`
-    (after a 1 s warm-up): {"rps", "requests", "succeeded", "failed", "data_bytes",
-    "avg_us", "output"}."""
+    (after a 1 s warm-up), or until `requests` were answered (then `seconds` only bounds
+    the wait): {"rps", "requests", "succeeded", "failed", "data_bytes", "avg_us",
+    "output"}."""
     with tempfile.TemporaryDirectory(prefix="naiad-h2load-") as tmp:
         body = Path(tmp) / "body"
         body.write_bytes(grpc_message(request))
@@ -192,8 +194,11 @@ def run_h2load(
             "-t1",
             f"-c{connections}",
             f"-m{streams}",
-            f"-D{max(1, round(seconds))}",
-            "--warm-up-time=1",
+            *(
+                [f"-n{requests}"]
+                if requests
+                else [f"-D{max(1, round(seconds))}", "--warm-up-time=1"]
+            ),
             "-H",
             "content-type: application/grpc",
             "-H",
