@@ -87,6 +87,9 @@ class TritonPeer:
             f"--http-port={self.http_port}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
+            # Its default 30 s wait at stop for models still busy is a test's idle time;
+            # a test's own --exit-timeout-secs comes later and wins.
+            "--exit-timeout-secs=5",
             *self.extra_args,
         ]
         with open(self.log_path, "wb") as log:
