@@ -28,4 +28,11 @@ const ErrorStatus& error_status_of(ErrorKind kind) {
   return kTable[2];  // kInternal
 }
 
+ErrorKind error_kind_of_triton_code(int64_t code) {
+  for (const TritonCodeRow& row : kTritonCodes) {
+    if (static_cast<int64_t>(row.code) == code) return row.kind;
+  }
+  return ErrorKind::kInternal;
+}
+
 }  // namespace naiad

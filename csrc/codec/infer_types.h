@@ -1,6 +1,6 @@
 // The protocol-neutral shapes of an inference request and its response, as the KServe
 // codec (kserve_codec.h), the validator (request_validator.h) and every framer
-// (framer.h: HTTP/1.1 today, HTTP/2 + gRPC next) exchange them. Nothing here knows a
+// (framer.h: HTTP/1.1, gRPC over HTTP/2) exchange them. Nothing here knows a
 // wire format: a framer's reader fills a ParsedRequest from its bytes, the codec
 // answers with an InferResponse that the framer serializes.
 #pragma once
@@ -121,8 +121,6 @@ enum class ErrorKind : uint8_t {
   kAlreadyExists = 7,
 };
 
-// A pb_utils.TritonError code (the worker reports it with a failed outcome) as a kind.
-ErrorKind error_kind_of_triton_code(int64_t code);
 // Triton's HTTP status for an error of `kind`.
 int http_status_of(ErrorKind kind);
 

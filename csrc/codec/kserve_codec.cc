@@ -12,25 +12,6 @@
 
 namespace naiad {
 
-ErrorKind error_kind_of_triton_code(int64_t code) {
-  switch (code) {
-    case 0:
-      return ErrorKind::kUnknown;
-    case 2:
-      return ErrorKind::kNotFound;
-    case 3:
-      return ErrorKind::kInvalidArgument;
-    case 4:
-      return ErrorKind::kUnavailable;
-    case 5:
-      return ErrorKind::kUnsupported;
-    case 6:
-      return ErrorKind::kAlreadyExists;
-    default:
-      return ErrorKind::kInternal;
-  }
-}
-
 int http_status_of(ErrorKind kind) { return error_status_of(kind).http_status; }
 
 uint32_t KServeCodec::add_model(ModelSpec model) {

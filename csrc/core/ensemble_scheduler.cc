@@ -6,6 +6,7 @@
 #include <iterator>
 #include <system_error>
 
+#include "codec/error_status.h"
 #include "codec/json_reader.h"
 #include "codec/kserve_json.h"
 #include "codec/request_validator.h"
@@ -20,8 +21,8 @@ namespace naiad {
 
 namespace {
 
-// pb_utils.TritonError codes (backends/base.py): what a step's failure answers with.
-constexpr int32_t kCodeInternal = 1;
+// What a step's failure answers with (a pb_utils.TritonError code).
+constexpr int32_t kCodeInternal = static_cast<int32_t>(TritonCode::kInternal);
 constexpr int32_t kCodeInvalidArgument = 3;
 constexpr int32_t kCodeUnavailable = 4;
 

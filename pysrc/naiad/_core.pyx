@@ -415,7 +415,13 @@ cdef extern from "codec/infer_types.h" namespace "naiad":
 
     cdef enum class ErrorKind(uint8_t):
         kNone
+        kUnknown
         kInternal
+        kNotFound
+        kInvalidArgument
+        kUnavailable
+        kUnsupported
+        kAlreadyExists
 
     cdef cppclass ResponseOutput:
         string_view name
@@ -430,7 +436,6 @@ cdef extern from "codec/infer_types.h" namespace "naiad":
         string_view parameters
         vector[ResponseOutput] outputs
 
-    ErrorKind error_kind_of_triton_code(int64_t code)
     int http_status_of(ErrorKind kind)
 
 
@@ -472,6 +477,18 @@ cdef extern from "codec/error_status.h" namespace "naiad":
         int grpc_code
 
     const ErrorStatus& error_status_of(ErrorKind kind)
+
+    cdef enum class TritonCode(int32_t):
+        kInternal
+
+    cdef cppclass TritonCodeRow:
+        TritonCode code
+        string_view name
+        ErrorKind kind
+
+    const TritonCodeRow kTritonCodes[]
+    const size_t kTritonCodeCount
+    ErrorKind error_kind_of_triton_code(int64_t code)
 
 
 cdef extern from "codec/datatype.h" namespace "naiad":
@@ -1995,15 +2012,30 @@ cdef tuple _request_view(const uint8_t* base, uint64_t offset, bytes previous=No
 
 
 # Error kinds (csrc/codec/infer_types.h ErrorKind), the one table of their HTTP statuses and
-# gRPC codes (csrc/codec/error_status.h), and the pb_utils.TritonError codes a worker reports
-# (csrc/codec/kserve_codec.cc): the lanes and the general paths all answer through them.
-ERROR_UNKNOWN = 1
-ERROR_INTERNAL = 2
-ERROR_NOT_FOUND = 3
-ERROR_INVALID_ARGUMENT = 4
-ERROR_UNAVAILABLE = 5
-ERROR_UNSUPPORTED = 6
-ERROR_ALREADY_EXISTS = 7
+# gRPC codes, and of the pb_utils.TritonError codes a worker reports
+# (csrc/codec/error_status.h): the lanes and the general paths all answer through them.
+ERROR_UNKNOWN = <uint8_t>ErrorKind.kUnknown
+ERROR_INTERNAL = <uint8_t>ErrorKind.kInternal
+ERROR_NOT_FOUND = <uint8_t>ErrorKind.kNotFound
+ERROR_INVALID_ARGUMENT = <uint8_t>ErrorKind.kInvalidArgument
+ERROR_UNAVAILABLE = <uint8_t>ErrorKind.kUnavailable
+ERROR_UNSUPPORTED = <uint8_t>ErrorKind.kUnsupported
+ERROR_ALREADY_EXISTS = <uint8_t>ErrorKind.kAlreadyExists
+
+
+def triton_error_codes():
+    """Triton's error codes (TRITONSERVER_Error_Code), a dict per row of the core's table
+    (csrc/codec/error_status.h): code, name (as pb_utils.TritonError's constant), kind
+    (ERROR_*) a response that failed with it answers as."""
+    cdef size_t i
+    return [
+        {
+            "code": <int32_t>kTritonCodes[i].code,
+            "name": _view_text(kTritonCodes[i].name),
+            "kind": <uint8_t>kTritonCodes[i].kind,
+        }
+        for i in range(kTritonCodeCount)
+    ]
 
 
 def http_status_of_kind(uint8_t kind):

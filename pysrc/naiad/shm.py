@@ -31,8 +31,6 @@ CUDA = _core.SHM_CUDA
 # Environment variable that tells workers where the live-region table is in the arena.
 TABLE_ENV = "NAIAD_SHM_TABLE"
 
-_INTERNAL_CODE = 1  # pb_utils.TritonError.INTERNAL: what the worker reports errors with
-
 
 class AlreadyExists(InvalidArgument):
     """A region name registered twice: HTTP 400, gRPC ALREADY_EXISTS (as Triton)."""

@@ -29,7 +29,7 @@ import threading
 import numpy as np
 import orjson
 
-from naiad import _core, triton_log
+from naiad import _core, triton_codes, triton_log
 from naiad import custom_metrics as _custom_metrics
 from naiad import datatypes as _datatypes
 from naiad.worker import bls
@@ -145,27 +145,18 @@ class TritonError(Exception):
     The code constants are Triton's TRITONSERVER_Error_Code values.
     """
 
-    UNKNOWN = 0
-    INTERNAL = 1
-    NOT_FOUND = 2
-    INVALID_ARG = 3
-    UNAVAILABLE = 4
-    UNSUPPORTED = 5
-    ALREADY_EXISTS = 6
-    CANCELLED = 7
+    UNKNOWN = triton_codes.UNKNOWN
+    INTERNAL = triton_codes.INTERNAL
+    NOT_FOUND = triton_codes.NOT_FOUND
+    INVALID_ARG = triton_codes.INVALID_ARG
+    UNAVAILABLE = triton_codes.UNAVAILABLE
+    UNSUPPORTED = triton_codes.UNSUPPORTED
+    ALREADY_EXISTS = triton_codes.ALREADY_EXISTS
+    CANCELLED = triton_codes.CANCELLED
 
-    _CODE_NAMES = {
-        0: "UNKNOWN",
-        1: "INTERNAL",
-        2: "NOT_FOUND",
-        3: "INVALID_ARG",
-        4: "UNAVAILABLE",
-        5: "UNSUPPORTED",
-        6: "ALREADY_EXISTS",
-        7: "CANCELLED",
-    }
+    _CODE_NAMES = triton_codes.NAMES
 
-    def __init__(self, message, code=1):
+    def __init__(self, message, code=triton_codes.INTERNAL):
         if message is None:
             raise TypeError("TritonError message must not be None")
         if code is None or int(code) not in self._CODE_NAMES:

@@ -1,5 +1,6 @@
-// The error table (error_status.h): each kind's HTTP status and gRPC code as Triton
-// answers them, and http_status_of() reading the same table.
+// The error tables (error_status.h): each kind's HTTP status and gRPC code as Triton
+// answers them, http_status_of() reading the same table, and Triton's error codes with
+// the kind each answers as.
 #include "codec/error_status.h"
 #include "http2/grpc_wire.h"
 #include "testing.h"
@@ -32,4 +33,25 @@ TEST(error_table_has_tritons_http_and_grpc_columns) {
   // A value outside the enum is an internal error on both protocols.
   CHECK(error_status_of(static_cast<ErrorKind>(200)).http_status == 500);
   CHECK(error_status_of(static_cast<ErrorKind>(200)).grpc_code == naiad::grpc::kInternal);
+}
+
+TEST(triton_error_codes_answer_as_their_kinds) {
+  struct Row {
+    int64_t code;
+    const char* name;
+    int http;
+  } rows[] = {
+      {0, "UNKNOWN", 500},        {1, "INTERNAL", 500},    {2, "NOT_FOUND", 404},
+      {3, "INVALID_ARG", 400},    {4, "UNAVAILABLE", 503}, {5, "UNSUPPORTED", 501},
+      {6, "ALREADY_EXISTS", 400}, {7, "CANCELLED", 500},
+  };
+  CHECK(naiad::kTritonCodeCount == sizeof(rows) / sizeof(rows[0]));
+  for (size_t i = 0; i < naiad::kTritonCodeCount; ++i) {
+    CHECK(static_cast<int64_t>(naiad::kTritonCodes[i].code) == rows[i].code);
+    CHECK(naiad::kTritonCodes[i].name == rows[i].name);
+    CHECK(http_status_of(naiad::error_kind_of_triton_code(rows[i].code)) == rows[i].http);
+  }
+  // A code Triton does not have (a model's own number) is an internal error.
+  CHECK(naiad::error_kind_of_triton_code(99) == ErrorKind::kInternal);
+  CHECK(naiad::error_kind_of_triton_code(-1) == ErrorKind::kInternal);
 }

@@ -641,17 +641,6 @@ TEST(only_an_error_the_model_did_not_send_counts_as_a_failure) {
   CHECK(!response_counts_as_failure(kResponseModelError));  // no error: nothing to count
 }
 
-TEST(error_kinds_map_to_triton_http_statuses) {
-  CHECK(http_status_of(error_kind_of_triton_code(2)) == 404);
-  CHECK(http_status_of(error_kind_of_triton_code(3)) == 400);
-  CHECK(http_status_of(error_kind_of_triton_code(4)) == 503);
-  CHECK(http_status_of(error_kind_of_triton_code(5)) == 501);
-  CHECK(http_status_of(error_kind_of_triton_code(6)) == 400);
-  CHECK(http_status_of(error_kind_of_triton_code(1)) == 500);
-  CHECK(http_status_of(error_kind_of_triton_code(0)) == 500);
-  CHECK(http_status_of(error_kind_of_triton_code(99)) == 500);
-}
-
 namespace {
 
 std::string http_post(const std::string& target, const std::string& body, size_t header_length,

@@ -26,17 +26,7 @@ import orjson
 # A request's success: Response(outputs, parameters=None), outputs as [(name, numpy array),
 # ...]. Defined in the core, where the worker's result paths make and read it.
 from naiad._core import Response
-
-# Triton's TRITONSERVER_Error_Code values (pb_utils.TritonError uses the same numbers); the
-# result block carries them and the front end turns them into the client's status.
-UNKNOWN = 0
-INTERNAL = 1
-NOT_FOUND = 2
-INVALID_ARG = 3
-UNAVAILABLE = 4
-UNSUPPORTED = 5
-ALREADY_EXISTS = 6
-CANCELLED = 7
+from naiad.triton_codes import INTERNAL
 
 # TRITONSERVER_RequestFlag bits (pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_*).
 SEQUENCE_START = 1

@@ -39,8 +39,9 @@ import numpy as np
 
 from naiad import datatypes
 from naiad.backends import sequence_io
-from naiad.backends.base import INTERNAL, INVALID_ARG, Backend, Batch, RequestError, Response
+from naiad.backends.base import Backend, Batch, RequestError, Response
 from naiad.backends.tensors import device_pieces
+from naiad.triton_codes import INTERNAL, INVALID_ARG
 
 # Triton's --backend-config=onnxruntime,default-max-batch-size default (tritonserver sets 4).
 DEFAULT_MAX_BATCH_SIZE = 4

@@ -40,8 +40,9 @@ import numpy as np
 
 from naiad import gpu
 from naiad.backends import sequence_io
-from naiad.backends.base import INTERNAL, INVALID_ARG, Backend, Batch, RequestError, Response
+from naiad.backends.base import Backend, Batch, RequestError, Response
 from naiad.backends.tensors import batch_major
+from naiad.triton_codes import INTERNAL, INVALID_ARG
 
 log = logging.getLogger("naiad")
 

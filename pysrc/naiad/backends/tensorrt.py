@@ -30,8 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from naiad import datatypes, gpu
-from naiad.backends.base import INTERNAL, Backend, Batch, RequestError, Response
+from naiad.backends.base import Backend, Batch, RequestError, Response
 from naiad.backends.tensors import batch_major, device_pieces
+from naiad.triton_codes import INTERNAL
 
 log = logging.getLogger("naiad")
 

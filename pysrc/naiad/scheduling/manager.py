@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from naiad import _core
+from naiad import _core, outcome_record
 from naiad.errors import (
     Cancelled,
     Internal,
@@ -486,7 +486,7 @@ class ModelManager:
             if looked is not None:
                 if looked[0]:  # a hit: answered now, counted in C++
                     future = self._loop.create_future()
-                    outcome = orjson.loads(looked[1])
+                    outcome = outcome_record.read(looked[1])
                     future.set_result(_infer_response(model, request.id, outcome, looked[2]))
                     return future
                 cache = looked[1:]
@@ -1190,7 +1190,7 @@ class ModelManager:
                     self.lane.cache_insert(
                         pending.model.lane_id, key, lookup_ns, offset, size, index
                     )
-                outcome = orjson.loads(json)
+                outcome = outcome_record.read(json)
                 self._resolve(
                     pending, outcome, flags, error, arena, slots, timings, dispatch_ns, end_ns
                 )
@@ -1222,7 +1222,7 @@ class ModelManager:
         if code is not None:
             self._count_final(pending, flags, timings, dispatch_ns, end_ns)
             self._pending.pop(pending.request_id, None)
-            future.set_exception(error_of_triton_code(code, outcome.get("error", "")))
+            future.set_exception(error_of_triton_code(code, outcome.error or ""))
             return
         # Copied out so the response block can be freed at once.
         tensors = [bytes(arena[start : start + nbytes]) for start, nbytes in slots]
@@ -1332,16 +1332,14 @@ def _log_late_failure(task) -> None:
         log.error("unloading the replaced versions failed: %s", task.exception())
 
 
-def _infer_response(model, request_id: str, outcome: dict, tensors: list) -> InferResponse:
-    """The general path's response from a worker's outcome JSON ({"outputs": [[name,
-    datatype, shape]], "parameters"}) and the output bytes, or a cache entry's."""
+def _infer_response(model, request_id: str, outcome, tensors: list) -> InferResponse:
+    """The general path's response from a worker's outcome record (outcome_record.read)
+    and the output bytes, or a cache entry's."""
     outputs = [
         OutputTensor(name, datatype, shape, data)
-        for (name, datatype, shape), data in zip(outcome["outputs"], tensors)
+        for (name, datatype, shape), data in zip(outcome.outputs, tensors)
     ]
-    return InferResponse(
-        model.name, str(model.version), request_id, outputs, outcome.get("parameters") or {}
-    )
+    return InferResponse(model.name, str(model.version), request_id, outputs, outcome.parameters)
 
 
 def _not_ready_message(model: LoadedModel) -> str:

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import logging
 
-import orjson
-
+from naiad import outcome_record
 from naiad.errors import error_of_triton_code
 from naiad.types import InferResponse, OutputTensor
 
@@ -55,17 +54,17 @@ class StreamPending:
     def deliver(self, flags: int, code, json: bytes, slots, arena, final: bool) -> None:
         """One response record of a response block (csrc/ipc/ipc_schema.h), read out of the
         arena at once (the block is freed after)."""
-        outcome = orjson.loads(json)
+        outcome = outcome_record.read(json)
         if code is not None:
-            self._call(None, error_of_triton_code(code, outcome.get("error", "")), final)
+            self._call(None, error_of_triton_code(code, outcome.error or ""), final)
             return
-        if outcome.get("empty"):
+        if outcome.empty:
             self._call(None, None, final)
             return
         model = self.model
         outputs = [
             OutputTensor(name, datatype, shape, bytes(arena[start : start + nbytes]))
-            for (name, datatype, shape), (start, nbytes) in zip(outcome["outputs"], slots)
+            for (name, datatype, shape), (start, nbytes) in zip(outcome.outputs, slots)
         ]
         self.responses += 1
         response = InferResponse(
@@ -73,7 +72,7 @@ class StreamPending:
             str(model.version),
             self.request.id,
             outputs,
-            outcome.get("parameters") or {},
+            outcome.parameters,
         )
         self._call(response, None, final)
 

@@ -30,17 +30,11 @@ import traceback
 import numpy as np
 import orjson
 
-from naiad import _core, datatypes
+from naiad import _core, datatypes, outcome_record
 from naiad import sequence_parameters as sequences
 from naiad.model_directory import ENVIRONMENT_VARIABLE
+from naiad.triton_codes import CANCELLED, INTERNAL, UNAVAILABLE
 from naiad.types import InputTensor, RequestedOutput
-
-# pb_utils.TritonError codes (backends/base.py has the same numbers).
-INTERNAL = 1
-NOT_FOUND = 2
-INVALID_ARG = 3
-UNAVAILABLE = 4
-CANCELLED = 7
 
 
 class CallError(Exception):
@@ -415,19 +409,18 @@ def _requested(outputs) -> list | None:
 
 
 def read_outputs(arena, offset: int, size: int) -> list:
-    """The responses of a block: [(flags, error_code, outcome dict, [(name, datatype,
-    shape, arena offset, nbytes)])]."""
+    """The responses of a block: [(flags, error_code, outcome_record.Outcome, [(name,
+    datatype, shape, arena offset, nbytes)])]."""
     read = _core.read_response_block(arena, offset, size)
     if read is None:
-        return [
-            (_core.RESPONSE_FINAL | _core.RESPONSE_ERROR, INTERNAL, {"error": "unreadable"}, [])
-        ]
+        unreadable = outcome_record.Outcome(error="unreadable")
+        return [(_core.RESPONSE_FINAL | _core.RESPONSE_ERROR, INTERNAL, unreadable, [])]
     out = []
     for _index, flags, code, json, slots in read[1]:
-        outcome = orjson.loads(json) if json else {}
+        outcome = outcome_record.read(json)
         tensors = [
             (name, datatype, shape, start, nbytes)
-            for (name, datatype, shape), (start, nbytes) in zip(outcome.get("outputs") or (), slots)
+            for (name, datatype, shape), (start, nbytes) in zip(outcome.outputs, slots)
         ]
         out.append((flags, code, outcome, tensors))
     return out
@@ -529,12 +522,12 @@ def _reply(chan: Channel, offset: int, read: list) -> Reply:
     try:
         flags, code, outcome, tensors = read[0]
         if flags & _core.RESPONSE_ERROR:
-            return Reply(CallError(outcome.get("error", ""), code))
+            return Reply(CallError(outcome.error or "", code))
         outputs = [
             (name, array_of(chan.arena, datatype, shape, start, nbytes), datatype)
             for name, datatype, shape, start, nbytes in tensors
         ]
-        return Reply(outputs=outputs, parameters=outcome.get("parameters") or None)
+        return Reply(outputs=outputs, parameters=outcome.parameters or None)
     finally:
         chan.endpoint.free(offset)
 

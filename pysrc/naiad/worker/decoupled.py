@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import threading
 
-from naiad import _core
-from naiad.backends.base import INTERNAL, INVALID_ARG, RequestError, Response
+from naiad import _core, outcome_record
+from naiad.backends.base import RequestError, Response
+from naiad.triton_codes import INTERNAL, INVALID_ARG
 from naiad.worker import results, shm_outputs
 
 _NO_TIMINGS = [0, 0, 0, 0]  # a streamed response is no execution of its own
@@ -50,7 +51,7 @@ class BatchStream:
             if final:
                 self.final[index] = True
         if result is None:
-            wire = (index, _core.RESPONSE_FINAL, 0, b'{"empty":true}', ())
+            wire = (index, _core.RESPONSE_FINAL, 0, outcome_record.EMPTY, ())
         else:
             flags, code, json, buffers = results.wire_one(result)
             if not final:  # an error response need not end the request either
@@ -64,7 +65,7 @@ class BatchStream:
                 except Exception as exc:  # the region could not be written: say so
                     message = f"writing an output into its shared memory region failed: {exc}"
                     error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
-                    wire = (index, error_flags, INTERNAL, results.error_record(message), ())
+                    wire = (index, error_flags, INTERNAL, outcome_record.error_record(message), ())
         endpoint = self.endpoint
         if endpoint.respond_open(self.batch_id, [wire], _NO_TIMINGS, False, False):
             # The frontend forwards it while the model goes on (csrc/ipc/worker_endpoint.h).
@@ -75,7 +76,7 @@ class BatchStream:
             with self.lock:
                 self.final[index] = True
             message = "the shared-memory arena has no room for the model's response"
-            error = (index, results.FINAL_ERROR, INTERNAL, results.error_record(message), ())
+            error = (index, results.FINAL_ERROR, INTERNAL, outcome_record.error_record(message), ())
             self.endpoint.respond_open(self.batch_id, [error], _NO_TIMINGS, False, False)
         return True
 

@@ -28,10 +28,11 @@ import traceback
 import numpy as np
 import orjson
 
-from naiad import _core, datatypes, gpu, triton_log
+from naiad import _core, datatypes, gpu, outcome_record, triton_log
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestHeader
 from naiad.gc_tuning import settle_after_startup
+from naiad.triton_codes import INVALID_ARG
 from naiad.worker import bls, decoupled, results, shm_outputs
 from naiad.worker import sequence as sequence_batching
 from naiad.worker.signals import ignore_shutdown_signals
@@ -429,7 +430,7 @@ class Worker:
         request of `blocks`: `failed` ones with their message (INVALID_ARG)."""
         keep = [k for k in range(len(blocks)) if k not in failed]
         responses = [
-            (k, results.FINAL_ERROR, _INVALID_ARG, results.error_record(message), ())
+            (k, results.FINAL_ERROR, INVALID_ARG, outcome_record.error_record(message), ())
             for k, message in failed.items()
         ]
         infer_start = infer_end = _core.now_ns()
@@ -450,8 +451,6 @@ class Worker:
         if not self.endpoint.respond(batch_id, responses, timings, done):
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_ARENA_FULL)
 
-
-_INVALID_ARG = 3  # TRITONSERVER_ERROR_INVALID_ARG: HTTP 400, gRPC INVALID_ARGUMENT
 
 # The exit status of a worker that ran out of memory: the frontend restarts it.
 EXIT_OUT_OF_MEMORY = 3

@@ -1,6 +1,5 @@
-"""A backend's results as the worker's responses: the one Python writer of a response's
-outcome record, {"outputs": [[name, datatype, shape], ...], "parameters": {...}} or
-{"error": message} (csrc/ipc/ipc_schema.h), with its outputs' bytes in wire layout.
+"""A backend's results as the worker's responses: each one's outcome record
+(naiad/outcome_record.py) and its outputs' bytes in wire layout.
 
 The worker loop (worker/main.py) and decoupled streams (worker/decoupled.py) both answer
 through it; WorkerEndpoint.respond_results writes the same record in C++ for outputs it
@@ -11,9 +10,8 @@ threads; no state but a cache of dtype names.
 from __future__ import annotations
 
 import numpy as np
-import orjson
 
-from naiad import _core, cuda_ipc, datatypes
+from naiad import _core, cuda_ipc, datatypes, outcome_record
 from naiad.backends.base import RequestError
 
 FINAL = _core.RESPONSE_FINAL
@@ -30,24 +28,12 @@ def _wire_datatype(dtype: np.dtype) -> str:
     return wire
 
 
-def outputs_record(entries: list, parameters: dict | None = None) -> bytes:
-    """The outcome JSON of a response with `entries` ([name, datatype, shape] each)."""
-    if parameters:
-        return orjson.dumps({"outputs": entries, "parameters": parameters})
-    return orjson.dumps({"outputs": entries})
-
-
-def error_record(message: str) -> bytes:
-    """The outcome JSON of a failed response."""
-    return orjson.dumps({"error": message})
-
-
 def wire_one(result) -> tuple:
     """One backend Response or RequestError -> (flags, error_code, JSON, output buffers
     in wire layout) of its final response, the code in the record."""
     if isinstance(result, RequestError):
         flags = FINAL_MODEL_ERROR if result.by_model else FINAL_ERROR
-        return flags, result.code, error_record(result.message), ()
+        return flags, result.code, outcome_record.error_record(result.message), ()
     wire_of = _WIRE_OF_DTYPE.get
     entries = []
     buffers = []
@@ -58,7 +44,7 @@ def wire_one(result) -> tuple:
             buffers.append(array)
         else:
             buffers.append(datatypes.wire_buffer(array, datatype))
-    return FINAL, 0, outputs_record(entries, result.parameters), buffers
+    return FINAL, 0, outcome_record.outputs_record(entries, result.parameters), buffers
 
 
 def wire_results(results: list) -> list:

@@ -41,13 +41,11 @@ import sys
 import threading
 
 import numpy as np
-import orjson
 
-from naiad import _core, datatypes
+from naiad import _core, datatypes, outcome_record
+from naiad.triton_codes import INTERNAL, INVALID_ARG
 
 SYSTEM = _core.SHM_SYSTEM
-_INTERNAL_CODE = 1  # TRITONSERVER_ERROR_INTERNAL: HTTP 500, gRPC INTERNAL
-_INVALID_ARG_CODE = 3  # TRITONSERVER_ERROR_INVALID_ARG: HTTP 400, gRPC INVALID_ARGUMENT
 
 # True once a request block with `regions` was seen (the worker's hot path checks it).
 active = False
@@ -284,8 +282,8 @@ def refuse_truncated_reads(blocks: list, responses: list, regions_of) -> list:
         for slot in slots:
             if len(slot) == 3 and slot[2] in faulted:
                 error = truncated_message(regions_of(metadata), slot[2])
-                json = orjson.dumps({"error": error})
-                responses[k] = (responses[k][0], error_flags, _INVALID_ARG_CODE, json, ())
+                json = outcome_record.error_record(error)
+                responses[k] = (responses[k][0], error_flags, INVALID_ARG, json, ())
                 break
     return responses
 
@@ -422,9 +420,8 @@ def place_response(response: tuple, regions: dict | None) -> tuple:
     wanted = regions.get("outputs") if regions else None
     if not wanted or flags & _core.RESPONSE_ERROR:
         return response
-    outcome = orjson.loads(json)
     buffers = list(buffers)
-    for j, (name, _datatype, _shape) in enumerate(outcome.get("outputs", ())):
+    for j, (name, _datatype, _shape) in enumerate(outcome_record.read(json).outputs):
         place = wanted.get(name)
         if place is None:
             continue
@@ -434,7 +431,7 @@ def place_response(response: tuple, regions: dict | None) -> tuple:
         if nbytes > size:
             error = _core.shm_output_too_small(name, size, nbytes)
             error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
-            return (index, error_flags, _INTERNAL_CODE, orjson.dumps({"error": error}), ())
+            return (index, error_flags, INTERNAL, outcome_record.error_record(error), ())
         from naiad import cuda_ipc
 
         device_output = isinstance(data, cuda_ipc.DeviceArray)
@@ -451,7 +448,7 @@ def place_response(response: tuple, regions: dict | None) -> tuple:
                 # The copy went to the guard's zero pages, not to the client's object.
                 error = truncated_message(regions, region_id)
                 error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
-                return (index, error_flags, _INVALID_ARG_CODE, orjson.dumps({"error": error}), ())
+                return (index, error_flags, INVALID_ARG, outcome_record.error_record(error), ())
         else:
             # A GPU model's output left on its device goes device to device.
             cuda_ipc.copy_to_region(
