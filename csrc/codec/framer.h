@@ -1,8 +1,8 @@
 // How a wire protocol plugs into the request path. The path has three layers:
 //
 //   framer (one per protocol)      bytes <-> ParsedRequest / InferResponse
-//     http_framer.h: HTTP/1.1 + KServe REST JSON (kserve_json.h) — today
-//     HTTP/2 + gRPC ModelInferRequest/Response (protobuf) — next
+//     http1/http_framer.h: HTTP/1.1 + KServe REST JSON (kserve_json.h)
+//     http2/grpc_lane.h: gRPC ModelInferRequest/Response (protobuf) over HTTP/2
 //   KServe codec (kserve_codec.h)  validate, lay out, queue; result block -> InferResponse
 //   core (core.h)                  queues, batches, workers
 //

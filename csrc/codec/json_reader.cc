@@ -300,4 +300,16 @@ bool JsonReader::skip_value_at(int depth) {
   }
 }
 
+bool read_tensor_entry(JsonReader& reader, std::string_view* name, std::string_view* datatype,
+                       std::string_view* shape) {
+  const char* shape_start = nullptr;
+  if (!reader.consume('[') || !reader.raw_string(name) || !reader.consume(',') ||
+      !reader.raw_string(datatype) || !reader.consume(',') || !reader.skip_value(&shape_start) ||
+      *shape_start != '[') {
+    return false;
+  }
+  *shape = std::string_view(shape_start, static_cast<size_t>(reader.position() - shape_start));
+  return reader.consume(']');
+}
+
 }  // namespace naiad

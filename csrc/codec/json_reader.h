@@ -91,4 +91,10 @@ class JsonReader {
   const char* end_;
 };
 
+// One [name, datatype, shape] entry of a block's JSON (a request block's "inputs", a
+// response's outcome record "outputs"): the name and datatype as raw JSON string text,
+// the shape as its JSON array text.
+bool read_tensor_entry(JsonReader& reader, std::string_view* name, std::string_view* datatype,
+                       std::string_view* shape);
+
 }  // namespace naiad

@@ -1,5 +1,5 @@
 // The KServe codec: the protocol-neutral middle of the request path. A framer (HTTP/1.1
-// today, HTTP/2 + gRPC next; see framer.h) reads a request from its wire bytes into a
+// or gRPC over HTTP/2; see framer.h) reads a request from its wire bytes into a
 // ParsedRequest and hands it here; the codec validates it against the model
 // (request_validator.h), lays out the worker's request block (request_block.h), queues
 // it on the core and keeps what it needs to answer. When the batch completes, it reads

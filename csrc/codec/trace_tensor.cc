@@ -124,19 +124,6 @@ std::vector<int64_t> shape_dims(std::string_view text) {
 
 namespace {
 
-// One [name, datatype, shape] item of a block's JSON; the shape as its array text.
-bool read_tensor_item(JsonReader& reader, std::string_view* name, std::string_view* datatype,
-                      std::string_view* shape) {
-  const char* shape_start = nullptr;
-  if (!reader.consume('[') || !reader.raw_string(name) || !reader.consume(',') ||
-      !reader.raw_string(datatype) || !reader.consume(',') || !reader.skip_value(&shape_start) ||
-      *shape_start != '[') {
-    return false;
-  }
-  *shape = std::string_view(shape_start, static_cast<size_t>(reader.position() - shape_start));
-  return reader.consume(']');
-}
-
 void append_record(TensorRecords* out, TensorActivity activity, std::string_view name,
                    std::string_view datatype, std::string_view shape, const uint8_t* data,
                    uint64_t size) {
@@ -160,7 +147,7 @@ bool append_request_tensors(TensorRecords* out, const uint8_t* base, uint64_t ar
     if (key != "inputs") return reader.skip_value();
     return reader.array([&] {
       std::string_view name, datatype, shape;
-      if (index >= header.n_inputs || !read_tensor_item(reader, &name, &datatype, &shape)) {
+      if (index >= header.n_inputs || !read_tensor_entry(reader, &name, &datatype, &shape)) {
         return false;
       }
       InputSlot slot;
@@ -187,7 +174,7 @@ bool append_response_tensors(TensorRecords* out, std::string_view json,
     if (key != "outputs") return reader.skip_value();
     return reader.array([&] {
       std::string_view name, datatype, shape;
-      if (index >= outputs.size() || !read_tensor_item(reader, &name, &datatype, &shape)) {
+      if (index >= outputs.size() || !read_tensor_entry(reader, &name, &datatype, &shape)) {
         return false;
       }
       const OutputBytes& bytes = outputs[index++];

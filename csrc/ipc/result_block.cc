@@ -20,18 +20,13 @@ bool parse_response_json(const ResponseBlockView& view, const ResponseRecord& re
         if (listed >= record.n_outputs) return false;
         const OutputSlot& slot = view.outputs[record.first_output + listed++];
         ResultOutput output;
-        const char* shape_start = nullptr;
-        if (!reader.consume('[') || !reader.raw_string(&output.name) || !reader.consume(',') ||
-            !reader.raw_string(&output.datatype) || !reader.consume(',') ||
-            !reader.skip_value(&shape_start) || *shape_start != '[') {
+        if (!read_tensor_entry(reader, &output.name, &output.datatype, &output.shape)) {
           return false;
         }
-        output.shape =
-            std::string_view(shape_start, static_cast<size_t>(reader.position() - shape_start));
         output.size = slot.size;
         output.offset = slot.offset;
         out->outputs.push_back(output);
-        return reader.consume(']');
+        return true;
       });
     }
     if (key == "error") return reader.raw_string(&outcome->message);
