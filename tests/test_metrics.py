@@ -97,7 +97,7 @@ class FakeManager:
             self.models.setdefault(model.name, {})[model.version] = model
         self.pending = {}
 
-    def pending_count(self, model):
+    def awaiting_execution(self, model):
         return self.pending.get((model.name, model.version), 0)
 
 

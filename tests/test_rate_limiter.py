@@ -231,24 +231,13 @@ def _wait_for(condition, what: str) -> None:
         time.sleep(0.005)
 
 
-def _triton_queued(metrics_port: int, model: str):
-    """Triton's pending-request gauge of `model`: its requests accepted and not yet
-    executing (those waiting for the rate limiter among them)."""
+def _pending_gauge(metrics_port: int, model: str):
+    """The server's pending-request gauge of `model`: its requests accepted and not yet
+    executing, those waiting for the rate limiter among them; read the same way from
+    Naiad and from Triton."""
     series = f'nv_inference_pending_request_count{{model="{model}",version="1"}}'
     url = f"http://127.0.0.1:{metrics_port}/metrics"
     return lambda: int(metric_value(requests.get(url, timeout=10).text, series))
-
-
-def _naiad_queued_behind_hold(url: str):
-    """Naiad's requests in flight (/v2/naiad/arena, both paths) less rl_hold's one: the
-    rl_grow requests queued behind it. (Naiad's pending-request gauge counts only the
-    general path's requests.)"""
-
-    def count() -> int:
-        arena = requests.get(f"{url}/v2/naiad/arena", timeout=10).json()
-        return arena["requests_in_flight"] - 1
-
-    return count
 
 
 def _staged_repository(tmp_path) -> Path:
@@ -267,8 +256,9 @@ def test_a_staged_batch_grows_with_requests_that_arrive_meanwhile(tmp_path):
     six requests run as one batch once R is free."""
     root = _staged_repository(tmp_path)
     with NaiadServer(root, log_dir=tmp_path, extra_args=["--rate-limit=execution_count"]) as server:
-        waiting = _naiad_queued_behind_hold(server.url)
+        waiting = _pending_gauge(server.metrics_port, "rl_grow")
         assert _staged_batch(server.url, root, waiting) == (1, [6])
+        assert waiting() == 0
 
 
 @needs_triton
@@ -276,5 +266,6 @@ def test_a_staged_batch_grows_in_triton_too(tmp_path):
     root = _staged_repository(tmp_path)
     with TritonPeer(root, tmp_path, ["--rate-limit=execution_count"]) as triton:
         _wait_triton_ready(triton)
-        waiting = _triton_queued(triton.metrics_port, "rl_grow")
+        waiting = _pending_gauge(triton.metrics_port, "rl_grow")
         assert _staged_batch(triton.url, root, waiting) == (1, [6])
+        assert waiting() == 0

@@ -1341,6 +1341,15 @@ size_t Core::rate_limit_staged() {
   return rate_limiter_.staged_count();
 }
 
+size_t Core::pending_requests(ModelHandle handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Model* model = find_locked(handle);
+  if (model == nullptr) return 0;
+  size_t pending = model->scheduler->queued();
+  for (const Instance* instance : model->instances) pending += instance->staged_requests.size();
+  return pending;
+}
+
 uint64_t Core::running_since(uint32_t instance_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   uint64_t oldest = 0;

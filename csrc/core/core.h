@@ -306,6 +306,10 @@ class Core : private EnsembleHost {
   // `device` (kGlobalResource for a global one), and batches waiting for resources.
   uint32_t rate_limit_available(const std::string& name, int32_t device);
   size_t rate_limit_staged();
+  // Requests of `model` accepted and not yet executing: queued in its scheduler, or in a
+  // batch staged for the rate limiter (Triton's nv_inference_pending_request_count).
+  // 0 for a removed model. Any thread.
+  size_t pending_requests(ModelHandle model);
   // When the oldest batch the instance is still running was dispatched (now_ns()'s
   // clock), 0 when it runs none: the frontend's execution timeout
   // (scheduling/instance.py) kills a worker whose execute() does not return. Batches

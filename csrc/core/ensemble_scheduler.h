@@ -125,6 +125,7 @@ class EnsembleQueue : public Scheduler {
     return 0;
   }
   bool empty() const override { return true; }
+  size_t queued() const override { return 0; }
   bool preserve_ordering() const override { return false; }
   std::vector<QueuedRequest> drain() override { return {}; }
 };

@@ -72,6 +72,9 @@ class Scheduler {
                             std::vector<QueuedRequest>* rejected) = 0;
 
   virtual bool empty() const = 0;
+  // Requests held, not yet placed in a batch: Triton's pending-request gauge counts them
+  // (with those of batches waiting for the rate limiter).
+  virtual size_t queued() const = 0;
   // A batch formed for an instance still waits for its resources (the rate limiter):
   // appends to it the queued requests that may join it now, as Triton's dynamic
   // batcher grows the payload it staged until it runs. Appends to `rejected` the

@@ -68,6 +68,7 @@ class SequenceBatchScheduler final : public Scheduler {
                     std::vector<Placement>* placements,
                     std::vector<QueuedRequest>* rejected) override;
   bool empty() const override { return queued_ == 0; }
+  size_t queued() const override { return queued_; }
   RejectReason reject_reason() const override { return RejectReason::kSequenceTimeout; }
   uint32_t max_batch_rows() const override { return config_.max_batch_size; }
   bool preserve_ordering() const override { return config_.oldest && config_.preserve_ordering; }

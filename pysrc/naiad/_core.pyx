@@ -337,6 +337,7 @@ cdef extern from "core/core.h" namespace "naiad":
         void stop_instance(uint32_t instance_id) except + nogil
         cbool reply_control(uint32_t instance_id, uint64_t tag, string_view json) except + nogil
         size_t in_flight() except + nogil
+        size_t pending_requests(ModelHandle model) except + nogil
         uint64_t running_since(uint32_t instance_id) except + nogil
         CancelResult cancel(uint64_t request_id) except + nogil
         cbool take_trace_stamps(uint64_t request_id, TraceStamps* stamps) except + nogil
@@ -1231,6 +1232,11 @@ cdef class Core:
 
     def in_flight(self):
         return self._core.in_flight()
+
+    def pending_requests(self, uint64_t model):
+        """Requests of the model accepted and not yet executing: queued in its scheduler
+        or in a batch waiting for the rate limiter (Triton's pending-request gauge)."""
+        return self._core.pending_requests(_handle(model))
 
     def running_since(self, uint32_t instance_id):
         """now_ns() when the oldest batch the instance runs was dispatched; 0: none."""

@@ -1,7 +1,7 @@
 """Prometheus metrics on `--metrics-port` at `GET /metrics`, named as Triton 2.51 names them.
 
 Nothing here runs on the inference path: `TritonCollector` reads the per-model statistics the
-manager keeps anyway (`LoadedModel.stats`, `manager.pending_count`, and the latency summaries
+manager keeps anyway (`LoadedModel.stats`, `manager.awaiting_execution`, and the latency summaries
 of naiad/latency_summary.py when `--metrics-config summary_latencies=true`) at scrape time.
 The host gauges (CPU, memory, pinned memory pool, GPUs through NVML: naiad/gpu_metrics.py)
 are what `HostGauges.poll()` read last: a `Poller` thread reads them every
@@ -421,7 +421,7 @@ class TritonCollector(Collector):
                 for family, value in zip(cache_families, values):
                     family.add_sample(family.name, labels, value)
             pending.add_sample(
-                "nv_inference_pending_request_count", labels, self.manager.pending_count(model)
+                "nv_inference_pending_request_count", labels, self.manager.awaiting_execution(model)
             )
             kept = getattr(stats, "summaries", None)
             if kept is not None:

@@ -212,6 +212,34 @@ TEST(core_rate_limit_two_models_sharing_one_resource_never_run_at_once) {
   CHECK(t.core.arena().stats().blocks_in_use == t.baseline.blocks_in_use);
 }
 
+// Triton's pending-request gauge: a request counts from submit until its batch runs,
+// waiting for the rate limiter included; a running one does not.
+TEST(core_pending_requests_count_queued_and_staged_not_running) {
+  TwoModels t(execution_count({{"R", 1, kEveryDevice}}), kOneR);
+  CHECK(submit_bytes(t.core, t.a, 1, "a"));
+  CHECK(submit_bytes(t.core, t.b, 2, "b"));
+  CHECK(submit_bytes(t.core, t.b, 3, "b"));
+  CHECK(t.core.pending_requests(t.a) == 1 && t.core.pending_requests(t.b) == 2);
+  t.core.flush();
+  uint64_t batch_a = t.wa->take();
+  CHECK(batch_a != 0);
+  // a runs; b's first request is staged for R, its second queued behind it.
+  CHECK(t.core.pending_requests(t.a) == 0 && t.core.pending_requests(t.b) == 2);
+  t.end(*t.wa, batch_a);
+  CHECK(t.core.poll().size() == 1);
+  uint64_t batch_b = t.wb->take();
+  CHECK(batch_b != 0);
+  CHECK(t.core.pending_requests(t.b) == 1);
+  t.end(*t.wb, batch_b);
+  CHECK(t.core.poll().size() == 1);
+  batch_b = t.wb->take();
+  CHECK(batch_b != 0 && t.core.pending_requests(t.b) == 0);
+  t.end(*t.wb, batch_b);
+  CHECK(t.core.poll().size() == 1);
+  t.core.remove_model(t.b);
+  CHECK(t.core.pending_requests(t.b) == 0);  // a removed model's handle counts nothing
+}
+
 TEST(core_rate_limit_off_ignores_resources) {
   // --rate-limit=off: not even checked against the flags' counts.
   RateLimiterConfig off;

@@ -47,6 +47,7 @@ class AffinityScheduler final : public Scheduler {
     return 0;
   }
   bool empty() const override { return queue_.empty(); }
+  size_t queued() const override { return queue_.size(); }
   bool preserve_ordering() const override { return false; }
   std::vector<QueuedRequest> drain() override {
     std::vector<QueuedRequest> all(queue_.begin(), queue_.end());
@@ -122,6 +123,7 @@ class MisplacingScheduler final : public Scheduler {
     return 0;
   }
   bool empty() const override { return queue_.empty(); }
+  size_t queued() const override { return queue_.size(); }
   bool preserve_ordering() const override { return false; }
   std::vector<QueuedRequest> drain() override { return std::move(queue_); }
 

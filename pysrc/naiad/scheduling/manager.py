@@ -407,6 +407,14 @@ class ModelManager:
         """Requests of `model` accepted and not yet answered (queued or executing)."""
         return sum(1 for p in self._pending.values() if p.model is model)
 
+    def awaiting_execution(self, model: LoadedModel) -> int:
+        """Requests of `model` accepted and not yet executing, from every path: queued in
+        the core or waiting there for the rate limiter (nv_inference_pending_request_count,
+        as Triton counts it)."""
+        if model.core_model is None:
+            return 0
+        return self.core.pending_requests(model.core_model)
+
     def draining(self, model: LoadedModel) -> bool:
         """Whether `model` still has requests to answer: the general path's, and the
         lane's, including those the HTTP I/O loop answers itself (no Python pending).
