@@ -101,12 +101,6 @@ REFUSED = [
         'model_metrics { metric_control [ { metric_identifier { family: "x" } } ] }',
         "model_metrics",
     ),
-    (
-        'batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "B" data_type: TYPE_FP32 '
-        'source_input: "INPUT0" } ]',
-        "batch_input",
-    ),
-    ('batch_output [ { target_name: "OUTPUT0" source_input: "INPUT0" } ]', "batch_output"),
     ('runtime: "libfoo.so"', "runtime"),
     ("instance_group [ { count: 1 kind: KIND_CPU passive: true } ]", "instance_group.passive"),
     (
@@ -169,6 +163,25 @@ def test_an_onnxruntime_field_is_honoured_there(tmp_path):
     config.optimization.execution_accelerators.cpu_execution_accelerator.add(name="openvino")
     config.model_operations.op_library_filename.append("libop.so")
     assert field_support.findings(config) == []
+
+
+def _with_batch_io(backend: str):
+    config = model_config_pb2.ModelConfig(name="m", backend=backend)
+    config.input.add(name="IN", allow_ragged_batch=True)
+    config.output.add(name="OUT")
+    config.batch_input.add(target_name=["B"], source_input=["IN"])
+    config.batch_output.add(target_name=["OUT"], source_input=["IN"])
+    return config
+
+
+@pytest.mark.parametrize("backend", ["python", "onnxruntime", "pytorch"])
+def test_batch_io_is_honoured_by_the_backends_that_compute_it(backend):
+    assert field_support.findings(_with_batch_io(backend)) == []
+
+
+def test_batch_io_is_refused_elsewhere():
+    paths = [finding.path for finding in field_support.findings(_with_batch_io("tensorrt"))]
+    assert paths == ["batch_input", "batch_output"]
 
 
 # Where Triton 2.51 refuses the field too, its words (checked against it with a Python model).

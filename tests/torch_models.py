@@ -131,6 +131,33 @@ class WrongType(torch.nn.Module):
         return INPUT__0.to(torch.int64)
 
 
+class RaggedBatchIO(torch.nn.Module):
+    """A ragged input and every batch input kind (tests/test_ragged_batching.py): IN doubled,
+    and per request its row of each batch input."""
+
+    def forward(
+        self,
+        IN: torch.Tensor,
+        COUNT: torch.Tensor,
+        ENDS: torch.Tensor,
+        STARTS: torch.Tensor,
+        LONGEST: torch.Tensor,
+        SHAPES: torch.Tensor,
+        FLAT: torch.Tensor,
+    ):  # TorchScript infers the tuple it returns
+        n = ENDS.shape[0]
+        longest = torch.full((n, 1), LONGEST.shape[0], dtype=torch.int64)
+        return (
+            IN * 2,
+            COUNT.unsqueeze(1),
+            ENDS.unsqueeze(1),
+            STARTS[:n].unsqueeze(1),
+            longest,
+            SHAPES,
+            FLAT.unsqueeze(1),
+        )
+
+
 MODELS = {
     # The example's network with a batching window, so concurrent requests share a batch.
     "pt_batching": (

@@ -40,7 +40,8 @@ import numpy as np
 from naiad import datatypes
 from naiad.backends import sequence_io
 from naiad.backends.base import Backend, Batch, RequestError, Response
-from naiad.backends.tensors import device_pieces
+from naiad.backends.batch_io import BatchIO
+from naiad.backends.tensors import device_pieces, ragged_join
 from naiad.triton_codes import INTERNAL, INVALID_ARG
 
 # Triton's --backend-config=onnxruntime,default-max-batch-size default (tritonserver sets 4).
@@ -480,6 +481,7 @@ def validate_session(session, config: dict) -> None:
     outputs = _io_infos(session.get_outputs())
     configured = config.get("input", [])
     expected = len(configured) + len(config.get("batch_input", []))
+    scattered = BatchIO(config).scatter_sources
     if "sequence_batching" in config:
         expected += _validate_controls(config, inputs, model, max_batch_size)
         expected += len(sequence_io.states(config))
@@ -517,7 +519,17 @@ def validate_session(session, config: dict) -> None:
                     f"{datatype} for {kind} '{name}', model provides {model_type}"
                 )
             dims = _tensor_dims(io)
-            if model_shape:
+            if kind == "input" and io.get("allow_ragged_batch"):
+                # Triton's check: a ragged input reaches the model as one 1-D tensor.
+                if model_shape != [-1]:
+                    raise OnnxModelError(
+                        f"unable to load model '{model}', configuration expects model "
+                        f"provides input with shape [-1]  for ragged input '{name}', model "
+                        f"provides {_shape_str(model_shape)}"
+                    )
+            elif kind == "output" and name in scattered:
+                pass  # a batch output's shape is its source input's, not the config's
+            elif model_shape:
                 _compare_dims(model, name, model_shape, dims, max_batch_size, kind == "output")
             elif any(d != 1 for d in dims):
                 raise OnnxModelError(
@@ -645,10 +657,18 @@ class OnnxRuntimeBackend(Backend):
             name for name, dtype in self.input_dtypes.items() if dtype == np.object_
         }
         self.binding = self.session.io_binding()
+        # Ragged inputs, batch inputs and batch outputs (backends/batch_io.py).
+        self.batch_io = BatchIO(config)
         # Outputs whose shape follows from the batch size and the config dims.
         fixed_outputs = _placed_outputs(config, self.max_batch_size)
+        if fixed_outputs is not None:
+            for name in self.batch_io.scatter_sources:
+                fixed_outputs.pop(name, None)
+        # A ragged batch's rows are not its requests' rows: no outputs written in place.
         self.placed_outputs = (
-            fixed_outputs if self.device == "cpu" and not self.string_inputs else None
+            fixed_outputs
+            if self.device == "cpu" and not self.string_inputs and not self.batch_io
+            else None
         )
         # On the CUDA provider: CUDA shared-memory inputs on this device are bound in
         # place (Batch.device_inputs) and outputs bound for such regions stay on it, or
@@ -676,9 +696,12 @@ class OnnxRuntimeBackend(Backend):
         tensors = batch.tensors
         feeds = {}
         headers = batch.headers
+        ragged = self.batch_io.ragged
         for index, (name, _datatype, _shape) in enumerate(headers[0].inputs):
             array = tensors.get(name)
-            if array is None:
+            if name in ragged:
+                array = ragged_join(array, [arrays[index] for arrays in batch.arrays])
+            elif array is None:
                 parts = [arrays[index] for arrays in batch.arrays]
                 if len(parts) == 1:
                     array = parts[0]
@@ -698,10 +721,12 @@ class OnnxRuntimeBackend(Backend):
                     else array.astype(object)
                 )
             reshape = self.reshapes.get(name)
-            if reshape is not None:
+            if reshape is not None and name not in ragged:
                 lead = [array.shape[0]] if self.max_batch_size > 0 else []
                 array = array.reshape([*lead, *reshape])
             feeds[name] = array
+        if self.batch_io.inputs:
+            feeds.update(self.batch_io.batch_inputs(headers))
         return feeds
 
     def execute(self, batch: Batch) -> list:
@@ -913,28 +938,38 @@ class OnnxRuntimeBackend(Backend):
         return results
 
     def _split(self, batch: Batch, outputs: list) -> list:
-        """Each request's rows of the batch's outputs (views, no copy), only the outputs
-        it asked for."""
+        """Each request's part of the batch's outputs (views, no copy), only the outputs
+        it asked for: its rows, or for a batch output its source input's shape."""
         names = self.output_names
         if self.output_reshapes:
             outputs = [self._reshaped(name, array) for name, array in zip(names, outputs)]
         named = list(zip(names, outputs))
         headers = batch.headers
-        if len(headers) == 1 or self.max_batch_size == 0:
+        scatter = self.batch_io.scatter_sources
+        if not scatter and (len(headers) == 1 or self.max_batch_size == 0):
             wanted = headers[0].requested_outputs
             return [Response([item for item in named if not wanted or item[0] in wanted])]
-        results = []
-        row = 0
-        for header in headers:
-            shape = header.inputs[0][2] if header.inputs else ()
-            end = row + (shape[0] if shape else 1)
-            wanted = header.requested_outputs
-            if wanted:
-                chosen = [(name, array[row:end]) for name, array in named if name in wanted]
+        pieces = []
+        for name, array in named:
+            if name in scatter:
+                try:
+                    pieces.append(self.batch_io.scatter(name, array, headers))
+                except ValueError as exc:
+                    return [RequestError(f"model '{self.name}': {exc}", INTERNAL)] * len(headers)
             else:
-                chosen = [(name, array[row:end]) for name, array in named]
-            results.append(Response(chosen))
-            row = end
+                pieces.append(_by_rows(array, headers, self.max_batch_size > 0))
+        results = []
+        for k, header in enumerate(headers):
+            wanted = header.requested_outputs
+            results.append(
+                Response(
+                    [
+                        (name, parts[k])
+                        for name, parts in zip(names, pieces)
+                        if not wanted or name in wanted
+                    ]
+                )
+            )
         return results
 
     def _reshaped(self, name: str, array: np.ndarray) -> np.ndarray:
@@ -950,6 +985,21 @@ class OnnxRuntimeBackend(Backend):
 
 
 # ---- auto-complete ----------------------------------------------------------------------
+
+
+def _by_rows(array: np.ndarray, headers: list, batching: bool) -> list:
+    """Each request's rows of a batch-major output (the whole of it for a model that does
+    not batch)."""
+    if not batching or len(headers) == 1:
+        return [array] * len(headers)
+    pieces = []
+    row = 0
+    for header in headers:
+        shape = header.inputs[0][2] if header.inputs else ()
+        end = row + (shape[0] if shape else 1)
+        pieces.append(array[row:end])
+        row = end
+    return pieces
 
 
 def auto_complete_config(config: dict, model_dir: Path) -> dict:

@@ -41,6 +41,7 @@ import numpy as np
 from naiad import gpu
 from naiad.backends import sequence_io
 from naiad.backends.base import Backend, Batch, RequestError, Response
+from naiad.backends.batch_io import BatchIO
 from naiad.backends.tensors import batch_major
 from naiad.triton_codes import INTERNAL, INVALID_ARG
 
@@ -220,6 +221,8 @@ class PyTorchBackend(Backend):
                 f"torch.jit.load can read: {_first_line(exc)}"
             ) from None
         self.model.eval()
+        # Ragged inputs, batch inputs and batch outputs (backends/batch_io.py).
+        self.batch_io = BatchIO(config)
         self._bind_inputs()
         self._bind_outputs()
 
@@ -255,7 +258,8 @@ class PyTorchBackend(Backend):
         # before the count as Triton does.
         control_positions = self._control_positions()
         states = sequence_io.states(config)
-        expected = len(inputs) + len(control_positions) + len(states)
+        batch_inputs = self.batch_io.input_names
+        expected = len(inputs) + len(batch_inputs) + len(control_positions) + len(states)
         if not self.dict_input:
             if len(arguments) != expected:
                 raise RuntimeError(
@@ -267,7 +271,8 @@ class PyTorchBackend(Backend):
             raise RuntimeError(
                 "model configuration must contain at least one input, none were specified."
             )
-        names = [tensor["name"] for tensor in inputs]
+        # Batch inputs bind as inputs do, after the config's inputs (Triton's order).
+        names = [tensor["name"] for tensor in inputs] + batch_inputs
         self.input_convention = naming_convention(names, forward_arguments)
         if self.input_convention == STRICT_CONFIG_ORDERING:
             log.warning(
@@ -464,10 +469,15 @@ class PyTorchBackend(Backend):
         """forward()'s arguments: a tensor (or list of str) per config input, batch-major."""
         torch = self.torch
         header = batch.headers[0]
-        arrays = batch_major(batch, self.max_batch_size > 0)
+        arrays = batch_major(batch, self.max_batch_size > 0, self.batch_io.ragged)
+        names = header.input_names
+        if self.batch_io.inputs:
+            computed = self.batch_io.batch_inputs(batch.headers)
+            names = [*names, *computed]
+            arrays = [*arrays, *computed.values()]
         on_device = self.stream is not None
         values = {}
-        for index, (name, array) in enumerate(zip(header.input_names, arrays)):
+        for index, (name, array) in enumerate(zip(names, arrays)):
             if batch.device_inputs and any(
                 (k, index) in batch.device_inputs for k in range(len(batch.arrays))
             ):
@@ -588,6 +598,12 @@ class PyTorchBackend(Backend):
                         f"output '{name}' must be of type Tensor or List[str].", INVALID_ARG
                     )
                 ] * count
+            if name in self.batch_io.scatter_sources:
+                try:
+                    outputs[name] = self.batch_io.scatter(name, array, batch.headers)
+                except ValueError as exc:
+                    return [RequestError(f"PyTorch execute failure: {exc}", INTERNAL)] * count
+                continue
             if batching and count > 1 and array.shape[0] != total:
                 return [
                     RequestError(
@@ -600,13 +616,17 @@ class PyTorchBackend(Backend):
         results = []
         start = 0
         single = count == 1
-        for header, size in zip(batch.headers, rows):
+        scattered = self.batch_io.scatter_sources
+        for k, (header, size) in enumerate(zip(batch.headers, rows)):
             wanted = header.requested_outputs
-            chosen = [
-                (name, array if single else array[start : start + size])
-                for name, array in outputs.items()
-                if not wanted or name in wanted
-            ]
+            chosen = []
+            for name, array in outputs.items():
+                if wanted and name not in wanted:
+                    continue
+                if name in scattered:  # already cut: the request's piece
+                    chosen.append((name, array[k]))
+                else:
+                    chosen.append((name, array if single else array[start : start + size]))
             if batch.device_outputs:
                 chosen = [
                     (name, array.whole() if type(array) is _OnDevice else array)

@@ -16,17 +16,23 @@ import numpy as np
 from naiad.backends.base import Batch
 
 
-def batch_major(batch: Batch, batching: bool) -> list:
+def batch_major(batch: Batch, batching: bool, ragged: frozenset = frozenset()) -> list:
     """Each input of the batch (in the first request's order) as one array: for a batching
     model the [N, ...] concatenation of the requests' rows, without a copy where the core
-    laid them out one after another (the common case); else the one request's arrays."""
+    laid them out one after another (the common case); else the one request's arrays.
+    An input named in `ragged` (allow_ragged_batch) is the 1-D run of every request's
+    elements (`ragged_join`)."""
     first = batch.arrays[0]
-    if len(batch.arrays) == 1 or not batching:
-        return list(first)
-    tensors = getattr(batch, "tensors", None)
     names = batch.headers[0].input_names
+    if len(batch.arrays) == 1 or not batching:
+        return [
+            ragged_join(array, ()) if name in ragged else array for name, array in zip(names, first)
+        ]
+    tensors = getattr(batch, "tensors", None)
     if tensors and all(name in tensors for name in names):
-        return [tensors[name] for name in names]
+        return [
+            ragged_join(tensors[name], ()) if name in ragged else tensors[name] for name in names
+        ]
     per_request = batch.arrays
     if any(header.input_names != names for header in batch.headers):
         # A request that named its inputs in another order: its arrays by the first's order.
@@ -36,9 +42,21 @@ def batch_major(batch: Batch, batching: bool) -> list:
             else [arrays[header.input_names.index(name)] for name in names]
             for header, arrays in zip(batch.headers, batch.arrays)
         ]
+    columns = [[arrays[index] for arrays in per_request] for index in range(len(first))]
     return [
-        _rows_together([arrays[index] for arrays in per_request]) for index in range(len(first))
+        ragged_join(None, parts) if name in ragged else _rows_together(parts)
+        for name, parts in zip(names, columns)
     ]
+
+
+def ragged_join(whole, parts) -> np.ndarray:
+    """A ragged input as Triton's backends give it to the model: one 1-D array of the
+    requests' elements, one request after another. `whole`: the batch tensor over the
+    arena (any shape) when there is one, else the requests' arrays `parts` are joined
+    (a view where they lie one after another)."""
+    if whole is not None:
+        return whole.reshape(-1)
+    return _rows_together([part.reshape(-1) for part in parts])
 
 
 def _rows_together(parts: list) -> np.ndarray:

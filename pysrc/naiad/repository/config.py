@@ -239,6 +239,7 @@ def version_refusal(config: ModelConfig) -> str | None:
     backend refusing a config would."""
     reason = _tensors_error("input", config.input, config.name)
     reason = reason or _tensors_error("output", config.output, config.name)
+    reason = reason or _batch_io_error(config)
     reason = reason or instance_group_error(config)  # KIND_GPU without that GPU, ...
     reason = reason or worker_limits_error(config)  # Naiad's own parameters
     reason = reason or field_support.refusal(config)  # a field Naiad does not act on
@@ -265,6 +266,43 @@ def _tensors_error(kind: str, tensors, model_name: str) -> str | None:
         if kind == "input" and tensor.format != tensor.FORMAT_NONE and len(tensor.dims) != 3:
             # Triton 2.51's check and words: an image format names three dimensions.
             return f"model input NHWC/NCHW require 3 dims for {model_name}"
+    return None
+
+
+def _batch_io_error(config: ModelConfig) -> str | None:
+    """Triton 2.51's ValidateBatchIO: its checks of batch_input and batch_output, in its
+    order and words."""
+    inputs = {tensor.name for tensor in config.input}
+    outputs = {tensor.name for tensor in config.output}
+    kinds = model_config_pb2.BatchInput.Kind
+    for entry in config.batch_input:
+        if len(entry.source_input) != 1:
+            return (
+                f"batch input kind '{kinds.Name(entry.kind)}' expects 1 source input, got "
+                f"{len(entry.source_input)} for {config.name}"
+            )
+        if entry.data_type not in (model_config_pb2.TYPE_INT32, model_config_pb2.TYPE_FP32):
+            return f"batch input data type must be TYPE_INT32 or TYPE_FP32 for {config.name}"
+        for source in entry.source_input:
+            if source not in inputs:
+                return f"unknown source input name '{source}' for {config.name}"
+    for entry in config.batch_output:
+        if len(entry.source_input) != 1:
+            kind = model_config_pb2.BatchOutput.Kind.Name(entry.kind)
+            return (
+                f"batch output kind '{kind}' expects 1 source input, got "
+                f"{len(entry.source_input)} for {config.name}"
+            )
+        for source in entry.source_input:
+            if source not in inputs:
+                return f"unknown source input name '{source}' for {config.name}"
+        targets = set()
+        for target in entry.target_name:
+            if target not in outputs:
+                return f"unknown target output name '{target}' for {config.name}"
+            if target in targets:
+                return f"target output name '{target}' can only be specified once for {config.name}"
+            targets.add(target)
     return None
 
 

@@ -105,6 +105,8 @@ def _triton_profile(config: ModelConfig) -> str:
 _ONNX = {"onnxruntime", "onnxruntime_onnx"}
 _TENSORRT = {"tensorrt", "tensorrt_plan"}
 _HINT = "a performance hint that cannot change results"
+# The backends that honour batch_input / batch_output (ragged batching).
+_BATCH_IO = {*_ONNX, "pytorch", "pytorch_libtorch", "python"}
 
 # Field path (ModelConfig's field names joined by '.', map values like repeated messages)
 # -> what Naiad does with it. The one table: docs/model_config.md says it in prose.
@@ -158,10 +160,16 @@ FIELDS: dict[str, Support] = {
         "non-linear IO formats exist only in TensorRT engines",
         message=_triton_non_linear,
     ),
-    "batch_input": _refused(
-        "Naiad computes no batch inputs (element counts, item shapes) for any backend"
+    "batch_input": _only(
+        _BATCH_IO,
+        "computed for each batch and given to onnxruntime and pytorch models "
+        "(backends/batch_io.py); a Python model's requests do not get them, as in Triton",
     ),
-    "batch_output": _refused("Naiad scatters no batch outputs for any backend"),
+    "batch_output": _only(
+        _BATCH_IO,
+        "scattered back to the requests by their source input's shape for onnxruntime and "
+        "pytorch models; a Python model answers each request itself, as in Triton",
+    ),
     "optimization.graph": _only(_ONNX, "onnxruntime's graph optimization level", elsewhere=WARNED),
     "optimization.priority": _warned(f"the CUDA stream priority: {_HINT}"),
     "optimization.cuda": _warned(

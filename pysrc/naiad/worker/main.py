@@ -227,25 +227,30 @@ def _input_array(arena, dtype, shape, slot: tuple):
 def batch_inputs(arena, blocks: list, tensors: list) -> dict:
     """The batch's inputs as whole [N, ...] arrays over the arena, by name: what a
     framework backend feeds its session in one call. `blocks` and `tensors` as
-    `WorkerEndpoint.next` gives them; empty when the requests' inputs differ. Needs
-    the requests' non-batch shapes to agree (BYTES stay serialized: not in the dict).
+    `WorkerEndpoint.next` gives them; empty when the requests' inputs differ. An input
+    whose requests' non-batch shapes differ (a ragged input) is the 1-D run of all their
+    elements, one request after another (BYTES stay serialized: not in the dict).
     """
     if not tensors or not blocks:
         return {}
     layouts = _core.layouts_of(blocks, _layout)
     arrays = {}
     for index, (name, datatype, shape) in enumerate(layouts[0].header.inputs):
-        if datatype == "BYTES" or any(
-            layout.header.inputs[index][2][1:] != shape[1:] for layout in layouts
-        ):
+        if datatype == "BYTES":
             continue
-        rows = sum(layout.header.inputs[index][2][0] for layout in layouts) if shape else 0
+        if all(layout.header.inputs[index][2][1:] == shape[1:] for layout in layouts):
+            rows = sum(layout.header.inputs[index][2][0] for layout in layouts) if shape else 0
+            dims = (rows, *shape[1:])
+        else:
+            dims = (
+                sum(datatypes.element_count(layout.header.inputs[index][2]) for layout in layouts),
+            )
         dtype = _INPUT_DTYPES[datatype]
         if len(tensors[index]) == 2:
-            arrays[name] = np.ndarray((rows, *shape[1:]), dtype, arena, tensors[index][0])
+            arrays[name] = np.ndarray(dims, dtype, arena, tensors[index][0])
         else:  # one request's input read in place from its client region
             buffer, offset, _size = shm_outputs.slot_buffer(arena, tensors[index])
-            arrays[name] = shm_outputs.region_array(buffer, dtype, (rows, *shape[1:]), offset)
+            arrays[name] = shm_outputs.region_array(buffer, dtype, dims, offset)
     return arrays
 
 
