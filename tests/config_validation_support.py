@@ -32,7 +32,7 @@ def clauses(message: str) -> tuple[str, set[str]]:
 def refusal_repository(root: Path) -> Path:
     """Models refused per version by both (bad_dims, two_versions, gpu), refused while
     polling by both (parse, batch_size, checksum), and one only Naiad refuses
-    (iterative: a field it does not act on)."""
+    (passive: a field it does not act on)."""
     repo = root / "models"
     repo.mkdir()
     for name in ("bad_dims", "two_versions"):
@@ -58,7 +58,7 @@ def refusal_repository(root: Path) -> Path:
     config = batch / "config.pbtxt"
     config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: -3"))
     write_model(repo, "checksum", checksum("1/model.py", WRONG_MD5))
-    write_model(repo, "iterative", "sequence_batching { iterative_sequence: true }")
+    write_model(repo, "passive", "instance_group [ { count: 1 kind: KIND_CPU passive: true } ]")
     write_model(repo, "override")  # loads as it is; refused with OVERRIDE_BAD_DIMS
     return repo
 

@@ -62,7 +62,7 @@ def _mixed_repository(root: Path) -> Path:
     _model(repo, "good_checksum", _checksum(good_md5))
     _model(repo, "bad_checksum", _checksum("0" * 32))
     _model(repo, "unknown_field", "bogus_field: 1")
-    _model(repo, "refused_field", "sequence_batching { iterative_sequence: true }")
+    _model(repo, "refused_field", "instance_group [ { count: 1 kind: KIND_CPU passive: true } ]")
     _model(repo, "hinted", "optimization { cuda { graphs: true } }")
     _model(repo, "no_version", versions=())
     return repo
@@ -94,7 +94,7 @@ def test_check_lists_each_model_and_fails_when_one_would_not_load(tmp_path):
     assert "REFUSED" in lines["unknown_field"]
     assert "unknown field 'bogus_field' in inference.ModelConfig" in lines["unknown_field"]
     assert "REFUSED" in lines["refused_field"]
-    assert "field 'sequence_batching.iterative_sequence'" in lines["refused_field"]
+    assert "field 'instance_group.passive'" in lines["refused_field"]
     # A hint loads, with its warning under the model's line.
     assert lines["hinted"].split()[1] == "LOAD"
     assert "warning  field 'optimization.cuda' of model 'hinted' is ignored" in lines["hinted"]
@@ -162,9 +162,11 @@ def test_check_reads_the_custom_config_that_model_config_name_selects(tmp_path):
     folder = _model(repo, "custom")
     (folder / "configs").mkdir()
     (folder / "configs" / "edge.pbtxt").write_text(
-        CONFIG.format(name="custom", extra="sequence_batching { iterative_sequence: true }")
+        CONFIG.format(
+            name="custom", extra="instance_group [ { count: 1 kind: KIND_CPU passive: true } ]"
+        )
     )
     assert _check(repo).returncode == 0
     result = _check(repo, "--model-config-name", "edge")
     assert result.returncode == 1
-    assert "field 'sequence_batching.iterative_sequence'" in _lines(result.stdout)["custom"]
+    assert "field 'instance_group.passive'" in _lines(result.stdout)["custom"]

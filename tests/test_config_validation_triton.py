@@ -79,7 +79,7 @@ def _expected_entries(name: str) -> list[dict]:
 def test_explicit_loads_are_refused_at_the_same_stage_as_triton(tmp_path):
     repo = refusal_repository(tmp_path)
     args = ["--model-control-mode=explicit"]
-    names = [*REFUSED_PER_VERSION, *REFUSED_AT_POLL, "iterative"]
+    names = [*REFUSED_PER_VERSION, *REFUSED_AT_POLL, "passive"]
     naiad = NaiadServer(repo, log_dir=tmp_path, extra_args=args).start(wait="live")
     try:
         ours = _loads(naiad.url, names)
@@ -127,14 +127,14 @@ def test_explicit_loads_are_refused_at_the_same_stage_as_triton(tmp_path):
 
     # A field Naiad does not act on: Triton loads the model, Naiad refuses each version,
     # as a backend refusing a config would (field_support.py).
-    assert theirs["iterative"].status_code == 200
-    assert ours["iterative"].status_code == 400
-    refused = ours["iterative"].json()["error"]
+    assert theirs["passive"].status_code == 200
+    assert ours["passive"].status_code == 400
+    refused = ours["passive"].json()["error"]
     assert refused.startswith(
-        "load failed for model 'iterative': version 1 is at UNAVAILABLE state: Invalid argument: "
+        "load failed for model 'passive': version 1 is at UNAVAILABLE state: Invalid argument: "
     )
-    assert "sequence_batching.iterative_sequence" in refused and refused.endswith(";\n")
-    (entry,) = _entries(our_index, "iterative")
+    assert "instance_group.passive" in refused and refused.endswith(";\n")
+    (entry,) = _entries(our_index, "passive")
     assert entry["version"] == "1" and entry["state"] == "UNAVAILABLE"
     assert refused.endswith(entry["reason"] + ";\n")
 

@@ -96,7 +96,6 @@ def _refusal(tmp_path: Path, extra: str, backend: str = "python") -> str:
 
 # The fields the issue found silently ignored, and others Naiad does not act on.
 REFUSED = [
-    ("sequence_batching { iterative_sequence: true }", "sequence_batching.iterative_sequence"),
     (
         'model_metrics { metric_control [ { metric_identifier { family: "x" } } ] }',
         "model_metrics",
@@ -177,6 +176,15 @@ def _with_batch_io(backend: str):
 @pytest.mark.parametrize("backend", ["python", "onnxruntime", "pytorch"])
 def test_batch_io_is_honoured_by_the_backends_that_compute_it(backend):
     assert field_support.findings(_with_batch_io(backend)) == []
+
+
+def test_iterative_sequences_are_honoured_by_python_models_only():
+    config = model_config_pb2.ModelConfig(name="m", backend="python")
+    config.sequence_batching.iterative_sequence = True
+    assert field_support.findings(config) == []
+    config.backend = "onnxruntime"
+    paths = [finding.path for finding in field_support.findings(config)]
+    assert paths == ["sequence_batching.iterative_sequence"]
 
 
 def test_batch_io_is_refused_elsewhere():

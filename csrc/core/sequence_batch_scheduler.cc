@@ -35,12 +35,19 @@ EnqueueResult SequenceBatchScheduler::enqueue(const QueuedRequest& request,
                                               const SubmitOptions& options, uint64_t now_ns) {
   // Triton's checks, in its order.
   if (request.batch_size > 1) return EnqueueResult::kSequenceBatchSize;
+  uint32_t flags = options.sequence_flags;
   if (options.sequence_id == 0 && options.sequence_key.empty()) {
-    return EnqueueResult::kNoSequenceId;
+    if (!config_.iterative) return EnqueueResult::kNoSequenceId;
+    // A sequence of its own: 'i' keys are never a client's ('s', 'u').
+    flags = kSequenceFlagStart | kSequenceFlagEnd;
+    key_.assign(1, 'i');
+    ++own_sequences_;
+    key_.append(reinterpret_cast<const char*>(&own_sequences_), sizeof(uint64_t));
+  } else {
+    key_of(options, &key_);
   }
-  const bool start = (options.sequence_flags & kSequenceFlagStart) != 0;
-  const bool end = (options.sequence_flags & kSequenceFlagEnd) != 0;
-  key_of(options, &key_);
+  const bool start = (flags & kSequenceFlagStart) != 0;
+  const bool end = (flags & kSequenceFlagEnd) != 0;
   auto found = active_.find(key_);
   if (found != active_.end() && found->second.batcher >= 0) {
     // Idle past the limit is idle whenever the reaper looks (its timer may run late):
@@ -56,7 +63,7 @@ EnqueueResult SequenceBatchScheduler::enqueue(const QueuedRequest& request,
 
   QueuedRequest queued = request;
   queued.enqueue_ns = now_ns;
-  queued.sequence = sequence_word(0, options.sequence_flags);
+  queued.sequence = sequence_word(0, flags);
   last_seen_[key_] = now_ns;
   if (next_reap_ns_ == 0) next_reap_ns_ = now_ns + config_.max_sequence_idle_us * 1000;
   ++queued_;

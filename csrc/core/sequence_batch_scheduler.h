@@ -18,6 +18,8 @@
 //   its arrival) fails whole: schedule() rejects every request it holds there
 //   (RejectReason::kSequenceTimeout), and its correlation id is forgotten, as Triton's
 //   reaper does. A sequence holding a slot has no such deadline.
+// - iterative_sequence: a request without a correlation id is a sequence of its own,
+//   START and END, under a key no client id can take.
 // - A sequence idle for max_sequence_idle_microseconds (no request since) loses its
 //   correlation id mapping, and its slot once its queued requests ran; a later request
 //   without START is refused as Triton refuses it.
@@ -48,6 +50,9 @@ struct SequenceConfig {
   uint32_t max_candidate_sequences = 0;         // oldest: slots per instance (0: max_batch_size)
   std::vector<uint32_t> preferred_batch_sizes;  // oldest
   bool preserve_ordering = false;               // oldest
+  // iterative_sequence: a request without a correlation id is a sequence of its own
+  // (START and END), which its model may reschedule (in the worker) until it is done.
+  bool iterative = false;
 };
 
 // QueuedRequest::sequence, as the worker reads it from RequestHeader::sequence.
@@ -133,6 +138,7 @@ class SequenceBatchScheduler final : public Scheduler {
   uint64_t next_reap_ns_ = 0;                            // 0: nothing to reap
   uint64_t next_expiry_ns_ = 0;  // earliest backlog deadline (maybe gone since); 0: none
   size_t queued_ = 0;            // requests held, all queues
+  uint64_t own_sequences_ = 0;   // iterative: the keys of requests without a correlation id
   std::string key_;              // scratch
 };
 

@@ -355,6 +355,7 @@ cdef extern from "core/sequence_batch_scheduler.h" namespace "naiad":
         uint32_t max_candidate_sequences
         vector[uint32_t] preferred_batch_sizes
         cbool preserve_ordering
+        cbool iterative
 
 
 cdef extern from *:
@@ -908,6 +909,7 @@ cdef SequenceConfig _sequence_config(config):
     c.max_batch_size = max(config.max_batch_size, 1)
     c.max_sequence_idle_us = batching.max_sequence_idle_microseconds or 1000000
     c.oldest = batching.HasField("oldest")
+    c.iterative = batching.iterative_sequence
     if c.oldest:
         oldest = batching.oldest
         c.max_candidate_sequences = max(oldest.max_candidate_sequences, 0)

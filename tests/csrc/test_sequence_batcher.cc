@@ -106,6 +106,27 @@ TEST(sequence_refuses_what_triton_refuses) {
   CHECK(h.send(0, 0, 0, nullptr, "seven") == EnqueueResult::kOk);
 }
 
+TEST(sequence_iterative_takes_a_request_without_an_id_as_a_sequence_of_its_own) {
+  SequenceConfig config = direct(2);
+  config.iterative = true;
+  Harness h(config);
+  uint64_t first, second;
+  CHECK(h.send(0, 0, 0, &first) == EnqueueResult::kOk);
+  CHECK(h.send(0, 0, 0, &second) == EnqueueResult::kOk);
+  CHECK(h.scheduler.active_sequences() == 0);  // each ended as it came
+  std::vector<Placement> batches = h.run(0, {5});
+  CHECK(batches.size() == 1 && batches[0].requests.size() == 2);
+  for (const QueuedRequest& r : batches[0].requests) {
+    CHECK((r.sequence & kSequenceStartBit) != 0 && (r.sequence & kSequenceEndBit) != 0);
+  }
+  CHECK(slot_of(batches[0].requests[0]) != slot_of(batches[0].requests[1]));
+  // Their slots are free again; a client's own sequence still needs its START.
+  CHECK(h.send(9, 0, 1) == EnqueueResult::kSequenceNotStarted);
+  CHECK(h.send(9, 1, 1) == EnqueueResult::kOk);
+  CHECK(h.run(1, {5}).size() == 1);
+  CHECK(h.scheduler.empty());
+}
+
 TEST(sequence_direct_keeps_each_sequence_on_its_slot_in_order) {
   Harness h(direct(2));
   // Four sequences, two instances with two slots each: the lowest slot first, the

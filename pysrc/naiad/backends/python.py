@@ -244,6 +244,13 @@ class PythonModelBackend(Backend):
         # model_transaction_policy { decoupled: true }: the worker calls
         # execute_decoupled() and the model answers through response senders.
         self.decoupled: bool = pb_utils.using_decoupled_model_transaction_policy(config)
+        # sequence_batching { iterative_sequence: true }: a request the model releases
+        # with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE runs again (run_rescheduled). The
+        # requests waiting for that, each with its _RequestStream.
+        self.iterative: bool = bool(
+            (config.get("sequence_batching") or {}).get("iterative_sequence", False)
+        )
+        self.rescheduled: list = []
         self.model_path: str = backend_file or _model_file(
             self.name, model_dir, self.version, config
         )
@@ -508,14 +515,29 @@ class PythonModelBackend(Backend):
         error too (_RequestStream.__del__)."""
         sender = pb_utils.InferenceResponseSender
         requests = self._requests(batch)
+        streams = []
         for index, (header, request) in enumerate(zip(batch.headers, requests)):
             request_stream = _RequestStream(self, stream, index, header.requested_outputs)
             request._response_sender = sender(request_stream)
             request._cancel_probe = request_stream.cancelled
+            streams.append(request_stream)
+            if self.iterative and not request._correlation_id:
+                # A request without a correlation id is a sequence of its own: this first
+                # run is its start, as Triton's sequence batcher flags it.
+                request._flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
         if batch.trace_contexts is not None:  # traced in mode opentelemetry
             pb_utils._set_trace_contexts(requests, batch.trace_contexts)
         running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
         running.append((batch.batch_id, requests))
+        try:
+            self._execute_decoupled(requests, streams)
+        finally:
+            running.pop()
+
+    def _execute_decoupled(self, requests: list, streams: list) -> None:
+        """The model's execute() on decoupled requests (each with its _RequestStream in
+        `streams`); a failure ends every request not final yet with it. The requests it
+        released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE wait in `rescheduled`."""
         try:
             returned = self.model.execute(requests)
             if asyncio.iscoroutine(returned):
@@ -526,16 +548,44 @@ class PythonModelBackend(Backend):
                 f"{_describe(exc, self.model_path)}"
             )
             pb_utils.Logger.log_error(f"{text}\n{traceback.format_exc()}")
-            stream.fail_open(text)
+            _fail_open(streams, text)
             return
-        finally:
-            running.pop()
         if returned is not None:
-            stream.fail_open(
+            _fail_open(
+                streams,
                 f"Failed to process the request(s) for model '{self.instance_name}', message: Python "
                 f"model '{self.instance_name}' is using the decoupled mode and the execute function "
-                "must return None."
+                "must return None.",
             )
+            return
+        reschedule = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+        for request, request_stream in zip(requests, streams):
+            if request._release_flags != reschedule:
+                continue
+            request._release_flags = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
+            if not self.iterative:
+                request_stream.stream.send(
+                    request_stream.index,
+                    self._failure(
+                        "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) needs "
+                        "sequence_batching { iterative_sequence: true } in the model's config",
+                        pb_utils.TritonError.UNSUPPORTED,
+                    ),
+                    True,
+                )
+            elif not request_stream.stream.is_final(request_stream.index):
+                # Its next iteration is no longer the start of its sequence.
+                request._flags &= ~pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+                self.rescheduled.append((request, request_stream))
+
+    def run_rescheduled(self) -> None:
+        """Runs the requests rescheduled so far through execute() again, together, as
+        Triton runs a rescheduled request in a later batch; their responses go out on
+        their own streams (the batches they came in stay open until their final
+        response)."""
+        waiting = list(self.rescheduled)
+        self.rescheduled.clear()  # the same list: the worker loop holds it
+        self._execute_decoupled([r for r, _ in waiting], [s for _, s in waiting])
 
     def _failure(self, message: str, code: int = pb_utils.TritonError.INTERNAL) -> RequestError:
         return RequestError(
@@ -557,7 +607,7 @@ class PythonModelBackend(Backend):
         if request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
             return self._failure(
                 "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
-                "supported yet",
+                "supported yet for a model that is not decoupled",
                 pb_utils.TritonError.UNSUPPORTED,
             )
 
@@ -621,6 +671,12 @@ class _Requested:
     def __init__(self, requested_output_names):
         self._requested_output_names = requested_output_names
         self._release_flags = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
+
+
+def _fail_open(streams: list, message: str) -> None:
+    """Ends each request of `streams` (its _RequestStream) not final yet with `message`."""
+    for request_stream in streams:
+        request_stream.stream.send(request_stream.index, RequestError(message), True)
 
 
 class _RequestStream:

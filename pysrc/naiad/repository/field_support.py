@@ -210,9 +210,11 @@ FIELDS: dict[str, Support] = {
         f"one buffer for a state's input and output: {_HINT}"
     ),
     "sequence_batching.state.use_growable_memory": _warned(f"growable state buffers: {_HINT}"),
-    "sequence_batching.iterative_sequence": _refused(
-        "Naiad does not schedule a request again after each iteration (iterative "
-        "sequences); the model would run each request once"
+    "sequence_batching.iterative_sequence": _only(
+        {"python"},
+        "a decoupled Python model's request released with "
+        "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE runs again (backends/python.py); other "
+        "backends cannot reschedule a request",
     ),
     "ensemble_scheduling.step.model_name": _honoured("the ensemble's steps"),
     "ensemble_scheduling.step.model_version": _honoured("the ensemble's steps"),

@@ -227,13 +227,17 @@ class Channel:
     def trace_contexts(self):  # the last batch's (WorkerEndpoint.trace_contexts)
         return self.endpoint.trace_contexts
 
-    def next(self):
+    def next(self, block: bool = True):
         """The worker loop's next batch or stop, as WorkerEndpoint.next; messages for
-        calls that are over (their caller gave up) are freed."""
+        calls that are over (their caller gave up) are freed. `block` False: None when
+        no batch or stop is waiting."""
         if self._stop:
             return True, 0, [], []
         while True:
-            kind, ident, first, second = self.endpoint.wait()
+            message = self.endpoint.wait(block)
+            if message is None:
+                return None
+            kind, ident, first, second = message
             if kind == _core.MESSAGE_BATCH:
                 return False, ident, first, second
             if kind == _core.MESSAGE_STOP:

@@ -294,8 +294,18 @@ class Worker:
         )
 
     def run(self) -> None:
+        # A Python model's requests rescheduled for another iteration (iterative
+        # sequences) run whenever no batch is waiting, so that neither starves the other.
+        rescheduled = getattr(self.backend, "rescheduled", None)
         while True:
-            is_stop, batch_id, blocks, tensors = self.endpoint.next()
+            if rescheduled:
+                message = self.endpoint.next(False)
+                if message is None:
+                    self.backend.run_rescheduled()
+                    continue
+            else:
+                message = self.endpoint.next()
+            is_stop, batch_id, blocks, tensors = message
             if is_stop:
                 return
             try:
