@@ -149,7 +149,7 @@ build/lane_io_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/lane_io_bench.cc pe
 	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*/*.cc perf/lane_io_bench.cc -o $@ $(CORE_LIBS)
 
 # The core under 1 and 2 submitting threads (issue 40): what a second I/O thread would do.
-build/core_threads_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/core_threads_bench.cc
+build/core_threads_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/core_threads_bench.cc perf/bench_support.h
 	mkdir -p build
 	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf csrc/*/*.cc perf/core_threads_bench.cc -o $@ $(CORE_LIBS)
 

@@ -36,6 +36,24 @@ struct OneInstanceCore {
   WorkerEndpoint* worker = nullptr;
 };
 
+// An add_sub request as the lane submits it: the worker's metadata and two FP32 [1,16]
+// inputs (static bytes: the request may be kept for the program's life).
+inline SubmitRequest add_sub_request() {
+  static const std::string metadata =
+      "{\"id\":\"\",\"inputs\":[[\"INPUT0\",\"FP32\",[1,16]],[\"INPUT1\",\"FP32\",[1,16]]],"
+      "\"outputs\":[\"OUTPUT0\",\"OUTPUT1\"],\"parameters\":{}}";
+  static const std::string input(16 * sizeof(float), 'x');
+  SubmitRequest request;
+  request.metadata = metadata;
+  for (int i = 0; i < 2; ++i) {
+    InputSource source;
+    source.data = input.data();
+    source.size = input.size();
+    request.inputs.push_back(source);
+  }
+  return request;
+}
+
 // The response block a worker writes for `batch` add_sub requests ([1,16] FP32 OUTPUT0
 // and OUTPUT1 each): what the lane benchmarks complete their requests with.
 inline std::string add_sub_result_block(uint32_t batch) {

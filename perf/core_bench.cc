@@ -19,19 +19,7 @@ int main(int argc, char** argv) {
   WorkerEndpoint& worker = *bench.worker;
   const ModelHandle model = bench.model;
 
-  // add_sub as the lane submits it: the worker's metadata and two FP32 [1,16] inputs.
-  const std::string metadata =
-      "{\"id\":\"\",\"inputs\":[[\"INPUT0\",\"FP32\",[1,16]],[\"INPUT1\",\"FP32\",[1,16]]],"
-      "\"outputs\":[\"OUTPUT0\",\"OUTPUT1\"],\"parameters\":{}}";
-  const std::string input(16 * sizeof(float), 'x');
-  SubmitRequest request;
-  request.metadata = metadata;
-  for (int i = 0; i < 2; ++i) {
-    InputSource source;
-    source.data = input.data();
-    source.size = input.size();
-    request.inputs.push_back(source);
-  }
+  SubmitRequest request = add_sub_request();
   uint64_t id = 0;
   size_t completed = 0;
   auto start = std::chrono::steady_clock::now();

@@ -24,8 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/core.h"
-#include "ipc/worker_endpoint.h"
+#include "bench_support.h"
 
 using namespace naiad;
 
@@ -75,11 +74,6 @@ int main(int argc, char** argv) {
     core.instance_up(instance);
   }
 
-  // add_sub as the lane submits it: the worker's metadata and two FP32 [1,16] inputs.
-  const std::string metadata =
-      "{\"id\":\"\",\"inputs\":[[\"INPUT0\",\"FP32\",[1,16]],[\"INPUT1\",\"FP32\",[1,16]]],"
-      "\"outputs\":[\"OUTPUT0\",\"OUTPUT1\"],\"parameters\":{}}";
-  const std::string input(16 * sizeof(float), 'x');
   const uint64_t total = static_cast<uint64_t>(threads) * static_cast<uint64_t>(rounds) * batch;
   const int warmup = rounds / 10 + 1;
   const uint64_t warmup_total =
@@ -91,14 +85,7 @@ int main(int argc, char** argv) {
   std::vector<ThreadResult> results(static_cast<size_t>(threads));
 
   auto run = [&](int t) {
-    SubmitRequest request;
-    request.metadata = metadata;
-    for (int i = 0; i < 2; ++i) {
-      InputSource source;
-      source.data = input.data();
-      source.size = input.size();
-      request.inputs.push_back(source);
-    }
+    SubmitRequest request = add_sub_request();
     WorkerEndpoint& worker = *workers[static_cast<size_t>(t)];
     const ModelHandle model = models[own ? static_cast<size_t>(t) : 0];
     ThreadResult& r = results[static_cast<size_t>(t)];
