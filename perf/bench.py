@@ -1003,6 +1003,14 @@ def main(argv=None) -> int:
         default=[],
         help="one more `naiad serve` flag (repeatable), e.g. --naiad-arg=--http-io-loop=false",
     )
+    ap.add_argument(
+        "--naiad-other",
+        action="append",
+        default=[],
+        metavar="LABEL=TREE",
+        help="one more Naiad server, another built tree (same --naiad-python), in the same "
+        "run under LABEL: before and after a change side by side with Triton (repeatable)",
+    )
     args = ap.parse_args(argv)
     if args.list:
         for s in SCENARIOS:
@@ -1017,6 +1025,14 @@ def main(argv=None) -> int:
             servers.append(TritonServer())
         else:
             raise SystemExit(f"unknown server {n!r}")
+    for other in args.naiad_other:
+        label, sep, tree = other.partition("=")
+        if not sep or not label or label in names:
+            raise SystemExit(f"--naiad-other wants LABEL=TREE with a new label, got {other!r}")
+        names.append(label)
+        other_server = naiad_here(Path(tree), args.naiad_python, args.naiad_arg)
+        other_server.label = label
+        servers.append(other_server)
     ensure_tools(need_triton="triton" in names)
     rounds = args.rounds or (1 if len(servers) == 1 else 2)
     settings = Settings(args.window_ms, args.windows, rounds, args.scenario)
