@@ -70,10 +70,12 @@ struct Conn {
   size_t sent = 0;
 };
 
-bool again(ssize_t n, const char* what) {
+// True when the call would block. The server ends when its client goes (the run is
+// over); for the client a reset is an error.
+bool again(ssize_t n, const char* what, bool server) {
   if (n >= 0) return false;
   if (errno == EAGAIN) return true;
-  if (errno == ECONNRESET || errno == EPIPE) _exit(0);  // the client went: done
+  if (server && (errno == ECONNRESET || errno == EPIPE)) _exit(0);
   die(what);
 }
 
@@ -92,13 +94,13 @@ void serve_step(Conn& c, size_t bytes, bool whole, int epoll_fd) {
     const bool echoing = whole ? c.have == bytes : c.sent < c.have;
     if (echoing) {
       ssize_t n = send(c.fd, c.buffer.data() + c.sent, c.have - c.sent, MSG_NOSIGNAL);
-      if (again(n, "send")) break;
+      if (again(n, "send", true)) break;
       c.sent += static_cast<size_t>(n);
       if (c.sent == c.have) c.sent = c.have = 0;
     } else {
       ssize_t n = recv(c.fd, c.buffer.data() + c.have, bytes - c.have, 0);
       if (n == 0) _exit(0);
-      if (again(n, "recv")) break;
+      if (again(n, "recv", true)) break;
       c.have += static_cast<size_t>(n);
     }
   }
@@ -114,14 +116,14 @@ int client_step(Conn& c, size_t bytes, int epoll_fd, std::vector<char>& sink) {
     bool moved = false;
     if (c.sent < bytes) {
       ssize_t n = send(c.fd, c.buffer.data() + c.sent, bytes - c.sent, MSG_NOSIGNAL);
-      if (!again(n, "send")) {
+      if (!again(n, "send", false)) {
         c.sent += static_cast<size_t>(n);
         moved = true;
       }
     }
     ssize_t n = recv(c.fd, sink.data(), std::min(sink.size(), bytes - c.have), 0);
     if (n == 0) return -1;
-    if (!again(n, "recv")) {
+    if (!again(n, "recv", false)) {
       // An echo that came back altered means the measurement is of something else.
       if (sink[0] != c.buffer[0] || sink[static_cast<size_t>(n) - 1] != c.buffer[0]) return -2;
       c.have += static_cast<size_t>(n);

@@ -50,7 +50,9 @@ def measure(
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
     if proc.returncode != 0:
         raise RuntimeError(f"echo_limit failed ({proc.returncode}): {proc.stderr.strip()}")
-    fields = dict(item.split("=", 1) for item in proc.stdout.split())
+    fields = dict(item.split("=", 1) for item in proc.stdout.split() if "=" in item)
+    if "round_trips_per_s" not in fields:
+        raise RuntimeError(f"echo_limit printed no round_trips_per_s: {proc.stdout!r}")
     return {k: float(v) for k, v in fields.items()}
 
 
