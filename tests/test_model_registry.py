@@ -76,7 +76,7 @@ def test_failed_load_leaves_nothing_registered(tmp_path):
         bad = manager.models["bad_init"][1]
         good = manager.models["add_sub"][1]
         assert not bad.ready
-        assert bad.core_model is None and bad.lane_id is None
+        assert bad.core_model is None and bad.lane_model is None
         assert list(manager._lane_models.values()) == [good]
         # Only add_sub's instance channel is left in the arena.
         assert _blocks(manager) - baseline == len(good.instances) == 1

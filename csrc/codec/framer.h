@@ -9,8 +9,8 @@
 // A framer does four things and nothing else:
 //
 // 1. Find complete requests in received bytes and route them: its own framing (HTTP
-//    head or HTTP/2 frames + HPACK) and URL/method -> a codec model index. Requests it
-//    cannot frame or route go to the Python front end, which answers them.
+//    head or HTTP/2 frames + HPACK) and URL/method -> a codec model index (`lane_model`). Requests
+//    it cannot frame or route go to the Python front end, which answers them.
 // 2. Read the request body into a ParsedRequest (infer_types.h): names, datatypes,
 //    shapes, views of the tensor bytes, requested output names, id, parameters
 //    (priority, timeout). A body its reader does not take goes to the Python general

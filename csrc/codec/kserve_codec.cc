@@ -59,10 +59,10 @@ void KServeCodec::set_accepting(uint32_t model, bool accepting) {
   if (model < accepting_.size()) accepting_[model] = accepting;
 }
 
-SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, uint64_t request_id,
+SubmitOutcome KServeCodec::submit(uint32_t lane_model, ParsedRequest& request, uint64_t request_id,
                                   uint64_t now_ns, std::string* error, CachedAnswer* cached) {
-  if (model_index >= models_.size() || !accepting_[model_index]) return SubmitOutcome::kFallback;
-  const ModelSpec& model = models_[model_index];
+  if (lane_model >= models_.size() || !accepting_[lane_model]) return SubmitOutcome::kFallback;
+  const ModelSpec& model = models_[lane_model];
   // Tensors in client shm regions: resolved and pinned (shm_registry.h), or the
   // general path answers with Triton's error.
   std::vector<uint64_t> pins;
@@ -80,7 +80,7 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   std::string cache_key;
   uint64_t lookup_ns = 0;
   if (cached != nullptr && request.output_shm.empty() &&
-      lookup_cached(model_index, request, now_ns, cached, &cache_key, &lookup_ns)) {
+      lookup_cached(lane_model, request, now_ns, cached, &cache_key, &lookup_ns)) {
     unpin(pins);  // shm inputs were read for the key; nothing is queued
     return SubmitOutcome::kCached;
   }
@@ -129,9 +129,9 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   }
   SubmitRequest& submit = submit_;
   submit_request_of(request, &block, request_id, &submit);
-  if (trace_rate_[model_index] != 0) {
-    submit.options.traced = sample_trace(model_index);
-    submit.options.trace_tensors = submit.options.traced && trace_tensors_[model_index] != 0;
+  if (trace_rate_[lane_model] != 0) {
+    submit.options.traced = sample_trace(lane_model);
+    submit.options.trace_tensors = submit.options.traced && trace_tensors_[lane_model] != 0;
   }
   if (core_.submit(model.core_model_id, submit) != SubmitResult::kOk) {
     unpin(pins);
@@ -139,7 +139,7 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   }
   if (submit.options.traced) {
     traced_.push_back(request_id);
-    if (trace_tensors_[model_index]) {
+    if (trace_tensors_[lane_model]) {
       TensorRecords& records = tensor_records_[request_id];
       for (const RequestInput& input : request.inputs) {
         records.emplace_back(TensorActivity::kQueueInput, std::string());
@@ -159,7 +159,7 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
       recipe.shm_places.push_back({ref.id, ref.object_offset - ref.region_offset, ref.size});
     }
   }
-  recipe.model = model_index;
+  recipe.model = lane_model;
   recipe.id.assign(request.id.data(), request.id.size());
   // Copied, not moved: the lane's request and a recycled recipe both keep their room.
   recipe.outputs.assign(request.outputs.begin(), request.outputs.end());
@@ -172,12 +172,12 @@ SubmitOutcome KServeCodec::submit(uint32_t model_index, ParsedRequest& request, 
   return SubmitOutcome::kQueued;
 }
 
-bool KServeCodec::lookup_cached(uint32_t model_index, const ParsedRequest& request, uint64_t now_ns,
+bool KServeCodec::lookup_cached(uint32_t lane_model, const ParsedRequest& request, uint64_t now_ns,
                                 CachedAnswer* cached, std::string* key, uint64_t* lookup_ns) {
   key->clear();
   *lookup_ns = 0;
-  if (cache_ == nullptr || model_index >= models_.size()) return false;
-  const ModelSpec& model = models_[model_index];
+  if (cache_ == nullptr || lane_model >= models_.size()) return false;
+  const ModelSpec& model = models_[lane_model];
   if (!model.response_cache) return false;
   cache_key(model, request, key);
   ResponseCache::Found found = cache_->lookup(*key);
@@ -200,29 +200,29 @@ bool KServeCodec::lookup_cached(uint32_t model_index, const ParsedRequest& reque
   key->clear();
   // Triton's hit statistics: the request ends when the lookup does; it queued from its
   // arrival to the lookup's start.
-  cache_->count_hit(model_index, *lookup_ns, found.end_ns > now_ns ? found.end_ns - now_ns : 0,
+  cache_->count_hit(lane_model, *lookup_ns, found.end_ns > now_ns ? found.end_ns - now_ns : 0,
                     found.start_ns > now_ns ? found.start_ns - now_ns : 0);
   return true;
 }
 
-void KServeCodec::keep_result(uint32_t model_index, Recipe& recipe, const ResultBlock& result,
+void KServeCodec::keep_result(uint32_t lane_model, Recipe& recipe, const ResultBlock& result,
                               const ResultOutcome& outcome, const uint8_t* block) {
   // Only successful responses are kept, as in Triton; an error counts no miss. Nor is
   // the result of a model that stopped taking requests (unloading: its entries are
   // dropped, and a reload must not find this one).
   if (recipe.cache_key.empty() || cache_ == nullptr || outcome.error) return;
-  if (model_index >= accepting_.size() || !accepting_[model_index]) return;
+  if (lane_model >= accepting_.size() || !accepting_[lane_model]) return;
   const uint64_t start_ns = monotonic_ns();
   auto entry =
-      CacheEntry::from_result(std::move(recipe.cache_key), model_index, result, outcome, block);
+      CacheEntry::from_result(std::move(recipe.cache_key), lane_model, result, outcome, block);
   uint64_t insert_ns = 0;
   // A key another request filled meanwhile is no miss of this one (Triton's ALREADY_EXISTS).
   if (cache_->insert(std::move(entry), start_ns, &insert_ns) != ResponseCache::Inserted::kExists) {
-    cache_->count_miss(model_index, recipe.lookup_ns + insert_ns);
+    cache_->count_miss(lane_model, recipe.lookup_ns + insert_ns);
   }
 }
 
-bool KServeCodec::insert_cached(uint32_t model_index, std::string key, uint64_t lookup_ns,
+bool KServeCodec::insert_cached(uint32_t lane_model, std::string key, uint64_t lookup_ns,
                                 const uint8_t* block, uint64_t block_size, uint32_t request_index) {
   ResultBlock result;
   if (!parse_result_block(block, block_size, &result)) return false;
@@ -231,7 +231,7 @@ bool KServeCodec::insert_cached(uint32_t model_index, std::string key, uint64_t 
   recipe.lookup_ns = lookup_ns;
   for (const ResultOutcome& outcome : result.outcomes) {
     if (outcome.request_index == request_index && outcome.final) {
-      keep_result(model_index, recipe, result, outcome, block);
+      keep_result(lane_model, recipe, result, outcome, block);
       break;
     }
   }

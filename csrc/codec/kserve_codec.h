@@ -66,6 +66,8 @@ class KServeCodec {
   KServeCodec(const KServeCodec&) = delete;
   KServeCodec& operator=(const KServeCodec&) = delete;
 
+  // The model's index here, which the lanes and Python call `lane_model`; the methods
+  // below that take a `model` number take that index.
   uint32_t add_model(ModelSpec model);
   // A model that is not ready takes nothing: its requests go the general way, which
   // reports why.

@@ -271,8 +271,8 @@ class ModelManager:
             self._serving.pop(name, None)
         self._add_lane_routes(name)  # replaces the targets of the routes they share
         for model in old.values():
-            if versions.get(model.version) is not model and model.lane_id is not None:
-                self.lane.remove_model(model.lane_id)  # the routes left to it go
+            if versions.get(model.version) is not model and model.lane_model is not None:
+                self.lane.remove_model(model.lane_model)  # the routes left to it go
         self.models_changed()
 
     def models_changed(self) -> None:
@@ -290,8 +290,8 @@ class ModelManager:
         """`name` takes no new request, on either path; its requests in flight finish."""
         self._serving.pop(name, None)
         for model in self.models.get(name, {}).values():
-            if model.lane_id is not None:
-                self.lane.remove_model(model.lane_id)
+            if model.lane_model is not None:
+                self.lane.remove_model(model.lane_model)
         self.models_changed()
 
     def uses_path(self, path: Path) -> bool:
@@ -311,13 +311,13 @@ class ModelManager:
         if any(getattr(m, "decoupled", False) for m in self.models.get(name, {}).values()):
             return  # infer on a decoupled model is refused by the general path (501)
         for version, model in self.models.get(name, {}).items():
-            if model.lane_id is not None and model.ready:
-                self.lane.add_route(f"/v2/models/{name}/versions/{version}/infer", model.lane_id)
-                self.grpc_lane.add_route(name, str(version), model.lane_id)
+            if model.lane_model is not None and model.ready:
+                self.lane.add_route(f"/v2/models/{name}/versions/{version}/infer", model.lane_model)
+                self.grpc_lane.add_route(name, str(version), model.lane_model)
         serving = self._serving.get(name)
-        if serving is not None and serving.lane_id is not None:
-            self.lane.add_route(f"/v2/models/{name}/infer", serving.lane_id)
-            self.grpc_lane.add_route(name, "", serving.lane_id)
+        if serving is not None and serving.lane_model is not None:
+            self.lane.add_route(f"/v2/models/{name}/infer", serving.lane_model)
+            self.grpc_lane.add_route(name, "", serving.lane_model)
 
     async def shutdown(self, timeout: float) -> None:
         """Waits for requests in flight (up to `timeout` s), then stops every worker."""
@@ -422,7 +422,7 @@ class ModelManager:
         removing it would fail them. On the event loop only (the lane's codec)."""
         if self.pending_count(model):
             return True
-        return model.lane_id is not None and self.lane.in_flight_of(model.lane_id) > 0
+        return model.lane_model is not None and self.lane.in_flight_of(model.lane_model) > 0
 
     def arena_stats(self) -> dict:
         """The shared arena's use: instance channels plus everything in flight."""
@@ -487,7 +487,7 @@ class ModelManager:
             # Outputs in client regions and CUDA inputs bypass it, and requests whose
             # responses go to a consumer (decoupled models', the generate extension's).
             looked = self.lane.cache_lookup(
-                model.lane_id, request.id, request.inputs, request.outputs, submit_ns
+                model.lane_model, request.id, request.inputs, request.outputs, submit_ns
             )
             if type(looked) is str:
                 raise InvalidArgument(looked)
@@ -502,9 +502,9 @@ class ModelManager:
         setting = parent = None
         tracer = self.tracer
         if tracer is not None and tracer.active:
-            if model.lane_id is None:
+            if model.lane_model is None:
                 setting = tracer.sample(model.name)
-            elif self.lane.sample_trace(model.lane_id):
+            elif self.lane.sample_trace(model.lane_model):
                 setting = tracer.admit(model.name)
             if tracer.opentelemetry:
                 parent = parse_traceparent(request.traceparent)
@@ -695,9 +695,9 @@ class ModelManager:
 
     def _apply_trace_settings(self) -> None:
         """Gives the lanes' sampler each model's rate (0 while tracing is off for it)."""
-        for lane_id, model in self._lane_models.items():
-            self.lane.set_trace_rate(lane_id, *self.tracer.rate_for(model.name))
-            self.lane.set_trace_tensors(lane_id, self.tracer.tensors_for(model.name))
+        for lane_model, model in self._lane_models.items():
+            self.lane.set_trace_rate(lane_model, *self.tracer.rate_for(model.name))
+            self.lane.set_trace_tensors(lane_model, self.tracer.tensors_for(model.name))
         if not self.tracer.active:
             self._start_lane_traces(0, 0)  # sampled before the change: nothing left behind
         self._update_io_taking()
@@ -741,17 +741,17 @@ class ModelManager:
             self.core.take_trace_stamps(request_id)
             self.core.take_trace_children(request_id)
 
-    def register_lane_model(self, model: LoadedModel, lane_id: int) -> None:
-        """`model` answers for the lane's model `lane_id` (take_http_requests)."""
-        self._lane_models[lane_id] = model
-        self._lane_models_ever[lane_id] = model
+    def register_lane_model(self, model: LoadedModel, lane_model: int) -> None:
+        """`model` answers for the lane's model `lane_model` (take_http_requests)."""
+        self._lane_models[lane_model] = model
+        self._lane_models_ever[lane_model] = model
         if self.tracer is not None:
-            self.lane.set_trace_rate(lane_id, *self.tracer.rate_for(model.name))
-            self.lane.set_trace_tensors(lane_id, self.tracer.tensors_for(model.name))
+            self.lane.set_trace_rate(lane_model, *self.tracer.rate_for(model.name))
+            self.lane.set_trace_tensors(lane_model, self.tracer.tensors_for(model.name))
 
-    def unregister_lane_model(self, lane_id: int) -> None:
-        """The lane's model `lane_id` was removed; its requests in flight keep their model."""
-        self._lane_models.pop(lane_id, None)
+    def unregister_lane_model(self, lane_model: int) -> None:
+        """The lane's model `lane_model` was removed; its requests in flight keep their model."""
+        self._lane_models.pop(lane_model, None)
 
     # -- the C++ I/O loop of the HTTP front end (http/io_server.py) ----------------------
     def attach_io(self, server) -> None:
@@ -1193,10 +1193,10 @@ class ModelManager:
                 continue
             if pending is not None and not pending.lane:
                 error = code if flags & _core.RESPONSE_ERROR else None
-                if pending.cache is not None and pending.model.lane_id is not None:
+                if pending.cache is not None and pending.model.lane_model is not None:
                     key, lookup_ns = pending.cache  # a miss: its result goes in the cache
                     self.lane.cache_insert(
-                        pending.model.lane_id, key, lookup_ns, offset, size, index
+                        pending.model.lane_model, key, lookup_ns, offset, size, index
                     )
                 outcome = outcome_record.read(json)
                 self._resolve(

@@ -69,7 +69,7 @@ class LoadedModel:
         # What registers the model with the core, the fast lane and the manager's lane
         # table; release() undoes each, also when one of them fails here.
         self.core_model: int | None = None  # the core's handle
-        self.lane_id: int | None = None
+        self.lane_model: int | None = None  # the fast lane's (KServeCodec::add_model)
         self.instances: list[Instance] = []
         self.response_cache = False
         try:
@@ -79,16 +79,16 @@ class LoadedModel:
                 batch_tensors=not reads_requests_apart(core_config.backend or core_config.platform),
             )
             # The lane validates with the same spec and validator as the general path.
-            self.lane_id = manager.lane.add_model(
+            self.lane_model = manager.lane.add_model(
                 self.core_model, self._validate.spec, config.response_cache.enable
             )
             # response_cache { enable: true } with the server's cache (--cache-config):
             # both paths look up and fill the one C++ cache under this lane id.
             self.response_cache = bool(config.response_cache.enable) and manager.lane.cache_enabled
             if self.response_cache:
-                self.stats.cache_counters = partial(manager.lane.cache_counters, self.lane_id)
-            manager.register_lane_model(self, self.lane_id)
-            manager.lane.set_accepting(self.lane_id, False)  # until READY
+                self.stats.cache_counters = partial(manager.lane.cache_counters, self.lane_model)
+            manager.register_lane_model(self, self.lane_model)
+            manager.lane.set_accepting(self.lane_model, False)  # until READY
             self._create_instances()
         except BaseException:
             self.release()
@@ -162,20 +162,20 @@ class LoadedModel:
         if self.state != UNAVAILABLE:
             self._set_state(UNAVAILABLE)
             self.reason = self.reason or "unloaded"
-        if self.lane_id is not None:
-            self.manager.lane.remove_model(self.lane_id)
-            self.manager.grpc_lane.remove_model(self.lane_id)
-            self.manager.lane.drop_cached(self.lane_id)  # a reload may answer differently
-            self.manager.unregister_lane_model(self.lane_id)
-            self.lane_id = None
+        if self.lane_model is not None:
+            self.manager.lane.remove_model(self.lane_model)
+            self.manager.grpc_lane.remove_model(self.lane_model)
+            self.manager.lane.drop_cached(self.lane_model)  # a reload may answer differently
+            self.manager.unregister_lane_model(self.lane_model)
+            self.lane_model = None
         if self.core_model is not None:
             self.core.remove_model(self.core_model)
             self.core_model = None
 
     def _set_state(self, state: str) -> None:
         self.state = state
-        if self.lane_id is not None:
-            self.manager.lane.set_accepting(self.lane_id, state == READY)
+        if self.lane_model is not None:
+            self.manager.lane.set_accepting(self.lane_model, state == READY)
         self.manager.models_changed()
 
     @property
@@ -247,7 +247,7 @@ class UnloadableModel:
     """A version that could not even be registered (no room for its channels, ...):
     it stands in the model table so the index and the load table say why."""
 
-    lane_id = None
+    lane_model = None
     ready = healthy = ready_once = False
     state = UNAVAILABLE
 
