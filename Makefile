@@ -75,11 +75,14 @@ test-core-sanitize:
 	build/test_core_asan
 	build/test_core_tsan
 
-# The Prometheus server tests/test_deploy_observability.py runs against (Debian's package;
-# CI runs as root with Debian's archive reachable).
+# The Prometheus server tests/test_deploy_observability.py runs against and the Redis
+# server tests/test_redis_cache.py starts (Debian's packages; CI runs as root with
+# Debian's archive reachable).
 deploy-tools:
 	command -v prometheus > /dev/null || (apt-get update && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus)
+	command -v redis-server > /dev/null || (apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server)
 
 # h2load (nghttp2's load generator), an independent HTTP/2 client for tests/test_grpc_server.py.
 grpc-tools:

@@ -55,6 +55,59 @@ void cache_key(const ModelSpec& model, const ParsedRequest& request, std::string
   for (uint32_t output : outputs) put<uint32_t>(key, output);
 }
 
+namespace {
+
+// The lengths of one output's parts in CacheEntry::bytes, in their order there.
+struct PartSizes {
+  uint64_t name, datatype, shape, data;
+};
+
+// Points `entry`'s parameters and outputs into its bytes, laid out as the parameters
+// then each output's parts; false when `sizes` do not add up to the bytes.
+bool bind_views(CacheEntry* entry, uint64_t parameters, const std::vector<PartSizes>& sizes) {
+  if (parameters > entry->bytes.size()) return false;
+  uint64_t at = parameters;
+  for (const PartSizes& part : sizes) {
+    for (uint64_t size : {part.name, part.datatype, part.shape, part.data}) {
+      if (size > entry->bytes.size() - at) return false;
+      at += size;
+    }
+  }
+  if (at != entry->bytes.size()) return false;
+  const char* base = entry->bytes.data();
+  entry->parameters = std::string_view(base, parameters);
+  entry->outputs.clear();
+  entry->outputs.reserve(sizes.size());
+  at = parameters;
+  for (const PartSizes& part : sizes) {
+    ResultOutput out;
+    out.name = std::string_view(base + at, part.name);
+    at += part.name;
+    out.datatype = std::string_view(base + at, part.datatype);
+    at += part.datatype;
+    out.shape = std::string_view(base + at, part.shape);
+    at += part.shape;
+    out.size = part.data;
+    out.offset = at;
+    at += part.data;
+    entry->outputs.push_back(out);
+  }
+  entry->charge = entry->key.size() + entry->bytes.size() + LocalCache::kEntryOverhead;
+  return true;
+}
+
+// Marks a serialized entry, and its layout's version.
+constexpr uint32_t kSerialMagic = 0x4e434531;  // "NCE1"
+
+bool take(std::string_view* in, uint64_t* value) {
+  if (in->size() < sizeof *value) return false;
+  std::memcpy(value, in->data(), sizeof *value);
+  in->remove_prefix(sizeof *value);
+  return true;
+}
+
+}  // namespace
+
 std::shared_ptr<CacheEntry> CacheEntry::from_result(std::string key, uint32_t owner,
                                                     const ResultBlock& result,
                                                     const ResultOutcome& outcome,
@@ -65,50 +118,66 @@ std::shared_ptr<CacheEntry> CacheEntry::from_result(std::string key, uint32_t ow
   // One buffer: parameters, then per output its name, datatype and shape text and its
   // tensor bytes. Views are set once the buffer no longer grows.
   uint64_t size = outcome.parameters.size();
+  std::vector<PartSizes> sizes;
+  sizes.reserve(outcome.output_count);
   for (size_t j = 0; j < outcome.output_count; ++j) {
     const ResultOutput& output = result.outputs[outcome.first_output + j];
+    sizes.push_back({output.name.size(), output.datatype.size(), output.shape.size(), output.size});
     size += output.name.size() + output.datatype.size() + output.shape.size() + output.size;
   }
   std::string& bytes = entry->bytes;
   bytes.reserve(size);
   bytes.append(outcome.parameters.data(), outcome.parameters.size());
-  struct Offsets {
-    size_t name, datatype, shape, data;
-  };
-  std::vector<Offsets> offsets;
-  offsets.reserve(outcome.output_count);
   for (size_t j = 0; j < outcome.output_count; ++j) {
     const ResultOutput& output = result.outputs[outcome.first_output + j];
-    Offsets at;
-    at.name = bytes.size();
     bytes.append(output.name.data(), output.name.size());
-    at.datatype = bytes.size();
     bytes.append(output.datatype.data(), output.datatype.size());
-    at.shape = bytes.size();
     bytes.append(output.shape.data(), output.shape.size());
-    at.data = bytes.size();
     bytes.append(reinterpret_cast<const char*>(block + output.offset), output.size);
-    offsets.push_back(at);
   }
-  const char* base = bytes.data();
-  entry->parameters = std::string_view(base, outcome.parameters.size());
-  entry->outputs.reserve(outcome.output_count);
-  for (size_t j = 0; j < outcome.output_count; ++j) {
-    const ResultOutput& output = result.outputs[outcome.first_output + j];
-    const Offsets& at = offsets[j];
-    ResultOutput out;
-    out.name = std::string_view(base + at.name, output.name.size());
-    out.datatype = std::string_view(base + at.datatype, output.datatype.size());
-    out.shape = std::string_view(base + at.shape, output.shape.size());
-    out.size = output.size;
-    out.offset = at.data;
-    entry->outputs.push_back(out);
-  }
-  entry->charge = entry->key.size() + entry->bytes.size() + ResponseCache::kEntryOverhead;
+  bind_views(entry.get(), outcome.parameters.size(), sizes);
   return entry;
 }
 
-ResponseCache::Found ResponseCache::lookup(std::string_view key) {
+std::string CacheEntry::serialize() const {
+  std::string out;
+  out.reserve(24 + 32 * outputs.size() + bytes.size());
+  put<uint64_t>(&out, kSerialMagic);
+  put<uint64_t>(&out, parameters.size());
+  put<uint64_t>(&out, outputs.size());
+  for (const ResultOutput& output : outputs) {
+    put<uint64_t>(&out, output.name.size());
+    put<uint64_t>(&out, output.datatype.size());
+    put<uint64_t>(&out, output.shape.size());
+    put<uint64_t>(&out, output.size);
+  }
+  out.append(bytes);
+  return out;
+}
+
+std::shared_ptr<CacheEntry> CacheEntry::parse(std::string key, uint32_t owner,
+                                              std::string_view value) {
+  uint64_t magic = 0, parameters = 0, count = 0;
+  if (!take(&value, &magic) || magic != kSerialMagic || !take(&value, &parameters) ||
+      !take(&value, &count) || count > value.size() / 32) {
+    return nullptr;
+  }
+  std::vector<PartSizes> sizes(count);
+  for (PartSizes& part : sizes) {
+    if (!take(&value, &part.name) || !take(&value, &part.datatype) || !take(&value, &part.shape) ||
+        !take(&value, &part.data)) {
+      return nullptr;
+    }
+  }
+  auto entry = std::make_shared<CacheEntry>();
+  entry->key = std::move(key);
+  entry->owner = owner;
+  entry->bytes.assign(value.data(), value.size());
+  if (!bind_views(entry.get(), parameters, sizes)) return nullptr;
+  return entry;
+}
+
+LocalCache::Found LocalCache::lookup(std::string_view key) {
   Found found;
   found.start_ns = monotonic_ns();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -126,8 +195,8 @@ ResponseCache::Found ResponseCache::lookup(std::string_view key) {
   return found;
 }
 
-ResponseCache::Inserted ResponseCache::insert(std::shared_ptr<CacheEntry> entry, uint64_t start_ns,
-                                              uint64_t* insert_ns) {
+LocalCache::Inserted LocalCache::insert(std::shared_ptr<CacheEntry> entry, uint64_t start_ns,
+                                        uint64_t* insert_ns) {
   std::lock_guard<std::mutex> lock(mutex_);
   Inserted result = Inserted::kInserted;
   if (table_.count(entry->key)) {
@@ -149,7 +218,7 @@ ResponseCache::Inserted ResponseCache::insert(std::shared_ptr<CacheEntry> entry,
   return result;
 }
 
-void ResponseCache::evict_locked(std::list<std::shared_ptr<CacheEntry>>::iterator it, bool count) {
+void LocalCache::evict_locked(std::list<std::shared_ptr<CacheEntry>>::iterator it, bool count) {
   table_.erase((*it)->key);
   totals_.used -= (*it)->charge;
   --totals_.entries;
@@ -157,7 +226,7 @@ void ResponseCache::evict_locked(std::list<std::shared_ptr<CacheEntry>>::iterato
   lru_.erase(it);
 }
 
-void ResponseCache::drop_owner(uint32_t owner) {
+void LocalCache::drop_owner(uint32_t owner) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto it = lru_.begin(); it != lru_.end();) {
     auto next = std::next(it);
@@ -168,7 +237,7 @@ void ResponseCache::drop_owner(uint32_t owner) {
 
 void ResponseCache::count_hit(uint32_t owner, uint64_t lookup_ns, uint64_t request_ns,
                               uint64_t queue_ns) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(counters_mutex_);
   CacheModelCounters& counters = owners_[owner];
   ++counters.hits;
   counters.hit_ns += lookup_ns;
@@ -177,19 +246,19 @@ void ResponseCache::count_hit(uint32_t owner, uint64_t lookup_ns, uint64_t reque
 }
 
 void ResponseCache::count_miss(uint32_t owner, uint64_t ns) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(counters_mutex_);
   CacheModelCounters& counters = owners_[owner];
   ++counters.misses;
   counters.miss_ns += ns;
 }
 
 CacheModelCounters ResponseCache::counters(uint32_t owner) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(counters_mutex_);
   auto found = owners_.find(owner);
   return found == owners_.end() ? CacheModelCounters{} : found->second;
 }
 
-CacheTotals ResponseCache::totals() const {
+CacheTotals LocalCache::totals() const {
   std::lock_guard<std::mutex> lock(mutex_);
   CacheTotals out = totals_;
   out.capacity = capacity_;

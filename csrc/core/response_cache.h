@@ -1,5 +1,6 @@
 // The response cache (Triton's `response_cache { enable: true }` with
-// `--cache-config local,size=N`): the result tensors of successful requests, kept by
+// `--cache-config local,size=N`; the Redis one, redis_cache.h, keeps the same keys and
+// entries in Redis): the result tensors of successful requests, kept by
 // the request's key, least recently used out first, bounded by bytes. One cache serves
 // every model (as Triton's local cache), each entry owned by one model version so that
 // unloading it drops its entries.
@@ -28,10 +29,11 @@
 // capacity is not kept (Triton: "Requested byte_size ... is greater than total cache
 // size", and the request still counts as a miss).
 //
-// Threads and locks: every public method may be called from any thread. One mutex,
-// `mutex_`, guards the table, the LRU list, the byte count and every counter; it is
-// held only for the table work, never while a key is built or an entry is filled
-// (cache_key() and CacheEntry construction are the caller's, lock-free). lookup()
+// Threads and locks: every public method may be called from any thread. In LocalCache
+// one mutex, `mutex_`, guards the table, the LRU list, the byte count and the totals
+// (the per-model counters have the base class's own); it is held only for the table
+// work, never while a key is built or an entry is filled (cache_key() and CacheEntry
+// construction are the caller's, lock-free). lookup()
 // hands out a shared_ptr: an entry evicted or dropped while a framer builds an answer
 // from it stays alive until that answer is written. Today the callers are the front
 // end's event loop (the HTTP and gRPC lanes through KServeCodec, the general path
@@ -80,6 +82,7 @@ struct CacheTotals {
   uint64_t evictions = 0;
   uint64_t lookup_ns = 0;
   uint64_t insert_ns = 0;
+  uint64_t errors = 0;  // a cache outside the process: calls that failed (redis_cache.h)
 };
 
 struct CacheEntry {
@@ -99,46 +102,79 @@ struct CacheEntry {
                                                  const ResultOutcome& outcome,
                                                  const uint8_t* block);
   const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(bytes.data()); }
+
+  // The entry as one self-describing value (for a cache outside the process: the
+  // lengths of the parameters and of each output's parts, then `bytes`), and back:
+  // null when `value` is not one (damaged, truncated, another writer's).
+  std::string serialize() const;
+  static std::shared_ptr<CacheEntry> parse(std::string key, uint32_t owner, std::string_view value);
 };
 
+// What every response cache does (the codec and the general path talk to this): look a
+// key up, keep an entry, drop a model version's entries, and count each model version's
+// hits and misses (Triton's statistics; the same for every cache, so kept here).
+// LocalCache is the in-process LRU; RedisCache (redis_cache.h) a shared Redis server.
 class ResponseCache {
  public:
-  // Bookkeeping an entry costs beyond its key and bytes (list node, table slot,
-  // output records): counted so that many tiny entries cannot exceed the capacity.
-  static constexpr uint64_t kEntryOverhead = 256;
-
-  explicit ResponseCache(uint64_t capacity) : capacity_(capacity) {}
+  ResponseCache() = default;
   ResponseCache(const ResponseCache&) = delete;
   ResponseCache& operator=(const ResponseCache&) = delete;
-
-  uint64_t capacity() const { return capacity_; }
+  virtual ~ResponseCache() = default;
 
   struct Found {
     std::shared_ptr<const CacheEntry> entry;  // null: a miss
     uint64_t start_ns = 0;                    // monotonic_ns() around the lookup
     uint64_t end_ns = 0;
   };
-  // The entry for `key`, made the most recently used. Counts a lookup, a hit or a
-  // miss, and its duration.
-  Found lookup(std::string_view key);
+  // The entry for `key`. Counts a lookup, a hit or a miss, and its duration.
+  virtual Found lookup(std::string_view key) = 0;
 
-  enum class Inserted { kInserted, kExists, kTooLarge };
-  // Keeps `entry` (most recently used), evicting the least recently used entries until
-  // it fits. kExists: the key has an entry already (kept as it is, as Triton's local
-  // cache does); kTooLarge: it is larger than the capacity (not kept). The time from
-  // `start_ns` (when the caller began building the entry) to the end is the insert's
-  // duration, added to the totals and returned in `*insert_ns`.
-  Inserted insert(std::shared_ptr<CacheEntry> entry, uint64_t start_ns, uint64_t* insert_ns);
+  // kExists: the key has an entry already (kept as it is, as Triton's local cache does);
+  // kTooLarge: it is larger than the cache takes; kFailed: the cache could not be reached
+  // (not kept). Every outcome but kExists is a miss of the request that filled it.
+  enum class Inserted { kInserted, kExists, kTooLarge, kFailed };
+  // Keeps `entry`. The time from `start_ns` (when the caller began building the entry)
+  // to the end is the insert's duration, added to the totals and returned in
+  // `*insert_ns`.
+  virtual Inserted insert(std::shared_ptr<CacheEntry> entry, uint64_t start_ns,
+                          uint64_t* insert_ns) = 0;
 
   // Drops every entry of `owner` (the model version was unloaded); its counters stay
   // (its statistics and metrics are still read).
-  void drop_owner(uint32_t owner);
+  virtual void drop_owner(uint32_t owner) = 0;
+
+  virtual CacheTotals totals() const = 0;
 
   // Statistics of model version `owner`: a hit answered, a miss inserted.
   void count_hit(uint32_t owner, uint64_t lookup_ns, uint64_t request_ns, uint64_t queue_ns);
   void count_miss(uint32_t owner, uint64_t ns);
   CacheModelCounters counters(uint32_t owner) const;
-  CacheTotals totals() const;
+
+ private:
+  mutable std::mutex counters_mutex_;
+  std::unordered_map<uint32_t, CacheModelCounters> owners_;
+};
+
+// The local cache (`--cache-config local,size=N`): least recently used out first,
+// bounded by charged bytes.
+class LocalCache : public ResponseCache {
+ public:
+  // Bookkeeping an entry costs beyond its key and bytes (list node, table slot,
+  // output records): counted so that many tiny entries cannot exceed the capacity.
+  static constexpr uint64_t kEntryOverhead = 256;
+
+  explicit LocalCache(uint64_t capacity) : capacity_(capacity) {}
+
+  uint64_t capacity() const { return capacity_; }
+
+  // Also makes the entry the most recently used.
+  Found lookup(std::string_view key) override;
+  // Evicts the least recently used entries until `entry` fits; kTooLarge when it is
+  // larger than the capacity.
+  Inserted insert(std::shared_ptr<CacheEntry> entry, uint64_t start_ns,
+                  uint64_t* insert_ns) override;
+  void drop_owner(uint32_t owner) override;
+  CacheTotals totals() const override;
 
  private:
   void evict_locked(std::list<std::shared_ptr<CacheEntry>>::iterator it, bool count);
@@ -148,7 +184,6 @@ class ResponseCache {
   // Most recently used first; the table's keys view the entries' own keys.
   std::list<std::shared_ptr<CacheEntry>> lru_;
   std::unordered_map<std::string_view, std::list<std::shared_ptr<CacheEntry>>::iterator> table_;
-  std::unordered_map<uint32_t, CacheModelCounters> owners_;
   CacheTotals totals_;
 };
 

@@ -558,12 +558,30 @@ cdef extern from "core/response_cache.h" namespace "naiad":
         uint64_t evictions
         uint64_t lookup_ns
         uint64_t insert_ns
+        uint64_t errors
 
     cdef cppclass ResponseCache:
-        ResponseCache(uint64_t capacity) except +
         void drop_owner(uint32_t owner) except +
         CacheModelCounters counters(uint32_t owner)
         CacheTotals totals()
+
+    cdef cppclass LocalCache(ResponseCache):
+        LocalCache(uint64_t capacity) except +
+
+
+cdef extern from "core/redis_cache.h" namespace "naiad":
+    cdef cppclass RedisOptions:
+        string host
+        int port
+        string user
+        string password
+        int db
+        uint32_t connect_timeout_ms
+        uint32_t socket_timeout_ms
+
+    cdef cppclass RedisCache(ResponseCache):
+        RedisCache(RedisOptions options) except +
+        cbool open(string* error) except + nogil
 
 
 cdef extern from "codec/kserve_codec.h" namespace "naiad":
@@ -2383,6 +2401,7 @@ cdef class FastLane:
     cdef const uint8_t* _base
     cdef uint64_t _arena_size
     cdef ResponseCache* _cache
+    cdef bint _cache_remote  # the Redis cache: no capacity, entries or evictions of its own
 
     def __cinit__(self, Core core):
         self._core = core
@@ -2407,8 +2426,34 @@ cdef class FastLane:
         """Creates the response cache of `capacity` bytes (--cache-config local,size=N),
         before any model is added."""
         if self._cache == NULL:
-            self._cache = new ResponseCache(capacity)
+            self._cache = new LocalCache(capacity)
             self._lane.codec().set_cache(self._cache)
+
+    def enable_redis_cache(self, str host, int port, str user, str password, int db,
+                           uint32_t connect_timeout_ms, uint32_t socket_timeout_ms):
+        """Creates the Redis response cache (--cache-config redis,...), before any model
+        is added, once Redis answers a PING; ConnectionError naming why when it does not."""
+        if self._cache != NULL:
+            return
+        cdef RedisOptions options
+        options.host = host.encode()
+        options.port = port
+        options.user = user.encode()
+        options.password = password.encode()
+        options.db = db
+        options.connect_timeout_ms = connect_timeout_ms
+        options.socket_timeout_ms = socket_timeout_ms
+        cdef RedisCache* cache = new RedisCache(options)
+        cdef string error
+        cdef cbool opened
+        with nogil:
+            opened = cache.open(&error)
+        if not opened:
+            del cache
+            raise ConnectionError(error.decode("utf-8", "replace"))
+        self._cache = cache
+        self._cache_remote = True
+        self._lane.codec().set_cache(self._cache)
 
     @property
     def cache_enabled(self):
@@ -2421,7 +2466,8 @@ cdef class FastLane:
         cdef CacheTotals t = self._cache.totals()
         return {"capacity": t.capacity, "used": t.used, "entries": t.entries,
                 "lookups": t.lookups, "hits": t.hits, "misses": t.misses,
-                "evictions": t.evictions, "lookup_ns": t.lookup_ns, "insert_ns": t.insert_ns}
+                "evictions": t.evictions, "lookup_ns": t.lookup_ns, "insert_ns": t.insert_ns,
+                "errors": t.errors, "remote": bool(self._cache_remote)}
 
     def cache_counters(self, uint32_t lane_model):
         """(hits, hit_ns, hit_request_ns, hit_queue_ns, misses, miss_ns) of lane model

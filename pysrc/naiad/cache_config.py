@@ -2,14 +2,24 @@
 
 `--cache-config <cache>,<setting>=<value>` (repeatable) and the deprecated
 `--response-cache-byte-size N` (the local cache of N bytes) turn the cache on;
-`--cache-directory` is accepted and not used: the local cache is built into the C++ core
-(csrc/core/response_cache.h), no library is loaded. Only the `local` cache exists here.
-A model uses the cache with `response_cache { enable: true }` in its config.
+`--cache-directory` is accepted and not used: both caches are built into the C++ core
+(csrc/core/response_cache.h, redis_cache.h), no library is loaded. The `local` cache
+takes `size`; the `redis` cache takes the settings of Triton's redis_cache (host, port,
+user, password, db, connect_timeout, socket_timeout, pool_size, wait_timeout) and refuses
+its TLS ones. A model uses the cache with `response_cache { enable: true }` in its config.
 """
 
 from __future__ import annotations
 
-__all__ = ["cache_size", "CacheConfigError", "model_cache_refusal"]
+from dataclasses import dataclass
+
+__all__ = [
+    "CacheConfigError",
+    "LocalCacheSettings",
+    "RedisCacheSettings",
+    "cache_settings",
+    "model_cache_refusal",
+]
 
 
 class CacheConfigError(ValueError):
@@ -32,15 +42,105 @@ def _setting(arg: str) -> tuple[str, str, str]:
     return name, setting, value
 
 
-def cache_size(cache_configs: list[str], byte_size: int | None) -> int | None:
-    """The local cache's capacity in bytes, or None when no cache flag is given."""
+@dataclass(frozen=True)
+class LocalCacheSettings:
+    size: int  # bytes
+
+    def enable(self, lane) -> None:
+        lane.enable_cache(self.size)
+
+
+@dataclass(frozen=True)
+class RedisCacheSettings:
+    host: str
+    port: int
+    user: str = ""
+    password: str = ""
+    db: int = 0
+    # Milliseconds. Triton's 0 (wait forever) is not taken: the cache is asked on the
+    # server's event loop, which must not wait on Redis for long.
+    connect_timeout: int = 100
+    socket_timeout: int = 100
+
+    def enable(self, lane) -> None:
+        try:
+            lane.enable_redis_cache(
+                self.host,
+                self.port,
+                self.user,
+                self.password,
+                self.db,
+                self.connect_timeout,
+                self.socket_timeout,
+            )
+        except ConnectionError as exc:
+            raise CacheConfigError(f"Failed to initialize RedisCache: {exc}") from None
+
+
+# Triton's redis_cache settings taken as they are, read as numbers, and refused.
+_REDIS_NUMBERS = ("port", "db", "connect_timeout", "socket_timeout", "pool_size", "wait_timeout")
+_REDIS_TEXT = ("host", "user", "password")
+_REDIS_TLS = ("cert", "key", "cacert", "cacert_dir", "sni", "tls_enabled")
+
+
+def _redis_settings(settings: dict[str, str]) -> RedisCacheSettings:
+    if "host" not in settings or "port" not in settings:
+        raise CacheConfigError(
+            "Failed to initialize RedisCache, didn't specify address. Must at a minimum "
+            "specify 'host' and 'port' in the configuration - e.g. tritonserver "
+            "--cache-config redis,host=redis --cache-config redis,port=6379 "
+            "--model-repository=/models ..."
+        )
+    tls = sorted(set(settings) & set(_REDIS_TLS))
+    if tls:
+        raise CacheConfigError(
+            f"Failed to initialize RedisCache: TLS ({', '.join(tls)}) is not supported by "
+            "Naiad's Redis cache; reach Redis over plain TCP (e.g. through a TLS tunnel)"
+        )
+    unknown = sorted(set(settings) - set(_REDIS_NUMBERS) - set(_REDIS_TEXT))
+    if unknown:
+        raise CacheConfigError(
+            f"Failed to initialize RedisCache: unknown setting(s) {', '.join(unknown)}"
+        )
+    numbers = {}
+    for name in _REDIS_NUMBERS:
+        if name in settings:
+            try:
+                numbers[name] = int(settings[name])
+            except ValueError:
+                raise CacheConfigError(
+                    f"Failed to initialize RedisCache: '{name}' must be a number, "
+                    f"got '{settings[name]}'"
+                ) from None
+            if numbers[name] < 0:
+                raise CacheConfigError(
+                    f"Failed to initialize RedisCache: '{name}' {numbers[name]} is negative"
+                )
+    # One connection serves the event loop: pool_size and wait_timeout have nothing to size.
+    numbers.pop("pool_size", None)
+    numbers.pop("wait_timeout", None)
+    for name in ("connect_timeout", "socket_timeout"):
+        if numbers.get(name) == 0:
+            del numbers[name]
+    return RedisCacheSettings(
+        host=settings["host"],
+        user=settings.get("user", ""),
+        password=settings.get("password", ""),
+        **numbers,
+    )
+
+
+def cache_settings(
+    cache_configs: list[str], byte_size: int | None
+) -> LocalCacheSettings | RedisCacheSettings | None:
+    """The cache the flags ask for, or None when no cache flag is given."""
     if byte_size is not None and cache_configs:
         raise CacheConfigError(
             "Error: Incompatible flags --response-cache-byte-size and --cache-config both "
             "provided. Please provide one or the other."
         )
     if byte_size is not None:
-        return max(byte_size, 0)
+        return LocalCacheSettings(max(byte_size, 0))
     if not cache_configs:
         return None
     settings: dict[str, dict[str, str]] = {}
@@ -48,11 +148,18 @@ def cache_size(cache_configs: list[str], byte_size: int | None) -> int | None:
         name, setting, value = _setting(arg)
         settings.setdefault(name, {})[setting] = value
     for name in settings:
-        if name != "local":
+        if name not in ("local", "redis"):
             raise CacheConfigError(
                 f"unable to find 'libtritoncache_{name}.so' for cache: Naiad has the "
-                "'local' cache only"
+                "'local' and 'redis' caches"
             )
+    if len(settings) > 1:
+        raise CacheConfigError(
+            "Failed to initialize the response cache: one cache at a time, got "
+            f"{' and '.join(sorted(settings))}"
+        )
+    if "redis" in settings:
+        return _redis_settings(settings["redis"])
     size = settings["local"].get("size")
     if size is None:
         raise CacheConfigError(
@@ -66,7 +173,7 @@ def cache_size(cache_configs: list[str], byte_size: int | None) -> int | None:
         ) from None
     if value < 0:
         raise CacheConfigError(f"Failed to initialize LocalCache: 'size' {value} is negative")
-    return value
+    return LocalCacheSettings(value)
 
 
 def model_cache_refusal(config) -> str | None:

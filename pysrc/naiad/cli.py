@@ -456,7 +456,7 @@ def complete_serve_options(options) -> None:
     """Checks what argparse cannot and fills the derived settings (restrictions, cache
     size, trace setting): the one completion of `naiad serve`'s options, which the
     in-process naiad.Server uses too. OptionsError when a value is refused."""
-    from naiad.cache_config import CacheConfigError, cache_size
+    from naiad.cache_config import CacheConfigError, cache_settings
 
     try:
         _parse_access_flags(options)
@@ -472,7 +472,7 @@ def complete_serve_options(options) -> None:
             "--repository-poll-secs and --model-load-thread-count must be at least 1", 2
         )
     try:
-        options.cache_size = cache_size(options.cache_config, options.response_cache_byte_size)
+        options.cache = cache_settings(options.cache_config, options.response_cache_byte_size)
     except CacheConfigError as exc:
         raise OptionsError(str(exc), 1) from None
     try:

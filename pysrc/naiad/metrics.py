@@ -464,17 +464,21 @@ class TritonCollector(Collector):
         totals = lane.cache_totals() if lane is not None else None
         if totals is not None:
             capacity = totals["capacity"]
+            # The Redis cache's size, entries and evictions are Redis's: not reported.
+            remote = totals["remote"]
             values = (
-                totals["used"] / capacity if capacity else 0.0,
-                totals["entries"],
+                None if remote else totals["used"] / capacity if capacity else 0.0,
+                None if remote else totals["entries"],
                 totals["hits"],
                 totals["misses"],
                 totals["lookups"],
-                totals["evictions"],
+                None if remote else totals["evictions"],
                 totals["lookup_ns"] // 1000,
                 totals["insert_ns"] // 1000,
             )
             for (name, documentation), value in zip(_CACHE_GAUGES, values):
+                if value is None:
+                    continue
                 family = _family(name, documentation, "gauge")
                 family.add_sample(name, {}, value)
                 yield family

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from naiad import cli_triton, triton_log
+from naiad.cache_config import CacheConfigError
 from naiad.gc_tuning import settle_after_startup
 from naiad.scheduling.manager import ModelManager, format_load_table
 from naiad.tracing.options import tracer_for
@@ -117,12 +118,15 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
             drain_timeout=options.exit_timeout_secs,
             fast_lane=options.fast_lane,
             shm_max_regions=options.shm_max_regions,
-            cache_size=getattr(options, "cache_size", None),
+            cache=getattr(options, "cache", None),
             rate_limit=(options.rate_limit == "execution_count", options.rate_limit_resource),
             server_id=getattr(options, "id", "naiad"),
             load_retries=getattr(options, "model_load_retry_count", 0),
             config_name=getattr(options, "model_config_name", ""),
         )
+    except CacheConfigError as exc:  # the Redis cache could not reach its server
+        _close_remotes(repositories)
+        raise StartupError(str(exc)) from None
     except BaseException:
         _close_remotes(repositories)
         raise

@@ -230,7 +230,7 @@ TEST(lane_leaves_errors_uncompressed_and_forgets_encodings) {
 }
 
 TEST(lane_compresses_cache_hits_at_take_time) {
-  ResponseCache cache(1 << 20);
+  LocalCache cache(1 << 20);
   LaneFixture f(1 << 20, &cache);
   f.lane.add_route(kTarget, f.lane_model);
 

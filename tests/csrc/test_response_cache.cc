@@ -115,8 +115,8 @@ TEST(cache_key_holds_the_inputs_shapes_and_requested_outputs) {
 
 TEST(cache_evicts_least_recently_used_by_bytes) {
   const uint64_t one = entry_of("k1", 0, 1000)->charge;
-  CHECK(one >= 1000 + 2 + ResponseCache::kEntryOverhead);
-  ResponseCache cache(2 * one + one / 2);  // room for two entries
+  CHECK(one >= 1000 + 2 + LocalCache::kEntryOverhead);
+  LocalCache cache(2 * one + one / 2);  // room for two entries
   CHECK(insert(cache, entry_of("k1", 0, 1000)) == ResponseCache::Inserted::kInserted);
   CHECK(insert(cache, entry_of("k2", 0, 1000)) == ResponseCache::Inserted::kInserted);
   CHECK(insert(cache, entry_of("k2", 0, 1000)) == ResponseCache::Inserted::kExists);
@@ -149,12 +149,11 @@ TEST(cache_entry_keeps_the_outputs_and_parameters) {
   CHECK(entry->outputs[1].shape == "[1,16]" && entry->outputs[1].size == 64);
   CHECK(std::string(reinterpret_cast<const char*>(entry->data() + entry->outputs[1].offset), 64) ==
         out1);
-  CHECK(entry->owner == 3 &&
-        entry->charge == 3 + entry->bytes.size() + ResponseCache::kEntryOverhead);
+  CHECK(entry->owner == 3 && entry->charge == 3 + entry->bytes.size() + LocalCache::kEntryOverhead);
 }
 
 TEST(cache_drops_one_models_entries_and_counts_per_model) {
-  ResponseCache cache(1 << 20);
+  LocalCache cache(1 << 20);
   CHECK(insert(cache, entry_of("a1", 1, 10)) == ResponseCache::Inserted::kInserted);
   CHECK(insert(cache, entry_of("a2", 1, 10)) == ResponseCache::Inserted::kInserted);
   CHECK(insert(cache, entry_of("b1", 2, 10)) == ResponseCache::Inserted::kInserted);
@@ -175,7 +174,7 @@ TEST(cache_drops_one_models_entries_and_counts_per_model) {
 
 TEST(cache_callers_on_several_threads) {
   const uint64_t one = entry_of("k00", 0, 100)->charge;
-  ResponseCache cache(8 * one);
+  LocalCache cache(8 * one);
   std::atomic<uint64_t> hits{0};
   // The harness's CHECK counters are not atomic: threads count what they saw, the main
   // thread checks it.
@@ -212,7 +211,7 @@ TEST(cache_callers_on_several_threads) {
 }
 
 TEST(lane_answers_a_hit_from_the_cache_as_its_miss) {
-  ResponseCache cache(1 << 20);
+  LocalCache cache(1 << 20);
   LaneFixture f(1 << 20, &cache);
   f.lane.add_route("/v2/models/add_sub/infer", f.lane_model);
 

@@ -343,11 +343,11 @@ def test_without_cache_config_nothing_is_cached(tmp_path):
 
 
 def test_cache_flags_as_tritonserver_reads_them():
-    from naiad.cache_config import CacheConfigError, cache_size
+    from naiad.cache_config import CacheConfigError, LocalCacheSettings, cache_settings
 
-    assert cache_size([], None) is None
-    assert cache_size(["local,size=1048576"], None) == 1048576
-    assert cache_size([], 4096) == 4096
+    assert cache_settings([], None) is None
+    assert cache_settings(["local,size=1048576"], None) == LocalCacheSettings(1048576)
+    assert cache_settings([], 4096) == LocalCacheSettings(4096)
     failures = {
         (("local",), None): "No cache specified. --cache-config option format is "
         "<cache name>,<setting>=<value>. Got local",
@@ -357,12 +357,12 @@ def test_cache_flags_as_tritonserver_reads_them():
         "a valid 'size' field.",
         (("local,size=1",), 5): "Error: Incompatible flags --response-cache-byte-size and "
         "--cache-config both provided. Please provide one or the other.",
-        (("redis,host=x",), None): "unable to find 'libtritoncache_redis.so' for cache: "
-        "Naiad has the 'local' cache only",
+        (("other,size=1",), None): "unable to find 'libtritoncache_other.so' for cache: "
+        "Naiad has the 'local' and 'redis' caches",
     }
     for (configs, byte_size), message in failures.items():
         with pytest.raises(CacheConfigError) as raised:
-            cache_size(list(configs), byte_size)
+            cache_settings(list(configs), byte_size)
         assert str(raised.value) == message
 
 

@@ -141,7 +141,7 @@ class ModelManager:
         strict_readiness: bool = True,
         drain_timeout: float = 30.0,
         fast_lane: bool = True,
-        cache_size: int | None = None,
+        cache=None,
         rate_limit: tuple[bool, list] = (False, []),
         shm_max_regions: int = _core.SHM_DEFAULT_MAX_REGIONS,
         server_id: str = "naiad",
@@ -159,8 +159,8 @@ class ModelManager:
         # (execution_count, [rate_limit.RateLimitResource]): --rate-limit and its resources.
         self.core.configure_rate_limiter(*rate_limit)
         self.lane = _core.FastLane(self.core)
-        if cache_size is not None:  # --cache-config local,size=N: one cache, every path
-            self.lane.enable_cache(cache_size)
+        if cache is not None:  # --cache-config: one cache (cache_config.py), every path
+            cache.enable(self.lane)
         self.grpc_lane = _core.GrpcLane(self.lane)  # the same codec, for gRPC ModelInfer
         # Client shared-memory regions (Triton's shm extensions); the core reads
         # inputs through it. Before any worker starts: they inherit its table offset.
