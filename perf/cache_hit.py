@@ -1,6 +1,6 @@
 """What a response cache hit costs next to a miss, on add_sub, side by side in one run.
 
-    .venv/bin/python perf/cache_hit.py --requests 3000 --rounds 3
+    .venv/bin/python perf/cache_hit.py --requests 3000 --rounds 3 [--cache redis]
 
 One Naiad server (this tree) with `--cache-config local,size=64M` serves add_sub with
 `response_cache { enable: true }`, pinned to CPU 0 (the client to the others). One client
@@ -20,6 +20,8 @@ per request, which no work in the server removes). `--pipeline N` sends N reques
 write before reading their answers. The client is a
 raw socket with prebuilt request bytes, so its own cost is small and the same for both. The machine is shared: read the
 ratios, which are measured back to back, rather than the absolute figures.
+`--cache redis` keeps the cache in a redis-server this script starts on a free port
+(tests/redis_support.py) instead of the local cache.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from servers import NaiadServer  # noqa: E402
 from wrk_load import add_sub_body  # noqa: E402
@@ -45,12 +48,12 @@ REPO_ROOT = PERF.parent
 
 
 class CachingNaiad(NaiadServer):
-    def __init__(self, tree: Path, python: Path, cache_bytes: int) -> None:
+    def __init__(self, tree: Path, python: Path, cache_flags: list[str]) -> None:
         super().__init__(tree, python)
-        self.cache_bytes = cache_bytes
+        self.cache_flags = cache_flags
 
     def command(self, repo: Path) -> list[str]:
-        return [*super().command(repo), "--cache-config", f"local,size={self.cache_bytes}"]
+        return [*super().command(repo), *self.cache_flags]
 
 
 def make_repo(dest: Path) -> Path:
@@ -215,6 +218,7 @@ def main() -> int:
     )
     parser.add_argument("--naiad-tree", type=Path, default=REPO_ROOT)
     parser.add_argument("--python", type=Path, default=REPO_ROOT / ".venv" / "bin" / "python")
+    parser.add_argument("--cache", choices=("local", "redis"), default="local")
     parser.add_argument("--floor-serve", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_serve:
@@ -223,7 +227,19 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="naiad-cache-hit-"))
     repo = make_repo(work / "repo")
-    server = CachingNaiad(args.naiad_tree, args.python, 64 << 20)
+    redis = None
+    flags = ["--cache-config", f"local,size={64 << 20}"]
+    if args.cache == "redis":
+        from redis_support import RedisServer
+
+        redis = RedisServer(work).start()
+        flags = [
+            "--cache-config",
+            "redis,host=127.0.0.1",
+            "--cache-config",
+            f"redis,port={redis.port}",
+        ]
+    server = CachingNaiad(args.naiad_tree, args.python, flags)
     cpus = [0] if (os.cpu_count() or 1) > 1 else None
     server.start(repo, cpus, work / "server.log")
     if cpus:
@@ -269,10 +285,13 @@ def main() -> int:
         server.stop()
         if floor is not None:
             floor.stop()
+        if redis is not None:
+            redis.kill()
     inference = stats.get("inference_stats", {})
     hits, misses = inference.get("cache_hit", {}), inference.get("cache_miss", {})
     print(
-        f"add_sub over HTTP (binary), one connection, {args.pipeline} request(s) in flight, "
+        f"add_sub over HTTP (binary), {args.cache} cache, one connection, "
+        f"{args.pipeline} request(s) in flight, "
         f"{args.requests} requests per block, "
         f"{args.rounds} rounds; server on CPU 0, client on the others; shared machine\n"
     )
