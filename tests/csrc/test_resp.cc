@@ -49,6 +49,21 @@ std::shared_ptr<CacheEntry> sample_entry() {
   return parsed;
 }
 
+// A socket bound to a free loopback port, listening when `listen` (the kernel then
+// completes connects that nobody accepts); its port in `*port`.
+int loopback_socket(bool listen, int* port) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK(::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  if (listen) CHECK(::listen(s, 4) == 0);
+  socklen_t len = sizeof addr;
+  CHECK(::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  *port = ntohs(addr.sin_port);
+  return s;
+}
+
 }  // namespace
 
 TEST(resp_command_is_binary_safe) {
@@ -151,17 +166,9 @@ TEST(cache_entry_serializes_and_parses_back) {
 
 TEST(redis_client_times_out_then_backs_off) {
   // A listener that never accepts: the kernel completes the connect, nobody answers.
-  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  CHECK(::listen(listener, 4) == 0);
-  socklen_t len = sizeof addr;
-  CHECK(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
   RedisOptions options;
   options.host = "127.0.0.1";
-  options.port = ntohs(addr.sin_port);
+  const int listener = loopback_socket(true, &options.port);
   options.socket_timeout_ms = 20;
   RedisCache cache(options);
   std::string error;
@@ -183,17 +190,9 @@ TEST(redis_client_times_out_then_backs_off) {
 
 TEST(redis_client_names_a_refused_connection) {
   // A port with nobody listening: bound, then closed.
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK(::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  CHECK(::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(s);
   RedisOptions options;
   options.host = "127.0.0.1";
-  options.port = ntohs(addr.sin_port);
+  ::close(loopback_socket(false, &options.port));
   RedisCache cache(options);
   std::string error;
   CHECK(!cache.open(&error));

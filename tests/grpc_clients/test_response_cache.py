@@ -14,11 +14,13 @@ import json
 import queue
 import socket
 
+import cache_support
 import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from cache_support import metrics
 from server_harness import EXAMPLE_MODELS, NaiadServer, make_repository, metric_value
 from shm_support import Region
 from tritonclient.utils import InferenceServerException
@@ -82,24 +84,7 @@ def grpc_inputs(base: float):
 
 
 def stats(server, model=MODEL):
-    reply = requests.get(f"{server.url}/v2/models/{model}/stats", timeout=TIMEOUT)
-    entry = reply.json()["model_stats"][0]
-    s = entry["inference_stats"]
-    return {
-        "inference_count": entry["inference_count"],
-        "execution_count": entry["execution_count"],
-        "success": s["success"]["count"],
-        "queue": s["queue"]["count"],
-        "hit": s["cache_hit"]["count"],
-        "miss": s["cache_miss"]["count"],
-        "hit_ns": s["cache_hit"]["ns"],
-        "miss_ns": s["cache_miss"]["ns"],
-        "success_ns": s["success"]["ns"],
-    }
-
-
-def metrics(server) -> str:
-    return requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=TIMEOUT).text
+    return cache_support.stats(server, model)
 
 
 def counts(server, model=MODEL):
