@@ -26,6 +26,9 @@ constexpr uint64_t kListenerKey = 0;
 // reading past the high mark.
 constexpr size_t kHighWater = 64 * 1024;
 constexpr size_t kLowWater = 16 * 1024;
+// Unsent bytes past which a gRPC connection is not read: room for a few large answers
+// (flow control bounds what its streams queue), none for a client that does not read.
+constexpr size_t kGrpcHighWater = 8 << 20;
 // A plain request arriving in pieces stays in lane mode up to this size (a request the
 // TCP stream split); a larger one goes to Python, which collects it in one buffer.
 constexpr size_t kMaxLanePartial = 64 * 1024;
@@ -55,7 +58,11 @@ HttpIo::HttpIo(HttpLane& lane, Core& core, int listen_fd)
     : lane_(lane), core_(core), listen_fd_(listen_fd) {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + strerror(errno));
-  epoll_set(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, EPOLLIN, kListenerKey);
+  if (listen_fd_ >= 0) {
+    epoll_set(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, EPOLLIN, kListenerKey);
+  } else {
+    listening_ = false;
+  }
   read_buffer_.resize(kReadSize);
 }
 
@@ -64,8 +71,15 @@ HttpIo::~HttpIo() {
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
+void HttpIo::listen_http(int listen_fd) {
+  if (listen_fd_ >= 0 || listen_fd < 0) return;
+  listen_fd_ = listen_fd;
+  listening_ = true;
+  epoll_set(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, EPOLLIN, kListenerKey);
+}
+
 void HttpIo::stop_listening() {
-  if (!listening_) return;
+  if (!listening_ || listen_fd_ < 0) return;
   listening_ = false;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
 }
@@ -87,6 +101,10 @@ void HttpIo::handle_ready(const epoll_event* events, int ready) {
     const uint64_t key = events[e].data.u64;
     if (key == kListenerKey) {
       accept_all();
+      continue;
+    }
+    if (key == kGrpcListenerKey) {
+      accept_grpc();
       continue;
     }
     Connection* c = find(key);
@@ -197,7 +215,9 @@ void HttpIo::accept_all() {
 
 void HttpIo::update_events(Connection* c) {
   bool reading = !c->eof && !c->closing;
-  if (c->python) {
+  if (c->h2) {
+    reading = reading && c->out.size() < kGrpcHighWater;
+  } else if (c->python) {
     reading = reading && !c->py_paused;
   } else {
     // Lane mode reads on while it can take more: not while bytes wait for the owed
@@ -214,8 +234,19 @@ void HttpIo::update_events(Connection* c) {
   }
 }
 
+void HttpIo::count_open(Connection* c) {
+  if (!c->counted) {
+    c->counted = true;
+    ++counted_;
+  }
+}
+
 void HttpIo::update_waiting(Connection* c) {
-  const bool waiting = c->counted && !c->owed.empty();
+  // A gRPC client waits when it has as many calls in flight as it ever had (it sends
+  // no more until one is answered).
+  const bool waiting =
+      c->h2 ? c->counted && c->grpc_in_flight != 0 && c->grpc_in_flight >= c->grpc_high
+            : c->counted && !c->owed.empty();
   if (waiting != c->waiting) {
     c->waiting = waiting;
     if (waiting) {
@@ -239,6 +270,10 @@ void HttpIo::on_readable(Connection* c) {
   }
   if (got == 0) {
     c->eof = true;
+    if (c->h2) {  // gRPC: the client is done with the connection
+      destroy(c, true);
+      return;
+    }
     if (c->python) {
       events_.push_back(Event{EventKind::kEof, c->id, {}});
       update_events(c);
@@ -256,6 +291,10 @@ void HttpIo::on_readable(Connection* c) {
   }
   c->last_read_ns = monotonic_ns();
   c->received = true;
+  if (c->h2) {
+    grpc_received(c, read_buffer_.data(), static_cast<size_t>(got));
+    return;
+  }
   if (c->python) {
     events_.push_back(Event{EventKind::kData, c->id, read_buffer_.substr(0, got)});
     return;
@@ -290,10 +329,7 @@ void HttpIo::process_input(Connection* c) {
       spare_requests_.insert(requests_, t.request_id) =
           Request{c, &slot, t.model, t.batch_size, now};
       ++queued_;
-      if (!c->counted) {
-        c->counted = true;
-        ++counted_;
-      }
+      count_open(c);
     }
     c->in.erase(0, consumed);
     if (consumed != 0) partial_since = 0;  // what is left is another request
@@ -323,6 +359,10 @@ void HttpIo::touch(Connection* c) {
 }
 
 void HttpIo::collect_due(Connection* c) {
+  if (c->h2) {
+    grpc_collect(c);
+    return;
+  }
   size_t before = c->owed.size();
   while (!c->owed.empty() && c->owed.front().ready) {
     c->out += c->owed.front().answer;
@@ -357,7 +397,7 @@ bool HttpIo::send_out(Connection* c) {
     }
     c->out.erase(0, static_cast<size_t>(sent));
   }
-  if (c->python) {
+  if (c->python && !c->h2) {
     if (!c->write_paused && c->out.size() > kHighWater) {
       c->write_paused = true;
       events_.push_back(Event{EventKind::kPauseWriting, c->id, {}});
@@ -422,8 +462,14 @@ bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
       if (each_) stats.each.emplace_back(answer.request_ns, answer.queue_ns);
     }
     stats.batch_sizes.push_back(request.batch_size);
-    const ResponseEncoding coding = lane_.take_encoding(id);
     Connection* c = request.connection;
+    if (request.stream != 0) {     // a gRPC call
+      if (c == nullptr) continue;  // its client went away
+      grpc_answer(c, request.stream, answer.response);
+      lane_.codec().give_back(answer.response);
+      continue;
+    }
+    const ResponseEncoding coding = lane_.take_encoding(id);
     if (c == nullptr) continue;  // its client went away
     // First in line (a client with one request at a time: the usual case), the answer
     // is written straight after the bytes owed before it; else it waits in its slot.
@@ -540,12 +586,15 @@ bool HttpIo::owned(uint64_t request_id, Owned* out) const {
   out->lane_model = found->second.lane_model;
   out->batch_size = found->second.batch_size;
   out->submit_ns = found->second.submit_ns;
+  const Connection* c = found->second.connection;
+  out->connection = found->second.stream != 0 && c != nullptr ? c->id : 0;
+  out->stream = found->second.stream;
   return true;
 }
 
 bool HttpIo::answer(uint64_t request_id, const char* http, size_t size) {
   auto found = requests_.find(request_id);
-  if (found == requests_.end()) return false;
+  if (found == requests_.end() || found->second.stream != 0) return false;
   Request request = found->second;
   spare_requests_.erase(requests_, found, [](Request&) {});
   if (request.connection == nullptr) return false;  // its client went away
@@ -571,6 +620,15 @@ void HttpIo::destroy(Connection* c, bool report) {
     core_.cancel(slot.request_id);
   }
   c->owed.clear();
+  for (auto& held : c->calls) {
+    const uint64_t request_id = held.second.request_id;
+    if (request_id == 0) continue;
+    auto found = requests_.find(request_id);  // as an HTTP request above
+    if (found != requests_.end()) found->second.connection = nullptr;
+    core_.cancel(request_id);
+  }
+  c->calls.clear();
+  c->grpc_in_flight = 0;
   update_waiting(c);
   if (c->counted) --counted_;
   touched_.erase(std::remove(touched_.begin(), touched_.end(), c), touched_.end());

@@ -37,14 +37,16 @@
 
 #include "core/core.h"
 #include "http1/http_framer.h"
+#include "http2/grpc_connection.h"
+#include "http2/grpc_lane.h"
 #include "util/spare_nodes.h"
 
 namespace naiad {
 
 class HttpIo {
  public:
-  // `listen_fd`: a listening TCP socket (non-blocking), kept open by the caller until
-  // this loop is gone.
+  // `listen_fd`: a listening TCP socket (non-blocking) for HTTP/1.1, kept open by the
+  // caller until this loop is gone; -1: none (HTTP is served elsewhere, or not at all).
   HttpIo(HttpLane& lane, Core& core, int listen_fd);
   ~HttpIo();
   HttpIo(const HttpIo&) = delete;
@@ -61,8 +63,31 @@ class HttpIo {
   // spin_for_arrivals; kSpinNs by default.
   void set_spin(uint64_t ns) { spin_ns_ = ns; }
   static constexpr uint64_t kSpinNs = 50000;
-  // Stop accepting (shutdown); the connections stay.
+  // Accepts HTTP/1.1 connections on `listen_fd` (a loop made with -1).
+  void listen_http(int listen_fd);
+  // Stop accepting HTTP/1.1 connections (shutdown); the connections stay.
   void stop_listening();
+
+  // -- gRPC (HTTP/2): csrc/http2/grpc_io.cc -------------------------------------------
+  // Accepts gRPC connections on `listen_fd` (kept open by the caller until this loop is
+  // gone), each an h2::GrpcConnection with `limits`. ModelInfer calls that `lane` takes
+  // are submitted, answered and written here; every other call (and every call while
+  // not grpc taking) goes to Python as kGrpc events, which answers through grpc().
+  void listen_grpc(int listen_fd, GrpcLane& lane, const h2::Limits& limits);
+  void stop_listening_grpc();
+  // Whether the gRPC lane takes ModelInfer calls here (false while Python must see each
+  // call: tracing, restricted protocols, header forwarding).
+  void set_grpc_taking(bool taking) { grpc_taking_ = taking; }
+  // Report the client's PINGs (kGrpcPings) for the ping policy Python keeps.
+  void set_grpc_watch_pings(bool watch) { grpc_watch_pings_ = watch; }
+  // A gRPC connection's protocol object, for Python's calls (send_message, finish,
+  // reset, shutdown, ping...); null when the connection is gone. After changing it,
+  // grpc_wrote() has its output written by the next flush_writes().
+  h2::GrpcConnection* grpc(uint64_t connection) const;
+  void grpc_wrote(uint64_t connection);
+  // gRPC events seen on the connection (calls, messages...), the keepalive's "calls are
+  // active" since it last looked.
+  uint64_t grpc_activity(uint64_t connection) const;
 
   enum class EventKind : uint8_t {
     kAccepted,       // a new connection (lane mode): Python makes its protocol
@@ -72,11 +97,25 @@ class HttpIo {
     kClosed,         // the connection is gone (its fd closed)
     kPauseWriting,   // Python mode: the client reads too slowly
     kResumeWriting,  // its unsent bytes drained
+    kGrpcAccepted,   // a new gRPC connection: Python makes its call handler
+    kGrpcCall,       // an event of a call Python answers: `grpc` (h2::EventKind)
+    kGrpcPings,      // the client sent PINGs: `count` in all; `flag`: answers went out
   };
   struct Event {
+    Event(EventKind kind_, uint64_t connection_, std::string data_ = {})
+        : kind(kind_), connection(connection_), data(std::move(data_)) {}
+    // A call's event for Python.
+    static Event call(uint64_t connection, h2::Event&& grpc) {
+      Event event(EventKind::kGrpcCall, connection);
+      event.grpc = std::move(grpc);
+      return event;
+    }
     EventKind kind;
     uint64_t connection;
     std::string data;  // kData, kHandOver
+    h2::Event grpc;    // kGrpcCall
+    uint64_t count = 0;
+    bool flag = false;
   };
   // A completion answered here, for the statistics Python keeps.
   struct Answered {
@@ -141,11 +180,16 @@ class HttpIo {
     uint32_t lane_model = 0;
     uint32_t batch_size = 0;
     uint64_t submit_ns = 0;
+    uint64_t connection = 0;  // a gRPC call's (0 for HTTP, or when its client is gone)
+    uint32_t stream = 0;      // a gRPC call's stream (0: an HTTP request)
   };
   bool owned(uint64_t request_id, Owned* out) const;
   // Python's answer (complete HTTP response bytes) to request `request_id` of this loop,
   // which it is no longer after; false when no client waits for it (gone away).
   bool answer(uint64_t request_id, const char* http, size_t size);
+  // A gRPC request of this loop that Python answers (through grpc()): no longer this
+  // loop's; false when it was not.
+  bool release_grpc(uint64_t request_id);
   // Writes what answer() made due (Python calls it once after answering a completion).
   void flush_writes();
 
@@ -181,6 +225,14 @@ class HttpIo {
     // straight into the connection's `out` (it was first in line: answer_completion).
     std::string answer;
   };
+  // A ModelInfer call this loop holds: its opening (handed to Python with its message if
+  // the lane does not take it), its message, then its request in the core.
+  struct GrpcCall {
+    h2::Event opened;
+    std::string message;
+    bool has_message = false;
+    uint64_t request_id = 0;
+  };
   struct Connection {
     uint64_t id = 0;
     int fd = -1;
@@ -200,6 +252,15 @@ class HttpIo {
     std::string in;                 // lane mode: received, not taken
     std::deque<Owed> owed;          // lane mode: answers owed, in request order
     std::string out;                // bytes not yet sent
+    // gRPC: the protocol (null on an HTTP/1.1 connection) and the calls this loop holds,
+    // by stream; every other stream's events are Python's.
+    std::unique_ptr<h2::GrpcConnection> h2;
+    std::unordered_map<uint32_t, GrpcCall> calls;
+    uint32_t grpc_in_flight = 0;  // lane requests in flight
+    uint32_t grpc_high = 0;       // the most there were at once (the waiting hint)
+    uint64_t activity = 0;        // gRPC events received
+    uint64_t pings_seen = 0;      // the client's PINGs reported
+    bool answered = false;        // calls answered here since the last PINGs report
   };
   struct Request {
     // Null once its client went away (the request stays until its completion).
@@ -208,9 +269,23 @@ class HttpIo {
     uint32_t lane_model;
     uint32_t batch_size;
     uint64_t submit_ns;
+    uint32_t stream = 0;  // a gRPC call's stream (0: an HTTP request)
   };
 
   void accept_all();
+  // gRPC (grpc_io.cc).
+  void accept_grpc();
+  void grpc_received(Connection* c, const char* data, size_t size);
+  void grpc_event(Connection* c, h2::Event& event);
+  // Hands a held call to Python: its opening, its message if any, then `then` if given.
+  void grpc_to_python(Connection* c, uint32_t stream, h2::Event* then);
+  void grpc_submit(Connection* c, uint32_t stream, GrpcCall& call);
+  void grpc_answer(Connection* c, uint32_t stream, const InferResponse& response);
+  // The call ends here (answered, reset, or its client gone).
+  void grpc_call_done(Connection* c, uint32_t stream);
+  // Moves the protocol's output into `out`; closing once the protocol is done.
+  void grpc_collect(Connection* c);
+  void grpc_pings(Connection* c);
   void on_readable(Connection* c);
   // Lane mode: takes what it can of c->in; the rest goes to Python when nothing is owed.
   void process_input(Connection* c);
@@ -223,6 +298,7 @@ class HttpIo {
   void touch(Connection* c);
   void update_events(Connection* c);
   void update_waiting(Connection* c);
+  void count_open(Connection* c);
   // Closes the connection; `report`: a kClosed event tells Python.
   void destroy(Connection* c, bool report);
   // Hands the turn's counts and events to `turn`.
@@ -249,9 +325,21 @@ class HttpIo {
     return found == connections_.end() ? nullptr : found->second.get();
   }
 
+  // epoll data of the gRPC listener (connection ids count up from 1; HTTP's is 0).
+  static constexpr uint64_t kGrpcListenerKey = ~uint64_t(0);
+
   HttpLane& lane_;
   Core& core_;
   int listen_fd_;
+  // gRPC: the listener (-1: none), its lane and connection limits.
+  int grpc_listen_fd_ = -1;
+  GrpcLane* grpc_lane_ = nullptr;
+  h2::Limits grpc_limits_;
+  bool grpc_taking_ = true;
+  bool grpc_watch_pings_ = false;
+  GrpcResponseWriter grpc_writer_;
+  std::string grpc_scratch_;
+  std::vector<std::string_view> grpc_parts_;
   int epoll_fd_ = -1;
   bool listening_ = true;
   bool taking_ = true;

@@ -699,79 +699,6 @@ cdef extern from "http1/http_framer.h" namespace "naiad":
         void forget(uint64_t request_id) nogil
 
 
-cdef extern from "http1/http_io.h" namespace "naiad":
-    cdef enum class IoEventKind "naiad::HttpIo::EventKind"(uint8_t):
-        kAccepted "naiad::HttpIo::EventKind::kAccepted"
-        kData "naiad::HttpIo::EventKind::kData"
-        kHandOver "naiad::HttpIo::EventKind::kHandOver"
-        kEof "naiad::HttpIo::EventKind::kEof"
-        kClosed "naiad::HttpIo::EventKind::kClosed"
-        kPauseWriting "naiad::HttpIo::EventKind::kPauseWriting"
-        kResumeWriting "naiad::HttpIo::EventKind::kResumeWriting"
-
-    cdef cppclass IoEvent "naiad::HttpIo::Event":
-        IoEventKind kind
-        uint64_t connection
-        string data
-
-    cdef cppclass IoAnswered "naiad::HttpIo::Answered":
-        uint32_t lane_model
-        uint32_t instance_id
-        uint64_t timings[4]
-        uint32_t successes
-        uint32_t inferences
-        uint64_t request_ns
-        uint64_t queue_ns
-        vector[uint64_t] failed_ns
-        vector[pair[uint64_t, uint64_t]] each
-        vector[uint32_t] batch_sizes
-        vector[uint64_t] lost
-
-    cdef cppclass IoTurn "naiad::HttpIo::Turn":
-        vector[IoEvent] events
-        vector[Completion] completions
-        vector[IoAnswered] answered
-        uint32_t queued
-        uint32_t cached
-        uint32_t refused
-
-    cdef cppclass IoOwned "naiad::HttpIo::Owned":
-        uint32_t lane_model
-        uint32_t batch_size
-        uint64_t submit_ns
-
-    cdef cppclass CHttpIo "naiad::HttpIo":
-        CHttpIo(HttpLane& lane, CCore& core, int listen_fd) except +
-        int epoll_fd()
-        void set_taking(cbool taking)
-        void set_max_body(size_t max_body)
-        void set_each(cbool each)
-        void stop_listening()
-        void run(uint32_t python_open, uint32_t python_waiting, IoTurn* turn) except + nogil
-        void poll(uint32_t python_open, uint32_t python_waiting, IoTurn* turn) except + nogil
-        size_t pending_events()
-        void write(uint64_t connection, const char* data, size_t size) nogil
-        cbool close(uint64_t connection, cbool abort) nogil
-        void write_eof(uint64_t connection)
-        void pause_reading(uint64_t connection)
-        void resume_reading(uint64_t connection)
-        size_t unsent(uint64_t connection)
-        cbool is_open(uint64_t connection)
-        cbool in_lane_mode(uint64_t connection)
-        void take_back(uint64_t connection, const char* data, size_t size,
-                       IoTurn* turn) except + nogil
-        cbool owned(uint64_t request_id, IoOwned* out)
-        cbool answer(uint64_t request_id, const char* http, size_t size)
-        void flush_writes() nogil
-        uint32_t open_count()
-        uint32_t waiting_count()
-        size_t in_flight()
-        vector[uint64_t] owned_ids()
-        void sweep(uint64_t before_ns, uint64_t idle_before_ns, vector[uint64_t]* timed_out,
-                   vector[uint64_t]* idle)
-        void hand_over(uint64_t connection)
-
-
 cdef extern from "ipc/worker_endpoint.h" namespace "naiad":
     cdef cppclass CWorkerEndpoint "naiad::WorkerEndpoint":
         CWorkerEndpoint(int arena_fd, uint64_t channel_offset, int wake_fd, int notify_fd) except +
@@ -2693,206 +2620,6 @@ cdef class FastLane:
         return self._lane.codec().in_flight_of(lane_model)
 
 
-# HttpIo events (csrc/http1/http_io.h EventKind).
-IO_ACCEPTED = <int>IoEventKind.kAccepted
-IO_DATA = <int>IoEventKind.kData
-IO_HAND_OVER = <int>IoEventKind.kHandOver
-IO_EOF = <int>IoEventKind.kEof
-IO_CLOSED = <int>IoEventKind.kClosed
-IO_PAUSE_WRITING = <int>IoEventKind.kPauseWriting
-IO_RESUME_WRITING = <int>IoEventKind.kResumeWriting
-
-
-IoAnswered_ = namedtuple(
-    "IoAnswered",
-    "lane_model instance_id timings successes inferences request_ns queue_ns failed_ns each "
-    "batch_sizes lost")
-cdef class IoTurnResult:
-    """What a turn of the HTTP I/O loop hands Python: its events [(kind, connection,
-    data bytes or None)], the completions for Python (as Core.poll gives them), one
-    IoAnswered statistics record per completion the loop answered, and how many lane
-    requests the turn queued (the caller of take_back flushes them). HttpIo counts the
-    requests each turn queued, answered from the cache or refused (requests_queued...)."""
-
-    cdef readonly list events
-    cdef readonly list completions
-    cdef readonly list answered
-    cdef readonly uint32_t queued
-
-
-cdef class HttpIo:
-    """The HTTP front end's C++ I/O loop (csrc/http1/http_io.h) over a FastLane and its Core:
-    its connections' plain infer requests are taken, answered and written in C++; the
-    rest of each connection is handed to Python as events (http/io_server.py)."""
-
-    cdef CHttpIo* _io
-    cdef FastLane _lane
-    cdef readonly int epoll_fd
-    # Lane requests the turns queued, answered from the response cache, refused (the
-    # validator's error), since the loop began: the manager's lane_stats.
-    cdef readonly uint64_t requests_queued
-    cdef readonly uint64_t requests_cached
-    cdef readonly uint64_t requests_refused
-
-    def __cinit__(self, FastLane lane, int listen_fd):
-        self._lane = lane
-        self._io = new CHttpIo(lane._lane[0], lane._core._core[0], listen_fd)
-        self.epoll_fd = self._io.epoll_fd()
-
-    def __dealloc__(self):
-        del self._io
-
-    cdef object _result(self, IoTurn& turn, bint always):
-        """The turn's IoTurnResult; None when it holds nothing for Python (no events,
-        completions nor answered completions) unless `always`: most turns, which only
-        took requests, cost Python no object."""
-        self.requests_queued += turn.queued
-        self.requests_cached += turn.cached
-        self.requests_refused += turn.refused
-        if (not always and turn.events.empty() and turn.completions.empty()
-                and turn.answered.empty()):
-            return None
-        cdef IoTurnResult result = IoTurnResult.__new__(IoTurnResult)
-        cdef list events = []
-        cdef size_t i
-        for i in range(turn.events.size()):
-            if (turn.events[i].kind == IoEventKind.kData
-                    or turn.events[i].kind == IoEventKind.kHandOver):
-                data = PyBytes_FromStringAndSize(turn.events[i].data.data(),
-                                                 turn.events[i].data.size())
-            else:
-                data = None
-            events.append((<int>turn.events[i].kind, turn.events[i].connection, data))
-        cdef list answered = []
-        cdef IoAnswered* a
-        for i in range(turn.answered.size()):
-            a = &turn.answered[i]
-            answered.append(IoAnswered_(
-                a.lane_model, a.instance_id,
-                [a.timings[0], a.timings[1], a.timings[2], a.timings[3]],
-                a.successes, a.inferences, a.request_ns, a.queue_ns, a.failed_ns,
-                a.each if a.each.size() else None, a.batch_sizes, a.lost))
-        result.events = events
-        result.completions = (
-            _completions(turn.completions) if turn.completions.size() else [])
-        result.answered = answered
-        result.queued = turn.queued
-        return result
-
-    def set_taking(self, bint taking):
-        self._io.set_taking(taking)
-
-    def set_max_body(self, size_t max_body):
-        self._io.set_max_body(max_body)
-
-    def set_each(self, bint each):
-        self._io.set_each(each)
-
-    def stop_listening(self):
-        self._io.stop_listening()
-
-    def run(self, uint32_t python_open, uint32_t python_waiting):
-        """One turn (HttpIo::run): an IoTurnResult, or None when nothing is for Python."""
-        cdef IoTurn turn
-        with nogil:
-            self._io.run(python_open, python_waiting, &turn)
-        return self._result(turn, False)
-
-    def poll(self, uint32_t python_open, uint32_t python_waiting):
-        """The core notified (HttpIo::poll): an IoTurnResult, or None when nothing is
-        for Python."""
-        cdef IoTurn turn
-        with nogil:
-            self._io.poll(python_open, python_waiting, &turn)
-        return self._result(turn, False)
-
-    @property
-    def pending_events(self):
-        return self._io.pending_events()
-
-    def write(self, uint64_t connection, data):
-        cdef const uint8_t[::1] view
-        if type(data) is bytes:
-            self._io.write(connection, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
-            return
-        view = memoryview(data).cast("B")
-        if view.shape[0]:
-            self._io.write(connection, <const char*>&view[0], view.shape[0])
-
-    def close(self, uint64_t connection, bint abort=False):
-        """True when closed now (the caller reports it); else once its bytes are sent."""
-        return self._io.close(connection, abort)
-
-    def write_eof(self, uint64_t connection):
-        self._io.write_eof(connection)
-
-    def pause_reading(self, uint64_t connection):
-        self._io.pause_reading(connection)
-
-    def resume_reading(self, uint64_t connection):
-        self._io.resume_reading(connection)
-
-    def unsent(self, uint64_t connection):
-        return self._io.unsent(connection)
-
-    def is_open(self, uint64_t connection):
-        return self._io.is_open(connection)
-
-    def in_lane_mode(self, uint64_t connection):
-        return self._io.in_lane_mode(connection)
-
-    def take_back(self, uint64_t connection, bytes data):
-        """The connection's protocol is idle: back to lane mode with `data`; the
-        turn's IoTurnResult (always one: its caller flushes what it queued)."""
-        cdef IoTurn turn
-        cdef const char* start = PyBytes_AS_STRING(data)
-        cdef size_t size = PyBytes_GET_SIZE(data)
-        with nogil:
-            self._io.take_back(connection, start, size, &turn)
-        return self._result(turn, True)
-
-    def owned(self, uint64_t request_id):
-        """(lane_model, batch_size, submit_ns) of this loop's request in flight, or None."""
-        cdef IoOwned owned
-        if not self._io.owned(request_id, &owned):
-            return None
-        return owned.lane_model, owned.batch_size, owned.submit_ns
-
-    def answer(self, uint64_t request_id, bytes http):
-        """Python's whole answer to this loop's request; False when no longer owed."""
-        return self._io.answer(request_id, PyBytes_AS_STRING(http), PyBytes_GET_SIZE(http))
-
-    def flush_writes(self):
-        with nogil:
-            self._io.flush_writes()
-
-    @property
-    def open_count(self):
-        return self._io.open_count()
-
-    @property
-    def waiting_count(self):
-        return self._io.waiting_count()
-
-    @property
-    def in_flight(self):
-        return self._io.in_flight()
-
-    def owned_ids(self):
-        return self._io.owned_ids()
-
-    def sweep(self, uint64_t before_ns, uint64_t idle_before_ns):
-        """(lane-mode connections holding part of a request since before `before_ns`,
-        idle ones since before `idle_before_ns`)."""
-        cdef vector[uint64_t] timed_out
-        cdef vector[uint64_t] idle
-        self._io.sweep(before_ns, idle_before_ns, &timed_out, &idle)
-        return timed_out, idle
-
-    def hand_over(self, uint64_t connection):
-        self._io.hand_over(connection)
-
-
 cdef str _trace_context(const uint8_t* base, uint64_t offset, const RequestHeader* request):
     """The trace context of a request traced in mode opentelemetry, with the client's
     tracestate when its block carries one (csrc/core/trace_context.h)."""
@@ -3414,6 +3141,31 @@ GRPC_HALF_CLOSE = 2
 GRPC_CANCEL = 3
 
 
+cdef object _h2_event(H2Event* e, cbool want_metadata):
+    """A GrpcConnection event as the tuple GrpcConnection.receive documents (a message's
+    bytes are moved out of `e`, not copied)."""
+    cdef OwnedBytes message
+    if e.kind == H2EventKind.kMessage:
+        message = OwnedBytes.__new__(OwnedBytes)
+        message.data.swap(e.message)
+        return (GRPC_MESSAGE, e.stream_id, message, e.compressed)
+    if e.kind == H2EventKind.kCall:
+        # The call's metadata stays in C++, but for a traceparent in trace mode
+        # opentelemetry (read_grpc_traceparent) and, when `want_metadata`
+        # (restrictions, header forwarding), all of it as a 7th item.
+        traceparent = _traceparent(e.metadata) if _read_traceparent else None
+        if want_metadata:
+            return (GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
+                    e.timeout_us, e.encoding.decode("ascii", "replace"), traceparent,
+                    tuple([(h.name.decode("latin-1"), h.value.decode("latin-1"))
+                           for h in e.metadata]))
+        return (GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
+                e.timeout_us, e.encoding.decode("ascii", "replace"), traceparent)
+    if e.kind == H2EventKind.kHalfClose:
+        return (GRPC_HALF_CLOSE, e.stream_id)
+    return (GRPC_CANCEL, e.stream_id, e.error_code)
+
+
 cdef class GrpcConnection:
     """One HTTP/2 connection carrying gRPC calls, as bytes in and bytes out.
 
@@ -3455,33 +3207,8 @@ cdef class GrpcConnection:
             self._conn.receive(start, size, &events)
         cdef list out = []
         cdef size_t i
-        cdef H2Event* e
-        cdef OwnedBytes message
         for i in range(events.size()):
-            e = &events[i]
-            if e.kind == H2EventKind.kMessage:
-                message = OwnedBytes.__new__(OwnedBytes)
-                message.data.swap(e.message)
-                out.append((GRPC_MESSAGE, e.stream_id, message, e.compressed))
-            elif e.kind == H2EventKind.kCall:
-                # The call's metadata stays in C++, but for a traceparent in trace mode
-                # opentelemetry (read_grpc_traceparent) and, when `want_metadata`
-                # (restrictions, header forwarding), all of it as a 7th item.
-                traceparent = _traceparent(e.metadata) if _read_traceparent else None
-                if self.want_metadata:
-                    out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
-                                e.timeout_us, e.encoding.decode("ascii", "replace"),
-                                traceparent,
-                                tuple([(h.name.decode("latin-1"), h.value.decode("latin-1"))
-                                       for h in e.metadata])))
-                else:
-                    out.append((GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
-                                e.timeout_us, e.encoding.decode("ascii", "replace"),
-                                traceparent))
-            elif e.kind == H2EventKind.kHalfClose:
-                out.append((GRPC_HALF_CLOSE, e.stream_id))
-            else:
-                out.append((GRPC_CANCEL, e.stream_id, e.error_code))
+            out.append(_h2_event(&events[i], self.want_metadata))
         return out
 
     def send_message(self, uint32_t stream_id, payload):
@@ -3764,9 +3491,18 @@ cdef class GrpcAnswer:
     cdef uint64_t generation
     cdef cbool streamed
 
-    def send(self, GrpcConnection conn, uint32_t stream_id):
-        """Queues the answer on `stream_id`, copied once from the result block into the
+    def send(self, conn, uint32_t stream_id):
+        """Queues the answer on `stream_id` of `conn` (a GrpcConnection, or an I/O loop
+        connection's GrpcStreams), copied once from the result block into the
         connection's frames; False when the stream is gone."""
+        cdef CGrpcConnection* target
+        if type(conn) is GrpcStreams:
+            target = (<GrpcStreams>conn)._conn()
+            if target == NULL:
+                return False
+            (<GrpcStreams>conn)._wrote()
+        else:
+            target = (<GrpcConnection?>conn)._conn
         cdef GrpcLane lane = self.lane
         if lane._generation != self.generation or self.index >= lane._answers.size():
             raise RuntimeError("a gRPC answer sent after its result block was released")
@@ -3776,8 +3512,435 @@ cdef class GrpcAnswer:
         with nogil:
             lane._writer.parts(lane._answers[self.index].response, self.streamed, &scratch,
                                &parts)
-            sent = conn._conn.send_parts(stream_id, parts.data(), parts.size())
+            sent = target.send_parts(stream_id, parts.data(), parts.size())
         return sent
+
+# --- the C++ I/O loop (csrc/http1/http_io.h): HTTP/1.1 and gRPC connections ---
+
+cdef extern from "http1/http_io.h" namespace "naiad":
+    cdef enum class IoEventKind "naiad::HttpIo::EventKind"(uint8_t):
+        kAccepted "naiad::HttpIo::EventKind::kAccepted"
+        kData "naiad::HttpIo::EventKind::kData"
+        kHandOver "naiad::HttpIo::EventKind::kHandOver"
+        kEof "naiad::HttpIo::EventKind::kEof"
+        kClosed "naiad::HttpIo::EventKind::kClosed"
+        kPauseWriting "naiad::HttpIo::EventKind::kPauseWriting"
+        kResumeWriting "naiad::HttpIo::EventKind::kResumeWriting"
+        kGrpcAccepted "naiad::HttpIo::EventKind::kGrpcAccepted"
+        kGrpcCall "naiad::HttpIo::EventKind::kGrpcCall"
+        kGrpcPings "naiad::HttpIo::EventKind::kGrpcPings"
+
+    cdef cppclass IoEvent "naiad::HttpIo::Event":
+        IoEventKind kind
+        uint64_t connection
+        string data
+        H2Event grpc
+        uint64_t count
+        cbool flag
+
+    cdef cppclass IoAnswered "naiad::HttpIo::Answered":
+        uint32_t lane_model
+        uint32_t instance_id
+        uint64_t timings[4]
+        uint32_t successes
+        uint32_t inferences
+        uint64_t request_ns
+        uint64_t queue_ns
+        vector[uint64_t] failed_ns
+        vector[pair[uint64_t, uint64_t]] each
+        vector[uint32_t] batch_sizes
+        vector[uint64_t] lost
+
+    cdef cppclass IoTurn "naiad::HttpIo::Turn":
+        vector[IoEvent] events
+        vector[Completion] completions
+        vector[IoAnswered] answered
+        uint32_t queued
+        uint32_t cached
+        uint32_t refused
+
+    cdef cppclass IoOwned "naiad::HttpIo::Owned":
+        uint32_t lane_model
+        uint32_t batch_size
+        uint64_t submit_ns
+        uint64_t connection
+        uint32_t stream
+
+    cdef cppclass CHttpIo "naiad::HttpIo":
+        CHttpIo(HttpLane& lane, CCore& core, int listen_fd) except +
+        int epoll_fd()
+        void set_taking(cbool taking)
+        void set_max_body(size_t max_body)
+        void set_each(cbool each)
+        void listen_http(int listen_fd)
+        void stop_listening()
+        void run(uint32_t python_open, uint32_t python_waiting, IoTurn* turn) except + nogil
+        void poll(uint32_t python_open, uint32_t python_waiting, IoTurn* turn) except + nogil
+        size_t pending_events()
+        void write(uint64_t connection, const char* data, size_t size) nogil
+        cbool close(uint64_t connection, cbool abort) nogil
+        void write_eof(uint64_t connection)
+        void pause_reading(uint64_t connection)
+        void resume_reading(uint64_t connection)
+        size_t unsent(uint64_t connection)
+        cbool is_open(uint64_t connection)
+        cbool in_lane_mode(uint64_t connection)
+        void take_back(uint64_t connection, const char* data, size_t size,
+                       IoTurn* turn) except + nogil
+        cbool owned(uint64_t request_id, IoOwned* out)
+        cbool answer(uint64_t request_id, const char* http, size_t size)
+        void flush_writes() nogil
+        uint32_t open_count()
+        uint32_t waiting_count()
+        size_t in_flight()
+        vector[uint64_t] owned_ids()
+        void sweep(uint64_t before_ns, uint64_t idle_before_ns, vector[uint64_t]* timed_out,
+                   vector[uint64_t]* idle)
+        void hand_over(uint64_t connection)
+        void listen_grpc(int listen_fd, CGrpcLane& lane, const H2Limits& limits) except +
+        void stop_listening_grpc()
+        void set_grpc_taking(cbool taking)
+        void set_grpc_watch_pings(cbool watch)
+        CGrpcConnection* grpc(uint64_t connection)
+        void grpc_wrote(uint64_t connection)
+        uint64_t grpc_activity(uint64_t connection)
+        cbool release_grpc(uint64_t request_id)
+
+
+# HttpIo events (csrc/http1/http_io.h EventKind).
+IO_ACCEPTED = <int>IoEventKind.kAccepted
+IO_DATA = <int>IoEventKind.kData
+IO_HAND_OVER = <int>IoEventKind.kHandOver
+IO_EOF = <int>IoEventKind.kEof
+IO_CLOSED = <int>IoEventKind.kClosed
+IO_PAUSE_WRITING = <int>IoEventKind.kPauseWriting
+IO_RESUME_WRITING = <int>IoEventKind.kResumeWriting
+IO_GRPC_ACCEPTED = <int>IoEventKind.kGrpcAccepted
+IO_GRPC_CALL = <int>IoEventKind.kGrpcCall  # data: the call's event, as GrpcConnection's
+IO_GRPC_PINGS = <int>IoEventKind.kGrpcPings  # data: (PINGs received, answered since)
+
+
+IoAnswered_ = namedtuple(
+    "IoAnswered",
+    "lane_model instance_id timings successes inferences request_ns queue_ns failed_ns each "
+    "batch_sizes lost")
+cdef class IoTurnResult:
+    """What a turn of the HTTP I/O loop hands Python: its events [(kind, connection,
+    data bytes or None)], the completions for Python (as Core.poll gives them), one
+    IoAnswered statistics record per completion the loop answered, and how many lane
+    requests the turn queued (the caller of take_back flushes them). HttpIo counts the
+    requests each turn queued, answered from the cache or refused (requests_queued...)."""
+
+    cdef readonly list events
+    cdef readonly list completions
+    cdef readonly list answered
+    cdef readonly uint32_t queued
+
+
+cdef class HttpIo:
+    """The front end's C++ I/O loop (csrc/http1/http_io.h) over a FastLane and its Core,
+    for HTTP/1.1 and gRPC connections: plain infer requests and lane ModelInfer calls are
+    taken, answered and written in C++; the rest of each connection is handed to Python
+    as events (naiad/io_engine.py). `listen_fd`: HTTP's listening socket, or -1."""
+
+    cdef CHttpIo* _io
+    cdef FastLane _lane
+    cdef GrpcLane _grpc_lane
+    cdef readonly int epoll_fd
+    # gRPC calls handed to Python carry all their metadata (restrictions, forwarding).
+    cdef public cbool grpc_metadata
+    # Lane requests the turns queued, answered from the response cache, refused (the
+    # validator's error), since the loop began: the manager's lane_stats.
+    cdef readonly uint64_t requests_queued
+    cdef readonly uint64_t requests_cached
+    cdef readonly uint64_t requests_refused
+
+    def __cinit__(self, FastLane lane, int listen_fd):
+        self._lane = lane
+        self._io = new CHttpIo(lane._lane[0], lane._core._core[0], listen_fd)
+        self.epoll_fd = self._io.epoll_fd()
+
+    def __dealloc__(self):
+        del self._io
+
+    cdef object _result(self, IoTurn& turn, bint always):
+        """The turn's IoTurnResult; None when it holds nothing for Python (no events,
+        completions nor answered completions) unless `always`: most turns, which only
+        took requests, cost Python no object."""
+        self.requests_queued += turn.queued
+        self.requests_cached += turn.cached
+        self.requests_refused += turn.refused
+        if (not always and turn.events.empty() and turn.completions.empty()
+                and turn.answered.empty()):
+            return None
+        cdef IoTurnResult result = IoTurnResult.__new__(IoTurnResult)
+        cdef list events = []
+        cdef size_t i
+        for i in range(turn.events.size()):
+            if (turn.events[i].kind == IoEventKind.kData
+                    or turn.events[i].kind == IoEventKind.kHandOver):
+                data = PyBytes_FromStringAndSize(turn.events[i].data.data(),
+                                                 turn.events[i].data.size())
+            elif turn.events[i].kind == IoEventKind.kGrpcCall:
+                data = _h2_event(&turn.events[i].grpc, self.grpc_metadata)
+            elif turn.events[i].kind == IoEventKind.kGrpcPings:
+                data = (turn.events[i].count, turn.events[i].flag)
+            else:
+                data = None
+            events.append((<int>turn.events[i].kind, turn.events[i].connection, data))
+        cdef list answered = []
+        cdef IoAnswered* a
+        for i in range(turn.answered.size()):
+            a = &turn.answered[i]
+            answered.append(IoAnswered_(
+                a.lane_model, a.instance_id,
+                [a.timings[0], a.timings[1], a.timings[2], a.timings[3]],
+                a.successes, a.inferences, a.request_ns, a.queue_ns, a.failed_ns,
+                a.each if a.each.size() else None, a.batch_sizes, a.lost))
+        result.events = events
+        result.completions = (
+            _completions(turn.completions) if turn.completions.size() else [])
+        result.answered = answered
+        result.queued = turn.queued
+        return result
+
+    def set_taking(self, bint taking):
+        self._io.set_taking(taking)
+
+    def set_max_body(self, size_t max_body):
+        self._io.set_max_body(max_body)
+
+    def set_each(self, bint each):
+        self._io.set_each(each)
+
+    def listen_http(self, int listen_fd):
+        """Accepts HTTP/1.1 connections on `listen_fd` (a loop made with -1)."""
+        self._io.listen_http(listen_fd)
+
+    def stop_listening(self):
+        self._io.stop_listening()
+
+    def run(self, uint32_t python_open, uint32_t python_waiting):
+        """One turn (HttpIo::run): an IoTurnResult, or None when nothing is for Python."""
+        cdef IoTurn turn
+        with nogil:
+            self._io.run(python_open, python_waiting, &turn)
+        return self._result(turn, False)
+
+    def poll(self, uint32_t python_open, uint32_t python_waiting):
+        """The core notified (HttpIo::poll): an IoTurnResult, or None when nothing is
+        for Python."""
+        cdef IoTurn turn
+        with nogil:
+            self._io.poll(python_open, python_waiting, &turn)
+        return self._result(turn, False)
+
+    @property
+    def pending_events(self):
+        return self._io.pending_events()
+
+    def write(self, uint64_t connection, data):
+        cdef const uint8_t[::1] view
+        if type(data) is bytes:
+            self._io.write(connection, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+            return
+        view = memoryview(data).cast("B")
+        if view.shape[0]:
+            self._io.write(connection, <const char*>&view[0], view.shape[0])
+
+    def close(self, uint64_t connection, bint abort=False):
+        """True when closed now (the caller reports it); else once its bytes are sent."""
+        return self._io.close(connection, abort)
+
+    def write_eof(self, uint64_t connection):
+        self._io.write_eof(connection)
+
+    def pause_reading(self, uint64_t connection):
+        self._io.pause_reading(connection)
+
+    def resume_reading(self, uint64_t connection):
+        self._io.resume_reading(connection)
+
+    def unsent(self, uint64_t connection):
+        return self._io.unsent(connection)
+
+    def is_open(self, uint64_t connection):
+        return self._io.is_open(connection)
+
+    def in_lane_mode(self, uint64_t connection):
+        return self._io.in_lane_mode(connection)
+
+    def take_back(self, uint64_t connection, bytes data):
+        """The connection's protocol is idle: back to lane mode with `data`; the
+        turn's IoTurnResult (always one: its caller flushes what it queued)."""
+        cdef IoTurn turn
+        cdef const char* start = PyBytes_AS_STRING(data)
+        cdef size_t size = PyBytes_GET_SIZE(data)
+        with nogil:
+            self._io.take_back(connection, start, size, &turn)
+        return self._result(turn, True)
+
+    def owned(self, uint64_t request_id):
+        """(lane_model, batch_size, submit_ns, connection, stream) of this loop's request
+        in flight, or None; `stream` 0 for an HTTP request, else the gRPC call's stream
+        on `connection` (0 when its client is gone)."""
+        cdef IoOwned owned
+        if not self._io.owned(request_id, &owned):
+            return None
+        return (owned.lane_model, owned.batch_size, owned.submit_ns, owned.connection,
+                owned.stream)
+
+    def release_grpc(self, uint64_t request_id):
+        """A gRPC request of this loop that Python answers from now on (through
+        grpc_streams); False when it was not this loop's."""
+        return self._io.release_grpc(request_id)
+
+    # -- gRPC (csrc/http2/grpc_io.cc) -------------------------------------------------
+    def listen_grpc(self, GrpcLane lane, int listen_fd, uint64_t max_message_size=0x7fffffff,
+                    int response_compression=0):
+        """Accepts gRPC connections on `listen_fd`; `lane` takes their ModelInfer calls.
+        response_compression: --grpc-infer-response-compression-level, 0 (none) to 3."""
+        cdef H2Limits limits
+        limits.max_message_size = max_message_size
+        limits.response_compression = response_compression
+        self._grpc_lane = lane
+        self._io.listen_grpc(listen_fd, lane._lane[0], limits)
+
+    def stop_listening_grpc(self):
+        self._io.stop_listening_grpc()
+
+    def set_grpc_taking(self, bint taking):
+        self._io.set_grpc_taking(taking)
+
+    def set_grpc_watch_pings(self, bint watch):
+        self._io.set_grpc_watch_pings(watch)
+
+    def grpc_streams(self, uint64_t connection):
+        """The gRPC connection's calls, for Python's answers (GrpcStreams)."""
+        cdef GrpcStreams streams = GrpcStreams.__new__(GrpcStreams)
+        streams.io = self
+        streams.connection = connection
+        return streams
+
+    def answer(self, uint64_t request_id, bytes http):
+        """Python's whole answer to this loop's request; False when no longer owed."""
+        return self._io.answer(request_id, PyBytes_AS_STRING(http), PyBytes_GET_SIZE(http))
+
+    def flush_writes(self):
+        with nogil:
+            self._io.flush_writes()
+
+    @property
+    def open_count(self):
+        return self._io.open_count()
+
+    @property
+    def waiting_count(self):
+        return self._io.waiting_count()
+
+    @property
+    def in_flight(self):
+        return self._io.in_flight()
+
+    def owned_ids(self):
+        return self._io.owned_ids()
+
+    def sweep(self, uint64_t before_ns, uint64_t idle_before_ns):
+        """(lane-mode connections holding part of a request since before `before_ns`,
+        idle ones since before `idle_before_ns`)."""
+        cdef vector[uint64_t] timed_out
+        cdef vector[uint64_t] idle
+        self._io.sweep(before_ns, idle_before_ns, &timed_out, &idle)
+        return timed_out, idle
+
+    def hand_over(self, uint64_t connection):
+        self._io.hand_over(connection)
+
+
+
+cdef class GrpcStreams:
+    """A gRPC connection of the I/O loop, as GrpcConnection's answering side: what Python
+    sends on its calls goes to the loop's h2::GrpcConnection, written at the loop's next
+    flush_writes(). Once the connection is gone, sends return False and the state reads
+    as closed."""
+
+    cdef HttpIo io
+    cdef readonly uint64_t connection
+
+    cdef CGrpcConnection* _conn(self):
+        return self.io._io.grpc(self.connection)
+
+    cdef void _wrote(self):
+        self.io._io.grpc_wrote(self.connection)
+
+    def send_message(self, uint32_t stream_id, payload):
+        """Queues one response message; False when the call is gone."""
+        cdef CGrpcConnection* conn = self._conn()
+        if conn == NULL:
+            return False
+        cdef const unsigned char[:] view = payload
+        cdef string_view sv
+        if view.shape[0] == 0:
+            sv = string_view(b"", 0)
+        else:
+            sv = string_view(<const char*>&view[0], view.shape[0])
+        self._wrote()
+        return conn.send_message(stream_id, sv)
+
+    def finish(self, uint32_t stream_id, int status, str message=""):
+        """Ends a call with grpc-status `status` and grpc-message `message`."""
+        cdef CGrpcConnection* conn = self._conn()
+        if conn == NULL:
+            return False
+        cdef bytes encoded = message.encode()
+        self._wrote()
+        return conn.finish(stream_id, status,
+                           string_view(PyBytes_AS_STRING(encoded), PyBytes_GET_SIZE(encoded)))
+
+    def reset(self, uint32_t stream_id, uint32_t code):
+        cdef CGrpcConnection* conn = self._conn()
+        if conn != NULL:
+            conn.reset(stream_id, code)
+            self._wrote()
+
+    def shutdown(self):
+        """GOAWAY: open calls are answered, new ones refused; closes once all are done."""
+        cdef CGrpcConnection* conn = self._conn()
+        if conn != NULL:
+            conn.shutdown()
+            self._wrote()
+
+    def ping(self):
+        cdef CGrpcConnection* conn = self._conn()
+        if conn != NULL:
+            conn.ping()
+            self._wrote()
+
+    def too_many_pings(self):
+        cdef CGrpcConnection* conn = self._conn()
+        if conn != NULL:
+            conn.too_many_pings()
+            self._wrote()
+
+    @property
+    def pings_unacked(self):
+        cdef CGrpcConnection* conn = self._conn()
+        return 0 if conn == NULL else conn.pings_unacked()
+
+    @property
+    def open_streams(self):
+        cdef CGrpcConnection* conn = self._conn()
+        return 0 if conn == NULL else conn.open_streams()
+
+    @property
+    def activity(self):
+        """gRPC events seen on the connection so far (its calls are active)."""
+        return self.io._io.grpc_activity(self.connection)
+
+    @property
+    def closed(self):
+        return self._conn() == NULL
+
 
 # --- shared-memory regions (csrc/shm/shm_registry.h): Triton's system and CUDA shm ---
 

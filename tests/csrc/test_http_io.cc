@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
-#include "add_sub_model.h"
 #include "core/core.h"
 #include "http1/http_framer.h"
 #include "http1/http_io.h"
+#include "io_fixture.h"
 #include "ipc/ipc_schema.h"
 #include "ipc/response_block.h"
 #include "ipc/worker_endpoint.h"
@@ -46,128 +46,6 @@ std::string add_sub_request(char fill = '\x01', const std::string& id = "") {
 
 const char kGet[] = "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n";
 
-// A core with add_sub (one instance, or `instances`; batches up to 8), its lane, and
-// the loop on a listening socket of its own. With a queue delay, the core has its timer
-// thread. `clock`: the core's (the loop's spin runs on it too), monotonic_ns by default.
-struct Fixture {
-  explicit Fixture(uint64_t queue_delay_us = 0, int instances = 1, Clock clock = nullptr)
-      : core(1 << 24, std::move(clock), queue_delay_us != 0), lane(core) {
-    BatcherConfig config;
-    config.dynamic_batching = true;
-    config.max_batch_size = 8;
-    config.max_queue_delay_us = queue_delay_us;
-    ModelHandle model = core.add_model(config);
-    for (int i = 0; i < instances; ++i) {
-      uint32_t instance = core.add_instance(model);
-      InstanceEndpoint ep = core.endpoint(instance);
-      workers.push_back(new WorkerEndpoint(dup(core.arena().fd()), ep.channel_offset,
-                                           dup(ep.wake_fd), dup(core.notify_fd())));
-      core.instance_up(instance);
-    }
-    ModelSpec spec = add_sub_model(8);
-    spec.core_model_id = model;
-    lane.add_route("/v2/models/add_sub/infer", lane.codec().add_model(spec));
-    listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address);
-    listen(listener, 16);
-    socklen_t length = sizeof address;
-    getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
-    port = ntohs(address.sin_port);
-    io = new HttpIo(lane, core, listener);
-  }
-  ~Fixture() {
-    delete io;
-    for (WorkerEndpoint* worker : workers) delete worker;
-    close(listener);
-  }
-
-  int connect_client() {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(port);
-    connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-    return fd;
-  }
-
-  // Plays the workers: every batch dispatched gets add_sub's answer (answer()). Returns
-  // the batches answered. Not while `holding`: the test takes and answers them.
-  int answer_batches() {
-    if (holding) return 0;
-    int answered = 0;
-    BatchMessage message;
-    for (WorkerEndpoint* worker : workers) {
-      while (worker->try_next(&message)) {
-        if (message.kind != MessageKind::kBatch) continue;
-        answer(*worker, message);
-        ++answered;
-      }
-    }
-    return answered;
-  }
-
-  // add_sub's answer to a batch `worker` took: OUTPUT0 filled with the batch's size, one
-  // response per request.
-  void answer(WorkerEndpoint& worker, const BatchMessage& message) {
-    const auto* header =
-        reinterpret_cast<const BatchHeader*>(worker.arena().base() + message.desc_offset);
-    std::string output(64, static_cast<char>('0' + header->n_requests));
-    std::vector<ResponseEntry> entries(header->n_requests);
-    for (uint32_t i = 0; i < header->n_requests; ++i) {
-      entries[i].request_index = i;
-      entries[i].json = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,16]]]}";
-      entries[i].outputs = {{output.data(), 64}};
-    }
-    const uint64_t timings[4] = {1, 2, 3, 4};
-    std::vector<uint8_t> block(response_block_size(entries));
-    write_response_block(block.data(), entries, timings);
-    uint64_t offset = worker.arena().alloc(block.size(), message.batch_id);
-    std::memcpy(worker.arena().base() + offset, block.data(), block.size());
-    worker.complete(message.batch_id, offset, block.size(), kCompletionOk);
-  }
-
-  // Turns of the loop (the worker answering in between) until `done` or ~2 s; every
-  // turn's events and answered completions are kept.
-  template <typename Done>
-  bool turn_until(Done done) {
-    for (int i = 0; i < 2000; ++i) {
-      HttpIo::Turn turn;
-      io->run(0, 0, &turn);
-      io->poll(0, 0, &turn);  // the core's notify eventfd is the event loop's reader
-      for (auto& event : turn.events) events.push_back(std::move(event));
-      for (auto& a : turn.answered) answered.push_back(std::move(a));
-      for (auto& c : turn.completions) python_completions.push_back(std::move(c));
-      answer_batches();
-      if (done()) return true;
-      pollfd wait{io->epoll_fd(), POLLIN, 0};
-      ::poll(&wait, 1, 1);
-    }
-    return false;
-  }
-
-  const HttpIo::Event* find_event(HttpIo::EventKind kind, uint64_t connection = 0) const {
-    for (const auto& event : events) {
-      if (event.kind == kind && (connection == 0 || event.connection == connection)) return &event;
-    }
-    return nullptr;
-  }
-
-  Core core;
-  HttpLane lane;
-  std::vector<WorkerEndpoint*> workers;
-  bool holding = false;
-  int listener = -1;
-  uint16_t port = 0;
-  HttpIo* io = nullptr;
-  std::vector<HttpIo::Event> events;
-  std::vector<HttpIo::Answered> answered;
-  std::vector<Completion> python_completions;
-};
-
 // Reads from `fd` until `count` HTTP answers have arrived (or ~2 s with `fixture`
 // turning the loop meanwhile).
 std::string read_answers(Fixture& fixture, int fd, size_t count) {
@@ -192,15 +70,6 @@ std::string read_answers(Fixture& fixture, int fd, size_t count) {
   return received;
 }
 
-void send_all(int fd, const std::string& bytes) {
-  size_t sent = 0;
-  while (sent < bytes.size()) {
-    ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, 0);
-    if (n <= 0) return;
-    sent += static_cast<size_t>(n);
-  }
-}
-
 uint64_t accepted_connection(Fixture& fixture) {
   fixture.turn_until([&] { return fixture.find_event(HttpIo::EventKind::kAccepted) != nullptr; });
   const HttpIo::Event* event = fixture.find_event(HttpIo::EventKind::kAccepted);
@@ -216,17 +85,6 @@ struct TestClock {
     return [this] { return ticking ? now += 1000000 : now.load(); };
   }
 };
-
-// Polls `done` (any thread's state) until it holds or ~5 s pass: a guard against a hang,
-// never a measure of time.
-template <typename Done>
-bool wait_until(Done done) {
-  for (int i = 0; i < 5000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return done();
-}
 
 }  // namespace
 

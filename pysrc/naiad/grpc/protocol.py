@@ -1,15 +1,19 @@
-"""The asyncio protocol of one gRPC connection: bytes go to the C++ GrpcConnection
-(HTTP/2, HPACK, flow control, gRPC framing), its events become calls of the Service,
-and what it returns is written back.
+"""The Python side of one gRPC connection of the C++ I/O loop (grpc/server.py): the
+loop runs its HTTP/2 (csrc/http2/grpc_io.cc) and answers the lane's ModelInfer calls
+itself; the events of every other call come here and become calls of the Service, and
+their answers go back through the loop (`_core.GrpcStreams`).
 
-Runs on the event loop thread only (as the C++ connection requires). Backpressure: when
-the transport's write buffer is full, reading stops, so a client that does not read its
-answers cannot make us queue more of them.
+It also keeps the connection's timers: keepalive PINGs, the maximum connection age and
+the client ping policy. They are per connection, seconds to hours apart, and cost
+nothing per call here; the loop reports the client's PINGs (on_pings) only when a policy
+is set.
+
+Runs on the event loop thread only (as the C++ connection requires). Backpressure is
+the loop's: it stops reading a connection whose client does not read its answers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import zlib
 from collections import deque
@@ -34,7 +38,6 @@ from naiad.restrictions import GRPC_CATEGORIES, Restrictions, add_forwarded
 log = logging.getLogger("naiad.grpc")
 
 MAX_MESSAGE_SIZE = 0x7FFFFFFF  # Triton accepts messages up to 2 GB
-WRITE_BUFFER_HIGH = 8 << 20
 _DEADLINE_MESSAGE = "Deadline Exceeded"
 
 
@@ -80,15 +83,15 @@ class _Call:
         self.inflating: deque | None = None
 
 
-class GrpcProtocol(asyncio.Protocol):
+class GrpcProtocol:
     def __init__(
         self,
         service: Service,
         loop,
+        engine,
+        connection: int,
         arrivals=None,
-        connections=None,
         max_age=(None, None),
-        compression: int = 0,
         keepalive: Keepalive | None = None,
         ping_policy: PingPolicy | None = None,
     ):
@@ -98,6 +101,7 @@ class GrpcProtocol(asyncio.Protocol):
         self._keepalive_timer = None
         self._ack_timer = None
         self._pings_without_data = 0
+        self._activity = 0  # the connection's gRPC events when the last PING went out
         # --grpc-http2-*-ping-*: the client's PINGs counted, the last one's time and
         # the strikes since the server last sent data or headers.
         self._ping_policy = ping_policy
@@ -110,17 +114,13 @@ class GrpcProtocol(asyncio.Protocol):
         self._age_timer = None
         self.loop = loop
         self.arrivals = arrivals
-        self.connections = connections
-        self.transport = None
-        # compression: --grpc-infer-response-compression-level (COMPRESSION_LEVELS).
-        self.conn = _core.GrpcConnection(
-            max_message_size=MAX_MESSAGE_SIZE, response_compression=compression
-        )
+        self.engine = engine
+        self.connection = connection
+        self.conn = engine.io.grpc_streams(connection)
         # Restricted protocols and header forwarding read call metadata; without them
-        # the connection does not hand it out (naiad/restrictions.py).
+        # the loop does not hand it out (naiad/restrictions.py).
         self._restrictions = service.restrictions
         self._forward = service.forward
-        self.conn.want_metadata = bool(self._restrictions) or self._forward is not None
         self.calls: dict[int, _Call] = {}
         # The core's ids of each call's requests in flight (ModelStreamInfer requests,
         # fast-path ModelInfer calls), cancelled in the core when the client resets the
@@ -128,7 +128,6 @@ class GrpcProtocol(asyncio.Protocol):
         self.stream_requests: dict[int, set] = {}
         # General-path ModelInfer calls in flight: their futures, cancelled on a reset.
         self.infer_futures: dict[int, object] = {}
-        self._flush_scheduled = False
         # The batcher's hint (scheduling/arrivals.py): inference calls in flight and the
         # most there ever were at once on this connection.
         self._counted = False
@@ -137,29 +136,20 @@ class GrpcProtocol(asyncio.Protocol):
         self._waiting = False
         self._closed = False
 
-    # -- asyncio.Protocol ----------------------------------------------------------
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-        # Room for a few large answers before reading pauses (asyncio's default high
-        # mark, 64 KiB, would stop reading at every tensor of a few hundred kB).
-        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
-        if self.connections is not None:
-            self.connections.add(self)
+    # -- the connection, as the loop reports it --------------------------------------
+    def start(self) -> None:
         if self._max_age_ms is not None:
             self._age_timer = self.loop.call_later(self._max_age_ms / 1000, self._aged)
         if self._keepalive is not None:
             self._keepalive_timer = self.loop.call_later(
                 self._keepalive.time_ms / 1000, self._send_keepalive
             )
-        self._flush()  # the server preface (our SETTINGS)
 
     def connection_lost(self, exc) -> None:
         self._closed = True
         for timer in (self._age_timer, self._keepalive_timer, self._ack_timer):
             if timer is not None:
                 timer.cancel()
-        if self.connections is not None:
-            self.connections.discard(self)
         for call in self.calls.values():
             if call.timer is not None:
                 call.timer.cancel()
@@ -176,59 +166,51 @@ class GrpcProtocol(asyncio.Protocol):
             self._counted = False
             self._waiting = False
 
-    def pause_writing(self) -> None:
-        self.transport.pause_reading()
+    def on_event(self, event: tuple) -> None:
+        """One event of a call of Python's (GrpcConnection.receive's tuples)."""
+        kind = event[0]
+        try:
+            if kind == _core.GRPC_MESSAGE:
+                self._on_message(event[1], event[2], event[3])
+            elif kind == _core.GRPC_CALL:
+                forwarded = None
+                if len(event) > 6:  # its metadata: restrictions, forwarding
+                    forwarded = self._admit(event[1], event[2], event[6])
+                    if forwarded is False:
+                        return
+                self._on_call(event[1], event[2], event[3], event[4], event[5], forwarded)
+            elif kind == _core.GRPC_HALF_CLOSE:
+                self._on_half_close(event[1])
+            else:
+                self._on_reset(event[1], event[2])
+        except Exception as exc:  # a call's failure never takes the connection down
+            self._fail(event[1], exc)
 
-    def resume_writing(self) -> None:
-        if not self._closed:
-            self.transport.resume_reading()
+    def on_pings(self, received: int, answered: bool) -> None:
+        """The client sent PINGs (`received` in all); `answered`: calls were answered
+        since the last report (gRPC core's ping policy starts over when we send)."""
+        if answered:
+            self._last_ping = None
+            self._ping_strikes = 0
+        if self._ping_policy is not None:
+            self._police_pings(received)
 
-    def data_received(self, data: bytes) -> None:
-        events = self.conn.receive(data)
-        if events:
-            self._pings_without_data = 0  # calls are active
-        if self._ping_policy is not None and self.conn.pings_received != self._pings_seen:
-            if self._police_pings():
-                return
-        for event in events:
-            kind = event[0]
-            try:
-                if kind == _core.GRPC_MESSAGE:
-                    self._on_message(event[1], event[2], event[3])
-                elif kind == _core.GRPC_CALL:
-                    forwarded = None
-                    if len(event) > 6:  # its metadata: restrictions, forwarding
-                        forwarded = self._admit(event[1], event[2], event[6])
-                        if forwarded is False:
-                            continue
-                    self._on_call(event[1], event[2], event[3], event[4], event[5], forwarded)
-                elif kind == _core.GRPC_HALF_CLOSE:
-                    self._on_half_close(event[1])
-                else:
-                    self._on_reset(event[1], event[2])
-            except Exception as exc:  # a call's failure never takes the connection down
-                self._fail(event[1], exc)
+    def answer_adopted(self, stream: int, payload, exc) -> None:
+        """The answer to a lane call the loop took, which Python answers (its completion
+        was left to Python)."""
+        if exc is not None:
+            self._fail(stream, exc)
+        else:
+            self._answer(stream, payload)
         self._flush()
 
     # -- output ----------------------------------------------------------------------
     def _flush(self) -> None:
-        self._flush_scheduled = False
-        if self._closed:
-            return
-        out = self.conn.take_output()
-        if out:
-            self.transport.write(out)
-        if self.conn.closed or self.conn.done:
-            if self.conn.closed and self.conn.error:
-                log.debug("gRPC connection closed: %s", self.conn.error)
-            self.transport.close()
-            self._closed = True
+        # Answers made in one loop iteration go out in one write (the loop closes the
+        # connection once the protocol is done or failed).
+        self.engine.flush_soon()
 
-    def _schedule_flush(self) -> None:
-        # Answers completed in one loop iteration go out in one write.
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+    _schedule_flush = _flush
 
     def shutdown(self) -> None:
         """GOAWAY: open calls are answered, new ones refused; closes once all are done."""
@@ -236,20 +218,19 @@ class GrpcProtocol(asyncio.Protocol):
         self._flush()
 
     def close(self) -> None:
-        if self.transport is not None and not self._closed:
-            self.transport.close()
+        if not self._closed:
+            self.engine.close(self.engine.grpc, self.connection, True)
 
-    def _police_pings(self) -> bool:
+    def _police_pings(self, received: int) -> bool:
         """The client's new PINGs against the ping policy; True when they were too many
         (GOAWAY sent, the connection closing)."""
         policy = self._ping_policy
         now = self.loop.time()
         interval_ms = (
             policy.min_interval_ms
-            if self.calls or policy.permit_without_calls
+            if self.conn.open_streams or policy.permit_without_calls
             else IDLE_PING_INTERVAL_MS
         )
-        received = self.conn.pings_received
         for _ in range(received - self._pings_seen):
             if self._last_ping is not None and now < self._last_ping + interval_ms / 1000:
                 self._ping_strikes += 1
@@ -273,10 +254,14 @@ class GrpcProtocol(asyncio.Protocol):
         if self._closed:
             return
         limit = keepalive.max_pings_without_data
+        activity = self.conn.activity
+        if activity != self._activity:  # calls are active
+            self._activity = activity
+            self._pings_without_data = 0
         # One PING out at a time: its ACK timer is the one that counts.
         if (
             not self.conn.pings_unacked
-            and (self.calls or keepalive.permit_without_calls)
+            and (self.conn.open_streams or keepalive.permit_without_calls)
             and (limit == 0 or self._pings_without_data < limit)
         ):
             self.conn.ping()

@@ -1,4 +1,8 @@
-"""Start the gRPC front end on the running event loop."""
+"""The gRPC front end on the C++ I/O loop (naiad/io_engine.py, csrc/http2/grpc_io.cc).
+
+C++ accepts every gRPC connection, runs its HTTP/2 and answers the ModelInfer calls the
+gRPC lane takes; every other call comes here as events of its connection's
+`GrpcProtocol` (grpc/protocol.py), which answers through the loop."""
 
 from __future__ import annotations
 
@@ -7,33 +11,78 @@ import asyncio
 from naiad import _core
 from naiad.grpc.compression import COMPRESSION_LEVELS
 from naiad.grpc.keepalive import Keepalive, PingPolicy
-from naiad.grpc.protocol import GrpcProtocol
+from naiad.grpc.protocol import MAX_MESSAGE_SIZE, GrpcProtocol
 from naiad.grpc.service import Service
+from naiad.io_engine import engine_for, listening_socket
 
 __all__ = ["GrpcServer", "start_grpc_server"]
 
 
 class GrpcServer:
-    """The listening socket and its connections. close() stops accepting and sends
-    GOAWAY on every connection (their open calls are still answered); close_clients()
-    closes what is left."""
+    """The listening socket and the handlers of its connections. close() stops accepting
+    and sends GOAWAY on every connection (their open calls are still answered);
+    close_clients() closes what is left."""
 
-    def __init__(self, server: asyncio.Server, connections: set):
-        self.server = server
-        self.connections = connections
+    def __init__(self, engine, sock, make_protocol, plain: bool):
+        self.engine = engine
+        self.sock = sock
+        self.protocols: dict[int, GrpcProtocol] = {}
+        self._make_protocol = make_protocol
+        # No call needs Python at its start (restricted protocols, header forwarding):
+        # C++ takes lane calls.
+        self.plain = plain
+        self._open = True
+
+    def event(self, kind: int, connection: int, data) -> None:
+        if kind == _core.IO_GRPC_ACCEPTED:
+            protocol = self._make_protocol(self, connection)
+            self.protocols[connection] = protocol
+            protocol.start()
+            return
+        protocol = self.protocols.get(connection)
+        if protocol is None:
+            return
+        if kind == _core.IO_GRPC_CALL:
+            protocol.on_event(data)
+        elif kind == _core.IO_GRPC_PINGS:
+            protocol.on_pings(*data)
+        elif kind == _core.IO_CLOSED:
+            self.lost(connection)
+
+    def lost(self, connection: int) -> None:
+        protocol = self.protocols.pop(connection, None)
+        if protocol is not None:
+            protocol.connection_lost(None)
+
+    def on_done_of(self, connection: int, stream: int):
+        """The answer to a lane call of the loop's that Python answers (a completion C++
+        left to Python): written on its stream, if its connection is still there."""
+
+        def on_done(payload, exc, final=True) -> None:
+            protocol = self.protocols.get(connection)
+            if protocol is not None:
+                protocol.answer_adopted(stream, payload, exc)
+
+        return on_done
 
     def close(self) -> None:
-        self.server.close()
-        for protocol in list(self.connections):
+        if self._open:
+            self._open = False
+            self.engine.io.stop_listening_grpc()
+            self.sock.close()
+        for protocol in list(self.protocols.values()):
             protocol.shutdown()
 
     def close_clients(self) -> None:
-        for protocol in list(self.connections):
+        for protocol in list(self.protocols.values()):
             protocol.close()
+        for connection in list(self.protocols):
+            self.lost(connection)
+        self.engine.detach(self)
 
     @property
     def sockets(self):
-        return self.server.sockets
+        return [self.sock]
 
 
 async def start_grpc_server(
@@ -63,21 +112,32 @@ async def start_grpc_server(
     _core.keep_large_blocks()
     service = Service(manager, restrictions, forward)
     arrivals = getattr(manager, "arrivals", None)
-    connections: set = set()
+    engine = engine_for(manager, loop)
+    sock = listening_socket(host, port, backlog, reuse_port)
 
-    def factory() -> GrpcProtocol:
+    def make_protocol(server: GrpcServer, connection: int) -> GrpcProtocol:
         return GrpcProtocol(
             service,
             loop,
+            engine,
+            connection,
             arrivals,
-            connections,
             (max_connection_age_ms, max_connection_age_grace_ms),
-            COMPRESSION_LEVELS.index(compression_level),
             keepalive,
             ping_policy,
         )
 
-    server = await loop.create_server(
-        factory, host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=backlog
+    plain = not service.restrictions and service.forward is None
+    server = GrpcServer(engine, sock, make_protocol, plain)
+    io = engine.io
+    # Restricted protocols and header forwarding read call metadata (naiad/restrictions.py).
+    io.grpc_metadata = not plain
+    io.set_grpc_watch_pings(ping_policy is not None)
+    io.listen_grpc(
+        manager.grpc_lane,
+        sock.fileno(),
+        MAX_MESSAGE_SIZE,
+        COMPRESSION_LEVELS.index(compression_level),
     )
-    return GrpcServer(server, connections)
+    engine.attach(server, "grpc")
+    return server

@@ -1,14 +1,10 @@
-"""The HTTP front end over the C++ I/O loop (csrc/http1/http_io.h, `_core.HttpIo`).
+"""The HTTP front end over the C++ I/O loop (naiad/io_engine.py, `_core.HttpIo`).
 
 C++ accepts and reads every connection and takes its plain infer requests to the lane,
 answers them and writes the answers, with no Python per request. What the lane does not
 take (other routes, requests in pieces, malformed input) goes to the connection's
 `HttpProtocol`, as with uvloop's transports: `IoTransport` is its transport, over the
-C++ connection. One `_turn` per wake-up of the loop's epoll fd (its sockets) hands Python
-that turn's events; one `drain` per wake-up of the core's notify eventfd (the manager's
-reader) hands it the completions C++ leaves to Python and one statistics record per
-completion it answered. A turn with none of these (most turns: they only took requests,
-which HttpIo counts itself) hands Python nothing.
+C++ connection. The engine hands this server the events of its connections.
 
 A connection whose protocol owes and holds nothing goes back to the lane with the next
 bytes it receives (`HttpIo.take_back`).
@@ -18,14 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 
 from naiad import _core
 from naiad.http.connection_limits import ConnectionLimits
 from naiad.http.protocol import HttpProtocol, reply_bytes
 from naiad.http.routes import exception_reply
+from naiad.io_engine import engine_for, listening_socket
 
-__all__ = ["IoServer", "IoTransport"]
+__all__ = ["IoServer", "IoTransport", "listening_socket"]
 
 log = logging.getLogger("naiad")
 
@@ -38,7 +34,7 @@ class IoTransport(asyncio.Transport):
     def __init__(self, server: IoServer, connection: int):
         super().__init__()
         self._server = server
-        self._io = server.io
+        self._io = server.engine.io
         self._id = connection
         self._closing = False
 
@@ -46,7 +42,7 @@ class IoTransport(asyncio.Transport):
         if self._closing:
             return
         self._io.write(self._id, data)
-        self._server.kick()
+        self._server.engine.kick()
 
     def writelines(self, parts) -> None:
         if self._closing:
@@ -54,7 +50,7 @@ class IoTransport(asyncio.Transport):
         write = self._io.write
         for part in parts:
             write(self._id, part)
-        self._server.kick()
+        self._server.engine.kick()
 
     def close(self) -> None:
         if self._closing:
@@ -106,7 +102,7 @@ class IoServer:
         manager,
         router,
         loop: asyncio.AbstractEventLoop,
-        sock: socket.socket,
+        sock,
         max_body_size: int,
         limits: ConnectionLimits,
     ):
@@ -117,65 +113,21 @@ class IoServer:
         self.max_body_size = max_body_size
         self.limits = limits
         self.arrivals = manager.arrivals
-        self.io = _core.HttpIo(manager.lane, sock.fileno())
+        self.engine = engine_for(manager, loop)
+        self.io = self.engine.io
         self.io.set_max_body(max_body_size)
         self.protocols: dict[int, HttpProtocol] = {}
-        self._kicked = False
-        self._flush_due = False
         self._open = True
         # The lane's take needs nothing per read from Python only when the router
         # hands reads to the manager as they are (no header rules, no traceparent).
-        self._router_takes = getattr(router, "take_http", None) == getattr(
+        self.router_takes = getattr(router, "take_http", None) == getattr(
             manager, "take_http_requests", None
         )
-        manager.attach_io(self)
+        self.engine.attach(self, "http")
+        self.io.listen_http(sock.fileno())
         limits.sweeps.append(self.sweep)
-        loop.add_reader(self.io.epoll_fd, self._turn)
 
-    def set_taking(self, taking: bool) -> None:
-        self.io.set_taking(taking and self._router_takes)
-
-    # -- the loop's turn ---------------------------------------------------------------
-    def _turn(self) -> None:
-        self._kicked = False
-        arrivals = self.arrivals
-        turn = self.io.run(arrivals.open, arrivals.waiting)
-        if turn is not None:  # most turns only took requests: nothing for Python
-            self._handle(turn)
-
-    def drain(self) -> None:
-        """The core notified (the manager's reader of its eventfd calls this): completions."""
-        arrivals = self.arrivals
-        turn = self.io.poll(arrivals.open, arrivals.waiting)
-        if turn is not None:
-            self._handle(turn)
-
-    def kick(self) -> None:
-        """A call from Python left events for Python (a close, a write pause): a turn soon."""
-        if not self._kicked and self.io.pending_events:
-            self._kicked = True
-            self.loop.call_soon(self._turn)
-
-    def _handle(self, turn) -> None:
-        # The loop wrote what it answered before returning; the manager's answers to the
-        # loop's requests among `completions` are written by answer()'s flush.
-        manager = self.manager
-        events = turn.events
-        if events:
-            for kind, connection, data in events:
-                try:
-                    self._event(kind, connection, data)
-                except Exception:  # one connection's failure must not stop the others
-                    log.exception("HTTP connection %d: handling an I/O event failed", connection)
-                    self.io.close(connection, True)
-                    self._lost(connection)
-            self.kick()  # what the protocols wrote may have left events
-        if turn.answered:
-            manager.record_io_answered(turn.answered)
-        if turn.completions:
-            manager.on_completions(turn.completions)
-
-    def _event(self, kind: int, connection: int, data) -> None:
+    def event(self, kind: int, connection: int, data) -> None:
         if kind == _core.IO_ACCEPTED:
             protocol = HttpProtocol(
                 self.router, self.loop, self.max_body_size, self.arrivals, self.limits
@@ -187,9 +139,9 @@ class IoServer:
         if protocol is None:
             return
         if kind == _core.IO_DATA:
-            if self._router_takes and protocol.lane_idle():
+            if self.router_takes and protocol.lane_idle():
                 turn = self.io.take_back(connection, data)
-                self._handle(turn)
+                self.engine.handle(turn)
                 if turn.queued:  # dispatched with the rest of this loop turn's requests
                     self.manager.schedule_flush()
             else:
@@ -200,13 +152,13 @@ class IoServer:
             if not protocol.eof_received():
                 protocol.transport.close()
         elif kind == _core.IO_CLOSED:
-            self._lost(connection)
+            self.lost(connection)
         elif kind == _core.IO_PAUSE_WRITING:
             protocol.pause_writing()
         elif kind == _core.IO_RESUME_WRITING:
             protocol.resume_writing()
 
-    def _lost(self, connection: int) -> None:
+    def lost(self, connection: int) -> None:
         protocol = self.protocols.pop(connection, None)
         if protocol is not None:
             transport = protocol.transport
@@ -216,23 +168,20 @@ class IoServer:
 
     def lost_soon(self, connection: int) -> None:
         """Python closed the connection: its protocol hears of it from the loop."""
-        self.loop.call_soon(self._lost, connection)
+        self.loop.call_soon(self.lost, connection)
+
+    def on_done_of(self, request_id: int):
+        return lambda http, exc: self.answer(request_id, http, exc)
 
     def answer(self, request_id: int, http: bytes | None, exc: BaseException | None) -> None:
         """The manager's answer to one of this loop's requests: its response bytes, or
         the error it ended with."""
         if exc is not None:
             http = reply_bytes(exception_reply(exc))
-        if self.io.answer(request_id, http) and not self._flush_due:
+        if self.io.answer(request_id, http):
             # Written once the completions being answered are all in (one write per
             # connection), also when they came from outside a turn (a worker's exit).
-            self._flush_due = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_due = False
-        self.io.flush_writes()
-        self.kick()
+            self.engine.flush_soon()
 
     @property
     def sockets(self) -> list:
@@ -248,7 +197,7 @@ class IoServer:
         for connection in timed_out:
             self.io.hand_over(connection)
         if timed_out:
-            self._turn()  # the protocols get the partial requests
+            self.engine.turn()  # the protocols get the partial requests
             for connection in timed_out:
                 protocol = self.protocols.get(connection)
                 if protocol is not None and protocol.holds_partial_request():
@@ -272,23 +221,5 @@ class IoServer:
     def close_clients(self) -> None:
         for connection in list(self.protocols):
             self.io.close(connection, True)
-            self._lost(connection)
-        self.loop.remove_reader(self.io.epoll_fd)
-
-
-def listening_socket(host: str, port: int, backlog: int, reuse_port: bool) -> socket.socket:
-    """A non-blocking listening TCP socket on host:port, as loop.create_server makes one."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-        sock.listen(backlog)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+            self.lost(connection)
+        self.engine.detach(self)

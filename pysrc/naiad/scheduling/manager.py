@@ -179,7 +179,8 @@ class ModelManager:
         # Every lane id's model, removed ones too: the C++ I/O loop's requests in flight
         # keep theirs (record_io_answered).
         self._lane_models_ever: dict[int, LoadedModel] = {}
-        self.io = None  # the C++ I/O loop of the HTTP front end (attach_io), if any
+        self.engine = None  # the front end's C++ I/O loop (naiad/io_engine.py), if any
+        self.io = None  # its _core.HttpIo
         self._io_server = None
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self._pending: dict[int, _Pending] = {}
@@ -753,13 +754,14 @@ class ModelManager:
         """The lane's model `lane_model` was removed; its requests in flight keep their model."""
         self._lane_models.pop(lane_model, None)
 
-    # -- the C++ I/O loop of the HTTP front end (http/io_server.py) ----------------------
-    def attach_io(self, server) -> None:
-        """`server`'s loop polls the core from now on (_drain) and answers its own
+    # -- the front end's C++ I/O loop (naiad/io_engine.py) ------------------------------
+    def attach_io(self, engine) -> None:
+        """`engine`'s loop polls the core from now on (_drain) and answers its own
         requests; the rest come to on_completions."""
-        self._io_server = server
-        self.io = server.io
-        self.arrivals.io = server.io
+        self.engine = engine
+        self._io_server = engine
+        self.io = engine.io
+        self.arrivals.io = engine.io
         self.io.set_each(new_summaries() is not None)
         self._update_io_taking()
 
@@ -801,19 +803,23 @@ class ModelManager:
 
     def _io_pendings(self, request_ids) -> list:
         """The I/O loop's requests among `request_ids`, as lane pendings Python answers:
-        their answers go back to the loop (IoServer.answer)."""
+        their answers go back through the loop (Engine.on_done_of)."""
         out = []
         io = self.io
-        answer = self._io_server.answer
+        engine = self._io_server
         for request_id in request_ids:
             owned = io.owned(request_id)
             if owned is None:
                 continue
-            lane_model, batch_size, submit_ns = owned
+            lane_model, batch_size, submit_ns, _, stream = owned
             model = self._lane_models_ever.get(lane_model)
-            if model is not None:
-                on_done = partial(answer, request_id)
-                out.append(_LanePending(self, model, request_id, batch_size, submit_ns, on_done))
+            if model is None:
+                continue
+            on_done = engine.on_done_of(request_id, owned)
+            if on_done is None:  # a gRPC call whose client is gone
+                continue
+            grpc = _GRPC_UNARY if stream else False
+            out.append(_LanePending(self, model, request_id, batch_size, submit_ns, on_done, grpc))
         return out
 
     def _adopt_io_pendings(self, request_ids) -> dict:

@@ -1,0 +1,260 @@
+// The gRPC side of the I/O loop (http1/http_io.h): gRPC connections in the same epoll
+// set as the HTTP/1.1 ones. Each socket's bytes go to its h2::GrpcConnection; a
+// ModelInfer call whose message the gRPC lane takes is submitted here and answered from
+// its completion (GrpcResponseWriter::parts, send_message, finish), with no Python per
+// call. Every other call's events go to Python (kGrpcCall), which answers through
+// grpc(); a held call the lane does not take (a compressed message, typed contents, a
+// model it has no route for...) goes to Python whole, its opening and message first.
+//
+// Calls with a deadline (grpc-timeout) are Python's: its timer answers them
+// DEADLINE_EXCEEDED. Keepalive PINGs, the maximum connection age and the ping policy
+// are per-connection timers of seconds to hours, kept by Python's handler
+// (grpc/protocol.py) through grpc(): they cost nothing per call and need no timer
+// plumbing in the epoll set.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <string_view>
+
+#include "codec/error_status.h"
+#include "http1/http_io.h"
+#include "http2/grpc_wire.h"
+
+namespace naiad {
+
+namespace {
+
+constexpr std::string_view kModelInfer = "/inference.GRPCInferenceService/ModelInfer";
+
+}  // namespace
+
+void HttpIo::listen_grpc(int listen_fd, GrpcLane& lane, const h2::Limits& limits) {
+  grpc_listen_fd_ = listen_fd;
+  grpc_lane_ = &lane;
+  grpc_limits_ = limits;
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = kGrpcListenerKey;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd, &event);
+}
+
+void HttpIo::stop_listening_grpc() {
+  if (grpc_listen_fd_ < 0) return;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, grpc_listen_fd_, nullptr);
+  grpc_listen_fd_ = -1;
+}
+
+void HttpIo::accept_grpc() {
+  for (;;) {
+    int fd = accept4(grpc_listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // EAGAIN, or out of fds: the rest wait in the backlog
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto connection = std::make_unique<Connection>();
+    Connection* c = connection.get();
+    c->id = next_connection_++;
+    c->fd = fd;
+    c->python = true;  // its Python handler knows it (kClosed is reported)
+    c->last_read_ns = monotonic_ns();
+    c->h2 = std::make_unique<h2::GrpcConnection>(grpc_limits_);
+    connections_.emplace(c->id, std::move(connection));
+    c->events = EPOLLIN;
+    epoll_event event{};
+    event.events = c->events;
+    event.data.u64 = c->id;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event);
+    events_.push_back(Event(EventKind::kGrpcAccepted, c->id));
+    touch(c);  // the server preface (our SETTINGS)
+  }
+}
+
+void HttpIo::grpc_received(Connection* c, const char* data, size_t size) {
+  std::vector<h2::Event> events;
+  c->h2->receive(data, size, &events);
+  c->activity += events.size();
+  if (grpc_watch_pings_) grpc_pings(c);
+  for (h2::Event& event : events) grpc_event(c, event);
+  touch(c);  // what the protocol wrote back (SETTINGS ACK, WINDOW_UPDATE, answers)
+}
+
+void HttpIo::grpc_pings(Connection* c) {
+  const uint64_t received = c->h2->pings_received();
+  if (received == c->pings_seen) return;
+  c->pings_seen = received;
+  Event event(EventKind::kGrpcPings, c->id);
+  event.count = received;
+  event.flag = c->answered;
+  c->answered = false;
+  events_.push_back(std::move(event));
+}
+
+void HttpIo::grpc_event(Connection* c, h2::Event& event) {
+  auto held = c->calls.find(event.stream_id);
+  if (held == c->calls.end()) {
+    const bool take = event.kind == h2::EventKind::kCall && grpc_taking_ &&
+                      event.path == kModelInfer && event.timeout_us < 0;
+    if (take) {
+      c->calls[event.stream_id].opened = std::move(event);
+      return;
+    }
+    events_.push_back(Event::call(c->id, std::move(event)));
+    return;
+  }
+  GrpcCall& call = held->second;
+  switch (event.kind) {
+    case h2::EventKind::kMessage:
+      if (call.request_id != 0 || call.has_message || event.compressed) {
+        grpc_to_python(c, event.stream_id, &event);  // Python inflates, or refuses
+        return;
+      }
+      call.message = std::move(event.message);
+      call.has_message = true;
+      return;
+    case h2::EventKind::kHalfClose:
+      if (call.request_id != 0) return;
+      if (!call.has_message) {
+        grpc_to_python(c, event.stream_id, &event);  // Python's error: no message
+        return;
+      }
+      grpc_submit(c, event.stream_id, call);
+      return;
+    case h2::EventKind::kCancel:
+      // The client reset the call: a queued request is dropped, a running one flagged.
+      if (call.request_id != 0) {
+        auto found = requests_.find(call.request_id);
+        if (found != requests_.end()) found->second.connection = nullptr;
+        core_.cancel(call.request_id);
+      }
+      grpc_call_done(c, event.stream_id);
+      return;
+    default:
+      return;  // a second kCall on an open stream does not happen
+  }
+}
+
+void HttpIo::grpc_to_python(Connection* c, uint32_t stream, h2::Event* then) {
+  auto held = c->calls.find(stream);
+  GrpcCall call = std::move(held->second);
+  c->calls.erase(held);
+  events_.push_back(Event::call(c->id, std::move(call.opened)));
+  if (call.has_message) {
+    h2::Event message;
+    message.kind = h2::EventKind::kMessage;
+    message.stream_id = stream;
+    message.message = std::move(call.message);
+    events_.push_back(Event::call(c->id, std::move(message)));
+  }
+  if (then != nullptr) events_.push_back(Event::call(c->id, std::move(*then)));
+}
+
+void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
+  GrpcLane::Taken taken;
+  const uint64_t now = monotonic_ns();
+  if (!grpc_lane_->submit(call.message, now, &taken)) {
+    grpc_to_python(c, stream, nullptr);
+    // The half-close that made it due follows the message.
+    h2::Event half;
+    half.kind = h2::EventKind::kHalfClose;
+    half.stream_id = stream;
+    events_.push_back(Event::call(c->id, std::move(half)));
+    return;
+  }
+  call.message.clear();
+  call.message.shrink_to_fit();
+  if (taken.request_id == 0) {
+    if (taken.cached.entry) {
+      ++cached_;
+      grpc_answer(c, stream, taken.cached.response);
+    } else {
+      ++refused_;
+      c->h2->finish(stream, grpc::kInvalidArgument, taken.error);
+      grpc_call_done(c, stream);
+    }
+    return;
+  }
+  call.request_id = taken.request_id;
+  Request& request = spare_requests_.insert(requests_, taken.request_id);
+  request = Request{c, nullptr, taken.model, taken.batch_size, now, stream};
+  ++queued_;
+  ++c->grpc_in_flight;
+  c->grpc_high = std::max(c->grpc_high, c->grpc_in_flight);
+  count_open(c);
+  update_waiting(c);
+}
+
+void HttpIo::grpc_answer(Connection* c, uint32_t stream, const InferResponse& response) {
+  if (response.error == ErrorKind::kNone) {
+    grpc_scratch_.clear();
+    grpc_parts_.clear();
+    grpc_writer_.parts(response, false, &grpc_scratch_, &grpc_parts_);
+    c->h2->send_message(stream, grpc_parts_.data(), grpc_parts_.size());
+    c->h2->finish(stream, grpc::kOk, {});
+  } else {
+    c->h2->finish(stream, error_status_of(response.error).grpc_code, grpc_error_message(response));
+  }
+  grpc_call_done(c, stream);
+}
+
+void HttpIo::grpc_call_done(Connection* c, uint32_t stream) {
+  auto held = c->calls.find(stream);
+  if (held == c->calls.end()) return;
+  if (held->second.request_id != 0) --c->grpc_in_flight;
+  c->calls.erase(held);
+  c->answered = true;
+  ++c->activity;
+  update_waiting(c);
+  touch(c);
+}
+
+void HttpIo::grpc_collect(Connection* c) {
+  if (c->h2->has_output()) {
+    if (c->out.empty()) {
+      c->h2->take_output(&c->out);
+    } else {
+      c->out += c->h2->take_output();
+    }
+  }
+  if (!c->closing && (c->h2->closed() || c->h2->done())) c->closing = true;
+}
+
+h2::GrpcConnection* HttpIo::grpc(uint64_t connection) const {
+  Connection* c = find(connection);
+  return c == nullptr || c->closing ? nullptr : c->h2.get();
+}
+
+void HttpIo::grpc_wrote(uint64_t connection) {
+  Connection* c = find(connection);
+  if (c != nullptr && c->h2) touch(c);
+}
+
+uint64_t HttpIo::grpc_activity(uint64_t connection) const {
+  Connection* c = find(connection);
+  return c == nullptr ? 0 : c->activity;
+}
+
+bool HttpIo::release_grpc(uint64_t request_id) {
+  auto found = requests_.find(request_id);
+  if (found == requests_.end() || found->second.stream == 0) return false;
+  Request request = found->second;
+  spare_requests_.erase(requests_, found, [](Request&) {});
+  if (request.connection != nullptr) {
+    // Python answers it on the stream: the call is no longer this loop's.
+    auto held = request.connection->calls.find(request.stream);
+    if (held != request.connection->calls.end()) {
+      --request.connection->grpc_in_flight;
+      request.connection->calls.erase(held);
+      update_waiting(request.connection);
+    }
+  }
+  return true;
+}
+
+}  // namespace naiad

@@ -1,0 +1,170 @@
+"""The front end's one C++ I/O loop (csrc/http1/http_io.h, `_core.HttpIo`) on the event
+loop: HTTP/1.1 connections (http/io_server.py) and gRPC connections (grpc/server.py) in
+one epoll set.
+
+C++ accepts and reads every connection, takes plain HTTP infer requests and lane
+ModelInfer calls, answers them and writes the answers with no Python per request. One
+`_turn` per wake-up of the loop's epoll fd (its sockets) hands Python that turn's events,
+which go to the protocol handler of their connection's kind; one `drain` per wake-up of
+the core's notify eventfd (the manager's reader) hands it the completions C++ leaves to
+Python and one statistics record per completion it answered. A turn with none of these
+(most turns) hands Python nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+from naiad import _core
+
+__all__ = ["Engine", "engine_for", "listening_socket"]
+
+log = logging.getLogger("naiad")
+
+_GRPC_EVENTS = (_core.IO_GRPC_ACCEPTED, _core.IO_GRPC_CALL, _core.IO_GRPC_PINGS)
+
+
+class Engine:
+    """The loop of one manager. `http` and `grpc`: the protocol handlers that attached
+    (IoServer, GrpcServer), each with `protocols` (connection id -> its handler),
+    `event(kind, connection, data)`, `lost(connection)` and `on_done_of(request_id,
+    owned)`."""
+
+    def __init__(self, manager, loop):
+        self.manager = manager
+        self.loop = loop
+        self.arrivals = manager.arrivals
+        self.io = _core.HttpIo(manager.lane, -1)
+        self.http = None
+        self.grpc = None
+        self._taking = True  # the manager's say (tracing): see set_taking
+        self._kicked = False
+        self._flush_due = False
+        self._reading = True
+        manager.attach_io(self)
+        loop.add_reader(self.io.epoll_fd, self.turn)
+
+    def attach(self, handler, kind: str) -> None:
+        setattr(self, kind, handler)
+        self.set_taking(self._taking)
+
+    def detach(self, handler) -> None:
+        """The handler's connections are all closed: once both are, the loop stops."""
+        if self.http is handler:
+            self.http = None
+        if self.grpc is handler:
+            self.grpc = None
+        if self.http is None and self.grpc is None and self._reading:
+            self._reading = False
+            self.loop.remove_reader(self.io.epoll_fd)
+
+    def set_taking(self, taking: bool) -> None:
+        """Whether C++ takes the lane's requests (False while tracing needs Python at
+        each take); each handler adds its own conditions (header rules, restrictions)."""
+        self._taking = taking
+        http, grpc = self.http, self.grpc
+        self.io.set_taking(taking and http is not None and http.router_takes)
+        self.io.set_grpc_taking(taking and grpc is not None and grpc.plain)
+
+    # -- the loop's turn ---------------------------------------------------------------
+    def turn(self) -> None:
+        self._kicked = False
+        arrivals = self.arrivals
+        turn = self.io.run(arrivals.open, arrivals.waiting)
+        if turn is not None:  # most turns only took requests: nothing for Python
+            self.handle(turn)
+
+    def drain(self) -> None:
+        """The core notified (the manager's reader of its eventfd calls this): completions."""
+        arrivals = self.arrivals
+        turn = self.io.poll(arrivals.open, arrivals.waiting)
+        if turn is not None:
+            self.handle(turn)
+
+    def kick(self) -> None:
+        """A call from Python left events for Python (a close, a write pause): a turn soon."""
+        if not self._kicked and self.io.pending_events:
+            self._kicked = True
+            self.loop.call_soon(self.turn)
+
+    def handle(self, turn) -> None:
+        # The loop wrote what it answered before returning; the manager's answers to the
+        # loop's requests among `completions` are written by flush_soon's flush.
+        manager = self.manager
+        events = turn.events
+        if events:
+            for kind, connection, data in events:
+                handler = self.grpc if kind in _GRPC_EVENTS else self._handler_of(connection)
+                if handler is None:
+                    continue
+                try:
+                    handler.event(kind, connection, data)
+                except Exception:  # one connection's failure must not stop the others
+                    log.exception("connection %d: handling an I/O event failed", connection)
+                    self.io.close(connection, True)
+                    handler.lost(connection)
+            self.flush_soon()  # what the handlers answered
+        if turn.answered:
+            manager.record_io_answered(turn.answered)
+        if turn.completions:
+            manager.on_completions(turn.completions)
+
+    def _handler_of(self, connection: int):
+        http, grpc = self.http, self.grpc
+        if grpc is not None and connection in grpc.protocols:
+            return grpc
+        return http
+
+    # -- writes and closes from Python -----------------------------------------------
+    def flush_soon(self) -> None:
+        """What Python answered this loop iteration goes out in one write per connection."""
+        if not self._flush_due:
+            self._flush_due = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        self.io.flush_writes()
+        self.kick()
+
+    def close(self, handler, connection: int, abort: bool) -> None:
+        """Closes the connection (`abort`: now, else once its bytes are out)."""
+        if self.io.close(connection, abort):
+            self.loop.call_soon(handler.lost, connection)
+
+    def on_done_of(self, request_id: int, owned: tuple):
+        """Where the answer to one of this loop's requests that Python answers goes
+        (`owned`: HttpIo.owned's), or None when its client is gone."""
+        stream = owned[4]
+        if stream == 0:
+            return None if self.http is None else self.http.on_done_of(request_id)
+        if self.grpc is None or not self.io.release_grpc(request_id):
+            return None
+        return self.grpc.on_done_of(owned[3], stream)
+
+
+def engine_for(manager, loop) -> Engine:
+    """The manager's I/O loop, made on first use."""
+    engine = getattr(manager, "engine", None)
+    if engine is None:
+        engine = Engine(manager, loop)
+    return engine
+
+
+def listening_socket(host: str, port: int, backlog: int, reuse_port: bool) -> socket.socket:
+    """A non-blocking listening TCP socket on host:port, as loop.create_server makes one."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

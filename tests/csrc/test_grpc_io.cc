@@ -1,0 +1,242 @@
+// The I/O loop's gRPC side (csrc/http2/grpc_io.cc) over real TCP connections on
+// 127.0.0.1: HTTP/2 clients (h2_client.h) send ModelInfer calls that the loop answers
+// in C++, and calls it hands to Python, which the test answers as Python would.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "grpc_request_support.h"
+#include "h2_client.h"
+#include "io_fixture.h"
+#include "testing.h"
+
+using namespace naiad;
+
+namespace {
+
+const char kModelInfer[] = "/inference.GRPCInferenceService/ModelInfer";
+const char kServerLive[] = "/inference.GRPCInferenceService/ServerLive";
+
+// One client connection to the loop's gRPC port: sends, and reads frames until a test
+// of them holds (the loop turning meanwhile).
+struct Client {
+  explicit Client(Fixture& f) : fixture(f), fd(f.connect_client(true)) {
+    send_all(fd, h2test::hello());
+  }
+  ~Client() {
+    if (fd >= 0) close(fd);
+  }
+  void call(uint32_t stream, const char* path, const std::string& message) {
+    send_all(fd, h2test::headers(stream, h2test::request_block(path)) +
+                     h2test::data(stream, h2test::grpc_message(message)));
+  }
+  template <typename Done>
+  bool read_until(Done done) {
+    return fixture.turn_until([&] {
+      char buffer[65536];
+      for (;;) {
+        ssize_t got = recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+        if (got <= 0) break;
+        for (h2test::Frame& frame : reader.read(std::string(buffer, static_cast<size_t>(got)))) {
+          frames.push_back(std::move(frame));
+        }
+      }
+      return done();
+    });
+  }
+  // The trailers (HEADERS with END_STREAM) of `stream`, or null.
+  const h2test::Frame* trailers(uint32_t stream) const {
+    for (const h2test::Frame& f : frames) {
+      if (f.type == 0x1 && f.stream == stream && (f.flags & 0x1)) return &f;
+    }
+    return nullptr;
+  }
+  // The gRPC message bytes of `stream` (its DATA frames' payload, prefix kept).
+  std::string data_of(uint32_t stream) const {
+    std::string out;
+    for (const h2test::Frame& f : frames) {
+      if (f.type == 0x0 && f.stream == stream) out += f.payload;
+    }
+    return out;
+  }
+  Fixture& fixture;
+  int fd;
+  h2test::Reader reader;
+  std::vector<h2test::Frame> frames;
+};
+
+uint64_t grpc_connection(Fixture& fixture) {
+  fixture.turn_until(
+      [&] { return fixture.find_event(HttpIo::EventKind::kGrpcAccepted) != nullptr; });
+  const HttpIo::Event* event = fixture.find_event(HttpIo::EventKind::kGrpcAccepted);
+  return event == nullptr ? 0 : event->connection;
+}
+
+// The call events Python got, in order.
+std::vector<const HttpIo::Event*> python_calls(const Fixture& fixture) {
+  std::vector<const HttpIo::Event*> out;
+  for (const HttpIo::Event& event : fixture.events) {
+    if (event.kind == HttpIo::EventKind::kGrpcCall) out.push_back(&event);
+  }
+  return out;
+}
+
+uint32_t successes(const Fixture& fixture) {
+  uint32_t n = 0;
+  for (const auto& a : fixture.answered) n += a.successes;
+  return n;
+}
+
+}  // namespace
+
+TEST(grpc_io_answers_a_lane_model_infer_call_in_cpp) {
+  Fixture fixture;
+  Client client(fixture);
+  CHECK(grpc_connection(fixture) != 0);
+  client.call(1, kModelInfer, grpctest::add_sub_request(1, "one"));
+  client.call(3, kModelInfer, grpctest::add_sub_request(1, "two"));
+  CHECK(client.read_until([&] { return client.trailers(1) && client.trailers(3); }));
+  CHECK(h2test::header_value(*client.trailers(1), "grpc-status") == "0");
+  CHECK(h2test::header_value(*client.trailers(3), "grpc-status") == "0");
+  // A ModelInferResponse: model_name "add_sub" (field 1) after the 5-byte prefix, the id.
+  const std::string answer = client.data_of(1);
+  CHECK(answer.size() > 5 && answer[0] == 0);
+  CHECK(answer.find("add_sub") != std::string::npos);
+  CHECK(answer.find("one") != std::string::npos);
+  CHECK(client.data_of(3).find("two") != std::string::npos);
+  CHECK(python_calls(fixture).empty());  // no Python per call
+  CHECK(fixture.python_completions.empty());
+  CHECK(successes(fixture) == 2);
+  CHECK(fixture.io->in_flight() == 0);
+  CHECK(fixture.io->open_count() == 1);
+  CHECK(fixture.io->waiting_count() == 0);
+}
+
+TEST(grpc_io_hands_other_calls_to_python_in_order_and_writes_its_answers) {
+  Fixture fixture;
+  Client client(fixture);
+  uint64_t connection = grpc_connection(fixture);
+  // ServerLive is Python's; so is a ModelInfer with typed contents (the lane leaves it).
+  client.call(1, kServerLive, "");
+  client.call(3, kModelInfer, grpctest::add_sub_request(1, "", true));
+  CHECK(fixture.turn_until([&] { return python_calls(fixture).size() == 6; }));
+  std::vector<const HttpIo::Event*> calls = python_calls(fixture);
+  const h2::EventKind expected[] = {h2::EventKind::kCall,      h2::EventKind::kMessage,
+                                    h2::EventKind::kHalfClose, h2::EventKind::kCall,
+                                    h2::EventKind::kMessage,   h2::EventKind::kHalfClose};
+  for (size_t i = 0; i < calls.size(); ++i) {
+    CHECK(calls[i]->connection == connection);
+    CHECK(calls[i]->grpc.kind == expected[i]);
+    CHECK(calls[i]->grpc.stream_id == (i < 3 ? 1u : 3u));
+  }
+  CHECK(calls[3]->grpc.path == kModelInfer);
+  CHECK(calls[4]->grpc.message == grpctest::add_sub_request(1, "", true));
+  CHECK(fixture.io->in_flight() == 0);
+  // Python answers through the loop.
+  h2::GrpcConnection* conn = fixture.io->grpc(connection);
+  CHECK(conn != nullptr);
+  CHECK(conn->send_message(1, std::string("\x08\x01", 2)));
+  CHECK(conn->finish(1, 0, ""));
+  CHECK(conn->finish(3, 3, "typed contents: the general path's"));
+  fixture.io->grpc_wrote(connection);
+  fixture.io->flush_writes();
+  CHECK(client.read_until([&] { return client.trailers(1) && client.trailers(3); }));
+  CHECK(client.data_of(1) == h2test::grpc_message(std::string("\x08\x01", 2)));
+  CHECK(h2test::header_value(*client.trailers(3), "grpc-status") == "3");
+}
+
+TEST(grpc_io_a_reset_call_is_cancelled_in_the_core_and_never_answered) {
+  Fixture fixture;
+  fixture.holding = true;  // the batch runs and stays running: the test answers it
+  Client client(fixture);
+  grpc_connection(fixture);
+  client.call(1, kModelInfer, grpctest::add_sub_request(1));
+  CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 1; }));
+  CHECK(fixture.io->waiting_count() == 1);
+  send_all(client.fd, h2test::rst(1, h2::kCancel));
+  CHECK(fixture.turn_until([&] { return fixture.io->waiting_count() == 0; }));
+  // Running when it was reset: it ends, counted, and its answer goes nowhere.
+  fixture.holding = false;
+  CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 0; }));
+  CHECK(successes(fixture) == 1);
+  client.read_until([] { return false; });  // what the loop wrote meanwhile
+  CHECK(client.trailers(1) == nullptr);
+  CHECK(client.data_of(1).empty());
+  CHECK(python_calls(fixture).empty());
+}
+
+TEST(grpc_io_a_lost_connection_cancels_its_calls_in_the_core) {
+  Fixture fixture;
+  fixture.holding = true;  // the batch runs and stays running: the test answers it
+  Client client(fixture);
+  uint64_t connection = grpc_connection(fixture);
+  client.call(1, kModelInfer, grpctest::add_sub_request(1));
+  client.call(3, kModelInfer, grpctest::add_sub_request(1));
+  CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 2; }));
+  close(client.fd);
+  client.fd = -1;
+  CHECK(fixture.turn_until(
+      [&] { return fixture.find_event(HttpIo::EventKind::kClosed, connection) != nullptr; }));
+  CHECK(fixture.io->grpc(connection) == nullptr);
+  CHECK(fixture.io->open_count() == 0);
+  CHECK(fixture.io->waiting_count() == 0);
+  // Each request was running (it ends, counted, and answers no one) or queued behind
+  // the running batch (dropped: its cancelled completion goes to Python, which
+  // releases it, as the manager does).
+  fixture.holding = false;
+  uint32_t cancelled = 0;
+  size_t seen = 0;
+  CHECK(fixture.turn_until([&] {
+    for (; seen < fixture.python_completions.size(); ++seen) {
+      const Completion& done = fixture.python_completions[seen];
+      CHECK(done.status == kCompletionCancelled);
+      for (uint64_t id : done.request_ids) {
+        HttpIo::Owned owned;
+        CHECK(fixture.io->owned(id, &owned) && owned.connection == 0);
+        cancelled += fixture.io->release_grpc(id) ? 1 : 0;
+      }
+    }
+    return fixture.io->in_flight() == 0;
+  }));
+  CHECK(successes(fixture) + cancelled == 2);
+}
+
+TEST(grpc_io_refuses_an_invalid_lane_call_with_invalid_argument) {
+  Fixture fixture;
+  Client client(fixture);
+  grpc_connection(fixture);
+  // add_sub takes [N,16]: a shape of [1,15] with 60 bytes is the validator's to refuse.
+  std::string m;
+  grpctest::bytes(&m, 1, "add_sub");
+  grpctest::bytes(&m, 5, grpctest::tensor("INPUT0", "FP32", {1, 15}));
+  grpctest::bytes(&m, 5, grpctest::tensor("INPUT1", "FP32", {1, 15}));
+  grpctest::bytes(&m, 7, std::string(60, '\1'));
+  grpctest::bytes(&m, 7, std::string(60, '\2'));
+  client.call(1, kModelInfer, m);
+  CHECK(client.read_until([&] { return client.trailers(1) != nullptr; }));
+  CHECK(h2test::header_value(*client.trailers(1), "grpc-status") == "3");
+  CHECK(!h2test::header_value(*client.trailers(1), "grpc-message").empty());
+  CHECK(python_calls(fixture).empty());
+  CHECK(fixture.io->in_flight() == 0);
+}
+
+TEST(grpc_io_graceful_shutdown_answers_open_calls_then_closes) {
+  Fixture fixture;
+  fixture.holding = true;
+  Client client(fixture);
+  uint64_t connection = grpc_connection(fixture);
+  client.call(1, kModelInfer, grpctest::add_sub_request(1));
+  CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 1; }));
+  fixture.io->grpc(connection)->shutdown();
+  fixture.io->grpc_wrote(connection);
+  fixture.holding = false;
+  CHECK(client.read_until(
+      [&] { return fixture.find_event(HttpIo::EventKind::kClosed, connection) != nullptr; }));
+  bool goaway = false;
+  for (const h2test::Frame& f : client.frames) goaway = goaway || f.type == 0x7;
+  CHECK(goaway);
+  CHECK(client.trailers(1) != nullptr);
+  CHECK(h2test::header_value(*client.trailers(1), "grpc-status") == "0");
+}
