@@ -99,12 +99,8 @@ void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
 void HttpIo::handle_ready(const epoll_event* events, int ready) {
   for (int e = 0; e < ready; ++e) {
     const uint64_t key = events[e].data.u64;
-    if (key == kListenerKey) {
-      accept_all();
-      continue;
-    }
-    if (key == kGrpcListenerKey) {
-      accept_grpc();
+    if (key == kListenerKey || key == kGrpcListenerKey) {
+      accept_all(key == kListenerKey ? listen_fd_ : grpc_listen_fd_, key == kGrpcListenerKey);
       continue;
     }
     Connection* c = find(key);
@@ -192,9 +188,9 @@ void HttpIo::poll(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
   hand_events(turn);
 }
 
-void HttpIo::accept_all() {
+void HttpIo::accept_all(int listen_fd, bool grpc) {
   for (;;) {
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;  // EAGAIN, or out of fds: the rest wait in the backlog
@@ -209,7 +205,11 @@ void HttpIo::accept_all() {
     connections_.emplace(c->id, std::move(connection));
     c->events = EPOLLIN;
     epoll_set(epoll_fd_, EPOLL_CTL_ADD, fd, c->events, c->id);
-    events_.push_back(Event{EventKind::kAccepted, c->id, {}});
+    if (grpc) {
+      grpc_accepted(c);
+    } else {
+      events_.push_back(Event{EventKind::kAccepted, c->id, {}});
+    }
   }
 }
 

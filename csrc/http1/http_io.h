@@ -272,9 +272,10 @@ class HttpIo {
     uint32_t stream = 0;  // a gRPC call's stream (0: an HTTP request)
   };
 
-  void accept_all();
+  // Accepts the connections waiting on `listen_fd` (`grpc`: the gRPC listener's).
+  void accept_all(int listen_fd, bool grpc);
   // gRPC (grpc_io.cc).
-  void accept_grpc();
+  void grpc_accepted(Connection* c);
   void grpc_received(Connection* c, const char* data, size_t size);
   void grpc_event(Connection* c, h2::Event& event);
   // Hands a held call to Python: its opening, its message if any, then `then` if given.

@@ -11,14 +11,10 @@
 // are per-connection timers of seconds to hours, kept by Python's handler
 // (grpc/protocol.py) through grpc(): they cost nothing per call and need no timer
 // plumbing in the epoll set.
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <memory>
 #include <string_view>
 
 #include "codec/error_status.h"
@@ -49,31 +45,11 @@ void HttpIo::stop_listening_grpc() {
   grpc_listen_fd_ = -1;
 }
 
-void HttpIo::accept_grpc() {
-  for (;;) {
-    int fd = accept4(grpc_listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      return;  // EAGAIN, or out of fds: the rest wait in the backlog
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    auto connection = std::make_unique<Connection>();
-    Connection* c = connection.get();
-    c->id = next_connection_++;
-    c->fd = fd;
-    c->python = true;  // its Python handler knows it (kClosed is reported)
-    c->last_read_ns = monotonic_ns();
-    c->h2 = std::make_unique<h2::GrpcConnection>(grpc_limits_);
-    connections_.emplace(c->id, std::move(connection));
-    c->events = EPOLLIN;
-    epoll_event event{};
-    event.events = c->events;
-    event.data.u64 = c->id;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event);
-    events_.push_back(Event(EventKind::kGrpcAccepted, c->id));
-    touch(c);  // the server preface (our SETTINGS)
-  }
+void HttpIo::grpc_accepted(Connection* c) {
+  c->python = true;  // its Python handler knows it (kClosed is reported)
+  c->h2 = std::make_unique<h2::GrpcConnection>(grpc_limits_);
+  events_.push_back(Event(EventKind::kGrpcAccepted, c->id));
+  touch(c);  // the server preface (our SETTINGS)
 }
 
 void HttpIo::grpc_received(Connection* c, const char* data, size_t size) {
