@@ -27,7 +27,7 @@ def _repository(root: Path) -> Path:
     write_model(
         repo, "other_agent", 'model_repository_agents { agents [ { name: "relocation" } ] }'
     )
-    write_model(repo, "iterative", "sequence_batching { iterative_sequence: true }")
+    write_model(repo, "passive", "instance_group [ { count: 1 kind: KIND_CPU passive: true } ]")
     write_model(repo, "cuda_graphs", "optimization { cuda { graphs: true } }")
     return repo
 
@@ -68,10 +68,10 @@ def test_startup_index_shows_who_loaded_and_why_not(started):
         "failed to open text file for read 1/weights.bin: No such file or directory"
     )
     assert "repo agent 'relocation'" in index["other_agent"]["reason"]
-    assert index["iterative"]["state"] == "UNAVAILABLE"
+    assert index["passive"]["state"] == "UNAVAILABLE"
     assert (
-        "field 'sequence_batching.iterative_sequence' of model 'iterative' is not supported"
-        in (index["iterative"]["reason"])
+        "field 'instance_group.passive' of model 'passive' is not supported"
+        in (index["passive"]["reason"])
     )
 
 
@@ -86,7 +86,7 @@ def test_a_hint_loads_and_the_index_and_log_say_it_is_ignored(started):
 def test_startup_log_names_the_refusals(started):
     log = started.stderr_text()
     assert f"Mismatched MD5 hash for file 1/model.py, expect: {WRONG_MD5}" in log
-    assert "field 'sequence_batching.iterative_sequence'" in log
+    assert "field 'instance_group.passive'" in log
 
 
 def test_a_model_whose_checksum_matches_serves(started):
