@@ -3,7 +3,8 @@ different lengths share one batch without padding, the batch inputs the model ge
 Triton's, and a batch output goes back to each request in its input's shape. ONNX Runtime
 and PyTorch models get the ragged input as one 1-D tensor; a Python model gets each
 request apart and no batch inputs, as Triton 2.51's Python backend (checked against it
-where it is installed, tests/triton_peer.py)."""
+where it is installed, tests/triton_peer.py); so does a model of a Python-based backend
+(`<backend-directory>/<backend>/model.py`), which Triton runs on its Python backend."""
 
 from __future__ import annotations
 
@@ -292,8 +293,8 @@ def test_pytorch_requests_of_different_lengths_share_one_batch(naiad):
     _expected_framework(answers)
 
 
-def _python_answers(host: str) -> list:
-    answers = _send_together(host, "ragged_python", ["DOUBLED", "SEEN"])
+def _python_answers(host: str, model: str = "ragged_python") -> list:
+    answers = _send_together(host, model, ["DOUBLED", "SEEN"])
     return [
         (answer["DOUBLED"].tolist(), json.loads(answer["SEEN"][0].decode())) for answer in answers
     ]
@@ -318,6 +319,57 @@ def test_python_model_sees_what_it_sees_in_triton(naiad, tmp_path):
         triton_batches = _batches(triton.url, "ragged_python")
     assert _python_answers(f"{naiad.host}:{naiad.http_port}") == expected
     assert triton_batches == {"executions": 1, "sizes": [3]}
+
+
+# A Python-based backend whose model.py is the Python model's, and a model naming it.
+BASED_BACKEND = "ragged_seen"
+BASED_MODEL = "ragged_based"
+
+
+@pytest.fixture(scope="module")
+def based(tmp_path_factory):
+    """A repository with `ping` and BASED_MODEL, and the backend folder it runs from."""
+    root = tmp_path_factory.mktemp("ragged_based")
+    (root / "backends" / BASED_BACKEND).mkdir(parents=True)
+    (root / "backends" / BASED_BACKEND / "model.py").write_text(PYTHON_MODEL)
+    models = _repository(root / "models", [])
+    (models / BASED_MODEL / "1").mkdir(parents=True)
+    config = _config(BASED_MODEL, BASED_BACKEND, PYTHON_OUTPUTS)
+    (models / BASED_MODEL / "config.pbtxt").write_text(config)
+    return root, models, root / "backends"
+
+
+def _based_answers(url: str, host: str) -> tuple:
+    return _python_answers(host, BASED_MODEL), _batches(url, BASED_MODEL)
+
+
+def test_python_based_backend_model_gets_each_request_apart_without_batch_inputs(based):
+    root, models, backends = based
+    flags = [f"--backend-directory={backends}"]
+    with NaiadServer(models, log_dir=root, extra_args=flags) as server:
+        answers, batches = _based_answers(server.url, f"{server.host}:{server.http_port}")
+    assert batches == {"executions": 1, "sizes": [3]}
+    for k, (doubled, seen) in enumerate(answers):
+        assert doubled == [[2 * (k * 10 + i) for i in range(LENGTHS[k])]]
+        assert seen == {"IN": [1, LENGTHS[k]]}
+
+
+@pytest.mark.skipif(find_triton() is None, reason="Triton 2.51 is not installed (/tmp/peers)")
+def test_python_based_backend_model_sees_what_it_sees_in_triton(based):
+    root, models, backends = based
+    # Triton runs a Python-based backend on its own python backend, found in the same
+    # --backend-directory: a link to the peer's (Naiad's Python backend is built in).
+    prefix, _ = find_triton()
+    peer = next(arg for arg in prefix if arg.startswith("--backend-directory="))
+    python = backends / "python"
+    if not python.exists():
+        python.symlink_to(Path(peer.split("=", 1)[1]) / "python", target_is_directory=True)
+    flags = [f"--backend-directory={backends}"]
+    with TritonPeer(models, root, flags) as triton:
+        triton.wait_ready(["ping", BASED_MODEL])
+        expected = _based_answers(triton.url, f"127.0.0.1:{triton.http_port}")
+    with NaiadServer(models, log_dir=root, extra_args=flags) as server:
+        assert _based_answers(server.url, f"{server.host}:{server.http_port}") == expected
 
 
 @pytest.mark.parametrize(

@@ -275,6 +275,12 @@ class Finding:
 def findings(config: ModelConfig) -> list[Finding]:
     """The refused and warned fields `config` sets, once per path, in declaration order."""
     backend = config.backend or config.platform
+    if backend and backend not in _BATCH_IO:
+        from naiad.backends import python_based_model_file
+
+        if python_based_model_file(backend) is not None:
+            # A Python-based backend's models run on the Python backend, as in Triton.
+            backend = "python"
     found: dict[str, Finding] = {}
     _walk(config, "", config, backend, found)
     return list(found.values())
