@@ -2,8 +2,10 @@
 true }`, `request.set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)` in a
 decoupled Python model), over gRPC streaming: each request runs again until the model
 releases it, each execution streaming a response, the request's flags START on its first
-run only; several requests counting down at once each get their own count. Compared with
-the real Triton 2.51 where it is installed."""
+run only; several requests counting down at once each get their own count; each run sees
+the sequence controls as Triton's sequence batcher sets them and counts as an execution,
+an inference and a success in the statistics. Compared with the real Triton 2.51 where
+it is installed."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer, make_repository
 from triton_peer import TritonPeer, find_triton
@@ -25,7 +28,8 @@ TIMEOUT = 60
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
     root = tmp_path_factory.mktemp("iterative")
-    return make_repository(root / "models", {"countdown": MODELS / "countdown"}), root
+    models = {name: MODELS / name for name in ("countdown", "history_stream")}
+    return make_repository(root / "models", models), root
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +91,75 @@ def test_the_same_stream_as_triton(repository, naiad):
         expected = _countdowns(f"127.0.0.1:{triton.grpc_port}", ONE)
     assert expected == ONE_EXPECTED
     assert _countdowns(naiad, ONE) == expected
+
+
+def _runs(url: str, request_id: str, count: int) -> list:
+    """One request to history_stream on a stream: per response (OUT, what the run saw:
+    START, END, READY, CORRID, flags(), correlation_id(), requests in that execute,
+    final)."""
+    responses: queue.Queue = queue.Queue()
+    got = []
+    with grpcclient.InferenceServerClient(url) as client:
+        client.start_stream(callback=lambda result, error: responses.put((result, error)))
+        value = grpcclient.InferInput("IN", [1, 1], "INT32")
+        value.set_data_from_numpy(np.array([[count]], dtype=np.int32))
+        client.async_stream_infer("history_stream", [value], request_id=request_id)
+        final = False
+        while not final:
+            result, error = responses.get(timeout=TIMEOUT)
+            assert error is None, error
+            final = result.get_response().parameters["triton_final_response"].bool_param
+            seen = tuple(int(v) for v in result.as_numpy("HISTORY")[0])
+            got.append((int(result.as_numpy("OUT")[0, 0]), seen, final))
+        client.stop_stream()
+    return got
+
+
+def _counts(http_url: str) -> dict:
+    """history_stream's statistics that a rescheduled run changes (not `fail`: Triton
+    2.51 counts one per iterative sequence some time after it ended, its idle reaper's)."""
+    stats = requests.get(f"{http_url}/v2/models/history_stream/stats", timeout=TIMEOUT).json()
+    (model,) = stats["model_stats"]
+    return {
+        "inference_count": model["inference_count"],
+        "execution_count": model["execution_count"],
+        "success": model["inference_stats"]["success"]["count"],
+        "batch_stats": [
+            (b["batch_size"], b["compute_infer"]["count"]) for b in model["batch_stats"]
+        ],
+    }
+
+
+# A request without a correlation id gets one of its own (1 for the model's first);
+# START on its first run only, END never; every run an execution of one request.
+STREAM_EXPECTED = [
+    (2, (1, 0, 1, 1, 1, 1, 1), False),
+    (1, (0, 0, 1, 1, 0, 1, 1), False),
+    (0, (0, 0, 1, 1, 0, 1, 1), True),
+]
+STREAM_COUNTS = {
+    "inference_count": 3,
+    "execution_count": 3,
+    "success": 3,
+    "batch_stats": [(1, 3)],
+}
+
+
+def test_each_run_sees_the_controls_and_counts(repository):
+    models, root = repository
+    # A server of its own: the correlation ids and statistics start from nothing.
+    with NaiadServer(models, log_dir=root) as server:
+        assert _runs(f"{server.host}:{server.grpc_port}", "s", 3) == STREAM_EXPECTED
+        assert _counts(server.url) == STREAM_COUNTS
+
+
+@pytest.mark.skipif(find_triton() is None, reason="Triton 2.51 is not installed (/tmp/peers)")
+def test_the_same_controls_and_statistics_as_triton(repository):
+    models, root = repository
+    with TritonPeer(models, root, []) as triton:
+        triton.wait_ready(["history_stream"])
+        expected = _runs(f"127.0.0.1:{triton.grpc_port}", "s", 3), _counts(triton.url)
+    assert expected == (STREAM_EXPECTED, STREAM_COUNTS)
+    with NaiadServer(models, log_dir=root) as server:
+        got = _runs(f"{server.host}:{server.grpc_port}", "s", 3), _counts(server.url)
+    assert got == expected

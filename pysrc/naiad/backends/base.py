@@ -217,6 +217,20 @@ class RequestError:
         return f"RequestError({self.message!r}, code={self.code})"
 
 
+class Rescheduled:
+    """A request the model released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+    (iterative sequences): no answer yet; the backend runs it again (run_rescheduled).
+    The worker notes where its answer goes: the core's batch, the request's index there
+    and the client shm regions its outputs go to (None: none)."""
+
+    __slots__ = ("batch_id", "index", "regions")
+
+    def __init__(self):
+        self.batch_id = 0
+        self.index = 0
+        self.regions = None
+
+
 Result = Response | RequestError
 
 

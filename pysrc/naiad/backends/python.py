@@ -49,7 +49,7 @@ from typing import Any
 
 from naiad import _core
 from naiad import triton_python_backend_utils as pb_utils
-from naiad.backends.base import Backend, Batch, RequestError, Response, Result
+from naiad.backends.base import Backend, Batch, RequestError, Rescheduled, Response, Result
 from naiad.errors import NaiadError
 
 __all__ = ["ModelLoadError", "PythonModelBackend", "auto_complete_config"]
@@ -246,11 +246,15 @@ class PythonModelBackend(Backend):
         self.decoupled: bool = pb_utils.using_decoupled_model_transaction_policy(config)
         # sequence_batching { iterative_sequence: true }: a request the model releases
         # with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE runs again (run_rescheduled). The
-        # requests waiting for that, each with its _RequestStream.
+        # requests waiting for that, each with its _RequestStream (decoupled) or its
+        # Rescheduled (where its answer goes).
         self.iterative: bool = bool(
             (config.get("sequence_batching") or {}).get("iterative_sequence", False)
         )
         self.rescheduled: list = []
+        # The sequence control inputs of a rescheduled request's next run, by name: a
+        # callable that gives them (worker/sequence.py sets it).
+        self.refresh_controls = None
         self.model_path: str = backend_file or _model_file(
             self.name, model_dir, self.version, config
         )
@@ -377,9 +381,20 @@ class PythonModelBackend(Backend):
         running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
         running.append((batch.batch_id, requests))
         try:
-            return self.execute_requests(requests)
+            results = self.execute_requests(requests)
         finally:
             running.pop()
+        if self.iterative:
+            self._hold_rescheduled(requests, results)
+        return results
+
+    def _hold_rescheduled(self, requests: list, results: list) -> None:
+        """The requests of a model that is not decoupled which it rescheduled wait for
+        their next run, each with its Rescheduled result."""
+        for request, result in zip(requests, results):
+            if type(result) is Rescheduled:
+                request._release_flags = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
+                self.rescheduled.append((request, result))
 
     def execute_requests(self, requests: list[pb_utils.InferenceRequest]) -> list[Result]:
         """Run the model's execute() on pb_utils requests; per request, a Response or a
@@ -521,10 +536,6 @@ class PythonModelBackend(Backend):
             request._response_sender = sender(request_stream)
             request._cancel_probe = request_stream.cancelled
             streams.append(request_stream)
-            if self.iterative and not request._correlation_id:
-                # A request without a correlation id is a sequence of its own: this first
-                # run is its start, as Triton's sequence batcher flags it.
-                request._flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
         if batch.trace_contexts is not None:  # traced in mode opentelemetry
             pb_utils._set_trace_contexts(requests, batch.trace_contexts)
         running = pb_utils._RUNNING  # for BLS calls made with trace=request.trace()
@@ -566,26 +577,42 @@ class PythonModelBackend(Backend):
             if not self.iterative:
                 request_stream.stream.send(
                     request_stream.index,
-                    self._failure(
-                        "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) needs "
-                        "sequence_batching { iterative_sequence: true } in the model's config",
-                        pb_utils.TritonError.UNSUPPORTED,
-                    ),
+                    self._failure(_NEEDS_ITERATIVE, pb_utils.TritonError.UNSUPPORTED),
                     True,
                 )
             elif not request_stream.stream.is_final(request_stream.index):
-                # Its next iteration is no longer the start of its sequence.
-                request._flags &= ~pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
                 self.rescheduled.append((request, request_stream))
 
-    def run_rescheduled(self) -> None:
+    def run_rescheduled(self) -> list:
         """Runs the requests rescheduled so far through execute() again, together, as
-        Triton runs a rescheduled request in a later batch; their responses go out on
-        their own streams (the batches they came in stay open until their final
-        response)."""
+        Triton runs a rescheduled request in a later batch, each with its flags cleared
+        and its control inputs refreshed (not the start of its sequence any more). A
+        decoupled model's responses go out on the requests' own streams (the batches
+        they came in stay open until their final response): returns []. Else returns,
+        per request, its Rescheduled (where its answer goes) and its Result, or a
+        Rescheduled when the model rescheduled it again (it waits again)."""
         waiting = list(self.rescheduled)
         self.rescheduled.clear()  # the same list: the worker loop holds it
-        self._execute_decoupled([r for r, _ in waiting], [s for _, s in waiting])
+        requests = [request for request, _ in waiting]
+        controls = self.refresh_controls() if self.refresh_controls is not None else {}
+        for request in requests:
+            request._flags = 0
+            if controls:
+                request._inputs = [
+                    pb_utils.Tensor(t.name(), controls[t.name()]) if t.name() in controls else t
+                    for t in request._inputs
+                ]
+        if self.decoupled:
+            self._execute_decoupled(requests, [target for _, target in waiting])
+            return []
+        results = self.execute_requests(requests)
+        answers = []
+        for (request, target), result in zip(waiting, results):
+            if type(result) is Rescheduled:  # it waits again, answered where it was
+                request._release_flags = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
+                self.rescheduled.append((request, target))
+            answers.append((target, result))
+        return answers
 
     def _failure(self, message: str, code: int = pb_utils.TritonError.INTERNAL) -> RequestError:
         return RequestError(
@@ -593,9 +620,24 @@ class PythonModelBackend(Backend):
             code,
         )
 
+    def _rescheduled_result(self, response) -> Result:
+        """The result of a request (not decoupled) the model released with
+        TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: a Rescheduled, which runs again; its
+        entry in execute()'s list must be None, as Triton's Python backend asks."""
+        if not self.iterative:
+            return self._failure(_NEEDS_ITERATIVE, pb_utils.TritonError.UNSUPPORTED)
+        if response is not None:
+            return self._failure(
+                "a request released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE must have "
+                "None in the list execute() returns: its response comes from a later run"
+            )
+        return Rescheduled()
+
     def _result(self, request, response) -> Result:
         # Runs once per request: it reads the pb_utils objects' fields directly rather
         # than through their accessor methods.
+        if request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            return self._rescheduled_result(response)
         if response is None:
             return self._failure(
                 "execute() returned None for this request, and sent it no response "
@@ -604,12 +646,6 @@ class PythonModelBackend(Backend):
         error = response._error
         if error is not None:  # the model's own answer (a success in Triton's statistics)
             return RequestError(error.message(), error.code(), by_model=True)
-        if request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            return self._failure(
-                "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
-                "supported yet for a model that is not decoupled",
-                pb_utils.TritonError.UNSUPPORTED,
-            )
 
         outputs = response._output_tensors
         requested = request._requested_output_names
@@ -671,6 +707,12 @@ class _Requested:
     def __init__(self, requested_output_names):
         self._requested_output_names = requested_output_names
         self._release_flags = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
+
+
+_NEEDS_ITERATIVE = (
+    "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) needs "
+    "sequence_batching { iterative_sequence: true } in the model's config"
+)
 
 
 def _fail_open(streams: list, message: str) -> None:

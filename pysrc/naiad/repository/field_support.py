@@ -212,7 +212,7 @@ FIELDS: dict[str, Support] = {
     "sequence_batching.state.use_growable_memory": _warned(f"growable state buffers: {_HINT}"),
     "sequence_batching.iterative_sequence": _only(
         {"python"},
-        "a decoupled Python model's request released with "
+        "a Python model's request released with "
         "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE runs again (backends/python.py); other "
         "backends cannot reschedule a request",
     ),

@@ -902,9 +902,10 @@ class ModelManager:
             if len(lane) != len(live):
                 timings = self._answer_general(pendings, offset, size, dispatch_ns, end_ns)
             if timings is not None and timings[0]:  # streamed responses carry none
-                _record_executions(
-                    live[0].model.stats, _instance, [p.batch_size for p in live], timings
-                )
+                model = live[0].model
+                _record_executions(model.stats, _instance, [p.batch_size for p in live], timings)
+                if getattr(model, "iterative", False):
+                    self._count_runs(live, timings, dispatch_ns, end_ns)
         finally:
             if offset:
                 self.core.free(offset)
@@ -1263,6 +1264,19 @@ class ModelManager:
             if trace is not None and trace.keeps_tensors and not self.tracer.opentelemetry:
                 trace.tensors += tensor_texts(_core.TENSOR_BACKEND_OUTPUT, response.outputs)
             self._finish_trace(pending.request_id, timings, end_ns)
+
+    def _count_runs(self, live: list, timings, dispatch_ns: int, end_ns: int) -> None:
+        """An iterative model's execution (`timings`): each of its requests `live` that
+        ran in it without finishing (the model rescheduled it) counts an inference and a
+        success, as Triton counts every run of a request; the run that answers it counts
+        with its answer."""
+        pending = self._pending
+        start_ns = max(dispatch_ns, timings[0])
+        for p in live:
+            if pending.get(p.request_id) is p:
+                p.model.stats.record_success(
+                    p.batch_size, end_ns - p.submit_ns, start_ns - p.submit_ns, timings
+                )
 
     def _late_execution(self, instance_id: int, offset: int, size: int, batch_size: int) -> None:
         """A decoupled model's batch ended after its requests all had their final

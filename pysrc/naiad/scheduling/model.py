@@ -62,6 +62,8 @@ class LoadedModel:
         self.stats = ModelStats(self.name, version)
         self._validate = RequestValidator(config, self.name, version)
         self.sequence_batching = config.HasField("sequence_batching")
+        # Its requests may run several times (rescheduled): each run is counted.
+        self.iterative = self.sequence_batching and config.sequence_batching.iterative_sequence
         self._config_json = config_to_json(config)
         self._metadata = model_metadata(config, entry.versions)
         # Classification names classes after these (label_filename of an output).
@@ -175,7 +177,10 @@ class LoadedModel:
     def _set_state(self, state: str) -> None:
         self.state = state
         if self.lane_model is not None:
-            self.manager.lane.set_accepting(self.lane_model, state == READY)
+            # An iterative model's requests take the general path, whose completions
+            # count each run of a rescheduled request (ModelManager._count_runs).
+            accepting = state == READY and not self.iterative
+            self.manager.lane.set_accepting(self.lane_model, accepting)
         self.manager.models_changed()
 
     @property

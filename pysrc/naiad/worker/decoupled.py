@@ -27,7 +27,16 @@ _NO_TIMINGS = [0, 0, 0, 0]  # a streamed response is no execution of its own
 class BatchStream:
     """The responses of one batch's requests (index = position in the batch)."""
 
-    __slots__ = ("endpoint", "batch_id", "blocks", "regions", "final", "lock", "__weakref__")
+    __slots__ = (
+        "endpoint",
+        "batch_id",
+        "blocks",
+        "regions",
+        "final",
+        "lock",
+        "held",
+        "__weakref__",
+    )
 
     def __init__(self, endpoint, batch_id: int, blocks: list, regions: list | None = None):
         self.endpoint = endpoint
@@ -38,6 +47,9 @@ class BatchStream:
         self.regions = regions
         self.final = [False] * len(blocks)
         self.lock = threading.Lock()
+        # While a rescheduled run goes (hold_finals): its final responses, posted with
+        # the run's timings once it is over (post_held).
+        self.held: list | None = None
 
     def is_final(self, index: int) -> bool:
         return self.final[index]
@@ -67,6 +79,11 @@ class BatchStream:
                     error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
                     wire = (index, error_flags, INTERNAL, outcome_record.error_record(message), ())
         endpoint = self.endpoint
+        if final and self.held is not None:
+            with self.lock:
+                if self.held is not None:
+                    self.held.append(wire)
+                    return True
         if endpoint.respond_open(self.batch_id, [wire], _NO_TIMINGS, False, False):
             # The frontend forwards it while the model goes on (csrc/ipc/worker_endpoint.h).
             endpoint.yield_to_frontend()
@@ -79,6 +96,25 @@ class BatchStream:
             error = (index, results.FINAL_ERROR, INTERNAL, outcome_record.error_record(message), ())
             self.endpoint.respond_open(self.batch_id, [error], _NO_TIMINGS, False, False)
         return True
+
+    def hold_finals(self) -> None:
+        """From now on final responses wait for post_held: a rescheduled run (iterative
+        sequences) counts as an execution of its own, which its timings posted with
+        its final responses say (the batch is over once they are all out)."""
+        with self.lock:
+            self.held = []
+
+    def post_held(self, timings: list) -> None:
+        """Posts the final responses held since hold_finals with `timings` (the run's),
+        in one block: the statistics count the run, and the requests finished."""
+        with self.lock:
+            held, self.held = self.held or [], None
+        if not self.endpoint.respond_open(self.batch_id, held, timings, False, False):
+            # No room in the arena: the requests end with an error (a small block).
+            message = "the shared-memory arena has no room for the model's response"
+            record = outcome_record.error_record(message)
+            errors = [(wire[0], results.FINAL_ERROR, INTERNAL, record, ()) for wire in held]
+            self.endpoint.respond_open(self.batch_id, errors, _NO_TIMINGS, False, False)
 
     def cancelled(self, index: int) -> bool:
         """Whether the client cancelled request `index` (the core's flag in its block)."""
@@ -129,6 +165,14 @@ def run_batch(
     timings = [start, infer_start - start, infer_end - infer_start, 0]
     if not endpoint.respond_open(batch_id, [], timings, True, True):
         endpoint.end_batch(batch_id, True)
+
+
+def batch_stream(stream) -> BatchStream:
+    """The BatchStream under `stream` (a request's _RequestStream, a _Subset, or a
+    sequence model's state stream: each keeps the one it wraps in `stream`)."""
+    while not isinstance(stream, BatchStream):
+        stream = stream.stream
+    return stream
 
 
 class _Subset:

@@ -30,7 +30,7 @@ import orjson
 
 from naiad import _core, datatypes, gpu, outcome_record, triton_log
 from naiad.backends import load_backend
-from naiad.backends.base import Backend, Batch, RequestHeader
+from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Rescheduled
 from naiad.gc_tuning import settle_after_startup
 from naiad.triton_codes import INVALID_ARG
 from naiad.worker import bls, decoupled, results, shm_outputs
@@ -292,16 +292,77 @@ class Worker:
             if getattr(backend, "places_outputs", False) and not self.decoupled
             else None
         )
+        # An iterative model's requests waiting for their next run (the backend's list):
+        # see _run_rescheduled; None for other models.
+        self.rescheduled = backend.rescheduled if getattr(backend, "iterative", False) else None
+
+    def _run_rescheduled(self) -> None:
+        """One run of the requests the model rescheduled (iterative sequences), as
+        Triton's execution of a later batch: each batch they came in (still open for
+        them) gets one block with the run's timings, so that the statistics count the
+        run, and the answers of those that finished in it."""
+        start = _core.now_ns()
+        if self.decoupled:
+            streams = {}
+            for _request, target in self.rescheduled:
+                stream = decoupled.batch_stream(target.stream)
+                streams[stream.batch_id] = stream
+            for stream in streams.values():
+                stream.hold_finals()
+            self.backend.run_rescheduled()
+            timings = [start, 0, _core.now_ns() - start, 0]
+            for stream in streams.values():
+                stream.post_held(timings)
+            return
+        answers = self.backend.run_rescheduled()
+        timings = [start, 0, _core.now_ns() - start, 0]
+        by_batch: dict = {}
+        for target, result in answers:
+            wires = by_batch.setdefault(target.batch_id, [])
+            if type(result) is not Rescheduled:
+                wire = (target.index, *results.wire_one(result))
+                if target.regions:  # outputs placed in the client's shm regions
+                    wire = shm_outputs.place_response(wire, target.regions)
+                wires.append(wire)
+        for batch_id, wires in by_batch.items():
+            if not self.endpoint.respond_open(batch_id, wires, timings, False, False):
+                errors = [(wire[0], *results.wire_one(_ARENA_FULL)) for wire in wires]
+                self.endpoint.respond_open(batch_id, errors, timings, False, False)
+
+    def _respond_rescheduled(
+        self, batch_id: int, blocks: list, outcomes: list, timings: list
+    ) -> bool:
+        """Answers a batch some of whose requests the model rescheduled (iterative
+        sequences): the others now, the batch ending with those kept open for their
+        answers from later runs (_run_rescheduled). False when it rescheduled none."""
+        answers = []
+        for index, outcome in enumerate(outcomes):
+            if type(outcome) is Rescheduled:
+                outcome.batch_id, outcome.index = batch_id, index
+                if shm_outputs.active:
+                    outcome.regions = _regions_of(blocks[index][0])
+            else:
+                answers.append((index, outcome))
+        # A not-ready request the model rescheduled (its result dropped): nobody waits.
+        self.rescheduled[:] = [entry for entry in self.rescheduled if entry[1].batch_id]
+        if len(answers) == len(outcomes):
+            return False
+        answers = [(index, *results.wire_one(outcome)) for index, outcome in answers]
+        if shm_outputs.active:  # outputs placed in the client's shm regions go there
+            answers = shm_outputs.place_outputs(self.arena, blocks, answers, _regions_of)
+        if not self.endpoint.respond_open(batch_id, answers, timings, True, True):
+            self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_ARENA_FULL)
+        return True
 
     def run(self) -> None:
         # A Python model's requests rescheduled for another iteration (iterative
         # sequences) run whenever no batch is waiting, so that neither starves the other.
-        rescheduled = getattr(self.backend, "rescheduled", None)
+        rescheduled = self.rescheduled
         while True:
             if rescheduled:
                 message = self.endpoint.next(False)
                 if message is None:
-                    self.backend.run_rescheduled()
+                    self._run_rescheduled()
                     continue
             else:
                 message = self.endpoint.next()
@@ -409,6 +470,9 @@ class Worker:
         # for a worker that ran out of memory and exits next (run): its batch stays
         # open so that no new batch is sent to it, which only its death would fail.
         done = not self.backend.out_of_memory
+        rescheduled = self.rescheduled is not None
+        if rescheduled and self._respond_rescheduled(batch_id, blocks, outcomes, timings):
+            return
         if placed is not None:  # the outputs are in the block already: post it as it is
             # Not checked for truncated regions: its outputs are in the block already.
             shm_outputs.REGIONS.read.clear()
@@ -466,6 +530,9 @@ class Worker:
         if not self.endpoint.respond(batch_id, responses, timings, done):
             self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_ARENA_FULL)
 
+
+# A rescheduled request's answer for which the arena has no room.
+_ARENA_FULL = RequestError("the shared-memory arena has no room for the model's response")
 
 # The exit status of a worker that ran out of memory: the frontend restarts it.
 EXIT_OUT_OF_MEMORY = 3

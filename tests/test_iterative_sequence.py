@@ -1,0 +1,108 @@
+"""Iterative sequences in a Python model that is not decoupled
+(`sequence_batching { iterative_sequence: true }`, the model returning None for a
+request it released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE), over HTTP: the
+request runs again until the model answers it; each run sees the sequence controls and
+flags as Triton's sequence batcher sets them (START on the first run only, END never,
+READY, a correlation id of its own for a request without one); each run is an execution,
+an inference and a success in the statistics. Compared with the real Triton 2.51 where
+it is installed (the same requests, one at a time, on a fresh server each)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import requests
+from server_harness import NaiadServer, make_repository
+from triton_peer import TritonPeer, needs_triton
+
+pytestmark = pytest.mark.timeout(300)
+
+MODELS = Path(__file__).resolve().parent / "iterative_models"
+TIMEOUT = 60
+
+# (request id, IN, sequence parameters): run one after another on a fresh server.
+REQUESTS = [
+    ("a", 3, None),
+    ("b", 1, None),
+    ("c", 2, {"sequence_id": 42, "sequence_start": True}),
+]
+# Per request, per run: START, END, READY, CORRID, flags(), correlation_id(), requests in
+# that execute (as Triton 2.51 answers them).
+EXPECTED = {
+    "a": [(1, 0, 1, 1, 1, 1, 1), (0, 0, 1, 1, 0, 1, 1), (0, 0, 1, 1, 0, 1, 1)],
+    "b": [(1, 0, 1, 2, 1, 2, 1)],
+    "c": [(1, 0, 1, 42, 1, 42, 1), (0, 0, 1, 42, 0, 42, 1)],
+}
+RUNS = sum(len(runs) for runs in EXPECTED.values())
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("iterative")
+    return make_repository(root / "models", {"history": MODELS / "history"}), root
+
+
+def _history(url: str, request_id: str, count: int, sequence: dict | None) -> list:
+    body = {
+        "id": request_id,
+        "inputs": [{"name": "IN", "shape": [1, 1], "datatype": "INT32", "data": [count]}],
+    }
+    if sequence:
+        body["parameters"] = sequence
+    reply = requests.post(f"{url}/v2/models/history/infer", json=body, timeout=TIMEOUT)
+    assert reply.status_code == 200, reply.text
+    outputs = {output["name"]: output["data"] for output in reply.json()["outputs"]}
+    history = outputs["HISTORY"]
+    runs = [tuple(history[i : i + 7]) for i in range(0, len(history), 7)]
+    assert outputs["OUT"] == [len(runs)]
+    return runs
+
+
+def _counts(url: str) -> dict:
+    """The statistics a rescheduled run changes. Not `fail`: Triton 2.51 counts one
+    failure per iterative sequence some time after it ended (its sequence batcher's
+    idle reaper), which Naiad does not copy."""
+    stats = requests.get(f"{url}/v2/models/history/stats", timeout=TIMEOUT).json()
+    (model,) = stats["model_stats"]
+    inference = model["inference_stats"]
+    return {
+        "inference_count": model["inference_count"],
+        "execution_count": model["execution_count"],
+        "success": inference["success"]["count"],
+        "queue": inference["queue"]["count"],
+        "compute_infer": inference["compute_infer"]["count"],
+        "batch_stats": [
+            (batch["batch_size"], batch["compute_infer"]["count"]) for batch in model["batch_stats"]
+        ],
+    }
+
+
+def _run_all(url: str) -> tuple[dict, dict]:
+    got = {rid: _history(url, rid, count, sequence) for rid, count, sequence in REQUESTS}
+    return got, _counts(url)
+
+
+def test_each_run_sees_the_controls_and_counts(repository):
+    models, root = repository
+    with NaiadServer(models, log_dir=root) as server:
+        got, counts = _run_all(server.url)
+    assert got == EXPECTED
+    assert counts == {
+        "inference_count": RUNS,
+        "execution_count": RUNS,
+        "success": RUNS,
+        "queue": RUNS,
+        "compute_infer": RUNS,
+        "batch_stats": [(1, RUNS)],
+    }
+
+
+@needs_triton
+def test_the_same_answers_and_statistics_as_triton(repository):
+    models, root = repository
+    with TritonPeer(models, root, []) as triton:
+        triton.wait_ready(["history"])
+        expected = _run_all(triton.url)
+    with NaiadServer(models, log_dir=root) as server:
+        assert _run_all(server.url) == expected
