@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from iterative_support import all_runs, run_counts
 from server_harness import NaiadServer, make_repository
 from triton_peer import TritonPeer, needs_triton
 
@@ -59,28 +60,9 @@ def _history(url: str, request_id: str, count: int, sequence: dict | None) -> li
     return runs
 
 
-def _counts(url: str) -> dict:
-    """The statistics a rescheduled run changes. Not `fail`: Triton 2.51 counts one
-    failure per iterative sequence some time after it ended (its sequence batcher's
-    idle reaper), which Naiad does not copy."""
-    stats = requests.get(f"{url}/v2/models/history/stats", timeout=TIMEOUT).json()
-    (model,) = stats["model_stats"]
-    inference = model["inference_stats"]
-    return {
-        "inference_count": model["inference_count"],
-        "execution_count": model["execution_count"],
-        "success": inference["success"]["count"],
-        "queue": inference["queue"]["count"],
-        "compute_infer": inference["compute_infer"]["count"],
-        "batch_stats": [
-            (batch["batch_size"], batch["compute_infer"]["count"]) for batch in model["batch_stats"]
-        ],
-    }
-
-
 def _run_all(url: str) -> tuple[dict, dict]:
     got = {rid: _history(url, rid, count, sequence) for rid, count, sequence in REQUESTS}
-    return got, _counts(url)
+    return got, run_counts(url, "history")
 
 
 def test_each_run_sees_the_controls_and_counts(repository):
@@ -88,14 +70,7 @@ def test_each_run_sees_the_controls_and_counts(repository):
     with NaiadServer(models, log_dir=root) as server:
         got, counts = _run_all(server.url)
     assert got == EXPECTED
-    assert counts == {
-        "inference_count": RUNS,
-        "execution_count": RUNS,
-        "success": RUNS,
-        "queue": RUNS,
-        "compute_infer": RUNS,
-        "batch_stats": [(1, RUNS)],
-    }
+    assert counts == all_runs(RUNS)
 
 
 @needs_triton

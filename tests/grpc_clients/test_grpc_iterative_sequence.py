@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import requests
 import tritonclient.grpc as grpcclient
+from iterative_support import all_runs, run_counts
 from server_harness import NaiadServer, make_repository
 from triton_peer import TritonPeer, find_triton
 
@@ -115,21 +115,6 @@ def _runs(url: str, request_id: str, count: int) -> list:
     return got
 
 
-def _counts(http_url: str) -> dict:
-    """history_stream's statistics that a rescheduled run changes (not `fail`: Triton
-    2.51 counts one per iterative sequence some time after it ended, its idle reaper's)."""
-    stats = requests.get(f"{http_url}/v2/models/history_stream/stats", timeout=TIMEOUT).json()
-    (model,) = stats["model_stats"]
-    return {
-        "inference_count": model["inference_count"],
-        "execution_count": model["execution_count"],
-        "success": model["inference_stats"]["success"]["count"],
-        "batch_stats": [
-            (b["batch_size"], b["compute_infer"]["count"]) for b in model["batch_stats"]
-        ],
-    }
-
-
 # A request without a correlation id gets one of its own (1 for the model's first);
 # START on its first run only, END never; every run an execution of one request.
 STREAM_EXPECTED = [
@@ -137,12 +122,7 @@ STREAM_EXPECTED = [
     (1, (0, 0, 1, 1, 0, 1, 1), False),
     (0, (0, 0, 1, 1, 0, 1, 1), True),
 ]
-STREAM_COUNTS = {
-    "inference_count": 3,
-    "execution_count": 3,
-    "success": 3,
-    "batch_stats": [(1, 3)],
-}
+STREAM_COUNTS = all_runs(3)
 
 
 def test_each_run_sees_the_controls_and_counts(repository):
@@ -150,7 +130,7 @@ def test_each_run_sees_the_controls_and_counts(repository):
     # A server of its own: the correlation ids and statistics start from nothing.
     with NaiadServer(models, log_dir=root) as server:
         assert _runs(f"{server.host}:{server.grpc_port}", "s", 3) == STREAM_EXPECTED
-        assert _counts(server.url) == STREAM_COUNTS
+        assert run_counts(server.url, "history_stream") == STREAM_COUNTS
 
 
 @pytest.mark.skipif(find_triton() is None, reason="Triton 2.51 is not installed (/tmp/peers)")
@@ -158,8 +138,14 @@ def test_the_same_controls_and_statistics_as_triton(repository):
     models, root = repository
     with TritonPeer(models, root, []) as triton:
         triton.wait_ready(["history_stream"])
-        expected = _runs(f"127.0.0.1:{triton.grpc_port}", "s", 3), _counts(triton.url)
+        expected = (
+            _runs(f"127.0.0.1:{triton.grpc_port}", "s", 3),
+            run_counts(triton.url, "history_stream"),
+        )
     assert expected == (STREAM_EXPECTED, STREAM_COUNTS)
     with NaiadServer(models, log_dir=root) as server:
-        got = _runs(f"{server.host}:{server.grpc_port}", "s", 3), _counts(server.url)
+        got = (
+            _runs(f"{server.host}:{server.grpc_port}", "s", 3),
+            run_counts(server.url, "history_stream"),
+        )
     assert got == expected
