@@ -40,18 +40,28 @@ RUNS = sum(len(runs) for runs in EXPECTED.values())
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
+    """`history`, and `history_pair`: the same model on two instances."""
     root = tmp_path_factory.mktemp("iterative")
-    return make_repository(root / "models", {"history": MODELS / "history"}), root
+    models = make_repository(root / "models", {"history": MODELS / "history"})
+    pair = make_repository(root / "pair", {"history_pair": MODELS / "history"})
+    config = (pair / "history_pair" / "config.pbtxt").read_text()
+    config = config.replace('"history"', '"history_pair"').replace("count: 1", "count: 2")
+    (models / "history_pair").mkdir()
+    (models / "history_pair" / "config.pbtxt").write_text(config)
+    (pair / "history_pair" / "1").rename(models / "history_pair" / "1")
+    return models, root
 
 
-def _history(url: str, request_id: str, count: int, sequence: dict | None) -> list:
+def _history(
+    url: str, request_id: str, count: int, sequence: dict | None, model: str = "history"
+) -> list:
     body = {
         "id": request_id,
         "inputs": [{"name": "IN", "shape": [1, 1], "datatype": "INT32", "data": [count]}],
     }
     if sequence:
         body["parameters"] = sequence
-    reply = requests.post(f"{url}/v2/models/history/infer", json=body, timeout=TIMEOUT)
+    reply = requests.post(f"{url}/v2/models/{model}/infer", json=body, timeout=TIMEOUT)
     assert reply.status_code == 200, reply.text
     outputs = {output["name"]: output["data"] for output in reply.json()["outputs"]}
     history = outputs["HISTORY"]
@@ -60,24 +70,28 @@ def _history(url: str, request_id: str, count: int, sequence: dict | None) -> li
     return runs
 
 
-def _run_all(url: str) -> tuple[dict, dict]:
+def _run_all(url: str) -> tuple:
     got = {rid: _history(url, rid, count, sequence) for rid, count, sequence in REQUESTS}
-    return got, run_counts(url, "history")
+    # history_pair's own correlation ids, one request after another on its two instances.
+    pair = [_history(url, f"p{k}", 2, None, "history_pair")[0][5] for k in range(4)]
+    return got, run_counts(url, "history"), pair
 
 
 def test_each_run_sees_the_controls_and_counts(repository):
     models, root = repository
     with NaiadServer(models, log_dir=root) as server:
-        got, counts = _run_all(server.url)
+        got, counts, pair = _run_all(server.url)
     assert got == EXPECTED
     assert counts == all_runs(RUNS)
+    # Numbered per model, whichever instance runs the request.
+    assert pair == [1, 2, 3, 4]
 
 
 @needs_triton
 def test_the_same_answers_and_statistics_as_triton(repository):
     models, root = repository
     with TritonPeer(models, root, []) as triton:
-        triton.wait_ready(["history"])
+        triton.wait_ready(["history", "history_pair"])
         expected = _run_all(triton.url)
     with NaiadServer(models, log_dir=root) as server:
         assert _run_all(server.url) == expected

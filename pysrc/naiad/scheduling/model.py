@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import json
 import logging
 from functools import partial
@@ -64,6 +66,7 @@ class LoadedModel:
         self.sequence_batching = config.HasField("sequence_batching")
         # Its requests may run several times (rescheduled): each run is counted.
         self.iterative = self.sequence_batching and config.sequence_batching.iterative_sequence
+        self._own_sequences = itertools.count(1)  # iterative: see _own_sequence
         self._config_json = config_to_json(config)
         self._metadata = model_metadata(config, entry.versions)
         # Classification names classes after these (label_filename of an output).
@@ -237,6 +240,8 @@ class LoadedModel:
         """A request to a sequence model: its correlation id and flags go to the core's
         sequence batcher (sequence_parameters.py)."""
         sequence = sequence_of(request.parameters)
+        if self.iterative and not sequence[0] and not sequence[1]:
+            request = self._own_sequence(request)
         return self.manager.submit(
             self,
             self._validate.spec,
@@ -246,6 +251,17 @@ class LoadedModel:
             sequence=sequence,
             on_response=on_response,
         )
+
+    def _own_sequence(self, request: InferRequest) -> InferRequest:
+        """An iterative model's request without a correlation id: the core schedules it
+        as a sequence of its own (SequenceConfig::iterative); the model sees it as
+        Triton 2.51's does, with a correlation id of its own (1, 2, ... per model
+        version) and START alone (the worker leaves the core's END out)."""
+        parameters = dict(request.parameters)
+        parameters.pop("sequence_end", None)
+        parameters["sequence_id"] = next(self._own_sequences)
+        parameters["sequence_start"] = True
+        return dataclasses.replace(request, parameters=parameters)
 
 
 class UnloadableModel:

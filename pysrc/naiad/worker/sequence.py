@@ -39,7 +39,7 @@ import numpy as np
 
 from naiad import datatypes
 from naiad.backends import sequence_io
-from naiad.backends.base import SEQUENCE_START, Backend, Batch, RequestHeader, Response
+from naiad.backends.base import SEQUENCE_END, Backend, Batch, RequestHeader, Response
 
 _VALID = 1 << 63
 _START = 1 << 32
@@ -173,10 +173,9 @@ class SequenceBackend(Backend):
         self.corrid_controls = [c for c in self.controls if c.kind == "corrid"]
         self._columns: dict = {}  # flags per position -> control columns (_flag_columns)
         # iterative_sequence: a request without a correlation id is a sequence of its
-        # own, numbered from 1 (_own_sequence); a rescheduled run's controls are
-        # refreshed by the Python backend through rerun_controls.
+        # own (_own_sequence); a rescheduled run's controls are refreshed by the
+        # Python backend through rerun_controls.
         self.iterative = bool(batching.get("iterative_sequence", False))
-        self._own_ids = itertools.count(1)
         if self.iterative and hasattr(inner, "refresh_controls"):
             inner.refresh_controls = self.rerun_controls
 
@@ -208,20 +207,14 @@ class SequenceBackend(Backend):
         self._headers[key] = (header, out)
         return out
 
-    def _own_sequence(self, header: RequestHeader, word: int) -> tuple:
-        """(header, word) of a request as the model sees it: unchanged, but for an
-        iterative model's request without a correlation id (a sequence of its own in
-        the core, START and END), which as in Triton 2.51 gets a correlation id of its
-        own (the model's CORRID and correlation_id()) and START alone: its END is never
-        set."""
-        if not self.iterative or header.correlation_id:
-            return header, word
-        own = RequestHeader.__new__(RequestHeader)
-        for name in RequestHeader.__slots__:
-            setattr(own, name, getattr(header, name))
-        own.correlation_id = next(self._own_ids)
-        own.flags = SEQUENCE_START
-        return own, word & ~_END
+    def _own_sequence(self, header: RequestHeader, word: int) -> int:
+        """The sequence word of a request as the model sees it: the core's, but for an
+        iterative model's request that came without a correlation id (a sequence of its
+        own in the core, START and END), which as in Triton 2.51 has START alone: the
+        frontend gave it its correlation id and START (LoadedModel._own_sequence)."""
+        if self.iterative and word & _END and not header.flags & SEQUENCE_END:
+            return word & ~_END
+        return word
 
     def rerun_controls(self) -> dict:
         """The controls of a rescheduled request's next run, by input name (its CORRID
@@ -323,9 +316,8 @@ class SequenceBackend(Backend):
         for index, slot in positions:
             real = index >= 0
             source = index if real else 0  # a not-ready request copies the first one
-            header, word = batch.headers[source], words[source]
-            if real:
-                header, word = self._own_sequence(header, word)
+            header = batch.headers[source]
+            word = self._own_sequence(header, words[source])
             corrid = header.correlation_id if real else 0
             extra = self._controls(word, corrid, real)
             if real:
@@ -443,7 +435,7 @@ class SequenceBackend(Backend):
         headers, arrays, targets = [], [], []
         with self._lock:
             for header, own, word in zip(batch.headers, batch.arrays, words):
-                header, word = self._own_sequence(header, word)
+                word = self._own_sequence(header, word)
                 slot = word & _SLOT_MASK
                 start = bool(word & _START)
                 if start or slot not in self._sequence_of_slot:
