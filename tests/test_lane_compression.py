@@ -210,3 +210,60 @@ def test_requests_default_headers_take_the_lane(paired_servers, pair):
     assert outputs["OUTPUT0"] == [v + 1 for v in values]
     assert outputs["OUTPUT1"] == [v - 1 for v in values]
     assert lanes(lane_connection)["lane_requests"] == before + 1
+
+
+def with_content_encoding(request: bytes, coding: str, pack) -> bytes:
+    """`request` with its body packed by `pack` and sent with Content-Encoding `coding`."""
+    head, _, body = request.partition(b"\r\n\r\n")
+    packed = pack(body)
+    lines = [
+        line for line in head.split(b"\r\n") if not line.lower().startswith(b"content-length:")
+    ]
+    lines.append(b"Content-Encoding: %s" % coding.encode())
+    lines.append(b"Content-Length: %d" % len(packed))
+    return b"\r\n".join(lines) + b"\r\n\r\n" + packed
+
+
+def _raw_deflate(data: bytes) -> bytes:
+    compressor = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush()
+
+
+# (name, Content-Encoding, how the body is packed, answered 200)
+CONTENT_ENCODINGS = [
+    ("gzip", "gzip", gzip.compress, True),
+    ("deflate", "deflate", zlib.compress, True),
+    ("raw deflate", "deflate", _raw_deflate, True),
+    ("identity", "identity", bytes, True),
+    ("damaged gzip", "gzip", lambda body: gzip.compress(body)[:-12], False),
+    ("not deflate", "deflate", lambda body: b"\xff" * 8, False),
+    ("empty gzip", "gzip", lambda body: b"", False),
+    ("unsupported", "br", bytes, False),
+]
+
+
+@pytest.mark.parametrize(
+    "label,coding,pack,ok", CONTENT_ENCODINGS, ids=[c[0] for c in CONTENT_ENCODINGS]
+)
+@pytest.mark.parametrize("name,request_bytes,queued,_ok", KINDS, ids=[k[0] for k in KINDS])
+def test_lane_takes_compressed_request_bodies_as_the_general_path(
+    pair, label, coding, pack, ok, name, request_bytes, queued, _ok
+):
+    """Content-Encoding gzip/deflate bodies are inflated on the lane (C++), and what it
+    refuses (damaged data, an unknown encoding) it answers itself: the same bytes as the
+    general path in every case."""
+    lane_connection, general_connection = pair
+    request = with_content_encoding(with_accept(request_bytes, "gzip"), coding, pack)
+    before = lanes(lane_connection)
+    from_lane = lane_connection.exchange(request)
+    from_general = general_connection.exchange(request)
+    after = lanes(lane_connection)
+    assert from_lane == from_general, (from_lane[:400], from_general[:400])
+    status = split(from_lane)[0]
+    if ok and queued:
+        assert status == b"HTTP/1.1 200 OK"
+        assert after["lane_requests"] == before["lane_requests"] + 1
+    else:
+        assert status in (b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 501 Not Implemented")
+        assert after["lane_refused"] == before["lane_refused"] + 1
+        assert after["lane_requests"] == before["lane_requests"]

@@ -3,6 +3,9 @@
 #include <zlib.h>
 
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <new>
 
 namespace naiad {
@@ -102,6 +105,112 @@ bool compress_body(ResponseEncoding encoding, const std::string_view* parts, siz
   }
   out->resize(start + written);
   return true;
+}
+
+namespace {
+
+int window_bits(StreamFormat format) {
+  switch (format) {
+    case StreamFormat::kGzip:
+      return kGzipWindowBits;
+    case StreamFormat::kZlib:
+      return kDeflateWindowBits;
+    default:
+      return -kDeflateWindowBits;
+  }
+}
+
+// The output buffer starts at this size and doubles (never past the limit).
+constexpr size_t kInflateChunk = size_t(1) << 20;
+
+// zlib's complaint in the words of Python's zlib module (what the general path said).
+std::string inflate_error(int status, const z_stream& stream) {
+  const char* what = stream.msg;
+  if (what == nullptr) {
+    if (status == Z_STREAM_ERROR) what = "inconsistent stream state";
+    if (status == Z_DATA_ERROR) what = "invalid input data";
+  }
+  char text[256];
+  if (what == nullptr) {
+    std::snprintf(text, sizeof(text), "Error %d while decompressing data", status);
+  } else {
+    std::snprintf(text, sizeof(text), "Error %d while decompressing data: %.200s", status, what);
+  }
+  return text;
+}
+
+// A stream whose input ended before its end.
+constexpr std::string_view kTruncated = "incomplete or truncated stream";
+
+}  // namespace
+
+void InflatedBytes::release() {
+  std::free(data_);
+  data_ = nullptr;
+  size_ = capacity_ = 0;
+}
+
+void InflatedBytes::grow_to(size_t capacity) {
+  if (capacity <= capacity_) return;
+  void* grown = std::realloc(data_, capacity);
+  if (grown == nullptr) throw std::bad_alloc();
+  data_ = static_cast<char*>(grown);
+  capacity_ = capacity;
+}
+
+Inflated inflate_stream(StreamFormat format, std::string_view data, size_t limit,
+                        InflatedBytes* out, std::string* error) {
+  z_stream stream{};
+  if (inflateInit2(&stream, window_bits(format)) != Z_OK) throw std::bad_alloc();
+  std::unique_ptr<z_stream, int (*)(z_stream*)> ending(&stream, inflateEnd);
+  out->clear();
+  // One byte past the limit tells it is exceeded.
+  const size_t most = limit == SIZE_MAX ? limit : limit + 1;
+  const char* next = data.data();
+  size_t left = data.size();
+  for (;;) {
+    if (out->size() == out->capacity()) {
+      if (out->size() == most) return Inflated::kTooLarge;
+      size_t grow = out->size() < kInflateChunk ? kInflateChunk : out->size();
+      if (grow > most - out->size()) grow = most - out->size();
+      out->grow_to(out->size() + grow);
+    }
+    const size_t in_piece = left < UINT_MAX ? left : UINT_MAX;
+    const size_t room = out->capacity() - out->size();
+    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(next));
+    stream.avail_in = static_cast<uInt>(in_piece);
+    stream.next_out = reinterpret_cast<Bytef*>(out->end());
+    stream.avail_out = static_cast<uInt>(room < UINT_MAX ? room : UINT_MAX);
+    const uInt in_before = stream.avail_in;
+    const uInt out_before = stream.avail_out;
+    const int status = ::inflate(&stream, Z_NO_FLUSH);
+    next += in_before - stream.avail_in;
+    left -= in_before - stream.avail_in;
+    out->wrote(out_before - stream.avail_out);
+    if (status == Z_MEM_ERROR) throw std::bad_alloc();
+    if (out->size() > limit) return Inflated::kTooLarge;
+    if (status == Z_STREAM_END) return Inflated::kDone;
+    if (status != Z_OK && status != Z_BUF_ERROR) {
+      *error = inflate_error(status, stream);
+      out->clear();
+      return Inflated::kDamaged;
+    }
+    if (left == 0 && stream.avail_out != 0) {  // all read, and the stream goes on
+      *error = kTruncated;
+      out->clear();
+      return Inflated::kDamaged;
+    }
+  }
+}
+
+Inflated inflate_body(ContentEncoding encoding, std::string_view body, size_t limit,
+                      InflatedBytes* out, std::string* error) {
+  if (encoding == ContentEncoding::kGzip) {
+    return inflate_stream(StreamFormat::kGzip, body, limit, out, error);
+  }
+  const Inflated zlib_format = inflate_stream(StreamFormat::kZlib, body, limit, out, error);
+  if (zlib_format != Inflated::kDamaged) return zlib_format;
+  return inflate_stream(StreamFormat::kRawDeflate, body, limit, out, error);
 }
 
 }  // namespace naiad

@@ -17,6 +17,8 @@ std::string_view status_line(int status) {
       return "HTTP/1.1 400 Bad Request\r\n";
     case 404:
       return "HTTP/1.1 404 Not Found\r\n";
+    case 413:
+      return "HTTP/1.1 413 Request Entity Too Large\r\n";
     case 501:
       return "HTTP/1.1 501 Not Implemented\r\n";
     case 503:
@@ -142,6 +144,55 @@ std::string HttpResponseWriter::text(const InferResponse& response,
   return out;
 }
 
+std::string body_too_large_message(std::string_view size, size_t limit, std::string_view body) {
+  std::string message(body);
+  message += " of ";
+  message += size;
+  message += " bytes exceeds the maximum allowed input size of ";
+  message += std::to_string(limit);
+  message += " bytes; use --http-max-input-size to increase the limit";
+  return message;
+}
+
+std::string http_error_reply(int status, std::string_view message) {
+  InferResponse response;
+  response.error = ErrorKind::kInvalidArgument;
+  std::string escaped = json_string_text(message);
+  response.error_message = escaped;
+  const BodySize body = body_size(response);
+  std::string out;
+  StringSink sink(&out);
+  sink.put(status_line(status));
+  sink.put("Content-Length: ");
+  sink.number(body.total);
+  sink.put("\r\nContent-Type: application/json\r\n\r\n");
+  write_response_body(response, sink);
+  return out;
+}
+
+bool HttpLane::inflate_request(ContentEncoding content, const uint8_t* body, size_t body_size,
+                               size_t max_body, std::string* refusal) {
+  if (content == ContentEncoding::kUnsupported) {
+    *refusal = http_error_reply(501, "Unsupported compression type");
+    return false;
+  }
+  std::string error;
+  switch (inflate_body(content, std::string_view(reinterpret_cast<const char*>(body), body_size),
+                       max_body, &inflated_, &error)) {
+    case Inflated::kDone:
+      return true;
+    case Inflated::kTooLarge:
+      inflated_.release();  // a bomb's worth is not kept for the next request
+      *refusal =
+          http_error_reply(413, body_too_large_message("more than " + std::to_string(max_body),
+                                                       max_body, "inflated request body"));
+      return false;
+    default:
+      *refusal = http_error_reply(400, "failed to decompress the request body: " + error);
+      return false;
+  }
+}
+
 void HttpLane::add_route(const std::string& target, uint32_t model) {
   if (model >= codec_.model_count()) return;
   auto found = routes_.find(target);
@@ -175,11 +226,10 @@ size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
     ScannedRequest request;
     if (scan_memo_.scan(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
     // Without Inference-Header-Content-Length the whole body is JSON.
-    const size_t header_length =
-        request.has_header_length ? request.header_length : request.body_size;
+    const size_t header_length = request.has_header_length ? request.header_length : SIZE_MAX;
     Taken& one = taken->emplace_back();
     if (!submit_to(request.target, data + consumed + request.body_offset, request.body_size,
-                   header_length, now_ns, &one, request.encoding)) {
+                   header_length, now_ns, &one, request.encoding, request.content, max_body)) {
       taken->pop_back();
       break;
     }
@@ -190,24 +240,46 @@ size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
 
 bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t body_size,
                          size_t header_size, uint64_t now_ns, Taken* taken,
-                         ResponseEncoding encoding) {
+                         ResponseEncoding encoding, ContentEncoding content, size_t max_body) {
   auto route = routes_.find(target);
   if (route == routes_.end()) return false;
+  if (content != ContentEncoding::kIdentity) {
+    std::string refusal;
+    if (!inflate_request(content, body, body_size, max_body, &refusal)) {
+      taken->model = route->second;
+      taken->request_id = 0;
+      taken->batch_size = 0;
+      taken->reply = std::move(refusal);
+      return true;
+    }
+    const bool took = submit_body(route->second, reinterpret_cast<const uint8_t*>(inflated_.data()),
+                                  inflated_.size(), header_size, now_ns, taken, encoding);
+    // The core copied the tensors: a large body's buffer is not kept for the next one.
+    if (inflated_.capacity() > kKeptInflated) inflated_.release();
+    return took;
+  }
+  return submit_body(route->second, body, body_size, header_size, now_ns, taken, encoding);
+}
+
+bool HttpLane::submit_body(uint32_t model, const uint8_t* body, size_t body_size,
+                           size_t header_size, uint64_t now_ns, Taken* taken,
+                           ResponseEncoding encoding) {
+  if (header_size == SIZE_MAX) header_size = body_size;
   ParsedRequest& request = request_;
   if (!header_memo_.read(body, body_size, header_size, &request)) return false;
   std::string error;
   uint64_t request_id = codec_.new_request_id();
   CachedAnswer cached;
-  switch (codec_.submit(route->second, request, request_id, now_ns, &error, &cached)) {
+  switch (codec_.submit(model, request, request_id, now_ns, &error, &cached)) {
     case SubmitOutcome::kCached:
       // A response cache hit: answered now, from the entry, as complete() would.
-      taken->model = route->second;
+      taken->model = model;
       taken->request_id = 0;
       taken->batch_size = cached.batch_size;
       taken->reply = writer_.text(cached.response, encoding);
       return true;
     case SubmitOutcome::kQueued:
-      taken->model = route->second;
+      taken->model = model;
       taken->request_id = request_id;
       taken->batch_size = request.batch_size;
       taken->reply.clear();
@@ -216,14 +288,10 @@ bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t bo
     case SubmitOutcome::kInvalid: {
       // The general path would parse the same request and get the same message from
       // the same validator: answer it here (uncompressed, as every error).
-      InferResponse response;
-      response.error = ErrorKind::kInvalidArgument;
-      std::string message = json_string_text(error);
-      response.error_message = message;
-      taken->model = route->second;
+      taken->model = model;
       taken->request_id = 0;
       taken->batch_size = 0;
-      taken->reply = writer_.text(response);
+      taken->reply = http_error_reply(http_status_of(ErrorKind::kInvalidArgument), error);
       return true;
     }
     default:

@@ -4,9 +4,11 @@
 // (kserve_codec.h); writes complete keep-alive HTTP responses (HttpResponseWriter).
 // The common requests: what perf_analyzer and tritonclient send by default (binary
 // inputs after a JSON header, binary outputs) and plain KServe v2 JSON (tensors as JSON
-// `data` in and out, or any mix). One the validator refuses is answered at
-// once with Triton's 400; everything else goes to the Python front end (httptools and
-// the general path), which gives Triton's exact errors.
+// `data` in and out, or any mix), sent as they are or compressed (Content-Encoding gzip
+// or deflate, inflated here). One the validator refuses is answered at once with
+// Triton's 400, a body that cannot be inflated with the general path's answer;
+// everything else goes to the Python front end (httptools and the general path), which
+// gives Triton's exact errors.
 //
 // Threads and locks: as KServeCodec, one thread at a time — the front end's event loop,
 // through _core.pyx, with the GIL released inside take_http() and submit_to() (and the
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "codec/framer.h"
+#include "codec/http_compress.h"
 #include "codec/kserve_codec.h"
 #include "http1/header_memo.h"
 #include "http1/http_scan.h"
@@ -69,6 +72,16 @@ class HttpResponseWriter final : public ResponseWriter {
   mutable size_t body_json_size_ = 0;
 };
 
+// A complete keep-alive HTTP/1.1 error answer: `status` with {"error": message} as
+// JSON, as the general path writes its errors (http/routes.py error_reply).
+std::string http_error_reply(int status, std::string_view message);
+
+// What a 413 says: the body's size as text (or "more than N"), the limit
+// (--http-max-input-size), and which body ("request body", "inflated request body").
+// The one wording, for the general path too (_core.body_too_large_message).
+std::string body_too_large_message(std::string_view size, size_t limit,
+                                   std::string_view body = "request body");
+
 class HttpLane {
  public:
   explicit HttpLane(Core& core) : codec_(core) {}
@@ -96,13 +109,18 @@ class HttpLane {
     std::string reply;
   };
   // Takes an infer body sent to URL `target` (as sent) if it is a route and the codec
-  // queues it (it gets the next request id) or the validator refuses it (`reply`).
-  // False: the general path's. `encoding`: what the request's Accept-Encoding picked
-  // (response_encoding); a cache hit's `reply` is compressed with it, a queued
-  // request's answer too (take_encoding), a refusal never.
+  // queues it (it gets the next request id) or refuses it (`reply`). False: the general
+  // path's. `encoding`: what the request's Accept-Encoding picked (response_encoding);
+  // a cache hit's `reply` is compressed with it, a queued request's answer too
+  // (take_encoding), a refusal never. `content`: the body's Content-Encoding; a
+  // compressed body is inflated here, to at most `max_body` bytes (the general path's
+  // 413 past it, its 400 for damaged data, its 501 for an encoding it does not know),
+  // and `header_size` (Inference-Header-Content-Length) counts the inflated bytes;
+  // SIZE_MAX: there was none, the whole body is JSON.
   bool submit_to(std::string_view target, const uint8_t* body, size_t body_size, size_t header_size,
                  uint64_t now_ns, Taken* taken,
-                 ResponseEncoding encoding = ResponseEncoding::kIdentity);
+                 ResponseEncoding encoding = ResponseEncoding::kIdentity,
+                 ContentEncoding content = ContentEncoding::kIdentity, size_t max_body = SIZE_MAX);
   // Takes the complete plain infer requests at the start of received HTTP bytes
   // (http_scan.h), in order, up to the first it does not take. Returns how many bytes
   // they took; the rest is for the front end's full parser. At most `max_requests`
@@ -129,6 +147,15 @@ class HttpLane {
   }
 
  private:
+  // A compressed body inflated into `inflated_`; false with the complete refusal.
+  bool inflate_request(ContentEncoding content, const uint8_t* body, size_t body_size,
+                       size_t max_body, std::string* refusal);
+  // submit_to() for a body as the codec reads it (not compressed).
+  bool submit_body(uint32_t model, const uint8_t* body, size_t body_size, size_t header_size,
+                   uint64_t now_ns, Taken* taken, ResponseEncoding encoding);
+  // The inflated buffer's capacity kept between compressed requests.
+  static constexpr size_t kKeptInflated = size_t(16) << 20;
+
   KServeCodec codec_;
   HttpResponseWriter writer_;
   // The route keys point into these; a list, so removing one leaves the others put.
@@ -140,6 +167,7 @@ class HttpLane {
   // from request to request; and the last inference header read, which the next
   // request's often repeats.
   ParsedRequest request_;
+  InflatedBytes inflated_;  // the body of the request being taken, inflated
   HeaderMemo header_memo_;
   ScanMemo scan_memo_;  // and the last HTTP head, which it often repeats too
 };

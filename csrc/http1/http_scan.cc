@@ -123,8 +123,10 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
       request.has_header_length = true;
     } else if (equals_lower(name, "connection")) {
       if (!equals_lower(value, "keep-alive")) return ScanResult::kOther;
-    } else if (equals_lower(name, "transfer-encoding") || equals_lower(name, "content-encoding") ||
-               equals_lower(name, "expect") || equals_lower(name, "upgrade")) {
+    } else if (equals_lower(name, "content-encoding")) {
+      request.content = content_encoding(value);  // the last one, as httptools' reader
+    } else if (equals_lower(name, "transfer-encoding") || equals_lower(name, "expect") ||
+               equals_lower(name, "upgrade")) {
       return ScanResult::kOther;
     } else if (name.size() == 15 && equals_lower(name, "accept-encoding")) {
       request.encoding = response_encoding(value);  // the last one, as httptools' reader
@@ -162,6 +164,13 @@ size_t incomplete_request_size(const char* data, size_t size, size_t max_body) {
   ScannedRequest request;
   if (scan_request(data, size, max_body, &request) != ScanResult::kIncomplete) return 0;
   return request.total;
+}
+
+ContentEncoding content_encoding(std::string_view value) {
+  if (value.empty() || value == "identity") return ContentEncoding::kIdentity;
+  if (value == "gzip") return ContentEncoding::kGzip;
+  if (value == "deflate") return ContentEncoding::kDeflate;
+  return ContentEncoding::kUnsupported;
 }
 
 ResponseEncoding response_encoding(std::string_view accept_encoding) {

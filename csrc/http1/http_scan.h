@@ -22,6 +22,8 @@ constexpr size_t kHttpMaxHead = 64 * 1024;
 constexpr size_t kHttpMaxPipeline = 64;
 
 enum class ResponseEncoding { kIdentity = 0, kGzip = 1, kDeflate = 2 };
+// A request body's Content-Encoding (content_encoding()).
+enum class ContentEncoding { kIdentity, kGzip, kDeflate, kUnsupported };
 
 struct ScannedRequest {
   std::string_view target;  // the request-target, as sent
@@ -31,6 +33,7 @@ struct ScannedRequest {
   size_t header_length = 0;  // Inference-Header-Content-Length
   size_t total = 0;          // bytes the request takes, head and body
   ResponseEncoding encoding = ResponseEncoding::kIdentity;  // what Accept-Encoding picked
+  ContentEncoding content = ContentEncoding::kIdentity;     // how the body is sent
 };
 
 enum class ScanResult {
@@ -41,10 +44,10 @@ enum class ScanResult {
 
 // A plain request: `POST <target> HTTP/1.1`, well-formed header lines, a single
 // Content-Length of at most `max_body` bytes, and none of the headers that change how
-// the body or connection is handled (Transfer-Encoding, Content-Encoding, Expect,
-// Upgrade, Connection other than keep-alive). `encoding` is what the (last)
-// Accept-Encoding picks, as the front end's parser reads it. kIncomplete with the head all there
-// still fills `out` (its `total` says how many bytes the whole request takes).
+// the connection is handled (Transfer-Encoding, Expect, Upgrade, Connection other than
+// keep-alive). `encoding` is what the (last) Accept-Encoding picks, `content` what the
+// (last) Content-Encoding says, as the front end's parser reads them. kIncomplete with the head all
+// there still fills `out` (its `total` says how many bytes the whole request takes).
 ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedRequest* out);
 
 // The last plain request head scan_request() recognised, kept so that the same head
@@ -79,5 +82,9 @@ size_t incomplete_request_size(const char* data, size_t size, size_t max_body);
 // "identity", "gzip" and "deflate", exactly spelled; others and malformed weights are
 // skipped. The one rule for the scanner and the Python front end (through _core.pyx).
 ResponseEncoding response_encoding(std::string_view accept_encoding);
+
+// A Content-Encoding value, as the general path reads it: gzip, deflate, identity (or
+// empty), exactly spelled; anything else is unsupported (Triton's 501).
+ContentEncoding content_encoding(std::string_view value);
 
 }  // namespace naiad

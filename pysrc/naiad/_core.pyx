@@ -9,6 +9,7 @@ worker's side of one instance channel. Every call that copies tensor data or may
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_FromStringAndSize
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.buffer cimport (
     PyBUF_C_CONTIGUOUS, PyBUF_SIMPLE, PyBUF_WRITE, PyBuffer_FillInfo, PyBuffer_Release,
@@ -646,6 +647,12 @@ cdef extern from "http1/http_scan.h" namespace "naiad":
         kGzip
         kDeflate
     ResponseEncoding c_response_encoding "naiad::response_encoding"(string_view value) nogil
+    cdef enum class ContentEncoding "naiad::ContentEncoding":
+        kIdentity
+        kGzip
+        kDeflate
+        kUnsupported
+    ContentEncoding c_content_encoding "naiad::content_encoding"(string_view value) nogil
 
 
 cdef extern from "codec/classification.h" namespace "naiad":
@@ -669,9 +676,28 @@ cdef extern from "codec/http_compress.h" namespace "naiad":
     cbool c_compress_body "naiad::compress_body"(
         ResponseEncoding encoding, const string_view* parts, size_t count,
         string* out) except + nogil
+    cdef enum class StreamFormat "naiad::StreamFormat":
+        kGzip
+        kZlib
+        kRawDeflate
+    cdef cppclass InflatedBytes "naiad::InflatedBytes":
+        const char* data()
+        size_t size()
+    cdef enum class Inflated "naiad::Inflated":
+        kDone
+        kTooLarge
+        kDamaged
+    Inflated c_inflate_stream "naiad::inflate_stream"(
+        StreamFormat format, string_view data, size_t limit, InflatedBytes* out,
+        string* error) except + nogil
+    Inflated c_inflate_body "naiad::inflate_body"(
+        ContentEncoding encoding, string_view body, size_t limit, InflatedBytes* out,
+        string* error) except + nogil
 
 
 cdef extern from "http1/http_framer.h" namespace "naiad":
+    string c_body_too_large_message "naiad::body_too_large_message"(
+        string_view size, size_t limit, string_view body) except +
     cdef cppclass HttpResponseWriter:
         size_t size(const InferResponse& response) nogil
         void write(const InferResponse& response, char* out) nogil
@@ -694,7 +720,8 @@ cdef extern from "http1/http_framer.h" namespace "naiad":
                          vector[HttpTaken]* taken, size_t max_requests) except + nogil
         cbool submit_to(string_view target, const uint8_t* body, size_t body_size,
                         size_t header_size, uint64_t now_ns, HttpTaken* taken,
-                        ResponseEncoding encoding) except + nogil
+                        ResponseEncoding encoding, ContentEncoding content,
+                        size_t max_body) except + nogil
         ResponseEncoding take_encoding(uint64_t request_id) nogil
         void forget(uint64_t request_id) nogil
 
@@ -2089,6 +2116,61 @@ def compress_body(parts, int encoding):
     return PyBytes_FromStringAndSize(out.data(), out.size())
 
 
+INFLATE_GZIP = <int>StreamFormat.kGzip
+INFLATE_ZLIB = <int>StreamFormat.kZlib
+INFLATE_RAW_DEFLATE = <int>StreamFormat.kRawDeflate
+INFLATED = <int>Inflated.kDone
+INFLATED_TOO_LARGE = <int>Inflated.kTooLarge
+INFLATED_DAMAGED = <int>Inflated.kDamaged
+
+
+def inflate(data, int stream_format, size_t limit, str content_encoding=None):
+    """The one inflater (csrc/codec/http_compress.h), GIL released: (INFLATED, the bytes
+    as a bytearray), (INFLATED_TOO_LARGE, None) past `limit` bytes, or
+    (INFLATED_DAMAGED, zlib's complaint). `stream_format`: INFLATE_*; with
+    `content_encoding` ("gzip" or "deflate", an HTTP body's) that names the format
+    instead, as HTTP reads it (deflate: the zlib format, else raw)."""
+    cdef const uint8_t[::1] view = data
+    cdef string_view c_data
+    if view.shape[0] != 0:
+        c_data = string_view(<const char*>&view[0], view.shape[0])
+    cdef InflatedBytes out
+    cdef string error
+    cdef Inflated result
+    cdef StreamFormat c_format
+    cdef ContentEncoding c_content = ContentEncoding.kIdentity
+    if content_encoding is not None:
+        c_content = ContentEncoding.kGzip if content_encoding == "gzip" else ContentEncoding.kDeflate
+    elif stream_format == <int>StreamFormat.kGzip:
+        c_format = StreamFormat.kGzip
+    elif stream_format == <int>StreamFormat.kZlib:
+        c_format = StreamFormat.kZlib
+    elif stream_format == <int>StreamFormat.kRawDeflate:
+        c_format = StreamFormat.kRawDeflate
+    else:
+        raise ValueError(f"no stream format {stream_format}")
+    with nogil:
+        if c_content != ContentEncoding.kIdentity:
+            result = c_inflate_body(c_content, c_data, limit, &out, &error)
+        else:
+            result = c_inflate_stream(c_format, c_data, limit, &out, &error)
+    if result == Inflated.kDone:
+        return INFLATED, PyByteArray_FromStringAndSize(out.data(), out.size())
+    if result == Inflated.kTooLarge:
+        return INFLATED_TOO_LARGE, None
+    return INFLATED_DAMAGED, error.decode("utf-8", "replace")
+
+
+def body_too_large_message(size, size_t limit, str body="request body"):
+    """What a 413 says (csrc/http1/http_framer.h body_too_large_message): the body's
+    size (or "more than N"), the limit, and which body."""
+    cdef bytes c_size = str(size).encode()
+    cdef bytes c_body = body.encode()
+    return c_body_too_large_message(
+        string_view(PyBytes_AS_STRING(c_size), PyBytes_GET_SIZE(c_size)), limit,
+        string_view(PyBytes_AS_STRING(c_body), PyBytes_GET_SIZE(c_body))).decode()
+
+
 def response_encoding(str accept_encoding):
     """The response encoding Triton picks for an Accept-Encoding value (csrc/http1/http_scan.h):
     RESPONSE_IDENTITY, RESPONSE_GZIP or RESPONSE_DEFLATE."""
@@ -2506,24 +2588,34 @@ cdef class FastLane:
             out.append(_taken(taken[i]))
         return consumed, out
 
-    def submit_to(self, bytes target, bytes body, size_t header_size, uint64_t now_ns,
-                  int encoding=0):
+    def submit_to(self, bytes target, bytes body, header_size, uint64_t now_ns,
+                  int encoding=0, str content_encoding=None, max_body=None):
         """Queues an infer body the HTTP parser put together, sent to URL `target`, if
         that is a lane route and the lane takes the body: (lane_model, request_id,
         batch_size, reply) as in take_http, or None for the general path (also when the
-        core refused it: the general path reports that the usual way). `encoding`:
+        core refused it: the general path reports that the usual way). `header_size`:
+        Inference-Header-Content-Length, None without one. `encoding`:
         response_encoding() of the request's Accept-Encoding; its answer is compressed
-        so."""
+        so. `content_encoding`: the body's Content-Encoding, inflated by the lane to at
+        most `max_body` bytes (None: no limit)."""
         cdef string_view c_target = string_view(PyBytes_AS_STRING(target),
                                                 PyBytes_GET_SIZE(target))
         cdef const uint8_t* data = <const uint8_t*>PyBytes_AS_STRING(body)
         cdef size_t size = PyBytes_GET_SIZE(body)
+        cdef size_t c_header_size = <size_t>-1 if header_size is None else header_size
+        cdef size_t c_max_body = <size_t>-1 if max_body is None else max_body
         cdef HttpTaken taken
         cdef cbool queued
         cdef ResponseEncoding c_encoding = _encoding(encoding)
+        cdef ContentEncoding c_content = ContentEncoding.kIdentity
+        cdef bytes content
+        if content_encoding is not None:
+            content = content_encoding.encode("latin-1", "replace")
+            c_content = c_content_encoding(string_view(PyBytes_AS_STRING(content),
+                                                       PyBytes_GET_SIZE(content)))
         with nogil:
-            queued = self._lane.submit_to(c_target, data, size, header_size, now_ns, &taken,
-                                          c_encoding)
+            queued = self._lane.submit_to(c_target, data, size, c_header_size, now_ns, &taken,
+                                          c_encoding, c_content, c_max_body)
         if not queued:
             return None
         return _taken(taken)

@@ -720,9 +720,9 @@ TEST(http_scan_leaves_everything_else_to_the_parser) {
   CHECK(scan("POST /x HTTP/1.0\r\nContent-Length: 0\r\n\r\n") == ScanResult::kOther);
   CHECK(scan("POST /x HTTP/1.1\r\n\r\n") == ScanResult::kOther);  // no Content-Length
   for (const char* header :
-       {"Connection: close\r\n", "Transfer-Encoding: chunked\r\n", "Content-Encoding: gzip\r\n",
-        "Expect: 100-continue\r\n", "Upgrade: h2c\r\n", "Content-Length: 10\r\n", " folded\r\n",
-        "Bad Name: x\r\n", "NoColon\r\n", "X: \x01\r\n"}) {
+       {"Connection: close\r\n", "Transfer-Encoding: chunked\r\n", "Expect: 100-continue\r\n",
+        "Upgrade: h2c\r\n", "Content-Length: 10\r\n", " folded\r\n", "Bad Name: x\r\n",
+        "NoColon\r\n", "X: \x01\r\n"}) {
     CHECK(scan(http_post("/x", body, 4, header)) == ScanResult::kOther);
   }
   CHECK(scan("POST /x HTTP/1.1\r\nContent-Length: 1x\r\n\r\n") == ScanResult::kOther);

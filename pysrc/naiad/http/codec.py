@@ -26,7 +26,7 @@ import orjson
 from naiad import _core, shm
 from naiad.datatypes import WIRE_DATATYPES, element_size, numpy_dtype
 from naiad.errors import Internal, InvalidArgument, NaiadError
-from naiad.inflate import GZIP, RAW_DEFLATE, ZLIB, InflatedTooLarge, inflate, inflate_soon
+from naiad.inflate import InflatedTooLarge, inflate_body, inflate_soon
 from naiad.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
 
 __all__ = [
@@ -82,20 +82,9 @@ class BodyTooLarge(NaiadError):
 
 
 def too_large_message(size, limit: int, body: str = "request body") -> str:
-    """What a 413 says: the body's size (or "more than N") and the limit."""
-    return (
-        f"{body} of {size} bytes exceeds the maximum allowed input size of "
-        f"{limit} bytes; use --http-max-input-size to increase the limit"
-    )
-
-
-def _inflate_body(body, encoding: str, limit: int):
-    if encoding == "gzip":
-        return inflate(body, GZIP, limit)
-    try:  # deflate is the zlib format, but some clients send it raw
-        return inflate(body, ZLIB, limit)
-    except zlib.error:
-        return inflate(body, RAW_DEFLATE, limit)
+    """What a 413 says: the body's size (or "more than N") and the limit, in the lane's
+    words (one wording: csrc/http1/http_framer.h)."""
+    return _core.body_too_large_message(size, limit, body)
 
 
 async def decompress(body, encoding: str, limit: int):
@@ -104,7 +93,7 @@ async def decompress(body, encoding: str, limit: int):
     if encoding not in ("gzip", "deflate"):
         raise UnsupportedEncoding("Unsupported compression type")
     try:
-        return await inflate_soon(asyncio.get_running_loop(), _inflate_body, body, encoding, limit)
+        return await inflate_soon(asyncio.get_running_loop(), inflate_body, body, encoding, limit)
     except InflatedTooLarge:
         raise BodyTooLarge(
             too_large_message(f"more than {limit}", limit, "inflated request body")

@@ -588,14 +588,25 @@ class ModelManager:
             self.core.cancel(request_id)
 
     def submit_fast(
-        self, url: bytes, body: bytes, header_length: int, new_on_done, encoding: int = 0
+        self,
+        url: bytes,
+        body: bytes,
+        header_length: int | None,
+        new_on_done,
+        encoding: int = 0,
+        content_encoding: str | None = None,
+        max_body: int | None = None,
     ) -> bool:
         """Queues an infer body the HTTP parser put together through the fast lane, if
         `url` is one of the lane's infer URLs and the lane takes the body. False leaves
-        the request to the general path. `new_on_done` as in take_http_requests;
-        `encoding` (_core.response_encoding of its Accept-Encoding) compresses the answer."""
+        the request to the general path. `header_length`: Inference-Header-Content-Length
+        (None: the body is JSON); `new_on_done` as in take_http_requests; `encoding`
+        (_core.response_encoding of its Accept-Encoding) compresses the answer;
+        `content_encoding`: the body's, which the lane inflates up to `max_body` bytes."""
         submit_ns = _core.now_ns()
-        taken = self.lane.submit_to(url, body, header_length, submit_ns, encoding)
+        taken = self.lane.submit_to(
+            url, body, header_length, submit_ns, encoding, content_encoding, max_body
+        )
         if taken is None:
             return False
         self._track_lane([taken], submit_ns, new_on_done)
