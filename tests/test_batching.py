@@ -464,13 +464,8 @@ def _shaped(server, shape: list[int], delay_ms: int | None = None) -> Result:
             {"name": "DELAY_MS", "datatype": "INT32", "shape": [shape[0], 1], "data": [delay_ms]}
         )
     start = time.monotonic()
-    # JSON tensors take the fast lane too; a Content-Encoding (identity: the body as it
-    # is) keeps these on the general path, beside _shaped_binary's lane requests.
     response = requests.post(
-        f"{server.url}/v2/models/batch_shapes/infer",
-        json={"inputs": inputs},
-        headers={"Content-Encoding": "identity"},
-        timeout=TIMEOUT,
+        f"{server.url}/v2/models/batch_shapes/infer", json={"inputs": inputs}, timeout=TIMEOUT
     )
     return Result(response, start, time.monotonic())
 
@@ -493,8 +488,8 @@ def test_only_requests_of_the_same_non_batch_shape_share_a_batch(server):
         gate.hold(0)  # every request here starts with 0: the first one holds the instance
         blocker = pool.submit(_shaped, server, [1, 1])
         gate.wait_started(0)
-        # Queued in this order behind the blocker; the first through the fast lane, the
-        # others through the general path: both must key shapes alike.
+        # Queued in this order behind the blocker; the first with binary tensors, the
+        # others with JSON ones: both must key shapes alike.
         first = pool.submit(_shaped_binary, server, [1, 2])
         wait_in_flight(server, 2)
         second = pool.submit(_shaped, server, [2, 2])
@@ -513,4 +508,4 @@ def test_only_requests_of_the_same_non_batch_shape_share_a_batch(server):
     assert other.output("SEQ") != second.output("SEQ")
     assert other.output("BATCH") == 1
     assert second.outputs["OUTPUT0"] == [0, 1, 2, 3]
-    assert requests.get(lanes_url, timeout=TIMEOUT).json()["lane_requests"] == lane_before + 1
+    assert requests.get(lanes_url, timeout=TIMEOUT).json()["lane_requests"] == lane_before + 4

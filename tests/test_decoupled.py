@@ -395,8 +395,8 @@ def _held_body(value: int) -> bytes:
     ).encode()
 
 
-def _held_request(value: int) -> bytes:
-    """A general-path infer request for held (gzip: the fast lane leaves it)."""
+def _gzipped_held_request(value: int) -> bytes:
+    """A gzip-compressed infer request for held: the lane inflates it."""
     packed = gzip.compress(_held_body(value))
     return (
         b"POST /v2/models/held/infer HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
@@ -440,8 +440,8 @@ def _drop_a_queued_request(server, request) -> None:
             sock.close()
 
 
-def test_closing_the_connection_drops_a_queued_infer_request(server):
-    _drop_a_queued_request(server, _held_request)
+def test_closing_the_connection_drops_a_queued_compressed_request(server):
+    _drop_a_queued_request(server, _gzipped_held_request)
 
 
 def test_closing_the_connection_drops_a_queued_fast_lane_request(server):

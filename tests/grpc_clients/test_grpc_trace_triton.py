@@ -236,7 +236,7 @@ def test_rate_count_and_log_frequency_as_triton(tmp_path):
 
 def _tensor_requests(http_port: int, grpc_port: int) -> None:
     """Requests to trace_types (JSON, on the lane; FP16 binary) and add_sub (gRPC, and
-    a compressed body for the general path)."""
+    a compressed body)."""
     url = f"http://127.0.0.1:{http_port}"
     inputs = [
         {"name": "IN_BOOL", "datatype": "BOOL", "shape": [1, 2], "data": [True, False]},
@@ -278,7 +278,7 @@ def _tensor_requests(http_port: int, grpc_port: int) -> None:
     client.infer("add_sub", tensors, request_id="grpc")
     client.close()
     doc = {
-        "id": "general",
+        "id": "compressed",
         "inputs": [
             {"name": n, "datatype": "FP32", "shape": [1, 16], "data": [i / 9 for i in range(16)]}
             for n in ("INPUT0", "INPUT1")
@@ -325,16 +325,16 @@ def test_tensor_traces_as_triton(tmp_path):
         assert server.stop() == 0
     theirs = json.loads(triton_file.read_text())
     ours = json.loads(naiad_file.read_text())
-    assert set(_tensors(ours)) == {"types", "fp16", "grpc", "general"}
+    assert set(_tensors(ours)) == {"types", "fp16", "grpc", "compressed"}
     assert _tensors(ours) == _tensors(theirs)
-    # The lanes' traces have Triton's whole shape; the general path's (JSON with BYTES,
-    # a compressed body) lack the front end's HTTP timestamps (README, Not yet).
+    # The lanes' traces (a compressed body's included) have Triton's whole shape; the
+    # general path's (JSON with BYTES) lack the front end's HTTP timestamps (README, Not yet).
     shape_ours, shape_theirs = _shape(ours), _shape(theirs)
-    for lane in ("fp16", "grpc"):
+    for lane in ("fp16", "grpc", "compressed"):
         assert shape_ours[lane] == shape_theirs[lane], lane
     front_end = {"HTTP_RECV_START", "HTTP_RECV_END", "HTTP_SEND_START", "HTTP_SEND_END"}
     front_end.add("INFER_RESPONSE_COMPLETE")
-    for general in ("types", "general"):
+    for general in ("types",):
         fields, names = shape_ours[general][:2]
         their_fields, their_names = shape_theirs[general][:2]
         stamp = ("id", "timestamps")
