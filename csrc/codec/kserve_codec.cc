@@ -117,7 +117,19 @@ SubmitOutcome KServeCodec::submit(uint32_t lane_model, ParsedRequest& request, u
     regions_json += "}}";
     request.output_regions = regions_json;
   }
+  // The block's header is JSON: an id with characters to escape goes in escaped (the
+  // validator's messages and the answer keep the client's plain id).
+  const std::string_view plain_id = request.id;
+  std::string id_json;
+  for (char c : plain_id) {
+    if (c == '"' || c == '\\' || static_cast<uint8_t>(c) < 0x20) {
+      id_json = json_string_text(plain_id);
+      request.id = id_json;
+      break;
+    }
+  }
   layout_request_block(model, request, &block);
+  request.id = plain_id;
   for (size_t i = 0; i < request.inputs.size() && has_shm; ++i) {
     if (!request.inputs[i].in_shm) continue;
     // A typed source: left in the client's region (batch_assembler.h).

@@ -5,8 +5,10 @@
 //
 // The reader is bounds-checked against every length it is given (varints of at most 10
 // bytes, lengths within the enclosing message, wire types 3/4 and field 0 refused) and
-// skips unknown fields as protobuf does; it is fuzzed (tests/csrc/test_grpc_fuzz.cc).
-// It decides nothing about the model: validation is the codec's.
+// skips unknown fields as protobuf does; it is fuzzed (tests/csrc/test_grpc_fuzz.cc,
+// tests/fuzz/fuzz_grpc.cc).
+// It decides nothing about the model: validation is the codec's. The cursor is
+// protobuf_wire.h's.
 //
 // Pure functions over caller-owned bytes; any thread.
 #pragma once
@@ -36,7 +38,10 @@ struct InferInputView {
   std::string_view datatype;
   std::vector<int64_t> shape;
   std::vector<Parameter> parameters;
-  bool has_contents = false;  // typed contents (the general path reads those)
+  // Typed contents (InferTensorContents): the bytes of each occurrence of the field, in
+  // order (protobuf merges them), each well formed (grpc_contents.h converts them).
+  std::vector<std::string_view> contents;
+  bool has_contents() const { return !contents.empty(); }
 };
 
 struct RequestedOutputView {

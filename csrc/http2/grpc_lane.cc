@@ -2,17 +2,22 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <system_error>
 
 #include "codec/json_reader.h"
+#include "http2/grpc_contents.h"
 #include "http2/grpc_infer_message.h"
 
 namespace naiad {
 
 namespace {
+
+// The one `triton_` request parameter Triton 2.51 accepts (decoupled streams: an empty
+// final response, grpc/decoupled.py).
+constexpr std::string_view kEmptyFinalResponse = "triton_enable_empty_final_response";
 
 // Four hex digits of a \u escape; the worker writes valid JSON, so bad digits are 0.
 uint32_t hex4(std::string_view digits) {
@@ -250,66 +255,111 @@ void put_json_string(std::string_view s, std::string* out) {
   out->push_back('"');
 }
 
-// Request parameters as the general path passes them to the model (a JSON object),
-// with `priority` and `timeout` also taken for the scheduler. False: a value the
-// general path must judge (a negative priority, a non-finite double...).
+// A double as the general path's encoder (orjson) writes it: shortest round-trip
+// digits, a whole number with ".0", and null for NaN and the infinities, which JSON has
+// no number for.
+void put_json_double(double value, std::string* json) {
+  if (!std::isfinite(value)) {
+    *json += "null";
+    return;
+  }
+  char text[32];
+  const std::to_chars_result end = std::to_chars(text, text + sizeof text, value);
+  json->append(text, end.ptr);
+  // A whole number keeps its ".0": the model reads a float, not an int.
+  if (std::string_view(text, end.ptr - text).find_first_of(".e") == std::string_view::npos) {
+    *json += ".0";
+  }
+}
+
+// Request parameters with Triton's rules (SetInferenceRequestMetadata): `sequence_id`
+// an int64 or a string, `sequence_start`/`sequence_end` bools, `priority` a non-negative
+// int64 or a uint64, `timeout` an int64, keys starting with `triton_` only those Triton
+// reserves, any other an int64, bool, string or double. Taken into `out` for the scheduler and
+// passed to the model as a JSON object `json`. False: `error` holds Triton's refusal.
 bool take_parameters(const std::vector<grpc::Parameter>& parameters, ParsedRequest* out,
-                     std::string* json) {
+                     std::string* json, std::string* error) {
+  using Kind = grpc::Parameter::Kind;
   if (parameters.empty()) return true;
   json->push_back('{');
   for (const grpc::Parameter& p : parameters) {
-    if (json->size() > 1) json->push_back(',');
-    put_json_string(p.key, json);
-    json->push_back(':');
-    bool is_uint = p.kind == grpc::Parameter::Kind::kUint64 ||
-                   (p.kind == grpc::Parameter::Kind::kInt64 && p.int64_value >= 0);
-    uint64_t as_uint = p.kind == grpc::Parameter::Kind::kUint64
-                           ? p.uint64_value
-                           : static_cast<uint64_t>(p.int64_value);
+    const std::string quoted_key = "'" + std::string(p.key) + "'";
     if (p.key == "sequence_id") {
-      if (is_uint) {
-        out->sequence_id = as_uint;
-      } else if (p.kind == grpc::Parameter::Kind::kString) {
+      if (p.kind == Kind::kInt64) {
+        out->sequence_id = static_cast<uint64_t>(p.int64_value);
+      } else if (p.kind == Kind::kString) {
         out->sequence_key = p.string_value;
       } else {
+        *error =
+            "invalid value type for 'sequence_id' parameter, expected int64_param or "
+            "string_param.";
         return false;
       }
     } else if (p.key == "sequence_start" || p.key == "sequence_end") {
-      if (p.kind != grpc::Parameter::Kind::kBool) return false;
+      if (p.kind != Kind::kBool) {
+        *error = "invalid value type for " + quoted_key + " parameter, expected bool_param.";
+        return false;
+      }
       if (p.bool_value) {
         out->sequence_flags |= p.key == "sequence_start" ? kSequenceFlagStart : kSequenceFlagEnd;
       }
-    }
-    if (p.key == "priority" || p.key == "timeout") {
-      if (!is_uint || (p.key == "priority" && as_uint > UINT32_MAX)) return false;
-      if (p.key == "priority") {
-        out->priority = static_cast<uint32_t>(as_uint);
-      } else {
-        out->timeout_us = as_uint;
+    } else if (p.key == "priority") {
+      if (p.kind == Kind::kInt64 && p.int64_value < 0) {
+        *error = "invalid value for 'priority', expected value >= 0.";
+        return false;
       }
+      if (p.kind != Kind::kInt64 && p.kind != Kind::kUint64) {
+        *error =
+            "invalid value type for 'priority' parameter, expected int64_param or "
+            "uint64_param.";
+        return false;
+      }
+      const uint64_t priority =
+          p.kind == Kind::kUint64 ? p.uint64_value : static_cast<uint64_t>(p.int64_value);
+      // Past every priority level: the model's default level, as the batcher takes 0.
+      out->priority = priority > UINT32_MAX ? 0 : static_cast<uint32_t>(priority);
+    } else if (p.key == "timeout") {
+      if (p.kind != Kind::kInt64) {
+        *error = "invalid value type for 'timeout' parameter, expected int64_param.";
+        return false;
+      }
+      out->timeout_us = static_cast<uint64_t>(p.int64_value);
+    } else if (p.key.substr(0, 7) == "triton_") {
+      if (p.key != kEmptyFinalResponse) {
+        *error =
+            "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
+            "following keys starting with 'triton_' are allowed: " +
+            std::string(kEmptyFinalResponse);
+        return false;
+      }
+      if (p.kind != Kind::kBool) {
+        *error = "invalid value type for " + quoted_key + " parameter, expected bool_param.";
+        return false;
+      }
+    } else if (p.kind == Kind::kUint64 || p.kind == Kind::kNone) {
+      // Triton 2.51 takes doubles too, though its message does not name them.
+      *error = "invalid value type for " + quoted_key +
+               " parameter, expected int64_param, bool_param, or string_param.";
+      return false;
     }
+    if (json->size() > 1) json->push_back(',');
+    put_json_string(p.key, json);
+    json->push_back(':');
     switch (p.kind) {
-      case grpc::Parameter::Kind::kBool:
+      case Kind::kBool:
         *json += p.bool_value ? "true" : "false";
         break;
-      case grpc::Parameter::Kind::kInt64:
+      case Kind::kInt64:
         *json += std::to_string(p.int64_value);
         break;
-      case grpc::Parameter::Kind::kUint64:
+      case Kind::kUint64:
         *json += std::to_string(p.uint64_value);
         break;
-      case grpc::Parameter::Kind::kDouble: {
-        if (!std::isfinite(p.double_value)) return false;
-        char text[32];
-        std::snprintf(text, sizeof text, "%.17g", p.double_value);
-        *json += text;
+      case Kind::kDouble:
+        put_json_double(p.double_value, json);
         break;
-      }
-      case grpc::Parameter::Kind::kString:
+      default:  // kString: every other kind was refused above
         put_json_string(p.string_value, json);
-        break;
-      default:
-        return false;  // a parameter with no value set
     }
   }
   json->push_back('}');
@@ -372,21 +422,32 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
   auto route =
       routes_.find(std::make_pair(std::string(view.model_name), std::string(view.model_version)));
   if (route == routes_.end()) return false;
-  // Raw contents, one per input not in a client shm region; no other input or output
-  // parameters (classification): anything else is the general path's.
-  if (view.inputs.empty()) return false;
-  // Ids are plain text in the request block's JSON; one needing escapes goes the
-  // general way (as on the HTTP lane).
-  for (char c : view.id) {
-    if (c == '"' || c == '\\' || static_cast<uint8_t>(c) < 0x20) return false;
-  }
+  // Refused before it is queued: INVALID_ARGUMENT with Triton's message.
+  auto refuse = [&](std::string message) {
+    taken->model = route->second;
+    taken->request_id = 0;
+    taken->error = std::move(message);
+    return true;
+  };
   ParsedRequest request;
   request.id = view.id;
+  // Triton reads the request's parameters before its inputs' data.
+  std::string parameters;
+  if (!take_parameters(view.parameters, &request, &parameters, &error)) {
+    return refuse(std::move(error));
+  }
+  request.parameters = parameters;
+  // Each input's data as Triton's InferGRPCToInput finds it, input by input: a client
+  // shm region, typed contents (converted into request.converted) or the next raw
+  // contents (raw_input_contents holds the inputs not in shm, in order).
+  const std::string quoted_model = "'" + std::string(view.model_name) + "'";
+  const bool any_raw = !view.raw_input_contents.empty();
+  std::vector<size_t> converted_at(view.inputs.size(), SIZE_MAX);
   request.inputs.reserve(view.inputs.size());
-  size_t raw = 0;  // raw_input_contents holds the inputs not in shm, in order
+  size_t raw = 0;
   for (size_t i = 0; i < view.inputs.size(); ++i) {
     const grpc::InferInputView& in = view.inputs[i];
-    if (in.has_contents) return false;
+    const std::string quoted_input = "'" + std::string(in.name) + "'";
     RequestInput input;
     input.name = in.name;
     input.datatype = in.datatype;
@@ -396,16 +457,39 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
       if (!shm_parameters(in.parameters, &input.shm_region, &input.shm_offset, &input.size)) {
         return false;
       }
+      if (in.has_contents()) {
+        return refuse("unexpected 'content' provided when using shared memory for input tensor " +
+                      quoted_input + " for model " + quoted_model);
+      }
       input.in_shm = true;
-    } else {
-      if (raw >= view.raw_input_contents.size()) return false;
+    } else if (in.has_contents() && any_raw) {
+      return refuse("contents field must not be specified when using raw_input_contents for " +
+                    quoted_input + " for model " + quoted_model);
+    } else if (in.has_contents()) {
+      converted_at[i] = request.converted.size();
+      if (!grpc::contents_to_wire(in.contents, in.datatype, in.name, view.model_name,
+                                  &request.converted, &error)) {
+        return refuse(std::move(error));
+      }
+      input.size = request.converted.size() - converted_at[i];
+    } else if (raw < view.raw_input_contents.size()) {
       input.data = reinterpret_cast<const uint8_t*>(view.raw_input_contents[raw].data());
       input.size = view.raw_input_contents[raw].size();
       ++raw;
+    } else {
+      return refuse("unable to find data for input tensor " + quoted_input + " for model " +
+                    quoted_model + " in request.");
     }
     request.inputs.push_back(std::move(input));
   }
-  if (raw != view.raw_input_contents.size()) return false;
+  // raw_input_contents past the inputs' are not read, as Triton does not read them.
+  // Converted bytes are in place now that request.converted no longer grows.
+  static const uint8_t kNoBytes = 0;
+  for (size_t i = 0; i < converted_at.size(); ++i) {
+    if (converted_at[i] == SIZE_MAX) continue;
+    RequestInput& input = request.inputs[i];
+    input.data = input.size ? request.converted.data() + converted_at[i] : &kNoBytes;
+  }
   for (const grpc::RequestedOutputView& o : view.outputs) {
     if (!o.parameters.empty()) {
       OutputRegion shm;
@@ -415,9 +499,6 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
     }
     request.output_names.push_back(o.name);
   }
-  std::string parameters;
-  if (!take_parameters(view.parameters, &request, &parameters)) return false;
-  request.parameters = parameters;
   uint64_t request_id = codec_.new_request_id();
   switch (
       codec_.submit(route->second, request, request_id, now_ns, &taken->error, &taken->cached)) {

@@ -1,10 +1,12 @@
 // The gRPC framer of the infer request path (framer.h): takes a ModelInferRequest
-// message (grpc_infer_message.h) whose inputs are all raw contents, routes it by model
-// name and version to a codec model, fills a ParsedRequest with views into the message
-// and queues it through the KServe codec (kserve_codec.h), the same codec, validator
-// and core as HTTP/1.1's. GrpcResponseWriter serializes each answer as a
-// ModelInferResponse. Typed contents, shared memory, classification and compressed
-// messages are left to the Python general path, which gives Triton's exact errors.
+// message (grpc_infer_message.h), routes it by model name and version to a codec model,
+// fills a ParsedRequest with views into the message (typed contents converted into
+// ParsedRequest::converted, grpc_contents.h) and queues it through the KServe codec
+// (kserve_codec.h), the same codec, validator and core as HTTP/1.1's. What Triton
+// refuses before the validator (each input's data, request parameters) it refuses with
+// Triton's message. GrpcResponseWriter serializes each answer as a ModelInferResponse.
+// Classification, output parameters other than shm, unknown routes and compressed
+// messages are left to the Python general path.
 //
 // Threads and locks: as KServeCodec, one thread at a time — the front end's event loop,
 // through _core.pyx, with the GIL released inside submit(). `routes_` changes only
@@ -65,8 +67,9 @@ class GrpcLane {
     // A response cache hit (request_id 0, `cached.entry` set): the answer to write.
     CachedAnswer cached;
   };
-  // Takes a serialized ModelInferRequest if it is for a route, has raw contents only
-  // and the codec queues it or refuses it. False: the general path's.
+  // Takes a serialized ModelInferRequest for a route: queued, or refused (`error`,
+  // INVALID_ARGUMENT) with Triton's message for its inputs' data or parameters or the
+  // validator's. False: the general path's (see above).
   bool submit(std::string_view message, uint64_t now_ns, Taken* taken);
 
  private:

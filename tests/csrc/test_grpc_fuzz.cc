@@ -10,9 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "add_sub_model.h"
+#include "core/core.h"
 #include "h2_client.h"
+#include "http1/http_framer.h"
 #include "http2/grpc_connection.h"
+#include "http2/grpc_contents.h"
 #include "http2/grpc_infer_message.h"
+#include "http2/grpc_lane.h"
 #include "http2/hpack.h"
 #include "testing.h"
 
@@ -191,4 +196,69 @@ TEST(grpc_infer_request_reader_fuzz) {
   }
   CHECK(accepted > 100);
   CHECK(accepted < 20000);
+}
+
+TEST(grpc_typed_contents_fuzz) {
+  // A request with typed contents and parameters, bytes changed: the reader accepts or
+  // refuses; what it accepts the lane queues or refuses with a message, and each input's
+  // contents convert to whole elements or are refused with one.
+  std::mt19937 rng(40);
+  auto put = [](std::string* out, uint8_t key, const std::string& payload) {
+    out->push_back(static_cast<char>(key));
+    out->push_back(static_cast<char>(payload.size()));
+    *out += payload;
+  };
+  std::string floats;
+  for (int i = 0; i < 16; ++i) floats += std::string("\x00\x00\x80\x3f", 4);
+  std::string contents;
+  put(&contents, 0x32, floats);  // fp32_contents, packed
+  std::string base;
+  put(&base, 0x0a, "add_sub");
+  put(&base, 0x1a, "id\"1");
+  put(&base, 0x22, std::string("\x0a\x08priority\x12\x02\x10\x01", 14));
+  for (const char* name : {"INPUT0", "INPUT1"}) {
+    std::string input;
+    put(&input, 0x0a, name);
+    put(&input, 0x12, "FP32");
+    put(&input, 0x1a, std::string("\x01\x10", 2));
+    put(&input, 0x2a, contents);
+    put(&base, 0x2a, input);
+  }
+  naiad::Core core(1 << 20, nullptr, false);
+  naiad::HttpLane http(core);
+  naiad::GrpcLane lane(http.codec());
+  naiad::BatcherConfig config;
+  config.max_batch_size = 8;
+  naiad::ModelSpec model = naiad::add_sub_model();
+  model.core_model_id = core.add_model(config);
+  lane.add_route("add_sub", "", http.codec().add_model(model));
+  int queued = 0, refused = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::string message = base;
+    damage(&message, rng);
+    naiad::grpc::InferRequestView r;
+    std::string error;
+    if (!naiad::grpc::read_infer_request(message, &r, &error)) continue;
+    for (const auto& in : r.inputs) {
+      std::vector<uint8_t> wire;
+      std::string refusal;
+      if (naiad::grpc::contents_to_wire(in.contents, in.datatype, in.name, r.model_name, &wire,
+                                        &refusal)) {
+        CHECK(in.datatype != "FP32" || wire.size() % 4 == 0);
+      } else {
+        CHECK(!refusal.empty());
+      }
+    }
+    naiad::GrpcLane::Taken taken;
+    if (!lane.submit(message, 0, &taken)) continue;
+    if (taken.request_id != 0) {
+      ++queued;
+      http.codec().forget(taken.request_id);
+    } else {
+      ++refused;
+      CHECK(!taken.error.empty());
+    }
+  }
+  CHECK(queued > 100 && refused > 100);
+  CHECK(http.codec().in_flight() == 0);
 }

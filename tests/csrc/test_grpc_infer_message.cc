@@ -57,7 +57,7 @@ TEST(grpc_reads_a_model_infer_request) {
   CHECK((r.inputs[0].shape == std::vector<int64_t>{1, 16}));
   CHECK((r.inputs[1].shape == std::vector<int64_t>{1, -1}));
   CHECK(r.inputs[0].parameters.size() == 1 && r.inputs[0].parameters[0].int64_value == 64);
-  CHECK(!r.inputs[0].has_contents);
+  CHECK(!r.inputs[0].has_contents());
   CHECK(r.outputs.size() == 1 && r.outputs[0].name == "OUTPUT0");
   CHECK(r.outputs[0].parameters[0].key == "classification");
   CHECK(r.raw_input_contents.size() == 2 && r.raw_input_contents[0].size() == 64);

@@ -139,18 +139,26 @@ TEST(grpc_lane_refuses_invalid_and_leaves_the_rest) {
   CHECK(taken.request_id == 0);
   CHECK(taken.error.find("data-type is 'INT8', but model 'add_sub' expects 'FP32'") !=
         std::string::npos);
-  // Typed contents, unknown models or versions, broken messages: the general path's.
-  CHECK(!f.grpc.submit(add_sub_request(1, "", true), 0, &taken));
+  // Typed contents are the lane's: contents without values are no bytes, which the
+  // validator names.
+  CHECK(f.grpc.submit(add_sub_request(1, "", true), 0, &taken));
+  CHECK(taken.request_id == 0);
+  CHECK(taken.error ==
+        "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model "
+        "'add_sub'. Expected 64, got 0");
+  // Unknown models or versions, broken messages: the general path's.
   CHECK(!f.grpc.submit(add_sub_request(1, "", false, "7"), 0, &taken));
   std::string other = add_sub_request(1);
   other[2] = 'x';  // "xdd_sub"
   CHECK(!f.grpc.submit(other, 0, &taken));
   CHECK(!f.grpc.submit(add_sub_request(1).substr(0, 40), 0, &taken));
-  // A raw content too few: the general path names the missing input.
+  // A raw content too few: the input without data named, as Triton names it.
   std::string missing = add_sub_request(1);
   missing.resize(missing.size() - 66);
-  CHECK(!f.grpc.submit(missing, 0, &taken));
-  // Scheduling parameters are taken; a negative priority is the general path's.
+  CHECK(f.grpc.submit(missing, 0, &taken) && taken.request_id == 0);
+  CHECK(taken.error ==
+        "unable to find data for input tensor 'INPUT1' for model 'add_sub' in request.");
+  // Scheduling parameters are taken; a negative priority refused as Triton does.
   std::string with_priority = add_sub_request(1) + std::string(1, '\x22');
   std::string entry = parameter("priority", 5, 1);
   varint(&with_priority, entry.size());
@@ -160,7 +168,8 @@ TEST(grpc_lane_refuses_invalid_and_leaves_the_rest) {
   entry = parameter("priority", 2, static_cast<uint64_t>(-1));
   varint(&negative, entry.size());
   negative += entry;
-  CHECK(!f.grpc.submit(negative, 0, &taken));
+  CHECK(f.grpc.submit(negative, 0, &taken) && taken.request_id == 0);
+  CHECK(taken.error == "invalid value for 'priority', expected value >= 0.");
   // Routes follow removed models.
   f.grpc.remove_model(f.lane_model);
   CHECK(!f.grpc.submit(add_sub_request(1), 0, &taken));
@@ -253,4 +262,106 @@ TEST(grpc_stream_request_stays_in_flight_until_its_final_record) {
                                 {taken.request_id}, 1500, 4000, &answers, got, true));
   CHECK(answers.size() == 1 && answers[0].final && answers[0].response.id == "later");
   CHECK(!f.http.codec().owns(taken.request_id));
+}
+
+namespace {
+
+// add_sub (raw contents) with one request parameter `name` of InferParameter `field`
+// (1 bool, 2 int64, 3 string, 4 double, 5 uint64; 0: no value) holding `value`.
+std::string with_parameter(const std::string& name, uint32_t field, uint64_t value,
+                           const std::string& text = "") {
+  std::string v;
+  if (field == 3) {
+    bytes(&v, 3, text);
+  } else if (field == 4) {
+    key(&v, 4, 1);
+    for (int i = 0; i < 8; ++i) v.push_back(static_cast<char>(value >> (8 * i)));
+  } else if (field != 0) {
+    key(&v, field, 0);
+    varint(&v, value);
+  }
+  std::string entry;
+  bytes(&entry, 1, name);
+  bytes(&entry, 2, v);
+  std::string m = add_sub_request(1);
+  bytes(&m, 4, entry);
+  return m;
+}
+
+}  // namespace
+
+TEST(grpc_lane_takes_tritons_parameter_forms_and_refuses_the_rest) {
+  Fixture f;
+  GrpcLane::Taken taken;
+  auto queued = [&](const std::string& message) {
+    taken = GrpcLane::Taken();
+    CHECK(f.grpc.submit(message, 0, &taken));
+    CHECK(taken.request_id != 0 && taken.error.empty());
+    f.http.codec().forget(taken.request_id);
+  };
+  auto refused = [&](const std::string& message, const std::string& error) {
+    taken = GrpcLane::Taken();
+    CHECK(f.grpc.submit(message, 0, &taken));
+    CHECK(taken.request_id == 0);
+    if (taken.error != error) std::printf("  got: %s\n", taken.error.c_str());
+    CHECK(taken.error == error);
+  };
+  queued(with_parameter("priority", 2, 1));
+  queued(with_parameter("priority", 5, 1));
+  queued(with_parameter("priority", 5, UINT64_MAX));  // past every level: the default
+  queued(with_parameter("timeout", 2, 1000000));
+  queued(with_parameter("sequence_start", 1, 0));
+  queued(with_parameter("mine", 2, static_cast<uint64_t>(-5)));
+  queued(with_parameter("mine", 3, 0, "a \"quoted\" value"));
+  queued(with_parameter("triton_enable_empty_final_response", 1, 1));
+  queued(with_parameter("mine", 4, 0x3ff0000000000000ULL));  // 1.0: Triton 2.51 takes doubles
+  queued(with_parameter("mine", 4, 0x7ff8000000000000ULL));  // NaN
+  refused(with_parameter("priority", 2, static_cast<uint64_t>(-1)),
+          "invalid value for 'priority', expected value >= 0.");
+  refused(with_parameter("priority", 4, 0),
+          "invalid value type for 'priority' parameter, expected int64_param or uint64_param.");
+  refused(with_parameter("timeout", 5, 1),
+          "invalid value type for 'timeout' parameter, expected int64_param.");
+  refused(with_parameter("sequence_id", 1, 1),
+          "invalid value type for 'sequence_id' parameter, expected int64_param or "
+          "string_param.");
+  refused(with_parameter("sequence_id", 5, 1),
+          "invalid value type for 'sequence_id' parameter, expected int64_param or "
+          "string_param.");
+  refused(with_parameter("sequence_end", 2, 1),
+          "invalid value type for 'sequence_end' parameter, expected bool_param.");
+  refused(with_parameter("mine", 5, 1),
+          "invalid value type for 'mine' parameter, expected int64_param, bool_param, or "
+          "string_param.");
+  refused(with_parameter("mine", 0, 0),
+          "invalid value type for 'mine' parameter, expected int64_param, bool_param, or "
+          "string_param.");
+  refused(with_parameter("triton_mine", 1, 1),
+          "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
+          "following keys starting with 'triton_' are allowed: "
+          "triton_enable_empty_final_response");
+  refused(with_parameter("triton_enable_empty_final_response", 2, 1),
+          "invalid value type for 'triton_enable_empty_final_response' parameter, expected "
+          "bool_param.");
+  CHECK(f.http.codec().in_flight() == 0);
+}
+
+TEST(grpc_lane_takes_ids_with_any_characters) {
+  Fixture f;
+  GrpcLane::Taken taken;
+  const std::string id = "say \"hi\" \\ \t\n\x01 \xc3\xa9";
+  CHECK(f.grpc.submit(add_sub_request(1, id), 1000, &taken));
+  CHECK(taken.request_id != 0 && taken.error.empty());
+  // The answer carries the id as sent.
+  const std::string first(16, 'a'), second(16, 'b');
+  std::string block =
+      result_block("{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,4]],[\"OUTPUT1\",\"FP32\",[1,4]]]}",
+                   {&first, &second});
+  const std::string out = written_answer(f, taken, block);
+  CHECK(out.find(id) != std::string::npos);
+  // A refusal names it as sent too.
+  std::string bad = add_sub_request(1, id);
+  bad.replace(bad.find("FP32"), 4, "INT8");
+  CHECK(f.grpc.submit(bad, 0, &taken) && taken.request_id == 0);
+  CHECK(taken.error.rfind("[request id: " + id + "] ", 0) == 0);
 }

@@ -860,7 +860,7 @@ def test_h2load_small_windows_large_answers(server, tmp_path):
     assert traffic and int(traffic.group(1)) > 40 * 65536, out
 
 
-def test_raw_contents_take_the_fast_path_typed_the_general(server, client, stub):
+def test_raw_and_typed_contents_take_the_lane(server, client, stub):
     def lanes():
         return requests.get(f"http://{server.host}:{server.http_port}/v2/naiad/lanes").json()
 
@@ -876,10 +876,11 @@ def test_raw_contents_take_the_fast_path_typed_the_general(server, client, stub)
     for name, array in (("INPUT0", a), ("INPUT1", b)):
         tensor = request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
         tensor.contents.fp32_contents.extend(array[0].tolist())
-    service.ModelInfer(request, timeout=TIMEOUT)
+    response = service.ModelInfer(request, timeout=TIMEOUT)
+    np.testing.assert_array_equal(_raw_outputs(response)["OUTPUT1"], (a - b)[0])
     after = lanes()
-    assert after["general_requests"] == middle["general_requests"] + 1
-    assert after["lane_requests"] == middle["lane_requests"]
+    assert after["lane_requests"] == middle["lane_requests"] + 1
+    assert after["general_requests"] == middle["general_requests"]
 
 
 def test_model_control_over_grpc(tmp_path):

@@ -411,8 +411,8 @@ class GrpcProtocol:
         self._answer(stream, result)
 
     def _submit_fast(self, stream: int, message: bytes) -> bool:
-        """The C++ fast path (csrc/http2/grpc_lane.h): raw contents, from message bytes to
-        response bytes without Python per tensor. False: the general path's."""
+        """The C++ fast path (csrc/http2/grpc_lane.h): raw or typed contents, from message
+        bytes to response bytes without Python per tensor. False: the general path's."""
         self._track(1)
         request_id = self.service.manager.submit_grpc(
             message, lambda payload, exc: self._fast_done(stream, payload, exc)
@@ -530,7 +530,7 @@ class GrpcProtocol:
         future.add_done_callback(lambda f: self._stream_done(stream, f, finish))
 
     def _stream_fast(self, stream: int, call: _Call, data) -> bool:
-        """A streamed request through the C++ fast path (raw contents), answered with
+        """A streamed request through the C++ fast path (raw or typed contents), answered with
         ModelStreamInferResponse bytes built in C++ from the result block, response by
         response: `final` False for those before the request's last (a decoupled
         model's), which leave the request in flight. False: the general path's."""

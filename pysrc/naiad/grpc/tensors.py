@@ -138,11 +138,12 @@ def to_infer_request(message: pb.ModelInferRequest) -> InferRequest:
     outputs = None
     if message.outputs:
         outputs = [RequestedOutput(o.name, parameters_of(o.parameters)) for o in message.outputs]
-        for output in outputs:
+        for output, sent in zip(outputs, message.outputs):
             classes = output.parameters.get("classification")
             if classes is not None:
                 # Triton's checks of class_count (tritonclient sets it only when > 0).
-                if type(classes) is not int:
+                kind = sent.parameters["classification"].WhichOneof("parameter_choice")
+                if kind != "int64_param":
                     raise InvalidArgument(
                         "invalid value type for 'classification' parameter, expected int64_param"
                     )

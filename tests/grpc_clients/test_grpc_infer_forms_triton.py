@@ -1,0 +1,347 @@
+"""Differential: ModelInferRequest forms the C++ reader takes (csrc/http2/grpc_lane.h),
+valid and invalid, sent as the same message to Naiad and to the real Triton 2.51, unary
+and on a ModelStreamInfer stream; status, message and answer must be the same. Typed
+`contents` of inputs (InferTensorContents), ids, request and output parameters
+(classification among them) and routes.
+
+Triton comes from perf/'s tools (`make perf-tools` installs it under perf/.tools/); the
+test is skipped where it is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from server_harness import REPO_ROOT, NaiadServer, make_repository
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pbg
+
+TRITON = REPO_ROOT / "perf" / ".tools" / "triton" / "bin" / "tritonserver"
+GRPC_MODELS = Path(__file__).resolve().parent.parent / "grpc_models"
+MODELS = {
+    "add_sub": None,
+    "identity_bytes": None,
+    "identity_all": GRPC_MODELS / "identity_all",
+    "request_echo": None,
+}
+TIMEOUT = 30
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory):
+    if not TRITON.exists():
+        pytest.skip("the real Triton is not installed (make perf-tools installs it)")
+    sys.path.insert(0, str(REPO_ROOT / "perf"))
+    from servers import TritonServer
+
+    root = tmp_path_factory.mktemp("triton")
+    server = TritonServer()
+    server.start(make_repository(root / "models", MODELS), None, root / "triton.log")
+    yield f"127.0.0.1:{server.grpc_port}"
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def naiad(tmp_path_factory):
+    root = tmp_path_factory.mktemp("naiad")
+    server = NaiadServer(make_repository(root / "models", MODELS), log_dir=root, name="contents")
+    server.start(wait="ready", timeout=120)
+    yield f"{server.host}:{server.grpc_port}"
+    server.stop()
+
+
+def _request(model: str, id: str = "", **fields) -> pb.ModelInferRequest:
+    return pb.ModelInferRequest(model_name=model, id=id, **fields)
+
+
+def _add_sub(field: str, values0, values1=None, id: str = "typed"):
+    request = _request("add_sub", id)
+    for name, values in (("INPUT0", values0), ("INPUT1", values1 or values0)):
+        tensor = request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+        getattr(tensor.contents, field).extend(values)
+    return request
+
+
+def _one(datatype: str, shape, field: str, values, name: str | None = None):
+    """identity_all with one input (the others are required too: Triton names the first
+    missing one only after reading every input's contents)."""
+    request = _request("identity_all", "one")
+    tensor = request.inputs.add(name=name or f"IN_{datatype}", datatype=datatype, shape=shape)
+    getattr(tensor.contents, field).extend(values)
+    return request
+
+
+def _every_type():
+    request = _request("identity_all", "every")
+    values = {
+        "BOOL": ("bool_contents", [True, False, True]),
+        "UINT8": ("uint_contents", [0, 255, 256 + 7]),  # past the type: its low byte
+        "UINT16": ("uint_contents", [1, 65535, 70000]),
+        "UINT32": ("uint_contents", [0, 4294967295, 12]),
+        "UINT64": ("uint64_contents", [0, 2**64 - 1, 5]),
+        "INT8": ("int_contents", [-128, 127, 300]),
+        "INT16": ("int_contents", [-32768, 32767, -40000]),
+        "INT32": ("int_contents", [-(2**31), 2**31 - 1, 0]),
+        "INT64": ("int64_contents", [-(2**63), 2**63 - 1, -1]),
+        "FP32": ("fp32_contents", [1.5, float("inf"), -0.0]),
+        "FP64": ("fp64_contents", [2.25, float("-inf"), 1e300]),
+    }
+    for datatype, (field, data) in values.items():
+        tensor = request.inputs.add(name=f"IN_{datatype}", datatype=datatype, shape=[3])
+        getattr(tensor.contents, field).extend(data)
+    tensor = request.inputs.add(name="IN_STRING", datatype="BYTES", shape=[3])
+    tensor.contents.bytes_contents.extend([b"alpha", b"", b"\x00\xff"])
+    return request
+
+
+def _bytes(words, shape):
+    request = _request("identity_bytes")
+    tensor = request.inputs.add(name="INPUT0", datatype="BYTES", shape=shape)
+    tensor.contents.bytes_contents.extend(words)
+    return request
+
+
+def _two_fields(first: str, second: str):
+    request = _add_sub("fp32_contents", [1.0] * 16)
+    contents = request.inputs[0].contents
+    contents.Clear()
+    getattr(contents, first).extend([1] * 16)
+    getattr(contents, second).extend([1] * 16)
+    return request
+
+
+def _empty_contents():
+    request = _add_sub("fp32_contents", [1.0] * 16)
+    request.inputs[0].contents.ClearField("fp32_contents")
+    request.inputs[0].contents.SetInParent()  # present, every field empty
+    return request
+
+
+def _typed_then_missing():
+    request = _add_sub("fp32_contents", [1.0] * 16)
+    request.inputs[1].ClearField("contents")
+    return request
+
+
+def _shm_and_contents():
+    request = _add_sub("fp32_contents", [1.0] * 16)
+    params = request.inputs[0].parameters
+    params["shared_memory_region"].string_param = "nope"
+    params["shared_memory_byte_size"].int64_param = 64
+    return request
+
+
+def _raw_beside_typed():
+    request = _add_sub("fp32_contents", [1.0] * 16)
+    request.inputs[1].ClearField("contents")
+    request.raw_input_contents.append(b"\0" * 64)
+    return request
+
+
+def _raw(model: str = "add_sub", version: str = "", id: str = "", rows: int = 1):
+    request = pb.ModelInferRequest(model_name=model, model_version=version, id=id)
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=[rows, 16])
+        request.raw_input_contents.append(struct.pack("<16f", *range(16)) * rows)
+    return request
+
+
+def _parameter(key: str, kind: str, value, request=None):
+    request = request or _raw(id="p")
+    if kind is None:
+        request.parameters[key].SetInParent()
+    else:
+        setattr(request.parameters[key], kind, value)
+    return request
+
+
+def _output(name: str, **parameters):
+    request = _raw(id="o")
+    output = request.outputs.add(name=name)
+    for key, (kind, value) in parameters.items():
+        setattr(output.parameters[key], kind, value)
+    return request
+
+
+def _echo(**parameters):
+    """request_echo answers with what its model saw of the request's parameters."""
+    request = pb.ModelInferRequest(model_name="request_echo", id="echo")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1])
+    request.raw_input_contents.append(struct.pack("<f", 1.0))
+    for key, (kind, value) in parameters.items():
+        setattr(request.parameters[key], kind, value)
+    return request
+
+
+def _extra_raw():
+    request = _raw()
+    request.raw_input_contents.append(b"\0" * 64)
+    return request
+
+
+CASES = {
+    "fp32": _add_sub("fp32_contents", [float(i) for i in range(16)]),
+    "fp32_short": _add_sub("fp32_contents", [1.0] * 16, [1.0] * 15),
+    "fp32_long": _add_sub("fp32_contents", [1.0] * 16, [1.0] * 17),
+    "int_for_fp32": _add_sub("int_contents", [1] * 16),
+    "fp64_for_fp32": _add_sub("fp64_contents", [1.0] * 16),
+    "bytes_for_fp32": _add_sub("bytes_contents", [b"x"] * 16),
+    "bool_for_fp32": _add_sub("bool_contents", [True] * 16),
+    "two_fields_same_type_first": _two_fields("fp32_contents", "fp64_contents"),
+    "two_fields_bool_first": _two_fields("bool_contents", "fp32_contents"),
+    "two_fields_int_uint": _two_fields("int_contents", "uint_contents"),
+    "empty_contents": _empty_contents(),
+    "typed_then_missing": _typed_then_missing(),
+    "shm_and_contents": _shm_and_contents(),
+    "raw_beside_typed": _raw_beside_typed(),
+    "every_type": _every_type(),
+    "fp16": _one("FP16", [2], "fp32_contents", [1.0, 2.0]),
+    "bf16": _one("BF16", [2], "fp32_contents", [1.0, 2.0], name="IN_FP16"),
+    "int_for_int64": _one("INT64", [2], "int_contents", [1, 2]),
+    "int64_for_int32": _one("INT32", [2], "int64_contents", [1, 2]),
+    "uint_for_uint64": _one("UINT64", [2], "uint_contents", [1, 2]),
+    "uint64_for_uint32": _one("UINT32", [2], "uint64_contents", [1, 2]),
+    "int_for_uint8": _one("UINT8", [2], "int_contents", [1, 2]),
+    "uint_for_int8": _one("INT8", [2], "uint_contents", [1, 2]),
+    "unknown_datatype": _one("FOO", [2], "fp32_contents", [1.0, 2.0], name="IN_FP32"),
+    "bytes": _bytes([b"alpha", b"", b"\x00\x01"], [1, 3]),
+    "bytes_short": _bytes([b"alpha", b"beta"], [1, 3]),
+    "bytes_long": _bytes([b"a", b"b", b"c", b"d"], [1, 3]),
+    "fp32_for_bytes": _one("BYTES", [1], "fp32_contents", [1.0], name="IN_STRING"),
+    "extra_raw": _extra_raw(),
+    # Ids: any characters come back as sent.
+    "id_quotes": _raw(id='say "hi" \\ back'),
+    "id_controls": _raw(id="tab\tnew\nline\x01"),
+    "id_unicode": _raw(id="h\u00e9llo \u2603 \U0001f600"),
+    "id_invalid_refused": _add_sub("fp32_contents", [1.0] * 16, [1.0] * 15, id='q"\n'),
+    # Request parameters: the forms Triton takes and its refusals.
+    "priority_int": _parameter("priority", "int64_param", 1),
+    "priority_uint": _parameter("priority", "uint64_param", 1),
+    "priority_negative": _parameter("priority", "int64_param", -1),
+    "priority_double": _parameter("priority", "double_param", 1.0),
+    "priority_string": _parameter("priority", "string_param", "1"),
+    "timeout_int": _parameter("timeout", "int64_param", 10_000_000),
+    "timeout_uint": _parameter("timeout", "uint64_param", 10),
+    "timeout_bool": _parameter("timeout", "bool_param", True),
+    "sequence_id_uint": _parameter("sequence_id", "uint64_param", 3),
+    "sequence_id_bool": _parameter("sequence_id", "bool_param", True),
+    "sequence_start_int": _parameter("sequence_start", "int64_param", 1),
+    "sequence_end_string": _parameter("sequence_end", "string_param", "yes"),
+    "custom_int": _parameter("mine", "int64_param", -5),
+    "custom_bool": _parameter("mine", "bool_param", False),
+    "custom_string": _parameter("mine", "string_param", 'a "quoted" \\ value'),
+    "custom_double": _parameter("mine", "double_param", 0.5),
+    "custom_uint": _parameter("mine", "uint64_param", 5),
+    "custom_unset": _parameter("mine", None, None),
+    "reserved_prefix": _parameter("triton_mine", "bool_param", True),
+    "empty_final_response": _parameter("triton_enable_empty_final_response", "bool_param", True),
+    "empty_final_response_int": _parameter("triton_enable_empty_final_response", "int64_param", 1),
+    "binary_data_output": _output("OUTPUT0", binary_data=("bool_param", True)),
+    "output_unknown_parameter": _output("OUTPUT0", mine=("int64_param", 3)),
+    "classification": _output("OUTPUT0", classification=("int64_param", 3)),
+    "classification_too_many": _output("OUTPUT1", classification=("int64_param", 40)),
+    "classification_zero": _output("OUTPUT0", classification=("int64_param", 0)),
+    "classification_negative": _output("OUTPUT0", classification=("int64_param", -2)),
+    "classification_uint": _output("OUTPUT0", classification=("uint64_param", 2)),
+    "classification_string": _output("OUTPUT0", classification=("string_param", "2")),
+    "classification_and_shm": _output(
+        "OUTPUT0",
+        classification=("int64_param", 2),
+        shared_memory_region=("string_param", "r"),
+        shared_memory_byte_size=("int64_param", 64),
+    ),
+    # Routes: models and versions not served.
+    "unknown_model": _raw(model="nope"),
+    "unknown_version": _raw(version="7"),
+    "version_not_a_number": _raw(version="one"),
+    "version_negative": _raw(version="-1"),
+    "empty_model_name": _raw(model=""),
+}
+
+
+def _unary(url: str, request):
+    with grpc.insecure_channel(url) as channel:
+        stub = pbg.GRPCInferenceServiceStub(channel)
+        try:
+            return "OK", stub.ModelInfer(request, timeout=TIMEOUT)
+        except grpc.RpcError as exc:
+            return exc.code().name, exc.details()
+
+
+def _streamed(url: str, request):
+    with grpc.insecure_channel(url) as channel:
+        stub = pbg.GRPCInferenceServiceStub(channel)
+        (answer,) = list(stub.ModelStreamInfer(iter([request]), timeout=TIMEOUT))
+        if answer.error_message:
+            return "ERROR", answer.error_message, answer.infer_response.id
+        return "OK", answer.infer_response
+
+
+def _same_answer(ours, theirs):
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] != "OK":
+        assert ours[1:] == theirs[1:]
+        return
+    mine, other = ours[1], theirs[1]
+    assert mine.id == other.id
+    assert [(o.name, o.datatype, list(o.shape)) for o in mine.outputs] == [
+        (o.name, o.datatype, list(o.shape)) for o in other.outputs
+    ]
+    assert list(mine.raw_output_contents) == list(other.raw_output_contents)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_unary_as_triton(naiad, triton, case):
+    ours, theirs = _unary(naiad, CASES[case]), _unary(triton, CASES[case])
+    _same_answer(ours, theirs)
+    if ours[0] == "OK":
+        assert dict(ours[1].parameters) == dict(theirs[1].parameters)
+
+
+STREAMED = [
+    "fp32",
+    "fp32_short",
+    "int_for_fp32",
+    "bytes",
+    "every_type",
+    "id_quotes",
+    "custom_double",
+    "classification",
+    "unknown_model",
+    "unknown_version",
+]
+
+
+@pytest.mark.parametrize("case", STREAMED)
+def test_streamed_as_triton(naiad, triton, case):
+    _same_answer(_streamed(naiad, CASES[case]), _streamed(triton, CASES[case]))
+
+
+def test_the_model_sees_the_parameters_as_sent(naiad):
+    """Naiad only (Triton 2.51's Python backend refuses request_echo's dict response
+    parameter): the C++ reader passes each parameter to the model with its type."""
+    request = _echo(
+        whole=("double_param", 2.0),
+        half=("double_param", 0.5),
+        big=("double_param", 1e300),
+        text=("string_param", 'a "quoted" \\ value'),
+        number=("int64_param", -3),
+        flag=("bool_param", True),
+    )
+    status, response = _unary(naiad, request)
+    assert status == "OK", response
+    seen = json.loads(response.parameters["request_parameters"].string_param)
+    assert seen == {
+        "whole": 2.0,
+        "half": 0.5,
+        "big": 1e300,
+        "text": 'a "quoted" \\ value',
+        "number": -3,
+        "flag": True,
+    }
+    assert type(seen["whole"]) is float
