@@ -118,9 +118,9 @@ TEST(grpc_io_hands_other_calls_to_python_in_order_and_writes_its_answers) {
   Fixture fixture;
   Client client(fixture);
   uint64_t connection = grpc_connection(fixture);
-  // ServerLive is Python's; so is a ModelInfer with typed contents (the lane leaves it).
+  // ServerLive is Python's; so is a ModelInfer for a version the lane does not serve.
   client.call(1, kServerLive, "");
-  client.call(3, kModelInfer, grpctest::add_sub_request(1, "", true));
+  client.call(3, kModelInfer, grpctest::add_sub_request(1, "", false, "7"));
   CHECK(fixture.turn_until([&] { return python_calls(fixture).size() == 6; }));
   std::vector<const HttpIo::Event*> calls = python_calls(fixture);
   const h2::EventKind expected[] = {h2::EventKind::kCall,      h2::EventKind::kMessage,
@@ -132,19 +132,19 @@ TEST(grpc_io_hands_other_calls_to_python_in_order_and_writes_its_answers) {
     CHECK(calls[i]->grpc.stream_id == (i < 3 ? 1u : 3u));
   }
   CHECK(calls[3]->grpc.path == kModelInfer);
-  CHECK(calls[4]->grpc.message == grpctest::add_sub_request(1, "", true));
+  CHECK(calls[4]->grpc.message == grpctest::add_sub_request(1, "", false, "7"));
   CHECK(fixture.io->in_flight() == 0);
   // Python answers through the loop.
   h2::GrpcConnection* conn = fixture.io->grpc(connection);
   CHECK(conn != nullptr);
   CHECK(conn->send_message(1, std::string("\x08\x01", 2)));
   CHECK(conn->finish(1, 0, ""));
-  CHECK(conn->finish(3, 3, "typed contents: the general path's"));
+  CHECK(conn->finish(3, 5, "unknown version: the general path's"));
   fixture.io->grpc_wrote(connection);
   fixture.io->flush_writes();
   CHECK(client.read_until([&] { return client.trailers(1) && client.trailers(3); }));
   CHECK(client.data_of(1) == h2test::grpc_message(std::string("\x08\x01", 2)));
-  CHECK(h2test::header_value(*client.trailers(3), "grpc-status") == "3");
+  CHECK(h2test::header_value(*client.trailers(3), "grpc-status") == "5");
 }
 
 TEST(grpc_io_a_reset_call_is_cancelled_in_the_core_and_never_answered) {
