@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "codec/datatype.h"
 #include "http2/protobuf_wire.h"
 
 namespace naiad::grpc {
@@ -98,15 +99,6 @@ std::string_view field_datatype(uint32_t field, std::string_view datatype) {
   }
 }
 
-// Bytes per element of a fixed-size datatype the fields carry (0: BYTES).
-size_t element_size(std::string_view datatype) {
-  if (datatype == "BOOL" || datatype == "INT8" || datatype == "UINT8") return 1;
-  if (datatype == "INT16" || datatype == "UINT16") return 2;
-  if (datatype == "INT32" || datatype == "UINT32" || datatype == "FP32") return 4;
-  if (datatype == "BYTES") return 0;
-  return 8;
-}
-
 void put_le(uint64_t value, size_t size, std::vector<uint8_t>* out) {
   for (size_t i = 0; i < size; ++i) out->push_back(static_cast<uint8_t>(value >> (8 * i)));
 }
@@ -126,13 +118,8 @@ bool contents_well_formed(std::string_view contents) {
 }
 
 std::string_view triton_datatype_name(std::string_view datatype) {
-  static constexpr std::array<std::string_view, 13> kNames = {
-      "BOOL",  "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
-      "INT32", "INT64", "FP16",   "FP32",   "FP64",   "BYTES"};
-  for (std::string_view name : kNames) {
-    if (datatype == name) return name;
-  }
-  return datatype == "BF16" ? std::string_view("BF16") : std::string_view("<invalid>");
+  const Datatype* found = find_datatype(datatype);
+  return found != nullptr ? found->name : std::string_view("<invalid>");
 }
 
 bool contents_to_wire(const std::vector<std::string_view>& chunks, std::string_view datatype,
@@ -161,7 +148,7 @@ bool contents_to_wire(const std::vector<std::string_view>& chunks, std::string_v
       *error = prefix + " of type " + quoted(carried) + ", expected datatype " + quoted(expected);
       return false;
     }
-    const size_t size = element_size(carried);
+    const size_t size = find_datatype(carried)->size;  // carried: a name of the table
     if (size) out->reserve(out->size() + counts[field] * size);
     for (std::string_view chunk : chunks) {
       each_value(chunk, &ignored, [&](uint32_t f, uint64_t value, std::string_view bytes) {
