@@ -4,13 +4,14 @@ and on a ModelStreamInfer stream; status, message and answer must be the same. T
 `contents` of inputs (InferTensorContents), ids, request and output parameters
 (classification among them) and routes.
 
-Triton comes from perf/'s tools (`make perf-tools` installs it under perf/.tools/); the
-test is skipped where it is not installed.
+Triton comes from perf/'s tools (`make perf-tools` installs it under perf/.tools/, or
+$NAIAD_PERF_TOOLS); the test is skipped where it is not installed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 from pathlib import Path
@@ -21,7 +22,9 @@ from server_harness import REPO_ROOT, NaiadServer, make_repository
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
-TRITON = REPO_ROOT / "perf" / ".tools" / "triton" / "bin" / "tritonserver"
+# perf/servers.py's TritonServer looks in the same place ($NAIAD_PERF_TOOLS in a worktree).
+TOOLS = Path(os.environ.get("NAIAD_PERF_TOOLS", REPO_ROOT / "perf" / ".tools"))
+TRITON = TOOLS / "triton" / "bin" / "tritonserver"
 GRPC_MODELS = Path(__file__).resolve().parent.parent / "grpc_models"
 MODELS = {
     "add_sub": None,
