@@ -10,8 +10,9 @@ CORE_SOURCES := $(wildcard csrc/*/*.cc csrc/*/*.h) pysrc/naiad/_core.pyx setup.p
 CXX ?= g++
 CXXFLAGS_TEST := -std=c++17 -g -O1 -Wall -Wextra -pthread -Icsrc -Itests/csrc
 CORE_TEST_SOURCES := $(wildcard csrc/*/*.cc tests/csrc/*.cc)
-# Libraries the core links (zlib: csrc/codec/http_compress.cc), as setup.py's extension.
-CORE_LIBS := -lz
+# Libraries the core links (zlib: csrc/codec/http_compress.cc; OpenSSL 3:
+# csrc/tls/tls_stream.cc), as setup.py's extension.
+CORE_LIBS := -lz -lssl -lcrypto
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002

@@ -2,6 +2,7 @@
 modules from protos/ before the Python files are collected."""
 
 import importlib.util
+import os
 import pathlib
 
 from setuptools import Extension, setup
@@ -24,9 +25,26 @@ class BuildPyWithProtos(build_py):
         super().run()
 
 
+def _require_openssl():
+    """TLS (csrc/tls/) is built in: without OpenSSL's headers the build stops here,
+    saying what to install, rather than at a compiler error."""
+    import sysconfig
+
+    dirs = [sysconfig.get_paths()["include"], "/usr/include", "/usr/local/include"]
+    dirs += os.environ.get("CPATH", "").split(os.pathsep)
+    if not any(d and os.path.exists(os.path.join(d, "openssl", "ssl.h")) for d in dirs):
+        raise SystemExit(
+            "error: Naiad's core needs the OpenSSL 3 headers (openssl/ssl.h) for TLS: "
+            "install libssl-dev (Debian/Ubuntu) or openssl-devel (Fedora/RHEL), or point "
+            "CPATH at their include directory"
+        )
+
+
 def _extensions():
     import numpy
     from Cython.Build import cythonize
+
+    _require_openssl()
 
     core = Extension(
         "naiad._core",
@@ -34,7 +52,9 @@ def _extensions():
         # numpy's headers: pb_utils.Tensor's fields read arrays through numpy's C API.
         include_dirs=["csrc", numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_23_API_VERSION")],
-        libraries=["z"],  # zlib: compressed HTTP answers (csrc/codec/http_compress.cc)
+        # zlib: compressed HTTP answers (csrc/codec/http_compress.cc); OpenSSL: TLS
+        # (csrc/tls/tls_stream.cc).
+        libraries=["z", "ssl", "crypto"],
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden"],
     )

@@ -138,6 +138,10 @@ class NaiadServer:
     # False in a subclass whose command line names ports of its own: start() then has
     # no other ports to try.
     chooses_its_ports = True
+    # An HTTPS server's subclass (tests/tls_support.py): the scheme of `url`, and the
+    # requests arguments (verify, cert) its health checks need.
+    scheme = "http"
+    requests_options: dict = {}
 
     def __init__(
         self,
@@ -161,7 +165,7 @@ class NaiadServer:
 
     def _choose_ports(self) -> None:
         self.http_port, self.grpc_port, self.metrics_port = _free_ports(3)
-        self.url = f"http://{self.host}:{self.http_port}"
+        self.url = f"{self.scheme}://{self.host}:{self.http_port}"
         self.stderr_path = self.log_dir / f"{self.name}-{self.http_port}.stderr.log"
         self.stdout_path = self.log_dir / f"{self.name}-{self.http_port}.stdout.log"
 
@@ -254,7 +258,7 @@ class NaiadServer:
                     + self.stderr_text()[-4000:]
                 )
             try:
-                if requests.get(path, timeout=2).status_code == 200:
+                if requests.get(path, timeout=2, **self.requests_options).status_code == 200:
                     return
             except requests.RequestException:
                 pass

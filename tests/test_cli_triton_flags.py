@@ -127,8 +127,6 @@ def test_bad_values_are_usage_errors():
 
 
 _REFUSED = (
-    "--grpc-use-ssl",
-    "--grpc-use-ssl-mutual",
     "--allow-sagemaker",
     "--allow-vertex-ai",
     "--model-namespacing",
@@ -168,8 +166,6 @@ def test_flags_without_effect_are_each_noted():
 @pytest.mark.parametrize(
     "flag,words",
     [
-        ("--grpc-use-ssl=true", "TLS for gRPC is not built yet"),
-        ("--grpc-use-ssl-mutual=1", "mutual TLS"),
         ("--allow-sagemaker=true", "SageMaker endpoint is not served"),
         ("--allow-vertex-ai=on", "Vertex AI endpoint is not served"),
         ("--model-namespacing=true", "model namespacing is not implemented"),
@@ -636,5 +632,9 @@ def test_every_flag_at_once_starts_a_server(tmp_path):
         assert answer.status_code == 200
         assert answer.json()["outputs"][0]["data"] == [2.0] * 16
     log = (tmp_path / "server.log").read_text()
-    for flag in ("--http-thread-count=8", "--host-policy=gpu0,numa-node=0", "--grpc-root-cert"):
+    for flag in (
+        "--http-thread-count=8",
+        "--host-policy=gpu0,numa-node=0",
+        "--grpc-infer-allocation-pool-size",
+    ):
         assert flag in log and "accepted for Triton's command line" in log

@@ -1,5 +1,6 @@
 #include "http1/http_io.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -34,6 +35,9 @@ constexpr size_t kGrpcHighWater = 8 << 20;
 constexpr size_t kMaxLanePartial = 64 * 1024;
 constexpr size_t kReadSize = 256 * 1024;
 constexpr int kMaxEvents = 256;
+// The first byte of a TLS ClientHello (a handshake record): no HTTP/1.1 request nor the
+// HTTP/2 preface starts with it.
+constexpr char kTlsHandshakeRecord = 0x16;
 
 // For one turn of the loop (run, poll): the core's timer is set once, as the turn
 // ends, to nothing when what the turn held back left before it ended. A deadline that
@@ -50,6 +54,31 @@ void epoll_set(int epoll_fd, int op, int fd, uint32_t events, uint64_t key) {
   event.events = events;
   event.data.u64 = key;
   epoll_ctl(epoll_fd, op, fd, &event);
+}
+
+// "address:port" of the socket's peer, for the log line of a failed connection.
+std::string peer_of(int fd) {
+  sockaddr_storage address{};
+  socklen_t size = sizeof address;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) return "?";
+  char text[INET6_ADDRSTRLEN] = "?";
+  unsigned port = 0;
+  if (address.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
+    inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
+    port = ntohs(v4->sin_port);
+  } else if (address.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
+    inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+    port = ntohs(v6->sin6_port);
+  }
+  return std::string(text) + ":" + std::to_string(port);
+}
+
+// Sends what the socket takes now and drops the rest: for the last bytes of a
+// connection being closed (a TLS alert).
+void send_last(int fd, const std::string& bytes) {
+  if (!bytes.empty()) ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 }  // namespace
@@ -76,6 +105,10 @@ void HttpIo::listen_http(int listen_fd) {
   listen_fd_ = listen_fd;
   listening_ = true;
   epoll_set(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, EPOLLIN, kListenerKey);
+}
+
+void HttpIo::set_tls(bool grpc, std::shared_ptr<const TlsContext> context) {
+  (grpc ? grpc_tls_ : http_tls_) = std::move(context);
 }
 
 void HttpIo::stop_listening() {
@@ -199,6 +232,14 @@ void HttpIo::accept_all(int listen_fd, bool grpc) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto connection = std::make_unique<Connection>();
     Connection* c = connection.get();
+    if (const auto& tls = grpc ? grpc_tls_ : http_tls_) {
+      try {
+        c->tls = std::make_unique<TlsStream>(tls);
+      } catch (const std::exception&) {  // out of memory in OpenSSL: not served
+        ::close(fd);
+        continue;
+      }
+    }
     c->id = next_connection_++;
     c->fd = fd;
     c->last_read_ns = monotonic_ns();
@@ -216,7 +257,7 @@ void HttpIo::accept_all(int listen_fd, bool grpc) {
 void HttpIo::update_events(Connection* c) {
   bool reading = !c->eof && !c->closing;
   if (c->h2) {
-    reading = reading && c->out.size() < kGrpcHighWater;
+    reading = reading && unsent_of(c) < kGrpcHighWater;
   } else if (c->python) {
     reading = reading && !c->py_paused;
   } else {
@@ -224,10 +265,12 @@ void HttpIo::update_events(Connection* c) {
     // answers (they go to Python next, or to the lane once there is room), nor while
     // the client does not read its answers.
     const bool waiting_bytes = !c->in.empty() && c->partial_since_ns == 0;
-    reading = reading && !waiting_bytes && c->owed.size() < kHttpMaxPipeline &&
-              c->out.size() < kHighWater;
+    reading =
+        reading && !waiting_bytes && c->owed.size() < kHttpMaxPipeline && unsent_of(c) < kHighWater;
   }
-  uint32_t wanted = (reading ? uint32_t(EPOLLIN) : 0u) | (c->out.empty() ? 0u : uint32_t(EPOLLOUT));
+  // TLS: plaintext waiting for the handshake has nothing to send yet.
+  const bool sendable = c->tls ? !c->wire.empty() : !c->out.empty();
+  uint32_t wanted = (reading ? uint32_t(EPOLLIN) : 0u) | (sendable ? uint32_t(EPOLLOUT) : 0u);
   if (wanted != c->events) {
     c->events = wanted;
     epoll_set(epoll_fd_, EPOLL_CTL_MOD, c->fd, wanted, c->id);
@@ -268,6 +311,27 @@ void HttpIo::on_readable(Connection* c) {
     destroy(c, true);  // reset by the peer
     return;
   }
+  const char* data = read_buffer_.data();
+  size_t size = static_cast<size_t>(got);
+  if (got > 0 && !c->received && !c->tls && read_buffer_[0] == kTlsHandshakeRecord) {
+    tls_failed(c, "a TLS handshake on a port that serves without TLS");
+    return;
+  }
+  if (got > 0 && c->tls) {
+    bool closed = false;
+    if (!tls_received(c, size, &closed)) return;
+    c->last_read_ns = monotonic_ns();
+    c->received = true;
+    data = tls_plain_.data();
+    size = tls_plain_.size();
+    if (size == 0) {
+      if (!closed) {  // the handshake, or a record not all there yet
+        update_events(c);
+        return;
+      }
+      got = 0;  // close_notify: as the end of the stream
+    }
+  }
   if (got == 0) {
     c->eof = true;
     if (c->h2) {  // gRPC: the client is done with the connection
@@ -281,7 +345,7 @@ void HttpIo::on_readable(Connection* c) {
     }
     // Lane mode: the requests it sent are answered, then the connection closes. A
     // partial request left is dropped with it, as the parser drops an unfinished one.
-    if (c->owed.empty() && c->out.empty()) {
+    if (c->owed.empty() && unsent_of(c) == 0) {
       destroy(c, true);
       return;
     }
@@ -292,15 +356,53 @@ void HttpIo::on_readable(Connection* c) {
   c->last_read_ns = monotonic_ns();
   c->received = true;
   if (c->h2) {
-    grpc_received(c, read_buffer_.data(), static_cast<size_t>(got));
+    grpc_received(c, data, size);
     return;
   }
   if (c->python) {
-    events_.push_back(Event{EventKind::kData, c->id, read_buffer_.substr(0, got)});
+    events_.push_back(Event{EventKind::kData, c->id, std::string(data, size)});
     return;
   }
-  c->in.append(read_buffer_.data(), static_cast<size_t>(got));
+  c->in.append(data, size);
   process_input(c);
+}
+
+bool HttpIo::tls_received(Connection* c, size_t got, bool* closed) {
+  tls_plain_.clear();
+  const bool was_established = c->tls->established();
+  const TlsStream::Status status = c->tls->receive(read_buffer_.data(), got, &tls_plain_);
+  if (status == TlsStream::Status::kFailed) {
+    tls_failed(c, c->tls->error());
+    return false;
+  }
+  *closed = status == TlsStream::Status::kClosed;
+  // The handshake's answers go out this turn, and with the handshake done the plaintext
+  // that waited for it (gRPC's SETTINGS) too.
+  if (c->tls->has_output() || (!was_established && c->tls->established() && !c->out.empty())) {
+    touch(c);
+  }
+  return true;
+}
+
+void HttpIo::tls_failed(Connection* c, const std::string& why) {
+  events_.push_back(Event{EventKind::kTlsFailed, c->id, peer_of(c->fd) + ": " + why});
+  if (c->tls) {
+    c->tls->take_output(&c->wire);  // the alert that tells the client why
+    send_last(c->fd, c->wire);
+    c->tls.reset();  // no close_notify after a failure
+  }
+  c->wire.clear();
+  destroy(c, true);
+}
+
+void HttpIo::shut_write(Connection* c) {
+  if (c->tls) {
+    c->tls->close_notify();
+    c->tls->take_output(&c->wire);
+    send_last(c->fd, c->wire);
+    c->wire.clear();
+  }
+  ::shutdown(c->fd, SHUT_WR);
 }
 
 void HttpIo::process_input(Connection* c) {
@@ -387,29 +489,42 @@ void HttpIo::flush_writes() {
 }
 
 bool HttpIo::send_out(Connection* c) {
-  while (!c->out.empty()) {
-    ssize_t sent = ::send(c->fd, c->out.data(), c->out.size(), MSG_NOSIGNAL);
+  if (c->tls) {
+    // The plaintext becomes records as it goes out (once the handshake is done); the
+    // records wait in `wire` for the socket.
+    if (c->tls->established() && !c->out.empty()) {
+      if (!c->tls->send(c->out.data(), c->out.size())) {
+        tls_failed(c, c->tls->error());
+        return false;
+      }
+      c->out.clear();
+    }
+    c->tls->take_output(&c->wire);
+  }
+  std::string& bytes = c->tls ? c->wire : c->out;
+  while (!bytes.empty()) {
+    ssize_t sent = ::send(c->fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       destroy(c, true);  // the peer is gone: nothing more reaches it
       return false;
     }
-    c->out.erase(0, static_cast<size_t>(sent));
+    bytes.erase(0, static_cast<size_t>(sent));
   }
   if (c->python && !c->h2) {
-    if (!c->write_paused && c->out.size() > kHighWater) {
+    if (!c->write_paused && unsent_of(c) > kHighWater) {
       c->write_paused = true;
       events_.push_back(Event{EventKind::kPauseWriting, c->id, {}});
-    } else if (c->write_paused && c->out.size() <= kLowWater) {
+    } else if (c->write_paused && unsent_of(c) <= kLowWater) {
       c->write_paused = false;
       events_.push_back(Event{EventKind::kResumeWriting, c->id, {}});
     }
   }
-  if (c->out.empty()) {
+  if (unsent_of(c) == 0) {
     if (c->shut_after) {
       c->shut_after = false;
-      ::shutdown(c->fd, SHUT_WR);
+      shut_write(c);
     }
     if (c->closing && c->owed.empty()) {
       destroy(c, true);
@@ -505,7 +620,7 @@ bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
 void HttpIo::write(uint64_t connection, const char* data, size_t size) {
   Connection* c = find(connection);
   if (c == nullptr || c->closing) return;
-  const bool idle = c->out.empty();
+  const bool idle = unsent_of(c) == 0;
   c->out.append(data, size);
   if (idle) {
     send_out(c);
@@ -517,7 +632,7 @@ void HttpIo::write(uint64_t connection, const char* data, size_t size) {
 bool HttpIo::close(uint64_t connection, bool abort) {
   Connection* c = find(connection);
   if (c == nullptr) return false;
-  if (abort || c->out.empty()) {
+  if (abort || unsent_of(c) == 0) {
     destroy(c, false);
     return true;
   }
@@ -529,8 +644,8 @@ bool HttpIo::close(uint64_t connection, bool abort) {
 void HttpIo::write_eof(uint64_t connection) {
   Connection* c = find(connection);
   if (c == nullptr) return;
-  if (c->out.empty()) {
-    ::shutdown(c->fd, SHUT_WR);
+  if (unsent_of(c) == 0) {
+    shut_write(c);
   } else {
     c->shut_after = true;
   }
@@ -552,7 +667,7 @@ void HttpIo::resume_reading(uint64_t connection) {
 
 size_t HttpIo::unsent(uint64_t connection) const {
   Connection* c = find(connection);
-  return c == nullptr ? 0 : c->out.size();
+  return c == nullptr ? 0 : unsent_of(c);
 }
 
 bool HttpIo::in_lane_mode(uint64_t connection) const {
@@ -605,6 +720,12 @@ bool HttpIo::answer(uint64_t request_id, const char* http, size_t size) {
 }
 
 void HttpIo::destroy(Connection* c, bool report) {
+  // A TLS session that sent all it had ends with close_notify (a truncation otherwise).
+  if (c->tls && c->tls->established() && unsent_of(c) == 0) {
+    c->tls->close_notify();
+    c->tls->take_output(&c->wire);
+    send_last(c->fd, c->wire);
+  }
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
   ::close(c->fd);
   for (Owed& slot : c->owed) {
@@ -646,7 +767,7 @@ void HttpIo::sweep(uint64_t before_ns, uint64_t idle_before_ns, std::vector<uint
       if (c->partial_since_ns < before_ns && c->owed.empty()) timed_out->push_back(c->id);
       continue;
     }
-    if (!c->owed.empty() || !c->in.empty() || !c->out.empty()) continue;
+    if (!c->owed.empty() || !c->in.empty() || unsent_of(c) != 0) continue;
     const bool silent = !c->received && c->last_read_ns < before_ns;
     if (silent || (idle_before_ns && c->last_read_ns < idle_before_ns)) idle->push_back(c->id);
   }

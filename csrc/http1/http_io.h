@@ -39,6 +39,7 @@
 #include "http1/http_framer.h"
 #include "http2/grpc_connection.h"
 #include "http2/grpc_lane.h"
+#include "tls/tls_stream.h"
 #include "util/spare_nodes.h"
 
 namespace naiad {
@@ -65,6 +66,12 @@ class HttpIo {
   static constexpr uint64_t kSpinNs = 50000;
   // Accepts HTTP/1.1 connections on `listen_fd` (a loop made with -1).
   void listen_http(int listen_fd);
+  // TLS on the connections the HTTP (`grpc` false) or gRPC listener accepts from now on
+  // (null: plaintext). Each connection is then a TlsStream over its socket: the bytes
+  // read are decrypted before anything else sees them, and what is sent is encrypted
+  // as it goes out (send_out). A plaintext listener closes a connection that opens
+  // with a TLS handshake record.
+  void set_tls(bool grpc, std::shared_ptr<const TlsContext> context);
   // Stop accepting HTTP/1.1 connections (shutdown); the connections stay.
   void stop_listening();
 
@@ -100,6 +107,8 @@ class HttpIo {
     kGrpcAccepted,   // a new gRPC connection: Python makes its call handler
     kGrpcCall,       // an event of a call Python answers: `grpc` (h2::EventKind)
     kGrpcPings,      // the client sent PINGs: `count` in all; `flag`: answers went out
+    kTlsFailed,      // the connection is closed for a TLS failure: `data` says which (a
+                     // kClosed follows)
   };
   struct Event {
     Event(EventKind kind_, uint64_t connection_, std::string data_ = {})
@@ -251,7 +260,10 @@ class HttpIo {
     uint64_t partial_since_ns = 0;  // lane mode holds part of a request since
     std::string in;                 // lane mode: received, not taken
     std::deque<Owed> owed;          // lane mode: answers owed, in request order
-    std::string out;                // bytes not yet sent
+    std::string out;                // bytes not yet sent (TLS: not yet encrypted)
+    // TLS (null on a plaintext connection): the session, and the records not yet sent.
+    std::unique_ptr<TlsStream> tls;
+    std::string wire;
     // gRPC: the protocol (null on an HTTP/1.1 connection) and the calls this loop holds,
     // by stream; every other stream's events are Python's.
     std::unique_ptr<h2::GrpcConnection> h2;
@@ -288,6 +300,17 @@ class HttpIo {
   void grpc_collect(Connection* c);
   void grpc_pings(Connection* c);
   void on_readable(Connection* c);
+  // TLS: the plaintext `got` bytes of read_buffer_ hold (into tls_plain_), and the
+  // records they made due queued to send; false when the connection is gone.
+  // `closed`: the client sent close_notify.
+  bool tls_received(Connection* c, size_t got, bool* closed);
+  // Closes a connection for a TLS failure (kTlsFailed, then kClosed), sending the alert
+  // its session made if the socket takes it now.
+  void tls_failed(Connection* c, const std::string& why);
+  // Shuts the write side (TLS: after close_notify).
+  void shut_write(Connection* c);
+  // Bytes not yet on the wire, plaintext and records (the back-pressure measures).
+  static size_t unsent_of(const Connection* c) { return c->out.size() + c->wire.size(); }
   // Lane mode: takes what it can of c->in; the rest goes to Python when nothing is owed.
   void process_input(Connection* c);
   bool answer_completion(const Completion& done, Turn* turn);
@@ -343,6 +366,8 @@ class HttpIo {
   std::vector<std::string_view> grpc_parts_;
   int epoll_fd_ = -1;
   bool listening_ = true;
+  std::shared_ptr<const TlsContext> http_tls_, grpc_tls_;
+  std::string tls_plain_;  // a TLS read's plaintext
   bool taking_ = true;
   uint64_t spin_ns_ = kSpinNs;
   uint32_t spin_misses_ = 0;  // spins in a row that the arrivals did not end

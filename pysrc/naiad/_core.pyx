@@ -3607,6 +3607,26 @@ cdef class GrpcAnswer:
             sent = target.send_parts(stream_id, parts.data(), parts.size())
         return sent
 
+# --- TLS of the I/O loop's listeners (csrc/tls/tls_stream.h) ---
+
+cdef extern from "tls/tls_stream.h" namespace "naiad":
+    cdef cppclass CTlsContext "naiad::TlsContext":
+        CTlsContext(const string& cert, const string& key, const string& root, cbool mutual,
+                    const string& alpn) except +
+
+
+cdef class TlsContext:
+    """One listener's TLS settings (csrc/tls/tls_stream.h), loaded from PEM files:
+    ValueError naming the file that cannot be used. `mutual`: clients must present a
+    certificate that chains to `root`; `alpn`: the protocol selected ("h2", "http/1.1")."""
+
+    cdef shared_ptr[CTlsContext] _context
+
+    def __cinit__(self, str cert, str key, str root="", bint mutual=False, str alpn=""):
+        self._context.reset(new CTlsContext(
+            cert.encode(), key.encode(), root.encode(), mutual, alpn.encode()))
+
+
 # --- the C++ I/O loop (csrc/http1/http_io.h): HTTP/1.1 and gRPC connections ---
 
 cdef extern from "http1/http_io.h" namespace "naiad":
@@ -3621,6 +3641,7 @@ cdef extern from "http1/http_io.h" namespace "naiad":
         kGrpcAccepted "naiad::HttpIo::EventKind::kGrpcAccepted"
         kGrpcCall "naiad::HttpIo::EventKind::kGrpcCall"
         kGrpcPings "naiad::HttpIo::EventKind::kGrpcPings"
+        kTlsFailed "naiad::HttpIo::EventKind::kTlsFailed"
 
     cdef cppclass IoEvent "naiad::HttpIo::Event":
         IoEventKind kind
@@ -3665,6 +3686,8 @@ cdef extern from "http1/http_io.h" namespace "naiad":
         void set_max_body(size_t max_body)
         void set_each(cbool each)
         void listen_http(int listen_fd)
+        # Takes shared_ptr<const TlsContext>: C++ converts.
+        void set_tls(cbool grpc, shared_ptr[CTlsContext] context)
         void stop_listening()
         void run(uint32_t python_open, uint32_t python_waiting, IoTurn* turn) except + nogil
         void poll(uint32_t python_open, uint32_t python_waiting, IoTurn* turn) except + nogil
@@ -3710,6 +3733,7 @@ IO_RESUME_WRITING = <int>IoEventKind.kResumeWriting
 IO_GRPC_ACCEPTED = <int>IoEventKind.kGrpcAccepted
 IO_GRPC_CALL = <int>IoEventKind.kGrpcCall  # data: the call's event, as GrpcConnection's
 IO_GRPC_PINGS = <int>IoEventKind.kGrpcPings  # data: (PINGs received, answered since)
+IO_TLS_FAILED = <int>IoEventKind.kTlsFailed  # data: "peer: why" (a close follows)
 
 
 IoAnswered_ = namedtuple(
@@ -3770,7 +3794,8 @@ cdef class HttpIo:
         cdef size_t i
         for i in range(turn.events.size()):
             if (turn.events[i].kind == IoEventKind.kData
-                    or turn.events[i].kind == IoEventKind.kHandOver):
+                    or turn.events[i].kind == IoEventKind.kHandOver
+                    or turn.events[i].kind == IoEventKind.kTlsFailed):
                 data = PyBytes_FromStringAndSize(turn.events[i].data.data(),
                                                  turn.events[i].data.size())
             elif turn.events[i].kind == IoEventKind.kGrpcCall:
@@ -3808,6 +3833,14 @@ cdef class HttpIo:
     def listen_http(self, int listen_fd):
         """Accepts HTTP/1.1 connections on `listen_fd` (a loop made with -1)."""
         self._io.listen_http(listen_fd)
+
+    def set_tls(self, bint grpc, TlsContext context):
+        """TLS with `context` on the connections the HTTP (`grpc` False) or gRPC
+        listener accepts from now on; None: plaintext."""
+        cdef shared_ptr[CTlsContext] held
+        if context is not None:
+            held = context._context
+        self._io.set_tls(grpc, held)
 
     def stop_listening(self):
         self._io.stop_listening()

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from naiad import cli_triton
+from naiad import cli_triton, tls
 from naiad.grpc.compression import COMPRESSION_LEVELS
 from naiad.openai import options as openai_options
 from naiad.rate_limit import parse_rate_limit, parse_rate_limit_resource
@@ -363,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_access_flags(serve)
     tracing_options.add_arguments(serve)
     cli_triton.add_arguments(serve)
+    tls.add_arguments(serve, _bool)
     openai_options.add_arguments(serve)
     check = commands.add_parser(
         "check",
@@ -465,6 +466,11 @@ def complete_serve_options(options) -> None:
     refused = cli_triton.startup_error(options)
     if refused is not None:
         raise OptionsError(refused, 1)
+    try:  # the certificates are read now: a file that cannot be used stops the start
+        options.grpc_tls = tls.load(options, "grpc")
+        options.http_tls = tls.load(options, "http")
+    except ValueError as exc:
+        raise OptionsError(str(exc), 1) from None
     if options.model_load_retry_count < 0:
         raise OptionsError("--model-load-retry-count must be at least 0", 2)
     if options.repository_poll_secs < 1 or options.model_load_thread_count < 1:

@@ -4,7 +4,7 @@ but whose feature Naiad does not have or has no use for on this host.
 Each is parsed with Triton's syntax (a bad value is a usage error, as in Triton) and
 defaults to None. At start-up the server logs one line for each flag given, saying what
 it does here (`startup_notes`); a flag that asks for a feature Naiad does not serve
-(TLS, the SageMaker and Vertex AI endpoints, model namespacing) stops the start with
+(the SageMaker and Vertex AI endpoints, model namespacing) stops the start with
 an error (`startup_error`) rather than serve without it. docs/flags.md is the table."""
 
 from __future__ import annotations
@@ -112,36 +112,10 @@ _NO_EFFECT = (
         _DEVICE_FRACTION,
         "not enforced: GPU memory use is not checked before a model loads",
     ),
-    # TLS settings, used by Triton only with --grpc-use-ssl (startup_error refuses that).
-    (
-        "--grpc-server-cert",
-        str,
-        "TLS for gRPC is not built yet; Triton ignores it unless --grpc-use-ssl",
-    ),
-    (
-        "--grpc-server-key",
-        str,
-        "TLS for gRPC is not built yet; Triton ignores it unless --grpc-use-ssl",
-    ),
-    (
-        "--grpc-root-cert",
-        str,
-        "TLS for gRPC is not built yet; Triton ignores it unless --grpc-use-ssl",
-    ),
 )
 
 # Switches whose true asks for something Naiad does not serve: (flag, why not).
 _REFUSED_WHEN_TRUE = (
-    (
-        "--grpc-use-ssl",
-        "TLS for gRPC is not built yet (issue 41); refusing to serve plaintext gRPC where "
-        "TLS was asked for",
-    ),
-    (
-        "--grpc-use-ssl-mutual",
-        "TLS for gRPC is not built yet (issue 41); refusing to serve plaintext gRPC where "
-        "mutual TLS was asked for",
-    ),
     ("--allow-sagemaker", "the SageMaker endpoint is not served by Naiad yet"),
     ("--allow-vertex-ai", "the Vertex AI endpoint is not served by Naiad yet"),
     (

@@ -95,6 +95,9 @@ class Engine:
         events = turn.events
         if events:
             for kind, connection, data in events:
+                if kind == _core.IO_TLS_FAILED:  # its close follows
+                    log.warning("TLS connection closed: %s", data.decode(errors="replace"))
+                    continue
                 handler = self.grpc if kind in _GRPC_EVENTS else self._handler_of(connection)
                 if handler is None:
                     continue

@@ -230,6 +230,7 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
                 compression_level=getattr(options, "grpc_infer_response_compression_level", "none"),
                 keepalive=keepalive_from(options),
                 ping_policy=ping_policy_from(options),
+                tls=getattr(options, "grpc_tls", None),
             )
         )
         log.info("Started GRPCInferenceService at %s:%d", grpc_address, options.grpc_port)
@@ -307,6 +308,7 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
                 ),
                 io_loop=getattr(options, "http_io_loop", True),
                 reuse_port=getattr(options, "reuse_http_port", False),
+                tls=getattr(options, "http_tls", None),
             )
         )
         log.info("Started HTTPService at %s:%d", options.host, options.http_port)

@@ -99,6 +99,7 @@ async def start_grpc_server(
     compression_level: str = "none",
     keepalive: Keepalive | None = None,
     ping_policy: PingPolicy | None = None,
+    tls=None,
 ) -> GrpcServer:
     """Serve GRPCInferenceService (and grpc.health.v1.Health/Check) for `manager`;
     `restrictions` and `forward`: --grpc-restricted-protocol and
@@ -106,7 +107,8 @@ async def start_grpc_server(
     its grace: --grpc-max-connection-age(-grace) (None: connections never age out);
     `compression_level`: --grpc-infer-response-compression-level (COMPRESSION_LEVELS);
     `keepalive`: the server's keepalive PINGs (None: it sends none); `ping_policy`: what
-    it allows of the client's PINGs (None: any number)."""
+    it allows of the client's PINGs (None: any number); `tls`: naiad.tls.TlsSettings
+    (None: plaintext)."""
     loop = asyncio.get_running_loop()
     # Large messages reuse freed memory instead of faulting in fresh pages each time.
     _core.keep_large_blocks()
@@ -133,6 +135,7 @@ async def start_grpc_server(
     # Restricted protocols and header forwarding read call metadata (naiad/restrictions.py).
     io.grpc_metadata = not plain
     io.set_grpc_watch_pings(ping_policy is not None)
+    io.set_tls(True, None if tls is None else tls.context)
     io.listen_grpc(
         manager.grpc_lane,
         sock.fileno(),

@@ -8,6 +8,7 @@ from naiad.http.connection_limits import ConnectionLimits
 from naiad.http.io_server import IoServer, listening_socket
 from naiad.http.protocol import HttpProtocol
 from naiad.http.routes import DEFAULT_MAX_BODY_SIZE, Router
+from naiad.io_engine import engine_for
 
 __all__ = ["start_http_server"]
 
@@ -23,13 +24,15 @@ async def start_http_server(
     backlog: int = 1024,
     limits: ConnectionLimits | None = None,
     io_loop: bool = True,
+    tls=None,
 ):
     """Serve KServe v2 + Triton's HTTP extensions for `manager` on host:port.
 
     Pass `router` to share one (e.g. with extra `/v2/<segment>` handlers registered); its
     `max_body_size` (--http-max-input-size) is the connections' too, unless given here.
     `io_loop`: connections are read and answered by the C++ I/O loop (http/io_server.py),
-    when the manager has a fast lane; else by uvloop's transports."""
+    when the manager has a fast lane; else by uvloop's transports. `tls`:
+    naiad.tls.TlsSettings (None: plaintext)."""
     loop = asyncio.get_running_loop()
     if max_body_size is None:
         max_body_size = DEFAULT_MAX_BODY_SIZE if router is None else router.max_body_size
@@ -42,11 +45,18 @@ async def start_http_server(
 
     if io_loop and getattr(manager, "lane", None) is not None and manager.fast_lane:
         sock = listening_socket(host, port, backlog, reuse_port)
+        engine_for(manager, loop).io.set_tls(False, None if tls is None else tls.context)
         return IoServer(manager, router, loop, sock, max_body_size, limits)
 
     def factory() -> HttpProtocol:
         return HttpProtocol(router, loop, max_body_size, arrivals, limits)
 
     return await loop.create_server(
-        factory, host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=backlog
+        factory,
+        host,
+        port,
+        reuse_address=True,
+        reuse_port=reuse_port or None,
+        backlog=backlog,
+        ssl=None if tls is None else tls.ssl_context(),
     )
