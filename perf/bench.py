@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import echo_limit  # noqa: E402
 import h2load_load  # noqa: E402
+from cpus import split_cpus  # noqa: E402
 from scenarios import DEPENDS, MODELS, SCENARIOS, Scenario, reference, select  # noqa: E402
 from servers import PERF, TOOLS, NaiadServer, Server, TritonServer  # noqa: E402
 from wrk_load import run_wrk  # noqa: E402
@@ -73,22 +74,6 @@ class Point:
     queue_us: float = 0.0  # mean per request, from the server's statistics
     compute_us: float = 0.0  # mean compute_infer per request
     limit_throughput: float = 0.0  # in-process, same batch sizes
-
-
-# ---------------------------------------------------------------------------- CPUs
-
-
-def split_cpus() -> tuple[list[int] | None, list[int] | None, str]:
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return None, None, f"not pinned (only CPU {cpus} available)"
-    half = len(cpus) // 2
-    server, client = cpus[:half], cpus[half:]
-    return (
-        server,
-        client,
-        f"server on CPU {server}, client (the load generator: perf_analyzer, wrk or grpcio) on CPU {client}",
-    )
 
 
 # ---------------------------------------------------------------------------- tools

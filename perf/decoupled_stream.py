@@ -120,7 +120,7 @@ def main() -> int:
         print(json.dumps(result))
         return 0
 
-    from bench import split_cpus
+    from cpus import split_cpus
     from servers import NaiadServer, TritonServer
 
     tree = PERF.parent

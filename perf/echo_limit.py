@@ -63,7 +63,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--whole", action="store_true", help="echo whole messages only")
     args = ap.parse_args()
-    from bench import split_cpus
+    from cpus import split_cpus
 
     server_cpus, client_cpus, pinning = split_cpus()
     result = measure(
