@@ -3,9 +3,11 @@
 request it released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE), over HTTP: the
 request runs again until the model answers it; each run sees the sequence controls and
 flags as Triton's sequence batcher sets them (START on the first run only, END never,
-READY, a correlation id of its own for a request without one); each run is an execution,
-an inference and a success in the statistics. Compared with the real Triton 2.51 where
-it is installed (the same requests, one at a time, on a fresh server each)."""
+READY, a correlation id of its own for a request without one, numbered per model); each
+run is an execution, an inference and a success in the statistics, and each sequence's
+end a failure (Triton's cancelled request); a request that started a sequence ends it.
+Compared with the real Triton 2.51 where it is installed (the same requests, one at a
+time, on a fresh server each)."""
 
 from __future__ import annotations
 
@@ -72,17 +74,32 @@ def _history(
 
 def _run_all(url: str) -> tuple:
     got = {rid: _history(url, rid, count, sequence) for rid, count, sequence in REQUESTS}
+    counts = run_counts(url, "history", len(REQUESTS))
+    # Sequence 42 ended with its first request: a later one without START is refused.
+    body = {
+        "inputs": [{"name": "IN", "shape": [1, 1], "datatype": "INT32", "data": [1]}],
+        "parameters": {"sequence_id": 42},
+    }
+    later = requests.post(f"{url}/v2/models/history/infer", json=body, timeout=TIMEOUT)
+    refused = later.status_code, later.json()
     # history_pair's own correlation ids, one request after another on its two instances.
     pair = [_history(url, f"p{k}", 2, None, "history_pair")[0][5] for k in range(4)]
-    return got, run_counts(url, "history"), pair
+    return got, counts, refused, pair
 
 
 def test_each_run_sees_the_controls_and_counts(repository):
     models, root = repository
     with NaiadServer(models, log_dir=root) as server:
-        got, counts, pair = _run_all(server.url)
+        got, counts, refused, pair = _run_all(server.url)
     assert got == EXPECTED
-    assert counts == all_runs(RUNS)
+    assert counts == all_runs(RUNS, len(REQUESTS))
+    assert refused == (
+        400,
+        {
+            "error": "inference request for sequence 42 to model 'history' must specify the "
+            "START flag on the first request of the sequence"
+        },
+    )
     # Numbered per model, whichever instance runs the request.
     assert pair == [1, 2, 3, 4]
 

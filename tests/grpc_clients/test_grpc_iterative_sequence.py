@@ -122,7 +122,7 @@ STREAM_EXPECTED = [
     (1, (0, 0, 1, 1, 0, 1, 1), False),
     (0, (0, 0, 1, 1, 0, 1, 1), True),
 ]
-STREAM_COUNTS = all_runs(3)
+STREAM_COUNTS = all_runs(3, 1)
 
 
 def test_each_run_sees_the_controls_and_counts(repository):
@@ -130,7 +130,7 @@ def test_each_run_sees_the_controls_and_counts(repository):
     # A server of its own: the correlation ids and statistics start from nothing.
     with NaiadServer(models, log_dir=root) as server:
         assert _runs(f"{server.host}:{server.grpc_port}", "s", 3) == STREAM_EXPECTED
-        assert run_counts(server.url, "history_stream") == STREAM_COUNTS
+        assert run_counts(server.url, "history_stream", 1) == STREAM_COUNTS
 
 
 @pytest.mark.skipif(find_triton() is None, reason="Triton 2.51 is not installed (/tmp/peers)")
@@ -140,12 +140,12 @@ def test_the_same_controls_and_statistics_as_triton(repository):
         triton.wait_ready(["history_stream"])
         expected = (
             _runs(f"127.0.0.1:{triton.grpc_port}", "s", 3),
-            run_counts(triton.url, "history_stream"),
+            run_counts(triton.url, "history_stream", 1),
         )
     assert expected == (STREAM_EXPECTED, STREAM_COUNTS)
     with NaiadServer(models, log_dir=root) as server:
         got = (
             _runs(f"{server.host}:{server.grpc_port}", "s", 3),
-            run_counts(server.url, "history_stream"),
+            run_counts(server.url, "history_stream", 1),
         )
     assert got == expected

@@ -1225,15 +1225,22 @@ class ModelManager:
     def _count_final(self, pending, flags: int, timings, dispatch_ns: int, end_ns: int) -> None:
         """Counts a request's final response (`flags`: RESPONSE_*) in its model's
         statistics, a failure or a success as _core.response_counts_as_failure says."""
+        stats = pending.model.stats
         if _core.response_counts_as_failure(flags):
-            pending.model.stats.record_failure(end_ns - pending.submit_ns)
+            stats.record_failure(end_ns - pending.submit_ns)
         else:
-            pending.model.stats.record_success(
+            stats.record_success(
                 pending.batch_size,
                 end_ns - pending.submit_ns,
                 dispatch_ns - pending.submit_ns,
                 timings,
             )
+        if getattr(pending.model, "iterative", False) and pending.request.parameters.get(
+            "sequence_start"
+        ):
+            # Triton 2.51 ends an iterative sequence with a cancelled request of its own,
+            # which its statistics count as a failure (CANCELED; no duration of its own).
+            stats.record_failure(0, "CANCELED")
 
     def _resolve(
         self, pending, outcome, flags, code, arena, slots, timings, dispatch_ns, end_ns

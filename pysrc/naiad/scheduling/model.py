@@ -16,7 +16,7 @@ from naiad.repository.labels import output_labels
 from naiad.repository.metadata import model_metadata
 from naiad.scheduling.instance import Instance
 from naiad.scheduling.stats import ModelStats
-from naiad.sequence_parameters import sequence_of
+from naiad.sequence_parameters import END, START, sequence_of
 from naiad.types import InferRequest
 from naiad.validation import RequestValidator
 
@@ -240,8 +240,8 @@ class LoadedModel:
         """A request to a sequence model: its correlation id and flags go to the core's
         sequence batcher (sequence_parameters.py)."""
         sequence = sequence_of(request.parameters)
-        if self.iterative and not sequence[0] and not sequence[1]:
-            request = self._own_sequence(request)
+        if self.iterative:
+            sequence, request = self._iterative_sequence(sequence, request)
         return self.manager.submit(
             self,
             self._validate.spec,
@@ -252,11 +252,25 @@ class LoadedModel:
             on_response=on_response,
         )
 
+    def _iterative_sequence(self, sequence: tuple, request: InferRequest) -> tuple:
+        """(sequence for the core, request for the model) of an iterative model's
+        request, as Triton 2.51's sequence batcher takes it: a request that starts a
+        sequence also ends it, once the model releases it (a later request of that
+        sequence is refused as one of a sequence never started); one without a
+        correlation id is a sequence of its own (_own_sequence). The model sees START
+        alone: the worker leaves the core's END out (SequenceBackend._model_word)."""
+        number, key, flags = sequence
+        if not number and not key:
+            return sequence, self._own_sequence(request)
+        if flags & START:
+            return (number, key, flags | END), request
+        return sequence, request
+
     def _own_sequence(self, request: InferRequest) -> InferRequest:
         """An iterative model's request without a correlation id: the core schedules it
         as a sequence of its own (SequenceConfig::iterative); the model sees it as
         Triton 2.51's does, with a correlation id of its own (1, 2, ... per model
-        version) and START alone (the worker leaves the core's END out)."""
+        version) and START."""
         parameters = dict(request.parameters)
         parameters.pop("sequence_end", None)
         parameters["sequence_id"] = next(self._own_sequences)

@@ -172,9 +172,9 @@ class SequenceBackend(Backend):
         self._headers: dict = {}  # (id(header), header) -> header with the extra inputs
         self.corrid_controls = [c for c in self.controls if c.kind == "corrid"]
         self._columns: dict = {}  # flags per position -> control columns (_flag_columns)
-        # iterative_sequence: a request without a correlation id is a sequence of its
-        # own (_own_sequence); a rescheduled run's controls are refreshed by the
-        # Python backend through rerun_controls.
+        # iterative_sequence: a request that starts a sequence ends it in the core
+        # (_model_word); a rescheduled run's controls are refreshed by the Python
+        # backend through rerun_controls.
         self.iterative = bool(batching.get("iterative_sequence", False))
         if self.iterative and hasattr(inner, "refresh_controls"):
             inner.refresh_controls = self.rerun_controls
@@ -207,11 +207,11 @@ class SequenceBackend(Backend):
         self._headers[key] = (header, out)
         return out
 
-    def _own_sequence(self, header: RequestHeader, word: int) -> int:
+    def _model_word(self, header: RequestHeader, word: int) -> int:
         """The sequence word of a request as the model sees it: the core's, but for an
-        iterative model's request that came without a correlation id (a sequence of its
-        own in the core, START and END), which as in Triton 2.51 has START alone: the
-        frontend gave it its correlation id and START (LoadedModel._own_sequence)."""
+        iterative model's request that starts a sequence, which the core ends with it
+        (START and END, LoadedModel._iterative_sequence) and which, as in Triton 2.51,
+        has START alone unless its client sent END."""
         if self.iterative and word & _END and not header.flags & SEQUENCE_END:
             return word & ~_END
         return word
@@ -317,7 +317,7 @@ class SequenceBackend(Backend):
             real = index >= 0
             source = index if real else 0  # a not-ready request copies the first one
             header = batch.headers[source]
-            word = self._own_sequence(header, words[source])
+            word = self._model_word(header, words[source])
             corrid = header.correlation_id if real else 0
             extra = self._controls(word, corrid, real)
             if real:
@@ -435,7 +435,7 @@ class SequenceBackend(Backend):
         headers, arrays, targets = [], [], []
         with self._lock:
             for header, own, word in zip(batch.headers, batch.arrays, words):
-                word = self._own_sequence(header, word)
+                word = self._model_word(header, word)
                 slot = word & _SLOT_MASK
                 start = bool(word & _START)
                 if start or slot not in self._sequence_of_slot:
