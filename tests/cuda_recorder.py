@@ -1,12 +1,12 @@
 """cuda-python's runtime replaced by a recorder, through the one seam every CUDA call of
-Naiad goes through (`naiad.cuda_ipc._cudart`): tests check without a GPU which copies
+Naiad goes through (`naiad.memory.cuda_ipc._cudart`): tests check without a GPU which copies
 are asked for, of which kind and between which pointers, and which are not made at all.
 Handles open at 0x7000_0000 (+0x1000 per handle); every call succeeds; nothing is
 copied (a test that needs bytes in the arena writes them itself)."""
 
 from __future__ import annotations
 
-from naiad import cuda_ipc
+from naiad.memory import cuda_ipc
 
 IPC_BASE = 0x7000_0000
 

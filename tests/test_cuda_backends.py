@@ -3,7 +3,7 @@ provider (IOBinding) and TensorRT (tensor addresses) bind a client's CUDA-region
 its device pointer and write an output straight into the client's region, and the worker
 then copies nothing; a batch of several requests joins its inputs on the device and its
 outputs go device to device. cuda-python's runtime is the recorder of cuda_recorder.py
-(the one seam, naiad.cuda_ipc._cudart); onnxruntime-gpu's IOBinding and OrtValues and
+(the one seam, naiad.memory.cuda_ipc._cudart); onnxruntime-gpu's IOBinding and OrtValues and
 TensorRT's execution context are fakes that record what is bound — the GPU libraries'
 objects only. BYTES inputs from CUDA regions are copied to the host and checked there by
 the validator's own check (csrc/codec/request_validator.h check_bytes_input).
@@ -21,10 +21,11 @@ import numpy as np
 import onnx_support
 import orjson
 import pytest
-from naiad import _core, cuda_ipc
+from naiad import _core
 from naiad.backends import onnxruntime as ort_backend
 from naiad.backends import tensorrt as trt_backend
 from naiad.backends.base import Batch, RequestHeader
+from naiad.memory import cuda_ipc
 from naiad.repository import autocomplete
 from naiad.repository.config import config_to_json
 from naiad.worker import main as worker_main

@@ -1,4 +1,4 @@
-"""Triton's CUDA shared-memory extension (naiad/cuda_ipc.py): a client's device buffer
+"""Triton's CUDA shared-memory extension (naiad/memory/cuda_ipc.py): a client's device buffer
 registered by its cudaIpcMemHandle_t, an input read from it and an output written into
 it by the worker, over HTTP. Needs a GPU and cuda-python (the `gpu` extra); elsewhere the
 tests skip and say why (tests/test_shm.py checks the answer without CUDA)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import requests
-from naiad import cuda_ipc
+from naiad.memory import cuda_ipc
 from server_harness import NaiadServer
 from shm_support import SHM_MODELS, cuda_in_out
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.http as httpclient
-from naiad import custom_metrics
+from naiad.observability import custom_metrics
 from server_harness import NaiadServer, make_repository
 from triton_peer import TritonPeer, skip_without_triton
 

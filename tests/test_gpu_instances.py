@@ -1,5 +1,5 @@
 """GPU instances: instance groups completed and refused as Triton 2.51 does, device discovery
-and arena pinning (naiad/gpu.py).
+and arena pinning (naiad/memory/gpu.py).
 
 The normalization rules are checked with made-up device lists (a host with GPUs 0 and 1);
 the black-box part runs on this host as it is: without CUDA, a KIND_GPU group is refused
@@ -15,8 +15,8 @@ import time
 import numpy as np
 import pytest
 import requests
-from naiad import gpu
 from naiad.backends.base import Batch
+from naiad.memory import gpu
 from naiad.protos import model_config_pb2
 from naiad.repository.config import ConfigError, load_model_config, parse_model_config
 from naiad.repository.instance_groups import instance_group_error, normalize_instance_groups

@@ -15,10 +15,10 @@ import textwrap
 import cuda_recorder
 import numpy as np
 import pytest
-from naiad import cuda_ipc
 from naiad import triton_python_backend_utils as pb_utils
 from naiad.backends.base import RequestError, Response
 from naiad.backends.python import PythonModelBackend
+from naiad.memory import cuda_ipc
 
 
 class _CopyingCudart(cuda_recorder.FakeCudart):

@@ -17,12 +17,12 @@ FRONTEND = (
     "naiad.grpc",
     "naiad.http",
     "naiad.inprocess",
-    "naiad.metrics",
+    "naiad.observability.metrics",
     "naiad.openai",
     "naiad.repository",
     "naiad.scheduling",
     "naiad.server",
-    "naiad.shm",
+    "naiad.memory.shm",
     "naiad.tracing",
 )
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.http as httpclient
-from naiad import triton_log
+from naiad.observability import triton_log
 from server_harness import EXAMPLE_MODELS, REPO_ROOT, _free_ports
 
 PIPELINE_MODELS = REPO_ROOT / "tests" / "pipeline_models"

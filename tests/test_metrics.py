@@ -1,4 +1,4 @@
-"""Prometheus metrics (naiad.metrics): Triton 2.51's names, types, labels and help texts.
+"""Prometheus metrics (observability.metrics): Triton 2.51's names, types, labels and help texts.
 
 Unit tests drive TritonCollector with a fake manager; the black-box test starts a real
 `naiad serve` and reads /metrics on --metrics-port after inferences.
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import requests
 from naiad.http.routes import HttpRequest
-from naiad.metrics import (
+from naiad.observability.metrics import (
     FAILURE_REASONS,
     MetricsRouter,
     TritonCollector,

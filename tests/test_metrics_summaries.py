@@ -1,6 +1,6 @@
 """Triton's latency summaries, `--metrics-config`, the pinned memory pool and GPU gauges
-(naiad.latency_summary, naiad.metrics, naiad.gpu_metrics): units with fakes, then a real
-`naiad serve` scraped after requests, and a GPU host's NVML readings where one exists."""
+(naiad.observability: latency_summary, metrics, gpu_metrics): units with fakes, then a
+real `naiad serve` scraped after requests, and a GPU host's NVML readings where one exists."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import types
 
 import pytest
 import requests
-from naiad import gpu
-from naiad.gpu_metrics import open_gpus
-from naiad.latency_summary import (
+from naiad.memory import gpu
+from naiad.observability.gpu_metrics import open_gpus
+from naiad.observability.latency_summary import (
     DEFAULT_QUANTILES,
     LatencySummaries,
     MetricsConfig,
     Summary,
     parse_metrics_config,
 )
-from naiad.metrics import HostGauges, Poller, TritonCollector, render
+from naiad.observability.metrics import HostGauges, Poller, TritonCollector, render
 from naiad.scheduling.stats import ModelStats
 from prometheus_client.parser import text_string_to_metric_families
 from server_harness import NaiadServer, make_repository

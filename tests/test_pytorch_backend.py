@@ -233,7 +233,7 @@ def test_config_shows_auto_completed_backend_and_normalized_instance_group(serve
     assert config["default_model_filename"] == "model.pt"
     (group,) = config["instance_group"]
     # As Triton: on the host's GPUs where this torch can use them, else the CPU.
-    from naiad import gpu
+    from naiad.memory import gpu
     from naiad.repository.instance_groups import backend_runs_on_gpu
 
     gpus = gpu.supported_gpus() if backend_runs_on_gpu("pytorch") else []

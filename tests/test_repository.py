@@ -27,8 +27,8 @@ def _ensure_protos() -> None:
 
 _ensure_protos()
 
-from naiad import gpu  # noqa: E402
 from naiad.errors import InvalidArgument  # noqa: E402
+from naiad.memory import gpu  # noqa: E402
 from naiad.protos import grpc_service_pb2, model_config_pb2  # noqa: E402
 from naiad.repository import (  # noqa: E402
     SUPPORTED_EXTENSIONS,
@@ -127,7 +127,7 @@ def config_error(tmp_path, text: str, name: str = "m") -> str:
 
 def test_realistic_triton_config_parses(tmp_path, monkeypatch):
     # Its KIND_GPU group needs GPUs 0 and 1 (refused on a host without them).
-    monkeypatch.setattr("naiad.gpu.supported_gpus", lambda *args: [0, 1])
+    monkeypatch.setattr("naiad.memory.gpu.supported_gpus", lambda *args: [0, 1])
     config = load_model_config(make_model(tmp_path, "m", REALISTIC), "m")
     assert config.name == "m"
     assert config.max_batch_size == 8

@@ -123,7 +123,7 @@ def test_extensions_listed(server):
     extensions = requests.get(server.url + "/v2", timeout=TIMEOUT).json()["extensions"]
     assert "system_shared_memory" in extensions
     # Only what works: no CUDA here (tests/test_cuda_shm.py runs where a GPU is).
-    from naiad import cuda_ipc
+    from naiad.memory import cuda_ipc
 
     assert ("cuda_shared_memory" in extensions) == (cuda_ipc.unavailable_reason(0) is None)
 
@@ -212,7 +212,7 @@ def test_registration_errors(server, client):
 
 
 def test_cuda_registration_without_cuda(server):
-    from naiad import cuda_ipc
+    from naiad.memory import cuda_ipc
 
     if cuda_ipc.unavailable_reason(0) is None:
         pytest.skip("CUDA is available here: tests/test_cuda_shm.py covers it")

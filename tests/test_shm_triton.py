@@ -93,7 +93,7 @@ def _message(text: str) -> str:
 
 
 def test_same_codes_and_messages_as_triton(tmp_path):
-    from naiad import cuda_ipc
+    from naiad.memory import cuda_ipc
 
     with Region("diff", 4096) as a, Region("diffsmall", 16) as small:
         a.write([np.arange(16, dtype=np.float32)])

@@ -14,7 +14,8 @@ import cuda_recorder
 import numpy as np
 import orjson
 import pytest
-from naiad import _core, cuda_ipc
+from naiad import _core
+from naiad.memory import cuda_ipc
 from naiad.worker import shm_outputs
 
 

@@ -13,7 +13,6 @@ import time
 import numpy as np
 import pytest
 import requests
-from naiad import gpu
 from naiad.backends import tensorrt as trt_backend
 from naiad.backends.tensorrt import (
     CompletionError,
@@ -21,6 +20,7 @@ from naiad.backends.tensorrt import (
     TensorDescription,
     complete_config,
 )
+from naiad.memory import gpu
 from server_harness import NaiadServer
 
 TIMEOUT = 10

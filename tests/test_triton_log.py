@@ -1,4 +1,4 @@
-"""naiad.triton_log: Triton 2.51's log line formats, the logging extension's validation
+"""observability.triton_log: Triton 2.51's log line formats, the logging extension's validation
 (order, kinds, messages: what tritonserver answered on this machine), and the Python
 logging handler. The black-box tests are in test_logging_extension.py."""
 
@@ -10,8 +10,9 @@ import re
 import time
 
 import pytest
-from naiad import errors, triton_log
+from naiad import errors
 from naiad import triton_python_backend_utils as pb_utils
+from naiad.observability import triton_log
 
 DEFAULTS = {
     "log_file": "",

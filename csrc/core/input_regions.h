@@ -27,7 +27,7 @@ class InputRegions {
   }
   // True when [offset, offset + size) lies inside CUDA region `region`: such bytes
   // stay on the device; the core reserves room for them in the request block and the
-  // worker owning the device fills it (pysrc/naiad/cuda_ipc.py).
+  // worker owning the device fills it (pysrc/naiad/memory/cuda_ipc.py).
   virtual bool device_range(uint64_t /*region*/, uint64_t /*offset*/, uint64_t /*size*/) {
     return false;
   }

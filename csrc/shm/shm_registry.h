@@ -220,7 +220,7 @@ bool valid_shm_key(std::string_view key);
 
 // Triton's message (HTTP 500, gRPC INTERNAL) when an output of `needed` bytes does not
 // fit the `region_size` bytes its request gave it: the lanes' (KServeCodec) and, through
-// _core, the workers' and the general path's (naiad/shm.py).
+// _core, the workers' and the general path's (naiad/memory/shm.py).
 std::string output_too_small_message(std::string_view output_name, uint64_t region_size,
                                      uint64_t needed);
 

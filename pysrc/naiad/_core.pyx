@@ -2272,7 +2272,7 @@ cdef class ModelSpec:
         view.request.id = string_view(id_json.data(), id_json.size())
         view.request.parameters = string_view(PyBytes_AS_STRING(parameters),
                                               PyBytes_GET_SIZE(parameters))
-        # Outputs written into client shm regions (naiad/shm.py), for the worker.
+        # Outputs written into client shm regions (naiad/memory/shm.py), for the worker.
         view.request.output_regions = string_view(PyBytes_AS_STRING(regions),
                                                   PyBytes_GET_SIZE(regions))
         if trace_state is not None:  # a JSON string literal (tracing/otel.py)

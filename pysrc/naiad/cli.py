@@ -168,14 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="ms after that GOAWAY before the connection is closed with calls still open "
         "(default: never)",
     )
-    # Logging, as tritonserver's flags (naiad/triton_log.py); /v2/logging changes them live.
+    # Logging, as tritonserver's flags (observability/triton_log.py); /v2/logging changes them live.
     serve.add_argument("--log-verbose", type=_int_bool, default=0)
     serve.add_argument("--log-info", type=_bool, default=True)
     serve.add_argument("--log-warning", type=_bool, default=True)
     serve.add_argument("--log-error", type=_bool, default=True)
     serve.add_argument("--log-format", choices=["default", "ISO8601"], default="default")
     serve.add_argument("--log-file", default="", help="append the log here, not to stderr")
-    # Metrics, as tritonserver's flags (naiad/metrics.py).
+    # Metrics, as tritonserver's flags (naiad/observability/metrics.py).
     serve.add_argument(
         "--metrics-config",
         action="append",

@@ -9,9 +9,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from naiad import cli_triton, triton_log
+from naiad import cli_triton
 from naiad.cache_config import CacheConfigError
-from naiad.gc_tuning import settle_after_startup
+from naiad.memory.gc_tuning import settle_after_startup
+from naiad.observability import triton_log
 from naiad.scheduling.manager import ModelManager, format_load_table
 from naiad.tracing.options import tracer_for
 
@@ -90,7 +91,7 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
 
     # Before any model loads: its workers and auto-complete read it (Python-based backends).
     python_based.set_backend_directory(getattr(options, "backend_directory", None))
-    from naiad import latency_summary
+    from naiad.observability import latency_summary
     from naiad.repository import autocomplete
 
     try:
@@ -140,7 +141,7 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
     gpus_opening = None
     gpu_metrics = getattr(options, "allow_gpu_metrics", True)
     if options.allow_metrics and gpu_metrics and options.metrics_interval_ms is not None:
-        from naiad.gpu_metrics import open_gpus
+        from naiad.observability.gpu_metrics import open_gpus
 
         gpus_opening = loop.run_in_executor(None, open_gpus)
     all_loaded = await manager.load_all(options.load_model)
@@ -240,7 +241,7 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
     # log lines keep Triton's order.
     metrics_server = None
     if options.allow_metrics:
-        from naiad.metrics import start_metrics_server
+        from naiad.observability.metrics import start_metrics_server
 
         metrics_address = options.metrics_address or options.host
         metrics_server = await start_metrics_server(

@@ -14,7 +14,7 @@ What differs from Triton, on purpose:
   receives, in decoupled models and, for one response each as in Triton, in the others.
 - `MetricFamily` / `Metric` keep their values in the model's process; they are not exported
   on the metrics endpoint yet.
-- `Logger` writes to the server's log (naiad.triton_log): its file or stderr, its format,
+- `Logger` writes to the server's log (observability.triton_log): its file or stderr, its format,
   each severity only while the server's log settings have it on (they follow
   `POST /v2/logging` at run time).
 """
@@ -29,9 +29,10 @@ import threading
 import numpy as np
 import orjson
 
-from naiad import _core, triton_codes, triton_log
-from naiad import custom_metrics as _custom_metrics
+from naiad import _core, triton_codes
 from naiad import datatypes as _datatypes
+from naiad.observability import custom_metrics as _custom_metrics
+from naiad.observability import triton_log
 from naiad.worker import bls
 
 # --------------------------------------------------------------------------------------------
@@ -329,7 +330,7 @@ class Tensor(_core.TensorFields):
         the copy cannot be made."""
         if self._device_tensor is None:
             return self._array
-        from naiad import cuda_ipc
+        from naiad.memory import cuda_ipc
 
         try:
             return cuda_ipc.to_host(self._device_tensor, self._device_id)
@@ -1075,7 +1076,7 @@ class ModelConfig:
 
 def set_log_verbose(level):
     """Show Logger.log_verbose lines when level > 0 (the server's log_verbose_level; a
-    worker follows the server's settings by itself, naiad/triton_log.py)."""
+    worker follows the server's settings by itself, naiad/observability/triton_log.py)."""
     triton_log.apply({"log_verbose_level": int(level)})
 
 
@@ -1132,7 +1133,7 @@ class Logger:
 
 # --------------------------------------------------------------------------------------------
 # Custom metrics: shared by the model's instances and shown on /metrics
-# (naiad/custom_metrics.py)
+# (naiad/observability/custom_metrics.py)
 # --------------------------------------------------------------------------------------------
 
 

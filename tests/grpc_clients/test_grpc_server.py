@@ -206,7 +206,7 @@ def test_features_not_built_yet_say_so(client):
     err = _error(lambda: client.register_system_shared_memory("r", "/naiad_no_key", 16))
     assert err.status() == "StatusCode.INTERNAL"
     assert err.message() == "Unable to open shared memory region: '/naiad_no_key'"
-    from naiad import cuda_ipc
+    from naiad.memory import cuda_ipc
 
     if cuda_ipc.unavailable_reason(0) is not None:
         err = _error(lambda: client.register_cuda_shared_memory("r", b"eA==", 0, 16))

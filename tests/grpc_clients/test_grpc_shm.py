@@ -221,7 +221,7 @@ def test_cuda_regions_over_grpc(server, client):
     """Triton's CUDA shared-memory RPCs with tritonclient.grpc's cuda_shared_memory: a
     device buffer registered by its IPC handle, an input read from it and an output
     written into another, the status as Triton lists it, and unregister."""
-    from naiad import cuda_ipc
+    from naiad.memory import cuda_ipc
 
     reason = cuda_ipc.unavailable_reason(0)
     if reason is not None:

@@ -147,11 +147,11 @@ class Batch:
 
     `device_inputs`: for a backend with `device_inputs` true (a GPU backend), the inputs
     the client placed in CUDA shared memory on its device, read in place, by (request
-    index, input index): `naiad.cuda_ipc.DeviceArray`s (`__cuda_array_interface__`);
+    index, input index): `naiad.memory.cuda_ipc.DeviceArray`s (`__cuda_array_interface__`);
     their `arrays` entries then hold no data. Empty otherwise. `device_outputs`: the
     (request index, output name) pairs such a backend may leave on its device, as
     `DeviceArray`s, because the client placed them in CUDA shared memory there.
-    `output_targets`: the same pairs -> `naiad.cuda_ipc.OutputTarget`, the client's
+    `output_targets`: the same pairs -> `naiad.memory.cuda_ipc.OutputTarget`, the client's
     device memory each goes to: a backend that writes an output there itself (bound as
     the output's memory) returns `target.written(dtype, shape)` and nothing is copied.
 

@@ -782,7 +782,7 @@ class OnnxRuntimeBackend(Backend):
         `target.written`, so the worker copies nothing), else where onnxruntime
         allocates it (a DeviceArray the worker copies device to device). Other outputs
         come back to the host. An error is raised as onnxruntime gives it."""
-        from naiad import cuda_ipc
+        from naiad.memory import cuda_ipc
 
         ort = _import_ort()
         binding = self.binding

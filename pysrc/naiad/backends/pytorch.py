@@ -38,11 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-from naiad import gpu
 from naiad.backends import sequence_io
 from naiad.backends.base import Backend, Batch, RequestError, Response
 from naiad.backends.batch_io import BatchIO
 from naiad.backends.tensors import batch_major
+from naiad.memory import gpu
 from naiad.triton_codes import INTERNAL, INVALID_ARG
 
 log = logging.getLogger("naiad")
@@ -659,7 +659,7 @@ class _OnDevice:
         return _OnDevice(self.tensor[rows].contiguous())
 
     def whole(self):
-        from naiad import cuda_ipc
+        from naiad.memory import cuda_ipc
 
         dtype = self.tensor.new_empty(0, device="cpu").numpy().dtype
         return cuda_ipc.DeviceArray.of_torch(self.tensor, dtype)

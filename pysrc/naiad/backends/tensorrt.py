@@ -5,7 +5,7 @@ An instance (KIND_GPU only, as in Triton) deserializes `<version>/model.plan` (o
 makes one execution context per optimization profile it may use (the group's `profile`
 list, else every profile of the engine) and one CUDA stream of its own. A batch binds its
 inputs and outputs by name: each input is copied host->device straight from the pinned
-arena (`naiad.gpu.pin_arena`), the context runs with `execute_async_v3` on the stream, and
+arena (`naiad.memory.gpu.pin_arena`), the context runs with `execute_async_v3` on the stream, and
 the outputs come back device->host before the responses are written. A batch runs on the
 first profile whose shape ranges admit its input shapes.
 
@@ -29,9 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from naiad import datatypes, gpu
+from naiad import datatypes
 from naiad.backends.base import Backend, Batch, RequestError, Response
 from naiad.backends.tensors import batch_major, device_pieces
+from naiad.memory import gpu
 from naiad.triton_codes import INTERNAL
 
 log = logging.getLogger("naiad")
@@ -593,7 +594,7 @@ class TensorRTBackend(Backend):
         it is one request's and fits (returned as `target.written`: nothing copied
         after), else in the instance's buffer, returned as a DeviceArray the worker
         copies device to device. Other outputs come back to the host."""
-        from naiad import cuda_ipc
+        from naiad.memory import cuda_ipc
 
         cudart, stream = self.cudart, self.stream
         to_device = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice

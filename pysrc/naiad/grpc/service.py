@@ -15,11 +15,11 @@ from collections.abc import Callable
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from naiad import triton_log
 from naiad.errors import InvalidArgument, NaiadError, NotFound, Unavailable
 from naiad.grpc import shm_rpcs, status
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request, to_infer_response
+from naiad.observability import triton_log
 from naiad.protos import grpc_service_pb2 as pb
 from naiad.restrictions import Restrictions, add_forwarded
 from naiad.scheduling.instance import send_log_settings
@@ -166,7 +166,7 @@ class Service:
         future = asyncio.ensure_future(self.manager.unload_model(request.model_name, dependents))
         return future, _Empty(pb.RepositoryModelUnloadResponse)
 
-    # -- shared memory (naiad/shm.py through grpc/shm_rpcs.py) ---------------------------
+    # -- shared memory (naiad/memory/shm.py through grpc/shm_rpcs.py) ---------------------------
     def system_shm_status(self, request):
         return shm_rpcs.system_status(self.manager, request)
 
@@ -185,7 +185,7 @@ class Service:
     def cuda_shm_unregister(self, request):
         return shm_rpcs.cuda_unregister(self.manager, request)
 
-    # -- trace settings: not built yet; log settings (naiad/triton_log.py) --------------
+    # -- trace settings: not built yet; log settings (observability/triton_log.py) --------------
     def trace_setting(self, request):
         # The rules are tracing/settings.py's; each value goes back as a string list.
         settings = self.manager.tracer.settings

@@ -1,11 +1,11 @@
 """The gRPC shared-memory RPCs (SystemSharedMemory*/CudaSharedMemory*): the same
-registry as the HTTP routes (naiad/shm.py), Triton's status codes."""
+registry as the HTTP routes (naiad/memory/shm.py), Triton's status codes."""
 
 from __future__ import annotations
 
-from naiad import shm
 from naiad.grpc import status
 from naiad.grpc.status import GrpcError
+from naiad.memory import shm
 from naiad.protos import grpc_service_pb2 as pb
 
 

@@ -14,9 +14,9 @@ import struct
 
 import numpy as np
 
-from naiad import shm
 from naiad.errors import InvalidArgument
 from naiad.http.codec import classify
+from naiad.memory import shm
 from naiad.protos import grpc_service_pb2 as pb
 from naiad.types import InferRequest, InferResponse, InputTensor, RequestedOutput
 

@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from naiad import _core, shm
+from naiad import _core
 from naiad.datatypes import WIRE_DATATYPES, element_size, numpy_dtype
 from naiad.errors import Internal, InvalidArgument, NaiadError
 from naiad.inflate import InflatedTooLarge, inflate_body, inflate_soon
+from naiad.memory import shm
 from naiad.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
 
 __all__ = [

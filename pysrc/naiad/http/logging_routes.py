@@ -1,4 +1,4 @@
-"""The logging extension over HTTP: GET/POST /v2/logging (naiad/triton_log.py decides)."""
+"""The logging extension over HTTP: GET/POST /v2/logging (observability/triton_log.py decides)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import orjson
 
-from naiad import triton_log
 from naiad.http.codec import _json_error
 from naiad.http.routes import TEXT, HttpRequest, Reply, Router, error_reply, json_reply
+from naiad.observability import triton_log
 from naiad.scheduling.instance import send_log_settings
 
 

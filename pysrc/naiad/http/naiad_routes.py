@@ -12,7 +12,7 @@ def register_naiad_routes(router: Router, manager) -> None:
         # /v2/naiad/arena: the shared-memory arena's use, to spot leaks.
         # /v2/naiad/lanes: requests taken by the infer fast lane and the general path.
         if len(parts) == 4 and parts[3] == "shm" and request.method == "GET":
-            return json_reply(manager.shm.stats())  # shm copy counters (naiad/shm.py)
+            return json_reply(manager.shm.stats())  # shm copy counters (naiad/memory/shm.py)
         report = _REPORTS.get(parts[3]) if len(parts) == 4 else None
         if report is None:
             return error_reply(404, "Not Found")

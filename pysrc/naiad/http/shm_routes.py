@@ -9,7 +9,7 @@
     POST /v2/cudasharedmemory/region/{name}/unregister, /v2/cudasharedmemory/unregister
     GET  /v2/cudasharedmemory[/region/{name}]/status
 
-The registry is naiad/shm.py (the gRPC RPCs use the same); this module reads the bodies
+The registry is naiad/memory/shm.py (the gRPC RPCs use the same); this module reads the bodies
 and writes Triton's replies, with its status codes and messages.
 """
 
@@ -21,10 +21,10 @@ from urllib.parse import unquote
 
 import orjson
 
-from naiad import shm
 from naiad.errors import Internal, InvalidArgument, NaiadError
 from naiad.http.codec import _json_error
 from naiad.http.routes import TEXT, HttpRequest, Reply, Router, error_reply, json_reply
+from naiad.memory import shm
 
 __all__ = ["register_shm_routes"]
 

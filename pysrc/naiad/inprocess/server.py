@@ -18,7 +18,6 @@ import time
 from functools import partial
 from typing import Any
 
-from naiad import triton_log
 from naiad.inprocess.errors import (
     InternalError,
     InvalidArgumentError,
@@ -28,6 +27,7 @@ from naiad.inprocess.errors import (
 )
 from naiad.inprocess.model import InferenceRequest, Model
 from naiad.inprocess.options import Options
+from naiad.observability import triton_log
 
 log = logging.getLogger("naiad")
 
@@ -151,7 +151,7 @@ class Server:
         (the host's CPU and GPU gauges only while `metrics_port` polls them)."""
         if metric_format != "prometheus":
             raise UnsupportedError(f"metric format {metric_format!r}: only 'prometheus'")
-        from naiad.metrics import TritonCollector, render
+        from naiad.observability.metrics import TritonCollector, render
 
         return self._call(lambda manager: render(TritonCollector(manager)).decode())
 

@@ -11,9 +11,9 @@ ValidateInstanceGroup), and its config endpoint shows the result:
 - no `count`: 1 (2 for onnxruntime and tensorflow models on KIND_CPU);
 - KIND_GPU without `gpus`: every supported GPU;
 - then a KIND_GPU group with no GPU, or a GPU the host lacks, is refused with Triton's
-  message (a host without CUDA has no supported GPU: `naiad.gpu`).
+  message (a host without CUDA has no supported GPU: `naiad.memory.gpu`).
 
-`supported` is the list of usable device ids (`naiad.gpu.supported_gpus()`) and
+`supported` is the list of usable device ids (`naiad.memory.gpu.supported_gpus()`) and
 `runs_on_gpu` the backend check; tests pass their own.
 
 The backend check is Triton's "preferred instance group" of a backend built without GPU
@@ -29,7 +29,7 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from naiad import gpu
+from naiad.memory import gpu
 from naiad.protos import model_config_pb2
 
 Group = model_config_pb2.ModelInstanceGroup

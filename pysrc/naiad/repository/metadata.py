@@ -19,7 +19,8 @@ SUPPORTED_EXTENSIONS.append("classification")  # csrc/codec/classification.h
 SUPPORTED_EXTENSIONS.append("model_repository")
 SUPPORTED_EXTENSIONS.append("schedule_policy")  # priority levels, queue policy (core)
 SUPPORTED_EXTENSIONS.append("trace")  # trace settings and trace files (tracing/)
-SUPPORTED_EXTENSIONS.append("logging")  # /v2/logging, gRPC LogSettings (naiad/triton_log.py)
+# /v2/logging, gRPC LogSettings (naiad/observability/triton_log.py)
+SUPPORTED_EXTENSIONS.append("logging")
 
 # The order Triton 2.51 lists them in, which server_metadata keeps.
 _TRITON_ORDER = (

@@ -4,7 +4,7 @@ The worker inherits the arena, its wake eventfd, the frontend's notify eventfd a
 the write end of a control pipe, on which it says `ready` (or why it failed) once the
 model is loaded, and the read end of a settings pipe, on which the frontend writes the
 server's log settings when it starts and after each change (`send_log_settings`,
-naiad/triton_log.py). The worker answers each later line with
+naiad/observability/triton_log.py). The worker answers each later line with
 `triton_log.SETTINGS_APPLIED` on its control pipe once it applies it, and a settings
 change is answered only then, so that the next request's log lines follow it, as in
 Triton, where the settings are the process's. A pidfd tells the event loop the moment
@@ -24,7 +24,8 @@ import subprocess
 import sys
 import weakref
 
-from naiad import _core, custom_metrics, triton_log
+from naiad import _core
+from naiad.observability import custom_metrics, triton_log
 from naiad.repository.worker_limits import EXECUTION_TIMEOUT_KEY, worker_limits
 from naiad.worker.signals import WORKER_IGNORED_SIGNALS
 
@@ -238,7 +239,7 @@ class Instance:
 
     def _env(self) -> dict:
         env = _worker_env()
-        # Where the models' pb_utils metrics live (naiad/custom_metrics.py), and the name
+        # Where the models' pb_utils metrics live (observability/custom_metrics.py), and the name
         # its refusals give.
         env[custom_metrics.CUSTOM_METRICS_DIR] = custom_metrics.server_folder()
         env[custom_metrics.INSTANCE_NAME] = self.name

@@ -30,8 +30,13 @@ from naiad.errors import (
     error_of_kind,
     error_of_triton_code,
 )
-from naiad.latency_summary import new_summaries
+from naiad.memory.shm import SharedMemory
+from naiad.memory.shm import block_regions as shm_block_regions
+from naiad.memory.shm import bypasses_cache as shm_bypasses_cache
+from naiad.memory.shm import truncated_error as shm_truncated_error
+from naiad.memory.shm import write_returned_outputs as shm_write_returned_outputs
 from naiad.model_directory import ModelDirectory
+from naiad.observability.latency_summary import new_summaries
 from naiad.repository.catalog import Catalog
 from naiad.repository.config import set_config_name
 from naiad.repository.control import ModelControl
@@ -43,11 +48,6 @@ from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableMo
 from naiad.scheduling.streaming import StreamPending
 from naiad.sequence_parameters import SEQUENCE_TIMEOUT
 from naiad.sequence_parameters import refusal as sequence_refusal
-from naiad.shm import SharedMemory
-from naiad.shm import block_regions as shm_block_regions
-from naiad.shm import bypasses_cache as shm_bypasses_cache
-from naiad.shm import truncated_error as shm_truncated_error
-from naiad.shm import write_returned_outputs as shm_write_returned_outputs
 from naiad.tracing import tracer as tracer_protocol
 from naiad.tracing.otel import parse_traceparent, tracestate_literal
 from naiad.tracing.settings import LEVEL_TENSORS
@@ -1267,7 +1267,7 @@ class ModelManager:
             except Internal as exc:
                 failure = exc
         truncated = shm_truncated_error(pending.request)
-        if truncated is not None:  # a region it used shrank under it (naiad/shm.py)
+        if truncated is not None:  # a region it used shrank under it (naiad/memory/shm.py)
             failure = InvalidArgument(truncated)
         if failure is not None:
             model.stats.record_failure(end_ns - pending.submit_ns)

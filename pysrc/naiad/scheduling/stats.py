@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from naiad.latency_summary import new_summaries
+from naiad.observability.latency_summary import new_summaries
 
 
 class Duration:

@@ -28,10 +28,12 @@ import traceback
 import numpy as np
 import orjson
 
-from naiad import _core, datatypes, gpu, outcome_record, triton_log
+from naiad import _core, datatypes, outcome_record
 from naiad.backends import load_backend
 from naiad.backends.base import Backend, Batch, RequestError, RequestHeader, Rescheduled
-from naiad.gc_tuning import settle_after_startup
+from naiad.memory import gpu
+from naiad.memory.gc_tuning import settle_after_startup
+from naiad.observability import triton_log
 from naiad.triton_codes import INVALID_ARG
 from naiad.worker import bls, decoupled, results, shm_outputs
 from naiad.worker import sequence as sequence_batching

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from naiad import _core, cuda_ipc, datatypes, outcome_record
+from naiad import _core, datatypes, outcome_record
 from naiad.backends.base import RequestError
+from naiad.memory import cuda_ipc
 
 FINAL = _core.RESPONSE_FINAL
 FINAL_ERROR = _core.RESPONSE_FINAL | _core.RESPONSE_ERROR

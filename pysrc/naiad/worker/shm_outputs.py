@@ -9,7 +9,7 @@ by id in the live-region table, no copy. The frontend keeps the id in the table 
 the request is answered, which is after the worker posted its response, so the
 mapping is valid for as long as the model runs on the request.
 
-A request block names its regions under `regions` (naiad/shm.py, `block_regions`):
+A request block names its regions under `regions` (naiad/memory/shm.py, `block_regions`):
   {"outputs": {name: [id, kind, where, device_or_map_offset, map_length, offset, size]},
    "cuda_inputs": [[input index, id, handle (base64), device, offset, size]],
    "names": {id: region name}}
@@ -144,7 +144,7 @@ class _Regions:
 
     def sweep(self) -> None:
         """Unmaps the regions the frontend no longer keeps alive."""
-        cuda = sys.modules.get("naiad.cuda_ipc")
+        cuda = sys.modules.get("naiad.memory.cuda_ipc")
         if not self.table or self.arena is None:
             return
         if not (self.maps or self.retired or (cuda and cuda._opened)):
@@ -345,7 +345,7 @@ def fill_cuda_inputs(
     validator's check in C++). The message goes into `errors` under the request index
     (the worker answers that request with it and runs the others), or raises
     ValueError without `errors`."""
-    from naiad import cuda_ipc
+    from naiad.memory import cuda_ipc
 
     in_place = {}
     for k, (metadata, slots) in enumerate(blocks):
@@ -379,7 +379,7 @@ def output_targets(blocks: list, regions_of, device: int) -> dict:
     """{(request index, output name): cuda_ipc.OutputTarget} for the outputs the batch's
     requests placed in CUDA regions on `device`: a GPU backend may leave those on the
     device, or write them straight into the target."""
-    from naiad import cuda_ipc
+    from naiad.memory import cuda_ipc
 
     found = {}
     for k, (metadata, _slots) in enumerate(blocks):
@@ -432,7 +432,7 @@ def place_response(response: tuple, regions: dict | None) -> tuple:
             error = _core.shm_output_too_small(name, size, nbytes)
             error_flags = (flags & _core.RESPONSE_FINAL) | _core.RESPONSE_ERROR
             return (index, error_flags, INTERNAL, outcome_record.error_record(error), ())
-        from naiad import cuda_ipc
+        from naiad.memory import cuda_ipc
 
         device_output = isinstance(data, cuda_ipc.DeviceArray)
         if kind == SYSTEM:

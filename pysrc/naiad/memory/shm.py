@@ -58,7 +58,7 @@ class SharedMemory:
         os.environ[TABLE_ENV] = str(self.registry.table_offset)
         self._pid = os.getpid()
         _current = self
-        from naiad import cuda_ipc
+        from naiad.memory import cuda_ipc
         from naiad.repository.metadata import SUPPORTED_EXTENSIONS
 
         # Only what works here: CUDA shm needs cuda-python and a device.
@@ -74,7 +74,7 @@ class SharedMemory:
         _raise(self.registry.register_system(name, key, offset, byte_size))
 
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
-        from naiad import cuda_ipc
+        from naiad.memory import cuda_ipc
 
         reason = cuda_ipc.unavailable_reason(device_id)
         if reason is not None:

@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import threading
 
-from naiad import gpu
+from naiad.memory import gpu
 
 _lock = threading.Lock()
 _opened: dict[int, tuple[int, int]] = {}  # region id -> (device, device pointer)
 
 
 def _cudart():
-    """cuda-python's runtime module, or None (naiad.gpu finds it)."""
+    """cuda-python's runtime module, or None (naiad.memory.gpu finds it)."""
     return gpu._cudart()
 
 
@@ -60,7 +60,7 @@ def unavailable_reason(device_id: int) -> str | None:
     """Why a CUDA region on `device_id` cannot be served here, or None."""
     if _cudart() is None:
         return "cuda-python is not installed"
-    count = gpu.device_count()  # the project's one device count (naiad/gpu.py)
+    count = gpu.device_count()  # the project's one device count (naiad/memory/gpu.py)
     if count == 0:
         return "no CUDA device on this host"
     if device_id < 0 or device_id >= count:

@@ -2,12 +2,12 @@
 
 Nothing here runs on the inference path: `TritonCollector` reads the per-model statistics the
 manager keeps anyway (`LoadedModel.stats`, `manager.awaiting_execution`, and the latency summaries
-of naiad/latency_summary.py when `--metrics-config summary_latencies=true`) at scrape time.
-The host gauges (CPU, memory, pinned memory pool, GPUs through NVML: naiad/gpu_metrics.py)
+of observability/latency_summary.py when `--metrics-config summary_latencies=true`) at scrape time.
+The host gauges (CPU, memory, pinned memory pool, GPUs through NVML: observability/gpu_metrics.py)
 are what `HostGauges.poll()` read last: a `Poller` thread reads them every
 `--metrics-interval-ms` / 2, as Triton's polling thread does; without one (a collector made
 on its own) each scrape reads them. The Python models' own families (pb_utils.MetricFamily)
-are read from the folder their workers share (naiad/custom_metrics.py).
+are read from the folder their workers share (naiad/observability/custom_metrics.py).
 
 Families come in Triton's order, which is prometheus-cpp's: every counter family, then
 every gauge family, then the summaries, each group in the order Triton registers them; a
@@ -34,9 +34,9 @@ import threading
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from naiad import custom_metrics, latency_summary
 from naiad.http.protocol import HttpProtocol
 from naiad.http.routes import Reply, error_reply
+from naiad.observability import custom_metrics, latency_summary
 
 __all__ = [
     "TritonCollector",
@@ -245,7 +245,7 @@ def _reported_models(manager):
 
 
 def _custom_families() -> dict[int, list[Metric]]:
-    """The models' pb_utils metric families (naiad/custom_metrics.py) by kind, in the
+    """The models' pb_utils metric families (naiad/observability/custom_metrics.py) by kind, in the
     order they were created."""
     by_kind: dict[int, list[Metric]] = {kind: [] for kind in custom_metrics.KIND_NAMES}
     for snapshot in custom_metrics.read_families(custom_metrics.server_folder()):

@@ -186,7 +186,7 @@ class Summary:
 
 
 class LatencySummaries:
-    """The five summaries of one model version (Triton's names in naiad/metrics.py)."""
+    """The five summaries of one model version (Triton's names in observability/metrics.py)."""
 
     __slots__ = ("request", "queue", "compute_input", "compute_infer", "compute_output", "_clock")
 

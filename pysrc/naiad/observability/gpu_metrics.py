@@ -88,7 +88,7 @@ def open_gpus(nvml=None) -> NvmlGpus | None:
     except Exception as exc:  # NVMLError: no driver, no library
         log.debug("no GPU metrics: %s", exc)
         return None
-    from naiad.gpu import visible_nvml_indices
+    from naiad.memory.gpu import visible_nvml_indices
 
     indices = visible_nvml_indices(list(range(count)))
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
