@@ -152,7 +152,8 @@ build/lane_io_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/lane_io_bench.cc pe
 	mkdir -p build
 	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*/*.cc perf/lane_io_bench.cc -o $@ $(CORE_LIBS)
 
-# The core under 1 and 2 submitting threads (issue 40): what a second I/O thread would do.
+# The core under 1 and 2 submitting threads (issue 40): what a second I/O thread would do;
+# the last run without Core::Turn (a lock per submit), as the core took them before.
 build/core_threads_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/core_threads_bench.cc perf/bench_support.h
 	mkdir -p build
 	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf csrc/*/*.cc perf/core_threads_bench.cc -o $@ $(CORE_LIBS)
@@ -160,6 +161,7 @@ build/core_threads_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/core_threads_b
 bench-core-threads: build/core_threads_bench
 	build/core_threads_bench 1
 	build/core_threads_bench 2
+	build/core_threads_bench 2 32 20000 shared each
 
 # The physical limit of large tensors in band: a bare loopback echo (perf/echo_limit.py).
 build/echo_limit: perf/echo_limit.cc

@@ -5,9 +5,12 @@
 // and polls, freeing the result blocks of whatever completed. All threads submit to
 // the same model (one queue, one dynamic batcher), which has one instance per thread;
 // with `own`, each thread submits to a model of its own (its queue, its slab, its
-// instance) and shares only the core's lock and the arena with the others.
+// instance) and shares only the core's lock and the arena with the others. Each round
+// is a loop turn (Core::Turn: its submits queued under the flush's one acquisition of
+// the core's lock), or with `each` no turn: every submit takes the lock, as the core
+// did before turns (the same binary's before and after).
 //
-//   build/core_threads_bench THREADS [BATCH=32] [ROUNDS=20000] [shared|own]
+//   build/core_threads_bench THREADS [BATCH=32] [ROUNDS=20000] [shared|own] [turn|each]
 //
 // Prints infer/s over the wall time, and per thread its CPU per request, its voluntary
 // context switches (a thread that blocks on a taken lock sleeps) and where its wall
@@ -20,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,6 +62,7 @@ int main(int argc, char** argv) {
   const uint32_t batch = argc > 2 ? static_cast<uint32_t>(std::stoul(argv[2])) : 32;
   const int rounds = argc > 3 ? std::stoi(argv[3]) : 20000;
   const bool own = argc > 4 && std::string(argv[4]) == "own";
+  const bool turns = !(argc > 5 && std::string(argv[5]) == "each");
 
   Core core(1 << 28, nullptr, false);
   BatcherConfig config;
@@ -111,12 +116,15 @@ int main(int argc, char** argv) {
     auto submit_rounds = [&](int n, uint64_t until) {
       for (int round = 0; round < n; ++round) {
         uint64_t t0 = now_ns();
+        std::optional<Core::Turn> turn;
+        if (turns) turn.emplace(core);
         for (uint32_t i = 0; i < batch; ++i) {
           request.request_id = core.new_request_id();
           if (core.submit(model, request) != SubmitResult::kOk) failed = true;
         }
         uint64_t t1 = now_ns();
         core.flush();
+        turn.reset();
         r.submit_ns += t1 - t0;
         r.flush_ns += now_ns() - t1;
         serve();
@@ -161,16 +169,17 @@ int main(int argc, char** argv) {
                  static_cast<unsigned long long>(warmup_total + total));
     return 1;
   }
-  std::printf("threads %d batch %u, %s: %.0f infer/s (%llu requests in %.3f s)\n", threads, batch,
-              own ? "a model each" : "one model", static_cast<double>(total) / wall,
-              static_cast<unsigned long long>(total), wall);
+  std::printf("threads %d batch %u, %s, %s: %.0f infer/s (%llu requests in %.3f s)\n", threads,
+              batch, own ? "a model each" : "one model",
+              turns ? "submits queued per turn" : "a lock per submit",
+              static_cast<double>(total) / wall, static_cast<unsigned long long>(total), wall);
   for (int t = 0; t < threads; ++t) {
     const ThreadResult& r = results[static_cast<size_t>(t)];
     const double n = static_cast<double>(r.submitted);
     std::printf(
-        "  thread %d: cpu %.3f us/request, %ld voluntary + %ld involuntary switches, "
+        "  thread %d: cpu %.1f ns/request, %ld voluntary + %ld involuntary switches, "
         "%llu batches run; wall us/request: submit %.3f flush %.3f worker %.3f poll %.3f\n",
-        t, r.cpu_s * 1e6 / n, r.voluntary_switches, r.involuntary_switches,
+        t, r.cpu_s * 1e9 / n, r.voluntary_switches, r.involuntary_switches,
         static_cast<unsigned long long>(r.batches_run), static_cast<double>(r.submit_ns) / 1e3 / n,
         static_cast<double>(r.flush_ns) / 1e3 / n, static_cast<double>(r.worker_ns) / 1e3 / n,
         static_cast<double>(r.poll_ns) / 1e3 / n);

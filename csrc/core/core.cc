@@ -25,6 +25,13 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+namespace {
+// The calling thread's innermost open Turn (of any core), null when none.
+thread_local Core::Turn* current_turn = nullptr;
+// Room a turn makes for its staged submits at its first: a batch's worth.
+constexpr size_t kTurnStaged = 64;
+}  // namespace
+
 Core::Core(uint64_t arena_bytes, Clock clock, bool timer_thread)
     : clock_(clock ? std::move(clock) : Clock(monotonic_ns)),
       arena_(Arena::create(arena_bytes)),
@@ -66,7 +73,7 @@ Core::~Core() {
 ModelHandle Core::add_model(std::unique_ptr<Scheduler> scheduler) {
   auto model = std::make_unique<Model>();
   model->scheduler = std::move(scheduler);
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   uint32_t slot;
   if (!free_slots_.empty()) {
     slot = free_slots_.back();
@@ -89,20 +96,20 @@ ModelHandle Core::add_model(const BatcherConfig& config) {
 }
 
 void Core::set_batch_tensors(ModelHandle handle, bool batch_tensors) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   Model* model = find_locked(handle);
   if (model != nullptr) model->batch_tensors = batch_tensors;
 }
 
 ModelHandle Core::add_ensemble() {
   const ModelHandle handle = add_model(std::make_unique<EnsembleQueue>());
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   find_locked(handle)->ensemble = true;
   return handle;
 }
 
 bool Core::set_ensemble_graph(ModelHandle handle, std::shared_ptr<const EnsembleGraph> graph) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   Model* model = find_locked(handle);
   if (model == nullptr || !model->ensemble) return false;
   ensembles_.set_graph(handle.value, std::move(graph));
@@ -124,9 +131,13 @@ Core::Instance* Core::find_instance_locked(uint32_t instance_id) {
 bool Core::remove_model(ModelHandle handle) {
   bool left = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    Locked lock(*this);
     Model* model = find_locked(handle);
     if (model == nullptr) return false;
+    // This thread's turns looked the handle up as live: its next submits must fail.
+    for (Turn* turn = current_turn; turn != nullptr; turn = turn->outer_) {
+      if (&turn->core_ == this) turn->models_.clear();
+    }
     if (model->ensemble) ensembles_.remove(handle.value);  // its running requests finish
     // Queued requests fail as model-gone; their rows and blocks are released with them
     // (reject_locked), then the model's open slab closes: it is freed once the rows of
@@ -171,13 +182,13 @@ bool Core::remove_model(ModelHandle handle) {
 }
 
 void Core::configure_rate_limiter(const RateLimiterConfig& config) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   if (!instances_.empty()) throw std::logic_error("rate limiter configured after instances");
   rate_limiter_ = RateLimiter(config);
 }
 
 uint32_t Core::add_instance(ModelHandle handle, const InstanceRateLimit& limits) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   Model* model = find_locked(handle);
   if (model == nullptr) throw std::out_of_range("unknown model");
   const uint32_t id = next_instance_id_;
@@ -251,6 +262,55 @@ SubmitResult submit_result_of(EnqueueResult result) {
 
 }  // namespace
 
+Core::Turn::Turn(Core& core) : core_(core), outer_(current_turn) { current_turn = this; }
+
+Core::Turn::~Turn() {
+  if (!staged_.empty()) {
+    Core::Locked lock(core_);  // queues staged_
+  }
+  current_turn = outer_;
+}
+
+void Core::take_turn_locked() {
+  Turn* turn = current_turn;
+  if (turn == nullptr || &turn->core_ != this || turn->staged_.empty()) return;
+  std::vector<QueuedRequest> gone;
+  for (Turn::Staged& staged : turn->staged_) {
+    Model* model = find_locked(staged.model);
+    if (model == nullptr) {
+      gone.push_back(staged.request);
+      continue;
+    }
+    // Cannot refuse (always_accepts, fixed for the model's life).
+    model->scheduler->enqueue(staged.request, staged.options, turn->now_);
+  }
+  turn->staged_.clear();
+  if (!gone.empty()) {
+    reject_locked(gone, kCompletionModelGone);
+    notify_frontend();
+  }
+}
+
+Core::Turn::Lookup Core::turn_lookup(Turn& turn, ModelHandle handle) {
+  for (const auto& known : turn.models_) {
+    if (known.first == handle.value) return known.second;
+  }
+  Turn::Lookup lookup;
+  {
+    Locked lock(*this);
+    const Model* model = find_locked(handle);
+    if (model == nullptr) {
+      lookup = Turn::Lookup::kGone;
+    } else if (!model->ensemble && model->scheduler->always_accepts()) {
+      lookup = Turn::Lookup::kStaged;
+    } else {
+      lookup = Turn::Lookup::kLocked;
+    }
+  }
+  turn.models_.emplace_back(handle.value, lookup);
+  return lookup;
+}
+
 SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
   // Tracing off: one predictable branch here and one under the lock.
   const uint64_t request_start_ns = request.options.traced ? clock_() : 0;
@@ -291,9 +351,31 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
                             options.trace_flags);
     arena_.at<RequestHeader>(offset)->span = span;
   }
+  Turn* turn = current_turn;
+  if (turn != nullptr && &turn->core_ == this && !options.traced) {
+    switch (turn_lookup(*turn, handle)) {
+      case Turn::Lookup::kStaged: {
+        // One clock read for what the turn stages until it is next queued: those
+        // requests arrived together (one pass over the ready sockets).
+        if (turn->staged_.empty()) {
+          turn->staged_.reserve(kTurnStaged);
+          turn->now_ = clock_();
+        }
+        Turn::Staged staged{handle, queued, options};
+        staged.options.sequence_key = {};
+        turn->staged_.push_back(staged);
+        return SubmitResult::kOk;
+      }
+      case Turn::Lookup::kGone:
+        assembler_.release(offset);
+        return SubmitResult::kModelGone;
+      case Turn::Lookup::kLocked:
+        break;
+    }
+  }
   SubmitResult result = SubmitResult::kOk;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    Locked lock(*this);
     Model* model = find_locked(handle);
     if (model == nullptr) {
       result = SubmitResult::kModelGone;
@@ -324,7 +406,7 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
 }
 
 bool Core::take_trace_stamps(uint64_t request_id, TraceStamps* stamps) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   auto found = traced_.find(request_id);
   if (found == traced_.end()) return false;
   *stamps = found->second;
@@ -333,7 +415,7 @@ bool Core::take_trace_stamps(uint64_t request_id, TraceStamps* stamps) {
 }
 
 std::vector<ChildTrace> Core::take_trace_children(uint64_t root) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   trace_nodes_.erase(root);
   std::vector<ChildTrace> children;
   auto found = trace_done_.find(root);
@@ -513,14 +595,14 @@ void Core::set_timer_locked() {
 }
 
 void Core::defer_timer() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   timer_deferred_ = true;
 }
 
 void Core::settle_timer() {
   bool left = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    Locked lock(*this);
     // A deadline that passed during the turn is met here rather than by a timer set
     // to expire at once (a timer to program, then the thread to wake).
     if (timer_due_ != 0) {
@@ -541,7 +623,7 @@ void Core::dispatch_due() {
 }
 
 uint64_t Core::held_for_idle() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   uint64_t earliest = 0;
   for (const ModelSlot& slot : models_) {
     const Model* model = slot.model.get();
@@ -688,7 +770,7 @@ void Core::notify_frontend() {
 void Core::flush(bool arrivals_possible) {
   bool left;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    Locked lock(*this);
     left = dispatch_all_locked(arrivals_possible);
   }
   if (left) notify_frontend();
@@ -707,7 +789,7 @@ bool Core::dispatch_due_locked(uint64_t now) {
 void Core::tick() {
   bool left;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    Locked lock(*this);
     left = dispatch_due_locked(clock_());
   }
   if (left) notify_frontend();
@@ -1100,7 +1182,7 @@ void Core::take_control_locked(Instance& instance, const SubmitMessage& message)
 }
 
 bool Core::reply_control(uint32_t instance_id, uint64_t tag, std::string_view json) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   Instance* instance = find_instance_locked(instance_id);
   if (instance == nullptr || !instance->running) return false;
   // Tagged with the batch it runs (if any), so the worker's death reclaims the block.
@@ -1134,7 +1216,7 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
   drain_eventfd(notify_fd_);
   arena_.header()->notify_pending.store(0, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   for (auto& entry : instances_) {
     Instance& instance = entry.second;
     // A stopping instance (up == false, running) may still post its last result.
@@ -1161,13 +1243,13 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
 // --- worker processes ---
 
 void Core::instance_starting(uint32_t instance_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   Instance* instance = find_instance_locked(instance_id);
   if (instance != nullptr) instance->running = true;
 }
 
 std::vector<Completion> Core::instance_down(uint32_t instance_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   Instance* found = find_instance_locked(instance_id);
   if (found == nullptr) return {};
   Instance& instance = *found;
@@ -1215,7 +1297,7 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
 }
 
 void Core::instance_up(uint32_t instance_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   Instance* instance = find_instance_locked(instance_id);
   if (instance == nullptr || instance->up) return;
   Model* model = find_locked(instance->model);
@@ -1230,7 +1312,7 @@ void Core::instance_up(uint32_t instance_id) {
 }
 
 void Core::stop_instance(uint32_t instance_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   Instance* instance = find_instance_locked(instance_id);
   if (instance != nullptr) stop_locked(*instance);
 }
@@ -1252,7 +1334,7 @@ void Core::stop_locked(Instance& instance) {
 CancelResult Core::cancel(uint64_t request_id) {
   CancelResult result;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    Locked lock(*this);
     const size_t before = done_.size();
     result = cancel_locked(request_id);
     if (done_.size() == before) return result;
@@ -1317,32 +1399,32 @@ CancelResult Core::cancel_locked(uint64_t request_id) {
 }
 
 size_t Core::in_flight() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   return in_flight_.size();
 }
 
 uint64_t Core::timer_wakeups() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   return timer_wakeups_;
 }
 
 uint64_t Core::timer_settings() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   return timer_settings_;
 }
 
 uint32_t Core::rate_limit_available(const std::string& name, int32_t device) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   return rate_limiter_.available(name, device);
 }
 
 size_t Core::rate_limit_staged() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   return rate_limiter_.staged_count();
 }
 
 size_t Core::pending_requests(ModelHandle handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   const Model* model = find_locked(handle);
   if (model == nullptr) return 0;
   size_t pending = model->scheduler->queued();
@@ -1351,7 +1433,7 @@ size_t Core::pending_requests(ModelHandle handle) {
 }
 
 uint64_t Core::running_since(uint32_t instance_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  Locked lock(*this);
   uint64_t oldest = 0;
   for (const auto& [id, batch] : in_flight_) {
     if (batch.instance_id != instance_id || batch.ended) continue;

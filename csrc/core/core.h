@@ -25,10 +25,16 @@
 // already holds. Off (the default), none of this runs: one flag on the dispatch path.
 //
 // Locking: one mutex (mutex_) guards the registry, the schedulers, the rate limiter,
-// the instances and the batches in flight; every public method takes it, so any thread may call any
-// method (the frontend calls them from its event-loop thread only, the C++ tests from
-// several). Work that needs no shared state (copying a request into its block)
-// happens before the lock is taken. The arena has its own process-shared lock.
+// the instances and the batches in flight; every public method takes it, so any thread
+// may call any method. Today the frontend calls them from its event-loop thread, the
+// timer thread dispatches held batches, and the C++ tests and perf/core_threads_bench
+// call them from several submitting threads, as N I/O threads will. Work that needs
+// no shared state (copying a request into its rows) happens before the lock is taken,
+// under the assembler's own lock for the row reservation (batch_assembler.h). A
+// submitting thread's loop turn (Turn) takes mutex_ about twice, whatever it submits:
+// its submits are staged and queued under its flush's acquisition, and poll() takes
+// every completion the workers posted under one. Lock order: mutex_, then the
+// assembler's, then the arena's (process-shared).
 //
 // Models come and go while serving: add_model() returns a ModelHandle, and after
 // remove_model() that handle fails cleanly (kModelGone) even when a new model takes
@@ -233,8 +239,49 @@ class Core : private EnsembleHost {
   // --- the data path (frontend thread) ---
   // Lays the request out in the arena (its metadata and the one copy of its inputs,
   // ipc_schema.h) and queues it; it is dispatched by the next flush() or poll().
-  // The copy happens on the caller's thread before the lock is taken.
+  // The copy happens on the caller's thread before the lock is taken. In a Turn of the
+  // calling thread, a request to a model whose scheduler always accepts is staged in
+  // the turn instead, and queued by that thread's next call that takes mutex_.
   SubmitResult submit(ModelHandle model, const SubmitRequest& request);
+
+  // One loop turn of a submitting thread (an I/O thread), a scope on its stack. While
+  // it is open, that thread's submits that cannot be refused once placed (the model's
+  // Scheduler::always_accepts, not traced, not to an ensemble) take no lock: they are
+  // staged here, and the thread's next call into the core that takes mutex_ (flush,
+  // poll, cancel, another submit's lookup...) or the turn's end queues them all under
+  // that one acquisition, in submit order, with the time the first of them was
+  // submitted (they arrived together: one clock read per group, not per request). So
+  // the thread itself always finds its submits queued, and N threads submitting take
+  // mutex_ about twice per turn (flush, poll; and once per model a turn submits to,
+  // to look it up) rather than once per request. Another
+  // thread sees a staged request as not queued yet (pending_requests, cancel, a
+  // dispatch): as if it had been submitted at the end of the turn. A model removed
+  // meanwhile fails its staged requests with kCompletionModelGone, left for poll(), as
+  // it fails those it had queued. Turns nest; each must end before its core.
+  class Turn {
+   public:
+    explicit Turn(Core& core);
+    ~Turn();
+    Turn(const Turn&) = delete;
+    Turn& operator=(const Turn&) = delete;
+
+   private:
+    friend class Core;
+    struct Staged {
+      ModelHandle model;
+      QueuedRequest request;
+      SubmitOptions options;  // sequence_key cleared: only the plain numbers are read
+    };
+    enum class Lookup { kStaged, kLocked, kGone };
+    Core& core_;
+    Turn* outer_;  // the thread's turn this one nests in, null when none
+    std::vector<Staged> staged_;
+    uint64_t now_ = 0;  // the core's clock at the first of staged_ (their queue time)
+    // The models this turn submitted to, looked up once under mutex_: a stale handle
+    // stays stale (generations never repeat), and a scheduler's always_accepts is
+    // fixed for its model's life.
+    std::vector<std::pair<uint64_t, Lookup>> models_;
+  };
   // Where region inputs (kSystemShm, kCudaIpc) are found; null: none are served.
   // Set before serving; the registry must outlive the core.
   void set_input_regions(InputRegions* regions) {
@@ -402,6 +449,20 @@ class Core : private EnsembleHost {
     uint32_t generation = 1;
     std::unique_ptr<Model> model;  // null while the slot is free
   };
+
+  // mutex_, taken by a method: the calling thread's open Turn of this core is queued
+  // first, so that thread observes its submits queued (see Turn).
+  class Locked {
+   public:
+    explicit Locked(Core& core) : lock_(core.mutex_) { core.take_turn_locked(); }
+
+   private:
+    std::lock_guard<std::mutex> lock_;
+  };
+  // Queues what the calling thread's open Turn of this core staged (none: a no-op).
+  void take_turn_locked();
+  // How submits of `turn` to `model` go (Turn::Lookup), looked up once per turn.
+  Turn::Lookup turn_lookup(Turn& turn, ModelHandle model);
 
   Channel* channel(const Instance& instance) { return arena_.at<Channel>(instance.channel_offset); }
   // The live model `handle` names, or null when it was removed.

@@ -23,6 +23,7 @@ class DynamicBatchScheduler final : public Scheduler {
                     std::vector<Placement>* placements,
                     std::vector<QueuedRequest>* rejected) override;
   bool empty() const override { return batcher_.empty(); }
+  bool always_accepts() const override { return batcher_.unbounded(); }
   size_t queued() const override { return batcher_.size(); }
   void grow(uint64_t now_ns, std::vector<QueuedRequest>* batch,
             std::vector<QueuedRequest>* rejected) override {

@@ -24,6 +24,13 @@ DynamicBatcher::DynamicBatcher(const BatcherConfig& config) : config_(config) {
   }
 }
 
+bool DynamicBatcher::unbounded() const {
+  for (const Level& level : levels_) {
+    if (level.policy.max_queue_size != 0) return false;
+  }
+  return true;
+}
+
 DynamicBatcher::Level& DynamicBatcher::level_for(uint32_t priority) {
   // As Triton: 0 or a level beyond the configured ones means the default level.
   if (priority == 0 || priority > levels_.size()) priority = config_.default_priority_level;

@@ -72,6 +72,8 @@ class DynamicBatcher {
   uint64_t expire(uint64_t now_ns, std::vector<QueuedRequest>* rejected);
 
   size_t size() const { return queued_; }
+  // No level has a max_queue_size: enqueue() never refuses a request.
+  bool unbounded() const;
   bool empty() const { return queued_ == 0; }
   bool preserve_ordering() const { return config_.preserve_ordering; }
   // Removes and returns every queued request (the model is being removed).

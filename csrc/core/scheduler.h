@@ -6,9 +6,10 @@
 // instance) or an ensemble scheduler is another, added with Core::add_model(scheduler)
 // without touching the core: that is why instance choice is the scheduler's.
 //
-// Threads: the core calls every method with its mutex held (see core.h), from the
-// frontend's thread or the core's timer thread, never two at once. An implementation
-// needs no lock of its own and must not block or call back into the core.
+// Threads: the core calls every method with its mutex held (see core.h), from any
+// thread calling into the core (the submitting threads, the timer thread), never two
+// at once. An implementation needs no lock of its own and must not block or call back
+// into the core.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +73,11 @@ class Scheduler {
                             std::vector<QueuedRequest>* rejected) = 0;
 
   virtual bool empty() const = 0;
+  // enqueue() never refuses a request (returns kOk whatever the queue holds) and reads
+  // nothing of `options` but its plain numbers (not sequence_key, a view valid only
+  // during submit): the core may then queue a submit later than it returned, at the end
+  // of its submitting thread's turn (Core::Turn), with the time its turn began staging it.
+  virtual bool always_accepts() const { return false; }
   // Requests held, not yet placed in a batch: Triton's pending-request gauge counts them
   // (with those of batches waiting for the rate limiter).
   virtual size_t queued() const = 0;

@@ -120,6 +120,7 @@ void HttpIo::stop_listening() {
 void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
   {
     TimerDeferral deferral(core_);
+    Core::Turn submits(core_);  // queued under one lock, at the turn's flush
     epoll_event events[kMaxEvents];
     handle_ready(events, epoll_wait(epoll_fd_, events, kMaxEvents, 0));
     if (queued_ != 0) core_.flush(arrivals_possible(python_open, python_waiting));
@@ -210,6 +211,7 @@ void HttpIo::poll(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
     // the timer at once, and its deadline would mostly pass while this turn writes the
     // answers, the timer thread preempting it.
     TimerDeferral deferral(core_);
+    Core::Turn submits(core_);
     std::vector<Completion> done = core_.poll(arrivals_possible(python_open, python_waiting));
     for (Completion& completion : done) {
       if (!answer_completion(completion, turn)) {
