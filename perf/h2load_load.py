@@ -138,13 +138,21 @@ def infer_response_outputs(payload: bytes) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------- answers
 
 
-def check_answer(url: str, model: str, inputs: dict[str, np.ndarray], expected: dict) -> str | None:
-    """Sends the request h2load sends through grpcio; None when it is answered with
-    grpc-status OK and outputs equal to `expected`, else what was wrong."""
+def check_answer(
+    url: str, model: str, inputs: dict[str, np.ndarray], expected: dict, root_cert: bytes = b""
+) -> str | None:
+    """Sends the request h2load sends through grpcio (over TLS trusting `root_cert` when
+    given); None when it is answered with grpc-status OK and outputs equal to `expected`,
+    else what was wrong."""
     import grpc  # perf/.tools/venv has it (setup_tools.sh)
 
     request = infer_request(model, inputs, list(expected))
-    with grpc.insecure_channel(url) as channel:
+    if root_cert:
+        credentials = grpc.ssl_channel_credentials(root_certificates=root_cert)
+        channel = grpc.secure_channel(url, credentials)
+    else:
+        channel = grpc.insecure_channel(url)
+    with channel:
         call = channel.unary_unary(METHOD)  # no serializers: bytes in, bytes out
         try:
             answer = call(request, timeout=30)
@@ -180,12 +188,13 @@ def run_h2load(
     cpus: list[int] | None = None,
     streams: int = 1,
     requests: int = 0,
+    scheme: str = "http",
 ) -> dict:
     """One h2load run posting `request` (a serialized ModelInferRequest) to gRPC `url` over
     `connections` HTTP/2 connections, `streams` requests in flight on each, for `seconds`
     (after a 1 s warm-up), or until `requests` were answered (then `seconds` only bounds
-    the wait): {"rps", "requests", "succeeded", "failed", "data_bytes", "avg_us",
-    "output"}."""
+    the wait); `scheme` "https": over TLS (ALPN h2): {"rps", "requests", "succeeded",
+    "failed", "data_bytes", "avg_us", "output"}."""
     with tempfile.TemporaryDirectory(prefix="naiad-h2load-") as tmp:
         body = Path(tmp) / "body"
         body.write_bytes(grpc_message(request))
@@ -204,7 +213,7 @@ def run_h2load(
             "-H",
             "te: trailers",
             f"--data={body}",
-            f"http://{url}{METHOD}",
+            f"{scheme}://{url}{METHOD}",
         ]
         if cpus:
             cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -25,8 +26,10 @@ def free_port() -> int:
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    # An https URL is the bench's own server, with a certificate of its own CA.
+    context = ssl._create_unverified_context() if url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -45,6 +48,7 @@ class Server:
 
     label = "server"
     kind = "server"
+    scheme = "http"  # "https": the HTTP port serves TLS (perf/tls_load.py)
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -98,7 +102,9 @@ class Server:
                     f"log: {log_path}\n{self.log_tail()}"
                 )
             try:
-                status, _ = http_get(f"http://{self.http_url}/v2/health/ready", timeout=1.0)
+                status, _ = http_get(
+                    f"{self.scheme}://{self.http_url}/v2/health/ready", timeout=1.0
+                )
                 if status == 200:
                     return
             except OSError:
@@ -198,7 +204,7 @@ class Server:
 
     def statistics(self, model: str) -> dict | None:
         try:
-            status, body = http_get(f"http://{self.http_url}/v2/models/{model}/stats")
+            status, body = http_get(f"{self.scheme}://{self.http_url}/v2/models/{model}/stats")
         except OSError:
             return None
         if status != 200:
@@ -212,7 +218,7 @@ class Server:
         if tcp_open(self.grpc_port):
             found.add("grpc")
         try:
-            status, _ = http_get(f"http://{self.http_url}/v2/systemsharedmemory/status")
+            status, _ = http_get(f"{self.scheme}://{self.http_url}/v2/systemsharedmemory/status")
             if status == 200:
                 found.add("shm:system")
         except OSError:

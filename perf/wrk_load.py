@@ -116,8 +116,9 @@ def run_wrk(
     until=None,
     extra_headers: dict[str, str] | None = None,
     pipeline: int = 1,
+    scheme: str = "http",
 ) -> dict:
-    """One wrk run against http://`url`/v2/models/add_sub/infer with `connections`
+    """One wrk run against `scheme`://`url`/v2/models/add_sub/infer with `connections`
     connections for `seconds`: {"rps", "errors", "requests", "seconds", "output"}.
     `until`: a callable polled every 0.1 s; once it returns true wrk is interrupted (it
     then reports what it did so far) and `seconds` is only a cap. `extra_headers` go
@@ -148,7 +149,7 @@ def run_wrk(
             f"-d{max(1, round(seconds))}s",
             "-s",
             str(lua),
-            f"http://{url}/v2/models/add_sub/infer",
+            f"{scheme}://{url}/v2/models/add_sub/infer",
         ]
         if cpus:
             cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]
