@@ -7,8 +7,10 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # -- builder: compile the C++ core and build the wheel -----------------------------------
 FROM ${PYTHON_IMAGE} AS builder
+# libssl-dev: the core links OpenSSL for TLS (csrc/tls/); the runtime's Python already
+# brings libssl3.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends g++ \
+    && apt-get install -y --no-install-recommends g++ libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
