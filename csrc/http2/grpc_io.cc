@@ -3,8 +3,8 @@
 // ModelInfer call whose message the gRPC lane takes is submitted here and answered from
 // its completion (GrpcResponseWriter::parts, send_message, finish), with no Python per
 // call. Every other call's events go to Python (kGrpcCall), which answers through
-// grpc(); a held call the lane does not take (a compressed message, typed contents, a
-// model it has no route for...) goes to Python whole, its opening and message first.
+// grpc(); a held call the lane does not take (a compressed message, a version served
+// but not by the lane...) goes to Python whole, its opening and message first.
 //
 // Calls with a deadline (grpc-timeout) are Python's: its timer answers them
 // DEADLINE_EXCEEDED. Keepalive PINGs, the maximum connection age and the ping policy
@@ -151,7 +151,7 @@ void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
       grpc_answer(c, stream, taken.cached.response);
     } else {
       ++refused_;
-      c->h2->finish(stream, grpc::kInvalidArgument, taken.error);
+      c->h2->finish(stream, error_status_of(taken.error_kind).grpc_code, taken.error);
       grpc_call_done(c, stream);
     }
     return;

@@ -405,26 +405,27 @@ std::string grpc_request_id(std::string_view message) {
   return std::string(view.id);
 }
 
-void GrpcLane::add_route(const std::string& name, const std::string& version, uint32_t model) {
-  routes_[{name, version}] = model;
-}
-
-void GrpcLane::remove_model(uint32_t model) {
-  for (auto it = routes_.begin(); it != routes_.end();) {
-    it = it->second == model ? routes_.erase(it) : std::next(it);
-  }
-}
-
 bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
   grpc::InferRequestView view;
   std::string error;
   if (!grpc::read_infer_request(message, &view, &error)) return false;
-  auto route =
-      routes_.find(std::make_pair(std::string(view.model_name), std::string(view.model_version)));
-  if (route == routes_.end()) return false;
+  uint32_t lane_model = kNoLaneModel;
+  ErrorKind refused = ErrorKind::kInvalidArgument;
+  switch (routes_.find(view.model_name, view.model_version, &lane_model, &refused, &error)) {
+    case ModelLookup::Found::kGeneral:
+      return false;
+    case ModelLookup::Found::kRefused:
+      taken->model = kNoLaneModel;
+      taken->request_id = 0;
+      taken->error = std::move(error);
+      taken->error_kind = refused;
+      return true;
+    case ModelLookup::Found::kLane:
+      break;
+  }
   // Refused before it is queued: INVALID_ARGUMENT with Triton's message.
   auto refuse = [&](std::string message) {
-    taken->model = route->second;
+    taken->model = lane_model;
     taken->request_id = 0;
     taken->error = std::move(message);
     return true;
@@ -500,20 +501,19 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
     request.output_names.push_back(o.name);
   }
   uint64_t request_id = codec_.new_request_id();
-  switch (
-      codec_.submit(route->second, request, request_id, now_ns, &taken->error, &taken->cached)) {
+  switch (codec_.submit(lane_model, request, request_id, now_ns, &taken->error, &taken->cached)) {
     case SubmitOutcome::kCached:
-      taken->model = route->second;
+      taken->model = lane_model;
       taken->request_id = 0;
       taken->batch_size = taken->cached.batch_size;
       return true;
     case SubmitOutcome::kQueued:
-      taken->model = route->second;
+      taken->model = lane_model;
       taken->request_id = request_id;
       taken->batch_size = request.batch_size;
       return true;
     case SubmitOutcome::kInvalid:
-      taken->model = route->second;
+      taken->model = lane_model;
       taken->request_id = 0;
       return true;
     default:

@@ -5,17 +5,19 @@
 // (kserve_codec.h), the same codec, validator and core as HTTP/1.1's. What Triton
 // refuses before the validator (each input's data, request parameters) it refuses with
 // Triton's message. GrpcResponseWriter serializes each answer as a ModelInferResponse.
-// Classification, output parameters other than shm, unknown routes and compressed
-// messages are left to the Python general path.
+// A model or version it does not serve it looks up in the control plane's table
+// (model_lookup.h): unknown, not ready or no version at all is refused with Triton's
+// status and message; a version served but not by the lane (a decoupled model...) is
+// the Python general path's, as are classification, output parameters other than shm
+// and compressed messages.
 //
 // Threads and locks: as KServeCodec, one thread at a time — the front end's event loop,
 // through _core.pyx, with the GIL released inside submit(). `routes_` changes only
-// between requests (loading, unloading); no member needs a lock. The writer is
+// between requests (loading, unloading, a model's state); no member needs a lock. The writer is
 // stateless.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,6 +25,7 @@
 
 #include "codec/framer.h"
 #include "codec/kserve_codec.h"
+#include "codec/model_lookup.h"
 
 namespace naiad {
 
@@ -54,27 +57,32 @@ class GrpcLane {
  public:
   explicit GrpcLane(KServeCodec& codec) : codec_(codec) {}
 
-  // ModelInferRequests naming `name` and `version` ("" for the version served by
-  // default) go to codec model `model`.
-  void add_route(const std::string& name, const std::string& version, uint32_t model);
-  void remove_model(uint32_t model);
+  // Every version the control plane knows of `name` (ModelLookup::set_model): a ready
+  // one with a codec model is the lane's, "" naming the latest ready version.
+  void set_model(const std::string& name, std::vector<ModelVersionState> versions) {
+    routes_.set_model(name, std::move(versions));
+  }
+  void clear_models() { routes_.clear(); }
+  void remove_model(uint32_t model) { routes_.remove_lane_model(model); }
 
   struct Taken {
     uint32_t model = 0;
     uint64_t request_id = 0;  // 0 when refused at once (`error`)
     uint32_t batch_size = 0;
-    std::string error;  // the validator's message: INVALID_ARGUMENT
+    std::string error;  // Triton's message for a request refused at once
+    ErrorKind error_kind = ErrorKind::kInvalidArgument;
     // A response cache hit (request_id 0, `cached.entry` set): the answer to write.
     CachedAnswer cached;
   };
-  // Takes a serialized ModelInferRequest for a route: queued, or refused (`error`,
-  // INVALID_ARGUMENT) with Triton's message for its inputs' data or parameters or the
-  // validator's. False: the general path's (see above).
+  // Takes a serialized ModelInferRequest: queued, or refused (`error`, `error_kind`)
+  // with Triton's status and message for its model and version, its inputs' data or
+  // parameters, or the validator's (INVALID_ARGUMENT). False: the general path's (see
+  // above).
   bool submit(std::string_view message, uint64_t now_ns, Taken* taken);
 
  private:
   KServeCodec& codec_;
-  std::map<std::pair<std::string, std::string>, uint32_t, std::less<>> routes_;
+  ModelLookup routes_;
 };
 
 }  // namespace naiad

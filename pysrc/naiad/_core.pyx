@@ -3381,6 +3381,29 @@ cdef class GrpcConnection:
         return self._conn.error().decode("utf-8", "replace")
 
 
+cdef extern from "codec/model_lookup.h" namespace "naiad":
+    cdef uint32_t kNoLaneModel
+    cdef cppclass ModelVersionState:
+        int64_t version
+        cbool ready
+        uint32_t lane_model
+
+    cbool c_parse_model_version "naiad::parse_model_version"(
+        string_view text, int64_t* version, string* error) except +
+
+
+def parse_model_version(str text):
+    """The version number a request's version string names, read as Triton reads it
+    (csrc/codec/model_lookup.h; -1 for ""), or the str of Triton's INVALID_ARGUMENT
+    message when it names none."""
+    cdef bytes encoded = text.encode("utf-8", "surrogateescape")
+    cdef int64_t version = 0
+    cdef string error
+    if c_parse_model_version(string_view(<const char*>encoded, len(encoded)), &version, &error):
+        return version
+    return error.decode("utf-8", "replace")
+
+
 cdef extern from "http2/grpc_lane.h" namespace "naiad":
     cdef cppclass GrpcResponseWriter:
         size_t size(const InferResponse& response) nogil
@@ -3398,11 +3421,13 @@ cdef extern from "http2/grpc_lane.h" namespace "naiad":
         uint64_t request_id
         uint32_t batch_size
         string error
+        ErrorKind error_kind
         CachedAnswer cached
 
     cdef cppclass CGrpcLane "naiad::GrpcLane":
         CGrpcLane(KServeCodec& codec)
-        void add_route(const string& name, const string& version, uint32_t model) except +
+        void set_model(const string& name, vector[ModelVersionState] versions) except +
+        void clear_models()
         void remove_model(uint32_t model) except +
         cbool submit(string_view message, uint64_t now_ns, GrpcTaken* taken) except + nogil
 
@@ -3426,9 +3451,23 @@ cdef class GrpcLane:
     def __dealloc__(self):
         del self._lane
 
-    def add_route(self, str name, str version, uint32_t lane_model):
-        """ModelInferRequests for `name` and `version` ("": the default) go to lane_model."""
-        self._lane.add_route(name.encode(), version.encode(), lane_model)
+    def set_models(self, dict models):
+        """What the lane knows of the models, replacing what it knew: name ->
+        [(version, ready, lane_model or None)] for every version the control plane knows
+        (ready or not). A ready version with a lane model is the lane's; the lane answers
+        an unknown model or version, or one not ready, with Triton's status and message
+        (csrc/codec/model_lookup.h)."""
+        cdef vector[ModelVersionState] versions
+        cdef ModelVersionState state
+        self._lane.clear_models()
+        for name, known in models.items():
+            versions.clear()
+            for version, ready, lane_model in known:
+                state.version = version
+                state.ready = ready
+                state.lane_model = kNoLaneModel if lane_model is None else lane_model
+                versions.push_back(state)
+            self._lane.set_model(name.encode(), versions)
 
     def remove_model(self, uint32_t lane_model):
         self._lane.remove_model(lane_model)
@@ -3436,8 +3475,8 @@ cdef class GrpcLane:
     def submit(self, message, uint64_t now_ns, bint stream=False):
         """Queues a serialized ModelInferRequest (bytes, the OwnedBytes a GrpcConnection
         received, or any other buffer: an inflated message) if the fast path takes it:
-        (lane_model, request_id, batch_size, None), or (lane_model, 0, 0, message) when
-        the validator refused it (INVALID_ARGUMENT with that message), or
+        (lane_model, request_id, batch_size, None), or (lane_model, 0, 0, (error kind,
+        message)) when it was refused at once (Triton's status and message), or
         (lane_model, 0, batch_size, response bytes) for a response cache hit (a
         ModelStreamInferResponse with `stream`); None: the general path's."""
         cdef string_view view
@@ -3468,7 +3507,8 @@ cdef class GrpcLane:
                 self._writer.write(taken.cached.response, PyBytes_AS_STRING(payload))
             return taken.model, 0, taken.batch_size, payload
         if taken.request_id == 0:
-            return taken.model, 0, 0, taken.error.decode("utf-8", "replace")
+            return taken.model, 0, 0, (<uint8_t>taken.error_kind,
+                                       taken.error.decode("utf-8", "replace"))
         return taken.model, taken.request_id, taken.batch_size, None
 
     def complete(self, uint64_t offset, uint64_t size, list request_ids, set grpc_ids,

@@ -8,6 +8,7 @@
 
 #include "add_sub_model.h"
 #include "core/core.h"
+#include "grpc_lane_fixture.h"
 #include "grpc_request_support.h"
 #include "http1/http_framer.h"
 #include "http2/grpc_contents.h"
@@ -194,20 +195,7 @@ TEST(grpc_contents_damaged_are_not_well_formed) {
 
 namespace {
 
-struct Fixture {
-  Fixture() : core(1 << 20, nullptr, false), http(core), grpc(http.codec()) {
-    BatcherConfig config;
-    config.max_batch_size = 8;
-    ModelSpec model = add_sub_model();
-    model.core_model_id = core.add_model(config);
-    lane_model = http.codec().add_model(model);
-    grpc.add_route("add_sub", "", lane_model);
-  }
-  Core core;
-  HttpLane http;
-  GrpcLane grpc;
-  uint32_t lane_model = 0;
-};
+using Fixture = LaneFixture;
 
 std::string input(const std::string& name, int rows, const std::string& contents,
                   const std::string& parameters = "") {

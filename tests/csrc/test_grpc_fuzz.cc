@@ -231,7 +231,7 @@ TEST(grpc_typed_contents_fuzz) {
   config.max_batch_size = 8;
   naiad::ModelSpec model = naiad::add_sub_model();
   model.core_model_id = core.add_model(config);
-  lane.add_route("add_sub", "", http.codec().add_model(model));
+  lane.set_model("add_sub", {{1, true, http.codec().add_model(model)}});
   int queued = 0, refused = 0;
   for (int round = 0; round < 20000; ++round) {
     std::string message = base;

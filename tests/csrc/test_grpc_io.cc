@@ -118,9 +118,9 @@ TEST(grpc_io_hands_other_calls_to_python_in_order_and_writes_its_answers) {
   Fixture fixture;
   Client client(fixture);
   uint64_t connection = grpc_connection(fixture);
-  // ServerLive is Python's; so is a ModelInfer for a version the lane does not serve.
+  // ServerLive is Python's; so is a ModelInfer for a version served, but not by the lane.
   client.call(1, kServerLive, "");
-  client.call(3, kModelInfer, grpctest::add_sub_request(1, "", false, "7"));
+  client.call(3, kModelInfer, grpctest::add_sub_request(1, "", false, "0"));
   CHECK(fixture.turn_until([&] { return python_calls(fixture).size() == 6; }));
   std::vector<const HttpIo::Event*> calls = python_calls(fixture);
   const h2::EventKind expected[] = {h2::EventKind::kCall,      h2::EventKind::kMessage,
@@ -132,14 +132,14 @@ TEST(grpc_io_hands_other_calls_to_python_in_order_and_writes_its_answers) {
     CHECK(calls[i]->grpc.stream_id == (i < 3 ? 1u : 3u));
   }
   CHECK(calls[3]->grpc.path == kModelInfer);
-  CHECK(calls[4]->grpc.message == grpctest::add_sub_request(1, "", false, "7"));
+  CHECK(calls[4]->grpc.message == grpctest::add_sub_request(1, "", false, "0"));
   CHECK(fixture.io->in_flight() == 0);
   // Python answers through the loop.
   h2::GrpcConnection* conn = fixture.io->grpc(connection);
   CHECK(conn != nullptr);
   CHECK(conn->send_message(1, std::string("\x08\x01", 2)));
   CHECK(conn->finish(1, 0, ""));
-  CHECK(conn->finish(3, 5, "unknown version: the general path's"));
+  CHECK(conn->finish(3, 5, "the general path's answer"));
   fixture.io->grpc_wrote(connection);
   fixture.io->flush_writes();
   CHECK(client.read_until([&] { return client.trailers(1) && client.trailers(3); }));
@@ -218,6 +218,26 @@ TEST(grpc_io_refuses_an_invalid_lane_call_with_invalid_argument) {
   CHECK(client.read_until([&] { return client.trailers(1) != nullptr; }));
   CHECK(h2test::header_value(*client.trailers(1), "grpc-status") == "3");
   CHECK(!h2test::header_value(*client.trailers(1), "grpc-message").empty());
+  CHECK(python_calls(fixture).empty());
+  CHECK(fixture.io->in_flight() == 0);
+}
+
+TEST(grpc_io_refuses_an_unknown_model_or_version_with_its_status) {
+  Fixture fixture;
+  Client client(fixture);
+  grpc_connection(fixture);
+  std::string nope = grpctest::add_sub_request(1);
+  nope[2] = 'x';  // "xdd_sub"
+  client.call(1, kModelInfer, nope);
+  client.call(3, kModelInfer, grpctest::add_sub_request(1, "", false, "7"));
+  client.call(5, kModelInfer, grpctest::add_sub_request(1, "", false, "-1"));
+  CHECK(client.read_until(
+      [&] { return client.trailers(1) && client.trailers(3) && client.trailers(5); }));
+  CHECK(h2test::header_value(*client.trailers(1), "grpc-status") == "5");  // NOT_FOUND
+  CHECK(h2test::header_value(*client.trailers(3), "grpc-status") == "5");
+  CHECK(h2test::header_value(*client.trailers(5), "grpc-status") == "3");  // INVALID_ARGUMENT
+  CHECK(h2test::header_value(*client.trailers(3), "grpc-message") ==
+        "Request for unknown model: 'add_sub' version 7 is not found");
   CHECK(python_calls(fixture).empty());
   CHECK(fixture.io->in_flight() == 0);
 }

@@ -8,6 +8,7 @@
 
 #include "add_sub_model.h"
 #include "core/core.h"
+#include "grpc_lane_fixture.h"
 #include "grpc_request_support.h"
 #include "http1/http_framer.h"
 #include "http2/grpc_infer_message.h"
@@ -34,21 +35,7 @@ std::string result_block(std::string_view json, const std::vector<const std::str
   return block;
 }
 
-struct Fixture {
-  Fixture() : core(1 << 20, nullptr, false), http(core), grpc(http.codec()) {
-    BatcherConfig config;
-    config.max_batch_size = 8;
-    ModelSpec model = add_sub_model();
-    model.core_model_id = core.add_model(config);
-    lane_model = http.codec().add_model(model);
-    grpc.add_route("add_sub", "1", lane_model);
-    grpc.add_route("add_sub", "", lane_model);
-  }
-  Core core;
-  HttpLane http;
-  GrpcLane grpc;
-  uint32_t lane_model = 0;
-};
+using Fixture = LaneFixture;
 
 // The gRPC answer the lane writes for the taken request answered by result `block`.
 std::string written_answer(Fixture& f, const GrpcLane::Taken& taken, const std::string& block) {
@@ -146,11 +133,26 @@ TEST(grpc_lane_refuses_invalid_and_leaves_the_rest) {
   CHECK(taken.error ==
         "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model "
         "'add_sub'. Expected 64, got 0");
-  // Unknown models or versions, broken messages: the general path's.
-  CHECK(!f.grpc.submit(add_sub_request(1, "", false, "7"), 0, &taken));
+  // Unknown models or versions: Triton's status and message (model_lookup.h).
+  CHECK(f.grpc.submit(add_sub_request(1, "", false, "7"), 0, &taken));
+  CHECK(taken.request_id == 0 && taken.error_kind == ErrorKind::kNotFound);
+  CHECK(taken.error == "Request for unknown model: 'add_sub' version 7 is not found");
   std::string other = add_sub_request(1);
   other[2] = 'x';  // "xdd_sub"
-  CHECK(!f.grpc.submit(other, 0, &taken));
+  CHECK(f.grpc.submit(other, 0, &taken));
+  CHECK(taken.request_id == 0 && taken.error_kind == ErrorKind::kNotFound);
+  CHECK(taken.error == "Request for unknown model: 'xdd_sub' is not found");
+  CHECK(f.grpc.submit(add_sub_request(1, "", false, "x"), 0, &taken));
+  CHECK(taken.request_id == 0 && taken.error_kind == ErrorKind::kInvalidArgument);
+  // A version loading, one served but not by the lane, a broken message: the first
+  // refused, the others the general path's.
+  f.grpc.set_model("add_sub", {{1, true, f.lane_model}, {2, false, 9}, {3, true, kNoLaneModel}});
+  CHECK(f.grpc.submit(add_sub_request(1, "", false, "2"), 0, &taken));
+  CHECK(taken.request_id == 0 && taken.error_kind == ErrorKind::kUnavailable);
+  CHECK(taken.error == "Request for unknown model: 'add_sub' version 2 is not at ready state");
+  CHECK(!f.grpc.submit(add_sub_request(1, "", false, "3"), 0, &taken));
+  CHECK(!f.grpc.submit(add_sub_request(1), 0, &taken));  // "": version 3
+  f.grpc.set_model("add_sub", {{1, true, f.lane_model}});
   CHECK(!f.grpc.submit(add_sub_request(1).substr(0, 40), 0, &taken));
   // A raw content too few: the input without data named, as Triton names it.
   std::string missing = add_sub_request(1);

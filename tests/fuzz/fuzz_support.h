@@ -68,9 +68,8 @@ struct Lanes {
     http.add_route("/v2/models/add_sub/infer", fixture.lane_model);
     http.add_route("/v2/models/add_sub/versions/1/infer", fixture.lane_model);
     http.add_route("/v2/models/identity_bytes/infer", bytes_model);
-    grpc.add_route("add_sub", "", fixture.lane_model);
-    grpc.add_route("add_sub", "1", fixture.lane_model);
-    grpc.add_route("identity_bytes", "", bytes_model);
+    grpc.set_model("add_sub", {{1, true, fixture.lane_model}, {2, false, naiad::kNoLaneModel}});
+    grpc.set_model("identity_bytes", {{1, true, bytes_model}});
   }
   KServeCodec& codec() { return fixture.lane.codec(); }
 

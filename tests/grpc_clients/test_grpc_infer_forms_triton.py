@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 from server_harness import REPO_ROOT, NaiadServer, make_repository
+from triton_peer import TritonPeer
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
@@ -187,6 +188,12 @@ def _extra_raw():
     return request
 
 
+def _typed_for_unknown_model():
+    request = _add_sub("int_contents", [1] * 16)
+    request.model_name = "nope"
+    return request
+
+
 CASES = {
     "fp32": _add_sub("fp32_contents", [float(i) for i in range(16)]),
     "fp32_short": _add_sub("fp32_contents", [1.0] * 16, [1.0] * 15),
@@ -264,6 +271,14 @@ CASES = {
     "version_not_a_number": _raw(version="one"),
     "version_negative": _raw(version="-1"),
     "empty_model_name": _raw(model=""),
+    "version_zero": _raw(version="0"),
+    "version_read_as_stol": _raw(version=" +01abc"),
+    "version_past_long": _raw(version="9223372036854775808"),
+    "version_long_min": _raw(version="-9223372036854775808"),
+    # The version string is read before the model is looked up, and the model before
+    # the inputs' data.
+    "unknown_model_bad_version": _raw(model="nope", version="one"),
+    "unknown_model_bad_contents": _typed_for_unknown_model(),
 }
 
 
@@ -317,6 +332,8 @@ STREAMED = [
     "classification",
     "unknown_model",
     "unknown_version",
+    "version_not_a_number",
+    "version_negative",
 ]
 
 
@@ -348,3 +365,40 @@ def test_the_model_sees_the_parameters_as_sent(naiad):
         "flag": True,
     }
     assert type(seen["whole"]) is float
+
+
+def test_unloaded_and_never_loaded_models_as_triton(tmp_path):
+    """Explicit model control: a model unloaded (its version known, not ready) and one in
+    the repository never loaded, asked for by ModelInfer with and without a version;
+    status and message as Triton's (the lane answers them from the control plane's
+    table, csrc/codec/model_lookup.h)."""
+    if not TRITON.exists():
+        pytest.skip("the real Triton is not installed (make perf-tools installs it)")
+    repository = make_repository(tmp_path / "models", MODELS)
+    control = ["--model-control-mode=explicit", "--load-model=add_sub"]
+    naiad = NaiadServer(repository, log_dir=tmp_path, name="unloaded", extra_args=control)
+    naiad.start(wait="ready", timeout=120)
+    try:
+        with TritonPeer(repository, tmp_path, control) as triton:
+            triton.wait_ready(["add_sub"])
+            urls = (f"{naiad.host}:{naiad.grpc_port}", f"127.0.0.1:{triton.grpc_port}")
+            for url in urls:
+                with grpc.insecure_channel(url) as channel:
+                    stub = pbg.GRPCInferenceServiceStub(channel)
+                    stub.RepositoryModelUnload(
+                        pb.RepositoryModelUnloadRequest(model_name="add_sub"), timeout=TIMEOUT
+                    )
+            asked = [
+                _raw(),
+                _raw(version="1"),
+                _raw(version="2"),
+                _raw(model="identity_bytes"),
+                _raw(model="identity_bytes", version="1"),
+            ]
+            for request in asked:
+                ours, theirs = (_unary(url, request) for url in urls)
+                assert ours[0] != "OK"
+                _same_answer(ours, theirs)
+                _same_answer(_streamed(urls[0], request), _streamed(urls[1], request))
+    finally:
+        naiad.stop()

@@ -282,6 +282,7 @@ class ModelManager:
         directory = getattr(self, "directory", None)
         if directory is not None:
             directory.update()
+        self._set_grpc_routes()
         for versions in self.models.values():
             for model in versions.values():
                 if isinstance(model, EnsembleModel) and model.graph_set:
@@ -314,11 +315,32 @@ class ModelManager:
         for version, model in self.models.get(name, {}).items():
             if model.lane_model is not None and model.ready:
                 self.lane.add_route(f"/v2/models/{name}/versions/{version}/infer", model.lane_model)
-                self.grpc_lane.add_route(name, str(version), model.lane_model)
         serving = self._serving.get(name)
         if serving is not None and serving.lane_model is not None:
             self.lane.add_route(f"/v2/models/{name}/infer", serving.lane_model)
-            self.grpc_lane.add_route(name, "", serving.lane_model)
+
+    def _set_grpc_routes(self) -> None:
+        """The gRPC lane's table of every known version and its state: it serves the
+        ready ones with a lane model and answers unknown or unready ones with Triton's
+        status and message itself (csrc/codec/model_lookup.h). The versions of a name
+        withdrawn, or one the HTTP lane leaves to the general path, stay the general
+        path's."""
+        grpc_lane = getattr(self, "grpc_lane", None)
+        if grpc_lane is None:
+            return
+        table = {}
+        for name, versions in self.models.items():
+            served = (
+                self.fast_lane
+                and name in self._serving
+                and _PLAIN_NAME.fullmatch(name) is not None
+                and not any(getattr(m, "decoupled", False) for m in versions.values())
+            )
+            table[name] = [
+                (version, model.ready, model.lane_model if served else None)
+                for version, model in versions.items()
+            ]
+        grpc_lane.set_models(table)
 
     async def shutdown(self, timeout: float) -> None:
         """Waits for requests in flight (up to `timeout` s), then stops every worker."""
@@ -632,7 +654,7 @@ class ModelManager:
                 on_done(error, None)
                 return 0
             self.lane_refused += 1
-            on_done(None, InvalidArgument(error))
+            on_done(None, error_of_kind(*error))
             return 0
         self._pending[request_id] = _LanePending(
             self,
