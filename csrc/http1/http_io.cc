@@ -111,7 +111,17 @@ void HttpIo::set_tls(bool grpc, std::shared_ptr<const TlsContext> context) {
   (grpc ? grpc_tls_ : http_tls_) = std::move(context);
 }
 
+void HttpIo::listen_endpoint(int listen_fd, const EndpointRoutes& routes) {
+  const uint64_t key = kEndpointListenerKey - endpoint_listeners_.size();
+  endpoint_listeners_.push_back({listen_fd, std::make_unique<EndpointRoutes>(routes)});
+  epoll_set(epoll_fd_, EPOLL_CTL_ADD, listen_fd, EPOLLIN, key);
+}
+
 void HttpIo::stop_listening() {
+  for (EndpointListener& listener : endpoint_listeners_) {
+    if (listener.fd >= 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listener.fd, nullptr);
+    listener.fd = -1;  // its routes stay: the open connections read through them
+  }
   if (!listening_ || listen_fd_ < 0) return;
   listening_ = false;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
@@ -135,6 +145,11 @@ void HttpIo::handle_ready(const epoll_event* events, int ready) {
     const uint64_t key = events[e].data.u64;
     if (key == kListenerKey || key == kGrpcListenerKey) {
       accept_all(key == kListenerKey ? listen_fd_ : grpc_listen_fd_, key == kGrpcListenerKey);
+      continue;
+    }
+    if (key <= kEndpointListenerKey && kEndpointListenerKey - key < endpoint_listeners_.size()) {
+      const EndpointListener& listener = endpoint_listeners_[kEndpointListenerKey - key];
+      if (listener.fd >= 0) accept_all(listener.fd, false, listener.routes.get());
       continue;
     }
     Connection* c = find(key);
@@ -223,7 +238,7 @@ void HttpIo::poll(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
   hand_events(turn);
 }
 
-void HttpIo::accept_all(int listen_fd, bool grpc) {
+void HttpIo::accept_all(int listen_fd, bool grpc, const EndpointRoutes* routes) {
   for (;;) {
     int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -234,7 +249,8 @@ void HttpIo::accept_all(int listen_fd, bool grpc) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto connection = std::make_unique<Connection>();
     Connection* c = connection.get();
-    if (const auto& tls = grpc ? grpc_tls_ : http_tls_) {
+    const auto& tls = grpc ? grpc_tls_ : http_tls_;
+    if (tls && routes == nullptr) {  // the endpoints are plaintext, as Triton's
       try {
         c->tls = std::make_unique<TlsStream>(tls);
       } catch (const std::exception&) {  // out of memory in OpenSSL: not served
@@ -245,6 +261,7 @@ void HttpIo::accept_all(int listen_fd, bool grpc) {
     c->id = next_connection_++;
     c->fd = fd;
     c->last_read_ns = monotonic_ns();
+    if (routes != nullptr) c->endpoint = std::make_unique<EndpointStream>(*routes);
     connections_.emplace(c->id, std::move(connection));
     c->events = EPOLLIN;
     epoll_set(epoll_fd_, EPOLL_CTL_ADD, fd, c->events, c->id);
@@ -360,6 +377,13 @@ void HttpIo::on_readable(Connection* c) {
   if (c->h2) {
     grpc_received(c, data, size);
     return;
+  }
+  if (c->endpoint) {
+    endpoint_scratch_.clear();
+    c->endpoint->requests(data, size, &endpoint_scratch_);
+    data = endpoint_scratch_.data();
+    size = endpoint_scratch_.size();
+    if (size == 0) return;  // part of a head, held until it is whole
   }
   if (c->python) {
     events_.push_back(Event{EventKind::kData, c->id, std::string(data, size)});
@@ -490,22 +514,30 @@ void HttpIo::flush_writes() {
   touched_.clear();
 }
 
+size_t HttpIo::ready_to_send(Connection* c) {
+  if (!c->endpoint) return c->out.size();
+  c->out_ready = c->endpoint->answers(&c->out, std::min(c->out_ready, c->out.size()));
+  return c->out_ready;
+}
+
 bool HttpIo::send_out(Connection* c) {
+  size_t ready = ready_to_send(c);
   if (c->tls) {
     // The plaintext becomes records as it goes out (once the handshake is done); the
     // records wait in `wire` for the socket.
-    if (c->tls->established() && !c->out.empty()) {
-      if (!c->tls->send(c->out.data(), c->out.size())) {
+    if (c->tls->established() && ready != 0) {
+      if (!c->tls->send(c->out.data(), ready)) {
         tls_failed(c, c->tls->error());
         return false;
       }
-      c->out.clear();
+      c->out.erase(0, ready);
     }
     c->tls->take_output(&c->wire);
+    ready = c->wire.size();
   }
   std::string& bytes = c->tls ? c->wire : c->out;
-  while (!bytes.empty()) {
-    ssize_t sent = ::send(c->fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  while (ready != 0) {
+    ssize_t sent = ::send(c->fd, bytes.data(), ready, MSG_NOSIGNAL);
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -513,6 +545,8 @@ bool HttpIo::send_out(Connection* c) {
       return false;
     }
     bytes.erase(0, static_cast<size_t>(sent));
+    ready -= static_cast<size_t>(sent);
+    if (c->endpoint) c->out_ready = ready;  // endpoints are plaintext: `bytes` is `out`
   }
   if (c->python && !c->h2) {
     if (!c->write_paused && unsent_of(c) > kHighWater) {

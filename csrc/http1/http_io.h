@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "core/core.h"
+#include "http1/endpoint_routes.h"
 #include "http1/http_framer.h"
 #include "http2/grpc_connection.h"
 #include "http2/grpc_lane.h"
@@ -72,7 +73,12 @@ class HttpIo {
   // as it goes out (send_out). A plaintext listener closes a connection that opens
   // with a TLS handshake record.
   void set_tls(bool grpc, std::shared_ptr<const TlsContext> context);
-  // Stop accepting HTTP/1.1 connections (shutdown); the connections stay.
+  // Accepts HTTP/1.1 connections on `listen_fd` (kept open by the caller) for a
+  // SageMaker or Vertex AI endpoint, without TLS as Triton's: their bytes go through an
+  // EndpointStream (endpoint_routes.h), and are then served as the HTTP port's.
+  void listen_endpoint(int listen_fd, const EndpointRoutes& routes);
+  // Stop accepting HTTP/1.1 connections, the endpoints' too (shutdown); the connections
+  // stay.
   void stop_listening();
 
   // -- gRPC (HTTP/2): csrc/http2/grpc_io.cc -------------------------------------------
@@ -258,9 +264,13 @@ class HttpIo {
     uint32_t events = 0;            // the epoll events registered
     uint64_t last_read_ns = 0;      // bytes last received
     uint64_t partial_since_ns = 0;  // lane mode holds part of a request since
-    std::string in;                 // lane mode: received, not taken
-    std::deque<Owed> owed;          // lane mode: answers owed, in request order
-    std::string out;                // bytes not yet sent (TLS: not yet encrypted)
+    // An endpoint's connection: its requests and answers rewritten, and how much of
+    // `out` may be sent (past it: an answer head not yet whole).
+    std::unique_ptr<EndpointStream> endpoint;
+    size_t out_ready = 0;
+    std::string in;         // lane mode: received, not taken
+    std::deque<Owed> owed;  // lane mode: answers owed, in request order
+    std::string out;        // bytes not yet sent (TLS: not yet encrypted)
     // TLS (null on a plaintext connection): the session, and the records not yet sent.
     std::unique_ptr<TlsStream> tls;
     std::string wire;
@@ -284,8 +294,12 @@ class HttpIo {
     uint32_t stream = 0;  // a gRPC call's stream (0: an HTTP request)
   };
 
-  // Accepts the connections waiting on `listen_fd` (`grpc`: the gRPC listener's).
-  void accept_all(int listen_fd, bool grpc);
+  // Accepts the connections waiting on `listen_fd` (`grpc`: the gRPC listener's;
+  // `routes`: an endpoint's).
+  void accept_all(int listen_fd, bool grpc, const EndpointRoutes* routes = nullptr);
+  // The bytes at the front of `out` that may be sent now (an endpoint's answers
+  // rewritten first).
+  size_t ready_to_send(Connection* c);
   // gRPC (grpc_io.cc).
   void grpc_accepted(Connection* c);
   void grpc_received(Connection* c, const char* data, size_t size);
@@ -351,6 +365,13 @@ class HttpIo {
 
   // epoll data of the gRPC listener (connection ids count up from 1; HTTP's is 0).
   static constexpr uint64_t kGrpcListenerKey = ~uint64_t(0);
+  // The endpoint listeners' count down from below it.
+  static constexpr uint64_t kEndpointListenerKey = ~uint64_t(0) - 1;
+  struct EndpointListener {
+    int fd;
+    std::unique_ptr<EndpointRoutes> routes;  // the connections' streams point into it
+  };
+  std::vector<EndpointListener> endpoint_listeners_;
 
   HttpLane& lane_;
   Core& core_;
@@ -386,6 +407,7 @@ class HttpIo {
   std::vector<HttpLane::Taken> taken_;
   std::vector<KServeCodec::Answer> answers_;
   std::string read_buffer_;
+  std::string endpoint_scratch_;  // an endpoint connection's read, rewritten
 };
 
 }  // namespace naiad

@@ -3669,6 +3669,26 @@ cdef class TlsContext:
 
 # --- the C++ I/O loop (csrc/http1/http_io.h): HTTP/1.1 and gRPC connections ---
 
+cdef extern from "http1/endpoint_routes.h" namespace "naiad":
+    cdef enum class EndpointKind "naiad::EndpointRoutes::Kind"(uint8_t):
+        kSageMaker "naiad::EndpointRoutes::Kind::kSageMaker"
+        kVertexAi "naiad::EndpointRoutes::Kind::kVertexAi"
+
+    cdef cppclass EndpointRoutes "naiad::EndpointRoutes":
+        EndpointKind kind
+        string model
+        string ping_mode
+        string predict_route
+        string health_route
+
+    string_view kEndpointReplyPath
+    string_view kEndpointBodyHeader
+
+# The internal route of the endpoints' own answers and the header carrying the body
+# (http/endpoint_routes.py serves it).
+ENDPOINT_REPLY_PATH = kEndpointReplyPath.data()[:kEndpointReplyPath.size()].decode()
+ENDPOINT_BODY_HEADER = kEndpointBodyHeader.data()[:kEndpointBodyHeader.size()].decode()
+
 cdef extern from "http1/http_io.h" namespace "naiad":
     cdef enum class IoEventKind "naiad::HttpIo::EventKind"(uint8_t):
         kAccepted "naiad::HttpIo::EventKind::kAccepted"
@@ -3726,6 +3746,7 @@ cdef extern from "http1/http_io.h" namespace "naiad":
         void set_max_body(size_t max_body)
         void set_each(cbool each)
         void listen_http(int listen_fd)
+        void listen_endpoint(int listen_fd, const EndpointRoutes& routes)
         # Takes shared_ptr<const TlsContext>: C++ converts.
         void set_tls(cbool grpc, shared_ptr[CTlsContext] context)
         void stop_listening()
@@ -3882,7 +3903,25 @@ cdef class HttpIo:
             held = context._context
         self._io.set_tls(grpc, held)
 
+    def listen_endpoint(self, int listen_fd, str kind, str model, str ping_mode="ready",
+                        str predict_route="", str health_route=""):
+        """Accepts the connections of a SageMaker (`kind` "sagemaker") or Vertex AI
+        ("vertex_ai") endpoint on `listen_fd` (csrc/http1/endpoint_routes.h)."""
+        cdef EndpointRoutes routes
+        if kind == "sagemaker":
+            routes.kind = EndpointKind.kSageMaker
+        elif kind == "vertex_ai":
+            routes.kind = EndpointKind.kVertexAi
+        else:
+            raise ValueError(f"unknown endpoint kind '{kind}'")
+        routes.model = model.encode()
+        routes.ping_mode = ping_mode.encode()
+        routes.predict_route = predict_route.encode()
+        routes.health_route = health_route.encode()
+        self._io.listen_endpoint(listen_fd, routes)
+
     def stop_listening(self):
+        """No new connections on the HTTP listener and the endpoints'."""
         self._io.stop_listening()
 
     def run(self, uint32_t python_open, uint32_t python_waiting):

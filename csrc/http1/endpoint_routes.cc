@@ -1,0 +1,406 @@
+#include "http1/endpoint_routes.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <vector>
+
+namespace naiad {
+
+namespace {
+
+constexpr std::string_view kCrlf = "\r\n";
+constexpr std::string_view kHeadEnd = "\r\n\r\n";
+constexpr std::string_view kMethodNotAllowed = "{\"error\":\"Method Not Allowed\"}";
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+struct Header {
+  std::string_view name, value, line;
+};
+
+// The head's first line and its header lines (`head` ends with the blank line).
+std::string_view split_head(std::string_view head, std::vector<Header>* headers) {
+  size_t end = head.find(kCrlf);
+  const std::string_view first = head.substr(0, end);
+  size_t at = end + kCrlf.size();
+  while (at < head.size()) {
+    end = head.find(kCrlf, at);
+    if (end == std::string_view::npos || end == at) break;
+    const std::string_view line = head.substr(at, end - at);
+    const size_t colon = line.find(':');
+    if (colon != std::string_view::npos) {
+      headers->push_back({trim(line.substr(0, colon)), trim(line.substr(colon + 1)), line});
+    }
+    at = end + kCrlf.size();
+  }
+  return first;
+}
+
+const Header* find_header(const std::vector<Header>& headers, std::string_view name) {
+  for (const Header& h : headers) {
+    if (iequals(h.name, name)) return &h;
+  }
+  return nullptr;
+}
+
+bool is_chunked(const std::vector<Header>& headers) {
+  const Header* te = find_header(headers, "Transfer-Encoding");
+  if (te == nullptr) return false;
+  std::string lower(te->value);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return lower.find("chunked") != std::string::npos;
+}
+
+uint64_t content_length(const std::vector<Header>& headers) {
+  const Header* cl = find_header(headers, "Content-Length");
+  return cl == nullptr ? 0 : std::strtoull(std::string(cl->value).c_str(), nullptr, 10);
+}
+
+// Where Triton's endpoint server sends a request: a KServe route (`method` `target`,
+// `infer`: its body is an infer request's) or an answer of its own (`status` != 0).
+struct Route {
+  std::string method, target;
+  bool infer = false;
+  int status = 0;
+  std::string body;
+};
+
+Route reply(int status, std::string_view body = {}) {
+  Route r;
+  r.status = status;
+  r.body = std::string(body);
+  return r;
+}
+
+Route to(std::string method, std::string target, bool infer = false) {
+  Route r;
+  r.method = std::move(method);
+  r.target = std::move(target);
+  r.infer = infer;
+  return r;
+}
+
+std::vector<std::string_view> segments(std::string_view path) {
+  std::vector<std::string_view> parts;
+  size_t at = 1;
+  while (at <= path.size()) {
+    size_t end = path.find('/', at);
+    if (end == std::string_view::npos) end = path.size();
+    parts.push_back(path.substr(at, end - at));
+    at = end + 1;
+  }
+  return parts;
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+// sagemaker_server.cc's routes: /ping, /invocations and the multi-model endpoint's
+// /models[/<name>[/invoke]]. The multi-model list holds only models loaded through
+// POST /models, which Naiad does not do: the list is empty and each name unknown.
+Route sagemaker_route(const EndpointRoutes& routes, std::string_view method,
+                      std::string_view path) {
+  const bool head = method == "HEAD";
+  if (path == "/ping") {
+    return head ? reply(405, kMethodNotAllowed)
+                : to(std::string(method), "/v2/health/" + routes.ping_mode);
+  }
+  if (path == "/invocations") {
+    return head ? reply(405, kMethodNotAllowed)
+                : to(std::string(method), "/v2/models/" + routes.model + "/infer", true);
+  }
+  if (path == "/models" || path.substr(0, 8) == "/models/") {
+    std::vector<std::string_view> parts = segments(path);         // "models", name, "invoke"
+    if (parts.size() == 2 && parts[1].empty()) parts.pop_back();  // "/models/"
+    const bool invoke = parts.size() == 3 && parts[2] == "invoke";
+    if (parts.size() > 3 || (parts.size() == 3 && !invoke) ||
+        (parts.size() >= 2 && parts[1].empty())) {
+      return reply(400);
+    }
+    const bool named = parts.size() >= 2;
+    if (method == "GET" && !invoke) return named ? reply(404) : reply(200, "{\"models\":[]}");
+    if (method == "POST" && invoke) return reply(404);
+    if (method == "POST" && !named) {
+      return reply(400,
+                   "{\"error\":\"loading a model through the SageMaker multi-model endpoint "
+                   "is not supported by Naiad\"}");
+    }
+    if (method == "DELETE") return reply(404);
+  }
+  return reply(400);
+}
+
+// vertex_ai_server.cc's redirection: the X-Vertex-Ai-Triton-Redirect header names the
+// KServe route a POST to the predict route goes to, with the method that route takes.
+Route vertex_redirect(std::string_view redirect) {
+  const std::string target = "/" + std::string(redirect);
+  const std::vector<std::string_view> p = segments(target);
+  if (target == "/v2" || target == "/v2/models/stats") return to("GET", target);
+  if (p.size() == 3 && p[0] == "v2" && p[1] == "health" && (p[2] == "live" || p[2] == "ready")) {
+    return to("GET", target);
+  }
+  if (p.size() >= 3 && p[0] == "v2" && p[1] == "models" && !p[2].empty()) {
+    size_t at = 3;
+    if (p.size() >= 5 && p[3] == "versions" && all_digits(p[4])) at = 5;
+    if (p.size() == at) return to("GET", target);  // metadata
+    if (p.size() == at + 1) {
+      if (p[at] == "infer") return to("POST", target, true);
+      if (p[at] == "ready" || p[at] == "config" || p[at] == "stats") return to("GET", target);
+    }
+  }
+  if (p.size() >= 3 && p[0] == "v2" &&
+      (p[1] == "systemsharedmemory" || p[1] == "cudasharedmemory")) {
+    const bool region = p.size() == 5 && p[2] == "region" && !p[3].empty();
+    const std::string_view action = p.back();
+    if ((p.size() == 3 || region) &&
+        (action == "status" || action == "register" || action == "unregister")) {
+      return to(action == "status" ? "GET" : "POST", target);
+    }
+  }
+  if (p.size() >= 3 && p[0] == "v2" && p[1] == "repository") {
+    const size_t at = p[2] == "index" || p[2] == "models" ? 2 : 3;  // an optional repository
+    if (p.size() == at + 1 && p[at] == "index") return to("POST", target);
+    if (p.size() == at + 3 && p[at] == "models" && !p[at + 1].empty() &&
+        (p[at + 2] == "load" || p[at + 2] == "unload")) {
+      return to("POST", target);
+    }
+  }
+  return reply(400);
+}
+
+Route vertex_route(const EndpointRoutes& routes, std::string_view method, std::string_view path,
+                   const std::vector<Header>& headers) {
+  const bool head = method == "HEAD";
+  if (path == routes.health_route) {
+    return head ? reply(405, kMethodNotAllowed) : to(std::string(method), "/v2/health/ready");
+  }
+  if (path == routes.predict_route) {
+    const Header* redirect = find_header(headers, "X-Vertex-Ai-Triton-Redirect");
+    if (redirect == nullptr) {
+      return head ? reply(405, kMethodNotAllowed)
+                  : to(std::string(method), "/v2/models/" + routes.model + "/infer", true);
+    }
+    if (method != "POST") return reply(405);
+    return vertex_redirect(redirect->value);
+  }
+  return reply(400);
+}
+
+// The JSON string of `text` (the endpoint's error bodies quote the client's header).
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+// GetInferenceHeaderLength of the endpoint servers: the binary Content-Type gives the
+// JSON header's size (atoi's reading of what follows the prefix), which becomes the
+// KServe Inference-Header-Content-Length; an error is their 400 answer.
+bool binary_header_length(EndpointRoutes::Kind kind, const std::vector<Header>& headers,
+                          std::string* length, Route* error) {
+  const Header* type = find_header(headers, "Content-Type");
+  const std::string_view prefix = endpoint_binary_type(kind);
+  if (type == nullptr) return true;
+  const size_t pos = type->value.find(prefix);
+  if (pos == std::string_view::npos) return true;
+  if (pos != 0) {
+    *error =
+        reply(400, "{\"error\":" +
+                       json_string("expect MIME type for binary data starts with '" +
+                                   std::string(prefix) + "', got: " + std::string(type->value)) +
+                       "}");
+    return false;
+  }
+  const std::string given(type->value.substr(prefix.size()));
+  const long parsed = std::atol(given.c_str());
+  const uint64_t total = content_length(headers);
+  if (parsed < 0 || static_cast<uint64_t>(parsed) > total) {
+    *error = reply(400, "{\"error\":" +
+                            json_string("inference header size should be in range (0, " +
+                                        std::to_string(total) + "), got: " + given) +
+                            "}");
+    return false;
+  }
+  *length = std::to_string(parsed);
+  return true;
+}
+
+}  // namespace
+
+std::string_view endpoint_binary_type(EndpointRoutes::Kind kind) {
+  return kind == EndpointRoutes::Kind::kSageMaker
+             ? "application/vnd.sagemaker-triton.binary+json;json-header-size="
+             : "application/vnd.vertex-ai-triton.binary+json;json-header-size=";
+}
+
+RewrittenHead rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view head) {
+  std::vector<Header> headers;
+  const std::string_view first = split_head(head, &headers);
+  const size_t sp1 = first.find(' ');
+  const size_t sp2 = first.rfind(' ');
+  RewrittenHead out;
+  Route route;
+  std::string_view method, target, version = "HTTP/1.1";
+  if (sp1 == std::string_view::npos || sp2 == sp1) {
+    route = reply(400);
+  } else {
+    method = first.substr(0, sp1);
+    target = first.substr(sp1 + 1, sp2 - sp1 - 1);
+    version = first.substr(sp2 + 1);
+    const std::string_view path = target.substr(0, target.find('?'));
+    route = routes.kind == EndpointRoutes::Kind::kSageMaker
+                ? sagemaker_route(routes, method, path)
+                : vertex_route(routes, method, path, headers);
+  }
+  const bool chunked = is_chunked(headers);
+  if (chunked) {
+    route = reply(411,
+                  "{\"error\":\"chunked request bodies are not read on this endpoint; send "
+                  "a Content-Length\"}");
+    out.discard_rest = true;
+  }
+  std::string length;
+  if (route.infer && !binary_header_length(routes.kind, headers, &length, &route)) length.clear();
+  if (route.status != 0) {
+    // The body, if any, still follows and is read (and ignored) by the reply route.
+    out.head = "GET " + std::string(kEndpointReplyPath) + std::to_string(route.status) + " " +
+               std::string(version) + "\r\n";
+    if (!route.body.empty()) {
+      out.head += std::string(kEndpointBodyHeader) + ": " + route.body + "\r\n";
+    }
+  } else {
+    const size_t query = target.find('?');
+    out.head = route.method + " " + route.target +
+               (query == std::string_view::npos ? "" : std::string(target.substr(query))) + " " +
+               std::string(version) + "\r\n";
+    if (!length.empty()) out.head += "Inference-Header-Content-Length: " + length + "\r\n";
+  }
+  for (const Header& h : headers) {
+    if (iequals(h.name, kEndpointBodyHeader)) continue;  // only this stream sets it
+    if (out.discard_rest && (iequals(h.name, "Transfer-Encoding") ||
+                             iequals(h.name, "Content-Length") || iequals(h.name, "Connection"))) {
+      continue;
+    }
+    // Triton's endpoints read infer bodies as the Content-Type says, uncompressed, and
+    // answer uncompressed.
+    if (route.infer &&
+        (iequals(h.name, "Inference-Header-Content-Length") ||
+         iequals(h.name, "Content-Encoding") || iequals(h.name, "Accept-Encoding"))) {
+      continue;
+    }
+    out.head.append(h.line.data(), h.line.size());
+    out.head += kCrlf;
+  }
+  if (out.discard_rest) out.head += "Connection: close\r\n";
+  out.head += kCrlf;
+  return out;
+}
+
+std::string rewrite_endpoint_answer_head(EndpointRoutes::Kind kind, std::string_view head) {
+  std::vector<Header> headers;
+  const std::string_view first = split_head(head, &headers);
+  const Header* length = find_header(headers, "Inference-Header-Content-Length");
+  if (length == nullptr) return std::string(head);
+  std::string out(first);
+  out += kCrlf;
+  for (const Header& h : headers) {
+    if (&h == length || iequals(h.name, "Content-Type")) continue;
+    out.append(h.line.data(), h.line.size());
+    out += kCrlf;
+  }
+  out += "Content-Type: " + std::string(endpoint_binary_type(kind)) + std::string(length->value);
+  out += kHeadEnd;
+  return out;
+}
+
+void EndpointStream::requests(const char* data, size_t size, std::string* out) {
+  while (size != 0 && !discarding_) {
+    if (body_left_ != 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(body_left_, size));
+      out->append(data, n);
+      body_left_ -= n;
+      data += n;
+      size -= n;
+      continue;
+    }
+    // Collecting a head: the blank line may straddle what was held and this read.
+    const size_t held = head_.size();
+    const size_t look_from = held >= 3 ? held - 3 : 0;
+    head_.append(data, std::min(size, kMaxHead + 4 - held));
+    const size_t end = head_.find(kHeadEnd, look_from);
+    if (end == std::string::npos) {
+      if (head_.size() <= kMaxHead) return;  // the rest of the head is still to come
+      // Triton's server refuses such a head too; the connection ends with the answer.
+      out->append("GET " + std::string(kEndpointReplyPath) +
+                  "400 HTTP/1.1\r\nConnection: close\r\n\r\n");
+      discarding_ = true;
+      return;
+    }
+    const size_t head_size = end + kHeadEnd.size();
+    const size_t used = head_size - held;  // of this read
+    const RewrittenHead rewritten =
+        rewrite_endpoint_head(routes_, std::string_view(head_).substr(0, head_size));
+    out->append(rewritten.head);
+    if (rewritten.discard_rest) {
+      discarding_ = true;
+    } else {
+      std::vector<Header> headers;
+      split_head(std::string_view(head_).substr(0, head_size), &headers);
+      body_left_ = content_length(headers);
+    }
+    head_.clear();
+    data += used;
+    size -= used;
+  }
+}
+
+size_t EndpointStream::answers(std::string* out, size_t from) {
+  // Triton 2.51's Vertex AI endpoint answers binary outputs as its HTTP port does.
+  if (routes_.kind != EndpointRoutes::Kind::kSageMaker) return out->size();
+  size_t at = from;
+  while (at < out->size() && !passing_) {
+    if (answer_left_ != 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(answer_left_, out->size() - at));
+      answer_left_ -= n;
+      at += n;
+      continue;
+    }
+    const size_t end = out->find(kHeadEnd, at);
+    if (end == std::string::npos) return at;  // the rest of the head is still to come
+    const std::string_view head(out->data() + at, end + kHeadEnd.size() - at);
+    std::vector<Header> headers;
+    const std::string_view first = split_head(head, &headers);
+    const int status = first.size() > 12 ? std::atoi(std::string(first.substr(9, 3)).c_str()) : 0;
+    const bool bodiless = (status >= 100 && status < 200) || status == 204 || status == 304;
+    if (!bodiless && find_header(headers, "Content-Length") == nullptr) passing_ = true;
+    answer_left_ = bodiless ? 0 : content_length(headers);
+    const std::string rewritten = rewrite_endpoint_answer_head(routes_.kind, head);
+    out->replace(at, head.size(), rewritten);
+    at += rewritten.size();
+  }
+  return out->size();
+}
+
+}  // namespace naiad

@@ -1,0 +1,86 @@
+// The SageMaker and Vertex AI endpoints that Triton serves on ports of their own
+// (--allow-sagemaker, --allow-vertex-ai), as routes into Naiad's one HTTP front end.
+//
+// A connection accepted on such a port reads its bytes through an EndpointStream: each
+// request head is rewritten to the KServe route that Triton's endpoint server hands the
+// request to (POST /invocations -> POST /v2/models/<model>/infer, GET /ping ->
+// GET /v2/health/ready ...), its binary-body Content-Type turned into
+// Inference-Header-Content-Length, and the rest of the bytes passed on as they are. So an
+// infer is read by the same KServe reader as on the HTTP port (the lane's, or Python's
+// general path), and the control routes reach the Python control plane. What Triton's
+// endpoint answers by itself (an unknown route: 400, a wrong method: 405, a bad binary
+// Content-Type) goes to the internal route kEndpointReplyPath, which replies with the
+// status and body the rewritten head carries. SageMaker's answers pass through the same
+// stream: a binary infer answer's Inference-Header-Content-Length becomes its
+// Content-Type (Vertex AI answers as the HTTP port does).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace naiad {
+
+struct EndpointRoutes {
+  enum class Kind : uint8_t { kSageMaker, kVertexAi };
+  Kind kind = Kind::kSageMaker;
+  // The model that /invocations (SageMaker) and the predict route (Vertex AI) infer.
+  std::string model;
+  // SageMaker: "ready" or "live" (SAGEMAKER_TRITON_PING_MODE), what /ping checks.
+  std::string ping_mode = "ready";
+  // Vertex AI: the paths of AIP_PREDICT_ROUTE and AIP_HEALTH_ROUTE.
+  std::string predict_route;
+  std::string health_route;
+};
+
+// The internal route of the endpoints' own answers: the status is the last segment, the
+// body (sent as text/plain, as Triton's endpoint servers do) the kEndpointBodyHeader.
+inline constexpr std::string_view kEndpointReplyPath = "/v2/naiad/endpoint_reply/";
+inline constexpr std::string_view kEndpointBodyHeader = "Naiad-Endpoint-Body";
+
+// The binary-body Content-Type prefix of an endpoint (json-header-size=<n> follows).
+std::string_view endpoint_binary_type(EndpointRoutes::Kind kind);
+
+struct RewrittenHead {
+  std::string head;  // the request line and headers, through the blank line
+  // The rest of the connection's bytes are dropped (the head says Connection: close):
+  // a body this stream cannot frame (chunked), or a head too large.
+  bool discard_rest = false;
+};
+
+// One request head (through "\r\n\r\n") rewritten for `routes`.
+RewrittenHead rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view head);
+
+// An answer head on an endpoint's connection: Inference-Header-Content-Length: <n> and
+// the octet-stream Content-Type become the endpoint's binary Content-Type.
+std::string rewrite_endpoint_answer_head(EndpointRoutes::Kind kind, std::string_view head);
+
+// The request and answer byte streams of one endpoint connection.
+class EndpointStream {
+ public:
+  explicit EndpointStream(const EndpointRoutes& routes) : routes_(routes) {}
+
+  // Received bytes: appends to `out` what goes on (rewritten heads, bodies as they are);
+  // an unfinished head is held.
+  void requests(const char* data, size_t size, std::string* out);
+
+  // The answer bytes of `out` from `from` on: rewrites SageMaker's heads among them.
+  // Returns the end of what may be sent (an unfinished head waits for the rest).
+  size_t answers(std::string* out, size_t from);
+
+  static constexpr size_t kMaxHead = 64 * 1024;
+
+ private:
+  const EndpointRoutes& routes_;
+  // Requests: the head being collected, and the bytes left of the body being passed on.
+  std::string head_;
+  uint64_t body_left_ = 0;
+  bool discarding_ = false;
+  // Answers: the bytes left of the body being passed; passing: heads are no longer
+  // looked for (an answer without a Content-Length, which only a stream would send).
+  uint64_t answer_left_ = 0;
+  bool passing_ = false;
+};
+
+}  // namespace naiad
