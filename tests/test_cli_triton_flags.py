@@ -126,11 +126,7 @@ def test_bad_values_are_usage_errors():
         assert exited.value.code == 2, args
 
 
-_REFUSED = (
-    "--allow-sagemaker",
-    "--allow-vertex-ai",
-    "--model-namespacing",
-)
+_REFUSED = ("--model-namespacing",)
 
 
 def test_flags_without_effect_are_each_noted():
@@ -166,8 +162,6 @@ def test_flags_without_effect_are_each_noted():
 @pytest.mark.parametrize(
     "flag,words",
     [
-        ("--allow-sagemaker=true", "SageMaker endpoint is not served"),
-        ("--allow-vertex-ai=on", "Vertex AI endpoint is not served"),
         ("--model-namespacing=true", "model namespacing is not implemented"),
     ],
 )

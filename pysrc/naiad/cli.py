@@ -78,8 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--grpc-port", type=int, default=8001)
     serve.add_argument("--metrics-port", type=int, default=8002)
-    serve.add_argument("--allow-http", type=_bool, default=True)
-    serve.add_argument("--allow-grpc", type=_bool, default=True)
+    # None: true, unless AIP_MODE=PREDICTION (cli_triton.environment_defaults).
+    serve.add_argument("--allow-http", type=_bool, default=None)
+    serve.add_argument("--allow-grpc", type=_bool, default=None)
     serve.add_argument("--allow-metrics", type=_bool, default=True)
     serve.add_argument(
         "--allow-gpu-metrics",
@@ -463,6 +464,7 @@ def complete_serve_options(options) -> None:
         _parse_access_flags(options)
     except ValueError as exc:
         raise OptionsError(str(exc), 2) from None
+    cli_triton.environment_defaults(options)
     refused = cli_triton.startup_error(options)
     if refused is not None:
         raise OptionsError(refused, 1)

@@ -4,8 +4,9 @@ but whose feature Naiad does not have or has no use for on this host.
 Each is parsed with Triton's syntax (a bad value is a usage error, as in Triton) and
 defaults to None. At start-up the server logs one line for each flag given, saying what
 it does here (`startup_notes`); a flag that asks for a feature Naiad does not serve
-(the SageMaker and Vertex AI endpoints, model namespacing) stops the start with
-an error (`startup_error`) rather than serve without it. docs/flags.md is the table."""
+(model namespacing) stops the start with an error (`startup_error`) rather than serve
+without it. The SageMaker and Vertex AI endpoints' flags are here too, with their effect
+(http/endpoint_routes.py). docs/flags.md is the table."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ import argparse
 import os
 import re
 
-__all__ = ["add_arguments", "parse_bool", "startup_error", "startup_notes"]
+__all__ = [
+    "add_arguments",
+    "environment_defaults",
+    "parse_bool",
+    "startup_error",
+    "startup_notes",
+]
 
 
 def parse_bool(text: str) -> bool:
@@ -66,12 +73,16 @@ _NO_EFFECT = (
         "tensors are copied once into the shared arena by the thread that reads them; "
         "there are no buffer-manager threads",
     ),
-    ("--sagemaker-port", int, "the SageMaker endpoint is not served"),
-    ("--sagemaker-safe-port-range", _PORT_RANGE, "the SageMaker endpoint is not served"),
-    ("--sagemaker-thread-count", int, "the SageMaker endpoint is not served"),
-    ("--vertex-ai-port", int, "the Vertex AI endpoint is not served"),
-    ("--vertex-ai-thread-count", int, "the Vertex AI endpoint is not served"),
-    ("--vertex-ai-default-model", str, "the Vertex AI endpoint is not served"),
+    (
+        "--sagemaker-thread-count",
+        int,
+        "the SageMaker endpoint's connections are read by the one C++ I/O thread",
+    ),
+    (
+        "--vertex-ai-thread-count",
+        int,
+        "the Vertex AI endpoint's connections are read by the one C++ I/O thread",
+    ),
     # Shared libraries Triton loads: Naiad's repository agents and cache are built in.
     # (--backend-directory has a use: Python-based backends, add_arguments.)
     (
@@ -116,8 +127,6 @@ _NO_EFFECT = (
 
 # Switches whose true asks for something Naiad does not serve: (flag, why not).
 _REFUSED_WHEN_TRUE = (
-    ("--allow-sagemaker", "the SageMaker endpoint is not served by Naiad yet"),
-    ("--allow-vertex-ai", "the Vertex AI endpoint is not served by Naiad yet"),
     (
         "--model-namespacing",
         "model namespacing is not implemented: models of the same name in two "
@@ -149,6 +158,39 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
         group.add_argument(
             flag, type=parse_bool, default=None, help=f"true: start-up error ({why})"
         )
+    endpoints = serve.add_argument_group(
+        "SageMaker and Vertex AI endpoints",
+        "Triton's flags, with its meaning and defaults (docs/sagemaker_vertex.md)",
+    )
+    endpoints.add_argument(
+        "--allow-sagemaker", type=parse_bool, default=None, help="serve the SageMaker endpoint"
+    )
+    endpoints.add_argument(
+        "--sagemaker-port", type=int, default=None, help="its port (default 8080)"
+    )
+    endpoints.add_argument(
+        "--sagemaker-safe-port-range",
+        type=_PORT_RANGE,
+        default=None,
+        help="<low>-<high>: the range the other ports must lie in",
+    )
+    endpoints.add_argument(
+        "--allow-vertex-ai",
+        type=parse_bool,
+        default=None,
+        help="serve the Vertex AI endpoint (default: true where AIP_MODE=PREDICTION)",
+    )
+    endpoints.add_argument(
+        "--vertex-ai-port",
+        type=int,
+        default=None,
+        help="its port (default: AIP_HTTP_PORT, else 8080)",
+    )
+    endpoints.add_argument(
+        "--vertex-ai-default-model",
+        default=None,
+        help="the model its predict route infers (default: the repository's one model)",
+    )
 
 
 def startup_error(options) -> str | None:
@@ -156,25 +198,40 @@ def startup_error(options) -> str | None:
     for flag, why in _REFUSED_WHEN_TRUE:
         if getattr(options, _dest(flag), None):
             return f"{flag}=true: {why}"
+    if getattr(options, "allow_sagemaker", None):
+        from naiad.http.endpoint_routes import safe_port_range_error, vertex_allowed, vertex_port
+
+        ports = [
+            (name, getattr(options, attribute))
+            for name, allowed, attribute in (
+                ("HTTP", "allow_http", "http_port"),
+                ("GRPC", "allow_grpc", "grpc_port"),
+                ("metrics", "allow_metrics", "metrics_port"),
+            )
+            if getattr(options, allowed, False)
+        ]
+        if vertex_allowed(options):
+            ports.append(("Vertex AI", vertex_port(options)))
+        return safe_port_range_error(getattr(options, "sagemaker_safe_port_range", None), ports)
     return None
 
 
+def environment_defaults(options) -> None:
+    """Triton's defaults that the environment sets: where AIP_MODE=PREDICTION (a Vertex
+    AI container), the HTTP and gRPC ports are off unless their flags say otherwise (and
+    the Vertex AI endpoint is on: http/endpoint_routes.py)."""
+    prediction = os.environ.get("AIP_MODE") == "PREDICTION"
+    for name in ("allow_http", "allow_grpc"):
+        if getattr(options, name, True) is None:
+            setattr(options, name, not prediction)
+
+
 def startup_notes(options) -> list[str]:
-    """One line per flag of this module given a value on the command line (a switch
-    given false asks for nothing: none), and for the environment Triton reads, saying
-    what they do in Naiad."""
+    """One line per flag of this module without effect here given a value on the
+    command line, saying what it does in Naiad."""
     notes = []
     for flag, _, effect in _NO_EFFECT:
         value = getattr(options, _dest(flag), None)
         if value is not None:
             notes.append(f"{flag}={value}: accepted for Triton's command line; {effect}")
-    if (
-        os.environ.get("AIP_MODE") == "PREDICTION"
-        and getattr(options, "allow_vertex_ai", None) is None
-    ):
-        # Triton would serve Vertex AI here by default.
-        notes.append(
-            "AIP_MODE=PREDICTION: Triton would serve the Vertex AI endpoint by default; "
-            "Naiad does not serve it"
-        )
     return notes

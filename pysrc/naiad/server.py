@@ -273,7 +273,14 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
         except ValueError as exc:  # --tokenizer or --chat-template cannot be read
             raise StartupError(str(exc)) from None
         log.info("Started OpenAI-compatible frontend at %s:%d", options.host, options.openai_port)
-    if options.allow_http:
+    endpoints = _endpoints(options, manager)
+    io_loop = getattr(options, "http_io_loop", True)
+    if endpoints and not (io_loop and manager.fast_lane and manager.lane is not None):
+        raise StartupError(
+            "the SageMaker and Vertex AI endpoints are served by the C++ I/O loop, which "
+            "--fast-lane=false and --http-io-loop=false turn off"
+        )
+    if options.allow_http or endpoints:
         from naiad.http.connection_limits import ConnectionLimits
         from naiad.http.generate_routes import register_generate_routes
         from naiad.http.logging_routes import register_logging_routes
@@ -296,25 +303,60 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
         register_generate_routes(router, manager)
         register_logging_routes(router)
         register_trace_routes(router, manager)
-        servers.append(
-            await start_http_server(
-                manager,
-                options.host,
-                options.http_port,
-                router=router,
-                limits=ConnectionLimits(
-                    options.http_client_timeout_secs,
-                    options.http_idle_timeout_secs,
-                    options.http_max_connections,
-                ),
-                io_loop=getattr(options, "http_io_loop", True),
-                reuse_port=getattr(options, "reuse_http_port", False),
-                tls=getattr(options, "http_tls", None),
-            )
+        http_server = await start_http_server(
+            manager,
+            options.host,
+            options.http_port if options.allow_http else None,
+            router=router,
+            limits=ConnectionLimits(
+                options.http_client_timeout_secs,
+                options.http_idle_timeout_secs,
+                options.http_max_connections,
+            ),
+            io_loop=io_loop,
+            reuse_port=getattr(options, "reuse_http_port", False),
+            tls=getattr(options, "http_tls", None),
         )
-        log.info("Started HTTPService at %s:%d", options.host, options.http_port)
+        servers.append(http_server)
+        if options.allow_http:
+            log.info("Started HTTPService at %s:%d", options.host, options.http_port)
+        _listen_endpoints(http_server, endpoints, options.host)
     if metrics_server is not None:
         log.info("Started Metrics Service at %s:%d", metrics_address, options.metrics_port)
+
+
+def _endpoints(options, manager) -> list:
+    """The SageMaker and Vertex AI endpoints to serve (http/endpoint_routes.py), the
+    Vertex AI default model resolved against the loaded models."""
+    from naiad.http.endpoint_routes import EndpointError, endpoints_for, resolve_vertex_model
+
+    try:
+        endpoints = endpoints_for(options)
+        for endpoint in endpoints:
+            if endpoint.kind == "vertex_ai":
+                ready = [entry["name"] for entry in manager.repository_index(ready_only=True)]
+                endpoint.model = resolve_vertex_model(
+                    getattr(options, "vertex_ai_default_model", None), ready
+                )
+    except EndpointError as exc:
+        raise StartupError(
+            str(exc), f"failed to start {exc.service} service: Invalid argument - {exc}"
+        ) from None
+    return endpoints
+
+
+def _listen_endpoints(http_server, endpoints: list, host: str) -> None:
+    from naiad.http.io_server import listening_socket
+
+    for endpoint in endpoints:
+        try:
+            sock = listening_socket(host, endpoint.port, 1024, False)
+        except OSError as exc:
+            raise StartupError(
+                f"failed to start {endpoint.name} service: {exc.strerror} ({host}:{endpoint.port})"
+            ) from None
+        http_server.listen_endpoint(sock, endpoint)
+        log.info("Started %s HTTPService at %s:%d", endpoint.name, host, endpoint.port)
 
 
 async def shutdown(running: Running) -> None:

@@ -124,7 +124,9 @@ class IoServer:
             manager, "take_http_requests", None
         )
         self.engine.attach(self, "http")
-        self.io.listen_http(sock.fileno())
+        self.endpoint_sockets: list = []
+        if sock is not None:  # None: only endpoints listen (listen_endpoint)
+            self.io.listen_http(sock.fileno())
         limits.sweeps.append(self.sweep)
 
     def event(self, kind: int, connection: int, data) -> None:
@@ -183,9 +185,22 @@ class IoServer:
             # connection), also when they came from outside a turn (a worker's exit).
             self.engine.flush_soon()
 
+    def listen_endpoint(self, sock, endpoint) -> None:
+        """Serves a SageMaker or Vertex AI endpoint (http/endpoint_routes.py) on `sock`:
+        its connections are this server's, their requests rewritten by the loop."""
+        self.endpoint_sockets.append(sock)
+        self.io.listen_endpoint(
+            sock.fileno(),
+            endpoint.kind,
+            endpoint.model,
+            endpoint.ping_mode,
+            endpoint.predict_route,
+            endpoint.health_route,
+        )
+
     @property
     def sockets(self) -> list:
-        return [self.sock]
+        return ([self.sock] if self.sock is not None else []) + self.endpoint_sockets
 
     # -- the connection limits' sweep (http/connection_limits.py) ------------------------
     def sweep(self, limits: ConnectionLimits) -> None:
@@ -213,7 +228,8 @@ class IoServer:
         if self._open:
             self._open = False
             self.io.stop_listening()
-            self.sock.close()
+            for sock in self.sockets:
+                sock.close()
 
     async def wait_closed(self) -> None:
         return None

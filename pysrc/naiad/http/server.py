@@ -16,7 +16,7 @@ __all__ = ["start_http_server"]
 async def start_http_server(
     manager,
     host: str,
-    port: int,
+    port: int | None,
     *,
     max_body_size: int | None = None,
     router: Router | None = None,
@@ -32,7 +32,8 @@ async def start_http_server(
     `max_body_size` (--http-max-input-size) is the connections' too, unless given here.
     `io_loop`: connections are read and answered by the C++ I/O loop (http/io_server.py),
     when the manager has a fast lane; else by uvloop's transports. `tls`:
-    naiad.tls.TlsSettings (None: plaintext)."""
+    naiad.tls.TlsSettings (None: plaintext). `port` None: the C++ loop's server with no
+    HTTP port, for the SageMaker and Vertex AI endpoints alone (IoServer.listen_endpoint)."""
     loop = asyncio.get_running_loop()
     if max_body_size is None:
         max_body_size = DEFAULT_MAX_BODY_SIZE if router is None else router.max_body_size
@@ -44,7 +45,7 @@ async def start_http_server(
     limits.start(loop)
 
     if io_loop and getattr(manager, "lane", None) is not None and manager.fast_lane:
-        sock = listening_socket(host, port, backlog, reuse_port)
+        sock = None if port is None else listening_socket(host, port, backlog, reuse_port)
         engine_for(manager, loop).io.set_tls(False, None if tls is None else tls.context)
         return IoServer(manager, router, loop, sock, max_body_size, limits)
 
