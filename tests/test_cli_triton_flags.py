@@ -22,7 +22,8 @@ from pathlib import Path
 import grpc
 import pytest
 import requests
-from naiad import cli, cli_triton
+from naiad import cli
+from naiad.flags import cli_triton
 from naiad.protos import grpc_service_pb2 as service_pb2
 from naiad.protos import grpc_service_pb2_grpc as service_pb2_grpc
 from server_harness import REPO_ROOT, NaiadServer, make_repository

@@ -261,7 +261,7 @@ def test_restricted_inference_is_not_bypassed_by_the_lane(tmp_path):
     ],
 )
 def test_restricted_api_flags_are_read_as_tritonserver_reads_them(flag, message):
-    from naiad.restrictions import parse_restrictions
+    from naiad.flags.restrictions import parse_restrictions
 
     with pytest.raises(ValueError) as error:
         parse_restrictions([flag], "http-restricted-api")

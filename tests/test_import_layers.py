@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent / "pysrc" / "naiad"
 FRONTEND = (
     "naiad.check",
     "naiad.cli",
-    "naiad.cli_triton",
+    "naiad.flags.cli_triton",
     "naiad.grpc",
     "naiad.http",
     "naiad.inprocess",

@@ -6,10 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from naiad import cli_triton, tls
+from naiad import tls
+from naiad.flags import cli_triton
+from naiad.flags.rate_limit import parse_rate_limit, parse_rate_limit_resource
 from naiad.grpc.compression import COMPRESSION_LEVELS
 from naiad.openai import options as openai_options
-from naiad.rate_limit import parse_rate_limit, parse_rate_limit_resource
 from naiad.tracing import options as tracing_options
 
 _bool = cli_triton.parse_bool
@@ -403,7 +404,7 @@ def _add_check_arguments(check) -> None:
 
 
 def _add_access_flags(serve) -> None:
-    # Restricted APIs and header forwarding, as tritonserver (naiad/restrictions.py).
+    # Restricted APIs and header forwarding, as tritonserver (naiad/flags/restrictions.py).
     serve.add_argument(
         "--http-restricted-api",
         action="append",
@@ -434,7 +435,7 @@ def _add_access_flags(serve) -> None:
 
 
 def _parse_access_flags(options) -> None:
-    from naiad.restrictions import GRPC_KEY_PREFIX, forward_pattern, parse_restrictions
+    from naiad.flags.restrictions import GRPC_KEY_PREFIX, forward_pattern, parse_restrictions
 
     options.http_restrictions = parse_restrictions(
         options.http_restricted_api, "http-restricted-api"
@@ -458,7 +459,7 @@ def complete_serve_options(options) -> None:
     """Checks what argparse cannot and fills the derived settings (restrictions, cache
     size, trace setting): the one completion of `naiad serve`'s options, which the
     in-process naiad.Server uses too. OptionsError when a value is refused."""
-    from naiad.cache_config import CacheConfigError, cache_settings
+    from naiad.flags.cache_config import CacheConfigError, cache_settings
 
     try:
         _parse_access_flags(options)

@@ -9,8 +9,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from naiad import cli_triton
-from naiad.cache_config import CacheConfigError
+from naiad.flags import cli_triton
+from naiad.flags.cache_config import CacheConfigError
 from naiad.memory.gc_tuning import settle_after_startup
 from naiad.observability import triton_log
 from naiad.scheduling.manager import ModelManager, format_load_table

@@ -328,7 +328,7 @@ def test_without_cache_config_nothing_is_cached(tmp_path):
 
 
 def test_cache_flags_as_tritonserver_reads_them():
-    from naiad.cache_config import CacheConfigError, LocalCacheSettings, cache_settings
+    from naiad.flags.cache_config import CacheConfigError, LocalCacheSettings, cache_settings
 
     assert cache_settings([], None) is None
     assert cache_settings(["local,size=1048576"], None) == LocalCacheSettings(1048576)

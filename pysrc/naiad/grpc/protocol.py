@@ -19,6 +19,7 @@ import zlib
 from collections import deque
 
 from naiad import _core
+from naiad.flags.restrictions import GRPC_CATEGORIES, Restrictions, add_forwarded
 from naiad.grpc import decoupled, status
 from naiad.grpc.keepalive import IDLE_PING_INTERVAL_MS, Keepalive, PingPolicy
 from naiad.grpc.service import (
@@ -33,7 +34,6 @@ from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request
 from naiad.inflate import GZIP, ZLIB, InflatedTooLarge, inflate, inflate_soon
 from naiad.protos import grpc_service_pb2 as pb
-from naiad.restrictions import GRPC_CATEGORIES, Restrictions, add_forwarded
 
 log = logging.getLogger("naiad.grpc")
 
@@ -118,7 +118,7 @@ class GrpcProtocol:
         self.connection = connection
         self.conn = engine.io.grpc_streams(connection)
         # Restricted protocols and header forwarding read call metadata; without them
-        # the loop does not hand it out (naiad/restrictions.py).
+        # the loop does not hand it out (naiad/flags/restrictions.py).
         self._restrictions = service.restrictions
         self._forward = service.forward
         self.calls: dict[int, _Call] = {}

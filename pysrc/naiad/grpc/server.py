@@ -103,7 +103,7 @@ async def start_grpc_server(
 ) -> GrpcServer:
     """Serve GRPCInferenceService (and grpc.health.v1.Health/Check) for `manager`;
     `restrictions` and `forward`: --grpc-restricted-protocol and
-    --grpc-header-forward-pattern (naiad/restrictions.py); `max_connection_age_ms` and
+    --grpc-header-forward-pattern (naiad/flags/restrictions.py); `max_connection_age_ms` and
     its grace: --grpc-max-connection-age(-grace) (None: connections never age out);
     `compression_level`: --grpc-infer-response-compression-level (COMPRESSION_LEVELS);
     `keepalive`: the server's keepalive PINGs (None: it sends none); `ping_policy`: what
@@ -132,7 +132,7 @@ async def start_grpc_server(
     plain = not service.restrictions and service.forward is None
     server = GrpcServer(engine, sock, make_protocol, plain)
     io = engine.io
-    # Restricted protocols and header forwarding read call metadata (naiad/restrictions.py).
+    # Restricted protocols and header forwarding read call metadata (naiad/flags/restrictions.py).
     io.grpc_metadata = not plain
     io.set_grpc_watch_pings(ping_policy is not None)
     io.set_tls(True, None if tls is None else tls.context)

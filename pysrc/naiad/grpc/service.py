@@ -16,12 +16,12 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from naiad.errors import InvalidArgument, NaiadError, NotFound, Unavailable
+from naiad.flags.restrictions import Restrictions, add_forwarded
 from naiad.grpc import shm_rpcs, status
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request, to_infer_response
 from naiad.observability import triton_log
 from naiad.protos import grpc_service_pb2 as pb
-from naiad.restrictions import Restrictions, add_forwarded
 from naiad.scheduling.instance import send_log_settings
 from naiad.scheduling.model import DECOUPLED_GRPC_INFER
 from naiad.tracing.otel import tracestate_text

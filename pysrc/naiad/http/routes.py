@@ -18,18 +18,18 @@ import orjson
 
 from naiad import _core
 from naiad.errors import NaiadError, NotFound, Unavailable
+from naiad.flags.restrictions import (
+    MODEL_ACTION_CATEGORIES,
+    SECTION_CATEGORIES,
+    Restrictions,
+    add_forwarded,
+)
 from naiad.http.codec import (
     compress_body,
     decompress,
     encode_infer_response,
     parse_header_length,
     parse_infer_request,
-)
-from naiad.restrictions import (
-    MODEL_ACTION_CATEGORIES,
-    SECTION_CATEGORIES,
-    Restrictions,
-    add_forwarded,
 )
 from naiad.scheduling.model import DECOUPLED_HTTP_INFER
 
@@ -179,7 +179,7 @@ class Router:
         self._model_paths: dict[tuple, Callable] = {}
         # Looked up once: it runs for every read of every connection.
         self._take_http_requests = getattr(manager, "take_http_requests", None)
-        # --http-restricted-api and --http-header-forward-pattern (naiad/restrictions.py).
+        # --http-restricted-api and --http-header-forward-pattern (naiad/flags/restrictions.py).
         self.restrictions = restrictions or Restrictions()
         self.forward = forward  # a compiled pattern, or None
         # The header names the protocol keeps for us, lower-cased.

@@ -15,8 +15,8 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
 
-from naiad.cache_config import model_cache_refusal
 from naiad.errors import InvalidArgument
+from naiad.flags.cache_config import model_cache_refusal
 from naiad.protos import model_config_pb2
 from naiad.repository import field_support
 from naiad.repository.agents import agents_refusal

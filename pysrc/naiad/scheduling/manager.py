@@ -159,7 +159,7 @@ class ModelManager:
         # (execution_count, [rate_limit.RateLimitResource]): --rate-limit and its resources.
         self.core.configure_rate_limiter(*rate_limit)
         self.lane = _core.FastLane(self.core)
-        if cache is not None:  # --cache-config: one cache (cache_config.py), every path
+        if cache is not None:  # --cache-config: one cache (flags/cache_config.py), every path
             cache.enable(self.lane)
         self.grpc_lane = _core.GrpcLane(self.lane)  # the same codec, for gRPC ModelInfer
         # Client shared-memory regions (Triton's shm extensions); the core reads
