@@ -134,6 +134,17 @@ GOOD = {
         ),
         {},
     ),
+    # add_sub whose batches leave full (8 rows) or after 5 s: the batching tests send 24
+    # rows at once, and their requests share executions however slowly they arrive.
+    "onnx_add_sub_full": (
+        add_sub(),
+        _config(
+            "onnx_add_sub_full",
+            "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 5000000 }\n"
+            + _ADD_SUB_IO,
+        ),
+        {},
+    ),
     # every datatype, auto-completed (no config.pbtxt)
     "onnx_identity_all": (identity_all(), None, {}),
     # every fixed-size datatype (no BYTES): outputs written in place into the response

@@ -87,15 +87,16 @@ def test_dynamic_batching_forms_batches_and_answers_each_request(server, client)
         )
         for rows in (1, 2, 1, 3, 1, 1, 2, 1) * 2
     ]
+    stats_url = server.url + "/v2/models/onnx_add_sub_full/stats"
     one = {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}
     body = {"inputs": [one, {**one, "name": "INPUT1"}]}
     with requests.Session() as idle:
         # An open connection that has sent an inference request: Naiad's batcher then
         # waits out max_queue_delay_microseconds instead of leaving early.
         assert idle.post(server.url + "/v2/models/onnx_add_sub/infer", json=body).ok
-        before = requests.get(server.url + "/v2/models/onnx_add_sub/stats").json()
+        before = requests.get(stats_url).json()
         handles = [
-            _infer(client, "onnx_add_sub", {"INPUT0": a, "INPUT1": b}, asynchronous=True)
+            _infer(client, "onnx_add_sub_full", {"INPUT0": a, "INPUT1": b}, asynchronous=True)
             for a, b in cases
         ]
         results = [handle.get_result() for handle in handles]
@@ -103,7 +104,7 @@ def test_dynamic_batching_forms_batches_and_answers_each_request(server, client)
     for (a, b), result in zip(cases, results):
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
         np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
-    stats = requests.get(server.url + "/v2/models/onnx_add_sub/stats").json()["model_stats"][0]
+    stats = requests.get(stats_url).json()["model_stats"][0]
     sizes = {b["batch_size"] for b in stats["batch_stats"]}
     assert stats["inference_count"] >= sum(len(a) for a, _ in cases)
     # some requests shared an execution

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 from server_harness import EXAMPLE_MODELS, NaiadServer
 from tritonclient.utils import InferenceServerException
 
-MODELS = ("onnx_add_sub", "onnx_identity_all", "onnx_auto", "onnx_variable")
+MODELS = ("onnx_add_sub_full", "onnx_identity_all", "onnx_auto", "onnx_variable")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,9 @@ def _burst(client, cases):
         return store
 
     for index, (a, b) in enumerate(cases):
-        client.async_infer("onnx_add_sub", _inputs({"INPUT0": a, "INPUT1": b}), callback(index))
+        client.async_infer(
+            "onnx_add_sub_full", _inputs({"INPUT0": a, "INPUT1": b}), callback(index)
+        )
     for _ in cases:
         assert done.acquire(timeout=30)
     return results
@@ -76,10 +78,11 @@ def test_concurrent_grpc_requests_are_batched_and_each_gets_its_rows(server, cli
         )
         for rows in (1, 2, 1, 1, 3, 1, 2, 1) * 2
     ]
+    stats = f"{server.url}/v2/models/onnx_add_sub_full/stats"
     _burst(client, cases)  # the connection has had 16 calls in flight: held batches wait
-    before = requests.get(f"{server.url}/v2/models/onnx_add_sub/stats").json()["model_stats"][0]
+    before = requests.get(stats).json()["model_stats"][0]
     results = _burst(client, cases)
-    after = requests.get(f"{server.url}/v2/models/onnx_add_sub/stats").json()["model_stats"][0]
+    after = requests.get(stats).json()["model_stats"][0]
     for (a, b), result in zip(cases, results):
         assert not isinstance(result, Exception), result
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
