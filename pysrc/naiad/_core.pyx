@@ -3226,7 +3226,7 @@ def keep_large_blocks():
     return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 64 << 20))
 
 
-# Event kinds as GrpcConnection.receive reports them.
+# Kinds of a gRPC call's events, as the I/O loop hands them to Python (IO_GRPC_CALL).
 GRPC_CALL = 0
 GRPC_MESSAGE = 1
 GRPC_HALF_CLOSE = 2
@@ -3234,8 +3234,11 @@ GRPC_CANCEL = 3
 
 
 cdef object _h2_event(H2Event* e, cbool want_metadata):
-    """A GrpcConnection event as the tuple GrpcConnection.receive documents (a message's
-    bytes are moved out of `e`, not copied)."""
+    """An h2::GrpcConnection event as a tuple: (GRPC_CALL, stream, path, timeout_us or -1,
+    grpc-encoding str, traceparent str or None[, metadata: ((name, value) str pairs) when
+    `want_metadata`]), (GRPC_MESSAGE, stream, message as OwnedBytes, compressed),
+    (GRPC_HALF_CLOSE, stream) or (GRPC_CANCEL, stream, code). A message's bytes are moved
+    out of `e`, not copied."""
     cdef OwnedBytes message
     if e.kind == H2EventKind.kMessage:
         message = OwnedBytes.__new__(OwnedBytes)
@@ -3256,129 +3259,6 @@ cdef object _h2_event(H2Event* e, cbool want_metadata):
     if e.kind == H2EventKind.kHalfClose:
         return (GRPC_HALF_CLOSE, e.stream_id)
     return (GRPC_CANCEL, e.stream_id, e.error_code)
-
-
-cdef class GrpcConnection:
-    """One HTTP/2 connection carrying gRPC calls, as bytes in and bytes out.
-
-    `receive(data)` returns events: (GRPC_CALL, stream, path, timeout_us or -1,
-    grpc-encoding str, traceparent str or None[, metadata: ((name, value) str pairs) when
-    `want_metadata`]), (GRPC_MESSAGE, stream, message as OwnedBytes (the buffer the
-    connection put the message together in, not a copy), compressed),
-    (GRPC_HALF_CLOSE, stream), (GRPC_CANCEL, stream, code).
-    `take_output()` returns the bytes to write (b"" when none; a large output as a
-    memoryview of the C++ buffer). Called only from the event loop thread that owns the
-    socket; the C++ object has no locks."""
-
-    cdef CGrpcConnection* _conn
-    # The front end reads call metadata (restricted protocols, header forwarding): only
-    # then do calls carry it out of C++.
-    cdef public cbool want_metadata
-
-    def __cinit__(self, uint32_t max_concurrent_streams=128,
-                  uint64_t max_message_size=0x7fffffff,
-                  uint32_t max_header_list_size=16384,
-                  int response_compression=0):
-        # response_compression: --grpc-infer-response-compression-level, 0 (none) to 3
-        # (high); messages are compressed as gRPC core would at that level.
-        cdef H2Limits limits
-        limits.max_concurrent_streams = max_concurrent_streams
-        limits.max_message_size = max_message_size
-        limits.max_header_list_size = max_header_list_size
-        limits.response_compression = response_compression
-        self._conn = new CGrpcConnection(limits)
-
-    def __dealloc__(self):
-        del self._conn
-
-    def receive(self, bytes data):
-        cdef vector[H2Event] events
-        cdef const char* start = PyBytes_AS_STRING(data)
-        cdef size_t size = PyBytes_GET_SIZE(data)
-        with nogil:
-            self._conn.receive(start, size, &events)
-        cdef list out = []
-        cdef size_t i
-        for i in range(events.size()):
-            out.append(_h2_event(&events[i], self.want_metadata))
-        return out
-
-    def send_message(self, uint32_t stream_id, payload):
-        """Queues one response message; False when the call is gone."""
-        cdef const unsigned char[:] view = payload
-        cdef string_view sv
-        if view.shape[0] == 0:
-            sv = string_view(b"", 0)
-        else:
-            sv = string_view(<const char*>&view[0], view.shape[0])
-        return self._conn.send_message(stream_id, sv)
-
-    def finish(self, uint32_t stream_id, int status, str message=""):
-        """Ends a call with grpc-status `status` and grpc-message `message`."""
-        cdef bytes encoded = message.encode()
-        return self._conn.finish(stream_id, status,
-                                 string_view(PyBytes_AS_STRING(encoded),
-                                             PyBytes_GET_SIZE(encoded)))
-
-    def reset(self, uint32_t stream_id, uint32_t code):
-        self._conn.reset(stream_id, code)
-
-    def shutdown(self):
-        self._conn.shutdown()
-
-    def ping(self):
-        """A keepalive PING (--grpc-keepalive-time); pings_unacked counts it until the
-        client's ACK."""
-        self._conn.ping()
-
-    @property
-    def pings_unacked(self):
-        return self._conn.pings_unacked()
-
-    @property
-    def pings_received(self):
-        """The client's PINGs so far (the ping policy, --grpc-http2-max-ping-strikes)."""
-        return self._conn.pings_received()
-
-    def too_many_pings(self):
-        """GOAWAY(ENHANCE_YOUR_CALM, "too_many_pings"); the connection is closed."""
-        self._conn.too_many_pings()
-
-    def take_output(self):
-        if not self._conn.has_output():
-            return b""
-        cdef OwnedBytes owned
-        if self._conn.output_size() >= _OUTPUT_VIEW_MIN:
-            owned = OwnedBytes.__new__(OwnedBytes)
-            self._conn.take_output_into(&owned.data)
-            return memoryview(owned)
-        cdef string out = self._conn.take_output()
-        return PyBytes_FromStringAndSize(out.data(), out.size())
-
-    @property
-    def copied(self):
-        """(bytes of messages copied in, out) inside the connection (the copy count)."""
-        return self._conn.copied_in(), self._conn.copied_out()
-
-    @property
-    def closed(self):
-        return self._conn.closed()
-
-    @property
-    def done(self):
-        return self._conn.done()
-
-    @property
-    def open_streams(self):
-        return self._conn.open_streams()
-
-    @property
-    def queued_bytes(self):
-        return self._conn.queued_bytes()
-
-    @property
-    def error(self):
-        return self._conn.error().decode("utf-8", "replace")
 
 
 cdef extern from "codec/model_lookup.h" namespace "naiad":
@@ -3473,8 +3353,8 @@ cdef class GrpcLane:
         self._lane.remove_model(lane_model)
 
     def submit(self, message, uint64_t now_ns, bint stream=False):
-        """Queues a serialized ModelInferRequest (bytes, the OwnedBytes a GrpcConnection
-        received, or any other buffer: an inflated message) if the fast path takes it:
+        """Queues a serialized ModelInferRequest (bytes, the OwnedBytes an I/O loop
+        connection received, or any other buffer: an inflated message) if the fast path takes it:
         (lane_model, request_id, batch_size, None), or (lane_model, 0, 0, (error kind,
         message)) when it was refused at once (Triton's status and message), or
         (lane_model, 0, batch_size, response bytes) for a response cache hit (a
@@ -3624,17 +3504,13 @@ cdef class GrpcAnswer:
     cdef cbool streamed
 
     def send(self, conn, uint32_t stream_id):
-        """Queues the answer on `stream_id` of `conn` (a GrpcConnection, or an I/O loop
-        connection's GrpcStreams), copied once from the result block into the
-        connection's frames; False when the stream is gone."""
-        cdef CGrpcConnection* target
-        if type(conn) is GrpcStreams:
-            target = (<GrpcStreams>conn)._conn()
-            if target == NULL:
-                return False
-            (<GrpcStreams>conn)._wrote()
-        else:
-            target = (<GrpcConnection?>conn)._conn
+        """Queues the answer on `stream_id` of `conn` (an I/O loop connection's
+        GrpcStreams), copied once from the result block into the connection's frames;
+        False when the stream is gone."""
+        cdef CGrpcConnection* target = (<GrpcStreams?>conn)._conn()
+        if target == NULL:
+            return False
+        (<GrpcStreams>conn)._wrote()
         cdef GrpcLane lane = self.lane
         if lane._generation != self.generation or self.index >= lane._answers.size():
             raise RuntimeError("a gRPC answer sent after its result block was released")
@@ -3792,7 +3668,7 @@ IO_CLOSED = <int>IoEventKind.kClosed
 IO_PAUSE_WRITING = <int>IoEventKind.kPauseWriting
 IO_RESUME_WRITING = <int>IoEventKind.kResumeWriting
 IO_GRPC_ACCEPTED = <int>IoEventKind.kGrpcAccepted
-IO_GRPC_CALL = <int>IoEventKind.kGrpcCall  # data: the call's event, as GrpcConnection's
+IO_GRPC_CALL = <int>IoEventKind.kGrpcCall  # data: the call's event (_h2_event's tuple)
 IO_GRPC_PINGS = <int>IoEventKind.kGrpcPings  # data: (PINGs received, answered since)
 IO_TLS_FAILED = <int>IoEventKind.kTlsFailed  # data: "peer: why" (a close follows)
 
@@ -4063,10 +3939,9 @@ cdef class HttpIo:
 
 
 cdef class GrpcStreams:
-    """A gRPC connection of the I/O loop, as GrpcConnection's answering side: what Python
-    sends on its calls goes to the loop's h2::GrpcConnection, written at the loop's next
-    flush_writes(). Once the connection is gone, sends return False and the state reads
-    as closed."""
+    """A gRPC connection of the I/O loop, its answering side: what Python sends on its
+    calls goes to the loop's h2::GrpcConnection, written at the loop's next flush_writes().
+    Once the connection is gone, sends return False and the state reads as closed."""
 
     cdef HttpIo io
     cdef readonly uint64_t connection

@@ -167,7 +167,7 @@ class GrpcProtocol:
             self._waiting = False
 
     def on_event(self, event: tuple) -> None:
-        """One event of a call of Python's (GrpcConnection.receive's tuples)."""
+        """One event of a call of Python's (the tuples of _core's IO_GRPC_CALL events)."""
         kind = event[0]
         try:
             if kind == _core.GRPC_MESSAGE:
