@@ -18,6 +18,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# grpcio's fork handlers wait for its threads to go idle before each fork(): a test
+# process that starts a server (subprocess forks) while a gRPC client's threads are busy
+# can hang there for good (seen in test_grpc_model_control). The children exec at once
+# and never use gRPC, so fork support stays off in every test process.
+os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
+
 import pytest
 import requests
 from server_harness import (
