@@ -3163,7 +3163,6 @@ cdef extern from "http2/grpc_connection.h" namespace "naiad::h2":
 
     cdef cppclass CGrpcConnection "naiad::h2::GrpcConnection":
         CGrpcConnection(const H2Limits& limits) except +
-        void receive(const char* data, size_t size, vector[H2Event]* events) except + nogil
         cbool send_message(uint32_t stream_id, string_view payload) except +
         cbool send_parts "send_message"(uint32_t stream_id, const string_view* parts,
                                         size_t n_parts) except + nogil
@@ -3172,19 +3171,8 @@ cdef extern from "http2/grpc_connection.h" namespace "naiad::h2":
         void shutdown() except +
         void ping() except +
         uint32_t pings_unacked()
-        uint64_t pings_received()
         void too_many_pings() except +
-        string take_output() except +
-        void take_output_into "take_output"(string* out) except +
-        cbool has_output()
-        size_t output_size()
-        uint64_t copied_in()
-        uint64_t copied_out()
-        cbool closed()
-        cbool done()
         size_t open_streams()
-        size_t queued_bytes()
-        const string& error()
 
 
 cdef class OwnedBytes:
