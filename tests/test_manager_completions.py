@@ -13,7 +13,8 @@ import orjson
 import pytest
 from naiad import _core
 from naiad.errors import Internal, InvalidArgument
-from naiad.scheduling.manager import ModelManager, _LanePending, _Pending
+from naiad.scheduling.in_flight import GeneralPending, LanePending
+from naiad.scheduling.manager import ModelManager
 from naiad.scheduling.stats import ModelStats
 from naiad.types import InferRequest
 
@@ -72,13 +73,13 @@ def setup(tmp_path):
     def general(request_id):
         future = loop.create_future()
         request = InferRequest("m", "", f"req-{request_id}", [])
-        manager._pending[request_id] = _Pending(request_id, model, future, request, 1, 0)
+        manager._pending[request_id] = GeneralPending(request_id, model, future, request, 1, 0)
         return future
 
     def lane(request_id):
         answers = []
-        manager._pending[request_id] = _LanePending(
-            manager, model, request_id, 1, 0, lambda http, exc: answers.append((http, exc))
+        manager._pending[request_id] = LanePending(
+            manager.lane, model, request_id, 1, 0, lambda http, exc: answers.append((http, exc))
         )
         manager.lane.known.add(request_id)
         return answers

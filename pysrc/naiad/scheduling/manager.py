@@ -43,8 +43,18 @@ from naiad.repository.control import ModelControl
 from naiad.repository.metadata import server_metadata
 from naiad.repository.version_string import parse_version
 from naiad.scheduling.arrivals import ArrivalTracker
+from naiad.scheduling.control_relay import ControlRelay
 from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
+from naiad.scheduling.in_flight import (
+    GRPC_STREAM,
+    GRPC_UNARY,
+    QUEUE_FAILURE_REASONS,
+    GeneralPending,
+    InFlight,
+    LanePending,
+)
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
+from naiad.scheduling.routed_stats import RoutedStats
 from naiad.scheduling.streaming import StreamPending
 from naiad.sequence_parameters import SEQUENCE_TIMEOUT
 from naiad.sequence_parameters import refusal as sequence_refusal
@@ -61,36 +71,6 @@ log = logging.getLogger("naiad")
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
-class _Pending:
-    """A request of the general path: its future resolves to an InferResponse."""
-
-    __slots__ = ("request_id", "model", "future", "request", "batch_size", "submit_ns", "cache")
-    lane = False
-    stream = False
-
-    def __init__(self, request_id, model, future, request, batch_size, submit_ns, cache=None):
-        self.request_id = request_id
-        self.model = model
-        self.future = future
-        self.request = request
-        self.batch_size = batch_size
-        self.submit_ns = submit_ns
-        self.cache = cache  # a response cache miss: (key, lookup_ns) for cache_insert
-
-    def fail(self, exc: Exception) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
-
-
-# The failure reason (nv_inference_request_failure's `reason`) of a request that failed
-# with a completion status, as Triton gives it; any other status: "OTHER".
-_QUEUE_FAILURE_REASONS = {
-    _core.COMPLETION_CANCELLED: "CANCELED",
-    _core.COMPLETION_TIMED_OUT: "REJECTED",
-    _core.COMPLETION_SEQUENCE_TIMED_OUT: "REJECTED",
-}
-
-
 def _record_executions(stats, instance_id: int, batch_sizes: list, timings) -> None:
     """An answered batch's executions: one of all its requests' batch sizes, or, for the
     core's answer to ensemble requests that ended together (no instance), one each, as
@@ -100,34 +80,6 @@ def _record_executions(stats, instance_id: int, batch_sizes: list, timings) -> N
             stats.record_execution(batch_size, timings)
     else:
         stats.record_execution(sum(batch_sizes), timings)
-
-
-# _LanePending.grpc: not gRPC, a ModelInfer call, a request on a ModelStreamInfer call.
-_GRPC_UNARY = 1
-_GRPC_STREAM = 2
-
-
-class _LanePending:
-    """A request of the fast lane: `on_done(http_bytes, None)` gets its whole response,
-    or `on_done(None, exc)` the error when it never ran. A gRPC request (`grpc`) gets
-    its ModelInferResponse bytes, or `on_done(None, exc)` when it failed."""
-
-    __slots__ = ("model", "request_id", "batch_size", "submit_ns", "on_done", "manager", "grpc")
-    lane = True
-    stream = False
-
-    def __init__(self, manager, model, request_id, batch_size, submit_ns, on_done, grpc=False):
-        self.manager = manager
-        self.model = model
-        self.request_id = request_id
-        self.batch_size = batch_size
-        self.submit_ns = submit_ns
-        self.on_done = on_done
-        self.grpc = grpc
-
-    def fail(self, exc: Exception) -> None:
-        self.manager.lane.forget(self.request_id)
-        self.on_done(None, exc)
 
 
 class ModelManager:
@@ -183,16 +135,12 @@ class ModelManager:
         self.io = None  # its _core.HttpIo
         self._io_server = None
         self.models: dict[str, dict[int, LoadedModel]] = {}
-        self._pending: dict[int, _Pending] = {}
-        self._control_tasks: set = set()  # models' own loads and unloads (_take_control)
-        # Model -> the models its instances in initialize wait to load or unload.
-        self._initialize_waits: dict[str, list[str]] = {}
+        self._pending = InFlight()
         # Trace extension (tracing/): the tracer the server set, and the traces of
         # sampled requests in flight by request id. With no sampling setting active the
         # data path checks only `tracer.active` per loop turn and `_traces` per batch.
         self.tracer = None
         self._traces: dict = {}
-        self._instance_models: dict[int, LoadedModel] = {}  # for routed requests' stats
         self._live = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
@@ -201,6 +149,8 @@ class ModelManager:
         self.control = ModelControl(
             self, self.catalog, control_mode, load_threads, drain_timeout, load_retries
         )
+        self.control_relay = ControlRelay(self.core, self.control)
+        self.routed_stats = RoutedStats(self)
         # name/version -> core handle, for workers' own requests (BLS, ensemble steps).
         self.directory = ModelDirectory(self)
 
@@ -590,7 +540,7 @@ class ModelManager:
             )
             return request_id
         future = self._loop.create_future()
-        self._pending[request_id] = _Pending(
+        self._pending[request_id] = GeneralPending(
             request_id, model, future, request, batch_size, submit_ns, cache
         )
         future.add_done_callback(partial(self._future_done, request_id))
@@ -656,14 +606,14 @@ class ModelManager:
             self.lane_refused += 1
             on_done(None, error_of_kind(*error))
             return 0
-        self._pending[request_id] = _LanePending(
-            self,
+        self._pending[request_id] = LanePending(
+            self.lane,
             self._lane_models[lane_model],
             request_id,
             batch_size,
             submit_ns,
             on_done,
-            _GRPC_STREAM if stream else _GRPC_UNARY,
+            GRPC_STREAM if stream else GRPC_UNARY,
         )
         self.lane_requests += 1
         self._schedule_flush()
@@ -703,8 +653,8 @@ class ModelManager:
                 else:
                     self.lane_refused += 1
                 continue
-            pendings[request_id] = _LanePending(
-                self,
+            pendings[request_id] = LanePending(
+                self.lane,
                 models[lane_model],
                 request_id,
                 batch_size,
@@ -765,7 +715,7 @@ class ModelManager:
         if isinstance(self.models.get(trace.model, {}).get(trace.version), EnsembleModel):
             timings = None  # an ensemble computes nothing itself, as in Triton
         children = self.core.take_trace_children(request_id)
-        models = self._core_models() if children else None
+        models = self.core_models() if children else None
         self.tracer.finish(trace, timings, end_ns, sent, request_id, children, models)
 
     def _drop_trace(self, request_id: int) -> None:
@@ -832,7 +782,7 @@ class ModelManager:
                 _record_executions(stats, record.instance_id, record.batch_sizes, timings)
             if record.lost:
                 batch = len(record.batch_sizes) + len(record.lost)
-                self._fail_lost(record.lost, batch, self._adopt_io_pendings)
+                self._pending.fail_lost(record.lost, batch, self._adopt_io_pendings)
 
     def _io_pendings(self, request_ids) -> list:
         """The I/O loop's requests among `request_ids`, as lane pendings Python answers:
@@ -851,8 +801,10 @@ class ModelManager:
             on_done = engine.on_done_of(request_id, owned)
             if on_done is None:  # a gRPC call whose client is gone
                 continue
-            grpc = _GRPC_UNARY if stream else False
-            out.append(_LanePending(self, model, request_id, batch_size, submit_ns, on_done, grpc))
+            grpc = GRPC_UNARY if stream else False
+            out.append(
+                LanePending(self.lane, model, request_id, batch_size, submit_ns, on_done, grpc)
+            )
         return out
 
     def _adopt_io_pendings(self, request_ids) -> dict:
@@ -894,20 +846,22 @@ class ModelManager:
                     "answering the requests of a completed batch failed; those not answered "
                     "yet get an internal error"
                 )
-                self._fail_unanswered(completion[-1])
+                self._pending.fail_unanswered(completion[-1])
 
     def _complete(
         self, _batch, status, _instance, offset, size, dispatch_ns, request_ids, reason=None
     ):
         if status == _core.COMPLETION_ROUTED:
-            self._record_routed(_instance, request_ids, _batch)
+            self.routed_stats.record(_instance, request_ids, _batch)
             return
         if status == _core.COMPLETION_ROUTED_REFUSED:
-            self._record_routed_refused(_instance, request_ids)
+            self.routed_stats.record_refused(_instance, request_ids)
             return
         if status == _core.COMPLETION_CONTROL:  # the block is freed when read
             try:
-                self._take_control(_instance, _batch, self.core.read_control_block(offset, size))
+                self.control_relay.take(
+                    _instance, _batch, self.core.read_control_block(offset, size)
+                )
             finally:
                 self.core.free(offset)
             return
@@ -943,92 +897,7 @@ class ModelManager:
             if offset:
                 self.core.free(offset)
 
-    # -- a model's own model control (pb_utils.load_model / unload_model) ---------------
-    def _take_control(self, instance_id: int, tag: int, read) -> None:
-        """A worker's control request (COMPLETION_CONTROL; `read`: its control block's
-        (JSON, file contents), or None): run as the repository extension's load or
-        unload (ModelControl: the same rules and messages), answered to the worker
-        while it waits."""
-        task = asyncio.ensure_future(self._answer_control(instance_id, tag, read))
-        self._control_tasks.add(task)
-        task.add_done_callback(self._control_tasks.discard)
-
-    async def _answer_control(self, instance_id: int, tag: int, read) -> None:
-        loop = asyncio.get_running_loop()
-        served = loop.create_future()
-
-        def on_served() -> None:
-            if not served.done():
-                served.set_result(None)
-
-        caller, name = None, ""
-        try:
-            if read is None:
-                raise Internal("the model's load or unload request could not be read")
-            text, contents = read
-            request = orjson.loads(text)
-            name = str(request.get("name", ""))
-            op = "load" if request.get("op") == "load" else "unload"
-            # A caller still in its initialize holds its own model's load: it must not
-            # wait for a load that waits for it (itself, or a cycle of initializes).
-            caller = str(request.get("model", "")) if request.get("initializing") else None
-            if caller is not None:
-                self._refuse_wait_cycle(caller, name, op)
-                self._initialize_waits.setdefault(caller, []).append(name)
-            if op == "load":
-                parameters: dict = {}
-                if request.get("config"):
-                    parameters["config"] = request["config"]
-                parameters.update(zip(request.get("files") or (), contents))
-                work = self.control.load(name, parameters, from_model=True, served=on_served)
-            else:
-                dependents = bool(request.get("unload_dependents"))
-                work = self.control.unload(name, dependents, served=on_served)
-            task = asyncio.ensure_future(work)
-            # Answered once the change serves: versions it replaces (the caller's own,
-            # when a model reloads or unloads itself) drain after the answer, or the
-            # caller would wait for itself.
-            await asyncio.wait({task, served}, return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                task.result()
-            else:
-                self._control_tasks.add(task)
-                task.add_done_callback(_log_late_failure)
-                task.add_done_callback(self._control_tasks.discard)
-            reply = {}
-        except NaiadError as exc:
-            reply = {"error": exc.message}
-        except Exception as exc:  # a bug: the model still gets an answer
-            log.exception("a model's load or unload request failed")
-            reply = {"error": str(exc) or type(exc).__name__}
-        finally:
-            waits = self._initialize_waits.get(caller) if caller is not None else None
-            if waits is not None and name in waits:
-                waits.remove(name)
-                if not waits:
-                    del self._initialize_waits[caller]
-        self.core.reply_control(instance_id, tag, orjson.dumps(reply))
-
-    def _refuse_wait_cycle(self, caller: str, name: str, op: str) -> None:
-        """Refuses `caller`'s (in its initialize) load or unload of `name` when `name`'s
-        load waits for `caller`: `name` is `caller`, or its initialize waits (through
-        others') for a load of `caller`."""
-        chain, stack, seen = {name: [caller, name]}, [name], set()
-        while stack:
-            current = stack.pop()
-            if current == caller:
-                raise InvalidArgument(
-                    f"failed to {op} '{name}' from the initialize of '{caller}': it waits for "
-                    f"that initialize ({' -> '.join(chain[current])})"
-                )
-            if current in seen:
-                continue
-            seen.add(current)
-            for target in self._initialize_waits.get(current, ()):
-                chain.setdefault(target, [*chain[current], target])
-                stack.append(target)
-
-    def _core_models(self) -> dict:
+    def core_models(self) -> dict:
         """Loaded model versions by core handle."""
         return {
             m.core_model: m
@@ -1037,80 +906,12 @@ class ModelManager:
             if m.core_model is not None
         }
 
-    def _record_routed(self, instance_id: int, numbers: list, batch_id: int = 0) -> None:
-        """Statistics of requests workers submitted (BLS, ensemble steps) that instance
-        `instance_id` answered: counted for its model as Triton counts them."""
-        if instance_id == _core.NO_INSTANCE:  # a worker's request to an ensemble
-            model = self._core_models().get(batch_id)
-            if model is not None and len(numbers) >= 11:
-                count, rows, _queue_ns, request_ns, _in, c_infer, _out, _whole = numbers[:8]
-                timings = [0, 0, c_infer, 0]
-                model.stats.record_successes(count, rows, request_ns, 0, timings)
-                model.stats.record_execution(rows, timings)
-            return
-        model = self._model_of_instance(instance_id)
-        if model is None or len(numbers) < 11:
-            return
-        count, rows, queue_ns, request_ns, c_input, c_infer, c_output, whole = numbers[:8]
-        failed, failed_rows, failed_ns = numbers[8:11]
-        timings = [0, c_input, c_infer, c_output]
-        if count:
-            model.stats.record_successes(count, rows, request_ns, queue_ns, timings)
-        # Those the model failed are its failures, as a client's (Triton counts a BLS
-        # call its backend failed on the called model).
-        for _ in range(failed):
-            model.stats.record_failure(failed_ns // failed)
-        if whole:
-            model.stats.record_execution(rows + failed_rows, timings)
-
-    def _model_of_instance(self, instance_id: int):
-        """The loaded model version instance `instance_id` serves, or None."""
-        model = self._instance_models.get(instance_id)
-        if model is None:
-            for versions in self.models.values():
-                for candidate in versions.values():
-                    for instance in getattr(candidate, "instances", ()):
-                        self._instance_models[instance.instance_id] = candidate
-            model = self._instance_models.get(instance_id)
-        return model
-
-    def _record_routed_refused(self, instance_id: int, numbers: list) -> None:
-        """Workers' requests (BLS calls) the model of instance `instance_id` refused from
-        its queue: its failures, with the reason a client's request refused so gets."""
-        model = self._model_of_instance(instance_id)
-        if model is None or len(numbers) < 3:
-            return
-        status, count, refused_ns = numbers[:3]
-        reason = _QUEUE_FAILURE_REASONS.get(status, "OTHER")
-        for _ in range(count):
-            model.stats.record_failure(refused_ns // max(count, 1), reason)
-
-    def _fail_unanswered(self, request_ids: list) -> None:
-        """Fails the requests among `request_ids` that are still waiting for an answer."""
-        end_ns = _core.now_ns()
-        pop = self._pending.pop
-        for request_id in request_ids:
-            pending = pop(request_id, None)
-            if pending is None:
-                continue
-            model = pending.model
-            try:
-                model.stats.record_failure(end_ns - pending.submit_ns, "OTHER")
-                pending.fail(
-                    Internal(
-                        f"Failed to process the request(s) for model '{model.name}': the "
-                        "server could not read the model's result (see the server log)"
-                    )
-                )
-            except Exception:
-                log.exception("failing request %d of model '%s' failed", request_id, model.name)
-
     def _answer_lane(self, lane, offset, size, request_ids, dispatch_ns, end_ns):
         """Sends the fast lane's requests of a batch their responses, HTTP's or gRPC's
         (one codec answers both, so a batch is read once); returns the timings."""
         grpc_ids = {p.request_id for p in lane if p.grpc}
         if grpc_ids:
-            streamed = {p.request_id for p in lane if p.grpc == _GRPC_STREAM} or None
+            streamed = {p.request_id for p in lane if p.grpc == GRPC_STREAM} or None
             result = self.grpc_lane.complete(
                 offset, size, request_ids, grpc_ids, dispatch_ns, end_ns, streamed
             )
@@ -1168,21 +969,8 @@ class ModelManager:
         final = set(finals)
         lost = [p.request_id for p in lane if p.request_id in final and p.request_id in pending]
         if lost:
-            self._fail_lost(lost, len(lane))
+            self._pending.fail_lost(lost, len(lane))
         return timings
-
-    def _fail_lost(self, lost: list, batch: int, adopt=None) -> None:
-        """Lane requests whose final response was in the block but got no answer (a codec
-        bug): logged and failed. `adopt`: makes them pending first (the I/O loop's)."""
-        log.error(
-            "the fast lane did not answer %d of a batch's %d requests that have their "
-            "final response",
-            len(lost),
-            batch,
-        )
-        if adopt is not None:
-            adopt(lost)
-        self._fail_unanswered(lost)
 
     def _send_stream_partials(self, partials: list) -> None:
         """The responses before the last of ModelStreamInfer requests (a decoupled
@@ -1354,7 +1142,7 @@ class ModelManager:
                 self._finish_trace(pending.request_id, None, end_ns)
             model = pending.model
             model.stats.record_failure(
-                end_ns - pending.submit_ns, _QUEUE_FAILURE_REASONS.get(status, "OTHER")
+                end_ns - pending.submit_ns, QUEUE_FAILURE_REASONS.get(status, "OTHER")
             )
             if status == _core.COMPLETION_CANCELLED:
                 pending.fail(Cancelled("Request was cancelled"))
@@ -1391,13 +1179,6 @@ class ModelManager:
                     "could not run the batch (see the server log)"
                 )
             pending.fail(Internal(message))
-
-
-def _log_late_failure(task) -> None:
-    """A model's unload or reload that failed after its caller was answered (while the
-    replaced versions drained): logged, as the HTTP route's would be."""
-    if not task.cancelled() and task.exception() is not None:
-        log.error("unloading the replaced versions failed: %s", task.exception())
 
 
 def _infer_response(model, request_id: str, outcome, tensors: list) -> InferResponse:
