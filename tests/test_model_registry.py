@@ -77,12 +77,12 @@ def test_failed_load_leaves_nothing_registered(tmp_path):
         good = manager.models["add_sub"][1]
         assert not bad.ready
         assert bad.core_model is None and bad.lane_model is None
-        assert list(manager._lane_models.values()) == [good]
+        assert list(manager.table.lane_models.values()) == [good]
         # Only add_sub's instance channel is left in the arena.
         assert _blocks(manager) - baseline == len(good.instances) == 1
         await manager.shutdown(5.0)
         assert _blocks(manager) == baseline
-        assert manager._lane_models == {}
+        assert manager.table.lane_models == {}
 
     asyncio.run(main())
 

@@ -5,7 +5,7 @@ A worker submits its own requests to the core by ModelHandle (channel.h SubmitMe
 so it needs name/version -> handle, and the target's inputs to validate and lay out the
 request as the frontend would. The frontend writes that table, as JSON, to a file of its
 own (atomically: a new file renamed over the old) whenever the served models change
-(`ModelManager.publish` / `withdraw`, a version's state); workers find the file through
+(`ModelTable.publish` / `withdraw`, a version's state); workers find the file through
 the NAIAD_MODEL_DIRECTORY environment variable they inherit and read it again only when
 a name or version is not in the copy they have, or when the core answers that a handle
 is gone (a reload or unload since). The core stays the authority: a stale handle is
@@ -31,10 +31,10 @@ ENVIRONMENT_VARIABLE = "NAIAD_MODEL_DIRECTORY"
 
 
 class ModelDirectory:
-    """The frontend's writer of the table; one per ModelManager."""
+    """The frontend's writer of the table; one per ModelTable."""
 
-    def __init__(self, manager):
-        self.manager = manager
+    def __init__(self, table):
+        self.model_table = table  # scheduling/model_table.py: the served models
         self.folder = tempfile.mkdtemp(prefix="naiad-directory-")
         self.path = os.path.join(self.folder, "models.json")
         # Workers started from now on inherit where the table is.
@@ -44,8 +44,8 @@ class ModelDirectory:
 
     def table(self) -> dict:
         models = {}
-        serving = self.manager._serving
-        for name, versions in self.manager.models.items():
+        serving = self.model_table.serving
+        for name, versions in self.model_table.models.items():
             entry = {}
             for version, model in versions.items():
                 handle = getattr(model, "core_model", None)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from functools import partial
 from pathlib import Path
 
@@ -24,7 +23,6 @@ from naiad.errors import (
     Internal,
     InvalidArgument,
     NaiadError,
-    NotFound,
     Unavailable,
     Unsupported,
     error_of_kind,
@@ -35,13 +33,11 @@ from naiad.memory.shm import block_regions as shm_block_regions
 from naiad.memory.shm import bypasses_cache as shm_bypasses_cache
 from naiad.memory.shm import truncated_error as shm_truncated_error
 from naiad.memory.shm import write_returned_outputs as shm_write_returned_outputs
-from naiad.model_directory import ModelDirectory
 from naiad.observability.latency_summary import new_summaries
 from naiad.repository.catalog import Catalog
 from naiad.repository.config import set_config_name
 from naiad.repository.control import ModelControl
 from naiad.repository.metadata import server_metadata
-from naiad.repository.version_string import parse_version
 from naiad.scheduling.arrivals import ArrivalTracker
 from naiad.scheduling.control_relay import ControlRelay
 from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
@@ -54,6 +50,7 @@ from naiad.scheduling.in_flight import (
     LanePending,
 )
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
+from naiad.scheduling.model_table import ModelTable
 from naiad.scheduling.routed_stats import RoutedStats
 from naiad.scheduling.streaming import StreamPending
 from naiad.sequence_parameters import SEQUENCE_TIMEOUT
@@ -66,9 +63,6 @@ from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
 
 log = logging.getLogger("naiad")
-
-# Model names that appear in a URL as they are.
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def _record_executions(stats, instance_id: int, batch_sizes: list, timings) -> None:
@@ -127,14 +121,11 @@ class ModelManager:
         # Lane requests the HTTP protocol collected from several reads into one buffer
         # first (http/protocol.py): one more host copy of their bytes.
         self.lane_collected = 0
-        self._lane_models: dict[int, LoadedModel] = {}  # lane id -> model
-        # Every lane id's model, removed ones too: the C++ I/O loop's requests in flight
-        # keep theirs (record_io_answered).
-        self._lane_models_ever: dict[int, LoadedModel] = {}
         self.engine = None  # the front end's C++ I/O loop (naiad/io_engine.py), if any
         self.io = None  # its _core.HttpIo
         self._io_server = None
-        self.models: dict[str, dict[int, LoadedModel]] = {}
+        self.table = ModelTable(self.lane, self.grpc_lane, fast_lane)
+        self.models = self.table.models  # the one dict, for ModelControl and the metrics
         self._pending = InFlight()
         # Trace extension (tracing/): the tracer the server set, and the traces of
         # sampled requests in flight by request id. With no sampling setting active the
@@ -145,14 +136,11 @@ class ModelManager:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
         self.arrivals = ArrivalTracker()  # updated by the front ends' connections
-        self._serving: dict[str, LoadedModel] = {}  # name -> highest ready version
         self.control = ModelControl(
             self, self.catalog, control_mode, load_threads, drain_timeout, load_retries
         )
         self.control_relay = ControlRelay(self.core, self.control)
-        self.routed_stats = RoutedStats(self)
-        # name/version -> core handle, for workers' own requests (BLS, ensemble steps).
-        self.directory = ModelDirectory(self)
+        self.routed_stats = RoutedStats(self.table)
 
     # -- lifecycle -----------------------------------------------------------------
     async def load_all(self, load_models: list[str] | None = None) -> bool:
@@ -210,87 +198,16 @@ class ModelManager:
             return UnloadableModel(entry, version, str(exc))
 
     def publish(self, name: str, versions: dict[int, LoadedModel]) -> None:
-        """Makes `versions` the versions of `name`, in one step of the event loop: the
-        serving table and the lane's routes point at them before anything else runs. The
-        versions they replace take no new request (their requests in flight finish)."""
-        old = self.models.get(name, {})
-        self.models[name] = versions
-        ready = [m for m in versions.values() if m.ready]
-        if ready:
-            self._serving[name] = max(ready, key=lambda m: m.version)
-        else:
-            self._serving.pop(name, None)
-        self._add_lane_routes(name)  # replaces the targets of the routes they share
-        for model in old.values():
-            if versions.get(model.version) is not model and model.lane_model is not None:
-                self.lane.remove_model(model.lane_model)  # the routes left to it go
-        self.models_changed()
-
-    def models_changed(self) -> None:
-        """The served models or their states changed: workers' directory and the core's
-        ensemble graphs (steps name models by handle) follow."""
-        directory = getattr(self, "directory", None)
-        if directory is not None:
-            directory.update()
-        self._set_grpc_routes()
-        for versions in self.models.values():
-            for model in versions.values():
-                if isinstance(model, EnsembleModel) and model.graph_set:
-                    model.refresh_graph()
+        self.table.publish(name, versions)
 
     def withdraw(self, name: str) -> None:
-        """`name` takes no new request, on either path; its requests in flight finish."""
-        self._serving.pop(name, None)
-        for model in self.models.get(name, {}).values():
-            if model.lane_model is not None:
-                self.lane.remove_model(model.lane_model)
-        self.models_changed()
+        self.table.withdraw(name)
+
+    def models_changed(self) -> None:
+        self.table.models_changed()
 
     def uses_path(self, path: Path) -> bool:
-        """Whether a loaded version still runs from folder `path`."""
-        return any(
-            m.path == path and m.state != UNAVAILABLE
-            for versions in self.models.values()
-            for m in versions.values()
-        )
-
-    def _add_lane_routes(self, name: str) -> None:
-        """Infer URLs the lane takes in take_http_requests for `name`: every version's,
-        and the unversioned one for the version served by default. Names that a URL
-        would carry escaped or split stay with the full parser."""
-        if not self.fast_lane or not _PLAIN_NAME.fullmatch(name):
-            return
-        if any(getattr(m, "decoupled", False) for m in self.models.get(name, {}).values()):
-            return  # infer on a decoupled model is refused by the general path (501)
-        for version, model in self.models.get(name, {}).items():
-            if model.lane_model is not None and model.ready:
-                self.lane.add_route(f"/v2/models/{name}/versions/{version}/infer", model.lane_model)
-        serving = self._serving.get(name)
-        if serving is not None and serving.lane_model is not None:
-            self.lane.add_route(f"/v2/models/{name}/infer", serving.lane_model)
-
-    def _set_grpc_routes(self) -> None:
-        """The gRPC lane's table of every known version and its state: it serves the
-        ready ones with a lane model and answers unknown or unready ones with Triton's
-        status and message itself (csrc/codec/model_lookup.h). The versions of a name
-        withdrawn, or one the HTTP lane leaves to the general path, stay the general
-        path's."""
-        grpc_lane = getattr(self, "grpc_lane", None)
-        if grpc_lane is None:
-            return
-        table = {}
-        for name, versions in self.models.items():
-            served = (
-                self.fast_lane
-                and name in self._serving
-                and _PLAIN_NAME.fullmatch(name) is not None
-                and not any(getattr(m, "decoupled", False) for m in versions.values())
-            )
-            table[name] = [
-                (version, model.ready, model.lane_model if served else None)
-                for version, model in versions.items()
-            ]
-        grpc_lane.set_models(table)
+        return self.table.uses_path(path)
 
     async def shutdown(self, timeout: float) -> None:
         """Waits for requests in flight (up to `timeout` s), then stops every worker."""
@@ -315,7 +232,7 @@ class ModelManager:
             self.io.flush_writes()
         loop.remove_reader(self.core.notify_fd)
         self.catalog.close()  # the cloud repositories' cache folders
-        self.directory.close()
+        self.table.directory.close()
         if self.tracer is not None:
             self.tracer.close()
 
@@ -328,53 +245,16 @@ class ModelManager:
         and not unloaded since is ready with all its instances up (as Triton)."""
         if not self._live:
             return False
-        if not self.strict_readiness:
-            return True
-        for versions in self.models.values():
-            for model in versions.values():
-                if model.reason == "unloaded":
-                    continue  # unloaded on purpose
-                if not model.healthy:
-                    return False
-        # Models whose config could not be read have no version to wait for; Triton does
-        # not count them either (they are in the index, with the reason).
-        return True
+        return not self.strict_readiness or self.table.all_healthy()
 
     def server_metadata(self) -> dict:
         return server_metadata(self.server_id)
 
     def get(self, name: str, version: str = "") -> LoadedModel:
-        if not version:  # the hot path: the version the policy serves by default
-            model = self._serving.get(name)
-            if model is not None and model.ready:
-                return model
-        versions = self.models.get(name)
-        if not versions:
-            raise NotFound(f"Request for unknown model: '{name}' is not found")
-        if version:
-            version = parse_version(version)  # Triton's INVALID_ARGUMENT if not a number
-            model = versions.get(version)
-            if model is None:
-                raise NotFound(
-                    f"Request for unknown model: '{name}' version {version} is not found"
-                )
-            if not model.ready:
-                raise Unavailable(
-                    f"Request for unknown model: '{name}' version {version} is not at ready state"
-                )
-            return model
-        ready = [v for v, m in versions.items() if m.ready]
-        if not ready:
-            raise NotFound(f"Request for unknown model: '{name}' has no available versions")
-        return versions[max(ready)]
+        return self.table.get(name, version)
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        """Whether the model (version) is ready; an unknown one is not. A version that is
-        no number is InvalidArgument, as in Triton."""
-        try:
-            return self.get(name, version).healthy
-        except (NotFound, Unavailable):
-            return False
+        return self.table.model_ready(name, version)
 
     def pending_count(self, model: LoadedModel) -> int:
         """Requests of `model` accepted and not yet answered (queued or executing)."""
@@ -420,15 +300,7 @@ class ModelManager:
         }
 
     def statistics(self, name: str = "", version: str = "") -> dict:
-        if name:
-            if version:
-                models = [self.get(name, version)]
-            else:
-                self.get(name)  # raises for an unknown or unavailable model
-                models = [m for m in self.models[name].values() if m.ready]
-        else:
-            models = [m for v in self.models.values() for m in v.values() if m.ready]
-        return {"model_stats": [m.stats.to_json() for m in models]}
+        return self.table.statistics(name, version)
 
     # -- the data path -------------------------------------------------------------
     def submit(
@@ -608,7 +480,7 @@ class ModelManager:
             return 0
         self._pending[request_id] = LanePending(
             self.lane,
-            self._lane_models[lane_model],
+            self.table.lane_models[lane_model],
             request_id,
             batch_size,
             submit_ns,
@@ -642,7 +514,7 @@ class ModelManager:
         """Keeps the lane's newly queued requests [(lane_model, request_id, batch_size,
         reply)] until they are answered; answers at once those the validator refused
         (`reply`: their whole response)."""
-        models = self._lane_models
+        models = self.table.lane_models
         pendings = self._pending
         queued = 0
         for lane_model, request_id, batch_size, reply in taken:
@@ -679,7 +551,7 @@ class ModelManager:
 
     def _apply_trace_settings(self) -> None:
         """Gives the lanes' sampler each model's rate (0 while tracing is off for it)."""
-        for lane_model, model in self._lane_models.items():
+        for lane_model, model in self.table.lane_models.items():
             self.lane.set_trace_rate(lane_model, *self.tracer.rate_for(model.name))
             self.lane.set_trace_tensors(lane_model, self.tracer.tensors_for(model.name))
         if not self.tracer.active:
@@ -712,10 +584,10 @@ class ModelManager:
             trace.take_stamps(stamps)
         if trace.protocol and trace.keeps_tensors:  # a lane's: the codec kept them
             trace.tensors = self.lane.take_trace_tensors(request_id)
-        if isinstance(self.models.get(trace.model, {}).get(trace.version), EnsembleModel):
+        if self.table.is_ensemble(trace.model, trace.version):
             timings = None  # an ensemble computes nothing itself, as in Triton
         children = self.core.take_trace_children(request_id)
-        models = self.core_models() if children else None
+        models = self.table.core_models() if children else None
         self.tracer.finish(trace, timings, end_ns, sent, request_id, children, models)
 
     def _drop_trace(self, request_id: int) -> None:
@@ -727,15 +599,14 @@ class ModelManager:
 
     def register_lane_model(self, model: LoadedModel, lane_model: int) -> None:
         """`model` answers for the lane's model `lane_model` (take_http_requests)."""
-        self._lane_models[lane_model] = model
-        self._lane_models_ever[lane_model] = model
+        self.table.register_lane_model(model, lane_model)
         if self.tracer is not None:
             self.lane.set_trace_rate(lane_model, *self.tracer.rate_for(model.name))
             self.lane.set_trace_tensors(lane_model, self.tracer.tensors_for(model.name))
 
     def unregister_lane_model(self, lane_model: int) -> None:
         """The lane's model `lane_model` was removed; its requests in flight keep their model."""
-        self._lane_models.pop(lane_model, None)
+        self.table.unregister_lane_model(lane_model)
 
     # -- the front end's C++ I/O loop (naiad/io_engine.py) ------------------------------
     def attach_io(self, engine) -> None:
@@ -760,7 +631,7 @@ class ModelManager:
 
     def record_io_answered(self, answered: list) -> None:
         """The statistics of the completions the I/O loop answered (one record each)."""
-        models = self._lane_models_ever
+        models = self.table.lane_models_ever
         for record in answered:
             model = models.get(record.lane_model)
             if model is None:
@@ -795,7 +666,7 @@ class ModelManager:
             if owned is None:
                 continue
             lane_model, batch_size, submit_ns, _, stream = owned
-            model = self._lane_models_ever.get(lane_model)
+            model = self.table.lane_models_ever.get(lane_model)
             if model is None:
                 continue
             on_done = engine.on_done_of(request_id, owned)
@@ -896,15 +767,6 @@ class ModelManager:
         finally:
             if offset:
                 self.core.free(offset)
-
-    def core_models(self) -> dict:
-        """Loaded model versions by core handle."""
-        return {
-            m.core_model: m
-            for versions in self.models.values()
-            for m in versions.values()
-            if m.core_model is not None
-        }
 
     def _answer_lane(self, lane, offset, size, request_ids, dispatch_ns, end_ns):
         """Sends the fast lane's requests of a batch their responses, HTTP's or gRPC's
