@@ -51,14 +51,12 @@ from naiad.scheduling.in_flight import (
 )
 from naiad.scheduling.model import READY, UNAVAILABLE, LoadedModel, UnloadableModel
 from naiad.scheduling.model_table import ModelTable
+from naiad.scheduling.request_traces import RequestTraces
 from naiad.scheduling.routed_stats import RoutedStats
 from naiad.scheduling.streaming import StreamPending
 from naiad.sequence_parameters import SEQUENCE_TIMEOUT
 from naiad.sequence_parameters import refusal as sequence_refusal
 from naiad.tracing import tracer as tracer_protocol
-from naiad.tracing.otel import parse_traceparent, tracestate_literal
-from naiad.tracing.settings import LEVEL_TENSORS
-from naiad.tracing.tracer import tensor_texts
 from naiad.types import InferResponse, OutputTensor
 from naiad.validation import log_prefix
 
@@ -127,11 +125,8 @@ class ModelManager:
         self.table = ModelTable(self.lane, self.grpc_lane, fast_lane)
         self.models = self.table.models  # the one dict, for ModelControl and the metrics
         self._pending = InFlight()
-        # Trace extension (tracing/): the tracer the server set, and the traces of
-        # sampled requests in flight by request id. With no sampling setting active the
-        # data path checks only `tracer.active` per loop turn and `_traces` per batch.
-        self.tracer = None
-        self._traces: dict = {}
+        self.traces = RequestTraces(self.core, self.lane, self._pending, self.table)
+        self.traces.on_activity = self._update_io_taking
         self._live = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
@@ -233,8 +228,7 @@ class ModelManager:
         loop.remove_reader(self.core.notify_fd)
         self.catalog.close()  # the cloud repositories' cache folders
         self.table.directory.close()
-        if self.tracer is not None:
-            self.tracer.close()
+        self.traces.close()
 
     # -- queries for the front ends ------------------------------------------------
     def server_live(self) -> bool:
@@ -344,17 +338,7 @@ class ModelManager:
                     return future
                 cache = looked[1:]
         parameters = orjson.dumps(request.parameters) if request.parameters else b"{}"
-        setting = parent = None
-        tracer = self.tracer
-        if tracer is not None and tracer.active:
-            if model.lane_model is None:
-                setting = tracer.sample(model.name)
-            elif self.lane.sample_trace(model.lane_model):
-                setting = tracer.admit(model.name)
-            if tracer.opentelemetry:
-                parent = parse_traceparent(request.traceparent)
-                if setting is None and parent is not None:
-                    setting = tracer.forced(model.name)
+        sample = self.traces.sample_general(model, request)
         result = spec.submit(
             self.core,
             model.core_model,
@@ -367,14 +351,10 @@ class ModelManager:
             timeout_us,
             sequence,
             regions=regions,
-            traced=setting is not None,
-            trace_tensors=setting is not None
-            and bool(setting.level & LEVEL_TENSORS)
-            and not tracer.opentelemetry,
-            trace_parent=parent if setting is not None else None,
-            trace_state=tracestate_literal(request.tracestate)
-            if setting is not None and parent is not None
-            else None,
+            traced=sample is not None,
+            trace_tensors=sample is not None and sample.tensors,
+            trace_parent=sample.parent if sample is not None else None,
+            trace_state=sample.state if sample is not None else None,
         )
         if type(result) is str:
             raise InvalidArgument(result)
@@ -400,12 +380,8 @@ class ModelManager:
             )
         self.general_requests += 1
         self._schedule_flush()
-        if setting is not None:
-            trace = tracer.start(setting, model.name, model.version, request.id, 0, submit_ns)
-            trace.parent = parent
-            if trace.keeps_tensors and not tracer.opentelemetry:
-                trace.tensors = tensor_texts(_core.TENSOR_QUEUE_INPUT, request.inputs)
-            self._traces[request_id] = trace
+        if sample is not None:
+            self.traces.start_general(sample, model, request, request_id, submit_ns)
         if on_response is not None:
             self._pending[request_id] = StreamPending(
                 request_id, model, request, batch_size, submit_ns, on_response
@@ -489,9 +465,8 @@ class ModelManager:
         )
         self.lane_requests += 1
         self._schedule_flush()
-        tracer = self.tracer
-        if tracer is not None and tracer.active:
-            self._start_lane_traces(submit_ns, tracer_protocol.GRPC)
+        if self.traces.active:
+            self.traces.start_lane_traces(submit_ns, tracer_protocol.GRPC)
         return request_id
 
     def take_http_requests(self, data: bytes, max_body: int, new_on_done, max_requests) -> int:
@@ -537,72 +512,22 @@ class ModelManager:
         if queued:
             self.lane_requests += queued
             self._schedule_flush()
-            tracer = self.tracer
-            if tracer is not None and tracer.active:
-                self._start_lane_traces(submit_ns, tracer_protocol.HTTP)
+            if self.traces.active:
+                self.traces.start_lane_traces(submit_ns, tracer_protocol.HTTP)
 
-    # -- tracing (tracing/): the lanes' sampler is in C++, the rest here ----------------
+    # -- tracing (tracing/): the lanes' sampler is in C++, the rest in RequestTraces -----
     def set_tracer(self, tracer) -> None:
-        self.tracer = tracer
-        tracer.on_change = self._apply_trace_settings
-        _core.read_grpc_traceparent(tracer.opentelemetry)
-        self.core.set_span_ids(tracer.opentelemetry)  # for request.trace().get_context()
-        self._apply_trace_settings()
+        self.traces.set_tracer(tracer)
 
-    def _apply_trace_settings(self) -> None:
-        """Gives the lanes' sampler each model's rate (0 while tracing is off for it)."""
-        for lane_model, model in self.table.lane_models.items():
-            self.lane.set_trace_rate(lane_model, *self.tracer.rate_for(model.name))
-            self.lane.set_trace_tensors(lane_model, self.tracer.tensors_for(model.name))
-        if not self.tracer.active:
-            self._start_lane_traces(0, 0)  # sampled before the change: nothing left behind
-        self._update_io_taking()
-
-    def _start_lane_traces(self, read_ns: int, protocol: int) -> None:
-        """Starts the traces of the requests the lanes' sampler picked since last time."""
-        tracer = self.tracer
-        for request_id in self.lane.take_traced():
-            stamps = self.core.take_trace_stamps(request_id)
-            pending = self._pending.get(request_id)
-            setting = tracer.admit(pending.model.name) if pending is not None else None
-            if setting is None:  # not traced after all: dropped, in the core too
-                self.lane.take_trace_tensors(request_id)
-                self.core.take_trace_children(request_id)
-                continue
-            model = pending.model
-            client_id = self.lane.client_id(request_id)
-            self._traces[request_id] = tracer.start(
-                setting, model.name, model.version, client_id, protocol, read_ns, stamps
-            )
-
-    def _finish_trace(self, request_id: int, timings, end_ns: int, sent=None) -> None:
-        trace = self._traces.pop(request_id, None)
-        if trace is None:
-            return
-        stamps = self.core.take_trace_stamps(request_id)
-        if stamps is not None:  # the general path's: known once it was queued
-            trace.take_stamps(stamps)
-        if trace.protocol and trace.keeps_tensors:  # a lane's: the codec kept them
-            trace.tensors = self.lane.take_trace_tensors(request_id)
-        if self.table.is_ensemble(trace.model, trace.version):
-            timings = None  # an ensemble computes nothing itself, as in Triton
-        children = self.core.take_trace_children(request_id)
-        models = self.table.core_models() if children else None
-        self.tracer.finish(trace, timings, end_ns, sent, request_id, children, models)
-
-    def _drop_trace(self, request_id: int) -> None:
-        """A traced request whose trace is not written (a streamed one): forgotten here
-        and in the core."""
-        if self._traces.pop(request_id, None) is not None:
-            self.core.take_trace_stamps(request_id)
-            self.core.take_trace_children(request_id)
+    @property
+    def tracer(self):
+        """The trace extension's Tracer (the front ends read its settings), or None."""
+        return self.traces.tracer
 
     def register_lane_model(self, model: LoadedModel, lane_model: int) -> None:
         """`model` answers for the lane's model `lane_model` (take_http_requests)."""
         self.table.register_lane_model(model, lane_model)
-        if self.tracer is not None:
-            self.lane.set_trace_rate(lane_model, *self.tracer.rate_for(model.name))
-            self.lane.set_trace_tensors(lane_model, self.tracer.tensors_for(model.name))
+        self.traces.lane_model_added(model, lane_model)
 
     def unregister_lane_model(self, lane_model: int) -> None:
         """The lane's model `lane_model` was removed; its requests in flight keep their model."""
@@ -623,8 +548,7 @@ class ModelManager:
         # Traced requests need Python at their take (tracing/): while any tracing is on,
         # the lane's requests go through the protocols.
         if self._io_server is not None:
-            tracer = self.tracer
-            self._io_server.set_taking(tracer is None or not tracer.active)
+            self._io_server.set_taking(not self.traces.active)
 
     def schedule_flush(self) -> None:
         self._schedule_flush()
@@ -793,7 +717,7 @@ class ModelManager:
         successes = inferences = request_ns = queue_ns = 0
         # Per-request durations only for the latency summaries (off unless configured).
         each = None if stats.summaries is None else []
-        traces = self._traces
+        traces = self.traces.open_traces
         for request_id, status, batch_size, took_ns, queued_ns, http in replies:
             pending = pop(request_id, None)
             if pending is None:  # answered already (failed, or the server is stopping)
@@ -820,7 +744,7 @@ class ModelManager:
             except Exception:  # that client's connection; the others still get theirs
                 log.exception("sending the response of request %d failed", request_id)
             if traced:
-                self._finish_trace(request_id, timings, end_ns, (send_ns, _core.now_ns()))
+                self.traces.finish(request_id, timings, end_ns, (send_ns, _core.now_ns()))
         if grpc_ids:
             self.grpc_lane.release_answers()  # GrpcAnswers end before the block is freed
         if successes:
@@ -949,11 +873,8 @@ class ModelManager:
         self._count_final(pending, flags, timings, dispatch_ns, end_ns)
         self._pending.pop(pending.request_id, None)
         future.set_result(response)
-        if self._traces:
-            trace = self._traces.get(pending.request_id)
-            if trace is not None and trace.keeps_tensors and not self.tracer.opentelemetry:
-                trace.tensors += tensor_texts(_core.TENSOR_BACKEND_OUTPUT, response.outputs)
-            self._finish_trace(pending.request_id, timings, end_ns)
+        if self.traces.open_traces:
+            self.traces.finish_with_outputs(pending.request_id, response.outputs, timings, end_ns)
 
     def _count_runs(self, live: list, timings, dispatch_ns: int, end_ns: int) -> None:
         """An iterative model's execution (`timings`): each of its requests `live` that
@@ -991,8 +912,8 @@ class ModelManager:
         error = code if flags & _core.RESPONSE_ERROR else None
         if final:
             self._pending.pop(pending.request_id, None)
-            if self._traces:
-                self._drop_trace(pending.request_id)
+            if self.traces.open_traces:
+                self.traces.drop(pending.request_id)
             self._count_final(pending, flags, timings, dispatch_ns, end_ns)
         pending.deliver(flags, error, json, slots, self.core.arena, final)
 
@@ -1000,8 +921,8 @@ class ModelManager:
         pop = self._pending.pop
         for pending in pendings:
             pop(pending.request_id, None)
-            if self._traces:  # a failed request's trace ends with it
-                self._finish_trace(pending.request_id, None, end_ns)
+            if self.traces.open_traces:  # a failed request's trace ends with it
+                self.traces.finish(pending.request_id, None, end_ns)
             model = pending.model
             model.stats.record_failure(
                 end_ns - pending.submit_ns, QUEUE_FAILURE_REASONS.get(status, "OTHER")
