@@ -5,7 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.naiad-installed
-CORE_SOURCES := $(wildcard csrc/*/*.cc csrc/*/*.h) pysrc/naiad/_core.pyx setup.py pyproject.toml \
+CORE_SOURCES := $(wildcard csrc/*/*.cc csrc/*/*.h pysrc/naiad/*.pyx pysrc/naiad/_native/*.pxd) \
+	setup.py pyproject.toml \
 	$(wildcard protos/*.proto) tools/gen_protos.py
 CXX ?= g++
 CXXFLAGS_TEST := -std=c++17 -g -O1 -Wall -Wextra -pthread -Icsrc -Itests/csrc

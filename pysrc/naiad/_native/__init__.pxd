@@ -1,0 +1,1 @@
+# The C++ core's declarations, one .pxd per group of csrc/ headers; each says which it declares.
