@@ -181,7 +181,7 @@ class LoadedModel:
         self.state = state
         if self.lane_model is not None:
             # An iterative model's requests take the general path, whose completions
-            # count each run of a rescheduled request (ModelManager._count_runs).
+            # count each run of a rescheduled request (CompletionRouter._count_runs).
             accepting = state == READY and not self.iterative
             self.manager.lane.set_accepting(self.lane_model, accepting)
         self.manager.models_changed()

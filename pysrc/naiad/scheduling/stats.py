@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from naiad import _core
 from naiad.observability.latency_summary import new_summaries
 
 
@@ -171,3 +172,14 @@ class ModelStats:
             ],
             "memory_usage": [],
         }
+
+
+def record_executions(stats: ModelStats, instance_id: int, batch_sizes: list, timings) -> None:
+    """An answered batch's executions: one of all its requests' batch sizes, or, for the
+    core's answer to ensemble requests that ended together (no instance), one each, as
+    in Triton."""
+    if instance_id == _core.NO_INSTANCE:
+        for batch_size in batch_sizes:
+            stats.record_execution(batch_size, timings)
+    else:
+        stats.record_execution(sum(batch_sizes), timings)
