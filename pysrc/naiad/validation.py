@@ -5,7 +5,7 @@ where the infer fast lane runs them too. The general path parses what the C++ re
 does not take yet (JSON tensor data, ...) into an `InferRequest`; `RequestValidator`
 hands its inputs to the same validator and raises its message as InvalidArgument.
 `spec` (a _core.ModelSpec) also lays out and queues such requests, with the lane's
-block layout (ModelManager.submit).
+block layout (SubmitPath.submit, scheduling/submit_path.py).
 """
 
 from __future__ import annotations

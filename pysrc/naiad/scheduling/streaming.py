@@ -10,7 +10,8 @@ final)` is called once per response the model sends, in order, on the event loop
   or was cancelled); with `final` the request is over;
 - `final`: the request's last call.
 
-The manager keeps a StreamPending until its final call (scheduling/manager.py).
+A StreamPending stays among the requests in flight (scheduling/in_flight.py) until its
+final call, which the CompletionRouter (scheduling/completions.py) makes.
 """
 
 from __future__ import annotations
