@@ -18,7 +18,7 @@ class IoLoopLink:
     def __init__(self, lane, in_flight, table, traces):
         self.lane = lane  # _core.FastLane: the lane pendings of adopted requests forget there
         self.in_flight = in_flight  # scheduling/in_flight.py
-        self.table = table  # scheduling/model_table.py: lane ids' models, removed ones too
+        self.table = table  # scheduling/model_table.py: each lane_model's model, removed ones too
         self.traces = traces  # scheduling/request_traces.py: whether tracing is on
         self.engine = None  # the Engine, once attached
         self.io = None  # its _core.HttpIo

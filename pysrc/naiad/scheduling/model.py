@@ -88,7 +88,7 @@ class LoadedModel:
                 self.core_model, self._validate.spec, config.response_cache.enable
             )
             # response_cache { enable: true } with the server's cache (--cache-config):
-            # both paths look up and fill the one C++ cache under this lane id.
+            # both paths look up and fill the one C++ cache under this `lane_model`.
             self.response_cache = bool(config.response_cache.enable) and manager.lane.cache_enabled
             if self.response_cache:
                 self.stats.cache_counters = partial(manager.lane.cache_counters, self.lane_model)

@@ -2,8 +2,9 @@
 and publishing a change of it to the lanes' routes and the workers' model directory.
 
 Owns `models` (name -> version -> LoadedModel), `serving` (name -> the highest ready
-version), the lane ids' models (`lane_models`, and `lane_models_ever` for the I/O loop's
-requests in flight after a removal), the HTTP lane's infer routes, the gRPC lane's
+version), the model of each `lane_model` (the codec's index of a model, which the lanes
+and the I/O loop name requests by: `lane_models`, and `lane_models_ever` for the I/O
+loop's requests in flight after a removal), the HTTP lane's infer routes, the gRPC lane's
 table and the model directory file. Called only on the event loop; ModelControl decides
 what changes (`publish`, `withdraw`) and the swap happens in one step of the loop, so
 there is no lock.
@@ -31,8 +32,8 @@ class ModelTable:
         self.fast_lane = fast_lane  # False: no lane routes, every request goes the general way
         self.models: dict[str, dict[int, LoadedModel]] = {}
         self.serving: dict[str, LoadedModel] = {}  # name -> highest ready version
-        self.lane_models: dict[int, LoadedModel] = {}  # lane id -> model
-        # Every lane id's model, removed ones too: the C++ I/O loop's requests in flight
+        self.lane_models: dict[int, LoadedModel] = {}  # lane_model -> model
+        # Every lane_model's model, removed ones too: the C++ I/O loop's requests in flight
         # keep theirs (IoLoopLink.record_answered).
         self.lane_models_ever: dict[int, LoadedModel] = {}
         # name/version -> core handle, for workers' own requests (BLS, ensemble steps).

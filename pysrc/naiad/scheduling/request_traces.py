@@ -32,7 +32,7 @@ class RequestTraces:
         self.core = core
         self.lane = lane  # _core.FastLane: the lanes' sampler and their traced tensors
         self.in_flight = in_flight  # scheduling/in_flight.py: a lane request's model
-        self.table = table  # scheduling/model_table.py: lane ids' models, ensembles
+        self.table = table  # scheduling/model_table.py: each lane_model's model, ensembles
         self.tracer = None  # tracing/tracer.py's Tracer, once the server sets one
         self.open_traces: dict = {}  # request id -> its trace, until it is answered
         self.on_activity = None  # called after each settings change (the I/O loop's taking)
@@ -59,7 +59,7 @@ class RequestTraces:
             self.on_activity()
 
     def lane_model_added(self, model, lane_model: int) -> None:
-        """The lanes' sampler rate for `model`'s lane id, once a tracer is set."""
+        """The lanes' sampler rate for `model`'s `lane_model`, once a tracer is set."""
         if self.tracer is not None:
             self.lane.set_trace_rate(lane_model, *self.tracer.rate_for(model.name))
             self.lane.set_trace_tensors(lane_model, self.tracer.tensors_for(model.name))

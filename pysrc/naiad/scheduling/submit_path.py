@@ -33,7 +33,7 @@ class SubmitPath:
         self.lane = lane  # _core.FastLane: the HTTP lane and the response cache
         self.grpc_lane = grpc_lane  # _core.GrpcLane: the gRPC lane
         self.in_flight = in_flight  # scheduling/in_flight.py: where a queued request waits
-        self.table = table  # scheduling/model_table.py: lane ids' models
+        self.table = table  # scheduling/model_table.py: each lane_model's model
         self.traces = traces  # scheduling/request_traces.py: sampling at submit
         self.io_link = io_link  # the C++ I/O loop, which counts the requests it takes
         self.arrivals = arrivals  # scheduling/arrivals.py: for the turn's flush
