@@ -5,7 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.naiad-installed
-CORE_SOURCES := $(wildcard csrc/*/*.cc csrc/*/*.h pysrc/naiad/*.pyx pysrc/naiad/_native/*.pxd) \
+CORE_SOURCES := $(wildcard csrc/*/*.cc csrc/*/*.h pysrc/naiad/*.pyx pysrc/naiad/_native/*.pxd \
+	pysrc/naiad/_native/*.pxi) \
 	setup.py pyproject.toml \
 	$(wildcard protos/*.proto) tools/gen_protos.py
 CXX ?= g++
