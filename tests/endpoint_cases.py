@@ -43,6 +43,8 @@ def sagemaker_cases() -> list[tuple[str, str, str, bytes, dict]]:
         ("invocations header size too large", "POST", "/invocations", binary, {"Content-Type": SAGEMAKER_BINARY + "99999"}),
         ("invocations binary type not first", "POST", "/invocations", binary, {"Content-Type": "text/x; " + SAGEMAKER_BINARY + "5"}),
         ("invocations gzip ignored", "POST", "/invocations", body, {"Accept-Encoding": "gzip"}),
+        ("invocations chunked", "POST", "/invocations", [body[:7], body[7:]], {}),
+        ("invocations binary chunked", "POST", "/invocations", [binary[:9], binary[9:]], {"Content-Type": SAGEMAKER_BINARY + str(size)}),
         ("invocations trailing slash", "POST", "/invocations/", body, {}),
         ("models", "GET", "/models", b"", {}),
         ("model", "GET", "/models/add_sub", b"", {}),
@@ -73,6 +75,8 @@ def vertex_cases() -> list[tuple[str, str, str, bytes, dict]]:
         ("redirect infer", "POST", "/predict", body, {redirect: "v2/models/add_sub/infer"}),
         ("redirect index", "POST", "/predict", b"", {redirect: "v2/repository/index"}),
         ("redirect shm status", "POST", "/predict", b"", {redirect: "v2/systemsharedmemory/status"}),
+        ("predict chunked", "POST", "/predict", [body[:5], body[5:]], {}),
+        ("redirect unknown model bad binary type", "POST", "/predict", binary, {redirect: "v2/models/nothing/infer", "Content-Type": "x;" + VERTEX_BINARY + "1"}),
         ("unknown path", "GET", "/nothing", b"", {}),
     ]  # fmt: skip
 
@@ -88,12 +92,16 @@ def answer_of(response: http.client.HTTPResponse) -> tuple:
 
 
 def send_all(port: int, cases) -> dict:
-    """Each case on one kept-alive connection: {case: (status, content type, body)}."""
+    """Each case on one kept-alive connection: {case: (status, content type, body)}. A
+    body given as a list of parts is sent chunked, a part a chunk."""
     answers = {}
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         for name, method, path, body, headers in cases:
-            connection.request(method, path, body=body or None, headers=headers)
+            chunked = isinstance(body, list)
+            connection.request(
+                method, path, body=body or None, headers=headers, encode_chunked=chunked
+            )
             answers[name] = answer_of(connection.getresponse())
     finally:
         connection.close()

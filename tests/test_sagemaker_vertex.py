@@ -17,7 +17,7 @@ import time
 
 import pytest
 import requests
-from endpoint_cases import INFER, SAGEMAKER_BINARY, binary_infer, send_all
+from endpoint_cases import INFER, SAGEMAKER_BINARY, VERTEX_BINARY, binary_infer, send_all
 from server_harness import NaiadServer, _free_ports, make_repository
 
 
@@ -109,15 +109,32 @@ def test_pipelined_requests_with_heads_split_across_reads(sagemaker):
     assert received.endswith(b'{"models":[]}')
 
 
-def test_chunked_bodies_and_head_requests_are_answered_and_refused(sagemaker):
+def test_chunked_bodies_are_read_and_head_requests_refused(sagemaker):
     port = sagemaker.sagemaker_port
+    infer = json.dumps(INFER).encode()
+    chunks = b"".join(
+        b"%x;ext=1\r\n%s\r\n" % (len(part), part) for part in (infer[:10], infer[10:])
+    )
     received = _exchange(
         port,
         b"POST /invocations HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-        b"2\r\n{}\r\n0\r\n\r\nGET /v2/repository/index HTTP/1.1\r\n\r\n",
+        + chunks
+        + b"0\r\nX-Trailer: 1\r\n\r\n"
+        # The next request is the endpoint's too: a KServe path gets Triton's 400.
+        + b"GET /v2/repository/index HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        pieces=9,
     )
-    assert received.startswith(b"HTTP/1.1 411 "), received
-    assert received.count(b"HTTP/1.1") == 1  # what followed is dropped with the connection
+    statuses = re.findall(rb"HTTP/1\.1 \d+ [^\r]*\r\n", received)
+    assert statuses == [b"HTTP/1.1 200 OK\r\n", b"HTTP/1.1 400 Bad Request\r\n"], received
+    assert b'"model_name":"add_sub"' in received
+    # Broken chunk framing: the KServe reader's 400, and nothing after it is read.
+    received = _exchange(
+        port,
+        b"POST /invocations HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"zz\r\n{}\r\n0\r\n\r\nGET /ping HTTP/1.1\r\n\r\n",
+    )
+    assert received.startswith(b"HTTP/1.1 400 "), received
+    assert received.count(b"HTTP/1.1") == 1
     assert _exchange(
         port, b"HEAD /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     ).startswith(b"HTTP/1.1 405 ")
@@ -197,3 +214,72 @@ def test_requests_on_a_kept_connection(sagemaker):
         [("ping", "GET", "/ping", b"", {}), ("again", "GET", "/ping", b"", {})],
     )
     assert answers == {"ping": (200, "text/plain", None), "again": (200, "text/plain", None)}
+
+
+def test_vertex_ai_routes_are_regular_expressions(repository, tmp_path, monkeypatch):
+    """AIP_PREDICT_ROUTE and AIP_HEALTH_ROUTE match the whole path as regular
+    expressions; the redirect to "metrics" serves the metrics page; a bad binary
+    Content-Type for an unknown model gets the model's 404 first (Triton's order)."""
+    port = _free_ports(1)[0]
+    monkeypatch.setenv("AIP_PREDICT_ROUTE", "/v1/endpoints/[0-9]+/deployedModels/[0-9]+:predict")
+    monkeypatch.setenv("AIP_HEALTH_ROUTE", "/v1/endpoints/[^/]+/health")
+    with NaiadServer(
+        repository,
+        log_dir=tmp_path,
+        extra_args=["--allow-vertex-ai=true", f"--vertex-ai-port={port}"],
+    ) as server:
+        server.wait_for("ready")
+        url = f"http://127.0.0.1:{port}/v1/endpoints"
+        assert requests.get(url + "/abc/health", timeout=10).status_code == 200
+        assert requests.get(url + "/a/b/health", timeout=10).status_code == 400
+        reply = requests.post(url + "/12/deployedModels/3:predict", json=INFER, timeout=30)
+        assert reply.status_code == 200, reply.text
+        assert (
+            requests.post(url + "/x/deployedModels/3:predict", json=INFER, timeout=10).status_code
+            == 400
+        )
+        redirect = {"X-Vertex-Ai-Triton-Redirect": "metrics"}
+        metrics = requests.post(url + "/1/deployedModels/1:predict", headers=redirect, timeout=10)
+        assert metrics.status_code == 200
+        assert 'nv_inference_request_success{model="add_sub",version="1"} 1' in metrics.text
+        assert metrics.headers["Content-Type"] == "text/plain"
+        binary, _ = binary_infer()
+        bad_type = {"Content-Type": "text/x;" + VERTEX_BINARY + "4"}
+        for model, status in (("nothing", 404), ("add_sub", 400)):
+            reply = requests.post(
+                url + "/1/deployedModels/1:predict",
+                data=binary,
+                headers={**bad_type, "X-Vertex-Ai-Triton-Redirect": f"v2/models/{model}/infer"},
+                timeout=10,
+            )
+            assert reply.status_code == status, reply.text
+            assert ("unknown model" in reply.text) == (status == 404), reply.text
+
+
+def test_a_vertex_ai_route_that_is_no_regular_expression_stops_the_start(repository):
+    ports = _free_ports(4)
+    env = {
+        **os.environ,
+        "AIP_PREDICT_ROUTE": "/predict(",
+        "AIP_HEALTH_ROUTE": "/health",
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "naiad",
+            "serve",
+            f"--model-repository={repository}",
+            f"--http-port={ports[0]}",
+            f"--grpc-port={ports[1]}",
+            f"--metrics-port={ports[2]}",
+            "--allow-vertex-ai=true",
+            f"--vertex-ai-port={ports[3]}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert "AIP_PREDICT_ROUTE '/predict(' is not a regular expression" in result.stderr

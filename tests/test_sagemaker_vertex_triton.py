@@ -5,6 +5,7 @@ type and body, and the same start-up errors."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from endpoint_cases import sagemaker_cases, send_all, vertex_cases
+from endpoint_cases import INFER, sagemaker_cases, send_all, vertex_cases
 from server_harness import NaiadServer, _free_ports, make_repository
 from triton_peer import TritonPeer, find_triton, needs_triton
 
@@ -91,15 +92,9 @@ def test_sagemaker_answers_as_triton(repository, tmp_path, monkeypatch):
 
 def test_sagemaker_without_a_default_model(repository, tmp_path, monkeypatch):
     monkeypatch.delenv("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", raising=False)
-    # Triton looks the model up before the binary Content-Type; Naiad reads the type
-    # first (docs/sagemaker_vertex.md): those two cases are left out.
-    cases = [
-        case
-        for case in sagemaker_cases()
-        if case[0].startswith(("ping", "invocations"))
-        and case[0]
-        not in ("invocations header size too large", "invocations binary type not first")
-    ]
+    # A bad binary Content-Type too gets the unknown model's 404: the model is looked up
+    # first.
+    cases = [case for case in sagemaker_cases() if case[0].startswith(("ping", "invocations"))]
     naiad, triton = _both(
         repository,
         tmp_path,
@@ -127,6 +122,44 @@ def test_vertex_ai_answers_as_triton(repository, tmp_path, monkeypatch):
         vertex_cases(),
     )
     assert triton["predict"][0] == 200 and triton["redirect infer"][0] == 200
+    _compare(naiad, triton)
+
+
+def test_vertex_ai_routes_as_regular_expressions_and_metrics_as_triton(
+    repository, tmp_path, monkeypatch
+):
+    redirect = {"X-Vertex-Ai-Triton-Redirect": "metrics"}
+    predict = "/v1/endpoints/12/deployedModels/34:predict"
+    cases = [
+        ("health", "GET", "/v1/endpoints/abc/health", b"", {}),
+        ("health two segments", "GET", "/v1/endpoints/a/b/health", b"", {}),
+        ("predict", "POST", predict, json.dumps(INFER).encode(), {}),
+        ("predict not all digits", "POST", "/v1/endpoints/x/deployedModels/34:predict", b"{}", {}),
+        ("predict longer", "POST", predict + "/x", b"{}", {}),
+        ("metrics GET", "GET", predict, b"", redirect),
+        ("metrics", "POST", predict, b"", redirect),
+    ]
+    env = {
+        "AIP_PREDICT_ROUTE": "/v1/endpoints/[0-9]+/deployedModels/[0-9]+:predict",
+        "AIP_HEALTH_ROUTE": "/v1/endpoints/[^/]+/health",
+    }
+    naiad, triton = _both(
+        repository,
+        tmp_path,
+        monkeypatch,
+        env,
+        lambda port: ["--allow-vertex-ai=true", f"--vertex-ai-port={port}"],
+        lambda port: ["--allow-vertex-ai=true", f"--vertex-ai-port={port}"],
+        cases,
+    )
+    assert triton["predict"][0] == 200 and triton["health"][0] == 200
+    # The metrics pages differ in their values (and Naiad's in the families it has):
+    # status, type and the model's success counter are compared.
+    pages = naiad.pop("metrics"), triton.pop("metrics")
+    assert [page[:2] for page in pages] == [(200, pages[1][1])] * 2, pages[1][:2]
+    for page in pages:
+        text = page[2].decode() if isinstance(page[2], bytes) else str(page[2])
+        assert 'nv_inference_request_success{model="add_sub",version="1"} 1' in text
     _compare(naiad, triton)
 
 

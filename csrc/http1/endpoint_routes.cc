@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
+#include <stdexcept>
 #include <vector>
 
 namespace naiad {
@@ -74,10 +76,12 @@ uint64_t content_length(const std::vector<Header>& headers) {
 }
 
 // Where Triton's endpoint server sends a request: a KServe route (`method` `target`,
-// `infer`: its body is an infer request's) or an answer of its own (`status` != 0).
+// `infer`: its body is an infer request's for `model` `version`) or an answer of its
+// own (`status` != 0).
 struct Route {
   std::string method, target;
   bool infer = false;
+  std::string model, version;
   int status = 0;
   std::string body;
 };
@@ -89,11 +93,20 @@ Route reply(int status, std::string_view body = {}) {
   return r;
 }
 
-Route to(std::string method, std::string target, bool infer = false) {
+Route to(std::string method, std::string target) {
   Route r;
   r.method = std::move(method);
   r.target = std::move(target);
-  r.infer = infer;
+  return r;
+}
+
+Route to_infer(std::string method, std::string_view model, std::string_view version = {}) {
+  Route r = to(std::move(method), "/v2/models/" + std::string(model) +
+                                      (version.empty() ? "" : "/versions/" + std::string(version)) +
+                                      "/infer");
+  r.infer = true;
+  r.model = std::string(model);
+  r.version = std::string(version);
   return r;
 }
 
@@ -125,8 +138,7 @@ Route sagemaker_route(const EndpointRoutes& routes, std::string_view method,
                 : to(std::string(method), "/v2/health/" + routes.ping_mode);
   }
   if (path == "/invocations") {
-    return head ? reply(405, kMethodNotAllowed)
-                : to(std::string(method), "/v2/models/" + routes.model + "/infer", true);
+    return head ? reply(405, kMethodNotAllowed) : to_infer(std::string(method), routes.model);
   }
   if (path == "/models" || path.substr(0, 8) == "/models/") {
     std::vector<std::string_view> parts = segments(path);         // "models", name, "invoke"
@@ -154,6 +166,7 @@ Route sagemaker_route(const EndpointRoutes& routes, std::string_view method,
 Route vertex_redirect(std::string_view redirect) {
   const std::string target = "/" + std::string(redirect);
   const std::vector<std::string_view> p = segments(target);
+  if (target == "/metrics") return to("GET", std::string(kEndpointMetricsPath));
   if (target == "/v2" || target == "/v2/models/stats") return to("GET", target);
   if (p.size() == 3 && p[0] == "v2" && p[1] == "health" && (p[2] == "live" || p[2] == "ready")) {
     return to("GET", target);
@@ -163,7 +176,7 @@ Route vertex_redirect(std::string_view redirect) {
     if (p.size() >= 5 && p[3] == "versions" && all_digits(p[4])) at = 5;
     if (p.size() == at) return to("GET", target);  // metadata
     if (p.size() == at + 1) {
-      if (p[at] == "infer") return to("POST", target, true);
+      if (p[at] == "infer") return to_infer("POST", p[2], at == 5 ? p[4] : std::string_view());
       if (p[at] == "ready" || p[at] == "config" || p[at] == "stats") return to("GET", target);
     }
   }
@@ -187,17 +200,20 @@ Route vertex_redirect(std::string_view redirect) {
   return reply(400);
 }
 
+bool full_match(const std::shared_ptr<const std::regex>& pattern, std::string_view path) {
+  return pattern != nullptr && std::regex_match(path.begin(), path.end(), *pattern);
+}
+
 Route vertex_route(const EndpointRoutes& routes, std::string_view method, std::string_view path,
                    const std::vector<Header>& headers) {
   const bool head = method == "HEAD";
-  if (path == routes.health_route) {
+  if (full_match(routes.health_regex, path)) {
     return head ? reply(405, kMethodNotAllowed) : to(std::string(method), "/v2/health/ready");
   }
-  if (path == routes.predict_route) {
+  if (full_match(routes.predict_regex, path)) {
     const Header* redirect = find_header(headers, "X-Vertex-Ai-Triton-Redirect");
     if (redirect == nullptr) {
-      return head ? reply(405, kMethodNotAllowed)
-                  : to(std::string(method), "/v2/models/" + routes.model + "/infer", true);
+      return head ? reply(405, kMethodNotAllowed) : to_infer(std::string(method), routes.model);
     }
     if (method != "POST") return reply(405);
     return vertex_redirect(redirect->value);
@@ -219,7 +235,7 @@ std::string json_string(std::string_view text) {
 // JSON header's size (atoi's reading of what follows the prefix), which becomes the
 // KServe Inference-Header-Content-Length; an error is their 400 answer.
 bool binary_header_length(EndpointRoutes::Kind kind, const std::vector<Header>& headers,
-                          std::string* length, Route* error) {
+                          bool chunked, std::string* length, Route* error) {
   const Header* type = find_header(headers, "Content-Type");
   const std::string_view prefix = endpoint_binary_type(kind);
   if (type == nullptr) return true;
@@ -236,7 +252,8 @@ bool binary_header_length(EndpointRoutes::Kind kind, const std::vector<Header>& 
   const std::string given(type->value.substr(prefix.size()));
   const long parsed = std::atol(given.c_str());
   const uint64_t total = content_length(headers);
-  if (parsed < 0 || static_cast<uint64_t>(parsed) > total) {
+  // A chunked body's size is not known yet: the KServe reader checks the size against it.
+  if (parsed < 0 || (!chunked && static_cast<uint64_t>(parsed) > total)) {
     *error = reply(400, "{\"error\":" +
                             json_string("inference header size should be in range (0, " +
                                         std::to_string(total) + "), got: " + given) +
@@ -247,7 +264,28 @@ bool binary_header_length(EndpointRoutes::Kind kind, const std::vector<Header>& 
   return true;
 }
 
+// The headers this stream sets on the heads it writes; a client's are dropped.
+bool internal_header(std::string_view name) {
+  constexpr std::string_view kPrefix = "Naiad-Endpoint-";
+  return name.size() >= kPrefix.size() && iequals(name.substr(0, kPrefix.size()), kPrefix);
+}
+
+std::shared_ptr<const std::regex> compile_route(const std::string& pattern, const char* variable) {
+  try {
+    return std::make_shared<const std::regex>(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& error) {
+    throw std::invalid_argument(std::string(variable) + " '" + pattern +
+                                "' is not a regular expression: " + error.what());
+  }
+}
+
 }  // namespace
+
+void compile_endpoint_routes(EndpointRoutes* routes) {
+  if (routes->kind != EndpointRoutes::Kind::kVertexAi) return;
+  routes->predict_regex = compile_route(routes->predict_route, "AIP_PREDICT_ROUTE");
+  routes->health_regex = compile_route(routes->health_route, "AIP_HEALTH_ROUTE");
+}
 
 std::string_view endpoint_binary_type(EndpointRoutes::Kind kind) {
   return kind == EndpointRoutes::Kind::kSageMaker
@@ -255,12 +293,11 @@ std::string_view endpoint_binary_type(EndpointRoutes::Kind kind) {
              : "application/vnd.vertex-ai-triton.binary+json;json-header-size=";
 }
 
-RewrittenHead rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view head) {
+std::string rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view head) {
   std::vector<Header> headers;
   const std::string_view first = split_head(head, &headers);
   const size_t sp1 = first.find(' ');
   const size_t sp2 = first.rfind(' ');
-  RewrittenHead out;
   Route route;
   std::string_view method, target, version = "HTTP/1.1";
   if (sp1 == std::string_view::npos || sp2 == sp1) {
@@ -274,47 +311,47 @@ RewrittenHead rewrite_endpoint_head(const EndpointRoutes& routes, std::string_vi
                 ? sagemaker_route(routes, method, path)
                 : vertex_route(routes, method, path, headers);
   }
-  const bool chunked = is_chunked(headers);
-  if (chunked) {
-    route = reply(411,
-                  "{\"error\":\"chunked request bodies are not read on this endpoint; send "
-                  "a Content-Length\"}");
-    out.discard_rest = true;
-  }
+  const bool infer = route.infer;
   std::string length;
-  if (route.infer && !binary_header_length(routes.kind, headers, &length, &route)) length.clear();
+  std::string out;
+  if (infer) {
+    Route refused;
+    if (!binary_header_length(routes.kind, headers, is_chunked(headers), &length, &refused)) {
+      // Triton looks the model up first: the reply route does too, with these headers.
+      out = std::string(kEndpointModelHeader) + ": " + route.model + "\r\n";
+      if (!route.version.empty()) {
+        out += std::string(kEndpointVersionHeader) + ": " + route.version + "\r\n";
+      }
+      route = std::move(refused);
+    }
+  }
   if (route.status != 0) {
     // The body, if any, still follows and is read (and ignored) by the reply route.
-    out.head = "GET " + std::string(kEndpointReplyPath) + std::to_string(route.status) + " " +
-               std::string(version) + "\r\n";
+    std::string line = "GET " + std::string(kEndpointReplyPath) + std::to_string(route.status) +
+                       " " + std::string(version) + "\r\n";
     if (!route.body.empty()) {
-      out.head += std::string(kEndpointBodyHeader) + ": " + route.body + "\r\n";
+      line += std::string(kEndpointBodyHeader) + ": " + route.body + "\r\n";
     }
+    out.insert(0, line);
   } else {
     const size_t query = target.find('?');
-    out.head = route.method + " " + route.target +
-               (query == std::string_view::npos ? "" : std::string(target.substr(query))) + " " +
-               std::string(version) + "\r\n";
-    if (!length.empty()) out.head += "Inference-Header-Content-Length: " + length + "\r\n";
+    out = route.method + " " + route.target +
+          (query == std::string_view::npos ? "" : std::string(target.substr(query))) + " " +
+          std::string(version) + "\r\n";
+    if (!length.empty()) out += "Inference-Header-Content-Length: " + length + "\r\n";
   }
   for (const Header& h : headers) {
-    if (iequals(h.name, kEndpointBodyHeader)) continue;  // only this stream sets it
-    if (out.discard_rest && (iequals(h.name, "Transfer-Encoding") ||
-                             iequals(h.name, "Content-Length") || iequals(h.name, "Connection"))) {
-      continue;
-    }
+    if (internal_header(h.name)) continue;  // only this stream sets them
     // Triton's endpoints read infer bodies as the Content-Type says, uncompressed, and
     // answer uncompressed.
-    if (route.infer &&
-        (iequals(h.name, "Inference-Header-Content-Length") ||
-         iequals(h.name, "Content-Encoding") || iequals(h.name, "Accept-Encoding"))) {
+    if (infer && (iequals(h.name, "Inference-Header-Content-Length") ||
+                  iequals(h.name, "Content-Encoding") || iequals(h.name, "Accept-Encoding"))) {
       continue;
     }
-    out.head.append(h.line.data(), h.line.size());
-    out.head += kCrlf;
+    out.append(h.line.data(), h.line.size());
+    out += kCrlf;
   }
-  if (out.discard_rest) out.head += "Connection: close\r\n";
-  out.head += kCrlf;
+  out += kCrlf;
   return out;
 }
 
@@ -335,8 +372,72 @@ std::string rewrite_endpoint_answer_head(EndpointRoutes::Kind kind, std::string_
   return out;
 }
 
+void EndpointStream::chunked_body(const char** data, size_t* size, std::string* out) {
+  // Lines longer than this are no chunk size or trailer the KServe reader takes either.
+  constexpr size_t kMaxLine = 8 * 1024;
+  while (*size != 0) {
+    if (chunked_ == Chunked::kData) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_left_, *size));
+      out->append(*data, n);
+      chunk_left_ -= n;
+      *data += n;
+      *size -= n;
+      if (chunk_left_ == 0) chunked_ = Chunked::kSize;
+      continue;
+    }
+    // A chunk-size line ("<hex>[;extensions]\r\n") or a trailer line.
+    const char* end = static_cast<const char*>(std::memchr(*data, '\n', *size));
+    const size_t n = end == nullptr ? *size : static_cast<size_t>(end - *data) + 1;
+    out->append(*data, n);
+    chunk_line_.append(*data, std::min(n, kMaxLine + 1));
+    *data += n;
+    *size -= n;
+    if (end == nullptr) {
+      if (chunk_line_.size() <= kMaxLine) continue;
+      discarding_ = true;  // malformed: the reader refuses it, and nothing after it is read
+      return;
+    }
+    const std::string line = std::move(chunk_line_);
+    chunk_line_.clear();
+    if (line.size() < 2 || line[line.size() - 2] != '\r') {
+      discarding_ = true;
+      return;
+    }
+    if (chunked_ == Chunked::kTrailer) {
+      if (line.size() == 2) {  // the blank line: the body ends
+        chunked_ = Chunked::kNone;
+        return;
+      }
+      continue;
+    }
+    size_t digits = 0;
+    uint64_t chunk = 0;
+    while (digits < line.size() && std::isxdigit(static_cast<unsigned char>(line[digits]))) {
+      const char ch = static_cast<char>(std::tolower(static_cast<unsigned char>(line[digits])));
+      chunk = chunk * 16 + static_cast<uint64_t>(ch <= '9' ? ch - '0' : ch - 'a' + 10);
+      ++digits;
+    }
+    const char after = line[digits];
+    if (digits == 0 || digits > 15 ||
+        (after != ';' && after != '\r' && after != ' ' && after != '\t')) {
+      discarding_ = true;
+      return;
+    }
+    if (chunk == 0) {
+      chunked_ = Chunked::kTrailer;
+    } else {
+      chunked_ = Chunked::kData;
+      chunk_left_ = chunk + 2;  // its data and CRLF
+    }
+  }
+}
+
 void EndpointStream::requests(const char* data, size_t size, std::string* out) {
   while (size != 0 && !discarding_) {
+    if (chunked_ != Chunked::kNone) {
+      chunked_body(&data, &size, out);
+      continue;
+    }
     if (body_left_ != 0) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(body_left_, size));
       out->append(data, n);
@@ -360,14 +461,14 @@ void EndpointStream::requests(const char* data, size_t size, std::string* out) {
     }
     const size_t head_size = end + kHeadEnd.size();
     const size_t used = head_size - held;  // of this read
-    const RewrittenHead rewritten =
-        rewrite_endpoint_head(routes_, std::string_view(head_).substr(0, head_size));
-    out->append(rewritten.head);
-    if (rewritten.discard_rest) {
-      discarding_ = true;
+    const std::string_view head(head_.data(), head_size);
+    out->append(rewrite_endpoint_head(routes_, head));
+    // The body is framed as the KServe reader frames it: chunked wins over a length.
+    std::vector<Header> headers;
+    split_head(head, &headers);
+    if (is_chunked(headers)) {
+      chunked_ = Chunked::kSize;
     } else {
-      std::vector<Header> headers;
-      split_head(std::string_view(head_).substr(0, head_size), &headers);
       body_left_ = content_length(headers);
     }
     head_.clear();

@@ -17,6 +17,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <regex>
 #include <string>
 #include <string_view>
 
@@ -29,28 +31,35 @@ struct EndpointRoutes {
   std::string model;
   // SageMaker: "ready" or "live" (SAGEMAKER_TRITON_PING_MODE), what /ping checks.
   std::string ping_mode = "ready";
-  // Vertex AI: the paths of AIP_PREDICT_ROUTE and AIP_HEALTH_ROUTE.
+  // Vertex AI: AIP_PREDICT_ROUTE and AIP_HEALTH_ROUTE, regular expressions a request's
+  // whole path must match (Triton's RE2::FullMatch), compiled by compile_endpoint_routes.
   std::string predict_route;
   std::string health_route;
+  std::shared_ptr<const std::regex> predict_regex;
+  std::shared_ptr<const std::regex> health_regex;
 };
+
+// Compiles the Vertex AI routes' regular expressions; std::invalid_argument naming the
+// environment variable whose pattern is not one.
+void compile_endpoint_routes(EndpointRoutes* routes);
 
 // The internal route of the endpoints' own answers: the status is the last segment, the
 // body (sent as text/plain, as Triton's endpoint servers do) the kEndpointBodyHeader.
 inline constexpr std::string_view kEndpointReplyPath = "/v2/naiad/endpoint_reply/";
 inline constexpr std::string_view kEndpointBodyHeader = "Naiad-Endpoint-Body";
+// On a reply to an infer route (a malformed binary Content-Type): the model and version
+// the request named, looked up first, so an unknown model gets its 404 as from Triton.
+inline constexpr std::string_view kEndpointModelHeader = "Naiad-Endpoint-Model";
+inline constexpr std::string_view kEndpointVersionHeader = "Naiad-Endpoint-Version";
+// The Vertex AI redirect to "metrics": the metrics page (text/plain), served there.
+inline constexpr std::string_view kEndpointMetricsPath = "/v2/naiad/endpoint_metrics";
 
 // The binary-body Content-Type prefix of an endpoint (json-header-size=<n> follows).
 std::string_view endpoint_binary_type(EndpointRoutes::Kind kind);
 
-struct RewrittenHead {
-  std::string head;  // the request line and headers, through the blank line
-  // The rest of the connection's bytes are dropped (the head says Connection: close):
-  // a body this stream cannot frame (chunked), or a head too large.
-  bool discard_rest = false;
-};
-
-// One request head (through "\r\n\r\n") rewritten for `routes`.
-RewrittenHead rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view head);
+// One request head (through "\r\n\r\n") rewritten for `routes`: the request line and
+// headers, through the blank line.
+std::string rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view head);
 
 // An answer head on an endpoint's connection: Inference-Header-Content-Length: <n> and
 // the octet-stream Content-Type become the endpoint's binary Content-Type.
@@ -73,10 +82,20 @@ class EndpointStream {
 
  private:
   const EndpointRoutes& routes_;
+  // Passes on a chunked body's bytes, up to where it ends (after its trailer). Framing
+  // the reader refuses is passed too, and what follows it dropped.
+  void chunked_body(const char** data, size_t* size, std::string* out);
+
   // Requests: the head being collected, and the bytes left of the body being passed on.
   std::string head_;
   uint64_t body_left_ = 0;
   bool discarding_ = false;
+  // A chunked body: its framing is followed (not changed) to find the next head. A
+  // chunk-size or trailer line is collected in `chunk_line_`; `chunk_left_` counts the
+  // bytes left of the chunk's data and its CRLF.
+  enum class Chunked : uint8_t { kNone, kSize, kData, kTrailer } chunked_ = Chunked::kNone;
+  std::string chunk_line_;
+  uint64_t chunk_left_ = 0;
   // Answers: the bytes left of the body being passed; passing: heads are no longer
   // looked for (an answer without a Content-Length, which only a stream would send).
   uint64_t answer_left_ = 0;

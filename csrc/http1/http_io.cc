@@ -112,8 +112,10 @@ void HttpIo::set_tls(bool grpc, std::shared_ptr<const TlsContext> context) {
 }
 
 void HttpIo::listen_endpoint(int listen_fd, const EndpointRoutes& routes) {
+  auto compiled = std::make_unique<EndpointRoutes>(routes);
+  compile_endpoint_routes(compiled.get());  // throws before anything is registered
   const uint64_t key = kEndpointListenerKey - endpoint_listeners_.size();
-  endpoint_listeners_.push_back({listen_fd, std::make_unique<EndpointRoutes>(routes)});
+  endpoint_listeners_.push_back({listen_fd, std::move(compiled)});
   epoll_set(epoll_fd_, EPOLL_CTL_ADD, listen_fd, EPOLLIN, key);
 }
 

@@ -76,6 +76,7 @@ class HttpIo {
   // Accepts HTTP/1.1 connections on `listen_fd` (kept open by the caller) for a
   // SageMaker or Vertex AI endpoint, without TLS as Triton's: their bytes go through an
   // EndpointStream (endpoint_routes.h), and are then served as the HTTP port's.
+  // std::invalid_argument when a Vertex AI route is not a regular expression.
   void listen_endpoint(int listen_fd, const EndpointRoutes& routes);
   // Stop accepting HTTP/1.1 connections, the endpoints' too (shutdown); the connections
   // stay.

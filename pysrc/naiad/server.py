@@ -297,7 +297,9 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
             getattr(options, "http_forward", None),
             max_body_size=options.http_max_input_size,
         )
-        register_naiad_routes(router, manager)
+        register_naiad_routes(
+            router, manager, metrics_server.text if metrics_server is not None else None
+        )
         register_repository_routes(router, manager)
         register_shm_routes(router, manager)
         register_generate_routes(router, manager)

@@ -1,6 +1,7 @@
 // The SageMaker and Vertex AI endpoints' route mapping (endpoint_routes.h): each request
 // head to the KServe route or reply Triton 2.51's endpoint servers give it, and the
 // request and answer streams cut into heads and bodies.
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -24,11 +25,12 @@ EndpointRoutes vertex() {
   routes.model = "simple";
   routes.predict_route = "/predict";
   routes.health_route = "/health";
+  compile_endpoint_routes(&routes);
   return routes;
 }
 
 std::string rewrite(const EndpointRoutes& routes, const std::string& head) {
-  return rewrite_endpoint_head(routes, head).head;
+  return rewrite_endpoint_head(routes, head);
 }
 
 }  // namespace
@@ -62,7 +64,8 @@ TEST(sagemaker_binary_content_type_becomes_the_kserve_header) {
                 "Content-Type: "
                 "application/vnd.sagemaker-triton.binary+json;json-header-size=99\r\n\r\n") ==
         "GET /v2/naiad/endpoint_reply/400 HTTP/1.1\r\nNaiad-Endpoint-Body: {\"error\":\"inference "
-        "header size should be in range (0, 10), got: 99\"}\r\nContent-Length: 10\r\n"
+        "header size should be in range (0, 10), got: 99\"}\r\nNaiad-Endpoint-Model: "
+        "add_sub\r\nContent-Length: 10\r\n"
         "Content-Type: application/vnd.sagemaker-triton.binary+json;json-header-size=99\r\n\r\n");
   const std::string misplaced =
       rewrite(routes,
@@ -94,14 +97,66 @@ TEST(sagemaker_answers_of_its_own) {
         "GET /v2/naiad/endpoint_reply/405 HTTP/1.1\r\nNaiad-Endpoint-Body: {\"error\":\"Method Not "
         "Allowed\"}\r\n\r\n");
   // A client cannot set the reply's body.
-  CHECK(rewrite(routes, "GET /nothing HTTP/1.1\r\nNaiad-Endpoint-Body: x\r\n\r\n") ==
-        "GET /v2/naiad/endpoint_reply/400 HTTP/1.1\r\n\r\n");
-  const RewrittenHead chunked = rewrite_endpoint_head(
-      routes, "POST /invocations HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
-  CHECK(chunked.discard_rest);
-  CHECK(chunked.head.find("GET /v2/naiad/endpoint_reply/411 ") == 0);
-  CHECK(chunked.head.find("Transfer-Encoding") == std::string::npos);
-  CHECK(chunked.head.find("Connection: close\r\n\r\n") != std::string::npos);
+  CHECK(rewrite(routes,
+                "GET /nothing HTTP/1.1\r\nNaiad-Endpoint-Body: x\r\nnaiad-endpoint-model: m\r\n"
+                "\r\n") == "GET /v2/naiad/endpoint_reply/400 HTTP/1.1\r\n\r\n");
+  // A chunked infer goes on as it is.
+  CHECK(rewrite(routes, "POST /invocations HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n") ==
+        "POST /v2/models/add_sub/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+}
+
+TEST(a_bad_binary_content_type_names_the_model_for_its_lookup_first) {
+  const std::string refused = rewrite(
+      sagemaker(),
+      "POST /invocations HTTP/1.1\r\nContent-Length: 1\r\n"
+      "Content-Type: application/vnd.sagemaker-triton.binary+json;json-header-size=9\r\n\r\n");
+  CHECK(refused.find("GET /v2/naiad/endpoint_reply/400 HTTP/1.1\r\n") == 0);
+  CHECK(refused.find("\r\nNaiad-Endpoint-Model: add_sub\r\n") != std::string::npos);
+  CHECK(refused.find("Naiad-Endpoint-Version") == std::string::npos);
+  const std::string redirected =
+      rewrite(vertex(),
+              "POST /predict HTTP/1.1\r\nContent-Length: 1\r\n"
+              "X-Vertex-Ai-Triton-Redirect: v2/models/other/versions/3/infer\r\n"
+              "Content-Type: x/y;application/vnd.vertex-ai-triton.binary+json;json-header-size=0"
+              "\r\n\r\n");
+  CHECK(redirected.find("GET /v2/naiad/endpoint_reply/400 ") == 0);
+  CHECK(redirected.find("\r\nNaiad-Endpoint-Model: other\r\n") != std::string::npos);
+  CHECK(redirected.find("\r\nNaiad-Endpoint-Version: 3\r\n") != std::string::npos);
+  // A chunked body's size is not known: the KServe reader checks the JSON size.
+  const std::string chunked = rewrite(
+      sagemaker(),
+      "POST /invocations HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+      "Content-Type: application/vnd.sagemaker-triton.binary+json;json-header-size=9\r\n\r\n");
+  CHECK(chunked.find("POST /v2/models/add_sub/infer HTTP/1.1\r\n"
+                     "Inference-Header-Content-Length: 9\r\n") == 0);
+}
+
+TEST(vertex_routes_are_regular_expressions_the_whole_path_matches) {
+  EndpointRoutes routes = vertex();
+  routes.predict_route = "/v1/endpoints/[0-9]+/deployedModels/[0-9]+:predict";
+  routes.health_route = "/v1/endpoints/.*/health";
+  compile_endpoint_routes(&routes);
+  CHECK(rewrite(routes, "POST /v1/endpoints/12/deployedModels/34:predict?x HTTP/1.1\r\n\r\n") ==
+        "POST /v2/models/simple/infer?x HTTP/1.1\r\n\r\n");
+  CHECK(rewrite(routes, "GET /v1/endpoints/a/b/health HTTP/1.1\r\n\r\n") ==
+        "GET /v2/health/ready HTTP/1.1\r\n\r\n");
+  // Not the whole path, or not matching: Triton's 400.
+  for (const char* path :
+       {"/v1/endpoints/x/deployedModels/34:predict",
+        "/v1/endpoints/12/deployedModels/34:predict/more", "/x/v1/endpoints/a/health"}) {
+    CHECK(rewrite(routes, "POST " + std::string(path) + " HTTP/1.1\r\n\r\n")
+              .find("GET /v2/naiad/endpoint_reply/400 ") == 0);
+  }
+  routes.predict_route = "/predict(";
+  bool refused = false;
+  try {
+    compile_endpoint_routes(&routes);
+  } catch (const std::invalid_argument& e) {
+    refused = std::string(e.what()).find(
+                  "AIP_PREDICT_ROUTE '/predict(' is not a regular "
+                  "expression") == 0;
+  }
+  CHECK(refused);
 }
 
 TEST(vertex_routes_and_redirection) {
@@ -126,6 +181,7 @@ TEST(vertex_routes_and_redirection) {
             .find("GET /v2/systemsharedmemory/status ") == 0);
   CHECK(rewrite(routes, redirect + "v2/systemsharedmemory/region/r/register\r\n\r\n")
             .find("POST /v2/systemsharedmemory/region/r/register ") == 0);
+  CHECK(rewrite(routes, redirect + "metrics\r\n\r\n").find("GET /v2/naiad/endpoint_metrics ") == 0);
   CHECK(rewrite(routes, redirect + "v2/models/m/nothing\r\n\r\n")
             .find("GET /v2/naiad/endpoint_reply/400 ") == 0);
   CHECK(rewrite(routes, "GET /predict HTTP/1.1\r\nX-Vertex-Ai-Triton-Redirect: v2\r\n\r\n")
@@ -159,15 +215,39 @@ TEST(endpoint_stream_rewrites_heads_split_across_reads) {
       body;
   second.requests(request.data(), request.size(), &out);
   CHECK(out.find("\r\n\r\nGET /ping HTTP/1.1\r\n\r\n") != std::string::npos);
-  // After a chunked request the rest is dropped.
-  EndpointStream third(routes);
+}
+
+TEST(endpoint_stream_follows_chunked_bodies_to_the_next_head) {
+  const EndpointRoutes routes = sagemaker();
+  // Chunk sizes in hex with extensions, a chunk that looks like a head, a trailer.
+  const std::string body =
+      "1a;name=value\r\nGET /ping HTTP/1.1\r\n\r\n{}{}\r\n2\r\n{}\r\n0\r\nX-Trailer: 1\r\n\r\n";
+  const std::string input = "POST /invocations HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                            body + "GET /ping HTTP/1.1\r\n\r\n";
+  const std::string expected =
+      "POST /v2/models/add_sub/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + body +
+      "GET /v2/health/ready HTTP/1.1\r\n\r\n";
+  EndpointStream whole(routes);
+  std::string out;
+  whole.requests(input.data(), input.size(), &out);
+  CHECK(out == expected);
+  EndpointStream bytewise(routes);
   out.clear();
-  const std::string chunked =
-      "POST /invocations HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
-      "POST /v2/repository/models/x/unload HTTP/1.1\r\n\r\n";
-  third.requests(chunked.data(), chunked.size(), &out);
-  CHECK(out.find("/v2/repository") == std::string::npos);
-  CHECK(out.find("endpoint_reply/411") != std::string::npos);
+  for (char ch : input) bytewise.requests(&ch, 1, &out);  // one byte a read
+  CHECK(out == expected);
+  // Framing the reader refuses is passed on (it answers 400 and closes); nothing after
+  // it is read, so no request reaches a KServe route unrewritten.
+  const std::string refused[] = {"zz\r\n", "5\n", "123456789abcdef01\r\n", std::string(9000, '1')};
+  for (const std::string& bad : refused) {
+    EndpointStream stream(routes);
+    out.clear();
+    const std::string smuggled =
+        "POST /invocations HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + bad +
+        "\r\nPOST /v2/repository/models/x/unload HTTP/1.1\r\n\r\n";
+    stream.requests(smuggled.data(), smuggled.size(), &out);
+    CHECK(out.find("/v2/repository") == std::string::npos);
+    CHECK(out.find("POST /v2/models/add_sub/infer ") == 0);
+  }
 }
 
 TEST(endpoint_stream_rewrites_binary_answers) {

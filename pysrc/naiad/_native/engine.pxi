@@ -834,6 +834,9 @@ cdef class TlsContext:
 # (http/endpoint_routes.py serves it).
 ENDPOINT_REPLY_PATH = kEndpointReplyPath.data()[:kEndpointReplyPath.size()].decode()
 ENDPOINT_BODY_HEADER = kEndpointBodyHeader.data()[:kEndpointBodyHeader.size()].decode()
+ENDPOINT_MODEL_HEADER = kEndpointModelHeader.data()[:kEndpointModelHeader.size()].decode()
+ENDPOINT_VERSION_HEADER = kEndpointVersionHeader.data()[:kEndpointVersionHeader.size()].decode()
+ENDPOINT_METRICS_PATH = kEndpointMetricsPath.data()[:kEndpointMetricsPath.size()].decode()
 
 
 # HttpIo events (csrc/http1/http_io.h EventKind).

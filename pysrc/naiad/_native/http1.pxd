@@ -102,6 +102,9 @@ cdef extern from "http1/endpoint_routes.h" namespace "naiad":
 
     string_view kEndpointReplyPath
     string_view kEndpointBodyHeader
+    string_view kEndpointModelHeader
+    string_view kEndpointVersionHeader
+    string_view kEndpointMetricsPath
 
 
 cdef extern from "http1/http_io.h" namespace "naiad":
@@ -161,7 +164,7 @@ cdef extern from "http1/http_io.h" namespace "naiad":
         void set_max_body(size_t max_body)
         void set_each(cbool each)
         void listen_http(int listen_fd)
-        void listen_endpoint(int listen_fd, const EndpointRoutes& routes)
+        void listen_endpoint(int listen_fd, const EndpointRoutes& routes) except +
         # Takes shared_ptr<const TlsContext>: C++ converts.
         void set_tls(cbool grpc, shared_ptr[CTlsContext] context)
         void stop_listening()

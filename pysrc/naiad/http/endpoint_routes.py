@@ -14,11 +14,13 @@ import os
 from dataclasses import dataclass
 
 from naiad import _core
-from naiad.http.routes import TEXT, HttpRequest, Reply
+from naiad.errors import NaiadError
+from naiad.http.routes import TEXT, HttpRequest, Reply, exception_reply
 
 __all__ = [
     "Endpoint",
     "EndpointError",
+    "endpoint_metrics",
     "endpoint_reply",
     "endpoints_for",
     "resolve_vertex_model",
@@ -29,6 +31,8 @@ __all__ = [
 # no model has, so the request fails as Triton's does.
 SAGEMAKER_UNSPECIFIED_MODEL = "unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 _BODY_HEADER = _core.ENDPOINT_BODY_HEADER.lower()
+_MODEL_HEADER = _core.ENDPOINT_MODEL_HEADER.lower()
+_VERSION_HEADER = _core.ENDPOINT_VERSION_HEADER.lower()
 
 
 class EndpointError(ValueError):
@@ -51,18 +55,34 @@ class Endpoint:
     health_route: str = ""
 
 
-def endpoint_reply(request: HttpRequest, status_text: str) -> Reply:
+def endpoint_reply(request: HttpRequest, status_text: str, manager) -> Reply:
     """An endpoint's own answer: the status the C++ rewrite put in the path, the body it
-    put in the header (text/plain, as Triton's endpoint servers send it)."""
+    put in the header (text/plain, as Triton's endpoint servers send it). An infer
+    refused for its binary Content-Type names its model: Triton looks the model up
+    first, so an unknown one gets the infer route's 404 instead."""
     if not status_text.isdigit() or not 200 <= int(status_text) <= 599:
         return Reply(404, TEXT, (b'{"error":"Not Found"}',))
+    model = request.headers.get(_MODEL_HEADER)
+    if model is not None:
+        try:
+            manager.get(model, request.headers.get(_VERSION_HEADER, ""))
+        except NaiadError as exc:
+            return exception_reply(exc)
     body = request.headers.get(_BODY_HEADER, "")
     return Reply(int(status_text), TEXT, (body.encode("latin-1"),) if body else ())
 
 
+def endpoint_metrics(request: HttpRequest, metrics_text) -> Reply:
+    """The Vertex AI redirect to "metrics": the metrics port's page (`metrics_text()`),
+    or Triton's empty 400 when the server has no metrics (--allow-metrics=false)."""
+    if metrics_text is None:
+        return Reply(400, TEXT, ())
+    return Reply(200, TEXT, (metrics_text(),))
+
+
 def wanted_headers() -> dict:
-    """The header the protocol must keep for endpoint_reply."""
-    return {_BODY_HEADER: _BODY_HEADER}
+    """The headers the protocol must keep for endpoint_reply."""
+    return {name: name for name in (_BODY_HEADER, _MODEL_HEADER, _VERSION_HEADER)}
 
 
 def endpoints_for(options, environ=os.environ) -> list[Endpoint]:

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 from naiad import _core
-from naiad.http.endpoint_routes import endpoint_reply, wanted_headers
+from naiad.http.endpoint_routes import endpoint_metrics, endpoint_reply, wanted_headers
 from naiad.http.routes import HttpRequest, Reply, Router, error_reply, json_reply
 
 _REPORTS = {"arena": "arena_stats", "lanes": "lane_stats"}
 # /v2/naiad/endpoint_reply/<status>: the SageMaker and Vertex AI endpoints' own answers.
 _ENDPOINT_REPLY = _core.ENDPOINT_REPLY_PATH.split("/")[3]
+# /v2/naiad/endpoint_metrics: the Vertex AI endpoint's redirect to "metrics".
+_ENDPOINT_METRICS = _core.ENDPOINT_METRICS_PATH.split("/")[3]
 
 
-def register_naiad_routes(router: Router, manager) -> None:
+def register_naiad_routes(router: Router, manager, metrics_text=None) -> None:
+    """`metrics_text`: a callable giving the metrics page, None without metrics."""
+
     def handle(request: HttpRequest, parts: list) -> Reply:
         # /v2/naiad/arena: the shared-memory arena's use, to spot leaks.
         # /v2/naiad/lanes: requests taken by the infer fast lane and the general path.
         if len(parts) == 5 and parts[3] == _ENDPOINT_REPLY:
-            return endpoint_reply(request, parts[4])
+            return endpoint_reply(request, parts[4], manager)
+        if len(parts) == 4 and parts[3] == _ENDPOINT_METRICS:
+            return endpoint_metrics(request, metrics_text)
         if len(parts) == 4 and parts[3] == "shm" and request.method == "GET":
             return json_reply(manager.shm.stats())  # shm copy counters (naiad/memory/shm.py)
         report = _REPORTS.get(parts[3]) if len(parts) == 4 else None

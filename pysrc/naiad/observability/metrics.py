@@ -44,6 +44,7 @@ __all__ = [
     "Poller",
     "render",
     "MetricsRouter",
+    "MetricsServer",
     "start_metrics_server",
     "FAILURE_REASONS",
     "CONTENT_TYPE",
@@ -577,7 +578,7 @@ async def start_metrics_server(
     pinned_pool_bytes: int = DEFAULT_PINNED_POOL_BYTES,
     gpus=None,
     cpu: bool = True,
-) -> asyncio.Server:
+) -> MetricsServer:
     """Serve Triton's metrics for `manager` at http://host:port/metrics on the running loop.
 
     With `interval_ms`, a Poller thread reads the host gauges (and `gpus`, the
@@ -597,18 +598,24 @@ async def start_metrics_server(
         return HttpProtocol(router, loop, max_body_size=1 << 16)
 
     server = await loop.create_server(factory, host, port, reuse_address=True)
-    return server if poller is None else _PolledServer(server, poller)
+    return MetricsServer(server, poller, collector)
 
 
-class _PolledServer:
-    """The metrics server with its Poller: closing it stops the polling too."""
+class MetricsServer:
+    """The metrics port's asyncio server, with its Poller (closing it stops the polling
+    too) and `text()`, the page it serves (the Vertex AI endpoint serves it too)."""
 
-    def __init__(self, server, poller: Poller):
+    def __init__(self, server, poller: Poller | None, collector):
         self._server = server
         self._poller = poller
+        self._collector = collector
+
+    def text(self) -> bytes:
+        return render(self._collector)
 
     def close(self) -> None:
-        self._poller.stop()
+        if self._poller is not None:
+            self._poller.stop()
         self._server.close()
 
     def __getattr__(self, name):
