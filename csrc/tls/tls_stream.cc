@@ -180,13 +180,16 @@ TlsStream::Status TlsStream::receive(const char* data, size_t size, std::string*
     }
     established_ = true;
   }
+  // Records are opened into a scratch buffer and what they hold appended: growing
+  // `plain` by a record's room first would zero-fill 16 KB for every small request.
+  thread_local char record[kRecordPlain];
   for (;;) {
-    const size_t at = plain->size();
-    plain->resize(at + kRecordPlain);
     size_t got = 0;
-    const int result = SSL_read_ex(ssl_, &(*plain)[at], kRecordPlain, &got);
-    plain->resize(at + got);
-    if (result == 1) continue;
+    const int result = SSL_read_ex(ssl_, record, kRecordPlain, &got);
+    if (result == 1) {
+      plain->append(record, got);
+      continue;
+    }
     const int kind = SSL_get_error(ssl_, result);
     if (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE) return Status::kOk;
     if (kind == SSL_ERROR_ZERO_RETURN) return Status::kClosed;
