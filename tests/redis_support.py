@@ -1,11 +1,14 @@
 """A real `redis-server` (Debian's package, `make deploy-tools`) on a free port, started
-and stopped by its PID, for the Redis response cache's tests and perf/redis_cache.py."""
+and stopped by its PID, for the Redis response cache's tests and perf/redis_cache.py;
+with `tls`, it serves TLS only (Debian's build has it), with tools/tls_certs.py's
+certificates."""
 
 from __future__ import annotations
 
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -17,9 +20,13 @@ def redis_binary() -> str | None:
     return shutil.which("redis-server")
 
 
-def redis_call(port: int, *args: bytes, password: bytes | None = None) -> bytes:
-    """One RESP command to 127.0.0.1:`port`; the raw reply (for readiness and checks)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+def redis_call(
+    port: int, *args: bytes, password: bytes | None = None, tls: ssl.SSLContext | None = None
+) -> bytes:
+    """One RESP command to 127.0.0.1:`port` (over TLS with `tls`); the raw reply (for
+    readiness and checks)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as plain:
+        s = tls.wrap_socket(plain, server_hostname="localhost") if tls is not None else plain
         wire = b""
         commands = [(b"AUTH", password)] if password else []
         for command in [*commands, args]:
@@ -37,18 +44,44 @@ def redis_call(port: int, *args: bytes, password: bytes | None = None) -> bytes:
 
 
 class RedisServer:
-    """redis-server on 127.0.0.1, no persistence; `password` sets requirepass."""
+    """redis-server on 127.0.0.1, no persistence; `password` sets requirepass; `tls`
+    (a tls_certs.Certs): TLS only, with the server certificate, and client certificates
+    required (signed by the CA) when `mutual`."""
 
-    def __init__(self, log_dir: Path, password: str | None = None, port: int | None = None):
+    def __init__(
+        self,
+        log_dir: Path,
+        password: str | None = None,
+        port: int | None = None,
+        tls=None,
+        mutual: bool = False,
+    ):
         self.port = port or free_port()
         self.password = password
         self.log_dir = Path(log_dir)
+        self.tls = tls
+        self.mutual = mutual
         self.process: subprocess.Popen | None = None
+
+    def client_context(self) -> ssl.SSLContext | None:
+        """A client's TLS settings for redis_call (None without TLS)."""
+        if self.tls is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.tls.ca))
+        context.load_cert_chain(str(self.tls.client), str(self.tls.client_key))
+        return context
 
     def start(self, timeout: float = 20.0) -> RedisServer:
         binary = redis_binary()
         assert binary, "redis-server is not installed (make deploy-tools)"
-        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        if self.tls is None:
+            args = [binary, "--port", str(self.port)]
+        else:
+            args = [binary, "--port", "0", "--tls-port", str(self.port)]
+            args += ["--tls-cert-file", str(self.tls.server), "--tls-key-file"]
+            args += [str(self.tls.server_key), "--tls-ca-cert-file", str(self.tls.ca)]
+            args += ["--tls-auth-clients", "yes" if self.mutual else "no"]
+        args += ["--bind", "127.0.0.1", "--save", ""]
         args += ["--appendonly", "no", "--dir", str(self.log_dir)]
         if self.password:
             args += ["--requirepass", self.password]
@@ -60,9 +93,10 @@ class RedisServer:
         while True:
             assert self.process.poll() is None, f"redis-server exited: see {self.log_dir}"
             try:
-                if redis_call(self.port, b"PING", password=password) == b"+PONG":
+                reply = redis_call(self.port, b"PING", password=password, tls=self.client_context())
+                if reply == b"+PONG":
                     return self
-            except OSError:
+            except OSError:  # ssl.SSLError too: not listening yet
                 pass
             assert time.monotonic() < deadline, "redis-server did not answer PING"
             time.sleep(0.05)

@@ -20,6 +20,7 @@ import tritonclient.http as httpclient
 from cache_support import metrics
 from redis_support import RedisServer, redis_binary, redis_call
 from server_harness import EXAMPLE_MODELS, NaiadServer, ServerExited, make_repository, metric_value
+from tls_support import make_certs
 
 TIMEOUT = 20
 MODEL = "add_sub_cache"
@@ -174,8 +175,8 @@ def test_unreachable_redis_and_refused_flags(repository, tmp_path):
         (
             "tls",
             ["--cache-config", "redis,host=h", "--cache-config", "redis,port=1"]
-            + ["--cache-config", "redis,cacert=/ca.pem"],
-            "TLS (cacert) is not supported",
+            + ["--cache-config", "redis,tls_enabled=true", "--cache-config", "redis,cert=/c.pem"],
+            "TLS 'cert' and 'key' are given together (got only 'cert')",
         ),
         (
             "both",
@@ -187,6 +188,45 @@ def test_unreachable_redis_and_refused_flags(repository, tmp_path):
         with pytest.raises(ServerExited):
             server.start()
         assert message in server.stderr_text(), server.stderr_text()
+
+
+def test_redis_over_tls(repository, tmp_path):
+    """Triton's TLS settings (tls_enabled, cert, key, cacert, sni) against a redis-server
+    serving TLS only and requiring client certificates; a CA that does not sign Redis's
+    certificate, a missing client certificate and a plaintext client each stop the start
+    with the reason."""
+    certs = make_certs(tmp_path / "certs")
+    with RedisServer(tmp_path, tls=certs, mutual=True) as redis:
+        tls = ["tls_enabled=true", f"cacert={certs.ca}", "sni=localhost"]
+        client = [f"cert={certs.client}", f"key={certs.client_key}"]
+        flags = redis_flags(redis, *tls, *client)
+        with NaiadServer(repository, log_dir=tmp_path, extra_args=flags, name="tls") as server:
+            infer(server, 400.0)
+            infer(server, 400.0)
+            assert stats(server)["hit"] == 1 and stats(server)["miss"] == 1
+        keys = redis_call(redis.port, b"KEYS", b"naiad:response:*", tls=redis.client_context())
+        assert keys.startswith(b"*1\r\n"), keys
+        for name, extra, message in (
+            (
+                "other_ca",
+                ["tls_enabled=true", f"cacert={certs.ca.parent / 'other-ca.pem'}", *client],
+                "TLS handshake failed: error:0A000086:SSL routines::certificate verify failed (server certificate: ",
+            ),
+            ("no_client_cert", tls, "Redis at 127.0.0.1:"),
+            ("plaintext", [], "Redis at 127.0.0.1:"),
+            (
+                "bad_cert",
+                ["tls_enabled=true", f"cert={certs.ca}", f"key={certs.client_key}"],
+                "does not match the certificate",
+            ),
+        ):
+            flags = redis_flags(redis, *extra, "connect_timeout=2000", "socket_timeout=2000")
+            server = NaiadServer(repository, log_dir=tmp_path, extra_args=flags, name=name)
+            with pytest.raises(ServerExited):
+                server.start()
+            text = server.stderr_text()
+            assert "Failed to initialize RedisCache: " in text, text
+            assert message in text, text
 
 
 def _load(server, bases, workers=4) -> None:

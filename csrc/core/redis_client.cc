@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <memory>
 
 #include "core/core.h"
 
@@ -33,9 +35,17 @@ bool wait_for(int fd, short events, uint64_t deadline_ns) {
 
 }  // namespace
 
+RedisClient::RedisClient(RedisOptions options) : options_(std::move(options)) {
+  if (options_.tls) {
+    tls_context_ = TlsContext::client(options_.tls_cert, options_.tls_key, options_.tls_cacert,
+                                      options_.tls_cacert_dir);
+  }
+}
+
 void RedisClient::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  tls_.reset();
   in_.clear();
 }
 
@@ -85,6 +95,7 @@ bool RedisClient::connect(uint64_t now_ns, std::string* error) {
   }
   ::freeaddrinfo(found);
   if (fd_ < 0) return fail("cannot connect: " + why, error);
+  if (tls_context_ != nullptr && !handshake(deadline, error)) return false;
   // The session's settings, before any cache command.
   RespReply reply;
   std::string request;
@@ -108,22 +119,80 @@ bool RedisClient::connect(uint64_t now_ns, std::string* error) {
   return true;
 }
 
-bool RedisClient::exchange(const std::string& request, RespReply* reply, std::string* error) {
-  const uint64_t deadline = monotonic_ns() + uint64_t{options_.socket_timeout_ms} * 1'000'000;
+bool RedisClient::handshake(uint64_t deadline_ns, std::string* error) {
   const std::string timed_out =
-      "no answer within " + std::to_string(options_.socket_timeout_ms) + " ms";
+      "TLS handshake not done within " + std::to_string(options_.connect_timeout_ms) + " ms";
+  std::string plain;
+  try {
+    tls_ = std::make_unique<TlsStream>(tls_context_, options_.tls_sni);
+  } catch (const std::exception& e) {
+    return fail(std::string("TLS: ") + e.what(), error);
+  }
+  if (tls_->receive(nullptr, 0, &plain) == TlsStream::Status::kFailed) {  // the ClientHello
+    return fail("TLS " + tls_->error(), error);
+  }
+  for (;;) {
+    if (tls_->has_output() && !send_all(std::string(), deadline_ns, error)) return false;
+    if (tls_->established()) return true;
+    if (!receive_some(deadline_ns, timed_out, error)) return false;
+  }
+}
+
+bool RedisClient::send_all(const std::string& bytes, uint64_t deadline_ns, std::string* error) {
+  const std::string* wire = &bytes;
+  std::string records;
+  if (tls_ != nullptr) {
+    if (!bytes.empty() && !tls_->send(bytes.data(), bytes.size())) {
+      return fail("TLS " + tls_->error(), error);
+    }
+    tls_->take_output(&records);
+    wire = &records;
+  }
   size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = ::send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+  while (sent < wire->size()) {
+    const ssize_t n = ::send(fd_, wire->data() + sent, wire->size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<size_t>(n);
     } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
       return fail(std::string("send: ") + std::strerror(errno), error);
-    } else if (!wait_for(fd_, POLLOUT, deadline)) {
-      return fail(timed_out, error);
+    } else if (!wait_for(fd_, POLLOUT, deadline_ns)) {
+      return fail("could not send within " + std::to_string(options_.socket_timeout_ms) + " ms",
+                  error);
     }
   }
+  return true;
+}
+
+bool RedisClient::receive_some(uint64_t deadline_ns, const std::string& timed_out,
+                               std::string* error) {
   char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
+    if (n > 0) {
+      if (tls_ == nullptr) {
+        in_.append(buffer, static_cast<size_t>(n));
+        return true;
+      }
+      const TlsStream::Status status = tls_->receive(buffer, static_cast<size_t>(n), &in_);
+      if (status == TlsStream::Status::kFailed) return fail("TLS " + tls_->error(), error);
+      // Records the session answers with (the handshake's, alerts) go out now.
+      if (tls_->has_output() && !send_all(std::string(), deadline_ns, error)) return false;
+      if (status == TlsStream::Status::kClosed) return fail("connection closed", error);
+      return true;
+    }
+    if (n == 0) return fail("connection closed", error);
+    if (errno != EAGAIN && errno != EINTR) {
+      return fail(std::string("recv: ") + std::strerror(errno), error);
+    }
+    if (!wait_for(fd_, POLLIN, deadline_ns)) return fail(timed_out, error);
+  }
+}
+
+bool RedisClient::exchange(const std::string& request, RespReply* reply, std::string* error) {
+  const uint64_t deadline = monotonic_ns() + uint64_t{options_.socket_timeout_ms} * 1'000'000;
+  const std::string timed_out =
+      "no answer within " + std::to_string(options_.socket_timeout_ms) + " ms";
+  if (!send_all(request, deadline, error)) return false;
   for (;;) {
     size_t used = 0;
     std::string why;
@@ -133,16 +202,7 @@ bool RedisClient::exchange(const std::string& request, RespReply* reply, std::st
       return true;
     }
     if (got == RespRead::kBad) return fail(why, error);
-    const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
-    if (n > 0) {
-      in_.append(buffer, static_cast<size_t>(n));
-    } else if (n == 0) {
-      return fail("connection closed", error);
-    } else if (errno != EAGAIN && errno != EINTR) {
-      return fail(std::string("recv: ") + std::strerror(errno), error);
-    } else if (!wait_for(fd_, POLLIN, deadline)) {
-      return fail(timed_out, error);
-    }
+    if (!receive_some(deadline, timed_out, error)) return false;
   }
 }
 

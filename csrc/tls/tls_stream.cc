@@ -64,6 +64,42 @@ int select_alpn(SSL*, const unsigned char** out, unsigned char* out_size, const 
   return SSL_TLSEXT_ERR_OK;
 }
 
+// `cert` and `key` as the certificate `ctx` presents; `side` ("server", "client")
+// names them in the errors.
+void use_certificate(SSL_CTX* ctx, const std::string& cert, const std::string& key,
+                     const std::string& side) {
+  const std::string what_cert = "the " + side + " certificate";
+  const std::string what_key = "the " + side + " key";
+  check_readable(cert, what_cert.c_str());
+  check_readable(key, what_key.c_str());
+  ERR_clear_error();
+  if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1) {
+    refuse(cert, what_cert.c_str(), "is not a PEM certificate");
+  }
+  // Read apart from its use: a key that is not one and a key of another certificate
+  // are told apart.
+  EVP_PKEY* pkey = nullptr;
+  if (BIO* file = BIO_new_file(key.c_str(), "r")) {
+    pkey = PEM_read_bio_PrivateKey(file, nullptr, nullptr, nullptr);
+    BIO_free(file);
+  }
+  if (pkey == nullptr) refuse(key, what_key.c_str(), "is not a PEM private key");
+  const int used = SSL_CTX_use_PrivateKey(ctx, pkey);
+  EVP_PKEY_free(pkey);
+  if (used != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+    refuse(key, what_key.c_str(), ("does not match the certificate '" + cert + "'").c_str());
+  }
+}
+
+SSL_CTX* new_context(const SSL_METHOD* method) {
+  ERR_clear_error();
+  SSL_CTX* ctx = SSL_CTX_new(method);
+  if (ctx == nullptr) throw std::runtime_error("SSL_CTX_new: " + openssl_errors());
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+  return ctx;
+}
+
 }  // namespace
 
 TlsContext::TlsContext(const std::string& cert, const std::string& key, const std::string& root,
@@ -71,28 +107,9 @@ TlsContext::TlsContext(const std::string& cert, const std::string& key, const st
   check_readable(cert, "the server certificate");
   check_readable(key, "the server key");
   if (mutual || !root.empty()) check_readable(root, "the root certificate");
-  ERR_clear_error();
-  ctx_ = SSL_CTX_new(TLS_server_method());
-  if (ctx_ == nullptr) throw std::runtime_error("SSL_CTX_new: " + openssl_errors());
+  ctx_ = new_context(TLS_server_method());
   try {
-    SSL_CTX_set_min_proto_version(ctx_, TLS1_2_VERSION);
-    SSL_CTX_set_options(ctx_, SSL_OP_NO_RENEGOTIATION);
-    if (SSL_CTX_use_certificate_chain_file(ctx_, cert.c_str()) != 1) {
-      refuse(cert, "the server certificate", "is not a PEM certificate");
-    }
-    // Read apart from its use: a key that is not one and a key of another certificate
-    // are told apart.
-    EVP_PKEY* pkey = nullptr;
-    if (BIO* file = BIO_new_file(key.c_str(), "r")) {
-      pkey = PEM_read_bio_PrivateKey(file, nullptr, nullptr, nullptr);
-      BIO_free(file);
-    }
-    if (pkey == nullptr) refuse(key, "the server key", "is not a PEM private key");
-    const int used = SSL_CTX_use_PrivateKey(ctx_, pkey);
-    EVP_PKEY_free(pkey);
-    if (used != 1 || SSL_CTX_check_private_key(ctx_) != 1) {
-      refuse(key, "the server key", ("does not match the certificate '" + cert + "'").c_str());
-    }
+    use_certificate(ctx_, cert, key, "server");
     if (!root.empty()) {
       if (SSL_CTX_load_verify_locations(ctx_, root.c_str(), nullptr) != 1) {
         refuse(root, "the root certificate", "holds no PEM certificate");
@@ -120,9 +137,48 @@ TlsContext::TlsContext(const std::string& cert, const std::string& key, const st
   }
 }
 
+std::shared_ptr<const TlsContext> TlsContext::client(const std::string& cert,
+                                                     const std::string& key,
+                                                     const std::string& ca_file,
+                                                     const std::string& ca_dir) {
+  std::shared_ptr<TlsContext> context(new TlsContext());
+  if (!ca_file.empty()) check_readable(ca_file, "the CA certificate");
+  context->ctx_ = new_context(TLS_client_method());
+  SSL_CTX* ctx = context->ctx_;
+  if (!cert.empty() || !key.empty()) use_certificate(ctx, cert, key, "client");
+  if (!ca_file.empty() || !ca_dir.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx, ca_file.empty() ? nullptr : ca_file.c_str(),
+                                      ca_dir.empty() ? nullptr : ca_dir.c_str()) != 1) {
+      if (ca_file.empty()) refuse(ca_dir, "the CA certificate folder", "cannot be used");
+      refuse(ca_file, "the CA certificate", "holds no PEM certificate");
+    }
+  } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+    throw std::invalid_argument("the system's CA certificates cannot be loaded: " +
+                                openssl_errors());
+  }
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  return context;
+}
+
 TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
 
 TlsStream::TlsStream(std::shared_ptr<const TlsContext> context) : context_(std::move(context)) {
+  attach_bios();
+  SSL_set_accept_state(ssl_);
+}
+
+TlsStream::TlsStream(std::shared_ptr<const TlsContext> context, const std::string& server_name)
+    : context_(std::move(context)) {
+  attach_bios();
+  if (!server_name.empty() && SSL_set_tlsext_host_name(ssl_, server_name.c_str()) != 1) {
+    SSL_free(ssl_);
+    throw std::invalid_argument("the server name '" + server_name +
+                                "' cannot be sent (SNI): " + openssl_errors());
+  }
+  SSL_set_connect_state(ssl_);
+}
+
+void TlsStream::attach_bios() {
   ssl_ = SSL_new(context_->get());
   if (ssl_ == nullptr) throw std::runtime_error("SSL_new: " + openssl_errors());
   BIO* in = BIO_new(BIO_s_mem());
@@ -136,7 +192,6 @@ TlsStream::TlsStream(std::shared_ptr<const TlsContext> context) : context_(std::
   // An empty input BIO means "more bytes to come" (WANT_READ), not end of stream.
   BIO_set_mem_eof_return(in, -1);
   SSL_set_bio(ssl_, in, out);  // the session owns both
-  SSL_set_accept_state(ssl_);
 }
 
 TlsStream::~TlsStream() { SSL_free(ssl_); }
@@ -149,7 +204,7 @@ TlsStream::Status TlsStream::fail(int result, const char* what) {
     error_ += openssl_errors();
     const long verify = SSL_get_verify_result(ssl_);
     if (verify != X509_V_OK) {
-      error_ += " (client certificate: ";
+      error_ += SSL_is_server(ssl_) ? " (client certificate: " : " (server certificate: ";
       error_ += X509_verify_cert_error_string(verify);
       error_ += ")";
     }

@@ -6,7 +6,9 @@
 //
 // TlsContext is one listener's settings (its certificate and key, the root certificates
 // that client certificates must chain to when they are required, the ALPN protocol it
-// selects); TlsStream is one connection's session, made from it.
+// selects), or a client's (the Redis cache's connection: the roots the server's
+// certificate must chain to, a client certificate); TlsStream is one connection's
+// session, made from it.
 #pragma once
 
 #include <openssl/opensslv.h>
@@ -32,6 +34,12 @@ class TlsContext {
   // naming the file that cannot be used, and why.
   TlsContext(const std::string& cert, const std::string& key, const std::string& root, bool mutual,
              const std::string& alpn);
+  // A client's: the server's certificate must chain to `ca_file` and/or the hashed
+  // folder `ca_dir` (both empty: the system's roots); `cert` and `key` (both or
+  // neither): the certificate presented when the server asks for one. Throws as above.
+  static std::shared_ptr<const TlsContext> client(const std::string& cert, const std::string& key,
+                                                  const std::string& ca_file,
+                                                  const std::string& ca_dir);
   ~TlsContext();
   TlsContext(const TlsContext&) = delete;
   TlsContext& operator=(const TlsContext&) = delete;
@@ -40,6 +48,8 @@ class TlsContext {
   const std::string& alpn_wire() const { return alpn_wire_; }
 
  private:
+  TlsContext() = default;
+
   SSL_CTX* ctx_ = nullptr;
   std::string alpn_wire_;  // the ALPN protocol, length-prefixed as on the wire
 };
@@ -48,6 +58,10 @@ class TlsStream {
  public:
   // A server-side session of `context` (kept alive with it: its ALPN callback reads it).
   explicit TlsStream(std::shared_ptr<const TlsContext> context);
+  // A client-side session of a client context, naming `server_name` (SNI) when not
+  // empty. receive(nullptr, 0, ...) starts its handshake: the ClientHello waits in
+  // output().
+  TlsStream(std::shared_ptr<const TlsContext> context, const std::string& server_name);
   ~TlsStream();
   TlsStream(const TlsStream&) = delete;
   TlsStream& operator=(const TlsStream&) = delete;
@@ -75,6 +89,7 @@ class TlsStream {
 
  private:
   Status fail(int result, const char* what);
+  void attach_bios();
 
   std::shared_ptr<const TlsContext> context_;
   SSL* ssl_ = nullptr;

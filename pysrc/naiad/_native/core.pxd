@@ -209,6 +209,8 @@ cdef extern from "core/redis_cache.h" namespace "naiad":
         int db
         uint32_t connect_timeout_ms
         uint32_t socket_timeout_ms
+        cbool tls
+        string tls_cert, tls_key, tls_cacert, tls_cacert_dir, tls_sni
 
     cdef cppclass RedisCache(ResponseCache):
         RedisCache(RedisOptions options) except +

@@ -218,9 +218,12 @@ cdef class FastLane:
             self._lane.codec().set_cache(self._cache)
 
     def enable_redis_cache(self, str host, int port, str user, str password, int db,
-                           uint32_t connect_timeout_ms, uint32_t socket_timeout_ms):
+                           uint32_t connect_timeout_ms, uint32_t socket_timeout_ms,
+                           tls=None):
         """Creates the Redis response cache (--cache-config redis,...), before any model
-        is added, once Redis answers a PING; ConnectionError naming why when it does not."""
+        is added, once Redis answers a PING; ConnectionError naming why when it does not.
+        `tls`: None, or a dict of RedisOptions' tls_* files ("cert", "key", "cacert",
+        "cacert_dir", "sni"); ValueError naming a file that cannot be used."""
         if self._cache != NULL:
             return
         cdef RedisOptions options
@@ -231,6 +234,13 @@ cdef class FastLane:
         options.db = db
         options.connect_timeout_ms = connect_timeout_ms
         options.socket_timeout_ms = socket_timeout_ms
+        if tls is not None:
+            options.tls = True
+            options.tls_cert = tls.get("cert", "").encode()
+            options.tls_key = tls.get("key", "").encode()
+            options.tls_cacert = tls.get("cacert", "").encode()
+            options.tls_cacert_dir = tls.get("cacert_dir", "").encode()
+            options.tls_sni = tls.get("sni", "").encode()
         cdef RedisCache* cache = new RedisCache(options)
         cdef string error
         cdef cbool opened

@@ -5,13 +5,15 @@
 `--cache-directory` is accepted and not used: both caches are built into the C++ core
 (csrc/core/response_cache.h, redis_cache.h), no library is loaded. The `local` cache
 takes `size`; the `redis` cache takes the settings of Triton's redis_cache (host, port,
-user, password, db, connect_timeout, socket_timeout, pool_size, wait_timeout) and refuses
-its TLS ones. A model uses the cache with `response_cache { enable: true }` in its config.
+user, password, db, connect_timeout, socket_timeout, pool_size, wait_timeout, and for TLS
+tls_enabled, cert, key, cacert, cacert_dir, sni). A model uses the cache with
+`response_cache { enable: true }` in its config.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 
 __all__ = [
     "CacheConfigError",
@@ -20,6 +22,8 @@ __all__ = [
     "cache_settings",
     "model_cache_refusal",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class CacheConfigError(ValueError):
@@ -61,6 +65,8 @@ class RedisCacheSettings:
     # server's event loop, which must not wait on Redis for long.
     connect_timeout: int = 100
     socket_timeout: int = 100
+    # TLS (tls_enabled=true): the files and server name of _REDIS_TLS_FILES, those given.
+    tls: dict[str, str] | None = field(default=None, hash=False)
 
     def enable(self, lane) -> None:
         try:
@@ -72,15 +78,39 @@ class RedisCacheSettings:
                 self.db,
                 self.connect_timeout,
                 self.socket_timeout,
+                self.tls,
             )
-        except ConnectionError as exc:
+        except (ConnectionError, ValueError) as exc:
             raise CacheConfigError(f"Failed to initialize RedisCache: {exc}") from None
 
 
 # Triton's redis_cache settings taken as they are, read as numbers, and refused.
 _REDIS_NUMBERS = ("port", "db", "connect_timeout", "socket_timeout", "pool_size", "wait_timeout")
 _REDIS_TEXT = ("host", "user", "password")
-_REDIS_TLS = ("cert", "key", "cacert", "cacert_dir", "sni", "tls_enabled")
+# Read, as by Triton's redis_cache, only where tls_enabled is given.
+_REDIS_TLS_FILES = ("cert", "key", "cacert", "cacert_dir", "sni")
+
+
+def _redis_tls(settings: dict[str, str]) -> dict[str, str] | None:
+    """The TLS settings: TLS is on when tls_enabled is "true" (Triton's test, exactly);
+    cert and key come together."""
+    given = {name: settings[name] for name in _REDIS_TLS_FILES if name in settings}
+    if "tls_enabled" not in settings:
+        if given:
+            log.warning(
+                "--cache-config redis: %s given without tls_enabled=true: Redis is reached "
+                "without TLS (as by Triton)",
+                ", ".join(sorted(given)),
+            )
+        return None
+    if settings["tls_enabled"] != "true":
+        return None
+    if ("cert" in given) != ("key" in given):
+        raise CacheConfigError(
+            "Failed to initialize RedisCache: TLS 'cert' and 'key' are given together "
+            f"(got only '{'cert' if 'cert' in given else 'key'}')"
+        )
+    return given
 
 
 def _redis_settings(settings: dict[str, str]) -> RedisCacheSettings:
@@ -91,13 +121,9 @@ def _redis_settings(settings: dict[str, str]) -> RedisCacheSettings:
             "--cache-config redis,host=redis --cache-config redis,port=6379 "
             "--model-repository=/models ..."
         )
-    tls = sorted(set(settings) & set(_REDIS_TLS))
-    if tls:
-        raise CacheConfigError(
-            f"Failed to initialize RedisCache: TLS ({', '.join(tls)}) is not supported by "
-            "Naiad's Redis cache; reach Redis over plain TCP (e.g. through a TLS tunnel)"
-        )
-    unknown = sorted(set(settings) - set(_REDIS_NUMBERS) - set(_REDIS_TEXT))
+    unknown = sorted(
+        set(settings) - set(_REDIS_NUMBERS) - set(_REDIS_TEXT) - {"tls_enabled", *_REDIS_TLS_FILES}
+    )
     if unknown:
         raise CacheConfigError(
             f"Failed to initialize RedisCache: unknown setting(s) {', '.join(unknown)}"
@@ -126,6 +152,7 @@ def _redis_settings(settings: dict[str, str]) -> RedisCacheSettings:
         host=settings["host"],
         user=settings.get("user", ""),
         password=settings.get("password", ""),
+        tls=_redis_tls(settings),
         **numbers,
     )
 
