@@ -69,6 +69,56 @@ def test_tritonclient_http_infers_over_https_on_the_lane_and_with_large_tensors(
     client.close()
 
 
+def test_https_on_the_uvloop_fallback(repository, certs, tmp_path):
+    """--http-io-loop=false: uvloop's transports serve HTTP, and Python's ssl the TLS,
+    from the same files; mutual TLS takes only client certificates of the root."""
+    server = HttpsServer(
+        repository, certs, mutual=True, log_dir=tmp_path, extra_args=["--http-io-loop=false"]
+    )
+    with server.start():
+
+        def context():
+            context = gevent.ssl.create_default_context(cafile=str(certs.ca))
+            context.load_cert_chain(str(certs.client), str(certs.client_key))
+            return context
+
+        client = httpclient.InferenceServerClient(
+            f"{server.host}:{server.http_port}", ssl=True, ssl_context_factory=context
+        )
+        a = np.arange(16, dtype=np.float32).reshape(1, 16)
+        inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(a, binary_data=True)
+        result = client.infer("add_sub", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+        big = np.array([[bytes(range(256)) * 2352]], dtype=np.object_)
+        tensor = httpclient.InferInput("INPUT0", [1, 1], "BYTES")
+        tensor.set_data_from_numpy(big, binary_data=True)
+        assert client.infer("identity_bytes", [tensor]).as_numpy("OUTPUT0")[0][0] == big[0][0]
+        client.close()
+        # Another CA's client certificate, none, or plaintext: refused; still serving.
+        other = (certs.other_client, certs.other_client_key)
+        for client_cert in (other, None):
+            # TLS 1.3: the client's handshake ends before the server checks its
+            # certificate, so the refusal may come as an alert or as a close.
+            try:
+                answer = https_get(
+                    server.host, server.http_port, certs, "/v2/health/ready", client_cert
+                )
+            except (ssl.SSLError, OSError):
+                answer = b""
+            assert answer == b"", answer
+        assert plaintext_exchange(server.host, server.http_port, READY) == b""
+        answer = https_get(
+            server.host,
+            server.http_port,
+            certs,
+            "/v2/health/ready",
+            (certs.client, certs.client_key),
+        )
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+
+
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_curl_with_the_ca_gets_ready_and_metadata(https_server, certs):
     out = subprocess.run(
