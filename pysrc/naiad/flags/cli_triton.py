@@ -68,6 +68,13 @@ _NO_EFFECT = (
         "no pool of request/response objects to size",
     ),
     (
+        # Triton releases after 2.51 size their gRPC infer threads with it.
+        "--grpc-infer-thread-count",
+        int,
+        "gRPC connections are read and answered by the C++ I/O thread that serves HTTP; "
+        "the flag sets no thread count",
+    ),
+    (
         "--buffer-manager-thread-count",
         int,
         "tensors are copied once into the shared arena by the thread that reads them; "
