@@ -106,8 +106,12 @@ class KServeCodec {
   using TensorRecords = naiad::TensorRecords;
   TensorRecords take_trace_tensors(uint64_t request_id);
 
-  // Request ids for the core, unique across every framer and the general path.
-  uint64_t new_request_id() { return core_.new_request_id(); }
+  // Request ids for the core, unique across every framer and the general path, tagged
+  // with the I/O loop this codec serves (set_id_owner; Core::new_request_id).
+  uint64_t new_request_id() { return core_.new_request_id(id_owner_); }
+  // The I/O loop (Core::new_request_id's owner) whose framers use this codec: set
+  // before it takes requests.
+  void set_id_owner(uint32_t owner) { id_owner_ = owner; }
 
   // Validates `request` for `model` and queues it under `request_id`. Nothing is kept
   // unless kQueued. `request`'s views must stay valid for the call only. With `cached`
@@ -245,6 +249,7 @@ class KServeCodec {
   void record_outputs(const InferResponse& response);
 
   Core& core_;
+  uint32_t id_owner_ = 0;
   ShmRegistry* regions_ = nullptr;
   ResponseCache* cache_ = nullptr;
   std::vector<ModelSpec> models_;

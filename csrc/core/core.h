@@ -197,8 +197,21 @@ class Core : private EnsembleHost {
   int notify_fd() const { return notify_fd_; }
   // Request ids, unique across every entry point (the fast lane, the general path).
   // Any thread, no lock. They stay below 2^62: requests workers submit (BLS) take
-  // ids from 2^62 up (next_routed_id_), so the two never meet.
-  uint64_t new_request_id() { return next_request_id_.fetch_add(1, std::memory_order_relaxed); }
+  // ids from 2^62 up (next_routed_id_), so the two never meet. `owner` (1 to
+  // kMaxOwner; 0: none) is the I/O loop whose connection sent it (io_group.h), kept in
+  // bits 56-61 so that whichever thread polls a completion knows where each of its
+  // requests is answered without a shared table; the count below stays dense.
+  static constexpr uint32_t kMaxOwner = 63;
+  uint64_t new_request_id(uint32_t owner = 0) {
+    return (uint64_t(owner) << kOwnerShift) |
+           next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // The owner new_request_id tagged `request_id` with; 0 for a worker's (BLS) request.
+  static uint32_t request_owner(uint64_t request_id) {
+    if (request_id >> 62) return 0;
+    return uint32_t(request_id >> kOwnerShift) & kMaxOwner;
+  }
+  static constexpr int kOwnerShift = 56;
 
   // --- the registry (frontend thread: model load and unload) ---
   // A model scheduled by `scheduler` (a sequence batcher, an ensemble, ...).

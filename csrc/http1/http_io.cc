@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -92,11 +93,26 @@ HttpIo::HttpIo(HttpLane& lane, Core& core, int listen_fd)
   } else {
     listening_ = false;
   }
+  mail_.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (mail_.fd < 0) {
+    ::close(epoll_fd_);
+    throw std::runtime_error(std::string("eventfd: ") + strerror(errno));
+  }
+  epoll_set(epoll_fd_, EPOLL_CTL_ADD, mail_.fd, EPOLLIN, kMailboxKey);
   read_buffer_.resize(kReadSize);
+}
+
+void HttpIo::join(IoGroup* group, uint32_t index) {
+  group_ = group;
+  index_ = index;
+  next_connection_ = index + 1;
+  connection_stride_ = group->size();
 }
 
 HttpIo::~HttpIo() {
   for (auto& entry : connections_) ::close(entry.second->fd);
+  for (auto& posted : mail_.connections) ::close(posted.first->fd);
+  ::close(mail_.fd);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
@@ -147,6 +163,10 @@ void HttpIo::handle_ready(const epoll_event* events, int ready) {
     const uint64_t key = events[e].data.u64;
     if (key == kListenerKey || key == kGrpcListenerKey) {
       accept_all(key == kListenerKey ? listen_fd_ : grpc_listen_fd_, key == kGrpcListenerKey);
+      continue;
+    }
+    if (key == kMailboxKey) {
+      take_mail();
       continue;
     }
     if (key <= kEndpointListenerKey && kEndpointListenerKey - key < endpoint_listeners_.size()) {
@@ -209,6 +229,8 @@ void HttpIo::write_due(uint32_t python_open, uint32_t python_waiting) {
 }
 
 void HttpIo::hand_events(Turn* turn) {
+  for (Answered& stats : share_answered_) turn->answered.push_back(std::move(stats));
+  share_answered_.clear();
   turn->queued += queued_;
   turn->cached += cached_;
   turn->refused += refused_;
@@ -230,11 +252,7 @@ void HttpIo::poll(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
     TimerDeferral deferral(core_);
     Core::Turn submits(core_);
     std::vector<Completion> done = core_.poll(arrivals_possible(python_open, python_waiting));
-    for (Completion& completion : done) {
-      if (!answer_completion(completion, turn)) {
-        turn->completions.push_back(std::move(completion));
-      }
-    }
+    for (Completion& completion : done) route(std::move(completion), turn);
     write_due(python_open, python_waiting);
   }
   hand_events(turn);
@@ -260,18 +278,118 @@ void HttpIo::accept_all(int listen_fd, bool grpc, const EndpointRoutes* routes) 
         continue;
       }
     }
-    c->id = next_connection_++;
     c->fd = fd;
     c->last_read_ns = monotonic_ns();
     if (routes != nullptr) c->endpoint = std::make_unique<EndpointStream>(*routes);
-    connections_.emplace(c->id, std::move(connection));
-    c->events = EPOLLIN;
-    epoll_set(epoll_fd_, EPOLL_CTL_ADD, fd, c->events, c->id);
-    if (grpc) {
-      grpc_accepted(c);
+    const uint32_t target = group_ == nullptr ? index_ : group_->next_loop();
+    if (target == index_) {
+      adopt(std::move(connection), grpc);
     } else {
-      events_.push_back(Event{EventKind::kAccepted, c->id, {}});
+      group_->loop(target).post_connection(std::move(connection), grpc);
     }
+  }
+}
+
+void HttpIo::adopt(std::unique_ptr<Connection> connection, bool grpc) {
+  Connection* c = connection.get();
+  c->id = next_connection_;
+  next_connection_ += connection_stride_;
+  ++served_;
+  connections_.emplace(c->id, std::move(connection));
+  c->events = EPOLLIN;
+  epoll_set(epoll_fd_, EPOLL_CTL_ADD, c->fd, c->events, c->id);
+  if (grpc) {
+    grpc_accepted(c);
+  } else {
+    events_.push_back(Event{EventKind::kAccepted, c->id, {}});
+  }
+}
+
+void HttpIo::post_connection(std::unique_ptr<Connection> connection, bool grpc) {
+  {
+    std::lock_guard<std::mutex> lock(mail_.mutex);
+    mail_.connections.emplace_back(std::move(connection), grpc);
+  }
+  const uint64_t one = 1;
+  (void)!::write(mail_.fd, &one, sizeof one);
+}
+
+void HttpIo::post_share(std::shared_ptr<Share> share) {
+  {
+    std::lock_guard<std::mutex> lock(mail_.mutex);
+    mail_.shares.push_back(std::move(share));
+  }
+  const uint64_t one = 1;
+  (void)!::write(mail_.fd, &one, sizeof one);
+}
+
+void HttpIo::take_mail() {
+  uint64_t count;
+  (void)!::read(mail_.fd, &count, sizeof count);
+  std::vector<std::pair<std::unique_ptr<Connection>, bool>> connections;
+  std::vector<std::shared_ptr<Share>> shares;
+  {
+    std::lock_guard<std::mutex> lock(mail_.mutex);
+    connections.swap(mail_.connections);
+    shares.swap(mail_.shares);
+  }
+  for (auto& posted : connections) adopt(std::move(posted.first), posted.second);
+  for (auto& share : shares) answer_share(*share);
+}
+
+void HttpIo::route(Completion&& done, Turn* turn) {
+  uint64_t owners = 0;  // bit i: loop i owns some of its requests
+  bool unowned = false;
+  if (group_ != nullptr) {
+    for (uint64_t id : done.request_ids) {
+      const int owner = group_->owner_of(id);
+      if (owner < 0) {
+        unowned = true;
+        break;
+      }
+      owners |= uint64_t(1) << owner;
+    }
+  }
+  // Alone, or a completion that is this loop's or Python's: as it always was. A failed
+  // batch, or one whose block cannot be read, is Python's to fail whoever owns it.
+  ResponseBlockView view;
+  Arena& arena = core_.arena();
+  if (group_ == nullptr || unowned || owners == uint64_t(1) << index_ ||
+      done.status != kCompletionOk || done.result_offset == 0 ||
+      done.result_offset > arena.size() || done.result_size > arena.size() - done.result_offset ||
+      !view_response_block(arena.base() + done.result_offset, done.result_size, &view)) {
+    if (!answer_completion(done, &turn->answered)) turn->completions.push_back(std::move(done));
+    return;
+  }
+  auto share = std::make_shared<Share>();
+  share->done = std::move(done);
+  share->left.store(static_cast<uint32_t>(__builtin_popcountll(owners)));
+  share->counting = static_cast<uint32_t>(__builtin_ctzll(owners));
+  for (uint32_t loop = 0; owners != 0; ++loop, owners >>= 1) {
+    if (!(owners & 1)) continue;
+    if (loop == index_) {
+      answer_share(*share);
+    } else {
+      group_->loop(loop).post_share(share);
+    }
+  }
+}
+
+void HttpIo::answer_share(Share& share) {
+  if (!answer_completion(share.done, &share_answered_, &share)) {
+    // Nothing of this loop's was in it (its clients' requests stay until their
+    // completion, so this is a codec that could not read the block): the requests
+    // this loop owns are failed by Python, as lost ones.
+    Answered stats;
+    stats.instance_id = share.done.instance_id;
+    stats.execution = index_ == share.counting;
+    for (uint64_t id : share.done.request_ids) {
+      if (requests_.count(id)) stats.lost.push_back(id);
+    }
+    share_answered_.push_back(std::move(stats));
+  }
+  if (share.left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    core_.arena().free(share.done.result_offset);
   }
 }
 
@@ -573,16 +691,21 @@ bool HttpIo::send_out(Connection* c) {
   return true;
 }
 
-bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
+bool HttpIo::answer_completion(const Completion& done, std::vector<Answered>* answered,
+                               const Share* share) {
   if (done.status != kCompletionOk || done.request_ids.empty() || done.result_offset == 0) {
     return false;
   }
   const Request* first = nullptr;
   for (uint64_t id : done.request_ids) {
     auto found = requests_.find(id);
-    if (found == requests_.end()) return false;
+    if (found == requests_.end()) {
+      if (share == nullptr) return false;  // not all this loop's: Python's
+      continue;                            // another loop's
+    }
     if (first == nullptr) first = &found->second;
   }
+  if (first == nullptr) return false;
   Arena& arena = core_.arena();
   if (done.result_offset > arena.size() || done.result_size > arena.size() - done.result_offset) {
     return false;
@@ -591,6 +714,7 @@ bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
   Answered stats;
   stats.lane_model = first->lane_model;
   stats.instance_id = done.instance_id;
+  stats.execution = share == nullptr || share->counting == index_;
   answers_.clear();
   const uint64_t end_ns = monotonic_ns();
   if (!lane_.codec().complete(block, done.result_size, done.request_ids, done.dispatch_ns, end_ns,
@@ -650,8 +774,8 @@ bool HttpIo::answer_completion(const Completion& done, Turn* turn) {
       if (requests_.count(done.request_ids[index])) stats.lost.push_back(done.request_ids[index]);
     }
   }
-  arena.free(done.result_offset);
-  turn->answered.push_back(std::move(stats));
+  if (share == nullptr) arena.free(done.result_offset);  // else the Share's last owner does
+  answered->push_back(std::move(stats));
   return true;
 }
 

@@ -20,17 +20,23 @@
 // to Python as the core gave it (the general path's, a failed batch, gRPC's), and Python
 // answers this loop's requests among them through answer() (owned() says what they are).
 //
-// Threads: one, the front end's event loop; the GIL is released around run() and poll().
-// The event loop calls run() when this loop's epoll fd is readable (sockets) and poll()
-// when the core's notify eventfd is (completions, for every protocol: gRPC's go to
-// Python from here too). No member needs a lock.
+// Threads: each loop has one owning thread, which alone calls its methods and touches
+// its connections: today the front end's event loop (the GIL released around run() and
+// poll()), or an IoThread (io_thread.h) when a group (io_group.h) runs several loops.
+// The owner calls run() when this loop's epoll fd is readable (sockets, and the mailbox)
+// and poll() when the core's notify eventfd is (completions, for every protocol: gRPC's
+// go to Python from here too). Other threads reach a loop only through its mailbox
+// (post_connection, post_share: `mail_`, under its mutex, with an eventfd in the epoll
+// set to wake the owner). No other member needs a lock.
 #pragma once
 
 #include <sys/epoll.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +44,7 @@
 #include "core/core.h"
 #include "http1/endpoint_routes.h"
 #include "http1/http_framer.h"
+#include "http1/io_group.h"
 #include "http2/grpc_connection.h"
 #include "http2/grpc_lane.h"
 #include "tls/tls_stream.h"
@@ -55,6 +62,16 @@ class HttpIo {
   HttpIo& operator=(const HttpIo&) = delete;
 
   int epoll_fd() const { return epoll_fd_; }
+
+  // -- several loops (io_group.h) --------------------------------------------------------
+  // This loop is loop `index` of `group` (IoGroup::add calls it, before the loop
+  // serves): the connections its listeners accept are handed out round robin over the
+  // group, its connection ids are index + 1 plus multiples of the group's size (unique
+  // in the group), and the completions it polls go to the loops that own their requests.
+  void join(IoGroup* group, uint32_t index);
+  uint32_t loop_index() const { return index_; }
+  // Connections this loop served since it started (accepted here or handed to it).
+  uint64_t connections_served() const { return served_; }
 
   // Whether the lane takes requests in lane mode (false while something per request
   // must run in Python: tracing, header rules); off, every connection's bytes go to
@@ -87,6 +104,8 @@ class HttpIo {
   // gone), each an h2::GrpcConnection with `limits`. ModelInfer calls that `lane` takes
   // are submitted, answered and written here; every other call (and every call while
   // not grpc taking) goes to Python as kGrpc events, which answers through grpc().
+  // `listen_fd` -1: no listener here, but the gRPC connections another loop of the
+  // group hands over are served with `lane` and `limits`.
   void listen_grpc(int listen_fd, GrpcLane& lane, const h2::Limits& limits);
   void stop_listening_grpc();
   // Whether the gRPC lane takes ModelInfer calls here (false while Python must see each
@@ -151,6 +170,9 @@ class HttpIo {
     // Requests whose final response was in the block without an answer (a codec bug):
     // Python fails them (answer()).
     std::vector<uint64_t> lost;
+    // False for all but one share of a batch whose requests several loops answered:
+    // the batch is one execution, counted once.
+    bool execution = true;
   };
   struct Turn {
     std::vector<Event> events;
@@ -285,6 +307,20 @@ class HttpIo {
     uint64_t pings_seen = 0;      // the client's PINGs reported
     bool answered = false;        // calls answered here since the last PINGs report
   };
+  // A completion whose requests several loops own (or another loop alone): each owner
+  // answers its own requests from the one response block, freed by the last (`left`).
+  struct Share {
+    Completion done;
+    std::atomic<uint32_t> left{0};
+    uint32_t counting = 0;  // the loop whose Answered counts the execution
+  };
+  // What other threads post to this loop (post_connection, post_share).
+  struct Mailbox {
+    std::mutex mutex;
+    std::vector<std::pair<std::unique_ptr<Connection>, bool>> connections;  // bool: gRPC
+    std::vector<std::shared_ptr<Share>> shares;
+    int fd = -1;  // eventfd, in epoll_fd_ (kMailboxKey)
+  };
   struct Request {
     // Null once its client went away (the request stays until its completion).
     Connection* connection;
@@ -328,7 +364,23 @@ class HttpIo {
   static size_t unsent_of(const Connection* c) { return c->out.size() + c->wire.size(); }
   // Lane mode: takes what it can of c->in; the rest goes to Python when nothing is owed.
   void process_input(Connection* c);
-  bool answer_completion(const Completion& done, Turn* turn);
+  // Answers `done` if its requests are all this loop's (false: Python's). With `share`
+  // (a Share's completion), answers this loop's requests among them and leaves the
+  // block to the Share; its statistics go to `answered`.
+  bool answer_completion(const Completion& done, std::vector<Answered>* answered,
+                         const Share* share = nullptr);
+  // A completion the core gave this loop's thread: answered here, posted to the loops
+  // that own its requests, or left to Python in `turn`.
+  void route(Completion&& done, Turn* turn);
+  // This loop's part of a share; the block is freed by the last loop done with it.
+  void answer_share(Share& share);
+  // Another thread's hand-over, under mail_.mutex; wakes this loop.
+  void post_connection(std::unique_ptr<Connection> connection, bool grpc);
+  void post_share(std::shared_ptr<Share> share);
+  // The owner's side: adopts the connections and answers the shares posted.
+  void take_mail();
+  // A connection accepted here or handed over: registered, and announced to Python.
+  void adopt(std::unique_ptr<Connection> connection, bool grpc);
   // Moves the due answers (the ready ones at the front) into `out`, and takes the
   // bytes that waited for room.
   void collect_due(Connection* c);
@@ -366,8 +418,9 @@ class HttpIo {
 
   // epoll data of the gRPC listener (connection ids count up from 1; HTTP's is 0).
   static constexpr uint64_t kGrpcListenerKey = ~uint64_t(0);
-  // The endpoint listeners' count down from below it.
+  // The endpoint listeners' count down from below it (there are two kinds).
   static constexpr uint64_t kEndpointListenerKey = ~uint64_t(0) - 1;
+  static constexpr uint64_t kMailboxKey = kEndpointListenerKey - 64;
   struct EndpointListener {
     int fd;
     std::unique_ptr<EndpointRoutes> routes;  // the connections' streams point into it
@@ -397,6 +450,12 @@ class HttpIo {
   bool each_ = false;
   size_t max_body_ = size_t(1) << 30;
   uint64_t next_connection_ = 1;
+  IoGroup* group_ = nullptr;  // null: this loop alone
+  uint32_t index_ = 0;
+  uint64_t connection_stride_ = 1;  // the group's size
+  uint64_t served_ = 0;
+  Mailbox mail_;
+  std::vector<Answered> share_answered_;  // shares answered since the last hand_events
   uint32_t counted_ = 0, waiting_ = 0;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
   std::unordered_map<uint64_t, Request> requests_;  // this loop's requests in flight

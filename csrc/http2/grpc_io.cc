@@ -33,6 +33,7 @@ void HttpIo::listen_grpc(int listen_fd, GrpcLane& lane, const h2::Limits& limits
   grpc_listen_fd_ = listen_fd;
   grpc_lane_ = &lane;
   grpc_limits_ = limits;
+  if (listen_fd < 0) return;  // served for the connections other loops hand over
   epoll_event event{};
   event.events = EPOLLIN;
   event.data.u64 = kGrpcListenerKey;

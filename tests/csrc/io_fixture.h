@@ -165,6 +165,21 @@ struct Fixture {
   std::vector<Completion> python_completions;
 };
 
+// An HTTP/1.1 add_sub request (binary inputs filled with `fill`, binary output); with
+// `id`, the client's id (its answer carries it).
+inline std::string http_add_sub_request(char fill = '\x01', const std::string& id = "") {
+  std::string header =
+      std::string(id.empty() ? "{" : "{\"id\":\"" + id + "\",") +
+      "\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,16],"
+      "\"parameters\":{\"binary_data_size\":64}},{\"name\":\"INPUT1\",\"datatype\":\"FP32\","
+      "\"shape\":[1,16],\"parameters\":{\"binary_data_size\":64}}],\"outputs\":[{\"name\":"
+      "\"OUTPUT0\",\"parameters\":{\"binary_data\":true}}]}";
+  std::string body = header + std::string(128, fill);
+  return "POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: " +
+         std::to_string(header.size()) + "\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
 inline void send_all(int fd, const std::string& bytes) {
   size_t sent = 0;
   while (sent < bytes.size()) {

@@ -30,20 +30,6 @@ using namespace naiad;
 
 namespace {
 
-// add_sub's request; with `id`, the client's id (its answer carries it).
-std::string add_sub_request(char fill = '\x01', const std::string& id = "") {
-  std::string header =
-      std::string(id.empty() ? "{" : "{\"id\":\"" + id + "\",") +
-      "\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,16],"
-      "\"parameters\":{\"binary_data_size\":64}},{\"name\":\"INPUT1\",\"datatype\":\"FP32\","
-      "\"shape\":[1,16],\"parameters\":{\"binary_data_size\":64}}],\"outputs\":[{\"name\":"
-      "\"OUTPUT0\",\"parameters\":{\"binary_data\":true}}]}";
-  std::string body = header + std::string(128, fill);
-  return "POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: " +
-         std::to_string(header.size()) + "\r\nContent-Length: " + std::to_string(body.size()) +
-         "\r\n\r\n" + body;
-}
-
 const char kGet[] = "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n";
 
 // Reads from `fd` until `count` HTTP answers have arrived (or ~2 s with `fixture`
@@ -94,7 +80,7 @@ TEST(http_io_answers_pipelined_lane_requests_in_order_without_python) {
   uint64_t connection = accepted_connection(fixture);
   CHECK(connection != 0);
   CHECK(fixture.io->in_lane_mode(connection));
-  send_all(client, add_sub_request() + add_sub_request() + add_sub_request());
+  send_all(client, http_add_sub_request() + http_add_sub_request() + http_add_sub_request());
   std::string received = read_answers(fixture, client, 3);
   size_t first = received.find("HTTP/1.1 200 OK");
   CHECK(first == 0);
@@ -133,9 +119,9 @@ TEST(http_io_answers_in_request_order_whichever_batch_completes_first) {
   };
   WorkerEndpoint *first_worker = nullptr, *second_worker = nullptr;
   BatchMessage first, second;
-  send_all(client, add_sub_request('\x01', "r1"));
+  send_all(client, http_add_sub_request('\x01', "r1"));
   CHECK(next_batch(&first_worker, &first));
-  send_all(client, add_sub_request('\x02', "r2"));
+  send_all(client, http_add_sub_request('\x02', "r2"));
   CHECK(next_batch(&second_worker, &second));
   CHECK(first_worker != second_worker);
   // The second answer waits for the first: nothing reaches the client yet.
@@ -177,7 +163,7 @@ TEST(http_io_hands_what_the_lane_does_not_take_to_python_and_takes_the_connectio
   int client = fixture.connect_client();
   uint64_t connection = python_mode_connection(fixture, client);
   // Python mode: the next bytes come as kData; the idle protocol gives them back.
-  const std::string request = add_sub_request();
+  const std::string request = http_add_sub_request();
   send_all(client, request);
   CHECK(fixture.turn_until(
       [&] { return fixture.find_event(HttpIo::EventKind::kData, connection) != nullptr; }));
@@ -198,7 +184,7 @@ TEST(http_io_a_request_whose_head_and_body_python_received_apart_is_taken_back_w
   Fixture fixture;
   int client = fixture.connect_client();
   uint64_t connection = python_mode_connection(fixture, client);
-  const std::string request = add_sub_request();
+  const std::string request = http_add_sub_request();
   const size_t head = request.find("\r\n\r\n") + 4;
   HttpIo::Turn first;
   fixture.io->take_back(connection, request.data(), head, &first);
@@ -217,7 +203,7 @@ TEST(http_io_bytes_after_owed_answers_wait_for_them_before_python_gets_them) {
   int client = fixture.connect_client();
   uint64_t connection = accepted_connection(fixture);
   // An infer request, then a GET in the same write: the GET's answer must follow.
-  send_all(client, add_sub_request() + kGet);
+  send_all(client, http_add_sub_request() + kGet);
   CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 1; }));
   CHECK(fixture.find_event(HttpIo::EventKind::kHandOver, connection) == nullptr);
   std::string received = read_answers(fixture, client, 1);
@@ -232,7 +218,7 @@ TEST(http_io_a_request_split_by_the_stream_stays_in_lane_mode) {
   Fixture fixture;
   int client = fixture.connect_client();
   uint64_t connection = accepted_connection(fixture);
-  const std::string request = add_sub_request();
+  const std::string request = http_add_sub_request();
   send_all(client, request.substr(0, 100));
   fixture.turn_until([&] { return false; });  // a few turns: nothing to take yet
   CHECK(fixture.io->in_lane_mode(connection));
@@ -248,7 +234,7 @@ TEST(http_io_a_client_that_goes_away_has_its_requests_cancelled_and_counts_relea
   int client = fixture.connect_client();
   uint64_t connection = accepted_connection(fixture);
   // No worker answers: the requests stay in flight until the client closes.
-  send_all(client, add_sub_request() + add_sub_request());
+  send_all(client, http_add_sub_request() + http_add_sub_request());
   for (int i = 0; i < 200 && fixture.io->in_flight() < 2; ++i) {
     HttpIo::Turn turn;
     fixture.io->run(0, 0, &turn);
@@ -275,7 +261,7 @@ TEST(http_io_a_client_that_half_closes_then_resets_is_closed_not_polled_forever)
   int client = fixture.connect_client();
   uint64_t connection = accepted_connection(fixture);
   // No worker answers here: the request stays owed while the client goes away.
-  send_all(client, add_sub_request());
+  send_all(client, http_add_sub_request());
   shutdown(client, SHUT_WR);
   for (int i = 0; i < 200 && fixture.io->in_flight() < 1; ++i) {
     HttpIo::Turn turn;
@@ -308,7 +294,7 @@ TEST(http_io_a_completion_with_requests_not_its_own_goes_to_python_and_answer_re
   Fixture fixture;
   int client = fixture.connect_client();
   accepted_connection(fixture);
-  send_all(client, add_sub_request());
+  send_all(client, http_add_sub_request());
   CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 1; }));
   uint64_t id = 0;
   for (uint64_t candidate = 1; candidate < 100 && id == 0; ++candidate) {
@@ -334,7 +320,7 @@ TEST(http_io_damaged_input_goes_to_python_whole_and_never_reaches_the_core) {
       "POST /v2/models/add_sub/infer HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
       "POST /v2/models/add_sub/infer HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
       "POST /v2/models/add_sub/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-      add_sub_request().substr(0, 60) + "\r\n\r\n",
+      http_add_sub_request().substr(0, 60) + "\r\n\r\n",
   };
   for (const std::string& input : inputs) {
     Fixture fixture;
@@ -364,8 +350,8 @@ namespace {
 std::pair<int, int> two_clients(Fixture& fixture) {
   int a = fixture.connect_client();
   int b = fixture.connect_client();
-  send_all(a, add_sub_request());
-  send_all(b, add_sub_request());
+  send_all(a, http_add_sub_request());
+  send_all(b, http_add_sub_request());
   read_answers(fixture, a, 1);
   read_answers(fixture, b, 1);
   return {a, b};
@@ -384,12 +370,12 @@ TEST(http_io_a_held_batch_that_arrivals_release_during_the_turn_sets_no_timer) {
   auto [a, b] = two_clients(fixture);
   fixture.io->set_spin(500000000);  // up to 0.5 s
   const uint64_t settings = fixture.core.timer_settings();
-  send_all(a, add_sub_request());
+  send_all(a, http_add_sub_request());
   Core& core = fixture.core;
   std::thread late([&core, &clock, b = b] {
     // Once a's request is held, the turn took it and spins: b's comes during the spin.
     if (wait_until([&core] { return core.held_for_idle() != 0; })) {
-      send_all(b, add_sub_request());
+      send_all(b, http_add_sub_request());
       if (wait_until([&core] { return core.in_flight() != 0; })) return;
     }
     clock.now += 1000000000;  // a hang guard: the clock ends a spin the arrival did not
@@ -418,7 +404,7 @@ TEST(http_io_a_spin_the_arrivals_do_not_end_leaves_the_batch_to_the_timer) {
   auto [a, b] = two_clients(fixture);
   fixture.io->set_spin(40000000);  // 40 ms
   const uint64_t settings = fixture.core.timer_settings();
-  send_all(a, add_sub_request());
+  send_all(a, http_add_sub_request());
   HttpIo::Turn turn;
   uint64_t before = clock.now;
   clock.ticking = true;
@@ -437,7 +423,7 @@ TEST(http_io_a_spin_the_arrivals_do_not_end_leaves_the_batch_to_the_timer) {
   CHECK(read_answers(fixture, a, 1).find(std::string(64, '1')) != std::string::npos);
   // Held again: this turn does not spin (one chance left out after a miss); it sets
   // the timer as it ends.
-  send_all(a, add_sub_request());
+  send_all(a, http_add_sub_request());
   const uint64_t settings_before = fixture.core.timer_settings();
   before = clock.now;
   clock.ticking = true;
@@ -477,7 +463,7 @@ TEST(http_io_sweep_reports_silent_connections_accepted_before_the_cut) {
   const uint64_t silent = accept_next();
   int served_client = fixture.connect_client();
   const uint64_t served = accept_next();
-  send_all(served_client, add_sub_request());
+  send_all(served_client, http_add_sub_request());
   CHECK(read_answers(fixture, served_client, 1).find("HTTP/1.1 200 OK") == 0);
   const uint64_t cut = monotonic_ns();
   int late_client = fixture.connect_client();

@@ -135,18 +135,6 @@ struct TlsClient {
 
 const std::string kReady = "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n";
 
-std::string add_sub_request() {
-  const std::string header =
-      "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,16],"
-      "\"parameters\":{\"binary_data_size\":64}},{\"name\":\"INPUT1\",\"datatype\":\"FP32\","
-      "\"shape\":[1,16],\"parameters\":{\"binary_data_size\":64}}],\"outputs\":[{\"name\":"
-      "\"OUTPUT0\",\"parameters\":{\"binary_data\":true}}]}";
-  const std::string body = header + std::string(128, '\x01');
-  return "POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: " +
-         std::to_string(header.size()) + "\r\nContent-Length: " + std::to_string(body.size()) +
-         "\r\n\r\n" + body;
-}
-
 size_t count_of(HttpIo::EventKind kind, const Fixture& fixture) {
   size_t n = 0;
   for (const auto& event : fixture.events) n += event.kind == kind;
@@ -168,7 +156,7 @@ TEST(tls_io_answers_a_lane_request_over_https_with_http11_alpn) {
   Fixture fixture;
   fixture.io->set_tls(false, server_context(false, "http/1.1"));
   TlsClient client(fixture, false, nullptr, nullptr, "http/1.1");
-  client.to_send = add_sub_request() + add_sub_request();
+  client.to_send = http_add_sub_request() + http_add_sub_request();
   CHECK(fixture.turn_until([&] {
     client.step();
     return client.received.find("HTTP/1.1 200", client.received.find("HTTP/1.1 200") + 1) !=
@@ -232,7 +220,7 @@ TEST(tls_io_plaintext_before_the_handshake_is_closed_with_a_reason_and_serving_g
   CHECK(failed->data.find("127.0.0.1:") == 0);
   CHECK(fixture.find_event(HttpIo::EventKind::kClosed, failed->connection) != nullptr);
   TlsClient client(fixture, false);
-  client.to_send = add_sub_request();
+  client.to_send = http_add_sub_request();
   CHECK(fixture.turn_until([&] {
     client.step();
     return client.received.find("HTTP/1.1 200") != std::string::npos;
@@ -270,7 +258,7 @@ TEST(tls_io_mutual_tls_takes_a_client_certificate_of_the_root_and_no_other) {
   Fixture fixture;
   fixture.io->set_tls(false, server_context(true, "http/1.1"));
   TlsClient good(fixture, false, "client.pem", "client-key.pem");
-  good.to_send = add_sub_request();
+  good.to_send = http_add_sub_request();
   CHECK(fixture.turn_until([&] {
     good.step();
     return good.received.find("HTTP/1.1 200") != std::string::npos;
@@ -278,7 +266,7 @@ TEST(tls_io_mutual_tls_takes_a_client_certificate_of_the_root_and_no_other) {
   CHECK(count_of(HttpIo::EventKind::kTlsFailed, fixture) == 0);
 
   TlsClient other(fixture, false, "other-client.pem", "other-client-key.pem");
-  other.to_send = add_sub_request();
+  other.to_send = http_add_sub_request();
   CHECK(fixture.turn_until([&] {
     other.step();
     return count_of(HttpIo::EventKind::kTlsFailed, fixture) == 1 && (other.failed || other.ended);
@@ -288,7 +276,7 @@ TEST(tls_io_mutual_tls_takes_a_client_certificate_of_the_root_and_no_other) {
         std::string::npos);
 
   TlsClient none(fixture, false);
-  none.to_send = add_sub_request();
+  none.to_send = http_add_sub_request();
   CHECK(fixture.turn_until([&] {
     none.step();
     return count_of(HttpIo::EventKind::kTlsFailed, fixture) == 2 && (none.failed || none.ended);

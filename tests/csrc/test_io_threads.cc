@@ -1,0 +1,344 @@
+// Several I/O loops over one core (csrc/http1/io_group.h, io_thread.h): connections,
+// HTTP/1.1 and gRPC, handed out by the loop holding the listener and then served wholly
+// by their loop,
+// completions polled by one loop reaching the loop that owns their requests (a batch
+// whose requests two loops own answered by both, its block freed once), and two loops
+// on threads of their own serving many clients at once (run it under TSan:
+// build/test_core_tsan).
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpc_request_support.h"
+#include "h2_client.h"
+#include "http1/io_group.h"
+#include "http1/io_thread.h"
+#include "io_fixture.h"
+#include "testing.h"
+
+using namespace naiad;
+
+namespace {
+
+size_t count_answers(const std::string& received) {
+  size_t n = 0;
+  for (size_t at = received.find("HTTP/1.1 200 OK"); at != std::string::npos;
+       at = received.find("HTTP/1.1 200 OK", at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// The I/O fixture's core, lane and loop (loop 0, holding both listeners), and a second
+// loop with a lane of its own and no listener: the group of the two.
+struct Group : Fixture {
+  Group() : lane1(core), grpc_lane1(lane1.codec()) {
+    ModelSpec spec = add_sub_model(8);
+    spec.core_model_id = lane.codec().model(0).core_model_id;  // the fixture's model
+    const uint32_t lane_model = lane1.codec().add_model(spec);
+    lane1.add_route("/v2/models/add_sub/infer", lane_model);
+    grpc_lane1.set_model("add_sub", {{1, true, lane_model}});
+    io1 = std::make_unique<HttpIo>(lane1, core, -1);
+    io1->listen_grpc(-1, grpc_lane1, h2::Limits());
+    group.add(*io, lane.codec());
+    group.add(*io1, lane1.codec());
+  }
+  ~Group() {
+    threads.clear();  // stopped before the loops go
+    io1.reset();
+  }
+
+  HttpIo& loop(uint32_t index) { return index == 0 ? *io : *io1; }
+
+  // Two clients, the first served by loop 0 and the second by loop 1 (the single
+  // thread turning both loops until loop 0 handed the second over).
+  bool connect_pair(int* first, int* second) {
+    *first = connect_client();
+    *second = connect_client();
+    return wait_until([&] {
+      turn(0);
+      turn(1);
+      return io->connections_served() == 1 && io1->connections_served() == 1;
+    });
+  }
+
+  // One turn of `index`'s loop (sockets, mailbox; with `completions`, the core's too),
+  // its answered statistics kept by loop.
+  void turn(uint32_t index, bool completions = false) {
+    HttpIo::Turn turn;
+    loop(index).run(0, 0, &turn);
+    if (completions) loop(index).poll(0, 0, &turn);
+    keep(index, std::move(turn));
+  }
+  void keep(uint32_t index, HttpIo::Turn&& turn) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& a : turn.answered) by_loop[index].push_back(std::move(a));
+    for (auto& c : turn.completions) python_completions.push_back(std::move(c));
+  }
+  uint32_t successes(uint32_t index) {
+    std::lock_guard<std::mutex> lock(mutex);
+    uint32_t n = 0;
+    for (const auto& a : by_loop[index]) n += a.successes;
+    return n;
+  }
+  // A thread playing the workers (answer_batches) until stop_worker().
+  void start_worker() {
+    worker = std::thread([this] {
+      while (!stop) {
+        if (answer_batches() == 0) std::this_thread::yield();
+      }
+    });
+  }
+  // The worker and the loops' threads stopped.
+  void stop_worker() {
+    stop = true;
+    worker.join();
+    threads.clear();
+  }
+  // Both loops on threads of their own.
+  void start_threads() {
+    for (uint32_t index = 0; index < 2; ++index) {
+      threads.push_back(std::make_unique<IoThread>(
+          loop(index), core,
+          [this](uint32_t at, HttpIo::Turn&& turn) { keep(at, std::move(turn)); }));
+    }
+  }
+
+  HttpLane lane1;
+  GrpcLane grpc_lane1;
+  std::unique_ptr<HttpIo> io1;
+  IoGroup group;
+  std::mutex mutex;
+  std::vector<HttpIo::Answered> by_loop[2];
+  std::vector<std::unique_ptr<IoThread>> threads;
+  std::atomic<bool> stop{false};
+  std::thread worker;
+};
+
+// What has arrived on `fd` so far, appended to `received`.
+void receive(int fd, std::string* received) {
+  char buffer[65536];
+  for (;;) {
+    ssize_t got = recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (got <= 0) return;
+    received->append(buffer, static_cast<size_t>(got));
+  }
+}
+
+}  // namespace
+
+TEST(io_group_hands_connections_out_round_robin_and_each_is_served_by_its_loop) {
+  Group g;
+  std::vector<int> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(g.connect_client());
+  // Loop 0 holds the listener: it keeps every other connection and posts the rest.
+  CHECK(wait_until([&] {
+    g.turn(0);
+    g.turn(1);
+    return g.io->connections_served() + g.io1->connections_served() == 4;
+  }));
+  CHECK(g.io->connections_served() == 2);
+  CHECK(g.io1->connections_served() == 2);
+  for (int client : clients) send_all(client, http_add_sub_request());
+  std::vector<std::string> received(clients.size());
+  CHECK(wait_until([&] {
+    g.turn(0, true);
+    g.turn(1, true);
+    g.answer_batches();
+    size_t answered = 0;
+    for (size_t i = 0; i < clients.size(); ++i) {
+      receive(clients[i], &received[i]);
+      answered += count_answers(received[i]);
+    }
+    return answered == clients.size();
+  }));
+  // Each loop answered its own two clients' requests, whichever loop polled the core.
+  CHECK(g.successes(0) == 2);
+  CHECK(g.successes(1) == 2);
+  CHECK(g.python_completions.empty());
+  // Connection ids are unique in the group: loop 0's odd, loop 1's even.
+  CHECK(g.io->is_open(1) && g.io->is_open(3) && !g.io->is_open(2));
+  CHECK(g.io1->is_open(2) && g.io1->is_open(4) && !g.io1->is_open(1));
+  for (int client : clients) close(client);
+}
+
+TEST(io_group_a_completion_polled_by_another_loop_is_answered_by_the_owning_loop) {
+  Group g;
+  int first = -1, second = -1;
+  CHECK(g.connect_pair(&first, &second));
+  send_all(second, http_add_sub_request());
+  CHECK(wait_until([&] {
+    g.turn(1);
+    return g.io1->in_flight() == 1;
+  }));
+  CHECK(wait_until([&] { return g.answer_batches() == 1; }));
+  // Loop 0 polls the core: the completion is loop 1's, posted to its mailbox.
+  CHECK(wait_until([&] {
+    g.turn(0, true);
+    return g.io1->in_flight() == 1 && g.successes(0) == 0 && g.io->in_flight() == 0;
+  }));
+  std::string received;
+  CHECK(wait_until([&] {
+    g.turn(1);  // its sockets and mailbox only: it never polls the core here
+    receive(second, &received);
+    return count_answers(received) == 1;
+  }));
+  CHECK(g.successes(1) == 1);
+  CHECK(g.successes(0) == 0);
+  CHECK(g.io1->in_flight() == 0);
+  CHECK(g.python_completions.empty());
+  close(first);
+  close(second);
+}
+
+TEST(io_group_a_batch_of_two_loops_requests_is_answered_by_both_and_counted_once) {
+  Group g;
+  int first = -1, second = -1;
+  CHECK(g.connect_pair(&first, &second));
+  // The one instance runs a request of loop 0's while one of each loop queues: they
+  // leave together, as one batch.
+  g.holding = true;
+  send_all(first, http_add_sub_request());
+  CHECK(wait_until([&] {
+    g.turn(0);
+    return g.io->in_flight() == 1;
+  }));
+  BatchMessage running;
+  CHECK(wait_until([&] { return g.workers[0]->try_next(&running); }));
+  send_all(first, http_add_sub_request());
+  send_all(second, http_add_sub_request());
+  CHECK(wait_until([&] {
+    g.turn(0);
+    g.turn(1);
+    return g.io->in_flight() == 2 && g.io1->in_flight() == 1;
+  }));
+  g.answer(*g.workers[0], running);
+  BatchMessage both;
+  CHECK(wait_until([&] {
+    g.turn(0, true);  // the first completion, and the next batch dispatched
+    return g.workers[0]->try_next(&both);
+  }));
+  const auto* header =
+      reinterpret_cast<const BatchHeader*>(g.core.arena().base() + both.desc_offset);
+  CHECK(header->n_requests == 2);
+  g.answer(*g.workers[0], both);
+  std::string got_first, got_second;
+  CHECK(wait_until([&] {
+    g.turn(1, true);  // loop 1 polls it: answers its request, posts loop 0 its share
+    g.turn(0);
+    receive(first, &got_first);
+    receive(second, &got_second);
+    return count_answers(got_first) == 2 && count_answers(got_second) == 1;
+  }));
+  CHECK(g.successes(0) == 2);
+  CHECK(g.successes(1) == 1);
+  int executions = 0;
+  for (uint32_t index = 0; index < 2; ++index) {
+    for (const auto& a : g.by_loop[index]) executions += a.execution ? 1 : 0;
+  }
+  CHECK(executions == 2);  // the first batch and the shared one, each once
+  // The shared block was freed by the last loop done with it.
+  CHECK(g.core.arena().free_tagged(both.batch_id) == 0);
+  CHECK(g.python_completions.empty());
+  close(first);
+  close(second);
+}
+
+TEST(io_group_two_loops_on_threads_serve_many_clients_and_a_stalled_one_delays_none) {
+  Group g;
+  g.start_threads();
+  g.start_worker();
+  // A client that sends half a request and stops: its loop holds the bytes and goes on.
+  int stalled = g.connect_client();
+  const std::string request = http_add_sub_request();
+  send_all(stalled, request.substr(0, request.size() / 2));
+  constexpr int kClients = 8, kRequests = 50;
+  std::atomic<int> answered{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&] {
+      int fd = g.connect_client();
+      for (int r = 0; r < kRequests; ++r) {
+        send_all(fd, request);
+        std::string received;
+        if (!wait_until([&] {
+              receive(fd, &received);
+              return count_answers(received) == 1;
+            })) {
+          break;
+        }
+        ++answered;
+      }
+      close(fd);
+    });
+  }
+  for (auto& client : clients) client.join();
+  CHECK(answered == kClients * kRequests);
+  g.stop_worker();
+  CHECK(g.successes(0) + g.successes(1) == uint32_t(kClients * kRequests));
+  CHECK(g.successes(0) > 0 && g.successes(1) > 0);
+  CHECK(g.io->connections_served() + g.io1->connections_served() == kClients + 1);
+  CHECK(g.python_completions.empty());
+  close(stalled);
+}
+
+TEST(io_group_grpc_connections_are_handed_out_and_their_calls_answered_on_their_loops) {
+  Group g;
+  g.start_threads();
+  g.start_worker();
+  struct Call {
+    int fd;
+    h2test::Reader reader;
+    std::vector<h2test::Frame> frames;
+    std::string status(uint32_t stream) const {
+      for (const h2test::Frame& f : frames) {
+        if (f.type == 0x1 && f.stream == stream && (f.flags & 0x1)) {
+          return h2test::header_value(f, "grpc-status");
+        }
+      }
+      return "";
+    }
+  };
+  Call clients[2];
+  for (Call& client : clients) {
+    client.fd = g.connect_client(true);
+    send_all(client.fd, h2test::hello());
+    for (uint32_t stream : {1u, 3u}) {
+      send_all(client.fd,
+               h2test::headers(
+                   stream, h2test::request_block("/inference.GRPCInferenceService/ModelInfer")) +
+                   h2test::data(stream, h2test::grpc_message(grpctest::add_sub_request(1, "x"))));
+    }
+  }
+  CHECK(wait_until([&] {
+    bool all = true;
+    for (Call& client : clients) {
+      char buffer[65536];
+      for (;;) {
+        ssize_t got = recv(client.fd, buffer, sizeof buffer, MSG_DONTWAIT);
+        if (got <= 0) break;
+        for (auto& frame : client.reader.read(std::string(buffer, static_cast<size_t>(got)))) {
+          client.frames.push_back(std::move(frame));
+        }
+      }
+      all = all && !client.status(1).empty() && !client.status(3).empty();
+    }
+    return all;
+  }));
+  for (Call& client : clients) {
+    CHECK(client.status(1) == "0");
+    CHECK(client.status(3) == "0");
+  }
+  g.stop_worker();
+  // One connection on each loop, its calls answered there in C++.
+  CHECK(g.io->connections_served() == 1 && g.io1->connections_served() == 1);
+  CHECK(g.successes(0) == 2 && g.successes(1) == 2);
+  CHECK(g.python_completions.empty());
+  for (Call& client : clients) close(client.fd);
+}
