@@ -154,6 +154,13 @@ build/lane_io_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/lane_io_bench.cc pe
 	mkdir -p build
 	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*/*.cc perf/lane_io_bench.cc -o $@ $(CORE_LIBS)
 
+# The C++ I/O engine on 1 or N loops, each on a thread of its own, under wrk
+# (perf/io_threads.py; issue 40 item 1).
+build/io_threads_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/io_threads_bench.cc perf/bench_support.h \
+		tests/csrc/add_sub_model.h
+	mkdir -p build
+	$(CXX) -std=c++17 -O2 -pthread -Icsrc -Iperf -Itests/csrc csrc/*/*.cc perf/io_threads_bench.cc -o $@ $(CORE_LIBS)
+
 # The core under 1 and 2 submitting threads (issue 40): what a second I/O thread would do;
 # the last run without Core::Turn (a lock per submit), as the core took them before.
 build/core_threads_bench: $(wildcard csrc/*/*.cc csrc/*/*.h) perf/core_threads_bench.cc perf/bench_support.h

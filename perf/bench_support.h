@@ -2,9 +2,14 @@
 // benchmark plays itself, on the same thread.
 #pragma once
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -68,6 +73,37 @@ inline std::string add_sub_result_block(uint32_t batch) {
   std::string block(response_block_size(entries), '\0');
   write_response_block(reinterpret_cast<uint8_t*>(&block[0]), entries, timings);
   return block;
+}
+
+// A non-blocking listening socket on 127.0.0.1:`port`; the program exits when it
+// cannot have one.
+inline int loopback_listener(int port, int backlog) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      listen(fd, backlog) != 0) {
+    std::perror("bind/listen");
+    std::exit(1);
+  }
+  return fd;
+}
+
+// Plays the worker for one message it took: a batch gets the add_sub result block for
+// its size (`blocks`[n]: add_sub_result_block(n)). Other messages are left alone.
+inline void answer_add_sub_batch(WorkerEndpoint& worker, const BatchMessage& message,
+                                 const std::vector<std::string>& blocks) {
+  if (message.kind != MessageKind::kBatch) return;
+  const auto* header =
+      reinterpret_cast<const BatchHeader*>(worker.arena().base() + message.desc_offset);
+  const std::string& block = blocks[header->n_requests];
+  uint64_t offset = worker.arena().alloc(block.size(), message.batch_id);
+  std::memcpy(worker.arena().base() + offset, block.data(), block.size());
+  worker.complete(message.batch_id, offset, block.size(), kCompletionOk);
 }
 
 }  // namespace naiad

@@ -60,18 +60,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> blocks(max_batch + 1);
   for (uint32_t n = 1; n <= max_batch; ++n) blocks[n] = add_sub_result_block(n);
 
-  int listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-  int one = 1;
-  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int listener = loopback_listener(port, 512);
+  const int one = 1;
   sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  if (bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      listen(listener, 512) != 0) {
-    std::perror("lane_io_bench: bind/listen");
-    return 2;
-  }
   socklen_t length = sizeof address;
   getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
   std::printf("listening on 127.0.0.1:%d\n", ntohs(address.sin_port));
@@ -158,15 +149,7 @@ int main(int argc, char** argv) {
     core.flush(false);
     // The worker, in this thread: every batch dispatched gets its result block.
     BatchMessage message;
-    while (worker.try_next(&message)) {
-      if (message.kind != MessageKind::kBatch) continue;
-      const auto* header =
-          reinterpret_cast<const BatchHeader*>(worker.arena().base() + message.desc_offset);
-      const std::string& block = blocks[header->n_requests];
-      uint64_t offset = worker.arena().alloc(block.size(), message.batch_id);
-      std::memcpy(worker.arena().base() + offset, block.data(), block.size());
-      worker.complete(message.batch_id, offset, block.size(), kCompletionOk);
-    }
+    while (worker.try_next(&message)) answer_add_sub_batch(worker, message, blocks);
     for (Completion& done : core.poll(false)) {
       answers.clear();
       lane.codec().complete(core.arena().base() + done.result_offset, done.result_size,
