@@ -53,6 +53,14 @@ def redis_flags(redis: RedisServer, *extra: str) -> list[str]:
     return flags
 
 
+def refused_start(repository, log_dir, flags: list[str], name: str) -> str:
+    """The stderr of a server `flags` keep from starting."""
+    server = NaiadServer(repository, log_dir=log_dir, extra_args=flags, name=name)
+    with pytest.raises(ServerExited):
+        server.start()
+    return server.stderr_text()
+
+
 def inputs(base: float):
     a = (np.arange(16, dtype=np.float32) + base).reshape(1, 16)
     b = np.full((1, 16), 2, dtype=np.float32)
@@ -148,11 +156,7 @@ def test_password_right_and_wrong(repository, tmp_path):
             ("none", [], "answered PING with: NOAUTH"),
             ("user", ["user=nobody", "password=s3cret"], "AUTH refused: WRONGPASS"),
         ):
-            flags = redis_flags(redis, *extra)
-            server = NaiadServer(repository, log_dir=tmp_path, extra_args=flags, name=name)
-            with pytest.raises(ServerExited):
-                server.start()
-            text = server.stderr_text()
+            text = refused_start(repository, tmp_path, redis_flags(redis, *extra), name)
             assert "Failed to initialize RedisCache: Redis at 127.0.0.1:" in text, text
             assert message in text, text
 
@@ -221,10 +225,7 @@ def test_redis_over_tls(repository, tmp_path):
             ),
         ):
             flags = redis_flags(redis, *extra, "connect_timeout=2000", "socket_timeout=2000")
-            server = NaiadServer(repository, log_dir=tmp_path, extra_args=flags, name=name)
-            with pytest.raises(ServerExited):
-                server.start()
-            text = server.stderr_text()
+            text = refused_start(repository, tmp_path, flags, name)
             assert "Failed to initialize RedisCache: " in text, text
             assert message in text, text
 
