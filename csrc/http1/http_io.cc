@@ -420,6 +420,7 @@ void HttpIo::count_open(Connection* c) {
   if (!c->counted) {
     c->counted = true;
     ++counted_;
+    publish_counts();
   }
 }
 
@@ -436,6 +437,7 @@ void HttpIo::update_waiting(Connection* c) {
     } else {
       --waiting_;
     }
+    publish_counts();
   }
 }
 
@@ -913,7 +915,10 @@ void HttpIo::destroy(Connection* c, bool report) {
   c->calls.clear();
   c->grpc_in_flight = 0;
   update_waiting(c);
-  if (c->counted) --counted_;
+  if (c->counted) {
+    --counted_;
+    publish_counts();
+  }
   touched_.erase(std::remove(touched_.begin(), touched_.end(), c), touched_.end());
   const uint64_t id = c->id;
   if (report) events_.push_back(Event{EventKind::kClosed, id, {}});

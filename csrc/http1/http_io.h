@@ -408,8 +408,15 @@ class HttpIo {
   void spin_for_arrivals(uint32_t python_open, uint32_t python_waiting);
   // Lane mode leaves the connection and its received bytes to Python (kHandOver).
   void to_python(Connection* c);
+  // Whether any client could still send (the batcher's hint): this loop's, Python's,
+  // and the group's other loops' connections.
   bool arrivals_possible(uint32_t python_open, uint32_t python_waiting) const {
+    if (group_ != nullptr) group_->others(index_, &python_open, &python_waiting);
     return python_open + counted_ > python_waiting + waiting_;
+  }
+  // This loop's arrival counts, for the group's other loops (no group: nothing).
+  void publish_counts() {
+    if (group_ != nullptr) group_->publish(index_, counted_, waiting_);
   }
   Connection* find(uint64_t id) const {
     auto found = connections_.find(id);

@@ -11,8 +11,14 @@
 // polls the core posts each loop its share (HttpIo::route), and the loop that sends
 // a request is the one that answers it.
 //
+// The batcher's arrivals hint (Scheduler::schedule) is the group's: each loop publishes
+// its connections' arrival counts (publish(), relaxed stores to a line of its own) and
+// adds the others' when it flushes the core, so that a loop whose clients all wait
+// does not let a batch go while another loop's clients could still send.
+//
 // Threads: add() before any loop serves, then fixed; size(), loop(), next_loop() and
-// owner_of() from any thread (next_loop is one atomic; the rest read what add() set).
+// owner_of() from any thread (next_loop is one atomic; the rest read what add() set);
+// publish(index, ...) from loop `index`'s thread, others() from any.
 #pragma once
 
 #include <atomic>
@@ -47,10 +53,28 @@ class IoGroup {
     const uint32_t owner = Core::request_owner(request_id);
     return owner == 0 || owner > loops_.size() ? -1 : static_cast<int>(owner - 1);
   }
+  // Loop `index`'s connections counted open, and waiting for answers
+  // (scheduling/arrivals.py's terms).
+  void publish(uint32_t index, uint32_t open, uint32_t waiting) {
+    counts_[index].open.store(open, std::memory_order_relaxed);
+    counts_[index].waiting.store(waiting, std::memory_order_relaxed);
+  }
+  // The other loops' counts, added to `open` and `waiting`.
+  void others(uint32_t index, uint32_t* open, uint32_t* waiting) const {
+    for (uint32_t i = 0; i < loops_.size(); ++i) {
+      if (i == index) continue;
+      *open += counts_[i].open.load(std::memory_order_relaxed);
+      *waiting += counts_[i].waiting.load(std::memory_order_relaxed);
+    }
+  }
 
  private:
+  struct alignas(64) Counts {
+    std::atomic<uint32_t> open{0}, waiting{0};
+  };
   std::vector<HttpIo*> loops_;
   std::atomic<uint64_t> next_{0};
+  Counts counts_[Core::kMaxOwner];
 };
 
 }  // namespace naiad

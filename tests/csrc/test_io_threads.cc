@@ -38,7 +38,8 @@ size_t count_answers(const std::string& received) {
 // The I/O fixture's core, lane and loop (loop 0, holding both listeners), and a second
 // loop with a lane of its own and no listener: the group of the two.
 struct Group : Fixture {
-  Group() : lane1(core), grpc_lane1(lane1.codec()) {
+  explicit Group(uint64_t queue_delay_us = 0)
+      : Fixture(queue_delay_us), lane1(core), grpc_lane1(lane1.codec()) {
     ModelSpec spec = add_sub_model(8);
     spec.core_model_id = lane.codec().model(0).core_model_id;  // the fixture's model
     const uint32_t lane_model = lane1.codec().add_model(spec);
@@ -341,4 +342,39 @@ TEST(io_group_grpc_connections_are_handed_out_and_their_calls_answered_on_their_
   CHECK(g.successes(0) == 2 && g.successes(1) == 2);
   CHECK(g.python_completions.empty());
   for (Call& client : clients) close(client.fd);
+}
+
+TEST(io_group_a_loop_whose_clients_all_wait_holds_a_batch_while_another_loops_could_send) {
+  // A queue delay far longer than the test: a batch held for it stays queued.
+  Group g(10 * 1000 * 1000);
+  const ModelHandle model = g.lane.codec().model(0).core_model_id;
+  int first = -1, second = -1;
+  CHECK(g.connect_pair(&first, &second));
+  // Loop 1's client sends once and is answered: it stays open, and could send again.
+  send_all(second, http_add_sub_request());
+  std::string received;
+  CHECK(wait_until([&] {
+    g.turn(1, true);
+    g.answer_batches();
+    receive(second, &received);
+    return count_answers(received) == 1;
+  }));
+  // Loop 0's one client waits for its answer, but loop 1's could still send: the batch
+  // is held for the queue delay, not sent at once.
+  send_all(first, http_add_sub_request());
+  CHECK(wait_until([&] {
+    g.turn(0);
+    return g.io->in_flight() == 1;
+  }));
+  CHECK(g.core.pending_requests(model) == 1);
+  BatchMessage message;
+  CHECK(!g.workers[0]->try_next(&message));
+  // Loop 1's client goes away: no one else could send, and the next turn lets it go.
+  close(second);
+  CHECK(wait_until([&] {
+    g.turn(1);
+    g.turn(0, true);
+    return g.core.pending_requests(model) == 0;
+  }));
+  close(first);
 }
