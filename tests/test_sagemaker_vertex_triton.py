@@ -87,6 +87,7 @@ def test_sagemaker_answers_as_triton(repository, tmp_path, monkeypatch):
         sagemaker_cases(),
     )
     assert triton["invocations"][0] == 200 and triton["invocations binary"][0] == 200
+    assert triton["invocations chunked"][0] == 200, triton["invocations chunked"]
     _compare(naiad, triton)
 
 
@@ -126,6 +127,7 @@ def test_vertex_ai_answers_as_triton(repository, tmp_path, monkeypatch):
         vertex_cases(),
     )
     assert triton["predict"][0] == 200 and triton["redirect infer"][0] == 200
+    assert triton["predict chunked"][0] == 200, triton["predict chunked"]
     _compare(naiad, triton)
 
 
