@@ -1,7 +1,7 @@
 # Declarations of csrc/codec/request_validator.h, csrc/codec/kserve_json.h,
 # csrc/codec/classification.h, csrc/codec/model_lookup.h, csrc/codec/kserve_codec.h: the KServe
 # codec and its validators.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.memory cimport shared_ptr
 from libcpp.pair cimport pair

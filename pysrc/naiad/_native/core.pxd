@@ -2,9 +2,8 @@
 # csrc/core/sequence_batch_scheduler.h, csrc/core/ensemble_graph.h, csrc/core/trace_tree.h,
 # csrc/core/trace_context.h, csrc/core/response_cache.h, csrc/core/redis_cache.h: the Core and its
 # batchers, rate limiter, caches and traces.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
-from libcpp.memory cimport shared_ptr
 from libcpp.pair cimport pair
 from libcpp.string cimport string
 from libcpp.string_view cimport string_view

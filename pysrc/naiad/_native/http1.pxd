@@ -1,7 +1,7 @@
 # Declarations of csrc/http1/http_scan.h, csrc/codec/http_compress.h, csrc/http1/http_framer.h,
 # csrc/http1/endpoint_routes.h, csrc/http1/http_io.h: HTTP/1.1 scanning, compression, the fast
 # lane, the endpoints, the I/O loop.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.memory cimport shared_ptr
 from libcpp.pair cimport pair

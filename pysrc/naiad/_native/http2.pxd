@@ -1,9 +1,7 @@
 # Declarations of csrc/http2/hpack.h, csrc/http2/grpc_connection.h, csrc/http2/grpc_lane.h: HTTP/2
 # and gRPC, HPACK headers, connection events, the gRPC lane.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
-from libcpp.memory cimport shared_ptr
-from libcpp.pair cimport pair
 from libcpp.string cimport string
 from libcpp.string_view cimport string_view
 from libcpp.vector cimport vector

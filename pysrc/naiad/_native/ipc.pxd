@@ -1,10 +1,8 @@
 # Declarations of csrc/ipc/arena.h, csrc/ipc/channel.h, csrc/ipc/ipc_schema.h,
 # csrc/ipc/response_block.h, csrc/ipc/request_block.h, csrc/ipc/worker_endpoint.h: the arena, and
 # the blocks and messages the frontend and the workers exchange through it.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
-from libcpp.memory cimport shared_ptr
-from libcpp.pair cimport pair
 from libcpp.string cimport string
 from libcpp.string_view cimport string_view
 from libcpp.vector cimport vector

@@ -3,8 +3,6 @@
 # csrc/util/byte_sink.h: the request and answer shapes every side shares.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
-from libcpp.memory cimport shared_ptr
-from libcpp.pair cimport pair
 from libcpp.string cimport string
 from libcpp.string_view cimport string_view
 from libcpp.vector cimport vector
