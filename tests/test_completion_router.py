@@ -7,6 +7,7 @@ get.
 """
 
 import asyncio
+from types import SimpleNamespace
 
 import numpy as np
 import orjson
@@ -34,8 +35,9 @@ class _Core:
 
 
 class _Lane:
-    """The part of _core.FastLane that answering completions uses: it replies
-    b'lane <id>' to each request id it knows that has a final response in the block."""
+    """The part of _core.FastLane that answering completions uses, its LaneCompletion's
+    fields: it replies b'lane <id>' to each request id it knows that has a final response
+    in the block."""
 
     def __init__(self, known):
         self.known = set(known)
@@ -47,9 +49,21 @@ class _Lane:
         read = _core.read_response_block(self.arena, offset, size)
         finals = [request_ids[r[0]] for r in read[1] if r[1] & _core.RESPONSE_FINAL] if read else []
         replies = [
-            (rid, True, 1, 1000, 10, b"lane %d" % rid) for rid in finals if rid in self.known
+            SimpleNamespace(
+                request_id=rid,
+                status=_core.REPLY_OK,
+                batch_size=1,
+                request_ns=1000,
+                queue_ns=10,
+                payload=b"lane %d" % rid,
+                view=None,
+                error_kind=0,
+                error_message=None,
+            )
+            for rid in finals
+            if rid in self.known
         ]
-        return [0, 1, 2, 3], replies, finals
+        return SimpleNamespace(timings=[0, 1, 2, 3], replies=replies, finals=finals, partials=[])
 
     def forget(self, request_id):
         self.forgotten.append(request_id)

@@ -1,5 +1,7 @@
 # The lanes and the I/O engine: FastLane (HTTP infer in C++), GrpcLane, GrpcAnswer,
-# GrpcStreams, TlsContext and HttpIo (the epoll loop), with the HTTP body codecs they answer with.
+# GrpcStreams, TlsContext and HttpIo (the epoll loop), the HTTP body codecs they answer with,
+# and the named types they hand Python (LaneTaken, LaneCompletion, LaneReply, CacheLookup,
+# CacheCounters).
 # Part of the extension naiad._core: pysrc/naiad/_core.pyx includes it.
 
 
@@ -169,11 +171,14 @@ def classify(str datatype, data, list shape, cbool batching, uint64_t count, lab
     return PyBytes_FromStringAndSize(out.data.data(), out.data.size()), list(out.shape)
 
 
-cdef tuple _taken(HttpTaken& taken):
-    reply = None
+cdef LaneTaken _taken(HttpTaken& taken):
+    cdef LaneTaken out = LaneTaken.__new__(LaneTaken)
+    out.lane_model = taken.model
+    out.request_id = taken.request_id
+    out.batch_size = taken.batch_size
     if taken.reply.size():
-        reply = PyBytes_FromStringAndSize(taken.reply.data(), taken.reply.size())
-    return taken.model, taken.request_id, taken.batch_size, reply
+        out.reply = PyBytes_FromStringAndSize(taken.reply.data(), taken.reply.size())
+    return out
 
 
 cdef class FastLane:
@@ -268,12 +273,12 @@ cdef class FastLane:
                 "errors": t.errors, "remote": bool(self._cache_remote)}
 
     def cache_counters(self, uint32_t lane_model):
-        """(hits, hit_ns, hit_request_ns, hit_queue_ns, misses, miss_ns) of lane model
-        `lane_model` (Triton's cache statistics of that model version)."""
-        if self._cache == NULL:
-            return (0, 0, 0, 0, 0, 0)
-        cdef CacheModelCounters c = self._cache.counters(lane_model)
-        return (c.hits, c.hit_ns, c.hit_request_ns, c.hit_queue_ns, c.misses, c.miss_ns)
+        """The CacheCounters of lane model `lane_model` (Triton's cache statistics of that
+        model version); zeros without a cache."""
+        cdef CacheCounters out = CacheCounters.__new__(CacheCounters)
+        if self._cache != NULL:
+            out.c = self._cache.counters(lane_model)
+        return out
 
     def drop_cached(self, uint32_t lane_model):
         """The model version is unloaded: its cache entries go."""
@@ -284,11 +289,7 @@ cdef class FastLane:
                      uint64_t submit_ns):
         """The general path's lookup, after the one validator: a request (as
         ModelSpec.submit takes it) of lane model `lane_model` that arrived at
-        `submit_ns`. Returns Triton's message (str) when it is invalid, None when the
-        model does not cache, (True, outcome JSON bytes, [output bytes]) on a hit (the
-        JSON as a worker's response: {"outputs": [[name, datatype, shape]],
-        "parameters": {...}}; counted in C++), or (False, key, lookup_ns) on a miss:
-        what cache_insert takes once it is answered."""
+        `submit_ns`: a CacheLookup."""
         cdef _RequestView view = _RequestView(request_id, inputs, outputs)
         cdef string error
         cdef string key
@@ -304,12 +305,16 @@ cdef class FastLane:
                 error.clear()
                 hit = self._lane.codec().lookup_cached(lane_model, view.request, submit_ns,
                                                        &cached, &key, &lookup_ns)
+        cdef CacheLookup out = CacheLookup.__new__(CacheLookup)
         if error.size():
-            return error.decode("utf-8", "replace")
+            out.error = error.decode("utf-8", "replace")
+            return out
         if not hit:
-            if key.size() == 0:
-                return None
-            return False, PyBytes_FromStringAndSize(key.data(), key.size()), lookup_ns
+            if key.size():
+                out.looked_up = True
+                out.key = PyBytes_FromStringAndSize(key.data(), key.size())
+                out.lookup_ns = lookup_ns
+            return out
         cdef list parts = []
         cdef list tensors = []
         cdef size_t i
@@ -320,9 +325,11 @@ cdef class FastLane:
                          b'",' + _view_bytes(o.shape) + b']')
             tensors.append(PyBytes_FromStringAndSize(<const char*>o.data, o.size))
         parameters = _view_bytes(cached.response.parameters)
-        json = b'{"outputs":[' + b",".join(parts) + b'],"parameters":' + \
+        out.looked_up = out.hit = True
+        out.outcome = b'{"outputs":[' + b",".join(parts) + b'],"parameters":' + \
             (parameters if parameters else b"{}") + b"}"
-        return True, json, tensors
+        out.tensors = tensors
+        return out
 
     def cache_insert(self, uint32_t lane_model, bytes key, uint64_t lookup_ns, uint64_t offset,
                      uint64_t size, uint32_t request_index):
@@ -351,10 +358,8 @@ cdef class FastLane:
 
     def take_http(self, data, size_t max_body, uint64_t now_ns, size_t max_requests=<size_t>-1):
         """Takes the complete plain infer requests at the start of received HTTP bytes
-        (bytes or bytearray): (bytes taken, [(lane_model, request_id, batch_size, reply)]
-        in order). `reply` is None for a queued request, or the complete HTTP response
-        of one the validator refused (request_id 0). The rest of `data` is for the full
-        HTTP parser."""
+        (bytes or bytearray): (bytes taken, [LaneTaken] in order). The rest of `data` is for
+        the full HTTP parser."""
         cdef const uint8_t[::1] view
         cdef const uint8_t* start
         cdef size_t size
@@ -412,12 +417,8 @@ cdef class FastLane:
     def complete(self, uint64_t offset, uint64_t size, list request_ids, uint64_t dispatch_ns,
                  uint64_t end_ns):
         """The lane's requests among a completed batch's `request_ids`, answered from
-        the response block (csrc/ipc/ipc_schema.h) at `offset`: (timings, [(request_id, status
-        (REPLY_*: how the statistics count it), batch_size, request_ns, queue_ns, http
-        bytes)], finals), or None when the block
-        could not be read. A request is answered by its final response; `finals` lists
-        the ids of the batch's requests that have one in this block (the others get
-        theirs in a later block, or fail when the batch ends).
+        the response block (csrc/ipc/ipc_schema.h) at `offset`: a LaneCompletion whose
+        replies carry the HTTP responses, or None when the block could not be read.
 
         Each response is sized first and written straight into its bytes object: the
         output tensors are copied once, from the result block to what goes to the socket."""
@@ -452,11 +453,12 @@ cdef class FastLane:
         # The answers are made: the requests end here (extend_to_answered).
         cdef uint64_t late = extend_to_answered(end_ns, monotonic_ns(), timings)
         cdef list out = []
+        cdef LaneReply reply
         for i in range(answers.size()):
-            out.append((answers[i].response.request_id, _reply_status(answers[i]),
-                        answers[i].batch_size, answers[i].request_ns + late,
-                        answers[i].queue_ns, payloads[i]))
-        return [timings[0], timings[1], timings[2], timings[3]], out, finals
+            reply = _lane_reply(answers[i], late)
+            reply.payload = payloads[i]
+            out.append(reply)
+        return _lane_completion(timings, out, finals, None)
 
     def forget(self, uint64_t request_id):
         """The request was answered another way (failed batch, shutdown)."""
@@ -512,7 +514,7 @@ def read_grpc_traceparent(bint on):
     _read_traceparent = on
 
 
-cdef object _traceparent(const vector[HpackHeader]& metadata):
+cdef tuple _traceparent(const vector[HpackHeader]& metadata):
     """The call's W3C context: (traceparent, tracestate or None), or None without a
     traceparent."""
     cdef size_t i
@@ -571,32 +573,55 @@ GRPC_HALF_CLOSE = 2
 GRPC_CANCEL = 3
 
 
-cdef object _h2_event(H2Event* e, cbool want_metadata):
-    """An h2::GrpcConnection event as a tuple: (GRPC_CALL, stream, path, timeout_us or -1,
-    grpc-encoding str, traceparent str or None[, metadata: ((name, value) str pairs) when
-    `want_metadata`]), (GRPC_MESSAGE, stream, message as OwnedBytes, compressed),
-    (GRPC_HALF_CLOSE, stream) or (GRPC_CANCEL, stream, code). A message's bytes are moved
-    out of `e`, not copied."""
-    cdef OwnedBytes message
+cdef class GrpcEvent:
+    """One event of a gRPC call, as the I/O loop hands it to Python (IO_GRPC_CALL): `kind`
+    (GRPC_*) on stream `stream_id`. GRPC_CALL: `path`, `timeout_us` (-1: none), `encoding`
+    (grpc-encoding), `trace_context` (with read_grpc_traceparent: (traceparent, tracestate
+    or None) when the call has a traceparent, else None) and, when the
+    loop was asked for it (restrictions, header forwarding), `metadata`: ((name, value) str
+    pairs), else None. GRPC_MESSAGE: `message` (OwnedBytes) and `compressed`. GRPC_CANCEL:
+    the RST_STREAM `code`."""
+
+    cdef readonly int kind
+    cdef readonly uint32_t stream_id
+    cdef readonly str path
+    cdef readonly int64_t timeout_us
+    cdef readonly str encoding
+    cdef readonly tuple trace_context
+    cdef readonly tuple metadata
+    cdef readonly OwnedBytes message
+    cdef readonly bint compressed
+    cdef readonly uint32_t code
+
+
+cdef GrpcEvent _h2_event(H2Event* e, cbool want_metadata):
+    """An h2::GrpcConnection event as a GrpcEvent; a message's bytes are moved out of `e`,
+    not copied."""
+    cdef GrpcEvent out = GrpcEvent.__new__(GrpcEvent)
+    out.stream_id = e.stream_id
     if e.kind == H2EventKind.kMessage:
-        message = OwnedBytes.__new__(OwnedBytes)
-        message.data.swap(e.message)
-        return (GRPC_MESSAGE, e.stream_id, message, e.compressed)
-    if e.kind == H2EventKind.kCall:
+        out.kind = GRPC_MESSAGE
+        out.message = OwnedBytes.__new__(OwnedBytes)
+        out.message.data.swap(e.message)
+        out.compressed = e.compressed
+    elif e.kind == H2EventKind.kCall:
+        out.kind = GRPC_CALL
+        out.path = e.path.decode("utf-8", "replace")
+        out.timeout_us = e.timeout_us
+        out.encoding = e.encoding.decode("ascii", "replace")
         # The call's metadata stays in C++, but for a traceparent in trace mode
-        # opentelemetry (read_grpc_traceparent) and, when `want_metadata`
-        # (restrictions, header forwarding), all of it as a 7th item.
-        traceparent = _traceparent(e.metadata) if _read_traceparent else None
+        # opentelemetry and, when `want_metadata` (restrictions, header forwarding), all.
+        if _read_traceparent:
+            out.trace_context = _traceparent(e.metadata)
         if want_metadata:
-            return (GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
-                    e.timeout_us, e.encoding.decode("ascii", "replace"), traceparent,
-                    tuple([(h.name.decode("latin-1"), h.value.decode("latin-1"))
-                           for h in e.metadata]))
-        return (GRPC_CALL, e.stream_id, e.path.decode("utf-8", "replace"),
-                e.timeout_us, e.encoding.decode("ascii", "replace"), traceparent)
-    if e.kind == H2EventKind.kHalfClose:
-        return (GRPC_HALF_CLOSE, e.stream_id)
-    return (GRPC_CANCEL, e.stream_id, e.error_code)
+            out.metadata = tuple([(h.name.decode("latin-1"), h.value.decode("latin-1"))
+                                  for h in e.metadata])
+    elif e.kind == H2EventKind.kHalfClose:
+        out.kind = GRPC_HALF_CLOSE
+    else:
+        out.kind = GRPC_CANCEL
+        out.code = e.error_code
+    return out
 
 
 def parse_model_version(str text):
@@ -654,10 +679,8 @@ cdef class GrpcLane:
     def submit(self, message, uint64_t now_ns, bint stream=False):
         """Queues a serialized ModelInferRequest (bytes, the OwnedBytes an I/O loop
         connection received, or any other buffer: an inflated message) if the fast path takes it:
-        (lane_model, request_id, batch_size, None), or (lane_model, 0, 0, (error kind,
-        message)) when it was refused at once (Triton's status and message), or
-        (lane_model, 0, batch_size, response bytes) for a response cache hit (a
-        ModelStreamInferResponse with `stream`); None: the general path's."""
+        a LaneTaken, whose `reply` for a response cache hit is a ModelStreamInferResponse
+        with `stream`; None: the general path's."""
         cdef string_view view
         cdef const unsigned char[:] buffer
         if type(message) is OwnedBytes:
@@ -676,6 +699,8 @@ cdef class GrpcLane:
         if not took:
             return None
         cdef bytes payload
+        cdef LaneTaken out = LaneTaken.__new__(LaneTaken)
+        out.lane_model = taken.model
         if taken.cached.entry:
             if stream:
                 payload = PyBytes_FromStringAndSize(
@@ -684,23 +709,26 @@ cdef class GrpcLane:
             else:
                 payload = PyBytes_FromStringAndSize(NULL, self._writer.size(taken.cached.response))
                 self._writer.write(taken.cached.response, PyBytes_AS_STRING(payload))
-            return taken.model, 0, taken.batch_size, payload
-        if taken.request_id == 0:
-            return taken.model, 0, 0, (<uint8_t>taken.error_kind,
-                                       taken.error.decode("utf-8", "replace"))
-        return taken.model, taken.request_id, taken.batch_size, None
+            out.batch_size = taken.batch_size
+            out.reply = payload
+        elif taken.request_id == 0:
+            out.error_kind = <uint8_t>taken.error_kind
+            out.error_message = taken.error.decode("utf-8", "replace")
+        else:
+            out.request_id = taken.request_id
+            out.batch_size = taken.batch_size
+        return out
 
     def complete(self, uint64_t offset, uint64_t size, list request_ids, set grpc_ids,
                  uint64_t dispatch_ns, uint64_t end_ns, set streamed=None):
         """As FastLane.complete (`request_ids`: the whole batch, in order), for a batch
         with gRPC requests among the lane's: those in `grpc_ids` are answered with the
-        ModelInferResponse (ModelStreamInferResponse for those in `streamed`): bytes, or
-        for a large one a GrpcAnswer that GrpcAnswer.send writes straight from the result
-        block, valid until release_answers(); or (error kind, message) when they failed.
-        The others get their HTTP response bytes, as FastLane.complete does; `finals` as
-        there. With `streamed`, the block is read record by record: a streamed request's
-        responses before its final one (kResponseFinal unset: a decoupled model's) come
-        in a fourth list, `partials`, of (request_id, ok, answer), in block order."""
+        ModelInferResponse (ModelStreamInferResponse for those in `streamed`) in their
+        LaneReply: `payload`, or for a large one `view`, valid until release_answers(); or
+        the error kind and message when they failed. The others get their HTTP response
+        bytes, as FastLane.complete does. With `streamed`, the block is read record by
+        record: a streamed request's responses before its final one (kResponseFinal unset:
+        a decoupled model's) come in the LaneCompletion's `partials`, in block order."""
         if offset == 0 or offset > self._http._arena_size or \
                 size > self._http._arena_size - offset:
             return None
@@ -729,6 +757,7 @@ cdef class GrpcLane:
         cdef list partials = []
         cdef size_t i, n
         cdef bytes payload
+        cdef LaneReply reply
         cdef cbool ok, in_stream
         cdef ResponseEncoding coding
         cdef GrpcAnswer large
@@ -739,11 +768,12 @@ cdef class GrpcLane:
             in_stream = partial and a.response.request_id in streamed
             if not a.final and not in_stream:
                 continue  # one answer per request: the final one
+            reply = _lane_reply(a[0], 0)
             if a.response.request_id not in grpc_ids:
                 coding = self._http._lane.take_encoding(a.response.request_id)
                 payload = PyBytes_FromStringAndSize(NULL, http.size(a.response, coding))
                 http.write(a.response, coding, PyBytes_AS_STRING(payload))
-                answer = payload
+                reply.payload = payload
             elif ok:
                 n = self._writer.stream_size(a.response) if in_stream else \
                     self._writer.size(a.response)
@@ -753,31 +783,25 @@ cdef class GrpcLane:
                     large.index = i
                     large.generation = self._generation
                     large.streamed = in_stream
-                    answer = large
+                    reply.view = large
                 else:
                     payload = PyBytes_FromStringAndSize(NULL, n)
                     if in_stream:
                         self._writer.stream_write(a.response, PyBytes_AS_STRING(payload))
                     else:
                         self._writer.write(a.response, PyBytes_AS_STRING(payload))
-                    answer = payload
+                    reply.payload = payload
             else:
-                answer = (<int>a.response.error,
-                          grpc_error_message(a.response).decode("utf-8", "replace"))
-            if not a.final:
-                partials.append((a.response.request_id, ok, answer))
-                continue
-            out.append((a.response.request_id, _reply_status(a[0]), a.batch_size,
-                        a.request_ns, a.queue_ns, answer))
+                reply.error_kind = <uint8_t>a.response.error
+                reply.error_message = grpc_error_message(a.response).decode("utf-8", "replace")
+            (out if a.final else partials).append(reply)
         # The answers are made: the requests end here (extend_to_answered). A large one
         # is written to its stream from the block when sent (GrpcAnswer.send).
         cdef uint64_t late = extend_to_answered(end_ns, monotonic_ns(), timings)
         if late:
-            out = [(reply[0], reply[1], reply[2], reply[3] + late, reply[4], reply[5])
-                   for reply in out]
-        if partial:
-            return [timings[0], timings[1], timings[2], timings[3]], out, finals, partials
-        return [timings[0], timings[1], timings[2], timings[3]], out, finals
+            for reply in out:
+                reply.request_ns += late
+        return _lane_completion(timings, out, finals, partials)
 
     def release_answers(self):
         """Ends the GrpcAnswers of the last complete(): call before its block is freed."""
@@ -822,6 +846,124 @@ cdef class GrpcAnswer:
             sent = target.send_parts(stream_id, parts.data(), parts.size())
         return sent
 
+
+# --- what the lanes hand Python: named types, not positional tuples ---
+
+cdef class LaneTaken:
+    """A request a lane took (FastLane.take_http and submit_to, GrpcLane.submit), in its
+    lane model `lane_model`. Queued when `request_id` is set (the core's id). Otherwise
+    answered at once: `reply` is the whole answer (HTTP: the response of a refusal or of a
+    response cache hit; gRPC: a cache hit's message), or, for a gRPC refusal, `error_kind`
+    (ERROR_*) and `error_message` are Triton's status. `batch_size` is 0 for a refusal."""
+
+    cdef readonly uint32_t lane_model
+    cdef readonly uint64_t request_id
+    cdef readonly uint32_t batch_size
+    cdef readonly bytes reply
+    cdef readonly uint8_t error_kind
+    cdef readonly str error_message
+
+
+cdef class LaneReply:
+    """One request's answer in a lane's LaneCompletion: its core request id, `status`
+    (REPLY_*: how the statistics count it), batch size, request and queue ns, and the
+    answer: `payload` (the HTTP response, or the gRPC message), or `view` (a large gRPC
+    message, written straight from the result block by GrpcAnswer.send), or for a gRPC
+    failure `error_kind` (ERROR_*, never 0) and `error_message`."""
+
+    cdef readonly uint64_t request_id
+    cdef readonly int status
+    cdef readonly uint32_t batch_size
+    cdef readonly uint64_t request_ns
+    cdef readonly uint64_t queue_ns
+    cdef readonly bytes payload
+    cdef readonly GrpcAnswer view
+    cdef readonly uint8_t error_kind
+    cdef readonly str error_message
+
+
+cdef LaneReply _lane_reply(const Answer& answer, uint64_t late):
+    cdef LaneReply out = LaneReply.__new__(LaneReply)
+    out.request_id = answer.response.request_id
+    out.status = _reply_status(answer)
+    out.batch_size = answer.batch_size
+    out.request_ns = answer.request_ns + late
+    out.queue_ns = answer.queue_ns
+    return out
+
+
+cdef class LaneCompletion:
+    """A lane's answers from one response block (FastLane.complete, GrpcLane.complete):
+    the batch's `timings` [start, compute_input, compute_infer, compute_output ns];
+    `replies`, a LaneReply per request answered by its final response; `finals`, the ids
+    of the batch's requests whose final response is in this block (the others get theirs
+    in a later block, or fail when the batch ends); `partials`, the LaneReply of streamed
+    gRPC requests' responses before their final one, in block order."""
+
+    cdef readonly list timings
+    cdef readonly list replies
+    cdef readonly list finals
+    cdef readonly list partials
+
+
+cdef LaneCompletion _lane_completion(const uint64_t* timings, list replies, list finals,
+                                     list partials):
+    cdef LaneCompletion out = LaneCompletion.__new__(LaneCompletion)
+    out.timings = [timings[0], timings[1], timings[2], timings[3]]
+    out.replies = replies
+    out.finals = finals
+    out.partials = [] if partials is None else partials
+    return out
+
+
+cdef class CacheCounters:
+    """A lane model's response cache counters (FastLane.cache_counters), Triton's cache
+    statistics of that model version: hits and misses, and the ns they took."""
+
+    cdef CacheModelCounters c
+
+    @property
+    def hits(self):
+        return self.c.hits
+
+    @property
+    def hit_ns(self):
+        return self.c.hit_ns
+
+    @property
+    def hit_request_ns(self):
+        return self.c.hit_request_ns
+
+    @property
+    def hit_queue_ns(self):
+        return self.c.hit_queue_ns
+
+    @property
+    def misses(self):
+        return self.c.misses
+
+    @property
+    def miss_ns(self):
+        return self.c.miss_ns
+
+
+cdef class CacheLookup:
+    """FastLane.cache_lookup's answer for a general-path request. `error`: Triton's message
+    when the request is invalid (None when valid). `looked_up`: False when the request is
+    invalid or its model does not cache. A hit (`hit`): `outcome`, the JSON as a worker's
+    response ({"outputs": [[name, datatype, shape]], "parameters": {...}}), and `tensors`,
+    the output bytes; counted in C++. A miss: `key` and `lookup_ns`, what cache_insert
+    takes once it is answered."""
+
+    cdef readonly str error
+    cdef readonly bint looked_up
+    cdef readonly bint hit
+    cdef readonly bytes outcome
+    cdef readonly list tensors
+    cdef readonly bytes key
+    cdef readonly uint64_t lookup_ns
+
+
 # --- TLS of the I/O loop's listeners (csrc/tls/tls_stream.h) ---
 
 
@@ -858,7 +1000,7 @@ IO_CLOSED = <int>IoEventKind.kClosed
 IO_PAUSE_WRITING = <int>IoEventKind.kPauseWriting
 IO_RESUME_WRITING = <int>IoEventKind.kResumeWriting
 IO_GRPC_ACCEPTED = <int>IoEventKind.kGrpcAccepted
-IO_GRPC_CALL = <int>IoEventKind.kGrpcCall  # data: the call's event (_h2_event's tuple)
+IO_GRPC_CALL = <int>IoEventKind.kGrpcCall  # data: the call's GrpcEvent
 IO_GRPC_PINGS = <int>IoEventKind.kGrpcPings  # data: (PINGs received, answered since)
 IO_TLS_FAILED = <int>IoEventKind.kTlsFailed  # data: "peer: why" (a close follows)
 

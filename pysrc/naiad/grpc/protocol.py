@@ -166,25 +166,33 @@ class GrpcProtocol:
             self._counted = False
             self._waiting = False
 
-    def on_event(self, event: tuple) -> None:
-        """One event of a call of Python's (the tuples of _core's IO_GRPC_CALL events)."""
-        kind = event[0]
+    def on_event(self, event) -> None:
+        """One event of a call of Python's (the _core.GrpcEvent of an IO_GRPC_CALL event)."""
+        kind = event.kind
+        stream = event.stream_id
         try:
             if kind == _core.GRPC_MESSAGE:
-                self._on_message(event[1], event[2], event[3])
+                self._on_message(stream, event.message, event.compressed)
             elif kind == _core.GRPC_CALL:
                 forwarded = None
-                if len(event) > 6:  # its metadata: restrictions, forwarding
-                    forwarded = self._admit(event[1], event[2], event[6])
+                if event.metadata is not None:  # restrictions, forwarding
+                    forwarded = self._admit(stream, event.path, event.metadata)
                     if forwarded is False:
                         return
-                self._on_call(event[1], event[2], event[3], event[4], event[5], forwarded)
+                self._on_call(
+                    stream,
+                    event.path,
+                    event.timeout_us,
+                    event.encoding,
+                    event.trace_context,
+                    forwarded,
+                )
             elif kind == _core.GRPC_HALF_CLOSE:
-                self._on_half_close(event[1])
+                self._on_half_close(stream)
             else:
-                self._on_reset(event[1], event[2])
+                self._on_reset(stream, event.code)
         except Exception as exc:  # a call's failure never takes the connection down
-            self._fail(event[1], exc)
+            self._fail(stream, exc)
 
     def on_pings(self, received: int, answered: bool) -> None:
         """The client sent PINGs (`received` in all); `answered`: calls were answered

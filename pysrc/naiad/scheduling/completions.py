@@ -142,15 +142,14 @@ class CompletionRouter:
             result = self.grpc_lane.complete(
                 offset, size, request_ids, grpc_ids, dispatch_ns, end_ns, streamed
             )
-            if streamed is not None and result is not None:
-                self._send_stream_partials(result[3])  # before the finals: in block order
-                result = result[:3]
+            if result is not None:
+                self._send_stream_partials(result.partials)  # before the finals: block order
         else:
             result = self.lane.complete(offset, size, request_ids, dispatch_ns, end_ns)
         if result is None:
             self._fail_batch(lane, _core.COMPLETION_WORKER_FAILED, end_ns)
             return None
-        timings, replies, finals = result
+        timings = result.timings
         if timings[0]:  # the answers were made where compute_output ends: the traces' end
             end_ns = max(end_ns, timings[0] + timings[1] + timings[2] + timings[3])
         pop = self.in_flight.pop
@@ -159,29 +158,28 @@ class CompletionRouter:
         # Per-request durations only for the latency summaries (off unless configured).
         each = None if stats.summaries is None else []
         traces = self.traces.open_traces
-        for request_id, status, batch_size, took_ns, queued_ns, http in replies:
+        for reply in result.replies:
+            request_id = reply.request_id
             pending = pop(request_id, None)
             if pending is None:  # answered already (failed, or the server is stopping)
                 continue
             traced = traces and request_id in traces
             if traced:
                 send_ns = _core.now_ns()
-            if status != _core.REPLY_FAILED:  # an error the model sent counts as a success
+            if reply.status != _core.REPLY_FAILED:  # a model's error counts as a success
                 successes += 1
-                inferences += batch_size
-                request_ns += took_ns
-                queue_ns += queued_ns
+                inferences += reply.batch_size
+                request_ns += reply.request_ns
+                queue_ns += reply.queue_ns
                 if each is not None:
-                    each.append((took_ns, queued_ns))
+                    each.append((reply.request_ns, reply.queue_ns))
             else:
-                stats.record_failure(took_ns)
-            if status != _core.REPLY_OK and pending.grpc:  # (error kind, message)
-                http = error_of_kind(*http)
+                stats.record_failure(reply.request_ns)
             try:
-                if status == _core.REPLY_OK or type(http) is bytes:  # gRPC: bytes or a GrpcAnswer
-                    pending.on_done(http, None)
-                else:
-                    pending.on_done(None, http)
+                if reply.error_kind:  # a gRPC request's failure
+                    pending.on_done(None, error_of_kind(reply.error_kind, reply.error_message))
+                else:  # HTTP's response bytes; gRPC's message bytes or GrpcAnswer
+                    pending.on_done(reply.payload if reply.view is None else reply.view, None)
             except Exception:  # that client's connection; the others still get theirs
                 log.exception("sending the response of request %d failed", request_id)
             if traced:
@@ -193,7 +191,7 @@ class CompletionRouter:
         # A lane request whose final response is in the block is answered now; one without
         # gets it in a later block or fails when the batch ends (it stays pending).
         pending = self.in_flight
-        final = set(finals)
+        final = set(result.finals)
         lost = [p.request_id for p in lane if p.request_id in final and p.request_id in pending]
         if lost:
             self.in_flight.fail_lost(lost, len(lane))
@@ -203,17 +201,19 @@ class CompletionRouter:
         """The responses before the last of ModelStreamInfer requests (a decoupled
         model's): each goes out at once; the request stays pending until its final one."""
         get = self.in_flight.get
-        for request_id, ok, answer in partials:
-            pending = get(request_id)
+        for reply in partials:
+            pending = get(reply.request_id)
             if pending is None:
                 continue
             try:
-                if ok:
-                    pending.on_done(answer, None, False)
+                if reply.error_kind:
+                    error = error_of_kind(reply.error_kind, reply.error_message)
+                    pending.on_done(None, error, False)
                 else:
-                    pending.on_done(None, error_of_kind(*answer), False)
+                    answer = reply.payload if reply.view is None else reply.view
+                    pending.on_done(answer, None, False)
             except Exception:
-                log.exception("sending a response of request %d failed", request_id)
+                log.exception("sending a response of request %d failed", reply.request_id)
 
     def _answer_general(self, pendings, offset, size, dispatch_ns, end_ns):
         """Resolves the general path's requests of a batch from its response block
@@ -249,9 +249,9 @@ class CompletionRouter:
             if pending is not None and not pending.lane:
                 error = code if flags & _core.RESPONSE_ERROR else None
                 if pending.cache is not None and pending.model.lane_model is not None:
-                    key, lookup_ns = pending.cache  # a miss: its result goes in the cache
+                    miss = pending.cache  # its result goes in the cache
                     self.lane.cache_insert(
-                        pending.model.lane_model, key, lookup_ns, offset, size, index
+                        pending.model.lane_model, miss.key, miss.lookup_ns, offset, size, index
                     )
                 outcome = outcome_record.read(json)
                 self._resolve(

@@ -41,7 +41,7 @@ class GeneralPending:
         self.request = request
         self.batch_size = batch_size
         self.submit_ns = submit_ns
-        self.cache = cache  # a response cache miss: (key, lookup_ns) for cache_insert
+        self.cache = cache  # a response cache miss: its _core.CacheLookup, for cache_insert
 
     def fail(self, exc: Exception) -> None:
         if not self.future.done():

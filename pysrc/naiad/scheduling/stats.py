@@ -57,7 +57,7 @@ class ModelStats:
         # Triton's latency summaries (--metrics-config summary_latencies=true), else None.
         self.summaries = new_summaries()
         # The model's response cache counters, when it uses the cache: a callable giving
-        # (hits, hit_ns, hit_request_ns, hit_queue_ns, misses, miss_ns).
+        # its _core.CacheCounters.
         self.cache_counters = None
 
     def reported(self) -> tuple[Duration, Duration, Duration, Duration]:
@@ -67,12 +67,12 @@ class ModelStats:
         inference_count and execution_count leave hits out."""
         if self.cache_counters is None:
             return self.success, self.queue, Duration(), Duration()
-        hits, hit_ns, hit_request_ns, hit_queue_ns, misses, miss_ns = self.cache_counters()
+        c = self.cache_counters()
         success, queue, hit, miss = Duration(), Duration(), Duration(), Duration()
-        success.add(self.success.ns + hit_request_ns + miss_ns, self.success.count + hits)
-        queue.add(self.queue.ns + hit_queue_ns, self.queue.count + hits)
-        hit.add(hit_ns, hits)
-        miss.add(miss_ns, misses)
+        success.add(self.success.ns + c.hit_request_ns + c.miss_ns, self.success.count + c.hits)
+        queue.add(self.queue.ns + c.hit_queue_ns, self.queue.count + c.hits)
+        hit.add(c.hit_ns, c.hits)
+        miss.add(c.miss_ns, c.misses)
         return success, queue, hit, miss
 
     def record_execution(self, batch_size: int, timings: list[int]) -> None:

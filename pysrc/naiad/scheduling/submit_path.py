@@ -80,15 +80,15 @@ class SubmitPath:
             looked = self.lane.cache_lookup(
                 model.lane_model, request.id, request.inputs, request.outputs, submit_ns
             )
-            if type(looked) is str:
-                raise InvalidArgument(looked)
-            if looked is not None:
-                if looked[0]:  # a hit: answered now, counted in C++
-                    future = self.loop.create_future()
-                    outcome = outcome_record.read(looked[1])
-                    future.set_result(infer_response(model, request.id, outcome, looked[2]))
-                    return future
-                cache = looked[1:]
+            if looked.error is not None:
+                raise InvalidArgument(looked.error)
+            if looked.hit:  # answered now, counted in C++
+                future = self.loop.create_future()
+                outcome = outcome_record.read(looked.outcome)
+                future.set_result(infer_response(model, request.id, outcome, looked.tensors))
+                return future
+            if looked.looked_up:
+                cache = looked
         parameters = orjson.dumps(request.parameters) if request.parameters else b"{}"
         sample = self.traces.sample_general(model, request)
         result = spec.submit(
@@ -197,20 +197,19 @@ class SubmitPath:
         taken = self.grpc_lane.submit(message, submit_ns, stream)
         if taken is None:
             return None
-        lane_model, request_id, batch_size, error = taken
-        if error is not None:
-            if type(error) is bytes:  # a response cache hit: its response
+        if not taken.request_id:
+            if taken.reply is not None:  # a response cache hit: its response
                 self.lane_cached += 1
-                on_done(error, None)
+                on_done(taken.reply, None)
                 return 0
             self.lane_refused += 1
-            on_done(None, error_of_kind(*error))
+            on_done(None, error_of_kind(taken.error_kind, taken.error_message))
             return 0
-        self.in_flight[request_id] = LanePending(
+        self.in_flight[taken.request_id] = LanePending(
             self.lane,
-            self.table.lane_models[lane_model],
-            request_id,
-            batch_size,
+            self.table.lane_models[taken.lane_model],
+            taken.request_id,
+            taken.batch_size,
             submit_ns,
             on_done,
             GRPC_STREAM if stream else GRPC_UNARY,
@@ -219,7 +218,7 @@ class SubmitPath:
         self.schedule_flush()
         if self.traces.active:
             self.traces.start_lane_traces(submit_ns, tracer_protocol.GRPC)
-        return request_id
+        return taken.request_id
 
     def take_http_requests(self, data: bytes, max_body: int, new_on_done, max_requests) -> int:
         """Queues the plain infer requests at the start of received HTTP bytes through
@@ -238,27 +237,27 @@ class SubmitPath:
         return consumed
 
     def _track_lane(self, taken: list, submit_ns: int, new_on_done) -> None:
-        """Keeps the lane's newly queued requests [(lane_model, request_id, batch_size,
-        reply)] until they are answered; answers at once those the validator refused
-        (`reply`: their whole response)."""
+        """Keeps the lane's newly queued requests ([_core.LaneTaken]) until they are
+        answered; answers at once those the validator refused and the response cache hits
+        (their `reply`: the whole response)."""
         models = self.table.lane_models
         pendings = self.in_flight
         queued = 0
-        for lane_model, request_id, batch_size, reply in taken:
-            if reply is not None:  # refused (batch size 0) or a response cache hit
-                new_on_done(0, reply)  # answered at once, by the caller
-                if batch_size:
+        for one in taken:
+            if one.reply is not None:  # refused (batch size 0) or a response cache hit
+                new_on_done(0, one.reply)  # answered at once, by the caller
+                if one.batch_size:
                     self.lane_cached += 1
                 else:
                     self.lane_refused += 1
                 continue
-            pendings[request_id] = LanePending(
+            pendings[one.request_id] = LanePending(
                 self.lane,
-                models[lane_model],
-                request_id,
-                batch_size,
+                models[one.lane_model],
+                one.request_id,
+                one.batch_size,
                 submit_ns,
-                new_on_done(request_id),
+                new_on_done(one.request_id),
             )
             queued += 1
         if queued:
