@@ -117,7 +117,7 @@ bool read_input(JsonReader& reader, RequestInput* input, InputRead* read) {
 
 // `binary`: the bytes after the header, of which `*binary_used` are taken so far.
 bool read_inputs(JsonReader& reader, const uint8_t* header, const uint8_t* binary,
-                 size_t binary_size, uint64_t* binary_used, ParsedRequest* out) {
+                 size_t binary_size, uint64_t* binary_used, ParsedRequest* out, Refusal* refusal) {
   // Where each JSON input's bytes start in out->converted (SIZE_MAX: a binary input);
   // the views are set once every input is read (converted may grow meanwhile).
   std::vector<size_t> converted_at;
@@ -133,7 +133,20 @@ bool read_inputs(JsonReader& reader, const uint8_t* header, const uint8_t* binar
       uint64_t count = 0;
       if (!element_count(input.shape, &count)) return false;
       const size_t start = out->converted.size();
-      if (!read_tensor_data(read.data, input.datatype, count, &out->converted)) return false;
+      Refusal found;
+      switch (
+          read_tensor_data(read.data, input.datatype, input.name, count, &out->converted, &found)) {
+        case DataRead::kNotRead:
+          return false;
+        case DataRead::kRefused:
+          // Triton stops at the first input it refuses; reading on checks that nothing
+          // before it in Triton's order (the rest of the document) is the general path's.
+          out->converted.resize(start);
+          if (refusal->kind == ErrorKind::kNone) *refusal = std::move(found);
+          break;
+        default:
+          break;
+      }
       input.size = out->converted.size() - start;
       converted_at.push_back(start);
     } else {
@@ -269,7 +282,7 @@ namespace {
 using Kind = ElementKind;
 
 // The datatype row of `datatype` when JSON can carry its values; nullptr for FP16, BF16
-// and unknown names (the general path's errors).
+// and unknown names.
 const Datatype* json_datatype(std::string_view datatype) {
   const Datatype* type = find_datatype(datatype);
   if (type == nullptr || type->kind == Kind::kFloat16 || type->kind == Kind::kBFloat16) {
@@ -278,26 +291,33 @@ const Datatype* json_datatype(std::string_view datatype) {
   return type;
 }
 
-constexpr int kMaxNesting = 32;
+// The document's own limit (a deeper `data` was not skipped as a value).
+constexpr int kMaxNesting = JsonReader::kMaxDepth;
 
-// Calls `on_scalar()` for each element of JSON `data`, flattened as the general path
-// flattens it: a flat array, or (when its first item is an array) nested arrays to any
-// mix of depths. False: not an array, a scalar before a nested array at the top, or
-// `on_scalar` refused.
-template <typename OnScalar>
-bool walk_nested(JsonReader& reader, int depth, OnScalar& on_scalar) {
-  if (reader.peek() != '[') return on_scalar();
-  if (depth > kMaxNesting) return false;
-  return reader.array([&] { return walk_nested(reader, depth + 1, on_scalar); });
-}
+// What became of one element of JSON `data`.
+enum class Element : uint8_t {
+  kTaken,      // converted and appended
+  kWrongKind,  // not a value of the datatype: Triton's "attempt to access JSON non-..."
+  kTooMany,    // past the shape's element count: Triton's shape mismatch
+  kNotRead,    // beyond this reader (a number past a double, deep nesting, bad JSON)
+};
 
+// Calls `on_scalar()` for each element of the array at `reader`, nested arrays of any
+// mix of depths flattened in order, as Triton reads them; stops at the first element
+// not taken.
 template <typename OnScalar>
-bool walk_data(JsonReader& reader, OnScalar&& on_scalar) {
-  if (reader.peek() != '[') return false;
-  JsonReader probe = reader;
-  probe.consume('[');
-  if (probe.peek() == '[') return walk_nested(reader, 0, on_scalar);
-  return reader.array([&] { return reader.peek() != '[' && on_scalar(); });
+Element walk_elements(JsonReader& reader, int depth, OnScalar& on_scalar) {
+  Element result = Element::kTaken;
+  bool ok = reader.array([&] {
+    if (reader.peek() == '[') {
+      result =
+          depth < kMaxNesting ? walk_elements(reader, depth + 1, on_scalar) : Element::kNotRead;
+    } else {
+      result = on_scalar();
+    }
+    return result == Element::kTaken;
+  });
+  return !ok && result == Element::kTaken ? Element::kNotRead : result;
 }
 
 template <typename T>
@@ -307,144 +327,186 @@ void put_value(T value, std::vector<uint8_t>* out) {
   out->insert(out->end(), bytes, bytes + sizeof(T));
 }
 
-bool parse_int(std::string_view text, int64_t* value) {
+template <typename T>
+bool parse_exact(std::string_view text, T* value) {
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *value);
   return error == std::errc() && end == text.data() + text.size();
 }
 
-bool parse_double(std::string_view text, double* value) {
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *value);
-  return error == std::errc() && end == text.data() + text.size() && std::isfinite(*value);
-}
-
-bool put_integer(int64_t value, const Datatype& type, std::vector<uint8_t>* out) {
-  // Out of the type's range: numpy would wrap it; the general path decides.
-  if (type.kind == Kind::kUnsigned) {
-    if (value < 0) return false;
-    switch (type.size) {
-      case 1:
-        if (value > UINT8_MAX) return false;
-        put_value(static_cast<uint8_t>(value), out);
-        return true;
-      case 2:
-        if (value > UINT16_MAX) return false;
-        put_value(static_cast<uint16_t>(value), out);
-        return true;
-      case 4:
-        if (value > UINT32_MAX) return false;
-        put_value(static_cast<uint32_t>(value), out);
-        return true;
-      default:
-        put_value(static_cast<uint64_t>(value), out);
-        return true;
-    }
-  }
+// An integer of the type's size, cut to its low bytes as Triton casts it.
+void put_integer(uint64_t bits, const Datatype& type, std::vector<uint8_t>* out) {
   switch (type.size) {
     case 1:
-      if (value < INT8_MIN || value > INT8_MAX) return false;
-      put_value(static_cast<int8_t>(value), out);
-      return true;
+      put_value(static_cast<uint8_t>(bits), out);
+      return;
     case 2:
-      if (value < INT16_MIN || value > INT16_MAX) return false;
-      put_value(static_cast<int16_t>(value), out);
-      return true;
+      put_value(static_cast<uint16_t>(bits), out);
+      return;
     case 4:
-      if (value < INT32_MIN || value > INT32_MAX) return false;
-      put_value(static_cast<int32_t>(value), out);
-      return true;
+      put_value(static_cast<uint32_t>(bits), out);
+      return;
     default:
+      put_value(bits, out);
+  }
+}
+
+// One number of JSON `data` as Triton's reader (rapidjson) takes it: integer types take
+// integers written without fraction or exponent that fit int64 (signed) or uint64
+// (unsigned), cut to the type's size; FP32/FP64 take any number, read as a double.
+Element put_number(JsonReader& data, const Datatype& type, std::vector<uint8_t>* out) {
+  const char first = data.peek();
+  if (first != '-' && (first < '0' || first > '9')) return Element::kWrongKind;
+  std::string_view text;
+  bool integral;
+  if (!data.number(&text, &integral)) return Element::kNotRead;
+  if (type.kind == Kind::kFloat) {
+    double value;
+    int64_t signed_value;
+    uint64_t unsigned_value;
+    if (integral && parse_exact(text, &signed_value)) {
+      value = static_cast<double>(signed_value);
+    } else if (integral && parse_exact(text, &unsigned_value)) {
+      value = static_cast<double>(unsigned_value);
+    } else if (!parse_exact(text, &value) || !std::isfinite(value)) {
+      return Element::kNotRead;  // Triton refuses the document: a number too big
+    }
+    if (type.size == 4) {
+      put_value(static_cast<float>(value), out);
+    } else {
       put_value(value, out);
-      return true;
+    }
+    return Element::kTaken;
+  }
+  if (!integral) return Element::kWrongKind;
+  if (type.kind == Kind::kSigned) {
+    int64_t value;
+    if (!parse_exact(text, &value)) return Element::kWrongKind;  // past int64
+    put_integer(static_cast<uint64_t>(value), type, out);
+    return Element::kTaken;
+  }
+  uint64_t value;
+  if (text[0] == '-') {  // "-0" is zero; any other negative is no unsigned integer
+    if (text.find_first_not_of("-0") != std::string_view::npos) return Element::kWrongKind;
+    value = 0;
+  } else if (!parse_exact(text, &value)) {
+    return Element::kWrongKind;  // past uint64
+  }
+  put_integer(value, type, out);
+  return Element::kTaken;
+}
+
+DataRead refuse(ErrorKind kind, std::string message, Refusal* refusal) {
+  refusal->kind = kind;
+  refusal->message = std::move(message);
+  return DataRead::kRefused;
+}
+
+// Triton's complaint about an element of `data` that is not a value of `type`.
+std::string_view wrong_kind_message(const Datatype& type) {
+  switch (type.kind) {
+    case Kind::kBool:
+      return "Unable to parse 'data': attempt to access JSON non-boolean as boolean";
+    case Kind::kUnsigned:
+      return "Unable to parse 'data': attempt to access JSON non-unsigned-integer as "
+             "unsigned-integer";
+    case Kind::kSigned:
+      return "Unable to parse 'data': attempt to access JSON non-signed-integer as "
+             "signed-integer";
+    case Kind::kBytes:
+      return "Unable to parse JSON bytes array: attempt to access JSON non-string as string";
+    default:
+      return "Unable to parse 'data': attempt to access JSON non-number as double";
   }
 }
 
 }  // namespace
 
-bool read_tensor_data(JsonReader data, std::string_view datatype, uint64_t count,
-                      std::vector<uint8_t>* out) {
-  const Datatype* found = json_datatype(datatype);
-  if (found == nullptr) return false;
+DataRead read_tensor_data(JsonReader data, std::string_view datatype, std::string_view name,
+                          uint64_t count, std::vector<uint8_t>* out, Refusal* refusal) {
+  // Triton reads no `data` at all for a tensor of no elements: the validator speaks.
+  if (count == 0 && datatype != "BYTES") return DataRead::kConverted;
+  // Triton's order: an array, then a datatype JSON can carry, then each element, then
+  // the count (BYTES counts are the validator's).
+  if (data.peek() != '[') {
+    return refuse(ErrorKind::kInternal,
+                  "Unable to parse 'data': attempt to access JSON non-array as array", refusal);
+  }
+  const Datatype* found = find_datatype(datatype);
+  if (found == nullptr) {
+    return refuse(ErrorKind::kInvalidArgument, "invalid datatype for input " + std::string(name),
+                  refusal);
+  }
+  if (found->kind == Kind::kFloat16 || found->kind == Kind::kBFloat16) {
+    return refuse(ErrorKind::kInvalidArgument,
+                  "receiving " + std::string(datatype) +
+                      " data via JSON is not supported. Please use the binary data format for "
+                      "input " +
+                      std::string(name),
+                  refusal);
+  }
   const Datatype& type = *found;
+  if (type.kind != Kind::kBytes) {
+    if (count > (SIZE_MAX - out->size()) / type.size) return DataRead::kNotRead;
+    out->reserve(out->size() + count * type.size);
+  }
   uint64_t seen = 0;
-  if (type.kind == Kind::kBytes) {
-    std::string text;
-    bool ok = walk_data(data, [&] {
+  std::string text;
+  auto element = [&] {
+    if (type.kind == Kind::kBytes) {
+      if (data.peek() != '"') return Element::kWrongKind;
       text.clear();
-      if (data.peek() != '"') return false;
-      if (!data.string_into(&text) || text.size() > UINT32_MAX) return false;
+      if (!data.string_into(&text) || text.size() > UINT32_MAX) return Element::kNotRead;
       put_value(static_cast<uint32_t>(text.size()), out);
       out->insert(out->end(), text.begin(), text.end());
-      ++seen;
-      return true;
-    });
-    return ok && seen == count;
-  }
-  if (type.kind == Kind::kBool) {
-    bool ok = walk_data(data, [&] {
+      return Element::kTaken;
+    }
+    if (seen++ == count) return Element::kTooMany;
+    if (type.kind == Kind::kBool) {
       bool value;
-      if (!data.boolean(&value)) return false;
+      if (!data.boolean(&value)) return Element::kWrongKind;
       out->push_back(value ? 1 : 0);
-      ++seen;
-      return true;
-    });
-    return ok && seen == count;
-  }
-  // Numbers: a first pass counts them and sees whether any has a fraction or an
-  // exponent (then numpy reads them all as float64, as this does); booleans, strings
-  // and nulls are the general path's.
-  bool any_float = false;
-  JsonReader first = data;
-  bool ok = walk_data(first, [&] {
-    std::string_view text;
-    bool integral;
-    if (!first.number(&text, &integral)) return false;
-    any_float |= !integral;
-    ++seen;
-    return true;
-  });
-  if (!ok || seen != count) return false;
-  if (count > (SIZE_MAX - out->size()) / type.size) return false;
-  out->reserve(out->size() + count * type.size);
-  return walk_data(data, [&] {
-    std::string_view text;
-    bool integral;
-    if (!data.number(&text, &integral)) return false;
-    if (type.kind != Kind::kFloat) {
-      int64_t value;
-      // A fraction anywhere makes them all float64: numpy refuses that for integers.
-      return !any_float && parse_int(text, &value) && put_integer(value, type, out);
+      return Element::kTaken;
     }
-    double value;
-    if (!any_float) {
-      // All integers: numpy's int64 array cast to the float type.
-      int64_t integer;
-      if (!parse_int(text, &integer)) return false;
-      if (type.size == 4) {
-        put_value(static_cast<float>(integer), out);
-      } else {
-        put_value(static_cast<double>(integer), out);
+    return put_number(data, type, out);
+  };
+  constexpr std::string_view kShapeMismatch =
+      "Unable to parse 'data': Shape does not match true shape of 'data' field";
+  switch (walk_elements(data, 0, element)) {
+    case Element::kTaken:
+      if (type.kind != Kind::kBytes && seen != count) {
+        return refuse(ErrorKind::kInternal, std::string(kShapeMismatch), refusal);
       }
-      return true;
-    }
-    if (!parse_double(text, &value)) return false;
-    if (type.size == 8) {
-      put_value(value, out);
-      return true;
-    }
-    if (std::fabs(value) > std::numeric_limits<float>::max()) return false;
-    put_value(static_cast<float>(value), out);
-    return true;
-  });
+      return DataRead::kConverted;
+    case Element::kWrongKind:
+      return refuse(ErrorKind::kInternal, std::string(wrong_kind_message(type)), refusal);
+    case Element::kTooMany:
+      return refuse(ErrorKind::kInternal, std::string(kShapeMismatch), refusal);
+    default:
+      return DataRead::kNotRead;
+  }
+}
+
+DataRead read_tensor_data_text(std::string_view json, std::string_view datatype,
+                               std::string_view name, uint64_t count, std::vector<uint8_t>* out,
+                               Refusal* refusal) {
+  JsonReader whole(json.data(), json.size());
+  if (!whole.skip_value() || !whole.at_end()) return DataRead::kNotRead;
+  return read_tensor_data(JsonReader(json.data(), json.size()), datatype, name, count, out,
+                          refusal);
 }
 
 bool read_infer_header(const uint8_t* body, size_t body_size, size_t header_size,
-                       ParsedRequest* out) {
+                       ParsedRequest* out, Refusal* refusal) {
   if (header_size > body_size) return false;
-  return read_infer_header(body, header_size, body + header_size, body_size - header_size, out);
+  return read_infer_header(body, header_size, body + header_size, body_size - header_size, out,
+                           refusal);
 }
 
 bool read_infer_header(const uint8_t* header, size_t header_size, const uint8_t* binary,
-                       size_t binary_size, ParsedRequest* out) {
+                       size_t binary_size, ParsedRequest* out, Refusal* refusal) {
+  Refusal ignored;
+  if (refusal == nullptr) refusal = &ignored;
+  *refusal = Refusal();
   if (header_size == 0) return false;
   JsonReader reader(reinterpret_cast<const char*>(header), header_size);
   bool has_id = false, has_inputs = false, has_outputs = false, has_parameters = false;
@@ -454,7 +516,7 @@ bool read_infer_header(const uint8_t* header, size_t header_size, const uint8_t*
     if (key == "id") return once(&has_id, [&] { return reader.plain_string(&out->id); });
     if (key == "inputs") {
       return once(&has_inputs, [&] {
-        return read_inputs(reader, header, binary, binary_size, &binary_used, out);
+        return read_inputs(reader, header, binary, binary_size, &binary_used, out, refusal);
       });
     }
     if (key == "outputs") return once(&has_outputs, [&] { return read_outputs(reader, out); });
@@ -463,8 +525,11 @@ bool read_infer_header(const uint8_t* header, size_t header_size, const uint8_t*
     }
     return reader.skip_value();
   });
-  if (!ok) return false;
-  if (!reader.at_end() || !has_inputs || binary_used != binary_size) return false;
+  if (!ok || !reader.at_end() || !has_inputs || binary_used != binary_size) {
+    *refusal = Refusal();  // the general path's, whatever an input's data was
+    return false;
+  }
+  if (refusal->kind != ErrorKind::kNone) return false;
   // Outputs not listed go back as binary data if `binary_data_output` says so.
   out->json_unlisted = !binary_output;
   return true;

@@ -18,30 +18,55 @@
 
 namespace naiad {
 
+// A request the reader refuses as Triton 2.51 refuses it while reading its JSON: the
+// error's kind (kNone: not refused) and Triton's message (plain text).
+struct Refusal {
+  ErrorKind kind = ErrorKind::kNone;
+  std::string message;
+};
+
 // Reads `body`: an inference header of `header_size` bytes (the whole body for a JSON
 // request), then the binary inputs. Inputs may carry JSON `data` (read_tensor_data:
 // converted into out->converted) and outputs may ask for JSON data back.
 // True: `out` describes the request (views into `body` and out->converted), still to
-// be validated. False: the request is not one the C++ reader takes (shared memory,
-// classification, JSON data it does not convert exactly as the general path,
-// parameters that are not scalars or whose `priority`/`timeout` are not non-negative
-// integers, escaped names, malformed JSON or sizes): the Python general path parses it
-// and answers with Triton's exact error when there is one.
+// be validated. False with `refusal` set: Triton refuses the request with that error
+// (JSON `data` it does not take). False otherwise: the request is not one the C++
+// reader takes (shared memory, classification, parameters that are not scalars or
+// whose `priority`/`timeout` are not non-negative integers, escaped names, malformed
+// JSON or sizes): the Python general path parses it.
 bool read_infer_header(const uint8_t* body, size_t body_size, size_t header_size,
-                       ParsedRequest* out);
+                       ParsedRequest* out, Refusal* refusal = nullptr);
 // The same, with the header and the binary inputs after it apart: `header_size` bytes of
 // JSON at `header`, `binary_size` bytes of inputs at `binary` (views into both).
 bool read_infer_header(const uint8_t* header, size_t header_size, const uint8_t* binary,
-                       size_t binary_size, ParsedRequest* out);
+                       size_t binary_size, ParsedRequest* out, Refusal* refusal = nullptr);
 
-// An input's JSON `data` (`reader` at its value) as `count` elements of `datatype` in
-// wire layout, appended to `out`: flat or nested arrays (flattened as the general path
-// does), numbers for the numeric types, true/false for BOOL, strings for BYTES (u32
-// length + UTF-8). False whenever the general path would refuse the data or convert it
-// differently (FP16/BF16, a wrong count, out-of-range values numpy would wrap, mixed
-// kinds): it then answers with its own message. `out` may hold partial bytes then.
-bool read_tensor_data(JsonReader data, std::string_view datatype, uint64_t count,
-                      std::vector<uint8_t>* out);
+// What read_tensor_data made of an input's JSON `data`.
+enum class DataRead : uint8_t {
+  kConverted,  // appended to `out`
+  kRefused,    // Triton refuses it: `refusal` says how
+  kNotRead,    // beyond this reader (a number past a double, bad JSON): the general path's
+};
+
+// An input's JSON `data` (`data` at its value, which the caller has skipped whole as
+// valid JSON: read_input does) as `count` elements of `datatype` in
+// wire layout, appended to `out`, as Triton 2.51 reads it: nested arrays of any depths
+// flattened; BOOL from true/false; integers written without fraction or exponent that
+// fit int64 (signed types) or uint64 (unsigned), cut to the type's size; FP32/FP64 from
+// any number read as a double; BYTES from strings (u32 length + UTF-8; their count is
+// the validator's). A tensor of no elements (other than BYTES) reads nothing, as Triton.
+// Refused with Triton's kind and message, in Triton's order: data
+// that is no array, FP16/BF16 or an unknown datatype (naming input `name`), the first
+// element of the wrong kind, more or fewer elements than `count`. `out` may hold
+// partial bytes unless converted.
+DataRead read_tensor_data(JsonReader data, std::string_view datatype, std::string_view name,
+                          uint64_t count, std::vector<uint8_t>* out, Refusal* refusal);
+
+// The same over `json`, the whole text of one `data` value (kNotRead unless it is one
+// JSON value): the general path's reading of a request the lane left to it.
+DataRead read_tensor_data_text(std::string_view json, std::string_view datatype,
+                               std::string_view name, uint64_t count, std::vector<uint8_t>* out,
+                               Refusal* refusal);
 
 // Why an output asked for as JSON data cannot be written so, as the general path says
 // it (`kind` set), or empty (`kind` kNone): FP16/BF16, unknown datatypes, a size that

@@ -7,8 +7,9 @@
 
 namespace naiad {
 
-bool HeaderMemo::read(const uint8_t* body, size_t body_size, size_t header_size,
-                      ParsedRequest* out) {
+bool HeaderMemo::read(const uint8_t* body, size_t body_size, size_t header_size, ParsedRequest* out,
+                      Refusal* refusal) {
+  *refusal = Refusal();
   if (header_size == 0 || header_size > body_size) return false;
   const uint8_t* binary = body + header_size;
   const size_t binary_size = body_size - header_size;
@@ -24,12 +25,12 @@ bool HeaderMemo::read(const uint8_t* body, size_t body_size, size_t header_size,
     // A JSON body (the header is all of it): its inputs are JSON `data` or in shm,
     // never kept, and copying it could cost more than reading it.
     *out = ParsedRequest();
-    return read_infer_header(body, header_size, binary, 0, out);
+    return read_infer_header(body, header_size, binary, 0, out, refusal);
   }
   header_.assign(reinterpret_cast<const char*>(body), header_size);
   parsed_ = ParsedRequest();
   if (!read_infer_header(reinterpret_cast<const uint8_t*>(header_.data()), header_size, binary,
-                         binary_size, &parsed_)) {
+                         binary_size, &parsed_, refusal)) {
     return false;
   }
   if (keep(binary, binary_size)) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "codec/infer_types.h"
+#include "codec/kserve_json.h"
 
 namespace naiad {
 
@@ -27,8 +28,10 @@ class HeaderMemo {
   // As read_infer_header(body, body_size, header_size, out) (kserve_json.h), with one
   // difference in lifetime: `out`'s views of the header point into this memo's copy of
   // it, valid until the next read(). `out` is assigned whole (its vectors' capacity is
-  // reused). True when it reads a request, from the memo or parsed.
-  bool read(const uint8_t* body, size_t body_size, size_t header_size, ParsedRequest* out);
+  // reused). True when it reads a request, from the memo or parsed; false with
+  // `refusal` set when Triton refuses it (kserve_json.h).
+  bool read(const uint8_t* body, size_t body_size, size_t header_size, ParsedRequest* out,
+            Refusal* refusal);
 
   // Requests read from the memo (tests, benchmarks).
   uint64_t hits() const { return hits_; }

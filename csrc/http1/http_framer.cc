@@ -266,7 +266,16 @@ bool HttpLane::submit_body(uint32_t model, const uint8_t* body, size_t body_size
                            ResponseEncoding encoding) {
   if (header_size == SIZE_MAX) header_size = body_size;
   ParsedRequest& request = request_;
-  if (!header_memo_.read(body, body_size, header_size, &request)) return false;
+  Refusal refusal;
+  if (!header_memo_.read(body, body_size, header_size, &request, &refusal)) {
+    if (refusal.kind == ErrorKind::kNone) return false;
+    // Triton refuses it while reading it (JSON data it does not take): its answer.
+    taken->model = model;
+    taken->request_id = 0;
+    taken->batch_size = 0;
+    taken->reply = http_error_reply(http_status_of(refusal.kind), refusal.message);
+    return true;
+  }
   std::string error;
   uint64_t request_id = codec_.new_request_id();
   CachedAnswer cached;

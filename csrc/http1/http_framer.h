@@ -6,7 +6,8 @@
 // inputs after a JSON header, binary outputs) and plain KServe v2 JSON (tensors as JSON
 // `data` in and out, or any mix), sent as they are or compressed (Content-Encoding gzip
 // or deflate, inflated here). One the validator refuses is answered at once with
-// Triton's 400, a body that cannot be inflated with the general path's answer;
+// Triton's 400, JSON data Triton refuses with Triton's status and message (the
+// reader's Refusal), a body that cannot be inflated with the general path's answer;
 // everything else goes to the Python front end (httptools and the general path), which
 // gives Triton's exact errors.
 //
@@ -104,8 +105,8 @@ class HttpLane {
     uint64_t request_id = 0;  // 0 when answered at once (`reply`)
     uint32_t batch_size = 0;  // 0 for a refused request
     // An invalid request is answered at once: its complete HTTP response (Triton's
-    // 400 with the validator's message, as the general path would answer). So is a
-    // response cache hit (kserve_codec.h kCached), with its batch size.
+    // 400 with the validator's message, or Triton's answer to JSON data it refuses).
+    // So is a response cache hit (kserve_codec.h kCached), with its batch size.
     std::string reply;
   };
   // Takes an infer body sent to URL `target` (as sent) if it is a route and the codec

@@ -26,7 +26,24 @@ namespace {
 bool convert(const std::string& json, std::string_view datatype, uint64_t count,
              std::vector<uint8_t>* out) {
   out->clear();
-  return read_tensor_data(JsonReader(json.data(), json.size()), datatype, count, out);
+  Refusal refusal;
+  return read_tensor_data_text(json, datatype, "IN", count, out, &refusal) == DataRead::kConverted;
+}
+
+// Triton's status and message for `json` as the data of input IN, or "" when not refused.
+std::string refusal_of(const std::string& json, std::string_view datatype, uint64_t count) {
+  std::vector<uint8_t> out;
+  Refusal refusal;
+  if (read_tensor_data_text(json, datatype, "IN", count, &out, &refusal) != DataRead::kRefused) {
+    return "";
+  }
+  return std::to_string(http_status_of(refusal.kind)) + " " + refusal.message;
+}
+
+bool not_read(const std::string& json, std::string_view datatype, uint64_t count) {
+  std::vector<uint8_t> out;
+  Refusal refusal;
+  return read_tensor_data_text(json, datatype, "IN", count, &out, &refusal) == DataRead::kNotRead;
 }
 
 template <typename T>
@@ -34,11 +51,6 @@ std::vector<T> values_of(const std::vector<uint8_t>& bytes) {
   std::vector<T> values(bytes.size() / sizeof(T));
   if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
   return values;
-}
-
-bool refuses(const std::string& json, std::string_view datatype, uint64_t count) {
-  std::vector<uint8_t> out;
-  return !convert(json, datatype, count, &out);
 }
 
 std::string add_sub_json_data(const std::string& a, const std::string& b,
@@ -117,46 +129,147 @@ TEST(json_data_converts_bytes_as_strings) {
                                std::string("\x04\x00\x00\x00\xf0\x9f\x98\x80", 8);
   CHECK(std::string(out.begin(), out.end()) == expected);
   CHECK(convert("[[\"a\"], [\"b\"]]", "BYTES", 2, &out));
-  CHECK(refuses("[\"a\", 1]", "BYTES", 2));
-  CHECK(refuses("[\"a\", [\"b\"]]", "BYTES", 2));  // a scalar, then a nested array
-  CHECK(refuses("[\"\\ud83d\"]", "BYTES", 1));     // a lone high surrogate
-  CHECK(refuses("[\"\\ude00\"]", "BYTES", 1));     // a lone low surrogate
-  CHECK(refuses("[\"\xff\"]", "BYTES", 1));        // not UTF-8
-  CHECK(refuses("[\"a\tb\"]", "BYTES", 1));        // a raw control character
-  CHECK(refuses("[\"a\"]", "BYTES", 2));           // fewer than the shape says
-  CHECK(refuses("\"a\"", "BYTES", 1));             // not an array
+  // Nested to any mix of depths, as Triton flattens them; the count is the validator's.
+  CHECK(convert("[\"a\", [\"b\"]]", "BYTES", 2, &out));
+  CHECK(convert("[\"a\"]", "BYTES", 2, &out) && out.size() == 5);
+  CHECK(not_read("[\"\\ud83d\"]", "BYTES", 1));  // a lone high surrogate
+  CHECK(not_read("[\"\\ude00\"]", "BYTES", 1));  // a lone low surrogate
+  CHECK(not_read("[\"\xff\"]", "BYTES", 1));     // not UTF-8
+  CHECK(not_read("[\"a\tb\"]", "BYTES", 1));     // a raw control character
 }
 
-TEST(json_data_leaves_what_the_general_path_refuses_or_converts_otherwise) {
-  CHECK(refuses("[1, 2]", "FP16", 2));
-  CHECK(refuses("[1, 2]", "BF16", 2));
-  CHECK(refuses("[1, 2]", "FOO", 2));
-  CHECK(refuses("[1, 2]", "INT32", 3));     // count
-  CHECK(refuses("[1, 2, 3]", "INT32", 2));  // count
-  CHECK(refuses("[1.5, 2]", "INT32", 2));   // a float for an integer type
-  CHECK(refuses("[1, 2e0]", "INT32", 2));   // an exponent makes it a float
-  CHECK(refuses("[128]", "INT8", 1));       // numpy would wrap it
-  CHECK(refuses("[-1]", "UINT8", 1));
-  CHECK(refuses("[256]", "UINT8", 1));
-  CHECK(refuses("[65536]", "UINT16", 1));
-  CHECK(refuses("[4294967296]", "UINT32", 1));
-  CHECK(refuses("[9223372036854775808]", "UINT64", 1));
-  CHECK(refuses("[2147483648]", "INT32", 1));
-  CHECK(refuses("[1e39]", "FP32", 1));  // beyond float
-  CHECK(refuses("[1e400]", "FP64", 1));
-  CHECK(refuses("[true, 1]", "INT32", 2));  // booleans among numbers
-  CHECK(refuses("[1, 0]", "BOOL", 2));      // numbers for BOOL
-  CHECK(refuses("[null]", "FP32", 1));
-  CHECK(refuses("[\"1\"]", "FP32", 1));
-  CHECK(refuses("[1, [2]]", "FP32", 2));  // a scalar, then a nested array
-  CHECK(refuses("1", "FP32", 1));         // not an array
-  CHECK(refuses("[01]", "INT32", 1));     // not JSON
-  CHECK(refuses("[1,]", "INT32", 1));
-  CHECK(refuses("[-]", "INT32", 1));
-  CHECK(refuses("[1", "INT32", 1));
+TEST(json_data_is_refused_as_triton_refuses_it) {
+  // Each checked against Triton 2.51 (tests/test_json_data_triton.py sends the same).
+  const std::string non_int =
+      "500 Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer";
+  const std::string non_uint =
+      "500 Unable to parse 'data': attempt to access JSON non-unsigned-integer as "
+      "unsigned-integer";
+  const std::string non_number =
+      "500 Unable to parse 'data': attempt to access JSON non-number as double";
+  const std::string non_bool =
+      "500 Unable to parse 'data': attempt to access JSON non-boolean as boolean";
+  const std::string mismatch =
+      "500 Unable to parse 'data': Shape does not match true shape of 'data' field";
+  const std::string non_array =
+      "500 Unable to parse 'data': attempt to access JSON non-array as array";
+  CHECK(refusal_of("[1, 2]", "FP16", 2) ==
+        "400 receiving FP16 data via JSON is not supported. Please use the binary data format "
+        "for input IN");
+  CHECK(refusal_of("[1, \"x\"]", "BF16", 3) ==
+        "400 receiving BF16 data via JSON is not supported. Please use the binary data format "
+        "for input IN");
+  CHECK(refusal_of("[1, 2]", "FOO", 2) == "400 invalid datatype for input IN");
+  // Not an array comes first, before the datatype.
+  CHECK(refusal_of("1", "FP16", 1) == non_array);
+  CHECK(refusal_of("{\"a\":1}", "INT32", 1) == non_array);
+  CHECK(refusal_of("\"a\"", "BYTES", 1) == non_array);
+  // Counts: fewer, or an element past the count before its kind is looked at.
+  CHECK(refusal_of("[1, 2]", "INT32", 3) == mismatch);
+  CHECK(refusal_of("[]", "INT32", 2) == mismatch);
+  CHECK(refusal_of("[[1, 2], [3]]", "INT32", 4) == mismatch);
+  CHECK(refusal_of("[1, 2, \"x\"]", "INT32", 1) == mismatch);
+  CHECK(refusal_of("[true, false, 1]", "BOOL", 1) == mismatch);
+  // The first element of the wrong kind, even when the count is wrong too.
+  CHECK(refusal_of("[1, \"x\"]", "INT32", 3) == non_int);
+  CHECK(refusal_of("[1.5, 2]", "INT32", 2) == non_int);
+  CHECK(refusal_of("[1, 2.0]", "INT32", 2) == non_int);  // a fraction makes it a double
+  CHECK(refusal_of("[1e2]", "INT32", 1) == non_int);     // so does an exponent
+  CHECK(refusal_of("[1, true]", "INT32", 2) == non_int);
+  CHECK(refusal_of("[9223372036854775808]", "INT64", 1) == non_int);  // past int64
+  CHECK(refusal_of("[-9223372036854775809]", "INT64", 1) == non_int);
+  CHECK(refusal_of("[9223372036854775808]", "INT32", 1) == non_int);
+  CHECK(refusal_of("[-1]", "UINT8", 1) == non_uint);
+  CHECK(refusal_of("[-1.5]", "UINT8", 1) == non_uint);
+  CHECK(refusal_of("[1.0]", "UINT64", 1) == non_uint);
+  CHECK(refusal_of("[18446744073709551616]", "UINT64", 1) == non_uint);  // past uint64
+  CHECK(refusal_of("[true, 1]", "FP32", 2) == non_number);
+  CHECK(refusal_of("[null]", "FP32", 1) == non_number);
+  CHECK(refusal_of("[\"1\"]", "FP64", 1) == non_number);
+  CHECK(refusal_of("[true, 1]", "BOOL", 2) == non_bool);
+  CHECK(refusal_of("[\"true\"]", "BOOL", 1) == non_bool);
+  CHECK(refusal_of("[\"a\", 1]", "BYTES", 2) ==
+        "500 Unable to parse JSON bytes array: attempt to access JSON non-string as string");
+  CHECK(refusal_of("[[1, 2], [3, \"a\"]]", "INT32", 4) == non_int);
+}
+
+TEST(json_data_takes_what_triton_takes) {
+  std::vector<uint8_t> out;
+  // Integers out of the type's range but within int64/uint64: cut to its size.
+  CHECK(convert("[300, 1]", "UINT8", 2, &out));
+  CHECK((values_of<uint8_t>(out) == std::vector<uint8_t>{44, 1}));
+  CHECK(convert("[-200, 200]", "INT8", 2, &out));
+  CHECK((values_of<int8_t>(out) == std::vector<int8_t>{56, -56}));
+  CHECK(convert("[70000]", "UINT16", 1, &out) && values_of<uint16_t>(out)[0] == 4464);
+  CHECK(convert("[4294967301]", "UINT32", 1, &out) && values_of<uint32_t>(out)[0] == 5);
+  CHECK(convert("[2147483648]", "INT32", 1, &out) && values_of<int32_t>(out)[0] == INT32_MIN);
+  CHECK(convert("[18446744073709551615]", "UINT64", 1, &out) &&
+        values_of<uint64_t>(out)[0] == UINT64_MAX);
+  CHECK(convert("[-9223372036854775808]", "INT64", 1, &out) &&
+        values_of<int64_t>(out)[0] == INT64_MIN);
+  CHECK(convert("[-0]", "UINT8", 1, &out) && values_of<uint8_t>(out)[0] == 0);
+  // Any number for a float type, read as a double first.
+  CHECK(convert("[1e39, 1]", "FP32", 2, &out) && std::isinf(values_of<float>(out)[0]));
+  CHECK(convert("[18446744073709551616]", "FP32", 1, &out) &&
+        values_of<float>(out)[0] == 18446744073709551616.0f);
+  CHECK(convert("[18446744073709551615]", "FP64", 1, &out) &&
+        values_of<double>(out)[0] == 18446744073709551615.0);
+  // Nested arrays in any mix, empty ones included.
+  CHECK(convert("[1, [2]]", "FP32", 2, &out));
+  CHECK(convert("[[[1]], [2, [3]]]", "INT32", 3, &out));
+  CHECK((values_of<int32_t>(out) == std::vector<int32_t>{1, 2, 3}));
+  CHECK(convert("[[], [1]]", "INT32", 1, &out) && values_of<int32_t>(out)[0] == 1);
+  // A tensor of no elements: its data is not read at all (the validator speaks).
+  CHECK(convert("[\"x\"]", "INT32", 0, &out) && out.empty());
+  CHECK(convert("5", "FOO", 0, &out) && out.empty());
+  CHECK(convert("[1]", "FP16", 0, &out) && out.empty());
+}
+
+TEST(json_data_leaves_what_triton_refuses_as_a_document_to_the_general_path) {
+  CHECK(not_read("[1e400]", "FP64", 1));  // Triton: a number too big for a double
+  CHECK(not_read("[01]", "INT32", 1));    // not JSON
+  CHECK(not_read("[1,]", "INT32", 1));
+  CHECK(not_read("[-]", "INT32", 1));
+  CHECK(not_read("[1", "INT32", 1));
   // Deep nesting stops somewhere, without recursing without bound.
   std::string deep(100000, '[');
-  CHECK(refuses(deep, "FP32", 1));
+  CHECK(not_read(deep, "FP32", 1));
+}
+
+TEST(json_request_refusals_are_the_first_input_s_and_only_for_a_whole_document) {
+  auto input = [](const char* name, const char* datatype, const char* data) {
+    return std::string("{\"name\":\"") + name + "\",\"datatype\":\"" + datatype +
+           "\",\"shape\":[1],\"data\":" + data + "}";
+  };
+  auto refusal_of_request = [](const std::string& body) {
+    ParsedRequest request;
+    Refusal refusal;
+    bool taken = read_infer_header(reinterpret_cast<const uint8_t*>(body.data()), body.size(),
+                                   body.size(), &request, &refusal);
+    CHECK(!taken || refusal.kind == ErrorKind::kNone);
+    return refusal.kind == ErrorKind::kNone
+               ? std::string()
+               : std::to_string(http_status_of(refusal.kind)) + " " + refusal.message;
+  };
+  const std::string fp16 =
+      "400 receiving FP16 data via JSON is not supported. Please use the binary data format "
+      "for input A";
+  // The first input refused in request order, whatever follows.
+  CHECK(refusal_of_request("{\"inputs\":[" + input("A", "FP16", "[1]") + "," +
+                           input("B", "INT32", "[1, 2]") + "]}") == fp16);
+  CHECK(refusal_of_request("{\"inputs\":[" + input("A", "INT32", "[1]") + "," +
+                           input("B", "INT32", "[1, 2]") + "]}") ==
+        "500 Unable to parse 'data': Shape does not match true shape of 'data' field");
+  // A document the general path reads anyway (malformed, an id that is no string,
+  // classification): no refusal.
+  CHECK(refusal_of_request("{\"inputs\":[" + input("A", "FP16", "[1]") + "],}").empty());
+  CHECK(refusal_of_request("{\"inputs\":[" + input("A", "FP16", "[1]") + "],\"id\":5}").empty());
+  CHECK(refusal_of_request("{\"inputs\":[" + input("A", "FP16", "[1]") +
+                           "],\"outputs\":[{\"name\":\"O\",\"parameters\":{\"classification\":"
+                           "1}}]}")
+            .empty());
+  // A refused request read again, taken: nothing of the refusal is left.
+  CHECK(refusal_of_request("{\"inputs\":[" + input("A", "INT32", "[1]") + "]}").empty());
 }
 
 TEST(json_request_is_read_into_wire_bytes) {

@@ -33,7 +33,8 @@ const uint8_t* bytes(const std::string& text) {
 }
 
 bool memo_read(HeaderMemo& memo, const std::string& body, size_t header_size, ParsedRequest* out) {
-  return memo.read(bytes(body), body.size(), header_size, out);
+  Refusal refusal;
+  return memo.read(bytes(body), body.size(), header_size, out, &refusal);
 }
 
 // The two readings are the same request: every field the reader sets, views by value,

@@ -39,7 +39,18 @@ void check_model(fuzz::Lanes& lanes, uint32_t model_index, const uint8_t* body, 
                  size_t header_size, const std::string& target) {
   const ModelSpec& model = lanes.codec().model(model_index);
   ParsedRequest request;
-  if (!read_infer_header(body, size, header_size, &request)) return;
+  Refusal refusal;
+  if (!read_infer_header(body, size, header_size, &request, &refusal)) {
+    // A refusal is Triton's: a kind it answers with and the message naming what is wrong.
+    FUZZ_CHECK(
+        refusal.kind == ErrorKind::kNone ||
+        ((refusal.kind == ErrorKind::kInternal || refusal.kind == ErrorKind::kInvalidArgument) &&
+         (refusal.message.find("'data'") != std::string::npos ||
+          refusal.message.find("input ") != std::string::npos ||
+          refusal.message.find("bytes array") != std::string::npos)));
+    return;
+  }
+  FUZZ_CHECK(refusal.kind == ErrorKind::kNone);
   const uint8_t* binary = body + header_size;
   const uint8_t* converted = request.converted.data();
   for (const RequestInput& input : request.inputs) {

@@ -28,6 +28,19 @@ cdef extern from "codec/kserve_json.h" namespace "naiad":
     string json_string_text(const string& text) except +
     string json_view_text "naiad::json_string_text"(string_view text) except +
 
+    cdef cppclass Refusal "naiad::Refusal":
+        ErrorKind kind
+        string message
+
+    cdef enum class DataRead "naiad::DataRead":
+        kConverted
+        kRefused
+        kNotRead
+
+    DataRead c_read_tensor_data_text "naiad::read_tensor_data_text"(
+        string_view json, string_view datatype, string_view name, uint64_t count,
+        vector[uint8_t]* out, Refusal* refusal) except + nogil
+
 
 cdef extern from "codec/classification.h" namespace "naiad":
     cdef cppclass Classification "naiad::Classification":

@@ -151,6 +151,29 @@ def response_encoding(str accept_encoding):
     return <int>c_response_encoding(string_view(PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)))
 
 
+def json_tensor_data(bytes text, str datatype, str name, uint64_t count):
+    """An input's JSON `data` (`text`: that value's JSON) in wire bytes, read as Triton 2.51
+    reads it (csrc/codec/kserve_json.h read_tensor_data): (bytes, 0, None), or
+    (None, error kind, Triton's message) when refused, or (None, 0, None) when the
+    reader cannot read it (arrays nested past its depth)."""
+    cdef bytes wire = datatype.encode()
+    cdef bytes input_name = name.encode()
+    cdef vector[uint8_t] out
+    cdef Refusal refusal
+    cdef string_view c_text = string_view(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
+    cdef string_view c_wire = string_view(PyBytes_AS_STRING(wire), PyBytes_GET_SIZE(wire))
+    cdef string_view c_name = string_view(PyBytes_AS_STRING(input_name),
+                                          PyBytes_GET_SIZE(input_name))
+    cdef DataRead read
+    with nogil:
+        read = c_read_tensor_data_text(c_text, c_wire, c_name, count, &out, &refusal)
+    if read == DataRead.kConverted:
+        return PyBytes_FromStringAndSize(<const char*>out.data(), out.size()), 0, None
+    if read == DataRead.kRefused:
+        return None, <int>refusal.kind, refusal.message.decode("utf-8", "replace")
+    return None, 0, None
+
+
 def classify(str datatype, data, list shape, cbool batching, uint64_t count, labels):
     """Triton's classification of an output (csrc/codec/classification.h): (BYTES tensor bytes,
     shape). `labels`: the output's label lines, as bytes. ValueError with Triton's

@@ -25,7 +25,7 @@ import orjson
 
 from naiad import _core
 from naiad.datatypes import WIRE_DATATYPES, element_size, numpy_dtype
-from naiad.errors import Internal, InvalidArgument, NaiadError
+from naiad.errors import Internal, InvalidArgument, NaiadError, error_of_kind
 from naiad.inflate import InflatedTooLarge, inflate_body, inflate_soon
 from naiad.memory import shm
 from naiad.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
@@ -48,24 +48,9 @@ _OPT_NUMPY = orjson.OPT_SERIALIZE_NUMPY
 # Fixed-size wire types -> numpy dtype (BYTES and BF16 are handled on their own).
 _NUMPY = {wire: numpy_dtype(wire) for wire in WIRE_DATATYPES if wire not in ("BYTES", "BF16")}
 
-# Which numpy kinds of a JSON array each wire type accepts, and Triton's (rapidjson) complaint.
-_NON_NUMBER = "attempt to access JSON non-number as double"
-_NON_INT = "attempt to access JSON non-signed-integer as signed-integer"
+# Triton's (rapidjson) complaints about JSON members of the wrong kind.
 _NON_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
 _NON_BOOL = "attempt to access JSON non-boolean as boolean"
-_ACCEPT = {
-    "BOOL": ("b", _NON_BOOL),
-    "UINT8": ("u", _NON_UINT),
-    "UINT16": ("u", _NON_UINT),
-    "UINT32": ("u", _NON_UINT),
-    "UINT64": ("u", _NON_UINT),
-    "INT8": ("iu", _NON_INT),
-    "INT16": ("iu", _NON_INT),
-    "INT32": ("iu", _NON_INT),
-    "INT64": ("iu", _NON_INT),
-    "FP32": ("fiu", _NON_NUMBER),
-    "FP64": ("fiu", _NON_NUMBER),
-}
 
 _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
 
@@ -384,9 +369,14 @@ def _content_type_error(has_data: bool, has_binary: bool, has_shm: bool) -> str:
     return text
 
 
-def _flatten(data, out: list) -> list:
-    """The items of nested arrays in order. Without recursion: a client's nesting (up to
-    the JSON parser's own limit) must not reach Python's recursion limit."""
+_U64_MASK = (1 << 64) - 1
+
+
+def _flatten(data: list) -> list:
+    """The items of nested arrays in order, as Triton flattens them. Without recursion: a
+    client's nesting (up to the JSON parser's own limit) must not reach Python's
+    recursion limit, nor the lane reader's depth."""
+    out = []
     pending = [iter(data)]
     while pending:
         for item in pending[-1]:
@@ -400,54 +390,21 @@ def _flatten(data, out: list) -> list:
 
 
 def _json_to_wire(name: str, datatype: str, shape: list, data) -> bytes:
-    """JSON `data` (flat or nested) -> raw wire bytes of `datatype`."""
-    if datatype == "FP16" or datatype == "BF16":
-        raise InvalidArgument(
-            f"receiving {datatype} data via JSON is not supported. Please use the binary data "
-            f"format for input {name}"
-        )
-    if datatype == "BYTES":
-        if type(data) is not list:
-            raise Internal(f"Unable to parse 'data': {_non_array()}")
-        items = _flatten(data, []) if data and type(data[0]) is list else data
-        pack = _U32.pack
-        parts = []
-        for item in items:
-            if type(item) is not str:
-                raise Internal(
-                    "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
-                )
-            encoded = item.encode("utf-8")
-            parts.append(pack(len(encoded)))
-            parts.append(encoded)
-        return b"".join(parts)
-    accept = _ACCEPT.get(datatype)
-    if accept is None:
-        raise InvalidArgument(f"invalid datatype for input {name}")
-    if type(data) is not list:
-        raise Internal(f"Unable to parse 'data': {_non_array()}")
-    expected = 1
+    """JSON `data` (flat or nested) -> raw wire bytes of `datatype`, read by the lane's
+    reader (csrc/codec/kserve_json.h read_tensor_data) as Triton reads it: one set of rules
+    for both paths."""
+    count = 1
     for dim in shape:
-        expected *= dim
-    if data and type(data[0]) is list:
-        data = _flatten(data, [])
-    if len(data) != expected:
-        raise Internal(_SHAPE_MISMATCH)
-    if not data:
-        return b""
-    try:
-        array = np.array(data)
-    except (ValueError, TypeError, OverflowError):
-        raise Internal(f"Unable to parse 'data': {accept[1]}") from None
-    kind = array.dtype.kind
-    if kind not in accept[0]:
-        if not (kind == "i" and accept[0] == "u" and array.min() >= 0):
-            raise Internal(f"Unable to parse 'data': {accept[1]}")
-    return array.astype(_NUMPY[datatype], copy=False).tobytes()
-
-
-def _non_array() -> str:
-    return "attempt to access JSON non-array as array"
+        count *= dim
+    if type(data) is list:
+        data = _flatten(data)
+    # Triton's element count is a 64-bit product (a larger one wraps).
+    wire, kind, message = _core.json_tensor_data(
+        orjson.dumps(data), datatype, name, count & _U64_MASK
+    )
+    if wire is None:
+        raise error_of_kind(kind, message or f"unable to read the 'data' of input '{name}'")
+    return wire
 
 
 def _raw_request(view: memoryview, model_name: str, model_version: str, config) -> InferRequest:
