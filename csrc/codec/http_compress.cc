@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -120,8 +121,14 @@ int window_bits(StreamFormat format) {
   }
 }
 
-// The output buffer starts at this size and doubles (never past the limit).
-constexpr size_t kInflateChunk = size_t(1) << 20;
+// The output buffer starts at four times the input, between these sizes, and doubles
+// (never past the limit): a small message does not map a megabyte.
+constexpr size_t kFirstBlockMin = size_t(16) << 10;
+constexpr size_t kFirstBlockMax = size_t(1) << 20;
+
+size_t first_block(size_t input) {
+  return input >= kFirstBlockMax / 4 ? kFirstBlockMax : std::max(4 * input, kFirstBlockMin);
+}
 
 // zlib's complaint in the words of Python's zlib module (what the general path said).
 std::string inflate_error(int status, const z_stream& stream) {
@@ -158,49 +165,90 @@ void InflatedBytes::grow_to(size_t capacity) {
   capacity_ = capacity;
 }
 
-Inflated inflate_stream(StreamFormat format, std::string_view data, size_t limit,
-                        InflatedBytes* out, std::string* error) {
-  z_stream stream{};
-  if (inflateInit2(&stream, window_bits(format)) != Z_OK) throw std::bad_alloc();
-  std::unique_ptr<z_stream, int (*)(z_stream*)> ending(&stream, inflateEnd);
-  out->clear();
+Inflater::Inflater(StreamFormat format, std::string_view data, size_t limit, InflateRules rules)
+    : stream_(new z_stream{}),
+      next_(data.data()),
+      left_(data.size()),
+      limit_(limit),
+      first_block_(first_block(data.size())),
+      rules_(rules) {
+  if (inflateInit2(stream_, window_bits(format)) != Z_OK) {
+    delete stream_;
+    throw std::bad_alloc();
+  }
+}
+
+Inflater::~Inflater() {
+  inflateEnd(stream_);
+  delete stream_;
+}
+
+Inflated Inflater::step(size_t budget, InflatedBytes* out, std::string* error) {
+  if (!started_) {
+    started_ = true;
+    out->clear();
+    if (left_ == 0 && rules_.empty_is_empty) return Inflated::kDone;
+  }
   // One byte past the limit tells it is exceeded.
-  const size_t most = limit == SIZE_MAX ? limit : limit + 1;
-  const char* next = data.data();
-  size_t left = data.size();
+  const size_t most = limit_ == SIZE_MAX ? limit_ : limit_ + 1;
+  // Where bytes past the limit go while the rest of the stream is measured.
+  thread_local char discard[64 << 10];
+  size_t spent = 0;
   for (;;) {
-    if (out->size() == out->capacity()) {
-      if (out->size() == most) return Inflated::kTooLarge;
-      size_t grow = out->size() < kInflateChunk ? kInflateChunk : out->size();
+    if (!past_limit_ && out->size() == out->capacity()) {
+      size_t grow = out->size() < first_block_ ? first_block_ : out->size();
       if (grow > most - out->size()) grow = most - out->size();
       out->grow_to(out->size() + grow);
     }
-    const size_t in_piece = left < UINT_MAX ? left : UINT_MAX;
-    const size_t room = out->capacity() - out->size();
-    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(next));
-    stream.avail_in = static_cast<uInt>(in_piece);
-    stream.next_out = reinterpret_cast<Bytef*>(out->end());
-    stream.avail_out = static_cast<uInt>(room < UINT_MAX ? room : UINT_MAX);
-    const uInt in_before = stream.avail_in;
-    const uInt out_before = stream.avail_out;
-    const int status = ::inflate(&stream, Z_NO_FLUSH);
-    next += in_before - stream.avail_in;
-    left -= in_before - stream.avail_in;
-    out->wrote(out_before - stream.avail_out);
+    char* dest = past_limit_ ? discard : out->end();
+    size_t room = past_limit_ ? sizeof discard : out->capacity() - out->size();
+    if (room > budget - spent) room = budget - spent;
+    if (room == 0) return Inflated::kMore;
+    const size_t in_piece = left_ < UINT_MAX ? left_ : UINT_MAX;
+    stream_->next_in = reinterpret_cast<Bytef*>(const_cast<char*>(next_));
+    stream_->avail_in = static_cast<uInt>(in_piece);
+    stream_->next_out = reinterpret_cast<Bytef*>(dest);
+    stream_->avail_out = static_cast<uInt>(room < UINT_MAX ? room : UINT_MAX);
+    const uInt in_before = stream_->avail_in;
+    const uInt out_before = stream_->avail_out;
+    const int status = ::inflate(stream_, Z_NO_FLUSH);
+    next_ += in_before - stream_->avail_in;
+    left_ -= in_before - stream_->avail_in;
+    const size_t produced = out_before - stream_->avail_out;
+    spent += produced;
+    total_ += produced;
+    if (!past_limit_) out->wrote(produced);
     if (status == Z_MEM_ERROR) throw std::bad_alloc();
-    if (out->size() > limit) return Inflated::kTooLarge;
-    if (status == Z_STREAM_END) return Inflated::kDone;
-    if (status != Z_OK && status != Z_BUF_ERROR) {
-      *error = inflate_error(status, stream);
+    if (status == Z_STREAM_END && rules_.exact && left_ != 0) {
+      *error = "bytes after the end of the stream";
       out->clear();
       return Inflated::kDamaged;
     }
-    if (left == 0 && stream.avail_out != 0) {  // all read, and the stream goes on
+    if (total_ > limit_) {
+      if (rules_.measure_to == 0 || total_ > rules_.measure_to) return Inflated::kTooLarge;
+      if (status == Z_STREAM_END) return Inflated::kTooLarge;  // measured whole
+      if (!past_limit_) {
+        past_limit_ = true;
+        out->release();  // nothing past the limit is answered: a bomb's worth is not held
+      }
+    }
+    if (status == Z_STREAM_END) return Inflated::kDone;
+    if (status != Z_OK && status != Z_BUF_ERROR) {
+      *error = inflate_error(status, *stream_);
+      out->clear();
+      return Inflated::kDamaged;
+    }
+    if (left_ == 0 && stream_->avail_out != 0) {  // all read, and the stream goes on
       *error = kTruncated;
       out->clear();
       return Inflated::kDamaged;
     }
   }
+}
+
+Inflated inflate_stream(StreamFormat format, std::string_view data, size_t limit,
+                        InflatedBytes* out, std::string* error) {
+  return Inflater(format, data, limit).step(SIZE_MAX, out, error);
 }
 
 Inflated inflate_body(ContentEncoding encoding, std::string_view body, size_t limit,

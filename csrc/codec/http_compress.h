@@ -13,10 +13,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "http1/http_scan.h"
+
+struct z_stream_s;
 
 namespace naiad {
 
@@ -68,6 +71,48 @@ enum class Inflated {
   kDone,      // `out` holds the inflated bytes
   kTooLarge,  // they pass `limit`: given up there
   kDamaged,   // not a whole stream of the format: `error` says what zlib found
+  kMore,      // Inflater::step only: its budget is spent, the stream goes on
+};
+
+// How an Inflater reads a stream; the defaults are inflate_stream's (HTTP bodies).
+struct InflateRules {
+  // Bytes after the stream's end make it damaged, rather than being ignored.
+  bool exact = false;
+  // An empty input is an empty output, rather than a truncated stream.
+  bool empty_is_empty = false;
+  // Past the limit, inflate on to the stream's end without keeping the bytes (the
+  // output is released), up to `measure_to` bytes in all: the whole size (total()), or
+  // damage further on, is found. 0: give up at the limit.
+  uint64_t measure_to = 0;
+};
+
+// One bounded inflation done in steps of a budget of output bytes, so that an event
+// loop can inflate a large stream a piece per turn. It reads `data`, which must stay
+// in place until it is done. Not movable: zlib's state points at it.
+class Inflater {
+ public:
+  Inflater(StreamFormat format, std::string_view data, size_t limit, InflateRules rules = {});
+  ~Inflater();
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
+
+  // Inflates on into `out` (the same one each step; the first step empties it) until
+  // `budget` more bytes came out: kMore. Otherwise as inflate_stream, with the rules.
+  // Throws std::bad_alloc when zlib runs out of memory.
+  Inflated step(size_t budget, InflatedBytes* out, std::string* error);
+  // The bytes the stream inflated to so far, those past the limit included.
+  uint64_t total() const { return total_; }
+
+ private:
+  z_stream_s* stream_;
+  const char* next_;
+  size_t left_;
+  size_t limit_;
+  size_t first_block_;  // the output's first size
+  InflateRules rules_;
+  uint64_t total_ = 0;
+  bool started_ = false;
+  bool past_limit_ = false;  // measuring: the output is no longer kept
 };
 
 // Inflates the one stream `data` holds (bytes after its end are ignored) into `out`

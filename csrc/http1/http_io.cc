@@ -114,6 +114,7 @@ HttpIo::~HttpIo() {
   for (auto& posted : mail_.connections) ::close(posted.first->fd);
   ::close(mail_.fd);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (inflate_fd_ >= 0) ::close(inflate_fd_);
 }
 
 void HttpIo::listen_http(int listen_fd) {
@@ -172,6 +173,10 @@ void HttpIo::handle_ready(const epoll_event* events, int ready) {
     if (key <= kEndpointListenerKey && kEndpointListenerKey - key < endpoint_listeners_.size()) {
       const EndpointListener& listener = endpoint_listeners_[kEndpointListenerKey - key];
       if (listener.fd >= 0) accept_all(listener.fd, false, listener.routes.get());
+      continue;
+    }
+    if (key == kInflateKey) {
+      grpc_inflate_turn();
       continue;
     }
     Connection* c = find(key);

@@ -46,6 +46,7 @@
 #include "http1/http_framer.h"
 #include "http1/io_group.h"
 #include "http2/grpc_connection.h"
+#include "http2/grpc_inflate.h"
 #include "http2/grpc_lane.h"
 #include "tls/tls_stream.h"
 #include "util/spare_nodes.h"
@@ -270,6 +271,10 @@ class HttpIo {
     std::string message;
     bool has_message = false;
     uint64_t request_id = 0;
+    // A compressed message (grpc_inflate.h): inflated at once when small, else a step
+    // per turn; then `message` is its. The half-close that came before it was done.
+    std::unique_ptr<grpc::Inflation> inflation;
+    bool half_closed = false;
   };
   struct Connection {
     uint64_t id = 0;
@@ -347,6 +352,15 @@ class HttpIo {
   void grpc_answer(Connection* c, uint32_t stream, const InferResponse& response);
   // The call ends here (answered, reset, or its client gone).
   void grpc_call_done(Connection* c, uint32_t stream);
+  // A step of a held call's inflation; once done and half-closed, the call is submitted
+  // (grpc_submit refuses a damaged or too large message). True when done.
+  bool grpc_inflate_step(Connection* c, uint32_t stream, GrpcCall& call);
+  // A turn's step of the first inflation waiting (inflating_), read when inflate_fd_ is.
+  void grpc_inflate_turn();
+  // The message a held call's request is read from.
+  static std::string_view grpc_message_of(const GrpcCall& call) {
+    return call.inflation ? call.inflation->message() : std::string_view(call.message);
+  }
   // Moves the protocol's output into `out`; closing once the protocol is done.
   void grpc_collect(Connection* c);
   void grpc_pings(Connection* c);
@@ -428,6 +442,8 @@ class HttpIo {
   // The endpoint listeners' count down from below it (there are two kinds).
   static constexpr uint64_t kEndpointListenerKey = ~uint64_t(0) - 1;
   static constexpr uint64_t kMailboxKey = kEndpointListenerKey - 64;
+  // The eventfd that is readable while gRPC messages inflate (inflate_fd_).
+  static constexpr uint64_t kInflateKey = uint64_t(1) << 63;
   struct EndpointListener {
     int fd;
     std::unique_ptr<EndpointRoutes> routes;  // the connections' streams point into it
@@ -444,6 +460,11 @@ class HttpIo {
   bool grpc_taking_ = true;
   bool grpc_watch_pings_ = false;
   GrpcResponseWriter grpc_writer_;
+  // Held calls whose messages inflate a step per turn (connection, stream), one after
+  // the other (so that one bomb's worth is held at a time); while there are any,
+  // inflate_fd_, an eventfd in the epoll set, is readable, and the event loop runs turns.
+  std::deque<std::pair<uint64_t, uint32_t>> inflating_;
+  int inflate_fd_ = -1;
   std::string grpc_scratch_;
   std::vector<std::string_view> grpc_parts_;
   int epoll_fd_ = -1;

@@ -3,8 +3,14 @@
 // ModelInfer call whose message the gRPC lane takes is submitted here and answered from
 // its completion (GrpcResponseWriter::parts, send_message, finish), with no Python per
 // call. Every other call's events go to Python (kGrpcCall), which answers through
-// grpc(); a held call the lane does not take (a compressed message, a version served
-// but not by the lane...) goes to Python whole, its opening and message first.
+// grpc(); a held call the lane does not take (a version served but not by the lane...)
+// goes to Python whole, its opening and message first.
+//
+// A compressed message is inflated here (grpc_inflate.h): its first step at once (a
+// small message is done), then a step per turn for the first of those not done: a bomb
+// costs each turn one step, and the loop holds one bomb's worth at a time. Inflating here rather
+// than on a worker thread keeps the call, its message and the answer on the thread that owns the
+// connection, with no hand-off and no lock, and costs a small message nothing more.
 //
 // Calls with a deadline (grpc-timeout) are Python's: its timer answers them
 // DEADLINE_EXCEEDED. Keepalive PINGs, the maximum connection age and the ping policy
@@ -12,6 +18,8 @@
 // (grpc/protocol.py) through grpc(): they cost nothing per call and need no timer
 // plumbing in the epoll set.
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <memory>
@@ -33,6 +41,13 @@ void HttpIo::listen_grpc(int listen_fd, GrpcLane& lane, const h2::Limits& limits
   grpc_listen_fd_ = listen_fd;
   grpc_lane_ = &lane;
   grpc_limits_ = limits;
+  if (inflate_fd_ < 0) {
+    inflate_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    epoll_event readable{};
+    readable.events = EPOLLIN;
+    readable.data.u64 = kInflateKey;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, inflate_fd_, &readable);
+  }
   if (listen_fd < 0) return;  // served for the connections other loops hand over
   epoll_event event{};
   event.events = EPOLLIN;
@@ -88,17 +103,33 @@ void HttpIo::grpc_event(Connection* c, h2::Event& event) {
   GrpcCall& call = held->second;
   switch (event.kind) {
     case h2::EventKind::kMessage:
-      if (call.request_id != 0 || call.has_message || event.compressed) {
-        grpc_to_python(c, event.stream_id, &event);  // Python inflates, or refuses
+      if (call.request_id != 0 || call.has_message) {
+        grpc_to_python(c, event.stream_id, &event);  // Python refuses a second message
         return;
       }
-      call.message = std::move(event.message);
       call.has_message = true;
+      if (!event.compressed) {
+        call.message = std::move(event.message);
+        return;
+      }
+      call.inflation = std::make_unique<grpc::Inflation>(
+          std::move(event.message), call.opened.encoding, grpc_limits_.max_message_size);
+      if (!grpc_inflate_step(c, event.stream_id, call)) {
+        if (inflating_.empty()) {
+          const uint64_t one = 1;
+          [[maybe_unused]] ssize_t wrote = ::write(inflate_fd_, &one, sizeof one);
+        }
+        inflating_.emplace_back(c->id, event.stream_id);
+      }
       return;
     case h2::EventKind::kHalfClose:
       if (call.request_id != 0) return;
       if (!call.has_message) {
         grpc_to_python(c, event.stream_id, &event);  // Python's error: no message
+        return;
+      }
+      if (call.inflation && !call.inflation->done()) {
+        call.half_closed = true;  // submitted once inflated
         return;
       }
       grpc_submit(c, event.stream_id, call);
@@ -126,16 +157,29 @@ void HttpIo::grpc_to_python(Connection* c, uint32_t stream, h2::Event* then) {
     h2::Event message;
     message.kind = h2::EventKind::kMessage;
     message.stream_id = stream;
-    message.message = std::move(call.message);
+    if (!call.inflation) {
+      message.message = std::move(call.message);
+    } else if (call.inflation->done()) {
+      message.message.assign(call.inflation->message());
+    } else {
+      message.message = call.inflation->take_compressed();  // Python inflates it
+      message.compressed = true;
+    }
     events_.push_back(Event::call(c->id, std::move(message)));
   }
   if (then != nullptr) events_.push_back(Event::call(c->id, std::move(*then)));
 }
 
 void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
+  if (call.inflation && call.inflation->status() != grpc::kOk) {  // damaged, or too large
+    ++refused_;
+    c->h2->finish(stream, call.inflation->status(), call.inflation->error());
+    grpc_call_done(c, stream);
+    return;
+  }
   GrpcLane::Taken taken;
   const uint64_t now = monotonic_ns();
-  if (!grpc_lane_->submit(call.message, now, &taken)) {
+  if (!grpc_lane_->submit(grpc_message_of(call), now, &taken)) {
     grpc_to_python(c, stream, nullptr);
     // The half-close that made it due follows the message.
     h2::Event half;
@@ -146,6 +190,7 @@ void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
   }
   call.message.clear();
   call.message.shrink_to_fit();
+  call.inflation.reset();
   if (taken.request_id == 0) {
     if (taken.cached.entry) {
       ++cached_;
@@ -178,6 +223,35 @@ void HttpIo::grpc_answer(Connection* c, uint32_t stream, const InferResponse& re
     c->h2->finish(stream, error_status_of(response.error).grpc_code, grpc_error_message(response));
   }
   grpc_call_done(c, stream);
+}
+
+bool HttpIo::grpc_inflate_step(Connection* c, uint32_t stream, GrpcCall& call) {
+  if (!call.inflation->step()) return false;
+  if (call.half_closed) grpc_submit(c, stream, call);
+  return true;
+}
+
+void HttpIo::grpc_inflate_turn() {
+  while (!inflating_.empty()) {
+    const auto [id, stream] = inflating_.front();
+    Connection* c = find(id);
+    GrpcCall* call = nullptr;
+    if (c != nullptr) {
+      auto held = c->calls.find(stream);
+      if (held != c->calls.end()) call = &held->second;
+    }
+    // Gone meanwhile: closed, reset, or handed to Python.
+    if (call == nullptr || !call->inflation || call->inflation->done()) {
+      inflating_.pop_front();
+      continue;
+    }
+    if (!grpc_inflate_step(c, stream, *call)) return;  // on at the next turn
+    inflating_.pop_front();
+    touch(c);
+    if (!inflating_.empty()) return;
+  }
+  uint64_t count;
+  [[maybe_unused]] ssize_t got = ::read(inflate_fd_, &count, sizeof count);
 }
 
 void HttpIo::grpc_call_done(Connection* c, uint32_t stream) {

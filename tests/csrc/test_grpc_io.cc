@@ -1,6 +1,7 @@
 // The I/O loop's gRPC side (csrc/http2/grpc_io.cc) over real TCP connections on
 // 127.0.0.1: HTTP/2 clients (h2_client.h) send ModelInfer calls that the loop answers
 // in C++, and calls it hands to Python, which the test answers as Python would.
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 
 #include "grpc_request_support.h"
 #include "h2_client.h"
+#include "inflate_support.h"
 #include "io_fixture.h"
 #include "testing.h"
 
@@ -31,6 +33,19 @@ struct Client {
   void call(uint32_t stream, const char* path, const std::string& message) {
     send_all(fd, h2test::headers(stream, h2test::request_block(path)) +
                      h2test::data(stream, h2test::grpc_message(message)));
+  }
+  // A call whose message is `compressed` with grpc-encoding `encoding`.
+  static std::string compressed_call_bytes(uint32_t stream, const std::string& compressed,
+                                           const char* encoding) {
+    return h2test::headers(stream,
+                           h2test::request_block(kModelInfer, {{"grpc-encoding", encoding}})) +
+           h2test::data_frames(stream, h2test::grpc_message(compressed, true), true);
+  }
+  void compressed_call(uint32_t stream, const std::string& compressed, const char* encoding) {
+    send_all(fd, compressed_call_bytes(stream, compressed, encoding));
+  }
+  std::string status(uint32_t stream) const {
+    return std::string(h2test::header_value(*trailers(stream), "grpc-status"));
   }
   template <typename Done>
   bool read_until(Done done) {
@@ -259,4 +274,69 @@ TEST(grpc_io_graceful_shutdown_answers_open_calls_then_closes) {
   CHECK(goaway);
   CHECK(client.trailers(1) != nullptr);
   CHECK(h2test::header_value(*client.trailers(1), "grpc-status") == "0");
+}
+
+TEST(grpc_io_inflates_compressed_calls_and_answers_them_in_cpp) {
+  Fixture fixture;
+  Client client(fixture);
+  grpc_connection(fixture);
+  client.compressed_call(1, deflated(StreamFormat::kGzip, grpctest::add_sub_request(1, "gz")),
+                         "gzip");
+  client.compressed_call(3, deflated(StreamFormat::kZlib, grpctest::add_sub_request(2, "zl")),
+                         "deflate");
+  // Damaged: refused here with Triton's status and message.
+  client.compressed_call(5, "not gzip", "gzip");
+  CHECK(client.read_until(
+      [&] { return client.trailers(1) && client.trailers(3) && client.trailers(5); }));
+  CHECK(client.status(1) == "0");
+  CHECK(client.status(3) == "0");
+  CHECK(client.data_of(1).find("gz") != std::string::npos);
+  CHECK(client.data_of(3).find("zl") != std::string::npos);
+  CHECK(client.status(5) == "13");
+  CHECK(h2test::header_value(*client.trailers(5), "grpc-message") ==
+        "Unexpected error decompressing data for algorithm gzip");
+  CHECK(python_calls(fixture).empty());
+  CHECK(successes(fixture) == 2);
+  CHECK(fixture.io->in_flight() == 0);
+}
+
+TEST(grpc_io_inflates_a_large_message_a_step_per_turn_and_serves_the_others_between) {
+  Fixture fixture;
+  Client client(fixture);
+  grpc_connection(fixture);
+  // 16 MiB of zeros with a damaged CRC: inflated to the end, a step per turn, then refused.
+  std::string bomb = deflated(StreamFormat::kGzip, std::string(16 << 20, '\0'));
+  bomb[bomb.size() - 8] ^= 1;
+  client.compressed_call(1, bomb, "gzip");
+  client.call(3, kServerLive, "");
+  client.compressed_call(5, deflated(StreamFormat::kGzip, grpctest::add_sub_request(1, "small")),
+                         "gzip");
+  // The small call is answered and ServerLive is Python's while the bomb still inflates.
+  CHECK(client.read_until([&] { return client.trailers(5) && python_calls(fixture).size() == 3; }));
+  CHECK(client.trailers(1) == nullptr);
+  CHECK(client.status(5) == "0");
+  // The loop's epoll fd stays readable while it inflates: the event loop comes back.
+  pollfd ready{fixture.io->epoll_fd(), POLLIN, 0};
+  CHECK(::poll(&ready, 1, 0) == 1);
+  CHECK(client.read_until([&] { return client.trailers(1) != nullptr; }));
+  CHECK(client.status(1) == "13");
+  CHECK(python_calls(fixture).size() == 3);  // ServerLive's call, message and half-close
+  CHECK(::poll(&ready, 1, 0) == 0);          // nothing left to inflate
+}
+
+TEST(grpc_io_a_call_reset_while_it_inflates_is_dropped_and_the_next_inflates) {
+  Fixture fixture;
+  Client client(fixture);
+  grpc_connection(fixture);
+  const std::string zeros(8 << 20, '\0');
+  std::string damaged = deflated(StreamFormat::kGzip, zeros);
+  damaged[damaged.size() - 8] ^= 1;
+  // One send, so one read: the reset comes while the first message is a step in.
+  send_all(client.fd,
+           Client::compressed_call_bytes(1, deflated(StreamFormat::kGzip, zeros), "gzip") +
+               Client::compressed_call_bytes(3, damaged, "gzip") + h2test::rst(1, h2::kCancel));
+  CHECK(client.read_until([&] { return client.trailers(3) != nullptr; }));
+  CHECK(client.status(3) == "13");
+  CHECK(client.trailers(1) == nullptr);
+  CHECK(python_calls(fixture).empty());
 }

@@ -13,6 +13,7 @@
 #include "core/core.h"
 #include "http1/http_framer.h"
 #include "http1/http_scan.h"
+#include "inflate_support.h"
 #include "ipc/worker_endpoint.h"
 #include "lane_support.h"
 #include "testing.h"
@@ -20,31 +21,6 @@
 using namespace naiad;
 
 namespace {
-
-// `data` as a stream of `format` (zlib's default level).
-std::string deflated(StreamFormat format, const std::string& data, int level = 6) {
-  int bits = format == StreamFormat::kGzip ? 31 : format == StreamFormat::kZlib ? 15 : -15;
-  z_stream stream{};
-  CHECK(deflateInit2(&stream, level, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&stream, static_cast<uLong>(data.size())) + 64, '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  stream.avail_in = static_cast<uInt>(data.size());
-  stream.next_out = reinterpret_cast<Bytef*>(&out[0]);
-  stream.avail_out = static_cast<uInt>(out.size());
-  CHECK(deflate(&stream, Z_FINISH) == Z_STREAM_END);
-  out.resize(stream.total_out);
-  deflateEnd(&stream);
-  return out;
-}
-
-std::string patterned(size_t size) {
-  std::string data(size, '\0');
-  uint32_t x = 7;
-  for (size_t i = 0; i < size; ++i) {
-    data[i] = static_cast<char>(i % 251 < 200 ? i % 13 : (x = x * 1103515245 + 12345) >> 24);
-  }
-  return data;
-}
 
 Inflated inflate_of(StreamFormat format, const std::string& data, size_t limit, InflatedBytes* out,
                     std::string* error = nullptr) {

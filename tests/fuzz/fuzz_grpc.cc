@@ -1,6 +1,7 @@
 // libFuzzer target: the bytes a client sends on one HTTP/2 connection, through the gRPC
 // connection (grpc_connection, hpack), the ModelInferRequest reader
-// (grpc_infer_message) and the gRPC lane over the codec, answered as the front end
+// (grpc_infer_message), compressed messages inflated (grpc_inflate) and the gRPC lane
+// over the codec, answered as the front end
 // answers: the lane's refusal as INVALID_ARGUMENT, a queued request with its response
 // (or the model's error), anything else UNIMPLEMENTED. The input is fed in pieces of
 // sizes that depend on its length only. Seeds: tests/fuzz/corpus/grpc, connections of
@@ -18,6 +19,7 @@
 #include "h2_client.h"
 #include "http2/grpc_connection.h"
 #include "http2/grpc_infer_message.h"
+#include "http2/grpc_inflate.h"
 
 using namespace naiad;
 
@@ -70,6 +72,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           Call& call = it->second;
           FUZZ_CHECK(e.message.size() <= limits.max_message_size);
           if (call.path != kInfer || call.request_id != 0 || call.refused) break;
+          if (e.compressed) {  // inflated in steps, as the I/O loop does
+            grpc::Inflation inflation(std::move(e.message), e.encoding, limits.max_message_size);
+            while (!inflation.step(4096)) {
+            }
+            if (inflation.status() != grpc::kOk) {
+              FUZZ_CHECK(!inflation.error().empty() && inflation.message().empty());
+              call.refused = true;
+              call.error = inflation.error();
+              break;
+            }
+            FUZZ_CHECK(inflation.message().size() <= limits.max_message_size);
+            e.message.assign(inflation.message());
+          }
           grpc::InferRequestView view;
           std::string error;
           if (!grpc::read_infer_request(e.message, &view, &error)) {
@@ -79,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             break;
           }
           GrpcLane::Taken taken;
-          if (e.compressed || !lanes.grpc.submit(e.message, 1, &taken)) break;
+          if (!lanes.grpc.submit(e.message, 1, &taken)) break;
           if (taken.request_id == 0) {
             FUZZ_CHECK(!taken.error.empty());
             call.refused = true;

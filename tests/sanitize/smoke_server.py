@@ -9,7 +9,7 @@ the package (a tree of links to pysrc/naiad with that _core in place), starts
 (CPython itself is not instrumented: no leak check; TSan with tests/sanitize/tsan.supp),
 and drives it as users do: tritonclient HTTP (binary and JSON tensors, the fast lane and
 the general path: a chunked body, BYTES), gRPC (raw contents, and a compressed request
-the general path takes), system shared memory, a model reload (explicit model control),
+the I/O loop inflates), system shared memory, a model reload (explicit model control),
 then a SIGTERM. Every process's reports go to build/sanitize/<name>/report.*: the run
 fails if there is any, or if a request failed.
 """

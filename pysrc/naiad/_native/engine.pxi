@@ -134,6 +134,38 @@ def inflate(data, int stream_format, size_t limit, str content_encoding=None):
     return INFLATED_DAMAGED, error.decode("utf-8", "replace")
 
 
+cdef extern from "http2/grpc_inflate.h" namespace "naiad::grpc":
+    cdef cppclass GrpcInflation "naiad::grpc::Inflation":
+        GrpcInflation(string compressed, string_view encoding, uint64_t max_message_size) except +
+        cbool step(size_t budget) except + nogil
+        int status()
+        const string& error()
+        string_view message()
+
+
+def grpc_inflate(data, str encoding, uint64_t max_message_size):
+    """A compressed gRPC message inflated whole as the I/O loop inflates it
+    (csrc/http2/grpc_inflate.h), GIL released: (0, the bytes as a bytearray), or (Triton's
+    gRPC status, its message)."""
+    cdef const uint8_t[::1] view = data
+    cdef string compressed
+    if view.shape[0] != 0:
+        compressed.assign(<const char*>&view[0], view.shape[0])
+    cdef bytes c_encoding = encoding.encode()
+    cdef GrpcInflation* inflation = new GrpcInflation(
+        move(compressed), string_view(c_encoding, len(c_encoding)), max_message_size)
+    cdef string_view inflated
+    try:
+        with nogil:
+            inflation.step(<size_t>-1)
+        if inflation.status() != 0:
+            return inflation.status(), inflation.error().decode("utf-8", "replace")
+        inflated = inflation.message()
+        return 0, PyByteArray_FromStringAndSize(inflated.data(), inflated.size())
+    finally:
+        del inflation
+
+
 def body_too_large_message(size, size_t limit, str body="request body"):
     """What a 413 says (csrc/http1/http_framer.h body_too_large_message): the body's
     size (or "more than N"), the limit, and which body."""

@@ -15,7 +15,6 @@ the loop's: it stops reading a connection whose client does not read its answers
 from __future__ import annotations
 
 import logging
-import zlib
 from collections import deque
 
 from naiad import _core
@@ -32,7 +31,7 @@ from naiad.grpc.service import (
 )
 from naiad.grpc.status import GrpcError
 from naiad.grpc.tensors import to_infer_request
-from naiad.inflate import GZIP, ZLIB, InflatedTooLarge, inflate, inflate_soon
+from naiad.inflate import inflate_soon
 from naiad.protos import grpc_service_pb2 as pb
 
 log = logging.getLogger("naiad.grpc")
@@ -42,18 +41,12 @@ _DEADLINE_MESSAGE = "Deadline Exceeded"
 
 
 def inflate_message(data, encoding: str, limit: int = MAX_MESSAGE_SIZE) -> bytearray:
-    """A compressed gRPC message's bytes, given up past `limit` (naiad/inflate.py)."""
-    try:
-        return inflate(data, GZIP if encoding == "gzip" else ZLIB, limit)  # deflate: zlib format
-    except InflatedTooLarge:
-        raise GrpcError(
-            status.RESOURCE_EXHAUSTED,
-            f"Received message larger than max after decompression ({limit} bytes)",
-        ) from None
-    except zlib.error as exc:
-        raise GrpcError(
-            status.INTERNAL, f"Failed to decompress the {encoding} message: {exc}"
-        ) from None
+    """A compressed gRPC message's bytes, inflated as the C++ I/O loop inflates the
+    messages it holds (csrc/http2/grpc_inflate.h: Triton's statuses and messages)."""
+    code, value = _core.grpc_inflate(data, encoding, limit)
+    if code != status.OK:
+        raise GrpcError(code, value)
+    return value
 
 
 class _Call:
