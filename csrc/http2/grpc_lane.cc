@@ -93,12 +93,19 @@ std::string unescape_json(std::string_view text) {
   return out;
 }
 
-// Triton's shm parameters of a tensor: shared_memory_region (string) and
-// shared_memory_byte_size, optional shared_memory_offset (non-negative integers).
-// False for anything else (the general path answers).
-bool shm_parameters(const std::vector<grpc::Parameter>& parameters, std::string_view* region,
-                    uint64_t* offset, uint64_t* size) {
-  bool has_region = false, has_size = false;
+// What a tensor's parameters say of shared memory, read as Triton 2.51 reads them: the
+// keys other than the three shm ones are ignored (its gRPC front end passes no other
+// input or output parameter on), but an output's `classification`. kRegion:
+// shared_memory_region (a string) and shared_memory_byte_size, an optional
+// shared_memory_offset (non-negative integers). kRefused: a size or offset without a
+// region, or a region without a size: `error` holds Triton's message. kGeneral: a key
+// of another kind, or a classification: the general path answers.
+enum class TensorShm { kNone, kRegion, kRefused, kGeneral };
+
+TensorShm tensor_shm(const std::vector<grpc::Parameter>& parameters, bool output,
+                     std::string_view tensor, std::string_view* region, uint64_t* offset,
+                     uint64_t* size, std::string* error) {
+  bool has_region = false, has_size = false, has_offset = false;
   auto number = [](const grpc::Parameter& p, uint64_t* out) {
     if (p.kind == grpc::Parameter::Kind::kUint64) {
       *out = p.uint64_value;
@@ -111,16 +118,32 @@ bool shm_parameters(const std::vector<grpc::Parameter>& parameters, std::string_
     return false;
   };
   for (const grpc::Parameter& p : parameters) {
-    if (p.key == "shared_memory_region" && p.kind == grpc::Parameter::Kind::kString) {
+    if (p.key == "shared_memory_region") {
+      if (p.kind != grpc::Parameter::Kind::kString) return TensorShm::kGeneral;
       *region = p.string_value;
       has_region = true;
-    } else if (p.key == "shared_memory_byte_size" && number(p, size)) {
+    } else if (p.key == "shared_memory_byte_size") {
+      if (!number(p, size)) return TensorShm::kGeneral;
       has_size = true;
-    } else if (!(p.key == "shared_memory_offset" && number(p, offset))) {
-      return false;
+    } else if (p.key == "shared_memory_offset") {
+      if (!number(p, offset)) return TensorShm::kGeneral;
+      has_offset = true;
+    } else if (output && p.key == "classification") {
+      return TensorShm::kGeneral;
     }
   }
-  return has_region && has_size;
+  const std::string of_tensor = "' parameter for tensor '" + std::string(tensor) + "'";
+  if (!has_region && (has_size || has_offset)) {
+    *error = std::string(has_size ? "'shared_memory_byte_size'" : "'shared_memory_offset'") +
+             " can not be specified without 'shared_memory_region" + of_tensor;
+    return TensorShm::kRefused;
+  }
+  if (has_region && !has_size) {
+    *error =
+        "'shared_memory_byte_size' must be specified along with 'shared_memory_region" + of_tensor;
+    return TensorShm::kRefused;
+  }
+  return has_region ? TensorShm::kRegion : TensorShm::kNone;
 }
 
 bool needs_unescape(std::string_view text) { return text.find('\\') != std::string_view::npos; }
@@ -453,11 +476,12 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
     input.name = in.name;
     input.datatype = in.datatype;
     input.shape = in.shape;
-    if (!in.parameters.empty()) {
-      // Triton's shm parameters (the codec resolves the region); nothing else here.
-      if (!shm_parameters(in.parameters, &input.shm_region, &input.shm_offset, &input.size)) {
-        return false;
-      }
+    // Triton's shm parameters (the codec resolves the region); the others are ignored.
+    const TensorShm shm = tensor_shm(in.parameters, false, in.name, &input.shm_region,
+                                     &input.shm_offset, &input.size, &error);
+    if (shm == TensorShm::kGeneral) return false;
+    if (shm == TensorShm::kRefused) return refuse(std::move(error));
+    if (shm == TensorShm::kRegion) {
       if (in.has_contents()) {
         return refuse("unexpected 'content' provided when using shared memory for input tensor " +
                       quoted_input + " for model " + quoted_model);
@@ -492,11 +516,18 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
     input.data = input.size ? request.converted.data() + converted_at[i] : &kNoBytes;
   }
   for (const grpc::RequestedOutputView& o : view.outputs) {
-    if (!o.parameters.empty()) {
-      OutputRegion shm;
-      if (!shm_parameters(o.parameters, &shm.region, &shm.offset, &shm.size)) return false;
-      shm.output = request.output_names.size();
-      request.output_shm.push_back(shm);
+    OutputRegion shm;
+    switch (tensor_shm(o.parameters, true, o.name, &shm.region, &shm.offset, &shm.size, &error)) {
+      case TensorShm::kGeneral:
+        return false;
+      case TensorShm::kRefused:
+        return refuse(std::move(error));
+      case TensorShm::kRegion:
+        shm.output = request.output_names.size();
+        request.output_shm.push_back(shm);
+        break;
+      case TensorShm::kNone:
+        break;
     }
     request.output_names.push_back(o.name);
   }

@@ -8,8 +8,9 @@
 // A model or version it does not serve it looks up in the control plane's table
 // (model_lookup.h): unknown, not ready or no version at all is refused with Triton's
 // status and message; a version served but not by the lane (a decoupled model...) is
-// the Python general path's, as are classification, output parameters other than shm
-// and compressed messages.
+// the Python general path's, as are classification and shm parameters in other forms
+// than Triton's (tensor parameters of other keys are ignored, as Triton 2.51 ignores
+// them). A compressed message is inflated before it comes here (grpc_inflate.h).
 //
 // Threads and locks: as KServeCodec, one thread at a time — the front end's event loop,
 // through _core.pyx, with the GIL released inside submit(). `routes_` changes only

@@ -367,3 +367,53 @@ TEST(grpc_lane_takes_ids_with_any_characters) {
   CHECK(f.grpc.submit(bad, 0, &taken) && taken.request_id == 0);
   CHECK(taken.error.rfind("[request id: " + id + "] ", 0) == 0);
 }
+
+TEST(grpc_lane_ignores_the_tensor_parameters_triton_ignores) {
+  Fixture f;
+  GrpcLane::Taken taken;
+  // add_sub with `input` parameters on INPUT0 and OUTPUT0 requested with `output` ones.
+  auto request = [](const std::string& input, const std::string& output) {
+    std::string m;
+    bytes(&m, 1, "add_sub");
+    std::string in0 = tensor("INPUT0", "FP32", {1, 16});
+    if (!input.empty()) bytes(&in0, 4, input);
+    bytes(&m, 5, in0);
+    bytes(&m, 5, tensor("INPUT1", "FP32", {1, 16}));
+    std::string out0;
+    bytes(&out0, 1, "OUTPUT0");
+    if (!output.empty()) bytes(&out0, 2, output);
+    bytes(&m, 6, out0);
+    bytes(&m, 7, std::string(64, '\1'));
+    bytes(&m, 7, std::string(64, '\2'));
+    return m;
+  };
+  // Other keys than shm's: taken, the parameters passed on to no one (as Triton 2.51).
+  for (const std::string& message :
+       {request(parameter("mine", 2, 3), ""), request(parameter("binary_data_size", 2, 64), ""),
+        request("", parameter("binary_data", 1, 1)), request("", parameter("mine", 5, 7))}) {
+    taken = GrpcLane::Taken();
+    CHECK(f.grpc.submit(message, 0, &taken));
+    CHECK(taken.request_id != 0 && taken.error.empty());
+    f.http.codec().forget(taken.request_id);
+  }
+  // shm keys without the region they go with: Triton's refusals.
+  CHECK(f.grpc.submit(request(parameter("shared_memory_offset", 2, 0), ""), 0, &taken));
+  CHECK(taken.request_id == 0);
+  CHECK(taken.error ==
+        "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter "
+        "for tensor 'INPUT0'");
+  CHECK(f.grpc.submit(request("", parameter("shared_memory_byte_size", 2, 64)), 0, &taken));
+  CHECK(taken.error ==
+        "'shared_memory_byte_size' can not be specified without 'shared_memory_region' "
+        "parameter for tensor 'OUTPUT0'");
+  std::string region;
+  bytes(&region, 1, "shared_memory_region");
+  bytes(&region, 2, std::string("\x1a\x01r", 3));  // string_param "r"
+  CHECK(f.grpc.submit(request(region, ""), 0, &taken));
+  CHECK(taken.error ==
+        "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+        "parameter for tensor 'INPUT0'");
+  // Classification: the general path's.
+  CHECK(!f.grpc.submit(request("", parameter("classification", 2, 2)), 0, &taken));
+  CHECK(f.http.codec().in_flight() == 0);
+}

@@ -172,6 +172,15 @@ def _output(name: str, **parameters):
     return request
 
 
+def _input_parameter(key: str, kind: str | None, value=None):
+    request = _raw(id="i")
+    if kind is None:
+        request.inputs[0].parameters[key].SetInParent()
+    else:
+        setattr(request.inputs[0].parameters[key], kind, value)
+    return request
+
+
 def _echo(**parameters):
     """request_echo answers with what its model saw of the request's parameters."""
     request = pb.ModelInferRequest(model_name="request_echo", id="echo")
@@ -265,6 +274,16 @@ CASES = {
         shared_memory_region=("string_param", "r"),
         shared_memory_byte_size=("int64_param", 64),
     ),
+    # Tensor parameters: other keys than shm's are ignored; shm keys without the
+    # region they go with are refused.
+    "input_parameter": _input_parameter("mine", "int64_param", 3),
+    "input_parameter_unset": _input_parameter("mine", None),
+    "input_binary_data_size": _input_parameter("binary_data_size", "int64_param", 64),
+    "input_shm_offset_alone": _input_parameter("shared_memory_offset", "int64_param", 0),
+    "input_shm_size_alone": _input_parameter("shared_memory_byte_size", "int64_param", 64),
+    "input_shm_region_alone": _input_parameter("shared_memory_region", "string_param", "r"),
+    "output_shm_region_alone": _output("OUTPUT0", shared_memory_region=("string_param", "r")),
+    "output_shm_size_alone": _output("OUTPUT1", shared_memory_byte_size=("int64_param", 64)),
     # Routes: models and versions not served.
     "unknown_model": _raw(model="nope"),
     "unknown_version": _raw(version="7"),

@@ -298,10 +298,20 @@ def test_infer_parameters_priority_and_timeout(client):
 
 
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
-def test_infer_compressed(client, algorithm):
+def test_infer_compressed(server, client, algorithm):
+    """A compressed message is inflated and served by the C++ lane (csrc/http2/
+    grpc_inflate.h), not the general path."""
+
+    def lanes():
+        return requests.get(f"http://{server.host}:{server.http_port}/v2/naiad/lanes").json()
+
     a, b = _rand(2, seed=4)
+    before = lanes()
     result = client.infer("add_sub", _add_sub_inputs(a, b), compression_algorithm=algorithm)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    after = lanes()
+    assert after["lane_requests"] == before["lane_requests"] + 1
+    assert after["general_requests"] == before["general_requests"]
 
 
 def _all_types(n=4, seed=5):
@@ -881,6 +891,30 @@ def test_raw_and_typed_contents_take_the_lane(server, client, stub):
     after = lanes()
     assert after["lane_requests"] == middle["lane_requests"] + 1
     assert after["general_requests"] == middle["general_requests"]
+
+
+def test_requests_with_tensor_parameters_take_the_lane(server, stub):
+    """Input and output parameters other than shm's are ignored (as Triton 2.51 ignores
+    them) by the C++ lane, not handed to the general path."""
+
+    def lanes():
+        return requests.get(f"http://{server.host}:{server.http_port}/v2/naiad/lanes").json()
+
+    a, b = _rand(1, seed=17)
+    request = pb.ModelInferRequest(model_name="add_sub")
+    for name, array in (("INPUT0", a), ("INPUT1", b)):
+        tensor = request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+        tensor.parameters["binary_data_size"].int64_param = 64
+        request.raw_input_contents.append(array.tobytes())
+    request.outputs.add(name="OUTPUT1").parameters["binary_data"].bool_param = True
+    service, _ = stub
+    before = lanes()
+    response = service.ModelInfer(request, timeout=TIMEOUT)
+    assert [o.name for o in response.outputs] == ["OUTPUT1"]
+    np.testing.assert_array_equal(_raw_outputs(response)["OUTPUT1"], (a - b)[0])
+    after = lanes()
+    assert after["lane_requests"] == before["lane_requests"] + 1
+    assert after["general_requests"] == before["general_requests"]
 
 
 def test_model_control_over_grpc(tmp_path):
