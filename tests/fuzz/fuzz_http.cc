@@ -4,7 +4,8 @@
 // The contract: the lane takes whole requests from the start, back to back, and
 // nothing after the first it leaves (the front end's parser gets the rest untouched);
 // each taken request is queued or answered at once with a well-formed 400 carrying
-// Triton's {"error"} body (or, for a compressed body it cannot inflate, 413 or 501); a
+// Triton's {"error"} body (500 where Triton answers JSON tensor data it cannot read with
+// INTERNAL; for a compressed body it cannot inflate, 413 or 501); a
 // queued request's answer is a well-formed HTTP response, compressed or not as its
 // Accept-Encoding asked.
 #include <cstdint>
@@ -32,8 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     pos += request.total;
     if (t.request_id == 0) {
       const int status = check_http_response(t.reply);
-      FUZZ_CHECK(status == 400 || (request.content != ContentEncoding::kIdentity &&
-                                   (status == 413 || status == 501)));
+      FUZZ_CHECK(
+          status == 400 || status == 500 ||
+          (request.content != ContentEncoding::kIdentity && (status == 413 || status == 501)));
     } else {
       FUZZ_CHECK(t.reply.empty() && lanes.codec().owns(t.request_id));
       FUZZ_CHECK(t.batch_size <= 8);  // the model's max_batch_size
