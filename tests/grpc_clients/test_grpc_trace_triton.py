@@ -327,16 +327,8 @@ def test_tensor_traces_as_triton(tmp_path):
     ours = json.loads(naiad_file.read_text())
     assert set(_tensors(ours)) == {"types", "fp16", "grpc", "compressed"}
     assert _tensors(ours) == _tensors(theirs)
-    # The lanes' traces (a compressed body's included) have Triton's whole shape; the
-    # general path's (JSON with BYTES) lack the front end's HTTP timestamps (README, Not yet).
+    # Every request is the lanes' now (a compressed body's and JSON with BYTES included):
+    # each trace has Triton's whole shape, the front end's HTTP timestamps with it.
     shape_ours, shape_theirs = _shape(ours), _shape(theirs)
-    for lane in ("fp16", "grpc", "compressed"):
+    for lane in ("types", "fp16", "grpc", "compressed"):
         assert shape_ours[lane] == shape_theirs[lane], lane
-    front_end = {"HTTP_RECV_START", "HTTP_RECV_END", "HTTP_SEND_START", "HTTP_SEND_END"}
-    front_end.add("INFER_RESPONSE_COMPLETE")
-    for general in ("types",):
-        fields, names = shape_ours[general][:2]
-        their_fields, their_names = shape_theirs[general][:2]
-        stamp = ("id", "timestamps")
-        assert [f for f in fields if f != stamp] == [f for f in their_fields if f != stamp]
-        assert names == [n for n in their_names if n not in front_end]
