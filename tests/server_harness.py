@@ -150,8 +150,10 @@ class NaiadServer:
         log_dir: Path | str | None = None,
         extra_args: list[str] | tuple[str, ...] = (),
         name: str = "naiad",
+        env: dict[str, str] | None = None,
     ):
         self.repository = Path(repository)
+        self.env = dict(env or {})  # added to this process's environment
         self.extra_args = list(extra_args)
         self.host = HOST
         self.name = name
@@ -213,7 +215,7 @@ class NaiadServer:
 
     def _launch(self) -> None:
         assert self.process is None, "already started"
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             # A session of its own: a Ctrl-C in the terminal that runs pytest goes to pytest,

@@ -2,7 +2,7 @@
 real `naiad serve` processes and a real `redis-server` the tests start: two servers
 sharing one Redis (one's miss is the other's hit, with the right outputs), statistics and
 nv_cache_* metrics as the local cache counts them, AUTH with the right and a wrong
-password, the flags Triton's redis cache takes and those refused, and Redis stalled,
+password (from the settings and from Triton's TRITONCACHE_REDIS_* variables), the flags Triton's redis cache takes and those refused, and Redis stalled,
 killed and restarted under load: every request is answered (uncached, counted as a miss)
 and hits come back once Redis does. RESP and the client's timeouts: tests/csrc/test_resp.cc.
 """
@@ -159,6 +159,55 @@ def test_password_right_and_wrong(repository, tmp_path):
             text = refused_start(repository, tmp_path, redis_flags(redis, *extra), name)
             assert "Failed to initialize RedisCache: Redis at 127.0.0.1:" in text, text
             assert message in text, text
+
+
+def test_credentials_from_triton_environment(repository, tmp_path):
+    """TRITONCACHE_REDIS_USERNAME/PASSWORD as Triton's redis cache reads them: alone they
+    log in (no user means Redis's `default`); `user=`/`password=` settings override them."""
+    with RedisServer(tmp_path, password="s3cret") as redis:
+        # One Redis for all three: each server asks with its own values, so that its first
+        # request is a miss.
+        for base, (name, env, extra) in enumerate(
+            (
+                ("env_password", {"TRITONCACHE_REDIS_PASSWORD": "s3cret"}, []),
+                (
+                    "env_user",
+                    {
+                        "TRITONCACHE_REDIS_USERNAME": "default",
+                        "TRITONCACHE_REDIS_PASSWORD": "s3cret",
+                    },
+                    [],
+                ),
+                ("flag_wins", {"TRITONCACHE_REDIS_PASSWORD": "nope"}, ["password=s3cret"]),
+            ),
+            start=400,
+        ):
+            flags = redis_flags(redis, *extra)
+            with NaiadServer(
+                repository, log_dir=tmp_path, extra_args=flags, name=name, env=env
+            ) as server:
+                infer(server, float(base))
+                infer(server, float(base))
+                assert stats(server)["hit"] == 1, name
+        for name, env, extra in (
+            ("env_wrong", {"TRITONCACHE_REDIS_PASSWORD": "nope"}, []),
+            ("flag_wrong", {"TRITONCACHE_REDIS_PASSWORD": "s3cret"}, ["password=nope"]),
+            (
+                "env_user_wrong",
+                {"TRITONCACHE_REDIS_USERNAME": "nobody", "TRITONCACHE_REDIS_PASSWORD": "s3cret"},
+                [],
+            ),
+        ):
+            server = NaiadServer(
+                repository,
+                log_dir=tmp_path,
+                extra_args=redis_flags(redis, *extra),
+                name=name,
+                env=env,
+            )
+            with pytest.raises(ServerExited):
+                server.start()
+            assert "AUTH refused: WRONGPASS" in server.stderr_text(), server.stderr_text()
 
 
 def test_unreachable_redis_and_refused_flags(repository, tmp_path):

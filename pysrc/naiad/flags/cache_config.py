@@ -6,13 +6,17 @@
 (csrc/core/response_cache.h, redis_cache.h), no library is loaded. The `local` cache
 takes `size`; the `redis` cache takes the settings of Triton's redis_cache (host, port,
 user, password, db, connect_timeout, socket_timeout, pool_size, wait_timeout, and for TLS
-tls_enabled, cert, key, cacert, cacert_dir, sni). A model uses the cache with
+tls_enabled, cert, key, cacert, cacert_dir, sni); as Triton's, the user and password
+may also come from TRITONCACHE_REDIS_USERNAME and TRITONCACHE_REDIS_PASSWORD, which the
+settings override. A model uses the cache with
 `response_cache { enable: true }` in its config.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -89,6 +93,11 @@ _REDIS_NUMBERS = ("port", "db", "connect_timeout", "socket_timeout", "pool_size"
 _REDIS_TEXT = ("host", "user", "password")
 # Read, as by Triton's redis_cache, only where tls_enabled is given.
 _REDIS_TLS_FILES = ("cert", "key", "cacert", "cacert_dir", "sni")
+# Triton's redis cache reads these first; `user=` and `password=` override them.
+_REDIS_CREDENTIAL_ENV = {
+    "user": "TRITONCACHE_REDIS_USERNAME",
+    "password": "TRITONCACHE_REDIS_PASSWORD",
+}
 
 
 def _redis_tls(settings: dict[str, str]) -> dict[str, str] | None:
@@ -113,7 +122,7 @@ def _redis_tls(settings: dict[str, str]) -> dict[str, str] | None:
     return given
 
 
-def _redis_settings(settings: dict[str, str]) -> RedisCacheSettings:
+def _redis_settings(settings: dict[str, str], environ: Mapping[str, str]) -> RedisCacheSettings:
     if "host" not in settings or "port" not in settings:
         raise CacheConfigError(
             "Failed to initialize RedisCache, didn't specify address. Must at a minimum "
@@ -150,17 +159,18 @@ def _redis_settings(settings: dict[str, str]) -> RedisCacheSettings:
             del numbers[name]
     return RedisCacheSettings(
         host=settings["host"],
-        user=settings.get("user", ""),
-        password=settings.get("password", ""),
+        user=settings.get("user", environ.get(_REDIS_CREDENTIAL_ENV["user"], "")),
+        password=settings.get("password", environ.get(_REDIS_CREDENTIAL_ENV["password"], "")),
         tls=_redis_tls(settings),
         **numbers,
     )
 
 
 def cache_settings(
-    cache_configs: list[str], byte_size: int | None
+    cache_configs: list[str], byte_size: int | None, environ: Mapping[str, str] = os.environ
 ) -> LocalCacheSettings | RedisCacheSettings | None:
-    """The cache the flags ask for, or None when no cache flag is given."""
+    """The cache the flags ask for, or None when no cache flag is given; `environ` holds
+    the Redis credentials' variables."""
     if byte_size is not None and cache_configs:
         raise CacheConfigError(
             "Error: Incompatible flags --response-cache-byte-size and --cache-config both "
@@ -186,7 +196,7 @@ def cache_settings(
             f"{' and '.join(sorted(settings))}"
         )
     if "redis" in settings:
-        return _redis_settings(settings["redis"])
+        return _redis_settings(settings["redis"], environ)
     size = settings["local"].get("size")
     if size is None:
         raise CacheConfigError(
