@@ -24,6 +24,7 @@ import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from chaos_support import ClientLoad
+from gated_model import GATED_MODEL, gate_parameter
 from model_control_support import ADD_SUB_MODEL, add_sub_pbtxt, write_model
 from server_harness import TEST_MODELS, NaiadServer, descendants
 from tritonclient.utils import InferenceServerException
@@ -371,43 +372,7 @@ def test_sigterm_with_1000_requests_in_flight(tmp_path, exit_timeout):
         assert served < 1000 and set(answered) <= {200, 503, 500}, sorted(set(answered))
 
 
-# Holds every execution while `<gate>/hold` exists (it marks each start with
-# `<gate>/executing-<n>`, so the test knows the worker is busy) and answers each
-# request with the SHA-256 of its input: a corrupted input shows in the digest.
-GATE_MODEL = """
-import hashlib
-import json
-import os
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        self.gate = config["parameters"]["gate"]["string_value"]
-        self.executions = 0
-
-    def execute(self, requests):
-        self.executions += 1
-        open(os.path.join(self.gate, f"executing-{self.executions}"), "w").close()
-        deadline = time.monotonic() + 120
-        while os.path.exists(os.path.join(self.gate, "hold")):
-            if time.monotonic() > deadline:
-                raise RuntimeError("gate: held for 120 s, the test never released it")
-            time.sleep(0.005)
-        responses = []
-        for request in requests:
-            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            digest = hashlib.sha256(data.tobytes()).hexdigest().encode()
-            out = pb_utils.Tensor("DIGEST", np.array([digest], dtype=np.object_))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-        return responses
-"""
-
-
+# The gated model (tests/gated_model.py) answering DIGEST: a corrupted input shows in it.
 def _gate_pbtxt(gate) -> str:
     # No batching: each request is one arena block of its own, inputs included.
     return f"""
@@ -417,7 +382,7 @@ max_batch_size: 0
 input [ {{ name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] }} ]
 output [ {{ name: "DIGEST" data_type: TYPE_STRING dims: [ 1 ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-{_parameter("gate", gate)}
+{gate_parameter(gate)}
 """
 
 
@@ -460,13 +425,12 @@ def test_a_full_arena_refuses_cleanly_and_never_corrupts(tmp_path):
     repo = tmp_path / "models"
     gate = tmp_path / "gate"
     gate.mkdir()
-    (gate / "hold").touch()
-    write_model(repo, "gate", _gate_pbtxt(gate), GATE_MODEL)
+    write_model(repo, "gate", _gate_pbtxt(gate), GATED_MODEL)
     server = NaiadServer(repo, log_dir=tmp_path, extra_args=["--arena-size=4M"])
     pool = concurrent.futures.ThreadPoolExecutor(4)
     # A failing check must not leave the held requests waiting out the gate's deadline.
     with pool, server, contextlib.ExitStack() as release:
-        release.callback((gate / "hold").unlink, missing_ok=True)
+        release.callback((gate / "open").touch)
         before = _arena(server)
         # Three requests of this size fit in the free space with room to spare for the
         # batch descriptor and the small answers; a fourth cannot.
@@ -492,7 +456,7 @@ def test_a_full_arena_refuses_cleanly_and_never_corrupts(tmp_path):
         # Refused while the held ones still wait: on arrival, not after a wait.
         assert not any(f.done() for f in futures), [f.result() for f in futures if f.done()]
         assert _arena(server)["requests_in_flight"] == held
-        (gate / "hold").unlink()
+        (gate / "open").touch()
         served = [f.result(120) for f in futures]
         again = _gate_infer(server, "http", payloads[held])  # room again
         _wait_until(

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.grpc.aio as grpcaio
+from gated_model import GATED_MODEL, gate_parameter
 from model_control_support import write_model
 from server_harness import NaiadServer, metric_value
 from tritonclient.utils import InferenceServerException
@@ -31,46 +32,6 @@ HTTP_CLIENTS = 48
 GRPC_CLIENTS = 16  # more than MAX_QUEUE: some gRPC requests are refused whatever the race
 WAIT_S = 60.0  # generous: conditions are waited for, never slept on
 
-# Each execution marks its start with `<gate>/executing-<n>` and then waits for
-# `<gate>/open`; OUTPUT_ORDER is that n, so the test sees the order batches ran in.
-GATED_MODEL = """
-import json
-import os
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        self.gate = config["parameters"]["gate"]["string_value"]
-        self.executions = 0
-
-    def execute(self, requests):
-        self.executions += 1
-        open(os.path.join(self.gate, f"executing-{self.executions}"), "w").close()
-        deadline = time.monotonic() + 120
-        while not os.path.exists(os.path.join(self.gate, "open")):
-            if time.monotonic() > deadline:
-                raise RuntimeError("gate: closed for 120 s, the test never opened it")
-            time.sleep(0.005)
-        responses = []
-        for request in requests:
-            value = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            order = np.full(value.shape, self.executions, dtype=np.int64)
-            responses.append(
-                pb_utils.InferenceResponse(
-                    output_tensors=[
-                        pb_utils.Tensor("OUTPUT0", value),
-                        pb_utils.Tensor("OUTPUT_ORDER", order),
-                    ]
-                )
-            )
-        return responses
-"""
-
 CONFIG = f"""
 name: "__NAME__"
 backend: "python"
@@ -81,7 +42,7 @@ output [
   {{ name: "OUTPUT_ORDER" data_type: TYPE_INT64 dims: [ 1 ] }}
 ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-parameters: {{ key: "gate" value: {{ string_value: "__GATE__" }} }}
+__GATE__
 dynamic_batching {{
   __QUEUEING__
 }}
@@ -99,7 +60,7 @@ QUEUE_FULL = "[request id: <id_unknown>] Exceeds maximum queue size"
 
 
 def _write(repo, gate, name: str, queueing: str) -> None:
-    config = CONFIG.replace("__NAME__", name).replace("__GATE__", str(gate))
+    config = CONFIG.replace("__NAME__", name).replace("__GATE__", gate_parameter(gate))
     write_model(repo, name, config.replace("__QUEUEING__", queueing), GATED_MODEL)
 
 
