@@ -212,7 +212,7 @@ class Router:
 
     def infer_fast(self, url: bytes, headers: dict, body, new_on_done) -> bool:
         """Sends a request the parser put together through the infer fast lane when the
-        lane takes it (ModelManager.submit_fast); False leaves it to `dispatch`."""
+        lane takes it (SubmitPath.submit_fast); False leaves it to `dispatch`."""
         submit_fast = getattr(self.manager, "submit_fast", None)
         if submit_fast is None or type(body) is not bytes:
             return False

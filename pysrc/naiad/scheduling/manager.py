@@ -187,7 +187,7 @@ class ModelManager:
             return UnloadableModel(entry, version, str(exc))
 
     def register_lane_model(self, model: LoadedModel, lane_model: int) -> None:
-        """`model` answers for the lane's model `lane_model` (take_http_requests)."""
+        """`model` answers for the lane's model `lane_model` (SubmitPath.take_http_requests)."""
         self.table.register_lane_model(model, lane_model)
         self.traces.lane_model_added(model, lane_model)
 
