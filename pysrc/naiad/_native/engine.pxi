@@ -1405,3 +1405,18 @@ cdef class GrpcStreams:
     @property
     def closed(self):
         return self._conn() == NULL
+
+
+# gRPC's status codes, from the one enum the C++ lane answers with (csrc/http2/grpc_wire.h).
+GRPC_OK = kGrpcOk
+GRPC_CANCELLED = kGrpcCancelled
+GRPC_UNKNOWN = kGrpcUnknown
+GRPC_INVALID_ARGUMENT = kGrpcInvalidArgument
+GRPC_DEADLINE_EXCEEDED = kGrpcDeadlineExceeded
+GRPC_NOT_FOUND = kGrpcNotFound
+GRPC_ALREADY_EXISTS = kGrpcAlreadyExists
+GRPC_RESOURCE_EXHAUSTED = kGrpcResourceExhausted
+GRPC_FAILED_PRECONDITION = kGrpcFailedPrecondition
+GRPC_UNIMPLEMENTED = kGrpcUnimplemented
+GRPC_INTERNAL = kGrpcInternal
+GRPC_UNAVAILABLE = kGrpcUnavailable

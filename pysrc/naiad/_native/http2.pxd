@@ -1,5 +1,6 @@
-# Declarations of csrc/http2/hpack.h, csrc/http2/grpc_connection.h, csrc/http2/grpc_lane.h: HTTP/2
-# and gRPC, HPACK headers, connection events, the gRPC lane.
+# Declarations of csrc/http2/hpack.h, csrc/http2/grpc_connection.h, csrc/http2/grpc_lane.h,
+# csrc/http2/grpc_wire.h: HTTP/2 and gRPC, HPACK headers, connection events, the gRPC lane,
+# the gRPC status codes.
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -79,3 +80,18 @@ cdef extern from "http2/grpc_lane.h" namespace "naiad":
         void clear_models()
         void remove_model(uint32_t model) except +
         cbool submit(string_view message, uint64_t now_ns, GrpcTaken* taken) except + nogil
+
+cdef extern from "http2/grpc_wire.h" namespace "naiad::grpc":
+    cdef enum GrpcStatus "naiad::grpc::Status":
+        kGrpcOk "naiad::grpc::kOk"
+        kGrpcCancelled "naiad::grpc::kCancelled"
+        kGrpcUnknown "naiad::grpc::kUnknown"
+        kGrpcInvalidArgument "naiad::grpc::kInvalidArgument"
+        kGrpcDeadlineExceeded "naiad::grpc::kDeadlineExceeded"
+        kGrpcNotFound "naiad::grpc::kNotFound"
+        kGrpcAlreadyExists "naiad::grpc::kAlreadyExists"
+        kGrpcResourceExhausted "naiad::grpc::kResourceExhausted"
+        kGrpcFailedPrecondition "naiad::grpc::kFailedPrecondition"
+        kGrpcUnimplemented "naiad::grpc::kUnimplemented"
+        kGrpcInternal "naiad::grpc::kInternal"
+        kGrpcUnavailable "naiad::grpc::kUnavailable"

@@ -1,23 +1,25 @@
-"""gRPC status codes, and the status of an exception: a NaiadError's error kind maps to
-its gRPC code through the core's one table (csrc/codec/error_status.h, beside the HTTP
-column), read through _core."""
+"""gRPC status codes (the C++ lane's enum, read through _core), and the status of an
+exception: a NaiadError's error kind maps to its gRPC code through the core's one table
+(csrc/codec/error_status.h, beside the HTTP column), read through _core."""
 
 from __future__ import annotations
 
 from naiad import _core
 from naiad.errors import NaiadError
 
-OK = 0
-CANCELLED = 1
-UNKNOWN = 2
-INVALID_ARGUMENT = 3
-DEADLINE_EXCEEDED = 4
-NOT_FOUND = 5
-ALREADY_EXISTS = 6
-RESOURCE_EXHAUSTED = 8
-UNIMPLEMENTED = 12
-INTERNAL = 13
-UNAVAILABLE = 14
+# The codes of the C++ lane's one enum (csrc/http2/grpc_wire.h).
+OK = _core.GRPC_OK
+CANCELLED = _core.GRPC_CANCELLED
+UNKNOWN = _core.GRPC_UNKNOWN
+INVALID_ARGUMENT = _core.GRPC_INVALID_ARGUMENT
+DEADLINE_EXCEEDED = _core.GRPC_DEADLINE_EXCEEDED
+NOT_FOUND = _core.GRPC_NOT_FOUND
+ALREADY_EXISTS = _core.GRPC_ALREADY_EXISTS
+RESOURCE_EXHAUSTED = _core.GRPC_RESOURCE_EXHAUSTED
+FAILED_PRECONDITION = _core.GRPC_FAILED_PRECONDITION
+UNIMPLEMENTED = _core.GRPC_UNIMPLEMENTED
+INTERNAL = _core.GRPC_INTERNAL
+UNAVAILABLE = _core.GRPC_UNAVAILABLE
 
 
 class GrpcError(Exception):
