@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -384,6 +385,24 @@ def test_load_of_a_model_not_in_the_repository_fails(server):
     assert raised.value.message == reply.json()["error"]
     assert "no_such_model" in raised.value.message
     assert type(raised.value) is _CLASS_OF_STATUS[reply.status_code]
+
+
+def test_a_registered_repository_serves_a_folder_under_its_mapped_name(server, tmp_path):
+    shutil.copytree(EXAMPLE_MODELS / "add_sub", tmp_path / "model")
+    server.register_model_repository(str(tmp_path), {"model": "add_sub_mapped"})
+    with pytest.raises(naiad.AlreadyExistsError):
+        server.register_model_repository(str(tmp_path), {})
+    model = server.load("add_sub_mapped")
+    a, b = _add_sub_inputs()
+    response = _one(model.infer(inputs={"INPUT0": a, "INPUT1": b}))
+    assert response.outputs["OUTPUT0"].to_numpy().tolist() == (a + b).tolist()
+    assert server.models()[("add_sub_mapped", 1)].state == "READY"
+    server.unload("add_sub_mapped")
+    server.unregister_model_repository(str(tmp_path))
+    with pytest.raises(naiad.TritonError, match="no model folder 'add_sub_mapped'"):
+        server.load("add_sub_mapped")
+    with pytest.raises(naiad.InvalidArgumentError, match="failed to unregister"):
+        server.unregister_model_repository(str(tmp_path))
 
 
 # -- the optional front ends ----------------------------------------------------------------

@@ -211,10 +211,13 @@ class Server:
         )
 
     def register_model_repository(self, repository_path: str, name_mapping=None) -> None:
-        raise UnsupportedError("registering a model repository at run time is not supported")
+        """Serves the models of `repository_path` too (explicit mode only); `name_mapping`
+        (subfolder -> model name, Triton's) serves subfolders under other names."""
+        mapping = {name: subfolder for subfolder, name in (name_mapping or {}).items()}
+        self._call(lambda manager: manager.control.register_repository(repository_path, mapping))
 
     def unregister_model_repository(self, repository_path: str) -> None:
-        raise UnsupportedError("unregistering a model repository is not supported")
+        self._call(lambda manager: manager.control.unregister_repository(repository_path))
 
     # -- running on the server's loop -------------------------------------------
     def _require_started(self) -> None:

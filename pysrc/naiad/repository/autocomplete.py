@@ -97,14 +97,16 @@ def load_completed_config(
     *,
     auto_complete: bool | None = None,
     run_backend_hook: bool = True,
+    mapped: bool = False,
 ) -> ModelConfig:
     """The config of `model_dir` as it is served: read, auto-completed when enabled
     (`auto_complete`, the server's setting by default), completed with Triton's defaults
     and validated. ConfigError when unusable. Without `run_backend_hook` the backend's
     own auto-complete, which reads model files or runs model code, is left out
-    (`naiad check`)."""
+    (`naiad check`). `mapped`: the folder is served as `model_name`, whatever the
+    config's name (a registered repository's mapping, registry.py)."""
     if not (_enabled if auto_complete is None else auto_complete):
-        config = load_model_config(model_dir, model_name)
+        config = load_model_config(model_dir, model_name, mapped)
         _name_python_based_runtime(config)
         return config
     model_dir = Path(model_dir)
@@ -117,7 +119,7 @@ def load_completed_config(
         config = parse_model_config(text, path)
     else:
         config = ModelConfig()
-    if not config.name:
+    if not config.name or mapped:
         config.name = model_name
     check_agents(config, model_dir)
     complete_backend_fields(config, model_dir)

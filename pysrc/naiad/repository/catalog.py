@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from naiad.repository.redact import PathRedactor
+from naiad.repository.registry import RepositoryRegistry
 from naiad.repository.remote_repository import RemoteRepository, RepositoryUnreachable
 
 __all__ = ["Catalog", "check_model_name", "folder_stamp", "version_stamp"]
@@ -29,15 +30,30 @@ class Catalog:
         self.repositories = [
             r.root if isinstance(r, RemoteRepository) else Path(r) for r in repositories
         ]
+        # Repositories registered while serving, with their folder -> name mappings.
+        self.registry = RepositoryRegistry(self.repositories)
         # What a client may read of the paths in a load error (redact.py).
         self.for_client = PathRedactor(self.repositories).for_client
+
+    def register(self, repository: str, mapping: dict[str, str]) -> None:
+        """Serves the models of the folder `repository` too, `mapping` (model name ->
+        subfolder) naming some of them; RegistrationError (registry.py) if it cannot."""
+        self.registry.register(repository, mapping)
+        self.for_client = PathRedactor(self._all()).for_client
+
+    def unregister(self, repository: str) -> None:
+        self.registry.unregister(repository)
+        self.for_client = PathRedactor(self._all()).for_client
+
+    def _all(self) -> list[Path]:
+        return self.repositories + self.registry.folders
 
     def scan(self) -> tuple[dict[str, Path], dict[str, str]]:
         """(name -> model folder, name -> why it cannot be served) over every repository.
 
         A name in two repositories goes into the second map with Triton's reason."""
         found: dict[str, list[Path]] = {}
-        for repository in self.repositories:
+        for repository in self._all():
             remote = self.remotes.get(repository)
             if remote is not None:  # its last listing: the folders need not be in the cache
                 for name in remote.names():
@@ -51,7 +67,7 @@ class Catalog:
             for child in children:
                 if child.name.startswith(".") or not child.is_dir():
                     continue
-                found.setdefault(child.name, []).append(child)
+                found.setdefault(self.registry.name_of(child), []).append(child)
         folders = {name: paths[0] for name, paths in found.items() if len(paths) == 1}
         duplicates = {
             name: f"failed to poll model '{name}': not unique across all model repositories"
@@ -64,7 +80,12 @@ class Catalog:
         """The folder of model `name`; raises LookupError with the reason when there is none
         or more than one."""
         check_model_name(name)
-        paths = [r / name for r in self.repositories if self._holds(r, name)]
+        mapped = self.registry.folder_of(name)
+        if mapped is not None:
+            if not mapped.is_dir():
+                raise LookupError(f"mapped path '{mapped}' does not exist for model '{name}'")
+            return mapped
+        paths = [r / name for r in self._all() if self._holds(r, name)]
         if not paths:
             raise LookupError(f"no model folder '{name}' in any model repository")
         if len(paths) > 1:
@@ -77,7 +98,8 @@ class Catalog:
         remote = self.remotes.get(repository)
         if remote is not None:
             return name in remote.models
-        return (repository / name).is_dir()
+        folder = repository / name
+        return folder.is_dir() and not self.registry.is_mapped(folder)
 
     def stamp(self, model_dir: Path) -> tuple:
         """What poll mode compares for the model in `model_dir`: its files (folder_stamp),

@@ -90,9 +90,10 @@ class VersionConfigError(ConfigError):
         self.config = config
 
 
-def load_model_config(model_dir: Path, model_name: str) -> ModelConfig:
+def load_model_config(model_dir: Path, model_name: str, mapped: bool = False) -> ModelConfig:
     """Read, complete and validate `<model_dir>/config.pbtxt` (or the custom config,
-    config_path); raise ConfigError if unusable."""
+    config_path); raise ConfigError if unusable. `mapped`: a registered repository serves
+    the folder as `model_name` (registry.py), which then replaces the config's name."""
     path = config_path(model_dir)
     try:
         text = path.read_text(encoding="utf-8")
@@ -104,6 +105,8 @@ def load_model_config(model_dir: Path, model_name: str) -> ModelConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"failed to read {path}: {exc}") from None
     config = parse_model_config(text, path)
+    if mapped:
+        config.name = model_name
     check_agents(config, model_dir)
     complete_model_config(config, model_name)
     validate_model_config(config)

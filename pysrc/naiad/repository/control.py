@@ -19,7 +19,7 @@ import asyncio
 import logging
 from pathlib import Path
 
-from naiad.errors import Internal, InvalidArgument, Unavailable
+from naiad.errors import AlreadyExists, Internal, InvalidArgument, Unavailable, Unsupported
 from naiad.repository.autocomplete import complete_override
 from naiad.repository.catalog import Catalog, check_model_name, version_stamp
 from naiad.repository.overrides import (
@@ -29,10 +29,18 @@ from naiad.repository.overrides import (
     remove_materialized,
     split_parameters,
 )
+from naiad.repository.registry import RegistrationError
 from naiad.repository.remote_store import RepositoryUnreachable
 from naiad.repository.repository import ModelEntry, scan_model
-from naiad.scheduling.ensemble import EnsembleModel
-from naiad.scheduling.model import READY, UNAVAILABLE, UNLOADING, LoadedModel, UnloadableModel
+from naiad.scheduling.ensemble import EnsembleModel, is_ensemble
+from naiad.scheduling.model import (
+    LOADING,
+    READY,
+    UNAVAILABLE,
+    UNLOADING,
+    LoadedModel,
+    UnloadableModel,
+)
 
 __all__ = ["ModelControl", "CONTROL_MODES"]
 
@@ -90,13 +98,53 @@ class ModelControl:
 
     async def unload(self, name: str, unload_dependents: bool = False, served=None) -> None:
         """A client's unload request: only in explicit mode. Unloading a model that is not
-        loaded succeeds, as in Triton. `unload_dependents` changes nothing yet: an
-        ensemble whose composing model goes stays loaded and is not ready. `served`:
-        called once `name` takes no new request, before its requests in flight drain
-        (a model unloading itself from execute is one of them)."""
+        loaded succeeds, as in Triton. `unload_dependents`: an ensemble's composing
+        models go too (and theirs), except those another loaded ensemble uses; without
+        it an ensemble whose composing model goes stays loaded and is not ready.
+        `served`: called once `name` takes no new request, before its requests in
+        flight drain (a model unloading itself from execute is one of them)."""
         if self.mode != "explicit":
             raise Unavailable(_NOT_EXPLICIT)
+        composing = self._composing(name) if unload_dependents else []
         await self.apply_unload(name, served=served)
+        for model in composing:
+            if not self._dependents(model):
+                await self.unload(model, unload_dependents=True)
+
+    def register_repository(self, repository: str, mapping: dict[str, str]) -> None:
+        """Serves the models of the folder `repository` as well, `mapping` (model name ->
+        subfolder) naming some of them (repository/registry.py): only in explicit mode,
+        as Triton's. Raises AlreadyExists, InvalidArgument, Unsupported."""
+        if self.mode != "explicit":
+            raise Unsupported(
+                "repository registration is not allowed if model control mode is not EXPLICIT"
+            )
+        try:
+            self.catalog.register(repository, mapping)
+        except RegistrationError as exc:
+            raise (AlreadyExists if exc.conflict else InvalidArgument)(str(exc)) from None
+        log.info("Model repository registered: %s", repository)
+
+    def unregister_repository(self, repository: str) -> None:
+        if self.mode != "explicit":
+            raise Unsupported(
+                "repository unregistration is not allowed if model control mode is not EXPLICIT"
+            )
+        try:
+            self.catalog.unregister(repository)
+        except RegistrationError as exc:
+            raise InvalidArgument(str(exc)) from None
+        log.info("Model repository unregistered: %s", repository)
+
+    def _composing(self, name: str) -> list[str]:
+        """The models the loaded ensemble `name` has steps on."""
+        found: list[str] = []
+        for model in self.manager.models.get(name, {}).values():
+            if isinstance(model, EnsembleModel) and model.state == READY:
+                for step in model.loaded_from.config.ensemble_scheduling.step:
+                    if step.model_name not in found:
+                        found.append(step.model_name)
+        return found
 
     # -- what start-up, clients and the poller share ------------------------------------
     async def apply_load(
@@ -184,6 +232,8 @@ class ModelControl:
             except (LookupError, RepositoryUnreachable) as exc:
                 self._fail(name, str(exc))
             entry, materialized = self._entry(name, parameters)
+            if self.mode == "explicit" and is_ensemble(entry.config):
+                await self._load_composing(entry)
         old = self.manager.models.get(name, {})
         serving = {v: m for v, m in old.items() if m.state == READY}
         stamps = {v: version_stamp(entry.path, v) for v in entry.versions}
@@ -242,6 +292,21 @@ class ModelControl:
             served()
         await self._retire([m for m in retired if m.state != UNAVAILABLE])
         return True
+
+    async def _load_composing(self, entry: ModelEntry) -> None:
+        """The ensemble's composing models that are neither loaded nor loading, loaded
+        first, as Triton's explicit load of an ensemble does. One that fails to load is
+        left to the ensemble's own check to report."""
+        for step in entry.config.ensemble_scheduling.step:
+            name = step.model_name
+            versions = self.manager.models.get(name, {}).values()
+            # A locked name is being loaded (or is this chain's own: a cycle).
+            if any(m.state in (READY, LOADING) for m in versions) or self._lock(name).locked():
+                continue
+            try:
+                await self.apply_load(name)
+            except (Internal, InvalidArgument, Unavailable):
+                continue
 
     def _new_version(self, entry: ModelEntry, version: int):
         """Version `version` of `entry`, to start; one that its config refuses
@@ -303,7 +368,7 @@ class ModelControl:
                 materialized = folder = materialize_files(folder, name, files)
             if config is not None and folder is not None:
                 config = complete_override(config, folder)  # auto-complete, as config.pbtxt
-            entry = scan_model(folder, config=config)
+            entry = scan_model(folder, config=config, name=name)
         except (LookupError, OverrideError, OSError) as exc:
             if materialized is not None:
                 remove_materialized(materialized)

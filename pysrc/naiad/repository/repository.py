@@ -52,14 +52,17 @@ def scan_repository(repo: Path) -> list[ModelEntry]:
     return [scan_model(folder) for folder in sorted(folders, key=lambda p: p.name)]
 
 
-def scan_model(model_dir: Path, config: model_config_pb2.ModelConfig | None = None) -> ModelEntry:
+def scan_model(
+    model_dir: Path, config: model_config_pb2.ModelConfig | None = None, name: str | None = None
+) -> ModelEntry:
     """Load one model folder's config (or take `config`, an override already completed
-    and checked) and choose its versions; errors go into the entry."""
+    and checked) and choose its versions; errors go into the entry. `name`: the model's,
+    where a registered repository maps the folder to it (default: the folder's name)."""
     model_dir = Path(model_dir)
-    name = model_dir.name
+    name = name or model_dir.name
     if config is None:
         try:
-            config = load_completed_config(model_dir, name)
+            config = load_completed_config(model_dir, name, mapped=name != model_dir.name)
             refusal = None
         except VersionConfigError as exc:
             config, refusal = exc.config, exc.reason
