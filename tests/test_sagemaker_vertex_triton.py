@@ -52,25 +52,11 @@ def _wait_listening(port: int, log: Path, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
-# Answers whose Content-Type is Naiad's HTTP port's, which says application/json where
-# Triton 2.51 says text/plain (a wrong method: 405; an unknown model: 404), on its
-# HTTP port as on these endpoints; status and body are compared all the same.
-_HTTP_PORT_TYPES = ("Method Not Allowed", "Request for unknown model")
-
-
-def _same(naiad: tuple, triton: tuple) -> bool:
-    if naiad[1] != triton[1] and (naiad[1], triton[1]) == ("application/json", "text/plain"):
-        message = (triton[2] or {}).get("error", "") if isinstance(triton[2], dict) else ""
-        if message.startswith(_HTTP_PORT_TYPES):
-            return (naiad[0], naiad[2]) == (triton[0], triton[2])
-    return naiad == triton
-
-
 def _compare(naiad: dict, triton: dict) -> None:
     differing = [
         f"{case}:\n  naiad  {naiad[case]!r:.300}\n  triton {triton[case]!r:.300}"
         for case in triton
-        if not _same(naiad[case], triton[case])
+        if naiad[case] != triton[case]
     ]
     if differing:
         pytest.fail("\n".join(differing), pytrace=False)

@@ -84,6 +84,9 @@ struct Route {
   std::string model, version;
   int status = 0;
   std::string body;
+  std::string extra;  // a header line (without CRLF) the rewritten head gains
+  // A multi-model invoke: Triton answers each of its errors 400 (507: out of memory).
+  bool errors_as_400 = false;
 };
 
 Route reply(int status, std::string_view body = {}) {
@@ -127,11 +130,22 @@ bool all_digits(std::string_view s) {
          std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
+// The multi-model routes, as Triton's RE2 pattern /models(?:/)?([^/]+)?(/invoke)? reads
+// `rest`, what follows "/models": false where it does not match.
+bool sagemaker_models_path(std::string_view rest, std::string_view* name, bool* invoke) {
+  if (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
+  const size_t slash = rest.find('/');
+  *name = rest.substr(0, slash);
+  const std::string_view action = slash == std::string_view::npos ? "" : rest.substr(slash);
+  *invoke = action == "/invoke";
+  return action.empty() || *invoke;
+}
+
 // sagemaker_server.cc's routes: /ping, /invocations and the multi-model endpoint's
-// /models[/<name>[/invoke]]. The multi-model list holds only models loaded through
-// POST /models, which Naiad does not do: the list is empty and each name unknown.
-Route sagemaker_route(const EndpointRoutes& routes, std::string_view method,
-                      std::string_view path) {
+// /models[/<name>[/invoke]]. Listing, describing, loading and unloading go to the
+// control plane (kSageMakerModelsPath); an invoke of a loaded name is an infer.
+Route sagemaker_route(const EndpointRoutes& routes, std::string_view method, std::string_view path,
+                      const std::vector<Header>& headers) {
   const bool head = method == "HEAD";
   if (path == "/ping") {
     return head ? reply(405, kMethodNotAllowed)
@@ -140,25 +154,29 @@ Route sagemaker_route(const EndpointRoutes& routes, std::string_view method,
   if (path == "/invocations") {
     return head ? reply(405, kMethodNotAllowed) : to_infer(std::string(method), routes.model);
   }
-  if (path == "/models" || path.substr(0, 8) == "/models/") {
-    std::vector<std::string_view> parts = segments(path);         // "models", name, "invoke"
-    if (parts.size() == 2 && parts[1].empty()) parts.pop_back();  // "/models/"
-    const bool invoke = parts.size() == 3 && parts[2] == "invoke";
-    if (parts.size() > 3 || (parts.size() == 3 && !invoke) ||
-        (parts.size() >= 2 && parts[1].empty())) {
-      return reply(400);
-    }
-    const bool named = parts.size() >= 2;
-    if (method == "GET" && !invoke) return named ? reply(404) : reply(200, "{\"models\":[]}");
-    if (method == "POST" && invoke) return reply(404);
-    if (method == "POST" && !named) {
-      return reply(400,
-                   "{\"error\":\"loading a model through the SageMaker multi-model endpoint "
-                   "is not supported by Naiad\"}");
-    }
-    if (method == "DELETE") return reply(404);
+  std::string_view name;
+  bool invoke = false;
+  if (path.substr(0, 7) != "/models" || !sagemaker_models_path(path.substr(7), &name, &invoke)) {
+    return reply(400);
   }
-  return reply(400);
+  Route control = to(std::string(method), std::string(kSageMakerModelsPath));
+  if (!name.empty()) control.extra = std::string(kEndpointNameHeader) + ": " + std::string(name);
+  if (method == "GET") {  // the list, or one model (an "/invoke" after it is ignored)
+    return control;
+  }
+  if (method == "DELETE") return name.empty() ? reply(404) : control;
+  if (method != "POST") return reply(400);
+  if (!invoke) {  // a load: the name is the body's, not the path's
+    control.extra.clear();
+    return control;
+  }
+  if (routes.sagemaker_models == nullptr || !routes.sagemaker_models->contains(name)) {
+    return reply(404);
+  }
+  const Header* target = find_header(headers, kSageMakerTargetHeader);
+  Route infer = to_infer("POST", target != nullptr ? target->value : name);
+  infer.errors_as_400 = true;
+  return infer;
 }
 
 // vertex_ai_server.cc's redirection: the X-Vertex-Ai-Triton-Redirect header names the
@@ -281,6 +299,21 @@ std::shared_ptr<const std::regex> compile_route(const std::string& pattern, cons
 
 }  // namespace
 
+void SageMakerModelNames::add(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  names_.insert(name);
+}
+
+void SageMakerModelNames::remove(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  names_.erase(name);
+}
+
+bool SageMakerModelNames::contains(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return names_.count(std::string(name)) != 0;
+}
+
 void compile_endpoint_routes(EndpointRoutes* routes) {
   if (routes->kind != EndpointRoutes::Kind::kVertexAi) return;
   routes->predict_regex = compile_route(routes->predict_route, "AIP_PREDICT_ROUTE");
@@ -293,7 +326,8 @@ std::string_view endpoint_binary_type(EndpointRoutes::Kind kind) {
              : "application/vnd.vertex-ai-triton.binary+json;json-header-size=";
 }
 
-std::string rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view head) {
+std::string rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view head,
+                                  bool* errors_as_400) {
   std::vector<Header> headers;
   const std::string_view first = split_head(head, &headers);
   const size_t sp1 = first.find(' ');
@@ -308,10 +342,11 @@ std::string rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view
     version = first.substr(sp2 + 1);
     const std::string_view path = target.substr(0, target.find('?'));
     route = routes.kind == EndpointRoutes::Kind::kSageMaker
-                ? sagemaker_route(routes, method, path)
+                ? sagemaker_route(routes, method, path, headers)
                 : vertex_route(routes, method, path, headers);
   }
   const bool infer = route.infer;
+  if (errors_as_400 != nullptr) *errors_as_400 = route.errors_as_400;
   std::string length;
   std::string out;
   if (infer) {
@@ -339,6 +374,7 @@ std::string rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view
           (query == std::string_view::npos ? "" : std::string(target.substr(query))) + " " +
           std::string(version) + "\r\n";
     if (!length.empty()) out += "Inference-Header-Content-Length: " + length + "\r\n";
+    if (!route.extra.empty()) out += route.extra + "\r\n";
   }
   for (const Header& h : headers) {
     if (internal_header(h.name)) continue;  // only this stream sets them
@@ -355,19 +391,41 @@ std::string rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view
   return out;
 }
 
-std::string rewrite_endpoint_answer_head(EndpointRoutes::Kind kind, std::string_view head) {
+std::string rewrite_endpoint_answer_head(EndpointRoutes::Kind kind, std::string_view head,
+                                         bool errors_as_400) {
   std::vector<Header> headers;
-  const std::string_view first = split_head(head, &headers);
-  const Header* length = find_header(headers, "Inference-Header-Content-Length");
-  if (length == nullptr) return std::string(head);
+  std::string_view first = split_head(head, &headers);
+  const Header* length = kind == EndpointRoutes::Kind::kSageMaker
+                             ? find_header(headers, "Inference-Header-Content-Length")
+                             : nullptr;
+  const std::string_view status = first.size() >= 12 ? first.substr(9, 3) : std::string_view();
+  const Header* type = find_header(headers, "Content-Type");
+  const bool error = !status.empty() && status[0] >= '4';
+  // A multi-model invoke's error is a 400 in JSON (a 507 stays); the endpoints' other
+  // 404 and 405 errors come as libevhtp's default type, text/plain.
+  std::string_view new_type;
+  if (error && errors_as_400) {
+    if (status != "507") first = "HTTP/1.1 400 Bad Request";
+    new_type = "application/json";
+  } else if (error && (status == "404" || status == "405") && type != nullptr &&
+             iequals(type->value, "application/json")) {
+    new_type = "text/plain";
+  }
+  if (length == nullptr && new_type.empty()) return std::string(head);
   std::string out(first);
   out += kCrlf;
   for (const Header& h : headers) {
-    if (&h == length || iequals(h.name, "Content-Type")) continue;
+    if (&h == length || &h == type) continue;
     out.append(h.line.data(), h.line.size());
     out += kCrlf;
   }
-  out += "Content-Type: " + std::string(endpoint_binary_type(kind)) + std::string(length->value);
+  if (length != nullptr) {
+    out += "Content-Type: " + std::string(endpoint_binary_type(kind)) + std::string(length->value);
+  } else if (!new_type.empty()) {
+    out += "Content-Type: " + std::string(new_type);
+  } else if (type != nullptr) {
+    out += "Content-Type: " + std::string(type->value);
+  }
   out += kHeadEnd;
   return out;
 }
@@ -462,7 +520,9 @@ void EndpointStream::requests(const char* data, size_t size, std::string* out) {
     const size_t head_size = end + kHeadEnd.size();
     const size_t used = head_size - held;  // of this read
     const std::string_view head(head_.data(), head_size);
-    out->append(rewrite_endpoint_head(routes_, head));
+    bool errors_as_400 = false;
+    out->append(rewrite_endpoint_head(routes_, head, &errors_as_400));
+    answer_kinds_.push_back(errors_as_400);
     // The body is framed as the KServe reader frames it: chunked wins over a length.
     std::vector<Header> headers;
     split_head(head, &headers);
@@ -478,8 +538,6 @@ void EndpointStream::requests(const char* data, size_t size, std::string* out) {
 }
 
 size_t EndpointStream::answers(std::string* out, size_t from) {
-  // Triton 2.51's Vertex AI endpoint answers binary outputs as its HTTP port does.
-  if (routes_.kind != EndpointRoutes::Kind::kSageMaker) return out->size();
   size_t at = from;
   while (at < out->size() && !passing_) {
     if (answer_left_ != 0) {
@@ -497,7 +555,13 @@ size_t EndpointStream::answers(std::string* out, size_t from) {
     const bool bodiless = (status >= 100 && status < 200) || status == 204 || status == 304;
     if (!bodiless && find_header(headers, "Content-Length") == nullptr) passing_ = true;
     answer_left_ = bodiless ? 0 : content_length(headers);
-    const std::string rewritten = rewrite_endpoint_answer_head(routes_.kind, head);
+    // A final answer is the next request's (an interim 1xx is not).
+    bool errors_as_400 = false;
+    if (status >= 200 && !answer_kinds_.empty()) {
+      errors_as_400 = answer_kinds_.front();
+      answer_kinds_.pop_front();
+    }
+    const std::string rewritten = rewrite_endpoint_answer_head(routes_.kind, head, errors_as_400);
     out->replace(at, head.size(), rewritten);
     at += rewritten.size();
   }

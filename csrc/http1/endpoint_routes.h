@@ -17,12 +17,29 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <regex>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 
 namespace naiad {
+
+// The names the SageMaker multi-model endpoint loaded (POST /models): written by the
+// control plane (http/sagemaker_models.py), read by the I/O thread's route rewrite of
+// POST /models/<name>/invoke, which answers 404 for a name not in it.
+class SageMakerModelNames {
+ public:
+  void add(const std::string& name);
+  void remove(const std::string& name);
+  bool contains(std::string_view name) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_set<std::string> names_;
+};
 
 struct EndpointRoutes {
   enum class Kind : uint8_t { kSageMaker, kVertexAi };
@@ -37,6 +54,8 @@ struct EndpointRoutes {
   std::string health_route;
   std::shared_ptr<const std::regex> predict_regex;
   std::shared_ptr<const std::regex> health_regex;
+  // SageMaker: the multi-model endpoint's loaded names (null: none can be loaded).
+  std::shared_ptr<const SageMakerModelNames> sagemaker_models;
 };
 
 // Compiles the Vertex AI routes' regular expressions; std::invalid_argument naming the
@@ -51,6 +70,13 @@ inline constexpr std::string_view kEndpointBodyHeader = "Naiad-Endpoint-Body";
 // the request named, looked up first, so an unknown model gets its 404 as from Triton.
 inline constexpr std::string_view kEndpointModelHeader = "Naiad-Endpoint-Model";
 inline constexpr std::string_view kEndpointVersionHeader = "Naiad-Endpoint-Version";
+// The SageMaker multi-model endpoint's list, describe, load and unload (GET, GET, POST,
+// DELETE /models[/<name>]), served by the control plane; kEndpointNameHeader carries
+// the <name> of the path as it came.
+inline constexpr std::string_view kSageMakerModelsPath = "/v2/naiad/sagemaker_models";
+inline constexpr std::string_view kEndpointNameHeader = "Naiad-Endpoint-Name";
+// The model a multi-model invoke infers: this header's, else the path's <name> (Triton's).
+inline constexpr std::string_view kSageMakerTargetHeader = "X-Amzn-SageMaker-Target-Model";
 // The Vertex AI redirect to "metrics": the metrics page (text/plain), served there.
 inline constexpr std::string_view kEndpointMetricsPath = "/v2/naiad/endpoint_metrics";
 
@@ -58,12 +84,19 @@ inline constexpr std::string_view kEndpointMetricsPath = "/v2/naiad/endpoint_met
 std::string_view endpoint_binary_type(EndpointRoutes::Kind kind);
 
 // One request head (through "\r\n\r\n") rewritten for `routes`: the request line and
-// headers, through the blank line.
-std::string rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view head);
+// headers, through the blank line. `errors_as_400`: set to whether the answer's errors
+// become 400s (a multi-model invoke, whose errors Triton answers so).
+std::string rewrite_endpoint_head(const EndpointRoutes& routes, std::string_view head,
+                                  bool* errors_as_400 = nullptr);
 
-// An answer head on an endpoint's connection: Inference-Header-Content-Length: <n> and
-// the octet-stream Content-Type become the endpoint's binary Content-Type.
-std::string rewrite_endpoint_answer_head(EndpointRoutes::Kind kind, std::string_view head);
+// An answer head on an endpoint's connection: on SageMaker's, Inference-Header-Content-
+// Length: <n> and the octet-stream Content-Type become its binary Content-Type (Vertex
+// AI's binary answers are the HTTP port's, as in Triton 2.51); on both, a 404 or 405 in
+// JSON says text/plain, as Triton's endpoints do.
+// `errors_as_400`: the request's (rewrite_endpoint_head): an error answer becomes a
+// 400 (a 507 stays), in application/json, as Triton's multi-model invoke answers.
+std::string rewrite_endpoint_answer_head(EndpointRoutes::Kind kind, std::string_view head,
+                                         bool errors_as_400 = false);
 
 // The request and answer byte streams of one endpoint connection.
 class EndpointStream {
@@ -74,7 +107,7 @@ class EndpointStream {
   // an unfinished head is held.
   void requests(const char* data, size_t size, std::string* out);
 
-  // The answer bytes of `out` from `from` on: rewrites SageMaker's heads among them.
+  // The answer bytes of `out` from `from` on: rewrites the heads among them.
   // Returns the end of what may be sent (an unfinished head waits for the rest).
   size_t answers(std::string* out, size_t from);
 
@@ -100,6 +133,8 @@ class EndpointStream {
   // looked for (an answer without a Content-Length, which only a stream would send).
   uint64_t answer_left_ = 0;
   bool passing_ = false;
+  // Per request read and not answered yet, in order: whether its errors become 400s.
+  std::deque<bool> answer_kinds_;
 };
 
 }  // namespace naiad

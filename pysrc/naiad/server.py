@@ -298,7 +298,10 @@ async def _start_front_ends(options, running: Running, gpus_opening) -> None:
             max_body_size=options.http_max_input_size,
         )
         register_naiad_routes(
-            router, manager, metrics_server.text if metrics_server is not None else None
+            router,
+            manager,
+            metrics_server.text if metrics_server is not None else None,
+            next((e.models for e in endpoints if e.models is not None), None),
         )
         register_repository_routes(router, manager)
         register_shm_routes(router, manager)
@@ -331,10 +334,13 @@ def _endpoints(options, manager) -> list:
     """The SageMaker and Vertex AI endpoints to serve (http/endpoint_routes.py), the
     Vertex AI default model resolved against the loaded models."""
     from naiad.http.endpoint_routes import EndpointError, endpoints_for, resolve_vertex_model
+    from naiad.http.sagemaker_models import SageMakerModels
 
     try:
         endpoints = endpoints_for(options)
         for endpoint in endpoints:
+            if endpoint.kind == "sagemaker":
+                endpoint.models = SageMakerModels(manager)
             if endpoint.kind == "vertex_ai":
                 ready = [entry["name"] for entry in manager.repository_index(ready_only=True)]
                 endpoint.model = resolve_vertex_model(

@@ -1,6 +1,7 @@
 // The SageMaker and Vertex AI endpoints' route mapping (endpoint_routes.h): each request
 // head to the KServe route or reply Triton 2.51's endpoint servers give it, and the
 // request and answer streams cut into heads and bodies.
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -48,6 +49,54 @@ TEST(sagemaker_ping_and_invocations_go_to_kserve_routes) {
         "POST /v2/models/add_sub/infer?a=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n");
 }
 
+TEST(sagemaker_multi_model_control_goes_to_the_control_plane) {
+  const EndpointRoutes routes = sagemaker();
+  // The path's name as Triton's pattern /models(?:/)?([^/]+)?(/invoke)? reads it.
+  const std::pair<const char*, const char*> named[] = {
+      {"GET /models", "GET /v2/naiad/sagemaker_models HTTP/1.1\r\n"},
+      {"GET /models/", "GET /v2/naiad/sagemaker_models HTTP/1.1\r\n"},
+      {"GET /models/m1", "GET /v2/naiad/sagemaker_models HTTP/1.1\r\nNaiad-Endpoint-Name: m1\r\n"},
+      {"GET /modelsX", "GET /v2/naiad/sagemaker_models HTTP/1.1\r\nNaiad-Endpoint-Name: X\r\n"},
+      {"GET /models/m1/invoke?q",
+       "GET /v2/naiad/sagemaker_models?q HTTP/1.1\r\nNaiad-Endpoint-Name: m1\r\n"},
+      {"GET /models/invoke",
+       "GET /v2/naiad/sagemaker_models HTTP/1.1\r\nNaiad-Endpoint-Name: invoke\r\n"},
+      {"DELETE /models/m1",
+       "DELETE /v2/naiad/sagemaker_models HTTP/1.1\r\nNaiad-Endpoint-Name: m1\r\n"},
+      // A load names its model in the body; a name in the path is ignored, as by Triton.
+      {"POST /models", "POST /v2/naiad/sagemaker_models HTTP/1.1\r\n"},
+      {"POST /models/m1", "POST /v2/naiad/sagemaker_models HTTP/1.1\r\n"},
+  };
+  for (const auto& [line, head] : named) {
+    CHECK(rewrite(routes, std::string(line) + " HTTP/1.1\r\n\r\n") == std::string(head) + "\r\n");
+  }
+  // A client's own Naiad-Endpoint-Name is dropped.
+  CHECK(rewrite(routes, "GET /models HTTP/1.1\r\nNaiad-Endpoint-Name: m2\r\n\r\n") ==
+        "GET /v2/naiad/sagemaker_models HTTP/1.1\r\n\r\n");
+}
+
+TEST(sagemaker_invoke_infers_only_a_loaded_name) {
+  EndpointRoutes routes = sagemaker();
+  auto names = std::make_shared<SageMakerModelNames>();
+  routes.sagemaker_models = names;
+  const std::string invoke = "POST /models/h1/invoke HTTP/1.1\r\nContent-Length: 2\r\n";
+  CHECK(rewrite(routes, invoke + "\r\n") ==
+        "GET /v2/naiad/endpoint_reply/404 HTTP/1.1\r\nContent-Length: 2\r\n\r\n");
+  names->add("h1");
+  CHECK(rewrite(routes, invoke + "\r\n") ==
+        "POST /v2/models/h1/infer HTTP/1.1\r\nContent-Length: 2\r\n\r\n");
+  // The target model header names the model, as in Triton.
+  CHECK(rewrite(routes, invoke + "X-Amzn-SageMaker-Target-Model: ens\r\n\r\n") ==
+        "POST /v2/models/ens/infer HTTP/1.1\r\nContent-Length: 2\r\n"
+        "X-Amzn-SageMaker-Target-Model: ens\r\n\r\n");
+  CHECK(rewrite(routes, "GET /models/h1/invoke HTTP/1.1\r\n\r\n")
+            .find("GET /v2/naiad/sagemaker_models ") == 0);
+  CHECK(rewrite(routes, "PUT /models/h1/invoke HTTP/1.1\r\n\r\n") ==
+        "GET /v2/naiad/endpoint_reply/400 HTTP/1.1\r\n\r\n");
+  names->remove("h1");
+  CHECK(rewrite(routes, invoke + "\r\n").find("GET /v2/naiad/endpoint_reply/404 ") == 0);
+}
+
 TEST(sagemaker_binary_content_type_becomes_the_kserve_header) {
   const EndpointRoutes routes = sagemaker();
   CHECK(
@@ -80,15 +129,12 @@ TEST(sagemaker_binary_content_type_becomes_the_kserve_header) {
 
 TEST(sagemaker_answers_of_its_own) {
   const EndpointRoutes routes = sagemaker();
-  CHECK(
-      rewrite(routes, "GET /models HTTP/1.1\r\n\r\n") ==
-      "GET /v2/naiad/endpoint_reply/200 HTTP/1.1\r\nNaiad-Endpoint-Body: {\"models\":[]}\r\n\r\n");
   // Triton's empty answers, by status.
   const std::pair<const char*, int> empty[] = {
-      {"GET /models/m", 404},     {"POST /models/m/invoke", 404}, {"DELETE /models/m", 404},
-      {"PUT /models", 400},       {"GET /v2/health/ready", 400},  {"POST /invocations/", 400},
-      {"GET /models/m/x/y", 400},
-  };
+      {"POST /models/m/invoke", 404}, {"DELETE /models", 404},       {"DELETE /models/", 404},
+      {"PUT /models", 400},           {"GET /v2/health/ready", 400}, {"POST /invocations/", 400},
+      {"GET /models/m/x/y", 400},     {"GET /models/m/", 400},       {"HEAD /models", 400},
+      {"POST /models/m/invoke/", 400}};
   for (const auto& [line, status] : empty) {
     CHECK(rewrite(routes, std::string(line) + " HTTP/1.1\r\n\r\n") ==
           "GET /v2/naiad/endpoint_reply/" + std::to_string(status) + " HTTP/1.1\r\n\r\n");
@@ -280,4 +326,60 @@ TEST(vertex_answers_are_the_http_ports) {
   const std::string before = out;
   CHECK(stream.answers(&out, 0) == out.size());
   CHECK(out == before);
+}
+
+TEST(endpoint_404_and_405_answers_say_text_plain) {
+  for (const EndpointRoutes& routes : {sagemaker(), vertex()}) {
+    EndpointStream stream(routes);
+    const std::string body = "{\"error\":\"x\"}";
+    const std::string length = std::to_string(body.size());
+    std::string out;
+    for (const char* status : {"404 Not Found", "405 Method Not Allowed", "400 Bad Request"}) {
+      out += std::string("HTTP/1.1 ") + status + "\r\nContent-Type: application/json\r\n" +
+             "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    }
+    CHECK(stream.answers(&out, 0) == out.size());
+    CHECK(out == "HTTP/1.1 404 Not Found\r\nContent-Length: " + length +
+                     "\r\nContent-Type: text/plain\r\n\r\n" + body +
+                     "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: " + length +
+                     "\r\n"
+                     "Content-Type: text/plain\r\n\r\n" +
+                     body +
+                     "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                     "Content-Length: " +
+                     length + "\r\n\r\n" + body);
+  }
+}
+
+TEST(multi_model_invoke_errors_are_400s) {
+  EndpointRoutes routes = sagemaker();
+  auto names = std::make_shared<SageMakerModelNames>();
+  names->add("h1");
+  routes.sagemaker_models = names;
+  EndpointStream stream(routes);
+  const std::string requests =
+      "POST /models/h1/invoke HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
+      "POST /invocations HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
+      "POST /models/h1/invoke HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
+  std::string rewritten;
+  stream.requests(requests.data(), requests.size(), &rewritten);
+  const std::string body = "{\"error\":\"x\"}";
+  const std::string not_found =
+      "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  // The invoke's 404 (a target model that is not loaded) is Triton's 400; the
+  // /invocations' stays; an interim answer belongs to no request; a 507 stays.
+  std::string out = "HTTP/1.1 100 Continue\r\n\r\n" + not_found + not_found +
+                    "HTTP/1.1 507 Insufficient Storage\r\nContent-Length: 0\r\n\r\n";
+  CHECK(stream.answers(&out, 0) == out.size());
+  // (The 507, with no Content-Type, gains application/json.)
+  const std::string length = "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  CHECK(out ==
+        "HTTP/1.1 100 Continue\r\n\r\n"
+        "HTTP/1.1 400 Bad Request\r\n" +
+            length + "Content-Type: application/json\r\n\r\n" + body +
+            "HTTP/1.1 404 Not Found\r\n" + length + "Content-Type: text/plain\r\n\r\n" + body +
+            "HTTP/1.1 507 Insufficient Storage\r\nContent-Length: 0\r\n"
+            "Content-Type: application/json\r\n\r\n");
 }

@@ -1044,6 +1044,28 @@ ENDPOINT_BODY_HEADER = kEndpointBodyHeader.data()[:kEndpointBodyHeader.size()].d
 ENDPOINT_MODEL_HEADER = kEndpointModelHeader.data()[:kEndpointModelHeader.size()].decode()
 ENDPOINT_VERSION_HEADER = kEndpointVersionHeader.data()[:kEndpointVersionHeader.size()].decode()
 ENDPOINT_METRICS_PATH = kEndpointMetricsPath.data()[:kEndpointMetricsPath.size()].decode()
+SAGEMAKER_MODELS_PATH = kSageMakerModelsPath.data()[:kSageMakerModelsPath.size()].decode()
+ENDPOINT_NAME_HEADER = kEndpointNameHeader.data()[:kEndpointNameHeader.size()].decode()
+SAGEMAKER_TARGET_HEADER = kSageMakerTargetHeader.data()[:kSageMakerTargetHeader.size()].decode()
+
+
+cdef class SageMakerNames:
+    """The names the SageMaker multi-model endpoint loaded, which its route rewrite of
+    POST /models/<name>/invoke reads on the I/O thread (csrc/http1/endpoint_routes.h)."""
+    cdef shared_ptr[SageMakerModelNames] _names
+
+    def __cinit__(self):
+        self._names.reset(new SageMakerModelNames())
+
+    def add(self, str name):
+        self._names.get().add(name.encode())
+
+    def remove(self, str name):
+        self._names.get().remove(name.encode())
+
+    def __contains__(self, str name):
+        cdef string held = name.encode()
+        return self._names.get().contains(string_view(held.data(), held.size()))
 
 
 # HttpIo events (csrc/http1/http_io.h EventKind).
@@ -1167,10 +1189,14 @@ cdef class HttpIo:
         self._io.set_tls(grpc, held)
 
     def listen_endpoint(self, int listen_fd, str kind, str model, str ping_mode="ready",
-                        str predict_route="", str health_route=""):
+                        str predict_route="", str health_route="",
+                        SageMakerNames sagemaker_names=None):
         """Accepts the connections of a SageMaker (`kind` "sagemaker") or Vertex AI
-        ("vertex_ai") endpoint on `listen_fd` (csrc/http1/endpoint_routes.h)."""
+        ("vertex_ai") endpoint on `listen_fd` (csrc/http1/endpoint_routes.h);
+        `sagemaker_names`: the multi-model endpoint's loaded names."""
         cdef EndpointRoutes routes
+        if sagemaker_names is not None:
+            routes.sagemaker_models = sagemaker_names._names
         if kind == "sagemaker":
             routes.kind = EndpointKind.kSageMaker
         elif kind == "vertex_ai":

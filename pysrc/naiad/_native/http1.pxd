@@ -93,18 +93,27 @@ cdef extern from "http1/endpoint_routes.h" namespace "naiad":
         kSageMaker "naiad::EndpointRoutes::Kind::kSageMaker"
         kVertexAi "naiad::EndpointRoutes::Kind::kVertexAi"
 
+    cdef cppclass SageMakerModelNames "naiad::SageMakerModelNames":
+        void add(const string& name) except +
+        void remove(const string& name)
+        cbool contains(string_view name)
+
     cdef cppclass EndpointRoutes "naiad::EndpointRoutes":
         EndpointKind kind
         string model
         string ping_mode
         string predict_route
         string health_route
+        shared_ptr[SageMakerModelNames] sagemaker_models  # const in C++: converts
 
     string_view kEndpointReplyPath
     string_view kEndpointBodyHeader
     string_view kEndpointModelHeader
     string_view kEndpointVersionHeader
     string_view kEndpointMetricsPath
+    string_view kSageMakerModelsPath
+    string_view kEndpointNameHeader
+    string_view kSageMakerTargetHeader
 
 
 cdef extern from "http1/http_io.h" namespace "naiad":

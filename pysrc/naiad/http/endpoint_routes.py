@@ -33,6 +33,8 @@ SAGEMAKER_UNSPECIFIED_MODEL = "unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 _BODY_HEADER = _core.ENDPOINT_BODY_HEADER.lower()
 _MODEL_HEADER = _core.ENDPOINT_MODEL_HEADER.lower()
 _VERSION_HEADER = _core.ENDPOINT_VERSION_HEADER.lower()
+_NAME_HEADER = _core.ENDPOINT_NAME_HEADER.lower()
+_TARGET_HEADER = _core.SAGEMAKER_TARGET_HEADER.lower()
 
 
 class EndpointError(ValueError):
@@ -53,6 +55,8 @@ class Endpoint:
     ping_mode: str = "ready"
     predict_route: str = ""
     health_route: str = ""
+    # SageMaker: the multi-model endpoint's control plane (http/sagemaker_models.py).
+    models: object = None
 
 
 def endpoint_reply(request: HttpRequest, status_text: str, manager) -> Reply:
@@ -81,8 +85,10 @@ def endpoint_metrics(request: HttpRequest, metrics_text) -> Reply:
 
 
 def wanted_headers() -> dict:
-    """The headers the protocol must keep for endpoint_reply."""
-    return {name: name for name in (_BODY_HEADER, _MODEL_HEADER, _VERSION_HEADER)}
+    """The headers the protocol must keep for endpoint_reply and the multi-model
+    endpoint's control plane."""
+    names = (_BODY_HEADER, _MODEL_HEADER, _VERSION_HEADER, _NAME_HEADER, _TARGET_HEADER)
+    return {name: name for name in names}
 
 
 def endpoints_for(options, environ=os.environ) -> list[Endpoint]:

@@ -196,6 +196,7 @@ class IoServer:
             endpoint.ping_mode,
             endpoint.predict_route,
             endpoint.health_route,
+            endpoint.models.names if endpoint.models is not None else None,
         )
 
     @property

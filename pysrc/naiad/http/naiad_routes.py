@@ -11,10 +11,15 @@ _REPORTS = {"arena": "arena_stats", "lanes": "lane_stats"}
 _ENDPOINT_REPLY = _core.ENDPOINT_REPLY_PATH.split("/")[3]
 # /v2/naiad/endpoint_metrics: the Vertex AI endpoint's redirect to "metrics".
 _ENDPOINT_METRICS = _core.ENDPOINT_METRICS_PATH.split("/")[3]
+# /v2/naiad/sagemaker_models: the SageMaker multi-model endpoint's control requests.
+_SAGEMAKER_MODELS = _core.SAGEMAKER_MODELS_PATH.split("/")[3]
 
 
-def register_naiad_routes(router: Router, manager, metrics_text=None) -> None:
-    """`metrics_text`: a callable giving the metrics page, None without metrics."""
+def register_naiad_routes(
+    router: Router, manager, metrics_text=None, sagemaker_models=None
+) -> None:
+    """`metrics_text`: a callable giving the metrics page, None without metrics;
+    `sagemaker_models`: the SageMaker endpoint's (http/sagemaker_models.py), if served."""
 
     def handle(request: HttpRequest, parts: list) -> Reply:
         # /v2/naiad/arena: the shared-memory arena's use, to spot leaks.
@@ -23,6 +28,8 @@ def register_naiad_routes(router: Router, manager, metrics_text=None) -> None:
             return endpoint_reply(request, parts[4], manager)
         if len(parts) == 4 and parts[3] == _ENDPOINT_METRICS:
             return endpoint_metrics(request, metrics_text)
+        if len(parts) == 4 and parts[3] == _SAGEMAKER_MODELS and sagemaker_models is not None:
+            return sagemaker_models.handle(request)
         if len(parts) == 4 and parts[3] == "shm" and request.method == "GET":
             return json_reply(manager.shm.stats())  # shm copy counters (naiad/memory/shm.py)
         report = _REPORTS.get(parts[3]) if len(parts) == 4 else None
