@@ -6,10 +6,16 @@ The repository registration under it (repository/registry.py) is tested here too
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
 import requests
 from endpoint_cases import send_all
-from naiad.http.sagemaker_models import model_layout
+from naiad import _core
+from naiad.errors import InvalidArgument
+from naiad.http.routes import HttpRequest
+from naiad.http.sagemaker_models import SageMakerModels, model_layout
 from naiad.repository.catalog import Catalog
 from naiad.repository.registry import RegistrationError
 from sagemaker_mme_cases import make_folders, run_story
@@ -185,3 +191,40 @@ def test_the_model_folder_of_a_load_follows_tritons_rules(tmp_path):
     (one / "config.pbtxt").write_text("")
     assert model_layout(str(one)) == ("", "")
     assert model_layout(str(tmp_path / "missing")) == (str(tmp_path / "missing"), "")
+
+
+class _Control:
+    """ModelControl's registration, recorded."""
+
+    def __init__(self):
+        self.registered: dict[str, dict] = {}
+
+    def register_repository(self, repository, mapping):
+        self.registered[repository] = mapping
+
+    def unregister_repository(self, repository):
+        del self.registered[repository]
+
+
+class _OutOfMemory:
+    """A manager whose loads fail with one of Triton's out-of-memory messages."""
+
+    def __init__(self):
+        self.control = _Control()
+
+    async def load_model(self, name):
+        raise InvalidArgument(f"load failed for model '{name}': CUDA out of memory")
+
+
+def test_a_load_out_of_memory_is_507_and_unregisters(tmp_path):
+    (tmp_path / "m").mkdir()
+    models = SageMakerModels(_OutOfMemory())
+    body = json.dumps({"model_name": "h", "url": str(tmp_path)}).encode()
+    request = HttpRequest("POST", _core.SAGEMAKER_MODELS_PATH, "", {}, body)
+    reply = asyncio.run(models.load(request))
+    assert reply.status == 507
+    assert json.loads(b"".join(reply.body)) == {
+        "error": "load failed for model 'h': CUDA out of memory"
+    }
+    assert models.manager.control.registered == {} and models.loaded == {}
+    assert "h" not in models.names
