@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/core.h"
+#include "core/submit_request.h"  // ModelHandle
 
 namespace naiad {
 

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "codec/infer_types.h"
+#include "core/core.h"  // the helpers below: a Core and its assembler
 #include "core/input_regions.h"
 #include "ipc/arena.h"
 
