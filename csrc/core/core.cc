@@ -345,10 +345,9 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
   const SubmitOptions& options = request.options;
   QueuedRequest queued{request.request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
   SpanContext span{};
-  if (options.traced && span_ids_.load(std::memory_order_relaxed)) {
+  if (options.traced && traces_.span_ids()) {
     // Its model's view of its trace, written while the block is still ours alone.
-    span = new_span_context(span_id_source_, options.trace_id_high, options.trace_id_low,
-                            options.trace_flags);
+    span = traces_.new_span(options.trace_id_high, options.trace_id_low, options.trace_flags);
     arena_.at<RequestHeader>(offset)->span = span;
   }
   Turn* turn = current_turn;
@@ -383,21 +382,15 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
       ensemble_starts_.push_back(
           EnsembleStart{handle.value, queued, {}, ensemble_options(options)});
       if (options.traced) {
-        traced_[request.request_id] = TraceStamps{request_start_ns, clock_(), span};
-        TraceNode& node = trace_nodes_[request.request_id];
-        node.root = request.request_id;
-        node.tensors = options.trace_tensors;
-        node.trace.span = span;
+        traces_.start_root(request.request_id, TraceStamps{request_start_ns, clock_(), span},
+                           options.trace_tensors);
       }
     } else {
       const uint64_t now = clock_();
       result = submit_result_of(model->scheduler->enqueue(queued, options, now));
       if (options.traced && result == SubmitResult::kOk) {
-        traced_[request.request_id] = TraceStamps{request_start_ns, now, span};
-        TraceNode& node = trace_nodes_[request.request_id];
-        node.root = request.request_id;
-        node.tensors = options.trace_tensors;
-        node.trace.span = span;
+        traces_.start_root(request.request_id, TraceStamps{request_start_ns, now, span},
+                           options.trace_tensors);
       }
     }
   }
@@ -407,86 +400,22 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
 
 bool Core::take_trace_stamps(uint64_t request_id, TraceStamps* stamps) {
   Locked lock(*this);
-  auto found = traced_.find(request_id);
-  if (found == traced_.end()) return false;
-  *stamps = found->second;
-  traced_.erase(found);
-  return true;
+  return traces_.take_stamps(request_id, stamps);
 }
 
 std::vector<ChildTrace> Core::take_trace_children(uint64_t root) {
   Locked lock(*this);
-  trace_nodes_.erase(root);
-  std::vector<ChildTrace> children;
-  auto found = trace_done_.find(root);
-  if (found != trace_done_.end()) {
-    children = std::move(found->second);
-    trace_done_.erase(found);
-  }
-  return children;
-}
-
-void Core::start_child_trace_locked(uint64_t parent, uint64_t request_id, uint64_t model,
-                                    std::string_view metadata, uint64_t request_start_ns,
-                                    uint64_t queue_start_ns, uint64_t block) {
-  auto found = trace_nodes_.find(parent);
-  if (found == trace_nodes_.end()) return;
-  const uint64_t root = found->second.root;
-  auto root_node = trace_nodes_.find(root);
-  if (root_node == trace_nodes_.end()) return;  // the root's trace is written already
-  const bool tensors = root_node->second.tensors;
-  const SpanContext root_span = root_node->second.trace.span;
-  TraceNode& node = trace_nodes_[request_id];
-  node.root = root;
-  node.tensors = tensors;
-  if (root_span.span_id != 0) {
-    // A span of the root's trace. The child is not dispatched yet (its block goes to a
-    // worker under this lock, later), so its model reads the context written here.
-    node.trace.span = new_span_context(span_id_source_, root_span.trace_id_high,
-                                       root_span.trace_id_low, root_span.trace_flags);
-    if (block != 0) arena_.at<RequestHeader>(block)->span = node.trace.span;
-  }
-  if (tensors && block != 0) {
-    append_request_tensors(&node.trace.tensors, arena_.base(), arena_.size(), block);
-  }
-  node.trace.request_id = request_id;
-  node.trace.parent = parent;
-  node.trace.model = model;
-  node.trace.id = request_id_text(metadata);
-  node.trace.request_start_ns = request_start_ns;
-  node.trace.queue_start_ns = queue_start_ns;
-}
-
-bool Core::child_keeps_tensors_locked(uint64_t request_id) const {
-  auto found = trace_nodes_.find(request_id);
-  return found != trace_nodes_.end() && found->second.root != request_id && found->second.tensors;
-}
-
-void Core::child_trace_outputs_locked(uint64_t request_id, const ResponseEntry& response) {
-  auto found = trace_nodes_.find(request_id);
-  if (found == trace_nodes_.end() || found->second.root == request_id) return;
-  append_response_tensors(&found->second.trace.tensors, response.json, response.outputs);
-}
-
-void Core::end_child_trace_locked(uint64_t request_id, const uint64_t* timings) {
-  auto found = trace_nodes_.find(request_id);
-  if (found == trace_nodes_.end() || found->second.root == request_id) return;
-  ChildTrace& trace = found->second.trace;
-  if (timings != nullptr) std::memcpy(trace.timings, timings, sizeof trace.timings);
-  trace.request_end_ns = clock_();
-  const uint64_t root = found->second.root;
-  if (trace_nodes_.count(root) != 0) trace_done_[root].push_back(std::move(trace));
-  trace_nodes_.erase(found);
+  return traces_.take_children(root);
 }
 
 uint64_t Core::trace_parent_locked(uint32_t instance_id, const SubmitMessage& message) const {
-  if (message.trace_index == 0 || trace_nodes_.empty()) return 0;
+  if (message.trace_index == 0 || !traces_.any()) return 0;
   auto batch = in_flight_.find(message.trace_batch);
   if (batch == in_flight_.end() || batch->second.instance_id != instance_id) return 0;
   const size_t index = message.trace_index - 1;
   if (index >= batch->second.requests.size()) return 0;
   const uint64_t parent = batch->second.requests[index].id;
-  return trace_nodes_.count(parent) != 0 ? parent : 0;
+  return traces_.tracks(parent) ? parent : 0;
 }
 
 bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
@@ -970,7 +899,7 @@ void Core::send_to_worker_locked(Instance& instance, const BatchMessage& message
 void Core::refuse_routed_locked(uint64_t request_id, uint32_t status) {
   auto route = routes_.find(request_id);
   if (route == routes_.end()) return;
-  if (!trace_nodes_.empty()) end_child_trace_locked(request_id, nullptr);
+  if (traces_.any()) traces_.end_child(request_id, nullptr, clock_());
   if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
     routes_.erase(route);
     ensembles_.step_refused(request_id, kRefusedQueued | status);
@@ -1024,9 +953,10 @@ bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
         stats[kRoutedRequestNs] += took;
       }
     }
-    if (!trace_nodes_.empty()) {
-      if (child_keeps_tensors_locked(id)) child_trace_outputs_locked(id, entry_of(*view, r));
-      if ((record.flags & kResponseFinal) != 0) end_child_trace_locked(id, view->header->timings);
+    if (traces_.any()) {
+      if (traces_.child_keeps_tensors(id)) traces_.child_outputs(id, entry_of(*view, r));
+      if ((record.flags & kResponseFinal) != 0)
+        traces_.end_child(id, view->header->timings, clock_());
     }
     if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
       if ((record.flags & kResponseFinal) != 0) routes_.erase(route);
@@ -1127,8 +1057,8 @@ void Core::take_submits_locked(Instance& instance) {
       routes_[id] = Route{instance_id, message.tag};
       ++instance.routed;
       if (trace_parent != 0) {
-        start_child_trace_locked(trace_parent, id, message.model, block_metadata(block),
-                                 request_start_ns, clock_(), block);
+        traces_.start_child(trace_parent, id, message.model, block_metadata(block),
+                            request_start_ns, clock_(), block);
       }
     } else {
       arena_.set_tag(block, 0);  // the core's now, whatever happens to the submitter
@@ -1153,8 +1083,8 @@ void Core::take_submits_locked(Instance& instance) {
         routes_[id] = Route{instance_id, message.tag};
         ++instance.routed;
         if (trace_parent != 0) {
-          start_child_trace_locked(trace_parent, id, message.model, block_metadata(block),
-                                   request_start_ns, queue_start_ns, block);
+          traces_.start_child(trace_parent, id, message.model, block_metadata(block),
+                              request_start_ns, queue_start_ns, block);
         }
       }
     }
@@ -1489,8 +1419,8 @@ SubmitResult Core::queue_step(ModelHandle handle, const SubmitRequest& request,
                                              {EnsembleOrigin::kStep, request.request_id},
                                              ensemble_options(options)});
     if (trace_parent != 0) {
-      start_child_trace_locked(trace_parent, request.request_id, handle.value, request.metadata,
-                               request_start_ns, clock_(), offset);
+      traces_.start_child(trace_parent, request.request_id, handle.value, request.metadata,
+                          request_start_ns, clock_(), offset);
     }
     return SubmitResult::kOk;
   }
@@ -1503,8 +1433,8 @@ SubmitResult Core::queue_step(ModelHandle handle, const SubmitRequest& request,
   }
   routes_[request.request_id] = Route{kEnsembleRoute, 0};
   if (trace_parent != 0) {
-    start_child_trace_locked(trace_parent, request.request_id, handle.value, request.metadata,
-                             request_start_ns, queue_start_ns, offset);
+    traces_.start_child(trace_parent, request.request_id, handle.value, request.metadata,
+                        request_start_ns, queue_start_ns, offset);
   }
   return result;
 }
@@ -1592,11 +1522,11 @@ void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
 void Core::ensemble_answer_traces_locked(const QueuedRequest& request,
                                          const std::vector<ResponseEntry>& entries, bool final) {
   // A traced ensemble that is a step or a BLS call ends its child trace (no compute).
-  if (trace_nodes_.empty()) return;
-  if (child_keeps_tensors_locked(request.id)) {
-    for (const ResponseEntry& entry : entries) child_trace_outputs_locked(request.id, entry);
+  if (!traces_.any()) return;
+  if (traces_.child_keeps_tensors(request.id)) {
+    for (const ResponseEntry& entry : entries) traces_.child_outputs(request.id, entry);
   }
-  if (final) end_child_trace_locked(request.id, nullptr);
+  if (final) traces_.end_child(request.id, nullptr, clock_());
 }
 
 void Core::finish_ensemble(uint64_t model, const QueuedRequest& request,

@@ -62,6 +62,7 @@
 #include "core/scheduler.h"
 #include "core/submit_request.h"
 #include "core/trace_context.h"
+#include "core/trace_table.h"
 #include "ipc/arena.h"
 #include "ipc/channel.h"
 #include "ipc/response_block.h"
@@ -137,36 +138,6 @@ struct Completion {
   uint64_t result_size;
   uint64_t dispatch_ns;
   std::vector<uint64_t> request_ids;
-};
-
-// When a traced request (SubmitOptions::traced) began its submit and entered its
-// model's queue (monotonic ns), the trace file's REQUEST_START and QUEUE_START.
-// In mode opentelemetry (Core::set_span_ids) also the ids its model span is exported
-// under, the context its model was given (trace_context.h).
-struct TraceStamps {
-  uint64_t request_start_ns = 0;
-  uint64_t queue_start_ns = 0;
-  SpanContext span{};
-};
-
-// A child trace, as Triton 2.51 writes one for each step of a traced ensemble request
-// and each BLS call made with trace=request.trace() (a trace of its own whose
-// parent_id is the trace of the request that made it). Kept by the core, which sees
-// the child start, queue and finish; read by the frontend with its root's trace.
-struct ChildTrace {
-  uint64_t request_id = 0;  // the core's id of the child request (a step's, a BLS call's)
-  uint64_t parent = 0;      // the core's id of the request it is a child of
-  uint64_t model = 0;       // the child's model (a ModelHandle value)
-  std::string id;           // its request id, JSON string text (escapes kept)
-  uint64_t request_start_ns = 0;
-  uint64_t queue_start_ns = 0;
-  uint64_t timings[4] = {0, 0, 0, 0};  // its batch's worker timings; 0s for an ensemble
-  uint64_t request_end_ns = 0;
-  // At trace level TENSORS (its root's SubmitOptions::trace_tensors): its inputs as
-  // queued (TENSOR_QUEUE_INPUT) and its responses' outputs (TENSOR_BACKEND_OUTPUT).
-  TensorRecords tensors;
-  // In mode opentelemetry: its model span's ids (its root's trace), as its model got them.
-  SpanContext span{};
 };
 
 struct InstanceEndpoint {
@@ -391,7 +362,7 @@ class Core : private EnsembleHost {
   // Trace mode opentelemetry: each traced request, and each child trace, gets the ids
   // of its model span at submit (TraceStamps::span, ChildTrace::span), written into its
   // request block for its model (RequestHeader::span). Set once, before serving.
-  void set_span_ids(bool on) { span_ids_.store(on, std::memory_order_relaxed); }
+  void set_span_ids(bool on) { traces_.set_span_ids(on); }
   // The finished child traces of traced request `root` (its steps and traced BLS
   // calls, theirs, and so on), once, in the order they finished; the root is forgotten
   // (children still running then are dropped when they end). The frontend calls it
@@ -551,19 +522,7 @@ class Core : private EnsembleHost {
   uint64_t new_step_id() override { return next_routed_id_++; }
   SubmitResult queue_step(ModelHandle model, const SubmitRequest& request,
                           uint64_t trace_parent) override;
-  bool traced(uint64_t request_id) override { return trace_nodes_.count(request_id) != 0; }
-  // Child traces (ChildTrace): a child of traced request `parent` starts (nothing when
-  // the parent is not traced, or its root was read already) or ends (`timings`: its
-  // batch's, or null; a root is left to take_trace_children).
-  // `block`: the child's request block (arena offset), read for its inputs when the
-  // tree keeps tensors. child_trace_outputs_locked: a response of a child (its outputs
-  // kept when the tree keeps tensors).
-  void start_child_trace_locked(uint64_t parent, uint64_t request_id, uint64_t model,
-                                std::string_view metadata, uint64_t request_start_ns,
-                                uint64_t queue_start_ns, uint64_t block);
-  bool child_keeps_tensors_locked(uint64_t request_id) const;
-  void child_trace_outputs_locked(uint64_t request_id, const ResponseEntry& response);
-  void end_child_trace_locked(uint64_t request_id, const uint64_t* timings);
+  bool traced(uint64_t request_id) override { return traces_.tracks(request_id); }
   // The traced request that BLS call message `message` continues the trace of
   // (trace=request.trace(): request `trace_index - 1` of batch `trace_batch`, running
   // on `instance_id`), or 0.
@@ -598,8 +557,6 @@ class Core : private EnsembleHost {
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<uint64_t> outputs_in_place_{0};
   std::atomic<uint64_t> outputs_copied_{0};
-  std::atomic<bool> span_ids_{false};  // set_span_ids
-  SpanIdSource span_id_source_;        // lock-free: drawn before submit takes the lock
 
   mutable std::mutex mutex_;
   // --- guarded by mutex_ ---
@@ -626,17 +583,9 @@ class Core : private EnsembleHost {
   std::unordered_map<uint32_t, Instance> instances_;
   uint32_t next_instance_id_ = 0;
   std::unordered_map<uint64_t, Batch> in_flight_;
-  std::unordered_map<uint64_t, Route> routes_;        // by request id
-  std::unordered_map<uint64_t, TraceStamps> traced_;  // traced requests, by request id
-  // Traced requests and their children still running, by request id (a root's `root`
-  // is its own id); and the children finished, by their root. Empty with tracing off.
-  struct TraceNode {
-    uint64_t root = 0;
-    bool tensors = false;  // the tree keeps tensors (the root's trace_tensors)
-    ChildTrace trace;
-  };
-  std::unordered_map<uint64_t, TraceNode> trace_nodes_;
-  std::unordered_map<uint64_t, std::vector<ChildTrace>> trace_done_;
+  std::unordered_map<uint64_t, Route> routes_;  // by request id
+  // Traced requests and their child traces (its span ids are drawn without the lock).
+  TraceTable traces_{arena_};
   RateLimiter rate_limiter_;  // off unless configure_rate_limiter()
   // Batches one instance may hold at once while it waits on its own requests.
   static constexpr uint32_t kMaxNestedBatches = 16;

@@ -1,5 +1,5 @@
-# Declarations of csrc/core/dynamic_batcher.h, csrc/core/rate_limiter.h, csrc/core/core.h,
-# csrc/core/sequence_batch_scheduler.h, csrc/core/ensemble_graph.h, csrc/core/trace_tree.h,
+# Declarations of csrc/core/dynamic_batcher.h, csrc/core/rate_limiter.h, csrc/core/trace_table.h,
+# csrc/core/core.h, csrc/core/sequence_batch_scheduler.h, csrc/core/ensemble_graph.h, csrc/core/trace_tree.h,
 # csrc/core/trace_context.h, csrc/core/response_cache.h, csrc/core/redis_cache.h: the Core and its
 # batchers, rate limiter, caches and traces.
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
@@ -59,6 +59,25 @@ cdef extern from "core/rate_limiter.h" namespace "naiad":
         vector[ServerResource] resources
 
 
+cdef extern from "core/trace_table.h" namespace "naiad":
+    cdef cppclass TraceStamps "naiad::TraceStamps":
+        uint64_t request_start_ns
+        uint64_t queue_start_ns
+        SpanContext span
+
+    cdef cppclass ChildTrace "naiad::ChildTrace":
+        uint64_t request_id
+        uint64_t parent
+        uint64_t model
+        string id
+        uint64_t request_start_ns
+        uint64_t queue_start_ns
+        uint64_t timings[4]
+        uint64_t request_end_ns
+        vector[pair[TensorActivity, string]] tensors
+        SpanContext span
+
+
 cdef extern from "core/core.h" namespace "naiad":
     uint64_t monotonic_ns() nogil
     int32_t kCompletionTimedOut
@@ -88,23 +107,6 @@ cdef extern from "core/core.h" namespace "naiad":
     cdef struct InstanceEndpoint:
         uint64_t channel_offset
         int wake_fd
-
-    cdef cppclass TraceStamps "naiad::TraceStamps":
-        uint64_t request_start_ns
-        uint64_t queue_start_ns
-        SpanContext span
-
-    cdef cppclass ChildTrace "naiad::ChildTrace":
-        uint64_t request_id
-        uint64_t parent
-        uint64_t model
-        string id
-        uint64_t request_start_ns
-        uint64_t queue_start_ns
-        uint64_t timings[4]
-        uint64_t request_end_ns
-        vector[pair[TensorActivity, string]] tensors
-        SpanContext span
 
     cdef cppclass CCore "naiad::Core":
         CCore(uint64_t arena_bytes) except +
