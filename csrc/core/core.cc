@@ -231,37 +231,6 @@ InstanceEndpoint Core::endpoint(uint32_t instance_id) const {
 
 // --- the data path ---
 
-namespace {
-
-// What an ensemble request's steps are scheduled with (ensemble_scheduler.h).
-EnsembleOptions ensemble_options(const SubmitOptions& options) {
-  EnsembleOptions out;
-  out.priority = options.priority;
-  out.timeout_us = options.timeout_us;
-  out.sequence_id = options.sequence_id;
-  out.sequence_key = std::string(options.sequence_key);
-  out.sequence_flags = options.sequence_flags;
-  return out;
-}
-
-SubmitResult submit_result_of(EnqueueResult result) {
-  switch (result) {
-    case EnqueueResult::kOk:
-      return SubmitResult::kOk;
-    case EnqueueResult::kQueueFull:
-      return SubmitResult::kQueueFull;
-    case EnqueueResult::kSequenceBatchSize:
-      return SubmitResult::kSequenceBatchSize;
-    case EnqueueResult::kNoSequenceId:
-      return SubmitResult::kNoSequenceId;
-    case EnqueueResult::kSequenceNotStarted:
-      return SubmitResult::kSequenceNotStarted;
-  }
-  return SubmitResult::kQueueFull;
-}
-
-}  // namespace
-
 Core::Turn::Turn(Core& core) : core_(core), outer_(current_turn) { current_turn = this; }
 
 Core::Turn::~Turn() {
@@ -379,8 +348,7 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
     if (model == nullptr) {
       result = SubmitResult::kModelGone;
     } else if (model->ensemble) {
-      ensemble_starts_.push_back(
-          EnsembleStart{handle.value, queued, {}, ensemble_options(options)});
+      ensembles_.queue(handle.value, queued, {}, ensemble_options(options));
       if (options.traced) {
         traces_.start_root(request.request_id, TraceStamps{request_start_ns, clock_(), span},
                            options.trace_tensors);
@@ -645,10 +613,10 @@ bool Core::instance_idle_locked(Instance& instance) {
 
 bool Core::dispatch_all_locked(bool arrivals_possible) {
   // Starting an ensemble may start another (a step that is an ensemble: queue_step
-  // leaves it in ensemble_starts_): until none is left, or it would wait for the next
+  // leaves it waiting): until none is left, or it would wait for the next
   // request to arrive.
   bool left = false;
-  while (!ensemble_starts_.empty()) left |= start_ensembles_locked();
+  while (ensembles_.waiting()) left |= ensembles_.start_waiting();
   uint64_t now = clock_();
   for (ModelSlot& slot : models_) {
     if (slot.model && !slot.model->scheduler->empty()) {
@@ -1052,8 +1020,7 @@ void Core::take_submits_locked(Instance& instance) {
       carried.sequence_id = message.sequence_id;
       carried.sequence_key = std::string(key);
       carried.sequence_flags = message.sequence_flags;
-      ensemble_starts_.push_back(
-          EnsembleStart{message.model, request, {instance_id, message.tag}, carried});
+      ensembles_.queue(message.model, request, {instance_id, message.tag}, std::move(carried));
       routes_[id] = Route{instance_id, message.tag};
       ++instance.routed;
       if (trace_parent != 0) {
@@ -1164,7 +1131,7 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
     take_submits_locked(instance);
   }
   dispatch_all_locked(arrivals_possible);
-  write_gathered_locked();
+  ensembles_.write_gathered();
   std::vector<Completion> out;
   out.swap(done_);
   return out;
@@ -1220,7 +1187,7 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
     ch->reset();
   }
   run_staged_locked();
-  write_gathered_locked();
+  ensembles_.write_gathered();
   std::vector<Completion> out;
   out.swap(done_);
   return out;
@@ -1276,15 +1243,6 @@ CancelResult Core::cancel(uint64_t request_id) {
 CancelResult Core::cancel_locked(uint64_t request_id) {
   CancelResult result = CancelResult::kUnknown;
   // An ensemble request: waiting to start, or running its steps.
-  for (size_t i = 0; i < ensemble_starts_.size(); ++i) {
-    if (ensemble_starts_[i].request.id != request_id) continue;
-    const EnsembleStart start = ensemble_starts_[i];
-    ensemble_starts_.erase(ensemble_starts_.begin() + static_cast<std::ptrdiff_t>(i));
-    const uint64_t none[4] = {0, 0, 0, 0};
-    answer_ensemble(start.model, start.request, start.origin, {}, none, kCompletionCancelled);
-    release_request(start.request);
-    return CancelResult::kDropped;
-  }
   if (ensembles_.cancel(request_id)) return CancelResult::kDropped;
   {
     for (ModelSlot& slot : models_) {
@@ -1370,231 +1328,6 @@ uint64_t Core::running_since(uint32_t instance_id) {
     if (oldest == 0 || batch.dispatch_ns < oldest) oldest = batch.dispatch_ns;
   }
   return oldest;
-}
-
-// --- ensembles (ensemble_scheduler.h) ---
-
-bool Core::start_ensembles_locked() {
-  const size_t before = done_.size();
-  std::vector<EnsembleStart> starts;
-  starts.swap(ensemble_starts_);
-  for (const EnsembleStart& start : starts) {
-    const uint64_t none[4] = {0, 0, 0, 0};
-    // The scheduler reads the block's inputs from the arena: those submit left in a
-    // client's region come in first (a batch would copy them at dispatch).
-    if (!assembler_.fill_from_regions(start.request.offset)) {
-      answer_ensemble(start.model, start.request, start.origin, {}, none,
-                      kCompletionWorkerFailed);  // cannot happen: the submitter holds it
-      release_request(start.request);
-      continue;
-    }
-    const SubmitResult result =
-        ensembles_.start(start.model, start.request, start.origin, start.options);
-    if (result == SubmitResult::kOk) continue;
-    // No graph: the ensemble is not served (removed, or its graph not set yet).
-    answer_ensemble(start.model, start.request, start.origin, {}, none, kCompletionModelGone);
-    release_request(start.request);
-  }
-  return done_.size() != before;
-}
-
-SubmitResult Core::queue_step(ModelHandle handle, const SubmitRequest& request,
-                              uint64_t trace_parent) {
-  Model* model = find_locked(handle);
-  if (model == nullptr) return SubmitResult::kModelGone;
-  const uint64_t request_start_ns = trace_parent != 0 ? clock_() : 0;
-  ScratchArray<const uint8_t*> sources(request.inputs.size());
-  for (size_t i = 0; i < request.inputs.size(); ++i) {
-    sources[i] = static_cast<const uint8_t*>(request.inputs[i].data);
-  }
-  // The one copy of the step's inputs (from the ensemble's request or an earlier
-  // step's response) into its request block; the assembler's lock nests in ours.
-  const uint64_t offset = assembler_.place(handle.value, request, sources.data());
-  if (offset == 0) return SubmitResult::kArenaFull;
-  const SubmitOptions& options = request.options;
-  QueuedRequest queued{request.request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
-  if (model->ensemble) {  // an ensemble as a step: started from the next dispatch's top
-    ensemble_starts_.push_back(EnsembleStart{handle.value,
-                                             queued,
-                                             {EnsembleOrigin::kStep, request.request_id},
-                                             ensemble_options(options)});
-    if (trace_parent != 0) {
-      traces_.start_child(trace_parent, request.request_id, handle.value, request.metadata,
-                          request_start_ns, clock_(), offset);
-    }
-    return SubmitResult::kOk;
-  }
-  const uint64_t queue_start_ns = clock_();
-  const SubmitResult result =
-      submit_result_of(model->scheduler->enqueue(queued, options, queue_start_ns));
-  if (result != SubmitResult::kOk) {
-    assembler_.release(offset);
-    return result;
-  }
-  routes_[request.request_id] = Route{kEnsembleRoute, 0};
-  if (trace_parent != 0) {
-    traces_.start_child(trace_parent, request.request_id, handle.value, request.metadata,
-                        request_start_ns, queue_start_ns, offset);
-  }
-  return result;
-}
-
-void Core::release_request(const QueuedRequest& request) {
-  std::vector<QueuedRequest> done{request};
-  assembler_.release(done);
-}
-
-void Core::answer_ensemble(uint64_t model, const QueuedRequest& request,
-                           const EnsembleOrigin& origin, const std::vector<ResponseEntry>& entries,
-                           const uint64_t timings[4], int32_t status) {
-  // A decoupled ensemble's responses before its last leave the request running: it is
-  // counted, its trace ended and its route dropped with the last.
-  const bool final = entries.empty() || (entries[0].flags & kResponseFinal) != 0;
-  const bool counted = final && !entries.empty() && (entries[0].flags & kResponseError) == 0;
-  ensemble_answer_traces_locked(request, entries, final);
-  if (origin.instance == EnsembleOrigin::kStep) {  // a step of another ensemble
-    const uint64_t step_id = origin.tag;
-    if (status != kCompletionOk || entries.empty()) {
-      ensembles_.step_refused(step_id, kRefusedQueued | static_cast<uint32_t>(status));
-      return;
-    }
-    if (counted) count_ensemble_locked(model, request, timings);
-    const uint64_t size = response_block_size(entries);
-    std::vector<uint8_t> block(size);
-    write_response_block(block.data(), entries, timings);
-    ResponseBlockView view;
-    if (view_response_block(block.data(), size, &view)) {
-      ensembles_.step_response(step_id, view, 0);
-    } else {
-      ensembles_.step_refused(step_id, kRefusedQueued | kCompletionWorkerFailed);
-    }
-    return;
-  }
-  const uint64_t size = entries.empty() ? 0 : response_block_size(entries);
-  if (origin.instance == EnsembleOrigin::kFrontend) {
-    uint64_t block = 0;
-    if (status == kCompletionOk && size != 0) {
-      block = arena_.alloc(size, 0);
-      if (block == 0) {
-        status = kCompletionArenaFull;
-      } else {
-        write_response_block(arena_.base() + block, entries, timings);
-      }
-    }
-    done_.push_back(Completion{block != 0 ? next_batch_id_++ : 0,
-                               status,
-                               kNoInstance,
-                               block,
-                               block != 0 ? size : 0,
-                               timings[0],
-                               {request.id}});
-    return;
-  }
-  // A worker's request: answered on its ring unless the worker died meanwhile.
-  auto route = routes_.find(request.id);
-  if (route == routes_.end()) return;
-  Instance* submitter = find_instance_locked(route->second.instance_id);
-  if (submitter == nullptr) {
-    erase_route_locked(route);
-    return;
-  }
-  uint64_t owner = 0;
-  for (const auto& flight : in_flight_) {
-    if (flight.second.instance_id == submitter->id) owner = flight.first;
-  }
-  const uint64_t block = status == kCompletionOk && size != 0 ? arena_.alloc(size, owner) : 0;
-  if (block == 0) {
-    const uint32_t failed =
-        status == kCompletionOk ? uint32_t{kCompletionArenaFull} : static_cast<uint32_t>(status);
-    send_to_worker_locked(*submitter, BatchMessage{route->second.tag, 0, kRefusedQueued | failed,
-                                                   MessageKind::kRefused, 0});
-    // The caller heard the end; the ensemble's later responses find no route.
-    erase_route_locked(route);
-    return;
-  }
-  write_response_block(arena_.base() + block, entries, timings);
-  send_to_worker_locked(*submitter,
-                        BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
-  if (counted) count_ensemble_locked(model, request, timings);
-  if (final) erase_route_locked(route);
-}
-
-void Core::ensemble_answer_traces_locked(const QueuedRequest& request,
-                                         const std::vector<ResponseEntry>& entries, bool final) {
-  // A traced ensemble that is a step or a BLS call ends its child trace (no compute).
-  if (!traces_.any()) return;
-  if (traces_.child_keeps_tensors(request.id)) {
-    for (const ResponseEntry& entry : entries) traces_.child_outputs(request.id, entry);
-  }
-  if (final) traces_.end_child(request.id, nullptr, clock_());
-}
-
-void Core::finish_ensemble(uint64_t model, const QueuedRequest& request,
-                           const EnsembleOrigin& origin, const std::vector<ResponseEntry>& entries,
-                           const uint64_t timings[4], int32_t status, bool decoupled,
-                           std::vector<uint64_t> blocks) {
-  const bool gather = origin.instance == EnsembleOrigin::kFrontend && !decoupled &&
-                      status == kCompletionOk && entries.size() == 1 &&
-                      (entries[0].flags & (kResponseFinal | kResponseError)) == kResponseFinal;
-  if (!gather) {
-    answer_ensemble(model, request, origin, entries, timings, status);
-    for (uint64_t block : blocks) arena_.free(block);
-    release_request(request);
-    return;
-  }
-  ensemble_answer_traces_locked(request, entries, true);
-  Gathered& group = gathered_[model];
-  if (group.requests.empty()) {
-    group.done_index = done_.size();
-    done_.push_back(Completion{0, kCompletionOk, kNoInstance, 0, 0, timings[0], {}});
-  }
-  ResponseEntry entry = entries[0];
-  entry.request_index = static_cast<uint32_t>(group.entries.size());
-  entry.json = group.jsons.emplace_back(entries[0].json);
-  group.entries.push_back(std::move(entry));
-  group.started.push_back(timings[0]);
-  group.compute_ns += timings[2];
-  group.requests.push_back(request);
-  group.blocks.insert(group.blocks.end(), blocks.begin(), blocks.end());
-  done_[group.done_index].request_ids.push_back(request.id);
-}
-
-void Core::write_gathered_locked() {
-  for (auto& [model, group] : gathered_) {
-    Completion& done = done_[group.done_index];
-    const size_t n = group.entries.size();
-    // One request's answer is the block it always had; more carry their starts.
-    const bool started_each = n > 1;
-    const uint64_t timings[4] = {group.started[0], 0, group.compute_ns / n, 0};
-    const uint64_t size = response_block_size(group.entries, started_each);
-    const uint64_t block = arena_.alloc(size, 0);
-    if (block == 0) {
-      done.status = kCompletionArenaFull;
-    } else {
-      write_response_block(arena_.base() + block, group.entries, timings,
-                           started_each ? group.started.data() : nullptr);
-      done.batch_id = next_batch_id_++;
-      done.result_offset = block;
-      done.result_size = size;
-    }
-    for (uint64_t kept : group.blocks) arena_.free(kept);
-    assembler_.release(group.requests);
-  }
-  gathered_.clear();
-}
-
-void Core::count_ensemble_locked(uint64_t model, const QueuedRequest& request,
-                                 const uint64_t timings[4]) {
-  // The ensemble's statistics count the request, as for a client's.
-  const uint64_t took = clock_() - timings[0];
-  std::vector<uint64_t> stats(kRoutedStatsSize, 0);
-  stats[kRoutedCount] = 1;
-  stats[kRoutedRows] = request.batch_size;
-  stats[kRoutedRequestNs] = took;
-  stats[kRoutedComputeInferNs] = timings[2];
-  stats[kRoutedWholeBatch] = 1;
-  done_.push_back(
-      Completion{model, kCompletionRouted, kNoInstance, 0, 0, timings[0], std::move(stats)});
 }
 
 }  // namespace naiad

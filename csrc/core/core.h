@@ -56,6 +56,7 @@
 #include "codec/trace_tensor.h"
 #include "core/batch_assembler.h"
 #include "core/dynamic_batcher.h"
+#include "core/ensemble_host.h"
 #include "core/ensemble_scheduler.h"
 #include "core/input_regions.h"
 #include "core/rate_limiter.h"
@@ -145,9 +146,8 @@ struct InstanceEndpoint {
   int wake_fd;  // the worker blocks on it; the frontend signals it
 };
 
-// Core implements EnsembleHost for its EnsembleScheduler (ensemble_scheduler.h): the
-// ensemble orchestration calls those methods with mutex_ held.
-class Core : private EnsembleHost {
+// Ensembles run in CoreEnsembleHost (ensemble_host.h), a part of the core under mutex_.
+class Core {
  public:
   // `clock` is injectable for tests; `timer_thread` false leaves held batches to
   // explicit tick() calls (deterministic tests).
@@ -511,41 +511,10 @@ class Core : private EnsembleHost {
   // A worker's control request (SubmitKind::kControl): left for the frontend as a
   // kCompletionControl completion, or answered at once when its block is unreadable.
   void take_control_locked(Instance& instance, const SubmitMessage& message);
-  // Statistics for an ensemble request answered to a worker or to an outer ensemble
-  // (kCompletionRouted, kNoInstance): the ensemble counts it as a client's.
-  void count_ensemble_locked(uint64_t model, const QueuedRequest& request,
-                             const uint64_t timings[4]);
-
-  // --- EnsembleHost (ensemble_scheduler.h), with mutex_ held ---
-  Arena& ensemble_arena() override { return arena_; }
-  uint64_t ensemble_now() override { return clock_(); }
-  uint64_t new_step_id() override { return next_routed_id_++; }
-  SubmitResult queue_step(ModelHandle model, const SubmitRequest& request,
-                          uint64_t trace_parent) override;
-  bool traced(uint64_t request_id) override { return traces_.tracks(request_id); }
   // The traced request that BLS call message `message` continues the trace of
   // (trace=request.trace(): request `trace_index - 1` of batch `trace_batch`, running
   // on `instance_id`), or 0.
   uint64_t trace_parent_locked(uint32_t instance_id, const SubmitMessage& message) const;
-  void cancel_step(uint64_t step_id) override { cancel_locked(step_id); }
-  void release_request(const QueuedRequest& request) override;
-  void answer_ensemble(uint64_t model, const QueuedRequest& request, const EnsembleOrigin& origin,
-                       const std::vector<ResponseEntry>& entries, const uint64_t timings[4],
-                       int32_t status) override;
-  void finish_ensemble(uint64_t model, const QueuedRequest& request, const EnsembleOrigin& origin,
-                       const std::vector<ResponseEntry>& entries, const uint64_t timings[4],
-                       int32_t status, bool decoupled, std::vector<uint64_t> blocks) override;
-  // What answering an ensemble request's responses tells its trace (a step's or a BLS
-  // call's child trace keeps its outputs, and ends with the last).
-  void ensemble_answer_traces_locked(const QueuedRequest& request,
-                                     const std::vector<ResponseEntry>& entries, bool final);
-  // Writes the answers gathered since the completions were last handed out (see
-  // gathered_), before poll() or instance_down() hands them out.
-  void write_gathered_locked();
-  // Starts the ensemble requests that arrived since the last dispatch (always from
-  // the top of a dispatch, so the EnsembleScheduler is never re-entered by a start).
-  // True if it left completions for poll().
-  bool start_ensembles_locked();
 
   // Set at construction, then only read: no lock.
   Clock clock_;
@@ -592,34 +561,11 @@ class Core : private EnsembleHost {
   // Ids of requests workers submit: a range of their own, apart from the frontend's.
   uint64_t next_routed_id_ = uint64_t{1} << 62;
   std::vector<Completion> done_;  // left for poll() by dispatch and the timer thread
-  // Ensembles: requests waiting for start_ensembles_locked, and the orchestration.
+  // Ensembles: the requests waiting to start, their orchestration and gathered answers.
   // A step request's route has instance_id kEnsembleRoute (its responses go to
   // ensembles_); a worker's request to an ensemble has an ordinary route.
-  struct EnsembleStart {
-    uint64_t model;
-    QueuedRequest request;
-    EnsembleOrigin origin;
-    EnsembleOptions options;
-  };
-  std::vector<EnsembleStart> ensemble_starts_;
-  EnsembleScheduler ensembles_{*this};
-  // A client's ensemble requests that succeeded since the completions were last handed
-  // out, by ensemble model: answered together, one response block and one completion
-  // (its place in done_ kept from the first), as a batch of a model with instances is,
-  // so the frontend reads one block for them rather than one each. Each response's
-  // outputs point into the step responses and request blocks kept here until the
-  // block is written; the block ends with each request's start (kResponseStartedEach:
-  // their queue times differ) and its compute time is their mean.
-  struct Gathered {
-    size_t done_index = 0;
-    std::vector<ResponseEntry> entries;
-    std::deque<std::string> jsons;  // the entries' JSON (a deque: views stay valid)
-    std::vector<uint64_t> started;
-    uint64_t compute_ns = 0;
-    std::vector<QueuedRequest> requests;
-    std::vector<uint64_t> blocks;
-  };
-  std::unordered_map<uint64_t, Gathered> gathered_;
+  friend class CoreEnsembleHost;
+  CoreEnsembleHost ensembles_{*this};
   static constexpr uint32_t kEnsembleRoute = 0xffffffffu;
   // Scratch for dispatch_locked, kept to spare allocations on the hot path.
   std::vector<uint32_t> idle_;

@@ -73,6 +73,17 @@ struct EnsembleOptions {
   uint32_t sequence_flags = 0;
 };
 
+// What an ensemble request's steps are scheduled with (ensemble_scheduler.h).
+inline EnsembleOptions ensemble_options(const SubmitOptions& options) {
+  EnsembleOptions out;
+  out.priority = options.priority;
+  out.timeout_us = options.timeout_us;
+  out.sequence_id = options.sequence_id;
+  out.sequence_key = std::string(options.sequence_key);
+  out.sequence_flags = options.sequence_flags;
+  return out;
+}
+
 // What the scheduler asks of the core, with the core's mutex held.
 class EnsembleHost {
  public:

@@ -43,6 +43,23 @@ enum class EnqueueResult {
   kSequenceNotStarted
 };
 
+// What submit answers for a scheduler's EnqueueResult.
+inline SubmitResult submit_result_of(EnqueueResult result) {
+  switch (result) {
+    case EnqueueResult::kOk:
+      return SubmitResult::kOk;
+    case EnqueueResult::kQueueFull:
+      return SubmitResult::kQueueFull;
+    case EnqueueResult::kSequenceBatchSize:
+      return SubmitResult::kSequenceBatchSize;
+    case EnqueueResult::kNoSequenceId:
+      return SubmitResult::kNoSequenceId;
+    case EnqueueResult::kSequenceNotStarted:
+      return SubmitResult::kSequenceNotStarted;
+  }
+  return SubmitResult::kQueueFull;
+}
+
 // A batch the scheduler formed: `requests` run together on instance `instance`.
 struct Placement {
   uint32_t instance = 0;
