@@ -376,16 +376,6 @@ std::vector<ChildTrace> Core::take_trace_children(uint64_t root) {
   return traces_.take_children(root);
 }
 
-uint64_t Core::trace_parent_locked(uint32_t instance_id, const SubmitMessage& message) const {
-  if (message.trace_index == 0 || !traces_.any()) return 0;
-  auto batch = in_flight_.find(message.trace_batch);
-  if (batch == in_flight_.end() || batch->second.instance_id != instance_id) return 0;
-  const size_t index = message.trace_index - 1;
-  if (index >= batch->second.requests.size()) return 0;
-  const uint64_t parent = batch->second.requests[index].id;
-  return traces_.tracks(parent) ? parent : 0;
-}
-
 bool Core::dispatch_locked(Model& model, uint64_t now, bool arrivals_possible) {
   std::vector<QueuedRequest> rejected;
   bool left = false;  // completions for poll(): requests that failed here
@@ -557,8 +547,8 @@ bool Core::start_batch_locked(Model& model, Instance& instance,
   if (!counted) ++instance.busy;
   batch.dispatch_ns = now;
   batch.answered.assign(batch.requests.size(), false);
-  batch.routed = !routes_.empty();
-  for (const QueuedRequest& r : batch.requests) batch.routed &= routes_.count(r.id) != 0;
+  batch.routed = !bls_.empty();
+  for (const QueuedRequest& r : batch.requests) batch.routed &= bls_.routed(r.id);
   if (model.scheduler->preserve_ordering()) model.order.push_back(batch.id);
   in_flight_.emplace(batch.id, std::move(batch));
   return false;
@@ -629,18 +619,18 @@ bool Core::dispatch_all_locked(bool arrivals_possible) {
 void Core::reject_locked(std::vector<QueuedRequest>& rejected, int32_t status, const Model* model) {
   Completion done{0, status, std::numeric_limits<uint32_t>::max(), 0, 0, 0, {}};
   uint64_t routed = 0, routed_ns = 0;
-  const uint64_t now = routes_.empty() ? 0 : clock_();
+  const uint64_t now = bls_.empty() ? 0 : clock_();
   for (const QueuedRequest& r : rejected) {
     // A worker's own request (BLS) is refused to its submitter, not to the frontend;
     // the called model's statistics count it as a client's (the frontend's part). An
     // ensemble's step is its ensemble's to count.
-    auto route = routes_.empty() ? routes_.end() : routes_.find(r.id);
-    if (route != routes_.end()) {
-      if (route->second.instance_id != kEnsembleRoute) {
+    const BlsRouter::Route* route = bls_.empty() ? nullptr : bls_.find(r.id);
+    if (route != nullptr) {
+      if (route->instance_id != BlsRouter::kEnsembleRoute) {
         ++routed;
         routed_ns += now > r.enqueue_ns ? now - r.enqueue_ns : 0;
       }
-      refuse_routed_locked(r.id, static_cast<uint32_t>(status));
+      bls_.refuse(r.id, static_cast<uint32_t>(status));
     } else {
       done.request_ids.push_back(r.id);
     }
@@ -734,8 +724,8 @@ void Core::finish_locked(Batch& batch, int32_t status) {
   for (size_t i = 0; i < batch.requests.size(); ++i) {
     if (batch.answered[i]) continue;
     const uint64_t id = batch.requests[i].id;
-    if (routes_.count(id) != 0) {
-      refuse_routed_locked(id, static_cast<uint32_t>(failed.status));
+    if (bls_.routed(id)) {
+      bls_.refuse(id, static_cast<uint32_t>(failed.status));
     } else {
       failed.request_ids.push_back(id);
     }
@@ -800,8 +790,8 @@ void Core::take_message_locked(uint32_t instance_id, const CompletionMessage& me
       // Unreadable: the frontend fails every request it names, so all are answered.
       batch.answered.assign(n, true);
     }
-    const bool for_frontend = (routes_.empty() && !batch.routed) ||
-                              route_responses_locked(batch, readable ? &view : nullptr);
+    const bool for_frontend =
+        (bls_.empty() && !batch.routed) || bls_.route_responses(batch, readable ? &view : nullptr);
     if (!for_frontend) {
       arena_.free(message.result_offset);
     } else {
@@ -848,12 +838,6 @@ bool Core::takes_batch_locked(const Instance& instance) {
          (instance.routed != 0 && !instance.staged && instance.busy < kMaxNestedBatches);
 }
 
-void Core::erase_route_locked(std::unordered_map<uint64_t, Route>::iterator route) {
-  Instance* submitter = find_instance_locked(route->second.instance_id);
-  if (submitter != nullptr && submitter->routed != 0) --submitter->routed;
-  routes_.erase(route);
-}
-
 void Core::send_to_worker_locked(Instance& instance, const BatchMessage& message) {
   Channel* ch = channel(instance);
   if (!instance.backlog.empty() || !ch->to_worker.push(message)) {
@@ -864,244 +848,17 @@ void Core::send_to_worker_locked(Instance& instance, const BatchMessage& message
   if (ch->worker_sleeping.load(std::memory_order_seq_cst) != 0) signal_eventfd(instance.wake_fd);
 }
 
-void Core::refuse_routed_locked(uint64_t request_id, uint32_t status) {
-  auto route = routes_.find(request_id);
-  if (route == routes_.end()) return;
-  if (traces_.any()) traces_.end_child(request_id, nullptr, clock_());
-  if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
-    routes_.erase(route);
-    ensembles_.step_refused(request_id, kRefusedQueued | status);
-    return;
-  }
-  Instance* submitter = find_instance_locked(route->second.instance_id);
-  if (submitter != nullptr) {
-    send_to_worker_locked(*submitter, BatchMessage{route->second.tag, 0, kRefusedQueued | status,
-                                                   MessageKind::kRefused, 0});
-  }
-  erase_route_locked(route);
-}
-
-bool Core::route_responses_locked(Batch& batch, const ResponseBlockView* view) {
-  bool for_frontend = false;
-  if (view == nullptr) {
-    for (const QueuedRequest& r : batch.requests) {
-      if (routes_.count(r.id) != 0) {
-        refuse_routed_locked(r.id, kCompletionWorkerFailed);
-      } else {
-        for_frontend = true;
-      }
-    }
-    return for_frontend;
-  }
-  std::vector<uint64_t> stats;  // RoutedStats of the routed requests finished here
-  const uint64_t now = clock_();
-  for (uint32_t r = 0; r < view->header->n_responses; ++r) {
-    const ResponseRecord& record = view->records[r];
-    if (record.request_index >= batch.requests.size()) continue;
-    const QueuedRequest& queued = batch.requests[record.request_index];
-    const uint64_t id = queued.id;
-    auto route = routes_.find(id);
-    if (route == routes_.end()) {
-      for_frontend = true;
-      continue;
-    }
-    if ((record.flags & kResponseFinal) != 0) {
-      if (stats.empty()) stats.assign(kRoutedStatsSize, 0);
-      const uint64_t took = now > queued.enqueue_ns ? now - queued.enqueue_ns : 0;
-      if (response_counts_as_failure(record.flags)) {
-        stats[kRoutedFailed] += 1;
-        stats[kRoutedFailedRows] += queued.batch_size;
-        stats[kRoutedFailedNs] += took;
-      } else {
-        stats[kRoutedCount] += 1;
-        stats[kRoutedRows] += queued.batch_size;
-        if (batch.dispatch_ns > queued.enqueue_ns) {
-          stats[kRoutedQueueNs] += batch.dispatch_ns - queued.enqueue_ns;
-        }
-        stats[kRoutedRequestNs] += took;
-      }
-    }
-    if (traces_.any()) {
-      if (traces_.child_keeps_tensors(id)) traces_.child_outputs(id, entry_of(*view, r));
-      if ((record.flags & kResponseFinal) != 0)
-        traces_.end_child(id, view->header->timings, clock_());
-    }
-    if (route->second.instance_id == kEnsembleRoute) {  // an ensemble's step
-      if ((record.flags & kResponseFinal) != 0) routes_.erase(route);
-      ensembles_.step_response(id, *view, r);
-      continue;
-    }
-    // The submitter gets the response in a block of its own (a copy: the block is
-    // shared with the batch's other requests), tagged with the batch it is running so
-    // its death reclaims the block.
-    Instance* submitter = find_instance_locked(route->second.instance_id);
-    if (submitter == nullptr) {  // freed: nobody is waiting for the response
-      routes_.erase(route);
-      continue;
-    }
-    uint64_t owner = 0;
-    for (const auto& flight : in_flight_) {
-      if (flight.second.instance_id == submitter->id) owner = flight.first;
-    }
-    std::vector<ResponseEntry> entries{entry_of(*view, r)};
-    const uint64_t size = response_block_size(entries);
-    const uint64_t block = arena_.alloc(size, owner);
-    if (block == 0) {
-      refuse_routed_locked(id, kCompletionWorkerFailed);
-      continue;
-    }
-    write_response_block(arena_.base() + block, entries, view->header->timings);
-    send_to_worker_locked(*submitter,
-                          BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
-    if ((record.flags & kResponseFinal) != 0) erase_route_locked(route);
-  }
-  if (!stats.empty()) {
-    for (int t = 1; t < 4; ++t) stats[kRoutedComputeInputNs + t - 1] = view->header->timings[t];
-    bool whole = stats[kRoutedCount] + stats[kRoutedFailed] == batch.requests.size();
-    stats[kRoutedWholeBatch] = whole ? 1 : 0;
-    done_.push_back(Completion{batch.id, kCompletionRouted, batch.instance_id, 0, 0,
-                               batch.dispatch_ns, std::move(stats)});
-  }
-  return for_frontend;
-}
-
-void Core::take_submits_locked(Instance& instance) {
-  const uint32_t instance_id = instance.id;
-  Channel* ch = channel(instance);
-  auto block_metadata = [this](uint64_t block) {  // a traced call's, for its request id
-    const RequestHeader* header = arena_.at<RequestHeader>(block);
-    return std::string_view(reinterpret_cast<const char*>(
-                                arena_.base() + block + request_metadata_offset(header->n_inputs)),
-                            header->metadata_size);
-  };
-  SubmitMessage message;
-  while (ch->to_core.pop(&message)) {
-    if (message.kind == SubmitKind::kCancel) {
-      cancel_routed_locked(instance_id, message.tag);
-      continue;
-    }
-    if (message.kind == SubmitKind::kControl) {
-      take_control_locked(instance, message);
-      continue;
-    }
-    uint32_t refused = 0;
-    const uint64_t block = message.block_offset;
-    const uint64_t heap_begin = arena_.header()->heap_begin;
-    const bool readable = request_block_fits(arena_.base(), arena_.size(), heap_begin, block);
-    // A string correlation id lies in the block, after its inputs.
-    const uint64_t key_offset = message.sequence_key_offset;
-    const uint64_t key_size = message.sequence_key_size;
-    const bool key_readable = key_size == 0 || (key_offset > block && key_offset <= arena_.size() &&
-                                                key_size <= arena_.size() - key_offset);
-    const std::string_view key =
-        key_size == 0 || !key_readable
-            ? std::string_view()
-            : std::string_view(reinterpret_cast<const char*>(arena_.base() + key_offset), key_size);
-    Model* model = readable ? find_locked(ModelHandle{message.model}) : nullptr;
-    // A call made with trace=request.trace() of a traced request: a child trace.
-    const uint64_t trace_parent = readable ? trace_parent_locked(instance_id, message) : 0;
-    const uint64_t request_start_ns = trace_parent != 0 ? clock_() : 0;
-    if (!readable) {
-      refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
-    } else if (!key_readable) {
-      refused = static_cast<uint32_t>(SubmitResult::kUnsupportedInput);
-      arena_.free(block);
-    } else if (model == nullptr) {
-      refused = static_cast<uint32_t>(SubmitResult::kModelGone);
-      arena_.free(block);
-    } else if (model->ensemble) {
-      arena_.set_tag(block, 0);
-      const uint64_t id = next_routed_id_++;
-      QueuedRequest request{
-          id, block, 0, arena_.at<RequestHeader>(block)->batch_size, message.shape_key, 0, 0};
-      EnsembleOptions carried;
-      carried.priority = message.priority;
-      carried.timeout_us = message.timeout_us;
-      carried.sequence_id = message.sequence_id;
-      carried.sequence_key = std::string(key);
-      carried.sequence_flags = message.sequence_flags;
-      ensembles_.queue(message.model, request, {instance_id, message.tag}, std::move(carried));
-      routes_[id] = Route{instance_id, message.tag};
-      ++instance.routed;
-      if (trace_parent != 0) {
-        traces_.start_child(trace_parent, id, message.model, block_metadata(block),
-                            request_start_ns, clock_(), block);
-      }
-    } else {
-      arena_.set_tag(block, 0);  // the core's now, whatever happens to the submitter
-      const uint64_t id = next_routed_id_++;
-      QueuedRequest request{
-          id, block, 0, arena_.at<RequestHeader>(block)->batch_size, message.shape_key, 0, 0};
-      SubmitOptions options;
-      options.batch_size = request.batch_size;
-      options.priority = message.priority;
-      options.timeout_us = message.timeout_us;
-      options.shape_key = message.shape_key;
-      options.sequence_id = message.sequence_id;
-      options.sequence_key = key;
-      options.sequence_flags = message.sequence_flags;
-      const uint64_t queue_start_ns = clock_();
-      const SubmitResult queued =
-          submit_result_of(model->scheduler->enqueue(request, options, queue_start_ns));
-      if (queued != SubmitResult::kOk) {
-        refused = static_cast<uint32_t>(queued);
-        arena_.free(block);
-      } else {
-        routes_[id] = Route{instance_id, message.tag};
-        ++instance.routed;
-        if (trace_parent != 0) {
-          traces_.start_child(trace_parent, id, message.model, block_metadata(block),
-                              request_start_ns, queue_start_ns, block);
-        }
-      }
-    }
-    if (refused != 0) {
-      send_to_worker_locked(instance,
-                            BatchMessage{message.tag, 0, refused, MessageKind::kRefused, 0});
-    }
-  }
-}
-
-void Core::take_control_locked(Instance& instance, const SubmitMessage& message) {
-  const uint64_t block = message.block_offset;
-  const uint64_t size = message.block_size;
-  const uint64_t heap_begin = arena_.header()->heap_begin;
-  // The frontend reads it: it must lie in the heap, its header inside it.
-  const bool readable = block >= heap_begin && block < arena_.size() &&
-                        size >= sizeof(ControlHeader) && size <= arena_.size() - block &&
-                        arena_.at<ControlHeader>(block)->magic == kControlMagic;
-  if (!readable) {
-    send_to_worker_locked(instance, BatchMessage{message.tag, 0, 0, MessageKind::kControlReply, 0});
-    return;
-  }
-  arena_.set_tag(block, 0);  // the frontend's now, whatever happens to the worker
-  done_.push_back(Completion{message.tag, kCompletionControl, instance.id, block, size, 0, {}});
-}
-
 bool Core::reply_control(uint32_t instance_id, uint64_t tag, std::string_view json) {
   Locked lock(*this);
-  Instance* instance = find_instance_locked(instance_id);
-  if (instance == nullptr || !instance->running) return false;
-  // Tagged with the batch it runs (if any), so the worker's death reclaims the block.
-  uint64_t owner = 0;
-  for (const auto& flight : in_flight_) {
-    if (flight.second.instance_id == instance_id) owner = flight.first;
-  }
-  const uint64_t block = arena_.alloc(json.size() == 0 ? 1 : json.size(), owner);
-  if (block == 0) return false;
-  if (!json.empty()) std::memcpy(arena_.base() + block, json.data(), json.size());
-  send_to_worker_locked(*instance,
-                        BatchMessage{tag, block, 0, MessageKind::kControlReply, json.size()});
-  return true;
+  return bls_.reply_control(instance_id, tag, json);
 }
 
-void Core::cancel_routed_locked(uint32_t instance_id, uint64_t tag) {
-  // Few of a worker's requests are in flight at once: a scan finds the one.
-  for (const auto& route : routes_) {
-    if (route.second.instance_id != instance_id || route.second.tag != tag) continue;
-    cancel_locked(route.first);
-    return;
+uint64_t Core::running_batch_locked(uint32_t instance_id) const {
+  uint64_t batch = 0;
+  for (const auto& flight : in_flight_) {
+    if (flight.second.instance_id == instance_id) batch = flight.first;
   }
+  return batch;
 }
 
 std::vector<Completion> Core::poll(bool arrivals_possible) {
@@ -1128,7 +885,7 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
     }
     CompletionMessage message;
     while (ch->to_frontend.pop(&message)) take_message_locked(instance.id, message);
-    take_submits_locked(instance);
+    bls_.take_submits(instance);
   }
   dispatch_all_locked(arrivals_possible);
   ensembles_.write_gathered();
@@ -1170,9 +927,7 @@ std::vector<Completion> Core::instance_down(uint32_t instance_id) {
   }
   // Its own requests still queued or running answer to no one now; blocks sent to it
   // carried its batch's tag and went with it.
-  for (auto route = routes_.begin(); route != routes_.end();) {
-    route = route->second.instance_id == instance_id ? routes_.erase(route) : std::next(route);
-  }
+  bls_.drop_instance(instance_id);
   instance.routed = 0;
   // What it held comes back (it died mid-batch); free_instance_locked forgets it too.
   rate_limiter_.release(instance_id);

@@ -55,6 +55,7 @@
 
 #include "codec/trace_tensor.h"
 #include "core/batch_assembler.h"
+#include "core/bls_router.h"
 #include "core/dynamic_batcher.h"
 #include "core/ensemble_host.h"
 #include "core/ensemble_scheduler.h"
@@ -146,7 +147,47 @@ struct InstanceEndpoint {
   int wake_fd;  // the worker blocks on it; the frontend signals it
 };
 
-// Ensembles run in CoreEnsembleHost (ensemble_host.h), a part of the core under mutex_.
+// A batch on an instance, from dispatch until its last final response.
+struct CoreBatch {
+  uint64_t id;
+  ModelHandle model;
+  uint32_t instance_id;
+  uint64_t desc_offset;
+  uint64_t dispatch_ns;
+  std::vector<QueuedRequest> requests;
+  std::vector<bool> answered;  // a final response was posted for request i
+  // The worker ended the batch (its instance is free) but kept requests open
+  // (kPostKeepOpen): the batch lives on until each request got its final response.
+  bool ended = false;
+  // Every request is a worker's or an ensemble step (BlsRouter): a block posted after
+  // their routes went (a decoupled batch's end) is nobody's, not the frontend's.
+  bool routed = false;
+};
+
+// A model instance: its channel, its worker's state, the batches on it.
+struct CoreInstance {
+  uint32_t id;
+  ModelHandle model;  // stale once the model is removed: the instance is stopping
+  uint64_t channel_offset;
+  int wake_fd;
+  bool up = false;       // takes new batches
+  bool running = false;  // a worker process may use the channel (it may be stopping)
+  // Batches on it: one, or more while its worker waits for responses to its own
+  // requests (BLS, ensemble steps) and takes batches nested in that wait
+  // (takes_batch_locked), so a model that calls itself, or a caller whose only
+  // instance is busy, cannot deadlock.
+  uint32_t busy = 0;
+  uint32_t routed = 0;  // its own requests (BlsRouter) not finished yet
+  // Rate limiting: a batch formed for it that waits for its resources (rate_limiter_
+  // has it staged; `busy` counts it, so no scheduler offers the instance again).
+  bool staged = false;
+  std::vector<QueuedRequest> staged_requests;
+  // Messages for the worker that found its ring full (responses to its own
+  // requests): sent first in the next poll(); nothing is dropped.
+  std::deque<BatchMessage> backlog;
+};
+
+// The façade over its parts (BlsRouter, CoreEnsembleHost, TraceTable: see above).
 class Core {
  public:
   // `clock` is injectable for tests; `timer_thread` false leaves held batches to
@@ -168,7 +209,7 @@ class Core {
   int notify_fd() const { return notify_fd_; }
   // Request ids, unique across every entry point (the fast lane, the general path).
   // Any thread, no lock. They stay below 2^62: requests workers submit (BLS) take
-  // ids from 2^62 up (next_routed_id_), so the two never meet. `owner` (1 to
+  // ids from 2^62 up (BlsRouter::new_id), so the two never meet. `owner` (1 to
   // kMaxOwner; 0: none) is the I/O loop whose connection sent it (io_group.h), kept in
   // bits 56-61 so that whichever thread polls a completion knows where each of its
   // requests is answered without a shared table; the count below stays dense.
@@ -370,47 +411,8 @@ class Core {
   std::vector<ChildTrace> take_trace_children(uint64_t root);
 
  private:
-  struct Batch {
-    uint64_t id;
-    ModelHandle model;
-    uint32_t instance_id;
-    uint64_t desc_offset;
-    uint64_t dispatch_ns;
-    std::vector<QueuedRequest> requests;
-    std::vector<bool> answered;  // a final response was posted for request i
-    // The worker ended the batch (its instance is free) but kept requests open
-    // (kPostKeepOpen): the batch lives on until each request got its final response.
-    bool ended = false;
-    // Every request is a worker's or an ensemble step (routes_): a block posted after
-    // their routes went (a decoupled batch's end) is nobody's, not the frontend's.
-    bool routed = false;
-  };
-  struct Instance {
-    uint32_t id;
-    ModelHandle model;  // stale once the model is removed: the instance is stopping
-    uint64_t channel_offset;
-    int wake_fd;
-    bool up = false;       // takes new batches
-    bool running = false;  // a worker process may use the channel (it may be stopping)
-    // Batches on it: one, or more while its worker waits for responses to its own
-    // requests (BLS, ensemble steps) and takes batches nested in that wait
-    // (takes_batch_locked), so a model that calls itself, or a caller whose only
-    // instance is busy, cannot deadlock.
-    uint32_t busy = 0;
-    uint32_t routed = 0;  // its own requests (routes_) not finished yet
-    // Rate limiting: a batch formed for it that waits for its resources (rate_limiter_
-    // has it staged; `busy` counts it, so no scheduler offers the instance again).
-    bool staged = false;
-    std::vector<QueuedRequest> staged_requests;
-    // Messages for the worker that found its ring full (responses to its own
-    // requests): sent first in the next poll(); nothing is dropped.
-    std::deque<BatchMessage> backlog;
-  };
-  // Where the responses of a request a worker submitted (BLS) go.
-  struct Route {
-    uint32_t instance_id;
-    uint64_t tag;  // the worker's name for the request
-  };
+  using Batch = CoreBatch;
+  using Instance = CoreInstance;
   struct Model {
     std::unique_ptr<Scheduler> scheduler;
     bool ensemble = false;             // requests go to ensembles_ (scheduler is an EnsembleQueue)
@@ -470,19 +472,10 @@ class Core {
   bool dispatch_due_locked(uint64_t now);
   // A message a worker posted (responses, batch done) for one of its batches.
   void take_message_locked(uint32_t instance_id, const CompletionMessage& message);
-  // Queues the requests the worker submitted (BLS) on their target models.
-  void take_submits_locked(Instance& instance);
-  // Sends the routed requests' responses in the block to their submitters; false when
-  // no request the block answers is the frontend's (nothing to deliver).
-  bool route_responses_locked(Batch& batch, const ResponseBlockView* view);
-  // Tells the submitter of routed request `request_id` it failed (kRefused).
-  void refuse_routed_locked(uint64_t request_id, uint32_t status);
   void send_to_worker_locked(Instance& instance, const BatchMessage& message);
   // Whether the instance takes a batch now: idle, or waiting for its own requests'
   // responses with fewer than kMaxNestedBatches batches on it.
   static bool takes_batch_locked(const Instance& instance);
-  // Forgets a route, keeping its submitter's `routed` count.
-  void erase_route_locked(std::unordered_map<uint64_t, Route>::iterator route);
   // The batch is over: its inputs and descriptor go, and its requests that got no
   // final response fail with `status` (kCompletionWorkerFailed when it ran).
   void finish_locked(Batch& batch, int32_t status);
@@ -505,16 +498,9 @@ class Core {
   // Sets the timerfd to timer_due_ if it holds something else.
   void set_timer_locked();
   CancelResult cancel_locked(uint64_t request_id);
-  // A worker's cancel of its request `tag` (channel.h SubmitKind::kCancel): the routed
-  // request is cancelled as a client's is; a tag no longer routed is ignored.
-  void cancel_routed_locked(uint32_t instance_id, uint64_t tag);
-  // A worker's control request (SubmitKind::kControl): left for the frontend as a
-  // kCompletionControl completion, or answered at once when its block is unreadable.
-  void take_control_locked(Instance& instance, const SubmitMessage& message);
-  // The traced request that BLS call message `message` continues the trace of
-  // (trace=request.trace(): request `trace_index - 1` of batch `trace_batch`, running
-  // on `instance_id`), or 0.
-  uint64_t trace_parent_locked(uint32_t instance_id, const SubmitMessage& message) const;
+  // The batch instance `instance_id` runs (one of them while it nests batches), 0 if
+  // none: the tag of a block sent to it, so that its death reclaims the block.
+  uint64_t running_batch_locked(uint32_t instance_id) const;
 
   // Set at construction, then only read: no lock.
   Clock clock_;
@@ -552,21 +538,19 @@ class Core {
   std::unordered_map<uint32_t, Instance> instances_;
   uint32_t next_instance_id_ = 0;
   std::unordered_map<uint64_t, Batch> in_flight_;
-  std::unordered_map<uint64_t, Route> routes_;  // by request id
+  friend class BlsRouter;
+  BlsRouter bls_{*this};  // requests workers submit, ensemble steps
   // Traced requests and their child traces (its span ids are drawn without the lock).
   TraceTable traces_{arena_};
   RateLimiter rate_limiter_;  // off unless configure_rate_limiter()
   // Batches one instance may hold at once while it waits on its own requests.
   static constexpr uint32_t kMaxNestedBatches = 16;
-  // Ids of requests workers submit: a range of their own, apart from the frontend's.
-  uint64_t next_routed_id_ = uint64_t{1} << 62;
   std::vector<Completion> done_;  // left for poll() by dispatch and the timer thread
   // Ensembles: the requests waiting to start, their orchestration and gathered answers.
-  // A step request's route has instance_id kEnsembleRoute (its responses go to
-  // ensembles_); a worker's request to an ensemble has an ordinary route.
+  // A step request's route has instance_id BlsRouter::kEnsembleRoute (its responses go
+  // to ensembles_); a worker's request to an ensemble has an ordinary route.
   friend class CoreEnsembleHost;
   CoreEnsembleHost ensembles_{*this};
-  static constexpr uint32_t kEnsembleRoute = 0xffffffffu;
   // Scratch for dispatch_locked, kept to spare allocations on the hot path.
   std::vector<uint32_t> idle_;
   std::vector<Placement> placements_;

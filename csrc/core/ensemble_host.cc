@@ -11,7 +11,7 @@ namespace naiad {
 
 Arena& CoreEnsembleHost::ensemble_arena() { return core_.arena_; }
 uint64_t CoreEnsembleHost::ensemble_now() { return core_.clock_(); }
-uint64_t CoreEnsembleHost::new_step_id() { return core_.next_routed_id_++; }
+uint64_t CoreEnsembleHost::new_step_id() { return core_.bls_.new_id(); }
 bool CoreEnsembleHost::traced(uint64_t request_id) { return core_.traces_.tracks(request_id); }
 void CoreEnsembleHost::cancel_step(uint64_t step_id) { core_.cancel_locked(step_id); }
 
@@ -83,7 +83,7 @@ SubmitResult CoreEnsembleHost::queue_step(ModelHandle handle, const SubmitReques
     core_.assembler_.release(offset);
     return result;
   }
-  core_.routes_[request.request_id] = Core::Route{Core::kEnsembleRoute, 0};
+  core_.bls_.add(request.request_id, {BlsRouter::kEnsembleRoute, 0});
   if (trace_parent != 0) {
     core_.traces_.start_child(trace_parent, request.request_id, handle.value, request.metadata,
                               request_start_ns, queue_start_ns, offset);
@@ -144,33 +144,30 @@ void CoreEnsembleHost::answer_ensemble(uint64_t model, const QueuedRequest& requ
     return;
   }
   // A worker's request: answered on its ring unless the worker died meanwhile.
-  auto route = core_.routes_.find(request.id);
-  if (route == core_.routes_.end()) return;
-  Core::Instance* submitter = core_.find_instance_locked(route->second.instance_id);
+  const BlsRouter::Route* route = core_.bls_.find(request.id);
+  if (route == nullptr) return;
+  const uint64_t tag = route->tag;
+  Core::Instance* submitter = core_.find_instance_locked(route->instance_id);
   if (submitter == nullptr) {
-    core_.erase_route_locked(route);
+    core_.bls_.erase(request.id);
     return;
   }
-  uint64_t owner = 0;
-  for (const auto& flight : core_.in_flight_) {
-    if (flight.second.instance_id == submitter->id) owner = flight.first;
-  }
+  const uint64_t owner = core_.running_batch_locked(submitter->id);
   const uint64_t block = status == kCompletionOk && size != 0 ? core_.arena_.alloc(size, owner) : 0;
   if (block == 0) {
     const uint32_t failed =
         status == kCompletionOk ? uint32_t{kCompletionArenaFull} : static_cast<uint32_t>(status);
     core_.send_to_worker_locked(
-        *submitter,
-        BatchMessage{route->second.tag, 0, kRefusedQueued | failed, MessageKind::kRefused, 0});
+        *submitter, BatchMessage{tag, 0, kRefusedQueued | failed, MessageKind::kRefused, 0});
     // The caller heard the end; the ensemble's later responses find no route.
-    core_.erase_route_locked(route);
+    core_.bls_.erase(request.id);
     return;
   }
   write_response_block(core_.arena_.base() + block, entries, timings);
-  core_.send_to_worker_locked(
-      *submitter, BatchMessage{route->second.tag, block, 0, MessageKind::kResponse, size});
+  core_.send_to_worker_locked(*submitter,
+                              BatchMessage{tag, block, 0, MessageKind::kResponse, size});
   if (counted) count(model, request, timings);
-  if (final) core_.erase_route_locked(route);
+  if (final) core_.bls_.erase(request.id);
 }
 
 void CoreEnsembleHost::answer_traces(const QueuedRequest& request,
