@@ -39,6 +39,12 @@
 // Models come and go while serving: add_model() returns a ModelHandle, and after
 // remove_model() that handle fails cleanly (kModelGone) even when a new model takes
 // its slot.
+//
+// Core is the façade: it owns mutex_, the registry, submit, dispatch and the timer,
+// the rings and the instances' lifecycle, and hands three jobs to parts of its own,
+// each called with mutex_ held: BlsRouter (bls_router.h: what workers submit, and
+// routing responses back to them), CoreEnsembleHost (ensemble_host.h: ensembles) and
+// TraceTable (trace_table.h: traced requests and their child traces).
 #pragma once
 
 #include <atomic>
