@@ -82,6 +82,17 @@ def _probe_model_repository(url):
     )
 
 
+def _probe_unload_dependents(url):
+    # This server polls nothing but takes no load or unload either (mode "none"): the
+    # route reads the parameter and answers Triton's refusal.
+    doc = {"parameters": {"unload_dependents": True}}
+    status, _, body = _post(url, "/v2/repository/models/classes/unload", doc)
+    assert (status, json.loads(body)) == (
+        503,
+        {"error": "explicit model load / unload is not allowed if polling is enabled"},
+    )
+
+
 def _probe_schedule_policy(url):
     # A per-request queue timeout (the queue policy's override) is taken.
     doc = {**FP32, "parameters": {"timeout": 10_000_000, "priority": 0}}
@@ -116,6 +127,7 @@ PROBES = {
     "statistics": _probe_statistics,
     "sequence": _probe_sequence,
     "model_repository": _probe_model_repository,
+    "model_repository(unload_dependents)": _probe_unload_dependents,
     "schedule_policy": _probe_schedule_policy,
     "system_shared_memory": _probe_system_shared_memory,
     "cuda_shared_memory": _probe_cuda_shared_memory,

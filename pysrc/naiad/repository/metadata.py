@@ -14,9 +14,10 @@ from naiad.protos import model_config_pb2
 SUPPORTED_EXTENSIONS = ["binary_tensor_data", "model_configuration", "parameters", "statistics"]
 SUPPORTED_EXTENSIONS.append("sequence")  # the sequence batcher (sequence_parameters.py)
 SUPPORTED_EXTENSIONS.append("classification")  # csrc/codec/classification.h
-# /v2/repository/... (http/repository_routes.py). Not "model_repository(unload_dependents)":
-# the parameter changes nothing yet (repository/control.py).
+# /v2/repository/... (http/repository_routes.py), and its unload's parameter that unloads
+# an ensemble's composing models too (repository/control.py).
 SUPPORTED_EXTENSIONS.append("model_repository")
+SUPPORTED_EXTENSIONS.append("model_repository(unload_dependents)")
 SUPPORTED_EXTENSIONS.append("schedule_policy")  # priority levels, queue policy (core)
 SUPPORTED_EXTENSIONS.append("trace")  # trace settings and trace files (tracing/)
 # /v2/logging, gRPC LogSettings (naiad/observability/triton_log.py)
