@@ -233,7 +233,7 @@ class ModelControl:
                 self._fail(name, str(exc))
             entry, materialized = self._entry(name, parameters)
             if self.mode == "explicit" and is_ensemble(entry.config):
-                await self._load_composing(entry)
+                await self._load_composing(entry, slot)
         old = self.manager.models.get(name, {})
         serving = {v: m for v, m in old.items() if m.state == READY}
         stamps = {v: version_stamp(entry.path, v) for v in entry.versions}
@@ -293,10 +293,11 @@ class ModelControl:
         await self._retire([m for m in retired if m.state != UNAVAILABLE])
         return True
 
-    async def _load_composing(self, entry: ModelEntry) -> None:
+    async def _load_composing(self, entry: ModelEntry, slot: bool) -> None:
         """The ensemble's composing models that are neither loaded nor loading, loaded
-        first, as Triton's explicit load of an ensemble does. One that fails to load is
-        left to the ensemble's own check to report."""
+        first, as Triton's explicit load of an ensemble does (`slot` False: the loads
+        take no load slot, as the ensemble's, whose caller may hold one). One that fails
+        to load is left to the ensemble's own check to report."""
         for step in entry.config.ensemble_scheduling.step:
             name = step.model_name
             versions = self.manager.models.get(name, {}).values()
@@ -304,7 +305,7 @@ class ModelControl:
             if any(m.state in (READY, LOADING) for m in versions) or self._lock(name).locked():
                 continue
             try:
-                await self.apply_load(name)
+                await self.apply_load(name, slot=slot)
             except (Internal, InvalidArgument, Unavailable):
                 continue
 
