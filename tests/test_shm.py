@@ -351,8 +351,7 @@ def test_request_errors(server, client):
             (
                 {"inputs": [shm_input("INPUT0", "r", 16, offset=56)]},
                 400,
-                "Invalid offset + byte size for shared memory region: 'r' (offset 56 + byte size "
-                "16 > region size 64)",
+                "Invalid offset + byte size for shared memory region: 'r'",
             ),
             ({"inputs": [shm_input("INPUT0", "r", 16, offset=2**64 - 8)]}, 400, None),
             (
@@ -408,8 +407,7 @@ def test_request_errors(server, client):
                     "outputs": [shm_output("OUTPUT0", "r", 16, offset=56)],
                 },
                 400,
-                "Invalid offset + byte size for shared memory region: 'r' (offset 56 + byte size "
-                "16 > region size 64)",
+                "Invalid offset + byte size for shared memory region: 'r'",
             ),
             (
                 {

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "codec/datatype.h"
+#include "codec/trace_tensor.h"
 
 namespace naiad {
 
@@ -79,6 +80,39 @@ bool classify(std::string_view datatype, const uint8_t* data, size_t size,
   out->shape.clear();
   if (batched) out->shape.push_back(static_cast<int64_t>(batch));
   out->shape.push_back(static_cast<int64_t>(std::min<uint64_t>(count, item_elements)));
+  return true;
+}
+
+bool classify_outputs(const ModelSpec& model, const std::vector<ClassifiedOutput>& wanted,
+                      InferResponse* response, std::deque<Classification>* kept,
+                      std::string* error) {
+  static const std::vector<std::string> kNoLabels;
+  const bool batching = model.max_batch_size > 0;
+  for (const ClassifiedOutput& w : wanted) {
+    if (w.output >= model.outputs_json.size()) continue;
+    // The result block names outputs as JSON text, as outputs_json holds them.
+    const std::string& name = model.outputs_json[w.output];
+    for (ResponseOutput& o : response->outputs) {
+      if (o.name != name || o.in_shm) continue;
+      const std::vector<std::string>& labels =
+          w.output < model.output_labels.size() ? model.output_labels[w.output] : kNoLabels;
+      Classification& c = kept->emplace_back();
+      if (!classify(o.datatype, o.data, o.size, shape_dims(o.shape), batching, w.count, labels, &c,
+                    error)) {
+        return false;
+      }
+      c.shape_json = "[";
+      for (size_t i = 0; i < c.shape.size(); ++i) {
+        if (i != 0) c.shape_json.push_back(',');
+        c.shape_json += std::to_string(c.shape[i]);
+      }
+      c.shape_json.push_back(']');
+      o.datatype = "BYTES";
+      o.shape = c.shape_json;
+      o.data = reinterpret_cast<const uint8_t*>(c.data.data());
+      o.size = c.data.size();
+    }
+  }
   return true;
 }
 

@@ -9,15 +9,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "codec/infer_types.h"
 
 namespace naiad {
 
 struct Classification {
   std::string data;            // the BYTES tensor: 4-byte length + text per entry
   std::vector<int64_t> shape;  // [batch, k] for a batching model's output, else [k]
+  std::string shape_json;      // the same as a JSON array (classify_outputs)
 };
 
 // Classifies the raw output `data` (wire `datatype`, `shape`) of a model that batches
@@ -27,5 +31,20 @@ struct Classification {
 bool classify(std::string_view datatype, const uint8_t* data, size_t size,
               const std::vector<int64_t>& shape, bool batching, uint64_t count,
               const std::vector<std::string>& labels, Classification* out, std::string* error);
+
+// An output a request asks to classify: its index in ModelSpec::outputs, and how many
+// classes (gRPC `classification`, HTTP `classification`).
+struct ClassifiedOutput {
+  uint32_t output = 0;
+  uint64_t count = 0;
+};
+
+// Replaces each output of `response` that `wanted` names by its classification, with the
+// model's labels for it (ModelSpec::output_labels); the BYTES tensors are kept in `kept`,
+// which the response then views (keep it until the response is written). False with
+// `error` (Triton's message) for an output whose datatype has no order.
+bool classify_outputs(const ModelSpec& model, const std::vector<ClassifiedOutput>& wanted,
+                      InferResponse* response, std::deque<Classification>* kept,
+                      std::string* error);
 
 }  // namespace naiad

@@ -38,6 +38,8 @@ struct ModelSpec {
   std::vector<InputSpec> inputs;
   std::vector<std::string> outputs;
   std::vector<std::string> outputs_json;  // the same, escaped for a JSON string
+  // Each output's label lines (its label_filename), for classification; may be shorter.
+  std::vector<std::vector<std::string>> output_labels;
   // response_cache { enable: true } with the server's cache on (response_cache.h).
   bool response_cache = false;
 };

@@ -275,6 +275,9 @@ class HttpIo {
     // per turn; then `message` is its. The half-close that came before it was done.
     std::unique_ptr<grpc::Inflation> inflation;
     bool half_closed = false;
+    // Outputs the answer classifies (the lane model's), rarely any.
+    uint32_t model = 0;
+    std::vector<ClassifiedOutput> classify;
   };
   struct Connection {
     uint64_t id = 0;

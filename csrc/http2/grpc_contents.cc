@@ -47,7 +47,7 @@ bool each_value(std::string_view contents, std::string* error, OnValue&& on_valu
     uint32_t field, wire;
     if (!r.tag(&field, &wire)) return false;
     if (field > kFields) {
-      if (!r.skip(wire)) return false;
+      if (!r.skip(wire, field)) return false;
       continue;
     }
     const uint32_t one = element_wire(field);
@@ -69,8 +69,8 @@ bool each_value(std::string_view contents, std::string* error, OnValue&& on_valu
         if (!(one == kVarint ? p.varint(&value) : p.fixed(width, &value))) return false;
         on_value(field, value, bytes);
       }
-    } else {
-      return r.fail("typed contents field with an unexpected wire type");
+    } else if (!r.skip(wire, field)) {  // another wire type: an unknown field to protobuf
+      return false;
     }
   }
   return true;

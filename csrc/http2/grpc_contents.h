@@ -16,8 +16,9 @@
 namespace naiad::grpc {
 
 // True when `contents` (the bytes of an InferTensorContents message) is well formed: each
-// known field with a wire type protobuf accepts for it (a repeated scalar packed or not),
-// unknown fields skippable. The reader (grpc_infer_message.h) refuses a message without.
+// known field with a wire type protobuf accepts for it (a repeated scalar packed or not)
+// read, unknown fields and known ones of another wire type skippable. The reader
+// (grpc_infer_message.h) refuses a message without.
 bool contents_well_formed(std::string_view contents);
 
 // Appends the wire bytes of an input's typed contents (`chunks`: every occurrence of the

@@ -9,7 +9,6 @@ namespace naiad::grpc {
 
 namespace {
 
-using wire::expect;
 using wire::kFixed32;
 using wire::kFixed64;
 using wire::kLength;
@@ -17,39 +16,56 @@ using wire::kVarint;
 using wire::Reader;
 using wire::sub;
 
+// The wire type each field number of a message is read with (by number, from 0), in
+// the tables below: kUnknown for a number the message has not, kRepeatedVarint for a
+// repeated integer (one element, or packed).
+constexpr uint32_t kUnknown = 8;
+constexpr uint32_t kRepeatedVarint = 9;
+
+// True when field `field` is one of the message's (`wires`) and came with its wire
+// type; else protobuf keeps it as an unknown field, which the reader skips.
+template <size_t N>
+bool known(uint32_t field, uint32_t wire, const uint32_t (&wires)[N]) {
+  if (field >= N) return false;
+  if (wires[field] == kRepeatedVarint) return wire == kVarint || wire == kLength;
+  return wires[field] == wire;
+}
+
 bool read_parameter_value(std::string_view bytes, Parameter* out, std::string* error) {
   Reader r = sub(bytes, error);
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.tag(&field, &wire)) return false;
+    static constexpr uint32_t kWires[] = {kUnknown, kVarint, kVarint, kLength, kFixed64, kVarint};
+    if (!known(field, wire, kWires)) {
+      if (!r.skip(wire, field)) return false;
+      continue;
+    }
     uint64_t v;
     switch (field) {
       case 1:
-        if (!expect(r, wire, kVarint) || !r.varint(&v)) return false;
+        if (!r.varint(&v)) return false;
         out->kind = Parameter::Kind::kBool;
         out->bool_value = v != 0;
         break;
       case 2:
-        if (!expect(r, wire, kVarint) || !r.varint(&v)) return false;
+        if (!r.varint(&v)) return false;
         out->kind = Parameter::Kind::kInt64;
         out->int64_value = static_cast<int64_t>(v);
         break;
       case 3:
-        if (!expect(r, wire, kLength) || !r.bytes(&out->string_value)) return false;
+        if (!r.string(&out->string_value)) return false;
         out->kind = Parameter::Kind::kString;
         break;
       case 4:
-        if (!expect(r, wire, kFixed64) || !r.fixed(8, &v)) return false;
+        if (!r.fixed(8, &v)) return false;
         out->kind = Parameter::Kind::kDouble;
         std::memcpy(&out->double_value, &v, 8);
         break;
-      case 5:
-        if (!expect(r, wire, kVarint) || !r.varint(&v)) return false;
+      default:  // 5
+        if (!r.varint(&v)) return false;
         out->kind = Parameter::Kind::kUint64;
         out->uint64_value = v;
-        break;
-      default:
-        if (!r.skip(wire)) return false;
     }
   }
   return true;
@@ -62,14 +78,16 @@ bool read_parameter_entry(std::string_view bytes, std::vector<Parameter>* out, s
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.tag(&field, &wire)) return false;
+    static constexpr uint32_t kWires[] = {kUnknown, kLength, kLength};
+    if (!known(field, wire, kWires)) {
+      if (!r.skip(wire, field)) return false;
+      continue;
+    }
     std::string_view view;
     if (field == 1) {
-      if (!expect(r, wire, kLength) || !r.bytes(&parameter.key)) return false;
-    } else if (field == 2) {
-      if (!expect(r, wire, kLength) || !r.bytes(&view)) return false;
-      if (!read_parameter_value(view, &parameter, error)) return false;
-    } else if (!r.skip(wire)) {
-      return false;
+      if (!r.string(&parameter.key)) return false;
+    } else {
+      if (!r.bytes(&view) || !read_parameter_value(view, &parameter, error)) return false;
     }
   }
   // protobuf maps: a later entry with the same key replaces the earlier one.
@@ -83,6 +101,7 @@ bool read_parameter_entry(std::string_view bytes, std::vector<Parameter>* out, s
   return true;
 }
 
+// A repeated int64, packed (kLength) or one element (kVarint).
 bool read_shape(Reader& r, uint32_t wire, std::vector<int64_t>* shape) {
   uint64_t v;
   if (wire == kVarint) {
@@ -91,7 +110,7 @@ bool read_shape(Reader& r, uint32_t wire, std::vector<int64_t>* shape) {
     return true;
   }
   std::string_view packed;
-  if (!expect(r, wire, kLength) || !r.bytes(&packed)) return false;
+  if (!r.bytes(&packed)) return false;
   Reader p = sub(packed, r.error);
   while (!p.done()) {
     if (!p.varint(&v)) return false;
@@ -105,28 +124,30 @@ bool read_input(std::string_view bytes, InferInputView* in, std::string* error) 
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.tag(&field, &wire)) return false;
+    static constexpr uint32_t kWires[] = {kUnknown,        kLength, kLength,
+                                          kRepeatedVarint, kLength, kLength};
+    if (!known(field, wire, kWires)) {
+      if (!r.skip(wire, field)) return false;
+      continue;
+    }
     std::string_view view;
     switch (field) {
       case 1:
-        if (!expect(r, wire, kLength) || !r.bytes(&in->name)) return false;
+        if (!r.string(&in->name)) return false;
         break;
       case 2:
-        if (!expect(r, wire, kLength) || !r.bytes(&in->datatype)) return false;
+        if (!r.string(&in->datatype)) return false;
         break;
       case 3:
         if (!read_shape(r, wire, &in->shape)) return false;
         break;
       case 4:
-        if (!expect(r, wire, kLength) || !r.bytes(&view)) return false;
-        if (!read_parameter_entry(view, &in->parameters, error)) return false;
+        if (!r.bytes(&view) || !read_parameter_entry(view, &in->parameters, error)) return false;
         break;
-      case 5:
-        if (!expect(r, wire, kLength) || !r.bytes(&view)) return false;
+      default:  // 5
+        if (!r.bytes(&view)) return false;
         if (!contents_well_formed(view)) return r.fail("malformed typed contents");
         in->contents.push_back(view);
-        break;
-      default:
-        if (!r.skip(wire)) return false;
     }
   }
   return true;
@@ -137,14 +158,16 @@ bool read_output(std::string_view bytes, RequestedOutputView* out, std::string* 
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.tag(&field, &wire)) return false;
+    static constexpr uint32_t kWires[] = {kUnknown, kLength, kLength};
+    if (!known(field, wire, kWires)) {
+      if (!r.skip(wire, field)) return false;
+      continue;
+    }
     std::string_view view;
     if (field == 1) {
-      if (!expect(r, wire, kLength) || !r.bytes(&out->name)) return false;
-    } else if (field == 2) {
-      if (!expect(r, wire, kLength) || !r.bytes(&view)) return false;
-      if (!read_parameter_entry(view, &out->parameters, error)) return false;
-    } else if (!r.skip(wire)) {
-      return false;
+      if (!r.string(&out->name)) return false;
+    } else {
+      if (!r.bytes(&view) || !read_parameter_entry(view, &out->parameters, error)) return false;
     }
   }
   return true;
@@ -159,37 +182,38 @@ bool read_infer_request(std::string_view message, InferRequestView* out, std::st
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.tag(&field, &wire)) return false;
+    static constexpr uint32_t kWires[] = {kUnknown, kLength, kLength, kLength,
+                                          kLength,  kLength, kLength, kLength};
+    if (!known(field, wire, kWires)) {
+      if (!r.skip(wire, field)) return false;
+      continue;
+    }
     std::string_view view;
     switch (field) {
       case 1:
-        if (!expect(r, wire, kLength) || !r.bytes(&out->model_name)) return false;
+        if (!r.string(&out->model_name)) return false;
         break;
       case 2:
-        if (!expect(r, wire, kLength) || !r.bytes(&out->model_version)) return false;
+        if (!r.string(&out->model_version)) return false;
         break;
       case 3:
-        if (!expect(r, wire, kLength) || !r.bytes(&out->id)) return false;
+        if (!r.string(&out->id)) return false;
         break;
       case 4:
-        if (!expect(r, wire, kLength) || !r.bytes(&view)) return false;
-        if (!read_parameter_entry(view, &out->parameters, error)) return false;
+        if (!r.bytes(&view) || !read_parameter_entry(view, &out->parameters, error)) return false;
         break;
       case 5:
-        if (!expect(r, wire, kLength) || !r.bytes(&view)) return false;
+        if (!r.bytes(&view)) return false;
         out->inputs.emplace_back();
         if (!read_input(view, &out->inputs.back(), error)) return false;
         break;
       case 6:
-        if (!expect(r, wire, kLength) || !r.bytes(&view)) return false;
+        if (!r.bytes(&view)) return false;
         out->outputs.emplace_back();
         if (!read_output(view, &out->outputs.back(), error)) return false;
         break;
-      case 7:
-        if (!expect(r, wire, kLength) || !r.bytes(&view)) return false;
-        out->raw_input_contents.push_back(view);
-        break;
-      default:
-        if (!r.skip(wire)) return false;
+      default:  // 7
+        if (!r.bytes(&out->raw_input_contents.emplace_back())) return false;
     }
   }
   return true;

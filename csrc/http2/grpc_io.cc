@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <string_view>
 
@@ -191,6 +192,8 @@ void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
   call.message.clear();
   call.message.shrink_to_fit();
   call.inflation.reset();
+  call.model = taken.model;
+  call.classify = std::move(taken.classify);
   if (taken.request_id == 0) {
     if (taken.cached.entry) {
       ++cached_;
@@ -212,7 +215,24 @@ void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
   update_waiting(c);
 }
 
-void HttpIo::grpc_answer(Connection* c, uint32_t stream, const InferResponse& response) {
+void HttpIo::grpc_answer(Connection* c, uint32_t stream, const InferResponse& answer) {
+  const InferResponse* chosen = &answer;
+  InferResponse classified;
+  std::deque<Classification> kept;
+  auto held = c->calls.find(stream);
+  if (held != c->calls.end() && !held->second.classify.empty() &&
+      answer.error == ErrorKind::kNone) {
+    classified = answer;
+    std::string error;
+    if (!grpc_lane_->classify(held->second.model, held->second.classify, &classified, &kept,
+                              &error)) {
+      c->h2->finish(stream, grpc::kInvalidArgument, error);
+      grpc_call_done(c, stream);
+      return;
+    }
+    chosen = &classified;
+  }
+  const InferResponse& response = *chosen;
   if (response.error == ErrorKind::kNone) {
     grpc_scratch_.clear();
     grpc_parts_.clear();

@@ -19,6 +19,8 @@ namespace {
 // final response, grpc/decoupled.py).
 constexpr std::string_view kEmptyFinalResponse = "triton_enable_empty_final_response";
 
+constexpr const char kUnparsable[] = "Unable to parse request";
+
 // Four hex digits of a \u escape; the worker writes valid JSON, so bad digits are 0.
 uint32_t hex4(std::string_view digits) {
   uint32_t v = 0;
@@ -93,57 +95,83 @@ std::string unescape_json(std::string_view text) {
   return out;
 }
 
-// What a tensor's parameters say of shared memory, read as Triton 2.51 reads them: the
-// keys other than the three shm ones are ignored (its gRPC front end passes no other
-// input or output parameter on), but an output's `classification`. kRegion:
-// shared_memory_region (a string) and shared_memory_byte_size, an optional
-// shared_memory_offset (non-negative integers). kRefused: a size or offset without a
-// region, or a region without a size: `error` holds Triton's message. kGeneral: a key
-// of another kind, or a classification: the general path answers.
-enum class TensorShm { kNone, kRegion, kRefused, kGeneral };
+// What a tensor's parameters say of shared memory, read as Triton 2.51 reads them
+// (ParseSharedMemoryParams), in its order: shared_memory_region a string_param, then
+// shared_memory_offset and shared_memory_byte_size int64_params that need the region,
+// the byte size required with it. Negative numbers pass as their 64-bit pattern: the
+// registry refuses them as Triton's shm manager does (offset, then offset + size). The
+// other keys are ignored (Triton's gRPC front end passes no other tensor parameter on),
+// but an output's `classification` (output_classes, read after these). kRefused:
+// `error` holds Triton's message.
+enum class TensorShm { kNone, kRegion, kRefused };
 
-TensorShm tensor_shm(const std::vector<grpc::Parameter>& parameters, bool output,
-                     std::string_view tensor, std::string_view* region, uint64_t* offset,
-                     uint64_t* size, std::string* error) {
-  bool has_region = false, has_size = false, has_offset = false;
-  auto number = [](const grpc::Parameter& p, uint64_t* out) {
-    if (p.kind == grpc::Parameter::Kind::kUint64) {
-      *out = p.uint64_value;
-      return true;
-    }
-    if (p.kind == grpc::Parameter::Kind::kInt64 && p.int64_value >= 0) {
-      *out = static_cast<uint64_t>(p.int64_value);
-      return true;
-    }
-    return false;
-  };
+const grpc::Parameter* find_parameter(const std::vector<grpc::Parameter>& parameters,
+                                      std::string_view key) {
   for (const grpc::Parameter& p : parameters) {
-    if (p.key == "shared_memory_region") {
-      if (p.kind != grpc::Parameter::Kind::kString) return TensorShm::kGeneral;
-      *region = p.string_value;
-      has_region = true;
-    } else if (p.key == "shared_memory_byte_size") {
-      if (!number(p, size)) return TensorShm::kGeneral;
-      has_size = true;
-    } else if (p.key == "shared_memory_offset") {
-      if (!number(p, offset)) return TensorShm::kGeneral;
-      has_offset = true;
-    } else if (output && p.key == "classification") {
-      return TensorShm::kGeneral;
+    if (p.key == key) return &p;
+  }
+  return nullptr;
+}
+
+TensorShm tensor_shm(const std::vector<grpc::Parameter>& parameters, std::string_view tensor,
+                     std::string_view* region, uint64_t* offset, uint64_t* size,
+                     std::string* error) {
+  using Kind = grpc::Parameter::Kind;
+  const std::string for_tensor = " parameter for tensor '" + std::string(tensor) + "'";
+  const grpc::Parameter* p = find_parameter(parameters, "shared_memory_region");
+  const bool has_region = p != nullptr;
+  if (has_region) {
+    if (p->kind != Kind::kString) {
+      *error =
+          "invalid value type for 'shared_memory_region'" + for_tensor + ", expected string_param.";
+      return TensorShm::kRefused;
     }
+    *region = p->string_value;
   }
-  const std::string of_tensor = "' parameter for tensor '" + std::string(tensor) + "'";
-  if (!has_region && (has_size || has_offset)) {
-    *error = std::string(has_size ? "'shared_memory_byte_size'" : "'shared_memory_offset'") +
-             " can not be specified without 'shared_memory_region" + of_tensor;
-    return TensorShm::kRefused;
-  }
-  if (has_region && !has_size) {
-    *error =
-        "'shared_memory_byte_size' must be specified along with 'shared_memory_region" + of_tensor;
-    return TensorShm::kRefused;
+  for (std::string_view key : {"shared_memory_offset", "shared_memory_byte_size"}) {
+    p = find_parameter(parameters, key);
+    const std::string quoted = "'" + std::string(key) + "'";
+    if (p == nullptr) {
+      if (has_region && key == "shared_memory_byte_size") {
+        *error = quoted + " must be specified along with 'shared_memory_region'" + for_tensor;
+        return TensorShm::kRefused;
+      }
+      continue;
+    }
+    if (!has_region) {
+      *error = quoted + " can not be specified without 'shared_memory_region'" + for_tensor;
+      return TensorShm::kRefused;
+    }
+    if (p->kind != Kind::kInt64) {
+      *error = "invalid value type for " + quoted + for_tensor + ", expected int64_param.";
+      return TensorShm::kRefused;
+    }
+    *(key == "shared_memory_offset" ? offset : size) = static_cast<uint64_t>(p->int64_value);
   }
   return has_region ? TensorShm::kRegion : TensorShm::kNone;
+}
+
+// An output's `classification` as Triton 2.51 reads it: an int64_param above 0, not
+// with a shm region. 0 when it has none; false with `error` for Triton's refusal.
+bool output_classes(const std::vector<grpc::Parameter>& parameters, bool in_shm, uint64_t* count,
+                    std::string* error) {
+  *count = 0;
+  const grpc::Parameter* p = find_parameter(parameters, "classification");
+  if (p == nullptr) return true;
+  if (p->kind != grpc::Parameter::Kind::kInt64) {
+    *error = "invalid value type for 'classification' parameter, expected int64_param";
+    return false;
+  }
+  if (p->int64_value <= 0) {
+    *error = "invalid value for 'classification' parameter, expected >= 0";
+    return false;
+  }
+  if (in_shm) {
+    *error = "output can't set both 'shared_memory_region' and 'classification'";
+    return false;
+  }
+  *count = static_cast<uint64_t>(p->int64_value);
+  return true;
 }
 
 bool needs_unescape(std::string_view text) { return text.find('\\') != std::string_view::npos; }
@@ -428,10 +456,17 @@ std::string grpc_request_id(std::string_view message) {
   return std::string(view.id);
 }
 
-bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
+bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken, bool classifies) {
   grpc::InferRequestView view;
   std::string error;
-  if (!grpc::read_infer_request(message, &view, &error)) return false;
+  if (!grpc::read_infer_request(message, &view, &error)) {
+    // grpc++'s answer when a request does not deserialize, before Triton sees it.
+    taken->model = kNoLaneModel;
+    taken->request_id = 0;
+    taken->error = kUnparsable;
+    taken->error_kind = ErrorKind::kInternal;
+    return true;
+  }
   uint32_t lane_model = kNoLaneModel;
   ErrorKind refused = ErrorKind::kInvalidArgument;
   switch (routes_.find(view.model_name, view.model_version, &lane_model, &refused, &error)) {
@@ -451,6 +486,7 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
     taken->model = lane_model;
     taken->request_id = 0;
     taken->error = std::move(message);
+    taken->error_kind = ErrorKind::kInvalidArgument;
     return true;
   };
   ParsedRequest request;
@@ -477,9 +513,8 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
     input.datatype = in.datatype;
     input.shape = in.shape;
     // Triton's shm parameters (the codec resolves the region); the others are ignored.
-    const TensorShm shm = tensor_shm(in.parameters, false, in.name, &input.shm_region,
-                                     &input.shm_offset, &input.size, &error);
-    if (shm == TensorShm::kGeneral) return false;
+    const TensorShm shm = tensor_shm(in.parameters, in.name, &input.shm_region, &input.shm_offset,
+                                     &input.size, &error);
     if (shm == TensorShm::kRefused) return refuse(std::move(error));
     if (shm == TensorShm::kRegion) {
       if (in.has_contents()) {
@@ -515,19 +550,27 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken) {
     RequestInput& input = request.inputs[i];
     input.data = input.size ? request.converted.data() + converted_at[i] : &kNoBytes;
   }
+  taken->classify.clear();
   for (const grpc::RequestedOutputView& o : view.outputs) {
     OutputRegion shm;
-    switch (tensor_shm(o.parameters, true, o.name, &shm.region, &shm.offset, &shm.size, &error)) {
-      case TensorShm::kGeneral:
-        return false;
-      case TensorShm::kRefused:
-        return refuse(std::move(error));
-      case TensorShm::kRegion:
-        shm.output = request.output_names.size();
-        request.output_shm.push_back(shm);
-        break;
-      case TensorShm::kNone:
-        break;
+    const TensorShm placed =
+        tensor_shm(o.parameters, o.name, &shm.region, &shm.offset, &shm.size, &error);
+    if (placed == TensorShm::kRefused) return refuse(std::move(error));
+    if (placed == TensorShm::kRegion) {
+      shm.output = request.output_names.size();
+      request.output_shm.push_back(shm);
+    }
+    uint64_t classes = 0;
+    if (!output_classes(o.parameters, placed == TensorShm::kRegion, &classes, &error)) {
+      return refuse(std::move(error));
+    }
+    if (classes != 0 && !classifies) return false;
+    if (classes != 0) {
+      // An output the model has not is the validator's refusal: nothing to classify.
+      const std::vector<std::string>& names = codec_.model(lane_model).outputs;
+      for (size_t k = 0; k < names.size(); ++k) {
+        if (names[k] == o.name) taken->classify.push_back({static_cast<uint32_t>(k), classes});
+      }
     }
     request.output_names.push_back(o.name);
   }

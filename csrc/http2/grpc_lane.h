@@ -8,9 +8,11 @@
 // A model or version it does not serve it looks up in the control plane's table
 // (model_lookup.h): unknown, not ready or no version at all is refused with Triton's
 // status and message; a version served but not by the lane (a decoupled model...) is
-// the Python general path's, as are classification and shm parameters in other forms
-// than Triton's (tensor parameters of other keys are ignored, as Triton 2.51 ignores
-// them). A compressed message is inflated before it comes here (grpc_inflate.h).
+// the Python general path's. Outputs asked to be classified are named in Taken, for
+// the answer (classify_outputs); tensor parameters of other keys than shm's and
+// classification are ignored, as Triton 2.51 ignores them. A message protobuf could not parse is
+// refused as grpc++ refuses it, before Triton sees it. A compressed message is inflated
+// before it comes here (grpc_inflate.h).
 //
 // Threads and locks: as KServeCodec, one thread at a time — the front end's event loop,
 // through _core.pyx, with the GIL released inside submit(). `routes_` changes only
@@ -24,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "codec/classification.h"
 #include "codec/framer.h"
 #include "codec/kserve_codec.h"
 #include "codec/model_lookup.h"
@@ -74,12 +77,24 @@ class GrpcLane {
     ErrorKind error_kind = ErrorKind::kInvalidArgument;
     // A response cache hit (request_id 0, `cached.entry` set): the answer to write.
     CachedAnswer cached;
+    // Outputs to classify in the answer (classification.h), in request order.
+    std::vector<ClassifiedOutput> classify;
   };
   // Takes a serialized ModelInferRequest: queued, or refused (`error`, `error_kind`)
   // with Triton's status and message for its model and version, its inputs' data or
-  // parameters, or the validator's (INVALID_ARGUMENT). False: the general path's (see
-  // above).
-  bool submit(std::string_view message, uint64_t now_ns, Taken* taken);
+  // parameters, or the validator's (INVALID_ARGUMENT); a message that is no
+  // ModelInferRequest with grpc++'s (INTERNAL "Unable to parse request"). False: the
+  // general path's (see above), as is a classification when the caller does not
+  // classify answers (`classifies` false: Python's stream answers).
+  bool submit(std::string_view message, uint64_t now_ns, Taken* taken, bool classifies = true);
+
+  // `response` with the outputs `wanted` classified (classify_outputs, with lane model
+  // `model`'s labels; the tensors in `kept`). False: `error` holds Triton's message.
+  bool classify(uint32_t model, const std::vector<ClassifiedOutput>& wanted,
+                InferResponse* response, std::deque<Classification>* kept,
+                std::string* error) const {
+    return classify_outputs(codec_.model(model), wanted, response, kept, error);
+  }
 
  private:
   KServeCodec& codec_;

@@ -350,10 +350,14 @@ ErrorKind ShmRegistry::resolve(std::string_view name, uint64_t offset, uint64_t 
   }
   Region& region = regions_.at(found->second);
   const uint64_t region_size = region.status.byte_size;
-  if (offset > region_size || size > region_size - offset) {
-    *error = "Invalid offset + byte size for shared memory region: " + quoted(name) + " (offset " +
-             std::to_string(offset) + " + byte size " + std::to_string(size) + " > region size " +
-             std::to_string(region_size) + ")";
+  // Triton's shm manager: the offset within the region, then the end (a negative
+  // number from a gRPC int64_param arrives as its 64-bit pattern: past both).
+  if (offset >= region_size) {
+    *error = "Invalid offset for shared memory region: " + quoted(name);
+    return ErrorKind::kInvalidArgument;
+  }
+  if (size > region_size - offset) {
+    *error = "Invalid offset + byte size for shared memory region: " + quoted(name);
     return ErrorKind::kInvalidArgument;
   }
   ErrorKind intact = check_intact_locked(region, error);

@@ -1,6 +1,7 @@
 // Classification (classification.h): the strings, their order and the shapes Triton
 // 2.51 answers (the expected values were read from a real tritonserver).
 #include <cstring>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -97,4 +98,36 @@ TEST(classification_of_an_empty_item) {
   Classification out = run<float>("FP32", {}, {1, 0}, true, 2);
   CHECK((out.shape == std::vector<int64_t>{1, 0}));
   CHECK(out.data.empty());
+}
+
+TEST(classification_of_a_response_replaces_the_outputs_asked_for) {
+  naiad::ModelSpec model;
+  model.max_batch_size = 4;
+  model.outputs = {"A", "B", "C"};
+  model.outputs_json = model.outputs;
+  model.output_labels = {kLabels};  // B and C have none
+  std::vector<float> a = {0.5f, 2.25f, -1, 7};
+  std::vector<int32_t> b = {3, 9};
+  uint16_t c[2] = {1, 2};
+  naiad::InferResponse response;
+  response.outputs.push_back(
+      {"A", "FP32", "[1,4]", reinterpret_cast<const uint8_t*>(a.data()), a.size() * 4});
+  response.outputs.push_back(
+      {"B", "INT32", "[2,1]", reinterpret_cast<const uint8_t*>(b.data()), b.size() * 4});
+  response.outputs.push_back({"C", "FP16", "[1,2]", reinterpret_cast<const uint8_t*>(c), 4});
+  std::deque<Classification> kept;
+  std::string error;
+  CHECK(naiad::classify_outputs(model, {{0, 2}, {1, 1}}, &response, &kept, &error));
+  CHECK(response.outputs[0].datatype == "BYTES" && response.outputs[0].shape == "[1,2]");
+  const std::string a_data(reinterpret_cast<const char*>(response.outputs[0].data),
+                           response.outputs[0].size);
+  CHECK((entries(a_data) == std::vector<std::string>{"7.000000:3:bird label", "2.250000:1:dog"}));
+  CHECK(response.outputs[1].shape == "[2,1]");
+  const std::string b_data(reinterpret_cast<const char*>(response.outputs[1].data),
+                           response.outputs[1].size);
+  CHECK((entries(b_data) == std::vector<std::string>{"3:0", "9:0"}));
+  CHECK(response.outputs[2].datatype == "FP16");  // not asked for: as it was
+  // A type without an order: Triton's message, the response left to be refused.
+  CHECK(!naiad::classify_outputs(model, {{2, 1}}, &response, &kept, &error));
+  CHECK(error == "class result not available for output due to unsupported type 'FP16'");
 }

@@ -169,24 +169,29 @@ TEST(grpc_contents_refuse_with_tritons_messages) {
 }
 
 TEST(grpc_contents_damaged_are_not_well_formed) {
+  // A known field sent with another wire type is an unknown field to protobuf: skipped,
+  // so the contents hold no values.
   std::string wrong_wire;
   key(&wrong_wire, 6, 0);  // fp32_contents as a varint
   varint(&wrong_wire, 1);
-  CHECK(!grpc::contents_well_formed(wrong_wire));
+  CHECK(grpc::contents_well_formed(wrong_wire));
+  auto c = convert({wrong_wire}, "FP32");
+  CHECK(c.ok && c.bytes.empty());
   std::string word_as_varint;
   key(&word_as_varint, 8, 0);
   varint(&word_as_varint, 1);
-  CHECK(!grpc::contents_well_formed(word_as_varint));
+  CHECK(grpc::contents_well_formed(word_as_varint));
   std::string ragged = fp32s({1.0f});
   ragged[1] = 3;  // a packed run of 3 bytes: no whole float
   ragged.resize(5);
   CHECK(!grpc::contents_well_formed(ragged));
   CHECK(!grpc::contents_well_formed(std::string("\x12\x05\x01", 3)));  // length past the end
-  CHECK(!grpc::contents_well_formed(std::string("\x0b", 1)));          // a group
-  // The message reader refuses an input with such contents.
+  CHECK(!grpc::contents_well_formed(std::string("\x0b", 1)));          // a group never ended
+  CHECK(grpc::contents_well_formed(std::string("\x0b\x0c", 2)));       // a whole group: skipped
+  // The message reader refuses an input with damaged contents.
   std::string tensor, message;
   bytes(&tensor, 1, "IN");
-  bytes(&tensor, 5, wrong_wire);
+  bytes(&tensor, 5, ragged);
   bytes(&message, 5, tensor);
   grpc::InferRequestView view;
   std::string error;

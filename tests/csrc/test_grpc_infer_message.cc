@@ -3,10 +3,12 @@
 #include <string>
 #include <vector>
 
+#include "grpc_request_support.h"
 #include "http2/grpc_infer_message.h"
 #include "testing.h"
 
 using namespace naiad::grpc;
+using grpctest::bytes;
 
 namespace {
 
@@ -83,18 +85,31 @@ TEST(grpc_refuses_bad_wire_types_and_lengths) {
   InferRequestView r;
   std::string error;
   CHECK(!read_infer_request(std::string("\x4b", 1), &r, &error));  // field 9, group start
+  CHECK(error == "truncated varint");
+  CHECK(!read_infer_request(std::string("\x4b\x54", 2), &r, &error));  // ended by field 10
+  CHECK(error == "a group ended by another field's end");
+  CHECK(!read_infer_request(std::string("\x4c", 1), &r, &error));  // an end alone
+  CHECK(error == "a group's end without its start");
+  CHECK(!read_infer_request(std::string("\x4e", 1), &r, &error));  // wire type 6
   CHECK(error == "unsupported wire type");
-  CHECK(!read_infer_request(std::string("\x08\x01", 2), &r, &error));  // name as a varint
-  CHECK(error == "field with an unexpected wire type");
+  std::string deep;
+  for (int i = 0; i < 101; ++i) deep += "\x4b";
+  for (int i = 0; i < 101; ++i) deep += "\x4c";
+  CHECK(!read_infer_request(deep, &r, &error));
+  CHECK(error == "groups nested too deep");
   CHECK(!read_infer_request(std::string("\x0a\x05"
                                         "ab",
                                         4),
                             &r, &error));
   CHECK(error == "length beyond the message");
   CHECK(!read_infer_request(std::string("\x00\x00", 2), &r, &error));  // field 0
-  std::string long_varint("\x0a");
-  long_varint += std::string(11, '\xff');
-  CHECK(!read_infer_request(long_varint, &r, &error));
+  std::string long_varint("\x48");
+  long_varint += std::string(10, '\xff');
+  CHECK(!read_infer_request(long_varint + "\x01", &r, &error));
+  CHECK(error == "varint longer than 10 bytes");
+  // A tenth byte's bits past 64 are dropped, as protobuf drops them.
+  long_varint.back() = '\x7f';
+  CHECK(read_infer_request(long_varint, &r, &error));
   // Unknown fields of every wire type are skipped.
   std::string unknown(
       "\x48\x05\x51"
@@ -105,6 +120,49 @@ TEST(grpc_refuses_bad_wire_types_and_lengths) {
       23);
   CHECK(read_infer_request(unknown, &r, &error));
   CHECK(r.model_name == "m");
+  // Groups, nested, and known fields sent with another wire type are unknown fields to
+  // protobuf: skipped.
+  std::string skipped(
+      "\x4b\x5b\x08\x01\x5c\x4c"  // group 9 { group 11 { 1: 1 } }
+      "\x08\x01"                  // model_name as a varint
+      "\x0b\x0c"                  // model_name as a group
+      "\x2d"
+      "1234"  // inputs as a fixed32
+      "\x0a\x01m",
+      18);
+  CHECK(read_infer_request(skipped, &r, &error));
+  CHECK(r.model_name == "m" && r.inputs.empty());
+}
+
+TEST(grpc_refuses_strings_that_are_not_utf8) {
+  // proto3 `string` fields (names, id, datatype, parameter keys and string values) must be
+  // UTF-8, or protobuf refuses the message; `bytes` fields may hold anything.
+  InferRequestView r;
+  std::string error;
+  const std::string bad[] = {"add\xffsub", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xc3"};
+  for (const std::string& text : bad) {
+    for (uint32_t field : {1u, 2u, 3u}) {
+      std::string m;
+      bytes(&m, field, text);
+      CHECK(!read_infer_request(m, &r, &error));
+      CHECK(error == "a string field that is not UTF-8");
+    }
+    std::string in;
+    bytes(&in, 1, text);
+    std::string m;
+    bytes(&m, 5, in);
+    CHECK(!read_infer_request(m, &r, &error));
+    std::string key_entry;
+    bytes(&key_entry, 1, text);
+    m.clear();
+    bytes(&m, 4, key_entry);
+    CHECK(!read_infer_request(m, &r, &error));
+  }
+  std::string m;
+  bytes(&m, 1, "h\xc3\xa9 \xe2\x98\x83 \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf");
+  bytes(&m, 7, "\xff\xfe");
+  CHECK(read_infer_request(m, &r, &error));
+  CHECK(r.raw_input_contents.size() == 1 && r.raw_input_contents[0] == "\xff\xfe");
 }
 
 TEST(grpc_writes_the_response_protobuf_writes) {

@@ -145,7 +145,7 @@ TEST(grpc_lane_refuses_invalid_and_leaves_the_rest) {
   CHECK(f.grpc.submit(add_sub_request(1, "", false, "x"), 0, &taken));
   CHECK(taken.request_id == 0 && taken.error_kind == ErrorKind::kInvalidArgument);
   // A version loading, one served but not by the lane, a broken message: the first
-  // refused, the others the general path's.
+  // refused, the second the general path's, the third refused as grpc++ refuses it.
   f.grpc.set_model("add_sub", {{1, true, f.lane_model}, {2, false, 9}, {3, true, kNoLaneModel}});
   CHECK(f.grpc.submit(add_sub_request(1, "", false, "2"), 0, &taken));
   CHECK(taken.request_id == 0 && taken.error_kind == ErrorKind::kUnavailable);
@@ -153,7 +153,8 @@ TEST(grpc_lane_refuses_invalid_and_leaves_the_rest) {
   CHECK(!f.grpc.submit(add_sub_request(1, "", false, "3"), 0, &taken));
   CHECK(!f.grpc.submit(add_sub_request(1), 0, &taken));  // "": version 3
   f.grpc.set_model("add_sub", {{1, true, f.lane_model}});
-  CHECK(!f.grpc.submit(add_sub_request(1).substr(0, 40), 0, &taken));
+  CHECK(f.grpc.submit(add_sub_request(1).substr(0, 40), 0, &taken));
+  CHECK(taken.request_id == 0 && taken.error_kind == ErrorKind::kInternal);
   // A raw content too few: the input without data named, as Triton names it.
   std::string missing = add_sub_request(1);
   missing.resize(missing.size() - 66);
@@ -372,16 +373,18 @@ TEST(grpc_lane_ignores_the_tensor_parameters_triton_ignores) {
   Fixture f;
   GrpcLane::Taken taken;
   // add_sub with `input` parameters on INPUT0 and OUTPUT0 requested with `output` ones.
-  auto request = [](const std::string& input, const std::string& output) {
+  // Each argument: the tensor's parameter map entries.
+  using Entries = std::vector<std::string>;
+  auto request = [](const Entries& input, const Entries& output) {
     std::string m;
     bytes(&m, 1, "add_sub");
     std::string in0 = tensor("INPUT0", "FP32", {1, 16});
-    if (!input.empty()) bytes(&in0, 4, input);
+    for (const std::string& entry : input) bytes(&in0, 4, entry);
     bytes(&m, 5, in0);
     bytes(&m, 5, tensor("INPUT1", "FP32", {1, 16}));
     std::string out0;
     bytes(&out0, 1, "OUTPUT0");
-    if (!output.empty()) bytes(&out0, 2, output);
+    for (const std::string& entry : output) bytes(&out0, 2, entry);
     bytes(&m, 6, out0);
     bytes(&m, 7, std::string(64, '\1'));
     bytes(&m, 7, std::string(64, '\2'));
@@ -389,31 +392,98 @@ TEST(grpc_lane_ignores_the_tensor_parameters_triton_ignores) {
   };
   // Other keys than shm's: taken, the parameters passed on to no one (as Triton 2.51).
   for (const std::string& message :
-       {request(parameter("mine", 2, 3), ""), request(parameter("binary_data_size", 2, 64), ""),
-        request("", parameter("binary_data", 1, 1)), request("", parameter("mine", 5, 7))}) {
+       {request({parameter("mine", 2, 3)}, {}), request({parameter("binary_data_size", 2, 64)}, {}),
+        request({}, {parameter("binary_data", 1, 1)}), request({}, {parameter("mine", 5, 7)})}) {
     taken = GrpcLane::Taken();
     CHECK(f.grpc.submit(message, 0, &taken));
     CHECK(taken.request_id != 0 && taken.error.empty());
     f.http.codec().forget(taken.request_id);
   }
   // shm keys without the region they go with: Triton's refusals.
-  CHECK(f.grpc.submit(request(parameter("shared_memory_offset", 2, 0), ""), 0, &taken));
+  CHECK(f.grpc.submit(request({parameter("shared_memory_offset", 2, 0)}, {}), 0, &taken));
   CHECK(taken.request_id == 0);
   CHECK(taken.error ==
         "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter "
         "for tensor 'INPUT0'");
-  CHECK(f.grpc.submit(request("", parameter("shared_memory_byte_size", 2, 64)), 0, &taken));
+  CHECK(f.grpc.submit(request({}, {parameter("shared_memory_byte_size", 2, 64)}), 0, &taken));
   CHECK(taken.error ==
         "'shared_memory_byte_size' can not be specified without 'shared_memory_region' "
         "parameter for tensor 'OUTPUT0'");
   std::string region;
   bytes(&region, 1, "shared_memory_region");
   bytes(&region, 2, std::string("\x1a\x01r", 3));  // string_param "r"
-  CHECK(f.grpc.submit(request(region, ""), 0, &taken));
+  CHECK(f.grpc.submit(request({region}, {}), 0, &taken));
   CHECK(taken.error ==
         "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
         "parameter for tensor 'INPUT0'");
-  // Classification: the general path's.
-  CHECK(!f.grpc.submit(request("", parameter("classification", 2, 2)), 0, &taken));
+  // Values of the wrong kind: Triton's refusals, region first, then offset, then size.
+  std::string region_int;
+  bytes(&region_int, 1, "shared_memory_region");
+  bytes(&region_int, 2, std::string("\x10\x03", 2));  // int64_param 3
+  CHECK(f.grpc.submit(request({region_int, parameter("shared_memory_byte_size", 5, 64)}, {}), 0,
+                      &taken));
+  CHECK(taken.request_id == 0 && taken.error_kind == ErrorKind::kInvalidArgument);
+  CHECK(taken.error ==
+        "invalid value type for 'shared_memory_region' parameter for tensor 'INPUT0', "
+        "expected string_param.");
+  CHECK(f.grpc.submit(request({}, {region, parameter("shared_memory_byte_size", 5, 64),
+                                   parameter("shared_memory_offset", 1, 1)}),
+                      0, &taken));
+  CHECK(taken.error ==
+        "invalid value type for 'shared_memory_offset' parameter for tensor 'OUTPUT0', "
+        "expected int64_param.");
+  CHECK(
+      f.grpc.submit(request({region, parameter("shared_memory_byte_size", 5, 64)}, {}), 0, &taken));
+  CHECK(taken.error ==
+        "invalid value type for 'shared_memory_byte_size' parameter for tensor 'INPUT0', "
+        "expected int64_param.");
+  // Both without the region: the offset is named first.
+  CHECK(f.grpc.submit(request({parameter("shared_memory_byte_size", 2, 64),
+                               parameter("shared_memory_offset", 5, 0)},
+                              {}),
+                      0, &taken));
+  CHECK(taken.error ==
+        "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter "
+        "for tensor 'INPUT0'");
+  // The shm keys are read before a classification.
+  CHECK(f.grpc.submit(request({}, {region_int, parameter("classification", 2, 2)}), 0, &taken));
+  CHECK(taken.error.find("'shared_memory_region'") != std::string::npos);
+  // Classification: the lane's, the output named for the answer; Triton's refusals.
+  taken = GrpcLane::Taken();
+  CHECK(f.grpc.submit(request({}, {parameter("classification", 2, 2)}), 0, &taken));
+  CHECK(taken.request_id != 0 && taken.classify.size() == 1);
+  CHECK(taken.classify[0].output == 0 && taken.classify[0].count == 2);
+  f.http.codec().forget(taken.request_id);
+  CHECK(f.grpc.submit(request({}, {parameter("classification", 5, 2)}), 0, &taken));
+  CHECK(taken.request_id == 0 && taken.classify.empty());
+  CHECK(taken.error == "invalid value type for 'classification' parameter, expected int64_param");
+  CHECK(f.grpc.submit(request({}, {parameter("classification", 2, 0)}), 0, &taken));
+  CHECK(taken.error == "invalid value for 'classification' parameter, expected >= 0");
+  CHECK(f.grpc.submit(request({}, {region, parameter("shared_memory_byte_size", 2, 64),
+                                   parameter("classification", 2, 1)}),
+                      0, &taken));
+  CHECK(taken.error == "output can't set both 'shared_memory_region' and 'classification'");
+  CHECK(f.http.codec().in_flight() == 0);
+}
+
+TEST(grpc_lane_refuses_a_message_protobuf_cannot_parse) {
+  // grpc++'s answer, from the lane: INTERNAL "Unable to parse request", whatever the
+  // model (none can be read).
+  Fixture f;
+  GrpcLane::Taken taken;
+  std::string damaged = add_sub_request(1);
+  damaged.resize(damaged.size() - 3);
+  std::string not_utf8;
+  bytes(&not_utf8, 1, "add\xffsub");
+  for (const std::string& message : {damaged, not_utf8, std::string("\xff", 1)}) {
+    taken = GrpcLane::Taken();
+    CHECK(f.grpc.submit(message, 0, &taken));
+    CHECK(taken.request_id == 0 && taken.error_kind == ErrorKind::kInternal);
+    CHECK(taken.error == "Unable to parse request");
+  }
+  // What protobuf skips the lane skips: a known field of another wire type, a group.
+  std::string skipped = add_sub_request(1) + "\x18\x01" + "\x4b\x4c";
+  CHECK(f.grpc.submit(skipped, 0, &taken) && taken.request_id != 0);
+  f.http.codec().forget(taken.request_id);
   CHECK(f.http.codec().in_flight() == 0);
 }

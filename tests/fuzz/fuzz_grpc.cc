@@ -2,9 +2,9 @@
 // connection (grpc_connection, hpack), the ModelInferRequest reader
 // (grpc_infer_message), compressed messages inflated (grpc_inflate) and the gRPC lane
 // over the codec, answered as the front end
-// answers: the lane's refusal as INVALID_ARGUMENT, a queued request with its response
-// (or the model's error), anything else UNIMPLEMENTED. The input is fed in pieces of
-// sizes that depend on its length only. Seeds: tests/fuzz/corpus/grpc, connections of
+// answers: the lane's refusal with its status (a message it cannot read: INTERNAL), a queued
+// request with its response (or the model's error), anything else UNIMPLEMENTED. The input is fed
+// in pieces of sizes that depend on its length only. Seeds: tests/fuzz/corpus/grpc, connections of
 // tritonclient.grpc and perf_analyzer (tools/capture_traffic.py).
 // The contract: the output is whole, well-formed frames whose header blocks decode; a
 // call answered with an error gets trailers carrying that grpc-status; streams stay
@@ -31,6 +31,7 @@ struct Call {
   std::string path;
   bool refused = false;
   std::string error;
+  int status = 3;  // INVALID_ARGUMENT, or the lane's refusal's
   uint64_t request_id = 0;
   uint32_t model = 0;
 };
@@ -87,18 +88,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           }
           grpc::InferRequestView view;
           std::string error;
-          if (!grpc::read_infer_request(e.message, &view, &error)) {
-            FUZZ_CHECK(!error.empty());
-            call.refused = true;
-            call.error = "malformed ModelInferRequest";
-            break;
-          }
+          const bool readable = grpc::read_infer_request(e.message, &view, &error);
+          FUZZ_CHECK(readable || !error.empty());
           GrpcLane::Taken taken;
           if (!lanes.grpc.submit(e.message, 1, &taken)) break;
+          // A message the reader cannot read is the lane's too: grpc++'s INTERNAL.
+          FUZZ_CHECK(readable ||
+                     (taken.request_id == 0 && taken.error_kind == ErrorKind::kInternal));
           if (taken.request_id == 0) {
             FUZZ_CHECK(!taken.error.empty());
             call.refused = true;
             call.error = taken.error;
+            call.status = error_status_of(taken.error_kind).grpc_code;
           } else {
             call.request_id = taken.request_id;
             call.model = taken.model;
@@ -115,7 +116,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             streams.push_back(e.stream_id);
             break;
           }
-          const int status = call.refused ? 3 : 12;  // INVALID_ARGUMENT, UNIMPLEMENTED
+          const int status = call.refused ? call.status : 12;  // UNIMPLEMENTED
           if (conn.finish(e.stream_id, status, call.refused ? call.error : "not served here")) {
             error_status[e.stream_id] = status;
           }

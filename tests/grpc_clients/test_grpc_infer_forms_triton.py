@@ -14,6 +14,8 @@ import json
 import os
 import struct
 import sys
+import urllib.request
+from multiprocessing import shared_memory
 from pathlib import Path
 
 import grpc
@@ -32,6 +34,8 @@ MODELS = {
     "identity_bytes": None,
     "identity_all": GRPC_MODELS / "identity_all",
     "request_echo": None,
+    "classes": GRPC_MODELS.parent / "surface_models" / "classes",
+    "classes_nobatch": GRPC_MODELS.parent / "surface_models" / "classes_nobatch",
 }
 TIMEOUT = 30
 
@@ -51,12 +55,29 @@ def triton(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def naiad(tmp_path_factory):
+def naiad_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("naiad")
     server = NaiadServer(make_repository(root / "models", MODELS), log_dir=root, name="contents")
     server.start(wait="ready", timeout=120)
-    yield f"{server.host}:{server.grpc_port}"
+    yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def naiad(naiad_server):
+    return f"{naiad_server.host}:{naiad_server.grpc_port}"
+
+
+def _assert_the_lanes(before: dict, after: dict) -> None:
+    """One call, answered or refused by the C++ lane, not by the general path."""
+    taken = ("lane_requests", "lane_refused", "lane_cached")
+    assert sum(after[k] - before[k] for k in taken) == 1, (before, after)
+    assert after["general_requests"] == before["general_requests"]
+
+
+def _lanes(server) -> dict:
+    with urllib.request.urlopen(f"http://{server.host}:{server.http_port}/v2/naiad/lanes") as r:
+        return json.loads(r.read())
 
 
 def _request(model: str, id: str = "", **fields) -> pb.ModelInferRequest:
@@ -197,6 +218,20 @@ def _extra_raw():
     return request
 
 
+def _classes(model: str, datatype: str, fmt: str, rows, output: str, count, kind="int64_param"):
+    """classes / classes_nobatch echo IN_<type> as OUT_<type>, asked to classify it."""
+    request = _request(model, "c")
+    batching = model == "classes"
+    shape = [len(rows), len(rows[0])] if batching else [len(rows[0])]
+    request.inputs.add(name=f"IN_{datatype}", datatype=datatype, shape=shape)
+    data = b"".join(
+        struct.pack(f"<{len(row)}{fmt}", *row) for row in (rows if batching else rows[:1])
+    )
+    request.raw_input_contents.append(data)
+    setattr(request.outputs.add(name=output).parameters["classification"], kind, count)
+    return request
+
+
 def _typed_for_unknown_model():
     request = _add_sub("int_contents", [1] * 16)
     request.model_name = "nope"
@@ -274,6 +309,20 @@ CASES = {
         shared_memory_region=("string_param", "r"),
         shared_memory_byte_size=("int64_param", 64),
     ),
+    # Classification by the lane, with the model's labels (some empty, fewer than the
+    # classes), ties in std::sort's order, batched and not; types without an order.
+    "classes_fp32_labels": _classes(
+        "classes", "FP32", "f", [[0.5, 2.0, 2.0, -1.0, 7.5, 2.0], [1, 1, 1, 1, 1, 1]], "OUT_FP32", 4
+    ),
+    "classes_int32_labels_all": _classes("classes", "INT32", "i", [[3, -7, 3, 9]], "OUT_INT32", 9),
+    "classes_fp64_no_labels": _classes("classes", "FP64", "d", [[1e-7, 3.25, -2.5]], "OUT_FP64", 2),
+    "classes_uint8": _classes("classes", "UINT8", "B", [[3, 200, 7], [9, 9, 1]], "OUT_UINT8", 1),
+    "classes_nobatch": _classes("classes_nobatch", "FP32", "f", [[0.25, 4.0, 1.0]], "OUT_FP32", 2),
+    "classes_fp16": _classes("classes", "FP16", "e", [[1.0, 2.0]], "OUT_FP16", 1),
+    "classes_bool": _classes("classes", "BOOL", "?", [[True, False]], "OUT_BOOL", 1),
+    "classes_bytes": _classes("classes", "BYTES", "5s", [[b"\x01\0\0\0a"]], "OUT_STRING", 1),
+    "classes_zero": _classes("classes", "FP32", "f", [[1.0]], "OUT_FP32", 0),
+    "classes_uint_kind": _classes("classes", "FP32", "f", [[1.0]], "OUT_FP32", 2, "uint64_param"),
     # Tensor parameters: other keys than shm's are ignored; shm keys without the
     # region they go with are refused.
     "input_parameter": _input_parameter("mine", "int64_param", 3),
@@ -302,10 +351,12 @@ CASES = {
 
 
 def _unary(url: str, request):
+    # No deadline: a call with one (grpc-timeout) is still handed to Python, and these
+    # calls are the C++ I/O loop's (pytest-timeout bounds a hang).
     with grpc.insecure_channel(url) as channel:
         stub = pbg.GRPCInferenceServiceStub(channel)
         try:
-            return "OK", stub.ModelInfer(request, timeout=TIMEOUT)
+            return "OK", stub.ModelInfer(request)
         except grpc.RpcError as exc:
             return exc.code().name, exc.details()
 
@@ -333,9 +384,11 @@ def _same_answer(ours, theirs):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_unary_as_triton(naiad, triton, case):
+def test_unary_as_triton(naiad_server, naiad, triton, case):
+    before = _lanes(naiad_server)
     ours, theirs = _unary(naiad, CASES[case]), _unary(triton, CASES[case])
     _same_answer(ours, theirs)
+    _assert_the_lanes(before, _lanes(naiad_server))
     if ours[0] == "OK":
         assert dict(ours[1].parameters) == dict(theirs[1].parameters)
 
@@ -354,6 +407,233 @@ STREAMED = [
     "version_not_a_number",
     "version_negative",
 ]
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def _tag(field: int, wire: int) -> bytes:
+    return _varint(field << 3 | wire)
+
+
+def _string(field: int, data: bytes) -> bytes:
+    return _tag(field, 2) + _varint(len(data)) + data
+
+
+def _without_model(request) -> bytes:
+    """The message's bytes after its model_name field (written first)."""
+    data = request.SerializeToString()
+    return data[len(_string(1, request.model_name.encode())) :]
+
+
+_GOOD = _raw(id="p").SerializeToString()
+_PARAMETER = _parameter("k", "string_param", "x").SerializeToString()
+
+# Message bytes as protobuf's parser (grpc++) reads them: what it cannot parse is refused
+# with INTERNAL before Triton sees the call; what it skips (unknown fields, groups, known
+# fields of another wire type) changes nothing. Every one is the C++ lane's.
+RAW_CASES = {
+    "truncated_varint": b"\xff",
+    "truncated_length": _GOOD[:-3],
+    "field_zero": b"\x00\x01" + _GOOD,
+    "field_past_max": _GOOD + _varint((1 << 29) << 3) + b"\x01",
+    "field_max": _GOOD + _varint(((1 << 29) - 1) << 3) + b"\x01",
+    "varint_11_bytes": _GOOD + _tag(20, 0) + b"\xff" * 10 + b"\x01",
+    "varint_10th_byte_big": _GOOD + _tag(20, 0) + b"\xff" * 9 + b"\x7f",
+    "model_as_varint": _tag(1, 0) + _varint(5) + _without_model(_raw(id="p")),
+    "model_as_fixed32_after": _GOOD + _tag(1, 5) + b"abcd",
+    "id_as_varint": _GOOD + _tag(3, 0) + _varint(1),
+    "inputs_as_varint": _GOOD + _tag(5, 0) + _varint(1),
+    "raw_as_varint": _GOOD + _tag(7, 0) + _varint(1),
+    "model_as_group": _GOOD + _tag(1, 3) + _tag(1, 4),
+    "unknown_group": _GOOD + _tag(20, 3) + _tag(1, 0) + _varint(3) + _tag(20, 4),
+    "unknown_group_nested": _GOOD + _tag(20, 3) + _tag(21, 3) + _tag(21, 4) + _tag(20, 4),
+    "group_ended_by_another": _GOOD + _tag(20, 3) + _tag(21, 4),
+    "group_not_ended": _GOOD + _tag(20, 3),
+    "group_end_alone": _GOOD + _tag(20, 4),
+    "wire_type_6": _GOOD + _tag(20, 6),
+    "model_not_utf8": _string(1, b"add\xffsub") + _without_model(_raw(id="p")),
+    "unknown_model_not_utf8": _string(1, b"\xff"),
+    "id_not_utf8": _GOOD + _string(3, b"\xc3"),
+    "model_overlong_utf8": _string(1, b"\xc0\xaf"),
+    "model_surrogate_utf8": _string(1, b"\xed\xa0\x80"),
+    "model_past_max_utf8": _string(1, b"\xf4\x90\x80\x80"),
+    "model_max_utf8": _string(1, b"\xf4\x8f\xbf\xbf"),
+    "string_param_not_utf8": _PARAMETER.replace(b"\x01x", b"\x01\xff"),
+    "parameter_key_not_utf8": _PARAMETER.replace(b"\x01k", b"\x01\xfe"),
+    # fp32_contents of INPUT0 sent as a varint: an unknown field, the contents empty.
+    "fp32_contents_as_varint": _string(1, b"add_sub")
+    + _string(
+        5,
+        _string(1, b"INPUT0")
+        + _string(2, b"FP32")
+        + _string(3, b"\x01\x10")
+        + _string(5, _tag(6, 0) + _varint(1)),
+    )
+    + _string(5, _add_sub("fp32_contents", [1.0] * 16).inputs[1].SerializeToString()),
+}
+
+
+def _raw_call(url: str, data: bytes):
+    with grpc.insecure_channel(url) as channel:
+        infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        try:
+            return "OK", pb.ModelInferResponse.FromString(infer(data))  # as _unary
+        except grpc.RpcError as exc:
+            return exc.code().name, exc.details()
+
+
+@pytest.mark.parametrize("case", list(RAW_CASES))
+def test_message_bytes_as_triton(naiad_server, naiad, triton, case):
+    before = _lanes(naiad_server)
+    ours, theirs = _raw_call(naiad, RAW_CASES[case]), _raw_call(triton, RAW_CASES[case])
+    _same_answer(ours, theirs)
+    _assert_the_lanes(before, _lanes(naiad_server))
+
+
+def _shm_parameters(which: str, **parameters) -> pb.ModelInferRequest:
+    """add_sub with INPUT0 (`which` "in") or OUTPUT0 ("out") in region "r" as told."""
+    request = _raw(id="s")
+    if which == "in":
+        tensor = request.inputs[0]
+        del request.raw_input_contents[0]
+    else:
+        tensor = request.outputs.add(name="OUTPUT0")
+    for key, (kind, value) in parameters.items():
+        setattr(tensor.parameters[key], kind, value)
+    return request
+
+
+def _placed(which: str, offset, size):
+    parameters = {
+        "shared_memory_region": ("string_param", "r"),
+        "shared_memory_byte_size": ("int64_param", size),
+    }
+    if offset is not None:
+        parameters["shared_memory_offset"] = ("int64_param", offset)
+    return _shm_parameters(which, **parameters)
+
+
+_REGION = ("string_param", "r")
+_SIZE = ("int64_param", 64)
+# Tensor shm parameters of the wrong kind, and offsets and sizes past region "r" (256
+# bytes, registered on both servers): Triton's checks in its order, all the lane's.
+SHM_CASES = {
+    "region_int": ("in", {"shared_memory_region": ("int64_param", 3)}),
+    "region_int_with_size": (
+        "in",
+        {"shared_memory_region": ("int64_param", 3), "shared_memory_byte_size": _SIZE},
+    ),
+    "size_uint": (
+        "in",
+        {"shared_memory_region": _REGION, "shared_memory_byte_size": ("uint64_param", 64)},
+    ),
+    "size_string": (
+        "in",
+        {"shared_memory_region": _REGION, "shared_memory_byte_size": ("string_param", "64")},
+    ),
+    "offset_uint": (
+        "in",
+        {
+            "shared_memory_region": _REGION,
+            "shared_memory_byte_size": _SIZE,
+            "shared_memory_offset": ("uint64_param", 0),
+        },
+    ),
+    "offset_bool_size_string": (
+        "in",
+        {
+            "shared_memory_region": _REGION,
+            "shared_memory_byte_size": ("string_param", "x"),
+            "shared_memory_offset": ("bool_param", True),
+        },
+    ),
+    "offset_and_size_without_region": (
+        "in",
+        {"shared_memory_byte_size": _SIZE, "shared_memory_offset": ("uint64_param", 0)},
+    ),
+    "out_region_int": (
+        "out",
+        {"shared_memory_region": ("int64_param", 3), "shared_memory_byte_size": _SIZE},
+    ),
+    "out_size_uint": (
+        "out",
+        {"shared_memory_region": _REGION, "shared_memory_byte_size": ("uint64_param", 64)},
+    ),
+    "out_offset_double": (
+        "out",
+        {
+            "shared_memory_region": _REGION,
+            "shared_memory_byte_size": _SIZE,
+            "shared_memory_offset": ("double_param", 1.0),
+        },
+    ),
+    "out_region_int_and_classification": (
+        "out",
+        {
+            "shared_memory_region": ("int64_param", 1),
+            "classification": ("uint64_param", 2),
+        },
+    ),
+}
+PLACES = [
+    (255, 0),
+    (256, 0),
+    (300, 0),
+    (2**62, 2**62),
+    (2**63 - 1, 1),
+    (0, 2**63 - 1),
+    (192, 64),
+    (250, 64),
+    (None, 64),
+]
+
+
+@pytest.fixture(scope="module")
+def regions(naiad, triton):
+    """Region "r" of 256 zero bytes registered on both servers (a segment each)."""
+    segments = []
+    for url in (naiad, triton):
+        segment = shared_memory.SharedMemory(create=True, size=256)
+        segments.append(segment)
+        with grpc.insecure_channel(url) as channel:
+            pbg.GRPCInferenceServiceStub(channel).SystemSharedMemoryRegister(
+                pb.SystemSharedMemoryRegisterRequest(
+                    name="r", key="/" + segment.name, offset=0, byte_size=256
+                ),
+                timeout=TIMEOUT,
+            )
+    yield
+    for url, segment in zip((naiad, triton), segments):
+        with grpc.insecure_channel(url) as channel:
+            pbg.GRPCInferenceServiceStub(channel).SystemSharedMemoryUnregister(
+                pb.SystemSharedMemoryUnregisterRequest(name="r"), timeout=TIMEOUT
+            )
+        segment.close()
+        segment.unlink()
+
+
+@pytest.mark.parametrize("case", list(SHM_CASES))
+def test_shm_parameters_as_triton(naiad_server, naiad, triton, regions, case):
+    which, parameters = SHM_CASES[case]
+    request = _shm_parameters(which, **parameters)
+    before = _lanes(naiad_server)
+    _same_answer(_unary(naiad, request), _unary(triton, request))
+    _assert_the_lanes(before, _lanes(naiad_server))
+
+
+@pytest.mark.parametrize("which", ["in", "out"])
+@pytest.mark.parametrize("place", PLACES, ids=str)
+def test_shm_places_as_triton(naiad, triton, regions, which, place):
+    # A place the registry refuses is still answered by the general path (the codec
+    # falls back when a region does not resolve): the same words, from one registry.
+    request = _placed(which, *place)
+    _same_answer(_unary(naiad, request), _unary(triton, request))
 
 
 @pytest.mark.parametrize("case", STREAMED)

@@ -158,8 +158,7 @@ def test_infer_errors(client):
                 [inp],
                 None,
                 "StatusCode.INVALID_ARGUMENT",
-                "Invalid offset + byte size for shared memory region: 'r' (offset 56 + "
-                "byte size 16 > region size 64)",
+                "Invalid offset + byte size for shared memory region: 'r'",
             )
         )
         ok = grpcclient.InferInput("INPUT0", [1, 4], "FP32")

@@ -750,7 +750,9 @@ cdef class GrpcLane:
         cdef GrpcTaken taken
         cdef cbool took
         with nogil:
-            took = self._lane.submit(view, now_ns, &taken)
+            # Classification stays the general path's here: these answers are
+            # written by Python (the I/O loop classifies its own).
+            took = self._lane.submit(view, now_ns, &taken, False)
         if not took:
             return None
         cdef bytes payload

@@ -79,7 +79,8 @@ cdef extern from "http2/grpc_lane.h" namespace "naiad":
         void set_model(const string& name, vector[ModelVersionState] versions) except +
         void clear_models()
         void remove_model(uint32_t model) except +
-        cbool submit(string_view message, uint64_t now_ns, GrpcTaken* taken) except + nogil
+        cbool submit(string_view message, uint64_t now_ns, GrpcTaken* taken,
+                     cbool classifies) except + nogil
 
 cdef extern from "http2/grpc_wire.h" namespace "naiad::grpc":
     cdef enum GrpcStatus "naiad::grpc::Status":

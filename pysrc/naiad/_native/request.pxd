@@ -80,6 +80,7 @@ cdef extern from "codec/infer_types.h" namespace "naiad":
         vector[InputSpec] inputs
         vector[string] outputs
         vector[string] outputs_json
+        vector[vector[string]] output_labels
         cbool response_cache
 
     cdef cppclass RequestInput:

@@ -299,6 +299,16 @@ cdef class ModelSpec:
             self.spec.outputs.push_back(output_name.encode())
             self.spec.outputs_json.push_back(json_string_text(self.spec.outputs.back()))
 
+    def set_labels(self, dict labels):
+        """Each output's label lines (bytes), by output name: what classification names
+        classes after (csrc/codec/classification.h). Set before the codec copies the spec."""
+        cdef size_t i
+        self.spec.output_labels.clear()
+        self.spec.output_labels.resize(self.spec.outputs.size())
+        for i in range(self.spec.outputs.size()):
+            for line in labels.get(self.spec.outputs[i].decode(), ()):
+                self.spec.output_labels[i].push_back(line)
+
     def validate(self, str request_id, list inputs, outputs):
         """Runs the one validator (csrc/codec/request_validator.h) over a request the Python
         general path parsed: `inputs` are InputTensor records (name, datatype, shape,

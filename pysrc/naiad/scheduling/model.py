@@ -71,6 +71,7 @@ class LoadedModel:
         self._metadata = model_metadata(config, entry.versions)
         # Classification names classes after these (label_filename of an output).
         self.labels = output_labels(config, entry.path)
+        self._validate.spec.set_labels(self.labels)
         # What registers the model with the core, the fast lane and the manager's lane
         # table; release() undoes each, also when one of them fails here.
         self.core_model: int | None = None  # the core's handle
