@@ -462,7 +462,7 @@ void Core::follow_deadline_locked(const Model& model, uint64_t before) {
 void Core::due_locked(uint64_t deadline) {
   timer_due_ = deadline;
   due_hint_.store(deadline, std::memory_order_relaxed);
-  if (!timer_deferred_) set_timer_locked();
+  if (timer_deferrals_ == 0) set_timer_locked();
 }
 
 void Core::set_timer_locked() {
@@ -483,7 +483,7 @@ void Core::set_timer_locked() {
 
 void Core::defer_timer() {
   Locked lock(*this);
-  timer_deferred_ = true;
+  ++timer_deferrals_;
 }
 
 void Core::settle_timer() {
@@ -496,8 +496,7 @@ void Core::settle_timer() {
       const uint64_t now = clock_();
       if (timer_due_ <= now) left = dispatch_due_locked(now);
     }
-    timer_deferred_ = false;
-    set_timer_locked();
+    if (--timer_deferrals_ == 0) set_timer_locked();
   }
   if (left) notify_frontend();
 }

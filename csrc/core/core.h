@@ -532,7 +532,8 @@ class Core {
   // look or to settle_timer).
   std::atomic<uint64_t> due_hint_{0};
   uint64_t timer_set_ = 0;
-  bool timer_deferred_ = false;
+  // Turns deferring the timer now (several I/O loops' at once): the last to settle sets it.
+  uint32_t timer_deferrals_ = 0;
   uint64_t timer_wakeups_ = 0;
   uint64_t timer_settings_ = 0;
   uint64_t next_batch_id_ = 1;

@@ -492,6 +492,31 @@ TEST(core_a_deadline_passing_in_a_deferred_turn_is_met_by_the_turn) {
   core.stop_instance(instance);
 }
 
+// Several I/O loops' turns defer the timer at once: the first to end leaves the timer
+// to the others, and the last sets it to the deadline a batch is still held for.
+TEST(core_the_last_of_overlapping_deferred_turns_sets_the_timer) {
+  BatcherConfig config = batching(8, true);
+  config.max_queue_delay_us = 600000000;  // far beyond the test: it stays held
+  Core core(1 << 22);
+  ModelHandle model = core.add_model(config);
+  uint32_t instance = core.add_instance(model);
+  core.instance_up(instance);
+  FakeWorker worker(core, instance);
+  core.defer_timer();  // loop 0's turn
+  core.defer_timer();  // loop 1's
+  CHECK(submit_bytes(core, model, 1, "held"));
+  core.flush();
+  CHECK(core.in_flight() == 0);
+  core.settle_timer();  // loop 0's ends: loop 1's goes on
+  CHECK(core.timer_settings() == 0);
+  core.settle_timer();
+  CHECK(core.timer_settings() == 1);
+  CHECK(timer_left_ns() > 0);
+  core.flush(false);
+  CHECK(collect(core, 1).size() == 1);
+  core.stop_instance(instance);
+}
+
 // Outside a deferred turn the timer thread meets a deadline, and dispatch_due() after the
 // batch left finds nothing.
 TEST(core_a_deadline_outside_a_deferred_turn_is_met_by_the_timer_thread) {
