@@ -156,6 +156,7 @@ void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
     write_due(python_open, python_waiting);
     spin_for_arrivals(python_open, python_waiting);
   }
+  finish_moves();
   hand_events(turn);
 }
 
@@ -234,6 +235,8 @@ void HttpIo::write_due(uint32_t python_open, uint32_t python_waiting) {
 }
 
 void HttpIo::hand_events(Turn* turn) {
+  for (Completion& done : relayed_completions_) turn->completions.push_back(std::move(done));
+  relayed_completions_.clear();
   for (Answered& stats : share_answered_) turn->answered.push_back(std::move(stats));
   share_answered_.clear();
   turn->queued += queued_;
@@ -246,6 +249,15 @@ void HttpIo::hand_events(Turn* turn) {
     turn->events.insert(turn->events.end(), std::make_move_iterator(events_.begin()),
                         std::make_move_iterator(events_.end()));
     events_.clear();
+  }
+  if (relay_ != nullptr) {
+    // Nothing for Python here: the turn goes to the relay target (route() put the
+    // completions Python answers in it too), and the caller gets it empty.
+    if (!turn->events.empty() || !turn->completions.empty() || !turn->answered.empty() ||
+        turn->queued != 0 || turn->cached != 0 || turn->refused != 0) {
+      relay_->post_turn(std::move(*turn));
+    }
+    *turn = Turn();
   }
 }
 
@@ -260,6 +272,7 @@ void HttpIo::poll(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
     for (Completion& completion : done) route(std::move(completion), turn);
     write_due(python_open, python_waiting);
   }
+  finish_moves();
   hand_events(turn);
 }
 
@@ -287,15 +300,16 @@ void HttpIo::accept_all(int listen_fd, bool grpc, const EndpointRoutes* routes) 
     c->last_read_ns = monotonic_ns();
     if (routes != nullptr) c->endpoint = std::make_unique<EndpointStream>(*routes);
     const uint32_t target = group_ == nullptr ? index_ : group_->next_loop();
+    const Arrival arrival = grpc ? Arrival::kGrpc : Arrival::kHttp;
     if (target == index_) {
-      adopt(std::move(connection), grpc);
+      adopt(std::move(connection), arrival);
     } else {
-      group_->loop(target).post_connection(std::move(connection), grpc);
+      group_->loop(target).post_connection(std::move(connection), arrival);
     }
   }
 }
 
-void HttpIo::adopt(std::unique_ptr<Connection> connection, bool grpc) {
+void HttpIo::adopt(std::unique_ptr<Connection> connection, Arrival arrival) {
   Connection* c = connection.get();
   c->id = next_connection_;
   next_connection_ += connection_stride_;
@@ -303,17 +317,93 @@ void HttpIo::adopt(std::unique_ptr<Connection> connection, bool grpc) {
   connections_.emplace(c->id, std::move(connection));
   c->events = EPOLLIN;
   epoll_set(epoll_fd_, EPOLL_CTL_ADD, c->fd, c->events, c->id);
-  if (grpc) {
+  if (arrival == Arrival::kGrpc) {
     grpc_accepted(c);
+  } else if (arrival == Arrival::kHttp) {
+    if (relay_ == nullptr) events_.push_back(Event{EventKind::kAccepted, c->id, {}});
   } else {
-    events_.push_back(Event{EventKind::kAccepted, c->id, {}});
+    // Moved from a relaying loop: Python meets it now, with what it has to hear.
+    events_.push_back(Event{c->h2 ? EventKind::kGrpcAccepted : EventKind::kAccepted, c->id, {}});
+    for (Event& event : c->deferred) {
+      event.connection = c->id;
+      python_event(c, std::move(event));
+    }
+    c->deferred.clear();
+    c->deferred.shrink_to_fit();
+    c->moving = false;
+    update_events(c);
+    touch(c);  // what it had not sent yet
   }
 }
 
-void HttpIo::post_connection(std::unique_ptr<Connection> connection, bool grpc) {
+void HttpIo::python_event(Connection* c, Event&& event) {
+  if (relay_ == nullptr) {
+    events_.push_back(std::move(event));
+    return;
+  }
+  c->deferred.push_back(std::move(event));
+  if (!c->moving) {
+    c->moving = true;
+    moving_.push_back(c->id);
+    update_events(c);
+  }
+}
+
+void HttpIo::finish_moves() {
+  if (moving_.empty()) return;
+  std::vector<uint64_t> waiting;
+  for (uint64_t id : moving_) {
+    Connection* c = find(id);
+    if (c == nullptr) continue;  // closed meanwhile: Python never knew it
+    if (c->h2) {
+      if (c->grpc_in_flight != 0) {  // its lane calls are answered here first
+        waiting.push_back(id);
+        continue;
+      }
+      // Calls held but not submitted are Python's, with the connection.
+      std::vector<uint32_t> held;
+      for (const auto& call : c->calls) held.push_back(call.first);
+      for (uint32_t stream : held) grpc_to_python(c, stream, nullptr);
+    }
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+    touched_.erase(std::remove(touched_.begin(), touched_.end(), c), touched_.end());
+    update_waiting(c);
+    if (c->counted) {
+      c->counted = false;
+      --counted_;
+      publish_counts();
+    }
+    auto found = connections_.find(id);
+    std::unique_ptr<Connection> connection = std::move(found->second);
+    connections_.erase(found);
+    ++moved_;
+    relay_->post_connection(std::move(connection), Arrival::kMoved);
+  }
+  moving_.swap(waiting);
+}
+
+void HttpIo::post_turn(Turn&& turn) {
+  // Counts alone wait for the next wake-up: they are statistics, not work.
+  const bool wake = !turn.events.empty() || !turn.completions.empty() || !turn.answered.empty();
   {
     std::lock_guard<std::mutex> lock(mail_.mutex);
-    mail_.connections.emplace_back(std::move(connection), grpc);
+    Turn& kept = mail_.relayed;
+    for (Event& event : turn.events) kept.events.push_back(std::move(event));
+    for (Completion& done : turn.completions) kept.completions.push_back(std::move(done));
+    for (Answered& stats : turn.answered) kept.answered.push_back(std::move(stats));
+    kept.queued += turn.queued;
+    kept.cached += turn.cached;
+    kept.refused += turn.refused;
+  }
+  if (!wake) return;
+  const uint64_t one = 1;
+  (void)!::write(mail_.fd, &one, sizeof one);
+}
+
+void HttpIo::post_connection(std::unique_ptr<Connection> connection, Arrival arrival) {
+  {
+    std::lock_guard<std::mutex> lock(mail_.mutex);
+    mail_.connections.emplace_back(std::move(connection), arrival);
   }
   const uint64_t one = 1;
   (void)!::write(mail_.fd, &one, sizeof one);
@@ -331,15 +421,25 @@ void HttpIo::post_share(std::shared_ptr<Share> share) {
 void HttpIo::take_mail() {
   uint64_t count;
   (void)!::read(mail_.fd, &count, sizeof count);
-  std::vector<std::pair<std::unique_ptr<Connection>, bool>> connections;
+  std::vector<std::pair<std::unique_ptr<Connection>, Arrival>> connections;
   std::vector<std::shared_ptr<Share>> shares;
+  Turn relayed;
   {
     std::lock_guard<std::mutex> lock(mail_.mutex);
     connections.swap(mail_.connections);
     shares.swap(mail_.shares);
+    std::swap(relayed, mail_.relayed);
   }
   for (auto& posted : connections) adopt(std::move(posted.first), posted.second);
   for (auto& share : shares) answer_share(*share);
+  for (Event& event : relayed.events) events_.push_back(std::move(event));
+  for (Completion& done : relayed.completions) relayed_completions_.push_back(std::move(done));
+  for (Answered& stats : relayed.answered) share_answered_.push_back(std::move(stats));
+  // Its requests are counted with this loop's (queued_ is also the flush hint of a
+  // take_back's caller: the relaying loop flushed its own).
+  queued_ += relayed.queued;
+  cached_ += relayed.cached;
+  refused_ += relayed.refused;
 }
 
 void HttpIo::route(Completion&& done, Turn* turn) {
@@ -399,7 +499,8 @@ void HttpIo::answer_share(Share& share) {
 }
 
 void HttpIo::update_events(Connection* c) {
-  bool reading = !c->eof && !c->closing;
+  // A connection moving to the relay target is read there.
+  bool reading = !c->eof && !c->closing && !c->moving;
   if (c->h2) {
     reading = reading && unsent_of(c) < kGrpcHighWater;
   } else if (c->python) {
@@ -485,7 +586,7 @@ void HttpIo::on_readable(Connection* c) {
       return;
     }
     if (c->python) {
-      events_.push_back(Event{EventKind::kEof, c->id, {}});
+      python_event(c, Event{EventKind::kEof, c->id, {}});
       update_events(c);
       return;
     }
@@ -513,7 +614,7 @@ void HttpIo::on_readable(Connection* c) {
     if (size == 0) return;  // part of a head, held until it is whole
   }
   if (c->python) {
-    events_.push_back(Event{EventKind::kData, c->id, std::string(data, size)});
+    python_event(c, Event{EventKind::kData, c->id, std::string(data, size)});
     return;
   }
   c->in.append(data, size);
@@ -678,10 +779,10 @@ bool HttpIo::send_out(Connection* c) {
   if (c->python && !c->h2) {
     if (!c->write_paused && unsent_of(c) > kHighWater) {
       c->write_paused = true;
-      events_.push_back(Event{EventKind::kPauseWriting, c->id, {}});
+      python_event(c, Event{EventKind::kPauseWriting, c->id, {}});
     } else if (c->write_paused && unsent_of(c) <= kLowWater) {
       c->write_paused = false;
-      events_.push_back(Event{EventKind::kResumeWriting, c->id, {}});
+      python_event(c, Event{EventKind::kResumeWriting, c->id, {}});
     }
   }
   if (unsent_of(c) == 0) {
@@ -926,7 +1027,8 @@ void HttpIo::destroy(Connection* c, bool report) {
   }
   touched_.erase(std::remove(touched_.begin(), touched_.end(), c), touched_.end());
   const uint64_t id = c->id;
-  if (report) events_.push_back(Event{EventKind::kClosed, id, {}});
+  // A relaying loop's connections are unknown to Python.
+  if (report && relay_ == nullptr) events_.push_back(Event{EventKind::kClosed, id, {}});
   connections_.erase(id);
 }
 
@@ -955,7 +1057,7 @@ void HttpIo::hand_over(uint64_t connection) {
 
 void HttpIo::to_python(Connection* c) {
   c->python = true;
-  events_.push_back(Event{EventKind::kHandOver, c->id, std::move(c->in)});
+  python_event(c, Event{EventKind::kHandOver, c->id, std::move(c->in)});
   c->in.clear();
 }
 

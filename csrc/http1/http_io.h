@@ -22,12 +22,25 @@
 //
 // Threads: each loop has one owning thread, which alone calls its methods and touches
 // its connections: today the front end's event loop (the GIL released around run() and
-// poll()), or an IoThread (io_thread.h) when a group (io_group.h) runs several loops.
+// poll()), or an IoThread (io_thread.h) when a group (io_group.h) runs several loops;
+// a thread holding that IoThread paused (IoThread::Pause) is the owner meanwhile.
 // The owner calls run() when this loop's epoll fd is readable (sockets, and the mailbox)
 // and poll() when the core's notify eventfd is (completions, for every protocol: gRPC's
 // go to Python from here too). Other threads reach a loop only through its mailbox
-// (post_connection, post_share: `mail_`, under its mutex, with an eventfd in the epoll
-// set to wake the owner). No other member needs a lock.
+// (post_connection, post_share, post_turn: `mail_`, under its mutex, with an eventfd in
+// the epoll set to wake the owner). No other member needs a lock.
+//
+// A loop that relays to another (relay_to: loops 1..N-1 of `naiad serve`, relaying to
+// loop 0 on Python's thread) hands Python nothing itself. A connection that needs
+// Python (an HTTP request the lane leaves, a gRPC call it does not take, PINGs Python
+// watches) collects its events for Python in the connection and moves whole, at the end
+// of the turn, to the relay target, which announces it to Python (kAccepted or
+// kGrpcAccepted under the target's id) with those events; it stays there for good. It
+// moves once nothing is owed on it here: an HTTP connection goes to Python only then
+// anyway; a gRPC connection takes no more lane calls, stops being read and waits for its
+// lane calls in flight, and its calls held but not submitted go to Python with it. What
+// its turns leave for Python (completions, statistics, TLS failures) is posted to the
+// target, which hands it over with its own next turn.
 #pragma once
 
 #include <sys/epoll.h>
@@ -71,6 +84,10 @@ class HttpIo {
   // in the group), and the completions it polls go to the loops that own their requests.
   void join(IoGroup* group, uint32_t index);
   uint32_t loop_index() const { return index_; }
+  // This loop hands Python nothing itself: see "relays" above. Set before it serves.
+  void relay_to(HttpIo* target) { relay_ = target; }
+  // Connections moved to the relay target since this loop started.
+  uint64_t connections_moved() const { return moved_; }
   // Connections this loop served since it started (accepted here or handed to it).
   uint64_t connections_served() const { return served_; }
 
@@ -314,6 +331,10 @@ class HttpIo {
     uint64_t activity = 0;        // gRPC events received
     uint64_t pings_seen = 0;      // the client's PINGs reported
     bool answered = false;        // calls answered here since the last PINGs report
+    // A relaying loop's connection that needs Python: its events for Python, in order,
+    // until it moves to the relay target (finish_moves).
+    bool moving = false;
+    std::vector<Event> deferred;
   };
   // A completion whose requests several loops own (or another loop alone): each owner
   // answers its own requests from the one response block, freed by the last (`left`).
@@ -322,12 +343,16 @@ class HttpIo {
     std::atomic<uint32_t> left{0};
     uint32_t counting = 0;  // the loop whose Answered counts the execution
   };
-  // What other threads post to this loop (post_connection, post_share).
+  // How a connection comes to this loop: new from the acceptor (HTTP/1.1 or gRPC), or
+  // moved from a relaying loop with its events for Python.
+  enum class Arrival : uint8_t { kHttp, kGrpc, kMoved };
+  // What other threads post to this loop (post_connection, post_share, post_turn).
   struct Mailbox {
     std::mutex mutex;
-    std::vector<std::pair<std::unique_ptr<Connection>, bool>> connections;  // bool: gRPC
+    std::vector<std::pair<std::unique_ptr<Connection>, Arrival>> connections;
     std::vector<std::shared_ptr<Share>> shares;
-    int fd = -1;  // eventfd, in epoll_fd_ (kMailboxKey)
+    Turn relayed;  // relaying loops' leftovers for Python
+    int fd = -1;   // eventfd, in epoll_fd_ (kMailboxKey)
   };
   struct Request {
     // Null once its client went away (the request stays until its completion).
@@ -392,12 +417,20 @@ class HttpIo {
   // This loop's part of a share; the block is freed by the last loop done with it.
   void answer_share(Share& share);
   // Another thread's hand-over, under mail_.mutex; wakes this loop.
-  void post_connection(std::unique_ptr<Connection> connection, bool grpc);
+  void post_connection(std::unique_ptr<Connection> connection, Arrival arrival);
   void post_share(std::shared_ptr<Share> share);
-  // The owner's side: adopts the connections and answers the shares posted.
+  // A relaying loop's leftovers for Python, handed over with this loop's next turn.
+  void post_turn(Turn&& turn);
+  // The owner's side: adopts the connections, answers the shares and keeps the
+  // leftovers posted.
   void take_mail();
-  // A connection accepted here or handed over: registered, and announced to Python.
-  void adopt(std::unique_ptr<Connection> connection, bool grpc);
+  // A connection accepted here or handed over: registered, and announced to Python
+  // (with its events for Python, when moved).
+  void adopt(std::unique_ptr<Connection> connection, Arrival arrival);
+  // An event of `c` for Python: queued, or kept in `c` until it moves (relaying).
+  void python_event(Connection* c, Event&& event);
+  // Relaying: the connections marked moving that owe nothing here go to the target.
+  void finish_moves();
   // Moves the due answers (the ready ones at the front) into `out`, and takes the
   // bytes that waited for room.
   void collect_due(Connection* c);
@@ -481,7 +514,11 @@ class HttpIo {
   bool each_ = false;
   size_t max_body_ = size_t(1) << 30;
   uint64_t next_connection_ = 1;
-  IoGroup* group_ = nullptr;  // null: this loop alone
+  IoGroup* group_ = nullptr;      // null: this loop alone
+  HttpIo* relay_ = nullptr;       // null: this loop hands Python its own events
+  std::vector<uint64_t> moving_;  // connections marked moving, in order
+  uint64_t moved_ = 0;
+  std::vector<Completion> relayed_completions_;  // posted leftovers, for the next turn
   uint32_t index_ = 0;
   uint64_t connection_stride_ = 1;  // the group's size
   uint64_t served_ = 0;

@@ -6,13 +6,22 @@
 //
 // What a turn leaves for Python (events, completions the loops do not answer, the
 // statistics of those they do) goes to `hand`, called on this thread with no lock held:
-// the caller's sink must be safe to call from here (the Python side takes the GIL).
-// While the thread runs, no other thread calls the loop: Python's calls on a loop
-// (write, close, answer...) reach it only once they go through its mailbox too.
+// the caller's sink must be safe to call from here. A loop that relays to another
+// (HttpIo::relay_to) leaves nothing (its leftovers are posted to that loop): its
+// `hand` may be empty.
+//
+// While the thread runs, no other thread calls the loop, with one exception: a thread
+// holding it paused (Pause) is the loop's owner until it lets go, and may call any of
+// its methods, and its lane's (settings, the sweep, answers Python makes). The thread
+// stops between two turns; the mutex and condition variable order what either did
+// before the other goes on. After a pause the thread runs a turn, so what the caller
+// did (closes, answers, moves) goes out without waiting for the next socket event.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "core/core.h"
@@ -30,14 +39,37 @@ class IoThread {
   IoThread(const IoThread&) = delete;
   IoThread& operator=(const IoThread&) = delete;
 
+  // Holds the thread between turns for as long as it lives: the holder owns the loop.
+  // One holder at a time, never the loop's own thread.
+  class Pause {
+   public:
+    explicit Pause(IoThread& thread) : thread_(thread) { thread_.pause(); }
+    ~Pause() { thread_.resume(); }
+    Pause(const Pause&) = delete;
+    Pause& operator=(const Pause&) = delete;
+
+   private:
+    IoThread& thread_;
+  };
+  // Returns once the thread waits between turns; resume() lets it go on.
+  void pause();
+  void resume();
+
  private:
   void loop();
+  // Waits while a pause is asked for (the thread's side of pause()).
+  void hold_if_asked();
 
   HttpIo& io_;
   Core& core_;
   Hand hand_;
   int epoll_fd_ = -1;
   int stop_fd_ = -1;
+  int pause_fd_ = -1;  // eventfd written by pause(): wakes the thread to stop
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool pause_asked_ = false;  // guarded by mutex_
+  bool paused_ = false;       // guarded by mutex_
   std::thread thread_;
 };
 

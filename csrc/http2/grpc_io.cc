@@ -65,7 +65,7 @@ void HttpIo::stop_listening_grpc() {
 void HttpIo::grpc_accepted(Connection* c) {
   c->python = true;  // its Python handler knows it (kClosed is reported)
   c->h2 = std::make_unique<h2::GrpcConnection>(grpc_limits_);
-  events_.push_back(Event(EventKind::kGrpcAccepted, c->id));
+  if (relay_ == nullptr) events_.push_back(Event(EventKind::kGrpcAccepted, c->id));
   touch(c);  // the server preface (our SETTINGS)
 }
 
@@ -86,19 +86,19 @@ void HttpIo::grpc_pings(Connection* c) {
   event.count = received;
   event.flag = c->answered;
   c->answered = false;
-  events_.push_back(std::move(event));
+  python_event(c, std::move(event));
 }
 
 void HttpIo::grpc_event(Connection* c, h2::Event& event) {
   auto held = c->calls.find(event.stream_id);
   if (held == c->calls.end()) {
-    const bool take = event.kind == h2::EventKind::kCall && grpc_taking_ &&
+    const bool take = event.kind == h2::EventKind::kCall && grpc_taking_ && !c->moving &&
                       event.path == kModelInfer && event.timeout_us < 0;
     if (take) {
       c->calls[event.stream_id].opened = std::move(event);
       return;
     }
-    events_.push_back(Event::call(c->id, std::move(event)));
+    python_event(c, Event::call(c->id, std::move(event)));
     return;
   }
   GrpcCall& call = held->second;
@@ -153,7 +153,7 @@ void HttpIo::grpc_to_python(Connection* c, uint32_t stream, h2::Event* then) {
   auto held = c->calls.find(stream);
   GrpcCall call = std::move(held->second);
   c->calls.erase(held);
-  events_.push_back(Event::call(c->id, std::move(call.opened)));
+  python_event(c, Event::call(c->id, std::move(call.opened)));
   if (call.has_message) {
     h2::Event message;
     message.kind = h2::EventKind::kMessage;
@@ -166,9 +166,9 @@ void HttpIo::grpc_to_python(Connection* c, uint32_t stream, h2::Event* then) {
       message.message = call.inflation->take_compressed();  // Python inflates it
       message.compressed = true;
     }
-    events_.push_back(Event::call(c->id, std::move(message)));
+    python_event(c, Event::call(c->id, std::move(message)));
   }
-  if (then != nullptr) events_.push_back(Event::call(c->id, std::move(*then)));
+  if (then != nullptr) python_event(c, Event::call(c->id, std::move(*then)));
 }
 
 void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
@@ -186,7 +186,7 @@ void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
     h2::Event half;
     half.kind = h2::EventKind::kHalfClose;
     half.stream_id = stream;
-    events_.push_back(Event::call(c->id, std::move(half)));
+    python_event(c, Event::call(c->id, std::move(half)));
     return;
   }
   call.message.clear();

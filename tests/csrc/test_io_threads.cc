@@ -2,9 +2,11 @@
 // HTTP/1.1 and gRPC, handed out by the loop holding the listener and then served wholly
 // by their loop,
 // completions polled by one loop reaching the loop that owns their requests (a batch
-// whose requests two loops own answered by both, its block freed once), and two loops
-// on threads of their own serving many clients at once (run it under TSan:
-// build/test_core_tsan).
+// whose requests two loops own answered by both, its block freed once), two loops
+// on threads of their own serving many clients at once, and a relaying loop (as
+// `naiad serve`'s loops 1..N-1) moving the connections that need Python to loop 0, its
+// leftovers for Python posted there, and called by another thread while paused (run it
+// under TSan: build/test_core_tsan).
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -55,6 +57,12 @@ struct Group : Fixture {
     io1.reset();
   }
 
+  // Loop 1 hands Python nothing itself: it relays to loop 0, as `naiad serve`'s do.
+  void relay() {
+    io1->relay_to(io);
+    io1_relays_ = true;
+  }
+
   HttpIo& loop(uint32_t index) { return index == 0 ? *io : *io1; }
 
   // Two clients, the first served by loop 0 and the second by loop 1 (the single
@@ -80,7 +88,27 @@ struct Group : Fixture {
   void keep(uint32_t index, HttpIo::Turn&& turn) {
     std::lock_guard<std::mutex> lock(mutex);
     for (auto& a : turn.answered) by_loop[index].push_back(std::move(a));
+    completions_from[index] += turn.completions.size();
     for (auto& c : turn.completions) python_completions.push_back(std::move(c));
+    for (auto& e : turn.events) events_by_loop[index].push_back(std::move(e));
+  }
+  // Whether loop `index` handed over an event of `kind` (of `connection`, unless 0);
+  // the first one copied to `out`.
+  bool has_event(uint32_t index, HttpIo::EventKind kind, HttpIo::Event* out = nullptr,
+                 uint64_t connection = 0) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& event : events_by_loop[index]) {
+      if (event.kind != kind || (connection != 0 && event.connection != connection)) continue;
+      if (out != nullptr) {
+        out->connection = event.connection;
+        out->data = event.data;
+        out->grpc.kind = event.grpc.kind;
+        out->grpc.stream_id = event.grpc.stream_id;
+        out->grpc.path = event.grpc.path;
+      }
+      return true;
+    }
+    return false;
   }
   uint32_t successes(uint32_t index) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -102,21 +130,27 @@ struct Group : Fixture {
     worker.join();
     threads.clear();
   }
-  // Both loops on threads of their own.
+  // Both loops on threads of their own (a relaying loop 1's with no hand: it leaves
+  // nothing).
   void start_threads() {
     for (uint32_t index = 0; index < 2; ++index) {
-      threads.push_back(std::make_unique<IoThread>(
-          loop(index), core,
-          [this](uint32_t at, HttpIo::Turn&& turn) { keep(at, std::move(turn)); }));
+      IoThread::Hand hand;
+      if (index == 0 || !io1_relays_) {
+        hand = [this](uint32_t at, HttpIo::Turn&& turn) { keep(at, std::move(turn)); };
+      }
+      threads.push_back(std::make_unique<IoThread>(loop(index), core, std::move(hand)));
     }
   }
 
   HttpLane lane1;
   GrpcLane grpc_lane1;
+  bool io1_relays_ = false;
   std::unique_ptr<HttpIo> io1;
   IoGroup group;
   std::mutex mutex;
   std::vector<HttpIo::Answered> by_loop[2];
+  std::vector<HttpIo::Event> events_by_loop[2];
+  size_t completions_from[2] = {0, 0};
   std::vector<std::unique_ptr<IoThread>> threads;
   std::atomic<bool> stop{false};
   std::thread worker;
@@ -131,6 +165,32 @@ void receive(int fd, std::string* received) {
     received->append(buffer, static_cast<size_t>(got));
   }
 }
+
+// A gRPC client's connection: the frames received so far, and its calls' statuses.
+struct GrpcCalls {
+  int fd = -1;
+  h2test::Reader reader;
+  std::vector<h2test::Frame> frames;
+  void receive() {
+    char buffer[65536];
+    for (;;) {
+      ssize_t got = recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+      if (got <= 0) return;
+      for (auto& frame : reader.read(std::string(buffer, static_cast<size_t>(got)))) {
+        frames.push_back(std::move(frame));
+      }
+    }
+  }
+  // The call's grpc-status, empty until its trailers came.
+  std::string status(uint32_t stream) const {
+    for (const h2test::Frame& f : frames) {
+      if (f.type == 0x1 && f.stream == stream && (f.flags & 0x1)) {
+        return h2test::header_value(f, "grpc-status");
+      }
+    }
+    return "";
+  }
+};
 
 }  // namespace
 
@@ -293,21 +353,8 @@ TEST(io_group_grpc_connections_are_handed_out_and_their_calls_answered_on_their_
   Group g;
   g.start_threads();
   g.start_worker();
-  struct Call {
-    int fd;
-    h2test::Reader reader;
-    std::vector<h2test::Frame> frames;
-    std::string status(uint32_t stream) const {
-      for (const h2test::Frame& f : frames) {
-        if (f.type == 0x1 && f.stream == stream && (f.flags & 0x1)) {
-          return h2test::header_value(f, "grpc-status");
-        }
-      }
-      return "";
-    }
-  };
-  Call clients[2];
-  for (Call& client : clients) {
+  GrpcCalls clients[2];
+  for (GrpcCalls& client : clients) {
     client.fd = g.connect_client(true);
     send_all(client.fd, h2test::hello());
     for (uint32_t stream : {1u, 3u}) {
@@ -319,20 +366,13 @@ TEST(io_group_grpc_connections_are_handed_out_and_their_calls_answered_on_their_
   }
   CHECK(wait_until([&] {
     bool all = true;
-    for (Call& client : clients) {
-      char buffer[65536];
-      for (;;) {
-        ssize_t got = recv(client.fd, buffer, sizeof buffer, MSG_DONTWAIT);
-        if (got <= 0) break;
-        for (auto& frame : client.reader.read(std::string(buffer, static_cast<size_t>(got)))) {
-          client.frames.push_back(std::move(frame));
-        }
-      }
+    for (GrpcCalls& client : clients) {
+      client.receive();
       all = all && !client.status(1).empty() && !client.status(3).empty();
     }
     return all;
   }));
-  for (Call& client : clients) {
+  for (GrpcCalls& client : clients) {
     CHECK(client.status(1) == "0");
     CHECK(client.status(3) == "0");
   }
@@ -341,7 +381,7 @@ TEST(io_group_grpc_connections_are_handed_out_and_their_calls_answered_on_their_
   CHECK(g.io->connections_served() == 1 && g.io1->connections_served() == 1);
   CHECK(g.successes(0) == 2 && g.successes(1) == 2);
   CHECK(g.python_completions.empty());
-  for (Call& client : clients) close(client.fd);
+  for (GrpcCalls& client : clients) close(client.fd);
 }
 
 TEST(io_group_a_loop_whose_clients_all_wait_holds_a_batch_while_another_loops_could_send) {
@@ -377,4 +417,215 @@ TEST(io_group_a_loop_whose_clients_all_wait_holds_a_batch_while_another_loops_co
     return g.core.pending_requests(model) == 0;
   }));
   close(first);
+}
+
+TEST(io_group_a_relaying_loop_moves_a_connection_python_must_serve_to_loop_0) {
+  Group g;
+  g.relay();
+  int first = -1, second = -1;
+  CHECK(g.connect_pair(&first, &second));
+  // Loop 1 serves its client's lane request itself; its statistics reach Python
+  // through loop 0, and Python never hears of the connection from loop 1.
+  send_all(second, http_add_sub_request());
+  std::string received;
+  CHECK(wait_until([&] {
+    g.turn(1, true);
+    g.answer_batches();
+    g.turn(0);
+    receive(second, &received);
+    return count_answers(received) == 1 && g.successes(0) == 1;
+  }));
+  CHECK(g.successes(1) == 0);
+  CHECK(g.io1->connections_moved() == 0);
+  // A request the lane does not take: the connection moves whole to loop 0, which
+  // announces it to Python with the bytes Python has to read.
+  const std::string health = "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n";
+  send_all(second, health);
+  HttpIo::Event handed(HttpIo::EventKind::kData, 0);
+  CHECK(wait_until([&] {
+    g.turn(1);
+    g.turn(0);
+    return g.has_event(0, HttpIo::EventKind::kHandOver, &handed);
+  }));
+  CHECK(g.io1->connections_moved() == 1);
+  CHECK(handed.data == health);
+  CHECK(g.has_event(0, HttpIo::EventKind::kAccepted, nullptr, handed.connection));
+  CHECK(g.events_by_loop[1].empty());
+  CHECK(g.io->is_open(handed.connection) && !g.io1->is_open(handed.connection));
+  CHECK(!g.io->in_lane_mode(handed.connection));
+  // Python answers on loop 0, and reads what the client sends next there.
+  const std::string ok = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+  g.io->write(handed.connection, ok.data(), ok.size());
+  received.clear();
+  CHECK(wait_until([&] {
+    receive(second, &received);
+    return received == ok;
+  }));
+  send_all(second, "x");
+  CHECK(wait_until([&] {
+    g.turn(0);
+    std::lock_guard<std::mutex> lock(g.mutex);
+    for (const auto& event : g.events_by_loop[0]) {
+      if (event.kind == HttpIo::EventKind::kData && event.data == "x") return true;
+    }
+    return false;
+  }));
+  CHECK(g.events_by_loop[1].empty());
+  close(first);
+  close(second);
+}
+
+TEST(io_group_a_relaying_loop_moves_a_grpc_connection_once_its_lane_calls_are_answered) {
+  Group g;
+  g.relay();
+  int first = g.connect_client(true);
+  int second = g.connect_client(true);
+  CHECK(wait_until([&] {
+    g.turn(0);
+    g.turn(1);
+    return g.io->connections_served() == 1 && g.io1->connections_served() == 1;
+  }));
+  send_all(second, h2test::hello());
+  // A lane call, in flight on loop 1; then a call the lane does not take.
+  send_all(second,
+           h2test::headers(1, h2test::request_block("/inference.GRPCInferenceService/ModelInfer")) +
+               h2test::data(1, h2test::grpc_message(grpctest::add_sub_request(1, "x"))));
+  CHECK(wait_until([&] {
+    g.turn(1);
+    return g.io1->in_flight() == 1;
+  }));
+  send_all(second,
+           h2test::headers(3, h2test::request_block("/inference.GRPCInferenceService/ServerLive")) +
+               h2test::data(3, h2test::grpc_message("")));
+  for (int i = 0; i < 20; ++i) g.turn(1);
+  // It waits for its lane call: nothing moved, nothing for Python yet.
+  CHECK(g.io1->connections_moved() == 0);
+  CHECK(!g.has_event(0, HttpIo::EventKind::kGrpcCall));
+  CHECK(wait_until([&] { return g.answer_batches() == 1; }));
+  GrpcCalls calls;
+  calls.fd = second;
+  auto status_of = [&](uint32_t stream) {
+    calls.receive();
+    return calls.status(stream);
+  };
+  HttpIo::Event call(HttpIo::EventKind::kData, 0);
+  CHECK(wait_until([&] {
+    g.turn(1, true);  // answers the lane call, then the connection moves
+    g.turn(0);
+    return status_of(1) == "0" && g.has_event(0, HttpIo::EventKind::kGrpcCall, &call);
+  }));
+  CHECK(g.successes(0) == 1);  // loop 1's statistics, through loop 0
+  CHECK(g.io1->connections_moved() == 1);
+  CHECK(g.has_event(0, HttpIo::EventKind::kGrpcAccepted, nullptr, call.connection));
+  CHECK(call.grpc.stream_id == 3);
+  CHECK(call.grpc.path == "/inference.GRPCInferenceService/ServerLive");
+  CHECK(g.io->grpc(call.connection) != nullptr && g.io1->grpc(call.connection) == nullptr);
+  CHECK(g.events_by_loop[1].empty());
+  // Python answers on loop 0.
+  g.io->grpc(call.connection)->finish(3, 0, "");
+  g.io->grpc_wrote(call.connection);
+  g.io->flush_writes();
+  CHECK(wait_until([&] { return status_of(3) == "0"; }));
+  close(first);
+  close(second);
+}
+
+TEST(io_group_a_relaying_loops_tls_failure_is_reported_by_loop_0) {
+  Group g;
+  g.relay();
+  int first = -1, second = -1;
+  CHECK(g.connect_pair(&first, &second));
+  send_all(second, std::string("\x16\x03\x01", 3));
+  HttpIo::Event failed(HttpIo::EventKind::kData, 0);
+  CHECK(wait_until([&] {
+    g.turn(1);
+    g.turn(0);
+    return g.has_event(0, HttpIo::EventKind::kTlsFailed, &failed);
+  }));
+  CHECK(failed.data.find("a TLS handshake on a port that serves without TLS") != std::string::npos);
+  CHECK(!g.has_event(0, HttpIo::EventKind::kClosed));  // Python never knew it
+  CHECK(g.events_by_loop[1].empty());
+  close(first);
+  close(second);
+}
+
+TEST(io_group_a_paused_loops_thread_lets_another_thread_sweep_and_hand_over) {
+  Group g;
+  g.relay();
+  g.start_threads();
+  int first = g.connect_client();
+  int second = g.connect_client();
+  // Half a request on each: loop 1's is swept as a stalled client's, from this thread
+  // holding loop 1's thread paused.
+  const std::string request = http_add_sub_request();
+  send_all(first, request.substr(0, 10));
+  send_all(second, request.substr(0, 10));
+  std::vector<uint64_t> timed_out, idle;
+  CHECK(wait_until([&] {
+    IoThread::Pause paused(*g.threads[1]);
+    timed_out.clear();
+    g.io1->sweep(monotonic_ns() + 1, 0, &timed_out, &idle);
+    return timed_out.size() == 1;
+  }));
+  {
+    IoThread::Pause paused(*g.threads[1]);
+    g.io1->hand_over(timed_out[0]);
+  }
+  // It moves to loop 0, whose thread hands Python the partial request.
+  HttpIo::Event handed(HttpIo::EventKind::kData, 0);
+  CHECK(wait_until([&] { return g.has_event(0, HttpIo::EventKind::kHandOver, &handed); }));
+  CHECK(handed.data == request.substr(0, 10));
+  {
+    IoThread::Pause paused(*g.threads[1]);
+    CHECK(g.io1->connections_moved() == 1);
+  }
+  g.threads.clear();
+  CHECK(g.events_by_loop[1].empty());
+  close(first);
+  close(second);
+}
+
+TEST(io_group_a_relaying_loops_failed_batch_reaches_python_on_loop_0_which_answers_it_paused) {
+  Group g;
+  g.relay();
+  g.start_threads();
+  int first = g.connect_client();
+  int second = g.connect_client();  // loop 1's
+  send_all(second, http_add_sub_request());
+  BatchMessage message;
+  CHECK(wait_until([&] { return g.workers[0]->try_next(&message); }));
+  g.workers[0]->complete(message.batch_id, 0, 0, kCompletionWorkerFailed);
+  // Whichever thread polled it, the failed batch is handed to Python by loop 0.
+  uint64_t request_id = 0;
+  CHECK(wait_until([&] {
+    std::lock_guard<std::mutex> lock(g.mutex);
+    if (g.python_completions.empty()) return false;
+    request_id = g.python_completions[0].request_ids[0];
+    return true;
+  }));
+  CHECK(g.completions_from[1] == 0);
+  CHECK(g.group.owner_of(request_id) == 1);
+  // Python answers loop 1's request as its owner while it holds loop 1's thread paused.
+  const std::string failed = "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n";
+  {
+    IoThread::Pause paused(*g.threads[1]);
+    HttpIo::Owned owned;
+    CHECK(g.io1->owned(request_id, &owned));
+    CHECK(owned.stream == 0);
+    CHECK(g.io1->answer(request_id, failed.data(), failed.size()));
+    g.io1->flush_writes();
+  }
+  std::string received;
+  CHECK(wait_until([&] {
+    receive(second, &received);
+    return received == failed;
+  }));
+  {
+    IoThread::Pause paused(*g.threads[1]);
+    CHECK(g.io1->in_flight() == 0);
+  }
+  g.threads.clear();
+  CHECK(g.events_by_loop[1].empty());
+  close(first);
+  close(second);
 }
