@@ -28,11 +28,14 @@ def _batching_model():
     config = mc.ModelConfig(name="m", max_batch_size=8)
     config.dynamic_batching.SetInParent()
     model = core.add_model(config)
-    instance, channel_offset, wake_fd = core.add_instance(model)
+    channel = core.add_instance(model)
     endpoint = _core.WorkerEndpoint(
-        os.dup(core.arena_fd), channel_offset, os.dup(wake_fd), os.dup(core.notify_fd)
+        os.dup(core.arena_fd),
+        channel.channel_offset,
+        os.dup(channel.wake_fd),
+        os.dup(core.notify_fd),
     )
-    return core, model, instance, endpoint
+    return core, model, channel.instance_id, endpoint
 
 
 def test_requests_are_views_of_the_batch_tensors():

@@ -117,6 +117,16 @@ cdef list _completions(vector[Completion]& done):
     return out
 
 
+cdef class InstanceChannel:
+    """A model instance the core created (Core.add_instance): its id, and what its worker
+    process is started with: its channel's offset in the arena and the eventfd the
+    worker blocks on (the core's; the caller dups it for the worker)."""
+
+    cdef readonly uint32_t instance_id
+    cdef readonly uint64_t channel_offset
+    cdef readonly int wake_fd
+
+
 cdef class Core:
     """The frontend's core: one shared arena, model queues and instance channels."""
 
@@ -207,7 +217,7 @@ cdef class Core:
         self._core.configure_rate_limiter(config)
 
     def add_instance(self, uint64_t model, int device=0, rate_limiter=None):
-        """Returns (instance_id, channel_offset, wake_fd). `rate_limiter` is the instance
+        """Returns the instance's InstanceChannel. `rate_limiter` is the instance
         group's ModelRateLimiter message (None: none); when rate limiting is on and its
         resources cannot be met, raises ValueError with Triton's message."""
         cdef InstanceRateLimit limits
@@ -222,7 +232,11 @@ cdef class Core:
                 limits.resources.push_back(needed)
         cdef uint32_t instance_id = self._core.add_instance(_handle(model), limits)
         cdef InstanceEndpoint ep = self._core.endpoint(instance_id)
-        return instance_id, ep.channel_offset, ep.wake_fd
+        cdef InstanceChannel channel = InstanceChannel.__new__(InstanceChannel)
+        channel.instance_id = instance_id
+        channel.channel_offset = ep.channel_offset
+        channel.wake_fd = ep.wake_fd
+        return channel
 
     def submit(self, uint64_t model, uint64_t request_id, bytes metadata, list inputs,
                uint32_t batch_size, uint32_t priority=0, uint64_t timeout_us=0,

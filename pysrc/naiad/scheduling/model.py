@@ -118,9 +118,7 @@ class LoadedModel:
             for device in devices:
                 for index in range(max(group.count, 1)):
                     try:
-                        instance_id, channel_offset, wake_fd = self.core.add_instance(
-                            self.core_model, device, limits
-                        )
+                        channel = self.core.add_instance(self.core_model, device, limits)
                     except ValueError as exc:  # the rate limiter's refusal, Triton's words
                         raise InvalidArgument(f"Invalid argument: {exc}") from None
                     args = {
@@ -134,7 +132,11 @@ class LoadedModel:
                         "model_version": str(self.version),
                         "model_name": self.name,
                     }
-                    instances.append(Instance(self, instance_id, channel_offset, wake_fd, args))
+                    instances.append(
+                        Instance(
+                            self, channel.instance_id, channel.channel_offset, channel.wake_fd, args
+                        )
+                    )
 
     async def load(self) -> None:
         """Starts every instance; on any failure stops the others and marks the model
