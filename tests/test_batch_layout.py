@@ -71,7 +71,7 @@ def test_requests_are_views_of_the_batch_tensors():
         np.testing.assert_array_equal(request.arrays[1], b)
         assert np.shares_memory(request.arrays[1], arrays["INPUT1"])
     endpoint.complete(batch_id, 0, 0, _core.COMPLETION_OK)
-    assert [c[6] for c in core.poll()] == [[1, 2, 3]]
+    assert [c.request_ids for c in core.poll()] == [[1, 2, 3]]
     del batch, request, arrays, view
 
 
@@ -107,7 +107,7 @@ def test_requests_of_one_layout_are_rows_of_the_batch_tensors():
         for view, other in zip(mine, theirs):
             assert view.__array_interface__ == other.__array_interface__
     endpoint.complete(batch_id, 0, 0, _core.COMPLETION_OK)
-    assert [c[6] for c in core.poll()] == [[1, 2, 3]]
+    assert [c.request_ids for c in core.poll()] == [[1, 2, 3]]
     del batch, request, arrays
 
 

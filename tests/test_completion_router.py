@@ -145,7 +145,7 @@ def _write_result(router, slot, outcomes, buffers=(), final=True) -> tuple[int, 
 
 
 def _completion(offset, size, request_ids, status=_core.COMPLETION_OK):
-    return (7, status, 0, offset, size, 0, request_ids)
+    return _core.CoreCompletion(7, status, 0, offset, size, 0, request_ids)
 
 
 def _ok(value: float, parameters=None) -> tuple[dict, bytes]:

@@ -107,13 +107,47 @@ cdef object _span_ids(const SpanContext& span):
                    span.trace_flags)
 
 
+cdef class CoreCompletion:
+    """What the core finished (Core.poll, Core.instance_down, an I/O turn's completions):
+    a batch's result block (`result_offset`, `result_size`: the caller frees it) for
+    `request_ids`, or requests that never ran, with `status` (COMPLETION_*); for
+    COMPLETION_ROUTED, COMPLETION_ROUTED_REFUSED and COMPLETION_CONTROL the fields carry
+    what core.h says of those kinds."""
+
+    cdef readonly uint64_t batch_id
+    cdef readonly int32_t status
+    cdef readonly uint32_t instance_id
+    cdef readonly uint64_t result_offset
+    cdef readonly uint64_t result_size
+    cdef readonly uint64_t dispatch_ns
+    cdef readonly list request_ids
+
+    def __init__(self, uint64_t batch_id, int32_t status, uint32_t instance_id,
+                 uint64_t result_offset, uint64_t result_size, uint64_t dispatch_ns,
+                 list request_ids):
+        self.batch_id = batch_id
+        self.status = status
+        self.instance_id = instance_id
+        self.result_offset = result_offset
+        self.result_size = result_size
+        self.dispatch_ns = dispatch_ns
+        self.request_ids = request_ids
+
+
 cdef list _completions(vector[Completion]& done):
     cdef list out = []
     cdef size_t i
+    cdef CoreCompletion completion
     for i in range(done.size()):
-        out.append((done[i].batch_id, done[i].status, done[i].instance_id,
-                    done[i].result_offset, done[i].result_size, done[i].dispatch_ns,
-                    list(done[i].request_ids)))
+        completion = CoreCompletion.__new__(CoreCompletion)
+        completion.batch_id = done[i].batch_id
+        completion.status = done[i].status
+        completion.instance_id = done[i].instance_id
+        completion.result_offset = done[i].result_offset
+        completion.result_size = done[i].result_size
+        completion.dispatch_ns = done[i].dispatch_ns
+        completion.request_ids = list(done[i].request_ids)
+        out.append(completion)
     return out
 
 

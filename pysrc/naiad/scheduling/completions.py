@@ -76,17 +76,19 @@ class CompletionRouter:
         are told instead of the status's own words."""
         for completion in completions:
             try:
-                self._complete(*completion, reason=reason)
+                self._complete(completion, reason)
             except Exception:
                 log.exception(
                     "answering the requests of a completed batch failed; those not answered "
                     "yet get an internal error"
                 )
-                self.in_flight.fail_unanswered(completion[-1])
+                self.in_flight.fail_unanswered(completion.request_ids)
 
-    def _complete(
-        self, _batch, status, _instance, offset, size, dispatch_ns, request_ids, reason=None
-    ):
+    def _complete(self, completion, reason):
+        status, request_ids = completion.status, completion.request_ids
+        _batch, _instance = completion.batch_id, completion.instance_id
+        offset, size = completion.result_offset, completion.result_size
+        dispatch_ns = completion.dispatch_ns
         if status == _core.COMPLETION_ROUTED:
             self.routed_stats.record(_instance, request_ids, _batch)
             return
