@@ -466,10 +466,24 @@ cdef inline string_view _bytes_view(bytes data):
     return string_view(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
 
 
+class ShmRegistryError(Exception):
+    """A ShmRegistry call refused: `kind` (ERROR_*) and Triton's message. memory/shm.py
+    raises the frontend's error of that kind in its place."""
+
+    def __init__(self, int kind, str message):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+cdef _shm_refused(ErrorKind kind, const string& error):
+    raise ShmRegistryError(<int>kind, error.decode("utf-8", "replace"))
+
+
 cdef class ShmRegistry:
     """The region registry of `core` (csrc/shm/shm_registry.h); the core reads system-shm
-    inputs through it. Methods return (error kind, message) on failure, None on success
-    (errors.py turns kinds into exceptions)."""
+    inputs through it. A refused call raises ShmRegistryError (its error kind and
+    message; memory/shm.py raises the frontend's error of that kind)."""
 
     cdef CShmRegistry* _registry
     cdef Core _core  # the core holds a pointer to us: we outlive it only through this
@@ -528,42 +542,45 @@ cdef class ShmRegistry:
         cdef bytes n = name.encode(), k = key.encode()
         cdef ErrorKind kind = self._registry.register_system(
             _bytes_view(n), _bytes_view(k), offset, byte_size, &error)
-        return None if kind == ErrorKind.kNone else (<int>kind, error.decode("utf-8", "replace"))
+        if kind != ErrorKind.kNone:
+            _shm_refused(kind, error)
 
     def register_cuda(self, str name, bytes raw_handle, int64_t device_id, uint64_t byte_size):
         cdef string error
         cdef bytes n = name.encode()
         cdef ErrorKind kind = self._registry.register_cuda(
             _bytes_view(n), _bytes_view(raw_handle), device_id, byte_size, &error)
-        return None if kind == ErrorKind.kNone else (<int>kind, error.decode("utf-8", "replace"))
+        if kind != ErrorKind.kNone:
+            _shm_refused(kind, error)
 
     def unregister(self, int kind, str name):
         cdef string error
         cdef bytes n = name.encode()
         cdef ErrorKind result = self._registry.unregister(<InputKind>kind, _bytes_view(n), &error)
-        return None if result == ErrorKind.kNone else (<int>result, error.decode("utf-8", "replace"))
+        if result != ErrorKind.kNone:
+            _shm_refused(result, error)
 
     def status(self, int kind, str name):
-        """[(name, key, offset, byte_size, device_id, raw_handle)] or (kind, message)."""
+        """[(name, key, offset, byte_size, device_id, raw_handle)]."""
         cdef string error
         cdef vector[RegionStatus] out
         cdef bytes n = name.encode()
         cdef ErrorKind result = self._registry.status(<InputKind>kind, _bytes_view(n), &out, &error)
         if result != ErrorKind.kNone:
-            return (<int>result, error.decode("utf-8", "replace"))
+            _shm_refused(result, error)
         return [(s.name.decode("utf-8", "replace"), s.key.decode("utf-8", "replace"), s.offset,
                  s.byte_size, s.device_id, <bytes>s.raw_handle) for s in out]
 
     def resolve(self, str name, uint64_t offset, uint64_t size):
         """A RegionRef over [offset, offset + size) of region `name`, holding a reference
-        on the region until it goes; or (kind, message)."""
+        on the region until it goes."""
         cdef string error
         cdef bytes n = name.encode()
         ref = RegionRef.__new__(RegionRef)
         cdef ErrorKind result = self._registry.resolve(_bytes_view(n), offset, size,
                                                        &(<RegionRef>ref).ref, &error)
         if result != ErrorKind.kNone:
-            return (<int>result, error.decode("utf-8", "replace"))
+            _shm_refused(result, error)
         (<RegionRef>ref).registry = self
         return ref
 

@@ -38,13 +38,11 @@ class AlreadyExists(InvalidArgument):
     kind = _core.ERROR_ALREADY_EXISTS
 
 
-def _raise(result) -> None:
-    if result is None:
-        return
-    kind, message = result
-    if kind == _core.ERROR_ALREADY_EXISTS:
-        raise AlreadyExists(message)
-    raise error_of_kind(kind, message)
+def _refusal(refused: _core.ShmRegistryError) -> Exception:
+    """The frontend's error for a refusal of the registry."""
+    if refused.kind == _core.ERROR_ALREADY_EXISTS:
+        return AlreadyExists(refused.message)
+    return error_of_kind(refused.kind, refused.message)
 
 
 class SharedMemory:
@@ -71,7 +69,10 @@ class SharedMemory:
 
     # -- control plane -----------------------------------------------------------------
     def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        _raise(self.registry.register_system(name, key, offset, byte_size))
+        try:
+            self.registry.register_system(name, key, offset, byte_size)
+        except _core.ShmRegistryError as refused:
+            raise _refusal(refused) from None
 
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
         from naiad.memory import cuda_ipc
@@ -82,17 +83,24 @@ class SharedMemory:
             raise InvalidArgument(
                 f"failed to register shared memory region: invalid args ({reason})"
             )
-        _raise(self.registry.register_cuda(name, raw_handle, device_id, byte_size))
+        try:
+            self.registry.register_cuda(name, raw_handle, device_id, byte_size)
+        except _core.ShmRegistryError as refused:
+            raise _refusal(refused) from None
 
     def unregister(self, kind: int, name: str = "") -> None:
-        _raise(self.registry.unregister(kind, name))
+        try:
+            self.registry.unregister(kind, name)
+        except _core.ShmRegistryError as refused:
+            raise _refusal(refused) from None
 
     def status(self, kind: int, name: str = "") -> list[dict]:
         """Triton's status entries: system {name, key, offset, byte_size}, CUDA
         {name, device_id, byte_size}."""
-        listed = self.registry.status(kind, name)
-        if type(listed) is tuple:
-            _raise(listed)
+        try:
+            listed = self.registry.status(kind, name)
+        except _core.ShmRegistryError as refused:
+            raise _refusal(refused) from None
         if kind == SYSTEM:
             return [
                 {"name": n, "key": key, "offset": offset, "byte_size": size}
@@ -110,10 +118,10 @@ class SharedMemory:
     # -- data path (general path of HTTP and gRPC) ---------------------------------------
     def resolve(self, name: str, offset: int, size: int):
         """A pinned _core.RegionRef for [offset, offset + size) of region `name`."""
-        ref = self.registry.resolve(name, offset, size)
-        if type(ref) is tuple:
-            _raise(ref)
-        return ref
+        try:
+            return self.registry.resolve(name, offset, size)
+        except _core.ShmRegistryError as refused:
+            raise _refusal(refused) from None
 
     def input_data(self, tensor_name: str, params: dict):
         """The bytes of an input named by shm parameters: a RegionRef (a read-only
