@@ -165,9 +165,8 @@ class CloudServer(NaiadServer):
     environment variables (credentials, cache folder)."""
 
     def __init__(self, repositories: list[str], env: dict[str, str | None], **kwargs):
-        super().__init__(repositories[0], **kwargs)
+        super().__init__(repositories[0], env=env, **kwargs)
         self.repositories = [str(r) for r in repositories]
-        self.env = env
 
     @property
     def command(self) -> list[str]:
@@ -175,18 +174,6 @@ class CloudServer(NaiadServer):
         at = command.index("--model-repository")
         repositories = [arg for r in self.repositories for arg in ("--model-repository", r)]
         return command[:at] + repositories + command[at + 2 :]
-
-    def _launch(self) -> None:
-        saved = dict(os.environ)
-        os.environ.update({k: v for k, v in self.env.items() if v is not None})
-        for name, value in self.env.items():
-            if value is None:
-                os.environ.pop(name, None)
-        try:
-            super()._launch()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
 
 
 def serve_fails(repositories: list[str], env: dict[str, str], log_dir: Path) -> str:

@@ -150,10 +150,11 @@ class NaiadServer:
         log_dir: Path | str | None = None,
         extra_args: list[str] | tuple[str, ...] = (),
         name: str = "naiad",
-        env: dict[str, str] | None = None,
+        env: dict[str, str | None] | None = None,
     ):
         self.repository = Path(repository)
-        self.env = dict(env or {})  # added to this process's environment
+        # Changes to this process's environment for the server: a value, or None to remove.
+        self.env = dict(env or {})
         self.extra_args = list(extra_args)
         self.host = HOST
         self.name = name
@@ -215,7 +216,12 @@ class NaiadServer:
 
     def _launch(self) -> None:
         assert self.process is None, "already started"
-        env = {**os.environ, **self.env}
+        env = dict(os.environ)
+        for name, value in self.env.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             # A session of its own: a Ctrl-C in the terminal that runs pytest goes to pytest,
