@@ -232,8 +232,8 @@ class ModelControl:
             except (LookupError, RepositoryUnreachable) as exc:
                 self._fail(name, str(exc))
             entry, materialized = self._entry(name, parameters)
-            if self.mode == "explicit" and is_ensemble(entry.config):
-                await self._load_composing(entry, slot)
+        # Triton's explicit load of an ensemble loads its composing models too.
+        composes = not forced and self.mode == "explicit" and is_ensemble(entry.config)
         old = self.manager.models.get(name, {})
         serving = {v: m for v, m in old.items() if m.state == READY}
         stamps = {v: version_stamp(entry.path, v) for v in entry.versions}
@@ -248,6 +248,8 @@ class ModelControl:
         if forced:
             keep = {}
         elif len(keep) == len(entry.versions) and set(keep) == set(serving):
+            if composes:
+                await self._load_composing(entry, slot)
             return False  # nothing changed on disk or in the request: Triton does not reload
         for warning in entry.warnings:
             log.warning("%s", warning)
@@ -261,6 +263,10 @@ class ModelControl:
         if not serving:
             # A first load: the index shows its versions LOADING meanwhile.
             self.manager.publish(name, {**keep, **{m.version: m for m in started}})
+        if composes:
+            # After publishing: an ensemble over this one, loading at the same time
+            # (start-up), sees it LOADING and waits for it (EnsembleModel.composing_loaded).
+            await self._load_composing(entry, slot)
         await asyncio.gather(*(self._start(m, slot) for m in started))
         await self._retry_failed(name, entry, keep, started, stamps, slot, not serving)
         failed = [m for m in started if not m.ready]
