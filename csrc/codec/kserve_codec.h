@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "codec/infer_types.h"
+#include "codec/model_lookup.h"
 #include "codec/trace_tensor.h"
 #include "core/core.h"
 #include "core/response_cache.h"
@@ -74,6 +75,10 @@ class KServeCodec {
   void set_accepting(uint32_t model, bool accepting);
   size_t model_count() const { return models_.size(); }
   const ModelSpec& model(uint32_t model) const { return models_[model]; }
+  // Every model name and version the control plane knows, for both lanes: what a
+  // request names is looked up here (model_lookup.h) before its body is read.
+  ModelLookup& models() { return known_; }
+  const ModelLookup& models() const { return known_; }
 
   // Client shm regions (Triton's extension): tensors a reader marked `in_shm` are
   // resolved here; null: such requests go to the general path. Must outlive the codec.
@@ -253,6 +258,7 @@ class KServeCodec {
   ShmRegistry* regions_ = nullptr;
   ResponseCache* cache_ = nullptr;
   std::vector<ModelSpec> models_;
+  ModelLookup known_;
   std::vector<bool> accepting_;
   std::unordered_map<uint64_t, Recipe> in_flight_;
   // Answered requests' nodes, recipe cleared, for the next ones: their vectors keep

@@ -1,6 +1,7 @@
 #include "http1/http_framer.h"
 
 #include "codec/http_compress.h"
+#include "codec/json_syntax.h"
 #include "codec/kserve_json.h"
 #include "http1/http_scan.h"
 #include "util/byte_sink.h"
@@ -61,6 +62,35 @@ BodySize body_size(const InferResponse& response) {
   size.json = write_response_body(response, counter);
   size.total = counter.size();
   return size;
+}
+
+// The model name and version string of an infer URL, `/v2/models/<name>/infer` or
+// `/v2/models/<name>/versions/<digits>/infer` (Triton's routes; the name as sent, not
+// decoded, as Triton). False for anything else (a query, other paths): the full parser's.
+bool infer_target(std::string_view target, std::string_view* name, std::string_view* version) {
+  static constexpr std::string_view kModels = "/v2/models/";
+  static constexpr std::string_view kInfer = "/infer";
+  static constexpr std::string_view kVersions = "/versions/";
+  if (target.size() <= kModels.size() + kInfer.size() ||
+      target.substr(0, kModels.size()) != kModels ||
+      target.substr(target.size() - kInfer.size()) != kInfer ||
+      target.find('?') != std::string_view::npos) {
+    return false;
+  }
+  std::string_view middle =
+      target.substr(kModels.size(), target.size() - kModels.size() - kInfer.size());
+  const size_t slash = middle.find('/');
+  *name = middle.substr(0, slash);
+  *version = {};
+  if (slash != std::string_view::npos) {
+    if (middle.substr(slash, kVersions.size()) != kVersions) return false;
+    *version = middle.substr(slash + kVersions.size());
+    if (version->empty()) return false;
+    for (char c : *version) {
+      if (c < '0' || c > '9') return false;
+    }
+  }
+  return !name->empty();
 }
 
 bool has_json_outputs(const InferResponse& response) {
@@ -206,6 +236,7 @@ void HttpLane::add_route(const std::string& target, uint32_t model) {
 
 void HttpLane::remove_model(uint32_t model) {
   codec_.set_accepting(model, false);
+  codec_.models().remove_lane_model(model);
   for (auto route = routes_.begin(); route != routes_.end();) {
     if (route->second != model) {
       ++route;
@@ -242,7 +273,7 @@ bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t bo
                          size_t header_size, uint64_t now_ns, Taken* taken,
                          ResponseEncoding encoding, ContentEncoding content, size_t max_body) {
   auto route = routes_.find(target);
-  if (route == routes_.end()) return false;
+  if (route == routes_.end()) return refuse_unrouted(target, taken);
   if (content != ContentEncoding::kIdentity) {
     std::string refusal;
     if (!inflate_request(content, body, body_size, max_body, &refusal)) {
@@ -261,15 +292,47 @@ bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t bo
   return submit_body(route->second, body, body_size, header_size, now_ns, taken, encoding);
 }
 
+bool HttpLane::refuse_unrouted(std::string_view target, Taken* taken) {
+  std::string_view name, version;
+  if (!infer_target(target, &name, &version)) return false;
+  uint32_t lane_model = 0;
+  ErrorKind kind = ErrorKind::kNone;
+  std::string message;
+  if (codec_.models().find(name, version, &lane_model, &kind, &message) !=
+      ModelLookup::Found::kRefused) {
+    return false;  // served, not by the lane (or not by this route)
+  }
+  taken->model = 0;
+  taken->request_id = 0;
+  taken->batch_size = 0;
+  taken->reply = http_error_reply(http_status_of(kind), message);
+  return true;
+}
+
 bool HttpLane::submit_body(uint32_t model, const uint8_t* body, size_t body_size,
                            size_t header_size, uint64_t now_ns, Taken* taken,
                            ResponseEncoding encoding) {
   if (header_size == SIZE_MAX) header_size = body_size;
+  // No JSON header: Triton's raw binary request, the general path's.
+  if (header_size == 0) return false;
   ParsedRequest& request = request_;
   Refusal refusal;
-  if (!header_memo_.read(body, body_size, header_size, &request, &refusal)) {
-    if (refusal.kind == ErrorKind::kNone) return false;
-    // Triton refuses it while reading it (JSON data it does not take): its answer.
+  if (header_size > body_size) {
+    refusal.kind = ErrorKind::kInvalidArgument;
+    refusal.message = "inference header size should be in range (0, " + std::to_string(body_size) +
+                      "), got: " + std::to_string(header_size);
+  } else if (!header_memo_.read(body, body_size, header_size, &request, &refusal) &&
+             refusal.kind == ErrorKind::kNone) {
+    // Not read: Triton's answer when its JSON parser refuses the header, else the
+    // general path's.
+    JsonSyntaxError syntax;
+    if (json_syntax_ok(reinterpret_cast<const char*>(body), header_size, &syntax)) return false;
+    refusal.kind = ErrorKind::kInternal;
+    refusal.message = json_syntax_message(syntax);
+  }
+  if (refusal.kind != ErrorKind::kNone) {
+    // Triton refuses it while reading it (a header size past the body, a header that is
+    // no JSON, JSON data it does not take): its answer.
     taken->model = model;
     taken->request_id = 0;
     taken->batch_size = 0;

@@ -7,7 +7,9 @@
 // `data` in and out, or any mix), sent as they are or compressed (Content-Encoding gzip
 // or deflate, inflated here). One the validator refuses is answered at once with
 // Triton's 400, JSON data Triton refuses with Triton's status and message (the
-// reader's Refusal), a body that cannot be inflated with the general path's answer;
+// reader's Refusal), a header that is no JSON with Triton's 500 (json_syntax.h), an
+// infer URL whose model or version Triton does not serve with its 404/503 (the codec's
+// model table), a body that cannot be inflated with the general path's answer;
 // everything else goes to the Python front end (httptools and the general path), which
 // gives Triton's exact errors.
 //
@@ -151,6 +153,9 @@ class HttpLane {
   // A compressed body inflated into `inflated_`; false with the complete refusal.
   bool inflate_request(ContentEncoding content, const uint8_t* body, size_t body_size,
                        size_t max_body, std::string* refusal);
+  // An infer URL with no route: answered (true) when the codec's model table refuses
+  // its model or version (unknown, not ready), with Triton's status and message.
+  bool refuse_unrouted(std::string_view target, Taken* taken);
   // submit_to() for a body as the codec reads it (not compressed).
   bool submit_body(uint32_t model, const uint8_t* body, size_t body_size, size_t header_size,
                    uint64_t now_ns, Taken* taken, ResponseEncoding encoding);

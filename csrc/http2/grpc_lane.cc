@@ -469,7 +469,8 @@ bool GrpcLane::submit(std::string_view message, uint64_t now_ns, Taken* taken, b
   }
   uint32_t lane_model = kNoLaneModel;
   ErrorKind refused = ErrorKind::kInvalidArgument;
-  switch (routes_.find(view.model_name, view.model_version, &lane_model, &refused, &error)) {
+  switch (
+      codec_.models().find(view.model_name, view.model_version, &lane_model, &refused, &error)) {
     case ModelLookup::Found::kGeneral:
       return false;
     case ModelLookup::Found::kRefused:

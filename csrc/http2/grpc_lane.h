@@ -15,9 +15,9 @@
 // before it comes here (grpc_inflate.h).
 //
 // Threads and locks: as KServeCodec, one thread at a time — the front end's event loop,
-// through _core.pyx, with the GIL released inside submit(). `routes_` changes only
-// between requests (loading, unloading, a model's state); no member needs a lock. The writer is
-// stateless.
+// through _core.pyx, with the GIL released inside submit(). The codec's model table
+// (KServeCodec::models), shared with the HTTP lane, changes only between requests (loading,
+// unloading, a model's state); no member needs a lock. The writer is stateless.
 #pragma once
 
 #include <cstdint>
@@ -64,10 +64,10 @@ class GrpcLane {
   // Every version the control plane knows of `name` (ModelLookup::set_model): a ready
   // one with a codec model is the lane's, "" naming the latest ready version.
   void set_model(const std::string& name, std::vector<ModelVersionState> versions) {
-    routes_.set_model(name, std::move(versions));
+    codec_.models().set_model(name, std::move(versions));
   }
-  void clear_models() { routes_.clear(); }
-  void remove_model(uint32_t model) { routes_.remove_lane_model(model); }
+  void clear_models() { codec_.models().clear(); }
+  void remove_model(uint32_t model) { codec_.models().remove_lane_model(model); }
 
   struct Taken {
     uint32_t model = 0;
@@ -98,7 +98,6 @@ class GrpcLane {
 
  private:
   KServeCodec& codec_;
-  ModelLookup routes_;
 };
 
 }  // namespace naiad

@@ -788,6 +788,8 @@ TEST(response_encoding_follows_tritons_accept_encoding_rule) {
 TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
   LaneFixture f;
   f.lane.add_route("/v2/models/add_sub/infer", f.lane_model);
+  // A model served, not by the lane: its requests are the general path's.
+  f.lane.codec().models().set_model("other", {{1, true, kNoLaneModel}});
 
   Body body = make_body(add_sub_json(), 128);
   std::string good = http_post("/v2/models/add_sub/infer", body.bytes, body.header_size);
@@ -857,6 +859,7 @@ TEST(fast_lane_routes_follow_removed_models) {
   const std::string versioned = "/v2/models/add_sub/versions/1/infer";
   f.lane.add_route(unversioned, f.lane_model);
   f.lane.add_route(versioned, f.lane_model);
+  f.lane.codec().models().set_model("add_sub", {{1, true, f.lane_model}});
   Body body = make_body(add_sub_json(), 128);
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(body.bytes.data());
   auto take = [&](const std::string& target, HttpLane::Taken* taken) {
@@ -876,6 +879,88 @@ TEST(fast_lane_routes_follow_removed_models) {
   CHECK(f.core.remove_model(f.model.core_model_id));
   CHECK(!take(unversioned, &taken));
   CHECK(f.lane.codec().in_flight() == in_flight);
+}
+
+// What Triton refuses before it reads a tensor is answered by the lane with Triton's
+// status and message (as tritonserver 2.51 answers: tests/test_http_refusals_triton.py):
+// infer URLs whose model or version the codec's table does not serve, a header size
+// past the body, a header that is no JSON document.
+TEST(fast_lane_refuses_unknown_models_and_headers_that_are_no_json) {
+  LaneFixture f;
+  f.lane.add_route("/v2/models/add_sub/infer", f.lane_model);
+  f.lane.codec().models().set_model("add_sub", {{1, true, f.lane_model}, {3, false, kNoLaneModel}});
+  f.lane.codec().models().set_model("general", {{1, true, kNoLaneModel}});
+  Body body = make_body(add_sub_json(), 128);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(body.bytes.data());
+  auto reply = [](int status, const std::string& message) {
+    const std::string json = "{\"error\":\"" + json_string_text(message) + "\"}";
+    const char* line = status == 404   ? "404 Not Found"
+                       : status == 503 ? "503 Service Unavailable"
+                       : status == 500 ? "500 Internal Server Error"
+                                       : "400 Bad Request";
+    return std::string("HTTP/1.1 ") + line + "\r\nContent-Length: " + std::to_string(json.size()) +
+           "\r\nContent-Type: application/json\r\n\r\n" + json;
+  };
+  struct Case {
+    const char* target;
+    std::string reply;  // "": the general path's
+  };
+  const Case cases[] = {
+      {"/v2/models/nosuch/infer", reply(404, "Request for unknown model: 'nosuch' is not found")},
+      {"/v2/models/nosuch/versions/2/infer",
+       reply(404, "Request for unknown model: 'nosuch' is not found")},
+      {"/v2/models/add_sub/versions/2/infer",
+       reply(404, "Request for unknown model: 'add_sub' version 2 is not found")},
+      {"/v2/models/add_sub/versions/3/infer",
+       reply(503, "Request for unknown model: 'add_sub' version 3 is not at ready state")},
+      {"/v2/models/add%5fsub/infer",
+       reply(404, "Request for unknown model: 'add%5fsub' is not found")},
+      // Served by the general path, or not an infer URL as Triton routes them.
+      {"/v2/models/general/infer", ""},
+      {"/v2/models/add_sub/versions/1/infer", ""},
+      {"/v2/models/nosuch/infer?x=1", ""},
+      {"/v2/models/nosuch/versions/x/infer", ""},
+      {"/v2/models/nosuch/versions//infer", ""},
+      {"/v2/models//infer", ""},
+      {"/v2/models/a/b/infer", ""},
+      {"/v2/models/nosuch/ready", ""},
+  };
+  for (const Case& c : cases) {
+    HttpLane::Taken taken;
+    const bool took =
+        f.lane.submit_to(c.target, bytes, body.bytes.size(), body.header_size, 7, &taken);
+    CHECK(took == !c.reply.empty());
+    if (took) CHECK(taken.request_id == 0 && taken.batch_size == 0 && taken.reply == c.reply);
+  }
+
+  auto refused = [&](const std::string& header, size_t header_size) {
+    HttpLane::Taken taken;
+    if (!f.lane.submit_to("/v2/models/add_sub/infer",
+                          reinterpret_cast<const uint8_t*>(header.data()), header.size(),
+                          header_size, 7, &taken)) {
+      return std::string("general");
+    }
+    CHECK(taken.request_id == 0);
+    return taken.reply;
+  };
+  CHECK(refused("{\"inputs\": [", SIZE_MAX) ==
+        reply(500, "failed to parse the request JSON buffer: Invalid value. at 12"));
+  CHECK(refused("{} x", SIZE_MAX) ==
+        reply(500,
+              "failed to parse the request JSON buffer: The document root must not be "
+              "followed by other values. at 3"));
+  CHECK(refused(add_sub_json(), 3) ==
+        reply(500,
+              "failed to parse the request JSON buffer: Missing a closing quotation mark in "
+              "string. at 3"));
+  CHECK(refused("{\"inputs\":[]}", 100) ==
+        reply(400, "inference header size should be in range (0, 13), got: 100"));
+  // JSON Triton's parser takes, and raw binary requests: the general path's.
+  CHECK(refused("{\"inputs\": NaN}", SIZE_MAX) == "general");
+  CHECK(refused(std::string("{\"a\":1}\0x", 9), SIZE_MAX) == "general");
+  CHECK(refused("\x01\x02\x03\x04", 0) == "general");
+  CHECK(refused("", SIZE_MAX) == "general");
+  CHECK(queued_blocks(f.core) == 0);
 }
 
 TEST(json_string_text_escapes_as_the_general_path) {

@@ -283,7 +283,8 @@ TEST(lane_refuses_compressed_bodies_with_the_general_paths_answers) {
                             wrong_length + "Content-Encoding: deflate\r\n"));
   CHECK(plain.size() == 1 && taken.size() == 1 && !plain[0].reply.empty());
   CHECK(taken[0].reply == plain[0].reply);
-  // Another route's compressed body stays the general path's.
+  // A model the lane does not serve: its compressed body stays the general path's...
+  f.lane.codec().models().set_model("other", {{1, true, kNoLaneModel}});
   std::vector<HttpLane::Taken> none;
   const std::string other =
       "POST /v2/models/other/infer HTTP/1.1\r\nContent-Encoding: br\r\n"
@@ -291,4 +292,11 @@ TEST(lane_refuses_compressed_bodies_with_the_general_paths_answers) {
   CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(other.data()), other.size(), 1 << 20, 7,
                          &none) == 0);
   CHECK(none.empty());
+  // ...and an unknown one is refused before the body is looked at, as Triton.
+  f.lane.codec().models().clear();
+  taken = take(f.lane, other);
+  CHECK(taken.size() == 1 && taken[0].request_id == 0);
+  CHECK(taken[0].reply ==
+        error_answer("404 Not Found",
+                     "{\"error\":\"Request for unknown model: 'other' is not found\"}"));
 }

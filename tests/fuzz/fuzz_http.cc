@@ -5,7 +5,8 @@
 // nothing after the first it leaves (the front end's parser gets the rest untouched);
 // each taken request is queued or answered at once with a well-formed 400 carrying
 // Triton's {"error"} body (500 where Triton answers JSON tensor data it cannot read with
-// INTERNAL; for a compressed body it cannot inflate, 413 or 501); a
+// INTERNAL, or a header that is no JSON; for a compressed body it cannot inflate, 413
+// or 501; for an infer URL with no route, 404 or 503 as the codec's model table says); a
 // queued request's answer is a well-formed HTTP response, compressed or not as its
 // Accept-Encoding asked.
 #include <cstdint>
@@ -33,9 +34,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     pos += request.total;
     if (t.request_id == 0) {
       const int status = check_http_response(t.reply);
-      FUZZ_CHECK(
-          status == 400 || status == 500 ||
-          (request.content != ContentEncoding::kIdentity && (status == 413 || status == 501)));
+      const bool routed = request.target == "/v2/models/add_sub/infer" ||
+                          request.target == "/v2/models/add_sub/versions/1/infer" ||
+                          request.target == "/v2/models/identity_bytes/infer";
+      FUZZ_CHECK((routed && (status == 400 || status == 500)) ||
+                 (routed && request.content != ContentEncoding::kIdentity &&
+                  (status == 413 || status == 501)) ||
+                 (!routed && (status == 404 || status == 503)));
     } else {
       FUZZ_CHECK(t.reply.empty() && lanes.codec().owns(t.request_id));
       FUZZ_CHECK(t.batch_size <= 8);  // the model's max_batch_size

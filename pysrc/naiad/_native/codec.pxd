@@ -1,5 +1,5 @@
 # Declarations of csrc/codec/request_validator.h, csrc/codec/kserve_json.h,
-# csrc/codec/classification.h, csrc/codec/model_lookup.h, csrc/codec/kserve_codec.h: the KServe
+# csrc/codec/json_syntax.h, csrc/codec/classification.h, csrc/codec/model_lookup.h, csrc/codec/kserve_codec.h: the KServe
 # codec and its validators.
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
@@ -40,6 +40,16 @@ cdef extern from "codec/kserve_json.h" namespace "naiad":
     DataRead c_read_tensor_data_text "naiad::read_tensor_data_text"(
         string_view json, string_view datatype, string_view name, uint64_t count,
         vector[uint8_t]* out, Refusal* refusal) except + nogil
+
+
+cdef extern from "codec/json_syntax.h" namespace "naiad":
+    cdef cppclass JsonSyntaxError "naiad::JsonSyntaxError":
+        const char* what
+        size_t offset
+    cbool c_json_syntax_ok "naiad::json_syntax_ok"(
+        const char* text, size_t size, JsonSyntaxError* error) nogil
+    string c_json_syntax_message "naiad::json_syntax_message"(
+        const JsonSyntaxError& error) except +
 
 
 cdef extern from "codec/classification.h" namespace "naiad":

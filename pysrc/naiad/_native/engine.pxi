@@ -206,6 +206,18 @@ def json_tensor_data(bytes text, str datatype, str name, uint64_t count):
     return None, 0, None
 
 
+def json_syntax_error(data):
+    """Triton's message when an inference header (bytes-like) is no JSON document to its
+    parser (csrc/codec/json_syntax.h), or None when its parser takes it."""
+    cdef const unsigned char[::1] view = memoryview(data).cast("B") if len(data) else b"\0"
+    cdef size_t size = len(data)
+    cdef JsonSyntaxError error
+    cdef cbool ok
+    with nogil:
+        ok = c_json_syntax_ok(<const char*>&view[0], size, &error)
+    return None if ok else c_json_syntax_message(error).decode()
+
+
 def classify(str datatype, data, list shape, cbool batching, uint64_t count, labels):
     """Triton's classification of an output (csrc/codec/classification.h): (BYTES tensor bytes,
     shape). `labels`: the output's label lines, as bytes. ValueError with Triton's

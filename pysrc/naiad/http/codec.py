@@ -134,65 +134,38 @@ def _atoi(text: str) -> int:
     return int(text[:end])
 
 
-# orjson message fragment -> rapidjson's English message (what Triton reports).
-_RAPIDJSON_MESSAGES = (
-    ("zero-length", "The document is empty."),
-    ("input data is empty", "The document is empty."),
-    ("content after document", "The document root must not be followed by other values."),
-    ("expected ':'", "Missing a colon after a name of object member."),
-    ("expected ',' or ']'", "Missing a comma or ']' after an array element."),
-    ("expected ',' or '}'", "Missing a comma or '}' after an object member."),
-    ("expected a string key", "Missing a name for object member."),
-    ("UTF-8", "Invalid encoding in string."),
-)
-
-
-def _json_error(exc: orjson.JSONDecodeError) -> Internal:
-    message = "Invalid value."
-    for fragment, rapid in _RAPIDJSON_MESSAGES:
-        if fragment in exc.msg:
-            message = rapid
-            break
-    return Internal(f"failed to parse the request JSON buffer: {message} at {exc.pos}")
-
-
-_JSON_SPACE = b" \t\n\r"
-_DECODER = json.JSONDecoder()
+def _json_error(body, exc: orjson.JSONDecodeError) -> Internal:
+    """Triton's error for a request body (any endpoint's) orjson does not read: rapidjson's
+    words and offset where Triton's parser refuses it too (csrc/codec/json_syntax.h)."""
+    message = _core.json_syntax_error(body)
+    return Internal(message or f"unable to read the request JSON buffer: {exc.msg}")
 
 
 def _load_json(head: memoryview):
-    """The JSON header of an infer body, read as Triton's rapidjson reads it: the
-    document ends at a NUL byte after it (binary tensor data sent without
-    Inference-Header-Content-Length: the inputs then miss their data, which the caller
-    reports naming the input), and what follows the root value is not decoded, so bytes
-    that are no UTF-8 there are 'followed by other values', not an encoding error."""
+    """The JSON header of an infer body, read as Triton's rapidjson reads it: a header its
+    parser refuses gets its message (csrc/codec/json_syntax.h, the lane's too). What it
+    takes and orjson does not is read as it reads it: the text ends at a NUL byte (binary
+    tensor data sent without Inference-Header-Content-Length: the inputs then miss their
+    data, which the caller reports naming the input), a byte order mark is skipped, NaN
+    and Infinity are numbers, strings are not checked for UTF-8."""
     try:
         return orjson.loads(head)
     except orjson.JSONDecodeError as exc:
         error = exc
+    if _core.json_syntax_error(head) is not None:
+        raise _json_error(head, error)
     data = bytes(head)
     nul = data.find(b"\0")
     if nul >= 0:
         data = data[:nul]
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            error = exc
-    if "UTF-8" in error.msg:
-        # orjson checks the whole buffer's encoding first: find where the root value
-        # ends, and whether it is valid on its own.
-        start = len(data) - len(data.lstrip(_JSON_SPACE))
-        try:
-            _, end = _DECODER.raw_decode(data.decode("latin-1"), start)
-            orjson.loads(data[:end])
-        except (ValueError, orjson.JSONDecodeError):
-            raise _json_error(error) from None
-        after = end + len(data[end:]) - len(data[end:].lstrip(_JSON_SPACE))
-        raise Internal(
-            "failed to parse the request JSON buffer: The document root must not be "
-            f"followed by other values. at {after}"
-        )
-    raise _json_error(error) from None
+    start = 0
+    for mark in b"\xef\xbb\xbf":  # each of the mark's bytes, if it comes next
+        if start < len(data) and data[start] == mark:
+            start += 1
+    try:
+        return json.loads(data[start:].decode("utf-8", "surrogateescape"))
+    except ValueError:
+        raise _json_error(data, error) from None
 
 
 def _missing(member: str) -> Internal:

@@ -61,7 +61,7 @@ def parse_generate_request(body, model, name: str, version: str) -> InferRequest
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise _json_error(exc) from None
+        raise _json_error(body, exc) from None
     if not isinstance(doc, dict):
         raise Internal("attempt to get members for non-object")
     config = getattr(model, "config", None)

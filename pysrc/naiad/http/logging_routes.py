@@ -24,7 +24,7 @@ def register_logging_routes(router: Router) -> None:
             document = orjson.loads(bytes(request.body))
         except orjson.JSONDecodeError as exc:
             if "64-bit" not in exc.msg:
-                raise _json_error(exc) from None
+                raise _json_error(request.body, exc) from None
             # Valid JSON with an integer beyond 64 bits (rapidjson reads it as a double,
             # which update() refuses as a verbose level, as Triton does).
             document = json.loads(bytes(request.body))

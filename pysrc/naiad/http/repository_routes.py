@@ -17,6 +17,7 @@ import binascii
 import orjson
 
 from naiad.errors import Internal, NaiadError
+from naiad.http.codec import _json_error
 from naiad.http.routes import TEXT, HttpRequest, Reply, Router, error_reply, json_reply
 
 __all__ = ["register_repository_routes"]
@@ -51,7 +52,7 @@ def _body(body) -> dict:
     try:
         document = orjson.loads(bytes(body))
     except orjson.JSONDecodeError as exc:
-        raise Internal(f"failed to parse the request JSON buffer: {exc}") from None
+        raise _json_error(body, exc) from None
     if not isinstance(document, dict):
         # Triton reads members of the document only when it is an object.
         return {}

@@ -106,7 +106,7 @@ def _body(body) -> dict:
     try:
         doc = orjson.loads(body) if body else {}
     except orjson.JSONDecodeError as exc:
-        raise _json_error(exc) from None
+        raise _json_error(body, exc) from None
     if not isinstance(doc, dict):
         raise InvalidArgument("Shared memory register request has no 'key' field")
     return doc

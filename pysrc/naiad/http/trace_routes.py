@@ -35,7 +35,7 @@ def _setting(manager, request, model: str):
             try:
                 document = orjson.loads(bytes(request.body))
             except orjson.JSONDecodeError as exc:
-                raise _json_error(exc) from None
+                raise _json_error(request.body, exc) from None
             tracer.settings.update(model, update_from_json(document))
         return json_reply(tracer.settings.get(model).to_json())
     except NaiadError as exc:

@@ -102,9 +102,10 @@ class ModelTable:
             self.lane.add_route(f"/v2/models/{name}/infer", serving.lane_model)
 
     def _set_grpc_routes(self) -> None:
-        """The gRPC lane's table of every known version and its state: it serves the
-        ready ones with a lane model and answers unknown or unready ones with Triton's
-        status and message itself (csrc/codec/model_lookup.h). The versions of a name
+        """The lanes' table of every known version and its state (the codec's, read by
+        both): the gRPC lane serves the ready ones with a lane model, and both answer
+        unknown or unready ones with Triton's status and message themselves
+        (csrc/codec/model_lookup.h). The versions of a name
         withdrawn, or one the HTTP lane leaves to the general path, stay the general
         path's."""
         table = {}
