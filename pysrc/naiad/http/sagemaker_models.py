@@ -160,7 +160,7 @@ def _load_request(body) -> tuple[str, str]:
     try:
         document = orjson.loads(bytes(body))
     except orjson.JSONDecodeError as exc:
-        raise _json_error(exc) from None
+        raise _json_error(bytes(body), exc) from None
     if not isinstance(document, dict):
         return "", ""
     values = []
