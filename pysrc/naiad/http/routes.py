@@ -155,6 +155,8 @@ _OK_EMPTY = Reply(200, TEXT, ())
 _BAD_EMPTY = Reply(400, TEXT, ())
 _NOT_FOUND = error_reply(404, "Not Found", TEXT)
 _METHOD_NOT_ALLOWED = error_reply(405, "Method Not Allowed")
+# Triton's health, model-ready and infer handlers send their 405 as text/plain.
+_METHOD_NOT_ALLOWED_TEXT = error_reply(405, "Method Not Allowed", TEXT)
 _MODEL_NOT_READY = error_reply(400, "Model version not ready", TEXT)
 _MODEL_ACTIONS = frozenset(("infer", "ready", "config", "stats"))
 
@@ -305,7 +307,7 @@ class Router:
             if n != 4 or parts[3] not in ("live", "ready"):
                 return _NOT_FOUND
             if method != "GET":
-                return _METHOD_NOT_ALLOWED
+                return _METHOD_NOT_ALLOWED_TEXT
             ok = self.manager.server_live() if parts[3] == "live" else self.manager.server_ready()
             return _OK_EMPTY if ok else _BAD_EMPTY
         handler = self._extra.get(section)
@@ -346,10 +348,10 @@ class Router:
 
         if action == "infer":
             if method != "POST":
-                return _METHOD_NOT_ALLOWED
+                return _METHOD_NOT_ALLOWED_TEXT
             return self._infer(request, name, version)
         if method != "GET":
-            return _METHOD_NOT_ALLOWED
+            return _METHOD_NOT_ALLOWED_TEXT if action == "ready" else _METHOD_NOT_ALLOWED
         if action == "":
             return json_reply(self.manager.get(name, version).metadata())
         if action == "ready":

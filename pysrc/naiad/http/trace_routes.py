@@ -7,14 +7,14 @@ import orjson
 
 from naiad.errors import InvalidArgument, NaiadError
 from naiad.http.codec import _json_error
-from naiad.http.routes import error_reply, json_reply
+from naiad.http.routes import TEXT, error_reply, json_reply
 from naiad.tracing.settings import update_from_json
 
 
 def register_trace_routes(router, manager) -> None:
     def handle_global(request, parts):
         if len(parts) != 4 or parts[3] != "setting":
-            return error_reply(404, "Not Found")
+            return error_reply(404, "Not Found", TEXT)  # Triton's, as text/plain
         return _setting(manager, request, "")
 
     def handle_model(request, name):
