@@ -109,8 +109,15 @@ def test_release_fails_queued_requests_and_drops_lane_routes(tmp_path):
             with pytest.raises(Unavailable, match="version 1 is not at ready state"):
                 await asyncio.wait_for(future, 5.0)
         assert len(answers) == 1 and isinstance(answers[0], Unavailable)
-        # The lane no longer routes to it, and the stale handle queues nothing.
-        assert not manager.submit_fast(ADD_SUB_URL, body, header_length, lambda _id: None)
+        # The lane no longer routes to it: it refuses the request itself, as Triton
+        # answers a model that is not served, and the stale handle queues nothing.
+        refused = []
+        assert manager.submit_fast(
+            ADD_SUB_URL, body, header_length, lambda *answer: refused.append(answer)
+        )
+        [(request_id, reply)] = refused
+        assert request_id == 0 and reply.startswith(b"HTTP/1.1 503 ")
+        assert reply.endswith(b"'add_sub' version 1 is not at ready state\"}"), reply
         assert manager.lane.in_flight() == 0
         with pytest.raises(Unavailable, match="version 1 is not ready"):
             model.submit(_add_sub_request())
