@@ -46,8 +46,9 @@ class _Lane:
     def complete(self, offset, size, request_ids, dispatch_ns, end_ns):
         # As _core.FastLane: the ids with a final response in the block, and a reply for
         # each of those the lane knows.
-        read = _core.read_response_block(self.arena, offset, size)
-        finals = [request_ids[r[0]] for r in read[1] if r[1] & _core.RESPONSE_FINAL] if read else []
+        block = _core.read_response_block(self.arena, offset, size)
+        responses = block.responses if block else []
+        finals = [request_ids[r.request_index] for r in responses if r.flags & _core.RESPONSE_FINAL]
         replies = [
             SimpleNamespace(
                 request_id=rid,

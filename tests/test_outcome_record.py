@@ -28,8 +28,8 @@ def test_the_worker_writes_it_and_the_core_reads_it():
         [Response([("OUT", array)], parameters={"k": "v"}), RequestError("bad", 3)]
     )
     block = _core.encode_response_block(responses, [1, 2, 3, 4])
-    _timings, records = _core.read_response_block(b"\0" + block, 1, len(block))
-    ok, failed = [outcome_record.read(json) for _i, _f, _c, json, _outs in records]
+    records = _core.read_response_block(b"\0" + block, 1, len(block)).responses
+    ok, failed = [outcome_record.read(r.json) for r in records]
     assert [tuple(o) for o in ok.outputs] == [("OUT", "FP32", [2, 3])]
     assert ok.parameters == {"k": "v"}
-    assert failed.error == "bad" and records[1][2] == 3
+    assert failed.error == "bad" and records[1].error_code == 3

@@ -18,10 +18,16 @@ TIMINGS = [1, 2, 3, 4]
 def _read(block: bytes):
     """The block's content (padding aside): timings, and per response its record, JSON
     and output bytes."""
-    timings, responses = _core.read_response_block(b"\0" + block, 1, len(block))
-    return timings, [
-        (index, flags, code, json, [block[offset - 1 : offset - 1 + size] for offset, size in outs])
-        for index, flags, code, json, outs in responses
+    read = _core.read_response_block(b"\0" + block, 1, len(block))
+    return read.timings, [
+        (
+            r.request_index,
+            r.flags,
+            r.error_code,
+            r.json,
+            [block[offset - 1 : offset - 1 + size] for offset, size in r.outputs],
+        )
+        for r in read.responses
     ]
 
 

@@ -383,11 +383,6 @@ cdef class Core:
     def free(self, uint64_t offset):
         self._core.arena().free(offset)
 
-    def responses(self, uint64_t offset, uint64_t size):
-        """The response block (csrc/ipc/ipc_schema.h) a completion carries, as
-        read_response_block reads it, or None when the block is not readable."""
-        return read_response_block(self.arena, offset, size)
-
     def in_flight(self):
         return self._core.in_flight()
 
@@ -480,6 +475,18 @@ cdef _shm_refused(ErrorKind kind, const string& error):
     raise ShmRegistryError(<int>kind, error.decode("utf-8", "replace"))
 
 
+cdef class ShmRegionStatus:
+    """One registered region as ShmRegistry.status lists it. `key` and `offset` are a
+    system region's; `device_id` and `raw_handle` a CUDA region's."""
+
+    cdef readonly str name
+    cdef readonly str key
+    cdef readonly uint64_t offset
+    cdef readonly uint64_t byte_size
+    cdef readonly int64_t device_id
+    cdef readonly bytes raw_handle
+
+
 cdef class ShmRegistry:
     """The region registry of `core` (csrc/shm/shm_registry.h); the core reads system-shm
     inputs through it. A refused call raises ShmRegistryError (its error kind and
@@ -561,15 +568,25 @@ cdef class ShmRegistry:
             _shm_refused(result, error)
 
     def status(self, int kind, str name):
-        """[(name, key, offset, byte_size, device_id, raw_handle)]."""
+        """The regions of `kind` (all, or the one named): [ShmRegionStatus]."""
         cdef string error
         cdef vector[RegionStatus] out
         cdef bytes n = name.encode()
         cdef ErrorKind result = self._registry.status(<InputKind>kind, _bytes_view(n), &out, &error)
         if result != ErrorKind.kNone:
             _shm_refused(result, error)
-        return [(s.name.decode("utf-8", "replace"), s.key.decode("utf-8", "replace"), s.offset,
-                 s.byte_size, s.device_id, <bytes>s.raw_handle) for s in out]
+        cdef list listed = []
+        cdef ShmRegionStatus entry
+        for s in out:
+            entry = ShmRegionStatus.__new__(ShmRegionStatus)
+            entry.name = s.name.decode("utf-8", "replace")
+            entry.key = s.key.decode("utf-8", "replace")
+            entry.offset = s.offset
+            entry.byte_size = s.byte_size
+            entry.device_id = s.device_id
+            entry.raw_handle = <bytes>s.raw_handle
+            listed.append(entry)
+        return listed
 
     def resolve(self, str name, uint64_t offset, uint64_t size):
         """A RegionRef over [offset, offset + size) of region `name`, holding a reference

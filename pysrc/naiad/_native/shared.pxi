@@ -92,11 +92,30 @@ cdef object _arena_view(Arena& arena):
     return PyMemoryView_FromMemory(<char*>arena.base(), <Py_ssize_t>arena.size(), PyBUF_WRITE)
 
 
+cdef class BlockResponse:
+    """One response of a response block (csrc/ipc/ipc_schema.h): the batch index of the
+    request it answers, its RESPONSE_* flags, its error code, its outcome JSON
+    (worker/outcome_record.py) and each output's (arena offset, size)."""
+
+    cdef readonly uint32_t request_index
+    cdef readonly uint32_t flags
+    cdef readonly int32_t error_code
+    cdef readonly bytes json
+    cdef readonly tuple outputs
+
+
+cdef class ResponseBlock:
+    """A response block as read_response_block reads it: the batch's worker-side timings
+    (ns: start, compute_input, compute_infer, compute_output) and its responses in record
+    order."""
+
+    cdef readonly list timings
+    cdef readonly list responses
+
+
 def read_response_block(buffer, uint64_t offset, uint64_t size):
-    """The response block (csrc/ipc/ipc_schema.h) at `offset` of `buffer` (the arena):
-    (timings, [(request_index, flags, error_code, json bytes, ((buffer offset, size) of
-    each output, ...)), ...]), or None when the block is not readable (every offset and
-    size is checked against it)."""
+    """The ResponseBlock at `offset` of `buffer` (the arena), or None when the block is not
+    readable (every offset and size is checked against it)."""
     cdef const uint8_t[::1] memory = buffer
     cdef uint64_t total = memory.shape[0]
     if offset == 0 or offset > total or size > total - offset:
@@ -105,21 +124,26 @@ def read_response_block(buffer, uint64_t offset, uint64_t size):
     cdef ResponseBlockView view
     if not view_response_block(block, size, &view):
         return None
-    cdef list out = []
+    cdef ResponseBlock out = ResponseBlock.__new__(ResponseBlock)
+    out.responses = []
     cdef uint32_t r, o
     cdef const ResponseRecordC* record
+    cdef BlockResponse response
     for r in range(view.header.n_responses):
         record = &view.records[r]
-        out.append((
-            record.request_index, record.flags, record.error_code,
-            PyBytes_FromStringAndSize(<const char*>(block + record.json_offset),
-                                      record.json_size),
-            tuple([(offset + view.outputs[record.first_output + o].offset,
-                    view.outputs[record.first_output + o].size)
-                   for o in range(record.n_outputs)])))
-    timings = [view.header.timings[0], view.header.timings[1], view.header.timings[2],
-               view.header.timings[3]]
-    return timings, out
+        response = BlockResponse.__new__(BlockResponse)
+        response.request_index = record.request_index
+        response.flags = record.flags
+        response.error_code = record.error_code
+        response.json = PyBytes_FromStringAndSize(<const char*>(block + record.json_offset),
+                                                  record.json_size)
+        response.outputs = tuple([(offset + view.outputs[record.first_output + o].offset,
+                                   view.outputs[record.first_output + o].size)
+                                  for o in range(record.n_outputs)])
+        out.responses.append(response)
+    out.timings = [view.header.timings[0], view.header.timings[1], view.header.timings[2],
+                   view.header.timings[3]]
+    return out
 
 
 def response_started(buffer, uint64_t offset, uint64_t size):

@@ -103,12 +103,11 @@ class SharedMemory:
             raise _refusal(refused) from None
         if kind == SYSTEM:
             return [
-                {"name": n, "key": key, "offset": offset, "byte_size": size}
-                for n, key, offset, size, _device, _handle in listed
+                {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
+                for r in listed
             ]
         return [
-            {"name": n, "device_id": device, "byte_size": size}
-            for n, _key, _offset, size, device, _handle in listed
+            {"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size} for r in listed
         ]
 
     def stats(self) -> dict:

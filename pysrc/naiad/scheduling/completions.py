@@ -220,14 +220,14 @@ class CompletionRouter:
     def _answer_general(self, pendings, offset, size, dispatch_ns, end_ns):
         """Resolves the general path's requests of a batch from its response block
         (csrc/ipc/ipc_schema.h, read through _core); returns the timings."""
-        read = _core.read_response_block(self.core.arena, offset, size)
-        if read is None:
+        block = _core.read_response_block(self.core.arena, offset, size)
+        if block is None:
             raise ValueError(f"the response block at {offset} ({size} bytes) is not readable")
-        timings, responses = read
+        timings = block.timings
         # The queue ends when the worker starts the batch (Triton's backend start), as
         # KServeCodec::complete counts the lane's.
         dispatch_ns = max(dispatch_ns, timings[0])
-        if any(index >= len(pendings) for index, *_ in responses):
+        if any(r.request_index >= len(pendings) for r in block.responses):
             raise ValueError(
                 f"the response block names a request beyond the batch of {len(pendings)}"
             )
@@ -237,7 +237,10 @@ class CompletionRouter:
         # HTTP answers once: a request's final response is its answer. A request without
         # one in this block gets it in a later block, or fails when the batch ends (the
         # core's completion for it): it stays pending until then.
-        for record, (index, flags, code, json, slots) in enumerate(responses):
+        for record, response in enumerate(block.responses):
+            index = response.request_index
+            flags, code = response.flags, response.error_code
+            json, slots = response.json, response.outputs
             pending = pendings[index]
             if started is not None:
                 dispatch_ns = started[record]
@@ -335,15 +338,15 @@ class CompletionRouter:
     def _late_execution(self, instance_id: int, offset: int, size: int, batch_size: int) -> None:
         """A decoupled model's batch ended after its requests all had their final
         responses: its end block (no responses, the timings) still counts an execution."""
-        read = _core.read_response_block(self.core.arena, offset, size)
-        if read is None or read[1] or not read[0][0]:
+        block = _core.read_response_block(self.core.arena, offset, size)
+        if block is None or block.responses or not block.timings[0]:
             return
         for versions in self.table.models.values():
             for model in versions.values():
                 if not getattr(model, "decoupled", False):
                     continue
                 if any(i.instance_id == instance_id for i in model.instances):
-                    model.stats.record_execution(batch_size, read[0])
+                    model.stats.record_execution(batch_size, block.timings)
                     return
 
     def _deliver_stream(

@@ -415,18 +415,18 @@ def _requested(outputs) -> list | None:
 def read_outputs(arena, offset: int, size: int) -> list:
     """The responses of a block: [(flags, error_code, outcome_record.Outcome, [(name,
     datatype, shape, arena offset, nbytes)])]."""
-    read = _core.read_response_block(arena, offset, size)
-    if read is None:
+    block = _core.read_response_block(arena, offset, size)
+    if block is None:
         unreadable = outcome_record.Outcome(error="unreadable")
         return [(_core.RESPONSE_FINAL | _core.RESPONSE_ERROR, INTERNAL, unreadable, [])]
     out = []
-    for _index, flags, code, json, slots in read[1]:
-        outcome = outcome_record.read(json)
+    for response in block.responses:
+        outcome = outcome_record.read(response.json)
         tensors = [
             (name, datatype, shape, start, nbytes)
-            for (name, datatype, shape), (start, nbytes) in zip(outcome.outputs, slots)
+            for (name, datatype, shape), (start, nbytes) in zip(outcome.outputs, response.outputs)
         ]
-        out.append((flags, code, outcome, tensors))
+        out.append((response.flags, response.error_code, outcome, tensors))
     return out
 
 
