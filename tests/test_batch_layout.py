@@ -52,8 +52,9 @@ def test_requests_are_views_of_the_batch_tensors():
         assert result == _core.SUBMIT_OK
     core.instance_up(instance)
     core.flush()
-    is_stop, batch_id, blocks, tensors = endpoint.next()
-    assert not is_stop and len(blocks) == 3 and len(tensors) == 2
+    message = endpoint.next()
+    blocks, tensors = message.requests, message.tensors
+    assert message.kind == _core.MESSAGE_BATCH and len(blocks) == 3 and len(tensors) == 2
     # Each its own metadata (another id and shape), though the first and last are equal
     # but for the id.
     assert [m for m, _ in blocks] == [
@@ -70,7 +71,7 @@ def test_requests_are_views_of_the_batch_tensors():
         assert np.shares_memory(view, arrays["INPUT0"])
         np.testing.assert_array_equal(request.arrays[1], b)
         assert np.shares_memory(request.arrays[1], arrays["INPUT1"])
-    endpoint.complete(batch_id, 0, 0, _core.COMPLETION_OK)
+    endpoint.complete(message.tag, 0, 0, _core.COMPLETION_OK)
     assert [c.request_ids for c in core.poll()] == [[1, 2, 3]]
     del batch, request, arrays, view
 
@@ -89,8 +90,9 @@ def test_requests_of_one_layout_are_rows_of_the_batch_tensors():
         assert result == _core.SUBMIT_OK
     core.instance_up(instance)
     core.flush()
-    is_stop, batch_id, blocks, tensors = endpoint.next()
-    assert not is_stop and len(blocks) == 3 and len(tensors) == 2
+    message = endpoint.next()
+    blocks, tensors = message.requests, message.tensors
+    assert message.kind == _core.MESSAGE_BATCH and len(blocks) == 3 and len(tensors) == 2
     arrays = batch_inputs(endpoint.arena, blocks, tensors)
     # One client's same request: one metadata object for the batch, parsed once.
     assert blocks[0][0] is blocks[1][0] is blocks[2][0]
@@ -106,7 +108,7 @@ def test_requests_of_one_layout_are_rows_of_the_batch_tensors():
     for mine, theirs in zip(batch.arrays, _batch(endpoint.arena, blocks).arrays):
         for view, other in zip(mine, theirs):
             assert view.__array_interface__ == other.__array_interface__
-    endpoint.complete(batch_id, 0, 0, _core.COMPLETION_OK)
+    endpoint.complete(message.tag, 0, 0, _core.COMPLETION_OK)
     assert [c.request_ids for c in core.poll()] == [[1, 2, 3]]
     del batch, request, arrays
 

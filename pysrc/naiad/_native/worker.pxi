@@ -43,6 +43,41 @@ cdef str _trace_context(const uint8_t* base, uint64_t offset, const RequestHeade
                               string_view(trace_state.data(), trace_state.size())).decode()
 
 
+cdef class ChannelMessage:
+    """One message a worker reads from its channel (WorkerEndpoint.next and wait).
+    `kind` is a MESSAGE_* constant; what else it holds depends on it:
+      MESSAGE_BATCH          `tag` is the batch id; `requests` are (metadata bytes,
+                             (input slot, ...)) per request; `tensors` the batch-major
+                             [N, ...] input tensors the requests' inputs lie in row after
+                             row, a slot each (empty when the requests' inputs differ).
+                             A slot is (arena offset, size), or (offset in the region,
+                             size, region id) for bytes read in place from a client's
+                             system-shm region (csrc/ipc/ipc_schema.h InputSlot).
+      MESSAGE_STOP           nothing else.
+      MESSAGE_RESPONSE       `tag` is the submitted request's; `offset`/`size` its
+                             response block of one response, ours to free.
+      MESSAGE_REFUSED        `tag` as above; `status` a SUBMIT_* result, or
+                             REFUSED_QUEUED | a COMPLETION_* status: it failed without a
+                             final response.
+      MESSAGE_CONTROL_REPLY  `tag` is the control request's; `offset`/`size` its answer
+                             (JSON), ours to free (offset 0: the core could not read it)."""
+
+    cdef readonly int kind
+    cdef readonly uint64_t tag
+    cdef readonly list requests
+    cdef readonly list tensors
+    cdef readonly uint64_t offset
+    cdef readonly uint64_t size
+    cdef readonly uint32_t status
+
+
+cdef ChannelMessage _channel_message(int kind, uint64_t tag):
+    cdef ChannelMessage message = ChannelMessage.__new__(ChannelMessage)
+    message.kind = kind
+    message.tag = tag
+    return message
+
+
 cdef class WorkerEndpoint:
     """A worker's end of its instance channel, over the inherited descriptors."""
 
@@ -65,41 +100,26 @@ cdef class WorkerEndpoint:
         del self._endpoint
 
     def next(self):
-        """Blocks, GIL released, for the next message: (is_stop, batch_id, requests,
-        tensors). A request is (metadata bytes, ((arena offset, size) of each input,
-        ...)); `tensors` are the batch-major [N, ...] tensors, (arena offset, size) per
-        input, that the requests' inputs lie in row after row (empty when the
-        requests' inputs differ, csrc/ipc/ipc_schema.h)."""
+        """Blocks, GIL released, for the next batch or stop: a ChannelMessage of kind
+        MESSAGE_BATCH or MESSAGE_STOP. Responses to this worker's own requests (BLS)
+        that arrive meanwhile are freed: a worker waiting for one reads with wait()."""
         cdef BatchMessage message
         while True:
             with nogil:
                 message = self._endpoint.next()
             if message.kind == MessageKind.kStop:
-                return True, message.batch_id, [], []
+                return _channel_message(MESSAGE_STOP, 0)
             if message.kind == MessageKind.kBatch:
                 break
-            # A response to a request this worker submitted (BLS): a worker waiting
-            # for one reads its channel with wait(), so none is awaited here; its
-            # block is ours to free.
             if (message.kind == MessageKind.kResponse
                     or message.kind == MessageKind.kControlReply) and message.desc_offset != 0:
                 self._endpoint.arena().free(message.desc_offset)
-        requests, tensors = self._take_batch(message.desc_offset)
-        return False, message.batch_id, requests, tensors
+        return self._take_batch(message.batch_id, message.desc_offset)
 
     def wait(self, bint block=True):
-        """The next message of any kind (BLS: a worker waiting for its own requests'
-        responses keeps reading its channel), or None when `block` is False and there
-        is none:
-          (MESSAGE_BATCH, batch_id, requests, tensors)  as next() gives a batch
-          (MESSAGE_STOP, 0, None, None)
-          (MESSAGE_RESPONSE, tag, block offset, block size)  a response block of one
-              response to the request submitted as `tag`, ours to free
-          (MESSAGE_REFUSED, tag, status, None)  it failed without a final response:
-              a SUBMIT_* result, or REFUSED_QUEUED | a COMPLETION_* status
-          (MESSAGE_CONTROL_REPLY, tag, block offset, block size)  the answer (JSON) to
-              the control request sent as `tag` (offset 0: the core could not read
-              it), ours to free"""
+        """The next ChannelMessage of any kind (BLS: a worker waiting for its own
+        requests' responses keeps reading its channel), or None when `block` is False
+        and there is none."""
         cdef BatchMessage message
         cdef cbool got = True
         if block:
@@ -109,20 +129,25 @@ cdef class WorkerEndpoint:
             got = self._endpoint.try_next(&message)
             if not got:
                 return None
+        cdef ChannelMessage out
         if message.kind == MessageKind.kStop:
-            return MESSAGE_STOP, 0, None, None
-        if message.kind == MessageKind.kResponse:
-            return MESSAGE_RESPONSE, message.batch_id, message.desc_offset, message.size
+            return _channel_message(MESSAGE_STOP, 0)
+        if message.kind == MessageKind.kBatch:
+            return self._take_batch(message.batch_id, message.desc_offset)
         if message.kind == MessageKind.kRefused:
-            return MESSAGE_REFUSED, message.batch_id, message.n_requests, None
-        if message.kind == MessageKind.kControlReply:
-            return MESSAGE_CONTROL_REPLY, message.batch_id, message.desc_offset, message.size
-        requests, tensors = self._take_batch(message.desc_offset)
-        return MESSAGE_BATCH, message.batch_id, requests, tensors
+            out = _channel_message(MESSAGE_REFUSED, message.batch_id)
+            out.status = message.n_requests
+            return out
+        out = _channel_message(
+            MESSAGE_RESPONSE if message.kind == MessageKind.kResponse else MESSAGE_CONTROL_REPLY,
+            message.batch_id)
+        out.offset = message.desc_offset
+        out.size = message.size
+        return out
 
-    cdef tuple _take_batch(self, uint64_t desc_offset):
-        """The batch whose descriptor is at `desc_offset`, as next() and wait() give it:
-        (requests, tensors); remembered for request_blocks() and sequence_words()."""
+    cdef ChannelMessage _take_batch(self, uint64_t batch_id, uint64_t desc_offset):
+        """The batch whose descriptor is at `desc_offset`, as next() and wait() give it;
+        remembered for request_blocks() and sequence_words()."""
         self.batch_desc = desc_offset
         self._batch_desc = desc_offset
         cdef const uint8_t* base = self._endpoint.arena().base()
@@ -146,10 +171,13 @@ cdef class WorkerEndpoint:
                     contexts = {}
                 contexts[i] = _trace_context(base, records[i].block_offset, request)
         self.trace_contexts = contexts
-        return requests, [
+        cdef ChannelMessage batch = _channel_message(MESSAGE_BATCH, batch_id)
+        batch.requests = requests
+        batch.tensors = [
             _slot_tuple(tensors[i].offset, tensors[i].size, tensors[i].region,
                         tensors[i].region_offset)
             for i in range(header.n_tensors)]
+        return batch
 
     def submit(self, uint64_t model, uint64_t tag, ModelSpec spec, str request_id,
                list inputs, outputs, bytes parameters, uint32_t priority=0,

@@ -212,7 +212,8 @@ class Channel:
         self.instance_name = ""
         self.model_name = ""
         self._next_tag = 1
-        self._stop = False
+        # The stop message read while waiting for a call (pump): the worker loop's next.
+        self._stop = None
         # Runs a batch that arrives nested in a wait: (batch_id, blocks, tensors).
         self.run_batch = None
         # The worker loop's calls, bound once (no __getattr__ per batch).
@@ -231,18 +232,15 @@ class Channel:
         """The worker loop's next batch or stop, as WorkerEndpoint.next; messages for
         calls that are over (their caller gave up) are freed. `block` False: None when
         no batch or stop is waiting."""
-        if self._stop:
-            return True, 0, [], []
+        if self._stop is not None:
+            return self._stop
         while True:
             message = self.endpoint.wait(block)
             if message is None:
                 return None
-            kind, ident, first, second = message
-            if kind == _core.MESSAGE_BATCH:
-                return False, ident, first, second
-            if kind == _core.MESSAGE_STOP:
-                return True, 0, [], []
-            self._deliver(kind, ident, first, second)
+            if message.kind == _core.MESSAGE_BATCH or message.kind == _core.MESSAGE_STOP:
+                return message
+            self._deliver(message)
 
     # -- calls ------------------------------------------------------------------------
     def submit(
@@ -326,20 +324,20 @@ class Channel:
             if message is None:  # nothing there: wake the frontend for our submits, block
                 endpoint.wake()
                 message = wait()
-            kind, ident, first, second = message
+            kind = message.kind
             if kind == _core.MESSAGE_BATCH:
                 if self.run_batch is None:  # nothing to run it: fail it, never hang
-                    self.endpoint.complete(ident, 0, 0, _core.COMPLETION_WORKER_FAILED)
+                    self.endpoint.complete(message.tag, 0, 0, _core.COMPLETION_WORKER_FAILED)
                     continue
                 try:
-                    self.run_batch(ident, first, second)
+                    self.run_batch(message.tag, message.requests, message.tensors)
                 except Exception:
                     traceback.print_exc()
-                    self.endpoint.complete(ident, 0, 0, _core.COMPLETION_WORKER_FAILED)
+                    self.endpoint.complete(message.tag, 0, 0, _core.COMPLETION_WORKER_FAILED)
             elif kind == _core.MESSAGE_STOP:
-                self._stop = True
+                self._stop = message
             else:
-                self._deliver(kind, ident, first, second)
+                self._deliver(message)
 
     def control(self, request: dict, files: list) -> dict:
         """Sends a model-control request (`request`: the control block's JSON, `files`
@@ -355,14 +353,19 @@ class Channel:
         self.pump(lambda: call.reply is not None)
         return call.reply
 
-    def _deliver(self, kind: int, tag: int, first, second) -> None:
+    def _deliver(self, message) -> None:
+        """A message for one of this worker's calls (a _core.ChannelMessage that is no
+        batch or stop): a control reply, a response, or a refusal."""
+        kind, tag = message.kind, message.tag
         if kind == _core.MESSAGE_CONTROL_REPLY:
             reply = {"error": "the server could not read the request"}
-            if first:
+            if message.offset:
                 try:
-                    reply = orjson.loads(bytes(self.arena[first : first + second]))
+                    reply = orjson.loads(
+                        bytes(self.arena[message.offset : message.offset + message.size])
+                    )
                 finally:
-                    self.endpoint.free(first)
+                    self.endpoint.free(message.offset)
             control = self.controls.pop(tag, None)
             if control is not None:
                 control.reply = reply
@@ -370,14 +373,14 @@ class Channel:
         call = self.calls.get(tag)
         if kind == _core.MESSAGE_RESPONSE:
             if call is None:
-                self.endpoint.free(first)
+                self.endpoint.free(message.offset)
                 return
-            read = read_outputs(self.arena, first, second)
+            read = read_outputs(self.arena, message.offset, message.size)
             final = any(flags & _core.RESPONSE_FINAL for flags, *_rest in read)
             if call.on_response is not None:
-                call.on_response(call, first, read)
+                call.on_response(call, message.offset, read)
             else:
-                call.blocks.append((first, read))
+                call.blocks.append((message.offset, read))
             if final:
                 del self.calls[tag]
                 self._finish(call, None)
@@ -386,10 +389,12 @@ class Channel:
             del self.calls[tag]
             retry = call.retry
             call.retry = None
-            if first == _core.SUBMIT_MODEL_GONE and retry is not None:
+            if message.status == _core.SUBMIT_MODEL_GONE and retry is not None:
                 retry(True)
                 return
-            self._finish(call, refusal(call.model_name, first, call.sequence or (0, b"", 0)))
+            self._finish(
+                call, refusal(call.model_name, message.status, call.sequence or (0, b"", 0))
+            )
 
     def cancel(self, call: Call) -> None:
         """Cancels a call still in flight (ResponseIterator.cancel()); its responses, a

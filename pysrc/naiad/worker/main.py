@@ -368,14 +368,13 @@ class Worker:
                     continue
             else:
                 message = self.endpoint.next()
-            is_stop, batch_id, blocks, tensors = message
-            if is_stop:
+            if message.kind == _core.MESSAGE_STOP:
                 return
             try:
-                self._run_batch(batch_id, blocks, tensors)
+                self._run_batch(message.tag, message.requests, message.tensors)
             except Exception as exc:
                 traceback.print_exc()
-                self.endpoint.complete(batch_id, 0, 0, _core.COMPLETION_WORKER_FAILED)
+                self.endpoint.complete(message.tag, 0, 0, _core.COMPLETION_WORKER_FAILED)
                 if isinstance(exc, MemoryError):
                     _exit_out_of_memory()
             if self.backend.out_of_memory:
