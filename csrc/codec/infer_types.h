@@ -154,4 +154,15 @@ struct InferResponse {
   std::vector<ResponseOutput> outputs;  // those the client asked for, in result order
 };
 
+// The bytes of a response's tensors that travel as raw bytes (binary outputs: not JSON
+// data, not in a client's shm region); 0 for an error.
+inline uint64_t raw_output_bytes(const InferResponse& response) {
+  if (response.error != ErrorKind::kNone) return 0;
+  uint64_t bytes = 0;
+  for (const ResponseOutput& output : response.outputs) {
+    if (!output.json && !output.in_shm) bytes += output.size;
+  }
+  return bytes;
+}
+
 }  // namespace naiad

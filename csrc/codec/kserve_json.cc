@@ -787,7 +787,7 @@ void put_json_data(Sink& sink, const ResponseOutput& output) {
 }  // namespace
 
 template <typename Sink>
-size_t write_response_body(const InferResponse& response, Sink& sink) {
+static size_t write_json_part(const InferResponse& response, Sink& sink) {
   if (response.error != ErrorKind::kNone) {
     sink.put("{\"error\":\"");
     sink.put(response.error_message);
@@ -835,11 +835,21 @@ size_t write_response_body(const InferResponse& response, Sink& sink) {
     sink.put("}}");
   }
   sink.put("]}");
-  const size_t json_size = sink.size() - start;
+  return sink.size() - start;
+}
+
+template <typename Sink>
+size_t write_response_body(const InferResponse& response, Sink& sink) {
+  const size_t json_size = write_json_part(response, sink);
+  if (response.error != ErrorKind::kNone) return json_size;
   for (const ResponseOutput& output : response.outputs) {
     if (!output.json && !output.in_shm) sink.put(output.data, output.size);
   }
   return json_size;
+}
+
+size_t write_response_json(const InferResponse& response, ByteWriter& sink) {
+  return write_json_part(response, sink);
 }
 
 template size_t write_response_body<ByteCounter>(const InferResponse&, ByteCounter&);

@@ -87,5 +87,7 @@ size_t write_response_body(const InferResponse& response, Sink& sink);
 extern template size_t write_response_body<ByteCounter>(const InferResponse&, ByteCounter&);
 extern template size_t write_response_body<ByteWriter>(const InferResponse&, ByteWriter&);
 extern template size_t write_response_body<StringSink>(const InferResponse&, StringSink&);
+// The JSON part alone, for a writer that sends the binary outputs from the block.
+size_t write_response_json(const InferResponse& response, ByteWriter& sink);
 
 }  // namespace naiad

@@ -161,6 +161,25 @@ void HttpResponseWriter::write(const InferResponse& response, ResponseEncoding e
   write_response_body(response, writer);
 }
 
+size_t HttpResponseWriter::head_size(const InferResponse& response,
+                                     ResponseEncoding encoding) const {
+  if (response.error != ErrorKind::kNone || compresses(response, encoding) ||
+      has_json_outputs(response)) {
+    return 0;
+  }
+  const BodySize body = body_size(response);
+  ByteCounter head;
+  write_http(response, body.json, body.total, ResponseEncoding::kIdentity, head);
+  return head.size() + body.json;
+}
+
+void HttpResponseWriter::write_head(const InferResponse& response, char* out) const {
+  const BodySize body = body_size(response);
+  ByteWriter writer(out);
+  write_http(response, body.json, body.total, ResponseEncoding::kIdentity, writer);
+  write_response_json(response, writer);
+}
+
 void HttpResponseWriter::keep_body(const InferResponse& response, ResponseEncoding asked) const {
   body_for_ = &response;
   body_request_ = response.request_id;

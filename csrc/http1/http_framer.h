@@ -57,6 +57,12 @@ class HttpResponseWriter final : public ResponseWriter {
   // The answer to a request whose Accept-Encoding picked `encoding`.
   size_t size(const InferResponse& response, ResponseEncoding encoding) const;
   void write(const InferResponse& response, ResponseEncoding encoding, char* out) const;
+  // The answer as a head (status line, headers, JSON) followed by its binary outputs'
+  // bytes as they are in the block, in order, for the caller to send from there: the
+  // head's size; 0 when it is not of that form (an error, JSON outputs, a compressed
+  // body: write() it whole). write_head() writes that head.
+  size_t head_size(const InferResponse& response, ResponseEncoding encoding) const;
+  void write_head(const InferResponse& response, char* out) const;
   // tests and benchmarks
   std::string text(const InferResponse& response,
                    ResponseEncoding encoding = ResponseEncoding::kIdentity) const;

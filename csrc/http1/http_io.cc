@@ -31,9 +31,12 @@ constexpr size_t kLowWater = 16 * 1024;
 // Unsent bytes past which a gRPC connection is not read: room for a few large answers
 // (flow control bounds what its streams queue), none for a client that does not read.
 constexpr size_t kGrpcHighWater = 8 << 20;
-// A plain request arriving in pieces stays in lane mode up to this size (a request the
-// TCP stream split); a larger one goes to Python, which collects it in one buffer.
+// Bytes of a request head still arriving that lane mode holds (a head the TCP stream
+// split); past it, with no head end in sight, they go to Python (431).
 constexpr size_t kMaxLanePartial = 64 * 1024;
+// A request arriving in pieces is collected in one buffer of its size at once up to
+// this size, larger ones once a quarter of them has arrived (the general path's rule).
+constexpr size_t kReserveAtOnce = size_t(1) << 20;
 constexpr size_t kReadSize = 256 * 1024;
 constexpr int kMaxEvents = 256;
 // The first byte of a TLS ClientHello (a handshake record): no HTTP/1.1 request nor the
@@ -243,6 +246,8 @@ void HttpIo::hand_events(Turn* turn) {
   turn->cached += cached_;
   turn->refused += refused_;
   queued_ = cached_ = refused_ = 0;
+  turn->tensor_bytes += tensor_bytes_;
+  tensor_bytes_ = TensorBytes();
   if (turn->events.empty()) {
     turn->events.swap(events_);
   } else {
@@ -254,7 +259,7 @@ void HttpIo::hand_events(Turn* turn) {
     // Nothing for Python here: the turn goes to the relay target (route() put the
     // completions Python answers in it too), and the caller gets it empty.
     if (!turn->events.empty() || !turn->completions.empty() || !turn->answered.empty() ||
-        turn->queued != 0 || turn->cached != 0 || turn->refused != 0) {
+        turn->queued != 0 || turn->cached != 0 || turn->refused != 0 || turn->tensor_bytes.any()) {
       relay_->post_turn(std::move(*turn));
     }
     *turn = Turn();
@@ -355,6 +360,10 @@ void HttpIo::finish_moves() {
   for (uint64_t id : moving_) {
     Connection* c = find(id);
     if (c == nullptr) continue;  // closed meanwhile: Python never knew it
+    if (!c->views.empty()) {     // they hold blocks this loop counts (held_bytes_): sent first
+      waiting.push_back(id);
+      continue;
+    }
     if (c->h2) {
       if (c->grpc_in_flight != 0) {  // its lane calls are answered here first
         waiting.push_back(id);
@@ -394,6 +403,7 @@ void HttpIo::post_turn(Turn&& turn) {
     kept.queued += turn.queued;
     kept.cached += turn.cached;
     kept.refused += turn.refused;
+    kept.tensor_bytes += turn.tensor_bytes;
   }
   if (!wake) return;
   const uint64_t one = 1;
@@ -440,6 +450,7 @@ void HttpIo::take_mail() {
   queued_ += relayed.queued;
   cached_ += relayed.cached;
   refused_ += relayed.refused;
+  tensor_bytes_ += relayed.tensor_bytes;
 }
 
 void HttpIo::route(Completion&& done, Turn* turn) {
@@ -514,7 +525,7 @@ void HttpIo::update_events(Connection* c) {
         reading && !waiting_bytes && c->owed.size() < kHttpMaxPipeline && unsent_of(c) < kHighWater;
   }
   // TLS: plaintext waiting for the handshake has nothing to send yet.
-  const bool sendable = c->tls ? !c->wire.empty() : !c->out.empty();
+  const bool sendable = c->tls ? !c->wire.empty() : !c->out.empty() || !c->views.empty();
   uint32_t wanted = (reading ? uint32_t(EPOLLIN) : 0u) | (sendable ? uint32_t(EPOLLOUT) : 0u);
   if (wanted != c->events) {
     c->events = wanted;
@@ -694,13 +705,20 @@ void HttpIo::process_input(Connection* c) {
   c->partial_since_ns = 0;
   if (!c->in.empty()) {
     // A plain request may be on its way: its head not all there yet (a head is short),
-    // or its head there and the whole small.
+    // or its head there (within the body limit) and its body coming: collected here,
+    // large tensors too, so that its answer is written here from the response block.
     ScannedRequest scanned;
     const bool partial =
         scan_request(c->in.data(), c->in.size(), max_body_, &scanned) == ScanResult::kIncomplete &&
-        (scanned.total == 0 ? c->in.size() < kMaxLanePartial : scanned.total <= kMaxLanePartial);
+        (scanned.total != 0 || c->in.size() < kMaxLanePartial);
     if (taking_ && partial) {
-      // A small plain request cut by the stream: the next read completes it.
+      // The next reads complete it, into one buffer of its size once the client has
+      // sent enough of it (a client cannot make the server allocate by announcing a body
+      // it does not send).
+      if (scanned.total > c->in.capacity() &&
+          (scanned.total <= kReserveAtOnce || c->in.size() >= scanned.total / 4)) {
+        c->in.reserve(scanned.total);
+      }
       c->partial_since_ns = partial_since != 0 ? partial_since : c->last_read_ns;
     } else if (c->owed.empty()) {
       to_python(c);  // the rest is Python's: the protocol gets it, and the connection
@@ -721,6 +739,7 @@ void HttpIo::collect_due(Connection* c) {
   }
   size_t before = c->owed.size();
   while (!c->owed.empty() && c->owed.front().ready) {
+    c->views.append(std::move(c->owed.front().views), c->out.size());
     c->out += c->owed.front().answer;
     c->owed.pop_front();
   }
@@ -762,6 +781,14 @@ bool HttpIo::send_out(Connection* c) {
     }
     c->tls->take_output(&c->wire);
     ready = c->wire.size();
+  }
+  if (!c->views.empty()) {  // plaintext, no endpoint: `ready` is all of `out`
+    const int failed = send_spliced(c->fd, &c->out, &c->views);
+    if (failed != 0) {
+      destroy(c, true);  // the peer is gone: nothing more reaches it
+      return false;
+    }
+    ready = 0;
   }
   std::string& bytes = c->tls ? c->wire : c->out;
   while (ready != 0) {
@@ -830,6 +857,19 @@ bool HttpIo::answer_completion(const Completion& done, std::vector<Answered>* an
     return false;  // Python fails the batch (its complete() reads the block the same)
   }
   const HttpResponseWriter& writer = lane_.writer();
+  // Held while views of the block wait to be sent (block_views.h): then freed by them.
+  std::shared_ptr<HeldBlock> hold;
+  // Whether an answer to `to` with `tensors` bytes of them goes from the block (then
+  // held): not one several loops answer from, nor through TLS, a page at least, and
+  // while a quarter of the arena is not held already (slow readers).
+  auto held = [&](const Connection* to, uint64_t tensors) {
+    if (share != nullptr || to->tls || tensors < kMinBlockView) return false;
+    if (!hold) {
+      if (held_bytes_ + done.result_size > arena.size() / 4) return false;
+      hold = std::make_shared<HeldBlock>(arena, done.result_offset, done.result_size, &held_bytes_);
+    }
+    return true;
+  };
   stats.batch_sizes.reserve(answers_.size());
   for (KServeCodec::Answer& answer : answers_) {
     const uint64_t id = answer.response.request_id;
@@ -850,7 +890,8 @@ bool HttpIo::answer_completion(const Completion& done, std::vector<Answered>* an
     Connection* c = request.connection;
     if (request.stream != 0) {     // a gRPC call
       if (c == nullptr) continue;  // its client went away
-      grpc_answer(c, request.stream, answer.response);
+      const bool viewed = held(c, raw_output_bytes(answer.response));
+      grpc_answer(c, request.stream, answer.response, viewed ? hold : nullptr);
       lane_.codec().give_back(answer.response);
       continue;
     }
@@ -858,10 +899,24 @@ bool HttpIo::answer_completion(const Completion& done, std::vector<Answered>* an
     if (c == nullptr) continue;  // its client went away
     // First in line (a client with one request at a time: the usual case), the answer
     // is written straight after the bytes owed before it; else it waits in its slot.
-    std::string& http = request.slot == &c->owed.front() ? c->out : request.slot->answer;
+    const bool first_in_line = request.slot == &c->owed.front();
+    std::string& http = first_in_line ? c->out : request.slot->answer;
+    OutViews& views = first_in_line ? c->views : request.slot->views;
     const size_t at = http.size();
-    http.resize(at + writer.size(answer.response, coding));
-    writer.write(answer.response, coding, &http[at]);
+    const size_t head = writer.head_size(answer.response, coding);
+    const uint64_t tensors = raw_output_bytes(answer.response);
+    if (head != 0 && !c->endpoint && held(c, tensors)) {
+      http.resize(at + head);
+      writer.write_head(answer.response, &http[at]);
+      for (const ResponseOutput& output : answer.response.outputs) {
+        if (!output.json && !output.in_shm) views.add(http.size(), output.data, output.size, hold);
+      }
+      tensor_bytes_.out_in_place += tensors;
+    } else {
+      http.resize(at + writer.size(answer.response, coding));
+      writer.write(answer.response, coding, &http[at]);
+      tensor_bytes_.out_copied += tensors;
+    }
     lane_.codec().give_back(answer.response);
     request.slot->ready = true;
     touch(c);
@@ -882,7 +937,8 @@ bool HttpIo::answer_completion(const Completion& done, std::vector<Answered>* an
       if (requests_.count(done.request_ids[index])) stats.lost.push_back(done.request_ids[index]);
     }
   }
-  if (share == nullptr) arena.free(done.result_offset);  // else the Share's last owner does
+  // Else the Share's last owner frees it, or the views' hold once they are sent.
+  if (share == nullptr && !hold) arena.free(done.result_offset);
   answered->push_back(std::move(stats));
   return true;
 }

@@ -9,7 +9,7 @@
 // - Python mode: the bytes go to the connection's Python protocol (http/protocol.py,
 //   httptools and the general path) as Event::kData, and what it writes comes back
 //   through write(). A connection enters it when the lane leaves bytes it does not take
-//   (a GET, a request in pieces, malformed input) and nothing is owed in lane mode
+//   (a GET, a head past 64 KiB, malformed input) and nothing is owed in lane mode
 //   (else the bytes wait, unread further, until the owed answers are out: the order of
 //   answers is the order of requests). It goes back to lane mode when Python says its
 //   protocol owes nothing and holds nothing (take_back()).
@@ -61,6 +61,7 @@
 #include "http2/grpc_connection.h"
 #include "http2/grpc_inflate.h"
 #include "http2/grpc_lane.h"
+#include "ipc/block_views.h"
 #include "tls/tls_stream.h"
 #include "util/spare_nodes.h"
 
@@ -192,11 +193,24 @@ class HttpIo {
     // the batch is one execution, counted once.
     bool execution = true;
   };
+  // Binary tensor bytes of the answers this loop wrote: sent from the response block
+  // (block_views.h) or copied into the connection's output (TLS, endpoints, small
+  // tensors, a block several loops answer from, too much of the arena held already).
+  struct TensorBytes {
+    uint64_t out_in_place = 0, out_copied = 0;
+    TensorBytes& operator+=(const TensorBytes& other) {
+      out_in_place += other.out_in_place;
+      out_copied += other.out_copied;
+      return *this;
+    }
+    bool any() const { return out_in_place != 0 || out_copied != 0; }
+  };
   struct Turn {
     std::vector<Event> events;
     std::vector<Completion> completions;  // for Python, as Core::poll gives them
     std::vector<Answered> answered;
     uint32_t queued = 0, cached = 0, refused = 0;  // lane requests taken this turn
+    TensorBytes tensor_bytes;
   };
 
   // One turn of the loop: accepts, reads, takes, dispatches and writes. `python_open` /
@@ -280,6 +294,7 @@ class HttpIo {
     // The answer, held until those owed before it are collected; empty when it went
     // straight into the connection's `out` (it was first in line: answer_completion).
     std::string answer;
+    OutViews views;  // its tensors sent from their block, spliced into `answer`
   };
   // A ModelInfer call this loop holds: its opening (handed to Python with its message if
   // the lane does not take it), its message, then its request in the core.
@@ -319,6 +334,7 @@ class HttpIo {
     std::string in;         // lane mode: received, not taken
     std::deque<Owed> owed;  // lane mode: answers owed, in request order
     std::string out;        // bytes not yet sent (TLS: not yet encrypted)
+    OutViews views;         // tensors sent from their blocks, spliced into `out`
     // TLS (null on a plaintext connection): the session, and the records not yet sent.
     std::unique_ptr<TlsStream> tls;
     std::string wire;
@@ -377,7 +393,9 @@ class HttpIo {
   // Hands a held call to Python: its opening, its message if any, then `then` if given.
   void grpc_to_python(Connection* c, uint32_t stream, h2::Event* then);
   void grpc_submit(Connection* c, uint32_t stream, GrpcCall& call);
-  void grpc_answer(Connection* c, uint32_t stream, const InferResponse& response);
+  // `block` (null: copied): the response block its tensors may be sent from.
+  void grpc_answer(Connection* c, uint32_t stream, const InferResponse& response,
+                   const std::shared_ptr<HeldBlock>& block);
   // The call ends here (answered, reset, or its client gone).
   void grpc_call_done(Connection* c, uint32_t stream);
   // A step of a held call's inflation; once done and half-closed, the call is submitted
@@ -403,7 +421,9 @@ class HttpIo {
   // Shuts the write side (TLS: after close_notify).
   void shut_write(Connection* c);
   // Bytes not yet on the wire, plaintext and records (the back-pressure measures).
-  static size_t unsent_of(const Connection* c) { return c->out.size() + c->wire.size(); }
+  static size_t unsent_of(const Connection* c) {
+    return c->out.size() + c->views.bytes() + c->wire.size();
+  }
   // Lane mode: takes what it can of c->in; the rest goes to Python when nothing is owed.
   void process_input(Connection* c);
   // Answers `done` if its requests are all this loop's (false: Python's). With `share`
@@ -525,6 +545,10 @@ class HttpIo {
   Mailbox mail_;
   std::vector<Answered> share_answered_;  // shares answered since the last hand_events
   uint32_t counted_ = 0, waiting_ = 0;
+  // Bytes of response blocks held for views not yet sent (block_views.h), and the most
+  // that may be: past it, tensors are copied, so that slow readers cannot fill the arena.
+  uint64_t held_bytes_ = 0;
+  TensorBytes tensor_bytes_;  // since the last hand_events
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
   std::unordered_map<uint64_t, Request> requests_;  // this loop's requests in flight
   // Answered requests' nodes, for the next ones (each is assigned whole).

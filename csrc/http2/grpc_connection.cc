@@ -188,6 +188,31 @@ void append_range(const std::string_view* parts, size_t n_parts, size_t from, si
   }
 }
 
+// append_range(), with the pieces of a page or more that lie in `block` added to `views`
+// (at their place in `out`) rather than copied; the bytes viewed.
+size_t append_range_viewing(const std::string_view* parts, size_t n_parts, size_t from, size_t to,
+                            const std::shared_ptr<HeldBlock>& block, std::string* out,
+                            OutViews* views) {
+  size_t viewed = 0;
+  size_t start = 0;
+  for (size_t i = 0; i < n_parts && from < to; ++i) {
+    size_t end = start + parts[i].size();
+    if (from < end) {
+      size_t n = std::min(end, to) - from;
+      const char* data = parts[i].data() + (from - start);
+      if (parts[i].size() >= kMinBlockView && block->holds(parts[i].data(), parts[i].size())) {
+        views->add(out->size(), reinterpret_cast<const uint8_t*>(data), n, block);
+        viewed += n;
+      } else {
+        out->append(data, n);
+      }
+      from += n;
+    }
+    start = end;
+  }
+  return viewed;
+}
+
 }  // namespace
 
 void GrpcConnection::encode_response_encoding(const Stream& s, std::string* block) {
@@ -219,8 +244,8 @@ ResponseEncoding response_encoding_for(int level, std::string_view accept) {
   return ranked[n - 1];
 }
 
-bool GrpcConnection::send_message(uint32_t stream_id, const std::string_view* parts,
-                                  size_t n_parts) {
+bool GrpcConnection::send_message(uint32_t stream_id, const std::string_view* parts, size_t n_parts,
+                                  const std::shared_ptr<HeldBlock>& block) {
   auto it = streams_.find(stream_id);
   if (closed_ || it == streams_.end() || it->second.finishing || it->second.discard) return false;
   Stream& s = it->second;
@@ -236,6 +261,7 @@ bool GrpcConnection::send_message(uint32_t stream_id, const std::string_view* pa
     n_parts = 1;
     flag = 1;
   }
+  const bool viewing = block && flag == 0;
   if (s.outbound_pos == s.outbound.size()) {
     s.outbound.clear();
     s.outbound_pos = 0;
@@ -270,11 +296,17 @@ bool GrpcConnection::send_message(uint32_t stream_id, const std::string_view* pa
   // copy, not two); only the rest waits in the stream's queue.
   int64_t window = std::min(conn_send_window_, s.send_window);
   size_t now = window > 0 ? std::min<size_t>(total, static_cast<size_t>(window)) : 0;
-  output_.reserve(output_.size() + now + 9 * (now / peer_max_frame_size_ + 1));
+  size_t viewed = 0;
+  if (!viewing) output_.reserve(output_.size() + now + 9 * (now / peer_max_frame_size_ + 1));
   for (size_t pos = 0; pos < now;) {
     size_t n = std::min<size_t>(now - pos, peer_max_frame_size_);
     write_frame_header(kData, 0, stream_id, n);
-    append_range(all.data(), all.size(), pos, pos + n, &output_);
+    if (viewing) {
+      viewed += append_range_viewing(all.data(), all.size(), pos, pos + n, block, &output_,
+                                     &output_views_);
+    } else {
+      append_range(all.data(), all.size(), pos, pos + n, &output_);
+    }
     pos += n;
   }
   conn_send_window_ -= static_cast<int64_t>(now);
@@ -283,7 +315,8 @@ bool GrpcConnection::send_message(uint32_t stream_id, const std::string_view* pa
     append_range(all.data(), all.size(), now, total, &s.outbound);
     queued_bytes_ += total - now;
   }
-  copied_out_ += total;
+  copied_out_ += total - viewed;
+  viewed_out_ += viewed;
   return true;
 }
 

@@ -40,6 +40,7 @@
 
 #include "http1/http_scan.h"
 #include "http2/hpack.h"
+#include "ipc/block_views.h"
 
 namespace naiad::h2 {
 
@@ -120,7 +121,11 @@ class GrpcConnection {
   // response's own bytes and its tensors in the result block, grpc_infer_message.h's
   // infer_response_parts): the pieces are copied once, straight into the frames, or
   // into the stream's queue for what the flow-control windows do not allow yet.
-  bool send_message(uint32_t stream_id, const std::string_view* parts, size_t n_parts);
+  // With `block`: pieces of a page or more that lie in it (the tensors) go into the
+  // frames the windows allow now as views of it, not copied (block_views.h); take the
+  // output with take_output(out, views) then.
+  bool send_message(uint32_t stream_id, const std::string_view* parts, size_t n_parts,
+                    const std::shared_ptr<HeldBlock>& block = nullptr);
   // Ends a call with grpc-status / grpc-message trailers, after its queued messages.
   bool finish(uint32_t stream_id, int status, std::string_view message);
   // Cancels a call from our side (RST_STREAM with `code`), e.g. at its deadline.
@@ -145,6 +150,17 @@ class GrpcConnection {
     out->clear();
     out->swap(output_);
   }
+  // The output appended to `out` (moved when `out` is empty), its views (send_message
+  // with a block) to `views`, which splice into `out`.
+  void take_output(std::string* out, OutViews* views) {
+    views->append(std::move(output_views_), out->size());
+    if (out->empty()) {
+      out->swap(output_);
+    } else {
+      out->append(output_);
+      output_.clear();
+    }
+  }
   bool has_output() const { return !output_.empty(); }
   size_t output_size() const { return output_.size(); }
 
@@ -161,6 +177,8 @@ class GrpcConnection {
   // queue into frames.
   uint64_t copied_in() const { return copied_in_; }
   uint64_t copied_out() const { return copied_out_; }
+  // Bytes of messages that went into frames as views of their block, not copied.
+  uint64_t viewed_out() const { return viewed_out_; }
   // Why the connection was closed ("" when it was not).
   const std::string& error() const { return error_; }
 
@@ -250,6 +268,8 @@ class GrpcConnection {
   size_t queued_bytes_ = 0;
   uint64_t copied_in_ = 0;
   uint64_t copied_out_ = 0;
+  uint64_t viewed_out_ = 0;
+  OutViews output_views_;               // views spliced into output_
   std::map<uint32_t, Stream> streams_;  // open streams, by id (ordered: fair pumping)
 };
 

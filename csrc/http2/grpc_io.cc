@@ -197,7 +197,7 @@ void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
   if (taken.request_id == 0) {
     if (taken.cached.entry) {
       ++cached_;
-      grpc_answer(c, stream, taken.cached.response);
+      grpc_answer(c, stream, taken.cached.response, nullptr);
     } else {
       ++refused_;
       c->h2->finish(stream, error_status_of(taken.error_kind).grpc_code, taken.error);
@@ -215,7 +215,8 @@ void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
   update_waiting(c);
 }
 
-void HttpIo::grpc_answer(Connection* c, uint32_t stream, const InferResponse& answer) {
+void HttpIo::grpc_answer(Connection* c, uint32_t stream, const InferResponse& answer,
+                         const std::shared_ptr<HeldBlock>& block) {
   const InferResponse* chosen = &answer;
   InferResponse classified;
   std::deque<Classification> kept;
@@ -237,7 +238,11 @@ void HttpIo::grpc_answer(Connection* c, uint32_t stream, const InferResponse& an
     grpc_scratch_.clear();
     grpc_parts_.clear();
     grpc_writer_.parts(response, false, &grpc_scratch_, &grpc_parts_);
-    c->h2->send_message(stream, grpc_parts_.data(), grpc_parts_.size());
+    const uint64_t viewed = c->h2->viewed_out();
+    c->h2->send_message(stream, grpc_parts_.data(), grpc_parts_.size(), block);
+    const uint64_t in_place = c->h2->viewed_out() - viewed;
+    tensor_bytes_.out_in_place += in_place;
+    tensor_bytes_.out_copied += raw_output_bytes(response) - in_place;
     c->h2->finish(stream, grpc::kOk, {});
   } else {
     c->h2->finish(stream, error_status_of(response.error).grpc_code, grpc_error_message(response));
@@ -286,13 +291,7 @@ void HttpIo::grpc_call_done(Connection* c, uint32_t stream) {
 }
 
 void HttpIo::grpc_collect(Connection* c) {
-  if (c->h2->has_output()) {
-    if (c->out.empty()) {
-      c->h2->take_output(&c->out);
-    } else {
-      c->out += c->h2->take_output();
-    }
-  }
+  if (c->h2->has_output()) c->h2->take_output(&c->out, &c->views);
   if (!c->closing && (c->h2->closed() || c->h2->done())) c->closing = true;
 }
 

@@ -1,5 +1,8 @@
 // GrpcConnection as a pure function of bytes: the HTTP/2 rules of RFC 9113 and gRPC's
 // framing, each case driven by hand-built client frames.
+#include <sys/uio.h>
+
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -548,6 +551,67 @@ TEST(grpc_large_messages_copied_once_each_way) {
     if (f.type == 0x0 && f.stream == 1) got += f.payload;
   }
   CHECK(got == grpc_message(head + big + tail));
+}
+
+// With the result block given, the tensor (a page or more, in the block) goes into the
+// frames the windows allow as views of the block, not copied; the head and tail (not in
+// the block) and what waits for the window are copied. take_output(out, views) splices
+// them back in order, and the block is held until the views are gone.
+TEST(grpc_large_message_parts_in_the_block_go_out_as_views) {
+  naiad::Arena arena = naiad::Arena::create(4 << 20);
+  uint64_t held = 0;
+  const size_t size = 602112;
+  std::string head = "head", tail = "tail";
+  for (bool whole_window : {true, false}) {
+    const uint64_t offset = arena.alloc(size);  // a response block, freed by its hold
+    for (size_t i = 0; i < size; ++i) arena.base()[offset + i] = static_cast<uint8_t>(i * 7);
+    std::string_view big(reinterpret_cast<const char*>(arena.base() + offset), size);
+    std::string_view parts[3] = {head, big, tail};
+    const std::string expected = grpc_message(head + std::string(big) + tail);
+    const size_t total = 5 + head.size() + big.size() + tail.size();
+    Session s;
+    if (whole_window) {
+      s.send(hello({{0x4, 4u << 20}}));
+      s.send(window_update(0, 4u << 20));
+    } else {
+      s.send(hello());  // default windows: 65535
+    }
+    s.send(headers(1, request_block("/s/m"), true));
+    {
+      auto block = std::make_shared<naiad::HeldBlock>(arena, offset, size, &held);
+      CHECK(s.conn.send_message(1, parts, 3, block));
+    }
+    const size_t viewed = whole_window ? big.size() : 65535 - 5 - head.size();
+    CHECK(s.conn.viewed_out() == viewed);
+    CHECK(held == size);  // the views hold it
+    std::string out = "before";
+    naiad::OutViews views;
+    s.conn.take_output(&out, &views);
+    CHECK(views.bytes() == viewed);
+    iovec iov[512];
+    const int n = views.gather(out, iov, 512);
+    std::string wire;
+    for (int i = 0; i < n; ++i)
+      wire.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+    CHECK(wire.substr(0, 6) == "before");
+    views.consume(&out, wire.size());
+    CHECK(held == 0 && views.empty() && out.empty());
+    auto frames = s.reader.read(wire.substr(6));
+    CHECK(s.conn.finish(1, 0, ""));
+    if (!whole_window) {
+      s.send(window_update(0, 1 << 20));
+      s.send(window_update(1, 1 << 20));
+    }
+    s.flush();
+    frames.insert(frames.end(), s.frames.begin(), s.frames.end());
+    std::string got;
+    for (auto& f : frames) {
+      if (f.type == 0x0 && f.stream == 1) got += f.payload;
+    }
+    CHECK(got == expected);
+    CHECK(s.conn.copied_out() == total - viewed + (whole_window ? 0 : total - 65535));
+  }
+  CHECK(arena.stats().blocks_in_use == 0);
 }
 
 // --grpc-infer-response-compression-level: the algorithm gRPC core picks for a level

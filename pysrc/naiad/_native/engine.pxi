@@ -1130,6 +1130,11 @@ cdef class HttpIo:
     cdef readonly uint64_t requests_queued
     cdef readonly uint64_t requests_cached
     cdef readonly uint64_t requests_refused
+    # Binary tensor bytes of the answers the loop wrote, sent from their response block
+    # or copied into the connection's output (HttpIo::TensorBytes): the manager's
+    # lane_stats.
+    cdef readonly uint64_t out_tensor_bytes_in_place
+    cdef readonly uint64_t out_tensor_bytes_copied
 
     def __cinit__(self, FastLane lane, int listen_fd):
         self._lane = lane
@@ -1146,6 +1151,8 @@ cdef class HttpIo:
         self.requests_queued += turn.queued
         self.requests_cached += turn.cached
         self.requests_refused += turn.refused
+        self.out_tensor_bytes_in_place += turn.tensor_bytes.out_in_place
+        self.out_tensor_bytes_copied += turn.tensor_bytes.out_copied
         if (not always and turn.events.empty() and turn.completions.empty()
                 and turn.answered.empty()):
             return None

@@ -151,6 +151,10 @@ cdef extern from "http1/http_io.h" namespace "naiad":
         vector[uint32_t] batch_sizes
         vector[uint64_t] lost
 
+    cdef cppclass IoTensorBytes "naiad::HttpIo::TensorBytes":
+        uint64_t out_in_place
+        uint64_t out_copied
+
     cdef cppclass IoTurn "naiad::HttpIo::Turn":
         vector[IoEvent] events
         vector[Completion] completions
@@ -158,6 +162,7 @@ cdef extern from "http1/http_io.h" namespace "naiad":
         uint32_t queued
         uint32_t cached
         uint32_t refused
+        IoTensorBytes tensor_bytes
 
     cdef cppclass IoOwned "naiad::HttpIo::Owned":
         uint32_t lane_model

@@ -291,4 +291,8 @@ class SubmitPath:
             # Connections that sent an inference request and are still open, as the
             # batcher's early exit counts them (scheduling/arrivals.py).
             "inference_connections": self.arrivals.open + (io.open_count if io else 0),
+            # Binary tensor bytes of the I/O loop's answers sent from their response
+            # block, and copied on the way (TLS, small tensors...: csrc/http1/http_io.h).
+            "out_tensor_bytes_in_place": io.out_tensor_bytes_in_place if io else 0,
+            "out_tensor_bytes_copied": io.out_tensor_bytes_copied if io else 0,
         }
