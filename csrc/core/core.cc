@@ -74,17 +74,8 @@ ModelHandle Core::add_model(std::unique_ptr<Scheduler> scheduler) {
   auto model = std::make_unique<Model>();
   model->scheduler = std::move(scheduler);
   Locked lock(*this);
-  uint32_t slot;
-  if (!free_slots_.empty()) {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    slot = static_cast<uint32_t>(models_.size());
-    models_.emplace_back();
-  }
   const uint32_t max_rows = model->scheduler->max_batch_rows();
-  models_[slot].model = std::move(model);
-  const ModelHandle handle = ModelHandle::of(slot, models_[slot].generation);
+  const ModelHandle handle = models_.add(std::move(model));
   // Batching models stage their inputs batch-major; the others need no slab. Keyed by
   // the handle's value, so a later model in this slot never sees this one's slabs.
   assembler_.add_model(handle.value, max_rows);
@@ -116,12 +107,7 @@ bool Core::set_ensemble_graph(ModelHandle handle, std::shared_ptr<const Ensemble
   return true;
 }
 
-Core::Model* Core::find_locked(ModelHandle handle) {
-  uint32_t slot = handle.slot();
-  if (slot >= models_.size()) return nullptr;
-  ModelSlot& entry = models_[slot];
-  return entry.generation == handle.generation() ? entry.model.get() : nullptr;
-}
+Core::Model* Core::find_locked(ModelHandle handle) { return models_.find(handle); }
 
 Core::Instance* Core::find_instance_locked(uint32_t instance_id) {
   auto it = instances_.find(instance_id);
@@ -170,10 +156,7 @@ bool Core::remove_model(ModelHandle handle) {
         free_instance_locked(*instance);
       }
     }
-    ModelSlot& slot = models_[handle.slot()];
-    slot.model.reset();
-    if (++slot.generation == 0) slot.generation = 1;  // 0 would make a null handle valid
-    free_slots_.push_back(handle.slot());
+    models_.remove(handle);
     // Its staged batches and instances are gone: others may go first now.
     left |= run_staged_locked();
   }
@@ -451,10 +434,10 @@ void Core::follow_deadline_locked(const Model& model, uint64_t before) {
     // before it): wait for the next one instead, or for none, rather than wake for
     // nothing.
     uint64_t next = 0;
-    for (const ModelSlot& slot : models_) {
-      const uint64_t due = slot.model ? slot.model->deadline_ns : 0;
+    models_.for_each([&next](const Model& model) {
+      const uint64_t due = model.deadline_ns;
       if (due != 0 && (next == 0 || due < next)) next = due;
-    }
+    });
     due_locked(next);
   }
 }
@@ -511,11 +494,10 @@ void Core::dispatch_due() {
 uint64_t Core::held_for_idle() {
   Locked lock(*this);
   uint64_t earliest = 0;
-  for (const ModelSlot& slot : models_) {
-    const Model* model = slot.model.get();
-    if (model == nullptr || !model->held_for_idle || model->deadline_ns == 0) continue;
-    if (earliest == 0 || model->deadline_ns < earliest) earliest = model->deadline_ns;
-  }
+  models_.for_each([&earliest](const Model& model) {
+    if (!model.held_for_idle || model.deadline_ns == 0) return;
+    if (earliest == 0 || model.deadline_ns < earliest) earliest = model.deadline_ns;
+  });
   return earliest;
 }
 
@@ -607,11 +589,9 @@ bool Core::dispatch_all_locked(bool arrivals_possible) {
   bool left = false;
   while (ensembles_.waiting()) left |= ensembles_.start_waiting();
   uint64_t now = clock_();
-  for (ModelSlot& slot : models_) {
-    if (slot.model && !slot.model->scheduler->empty()) {
-      left |= dispatch_locked(*slot.model, now, arrivals_possible);
-    }
-  }
+  models_.for_each([&](Model& model) {
+    if (!model.scheduler->empty()) left |= dispatch_locked(model, now, arrivals_possible);
+  });
   return left;
 }
 
@@ -664,11 +644,9 @@ void Core::flush(bool arrivals_possible) {
 
 bool Core::dispatch_due_locked(uint64_t now) {
   bool left = false;
-  for (ModelSlot& slot : models_) {
-    if (!slot.model) continue;
-    uint64_t due = slot.model->deadline_ns;
-    if (due != 0 && due <= now) left |= dispatch_locked(*slot.model, now);
-  }
+  models_.for_each([&](Model& model) {
+    if (model.deadline_ns != 0 && model.deadline_ns <= now) left |= dispatch_locked(model, now);
+  });
   return left;
 }
 
@@ -693,16 +671,14 @@ void Core::timer_loop() {
       if (stopping_) return;
       const uint64_t now = clock_();
       uint64_t next = 0;
-      for (ModelSlot& slot : models_) {
-        if (!slot.model) continue;
-        Model& model = *slot.model;
+      models_.for_each([&](Model& model) {
         if (model.deadline_ns != 0 && model.deadline_ns <= now) {
           left |= dispatch_locked(model, now);
         }
         if (model.deadline_ns != 0 && (next == 0 || model.deadline_ns < next)) {
           next = model.deadline_ns;
         }
-      }
+      });
       // The timerfd fired (or may have been set again since): whatever it holds now,
       // it is set to the earliest deadline left, or at the end of a deferred turn.
       timer_set_ = kTimerUnknown;
@@ -999,16 +975,14 @@ CancelResult Core::cancel_locked(uint64_t request_id) {
   // An ensemble request: waiting to start, or running its steps.
   if (ensembles_.cancel(request_id)) return CancelResult::kDropped;
   {
-    for (ModelSlot& slot : models_) {
-      if (!slot.model) continue;
+    const bool dropped = models_.any_of([&](Model& model) {
       QueuedRequest queued;
-      if (slot.model->scheduler->cancel(request_id, &queued)) {
-        std::vector<QueuedRequest> dropped{queued};
-        reject_locked(dropped, kCompletionCancelled, slot.model.get());
-        result = CancelResult::kDropped;
-        break;
-      }
-    }
+      if (!model.scheduler->cancel(request_id, &queued)) return false;
+      std::vector<QueuedRequest> cancelled{queued};
+      reject_locked(cancelled, kCompletionCancelled, &model);
+      return true;
+    });
+    if (dropped) result = CancelResult::kDropped;
     for (auto it = instances_.begin(); result == CancelResult::kUnknown && it != instances_.end();
          ++it) {
       Instance& instance = it->second;

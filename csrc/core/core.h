@@ -66,6 +66,7 @@
 #include "core/ensemble_host.h"
 #include "core/ensemble_scheduler.h"
 #include "core/input_regions.h"
+#include "core/model_slots.h"
 #include "core/rate_limiter.h"
 #include "core/scheduler.h"
 #include "core/submit_request.h"
@@ -435,12 +436,6 @@ class Core {
     std::unordered_map<uint64_t, Held> held;
     bool batch_tensors = true;  // set_batch_tensors
   };
-  // A registry slot; `generation` moves on when its model is removed, so old
-  // handles stop matching.
-  struct ModelSlot {
-    uint32_t generation = 1;
-    std::unique_ptr<Model> model;  // null while the slot is free
-  };
 
   // mutex_, taken by a method: the calling thread's open Turn of this core is queued
   // first, so that thread observes its submits queued (see Turn).
@@ -537,8 +532,7 @@ class Core {
   uint64_t timer_wakeups_ = 0;
   uint64_t timer_settings_ = 0;
   uint64_t next_batch_id_ = 1;
-  std::vector<ModelSlot> models_;
-  std::vector<uint32_t> free_slots_;  // slots of removed models, reused first
+  ModelSlots<Model> models_;
   // Instance ids are never reused, so a stale one (a worker exiting after its model
   // was removed) finds nothing rather than another instance. The map's nodes stay
   // put, so Model::instances points into it.
