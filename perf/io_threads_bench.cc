@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     lanes.push_back(std::make_unique<HttpLane>(core));
     lanes[i]->add_route("/v2/models/add_sub/infer", lanes[i]->codec().add_model(model));
     ios.push_back(std::make_unique<HttpIo>(*lanes[i], core, i == 0 ? listener : -1));
-    group.add(*ios[i], lanes[i]->codec());
+    group.add(*ios[i]);
   }
 
   // The stand-in worker: each batch answered with add_sub's block for its size.

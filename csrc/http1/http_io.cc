@@ -304,7 +304,8 @@ void HttpIo::accept_all(int listen_fd, bool grpc, const EndpointRoutes* routes) 
     c->fd = fd;
     c->last_read_ns = monotonic_ns();
     if (routes != nullptr) c->endpoint = std::make_unique<EndpointStream>(*routes);
-    const uint32_t target = group_ == nullptr ? index_ : group_->next_loop();
+    const uint32_t target =
+        group_ == nullptr || (grpc && keep_grpc_) ? index_ : group_->next_loop();
     const Arrival arrival = grpc ? Arrival::kGrpc : Arrival::kHttp;
     if (target == index_) {
       adopt(std::move(connection), arrival);
@@ -676,6 +677,7 @@ void HttpIo::process_input(Connection* c) {
   if (taking_ && c->owed.size() < kHttpMaxPipeline && !c->in.empty()) {
     taken_.clear();
     const uint64_t now = monotonic_ns();
+    TakingIds ids(*this);
     size_t consumed = lane_.take_http(reinterpret_cast<const uint8_t*>(c->in.data()), c->in.size(),
                                       max_body_, now, &taken_, kHttpMaxPipeline - c->owed.size());
     for (HttpLane::Taken& t : taken_) {
@@ -1086,6 +1088,10 @@ void HttpIo::destroy(Connection* c, bool report) {
   // A relaying loop's connections are unknown to Python.
   if (report && relay_ == nullptr) events_.push_back(Event{EventKind::kClosed, id, {}});
   connections_.erase(id);
+}
+
+void HttpIo::close_all() {
+  while (!connections_.empty()) destroy(connections_.begin()->second.get(), false);
 }
 
 void HttpIo::sweep(uint64_t before_ns, uint64_t idle_before_ns, std::vector<uint64_t>* timed_out,

@@ -117,6 +117,9 @@ class HttpIo {
   // Stop accepting HTTP/1.1 connections, the endpoints' too (shutdown); the connections
   // stay.
   void stop_listening();
+  // Closes every connection, reporting none (shutdown of a relaying loop, whose
+  // connections Python does not know).
+  void close_all();
 
   // -- gRPC (HTTP/2): csrc/http2/grpc_io.cc -------------------------------------------
   // Accepts gRPC connections on `listen_fd` (kept open by the caller until this loop is
@@ -130,6 +133,9 @@ class HttpIo {
   // Whether the gRPC lane takes ModelInfer calls here (false while Python must see each
   // call: tracing, restricted protocols, header forwarding).
   void set_grpc_taking(bool taking) { grpc_taking_ = taking; }
+  // Keep the gRPC connections this loop's listener accepts here rather than hand them
+  // out over the group (their keepalive and connection age are Python's, on loop 0).
+  void set_keep_grpc(bool keep) { keep_grpc_ = keep; }
   // Report the client's PINGs (kGrpcPings) for the ping policy Python keeps.
   void set_grpc_watch_pings(bool watch) { grpc_watch_pings_ = watch; }
   // A gRPC connection's protocol object, for Python's calls (send_message, finish,
@@ -380,6 +386,21 @@ class HttpIo {
     uint32_t stream = 0;  // a gRPC call's stream (0: an HTTP request)
   };
 
+  // While it lives, the ids the lane's codec mints are this loop's (IoGroup::owner_of);
+  // at other times they are no loop's: loop 0 shares its lane with Python, whose
+  // requests no loop answers.
+  class TakingIds {
+   public:
+    explicit TakingIds(HttpIo& io) : codec_(io.lane_.codec()) {
+      codec_.set_id_owner(io.group_ == nullptr ? 0 : io.index_ + 1);
+    }
+    ~TakingIds() { codec_.set_id_owner(0); }
+    TakingIds(const TakingIds&) = delete;
+    TakingIds& operator=(const TakingIds&) = delete;
+
+   private:
+    KServeCodec& codec_;
+  };
   // Accepts the connections waiting on `listen_fd` (`grpc`: the gRPC listener's;
   // `routes`: an endpoint's).
   void accept_all(int listen_fd, bool grpc, const EndpointRoutes* routes = nullptr);
@@ -515,6 +536,7 @@ class HttpIo {
   h2::Limits grpc_limits_;
   bool grpc_taking_ = true;
   bool grpc_watch_pings_ = false;
+  bool keep_grpc_ = false;
   GrpcResponseWriter grpc_writer_;
   // Held calls whose messages inflate a step per turn (connection, stream), one after
   // the other (so that one bomb's worth is held at a time); while there are any,

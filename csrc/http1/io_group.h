@@ -6,8 +6,9 @@
 // thread reads, writes or closes it. The loop holding a listener accepts and hands
 // each new connection to the next loop, round robin (HttpIo::accept_all), through the
 // target's mailbox; from then on the target alone touches it. A request's id carries
-// its loop (Core::new_request_id's owner, set on the loop's codec by add()), so a
-// completion's requests are known to be whose without asking anyone: whichever thread
+// its loop (Core::new_request_id's owner, which the loop sets on its codec while it
+// takes requests: HttpIo::TakingIds), so a completion's requests are known to be whose
+// without asking anyone: whichever thread
 // polls the core posts each loop its share (HttpIo::route), and the loop that sends
 // a request is the one that answers it.
 //
@@ -25,7 +26,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "codec/kserve_codec.h"
 #include "core/core.h"
 
 namespace naiad {
@@ -38,9 +38,8 @@ class IoGroup {
   IoGroup(const IoGroup&) = delete;
   IoGroup& operator=(const IoGroup&) = delete;
 
-  // `io` becomes loop size(); `codec` is its lane's, which tags the loop's request ids.
-  // std::length_error past Core::kMaxOwner loops.
-  void add(HttpIo& io, KServeCodec& codec);
+  // `io` becomes loop size(); std::length_error past Core::kMaxOwner loops.
+  void add(HttpIo& io);
   uint32_t size() const { return static_cast<uint32_t>(loops_.size()); }
   HttpIo& loop(uint32_t index) const { return *loops_[index]; }
   // The loop the next accepted connection goes to.

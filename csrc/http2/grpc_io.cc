@@ -180,6 +180,7 @@ void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
   }
   GrpcLane::Taken taken;
   const uint64_t now = monotonic_ns();
+  TakingIds ids(*this);
   if (!grpc_lane_->submit(grpc_message_of(call), now, &taken)) {
     grpc_to_python(c, stream, nullptr);
     // The half-close that made it due follows the message.

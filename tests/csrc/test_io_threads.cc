@@ -49,8 +49,8 @@ struct Group : Fixture {
     grpc_lane1.set_model("add_sub", {{1, true, lane_model}});
     io1 = std::make_unique<HttpIo>(lane1, core, -1);
     io1->listen_grpc(-1, grpc_lane1, h2::Limits());
-    group.add(*io, lane.codec());
-    group.add(*io1, lane1.codec());
+    group.add(*io);
+    group.add(*io1);
   }
   ~Group() {
     threads.clear();  // stopped before the loops go
@@ -626,6 +626,57 @@ TEST(io_group_a_relaying_loops_failed_batch_reaches_python_on_loop_0_which_answe
   }
   g.threads.clear();
   CHECK(g.events_by_loop[1].empty());
+  close(first);
+  close(second);
+}
+
+TEST(io_group_ids_minted_outside_a_loops_takes_are_no_loops_even_on_loop_0s_shared_lane) {
+  // `naiad serve`'s Python submits through loop 0's lane between its turns: those
+  // requests are Python's, so a batch mixing them with another loop's goes to Python.
+  Group g;
+  CHECK(g.group.owner_of(g.lane.codec().new_request_id()) == -1);
+  int first = 0, second = 0;
+  CHECK(g.connect_pair(&first, &second));
+  send_all(first, http_add_sub_request());
+  CHECK(wait_until([&] {
+    g.turn(0);
+    return g.io->in_flight() == 1;
+  }));
+  CHECK(g.group.owner_of(g.io->owned_ids()[0]) == 0);
+  CHECK(g.group.owner_of(g.lane.codec().new_request_id()) == -1);
+  close(first);
+  close(second);
+}
+
+TEST(io_group_a_loop_keeping_grpc_hands_out_http_connections_only) {
+  Group g;
+  g.io->set_keep_grpc(true);
+  std::vector<int> clients;
+  for (int i = 0; i < 2; ++i) clients.push_back(g.connect_client(true));
+  for (int i = 0; i < 2; ++i) clients.push_back(g.connect_client());
+  CHECK(wait_until([&] {
+    g.turn(0);
+    g.turn(1);
+    return g.io->connections_served() + g.io1->connections_served() == 4;
+  }));
+  // Both gRPC connections stay on loop 0; the HTTP ones go round robin.
+  CHECK(g.io->connections_served() == 3 && g.io1->connections_served() == 1);
+  for (int fd : clients) close(fd);
+}
+
+TEST(io_group_a_relaying_loops_close_all_closes_its_connections_and_reports_none) {
+  Group g;
+  g.relay();
+  int first = 0, second = 0;
+  CHECK(g.connect_pair(&first, &second));
+  g.io1->close_all();
+  CHECK(!g.io1->is_open(2));
+  char byte;
+  CHECK(recv(second, &byte, 1, 0) == 0);  // the client sees the close
+  g.turn(0);
+  g.turn(1);
+  CHECK(g.events_by_loop[1].empty());
+  CHECK(g.io->is_open(1));  // loop 0's stays
   close(first);
   close(second);
 }
