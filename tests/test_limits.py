@@ -22,8 +22,10 @@ pytestmark = pytest.mark.timeout(300)
 SLEEPER = TEST_MODELS / "sleeper"
 
 
-@pytest.fixture(scope="module")
-def limited(tmp_path_factory):
+# One C++ I/O loop, and two (--http-thread-count): each limit holds on either loop.
+# --http-max-connections runs one loop (flags/io_threads.py): not given with two.
+@pytest.fixture(scope="module", params=[1, 2], ids=["1-loop", "2-loops"])
+def limited(tmp_path_factory, request):
     root = tmp_path_factory.mktemp("limits")
     repo = root / "models"
     write_model(repo, "add_sub", add_sub_pbtxt(), ADD_SUB_MODEL)
@@ -37,9 +39,12 @@ def limited(tmp_path_factory):
         "--http-max-input-size=1M",
         "--http-client-timeout-secs=2",
         "--http-idle-timeout-secs=3",
-        "--http-max-connections=40",
+        f"--http-thread-count={request.param}",
     ]
+    if request.param == 1:
+        args.append("--http-max-connections=40")
     with NaiadServer(repo, log_dir=root, extra_args=args) as server:
+        server.loops = request.param
         yield server
 
 
@@ -210,6 +215,8 @@ def test_an_idle_connection_is_closed_but_not_one_waiting_for_an_answer(limited)
 
 
 def test_connections_past_http_max_connections_get_503(limited):
+    if limited.loops != 1:
+        pytest.skip("--http-max-connections runs one I/O loop")
     held = [socket.create_connection(("127.0.0.1", limited.http_port)) for _ in range(40)]
     try:
         time.sleep(0.2)

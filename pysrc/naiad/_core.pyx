@@ -57,5 +57,6 @@ cnp.import_array()
 include "_native/shared.pxi"
 include "_native/frontend.pxi"
 include "_native/engine.pxi"
+include "_native/io_loops.pxi"
 include "_native/worker.pxi"
 include "_native/pb_utils.pxi"

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from naiad import tls
-from naiad.flags import cli_triton
+from naiad.flags import cli_triton, io_threads
 from naiad.flags.rate_limit import parse_rate_limit, parse_rate_limit_resource
 from naiad.grpc.compression import COMPRESSION_LEVELS
 from naiad.openai import options as openai_options
@@ -365,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_access_flags(serve)
     tracing_options.add_arguments(serve)
     cli_triton.add_arguments(serve)
+    io_threads.add_arguments(serve)
     tls.add_arguments(serve, _bool)
     openai_options.add_arguments(serve)
     check = commands.add_parser(
@@ -474,6 +475,10 @@ def complete_serve_options(options) -> None:
         options.http_tls = tls.load(options, "http")
     except ValueError as exc:
         raise OptionsError(str(exc), 1) from None
+    try:
+        options.io_threads = io_threads.io_threads(options)
+    except ValueError as exc:
+        raise OptionsError(str(exc), 2) from None
     if options.model_load_retry_count < 0:
         raise OptionsError("--model-load-retry-count must be at least 0", 2)
     if options.repository_poll_secs < 1 or options.model_load_thread_count < 1:

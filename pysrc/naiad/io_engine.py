@@ -1,6 +1,7 @@
-"""The front end's one C++ I/O loop (csrc/http1/http_io.h, `_core.HttpIo`) on the event
-loop: HTTP/1.1 connections (http/io_server.py) and gRPC connections (grpc/server.py) in
-one epoll set.
+"""The front end's C++ I/O loops (csrc/http1/http_io.h, `_core.HttpIo`): loop 0 on the
+event loop, HTTP/1.1 connections (http/io_server.py) and gRPC connections
+(grpc/server.py) in one epoll set; with --http-thread-count N, loops 1..N-1 on threads of
+their own (`_core.IoLoops`), serving the HTTP connections loop 0 hands them.
 
 C++ accepts and reads every connection, takes plain HTTP infer requests and lane
 ModelInfer calls, answers them and writes the answers with no Python per request. One
@@ -9,16 +10,21 @@ which go to the protocol handler of their connection's kind; one `drain` per wak
 the core's notify eventfd (the manager's reader) hands it the completions C++ leaves to
 Python and one statistics record per completion it answered. A turn with none of these
 (most turns) hands Python nothing.
+
+Loops 1..N-1 hand Python nothing themselves: a connection that needs Python moves to
+loop 0, and their leftovers for Python come with loop 0's turns. Python reaches loop k
+only while it holds k's thread paused (LoopLane, Engine.answer, each()).
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+from contextlib import contextmanager
 
 from naiad import _core
 
-__all__ = ["Engine", "engine_for", "listening_socket"]
+__all__ = ["Engine", "LoopLane", "engine_for", "listening_socket"]
 
 log = logging.getLogger("naiad")
 
@@ -36,6 +42,9 @@ class Engine:
         self.loop = loop
         self.arrivals = manager.arrivals
         self.io = _core.HttpIo(manager.lane, -1)
+        # Loops 1..N-1, one per mirror of the manager's lane (ModelManager's io_threads).
+        self.loops = _core.IoLoops(self.io, manager.lane) if manager.lane.mirrors else None
+        self._flush_loops: set[int] = set()  # loops >= 1 whose answers await flush_writes
         self.http = None
         self.grpc = None
         self._taking = True  # the manager's say (tracing): see set_taking
@@ -58,14 +67,34 @@ class Engine:
         if self.http is None and self.grpc is None and self._reading:
             self._reading = False
             self.loop.remove_reader(self.io.epoll_fd)
+            if self.loops is not None:
+                self.loops.stop()
 
     def set_taking(self, taking: bool) -> None:
         """Whether C++ takes the lane's requests (False while tracing needs Python at
         each take); each handler adds its own conditions (header rules, restrictions)."""
         self._taking = taking
         http, grpc = self.http, self.grpc
-        self.io.set_taking(taking and http is not None and http.router_takes)
+        http_taking = taking and http is not None and http.router_takes
+        self.each(lambda io: io.set_taking(http_taking))
         self.io.set_grpc_taking(taking and grpc is not None and grpc.plain)
+
+    def each(self, call) -> list:
+        """`call(io)` for every loop (each owned meanwhile); their results, loop 0's first."""
+        return [call(self.io)] if self.loops is None else self.loops.each(call)
+
+    @contextmanager
+    def owning(self, index: int):
+        """Loop `index` is the caller's (its thread paused) for the block."""
+        if index == 0:
+            yield self.io
+            return
+        loops = self.loops
+        loops.pause(index)
+        try:
+            yield loops.loops[index]
+        finally:
+            loops.resume(index)
 
     # -- the loop's turn ---------------------------------------------------------------
     def turn(self) -> None:
@@ -129,22 +158,62 @@ class Engine:
     def _flush(self) -> None:
         self._flush_due = False
         self.io.flush_writes()
+        while self._flush_loops:
+            with self.owning(self._flush_loops.pop()) as io:
+                io.flush_writes()
         self.kick()
+
+    def answer(self, index: int, request_id: int, http: bytes) -> None:
+        """Python's whole answer to loop `index`'s request, written by the next flush."""
+        with self.owning(index) as io:
+            if not io.answer(request_id, http):
+                return
+        if index:
+            self._flush_loops.add(index)
+        self.flush_soon()
 
     def close(self, handler, connection: int, abort: bool) -> None:
         """Closes the connection (`abort`: now, else once its bytes are out)."""
         if self.io.close(connection, abort):
             self.loop.call_soon(handler.lost, connection)
 
-    def on_done_of(self, request_id: int, owned: tuple):
-        """Where the answer to one of this loop's requests that Python answers goes
+    def on_done_of(self, request_id: int, owned: tuple, index: int = 0):
+        """Where the answer to one of loop `index`'s requests that Python answers goes
         (`owned`: HttpIo.owned's), or None when its client is gone."""
         stream = owned[4]
         if stream == 0:
-            return None if self.http is None else self.http.on_done_of(request_id)
+            return None if self.http is None else self.http.on_done_of(request_id, index)
         if self.grpc is None or not self.io.release_grpc(request_id):
             return None
         return self.grpc.on_done_of(owned[3], stream)
+
+
+class LoopLane:
+    """Loop `index` (>= 1)'s lane, for Python's calls on a request of that loop in a
+    completion Python answers (IoLoopLink.pendings): each made while the loop is owned."""
+
+    __slots__ = ("engine", "index", "lane")
+
+    def __init__(self, engine: Engine, index: int):
+        self.engine = engine
+        self.index = index
+        self.lane = engine.loops.lanes[index]
+
+    def owned(self, request_id: int):
+        with self.engine.owning(self.index) as io:
+            return io.owned(request_id)
+
+    def complete(self, *args):
+        with self.engine.owning(self.index):
+            return self.lane.complete(*args)
+
+    def forget(self, request_id: int) -> None:
+        with self.engine.owning(self.index):
+            self.lane.forget(request_id)
+
+    def in_flight_of(self, lane_model: int) -> int:
+        with self.engine.owning(self.index):
+            return self.lane.in_flight_of(lane_model)
 
 
 def engine_for(manager, loop) -> Engine:

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from naiad.flags import cli_triton
+from naiad.flags import cli_triton, io_threads
 from naiad.flags.cache_config import CacheConfigError
 from naiad.memory.gc_tuning import settle_after_startup
 from naiad.observability import triton_log
@@ -87,6 +87,9 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
     models loaded (everything is shut down again)."""
     for note in cli_triton.startup_notes(options):
         log.warning("%s", note)  # a tritonserver flag and what it does here
+    threads_note = io_threads.startup_note(options)
+    if threads_note is not None:
+        log.info("%s", threads_note)
     from naiad.backends import python_based
 
     # Before any model loads: its workers and auto-complete read it (Python-based backends).
@@ -124,6 +127,7 @@ async def start(options, stop: asyncio.Event | None = None) -> Running | None:
             server_id=getattr(options, "id", "naiad"),
             load_retries=getattr(options, "model_load_retry_count", 0),
             config_name=getattr(options, "model_config_name", ""),
+            io_threads=getattr(options, "io_threads", 1),
         )
     except CacheConfigError as exc:  # the Redis cache could not reach its server
         _close_remotes(repositories)

@@ -92,6 +92,7 @@ cdef extern from "codec/kserve_codec.h" namespace "naiad":
     cdef cppclass KServeCodec:
         uint32_t add_model(CModelSpec model) except +
         void set_accepting(uint32_t model, cbool accepting)
+        size_t model_count()
         uint64_t new_request_id()
         cbool complete(const uint8_t* block, uint64_t block_size,
                        const vector[uint64_t]& request_ids, uint64_t dispatch_ns,

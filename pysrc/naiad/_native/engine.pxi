@@ -262,23 +262,62 @@ cdef class FastLane:
     cdef uint64_t _arena_size
     cdef ResponseCache* _cache
     cdef bint _cache_remote  # the Redis cache: no capacity, entries or evictions of its own
+    # The lanes of the other I/O loops (add_mirror), and the IoLoops that runs them, which
+    # pauses a mirror's loop while its lane changes (None until the loops start).
+    cdef readonly list mirrors
+    cdef public object loops
 
     def __cinit__(self, Core core):
+        self.mirrors = []
         self._core = core
         self._lane = new HttpLane(core._core[0])
         self._base = core._core.arena().base()
         self._arena_size = core._core.arena().size()
 
     def __dealloc__(self):
+        cdef FastLane mirror
+        if self.mirrors is not None:  # None once the collector cleared it
+            for mirror in self.mirrors:  # the cache is ours
+                mirror._lane.codec().set_cache(NULL)
         del self._lane
         del self._cache
+
+    def add_mirror(self):
+        """A lane for another I/O loop (IoLoops) serving what this one serves: the models,
+        routes and readiness this lane is given from now on, and its response cache. Before
+        any model is added, so that both number the models alike."""
+        if self._lane.codec().model_count():
+            raise RuntimeError("a lane's mirrors are made before any model is added")
+        cdef FastLane mirror = FastLane(self._core)
+        mirror._lane.codec().set_cache(self._cache)
+        self.mirrors.append(mirror)
+        return mirror
+
+    def _to_mirrors(self, str method, *args):
+        """Calls `method` on each mirror while its loop is paused."""
+        for index, mirror in enumerate(self.mirrors):
+            if self.loops is not None:
+                self.loops.pause(index + 1)
+            try:
+                getattr(mirror, method)(*args)
+            finally:
+                if self.loops is not None:
+                    self.loops.resume(index + 1)
+
+    def _add_spec(self, ModelSpec spec):
+        return self._lane.codec().add_model(spec.spec)
 
     def add_model(self, uint64_t core_model, ModelSpec spec, bint response_cache=False):
         """Serves `spec` (queued on the core's model `core_model`, a handle); returns the
         lane id. `response_cache`: its requests use the response cache (enable_cache)."""
         cdef CModelSpec model = spec.spec
+        cdef ModelSpec mirrored
         model.core_model_id = _handle(core_model)
         model.response_cache = response_cache and self._cache != NULL
+        if self.mirrors:
+            mirrored = ModelSpec.__new__(ModelSpec)
+            mirrored.spec = model
+            self._to_mirrors("_add_spec", mirrored)
         return self._lane.codec().add_model(model)
 
     # -- the response cache (csrc/core/response_cache.h), one for every path and model ---
@@ -414,14 +453,17 @@ cdef class FastLane:
     def add_route(self, str target, uint32_t lane_model):
         """Infer requests for URL `target` (as sent) go to `lane_model` in take_http."""
         self._lane.add_route(target.encode(), lane_model)
+        self._to_mirrors("add_route", target, lane_model)
 
     def set_accepting(self, uint32_t lane_model, bint accepting):
         """A model that is not ready takes nothing through the lane."""
         self._lane.codec().set_accepting(lane_model, accepting)
+        self._to_mirrors("set_accepting", lane_model, accepting)
 
     def remove_model(self, uint32_t lane_model):
         """The model is gone: its routes are dropped and the lane takes nothing for it."""
         self._lane.remove_model(lane_model)
+        self._to_mirrors("remove_model", lane_model)
 
     def take_http(self, data, size_t max_body, uint64_t now_ns, size_t max_requests=<size_t>-1):
         """Takes the complete plain infer requests at the start of received HTTP bytes
@@ -1369,6 +1411,10 @@ cdef class HttpIo:
 
     def hand_over(self, uint64_t connection):
         self._io.hand_over(connection)
+
+    def connections(self):
+        """(connections served, moved to the relay target) since the loop began."""
+        return self._io.connections_served(), self._io.connections_moved()
 
 
 cdef class GrpcStreams:

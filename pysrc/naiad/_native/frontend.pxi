@@ -517,8 +517,10 @@ cdef class ShmRegistry:
         are in system shm regions (kserve_codec.h)."""
         if self._lanes is None:
             self._lanes = []
-        self._lanes.append(lane)
-        (<KServeCodecShm*>&lane._lane.codec()).set_regions(self._registry)
+        cdef FastLane each
+        for each in [lane] + lane.mirrors:
+            self._lanes.append(each)
+            (<KServeCodecShm*>&each._lane.codec()).set_regions(self._registry)
 
     @property
     def table_offset(self):

@@ -213,3 +213,25 @@ cdef extern from "http1/http_io.h" namespace "naiad":
         void grpc_wrote(uint64_t connection)
         uint64_t grpc_activity(uint64_t connection)
         cbool release_grpc(uint64_t request_id)
+        void set_keep_grpc(cbool keep)
+        void close_all()
+        void relay_to(CHttpIo* target)
+        uint64_t connections_served()
+        uint64_t connections_moved()
+
+
+cdef extern from "http1/io_group.h" namespace "naiad":
+    cdef cppclass CIoGroup "naiad::IoGroup":
+        CIoGroup()
+        void add(CHttpIo& io) except +
+        int owner_of(uint64_t request_id)
+
+
+cdef extern from "http1/io_thread.h" namespace "naiad":
+    cdef cppclass IoHand "naiad::IoThread::Hand":
+        IoHand()
+
+    cdef cppclass CIoThread "naiad::IoThread":
+        CIoThread(CHttpIo& io, CCore& core, IoHand hand) except +
+        void pause() nogil
+        void resume() nogil

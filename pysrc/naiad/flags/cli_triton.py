@@ -56,23 +56,10 @@ _POLICY = _matching(r"[^,]+,[^=]+=.*", "<policy name>,<setting>=<value>")
 _NO_EFFECT = (
     # Threads and pools of Triton's front ends: Naiad's are sized its own way.
     (
-        "--http-thread-count",
-        int,
-        "HTTP connections are read and answered by one C++ I/O thread; the flag sets "
-        "no thread count",
-    ),
-    (
         "--grpc-infer-allocation-pool-size",
         int,
         "gRPC requests and responses are built in the request's own buffers; there is "
         "no pool of request/response objects to size",
-    ),
-    (
-        # Triton releases after 2.51 size their gRPC infer threads with it.
-        "--grpc-infer-thread-count",
-        int,
-        "gRPC connections are read and answered by the C++ I/O thread that serves HTTP; "
-        "the flag sets no thread count",
     ),
     (
         "--buffer-manager-thread-count",
@@ -83,12 +70,14 @@ _NO_EFFECT = (
     (
         "--sagemaker-thread-count",
         int,
-        "the SageMaker endpoint's connections are read by the one C++ I/O thread",
+        "the SageMaker endpoint's connections are read by the C++ I/O threads "
+        "(--http-thread-count)",
     ),
     (
         "--vertex-ai-thread-count",
         int,
-        "the Vertex AI endpoint's connections are read by the one C++ I/O thread",
+        "the Vertex AI endpoint's connections are read by the C++ I/O threads "
+        "(--http-thread-count)",
     ),
     # Shared libraries Triton loads: Naiad's repository agents and cache are built in.
     # (--backend-directory has a use: Python-based backends, add_arguments.)

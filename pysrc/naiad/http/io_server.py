@@ -93,6 +93,17 @@ class IoTransport(asyncio.Transport):
         return default
 
 
+def _sweep_relaying(io, before: int, idle_before: int) -> None:
+    """The sweep of a loop >= 1 (owned by the caller), whose connections have no Python
+    protocol: idle ones close there; one holding part of a request too long moves to
+    loop 0, whose protocol for it answers 408 once its own clock says so."""
+    timed_out, idle = io.sweep(before, idle_before)
+    for connection in timed_out:
+        io.hand_over(connection)
+    for connection in idle:
+        io.close(connection, False)
+
+
 class IoServer:
     """Serves HTTP on a listening socket through the C++ I/O loop; an asyncio.Server's
     close() / wait_closed() / close_clients() for server.py."""
@@ -115,7 +126,7 @@ class IoServer:
         self.arrivals = manager.arrivals
         self.engine = engine_for(manager, loop)
         self.io = self.engine.io
-        self.io.set_max_body(max_body_size)
+        self.engine.each(lambda io: io.set_max_body(max_body_size))
         self.protocols: dict[int, HttpProtocol] = {}
         self._open = True
         # The lane's take needs nothing per read from Python only when the router
@@ -172,18 +183,18 @@ class IoServer:
         """Python closed the connection: its protocol hears of it from the loop."""
         self.loop.call_soon(self.lost, connection)
 
-    def on_done_of(self, request_id: int):
-        return lambda http, exc: self.answer(request_id, http, exc)
+    def on_done_of(self, request_id: int, index: int = 0):
+        return lambda http, exc: self.answer(request_id, http, exc, index)
 
-    def answer(self, request_id: int, http: bytes | None, exc: BaseException | None) -> None:
-        """The manager's answer to one of this loop's requests: its response bytes, or
-        the error it ended with."""
+    def answer(
+        self, request_id: int, http: bytes | None, exc: BaseException | None, index: int = 0
+    ) -> None:
+        """The manager's answer to one of loop `index`'s requests: its response bytes, or
+        the error it ended with. Written once the completions being answered are all in
+        (one write per connection), also when they came from outside a turn."""
         if exc is not None:
             http = reply_bytes(exception_reply(exc))
-        if self.io.answer(request_id, http):
-            # Written once the completions being answered are all in (one write per
-            # connection), also when they came from outside a turn (a worker's exit).
-            self.engine.flush_soon()
+        self.engine.answer(index, request_id, http)
 
     def listen_endpoint(self, sock, endpoint) -> None:
         """Serves a SageMaker or Vertex AI endpoint (http/endpoint_routes.py) on `sock`:
@@ -222,6 +233,8 @@ class IoServer:
             protocol = self.protocols.get(connection)
             if protocol is not None and protocol.transport is not None:
                 protocol.transport.close()
+        if self.engine.loops is not None:
+            self.engine.each(lambda io: io is self.io or _sweep_relaying(io, before, idle_before))
 
     # -- asyncio.Server's surface for server.py --------------------------------------------
     def close(self) -> None:

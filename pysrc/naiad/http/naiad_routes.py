@@ -6,7 +6,7 @@ from naiad import _core
 from naiad.http.endpoint_routes import endpoint_metrics, endpoint_reply, wanted_headers
 from naiad.http.routes import HttpRequest, Reply, Router, error_reply, json_reply
 
-_REPORTS = {"arena": "arena_stats", "lanes": "lane_stats"}
+_REPORTS = {"arena": "arena_stats", "lanes": "lane_stats", "io_loops": "io_loop_stats"}
 # /v2/naiad/endpoint_reply/<status>: the SageMaker and Vertex AI endpoints' own answers.
 _ENDPOINT_REPLY = _core.ENDPOINT_REPLY_PATH.split("/")[3]
 # /v2/naiad/endpoint_metrics: the Vertex AI endpoint's redirect to "metrics".
@@ -24,6 +24,7 @@ def register_naiad_routes(
     def handle(request: HttpRequest, parts: list) -> Reply:
         # /v2/naiad/arena: the shared-memory arena's use, to spot leaks.
         # /v2/naiad/lanes: requests taken by the infer fast lane and the general path.
+        # /v2/naiad/io_loops: the connections each C++ I/O loop served.
         if len(parts) == 5 and parts[3] == _ENDPOINT_REPLY:
             return endpoint_reply(request, parts[4], manager)
         if len(parts) == 4 and parts[3] == _ENDPOINT_METRICS:

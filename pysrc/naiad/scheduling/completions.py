@@ -122,8 +122,12 @@ class CompletionRouter:
                 return
             timings = None
             lane = [p for p in live if p.lane]
-            if lane:
-                timings = self._answer_lane(lane, offset, size, request_ids, dispatch_ns, end_ns)
+            # By lane: another I/O loop's requests are answered from its own lane.
+            by_lane: dict = {}
+            for p in lane:
+                by_lane.setdefault(id(p.fast_lane), []).append(p)
+            for ones in by_lane.values():
+                timings = self._answer_lane(ones, offset, size, request_ids, dispatch_ns, end_ns)
             if len(lane) != len(live):
                 timings = self._answer_general(pendings, offset, size, dispatch_ns, end_ns)
             if timings is not None and timings[0]:  # streamed responses carry none
@@ -147,7 +151,7 @@ class CompletionRouter:
             if result is not None:
                 self._send_stream_partials(result.partials)  # before the finals: block order
         else:
-            result = self.lane.complete(offset, size, request_ids, dispatch_ns, end_ns)
+            result = lane[0].fast_lane.complete(offset, size, request_ids, dispatch_ns, end_ns)
         if result is None:
             self._fail_batch(lane, _core.COMPLETION_WORKER_FAILED, end_ns)
             return None

@@ -57,6 +57,7 @@ class ModelManager:
         server_id: str = "naiad",
         load_retries: int = 0,
         config_name: str = "",
+        io_threads: int = 1,
     ):
         repositories = [repository] if isinstance(repository, (str, Path)) else list(repository)
         self.catalog = Catalog(repositories)
@@ -71,6 +72,8 @@ class ModelManager:
         self.lane = _core.FastLane(self.core)
         if cache is not None:  # --cache-config: one cache (flags/cache_config.py), every path
             cache.enable(self.lane)
+        for _ in range(io_threads - 1):  # the lanes of the I/O loops past the first
+            self.lane.add_mirror()
         self.grpc_lane = _core.GrpcLane(self.lane)  # the same codec, for gRPC ModelInfer
         # Client shared-memory regions (Triton's shm extensions); the core reads
         # inputs through it. Before any worker starts: they inherit its table offset.
@@ -208,13 +211,13 @@ class ModelManager:
         self.control.remove_temporary_folders(models)
         pendings = list(self.in_flight.values())
         self.in_flight.clear()
-        io = self.io_link.io
-        if io is not None:
-            pendings += self.io_link.pendings(io.owned_ids())
+        engine = self.io_link.engine
+        if engine is not None:
+            pendings += self.io_link.pendings(self.io_link.owned_ids())
         for pending in pendings:
             pending.fail(Unavailable("server is shutting down"))
-        if io is not None:
-            io.flush_writes()
+        if engine is not None:
+            engine.each(lambda io: io.flush_writes())
         loop.remove_reader(self.core.notify_fd)
         self.catalog.close()  # the cloud repositories' cache folders
         self.table.directory.close()
@@ -249,13 +252,20 @@ class ModelManager:
         removing it would fail them. On the event loop only (the lane's codec)."""
         if self.in_flight.count_of(model):
             return True
-        return model.lane_model is not None and self.lane.in_flight_of(model.lane_model) > 0
+        if model.lane_model is None:
+            return False
+        lane_model = model.lane_model
+        return (self.lane.in_flight_of(lane_model) + self.io_link.lane_in_flight_of(lane_model)) > 0
 
     def arena_stats(self) -> dict:
         """The shared arena's use: instance channels plus everything in flight."""
         stats = self.core.arena_stats()
         stats["requests_in_flight"] = len(self.in_flight) + self.io_link.in_flight_count
         return stats
+
+    def io_loop_stats(self) -> dict:
+        """The C++ I/O loops' connections (GET /v2/naiad/io_loops)."""
+        return {"loops": self.io_link.loop_stats()}
 
     @property
     def tracer(self):

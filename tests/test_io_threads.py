@@ -1,0 +1,244 @@
+"""`naiad serve --http-thread-count 2`: two C++ I/O loops, loop 0 on the event loop and
+loop 1 on a thread of its own (naiad/io_engine.py, `_core.IoLoops`). Black-box: HTTP
+clients on many connections at once, each connection's loop read back from
+GET /v2/naiad/io_loops so that both loops are known to have served; requests the lane
+does not take (their connections move to loop 0), system shared memory, control-plane
+calls, a stalled half-sent request, and model loads and unloads while both loops serve.
+gRPC on two loops: tests/grpc_clients/test_grpc_io_threads.py."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import requests
+from model_control_support import (
+    ADD_SUB_MODEL,
+    add_sub_binary_request,
+    add_sub_json_request,
+    add_sub_pbtxt,
+    load,
+    unload,
+    write_model,
+)
+from server_harness import NaiadServer
+
+pytestmark = pytest.mark.timeout(300)
+
+CONNECTIONS = 16
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("io_threads")
+    repo = root / "models"
+    write_model(repo, "add_sub", add_sub_pbtxt(), ADD_SUB_MODEL)
+    write_model(repo, "other", add_sub_pbtxt("other"), ADD_SUB_MODEL)
+    args = ["--http-thread-count=2", "--model-control-mode=explicit", "--load-model=add_sub"]
+    with NaiadServer(repo, log_dir=root, extra_args=args) as running:
+        yield running
+
+
+def loops(server) -> list[dict]:
+    reply = requests.get(f"{server.url}/v2/naiad/io_loops", timeout=10)
+    assert reply.status_code == 200, reply.text
+    return reply.json()["loops"]
+
+
+def _infer_binary(session, url: str, value: float, model: str = "add_sub") -> requests.Response:
+    body, headers = add_sub_binary_request(value)
+    return session.post(f"{url}/v2/models/{model}/infer", data=body, headers=headers, timeout=30)
+
+
+def _sums(reply: requests.Response) -> np.ndarray:
+    """OUTPUT0 of a binary add_sub answer."""
+    size = int(reply.headers["Inference-Header-Content-Length"])
+    header = json.loads(reply.content[:size])
+    first = header["outputs"][0]
+    assert first["name"] == "OUTPUT0"
+    length = first["parameters"]["binary_data_size"]
+    return np.frombuffer(reply.content[size : size + length], dtype=np.float32)
+
+
+def test_two_loops_serve_binary_infer_on_many_connections_each_loop_some(server):
+    before = loops(server)
+    assert len(before) == 2
+
+    def client(index: int) -> int:
+        answered = 0
+        with requests.Session() as session:  # one keep-alive connection per client
+            for n in range(20):
+                value = float(index * 100 + n)
+                reply = _infer_binary(session, server.url, value)
+                assert reply.status_code == 200, reply.text
+                assert np.array_equal(_sums(reply), np.full(16, value + 1, dtype=np.float32))
+                answered += 1
+        return answered
+
+    with ThreadPoolExecutor(CONNECTIONS) as pool:
+        assert sum(pool.map(client, range(CONNECTIONS))) == CONNECTIONS * 20
+    after = loops(server)
+    served = [a["connections_served"] - b["connections_served"] for a, b in zip(after, before)]
+    # Round robin: each loop got half of the clients' connections (and the stats GETs,
+    # which went to Python: loop 1's moved to loop 0).
+    assert served[1] >= CONNECTIONS // 2 - 1, (before, after)
+    assert served[0] >= CONNECTIONS // 2, (before, after)
+    assert all(loop["in_flight"] == 0 for loop in after)
+
+
+def test_requests_the_lane_does_not_take_move_to_loop_0_and_are_answered(server):
+    """A metadata GET and a JSON infer on every connection: Python's (loop 1's
+    connections move to loop 0), then binary infers on the same connections again."""
+    before = loops(server)
+
+    def client(index: int) -> None:
+        with requests.Session() as session:
+            reply = session.get(f"{server.url}/v2/models/add_sub", timeout=30)
+            assert reply.status_code == 200 and reply.json()["name"] == "add_sub"
+            reply = session.post(
+                f"{server.url}/v2/models/add_sub/infer",
+                json=add_sub_json_request(float(index)),
+                timeout=30,
+            )
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["outputs"][0]["data"] == [index + 1.0] * 16
+            for n in range(5):
+                reply = _infer_binary(session, server.url, float(n))
+                assert reply.status_code == 200, reply.text
+                assert np.array_equal(_sums(reply), np.full(16, n + 1.0, dtype=np.float32))
+
+    with ThreadPoolExecutor(CONNECTIONS) as pool:
+        list(pool.map(client, range(CONNECTIONS)))
+    after = loops(server)
+    assert after[1]["connections_moved"] - before[1]["connections_moved"] >= CONNECTIONS // 2 - 1
+    assert after[0]["connections_moved"] == 0  # loop 0 is Python's own
+
+
+def test_statistics_count_the_requests_both_loops_answered(server):
+    def count() -> int:
+        reply = requests.get(f"{server.url}/v2/models/add_sub/stats", timeout=10)
+        return reply.json()["model_stats"][0]["inference_stats"]["success"]["count"]
+
+    start = count()
+
+    def client(_: int) -> None:
+        with requests.Session() as session:
+            for n in range(10):
+                assert _infer_binary(session, server.url, float(n)).status_code == 200
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(client, range(8)))
+    assert count() - start == 80
+
+
+def test_system_shared_memory_inputs_and_outputs_on_both_loops(server):
+    import tritonclient.http as httpclient
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"/naiad_io_threads_{id(server)}"
+    size = 64 * 4
+    handle = shm.create_shared_memory_region("io_threads_region", key, size)
+    try:
+        shm.set_shared_memory_region(
+            handle, [np.full(16, 3.0, dtype=np.float32), np.ones(16, dtype=np.float32)]
+        )
+        control = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        control.register_system_shared_memory("io_threads_region", key, size)
+        try:
+
+            def client(_: int) -> None:
+                # A client of its own: its connection lands on either loop.
+                c = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+                try:
+                    inputs = [
+                        httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+                        httpclient.InferInput("INPUT1", [1, 16], "FP32"),
+                    ]
+                    inputs[0].set_shared_memory("io_threads_region", 64, 0)
+                    inputs[1].set_shared_memory("io_threads_region", 64, 64)
+                    out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
+                    out.set_shared_memory("io_threads_region", 64, 128)
+                    for _ in range(5):
+                        c.infer("add_sub", inputs, outputs=[out])
+                finally:
+                    c.close()
+
+            with ThreadPoolExecutor(6) as pool:
+                list(pool.map(client, range(6)))
+            got = shm.get_contents_as_numpy(handle, np.float32, [16], offset=128)
+            assert np.array_equal(got, np.full(16, 4.0, dtype=np.float32))
+        finally:
+            control.unregister_system_shared_memory("io_threads_region")
+            control.close()
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
+def test_a_stalled_half_sent_request_delays_no_other_connection(server):
+    """Half-sent requests held open on connections of both loops (round robin: two in a
+    row land on different loops); clients on other connections are answered meanwhile."""
+    body, headers = add_sub_binary_request(1.0)
+    head = (
+        "POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+        + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        + f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    stalled = [socket.create_connection(("127.0.0.1", server.http_port)) for _ in range(2)]
+    try:
+        for sock in stalled:
+            sock.sendall(head + body[: len(body) // 2])
+
+        def client(_: int) -> None:
+            with requests.Session() as session:
+                for n in range(5):
+                    assert _infer_binary(session, server.url, float(n)).status_code == 200
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(client, range(4)))
+        # The stalled requests complete once their bodies arrive.
+        for sock in stalled:
+            sock.settimeout(30)
+            sock.sendall(body[len(body) // 2 :])
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += sock.recv(65536)
+            assert received.startswith(b"HTTP/1.1 200 OK"), received
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+def test_loads_and_unloads_while_both_loops_serve_lose_no_request(server):
+    """Clients infer on add_sub and on `other` over many connections while `other` is
+    loaded and unloaded again and again: every request gets an answer, add_sub's all 200,
+    other's 200 or Triton's error for a model not loaded or not ready."""
+    stop = threading.Event()
+    answered = {"add_sub": 0, "other": 0}
+    lock = threading.Lock()
+
+    def client(index: int) -> None:
+        model = "add_sub" if index % 2 == 0 else "other"
+        with requests.Session() as session:
+            while not stop.is_set():
+                reply = _infer_binary(session, server.url, 1.0, model)
+                if model == "add_sub":
+                    assert reply.status_code == 200, reply.text
+                else:
+                    assert reply.status_code in (200, 400, 404, 503), reply.text
+                with lock:
+                    answered[model] += 1
+
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(client, i) for i in range(8)]
+        for _ in range(4):
+            assert load(server.url, "other").status_code == 200
+            assert unload(server.url, "other").status_code == 200
+        stop.set()
+        for future in futures:
+            future.result()  # a hung request would time the test out; a wrong one raises
+    assert answered["add_sub"] > 0 and answered["other"] > 0
+    assert all(loop["in_flight"] == 0 for loop in loops(server))
