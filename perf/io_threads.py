@@ -11,16 +11,25 @@ The machine's cores are shared with wrk (one thread): on a 2-core host two loops
 with the client for the second core, so the rate says how the hand-off behaves, not what
 a second core would add; the CPU per request says what a loop pays per request with one
 loop and with two.
+
+`--serve`: the same through `naiad serve --http-thread-count N` (this tree, built in
+place; add_sub's Python model in a worker process), unpinned; the CPU per request is the
+frontend process's (every I/O thread's and the event loop's), its workers' left out.
+
+    .venv/bin/python perf/io_threads.py --serve --concurrency 64 --seconds 10 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -64,14 +73,45 @@ def one_run(loops: int, concurrency: int, seconds: float) -> dict:
     engine_cpu = (after["cpu_s"] - before["cpu_s"]) - (
         after["worker_cpu_s"] - before["worker_cpu_s"]
     )
+    return _row(loops, wrk, answered, engine_cpu)
+
+
+def _row(loops: int, wrk: dict, answered: int, cpu_s: float) -> dict:
+    """One run's figures: wrk's, and `cpu_s` over the `answered` requests."""
     return {
         "loops": loops,
         "rps": wrk["rps"],
         "errors": wrk["errors"],
         "answered": answered,
-        "us_per_request": engine_cpu / answered * 1e6 if answered else 0.0,
+        "us_per_request": cpu_s / answered * 1e6 if answered else 0.0,
         "p99_us": wrk["p99_us"],
     }
+
+
+def _cpu_s(pid: int) -> float:
+    """User + kernel CPU seconds of one live process (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def serve_run(loops: int, concurrency: int, seconds: float, repo: Path, logs: Path) -> dict:
+    from servers import NaiadServer
+
+    server = NaiadServer(
+        REPO_ROOT,
+        REPO_ROOT / ".venv" / "bin" / "python",
+        extra_args=[f"--http-thread-count={loops}"],
+    )
+    server.start(repo, None, logs / f"naiad-{loops}.log")
+    try:
+        run_wrk(server.http_url, "binary", concurrency, 1.0)  # warm-up: workers, caches
+        before = _cpu_s(server.proc.pid)
+        wrk = run_wrk(server.http_url, "binary", concurrency, seconds)
+        used = _cpu_s(server.proc.pid) - before
+    finally:
+        server.stop()
+    return _row(loops, wrk, wrk["requests"], used)
 
 
 def main() -> None:
@@ -80,15 +120,25 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--loops", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--serve", action="store_true", help="through `naiad serve`")
     args = parser.parse_args()
-    if not BENCH.exists():
+    if not args.serve and not BENCH.exists():
         raise SystemExit(f"{BENCH} is missing: run make build/io_threads_bench")
     runs = {loops: [] for loops in args.loops}
-    for _ in range(args.rounds):
-        for loops in args.loops:  # interleaved: the host's load falls on both alike
-            runs[loops].append(one_run(loops, args.concurrency, args.seconds))
-    print(f"add_sub binary, wrk c={args.concurrency}, {args.seconds:g} s x {args.rounds}")
-    print("loops  infer/s (median)  engine us/request (median)  p99 us  errors")
+    with tempfile.TemporaryDirectory(prefix="naiad-io-threads-") as tmp:
+        repo = Path(tmp) / "models"
+        shutil.copytree(REPO_ROOT / "perf" / "models" / "add_sub", repo / "add_sub")
+        for _ in range(args.rounds):
+            for loops in args.loops:  # interleaved: the host's load falls on both alike
+                if args.serve:
+                    run = serve_run(loops, args.concurrency, args.seconds, repo, Path(tmp))
+                else:
+                    run = one_run(loops, args.concurrency, args.seconds)
+                runs[loops].append(run)
+    where = "naiad serve --http-thread-count N" if args.serve else "io_threads_bench"
+    print(f"add_sub binary, wrk c={args.concurrency}, {args.seconds:g} s x {args.rounds}, {where}")
+    cost = "frontend" if args.serve else "engine"
+    print(f"loops  infer/s (median)  {cost} us/request (median)  p99 us  errors")
     for loops, results in runs.items():
         print(
             f"{loops:5d}  {statistics.median(r['rps'] for r in results):16,.0f}"

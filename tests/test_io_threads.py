@@ -8,9 +8,12 @@ gRPC on two loops: tests/grpc_clients/test_grpc_io_threads.py."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import shutil
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -25,7 +28,7 @@ from model_control_support import (
     unload,
     write_model,
 )
-from server_harness import NaiadServer
+from server_harness import TEST_MODELS, NaiadServer
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,7 +41,13 @@ def server(tmp_path_factory):
     repo = root / "models"
     write_model(repo, "add_sub", add_sub_pbtxt(), ADD_SUB_MODEL)
     write_model(repo, "other", add_sub_pbtxt("other"), ADD_SUB_MODEL)
-    args = ["--http-thread-count=2", "--model-control-mode=explicit", "--load-model=add_sub"]
+    shutil.copytree(TEST_MODELS / "crasher", repo / "crasher")
+    args = [
+        "--http-thread-count=2",
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",
+        "--load-model=crasher",
+    ]
     with NaiadServer(repo, log_dir=root, extra_args=args) as running:
         yield running
 
@@ -241,4 +250,53 @@ def test_loads_and_unloads_while_both_loops_serve_lose_no_request(server):
         for future in futures:
             future.result()  # a hung request would time the test out; a wrong one raises
     assert answered["add_sub"] > 0 and answered["other"] > 0
+    assert all(loop["in_flight"] == 0 for loop in loops(server))
+
+
+def test_a_failed_batch_of_either_loops_request_is_answered_through_its_loop(server):
+    """crasher's worker dies on a negative input: the failed batch goes to Python, which
+    answers the request through the loop that owns it (loop 1's while it holds loop 1
+    paused). Two connections opened back to back are one on each loop."""
+    values = np.array([[-1.0]], dtype=np.float32)
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 1],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 4},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    connections = [http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60)]
+    connections.append(http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60))
+    for connection in connections:
+        connection.connect()
+    try:
+        for connection in connections:
+            connection.request(
+                "POST", "/v2/models/crasher/infer", header + values.tobytes(), headers
+            )
+            reply = connection.getresponse()
+            body = reply.read()
+            assert reply.status == 500, body
+            assert "exited" in json.loads(body)["error"]
+            deadline = time.monotonic() + 30  # its worker starts again
+            while True:
+                connection.request(
+                    "POST", "/v2/models/crasher/infer", header + (-values).tobytes(), headers
+                )
+                reply = connection.getresponse()
+                reply.read()
+                if reply.status == 200:
+                    break
+                assert time.monotonic() < deadline, "crasher did not serve again in time"
+                time.sleep(0.2)
+    finally:
+        for connection in connections:
+            connection.close()
     assert all(loop["in_flight"] == 0 for loop in loops(server))
