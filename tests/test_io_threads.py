@@ -42,11 +42,17 @@ def server(tmp_path_factory):
     write_model(repo, "add_sub", add_sub_pbtxt(), ADD_SUB_MODEL)
     write_model(repo, "other", add_sub_pbtxt("other"), ADD_SUB_MODEL)
     shutil.copytree(TEST_MODELS / "crasher", repo / "crasher")
+    # Batches held up to 2 s: requests sent together run together.
+    held = add_sub_pbtxt("held").replace(
+        "dynamic_batching { }", "dynamic_batching { max_queue_delay_microseconds: 2000000 }"
+    )
+    write_model(repo, "held", held, ADD_SUB_MODEL)
     args = [
         "--http-thread-count=2",
         "--model-control-mode=explicit",
         "--load-model=add_sub",
         "--load-model=crasher",
+        "--load-model=held",
     ]
     with NaiadServer(repo, log_dir=root, extra_args=args) as running:
         yield running
@@ -300,3 +306,66 @@ def test_a_failed_batch_of_either_loops_request_is_answered_through_its_loop(ser
         for connection in connections:
             connection.close()
     assert all(loop["in_flight"] == 0 for loop in loops(server))
+
+
+def test_a_batch_of_loop_1_lane_requests_and_python_requests_is_answered_by_both(server):
+    """HTTP/1.0 requests (Python's general path) and plain keep-alive ones (the lanes of
+    both loops) sent together to a model that holds its batches (an idle keep-alive
+    client on each loop could still send): they run in one batch, which Python answers,
+    loop 1's requests through loop 1's lane while it holds loop 1 paused."""
+
+    def stats() -> dict:
+        reply = requests.get(f"{server.url}/v2/models/held/stats", timeout=10)
+        return reply.json()["model_stats"][0]
+
+    def raw(version: str, value: float) -> bytes:
+        body, headers = add_sub_binary_request(value)
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        request = (
+            f"POST /v2/models/held/infer HTTP/{version}\r\nHost: x\r\n{head}"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        return request + body
+
+    def answer(sock) -> np.ndarray:
+        """OUTPUT0 of the binary answer read from `sock`."""
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += sock.recv(65536)
+        head, _, rest = received.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        assert b" 200 OK" in lines[0], received
+        fields = {
+            k.strip().lower(): v.strip() for k, _, v in (x.partition(b":") for x in lines[1:])
+        }
+        while len(rest) < int(fields[b"content-length"]):
+            rest += sock.recv(65536)
+        size = int(fields[b"inference-header-content-length"])
+        return np.frombuffer(rest[size : size + 64], dtype=np.float32)
+
+    # Two idle clients, one per loop, that sent a request: the batcher holds for them.
+    idle = [socket.create_connection(("127.0.0.1", server.http_port)) for _ in range(2)]
+    # One HTTP/1.0 and two keep-alive connections on each loop (they alternate).
+    versions = ["1.0", "1.0", "1.1", "1.1", "1.1", "1.1"]
+    sockets = [socket.create_connection(("127.0.0.1", server.http_port)) for _ in versions]
+    try:
+        for sock in idle + sockets:
+            sock.settimeout(30)
+        for sock in idle:
+            sock.sendall(raw("1.1", 0.0))
+            assert np.array_equal(answer(sock), np.full(16, 1.0, dtype=np.float32))
+        start = stats()
+        for index, (sock, version) in enumerate(zip(sockets, versions)):
+            sock.sendall(raw(version, float(index)))
+        for index, sock in enumerate(sockets):
+            assert np.array_equal(answer(sock), np.full(16, index + 1.0, dtype=np.float32))
+    finally:
+        for sock in idle + sockets:
+            sock.close()
+    end = stats()
+    successes = (
+        end["inference_stats"]["success"]["count"] - start["inference_stats"]["success"]["count"]
+    )
+    runs = end["execution_count"] - start["execution_count"]
+    assert successes == 6
+    assert runs == 1, f"the six requests ran in {runs} batches"
