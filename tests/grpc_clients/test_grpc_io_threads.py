@@ -1,12 +1,11 @@
 """gRPC on `naiad serve --http-thread-count 2` (naiad/io_engine.py): every gRPC
 connection stays on loop 0 (its keepalive and age are Python's), while HTTP connections
 are spread over both loops. tritonclient.grpc unary infer on many connections at once,
-a decoupled model's stream, control-plane calls (metadata, statistics, load and unload),
-and HTTP clients on both loops served alongside. HTTP alone: tests/test_io_threads.py."""
+control-plane calls (metadata, statistics, load and unload), and HTTP clients on both
+loops served alongside. HTTP alone: tests/test_io_threads.py."""
 
 from __future__ import annotations
 
-import queue
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -84,25 +83,6 @@ def test_grpc_infer_on_many_connections_beside_http_on_both_loops(server):
     # 8 gRPC connections all stay on loop 0.
     assert served[1] in (4, 5), served
     assert served[0] == 17 - served[1], served
-
-
-def test_a_decoupled_models_stream_on_two_loops(server):
-    answers: queue.Queue = queue.Queue()
-    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
-        client.start_stream(callback=lambda result, error: answers.put((result, error)))
-        try:
-            for n in (3, 2):
-                tensor = grpcclient.InferInput("N", [1], "INT32")
-                tensor.set_data_from_numpy(np.array([n], dtype=np.int32))
-                client.async_stream_infer("repeat", [tensor], parameters={"mode": "thread"})
-            got = []
-            for _ in range(5):
-                result, error = answers.get(timeout=30)
-                assert error is None, error
-                got.append(int(result.as_numpy("OUT")[0]))
-            assert got == [0, 1, 2, 0, 1]
-        finally:
-            client.stop_stream()
 
 
 def test_control_plane_calls_on_two_loops(server):
