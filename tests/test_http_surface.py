@@ -13,7 +13,7 @@ import zlib
 
 import pytest
 from server_harness import NaiadServer
-from surface_support import SURFACE_MODELS, exchange, infer_request, tensor
+from surface_support import CLASSIFICATION_CASES, SURFACE_MODELS, exchange, infer_request, tensor
 
 FP32 = {"inputs": [tensor("IN_FP32", "FP32", [1, 3], [1, 2, 3])], "outputs": [{"name": "OUT_FP32"}]}
 
@@ -288,3 +288,19 @@ def test_restricted_api_flags_are_read_as_tritonserver_reads_them(flag, message)
         ["inference:key=v"], "grpc-restricted-protocol", "triton-grpc-protocol-"
     )
     assert grpc.rule("inference") == ("triton-grpc-protocol-key", "v")
+
+
+def _lane_requests(url: str) -> int:
+    return json.loads(_get(url, "/v2/naiad/lanes")[2])["lane_requests"]
+
+
+def test_classification_is_answered_by_the_lane(server):
+    # Every case Triton reads (its answers: tests/grpc_clients/test_http_surface_triton.py)
+    # is the C++ lane's, a refused one (BOOL) too; counts that are no unsigned integer
+    # are still the general path's.
+    general = {"negative", "not a number"}
+    for name, model, doc in CLASSIFICATION_CASES:
+        before = _lane_requests(server.url)
+        status, _, body = exchange(server.url, infer_request(model, doc))
+        taken = _lane_requests(server.url) - before
+        assert taken == (0 if name in general else 1), (name, status, body)

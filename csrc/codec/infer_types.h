@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,6 +15,8 @@
 #include "core/submit_request.h"  // ModelHandle
 
 namespace naiad {
+
+struct Classification;  // classification.h
 
 // One input of a model as its config declares it.
 struct InputSpec {
@@ -100,6 +103,9 @@ struct ParsedRequest {
   // listed. Framers without JSON data (gRPC) leave them empty / false.
   std::vector<uint8_t> output_json;
   bool json_unlisted = false;
+  // Triton's classification extension (classification.h): output_classes[i] is how many
+  // classes output_names[i] comes back as (0: its tensor). Empty: none classified.
+  std::vector<uint64_t> output_classes;
   // Wire bytes the reader made from JSON `data`: inputs' `data` may point into it (a
   // vector, whose bytes stay put when the request is moved; do not copy one).
   std::vector<uint8_t> converted;
@@ -147,11 +153,17 @@ struct InferResponse {
   // Holds a message built at answer time that error_message views (on the heap, so a
   // moved response keeps it valid); null for messages with longer-lived storage.
   std::shared_ptr<const std::string> owned_error_message;
+  // The error came while the response was written (an output of a datatype that has no
+  // order, to classify): Triton's HTTP frontend sends it as text/plain.
+  bool error_in_writing = false;
   std::string id;               // the client's id, plain text, "" when none
   std::string_view model_name;  // JSON-escaped (ModelSpec::name_json)
   std::string_view model_version;
   std::string_view parameters;          // the response parameters, a raw JSON object, or empty
   std::vector<ResponseOutput> outputs;  // those the client asked for, in result order
+  // The BYTES tensors of classified outputs, which `outputs` then views (on the heap, so
+  // a moved or copied response keeps them valid).
+  std::shared_ptr<const std::deque<Classification>> classified;
 };
 
 // The bytes of a response's tensors that travel as raw bytes (binary outputs: not JSON

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <iterator>
+#include <memory>
 
 #include "codec/error_status.h"
 #include "codec/kserve_json.h"
@@ -174,14 +176,22 @@ SubmitOutcome KServeCodec::submit(uint32_t lane_model, ParsedRequest& request, u
   recipe.model = lane_model;
   recipe.id.assign(request.id.data(), request.id.size());
   // Copied, not moved: the lane's request and a recycled recipe both keep their room.
-  recipe.outputs.assign(request.outputs.begin(), request.outputs.end());
-  recipe.json.assign(request.output_json.begin(), request.output_json.end());
-  recipe.json_all = request.json_unlisted;
+  recipe.ask(request);
   recipe.batch_size = request.batch_size;
   recipe.submit_ns = now_ns;
   recipe.cache_key = std::move(cache_key);
   recipe.lookup_ns = lookup_ns;
   return SubmitOutcome::kQueued;
+}
+
+void KServeCodec::Recipe::ask(const ParsedRequest& request) {
+  outputs.assign(request.outputs.begin(), request.outputs.end());
+  json.assign(request.output_json.begin(), request.output_json.end());
+  json_all = request.json_unlisted;
+  classify.clear();
+  for (size_t i = 0; i < request.output_classes.size() && i < request.outputs.size(); ++i) {
+    if (request.output_classes[i] != 0) classify.push_back({outputs[i], request.output_classes[i]});
+  }
 }
 
 bool KServeCodec::lookup_cached(uint32_t lane_model, const ParsedRequest& request, uint64_t now_ns,
@@ -195,10 +205,8 @@ bool KServeCodec::lookup_cached(uint32_t lane_model, const ParsedRequest& reques
   ResponseCache::Found found = cache_->lookup(*key);
   *lookup_ns = found.end_ns - found.start_ns;
   if (!found.entry) return false;
-  Recipe recipe;  // what this request asks of the answer
-  recipe.outputs = request.outputs;
-  recipe.json = request.output_json;
-  recipe.json_all = request.json_unlisted;
+  Recipe recipe;
+  recipe.ask(request);
   InferResponse& response = cached->response;
   response = InferResponse();
   response.id.assign(request.id.data(), request.id.size());
@@ -289,6 +297,7 @@ void KServeCodec::answer_outputs(const ModelSpec& model, const Recipe& recipe,
   for (size_t j = 0; j < count; ++j) {
     const ResultOutput& output = outputs[j];
     bool json = recipe.json_all;
+    bool classified = false;
     if (!recipe.outputs.empty()) {
       bool wanted = false;
       for (size_t k = 0; k < recipe.outputs.size(); ++k) {
@@ -298,6 +307,9 @@ void KServeCodec::answer_outputs(const ModelSpec& model, const Recipe& recipe,
         }
       }
       if (!wanted) continue;
+      for (const ClassifiedOutput& c : recipe.classify) {
+        classified = classified || model.outputs[c.output] == output.name;
+      }
     }
     ResponseOutput out{output.name,          output.datatype, output.shape,
                        base + output.offset, output.size,     json};
@@ -314,7 +326,7 @@ void KServeCodec::answer_outputs(const ModelSpec& model, const Recipe& recipe,
       out.json = false;
       out.data = base;  // (no bytes: a valid pointer for writers that copy 0)
       out.size = 0;
-    } else if (json) {
+    } else if (json && !classified) {  // a classification is BYTES, which JSON carries
       // What the general path answers when it cannot write an output as JSON.
       std::string_view refusal = json_output_error(out, &response->error);
       if (!refusal.empty()) {
@@ -327,6 +339,20 @@ void KServeCodec::answer_outputs(const ModelSpec& model, const Recipe& recipe,
     }
     response->outputs.push_back(out);
   }
+  if (recipe.classify.empty()) return;
+  auto kept = std::make_shared<std::deque<Classification>>();
+  std::string error;
+  if (!classify_outputs(model, recipe.classify, response, kept.get(), &error)) {
+    response->error = ErrorKind::kInvalidArgument;
+    response->error_in_writing = true;
+    response->owned_error_message = std::make_shared<const std::string>(json_string_text(error));
+    response->error_message = *response->owned_error_message;
+    response->id.clear();
+    response->outputs.clear();
+    response->parameters = {};
+    return;
+  }
+  response->classified = std::move(kept);
 }
 
 bool KServeCodec::complete(const uint8_t* block, uint64_t block_size,

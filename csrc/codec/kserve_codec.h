@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "codec/classification.h"
 #include "codec/infer_types.h"
 #include "codec/model_lookup.h"
 #include "codec/trace_tensor.h"
@@ -191,6 +192,7 @@ class KServeCodec {
     // JSON outputs (ParsedRequest::output_json, json_unlisted), in the same order.
     std::vector<uint8_t> json;
     bool json_all = false;
+    std::vector<ClassifiedOutput> classify;  // ParsedRequest::output_classes, by index
     uint32_t batch_size = 1;
     uint64_t submit_ns = 0;
     // Outputs the worker writes into client shm regions (indices into
@@ -210,6 +212,9 @@ class KServeCodec {
     std::string cache_key;
     uint64_t lookup_ns = 0;
 
+    // What a validated request asks of its answer: its outputs, which as JSON data,
+    // which classified (their room kept).
+    void ask(const ParsedRequest& request);
     // Every field as a new Recipe has it, the strings and vectors keeping their room
     // (a recycled recipe, see spare_recipes_).
     void clear() {
@@ -218,6 +223,7 @@ class KServeCodec {
       outputs.clear();
       json.clear();
       json_all = false;
+      classify.clear();
       batch_size = 1;
       submit_ns = 0;
       shm_outputs.clear();
@@ -228,8 +234,8 @@ class KServeCodec {
     }
   };
   // Fills `response`'s outputs and parameters from a result's `outputs` (offsets from
-  // `base`): those `recipe` asks for, binary or JSON as it asks. An output that cannot
-  // go back as JSON makes the response that error.
+  // `base`): those `recipe` asks for, binary or JSON and classified as it asks. An
+  // output that cannot go back as JSON or be classified makes the response that error.
   void answer_outputs(const ModelSpec& model, const Recipe& recipe, const ResultOutput* outputs,
                       size_t count, const uint8_t* base, std::string_view parameters,
                       InferResponse* response);

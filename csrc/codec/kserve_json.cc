@@ -169,17 +169,18 @@ bool read_inputs(JsonReader& reader, const uint8_t* header, const uint8_t* binar
   return true;
 }
 
-// {"name": ..., "parameters": {"binary_data": bool}}: binary or JSON outputs, or
-// outputs in a client shm region ({"shared_memory_region", "shared_memory_byte_size"
-// [, "shared_memory_offset"]}, not with binary_data true); others (classification) are
-// the general path's.
-bool read_output(JsonReader& reader, std::string_view* name, bool* json, OutputRegion* shm,
-                 bool* in_shm) {
+// {"name": ..., "parameters": {"binary_data": bool, "classification": count}}: binary
+// or JSON outputs, classified or not, or outputs in a client shm region
+// ({"shared_memory_region", "shared_memory_byte_size" [, "shared_memory_offset"]}, not
+// with binary_data true nor classification); other keys are ignored, as Triton's.
+bool read_output(JsonReader& reader, std::string_view* name, bool* json, uint64_t* classes,
+                 OutputRegion* shm, bool* in_shm) {
   bool has_name = false, has_parameters = false, has_binary = false, binary = false;
-  bool has_region = false, has_offset = false, has_size = false;
+  bool has_region = false, has_offset = false, has_size = false, has_classes = false;
   auto parameters = [&] {
     return reader.object([&](std::string_view key) {
       if (key == "binary_data") return once(&has_binary, [&] { return reader.boolean(&binary); });
+      if (key == "classification") return once(&has_classes, [&] { return reader.uint(classes); });
       if (key == "shared_memory_region") {
         return once(&has_region, [&] { return reader.plain_string(&shm->region); });
       }
@@ -189,7 +190,7 @@ bool read_output(JsonReader& reader, std::string_view* name, bool* json, OutputR
       if (key == "shared_memory_byte_size") {
         return once(&has_size, [&] { return reader.uint(&shm->size); });
       }
-      return false;
+      return reader.skip_value();  // Triton reads no other key
     });
   };
   bool ok = reader.object([&](std::string_view key) {
@@ -201,7 +202,8 @@ bool read_output(JsonReader& reader, std::string_view* name, bool* json, OutputR
   if (ok && (has_region || has_offset || has_size)) {
     *in_shm = true;
     *json = false;
-    return has_name && has_region && has_size && !binary;  // the general path words the rest
+    // The general path words the rest.
+    return has_name && has_region && has_size && !binary && !has_classes;
   }
   return ok && has_name;
 }
@@ -213,15 +215,20 @@ bool read_outputs(JsonReader& reader, ParsedRequest* out) {
   return reader.array([&] {
     std::string_view name;
     bool json = false;
+    uint64_t classes = 0;
     OutputRegion shm;
     bool in_shm = false;
-    if (!read_output(reader, &name, &json, &shm, &in_shm)) return false;
+    if (!read_output(reader, &name, &json, &classes, &shm, &in_shm)) return false;
     for (std::string_view seen : out->output_names) {
       if (seen == name) return false;  // the general path decides what a repeat means
     }
     if (in_shm) {
       shm.output = out->output_names.size();
       out->output_shm.push_back(shm);
+    }
+    if (classes != 0 || !out->output_classes.empty()) {
+      out->output_classes.resize(out->output_names.size());  // those before: 0
+      out->output_classes.push_back(classes);
     }
     out->output_names.push_back(name);
     out->output_json.push_back(json);

@@ -31,9 +31,10 @@ struct Refusal {
 // True: `out` describes the request (views into `body` and out->converted), still to
 // be validated. False with `refusal` set: Triton refuses the request with that error
 // (JSON `data` it does not take). False otherwise: the request is not one the C++
-// reader takes (shared memory, classification, parameters that are not scalars or
-// whose `priority`/`timeout` are not non-negative integers, escaped names, malformed
-// JSON or sizes): the Python general path parses it.
+// reader takes (a classification that is no unsigned integer or with a shm region,
+// parameters that are not scalars or whose `priority`/`timeout` are not non-negative
+// integers, escaped names, malformed JSON or sizes): the Python general path parses it.
+// Outputs to classify are in out->output_classes.
 bool read_infer_header(const uint8_t* body, size_t body_size, size_t header_size,
                        ParsedRequest* out, Refusal* refusal = nullptr);
 // The same, with the header and the binary inputs after it apart: `header_size` bytes of

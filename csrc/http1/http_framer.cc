@@ -40,7 +40,9 @@ void write_http(const InferResponse& response, size_t json_size, size_t body_siz
   out.number(body_size);
   bool binary = false;
   for (const ResponseOutput& output : response.outputs) binary |= !output.json && !output.in_shm;
-  if (response.error != ErrorKind::kNone || !binary) {
+  if (response.error != ErrorKind::kNone && response.error_in_writing) {
+    out.put("\r\nContent-Type: text/plain\r\n");
+  } else if (response.error != ErrorKind::kNone || !binary) {
     out.put("\r\nContent-Type: application/json\r\n");
   } else {
     out.put("\r\nContent-Type: application/octet-stream\r\nInference-Header-Content-Length: ");
@@ -193,6 +195,20 @@ std::string HttpResponseWriter::text(const InferResponse& response,
   return out;
 }
 
+void set_connection(std::string* http, size_t at, HttpConnection connection) {
+  if (connection == HttpConnection::kKeepAlive) return;
+  static constexpr std::string_view kVersion10 = "HTTP/1.0";
+  if (connection == HttpConnection::kKeepAlive10 || connection == HttpConnection::kClose10) {
+    http->replace(at, kVersion10.size(), kVersion10);
+  }
+  std::string_view line;
+  if (connection == HttpConnection::kClose) line = "Connection: close\r\n";
+  if (connection == HttpConnection::kKeepAlive10) line = "Connection: keep-alive\r\n";
+  if (line.empty()) return;
+  const size_t blank = http->find("\r\n\r\n", at);
+  if (blank != std::string::npos) http->insert(blank + 2, line);
+}
+
 std::string body_too_large_message(std::string_view size, size_t limit, std::string_view body) {
   std::string message(body);
   message += " of ";
@@ -268,13 +284,14 @@ void HttpLane::remove_model(uint32_t model) {
 }
 
 size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
-                           std::vector<Taken>* taken, size_t max_requests) {
+                           std::vector<Taken>* taken, size_t max_requests, bool closes) {
   size_t consumed = 0;
   const size_t limit = taken->size() + max_requests;
   while (consumed < size && taken->size() < limit) {
     const char* start = reinterpret_cast<const char*>(data + consumed);
     ScannedRequest request;
     if (scan_memo_.scan(start, size - consumed, max_body, &request) != ScanResult::kRequest) break;
+    if (request.connection != HttpConnection::kKeepAlive && !closes) break;
     // Without Inference-Header-Content-Length the whole body is JSON.
     const size_t header_length = request.has_header_length ? request.header_length : SIZE_MAX;
     Taken& one = taken->emplace_back();
@@ -283,7 +300,9 @@ size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
       taken->pop_back();
       break;
     }
+    one.connection = request.connection;
     consumed += request.total;
+    if (naiad::closes(request.connection)) break;  // what follows is never read
   }
   return consumed;
 }

@@ -85,6 +85,12 @@ class HttpResponseWriter final : public ResponseWriter {
 // JSON, as the general path writes its errors (http/routes.py error_reply).
 std::string http_error_reply(int status, std::string_view message);
 
+// Makes the complete keep-alive HTTP/1.1 answer that starts at `at` of `http` (this
+// writer's, http_error_reply's) the answer to a request with `connection`, as Triton
+// 2.51 answers it: an HTTP/1.0 status line for HTTP/1.0, and `Connection: close` (HTTP/1.1)
+// or `Connection: keep-alive` (HTTP/1.0) last in the head.
+void set_connection(std::string* http, size_t at, HttpConnection connection);
+
 // What a 413 says: the body's size as text (or "more than N"), the limit
 // (--http-max-input-size), and which body ("request body", "inflated request body").
 // The one wording, for the general path too (_core.body_too_large_message).
@@ -115,7 +121,9 @@ class HttpLane {
     // An invalid request is answered at once: its complete HTTP response (Triton's
     // 400 with the validator's message, or Triton's answer to JSON data it refuses).
     // So is a response cache hit (kserve_codec.h kCached), with its batch size.
+    // Either way still a keep-alive HTTP/1.1 answer: the caller set_connection()s it.
     std::string reply;
+    HttpConnection connection = HttpConnection::kKeepAlive;  // the request's (http_scan.h)
   };
   // Takes an infer body sent to URL `target` (as sent) if it is a route and the codec
   // queues it (it gets the next request id) or refuses it (`reply`). False: the general
@@ -134,9 +142,11 @@ class HttpLane {
   // (http_scan.h), in order, up to the first it does not take. Returns how many bytes
   // they took; the rest is for the front end's full parser. At most `max_requests`
   // (the connection's room under kHttpMaxPipeline): the front end holds the rest
-  // unread until answers make room.
+  // unread until answers make room. With `closes` (a front end that answers with the
+  // request's HttpConnection and closes after a closing one), HTTP/1.0 and
+  // `Connection: close` requests are taken too, none after one that closes.
   size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
-                   std::vector<Taken>* taken, size_t max_requests = SIZE_MAX);
+                   std::vector<Taken>* taken, size_t max_requests = SIZE_MAX, bool closes = false);
 
   // The encoding the answer of queued request `request_id` is written with (writer()),
   // asked once, when its answer is: the lane keeps it no longer.

@@ -678,15 +678,20 @@ void HttpIo::process_input(Connection* c) {
     taken_.clear();
     const uint64_t now = monotonic_ns();
     TakingIds ids(*this);
-    size_t consumed = lane_.take_http(reinterpret_cast<const uint8_t*>(c->in.data()), c->in.size(),
-                                      max_body_, now, &taken_, kHttpMaxPipeline - c->owed.size());
+    size_t consumed =
+        lane_.take_http(reinterpret_cast<const uint8_t*>(c->in.data()), c->in.size(), max_body_,
+                        now, &taken_, kHttpMaxPipeline - c->owed.size(), true);
     for (HttpLane::Taken& t : taken_) {
       c->owed.emplace_back();
       Owed& slot = c->owed.back();
       slot.request_id = t.request_id;
+      slot.connection = t.connection;
+      // The connection closes once this is answered: nothing after it is read.
+      if (closes(t.connection)) c->closing = true;
       if (t.request_id == 0) {  // refused, or a response cache hit: answered now
         slot.ready = true;
         slot.answer = std::move(t.reply);
+        set_connection(&slot.answer, 0, t.connection);
         if (t.batch_size) {
           ++cached_;
         } else {
@@ -703,6 +708,7 @@ void HttpIo::process_input(Connection* c) {
     c->in.erase(0, consumed);
     if (consumed != 0) partial_since = 0;  // what is left is another request
     update_waiting(c);
+    if (c->closing) c->in.clear();
   }
   c->partial_since_ns = 0;
   if (!c->in.empty()) {
@@ -910,6 +916,7 @@ bool HttpIo::answer_completion(const Completion& done, std::vector<Answered>* an
     if (head != 0 && !c->endpoint && held(c, tensors)) {
       http.resize(at + head);
       writer.write_head(answer.response, &http[at]);
+      set_connection(&http, at, request.slot->connection);  // before the views' offsets
       for (const ResponseOutput& output : answer.response.outputs) {
         if (!output.json && !output.in_shm) views.add(http.size(), output.data, output.size, hold);
       }
@@ -917,6 +924,7 @@ bool HttpIo::answer_completion(const Completion& done, std::vector<Answered>* an
     } else {
       http.resize(at + writer.size(answer.response, coding));
       writer.write(answer.response, coding, &http[at]);
+      set_connection(&http, at, request.slot->connection);
       tensor_bytes_.out_copied += tensors;
     }
     lane_.codec().give_back(answer.response);

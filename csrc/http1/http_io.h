@@ -301,6 +301,7 @@ class HttpIo {
     // straight into the connection's `out` (it was first in line: answer_completion).
     std::string answer;
     OutViews views;  // its tensors sent from their block, spliced into `answer`
+    HttpConnection connection = HttpConnection::kKeepAlive;  // how the answer's head says it
   };
   // A ModelInfer call this loop holds: its opening (handed to Python with its message if
   // the lane does not take it), its message, then its request in the core.

@@ -81,10 +81,11 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
   size_t line_end = head.find("\r\n");
   std::string_view line = head.substr(0, line_end);
   static constexpr std::string_view kVersion = " HTTP/1.1";
-  if (line.size() <= kMethod.size() + kVersion.size() ||
-      line.substr(line.size() - kVersion.size()) != kVersion) {
-    return ScanResult::kOther;
-  }
+  static constexpr std::string_view kVersion10 = " HTTP/1.0";
+  if (line.size() <= kMethod.size() + kVersion.size()) return ScanResult::kOther;
+  const std::string_view version = line.substr(line.size() - kVersion.size());
+  const bool http10 = version == kVersion10;
+  if (version != kVersion && !http10) return ScanResult::kOther;
   std::string_view target =
       line.substr(kMethod.size(), line.size() - kMethod.size() - kVersion.size());
   if (target.empty() || target[0] != '/') return ScanResult::kOther;
@@ -93,7 +94,7 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
     if (u <= 0x20 || u >= 0x7F) return ScanResult::kOther;
   }
 
-  bool has_length = false;
+  bool has_length = false, has_connection = false, close = false;
   size_t length = 0;
   ScannedRequest request;
   size_t position = line_end + 2;
@@ -122,7 +123,13 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
       }
       request.has_header_length = true;
     } else if (equals_lower(name, "connection")) {
-      if (!equals_lower(value, "keep-alive")) return ScanResult::kOther;
+      if (has_connection) return ScanResult::kOther;
+      has_connection = true;
+      if (equals_lower(value, "close")) {
+        close = true;
+      } else if (!equals_lower(value, "keep-alive")) {
+        return ScanResult::kOther;
+      }
     } else if (equals_lower(name, "content-encoding")) {
       request.content = content_encoding(value);  // the last one, as httptools' reader
     } else if (equals_lower(name, "transfer-encoding") || equals_lower(name, "expect") ||
@@ -133,6 +140,12 @@ ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedR
     }
   }
   if (!has_length || length > max_body) return ScanResult::kOther;
+  if (http10) {
+    request.connection =
+        has_connection && !close ? HttpConnection::kKeepAlive10 : HttpConnection::kClose10;
+  } else if (close) {
+    request.connection = HttpConnection::kClose;
+  }
   size_t head_size = static_cast<size_t>(head_end - data);
   request.target = target;
   request.body_offset = head_size;

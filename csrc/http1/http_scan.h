@@ -25,6 +25,19 @@ enum class ResponseEncoding { kIdentity = 0, kGzip = 1, kDeflate = 2 };
 // A request body's Content-Encoding (content_encoding()).
 enum class ContentEncoding { kIdentity, kGzip, kDeflate, kUnsupported };
 
+// How the connection goes on after a request: its HTTP version and Connection header,
+// as Triton 2.51 (libevhtp) answers them (set_connection, http_framer.h).
+enum class HttpConnection : uint8_t {
+  kKeepAlive,    // HTTP/1.1, its default or Connection: keep-alive
+  kClose,        // HTTP/1.1 with Connection: close: answered saying so, then closed
+  kKeepAlive10,  // HTTP/1.0 with Connection: keep-alive: an HTTP/1.0 answer saying so
+  kClose10,      // HTTP/1.0, its default: an HTTP/1.0 answer, then closed
+};
+
+inline bool closes(HttpConnection connection) {
+  return connection == HttpConnection::kClose || connection == HttpConnection::kClose10;
+}
+
 struct ScannedRequest {
   std::string_view target;  // the request-target, as sent
   size_t body_offset = 0;   // from the start of the request
@@ -34,6 +47,7 @@ struct ScannedRequest {
   size_t total = 0;          // bytes the request takes, head and body
   ResponseEncoding encoding = ResponseEncoding::kIdentity;  // what Accept-Encoding picked
   ContentEncoding content = ContentEncoding::kIdentity;     // how the body is sent
+  HttpConnection connection = HttpConnection::kKeepAlive;
 };
 
 enum class ScanResult {
@@ -42,10 +56,11 @@ enum class ScanResult {
   kOther,       // not for the lane: leave it to the full parser
 };
 
-// A plain request: `POST <target> HTTP/1.1`, well-formed header lines, a single
-// Content-Length of at most `max_body` bytes, and none of the headers that change how
-// the connection is handled (Transfer-Encoding, Expect, Upgrade, Connection other than
-// keep-alive). `encoding` is what the (last) Accept-Encoding picks, `content` what the
+// A plain request: `POST <target> HTTP/1.1` (or HTTP/1.0), well-formed header lines, a
+// single Content-Length of at most `max_body` bytes, at most one Connection header,
+// `keep-alive` or `close` (`connection` says which, with the version), and none of the
+// headers that change how the connection is handled (Transfer-Encoding, Expect,
+// Upgrade). `encoding` is what the (last) Accept-Encoding picks, `content` what the
 // (last) Content-Encoding says, as the front end's parser reads them. kIncomplete with the head all
 // there still fills `out` (its `total` says how many bytes the whole request takes).
 ScanResult scan_request(const char* data, size_t size, size_t max_body, ScannedRequest* out);

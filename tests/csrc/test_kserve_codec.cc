@@ -634,6 +634,46 @@ TEST(codec_answers_each_request_from_its_own_recipe_when_recipes_are_reused) {
   CHECK(texts[3] == texts[1]);
 }
 
+TEST(codec_classifies_the_outputs_a_request_asks_to_and_refuses_those_without_order) {
+  LaneFixture f;
+  KServeCodec& codec = f.lane.codec();
+  const HttpResponseWriter& writer = f.lane.writer();
+  // OUTPUT0 as its tensor (binary), OUTPUT1 classified, top 1 as JSON data.
+  std::string classify = "{\"inputs\":[" + input_json("INPUT0", 1) + "," + input_json("INPUT1", 1) +
+                         "],\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"binary_data\":"
+                         "true}},{\"name\":\"OUTPUT1\",\"parameters\":{\"classification\":1}}]}";
+  const std::string as = "AAAAAAAA", bs = std::string("\0\0\x80?\0\0\0@", 8);  // 1.0, 2.0
+  const char* fp32 = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2]],[\"OUTPUT1\",\"FP32\",[1,2]]]}";
+  const char* bools = "{\"outputs\":[[\"OUTPUT0\",\"FP32\",[1,2]],[\"OUTPUT1\",\"BOOL\",[1,2]]]}";
+  CHECK(f.submit(make_body(classify, 128), 1) == SubmitOutcome::kQueued);
+  CHECK(f.submit(make_body(classify, 128), 2) == SubmitOutcome::kQueued);
+  std::string block = result_block({ok_entry(0, fp32, {&as, &bs}), ok_entry(1, bools, {&as, &bs})});
+  std::vector<KServeCodec::Answer> answers;
+  uint64_t timings[4];
+  CHECK(codec.complete(reinterpret_cast<const uint8_t*>(block.data()), block.size(), {1, 2}, 0, 0,
+                       &answers, timings));
+  CHECK(answers.size() == 2);
+  if (answers.size() != 2) return;
+  // The answers' views outlive a move of the answers (the classified tensors are shared).
+  std::vector<KServeCodec::Answer> moved = std::move(answers);
+  const std::string json =
+      "{\"model_name\":\"add_sub\",\"model_version\":\"1\",\"outputs\":["
+      "{\"name\":\"OUTPUT0\",\"datatype\":\"FP32\",\"shape\":[1,2],"
+      "\"parameters\":{\"binary_data_size\":8}},"
+      "{\"name\":\"OUTPUT1\",\"datatype\":\"BYTES\",\"shape\":[1,1],\"data\":[\"2.000000:1\"]}]}";
+  CHECK(writer.text(moved[0].response) ==
+        "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(json.size() + 8) +
+            "\r\nContent-Type: application/octet-stream\r\nInference-Header-Content-Length: " +
+            std::to_string(json.size()) + "\r\n\r\n" + json + as);
+  // BOOL has no order: Triton's 400, sent as text/plain as Triton's frontend sends it.
+  const std::string error =
+      "{\"error\":\"class result not available for output due to unsupported type 'BOOL'\"}";
+  CHECK(writer.text(moved[1].response) ==
+        "HTTP/1.1 400 Bad Request\r\nContent-Length: " + std::to_string(error.size()) +
+            "\r\nContent-Type: text/plain\r\n\r\n" + error);
+  CHECK(codec.in_flight() == 0);
+}
+
 TEST(only_an_error_the_model_did_not_send_counts_as_a_failure) {
   CHECK(!response_counts_as_failure(kResponseFinal));
   CHECK(response_counts_as_failure(kResponseFinal | kResponseError));
@@ -687,6 +727,50 @@ TEST(http_scan_finds_plain_requests) {
   CHECK(incomplete_request_size(request.data(), head, 9) == 0);  // over max body
 }
 
+TEST(http_scan_reads_how_the_connection_goes_on) {
+  struct Case {
+    const char* version;
+    const char* header;
+    HttpConnection expected;
+  };
+  const Case cases[] = {
+      {"HTTP/1.1", "", HttpConnection::kKeepAlive},
+      {"HTTP/1.1", "Connection: keep-alive\r\n", HttpConnection::kKeepAlive},
+      {"HTTP/1.1", "Connection: close\r\n", HttpConnection::kClose},
+      {"HTTP/1.1", "connection: Close\r\n", HttpConnection::kClose},
+      {"HTTP/1.0", "", HttpConnection::kClose10},
+      {"HTTP/1.0", "Connection: close\r\n", HttpConnection::kClose10},
+      {"HTTP/1.0", "Connection: Keep-Alive\r\n", HttpConnection::kKeepAlive10},
+  };
+  for (const Case& c : cases) {
+    std::string request =
+        std::string("POST /x ") + c.version + "\r\n" + c.header + "Content-Length: 2\r\n\r\nab";
+    ScannedRequest out;
+    CHECK(scan(request, &out) == ScanResult::kRequest && out.connection == c.expected);
+    CHECK(closes(c.expected) ==
+          (c.expected == HttpConnection::kClose || c.expected == HttpConnection::kClose10));
+  }
+}
+
+TEST(set_connection_words_the_head_as_triton) {
+  const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+  std::string out = "before" + answer;
+  set_connection(&out, 6, HttpConnection::kKeepAlive);
+  CHECK(out == "before" + answer);
+  set_connection(&out, 6, HttpConnection::kClose);
+  CHECK(out == "beforeHTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+  out = answer;
+  set_connection(&out, 0, HttpConnection::kKeepAlive10);
+  CHECK(out == "HTTP/1.0 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n{}");
+  out = answer;
+  set_connection(&out, 0, HttpConnection::kClose10);
+  CHECK(out == "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+  // A body that holds a blank line is not the head's.
+  out = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n\r\n\r\n";
+  set_connection(&out, 0, HttpConnection::kClose);
+  CHECK(out == "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n\r\n\r\n");
+}
+
 TEST(http_scan_finds_the_end_of_the_head_and_checks_header_names) {
   // The head ends at the first CRLF CRLF, wherever the bytes stop before it.
   const std::string request = "POST /x HTTP/1.1\r\nContent-Length: 2\r\n\r\nab";
@@ -717,12 +801,13 @@ TEST(http_scan_finds_the_end_of_the_head_and_checks_header_names) {
 TEST(http_scan_leaves_everything_else_to_the_parser) {
   const std::string body = "0123456789";
   CHECK(scan("GET /v2/health/ready HTTP/1.1\r\n\r\n") == ScanResult::kOther);
-  CHECK(scan("POST /x HTTP/1.0\r\nContent-Length: 0\r\n\r\n") == ScanResult::kOther);
+  CHECK(scan("POST /x HTTP/2.0\r\nContent-Length: 0\r\n\r\n") == ScanResult::kOther);
   CHECK(scan("POST /x HTTP/1.1\r\n\r\n") == ScanResult::kOther);  // no Content-Length
   for (const char* header :
-       {"Connection: close\r\n", "Transfer-Encoding: chunked\r\n", "Expect: 100-continue\r\n",
-        "Upgrade: h2c\r\n", "Content-Length: 10\r\n", " folded\r\n", "Bad Name: x\r\n",
-        "NoColon\r\n", "X: \x01\r\n"}) {
+       {"Connection: upgrade\r\n", "Connection: close\r\nConnection: close\r\n",
+        "Connection: close, keep-alive\r\n", "Transfer-Encoding: chunked\r\n",
+        "Expect: 100-continue\r\n", "Upgrade: h2c\r\n", "Content-Length: 10\r\n", " folded\r\n",
+        "Bad Name: x\r\n", "NoColon\r\n", "X: \x01\r\n"}) {
     CHECK(scan(http_post("/x", body, 4, header)) == ScanResult::kOther);
   }
   CHECK(scan("POST /x HTTP/1.1\r\nContent-Length: 1x\r\n\r\n") == ScanResult::kOther);
@@ -851,6 +936,20 @@ TEST(fast_lane_takes_http_requests_up_to_the_first_it_cannot) {
   CHECK(f.lane.take_http(reinterpret_cast<const uint8_t*>(three.data()), three.size(), 1 << 20, 7,
                          &taken, 2) == 2 * good.size());
   CHECK(taken.size() == 2 && queued_blocks(f.core) == 6);
+
+  // A request that closes the connection: taken only by a front end that closes it
+  // (`closes`), and nothing after it.
+  std::string close =
+      http_post("/v2/models/add_sub/infer", body.bytes, body.header_size, "Connection: close\r\n");
+  std::string closing = good + close + good;
+  const uint8_t* closing_bytes = reinterpret_cast<const uint8_t*>(closing.data());
+  taken.clear();
+  CHECK(f.lane.take_http(closing_bytes, closing.size(), 1 << 20, 7, &taken) == good.size());
+  CHECK(taken.size() == 1 && taken[0].connection == HttpConnection::kKeepAlive);
+  taken.clear();
+  CHECK(f.lane.take_http(closing_bytes, closing.size(), 1 << 20, 7, &taken, SIZE_MAX, true) ==
+        good.size() + close.size());
+  CHECK(taken.size() == 2 && taken[1].connection == HttpConnection::kClose);
 }
 
 TEST(fast_lane_routes_follow_removed_models) {

@@ -260,14 +260,18 @@ TEST(json_request_refusals_are_the_first_input_s_and_only_for_a_whole_document) 
   CHECK(refusal_of_request("{\"inputs\":[" + input("A", "INT32", "[1]") + "," +
                            input("B", "INT32", "[1, 2]") + "]}") ==
         "500 Unable to parse 'data': Shape does not match true shape of 'data' field");
-  // A document the general path reads anyway (malformed, an id that is no string,
-  // classification): no refusal.
+  // A document the general path reads anyway (malformed, an id that is no string, a
+  // classification that is no count): no refusal.
   CHECK(refusal_of_request("{\"inputs\":[" + input("A", "FP16", "[1]") + "],}").empty());
   CHECK(refusal_of_request("{\"inputs\":[" + input("A", "FP16", "[1]") + "],\"id\":5}").empty());
   CHECK(refusal_of_request("{\"inputs\":[" + input("A", "FP16", "[1]") +
                            "],\"outputs\":[{\"name\":\"O\",\"parameters\":{\"classification\":"
-                           "1}}]}")
+                           "-1}}]}")
             .empty());
+  // A classification is read: the input's refusal stands.
+  CHECK(refusal_of_request("{\"inputs\":[" + input("A", "FP16", "[1]") +
+                           "],\"outputs\":[{\"name\":\"O\",\"parameters\":{\"classification\":"
+                           "1}}]}") == fp16);
   // A refused request read again, taken: nothing of the refusal is left.
   CHECK(refusal_of_request("{\"inputs\":[" + input("A", "INT32", "[1]") + "]}").empty());
 }
@@ -325,7 +329,8 @@ TEST(json_request_forms_left_to_the_general_path) {
   CHECK(!read(both + "abcd", both.size(), &request));
   std::string neither = "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1]}]}";
   CHECK(!read(neither, neither.size(), &request));
-  // Shared memory, classification, repeated data.
+  // Shared memory without its size, classification in a shm region or of no count,
+  // repeated data.
   std::string shm =
       "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1],"
       "\"parameters\":{\"shared_memory_region\":\"r\"}}]}";
@@ -334,7 +339,39 @@ TEST(json_request_forms_left_to_the_general_path) {
       sixteen("1"), sixteen("2"),
       ",\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"classification\":2}}]");
   ParsedRequest classified;
-  CHECK(!read(classify, classify.size(), &classified));
+  CHECK(read(classify, classify.size(), &classified));
+  CHECK(classified.output_classes == std::vector<uint64_t>{2});
+  for (std::string_view count : {"-1", "1.5", "\"2\"", "null", "true"}) {
+    std::string bad = add_sub_json_data(
+        sixteen("1"), sixteen("2"),
+        ",\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"classification\":" +
+            std::string(count) + "}}]");
+    ParsedRequest refused;
+    CHECK(!read(bad, bad.size(), &refused));
+  }
+  std::string in_shm =
+      add_sub_json_data(sixteen("1"), sixteen("2"),
+                        ",\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"classification\":2,"
+                        "\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":64}}]");
+  ParsedRequest shm_classified;
+  CHECK(!read(in_shm, in_shm.size(), &shm_classified));
+  // Only the outputs asked to: the others keep their tensor (0), in request order.
+  std::string second = add_sub_json_data(
+      sixteen("1"), sixteen("2"),
+      ",\"outputs\":[{\"name\":\"OUTPUT0\"},{\"name\":\"OUTPUT1\",\"parameters\":{"
+      "\"classification\":3,\"binary_data\":true}}]");
+  ParsedRequest one_of_two;
+  CHECK(read(second, second.size(), &one_of_two));
+  CHECK((one_of_two.output_classes == std::vector<uint64_t>{0, 3}));
+  CHECK((one_of_two.output_json == std::vector<uint8_t>{1, 0}));
+  // Other output parameters are ignored, as Triton ignores them.
+  std::string other =
+      add_sub_json_data(sixteen("1"), sixteen("2"),
+                        ",\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"x\":{\"y\":[null]},"
+                        "\"binary_data\":true,\"z\":null}}]");
+  ParsedRequest ignored;
+  CHECK(read(other, other.size(), &ignored));
+  CHECK((ignored.output_json == std::vector<uint8_t>{0}) && ignored.output_classes.empty());
   std::string twice =
       "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1],"
       "\"data\":[2]}]}";
