@@ -15,26 +15,32 @@ def exchange(url: str, request: bytes, timeout: float = 30.0) -> tuple[int, dict
     host, port = url.split("//")[1].split(":")
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         sock.sendall(request)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        headers = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        length = int(headers.get("content-length", "0"))
-        while len(body) < length:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            body += chunk
-    # Pipelined requests' answers may arrive in one read: this one ends at its length.
-    return int(lines[0].split()[1]), headers, body[:length]
+        status_line, headers, body, _ = read_answer(sock)
+    return int(status_line.split()[1]), headers, body
+
+
+def read_answer(sock: socket.socket, data: bytes = b"") -> tuple[str, dict, bytes, bytes]:
+    """One answer read from `data`, then the socket: (status line, {lower-cased header:
+    value}, body, what came after it). Pipelined requests' answers may arrive in one
+    read: this one ends at its length."""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return lines[0], headers, body[:length], body[length:]
 
 
 def infer_request(model: str, doc: dict, headers: str = "") -> bytes:

@@ -15,6 +15,7 @@ import pytest
 import requests
 from checksum_support import write_model
 from server_harness import NaiadServer
+from surface_support import read_answer
 from triton_peer import TritonPeer, needs_triton
 
 pytestmark = [pytest.mark.timeout(600), needs_triton]
@@ -67,24 +68,10 @@ def _request(version: str, headers: str, body: bytes | None) -> bytes:
 
 
 def _read_answer(sock: socket.socket, data: bytes) -> tuple[tuple, bytes]:
-    """One answer from `data` and the socket: (status line, headers read, body), rest."""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, data
-        data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    length = int(headers["content-length"])
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        assert chunk, rest
-        rest += chunk
-    read = {h: headers.get(h) for h in _READ}
-    return (lines[0], read, rest[:length]), rest[length:]
+    """One answer: (status line, the headers read, body), and what came after it."""
+    status_line, headers, body, rest = read_answer(sock, data)
+    assert status_line, data
+    return (status_line, {h: headers.get(h) for h in _READ}, body), rest
 
 
 def _exchange(port: int, request: bytes) -> tuple:
