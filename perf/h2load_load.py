@@ -189,11 +189,12 @@ def run_h2load(
     streams: int = 1,
     requests: int = 0,
     scheme: str = "http",
+    headers: tuple[str, ...] = (),
 ) -> dict:
     """One h2load run posting `request` (a serialized ModelInferRequest) to gRPC `url` over
     `connections` HTTP/2 connections, `streams` requests in flight on each, for `seconds`
     (after a 1 s warm-up), or until `requests` were answered (then `seconds` only bounds
-    the wait); `scheme` "https": over TLS (ALPN h2): {"rps", "requests", "succeeded",
+    the wait); `scheme` "https": over TLS (ALPN h2); `headers`: more ("name: value"): {"rps", "requests", "succeeded",
     "failed", "data_bytes", "avg_us", "output"}."""
     with tempfile.TemporaryDirectory(prefix="naiad-h2load-") as tmp:
         body = Path(tmp) / "body"
@@ -212,6 +213,7 @@ def run_h2load(
             "content-type: application/grpc",
             "-H",
             "te: trailers",
+            *(arg for header in headers for arg in ("-H", header)),
             f"--data={body}",
             f"{scheme}://{url}{METHOD}",
         ]

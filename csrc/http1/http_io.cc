@@ -183,6 +183,10 @@ void HttpIo::handle_ready(const epoll_event* events, int ready) {
       grpc_inflate_turn();
       continue;
     }
+    if (key == kDeadlineKey) {
+      grpc_expire(monotonic_ns());
+      continue;
+    }
     Connection* c = find(key);
     if (c == nullptr) continue;  // closed earlier in this turn
     if ((events[e].events & (EPOLLERR | EPOLLHUP)) && (c->eof || c->closing)) {
@@ -1078,6 +1082,7 @@ void HttpIo::destroy(Connection* c, bool report) {
   }
   c->owed.clear();
   for (auto& held : c->calls) {
+    deadlines_->remove(held.second.deadline);
     const uint64_t request_id = held.second.request_id;
     if (request_id == 0) continue;
     auto found = requests_.find(request_id);  // as an HTTP request above

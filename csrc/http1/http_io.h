@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "core/core.h"
+#include "http1/deadline_timer.h"
 #include "http1/endpoint_routes.h"
 #include "http1/http_framer.h"
 #include "http1/io_group.h"
@@ -131,11 +132,17 @@ class HttpIo {
   void listen_grpc(int listen_fd, GrpcLane& lane, const h2::Limits& limits);
   void stop_listening_grpc();
   // Whether the gRPC lane takes ModelInfer calls here (false while Python must see each
-  // call: tracing, restricted protocols, header forwarding).
+  // call: tracing, header forwarding).
   void set_grpc_taking(bool taking) { grpc_taking_ = taking; }
   // Keep the gRPC connections this loop's listener accepts here rather than hand them
   // out over the group (their keepalive and connection age are Python's, on loop 0).
   void set_keep_grpc(bool keep) { keep_grpc_ = keep; }
+  // A restricted inference protocol (--grpc-restricted-protocol): the ModelInfer calls the
+  // lane takes must carry metadata `key` with `value` exactly; one that does not is
+  // answered UNAVAILABLE `denial` (Python's words, flags/restrictions.py). `key` "": none.
+  void set_grpc_inference_rule(std::string key, std::string value, std::string denial) {
+    grpc_rule_ = {std::move(key), std::move(value), std::move(denial)};
+  }
   // Report the client's PINGs (kGrpcPings) for the ping policy Python keeps.
   void set_grpc_watch_pings(bool watch) { grpc_watch_pings_ = watch; }
   // A gRPC connection's protocol object, for Python's calls (send_message, finish,
@@ -146,6 +153,12 @@ class HttpIo {
   // gRPC events seen on the connection (calls, messages...), the keepalive's "calls are
   // active" since it last looked.
   uint64_t grpc_activity(uint64_t connection) const;
+  // The held calls whose grpc-timeout passed by `now_ns` answered DEADLINE_EXCEEDED as
+  // grpc++ answers them, their requests cancelled in the core (dropped if queued,
+  // flagged if running), as Triton cancels a call's requests. A turn calls it with the
+  // clock when the loop's timer fires; tests with theirs. Deadlines pending: the count.
+  void grpc_expire(uint64_t now_ns);
+  size_t grpc_deadlines() const { return deadlines_ ? deadlines_->size() : 0; }
 
   enum class EventKind : uint8_t {
     kAccepted,       // a new connection (lane mode): Python makes its protocol
@@ -317,6 +330,7 @@ class HttpIo {
     // Outputs the answer classifies (the lane model's), rarely any.
     uint32_t model = 0;
     std::vector<ClassifiedOutput> classify;
+    uint32_t deadline = DeadlineTimer::kNone;  // its grpc-timeout in deadlines_
   };
   struct Connection {
     uint64_t id = 0;
@@ -420,6 +434,11 @@ class HttpIo {
                    const std::shared_ptr<HeldBlock>& block);
   // The call ends here (answered, reset, or its client gone).
   void grpc_call_done(Connection* c, uint32_t stream);
+  // The call carries what a restricted inference protocol asks for (set_grpc_inference_rule).
+  bool grpc_admits(const h2::Event& call) const;
+  // The call ends with its request, if queued or running, cancelled in the core (the
+  // client reset it, or its deadline passed).
+  void grpc_cancel(Connection* c, uint32_t stream, GrpcCall& call);
   // A step of a held call's inflation; once done and half-closed, the call is submitted
   // (grpc_submit refuses a damaged or too large message). True when done.
   bool grpc_inflate_step(Connection* c, uint32_t stream, GrpcCall& call);
@@ -522,6 +541,7 @@ class HttpIo {
   static constexpr uint64_t kMailboxKey = kEndpointListenerKey - 64;
   // The eventfd that is readable while gRPC messages inflate (inflate_fd_).
   static constexpr uint64_t kInflateKey = uint64_t(1) << 63;
+  static constexpr uint64_t kDeadlineKey = kInflateKey + 1;  // deadlines_'s timerfd
   struct EndpointListener {
     int fd;
     std::unique_ptr<EndpointRoutes> routes;  // the connections' streams point into it
@@ -538,12 +558,16 @@ class HttpIo {
   bool grpc_taking_ = true;
   bool grpc_watch_pings_ = false;
   bool keep_grpc_ = false;
+  struct GrpcRule {
+    std::string key, value, denial;
+  } grpc_rule_;
   GrpcResponseWriter grpc_writer_;
   // Held calls whose messages inflate a step per turn (connection, stream), one after
   // the other (so that one bomb's worth is held at a time); while there are any,
   // inflate_fd_, an eventfd in the epoll set, is readable, and the event loop runs turns.
   std::deque<std::pair<uint64_t, uint32_t>> inflating_;
   int inflate_fd_ = -1;
+  std::unique_ptr<DeadlineTimer> deadlines_;  // the held calls' grpc-timeouts
   std::string grpc_scratch_;
   std::vector<std::string_view> grpc_parts_;
   int epoll_fd_ = -1;

@@ -12,10 +12,10 @@
 // than on a worker thread keeps the call, its message and the answer on the thread that owns the
 // connection, with no hand-off and no lock, and costs a small message nothing more.
 //
-// Calls with a deadline (grpc-timeout) are Python's: its timer answers them
-// DEADLINE_EXCEEDED. Keepalive PINGs, the maximum connection age and the ping policy
-// are per-connection timers of seconds to hours, kept by Python's handler
-// (grpc/protocol.py) through grpc(): they cost nothing per call and need no timer
+// A held call's grpc-timeout is a deadline in the loop's DeadlineTimer (deadline_timer.h),
+// whose timerfd wakes the loop when one passes (grpc_expire). Keepalive PINGs, the maximum
+// connection age and the ping policy are per-connection timers of seconds to hours, kept by
+// Python's handler (grpc/protocol.py) through grpc(): they cost nothing per call and need no timer
 // plumbing in the epoll set.
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -35,6 +35,8 @@ namespace naiad {
 namespace {
 
 constexpr std::string_view kModelInfer = "/inference.GRPCInferenceService/ModelInfer";
+// What grpc++ (and so Triton 2.51) answers a call whose deadline passed.
+constexpr char kDeadlineMessage[] = "Deadline Exceeded";
 
 }  // namespace
 
@@ -48,6 +50,9 @@ void HttpIo::listen_grpc(int listen_fd, GrpcLane& lane, const h2::Limits& limits
     readable.events = EPOLLIN;
     readable.data.u64 = kInflateKey;
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, inflate_fd_, &readable);
+    deadlines_ = std::make_unique<DeadlineTimer>();
+    readable.data.u64 = kDeadlineKey;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, deadlines_->fd(), &readable);
   }
   if (listen_fd < 0) return;  // served for the connections other loops hand over
   epoll_event event{};
@@ -93,9 +98,21 @@ void HttpIo::grpc_event(Connection* c, h2::Event& event) {
   auto held = c->calls.find(event.stream_id);
   if (held == c->calls.end()) {
     const bool take = event.kind == h2::EventKind::kCall && grpc_taking_ && !c->moving &&
-                      event.path == kModelInfer && event.timeout_us < 0;
+                      event.path == kModelInfer;
+    if (take && !grpc_admits(event)) {
+      ++refused_;
+      c->h2->finish(event.stream_id, grpc::kUnavailable, grpc_rule_.denial);
+      touch(c);
+      return;
+    }
     if (take) {
-      c->calls[event.stream_id].opened = std::move(event);
+      GrpcCall& call = c->calls[event.stream_id];
+      const uint64_t deadline = event.timeout_us < 0
+                                    ? UINT64_MAX
+                                    : DeadlineTimer::deadline_of(monotonic_ns(), event.timeout_us);
+      if (deadline != UINT64_MAX)
+        call.deadline = deadlines_->add(deadline, {c->id, event.stream_id});
+      call.opened = std::move(event);
       return;
     }
     python_event(c, Event::call(c->id, std::move(event)));
@@ -136,16 +153,43 @@ void HttpIo::grpc_event(Connection* c, h2::Event& event) {
       grpc_submit(c, event.stream_id, call);
       return;
     case h2::EventKind::kCancel:
-      // The client reset the call: a queued request is dropped, a running one flagged.
-      if (call.request_id != 0) {
-        auto found = requests_.find(call.request_id);
-        if (found != requests_.end()) found->second.connection = nullptr;
-        core_.cancel(call.request_id);
-      }
-      grpc_call_done(c, event.stream_id);
+      grpc_cancel(c, event.stream_id, call);  // the client reset the call
       return;
     default:
       return;  // a second kCall on an open stream does not happen
+  }
+}
+
+bool HttpIo::grpc_admits(const h2::Event& call) const {
+  if (grpc_rule_.key.empty()) return true;
+  for (const hpack::Header& header : call.metadata) {
+    if (header.name == grpc_rule_.key && header.value == grpc_rule_.value) return true;
+  }
+  return false;
+}
+
+void HttpIo::grpc_cancel(Connection* c, uint32_t stream, GrpcCall& call) {
+  // A queued request is dropped, a running one flagged; its completion answers nobody.
+  if (call.request_id != 0) {
+    auto found = requests_.find(call.request_id);
+    if (found != requests_.end()) found->second.connection = nullptr;
+    core_.cancel(call.request_id);
+  }
+  grpc_call_done(c, stream);
+}
+
+void HttpIo::grpc_expire(uint64_t now_ns) {
+  if (!deadlines_) return;
+  std::vector<DeadlineTimer::Key> due;
+  deadlines_->expire(now_ns, &due);
+  for (const DeadlineTimer::Key& key : due) {
+    Connection* c = find(key.connection);
+    if (c == nullptr) continue;
+    auto held = c->calls.find(key.stream);
+    if (held == c->calls.end()) continue;
+    held->second.deadline = DeadlineTimer::kNone;  // expire() took it out
+    c->h2->finish(key.stream, grpc::kDeadlineExceeded, kDeadlineMessage);
+    grpc_cancel(c, key.stream, held->second);
   }
 }
 
@@ -153,6 +197,7 @@ void HttpIo::grpc_to_python(Connection* c, uint32_t stream, h2::Event* then) {
   auto held = c->calls.find(stream);
   GrpcCall call = std::move(held->second);
   c->calls.erase(held);
+  deadlines_->remove(call.deadline);  // Python's timer keeps it (grpc/protocol.py)
   python_event(c, Event::call(c->id, std::move(call.opened)));
   if (call.has_message) {
     h2::Event message;
@@ -178,9 +223,13 @@ void HttpIo::grpc_submit(Connection* c, uint32_t stream, GrpcCall& call) {
     grpc_call_done(c, stream);
     return;
   }
-  GrpcLane::Taken taken;
   const uint64_t now = monotonic_ns();
+  if (call.deadline != DeadlineTimer::kNone && deadlines_->at(call.deadline) <= now) {
+    grpc_expire(now);  // past due before it was queued (a grpc-timeout of 0): not run
+    return;
+  }
   TakingIds ids(*this);
+  GrpcLane::Taken taken;
   if (!grpc_lane_->submit(grpc_message_of(call), now, &taken)) {
     grpc_to_python(c, stream, nullptr);
     // The half-close that made it due follows the message.
@@ -284,6 +333,7 @@ void HttpIo::grpc_call_done(Connection* c, uint32_t stream) {
   auto held = c->calls.find(stream);
   if (held == c->calls.end()) return;
   if (held->second.request_id != 0) --c->grpc_in_flight;
+  deadlines_->remove(held->second.deadline);
   c->calls.erase(held);
   c->answered = true;
   ++c->activity;
@@ -321,6 +371,7 @@ bool HttpIo::release_grpc(uint64_t request_id) {
     auto held = request.connection->calls.find(request.stream);
     if (held != request.connection->calls.end()) {
       --request.connection->grpc_in_flight;
+      deadlines_->remove(held->second.deadline);
       request.connection->calls.erase(held);
       update_waiting(request.connection);
     }

@@ -34,6 +34,12 @@ struct Client {
     send_all(fd, h2test::headers(stream, h2test::request_block(path)) +
                      h2test::data(stream, h2test::grpc_message(message)));
   }
+  // A ModelInfer call with a grpc-timeout header of `timeout`.
+  void call_within(uint32_t stream, const char* timeout, const std::string& message) {
+    send_all(fd, h2test::headers(stream,
+                                 h2test::request_block(kModelInfer, {{"grpc-timeout", timeout}})) +
+                     h2test::data(stream, h2test::grpc_message(message)));
+  }
   // A call whose message is `compressed` with grpc-encoding `encoding`.
   static std::string compressed_call_bytes(uint32_t stream, const std::string& compressed,
                                            const char* encoding) {
@@ -180,6 +186,110 @@ TEST(grpc_io_a_reset_call_is_cancelled_in_the_core_and_never_answered) {
   CHECK(client.trailers(1) == nullptr);
   CHECK(client.data_of(1).empty());
   CHECK(python_calls(fixture).empty());
+}
+
+TEST(grpc_io_serves_calls_with_a_deadline_in_cpp) {
+  Fixture fixture;
+  Client client(fixture);
+  grpc_connection(fixture);
+  client.call_within(1, "100S", grpctest::add_sub_request(1, "one"));
+  client.call_within(3, "99999999H", grpctest::add_sub_request(1, "two"));  // no deadline
+  CHECK(client.read_until([&] { return client.trailers(1) && client.trailers(3); }));
+  CHECK(client.status(1) == "0");
+  CHECK(client.status(3) == "0");
+  CHECK(client.data_of(1).find("one") != std::string::npos);
+  CHECK(python_calls(fixture).empty());
+  CHECK(successes(fixture) == 2);
+  CHECK(fixture.io->grpc_deadlines() == 0);  // answered: its deadline is gone
+}
+
+TEST(grpc_io_a_running_call_past_its_deadline_is_answered_and_cancelled_in_the_core) {
+  Fixture fixture;
+  fixture.holding = true;  // the batch runs and stays running: the test answers it
+  Client client(fixture);
+  grpc_connection(fixture);
+  client.call_within(1, "100S", grpctest::add_sub_request(1));
+  CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 1; }));
+  CHECK(fixture.io->grpc_deadlines() == 1);
+  fixture.io->grpc_expire(monotonic_ns() + 99000000000ull);  // not yet
+  CHECK(fixture.io->grpc_deadlines() == 1);
+  fixture.io->grpc_expire(monotonic_ns() + 101000000000ull);
+  CHECK(client.read_until([&] { return client.trailers(1) != nullptr; }));
+  CHECK(client.status(1) == "4");  // DEADLINE_EXCEEDED, grpc++'s words
+  CHECK(h2test::header_value(*client.trailers(1), "grpc-message") == "Deadline Exceeded");
+  CHECK(client.data_of(1).empty());
+  CHECK(fixture.io->grpc_deadlines() == 0);
+  CHECK(fixture.io->waiting_count() == 0);
+  // Running when it expired: it ends, counted, and its answer goes nowhere.
+  fixture.holding = false;
+  CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 0; }));
+  CHECK(successes(fixture) == 1);
+  CHECK(python_calls(fixture).empty());
+}
+
+TEST(grpc_io_the_loop_timer_answers_a_passed_deadline) {
+  Fixture fixture;
+  fixture.holding = true;
+  Client client(fixture);
+  grpc_connection(fixture);
+  // 1 ms: the loop's timerfd wakes it (turn_until waits on the loop's epoll fd).
+  client.call_within(1, "1m", grpctest::add_sub_request(1));
+  CHECK(client.read_until([&] { return client.trailers(1) != nullptr; }));
+  CHECK(client.status(1) == "4");
+  fixture.holding = false;
+  CHECK(fixture.turn_until([&] { return fixture.io->in_flight() == 0; }));
+  CHECK(python_calls(fixture).empty());
+}
+
+TEST(grpc_io_a_call_due_before_it_is_queued_is_not_run) {
+  Fixture fixture;
+  Client client(fixture);
+  grpc_connection(fixture);
+  client.call_within(1, "0n", grpctest::add_sub_request(1));
+  CHECK(client.read_until([&] { return client.trailers(1) != nullptr; }));
+  CHECK(client.status(1) == "4");
+  CHECK(h2test::header_value(*client.trailers(1), "grpc-message") == "Deadline Exceeded");
+  CHECK(successes(fixture) == 0);
+  CHECK(fixture.io->in_flight() == 0);
+  CHECK(fixture.io->grpc_deadlines() == 0);
+  CHECK(python_calls(fixture).empty());
+}
+
+TEST(grpc_io_a_call_handed_to_python_takes_its_grpc_timeout_along) {
+  Fixture fixture;
+  Client client(fixture);
+  grpc_connection(fixture);
+  // Version 0 is served, but not by the lane: Python's, with its timeout for its timer.
+  client.call_within(1, "5S", grpctest::add_sub_request(1, "", false, "0"));
+  CHECK(fixture.turn_until([&] { return python_calls(fixture).size() == 3; }));
+  CHECK(python_calls(fixture)[0]->grpc.timeout_us == 5000000);
+  CHECK(fixture.io->grpc_deadlines() == 0);
+}
+
+TEST(grpc_io_a_restricted_inference_protocol_is_checked_by_the_lane) {
+  Fixture fixture;
+  fixture.io->set_grpc_inference_rule("triton-grpc-protocol-key", "secret", "denied: key");
+  Client client(fixture);
+  grpc_connection(fixture);
+  auto call_with = [&](uint32_t stream, const char* name, const char* value) {
+    send_all(client.fd,
+             h2test::headers(stream, h2test::request_block(kModelInfer, {{name, value}})) +
+                 h2test::data(stream, h2test::grpc_message(grpctest::add_sub_request(1))));
+  };
+  call_with(1, "triton-grpc-protocol-key", "secret");
+  call_with(3, "triton-grpc-protocol-key", "wrong");
+  call_with(5, "key", "secret");
+  CHECK(client.read_until(
+      [&] { return client.trailers(1) && client.trailers(3) && client.trailers(5); }));
+  CHECK(client.status(1) == "0");
+  CHECK(client.status(3) == "14");  // UNAVAILABLE, with the words it was given
+  CHECK(h2test::header_value(*client.trailers(3), "grpc-message") == "denied: key");
+  CHECK(client.status(5) == "14");
+  CHECK(successes(fixture) == 1);
+  // Python hears of no call but what follows a refused call's opening (its message).
+  for (const HttpIo::Event* event : python_calls(fixture)) {
+    CHECK(event->grpc.kind != h2::EventKind::kCall);
+  }
 }
 
 TEST(grpc_io_a_lost_connection_cancels_its_calls_in_the_core) {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import requests
 import tritonclient.grpc as grpcclient
 from server_harness import NaiadServer
 from surface_support import (
@@ -214,7 +215,13 @@ def test_restricted_apis_as_triton(tmp_path):
         theirs_grpc = _restricted_grpc(f"127.0.0.1:{triton.grpc_port}")
     with NaiadServer(SURFACE_MODELS, log_dir=tmp_path, extra_args=flags) as naiad:
         ours_http = _restricted_http(naiad.url)
+        before = requests.get(f"{naiad.url}/v2/naiad/lanes", timeout=30).json()
         ours_grpc = _restricted_grpc(f"127.0.0.1:{naiad.grpc_port}")
+        after = requests.get(f"{naiad.url}/v2/naiad/lanes", timeout=30).json()
+    # The infer calls are the C++ loop's: one served, three refused (UNAVAILABLE).
+    assert after["io_loop_requests"] == before["io_loop_requests"] + 1
+    assert after["lane_refused"] == before["lane_refused"] + 3
+    assert after["general_requests"] == before["general_requests"]
     for theirs, ours in zip(theirs_http, ours_http):
         assert ours == theirs
     for theirs, ours in zip(theirs_grpc, ours_grpc):

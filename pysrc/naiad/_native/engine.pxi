@@ -1371,6 +1371,11 @@ cdef class HttpIo:
     def set_grpc_watch_pings(self, bint watch):
         self._io.set_grpc_watch_pings(watch)
 
+    def set_grpc_inference_rule(self, str key, str value, str denial):
+        """--grpc-restricted-protocol's rule for ModelInfer calls the lane takes (key "":
+        none): refused in C++ with `denial` (UNAVAILABLE)."""
+        self._io.set_grpc_inference_rule(key.encode(), value.encode(), denial.encode())
+
     def grpc_streams(self, uint64_t connection):
         """The gRPC connection's calls, for Python's answers (GrpcStreams)."""
         cdef GrpcStreams streams = GrpcStreams.__new__(GrpcStreams)

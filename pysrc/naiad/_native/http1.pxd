@@ -208,6 +208,7 @@ cdef extern from "http1/http_io.h" namespace "naiad":
         void listen_grpc(int listen_fd, CGrpcLane& lane, const H2Limits& limits) except +
         void stop_listening_grpc()
         void set_grpc_taking(cbool taking)
+        void set_grpc_inference_rule(string key, string value, string denial)
         void set_grpc_watch_pings(cbool watch)
         CGrpcConnection* grpc(uint64_t connection)
         void grpc_wrote(uint64_t connection)

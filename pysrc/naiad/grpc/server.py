@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from naiad import _core
+from naiad.flags.restrictions import Restrictions
 from naiad.grpc.compression import COMPRESSION_LEVELS
 from naiad.grpc.keepalive import Keepalive, PingPolicy
 from naiad.grpc.protocol import MAX_MESSAGE_SIZE, GrpcProtocol
@@ -129,11 +130,16 @@ async def start_grpc_server(
             ping_policy,
         )
 
-    plain = not service.restrictions and service.forward is None
+    # The loop's lane checks a restricted inference protocol itself; forwarding headers
+    # to the model is Python's, per call.
+    plain = service.forward is None
     server = GrpcServer(engine, sock, make_protocol, plain)
     io = engine.io
     # Restricted protocols and header forwarding read call metadata (naiad/flags/restrictions.py).
-    io.grpc_metadata = not plain
+    io.grpc_metadata = bool(service.restrictions) or not plain
+    rule = service.restrictions.rule("inference")
+    if rule is not None:
+        io.set_grpc_inference_rule(rule[0], rule[1], Restrictions.grpc_denial(rule[0]))
     io.set_grpc_watch_pings(ping_policy is not None)
     io.set_tls(True, None if tls is None else tls.context)
     io.listen_grpc(

@@ -284,6 +284,8 @@ class SubmitPath:
         return {
             "lane_requests": self.lane_requests + (io.requests_queued if io else 0),
             "general_requests": self.general_requests,
+            # Of lane_requests, those the I/O loop queued itself, with no Python per request.
+            "io_loop_requests": io.requests_queued if io else 0,
             "lane_refused": self.lane_refused + (io.requests_refused if io else 0),
             "lane_cached": self.lane_cached + (io.requests_cached if io else 0),
             "lane_collected": self.lane_collected,
