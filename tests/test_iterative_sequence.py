@@ -104,11 +104,22 @@ def test_each_run_sees_the_controls_and_counts(repository):
     assert pair == [1, 2, 3, 4]
 
 
+def _without_batch_sizes(result: tuple) -> tuple:
+    """`_run_all`'s result less how many requests each execute held: Triton's sequence
+    batcher sometimes runs a request beside the slot of the sequence before it, not
+    released yet (a batch of 2 where it is usually 1), so that part depends on Triton's
+    timing; test_each_run_sees_the_controls_and_counts holds Naiad's to EXPECTED."""
+    got, counts, refused, pair = result
+    runs = {request_id: [run[:6] for run in each] for request_id, each in got.items()}
+    totals = {key: value for key, value in counts.items() if key != "batch_stats"}
+    return runs, totals, refused, pair
+
+
 @needs_triton
 def test_the_same_answers_and_statistics_as_triton(repository):
     models, root = repository
     with TritonPeer(models, root, []) as triton:
         triton.wait_ready(["history", "history_pair"])
-        expected = _run_all(triton.url)
+        expected = _without_batch_sizes(_run_all(triton.url))
     with NaiadServer(models, log_dir=root) as server:
-        assert _run_all(server.url) == expected
+        assert _without_batch_sizes(_run_all(server.url)) == expected
