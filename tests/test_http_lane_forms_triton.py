@@ -14,9 +14,8 @@ import socket
 import pytest
 import requests
 from checksum_support import write_model
-from server_harness import NaiadServer
 from surface_support import read_answer
-from triton_peer import TritonPeer, needs_triton
+from triton_peer import naiad_and_triton_http, needs_triton
 
 pytestmark = [pytest.mark.timeout(600), needs_triton]
 
@@ -106,13 +105,8 @@ def servers(tmp_path_factory):
     root = tmp_path_factory.mktemp("http_connection")
     repo = root / "models"
     write_model(repo, "echo")
-    naiad = NaiadServer(repo, log_dir=root).start()
-    try:
-        with TritonPeer(repo, root, []) as triton:
-            triton.wait_ready(["echo"])
-            yield naiad.http_port, triton.http_port
-    finally:
-        naiad.stop()
+    with naiad_and_triton_http(repo, root, ["echo"]) as ports:
+        yield ports
 
 
 @pytest.mark.parametrize("name,version,headers,body", CASES, ids=[c[0] for c in CASES])

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 from checksum_support import IDENTITY
-from server_harness import NaiadServer
-from triton_peer import TritonPeer, needs_triton
+from triton_peer import naiad_and_triton_http, needs_triton
 
 pytestmark = [pytest.mark.timeout(600), needs_triton]
 
@@ -85,14 +84,8 @@ def _lanes(port: int) -> dict:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     root = tmp_path_factory.mktemp("http_refusals")
-    repo = _repository(root)
-    naiad = NaiadServer(repo, log_dir=root).start()
-    try:
-        with TritonPeer(repo, root, []) as triton:
-            triton.wait_ready(["echo"])
-            yield naiad.http_port, triton.http_port
-    finally:
-        naiad.stop()
+    with naiad_and_triton_http(_repository(root), root, ["echo"]) as ports:
+        yield ports
 
 
 def _all_refused_by_the_lane(servers, requests) -> None:

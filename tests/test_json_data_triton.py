@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from checksum_support import IDENTITY
-from server_harness import NaiadServer
-from triton_peer import TritonPeer, needs_triton
+from triton_peer import naiad_and_triton_http, needs_triton
 
 pytestmark = [pytest.mark.timeout(600), needs_triton]
 
@@ -162,14 +161,8 @@ def _lanes(port: int) -> dict:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     root = tmp_path_factory.mktemp("json_data")
-    repo = _repository(root)
-    naiad = NaiadServer(repo, log_dir=root).start()
-    try:
-        with TritonPeer(repo, root, []) as triton:
-            triton.wait_ready([f"echo_{wire}" for wire in TYPES])
-            yield naiad.http_port, triton.http_port
-    finally:
-        naiad.stop()
+    with naiad_and_triton_http(_repository(root), root, [f"echo_{w}" for w in TYPES]) as ports:
+        yield ports
 
 
 def test_json_data_is_answered_as_triton_answers_it_and_by_the_lane(servers):

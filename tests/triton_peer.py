@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from server_harness import REPO_ROOT, _free_ports
+from server_harness import REPO_ROOT, NaiadServer, _free_ports
 
 __all__ = ["MISSING", "find_triton", "needs_triton", "skip_without_triton", "TritonPeer"]
 
@@ -138,3 +138,16 @@ class TritonPeer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
+
+
+@contextlib.contextmanager
+def naiad_and_triton_http(repository: Path, root: Path, ready: list[str]):
+    """Naiad and Triton 2.51 serving one repository (logs under `root`): yields their
+    HTTP ports once Triton has `ready` ready too."""
+    naiad = NaiadServer(repository, log_dir=root).start()
+    try:
+        with TritonPeer(repository, root, []) as triton:
+            triton.wait_ready(ready)
+            yield naiad.http_port, triton.http_port
+    finally:
+        naiad.stop()
