@@ -48,3 +48,18 @@ def write_model(repo: Path, name: str, extra: str = "") -> Path:
     (folder / "1" / "model.py").write_text(IDENTITY)
     (folder / "config.pbtxt").write_text(CONFIG.format(name=name, extra=extra))
     return folder
+
+
+def int32_echo_repository(root: Path) -> Path:
+    """A repository under `root` with one identity model, echo: INT32 [-1] in and out,
+    no batching."""
+    folder = root / "models" / "echo"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.py").write_text(IDENTITY)
+    (folder / "config.pbtxt").write_text(
+        'name: "echo"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+    )
+    return root / "models"

@@ -7,11 +7,9 @@ general path (its counter stays put). Skips, saying why, when Triton is not inst
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import requests
-from checksum_support import IDENTITY
+from checksum_support import int32_echo_repository
 from triton_peer import naiad_and_triton_http, needs_triton
 
 pytestmark = [pytest.mark.timeout(600), needs_triton]
@@ -58,19 +56,6 @@ MALFORMED = [
 ]
 
 
-def _repository(root: Path) -> Path:
-    folder = root / "models" / "echo"
-    (folder / "1").mkdir(parents=True)
-    (folder / "1" / "model.py").write_text(IDENTITY)
-    (folder / "config.pbtxt").write_text(
-        'name: "echo"\nbackend: "python"\nmax_batch_size: 0\n'
-        'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
-        "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
-    )
-    return root / "models"
-
-
 def _post(port: int, path: str, body: bytes, headers: dict | None = None) -> tuple[int, object]:
     headers = {"Accept-Encoding": "identity", **(headers or {})}
     reply = requests.post(f"http://127.0.0.1:{port}{path}", data=body, headers=headers, timeout=60)
@@ -84,7 +69,7 @@ def _lanes(port: int) -> dict:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     root = tmp_path_factory.mktemp("http_refusals")
-    with naiad_and_triton_http(_repository(root), root, ["echo"]) as ports:
+    with naiad_and_triton_http(int32_echo_repository(root), root, ["echo"]) as ports:
         yield ports
 
 

@@ -313,10 +313,11 @@ def _lanes(server) -> dict:
 
 
 def test_a_batch_of_loop_1_lane_requests_and_python_requests_is_answered_by_both(server):
-    """Requests whose id has a JSON escape (Python's general path) and plain ones (the
-    lanes of both loops) sent together to a model that holds its batches (an idle keep-alive
-    client on each loop could still send): they run in one batch, which Python answers,
-    loop 1's requests through loop 1's lane while it holds loop 1 paused."""
+    """Requests whose header opens with a UTF-8 byte order mark (Python's general path)
+    and plain ones (the lanes of both loops) sent together to a model that holds its
+    batches (an idle keep-alive client on each loop could still send): they run in one
+    batch, which Python answers, loop 1's requests through loop 1's lane while it holds
+    loop 1 paused."""
 
     def stats() -> dict:
         reply = requests.get(f"{server.url}/v2/models/held/stats", timeout=10)
@@ -336,9 +337,9 @@ def test_a_batch_of_loop_1_lane_requests_and_python_requests_is_answered_by_both
 
     def raw(python: bool, value: float) -> bytes:
         body, headers = add_sub_binary_request(value)
-        if python:  # the C++ reader leaves an id with a JSON escape to Python
+        if python:  # the C++ reader leaves a header after a byte order mark to Python
             size = int(headers["Inference-Header-Content-Length"])
-            header = b'{"id":"py\\u0031",' + body[1:size]
+            header = b"\xef\xbb\xbf" + body[:size]
             body = header + body[size:]
             headers["Inference-Header-Content-Length"] = str(len(header))
         head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())

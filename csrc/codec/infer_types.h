@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <forward_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -77,7 +78,7 @@ struct OutputRegion {
 
 // A request as any framer hands it to the validator and the codec.
 struct ParsedRequest {
-  std::string_view id;               // the client's id, as plain text (no escapes)
+  std::string_view id;               // the client's id, unescaped
   std::vector<RequestInput> inputs;  // in request order
   // Requested outputs by name; none listed asks for every output.
   std::vector<std::string_view> output_names;
@@ -109,6 +110,10 @@ struct ParsedRequest {
   // Wire bytes the reader made from JSON `data`: inputs' `data` may point into it (a
   // vector, whose bytes stay put when the request is moved; do not copy one).
   std::vector<uint8_t> converted;
+  // The unescaped text of strings the client wrote with JSON escapes (names, ids,
+  // regions), which the views above then point into (a list: its strings stay put when
+  // the request is moved; do not copy one).
+  std::forward_list<std::string> unescaped;
 
   // Set by validate_request():
   std::vector<uint32_t> outputs;  // output_names as indices into ModelSpec::outputs

@@ -40,23 +40,30 @@ bool JsonReader::at_end() {
   return p_ == end_;
 }
 
-bool JsonReader::plain_string(std::string_view* out) {
-  if (!consume('"')) return false;
-  const char* start = p_;
-  while (p_ < end_) {
-    char c = *p_;
-    if (c == '"') {
-      *out = std::string_view(start, static_cast<size_t>(p_ - start));
-      ++p_;
-      return true;
-    }
-    if (c < 0x20 || c > 0x7E || c == '\\') return false;
-    ++p_;
+bool JsonReader::string(std::string_view* out, std::forward_list<std::string>* owned) {
+  skip_whitespace();
+  const char* const start = p_;
+  std::string_view raw;
+  bool escaped = false;
+  if (!scan_string(&raw, &escaped)) return false;
+  if (!escaped) {
+    *out = raw;
+    return true;
   }
-  return false;
+  p_ = start;
+  owned->emplace_front();
+  if (!string_into(&owned->front())) return false;
+  *out = owned->front();
+  return true;
 }
 
 bool JsonReader::raw_string(std::string_view* out) {
+  bool escaped;
+  return scan_string(out, &escaped);
+}
+
+bool JsonReader::scan_string(std::string_view* out, bool* escaped) {
+  *escaped = false;
   if (!consume('"')) return false;
   const char* start = p_;
   while (p_ < end_) {
@@ -68,6 +75,7 @@ bool JsonReader::raw_string(std::string_view* out) {
     }
     if (c < 0x20) return false;
     if (c == '\\') {
+      *escaped = true;
       if (end_ - p_ < 2) return false;
       char e = p_[1];
       if (e == 'u') {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <forward_list>
 #include <string>
 #include <string_view>
 
@@ -26,10 +27,10 @@ class JsonReader {
     }
     return false;
   }
-  // A string of printable ASCII without escapes: its bytes between the quotes.
-  // Names, datatypes and ids on the fast lane are of that kind; others go the
-  // general way.
-  bool plain_string(std::string_view* out);
+  // Any valid JSON string (UTF-8, escapes), unescaped: a view of its bytes between the
+  // quotes when it has no escape, else of its unescaped text, kept in `owned` (whose
+  // strings stay put while it lives, moved or not).
+  bool string(std::string_view* out, std::forward_list<std::string>* owned);
   // Any valid JSON string, its text between the quotes with escapes kept as they are,
   // for copying into another JSON document unchanged.
   bool raw_string(std::string_view* out);
@@ -52,15 +53,17 @@ class JsonReader {
     return p_ < end_ ? *p_ : '\0';
   }
 
-  // Walks an object whose keys are plain strings: `on_member(key)` reads each value.
-  // False if the object is malformed or `on_member` returns false.
+  // Walks an object: `on_member(key)` reads each value, the key unescaped (valid until
+  // the next key). False if the object is malformed or `on_member` returns false.
   template <typename OnMember>
   bool object(OnMember&& on_member) {
     if (!consume('{')) return false;
     if (consume('}')) return true;
+    std::forward_list<std::string> unescaped;  // an escaped key's text (rare)
     do {
       std::string_view key;
-      if (!plain_string(&key) || !consume(':') || !on_member(key)) return false;
+      unescaped.clear();
+      if (!string(&key, &unescaped) || !consume(':') || !on_member(key)) return false;
     } while (consume(','));
     return consume('}');
   }
@@ -83,6 +86,8 @@ class JsonReader {
   void skip_whitespace() {
     while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r')) ++p_;
   }
+  // raw_string(), and whether the string has an escape.
+  bool scan_string(std::string_view* out, bool* escaped);
   bool skip_value_at(int depth);
   bool skip_number();
   bool literal(std::string_view word);

@@ -62,18 +62,22 @@ void KServeCodec::set_accepting(uint32_t model, bool accepting) {
 }
 
 SubmitOutcome KServeCodec::submit(uint32_t lane_model, ParsedRequest& request, uint64_t request_id,
-                                  uint64_t now_ns, std::string* error, CachedAnswer* cached) {
+                                  uint64_t now_ns, std::string* error, CachedAnswer* cached,
+                                  ErrorKind* shm_refusal) {
   if (lane_model >= models_.size() || !accepting_[lane_model]) return SubmitOutcome::kFallback;
   const ModelSpec& model = models_[lane_model];
-  // Tensors in client shm regions: resolved and pinned (shm_registry.h), or the
-  // general path answers with Triton's error.
+  // Tensors in client shm regions: resolved and pinned (shm_registry.h), or refused
+  // with the registry's (Triton's) error, or the general path's (CUDA regions).
   std::vector<uint64_t> pins;
   std::vector<RegionRef> shm_inputs;
   std::string regions_json;
   bool has_shm = !request.output_shm.empty();
   for (const RequestInput& input : request.inputs) has_shm = has_shm || input.in_shm;
-  if (has_shm && !resolve_shm(model, request, &pins, &shm_inputs, &regions_json)) {
-    return SubmitOutcome::kFallback;
+  ErrorKind refused = ErrorKind::kNone;
+  if (has_shm && !resolve_shm(model, request, &pins, &shm_inputs, &refused, error)) {
+    if (refused == ErrorKind::kNone || shm_refusal == nullptr) return SubmitOutcome::kFallback;
+    *shm_refusal = refused;
+    return SubmitOutcome::kRefused;
   }
   if (!validate_request(model, &request, error)) {
     unpin(pins);
@@ -123,12 +127,9 @@ SubmitOutcome KServeCodec::submit(uint32_t lane_model, ParsedRequest& request, u
   // validator's messages and the answer keep the client's plain id).
   const std::string_view plain_id = request.id;
   std::string id_json;
-  for (char c : plain_id) {
-    if (c == '"' || c == '\\' || static_cast<uint8_t>(c) < 0x20) {
-      id_json = json_string_text(plain_id);
-      request.id = id_json;
-      break;
-    }
+  if (needs_json_escape(plain_id)) {
+    id_json = json_string_text(plain_id);
+    request.id = id_json;
   }
   layout_request_block(model, request, &block);
   request.id = plain_id;
@@ -445,13 +446,13 @@ void KServeCodec::unpin(const std::vector<uint64_t>& pins) {
 
 bool KServeCodec::resolve_shm(const ModelSpec& /*model*/, ParsedRequest& request,
                               std::vector<uint64_t>* pins, std::vector<RegionRef>* refs,
-                              std::string* regions_json) {
-  (void)regions_json;
+                              ErrorKind* refused, std::string* error) {
+  *refused = ErrorKind::kNone;
   if (regions_ == nullptr) return false;
-  std::string error;
   refs->resize(request.inputs.size() + request.output_shm.size());
   auto take = [&](std::string_view region, uint64_t offset, uint64_t size, RegionRef* ref) {
-    if (regions_->resolve(region, offset, size, ref, &error) != ErrorKind::kNone) return false;
+    *refused = regions_->resolve(region, offset, size, ref, error);
+    if (*refused != ErrorKind::kNone) return false;
     pins->push_back(ref->id);
     // System memory only here; CUDA regions take the general path.
     return ref->kind == InputKind::kSystemShm;

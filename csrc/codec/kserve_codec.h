@@ -39,6 +39,8 @@ enum class SubmitOutcome {
   kInvalid,   // the validator refused it: `error` holds Triton's message (HTTP 400)
   kFallback,  // not taken (model not ready, core full): the general path answers it
   kCached,    // answered from the response cache (response_cache.h): see CachedAnswer
+  kRefused,   // a tensor's shm region refused (unknown, out of bounds): `error` holds
+              // Triton's message, `*shm_refusal` its kind (only when asked for)
 };
 
 // A request answered from the response cache: `response`'s views point into `entry`
@@ -126,8 +128,11 @@ class KServeCodec {
   // a miss queued as usual, its result kept in the cache by complete(). Requests with
   // outputs in client shm regions are neither looked up nor kept (the worker writes
   // those tensors into the client's region, not the result block).
+  // With `shm_refusal`, a shm region the registry refuses is kRefused (else the
+  // general path's, kFallback).
   SubmitOutcome submit(uint32_t model, ParsedRequest& request, uint64_t request_id, uint64_t now_ns,
-                       std::string* error, CachedAnswer* cached = nullptr);
+                       std::string* error, CachedAnswer* cached = nullptr,
+                       ErrorKind* shm_refusal = nullptr);
 
   // The cache's part of a validated request of `model` submitted at `now_ns`, for
   // every path (submit() and the Python general path): true on a hit, `*cached` filled
@@ -251,10 +256,12 @@ class KServeCodec {
   void keep_result(uint32_t model, Recipe& recipe, const ResultBlock& result,
                    const ResultOutcome& outcome, const uint8_t* block);
   // Resolves and pins the request's shm tensors (inputs: `data` points into the
-  // registry's mapping; outputs: `regions_json` for the worker). False: the general
-  // path answers (unknown region, out of bounds, CUDA, no registry), nothing pinned.
+  // registry's mapping; outputs: `regions_json` for the worker), in request order (the
+  // inputs', then the outputs'). False, nothing pinned: the general path answers (CUDA,
+  // no registry: `*refused` kNone), or the registry refuses a region (unknown, out of
+  // bounds) with `*refused` and Triton's message in `error`.
   bool resolve_shm(const ModelSpec& model, ParsedRequest& request, std::vector<uint64_t>* pins,
-                   std::vector<RegionRef>* inputs, std::string* regions_json);
+                   std::vector<RegionRef>* inputs, ErrorKind* refused, std::string* error);
   void unpin(const std::vector<uint64_t>& pins);
   // A traced request's TENSOR_BACKEND_OUTPUT records, if it keeps tensors.
   void record_outputs(const InferResponse& response);

@@ -16,6 +16,9 @@ namespace {
 
 constexpr size_t kMaxRank = 32;
 
+// Where the unescaped text of escaped strings goes (ParsedRequest::unescaped).
+using Owned = std::forward_list<std::string>;
+
 // What the readers reserve, so that a typical request (rank <= 4, a few inputs and
 // outputs) grows none of its vectors one element at a time: one allocation each.
 constexpr size_t kTypicalCount = 4;
@@ -49,56 +52,75 @@ bool element_count(const std::vector<int64_t>& shape, uint64_t* count) {
   return true;
 }
 
-// {"binary_data_size": N} or {}, or Triton's shm parameters (shared_memory_region,
-// _offset, _byte_size: region and size both; the tensor's bytes are in the client's
-// region, resolved by the codec); anything else in an input's parameters (unknown keys)
-// is for the general path.
-bool read_input_parameters(JsonReader& reader, bool* has_size, uint64_t* binary_size,
-                           RequestInput* input, bool* has_shm_size) {
-  bool has_region = false, has_offset = false;
-  bool ok = reader.object([&](std::string_view key) {
-    if (key == "binary_data_size") return once(has_size, [&] { return reader.uint(binary_size); });
-    if (key == "shared_memory_region") {
-      return once(&has_region, [&] { return reader.plain_string(&input->shm_region); });
-    }
-    if (key == "shared_memory_offset") {
-      return once(&has_offset, [&] { return reader.uint(&input->shm_offset); });
-    }
-    if (key == "shared_memory_byte_size") {
-      return once(has_shm_size, [&] { return reader.uint(&input->size); });
-    }
-    return false;
-  });
-  if (ok && (has_region || has_offset || *has_shm_size)) {
-    input->in_shm = true;
-    return has_region && *has_shm_size && !*has_size;
-  }
-  return ok;
-}
-
 // An input as read: its JSON `data` is converted once the datatype and shape are known
 // (they may come after it).
 struct InputRead {
-  bool has_shm_size = false;  // Triton's shm parameters (RequestInput::in_shm)
-  bool has_size = false;
+  bool has_region = false;    // `shared_memory_region` in its parameters
+  bool has_offset = false;    // `shared_memory_offset`
+  bool has_shm_size = false;  // `shared_memory_byte_size`
+  bool has_size = false;      // `binary_data_size`
   uint64_t binary_size = 0;
   bool has_data = false;
   JsonReader data{nullptr, 0};
 };
 
-bool read_input(JsonReader& reader, RequestInput* input, InputRead* read) {
+// A string member's text, unless it holds a NUL: Triton reads names and ids as C
+// strings (cut there), which the general path words.
+bool read_text(JsonReader& reader, std::string_view* out, Owned* owned) {
+  return reader.string(out, owned) && out->find('\0') == std::string_view::npos;
+}
+
+// {"binary_data_size": N} or {}, or Triton's shm parameters (shared_memory_region,
+// _offset, _byte_size; the tensor's bytes are in the client's region, resolved by the
+// codec); anything else in an input's parameters (unknown keys) is for the general path.
+bool read_input_parameters(JsonReader& reader, RequestInput* input, InputRead* read, Owned* owned) {
+  return reader.object([&](std::string_view key) {
+    if (key == "binary_data_size") {
+      return once(&read->has_size, [&] { return reader.uint(&read->binary_size); });
+    }
+    if (key == "shared_memory_region") {
+      return once(&read->has_region, [&] { return read_text(reader, &input->shm_region, owned); });
+    }
+    if (key == "shared_memory_offset") {
+      return once(&read->has_offset, [&] { return reader.uint(&input->shm_offset); });
+    }
+    if (key == "shared_memory_byte_size") {
+      return once(&read->has_shm_size, [&] { return reader.uint(&input->size); });
+    }
+    return false;
+  });
+}
+
+// What read_input made of an input.
+enum class InputOutcome : uint8_t { kRead, kRefused, kNotRead };
+
+// Triton's first check of each input (ValidateInputContentType): it carries exactly one
+// of `data`, `binary_data_size` and `shared_memory_region`.
+std::string content_type_message(const InputRead& read) {
+  std::string text =
+      "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+      "'parameters', 'shared_memory_region' in 'parameters'. But";
+  if (!read.has_data && !read.has_size && !read.has_region) return text + " no field is set";
+  text += " set";
+  if (read.has_data) text += " 'data'";
+  if (read.has_size) text += " 'binary_data_size'";
+  if (read.has_region) text += " 'shared_memory_region'";
+  return text;
+}
+
+InputOutcome read_input(JsonReader& reader, RequestInput* input, InputRead* read, Owned* owned,
+                        Refusal* refusal) {
   bool has_name = false, has_datatype = false, has_shape = false, has_parameters = false;
   bool ok = reader.object([&](std::string_view key) {
-    if (key == "name") return once(&has_name, [&] { return reader.plain_string(&input->name); });
+    if (key == "name")
+      return once(&has_name, [&] { return read_text(reader, &input->name, owned); });
     if (key == "datatype") {
-      return once(&has_datatype, [&] { return reader.plain_string(&input->datatype); });
+      return once(&has_datatype, [&] { return read_text(reader, &input->datatype, owned); });
     }
     if (key == "shape") return once(&has_shape, [&] { return read_shape(reader, &input->shape); });
     if (key == "parameters") {
-      return once(&has_parameters, [&] {
-        return read_input_parameters(reader, &read->has_size, &read->binary_size, input,
-                                     &read->has_shm_size);
-      });
+      return once(&has_parameters,
+                  [&] { return read_input_parameters(reader, input, read, owned); });
     }
     if (key == "data") {
       return once(&read->has_data, [&] {
@@ -108,11 +130,20 @@ bool read_input(JsonReader& reader, RequestInput* input, InputRead* read) {
     }
     return reader.skip_value();
   });
-  if (!ok || !has_name || !has_datatype || !has_shape) return false;
-  // In a client shm region: neither `data` nor `binary_data_size` (checked above).
-  if (input->in_shm) return !read->has_data;
-  // Exactly one of `data` and `binary_data_size`, as the general path requires.
-  return read->has_size != read->has_data;
+  if (!ok) return InputOutcome::kNotRead;
+  if (read->has_data + read->has_size + read->has_region != 1) {
+    refusal->kind = ErrorKind::kInvalidArgument;
+    refusal->message = content_type_message(*read);
+    return InputOutcome::kRefused;
+  }
+  if (!has_name || !has_datatype || !has_shape) return InputOutcome::kNotRead;
+  if (read->has_region || read->has_offset || read->has_shm_size) {
+    // In a client shm region: its size too (without, or with shm keys beside `data` or
+    // `binary_data_size`, the general path words it).
+    input->in_shm = true;
+    return read->has_region && read->has_shm_size ? InputOutcome::kRead : InputOutcome::kNotRead;
+  }
+  return InputOutcome::kRead;
 }
 
 // `binary`: the bytes after the header, of which `*binary_used` are taken so far.
@@ -126,14 +157,25 @@ bool read_inputs(JsonReader& reader, const uint8_t* header, const uint8_t* binar
   bool ok = reader.array([&] {
     RequestInput input;
     InputRead read;
-    if (!read_input(reader, &input, &read)) return false;
+    Refusal found;
+    switch (read_input(reader, &input, &read, &out->unescaped, &found)) {
+      case InputOutcome::kNotRead:
+        return false;
+      case InputOutcome::kRefused:
+        // Triton stops at the first input it refuses (as for `data` below).
+        if (refusal->kind == ErrorKind::kNone) *refusal = std::move(found);
+        return true;
+      default:
+        break;
+    }
+    // Triton reads no input after one it refuses.
+    if (refusal->kind != ErrorKind::kNone) return true;
     if (input.in_shm) {  // its bytes are in a client region (the codec resolves it)
       converted_at.push_back(SIZE_MAX);
     } else if (read.has_data) {
       uint64_t count = 0;
       if (!element_count(input.shape, &count)) return false;
       const size_t start = out->converted.size();
-      Refusal found;
       switch (
           read_tensor_data(read.data, input.datatype, input.name, count, &out->converted, &found)) {
         case DataRead::kNotRead:
@@ -142,7 +184,7 @@ bool read_inputs(JsonReader& reader, const uint8_t* header, const uint8_t* binar
           // Triton stops at the first input it refuses; reading on checks that nothing
           // before it in Triton's order (the rest of the document) is the general path's.
           out->converted.resize(start);
-          if (refusal->kind == ErrorKind::kNone) *refusal = std::move(found);
+          *refusal = std::move(found);
           break;
         default:
           break;
@@ -159,7 +201,7 @@ bool read_inputs(JsonReader& reader, const uint8_t* header, const uint8_t* binar
     out->inputs.push_back(std::move(input));
     return true;
   });
-  if (!ok || out->inputs.empty()) return false;
+  if (!ok || (out->inputs.empty() && refusal->kind == ErrorKind::kNone)) return false;
   for (size_t i = 0; i < out->inputs.size(); ++i) {
     if (converted_at[i] == SIZE_MAX) continue;
     // A non-null pointer even for an empty tensor.
@@ -174,7 +216,7 @@ bool read_inputs(JsonReader& reader, const uint8_t* header, const uint8_t* binar
 // ({"shared_memory_region", "shared_memory_byte_size" [, "shared_memory_offset"]}, not
 // with binary_data true nor classification); other keys are ignored, as Triton's.
 bool read_output(JsonReader& reader, std::string_view* name, bool* json, uint64_t* classes,
-                 OutputRegion* shm, bool* in_shm) {
+                 OutputRegion* shm, bool* in_shm, Owned* owned) {
   bool has_name = false, has_parameters = false, has_binary = false, binary = false;
   bool has_region = false, has_offset = false, has_size = false, has_classes = false;
   auto parameters = [&] {
@@ -182,7 +224,7 @@ bool read_output(JsonReader& reader, std::string_view* name, bool* json, uint64_
       if (key == "binary_data") return once(&has_binary, [&] { return reader.boolean(&binary); });
       if (key == "classification") return once(&has_classes, [&] { return reader.uint(classes); });
       if (key == "shared_memory_region") {
-        return once(&has_region, [&] { return reader.plain_string(&shm->region); });
+        return once(&has_region, [&] { return read_text(reader, &shm->region, owned); });
       }
       if (key == "shared_memory_offset") {
         return once(&has_offset, [&] { return reader.uint(&shm->offset); });
@@ -194,7 +236,7 @@ bool read_output(JsonReader& reader, std::string_view* name, bool* json, uint64_
     });
   };
   bool ok = reader.object([&](std::string_view key) {
-    if (key == "name") return once(&has_name, [&] { return reader.plain_string(name); });
+    if (key == "name") return once(&has_name, [&] { return read_text(reader, name, owned); });
     if (key == "parameters") return once(&has_parameters, parameters);
     return reader.skip_value();
   });
@@ -218,7 +260,7 @@ bool read_outputs(JsonReader& reader, ParsedRequest* out) {
     uint64_t classes = 0;
     OutputRegion shm;
     bool in_shm = false;
-    if (!read_output(reader, &name, &json, &classes, &shm, &in_shm)) return false;
+    if (!read_output(reader, &name, &json, &classes, &shm, &in_shm, &out->unescaped)) return false;
     for (std::string_view seen : out->output_names) {
       if (seen == name) return false;  // the general path decides what a repeat means
     }
@@ -237,9 +279,11 @@ bool read_outputs(JsonReader& reader, ParsedRequest* out) {
 }
 
 // Request parameters: `binary_data_output` (bool), `priority` and `timeout`
-// (non-negative integers, as the general path requires) and custom scalars. Keys with
-// escapes, repeated keys and other values go the general way.
-bool read_parameters(JsonReader& reader, ParsedRequest* out, bool* binary_output) {
+// (non-negative integers, as the general path requires) and custom scalars; a custom
+// parameter of another type is Triton's refusal (`refusal`, the first). Repeated keys
+// and known keys with other values go the general way.
+bool read_parameters(JsonReader& reader, ParsedRequest* out, bool* binary_output,
+                     Refusal* refusal) {
   const char* start = nullptr;
   JsonReader probe = reader;
   if (!probe.skip_value(&start)) return false;
@@ -260,7 +304,8 @@ bool read_parameters(JsonReader& reader, ParsedRequest* out, bool* binary_output
     if (key == "timeout") return once(&has_timeout, [&] { return reader.uint(&out->timeout_us); });
     if (key == "sequence_id") {
       return once(&has_sequence_id, [&] {
-        return reader.uint(&out->sequence_id) || reader.plain_string(&out->sequence_key);
+        return reader.uint(&out->sequence_id) ||
+               read_text(reader, &out->sequence_key, &out->unescaped);
       });
     }
     if (key == "sequence_start" || key == "sequence_end") {
@@ -273,9 +318,15 @@ bool read_parameters(JsonReader& reader, ParsedRequest* out, bool* binary_output
       });
     }
     // A custom parameter: a string, number or bool passes to the model as written;
-    // null, objects and arrays get the general path's error.
+    // Triton refuses null, objects and arrays (the first, in the document's order).
     const char* value = nullptr;
-    return reader.skip_value(&value) && *value != 'n' && *value != '{' && *value != '[';
+    if (!reader.skip_value(&value) || key.find('\0') != std::string_view::npos) return false;
+    if ((*value == 'n' || *value == '{' || *value == '[') && refusal->kind == ErrorKind::kNone) {
+      refusal->kind = ErrorKind::kInvalidArgument;
+      refusal->message = "parameter '" + std::string(key) +
+                         "' has invalid type. It should be either 'int', 'bool', or 'string'.";
+    }
+    return true;
   });
   if (!ok) return false;
   out->parameters = std::string_view(start, static_cast<size_t>(reader.position() - start));
@@ -519,8 +570,10 @@ bool read_infer_header(const uint8_t* header, size_t header_size, const uint8_t*
   bool has_id = false, has_inputs = false, has_outputs = false, has_parameters = false;
   bool binary_output = false;
   uint64_t binary_used = 0;
+  Refusal parameters_refusal;  // Triton reads the parameters before the inputs
   bool ok = reader.object([&](std::string_view key) {
-    if (key == "id") return once(&has_id, [&] { return reader.plain_string(&out->id); });
+    if (key == "id")
+      return once(&has_id, [&] { return read_text(reader, &out->id, &out->unescaped); });
     if (key == "inputs") {
       return once(&has_inputs, [&] {
         return read_inputs(reader, header, binary, binary_size, &binary_used, out, refusal);
@@ -528,18 +581,31 @@ bool read_infer_header(const uint8_t* header, size_t header_size, const uint8_t*
     }
     if (key == "outputs") return once(&has_outputs, [&] { return read_outputs(reader, out); });
     if (key == "parameters") {
-      return once(&has_parameters, [&] { return read_parameters(reader, out, &binary_output); });
+      return once(&has_parameters, [&] {
+        return read_parameters(reader, out, &binary_output, &parameters_refusal);
+      });
     }
     return reader.skip_value();
   });
-  if (!ok || !reader.at_end() || !has_inputs || binary_used != binary_size) {
+  // Triton checks for binary data left over once it has read every input.
+  if (!ok || !reader.at_end() || !has_inputs ||
+      (binary_used != binary_size && refusal->kind == ErrorKind::kNone &&
+       parameters_refusal.kind == ErrorKind::kNone)) {
     *refusal = Refusal();  // the general path's, whatever an input's data was
     return false;
   }
+  if (parameters_refusal.kind != ErrorKind::kNone) *refusal = std::move(parameters_refusal);
   if (refusal->kind != ErrorKind::kNone) return false;
   // Outputs not listed go back as binary data if `binary_data_output` says so.
   out->json_unlisted = !binary_output;
   return true;
+}
+
+bool needs_json_escape(std::string_view text) {
+  for (char c : text) {
+    if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) return true;
+  }
+  return false;
 }
 
 std::string json_string_text(std::string_view text) {
@@ -805,7 +871,12 @@ static size_t write_json_part(const InferResponse& response, Sink& sink) {
   sink.put('{');
   if (!response.id.empty()) {
     sink.put("\"id\":\"");
-    sink.put(response.id);
+    // Plain text: escaped where it has to be (a client's id may hold any character).
+    if (needs_json_escape(response.id)) {
+      sink.put(json_string_text(response.id));
+    } else {
+      sink.put(response.id);
+    }
     sink.put("\",");
   }
   sink.put("\"model_name\":\"");

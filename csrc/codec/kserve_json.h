@@ -28,12 +28,14 @@ struct Refusal {
 // Reads `body`: an inference header of `header_size` bytes (the whole body for a JSON
 // request), then the binary inputs. Inputs may carry JSON `data` (read_tensor_data:
 // converted into out->converted) and outputs may ask for JSON data back.
-// True: `out` describes the request (views into `body` and out->converted), still to
-// be validated. False with `refusal` set: Triton refuses the request with that error
-// (JSON `data` it does not take). False otherwise: the request is not one the C++
-// reader takes (a classification that is no unsigned integer or with a shm region,
-// parameters that are not scalars or whose `priority`/`timeout` are not non-negative
-// integers, escaped names, malformed JSON or sizes): the Python general path parses it.
+// True: `out` describes the request (views into `body`, out->converted and
+// out->unescaped), still to be validated. False with `refusal` set: Triton refuses the
+// request with that error (JSON `data` it does not take, an input with both or neither
+// of `data` and `binary_data_size`, a custom parameter that is null, an object or an
+// array). False otherwise: the request is not one the C++ reader takes (a
+// classification that is no unsigned integer or with a shm region, `priority`/`timeout`
+// that are not non-negative integers, a name or id holding a NUL, members of the wrong
+// JSON type, malformed JSON or sizes): the Python general path parses it.
 // Outputs to classify are in out->output_classes.
 bool read_infer_header(const uint8_t* body, size_t body_size, size_t header_size,
                        ParsedRequest* out, Refusal* refusal = nullptr);
@@ -77,6 +79,8 @@ std::string_view json_output_error(const ResponseOutput& output, ErrorKind* kind
 // `text` as the inside of a JSON string, escaped as the general path's encoder
 // (orjson) escapes it: \" \\ \b \f \n \r \t, other control bytes as \u00xx.
 std::string json_string_text(std::string_view text);
+// Whether json_string_text(text) differs from `text`.
+bool needs_json_escape(std::string_view text);
 
 // The response body: `{"id":..,"model_name":..,"model_version":..,"parameters":{..},
 // "outputs":[..]}` followed by the bytes of every binary output (binary_data_size;

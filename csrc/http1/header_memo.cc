@@ -44,7 +44,10 @@ bool HeaderMemo::read(const uint8_t* body, size_t body_size, size_t header_size,
 }
 
 bool HeaderMemo::keep(const uint8_t* binary, size_t binary_size) {
-  if (!parsed_.converted.empty() || !parsed_.output_shm.empty()) return false;
+  // Views into its own storage (converted data, unescaped text) would not follow a copy.
+  if (!parsed_.converted.empty() || !parsed_.output_shm.empty() || !parsed_.unescaped.empty()) {
+    return false;
+  }
   offsets_.clear();
   const uintptr_t start = reinterpret_cast<uintptr_t>(binary);
   for (const RequestInput& input : parsed_.inputs) {

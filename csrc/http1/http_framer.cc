@@ -310,41 +310,55 @@ size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
 bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t body_size,
                          size_t header_size, uint64_t now_ns, Taken* taken,
                          ResponseEncoding encoding, ContentEncoding content, size_t max_body) {
+  uint32_t model = 0;
   auto route = routes_.find(target);
-  if (route == routes_.end()) return refuse_unrouted(target, taken);
+  if (route != routes_.end()) {
+    model = route->second;
+  } else {
+    switch (route_by_lookup(target, &model, taken)) {
+      case Lookup::kRefused:
+        return true;
+      case Lookup::kNotLane:
+        return false;
+      default:
+        break;
+    }
+  }
   if (content != ContentEncoding::kIdentity) {
     std::string refusal;
     if (!inflate_request(content, body, body_size, max_body, &refusal)) {
-      taken->model = route->second;
+      taken->model = model;
       taken->request_id = 0;
       taken->batch_size = 0;
       taken->reply = std::move(refusal);
       return true;
     }
-    const bool took = submit_body(route->second, reinterpret_cast<const uint8_t*>(inflated_.data()),
+    const bool took = submit_body(model, reinterpret_cast<const uint8_t*>(inflated_.data()),
                                   inflated_.size(), header_size, now_ns, taken, encoding);
     // The core copied the tensors: a large body's buffer is not kept for the next one.
     if (inflated_.capacity() > kKeptInflated) inflated_.release();
     return took;
   }
-  return submit_body(route->second, body, body_size, header_size, now_ns, taken, encoding);
+  return submit_body(model, body, body_size, header_size, now_ns, taken, encoding);
 }
 
-bool HttpLane::refuse_unrouted(std::string_view target, Taken* taken) {
+HttpLane::Lookup HttpLane::route_by_lookup(std::string_view target, uint32_t* model, Taken* taken) {
   std::string_view name, version;
-  if (!infer_target(target, &name, &version)) return false;
-  uint32_t lane_model = 0;
+  if (!infer_target(target, &name, &version)) return Lookup::kNotLane;
   ErrorKind kind = ErrorKind::kNone;
   std::string message;
-  if (codec_.models().find(name, version, &lane_model, &kind, &message) !=
-      ModelLookup::Found::kRefused) {
-    return false;  // served, not by the lane (or not by this route)
+  switch (codec_.models().find(name, version, model, &kind, &message)) {
+    case ModelLookup::Found::kLane:
+      return Lookup::kLane;
+    case ModelLookup::Found::kRefused:
+      taken->model = 0;
+      taken->request_id = 0;
+      taken->batch_size = 0;
+      taken->reply = http_error_reply(http_status_of(kind), message);
+      return Lookup::kRefused;
+    default:
+      return Lookup::kNotLane;  // served, not by a lane
   }
-  taken->model = 0;
-  taken->request_id = 0;
-  taken->batch_size = 0;
-  taken->reply = http_error_reply(http_status_of(kind), message);
-  return true;
 }
 
 bool HttpLane::submit_body(uint32_t model, const uint8_t* body, size_t body_size,
@@ -380,7 +394,8 @@ bool HttpLane::submit_body(uint32_t model, const uint8_t* body, size_t body_size
   std::string error;
   uint64_t request_id = codec_.new_request_id();
   CachedAnswer cached;
-  switch (codec_.submit(model, request, request_id, now_ns, &error, &cached)) {
+  ErrorKind shm_refusal = ErrorKind::kNone;
+  switch (codec_.submit(model, request, request_id, now_ns, &error, &cached, &shm_refusal)) {
     case SubmitOutcome::kCached:
       // A response cache hit: answered now, from the entry, as complete() would.
       taken->model = model;
@@ -404,6 +419,14 @@ bool HttpLane::submit_body(uint32_t model, const uint8_t* body, size_t body_size
       taken->reply = http_error_reply(http_status_of(ErrorKind::kInvalidArgument), error);
       return true;
     }
+    case SubmitOutcome::kRefused:
+      // A shm region the registry refuses (unknown, out of bounds): Triton's answer,
+      // from the registry the general path asks too.
+      taken->model = model;
+      taken->request_id = 0;
+      taken->batch_size = 0;
+      taken->reply = http_error_reply(http_status_of(shm_refusal), error);
+      return true;
     default:
       return false;
   }

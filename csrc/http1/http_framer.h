@@ -169,9 +169,12 @@ class HttpLane {
   // A compressed body inflated into `inflated_`; false with the complete refusal.
   bool inflate_request(ContentEncoding content, const uint8_t* body, size_t body_size,
                        size_t max_body, std::string* refusal);
-  // An infer URL with no route: answered (true) when the codec's model table refuses
-  // its model or version (unknown, not ready), with Triton's status and message.
-  bool refuse_unrouted(std::string_view target, Taken* taken);
+  // An infer target with no route of its own (an unknown model or version, a version
+  // spelled otherwise, "01" for "1"), looked up in the codec's model table as Triton
+  // looks it up: kLane with `*model` the lane model that serves it; kRefused with
+  // Triton's answer (unknown, not ready) in `taken`; kNotLane when no lane serves it.
+  enum class Lookup : uint8_t { kLane, kRefused, kNotLane };
+  Lookup route_by_lookup(std::string_view target, uint32_t* model, Taken* taken);
   // submit_to() for a body as the codec reads it (not compressed).
   bool submit_body(uint32_t model, const uint8_t* body, size_t body_size, size_t header_size,
                    uint64_t now_ns, Taken* taken, ResponseEncoding encoding);

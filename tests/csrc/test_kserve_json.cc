@@ -74,6 +74,20 @@ bool read(const std::string& body, size_t header_size, ParsedRequest* out) {
                            out);
 }
 
+// Triton's status and message for an inference header of `header` followed by `binary`
+// bytes, or "" when the reader does not refuse it.
+std::string refusal_of_request(const std::string& header, size_t binary = 0) {
+  std::string body = header + std::string(binary, 'x');
+  ParsedRequest request;
+  Refusal refusal;
+  bool taken = read_infer_header(reinterpret_cast<const uint8_t*>(body.data()), body.size(),
+                                 header.size(), &request, &refusal);
+  CHECK(!taken || refusal.kind == ErrorKind::kNone);
+  return refusal.kind == ErrorKind::kNone
+             ? std::string()
+             : std::to_string(http_status_of(refusal.kind)) + " " + refusal.message;
+}
+
 // The response body the HTTP writer makes for `response`, head and all.
 std::string http_text(const InferResponse& response) {
   HttpResponseWriter writer;
@@ -241,16 +255,6 @@ TEST(json_request_refusals_are_the_first_input_s_and_only_for_a_whole_document) 
     return std::string("{\"name\":\"") + name + "\",\"datatype\":\"" + datatype +
            "\",\"shape\":[1],\"data\":" + data + "}";
   };
-  auto refusal_of_request = [](const std::string& body) {
-    ParsedRequest request;
-    Refusal refusal;
-    bool taken = read_infer_header(reinterpret_cast<const uint8_t*>(body.data()), body.size(),
-                                   body.size(), &request, &refusal);
-    CHECK(!taken || refusal.kind == ErrorKind::kNone);
-    return refusal.kind == ErrorKind::kNone
-               ? std::string()
-               : std::to_string(http_status_of(refusal.kind)) + " " + refusal.message;
-  };
   const std::string fp16 =
       "400 receiving FP16 data via JSON is not supported. Please use the binary data format "
       "for input A";
@@ -274,6 +278,83 @@ TEST(json_request_refusals_are_the_first_input_s_and_only_for_a_whole_document) 
                            "1}}]}") == fp16);
   // A refused request read again, taken: nothing of the refusal is left.
   CHECK(refusal_of_request("{\"inputs\":[" + input("A", "INT32", "[1]") + "]}").empty());
+}
+
+TEST(json_request_reads_escaped_and_utf8_strings) {
+  // Escapes in keys, names, datatypes, ids, regions and sequence ids: read unescaped.
+  std::string body =
+      "{\"i\\u0064\":\"a\\\"b\\n\\u00e9\\ud83d\\ude00\",\"inputs\":[{\"na\\u006de\":"
+      "\"IN\\u0050UT0\",\"datatype\":\"FP\\u00332\",\"shape\":[1],\"data\":[1]},"
+      "{\"name\":\"caf\xc3\xa9\",\"datatype\":\"FP32\",\"shape\":[1],\"parameters\":"
+      "{\"shared_memory_region\":\"r\\/1\",\"shared_memory_byte_size\":4}}],"
+      "\"outputs\":[{\"name\":\"OUT\\u0050UT0\"}],"
+      "\"parameters\":{\"sequence_id\":\"s\\t1\",\"k\\u0065y\":\"v\\\"\"}}";
+  ParsedRequest request;
+  CHECK(read(body, body.size(), &request));
+  CHECK(request.id == "a\"b\n\xc3\xa9\xf0\x9f\x98\x80");
+  CHECK(request.inputs.size() == 2 && request.inputs[0].name == "INPUT0" &&
+        request.inputs[0].datatype == "FP32");
+  CHECK(request.inputs[1].name == "caf\xc3\xa9" && request.inputs[1].shm_region == "r/1");
+  CHECK(request.output_names.size() == 1 && request.output_names[0] == "OUTPUT0");
+  CHECK(request.sequence_key == "s\t1");
+  // The parameters stay JSON text, escapes as written, for the model.
+  CHECK(request.parameters == "{\"sequence_id\":\"s\\t1\",\"k\\u0065y\":\"v\\\"\"}");
+  // Moved: the unescaped text stays where the views point.
+  ParsedRequest moved = std::move(request);
+  CHECK(moved.id == "a\"b\n\xc3\xa9\xf0\x9f\x98\x80" && moved.inputs[0].name == "INPUT0");
+  // A known member spelled with escapes is that member.
+  std::string priority =
+      "{\"inputs\":[{\"name\":\"I\",\"datatype\":\"FP32\",\"shape\":[1],"
+      "\"data\":[1]}],\"parameters\":{\"pr\\u0069ority\":3}}";
+  ParsedRequest prioritized;
+  CHECK(read(priority, priority.size(), &prioritized) && prioritized.priority == 3);
+}
+
+TEST(json_request_refuses_inputs_and_parameters_as_triton) {
+  const std::string content =
+      "400 Input must set only one of the following fields: 'data', 'binary_data_size' in "
+      "'parameters', 'shared_memory_region' in 'parameters'. But";
+  const std::string good = "{\"name\":\"A\",\"datatype\":\"INT32\",\"shape\":[1],\"data\":[1]}";
+  std::string both =
+      "{\"name\":\"B\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1],"
+      "\"parameters\":{\"binary_data_size\":4}}";
+  CHECK(refusal_of_request("{\"inputs\":[" + good + "," + both + "]}", 4) ==
+        content + " set 'data' 'binary_data_size'");
+  // Before the input's other members (none of which it needs), and whatever binary
+  // data is left: Triton stops there.
+  CHECK(refusal_of_request("{\"inputs\":[{\"shape\":[1]}]}", 7) == content + " no field is set");
+  CHECK(refusal_of_request("{\"inputs\":[{\"name\":\"A\",\"data\":[1],\"parameters\":{"
+                           "\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":4}}]}") ==
+        content + " set 'data' 'shared_memory_region'");
+  // The first input refused, in request order.
+  CHECK(refusal_of_request("{\"inputs\":[{\"name\":\"A\",\"datatype\":\"INT32\",\"shape\":[1],"
+                           "\"data\":[1,2]}," +
+                           both + "]}") ==
+        "500 Unable to parse 'data': Shape does not match true shape of 'data' field");
+  // A custom parameter of no scalar: Triton reads the parameters before the inputs.
+  const std::string invalid = "' has invalid type. It should be either 'int', 'bool', or 'string'.";
+  for (const char* value : {"null", "{\"y\":1}", "[1]"}) {
+    CHECK(refusal_of_request("{\"inputs\":[" + both + "],\"parameters\":{\"s\":1,\"x\":" + value +
+                             ",\"z\":null}}") == "400 parameter 'x" + invalid);
+  }
+  CHECK(refusal_of_request("{\"parameters\":{\"\\u00e9\":null},\"inputs\":[" + good + "]}") ==
+        "400 parameter '\xc3\xa9" + invalid);
+  // The general path's when the document is not read whole.
+  CHECK(
+      refusal_of_request("{\"inputs\":[" + both + "],\"parameters\":{\"x\":null,\"priority\":-1}}")
+          .empty());
+}
+
+TEST(response_ids_are_escaped_as_json) {
+  // The client's id, read unescaped, goes back escaped: the body stays one JSON document.
+  InferResponse response;
+  response.model_name = "m";
+  response.model_version = "1";
+  response.id = "a\"b\\c\n\xc3\xa9";
+  std::string text = http_text(response);
+  CHECK(text.find("{\"id\":\"a\\\"b\\\\c\\n\xc3\xa9\",\"model_name\":\"m\"") != std::string::npos);
+  response.id = "plain";
+  CHECK(http_text(response).find("{\"id\":\"plain\",") != std::string::npos);
 }
 
 TEST(json_request_is_read_into_wire_bytes) {
@@ -322,19 +403,21 @@ TEST(json_request_is_read_into_wire_bytes) {
 
 TEST(json_request_forms_left_to_the_general_path) {
   ParsedRequest request;
-  // data and binary_data_size both, or neither.
-  std::string both =
-      "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1],"
-      "\"parameters\":{\"binary_data_size\":4}}]}";
-  CHECK(!read(both + "abcd", both.size(), &request));
-  std::string neither = "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1]}]}";
-  CHECK(!read(neither, neither.size(), &request));
-  // Shared memory without its size, classification in a shm region or of no count,
-  // repeated data.
+  // Shared memory without its size, beside binary data; classification in a shm region
+  // or of no count, repeated data.
   std::string shm =
-      "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1],"
+      "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1],"
       "\"parameters\":{\"shared_memory_region\":\"r\"}}]}";
   CHECK(!read(shm, shm.size(), &request));
+  std::string offset_beside_binary =
+      "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1],"
+      "\"parameters\":{\"binary_data_size\":4,\"shared_memory_offset\":0}}]}";
+  CHECK(!read(offset_beside_binary + "abcd", offset_beside_binary.size(), &request));
+  // A string holding a NUL: Triton reads names and ids as C strings.
+  std::string nul_id =
+      "{\"id\":\"a\\u0000b\",\"inputs\":[{\"name\":\"I\",\"datatype\":\"FP32\","
+      "\"shape\":[1],\"data\":[1]}]}";
+  CHECK(!read(nul_id, nul_id.size(), &request));
   std::string classify = add_sub_json_data(
       sixteen("1"), sixteen("2"),
       ",\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"classification\":2}}]");

@@ -132,10 +132,22 @@ TEST(shm_lane_codec_resolves_pins_and_answers_metadata_only) {
   CHECK(submit(shm_request(), 1) == SubmitOutcome::kFallback);
   codec.set_regions(&registry);
   CHECK(registry.register_system("r", object.key, 0, 4096, &error) == ErrorKind::kNone);
-  // Unknown region, out of bounds: the general path answers with Triton's error;
-  // nothing stays pinned (checked below through unregister).
+  // Unknown region, out of bounds: the general path's unless the framer asks for the
+  // registry's refusal (HTTP), Triton's kind and message; nothing stays pinned (checked
+  // below through unregister).
   CHECK(submit(shm_request("zz"), 2) == SubmitOutcome::kFallback);
   CHECK(submit(shm_request("r", 4090, 64), 3) == SubmitOutcome::kFallback);
+  auto refusal_of = [&](const std::string& json, uint64_t id) {
+    ParsedRequest request;
+    ErrorKind kind = ErrorKind::kNone;
+    CHECK(read(json, &request));
+    CHECK(codec.submit(lane_model, request, id, 1000, &error, nullptr, &kind) ==
+          SubmitOutcome::kRefused);
+    return std::to_string(http_status_of(kind)) + " " + error;
+  };
+  CHECK(refusal_of(shm_request("zz"), 2) == "404 Unable to find shared memory region: 'zz'");
+  CHECK(refusal_of(shm_request("r", 4090, 64), 3)
+            .find("400 Invalid offset + byte size for shared memory region: 'r'") == 0);
   CHECK(submit(shm_request("r", 64, 60), 4) == SubmitOutcome::kInvalid);  // 60 != 64 bytes
   CHECK(error.find("input byte size mismatch") != std::string::npos);
   CHECK(registry.copies() == 0);
