@@ -836,7 +836,7 @@ uint64_t Core::running_batch_locked(uint32_t instance_id) const {
   return batch;
 }
 
-std::vector<Completion> Core::poll(bool arrivals_possible) {
+std::vector<Completion> Core::poll(bool arrivals_possible, bool* left_unowned) {
   // Drain the eventfd, then re-arm the flag, then read the rings. A post whose
   // exchange came before the re-arm is in the rings read below; one after it finds the
   // flag 0 and signals again. Re-arming first would lose a wake-up: a post between the
@@ -865,7 +865,25 @@ std::vector<Completion> Core::poll(bool arrivals_possible) {
   dispatch_all_locked(arrivals_possible);
   ensembles_.write_gathered();
   std::vector<Completion> out;
-  out.swap(done_);
+  if (left_unowned == nullptr) {
+    out.swap(done_);
+    return out;
+  }
+  // The owned ones out, the others kept in their order (write_gathered filled every
+  // ensemble completion's ids above: none is partial here).
+  size_t kept = 0;
+  for (Completion& done : done_) {
+    bool owned = !done.request_ids.empty();
+    for (uint64_t id : done.request_ids) owned = owned && request_owner(id) != 0;
+    if (owned) {
+      out.push_back(std::move(done));
+    } else {
+      if (&done_[kept] != &done) done_[kept] = std::move(done);
+      ++kept;
+    }
+  }
+  done_.erase(done_.begin() + static_cast<std::ptrdiff_t>(kept), done_.end());
+  *left_unowned = kept != 0;
   return out;
 }
 

@@ -351,7 +351,13 @@ class Core {
   // Returns what finished since the last call: completed batches (their input
   // blocks already freed; the caller frees result blocks) and requests that never
   // ran (queue timeouts, removed models). Dispatches to instances that became idle.
-  std::vector<Completion> poll(bool arrivals_possible = true);
+  // With `left_unowned` (an I/O loop that hands Python nothing itself, io_group.h), only
+  // the completions whose requests all have an owner loop (new_request_id) are taken:
+  // the others stay, in order, for the poll of the loop that hands them to Python, so
+  // that they reach Python in the order they were done (a decoupled request's
+  // responses); *left_unowned says whether any stayed (that loop must then be woken:
+  // the notify eventfd was drained here).
+  std::vector<Completion> poll(bool arrivals_possible = true, bool* left_unowned = nullptr);
 
   // --- worker processes (frontend thread: process start, readiness, exit) ---
   // A worker process is being started on the instance's channel: the core keeps the

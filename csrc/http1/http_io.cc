@@ -156,11 +156,35 @@ void HttpIo::run(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
     epoll_event events[kMaxEvents];
     handle_ready(events, epoll_wait(epoll_fd_, events, kMaxEvents, 0));
     if (queued_ != 0) core_.flush(arrivals_possible(python_open, python_waiting));
+    take_left(python_open, python_waiting, turn);
     write_due(python_open, python_waiting);
     spin_for_arrivals(python_open, python_waiting);
+    if (core_left_) {  // the mailbox said so during the spin
+      take_left(python_open, python_waiting, turn);
+      write_due(python_open, python_waiting);
+    }
   }
   finish_moves();
   hand_events(turn);
+}
+
+void HttpIo::take_left(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
+  if (!core_left_) return;
+  core_left_ = false;
+  take_completions(python_open, python_waiting, turn);
+}
+
+void HttpIo::take_completions(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
+  // A relaying loop leaves Python's completions in the core for its target, the one
+  // loop that takes them: posted from here they could reach Python after later ones
+  // that the target polled meanwhile (a decoupled stream's responses out of order, or
+  // after its final one, and so lost).
+  bool left = false;
+  std::vector<Completion> done = core_.poll(arrivals_possible(python_open, python_waiting),
+                                            relay_ != nullptr ? &left : nullptr);
+  if (after_core_poll_) after_core_poll_();
+  for (Completion& completion : done) route(std::move(completion), turn);
+  if (left) relay_->post_core_left();
 }
 
 void HttpIo::handle_ready(const epoll_event* events, int ready) {
@@ -277,8 +301,8 @@ void HttpIo::poll(uint32_t python_open, uint32_t python_waiting, Turn* turn) {
     // answers, the timer thread preempting it.
     TimerDeferral deferral(core_);
     Core::Turn submits(core_);
-    std::vector<Completion> done = core_.poll(arrivals_possible(python_open, python_waiting));
-    for (Completion& completion : done) route(std::move(completion), turn);
+    core_left_ = false;  // taken now, with the rest
+    take_completions(python_open, python_waiting, turn);
     write_due(python_open, python_waiting);
   }
   finish_moves();
@@ -433,6 +457,15 @@ void HttpIo::post_share(std::shared_ptr<Share> share) {
   (void)!::write(mail_.fd, &one, sizeof one);
 }
 
+void HttpIo::post_core_left() {
+  {
+    std::lock_guard<std::mutex> lock(mail_.mutex);
+    mail_.core_left = true;
+  }
+  const uint64_t one = 1;
+  (void)!::write(mail_.fd, &one, sizeof one);
+}
+
 void HttpIo::take_mail() {
   uint64_t count;
   (void)!::read(mail_.fd, &count, sizeof count);
@@ -444,6 +477,8 @@ void HttpIo::take_mail() {
     connections.swap(mail_.connections);
     shares.swap(mail_.shares);
     std::swap(relayed, mail_.relayed);
+    core_left_ = core_left_ || mail_.core_left;
+    mail_.core_left = false;
   }
   for (auto& posted : connections) adopt(std::move(posted.first), posted.second);
   for (auto& share : shares) answer_share(*share);

@@ -39,8 +39,10 @@
 // moves once nothing is owed on it here: an HTTP connection goes to Python only then
 // anyway; a gRPC connection takes no more lane calls, stops being read and waits for its
 // lane calls in flight, and its calls held but not submitted go to Python with it. What
-// its turns leave for Python (completions, statistics, TLS failures) is posted to the
-// target, which hands it over with its own next turn.
+// its turns leave for Python (failed batches, statistics, TLS failures) is posted to the
+// target, which hands it over with its own next turn. Completions with a request no
+// loop sent it leaves in the core for the target to poll (take_completions), so that
+// one thread takes them all and Python gets them in the order they were done.
 #pragma once
 
 #include <sys/epoll.h>
@@ -48,6 +50,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -88,6 +91,9 @@ class HttpIo {
   uint32_t loop_index() const { return index_; }
   // This loop hands Python nothing itself: see "relays" above. Set before it serves.
   void relay_to(HttpIo* target) { relay_ = target; }
+  // Tests: `hook` runs in every poll between Core::poll and the routing of what it
+  // gave, the window in which another loop's thread may poll the core (empty: none).
+  void set_after_core_poll(std::function<void()> hook) { after_core_poll_ = std::move(hook); }
   // Connections moved to the relay target since this loop started.
   uint64_t connections_moved() const { return moved_; }
   // Connections this loop served since it started (accepted here or handed to it).
@@ -388,8 +394,9 @@ class HttpIo {
     std::mutex mutex;
     std::vector<std::pair<std::unique_ptr<Connection>, Arrival>> connections;
     std::vector<std::shared_ptr<Share>> shares;
-    Turn relayed;  // relaying loops' leftovers for Python
-    int fd = -1;   // eventfd, in epoll_fd_ (kMailboxKey)
+    Turn relayed;            // relaying loops' leftovers for Python
+    bool core_left = false;  // a relaying loop left Python's completions in the core
+    int fd = -1;             // eventfd, in epoll_fd_ (kMailboxKey)
   };
   struct Request {
     // Null once its client went away (the request stays until its completion).
@@ -482,6 +489,14 @@ class HttpIo {
   void post_share(std::shared_ptr<Share> share);
   // A relaying loop's leftovers for Python, handed over with this loop's next turn.
   void post_turn(Turn&& turn);
+  // A relaying loop left completions for Python in the core (Core::poll's
+  // left_unowned): this loop's next turn polls it.
+  void post_core_left();
+  // Core::poll and the routing of what it gave (a relaying loop leaves Python's
+  // completions there, and wakes its target to take them).
+  void take_completions(uint32_t python_open, uint32_t python_waiting, Turn* turn);
+  // take_completions, when a relaying loop said it left some (core_left_).
+  void take_left(uint32_t python_open, uint32_t python_waiting, Turn* turn);
   // The owner's side: adopts the connections, answers the shares and keeps the
   // leftovers posted.
   void take_mail();
@@ -586,6 +601,8 @@ class HttpIo {
   std::vector<uint64_t> moving_;  // connections marked moving, in order
   uint64_t moved_ = 0;
   std::vector<Completion> relayed_completions_;  // posted leftovers, for the next turn
+  bool core_left_ = false;  // the mailbox said: Python's completions wait in the core
+  std::function<void()> after_core_poll_;  // set_after_core_poll
   uint32_t index_ = 0;
   uint64_t connection_stride_ = 1;  // the group's size
   uint64_t served_ = 0;

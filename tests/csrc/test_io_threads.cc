@@ -630,6 +630,49 @@ TEST(io_group_a_relaying_loops_failed_batch_reaches_python_on_loop_0_which_answe
   close(second);
 }
 
+TEST(io_group_pythons_completions_polled_by_a_relaying_loop_reach_python_in_order) {
+  // Python's requests (owner 0: the general path, a decoupled stream's) are answered
+  // by Python in the order the core finished them. Loop 1 polls the core while Python,
+  // on loop 0, polls it too: the second completion is done and polled by loop 0 in
+  // the window between loop 1's poll and what loop 1 does with the first.
+  Group g;
+  g.relay();
+  const ModelHandle model = g.lane.codec().model(0).core_model_id;
+  auto python_request_done = [&](uint64_t id) {
+    SubmitRequest request;
+    request.request_id = id;
+    request.metadata = "{}";
+    CHECK(g.core.submit(model, request) == SubmitResult::kOk);
+    g.core.flush();
+    BatchMessage message;
+    CHECK(g.workers[0]->try_next(&message));
+    g.answer(*g.workers[0], message);
+  };
+  const uint64_t first = g.lane.codec().new_request_id();
+  const uint64_t second = g.lane.codec().new_request_id();
+  CHECK(g.group.owner_of(first) == -1);
+  python_request_done(first);
+  bool hooked = false;
+  g.io1->set_after_core_poll([&] {
+    if (hooked) return;
+    hooked = true;
+    python_request_done(second);
+    g.turn(0, true);
+  });
+  HttpIo::Turn relaying;
+  g.io1->poll(0, 0, &relaying);
+  CHECK(hooked);
+  CHECK(relaying.completions.empty());  // a relaying loop hands Python nothing itself
+  g.turn(0, true);                      // its mailbox, and the core
+  std::vector<uint64_t> order;
+  for (const Completion& done : g.python_completions) {
+    order.push_back(done.request_ids[0]);
+    g.core.arena().free(done.result_offset);
+  }
+  CHECK(order == (std::vector<uint64_t>{first, second}));
+  CHECK(g.completions_from[1] == 0);
+}
+
 TEST(io_group_ids_minted_outside_a_loops_takes_are_no_loops_even_on_loop_0s_shared_lane) {
   // `naiad serve`'s Python submits through loop 0's lane between its turns: those
   // requests are Python's, so a batch mixing them with another loop's goes to Python.

@@ -2,10 +2,13 @@
 connection stays on loop 0 (its keepalive and age are Python's), while HTTP connections
 are spread over both loops. tritonclient.grpc unary infer on many connections at once,
 control-plane calls (metadata, statistics, load and unload), and HTTP clients on both
-loops served alongside. HTTP alone: tests/test_io_threads.py."""
+loops served alongside, and a decoupled model's ModelStreamInfer stream whose every
+response arrives, in order, whichever loop polls the core for it. HTTP alone:
+tests/test_io_threads.py."""
 
 from __future__ import annotations
 
+import queue
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -99,3 +102,40 @@ def test_control_plane_calls_on_two_loops(server):
         assert np.array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), 6.0))
         client.unload_model("other")
         assert not client.is_model_ready("other")
+
+
+def test_a_decoupled_stream_gets_every_response_in_order_on_two_loops(server):
+    # Python answers the stream; loop 1's thread polls the core too (it waits on the
+    # core's eventfd beside loop 0), and must leave Python's completions for loop 0 in
+    # the order they were done: none after its request's final response, none swapped.
+    requests_sent = {"a": "inline", "b": "thread", "c": "inline", "d": "thread"}
+    received: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(f"{server.host}:{server.grpc_port}") as client:
+        client.start_stream(callback=lambda result, error: received.put((result, error)))
+        for request_id, mode in requests_sent.items():
+            n = grpcclient.InferInput("N", [1], "INT32")
+            n.set_data_from_numpy(np.array([25], dtype=np.int32))
+            client.async_stream_infer(
+                "repeat",
+                [n],
+                request_id=request_id,
+                parameters={"mode": mode},
+                enable_empty_final_response=True,
+            )
+        got: dict[str, list] = {request_id: [] for request_id in requests_sent}
+        finals = 0
+        while finals < len(requests_sent):
+            result, error = received.get(timeout=30)
+            assert error is None, error
+            response = result.get_response()
+            values = result.as_numpy("OUT")
+            final = response.parameters["triton_final_response"].bool_param
+            got[response.id].append((None if values is None else int(values[0]), final))
+            finals += final
+        client.stop_stream()
+    for request_id, mode in requests_sent.items():
+        if mode == "inline":  # the final flag on the last response
+            expected = [(i, i == 24) for i in range(25)]
+        else:  # the final flag alone, after them
+            expected = [(i, False) for i in range(25)] + [(None, True)]
+        assert got[request_id] == expected, (request_id, got[request_id])
