@@ -11,7 +11,6 @@ CORE_SOURCES := $(wildcard csrc/*/*.cc csrc/*/*.h pysrc/naiad/*.pyx pysrc/naiad/
 	$(wildcard protos/*.proto) tools/gen_protos.py
 CXX ?= g++
 CXXFLAGS_TEST := -std=c++17 -g -O1 -Wall -Wextra -pthread -Icsrc -Itests/csrc
-CORE_TEST_SOURCES := $(wildcard csrc/*/*.cc tests/csrc/*.cc)
 # Libraries the core links (zlib: csrc/codec/http_compress.cc; OpenSSL 3:
 # csrc/tls/tls_stream.cc), as setup.py's extension.
 CORE_LIBS := -lz -lssl -lcrypto
@@ -49,22 +48,29 @@ format: $(STAMP)
 	$(VENV)/bin/clang-format -i csrc/*/*.cc csrc/*/*.h tests/csrc/*.cc tests/csrc/*.h tests/fuzz/*.cc tests/fuzz/*.h perf/*.cc perf/*.h
 
 # The C++ unit tests, built three ways (plain, ASan/UBSan, TSan), one object per source
-# so that `make -j2` compiles two at a time (the test targets below ask for it).
+# so that `make -j2` compiles two at a time (the test targets below ask for it). The
+# sanitized builds link csrc/ objects compiled once per sanitizer for them and for the
+# sanitized server (tests/sanitize/sanitize.mk, which holds those flags).
+include tests/sanitize/sanitize.mk
 TEST_CORE_NAMES := plain asan tsan
 TEST_CORE_FLAGS_plain :=
-TEST_CORE_FLAGS_asan := -fsanitize=address,undefined -fno-omit-frame-pointer
-TEST_CORE_FLAGS_tsan := -fsanitize=thread -Wno-tsan
+TEST_CORE_FLAGS_asan := $(SAN_FLAGS_asan) -fno-omit-frame-pointer
+TEST_CORE_FLAGS_tsan := $(SAN_FLAGS_tsan)
 TEST_CORE_BIN_plain := build/test_core
 TEST_CORE_BIN_asan := build/test_core_asan
 TEST_CORE_BIN_tsan := build/test_core_tsan
 TEST_CORE_HEADERS := $(wildcard csrc/*/*.h tests/csrc/*.h)
+TEST_CORE_CSRC_OBJS_plain := $(patsubst %.cc,build/test_core_obj/plain/%.o,$(wildcard csrc/*/*.cc))
+TEST_CORE_CSRC_OBJS_asan := $(SAN_CSRC_OBJS_asan)
+TEST_CORE_CSRC_OBJS_tsan := $(SAN_CSRC_OBJS_tsan)
 
 define test_core_build
 build/test_core_obj/$(1)/%.o: %.cc $$(TEST_CORE_HEADERS)
 	@mkdir -p $$(@D)
 	$$(CXX) $$(CXXFLAGS_TEST) $$(TEST_CORE_FLAGS_$(1)) -c $$< -o $$@
 
-$$(TEST_CORE_BIN_$(1)): $$(patsubst %.cc,build/test_core_obj/$(1)/%.o,$$(CORE_TEST_SOURCES))
+$$(TEST_CORE_BIN_$(1)): $$(TEST_CORE_CSRC_OBJS_$(1)) \
+		$$(patsubst %.cc,build/test_core_obj/$(1)/%.o,$$(wildcard tests/csrc/*.cc))
 	$$(CXX) $$(CXXFLAGS_TEST) $$(TEST_CORE_FLAGS_$(1)) $$^ -o $$@ $$(CORE_LIBS)
 endef
 $(foreach n,$(TEST_CORE_NAMES),$(eval $(call test_core_build,$(n))))
@@ -101,7 +107,7 @@ triton-peer: $(STAMP)
 # Two processes: the gRPC client tests cannot share one with naiad.protos
 # (tests/grpc_clients/conftest.py).
 test-python: $(STAMP) deploy-tools grpc-tools triton-peer
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 	NAIAD_GRPC_CLIENT_TESTS=1 $(PY) -m pytest -q tests/grpc_clients
 
 # The documentation site (docs/, mkdocs.yml) into build/site/; --strict fails on a broken
@@ -113,7 +119,7 @@ docs: $(STAMP)
 
 test: lint docs test-core test-core-sanitize test-fuzz test-server-sanitize test-python
 
-include tests/fuzz/fuzz.mk tests/sanitize/sanitize.mk
+include tests/fuzz/fuzz.mk
 
 clean:
 	rm -rf build $(VENV) pysrc/naiad/*.so pysrc/naiad/_core.cpp pysrc/naiad/protos/*_pb2*.py
