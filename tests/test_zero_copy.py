@@ -2,7 +2,9 @@
 by the I/O loop's counters in /v2/naiad/lanes (`out_tensor_bytes_in_place`, `..._copied`):
 tritonclient's binary answers with large tensors go out from the block, small ones are
 copied, several outputs at once each go their way; the block returns to the arena once
-sent, also to a client that reads slowly or goes away before reading."""
+sent, also to a client that reads slowly or goes away before reading. And requests'
+tensor bytes received from the socket straight into the arena once their header is in
+(csrc/http1/http_io.h, `in_tensor_bytes_in_place`, `..._copied`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,16 @@ import socket
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from zero_copy_support import LARGE, SMALL, arena, counts, echo_counted, settled, start_server
+from zero_copy_support import (
+    LARGE,
+    SMALL,
+    arena,
+    counts,
+    echo_counted,
+    in_counts,
+    settled,
+    start_server,
+)
 
 TIMEOUT = 10
 
@@ -176,3 +187,45 @@ def test_a_client_gone_before_reading_its_large_answer_gives_the_block_back(serv
     with httpclient.InferenceServerClient(server.url.split("://")[1]) as client:
         out0, _ = _infer(client, in0, in1)
     np.testing.assert_array_equal(out0, in0)
+
+
+def test_a_large_binary_request_is_received_mostly_in_place(server):
+    """tritonclient's 602 KB tensor: the bytes read with the request's head (one read of
+    at most 64 KiB) are copied into the arena, the rest read from the socket there."""
+    rng = np.random.default_rng(5)
+    in0 = rng.standard_normal(LARGE).astype(np.float32)
+    in1 = rng.standard_normal(SMALL).astype(np.float32)
+    with httpclient.InferenceServerClient(server.url.split("://")[1]) as client:
+        before = in_counts(server)
+        out0, out1 = _infer(client, in0, in1)
+        after = in_counts(server)
+    np.testing.assert_array_equal(out0, in0)
+    np.testing.assert_array_equal(out1, in1)
+    in_place, copied = after[0] - before[0], after[1] - before[1]
+    assert in_place + copied == in0.nbytes + in1.nbytes
+    assert copied <= 64 * 1024 < in_place
+
+
+def test_pipelined_large_requests_are_received_in_place_and_answered_in_order(server):
+    """Requests sent back to back in one write: each large one received in place, the
+    bytes after its end (the next request's start) read and taken as usual."""
+    rng = np.random.default_rng(7)
+    pairs = [
+        (rng.standard_normal(LARGE).astype(np.float32), rng.standard_normal(n).astype(np.float32))
+        for n in (SMALL, LARGE)
+    ] + [(np.arange(SMALL, dtype=np.float32), np.arange(SMALL, dtype=np.float32))]
+    baseline = arena(server)["blocks_in_use"]
+    before = in_counts(server)
+    with socket.create_connection((server.host, server.http_port), timeout=TIMEOUT) as sock:
+        sock.sendall(b"".join(_raw_request(a, b) for a, b in pairs))
+        reader = _Reader(sock, 1 << 20)
+        for in0, in1 in pairs:
+            head, body = reader.answer()
+            assert head.startswith(b"HTTP/1.1 200 OK"), head
+            json_size = _header(head, b"inference-header-content-length")
+            assert body[json_size:] == in0.tobytes() + in1.tobytes()
+    after = in_counts(server)
+    in_place, copied = after[0] - before[0], after[1] - before[1]
+    assert in_place + copied == sum(a.nbytes + b.nbytes for a, b in pairs)
+    assert in_place > 3 * LARGE * 4 // 2  # most of the three large tensors
+    settled(server, baseline)

@@ -1,7 +1,8 @@
 """The HTTP and gRPC zero-copy tests' server (tests/test_zero_copy.py,
 tests/grpc_clients/test_grpc_zero_copy.py): a model that returns its two FP32 inputs as
 they came, and the I/O loop's counters of answers' tensor bytes sent from the response
-block or copied (/v2/naiad/lanes)."""
+block or copied, and of requests' tensor bytes received in place or copied
+(/v2/naiad/lanes)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ import requests
 from held_support import wait_until
 from server_harness import NaiadServer
 
-__all__ = ["LARGE", "SMALL", "arena", "counts", "echo_counted", "settled", "start_server"]
+__all__ = [
+    "LARGE",
+    "SMALL",
+    "arena",
+    "counts",
+    "echo_counted",
+    "in_counts",
+    "settled",
+    "start_server",
+]
 
 TIMEOUT = 10
 LARGE = 3 * 224 * 224  # FP32 elements: 602 KB, the large-tensor scenario's
@@ -72,6 +82,12 @@ def counts(server) -> tuple[int, int]:
     """(tensor bytes of answers sent from the response block, copied)."""
     lanes = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
     return lanes["out_tensor_bytes_in_place"], lanes["out_tensor_bytes_copied"]
+
+
+def in_counts(server) -> tuple[int, int]:
+    """(tensor bytes of HTTP requests received straight into the arena, copied there)."""
+    lanes = requests.get(f"{server.url}/v2/naiad/lanes", timeout=TIMEOUT).json()
+    return lanes["in_tensor_bytes_in_place"], lanes["in_tensor_bytes_copied"]
 
 
 def settled(server, blocks: int) -> None:

@@ -123,16 +123,7 @@ SubmitOutcome KServeCodec::submit(uint32_t lane_model, ParsedRequest& request, u
     regions_json += "}}";
     request.output_regions = regions_json;
   }
-  // The block's header is JSON: an id with characters to escape goes in escaped (the
-  // validator's messages and the answer keep the client's plain id).
-  const std::string_view plain_id = request.id;
-  std::string id_json;
-  if (needs_json_escape(plain_id)) {
-    id_json = json_string_text(plain_id);
-    request.id = id_json;
-  }
-  layout_request_block(model, request, &block);
-  request.id = plain_id;
+  lay_out(model, request, &block);
   for (size_t i = 0; i < request.inputs.size() && has_shm; ++i) {
     if (!request.inputs[i].in_shm) continue;
     // A typed source: left in the client's region (batch_assembler.h).
@@ -163,7 +154,9 @@ SubmitOutcome KServeCodec::submit(uint32_t lane_model, ParsedRequest& request, u
       }
     }
   }
-  Recipe& recipe = spare_recipes_.insert(in_flight_, request_id);
+  Recipe& recipe = keep_recipe(lane_model, request, request_id, now_ns);
+  recipe.cache_key = std::move(cache_key);
+  recipe.lookup_ns = lookup_ns;
   if (has_shm) {
     // Every region stays pinned until the answer: inputs are read at dispatch (copied
     // into a shared batch) or in place by the worker, outputs written by it.
@@ -174,15 +167,81 @@ SubmitOutcome KServeCodec::submit(uint32_t lane_model, ParsedRequest& request, u
       recipe.shm_places.push_back({ref.id, ref.object_offset - ref.region_offset, ref.size});
     }
   }
+  return SubmitOutcome::kQueued;
+}
+
+void KServeCodec::lay_out(const ModelSpec& model, ParsedRequest& request, RequestBlock* block) {
+  // The block's header is JSON: an id with characters to escape goes in escaped (the
+  // validator's messages and the answer keep the client's plain id).
+  const std::string_view plain_id = request.id;
+  std::string id_json;
+  if (needs_json_escape(plain_id)) {
+    id_json = json_string_text(plain_id);
+    request.id = id_json;
+  }
+  layout_request_block(model, request, block);
+  request.id = plain_id;
+}
+
+KServeCodec::Recipe& KServeCodec::keep_recipe(uint32_t lane_model, const ParsedRequest& request,
+                                              uint64_t request_id, uint64_t now_ns) {
+  Recipe& recipe = spare_recipes_.insert(in_flight_, request_id);
   recipe.model = lane_model;
   recipe.id.assign(request.id.data(), request.id.size());
   // Copied, not moved: the lane's request and a recycled recipe both keep their room.
   recipe.ask(request);
   recipe.batch_size = request.batch_size;
   recipe.submit_ns = now_ns;
-  recipe.cache_key = std::move(cache_key);
-  recipe.lookup_ns = lookup_ns;
-  return SubmitOutcome::kQueued;
+  return recipe;
+}
+
+SubmitOutcome KServeCodec::place(uint32_t lane_model, ParsedRequest& request, uint64_t request_id,
+                                 uint64_t now_ns, std::string* error, Placed* placed) {
+  if (lane_model >= models_.size() || !accepting_[lane_model]) return SubmitOutcome::kFallback;
+  const ModelSpec& model = models_[lane_model];
+  // Tensors in client regions are not received; a cached model's key and a traced
+  // request's records read the inputs at submit, before these bytes are here.
+  bool plain = request.output_shm.empty() && trace_rate_[lane_model] == 0 &&
+               !(cache_ != nullptr && model.response_cache);
+  for (const RequestInput& input : request.inputs)
+    plain = plain && !input.in_shm && !input.on_device;
+  if (!plain) return SubmitOutcome::kFallback;
+  if (!validate_request(model, &request, error)) return SubmitOutcome::kInvalid;
+  // A sequence request's key is a view into the received bytes: submitted whole.
+  if (request.sequence_id != 0 || !request.sequence_key.empty() || request.sequence_flags != 0) {
+    return SubmitOutcome::kFallback;
+  }
+  RequestBlock& block = block_;
+  lay_out(model, request, &block);
+  SubmitRequest& submit = submit_;
+  submit_request_of(request, &block, request_id, &submit);
+  placed->offset = core_.place(model.core_model_id, submit);
+  if (placed->offset == 0) return SubmitOutcome::kFallback;
+  placed->handle = model.core_model_id;
+  placed->options = submit.options;
+  placed->inputs.clear();
+  const Arena& arena = core_.arena();
+  const auto* slots = arena.at<InputSlot>(placed->offset + sizeof(RequestHeader));
+  for (size_t i = 0; i < submit.inputs.size(); ++i) {
+    placed->inputs.push_back({static_cast<const uint8_t*>(submit.inputs[i].data),
+                              submit.inputs[i].size, slots[i].offset});
+  }
+  keep_recipe(lane_model, request, request_id, now_ns);
+  return SubmitOutcome::kPlaced;
+}
+
+SubmitOutcome KServeCodec::queue_placed(uint64_t request_id, const Placed& placed) {
+  if (core_.queue_placed(placed.handle, request_id, placed.options, placed.offset) ==
+      SubmitResult::kOk) {
+    return SubmitOutcome::kQueued;
+  }
+  forget(request_id);  // the core released the block
+  return SubmitOutcome::kFallback;
+}
+
+void KServeCodec::abandon_placed(uint64_t request_id, const Placed& placed) {
+  core_.release_placed(placed.offset);
+  forget(request_id);
 }
 
 void KServeCodec::Recipe::ask(const ParsedRequest& request) {

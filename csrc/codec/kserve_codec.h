@@ -41,6 +41,7 @@ enum class SubmitOutcome {
   kCached,    // answered from the response cache (response_cache.h): see CachedAnswer
   kRefused,   // a tensor's shm region refused (unknown, out of bounds): `error` holds
               // Triton's message, `*shm_refusal` its kind (only when asked for)
+  kPlaced,    // place(): laid out in the arena, its inputs to be filled, not queued yet
 };
 
 // A request answered from the response cache: `response`'s views point into `entry`
@@ -114,6 +115,7 @@ class KServeCodec {
   using TensorRecords = naiad::TensorRecords;
   TensorRecords take_trace_tensors(uint64_t request_id);
 
+  Core& core() { return core_; }
   // Request ids for the core, unique across every framer and the general path, tagged
   // with the I/O loop this codec serves (set_id_owner; Core::new_request_id).
   uint64_t new_request_id() { return core_.new_request_id(id_owner_); }
@@ -133,6 +135,31 @@ class KServeCodec {
   SubmitOutcome submit(uint32_t model, ParsedRequest& request, uint64_t request_id, uint64_t now_ns,
                        std::string* error, CachedAnswer* cached = nullptr,
                        ErrorKind* shm_refusal = nullptr);
+
+  // submit() in two steps (Core::place), for a framer that receives the request's
+  // tensors straight into the arena: place() validates and lays it out as submit()
+  // does, without reading its inputs' bytes, and keeps room for them (kPlaced);
+  // `placed` says where each goes. kInvalid as submit(); kFallback when it is not for
+  // this (tensors in client regions, a model with the response cache, tracing on, a
+  // sequence request, no room): the caller submits it whole once its bytes are in.
+  // Then, the bytes in, queue_placed() queues it (kQueued; kFallback when the core
+  // refuses it, the model gone: forgotten, its block released), or abandon_placed()
+  // gives it up (its client went away).
+  struct Placed {
+    ModelHandle handle;
+    uint64_t offset = 0;  // the request block
+    SubmitOptions options;
+    struct Input {
+      const uint8_t* source;  // where submit() would have read it (`request`'s view)
+      uint64_t size;
+      uint64_t offset;  // where its bytes go in the arena
+    };
+    std::vector<Input> inputs;  // in block order
+  };
+  SubmitOutcome place(uint32_t model, ParsedRequest& request, uint64_t request_id, uint64_t now_ns,
+                      std::string* error, Placed* placed);
+  SubmitOutcome queue_placed(uint64_t request_id, const Placed& placed);
+  void abandon_placed(uint64_t request_id, const Placed& placed);
 
   // The cache's part of a validated request of `model` submitted at `now_ns`, for
   // every path (submit() and the Python general path): true on a hit, `*cached` filled
@@ -253,6 +280,11 @@ class KServeCodec {
   // truncated (ShmRegistry::truncated), if one was (true): its bytes may be the guard's
   // zeros.
   bool refuse_truncated(const Recipe& recipe, InferResponse* response) const;
+  // The request block of a validated request (its id escaped for the block's JSON).
+  void lay_out(const ModelSpec& model, ParsedRequest& request, RequestBlock* block);
+  // The recipe of a request queued (or placed) under `request_id`.
+  Recipe& keep_recipe(uint32_t lane_model, const ParsedRequest& request, uint64_t request_id,
+                      uint64_t now_ns);
   void keep_result(uint32_t model, Recipe& recipe, const ResultBlock& result,
                    const ResultOutcome& outcome, const uint8_t* block);
   // Resolves and pins the request's shm tensors (inputs: `data` points into the

@@ -294,8 +294,25 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
   // rows are released below and the slab goes with its last request.
   uint64_t offset = assembler_.place(handle.value, request, sources.data());
   if (offset == 0) return SubmitResult::kArenaFull;
-  const SubmitOptions& options = request.options;
-  QueuedRequest queued{request.request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
+  return queue_block(handle, request.request_id, request.options, offset, request_start_ns);
+}
+
+uint64_t Core::place(ModelHandle handle, const SubmitRequest& request) {
+  // Every source null: rows kept, nothing copied (the caller fills them).
+  ScratchArray<const uint8_t*> sources(request.inputs.size());
+  for (size_t i = 0; i < request.inputs.size(); ++i) sources[i] = nullptr;
+  return assembler_.place(handle.value, request, sources.data());
+}
+
+SubmitResult Core::queue_placed(ModelHandle handle, uint64_t request_id,
+                                const SubmitOptions& options, uint64_t offset) {
+  return queue_block(handle, request_id, options, offset, options.traced ? clock_() : 0);
+}
+
+SubmitResult Core::queue_block(ModelHandle handle, uint64_t request_id,
+                               const SubmitOptions& options, uint64_t offset,
+                               uint64_t request_start_ns) {
+  QueuedRequest queued{request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
   SpanContext span{};
   if (options.traced && traces_.span_ids()) {
     // Its model's view of its trace, written while the block is still ours alone.
@@ -333,14 +350,14 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
     } else if (model->ensemble) {
       ensembles_.queue(handle.value, queued, {}, ensemble_options(options));
       if (options.traced) {
-        traces_.start_root(request.request_id, TraceStamps{request_start_ns, clock_(), span},
+        traces_.start_root(request_id, TraceStamps{request_start_ns, clock_(), span},
                            options.trace_tensors);
       }
     } else {
       const uint64_t now = clock_();
       result = submit_result_of(model->scheduler->enqueue(queued, options, now));
       if (options.traced && result == SubmitResult::kOk) {
-        traces_.start_root(request.request_id, TraceStamps{request_start_ns, now, span},
+        traces_.start_root(request_id, TraceStamps{request_start_ns, now, span},
                            options.trace_tensors);
       }
     }

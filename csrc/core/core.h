@@ -275,6 +275,18 @@ class Core {
   // calling thread, a request to a model whose scheduler always accepts is staged in
   // the turn instead, and queued by that thread's next call that takes mutex_.
   SubmitResult submit(ModelHandle model, const SubmitRequest& request);
+  // submit() in two steps, for a framer that receives a request's tensors straight into
+  // the arena (http_io.h): place() lays the block out with room for its inline inputs,
+  // not copied (their `data` is not read), and returns its offset (0: no room); the
+  // caller fills each input at its slot's offset (InputSlot::offset), then queue_placed()
+  // queues it as submit() would (nothing else touches the block meanwhile: its rows are
+  // the caller's alone; refused, the block is released), or release_placed() gives it
+  // back unqueued. Not for system-shm
+  // or CUDA inputs, nor traced or sequence requests.
+  uint64_t place(ModelHandle model, const SubmitRequest& request);
+  SubmitResult queue_placed(ModelHandle model, uint64_t request_id, const SubmitOptions& options,
+                            uint64_t offset);
+  void release_placed(uint64_t offset) { assembler_.release(offset); }
 
   // One loop turn of a submitting thread (an I/O thread), a scope on its stack. While
   // it is open, that thread's submits that cannot be refused once placed (the model's
@@ -424,6 +436,9 @@ class Core {
   std::vector<ChildTrace> take_trace_children(uint64_t root);
 
  private:
+  // submit()'s queueing of a placed block (released when refused).
+  SubmitResult queue_block(ModelHandle model, uint64_t request_id, const SubmitOptions& options,
+                           uint64_t offset, uint64_t request_start_ns);
   using Batch = CoreBatch;
   using Instance = CoreInstance;
   struct Model {

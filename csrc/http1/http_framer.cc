@@ -1,5 +1,7 @@
 #include "http1/http_framer.h"
 
+#include <algorithm>
+
 #include "codec/http_compress.h"
 #include "codec/json_syntax.h"
 #include "codec/kserve_json.h"
@@ -301,10 +303,104 @@ size_t HttpLane::take_http(const uint8_t* data, size_t size, size_t max_body, ui
       break;
     }
     one.connection = request.connection;
+    if (one.request_id != 0 && request.has_header_length &&
+        request.content == ContentEncoding::kIdentity) {
+      one.tensor_bytes = request.body_size - request.header_length;
+    }
     consumed += request.total;
     if (naiad::closes(request.connection)) break;  // what follows is never read
   }
   return consumed;
+}
+
+bool HttpLane::begin_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
+                          bool closes, Receiving* out) {
+  ScannedRequest scanned;
+  const char* start = reinterpret_cast<const char*>(data);
+  if (scan_memo_.scan(start, size, max_body, &scanned) != ScanResult::kIncomplete ||
+      scanned.total == 0 || scanned.total <= size) {
+    return false;
+  }
+  if (scanned.connection != HttpConnection::kKeepAlive && !closes) return false;
+  if (scanned.content != ContentEncoding::kIdentity || !scanned.has_header_length ||
+      scanned.header_length == 0 || scanned.header_length > scanned.body_size ||
+      scanned.body_offset + scanned.header_length > size) {
+    return false;
+  }
+  auto route = routes_.find(scanned.target);
+  if (route == routes_.end()) return false;
+  // The body's binary bytes are not all here: the reader views them (by where they
+  // will be) without reading them.
+  const uint8_t* body = data + scanned.body_offset;
+  const uint8_t* tensors = body + scanned.header_length;
+  const uint64_t binary = scanned.body_size - scanned.header_length;
+  ParsedRequest& request = request_;
+  Refusal refusal;
+  if (!header_memo_.read(body, scanned.body_size, scanned.header_length, &request, &refusal)) {
+    return false;
+  }
+  // Every input binary (a BYTES tensor's elements are read by the validator), together
+  // all of the bytes after the header.
+  uint64_t sum = 0;
+  for (const RequestInput& input : request.inputs) {
+    if (input.size == 0) continue;
+    if (input.in_shm || input.datatype == "BYTES" || input.data < tensors || input.size > binary ||
+        static_cast<uint64_t>(input.data - tensors) > binary - input.size) {
+      return false;
+    }
+    sum += input.size;
+  }
+  if (sum != binary) return false;
+  std::string error;
+  const uint64_t request_id = codec_.new_request_id();
+  if (codec_.place(route->second, request, request_id, now_ns, &error, &out->placed) !=
+      SubmitOutcome::kPlaced) {
+    return false;
+  }
+  out->taken = Taken();
+  out->taken.model = route->second;
+  out->taken.request_id = request_id;
+  out->taken.batch_size = request.batch_size;
+  out->taken.connection = scanned.connection;
+  out->total = scanned.total;
+  out->tensors_at = scanned.body_offset + scanned.header_length;
+  out->pieces.clear();
+  uint8_t* arena = codec_.core().arena().base();
+  for (const KServeCodec::Placed::Input& input : out->placed.inputs) {
+    if (input.size == 0) continue;
+    out->pieces.push_back({out->tensors_at + static_cast<size_t>(input.source - tensors),
+                           input.size, arena + input.offset});
+  }
+  std::sort(out->pieces.begin(), out->pieces.end(),
+            [](const Receiving::Piece& a, const Receiving::Piece& b) { return a.at < b.at; });
+  out->head.assign(start, out->tensors_at);
+  out->target.assign(scanned.target.data(), scanned.target.size());
+  out->encoding = scanned.encoding;
+  return true;
+}
+
+void HttpLane::finish_http(Receiving& receiving, Taken* taken) {
+  const uint64_t request_id = receiving.taken.request_id;
+  *taken = std::move(receiving.taken);
+  if (codec_.queue_placed(request_id, receiving.placed) == SubmitOutcome::kQueued) {
+    if (receiving.encoding != ResponseEncoding::kIdentity) {
+      encodings_[request_id] = receiving.encoding;
+    }
+    return;
+  }
+  // Refused by the core once its bytes were in (its model removed meanwhile): answered
+  // as an infer request to a model not served.
+  const HttpConnection connection = taken->connection;
+  *taken = Taken();
+  taken->connection = connection;
+  if (!refuse_unrouted(receiving.target, taken)) {
+    taken->reply = http_error_reply(
+        503, "the inference request to " + receiving.target + " could not be queued");
+  }
+}
+
+void HttpLane::abandon_http(Receiving& receiving) {
+  codec_.abandon_placed(receiving.taken.request_id, receiving.placed);
 }
 
 bool HttpLane::submit_to(std::string_view target, const uint8_t* body, size_t body_size,

@@ -124,6 +124,9 @@ class HttpLane {
     // Either way still a keep-alive HTTP/1.1 answer: the caller set_connection()s it.
     std::string reply;
     HttpConnection connection = HttpConnection::kKeepAlive;  // the request's (http_scan.h)
+    // Binary tensor bytes of a queued request (its body past the inference header),
+    // copied from the received bytes into the arena.
+    uint64_t tensor_bytes = 0;
   };
   // Takes an infer body sent to URL `target` (as sent) if it is a route and the codec
   // queues it (it gets the next request id) or refuses it (`reply`). False: the general
@@ -147,6 +150,37 @@ class HttpLane {
   // `Connection: close` requests are taken too, none after one that closes.
   size_t take_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns,
                    std::vector<Taken>* taken, size_t max_requests = SIZE_MAX, bool closes = false);
+
+  // A plain infer request received in two steps, its tensors straight into the arena
+  // (http_io.h): begin_http() takes the request at the start of `data` once its head
+  // and inference header are there (`size` bytes of the request, fewer than it takes)
+  // and the rest of its body is its binary tensors, validates it and places it
+  // (KServeCodec::place), and says where each of its bytes from `tensors_at` on goes
+  // (`pieces`). False: not for this (not such a request, refused, compressed, not
+  // placed...): the caller collects it whole for take_http(), which answers it. The
+  // caller fills the pieces, then finish_http() queues it (or answers it at once in
+  // `taken` when the core refuses it), or abandon_http() gives it up.
+  struct Receiving {
+    struct Piece {
+      size_t at;  // from the start of the request
+      uint64_t size;
+      uint8_t* to;  // in the arena
+    };
+    Taken taken;  // its model, request id, batch size, connection (its tensor bytes the caller's to
+                  // count)
+    size_t total = 0;           // bytes the request takes, head and body
+    size_t tensors_at = 0;      // where its binary tensors begin
+    std::vector<Piece> pieces;  // in request order, from tensors_at to total
+    std::string head;           // its bytes before tensors_at (a timed-out request's)
+    std::string target;         // its request-target
+    ResponseEncoding encoding = ResponseEncoding::kIdentity;
+    KServeCodec::Placed placed;
+    uint64_t placed_bytes = 0;  // the caller's measure of the arena room it holds
+  };
+  bool begin_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns, bool closes,
+                  Receiving* out);
+  void finish_http(Receiving& receiving, Taken* taken);
+  void abandon_http(Receiving& receiving);
 
   // The encoding the answer of queued request `request_id` is written with (writer()),
   // asked once, when its answer is: the lane keeps it no longer.

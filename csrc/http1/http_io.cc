@@ -6,10 +6,12 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <iterator>
 #include <stdexcept>
@@ -38,6 +40,10 @@ constexpr size_t kMaxLanePartial = 64 * 1024;
 // this size, larger ones once a quarter of them has arrived (the general path's rule).
 constexpr size_t kReserveAtOnce = size_t(1) << 20;
 constexpr size_t kReadSize = 256 * 1024;
+// A lane-mode read that starts a request (nothing held) reads at most this much: a
+// large request's tensors after its head are then mostly received in place rather
+// than read here and copied.
+constexpr size_t kHeadReadSize = 64 * 1024;
 constexpr int kMaxEvents = 256;
 // The first byte of a TLS ClientHello (a handshake record): no HTTP/1.1 request nor the
 // HTTP/2 preface starts with it.
@@ -600,9 +606,14 @@ void HttpIo::update_waiting(Connection* c) {
 
 void HttpIo::on_readable(Connection* c) {
   if (c->eof || c->closing) return;
+  if (c->receiving) {
+    receive_in_place(c);
+    return;
+  }
+  const bool starts = !c->python && !c->h2 && c->in.empty() && taking_;
   ssize_t got;
   do {
-    got = ::read(c->fd, &read_buffer_[0], read_buffer_.size());
+    got = ::read(c->fd, &read_buffer_[0], starts ? kHeadReadSize : read_buffer_.size());
   } while (got < 0 && errno == EINTR);
   if (got < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -641,14 +652,7 @@ void HttpIo::on_readable(Connection* c) {
       update_events(c);
       return;
     }
-    // Lane mode: the requests it sent are answered, then the connection closes. A
-    // partial request left is dropped with it, as the parser drops an unfinished one.
-    if (c->owed.empty() && unsent_of(c) == 0) {
-      destroy(c, true);
-      return;
-    }
-    c->closing = true;
-    update_events(c);
+    on_end_of_stream(c);
     return;
   }
   c->last_read_ns = monotonic_ns();
@@ -670,6 +674,18 @@ void HttpIo::on_readable(Connection* c) {
   }
   c->in.append(data, size);
   process_input(c);
+}
+
+void HttpIo::on_end_of_stream(Connection* c) {
+  c->eof = true;
+  // The requests it sent are answered, then the connection closes. A partial request
+  // left is dropped with it, as the parser drops an unfinished one.
+  if (c->owed.empty() && unsent_of(c) == 0) {
+    destroy(c, true);
+    return;
+  }
+  c->closing = true;
+  update_events(c);
 }
 
 bool HttpIo::tls_received(Connection* c, size_t got, bool* closed) {
@@ -711,6 +727,7 @@ void HttpIo::shut_write(Connection* c) {
 }
 
 void HttpIo::process_input(Connection* c) {
+  if (c->receiving) return;  // the request received in place comes first
   // When the partial request at the front began arriving (the limits' sweep times it).
   uint64_t partial_since = c->partial_since_ns;
   if (taking_ && c->owed.size() < kHttpMaxPipeline && !c->in.empty()) {
@@ -720,32 +737,12 @@ void HttpIo::process_input(Connection* c) {
     size_t consumed =
         lane_.take_http(reinterpret_cast<const uint8_t*>(c->in.data()), c->in.size(), max_body_,
                         now, &taken_, kHttpMaxPipeline - c->owed.size(), true);
-    for (HttpLane::Taken& t : taken_) {
-      c->owed.emplace_back();
-      Owed& slot = c->owed.back();
-      slot.request_id = t.request_id;
-      slot.connection = t.connection;
-      // The connection closes once this is answered: nothing after it is read.
-      if (closes(t.connection)) c->closing = true;
-      if (t.request_id == 0) {  // refused, or a response cache hit: answered now
-        slot.ready = true;
-        slot.answer = std::move(t.reply);
-        set_connection(&slot.answer, 0, t.connection);
-        if (t.batch_size) {
-          ++cached_;
-        } else {
-          ++refused_;
-        }
-        touch(c);
-        continue;
-      }
-      spare_requests_.insert(requests_, t.request_id) =
-          Request{c, &slot, t.model, t.batch_size, now};
-      ++queued_;
-      count_open(c);
-    }
+    for (HttpLane::Taken& t : taken_) owe(c, t, now);
     c->in.erase(0, consumed);
-    if (consumed != 0) partial_since = 0;  // what is left is another request
+    if (consumed != 0) {  // what is left is another request
+      partial_since = 0;
+      c->collect_whole = false;
+    }
     update_waiting(c);
     if (c->closing) c->in.clear();
   }
@@ -758,7 +755,9 @@ void HttpIo::process_input(Connection* c) {
     const bool partial =
         scan_request(c->in.data(), c->in.size(), max_body_, &scanned) == ScanResult::kIncomplete &&
         (scanned.total != 0 || c->in.size() < kMaxLanePartial);
-    if (taking_ && partial) {
+    if (taking_ && partial && begin_receiving(c, scanned)) {
+      c->partial_since_ns = partial_since != 0 ? partial_since : c->last_read_ns;
+    } else if (taking_ && partial) {
       // The next reads complete it, into one buffer of its size once the client has
       // sent enough of it (a client cannot make the server allocate by announcing a body
       // it does not send).
@@ -773,6 +772,132 @@ void HttpIo::process_input(Connection* c) {
     // Else the bytes wait (unread further) until the owed answers are out.
   }
   update_events(c);
+}
+
+void HttpIo::owe(Connection* c, HttpLane::Taken& t, uint64_t now) {
+  c->owed.emplace_back();
+  Owed& slot = c->owed.back();
+  slot.request_id = t.request_id;
+  slot.connection = t.connection;
+  // The connection closes once this is answered: nothing after it is read.
+  if (closes(t.connection)) c->closing = true;
+  if (t.request_id == 0) {  // refused, or a response cache hit: answered now
+    slot.ready = true;
+    slot.answer = std::move(t.reply);
+    set_connection(&slot.answer, 0, t.connection);
+    if (t.batch_size) {
+      ++cached_;
+    } else {
+      ++refused_;
+    }
+    touch(c);
+    return;
+  }
+  spare_requests_.insert(requests_, t.request_id) = Request{c, &slot, t.model, t.batch_size, now};
+  ++queued_;
+  tensor_bytes_.in_copied += t.tensor_bytes;
+  count_open(c);
+}
+
+bool HttpIo::begin_receiving(Connection* c, const ScannedRequest& scanned) {
+  if (c->collect_whole || c->tls || c->endpoint || c->owed.size() >= kHttpMaxPipeline) {
+    return false;
+  }
+  // A client cannot make the server hold arena room by announcing a body it does not
+  // send: as a buffer of its size (kReserveAtOnce), and a quarter of the arena at most.
+  if (scanned.total > kReserveAtOnce && c->in.size() < scanned.total / 4) return false;
+  if (receiving_bytes_ + scanned.body_size > core_.arena().size() / 4) return false;
+  auto receiving = std::make_unique<HttpLane::Receiving>();
+  {
+    TakingIds ids(*this);
+    if (!lane_.begin_http(reinterpret_cast<const uint8_t*>(c->in.data()), c->in.size(), max_body_,
+                          monotonic_ns(), true, receiving.get())) {
+      // Its inference header there, it is collected whole (not looked at again).
+      c->collect_whole = c->in.size() >= scanned.body_offset + scanned.header_length;
+      return false;
+    }
+  }
+  // The tensor bytes already read go to their places: the one copy of those.
+  for (const HttpLane::Receiving::Piece& piece : receiving->pieces) {
+    if (piece.at >= c->in.size()) break;
+    const size_t n = std::min<size_t>(piece.size, c->in.size() - piece.at);
+    std::memcpy(piece.to, c->in.data() + piece.at, n);
+    tensor_bytes_.in_copied += n;
+  }
+  c->receive_at = c->in.size();
+  receiving_bytes_ += scanned.body_size;
+  receiving->placed_bytes = scanned.body_size;
+  c->receiving = std::move(receiving);
+  c->in.clear();
+  return true;
+}
+
+void HttpIo::receive_in_place(Connection* c) {
+  HttpLane::Receiving& r = *c->receiving;
+  // The pieces not yet filled, in order; then the read buffer for what follows, when
+  // every piece left is in the list (else the next read continues them).
+  iovec parts[64];
+  constexpr size_t kMaxParts = sizeof parts / sizeof parts[0];
+  size_t n = 0;
+  bool all = true;
+  for (const HttpLane::Receiving::Piece& piece : r.pieces) {
+    if (piece.at + piece.size <= c->receive_at) continue;
+    if (n == kMaxParts - 1) {
+      all = false;
+      break;
+    }
+    const size_t skip = c->receive_at > piece.at ? c->receive_at - piece.at : 0;
+    parts[n++] = {piece.to + skip, static_cast<size_t>(piece.size - skip)};
+  }
+  if (all) parts[n++] = {&read_buffer_[0], kHeadReadSize};
+  ssize_t got;
+  do {
+    got = ::readv(c->fd, parts, static_cast<int>(n));
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    destroy(c, true);  // reset by the peer
+    return;
+  }
+  if (got == 0) {
+    // The client half-closed mid-body: the request is dropped with the connection, as
+    // a partial request is (on_readable), once what it owes is answered.
+    abandon_receiving(c);
+    c->partial_since_ns = 0;
+    on_end_of_stream(c);
+    return;
+  }
+  c->last_read_ns = monotonic_ns();
+  const size_t left = r.total - c->receive_at;
+  const size_t in_place = std::min(static_cast<size_t>(got), left);
+  c->receive_at += in_place;
+  tensor_bytes_.in_in_place += in_place;
+  if (in_place < left) return;
+  // All in: queued (or answered at once, its model gone), owed as any taken request.
+  HttpLane::Taken taken;
+  lane_.finish_http(r, &taken);
+  receiving_bytes_ -= r.placed_bytes;
+  c->receiving.reset();
+  c->partial_since_ns = 0;
+  owe(c, taken, c->last_read_ns);
+  update_waiting(c);
+  if (c->closing) {  // nothing after a closing request is read
+    update_events(c);
+    return;
+  }
+  if (static_cast<size_t>(got) > in_place) {
+    c->in.append(read_buffer_.data(), static_cast<size_t>(got) - in_place);
+    process_input(c);
+    return;
+  }
+  update_events(c);
+}
+
+void HttpIo::abandon_receiving(Connection* c) {
+  if (!c->receiving) return;
+  lane_.abandon_http(*c->receiving);
+  receiving_bytes_ -= c->receiving->placed_bytes;
+  c->receiving.reset();
 }
 
 void HttpIo::touch(Connection* c) {
@@ -1103,6 +1228,7 @@ void HttpIo::destroy(Connection* c, bool report) {
   }
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
   ::close(c->fd);
+  abandon_receiving(c);
   for (Owed& slot : c->owed) {
     if (slot.ready || slot.request_id == 0) continue;
     // Its client went away: a queued request is dropped, a running one flagged. It stays
@@ -1160,6 +1286,11 @@ void HttpIo::sweep(uint64_t before_ns, uint64_t idle_before_ns, std::vector<uint
 void HttpIo::hand_over(uint64_t connection) {
   Connection* c = find(connection);
   if (c == nullptr || c->python || !c->owed.empty()) return;
+  if (c->receiving) {
+    // Python's protocol times the partial request out: its head is all it needs.
+    c->in = std::move(c->receiving->head);
+    abandon_receiving(c);
+  }
   c->partial_since_ns = 0;
   to_python(c);
   update_events(c);
@@ -1167,6 +1298,7 @@ void HttpIo::hand_over(uint64_t connection) {
 
 void HttpIo::to_python(Connection* c) {
   c->python = true;
+  c->collect_whole = false;
   python_event(c, Event{EventKind::kHandOver, c->id, std::move(c->in)});
   c->in.clear();
 }

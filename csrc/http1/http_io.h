@@ -15,6 +15,17 @@
 //   protocol owes nothing and holds nothing (take_back()).
 // Nothing owed in one mode is ever owed in the other, so answers never overtake.
 //
+// Receiving in place: a plain request with binary tensors (Inference-Header-Content-
+// Length, no Content-Encoding, plaintext, not an endpoint's) whose head and inference
+// header have arrived but not all its tensors is validated and placed in the arena
+// then (HttpLane::begin_http); the tensor bytes already read are copied to their
+// places, and the rest are read from the socket straight there (readv), the bytes after
+// its end into the read buffer as usual. Once all are in it is queued and owed as any
+// request. One the lane refuses, or does not place, is collected whole in `in` and
+// taken as before (a refusal is answered once its body is in). A client that goes away
+// or times out mid-body gives its place back. The placed requests hold at most a
+// quarter of the arena.
+//
 // A completion whose requests are all this loop's is answered here and its block freed;
 // its statistics go to Python as one Answered per completion. Any other completion goes
 // to Python as the core gave it (the general path's, a failed batch, gRPC's), and Python
@@ -221,14 +232,21 @@ class HttpIo {
   // Binary tensor bytes of the answers this loop wrote: sent from the response block
   // (block_views.h) or copied into the connection's output (TLS, endpoints, small
   // tensors, a block several loops answer from, too much of the arena held already).
+  // And of the HTTP requests it took: received straight into the arena (see
+  // "receiving in place" above), or copied there from the bytes it had read.
   struct TensorBytes {
     uint64_t out_in_place = 0, out_copied = 0;
+    uint64_t in_in_place = 0, in_copied = 0;
     TensorBytes& operator+=(const TensorBytes& other) {
       out_in_place += other.out_in_place;
       out_copied += other.out_copied;
+      in_in_place += other.in_in_place;
+      in_copied += other.in_copied;
       return *this;
     }
-    bool any() const { return out_in_place != 0 || out_copied != 0; }
+    bool any() const {
+      return out_in_place != 0 || out_copied != 0 || in_in_place != 0 || in_copied != 0;
+    }
   };
   struct Turn {
     std::vector<Event> events;
@@ -358,10 +376,15 @@ class HttpIo {
     // `out` may be sent (past it: an answer head not yet whole).
     std::unique_ptr<EndpointStream> endpoint;
     size_t out_ready = 0;
-    std::string in;         // lane mode: received, not taken
-    std::deque<Owed> owed;  // lane mode: answers owed, in request order
-    std::string out;        // bytes not yet sent (TLS: not yet encrypted)
-    OutViews views;         // tensors sent from their blocks, spliced into `out`
+    std::string in;  // lane mode: received, not taken
+    // Lane mode: the request whose tensors are being received in place (null: none),
+    // and how many of its bytes have arrived.
+    std::unique_ptr<HttpLane::Receiving> receiving;
+    size_t receive_at = 0;
+    bool collect_whole = false;  // the partial request at the front is not for it
+    std::deque<Owed> owed;       // lane mode: answers owed, in request order
+    std::string out;             // bytes not yet sent (TLS: not yet encrypted)
+    OutViews views;              // tensors sent from their blocks, spliced into `out`
     // TLS (null on a plaintext connection): the session, and the records not yet sent.
     std::unique_ptr<TlsStream> tls;
     std::string wire;
@@ -459,6 +482,8 @@ class HttpIo {
   void grpc_collect(Connection* c);
   void grpc_pings(Connection* c);
   void on_readable(Connection* c);
+  // Lane mode: the client half-closed.
+  void on_end_of_stream(Connection* c);
   // TLS: the plaintext `got` bytes of read_buffer_ hold (into tls_plain_), and the
   // records they made due queued to send; false when the connection is gone.
   // `closed`: the client sent close_notify.
@@ -474,6 +499,17 @@ class HttpIo {
   }
   // Lane mode: takes what it can of c->in; the rest goes to Python when nothing is owed.
   void process_input(Connection* c);
+  // A request the lane took: owed on `c` (answered at once, or queued).
+  void owe(Connection* c, HttpLane::Taken& taken, uint64_t now);
+  // Receiving in place: the partial request at the front of c->in (`scanned`) placed in
+  // the arena by the lane, the tensor bytes c->in holds copied there; false when the
+  // lane does not take it so.
+  bool begin_receiving(Connection* c, const ScannedRequest& scanned);
+  // The next read of a connection receiving in place: into the request's pieces, and
+  // what follows its end into read_buffer_ (the next requests).
+  void receive_in_place(Connection* c);
+  // The request received in place is given up (its client went away, or timed out).
+  void abandon_receiving(Connection* c);
   // Answers `done` if its requests are all this loop's (false: Python's). With `share`
   // (a Share's completion), answers this loop's requests among them and leaves the
   // block to the Share; its statistics go to `answered`.
@@ -613,6 +649,9 @@ class HttpIo {
   // that may be: past it, tensors are copied, so that slow readers cannot fill the arena.
   uint64_t held_bytes_ = 0;
   TensorBytes tensor_bytes_;  // since the last hand_events
+  // Arena bytes placed for requests being received in place, and the most that may be
+  // (a quarter of the arena: clients that send slowly cannot fill it).
+  uint64_t receiving_bytes_ = 0;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
   std::unordered_map<uint64_t, Request> requests_;  // this loop's requests in flight
   // Answered requests' nodes, for the next ones (each is assigned whole).

@@ -135,6 +135,7 @@ struct Fixture {
       for (auto& event : turn.events) events.push_back(std::move(event));
       for (auto& a : turn.answered) answered.push_back(std::move(a));
       for (auto& c : turn.completions) python_completions.push_back(std::move(c));
+      tensor_bytes += turn.tensor_bytes;
       answer_batches();
       if (done()) return true;
       pollfd wait{io->epoll_fd(), POLLIN, 0};
@@ -163,6 +164,7 @@ struct Fixture {
   std::vector<HttpIo::Event> events;
   std::vector<HttpIo::Answered> answered;
   std::vector<Completion> python_completions;
+  HttpIo::TensorBytes tensor_bytes;  // the turns' counts, added up
 };
 
 // An HTTP/1.1 add_sub request (binary inputs filled with `fill`, binary output); with
@@ -187,6 +189,36 @@ inline void send_all(int fd, const std::string& bytes) {
     if (n <= 0) return;
     sent += static_cast<size_t>(n);
   }
+}
+
+// Reads from `fd` until `count` HTTP answers have arrived (or ~2 s with `fixture`
+// turning the loop meanwhile).
+inline std::string read_answers(Fixture& fixture, int fd, size_t count) {
+  std::string received;
+  auto answers = [&] {
+    size_t n = 0;
+    for (size_t at = received.find("HTTP/1.1 "); at != std::string::npos;
+         at = received.find("HTTP/1.1 ", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  fixture.turn_until([&] {
+    char buffer[65536];
+    for (;;) {
+      ssize_t got = recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+      if (got <= 0) break;
+      received.append(buffer, static_cast<size_t>(got));
+    }
+    return answers() >= count;
+  });
+  return received;
+}
+
+inline uint64_t accepted_connection(Fixture& fixture) {
+  fixture.turn_until([&] { return fixture.find_event(HttpIo::EventKind::kAccepted) != nullptr; });
+  const HttpIo::Event* event = fixture.find_event(HttpIo::EventKind::kAccepted);
+  return event == nullptr ? 0 : event->connection;
 }
 
 // Polls `done` (any thread's state) until it holds or ~5 s pass: a guard against a hang,

@@ -32,36 +32,6 @@ namespace {
 
 const char kGet[] = "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n";
 
-// Reads from `fd` until `count` HTTP answers have arrived (or ~2 s with `fixture`
-// turning the loop meanwhile).
-std::string read_answers(Fixture& fixture, int fd, size_t count) {
-  std::string received;
-  auto answers = [&] {
-    size_t n = 0;
-    for (size_t at = received.find("HTTP/1.1 "); at != std::string::npos;
-         at = received.find("HTTP/1.1 ", at + 1)) {
-      ++n;
-    }
-    return n;
-  };
-  fixture.turn_until([&] {
-    char buffer[65536];
-    for (;;) {
-      ssize_t got = recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
-      if (got <= 0) break;
-      received.append(buffer, static_cast<size_t>(got));
-    }
-    return answers() >= count;
-  });
-  return received;
-}
-
-uint64_t accepted_connection(Fixture& fixture) {
-  fixture.turn_until([&] { return fixture.find_event(HttpIo::EventKind::kAccepted) != nullptr; });
-  const HttpIo::Event* event = fixture.find_event(HttpIo::EventKind::kAccepted);
-  return event == nullptr ? 0 : event->connection;
-}
-
 // A clock the test moves, for the core and the loop's spin. While `ticking`, every read
 // moves it 1 ms on: a spin then ends after a set number of polls, however fast they are.
 struct TestClock {

@@ -1177,6 +1177,10 @@ cdef class HttpIo:
     # lane_stats.
     cdef readonly uint64_t out_tensor_bytes_in_place
     cdef readonly uint64_t out_tensor_bytes_copied
+    # Binary tensor bytes of the HTTP requests the loop queued, received straight into
+    # the arena or copied there from the bytes it read (HttpIo::TensorBytes).
+    cdef readonly uint64_t in_tensor_bytes_in_place
+    cdef readonly uint64_t in_tensor_bytes_copied
 
     def __cinit__(self, FastLane lane, int listen_fd):
         self._lane = lane
@@ -1195,6 +1199,8 @@ cdef class HttpIo:
         self.requests_refused += turn.refused
         self.out_tensor_bytes_in_place += turn.tensor_bytes.out_in_place
         self.out_tensor_bytes_copied += turn.tensor_bytes.out_copied
+        self.in_tensor_bytes_in_place += turn.tensor_bytes.in_in_place
+        self.in_tensor_bytes_copied += turn.tensor_bytes.in_copied
         if (not always and turn.events.empty() and turn.completions.empty()
                 and turn.answered.empty()):
             return None

@@ -154,6 +154,8 @@ cdef extern from "http1/http_io.h" namespace "naiad":
     cdef cppclass IoTensorBytes "naiad::HttpIo::TensorBytes":
         uint64_t out_in_place
         uint64_t out_copied
+        uint64_t in_in_place
+        uint64_t in_copied
 
     cdef cppclass IoTurn "naiad::HttpIo::Turn":
         vector[IoEvent] events

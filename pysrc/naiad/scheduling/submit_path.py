@@ -297,4 +297,8 @@ class SubmitPath:
             # block, and copied on the way (TLS, small tensors...: csrc/http1/http_io.h).
             "out_tensor_bytes_in_place": io.out_tensor_bytes_in_place if io else 0,
             "out_tensor_bytes_copied": io.out_tensor_bytes_copied if io else 0,
+            # Binary tensor bytes of the HTTP requests the I/O loop queued, received from
+            # the socket straight into the arena, and copied there from its read buffer.
+            "in_tensor_bytes_in_place": io.in_tensor_bytes_in_place if io else 0,
+            "in_tensor_bytes_copied": io.in_tensor_bytes_copied if io else 0,
         }
