@@ -40,9 +40,9 @@ constexpr size_t kMaxLanePartial = 64 * 1024;
 // this size, larger ones once a quarter of them has arrived (the general path's rule).
 constexpr size_t kReserveAtOnce = size_t(1) << 20;
 constexpr size_t kReadSize = 256 * 1024;
-// A lane-mode read that starts a request (nothing held) reads at most this much: a
-// large request's tensors after its head are then mostly received in place rather
-// than read here and copied.
+// Lane mode reads at most this much at a time until it knows whether the request at
+// the front is received in place: a large request's tensors after its header are then
+// mostly received in place rather than read here and copied.
 constexpr size_t kHeadReadSize = 64 * 1024;
 constexpr int kMaxEvents = 256;
 // The first byte of a TLS ClientHello (a handshake record): no HTTP/1.1 request nor the
@@ -610,10 +610,11 @@ void HttpIo::on_readable(Connection* c) {
     receive_in_place(c);
     return;
   }
-  const bool starts = !c->python && !c->h2 && c->in.empty() && taking_;
+  const bool may_place =
+      !c->python && !c->h2 && !c->tls && !c->endpoint && taking_ && !c->collect_whole;
   ssize_t got;
   do {
-    got = ::read(c->fd, &read_buffer_[0], starts ? kHeadReadSize : read_buffer_.size());
+    got = ::read(c->fd, &read_buffer_[0], may_place ? kHeadReadSize : read_buffer_.size());
   } while (got < 0 && errno == EINTR);
   if (got < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return;

@@ -204,3 +204,26 @@ TEST(http_receive_a_request_timed_out_mid_body_goes_to_python_with_its_head) {
   CHECK(fixture.core.arena().stats().blocks_in_use == blocks);
   close(client);
 }
+
+TEST(http_receive_a_closing_request_received_in_place_is_answered_then_closed) {
+  Fixture fixture;
+  int client = fixture.connect_client();
+  accepted_connection(fixture);
+  auto [head, tensors] = numbered_request();
+  head.replace(head.find("Host: x\r\n"), 9, "Host: x\r\nConnection: close\r\n");
+  send_all(client, head + tensors.substr(0, 10));
+  CHECK(took(fixture, 10));
+  // What follows a closing request is never read.
+  send_all(client, tensors.substr(10) + http_add_sub_request());
+  const std::string received = read_answers(fixture, client, 1);
+  CHECK(received.find("HTTP/1.1 200 OK") == 0);
+  CHECK(received.find("Connection: close\r\n") != std::string::npos);
+  CHECK(received.find("HTTP/1.1", 1) == std::string::npos);
+  CHECK(fixture.tensor_bytes.in_in_place >= 118);
+  CHECK(fixture.tensor_bytes.in_in_place + fixture.tensor_bytes.in_copied == 128);
+  CHECK(fixture.turn_until([&] {
+    char byte;
+    return recv(client, &byte, 1, MSG_DONTWAIT) == 0;  // closed by the server
+  }));
+  close(client);
+}
