@@ -373,6 +373,15 @@ bool HttpLane::begin_http(const uint8_t* data, size_t size, size_t max_body, uin
   }
   std::sort(out->pieces.begin(), out->pieces.end(),
             [](const Receiving::Piece& a, const Receiving::Piece& b) { return a.at < b.at; });
+  // One after the other, as the socket gives them (the reader's offsets are so).
+  size_t at = out->tensors_at;
+  for (const Receiving::Piece& piece : out->pieces) {
+    if (piece.at != at) {
+      codec_.abandon_placed(request_id, out->placed);
+      return false;
+    }
+    at += piece.size;
+  }
   out->head.assign(start, out->tensors_at);
   out->target.assign(scanned.target.data(), scanned.target.size());
   out->encoding = scanned.encoding;

@@ -75,5 +75,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_http_response(text);
   }
   FUZZ_CHECK(lanes.codec().in_flight() == 0);
+
+  // The rest as a request still arriving: placed to be received in place (http_io.h)
+  // only with its inference header there, its pieces covering the rest of the request
+  // one after the other, inside the arena; given up, the codec keeps nothing.
+  HttpLane::Receiving receiving;
+  if (lanes.fixture.lane.begin_http(reinterpret_cast<const uint8_t*>(rest), size - consumed,
+                                    kMaxBody, 1, true, &receiving)) {
+    FUZZ_CHECK(receiving.total > size - consumed && receiving.tensors_at <= size - consumed);
+    const uint8_t* base = lanes.fixture.core.arena().base();
+    const uint8_t* end = base + lanes.fixture.core.arena().size();
+    size_t at = receiving.tensors_at;
+    for (const HttpLane::Receiving::Piece& piece : receiving.pieces) {
+      FUZZ_CHECK(piece.at == at && piece.to >= base && piece.size <= uint64_t(end - piece.to));
+      at += piece.size;
+    }
+    FUZZ_CHECK(at == receiving.total);
+    lanes.fixture.lane.abandon_http(receiving);
+  }
+  FUZZ_CHECK(lanes.codec().in_flight() == 0);
   return 0;
 }
