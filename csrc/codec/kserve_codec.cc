@@ -235,7 +235,6 @@ SubmitOutcome KServeCodec::queue_placed(uint64_t request_id, const Placed& place
       SubmitResult::kOk) {
     return SubmitOutcome::kQueued;
   }
-  forget(request_id);  // the core released the block
   return SubmitOutcome::kFallback;
 }
 

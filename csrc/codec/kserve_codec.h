@@ -143,8 +143,8 @@ class KServeCodec {
   // this (tensors in client regions, a model with the response cache, tracing on, a
   // sequence request, no room): the caller submits it whole once its bytes are in.
   // Then, the bytes in, queue_placed() queues it (kQueued; kFallback when the core
-  // refuses it, the model gone: forgotten, its block released), or abandon_placed()
-  // gives it up (its client went away).
+  // refuses it, the model gone or its queue full: still placed), or abandon_placed()
+  // gives it up (its client went away, or the core refused it).
   struct Placed {
     ModelHandle handle;
     uint64_t offset = 0;  // the request block

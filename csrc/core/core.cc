@@ -294,7 +294,7 @@ SubmitResult Core::submit(ModelHandle handle, const SubmitRequest& request) {
   // rows are released below and the slab goes with its last request.
   uint64_t offset = assembler_.place(handle.value, request, sources.data());
   if (offset == 0) return SubmitResult::kArenaFull;
-  return queue_block(handle, request.request_id, request.options, offset, request_start_ns);
+  return queue_block(handle, request.request_id, request.options, offset, request_start_ns, true);
 }
 
 uint64_t Core::place(ModelHandle handle, const SubmitRequest& request) {
@@ -306,12 +306,12 @@ uint64_t Core::place(ModelHandle handle, const SubmitRequest& request) {
 
 SubmitResult Core::queue_placed(ModelHandle handle, uint64_t request_id,
                                 const SubmitOptions& options, uint64_t offset) {
-  return queue_block(handle, request_id, options, offset, options.traced ? clock_() : 0);
+  return queue_block(handle, request_id, options, offset, options.traced ? clock_() : 0, false);
 }
 
 SubmitResult Core::queue_block(ModelHandle handle, uint64_t request_id,
                                const SubmitOptions& options, uint64_t offset,
-                               uint64_t request_start_ns) {
+                               uint64_t request_start_ns, bool release) {
   QueuedRequest queued{request_id, offset, 0, options.batch_size, options.shape_key, 0, 0};
   SpanContext span{};
   if (options.traced && traces_.span_ids()) {
@@ -335,7 +335,7 @@ SubmitResult Core::queue_block(ModelHandle handle, uint64_t request_id,
         return SubmitResult::kOk;
       }
       case Turn::Lookup::kGone:
-        assembler_.release(offset);
+        if (release) assembler_.release(offset);
         return SubmitResult::kModelGone;
       case Turn::Lookup::kLocked:
         break;
@@ -362,7 +362,7 @@ SubmitResult Core::queue_block(ModelHandle handle, uint64_t request_id,
       }
     }
   }
-  if (result != SubmitResult::kOk) assembler_.release(offset);
+  if (result != SubmitResult::kOk && release) assembler_.release(offset);
   return result;
 }
 

@@ -280,8 +280,8 @@ class Core {
   // not copied (their `data` is not read), and returns its offset (0: no room); the
   // caller fills each input at its slot's offset (InputSlot::offset), then queue_placed()
   // queues it as submit() would (nothing else touches the block meanwhile: its rows are
-  // the caller's alone; refused, the block is released), or release_placed() gives it
-  // back unqueued. Not for system-shm
+  // the caller's alone; refused, the block stays the caller's), or release_placed()
+  // gives it back unqueued. Not for system-shm
   // or CUDA inputs, nor traced or sequence requests.
   uint64_t place(ModelHandle model, const SubmitRequest& request);
   SubmitResult queue_placed(ModelHandle model, uint64_t request_id, const SubmitOptions& options,
@@ -436,9 +436,9 @@ class Core {
   std::vector<ChildTrace> take_trace_children(uint64_t root);
 
  private:
-  // submit()'s queueing of a placed block (released when refused).
+  // submit()'s queueing of a placed block (released when refused, with `release`).
   SubmitResult queue_block(ModelHandle model, uint64_t request_id, const SubmitOptions& options,
-                           uint64_t offset, uint64_t request_start_ns);
+                           uint64_t offset, uint64_t request_start_ns, bool release);
   using Batch = CoreBatch;
   using Instance = CoreInstance;
   struct Model {

@@ -327,8 +327,14 @@ bool HttpLane::begin_http(const uint8_t* data, size_t size, size_t max_body, uin
       scanned.body_offset + scanned.header_length > size) {
     return false;
   }
+  uint32_t model = 0;
   auto route = routes_.find(scanned.target);
-  if (route == routes_.end()) return false;
+  if (route != routes_.end()) {
+    model = route->second;
+  } else {
+    Taken refused;  // refused or not the lane's: answered once its body is in, as before
+    if (route_by_lookup(scanned.target, &model, &refused) != Lookup::kLane) return false;
+  }
   // The body's binary bytes are not all here: the reader views them (by where they
   // will be) without reading them.
   const uint8_t* body = data + scanned.body_offset;
@@ -353,12 +359,12 @@ bool HttpLane::begin_http(const uint8_t* data, size_t size, size_t max_body, uin
   if (sum != binary) return false;
   std::string error;
   const uint64_t request_id = codec_.new_request_id();
-  if (codec_.place(route->second, request, request_id, now_ns, &error, &out->placed) !=
+  if (codec_.place(model, request, request_id, now_ns, &error, &out->placed) !=
       SubmitOutcome::kPlaced) {
     return false;
   }
   out->taken = Taken();
-  out->taken.model = route->second;
+  out->taken.model = model;
   out->taken.request_id = request_id;
   out->taken.batch_size = request.batch_size;
   out->taken.connection = scanned.connection;
@@ -388,24 +394,23 @@ bool HttpLane::begin_http(const uint8_t* data, size_t size, size_t max_body, uin
   return true;
 }
 
-void HttpLane::finish_http(Receiving& receiving, Taken* taken) {
+bool HttpLane::finish_http(Receiving& receiving, Taken* taken, std::string* whole) {
   const uint64_t request_id = receiving.taken.request_id;
-  *taken = std::move(receiving.taken);
   if (codec_.queue_placed(request_id, receiving.placed) == SubmitOutcome::kQueued) {
+    *taken = std::move(receiving.taken);
     if (receiving.encoding != ResponseEncoding::kIdentity) {
       encodings_[request_id] = receiving.encoding;
     }
-    return;
+    return true;
   }
-  // Refused by the core once its bytes were in (its model removed meanwhile): answered
-  // as an infer request to a model not served.
-  const HttpConnection connection = taken->connection;
-  *taken = Taken();
-  taken->connection = connection;
-  if (!refuse_unrouted(receiving.target, taken)) {
-    taken->reply = http_error_reply(
-        503, "the inference request to " + receiving.target + " could not be queued");
+  // Refused by the core (its model removed meanwhile, its queue full): the request as
+  // it came, for the path that answers such a request.
+  *whole = receiving.head;
+  for (const Receiving::Piece& piece : receiving.pieces) {
+    whole->append(reinterpret_cast<const char*>(piece.to), piece.size);
   }
+  abandon_http(receiving);
+  return false;
 }
 
 void HttpLane::abandon_http(Receiving& receiving) {

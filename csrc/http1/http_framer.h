@@ -158,8 +158,10 @@ class HttpLane {
   // (KServeCodec::place), and says where each of its bytes from `tensors_at` on goes
   // (`pieces`). False: not for this (not such a request, refused, compressed, not
   // placed...): the caller collects it whole for take_http(), which answers it. The
-  // caller fills the pieces, then finish_http() queues it (or answers it at once in
-  // `taken` when the core refuses it), or abandon_http() gives it up.
+  // caller fills the pieces, then finish_http() queues it (true, `taken` filled), or,
+  // when the core refuses it, gives it up and returns its bytes whole in `whole`
+  // (false): taken again as a request received whole, the general path answers it as
+  // it answered before. Or abandon_http() gives it up.
   struct Receiving {
     struct Piece {
       size_t at;  // from the start of the request
@@ -179,7 +181,7 @@ class HttpLane {
   };
   bool begin_http(const uint8_t* data, size_t size, size_t max_body, uint64_t now_ns, bool closes,
                   Receiving* out);
-  void finish_http(Receiving& receiving, Taken* taken);
+  bool finish_http(Receiving& receiving, Taken* taken, std::string* whole);
   void abandon_http(Receiving& receiving);
 
   // The encoding the answer of queued request `request_id` is written with (writer()),

@@ -874,12 +874,21 @@ void HttpIo::receive_in_place(Connection* c) {
   c->receive_at += in_place;
   tensor_bytes_.in_in_place += in_place;
   if (in_place < left) return;
-  // All in: queued (or answered at once, its model gone), owed as any taken request.
+  // All in: queued and owed as any taken request; or, the core refusing it, the
+  // request whole in `in`, taken as a request received whole (the general path's).
   HttpLane::Taken taken;
-  lane_.finish_http(r, &taken);
+  std::string whole;
+  const bool queued = lane_.finish_http(r, &taken, &whole);
   receiving_bytes_ -= r.placed_bytes;
   c->receiving.reset();
   c->partial_since_ns = 0;
+  if (!queued) {
+    c->in = std::move(whole);
+    c->collect_whole = true;
+    c->in.append(read_buffer_.data(), static_cast<size_t>(got) - in_place);
+    process_input(c);
+    return;
+  }
   owe(c, taken, c->last_read_ns);
   update_waiting(c);
   if (c->closing) {  // nothing after a closing request is read
