@@ -41,12 +41,14 @@ void check_model(fuzz::Lanes& lanes, uint32_t model_index, const uint8_t* body, 
   ParsedRequest request;
   Refusal refusal;
   if (!read_infer_header(body, size, header_size, &request, &refusal)) {
-    // A refusal is Triton's: a kind it answers with and the message naming what is wrong.
+    // A refusal is Triton's: a kind it answers with and the message naming what is wrong
+    // (the tensor's data, an input, or a request parameter of the wrong type).
     FUZZ_CHECK(
         refusal.kind == ErrorKind::kNone ||
         ((refusal.kind == ErrorKind::kInternal || refusal.kind == ErrorKind::kInvalidArgument) &&
          (refusal.message.find("'data'") != std::string::npos ||
           refusal.message.find("input ") != std::string::npos ||
+          refusal.message.find("parameter '") != std::string::npos ||
           refusal.message.find("bytes array") != std::string::npos)));
     return;
   }
