@@ -156,7 +156,9 @@ def test_pipelined_answers_to_a_slow_reader_arrive_whole_and_in_order(server):
     baseline = arena(server)["blocks_in_use"]
     before = counts(server)
     with socket.create_connection((server.host, server.http_port), timeout=TIMEOUT) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        # A receive buffer far smaller than the answers keeps the server's writes partial;
+        # one of a few KiB would make loopback TCP crawl too (a minute for these 2.4 MB).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
         sock.sendall(b"".join(_raw_request(a, b) for a, b in pairs))
         reader = _Reader(sock, 8192)  # a slow reader: small reads
         for in0, in1 in pairs:
