@@ -117,7 +117,9 @@ test-python: $(STAMP) deploy-tools grpc-tools triton-peer
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-test: lint docs test-core test-core-sanitize test-fuzz test-server-sanitize test-python
+# The C++ unit tests run under ASan/UBSan and under TSan: the same tests as `make
+# test-core` (the quick plain build, for development) with the sanitizers' checks added.
+test: lint docs test-core-sanitize test-fuzz test-server-sanitize test-python
 
 include tests/fuzz/fuzz.mk
 
