@@ -14,7 +14,7 @@ import json
 import pytest
 import requests
 from checksum_support import int32_echo_repository
-from triton_peer import naiad_and_triton_http, needs_triton
+from triton_peer import naiad_and_triton_http, naiad_lanes, needs_triton
 
 pytestmark = [pytest.mark.timeout(600), needs_triton]
 
@@ -86,10 +86,6 @@ def _post(
     return reply.status_code, json.loads(reply.content)
 
 
-def _lanes(port: int) -> dict:
-    return requests.get(f"http://127.0.0.1:{port}/v2/naiad/lanes", timeout=60).json()
-
-
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     root = tmp_path_factory.mktemp("http_json_forms")
@@ -99,24 +95,24 @@ def servers(tmp_path_factory):
 
 def test_escaped_and_utf8_strings_are_read_by_the_lane_as_triton(servers):
     naiad, triton = servers
-    before = _lanes(naiad)
+    before = naiad_lanes(naiad)
     for body in TAKEN:
         ours, theirs = _post(naiad, body, b""), _post(triton, body, b"")
         assert ours == theirs, (body, ours, theirs)
         assert ours[0] == 200, (body, ours)
-    after = _lanes(naiad)
+    after = naiad_lanes(naiad)
     assert after["general_requests"] == before["general_requests"], (before, after)
     assert after["lane_requests"] - before["lane_requests"] == len(TAKEN), (before, after)
 
 
 def test_input_forms_and_parameters_triton_refuses_are_refused_by_the_lane(servers):
     naiad, triton = servers
-    before = _lanes(naiad)
+    before = naiad_lanes(naiad)
     for body, binary in REFUSED:
         ours, theirs = _post(naiad, body, binary), _post(triton, body, binary)
         assert ours == theirs, (body, ours, theirs)
         assert ours[0] != 200, (body, ours)
-    after = _lanes(naiad)
+    after = naiad_lanes(naiad)
     assert after["general_requests"] == before["general_requests"], (before, after)
     assert after["lane_refused"] - before["lane_refused"] == len(REFUSED), (before, after)
 
@@ -124,11 +120,11 @@ def test_input_forms_and_parameters_triton_refuses_are_refused_by_the_lane(serve
 def test_a_version_spelled_otherwise_is_served_by_the_lane_as_triton(servers):
     naiad, triton = servers
     body = b'{"inputs":[' + _INPUT + b"]}"
-    before = _lanes(naiad)
+    before = naiad_lanes(naiad)
     for path in ("/v2/models/echo/versions/01/infer", "/v2/models/echo/versions/001/infer"):
         ours, theirs = _post(naiad, body, b"", path), _post(triton, body, b"", path)
         assert ours == theirs, (path, ours, theirs)
         assert ours[0] == 200 and ours[1]["model_version"] == "1", ours
-    after = _lanes(naiad)
+    after = naiad_lanes(naiad)
     assert after["general_requests"] == before["general_requests"], (before, after)
     assert after["lane_requests"] - before["lane_requests"] == 2, (before, after)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import requests
 from checksum_support import int32_echo_repository
-from triton_peer import naiad_and_triton_http, needs_triton
+from triton_peer import naiad_and_triton_http, naiad_lanes, needs_triton
 
 pytestmark = [pytest.mark.timeout(600), needs_triton]
 
@@ -62,10 +62,6 @@ def _post(port: int, path: str, body: bytes, headers: dict | None = None) -> tup
     return reply.status_code, reply.json()
 
 
-def _lanes(port: int) -> dict:
-    return requests.get(f"http://127.0.0.1:{port}/v2/naiad/lanes", timeout=60).json()
-
-
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     root = tmp_path_factory.mktemp("http_refusals")
@@ -77,13 +73,13 @@ def _all_refused_by_the_lane(servers, requests) -> None:
     """Sends each (path, body, headers) to both: the same answer, a refusal, and every
     one answered by the lane."""
     naiad, triton = servers
-    before = _lanes(naiad)
+    before = naiad_lanes(naiad)
     for path, body, headers in requests:
         ours = _post(naiad, path, body, headers)
         theirs = _post(triton, path, body, headers)
         assert ours == theirs, (path, body[:80], ours, theirs)
         assert ours[0] != 200, (path, body[:80], ours)
-    after = _lanes(naiad)
+    after = naiad_lanes(naiad)
     assert after["general_requests"] == before["general_requests"], (before, after)
     assert after["lane_refused"] - before["lane_refused"] == len(requests), (before, after)
 

@@ -151,3 +151,8 @@ def naiad_and_triton_http(repository: Path, root: Path, ready: list[str]):
             yield naiad.http_port, triton.http_port
     finally:
         naiad.stop()
+
+
+def naiad_lanes(port: int) -> dict:
+    """Naiad's lane counters (GET /v2/naiad/lanes) on `port`: which path answered."""
+    return requests.get(f"http://127.0.0.1:{port}/v2/naiad/lanes", timeout=60).json()
